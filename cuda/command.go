@@ -1,0 +1,276 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+)
+
+// Arg is one kernel argument: a buffer region or a scalar.
+type Arg struct {
+	Kind   ParamKind
+	Region Region      // for ParamBuffer
+	Elem   ElementType // for ParamScalar
+	Bits   uint64      // for ParamScalar: the value's bits, zero-extended
+}
+
+// BufferArg passes a region to a buffer parameter.
+func BufferArg(r Region) Arg { return Arg{Kind: ParamBuffer, Region: r} }
+
+// F32Arg passes a float32 scalar.
+func F32Arg(v float32) Arg {
+	return Arg{Kind: ParamScalar, Elem: F32, Bits: uint64(math.Float32bits(v))}
+}
+
+// I32Arg passes an int32 scalar.
+func I32Arg(v int32) Arg { return Arg{Kind: ParamScalar, Elem: I32, Bits: uint64(uint32(v))} }
+
+// U32Arg passes a uint32 scalar.
+func U32Arg(v uint32) Arg { return Arg{Kind: ParamScalar, Elem: U32, Bits: uint64(v)} }
+
+// F32 returns a scalar argument's value as float32.
+func (a Arg) F32() float32 { return math.Float32frombits(uint32(a.Bits)) }
+
+// I32 returns a scalar argument's value as int32.
+func (a Arg) I32() int32 { return int32(uint32(a.Bits)) }
+
+// U32 returns a scalar argument's value as uint32.
+func (a Arg) U32() uint32 { return uint32(a.Bits) }
+
+// CommandKind is the kind of a device command.
+type CommandKind uint8
+
+// The commands a stream accepts.
+const (
+	KindLaunch CommandKind = iota + 1 // a kernel launch
+	KindUpload                        // a host-to-device copy of retained host bytes
+	KindCopy                          // a device-to-device copy
+	KindZero                          // a memset to zero
+)
+
+// String returns "launch", "upload", "copy" or "zero".
+func (k CommandKind) String() string {
+	switch k {
+	case KindLaunch:
+		return "launch"
+	case KindUpload:
+		return "upload"
+	case KindCopy:
+		return "copy"
+	case KindZero:
+		return "zero"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Command is one unit of device work. Build it with [Launch], [Upload],
+// [Copy] or [Zero], which validate it; a device validates it again, against
+// its own handles, when it is enqueued. A command is a plain value; an upload
+// owns a private copy of its host bytes (the retained host bytes), which a
+// captured graph reads again at every replay.
+type Command struct {
+	Kind   CommandKind
+	Kernel string       // launch: the kernel's name
+	Config LaunchConfig // launch: grid, block, shared memory
+	Args   []Arg        // launch: one per kernel parameter
+	Dst    Region       // upload, copy, zero: the destination
+	Src    Region       // copy: the source
+	Host   []byte       // upload: the retained host bytes; len(Host) == Dst.Length
+}
+
+// Launch builds a kernel launch, checked against the kernel's spec: arity,
+// parameter kinds and element types, every region, the launch configuration,
+// and the kernel's own extent check.
+func Launch(k *KernelSpec, cfg LaunchConfig, args ...Arg) (Command, error) {
+	if k == nil {
+		return Command{}, contractf("launch", ErrUnknownKernel, "nil kernel spec; look the kernel up in the device's registry")
+	}
+	c := Command{Kind: KindLaunch, Kernel: k.Name, Config: cfg, Args: append([]Arg(nil), args...)}
+	return c, c.ValidateLaunch(k)
+}
+
+// Upload builds a host-to-device copy of data into dst. The bytes are copied
+// now and retained by the command, so the caller may reuse data at once.
+func Upload(dst Region, data []byte) (Command, error) {
+	c := Command{Kind: KindUpload, Dst: dst, Host: append([]byte(nil), data...)}
+	return c, c.Validate()
+}
+
+// Copy builds a device-to-device copy of src into dst.
+func Copy(dst, src Region) (Command, error) {
+	c := Command{Kind: KindCopy, Dst: dst, Src: src}
+	return c, c.Validate()
+}
+
+// Zero builds a memset of dst to zero bytes.
+func Zero(dst Region) (Command, error) {
+	c := Command{Kind: KindZero, Dst: dst}
+	return c, c.Validate()
+}
+
+// Validate checks everything about the command that needs no device and no
+// kernel spec: its kind, its regions, and the shape of its payload. A launch
+// is checked against its kernel by [Command.ValidateLaunch].
+func (c Command) Validate() error {
+	op := c.Kind.String()
+	switch c.Kind {
+	case KindLaunch:
+		if c.Kernel == "" {
+			return contractf(op, ErrUnknownKernel, "launch names no kernel")
+		}
+		if err := c.Config.Validate(); err != nil {
+			return err
+		}
+		for i, a := range c.Args {
+			if err := a.validate(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	case KindUpload:
+		if err := c.Dst.Validate(); err != nil {
+			return err
+		}
+		if uint64(len(c.Host)) != c.Dst.Length {
+			return contractf(op, ErrOutOfBounds, "upload carries %d host bytes for a %d-byte destination; they must match", len(c.Host), c.Dst.Length)
+		}
+		return nil
+	case KindCopy:
+		if err := c.Dst.Validate(); err != nil {
+			return err
+		}
+		if err := c.Src.Validate(); err != nil {
+			return err
+		}
+		if c.Src.Length != c.Dst.Length {
+			return contractf(op, ErrOutOfBounds, "copy of %d source bytes into %d destination bytes; lengths must match", c.Src.Length, c.Dst.Length)
+		}
+		if c.Src.Buffer.Elem != c.Dst.Buffer.Elem {
+			return contractf(op, ErrElementType, "copy from %v to %v; element types must match", c.Src.Buffer.Elem, c.Dst.Buffer.Elem)
+		}
+		if c.Src.Overlaps(c.Dst) {
+			return contractf(op, ErrInvalidCommand, "copy source and destination overlap in buffer %d; copy through a scratch buffer", c.Dst.Buffer.ID)
+		}
+		return nil
+	case KindZero:
+		return c.Dst.Validate()
+	}
+	return contractf("command", ErrInvalidCommand, "unknown command kind %d", uint8(c.Kind))
+}
+
+func (a Arg) validate(i int) error {
+	switch a.Kind {
+	case ParamBuffer:
+		return a.Region.Validate()
+	case ParamScalar:
+		if !a.Elem.Valid() {
+			return contractf("launch", ErrElementType, "argument %d is a scalar of undefined element type", i)
+		}
+		if a.Bits>>(8*a.Elem.Size()) != 0 {
+			return contractf("launch", ErrInvalidCommand, "argument %d: %v scalar has bits beyond its %d bytes", i, a.Elem, a.Elem.Size())
+		}
+		return nil
+	}
+	return contractf("launch", ErrInvalidCommand, "argument %d has unknown kind %d", i, uint8(a.Kind))
+}
+
+// ValidateLaunch checks a launch against its kernel's spec.
+func (c Command) ValidateLaunch(k *KernelSpec) error {
+	const op = "launch"
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Kernel != k.Name {
+		return contractf(op, ErrUnknownKernel, "command launches %q but the spec is %q", c.Kernel, k.Name)
+	}
+	if len(c.Args) != len(k.Params) {
+		return contractf(op, ErrKernelArity, "kernel %s takes %d arguments, got %d", k.Name, len(k.Params), len(c.Args))
+	}
+	for i, p := range k.Params {
+		a := c.Args[i]
+		if a.Kind != p.Kind {
+			want := "a buffer region (cuda.BufferArg)"
+			if p.Kind == ParamScalar {
+				want = "a scalar"
+			}
+			return contractf(op, ErrElementType, "kernel %s argument %d (%s) must be %s", k.Name, i, p.Name, want)
+		}
+		got := a.Elem
+		if a.Kind == ParamBuffer {
+			got = a.Region.Buffer.Elem
+		}
+		if got != p.Elem {
+			return contractf(op, ErrElementType, "kernel %s argument %d (%s) must be %v, got %v", k.Name, i, p.Name, p.Elem, got)
+		}
+	}
+	if k.Check != nil {
+		if err := k.Check(c.Args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Touch is one region a command touches, with how.
+type Touch struct {
+	Region Region
+	Access Access
+}
+
+// Touches lists the regions the command reads and writes. For a launch the
+// accesses come from the kernel spec; without one every buffer argument is
+// taken as read-write.
+func (c Command) Touches(k *KernelSpec) []Touch {
+	switch c.Kind {
+	case KindLaunch:
+		var out []Touch
+		for i, a := range c.Args {
+			if a.Kind != ParamBuffer {
+				continue
+			}
+			acc := ReadWrite
+			if k != nil && i < len(k.Params) {
+				acc = k.Params[i].Access
+			}
+			out = append(out, Touch{a.Region, acc})
+		}
+		return out
+	case KindCopy:
+		return []Touch{{c.Src, Read}, {c.Dst, Write}}
+	case KindUpload, KindZero:
+		return []Touch{{c.Dst, Write}}
+	}
+	return nil
+}
+
+// Bytes is the number of device bytes the command moves or its buffer
+// arguments span; the cost models use it.
+func (c Command) Bytes() uint64 {
+	switch c.Kind {
+	case KindLaunch:
+		var n uint64
+		for _, a := range c.Args {
+			if a.Kind == ParamBuffer {
+				n += a.Region.Length
+			}
+		}
+		return n
+	case KindCopy:
+		return 2 * c.Dst.Length
+	}
+	return c.Dst.Length
+}
+
+// String describes the command for logs and traces.
+func (c Command) String() string {
+	switch c.Kind {
+	case KindLaunch:
+		return fmt.Sprintf("launch %s grid=%v block=%v args=%d", c.Kernel, c.Config.Grid, c.Config.Block, len(c.Args))
+	case KindUpload:
+		return fmt.Sprintf("upload %dB -> buf%d+%d", c.Dst.Length, c.Dst.Buffer.ID, c.Dst.Offset)
+	case KindCopy:
+		return fmt.Sprintf("copy %dB buf%d+%d -> buf%d+%d", c.Dst.Length, c.Src.Buffer.ID, c.Src.Offset, c.Dst.Buffer.ID, c.Dst.Offset)
+	case KindZero:
+		return fmt.Sprintf("zero %dB buf%d+%d", c.Dst.Length, c.Dst.Buffer.ID, c.Dst.Offset)
+	}
+	return c.Kind.String()
+}

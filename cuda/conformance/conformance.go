@@ -1,0 +1,182 @@
+// Package conformance is the behaviour every [cuda.Device] backend must
+// share, as one suite: ordering, events, capture rules, replay == eager
+// bytes, error classes, ownership and bounds checks, and a sticky fault. The
+// simulated device runs it in CI; the real device runs it on the GPU. Where
+// the two disagree the GPU is right, and the simulator is fixed.
+//
+// # Usage
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, func(t *testing.T) cuda.Device { return openMyDevice(t) })
+//	}
+//
+// Open must return a fresh device instance on every call (the suite poisons
+// one on purpose and needs two at once for the ownership checks), and may
+// register its Close with t.Cleanup. The suite only uses blocking calls to
+// wait (Synchronize, Readback), so it runs under any clock.
+package conformance
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// Open returns a fresh device for one subtest.
+type Open func(t *testing.T) cuda.Device
+
+// Run runs the whole suite against the backend that open returns.
+func Run(t *testing.T, open Open) {
+	t.Run("memory", func(t *testing.T) { testMemory(t, open(t)) })
+	t.Run("upload-readback", func(t *testing.T) { testUploadReadback(t, open(t)) })
+	t.Run("kernels-match-reference", func(t *testing.T) { testKernels(t, open(t)) })
+	t.Run("in-order", func(t *testing.T) { testInOrder(t, open(t)) })
+	t.Run("streams-independent", func(t *testing.T) { testStreams(t, open(t)) })
+	t.Run("empty-stream", func(t *testing.T) { testEmptyStream(t, open(t)) })
+	t.Run("events", func(t *testing.T) { testEvents(t, open(t)) })
+	t.Run("capture-records", func(t *testing.T) { testCaptureRecords(t, open(t)) })
+	t.Run("replay-equals-eager", func(t *testing.T) { testReplayEqualsEager(t, open(t)) })
+	t.Run("capture-rules", func(t *testing.T) { testCaptureRules(t, open) })
+	t.Run("out-of-memory", func(t *testing.T) { testOutOfMemory(t, open(t)) })
+	t.Run("ownership", func(t *testing.T) { testOwnership(t, open(t), open(t)) })
+	t.Run("bounds", func(t *testing.T) { testBounds(t, open(t)) })
+	t.Run("sticky-fault", func(t *testing.T) { testStickyFault(t, open(t)) })
+}
+
+// fixture bundles a device with the helpers the tests share.
+type fixture struct {
+	t   *testing.T
+	dev cuda.Device
+}
+
+func (f fixture) alloc(elem cuda.ElementType, n int) cuda.Buffer {
+	f.t.Helper()
+	b, err := f.dev.Alloc(cuda.BufferSpec{Size: uint64(n) * elem.Size(), Elem: elem})
+	if err != nil {
+		f.t.Fatalf("alloc %d %v: %v", n, elem, err)
+	}
+	return b
+}
+
+func (f fixture) stream() cuda.Stream {
+	f.t.Helper()
+	s, err := f.dev.NewStream()
+	if err != nil {
+		f.t.Fatalf("new stream: %v", err)
+	}
+	return s
+}
+
+func (f fixture) spec(name string) *cuda.KernelSpec {
+	f.t.Helper()
+	k, ok := f.dev.Kernels().Kernel(name)
+	if !ok {
+		f.t.Fatalf("device has no kernel %s", name)
+	}
+	return k
+}
+
+func (f fixture) launch(s cuda.Stream, name string, threads uint32, args ...cuda.Arg) {
+	f.t.Helper()
+	c, err := cuda.Launch(f.spec(name), cuda.Linear(threads, 128), args...)
+	if err != nil {
+		f.t.Fatalf("build %s: %v", name, err)
+	}
+	if err := s.Enqueue(c); err != nil {
+		f.t.Fatalf("enqueue %s: %v", name, err)
+	}
+}
+
+func (f fixture) upload(s cuda.Stream, b cuda.Buffer, data []byte) {
+	f.t.Helper()
+	c, err := cuda.Upload(b.Whole(), data)
+	if err != nil {
+		f.t.Fatalf("build upload: %v", err)
+	}
+	if err := s.Enqueue(c); err != nil {
+		f.t.Fatalf("enqueue upload: %v", err)
+	}
+}
+
+func (f fixture) read(s cuda.Stream, b cuda.Buffer) []byte {
+	f.t.Helper()
+	out := make([]byte, b.Size)
+	if err := s.Readback(b.Whole(), out); err != nil {
+		f.t.Fatalf("readback: %v", err)
+	}
+	return out
+}
+
+func (f fixture) f32s(s cuda.Stream, b cuda.Buffer) []float32 { return DecodeF32(f.read(s, b)) }
+
+func (f fixture) i32s(s cuda.Stream, b cuda.Buffer) []int32 {
+	raw := f.read(s, b)
+	out := make([]int32, len(raw)/4)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(raw[i*4:]))
+	}
+	return out
+}
+
+// EncodeF32 returns the little-endian bytes of v.
+func EncodeF32(v []float32) []byte {
+	out := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[i*4:], math.Float32bits(x))
+	}
+	return out
+}
+
+// DecodeF32 reads little-endian float32s.
+func DecodeF32(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[i*4:]))
+	}
+	return out
+}
+
+// randF32 returns n small random floats from a fixed seed.
+func randF32(seed int64, n int) []float32 {
+	r := rand.New(rand.NewSource(seed))
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(r.Intn(2001)-1000) / 128
+	}
+	return out
+}
+
+func wantCode(t *testing.T, err error, code cuda.Code) {
+	t.Helper()
+	var e *cuda.Error
+	if !errors.As(err, &e) || e.Code != code {
+		t.Fatalf("got error %v, want code %v", err, code)
+	}
+}
+
+func wantContract(t *testing.T, err error, sentinel error) {
+	t.Helper()
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("got error %v, want %v", err, sentinel)
+	}
+	var e *cuda.Error
+	if !errors.As(err, &e) || e.Code != cuda.CodeContract {
+		t.Fatalf("error %v is not a contract *cuda.Error", err)
+	}
+}
+
+func equalF32(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s[%d] = %v, want %v (bit-exact)", what, i, got[i], want[i])
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package cuda
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Device is one device instance: a GPU's primary context, or a simulated
+// device. Every buffer, stream, graph and executable it hands out carries its
+// instance id and is rejected by any other instance.
+//
+// A device is poisoned by a sticky error (an illegal address in a kernel,
+// say): from then on [Device.Err] returns that error and every call that
+// touches the device fails with it, as CUDA's context does.
+type Device interface {
+	// Info describes the device.
+	Info() DeviceInfo
+	// Kernels resolves the kernels this device can launch.
+	Kernels() Kernels
+	// Alloc allocates a buffer. Out of memory is retryable.
+	Alloc(spec BufferSpec) (Buffer, error)
+	// Free releases a buffer. Like cuMemFree it first waits for the device's
+	// outstanding work; freeing during a global-mode capture invalidates it.
+	Free(b Buffer) error
+	// Memory reports the device's memory accounting.
+	Memory() MemoryStats
+	// NewStream creates a stream.
+	NewStream() (Stream, error)
+	// Synchronize waits for all work on all streams of the device.
+	Synchronize() error
+	// Err returns the sticky error that poisoned the device, or nil.
+	Err() error
+	// Close waits for outstanding work, releases every resource and makes
+	// the device unusable. A second Close returns nil.
+	Close() error
+}
+
+// DeviceInfo describes a device.
+type DeviceInfo struct {
+	Instance    uint64 // unique per device instance in this process
+	Ordinal     int    // the device's ordinal (cuDeviceGet)
+	Name        string // e.g. "NVIDIA H200" or "sim"
+	Backend     string // "sim" or "driver"
+	TotalMemory uint64 // bytes
+}
+
+// Stream is an in-order queue of device work. Work on one stream runs in the
+// order it was enqueued; work on different streams runs concurrently. A
+// stream has one owner and is not safe for concurrent use.
+type Stream interface {
+	// ID is unique within the device instance.
+	ID() uint64
+	// DeviceInstance is the instance id of the owning device.
+	DeviceInstance() uint64
+	// Enqueue validates cmd against this device and enqueues it, or, while
+	// capturing, records it into the capture. It does not wait for the work.
+	Enqueue(cmd Command) error
+	// Launch enqueues one replay of an executable graph.
+	Launch(exec Exec) error
+	// Record records an event after all work enqueued so far. Recording
+	// during a capture is rejected (ErrIllegalState) and leaves the capture
+	// intact.
+	Record() (Event, error)
+	// Query reports whether all work enqueued so far has finished, without
+	// blocking. Querying a capturing stream invalidates the capture.
+	Query() FenceQuery
+	// Synchronize blocks until all work enqueued so far has finished.
+	// Synchronizing a capturing stream invalidates the capture.
+	Synchronize() error
+	// Readback synchronizes the stream, then copies src into dst
+	// (len(dst) == src.Length). During a capture it is unsupported and
+	// invalidates the capture.
+	Readback(src Region, dst []byte) error
+	// BeginCapture starts recording instead of executing.
+	BeginCapture(mode CaptureMode) error
+	// EndCapture ends the capture and returns the recorded graph, or
+	// ErrCaptureInvalidated if a call during the capture invalidated it.
+	EndCapture() (Graph, error)
+	// Capture reports the stream's capture status.
+	Capture() CaptureStatus
+	// Destroy releases the stream; work already enqueued still completes.
+	Destroy() error
+}
+
+// CaptureMode is the mode of a stream capture, as CUDA's.
+type CaptureMode uint8
+
+// Capture modes. In global mode, a potentially unsafe call anywhere on the
+// device (an allocation, a free, a device synchronize) during the capture
+// invalidates it; in relaxed mode only calls on the capturing stream do.
+const (
+	CaptureGlobal CaptureMode = iota
+	CaptureRelaxed
+)
+
+// CaptureStatus is a stream's capture state.
+type CaptureStatus uint8
+
+// Capture states.
+const (
+	CaptureNone        CaptureStatus = iota // not capturing
+	CaptureActive                           // recording
+	CaptureInvalidated                      // capturing, but a call invalidated it; EndCapture fails
+)
+
+// String names the status.
+func (s CaptureStatus) String() string {
+	switch s {
+	case CaptureNone:
+		return "none"
+	case CaptureActive:
+		return "active"
+	case CaptureInvalidated:
+		return "invalidated"
+	}
+	return "unknown"
+}
+
+// FenceState is the state of a fence (an event, or a stream's tail).
+type FenceState uint8
+
+// Fence states. Complete and Indeterminate are terminal.
+const (
+	FencePending       FenceState = iota // the work has not finished yet
+	FenceComplete                        // the work finished successfully
+	FenceIndeterminate                   // the device failed: the work's outcome is unknown
+)
+
+// String names the state.
+func (s FenceState) String() string {
+	switch s {
+	case FencePending:
+		return "pending"
+	case FenceComplete:
+		return "complete"
+	case FenceIndeterminate:
+		return "indeterminate"
+	}
+	return "unknown"
+}
+
+// FenceQuery is the answer to a non-blocking fence query. Err is set when
+// State is FenceIndeterminate.
+type FenceQuery struct {
+	State FenceState
+	Err   error
+}
+
+// Event marks a point in a stream. It completes when all work enqueued
+// before it has finished.
+type Event interface {
+	// Query reports the event's state without blocking.
+	Query() FenceQuery
+	// Synchronize blocks until the event completes or the device fails.
+	Synchronize() error
+	// Elapsed is the device time from start to this event; both must be
+	// complete (otherwise an error with CodeNotReady).
+	Elapsed(start Event) (time.Duration, error)
+}
+
+// Graph is a captured sequence of device work.
+type Graph interface {
+	// NodeCount is the number of nodes in the graph.
+	NodeCount() int
+	// Instantiate makes an executable graph.
+	Instantiate() (Exec, error)
+	// Destroy releases the graph; executables made from it stay valid.
+	Destroy() error
+}
+
+// Exec is an executable graph, launched on a stream with [Stream.Launch].
+type Exec interface {
+	// NodeCount is the number of nodes in the executable.
+	NodeCount() int
+	// Upload prepares the executable on the device through a stream, so
+	// the first launch costs no more than later ones.
+	Upload(s Stream) error
+	// Destroy releases the executable; launches already enqueued complete.
+	Destroy() error
+}
+
+var instances atomic.Uint64
+
+// NextInstance returns a process-unique device instance id; backends call it
+// once per device they open.
+func NextInstance() uint64 { return instances.Add(1) }

@@ -1,0 +1,121 @@
+package cuda
+
+import "fmt"
+
+// ParamKind says whether a kernel parameter is a device buffer or a scalar.
+type ParamKind uint8
+
+// The kinds of kernel parameters.
+const (
+	ParamBuffer ParamKind = iota + 1
+	ParamScalar
+)
+
+// Access is how a kernel uses a buffer parameter.
+type Access uint8
+
+// The accesses a buffer parameter may declare.
+const (
+	Read Access = iota + 1
+	Write
+	ReadWrite
+)
+
+// Writes reports whether the access may modify the buffer.
+func (a Access) Writes() bool { return a == Write || a == ReadWrite }
+
+// String returns "read", "write" or "readwrite".
+func (a Access) String() string {
+	switch a {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	case ReadWrite:
+		return "readwrite"
+	}
+	return fmt.Sprintf("access(%d)", uint8(a))
+}
+
+// Param is one kernel parameter: its name, kind, element type and, for
+// buffers, its access.
+type Param struct {
+	Name   string
+	Kind   ParamKind
+	Elem   ElementType
+	Access Access
+}
+
+// KernelSpec is the launch contract of one kernel: its name (the symbol in
+// the compiled module) and parameter signature. Check, when set, validates the
+// argument values beyond their types (extents against region sizes), so a
+// launch that would read or write outside its regions is rejected before it
+// is enqueued.
+type KernelSpec struct {
+	Name   string
+	Params []Param
+	Check  func(args []Arg) error
+}
+
+// Kernels resolves kernel names to their specs. A device serves the kernels
+// it can launch through it.
+type Kernels interface {
+	Kernel(name string) (*KernelSpec, bool)
+}
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// Count is X*Y*Z, with zero dimensions counted as they are.
+func (d Dim3) Count() uint64 { return uint64(d.X) * uint64(d.Y) * uint64(d.Z) }
+
+// LaunchConfig is the grid, block and dynamic shared memory of a launch.
+type LaunchConfig struct {
+	Grid        Dim3
+	Block       Dim3
+	SharedBytes uint32
+}
+
+// Limits of a launch configuration, as on compute capability 9.0.
+const (
+	MaxThreadsPerBlock = 1024
+	MaxBlockZ          = 64
+	MaxGridX           = 1<<31 - 1
+	MaxGridYZ          = 65535
+	MaxSharedBytes     = 48 << 10
+)
+
+// Linear returns a one-dimensional configuration of enough blocks of
+// blockSize threads to cover n threads.
+func Linear(n, blockSize uint32) LaunchConfig {
+	if blockSize == 0 {
+		blockSize = 256
+	}
+	blocks := (uint64(n) + uint64(blockSize) - 1) / uint64(blockSize)
+	if blocks == 0 {
+		blocks = 1
+	}
+	return LaunchConfig{Grid: Dim3{uint32(min(blocks, MaxGridX)), 1, 1}, Block: Dim3{blockSize, 1, 1}}
+}
+
+// Validate checks the configuration against the device limits.
+func (c LaunchConfig) Validate() error {
+	const op = "launch"
+	g, b := c.Grid, c.Block
+	switch {
+	case g.X == 0 || g.Y == 0 || g.Z == 0 || b.X == 0 || b.Y == 0 || b.Z == 0:
+		return contractf(op, ErrLaunchConfig, "grid %v and block %v must have every dimension >= 1", g, b)
+	case b.Count() > MaxThreadsPerBlock:
+		return contractf(op, ErrLaunchConfig, "block %v has %d threads; at most %d", b, b.Count(), MaxThreadsPerBlock)
+	case b.Z > MaxBlockZ:
+		return contractf(op, ErrLaunchConfig, "block z %d exceeds %d", b.Z, MaxBlockZ)
+	case g.X > MaxGridX || g.Y > MaxGridYZ || g.Z > MaxGridYZ:
+		return contractf(op, ErrLaunchConfig, "grid %v exceeds (%d, %d, %d)", g, MaxGridX, MaxGridYZ, MaxGridYZ)
+	case c.SharedBytes > MaxSharedBytes:
+		return contractf(op, ErrLaunchConfig, "dynamic shared memory %d exceeds %d bytes", c.SharedBytes, MaxSharedBytes)
+	}
+	return nil
+}
+
+// Threads is the number of threads the launch runs.
+func (c LaunchConfig) Threads() uint64 { return c.Grid.Count() * c.Block.Count() }

@@ -1,0 +1,217 @@
+package sim_test
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+)
+
+// TestVirtualEagerTiming pins the cost model on the virtual clock: each
+// eager launch costs 3.5 µs of host time before the device may start it,
+// and runs 1.5 µs on the device.
+func TestVirtualEagerTiming(t *testing.T) {
+	r := virtualRig(t)
+	s := r.stream()
+	b := r.counter(s, 1) // zero: 2 µs host, 1.2 µs device
+	for range 3 {
+		r.enqueue(s, r.inc(b))
+	}
+	e := r.record(s)
+	var starts []time.Duration
+	for _, te := range r.dev.Trace() {
+		starts = append(starts, te.Start)
+	}
+	want := []time.Duration{2 * us, 5500 * time.Nanosecond, 9 * us, 12500 * time.Nanosecond}
+	if !reflect.DeepEqual(starts, want) {
+		t.Fatalf("starts %v, want %v", starts, want)
+	}
+	clk := r.dev.Clock()
+	clk.AdvanceTo(13 * us)
+	wantState(t, "event at 13µs", e.Query(), cuda.FencePending)
+	clk.AdvanceTo(14 * us)
+	wantState(t, "event at 14µs", e.Query(), cuda.FenceComplete)
+	if got := r.first(s, b); got != 3 {
+		t.Fatalf("counter %d, want 3", got)
+	}
+}
+
+// TestVirtualGraphVersusEager compares one step of K tiny kernels eagerly and
+// as one graph launch, as the anchors do on the H200.
+func TestVirtualGraphVersusEager(t *testing.T) {
+	const k = 64
+	r := virtualRig(t)
+	s := r.stream()
+	b := r.counter(s, 1024)
+	x := r.capture(s, b, k)
+	if err := x.Upload(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	clk := r.dev.Clock()
+	t0 := clk.Now()
+	for range k {
+		r.enqueue(s, r.inc(b))
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	eager := clk.Now() - t0
+	t0 = clk.Now()
+	if err := s.Launch(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	graph := clk.Now() - t0
+	if eager < 224*us || eager > 226*us {
+		t.Errorf("eager step of %d = %v, want about 225 µs (H200: 224)", k, eager)
+	}
+	if graph < 60*us || graph > 62*us {
+		t.Errorf("graph step of %d = %v, want about 61 µs (H200: 59)", k, graph)
+	}
+	if got := r.first(s, b); got != 2*k {
+		t.Fatalf("counter %d, want %d", got, 2*k)
+	}
+}
+
+func TestStreamsRunConcurrently(t *testing.T) {
+	r := virtualRig(t)
+	a, b := r.stream(), r.stream()
+	ba, bb := r.counter(a, 256), r.counter(b, 256)
+	x, y := r.capture(a, ba, 100), r.capture(b, bb, 100)
+	if err := r.dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	clk := r.dev.Clock()
+	t0 := clk.Now()
+	if err := a.Launch(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Launch(y); err != nil {
+		t.Fatal(err)
+	}
+	ea, eb := r.record(a), r.record(b)
+	// Each: 2.5 µs host, then 1.3 µs launch + 100 × 0.9 µs nodes + 10 µs
+	// first-launch upload: due at t0 + 103.8 µs.
+	clk.Advance(100 * us)
+	wantState(t, "stream a", ea.Query(), cuda.FencePending)
+	wantState(t, "stream b", eb.Query(), cuda.FencePending)
+	clk.Advance(5 * us)
+	wantState(t, "stream a", ea.Query(), cuda.FenceComplete)
+	wantState(t, "stream b", eb.Query(), cuda.FenceComplete)
+	if d := clk.Now() - t0; d > 120*us {
+		t.Fatalf("two streams of 100 nodes took %v; they should overlap", d)
+	}
+}
+
+// TestContention: more busy streams than the device runs at full speed
+// stretch every stream's work (eight streams: five times one, as measured).
+func TestContention(t *testing.T) {
+	r := virtualRig(t)
+	const streams = 8
+	var ss []cuda.Stream
+	var xs []cuda.Exec
+	for range streams {
+		s := r.stream()
+		xs = append(xs, r.capture(s, r.counter(s, 256), 64))
+		ss = append(ss, s)
+	}
+	if err := r.dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	clk := r.dev.Clock()
+	t0 := clk.Now()
+	for i, s := range ss {
+		if err := s.Launch(xs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	all := clk.Now() - t0
+	single := 2500*time.Nanosecond + 1300*time.Nanosecond + 64*900*time.Nanosecond
+	if ratio := float64(streams) * float64(single) / float64(all); ratio < 4.5 || ratio > 5.5 {
+		t.Fatalf("8 streams ran %.2fx the throughput of one (%v for all, %v for one); want about 5", ratio, all, single)
+	}
+}
+
+func TestVirtualRunsAreDeterministic(t *testing.T) {
+	run := func(seed int64) ([]sim.TraceEntry, []string) {
+		d, err := sim.New(sim.Config{Clock: sim.Virtual, Trace: true, Seed: seed, Faults: []sim.Fault{
+			{Kind: sim.FaultLaunch, Rate: 0.2},
+			{Kind: sim.FaultCaptureReject, Rate: 0.1},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		r := rig{t, d}
+		var outcomes []string
+		ss := []cuda.Stream{r.stream(), r.stream(), r.stream()}
+		bs := []cuda.Buffer{r.counter(ss[0], 64), r.counter(ss[1], 4096), r.counter(ss[2], 16)}
+		for step := range 40 {
+			i := step % 3
+			if step%7 == 0 {
+				_ = ss[i].BeginCapture(cuda.CaptureRelaxed)
+				_ = ss[i].Enqueue(r.inc(bs[i]))
+				_, err := ss[i].EndCapture()
+				outcomes = append(outcomes, cuda.Describe(err).Code)
+				continue
+			}
+			err := ss[i].Enqueue(r.inc(bs[i]))
+			outcomes = append(outcomes, cuda.Describe(err).Code)
+			d.Clock().Advance(time.Duration(step) * us)
+			outcomes = append(outcomes, ss[(i+1)%3].Query().State.String())
+		}
+		return d.Trace(), outcomes
+	}
+	t1, o1 := run(42)
+	t2, o2 := run(42)
+	if !reflect.DeepEqual(t1, t2) || !reflect.DeepEqual(o1, o2) {
+		t.Fatal("two virtual runs with the same seed differ")
+	}
+	t3, o3 := run(7)
+	if reflect.DeepEqual(t1, t3) && reflect.DeepEqual(o1, o3) {
+		t.Fatal("runs with different seeds are identical; the seed does not reach the faults")
+	}
+}
+
+func TestZeroCostChargesNothing(t *testing.T) {
+	r := newRig(t, sim.Config{Clock: sim.ZeroCost, Trace: true})
+	s := r.stream()
+	b := r.counter(s, 16)
+	for range 10 {
+		r.enqueue(s, r.inc(b))
+	}
+	if got := r.first(s, b); got != 10 {
+		t.Fatalf("counter %d", got)
+	}
+	for _, te := range r.dev.Trace() {
+		if te.Finish != te.Start {
+			t.Fatalf("zero-cost work took %v", te.Finish-te.Start)
+		}
+	}
+}
+
+func TestRealTimeChargesHostCost(t *testing.T) {
+	r := newRig(t, sim.Config{Clock: sim.RealTime})
+	s := r.stream()
+	b := r.counter(s, 16)
+	t0 := time.Now()
+	for range 200 {
+		r.enqueue(s, r.inc(b))
+	}
+	if host := time.Since(t0); host < 200*3500*time.Nanosecond {
+		t.Fatalf("200 eager launches took %v of host time; the model charges 3.5 µs each", host)
+	}
+	if got := r.first(s, b); got != 200 {
+		t.Fatalf("counter %d", got)
+	}
+}

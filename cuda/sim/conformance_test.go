@@ -1,0 +1,24 @@
+package sim_test
+
+import (
+	"testing"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/conformance"
+	"github.com/lanesched/lanes/cuda/sim"
+)
+
+func openSim(mode sim.ClockMode) conformance.Open {
+	return func(t *testing.T) cuda.Device {
+		d, err := sim.New(sim.Config{Clock: mode, Memory: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		return d
+	}
+}
+
+func TestConformanceVirtual(t *testing.T)  { conformance.Run(t, openSim(sim.Virtual)) }
+func TestConformanceZeroCost(t *testing.T) { conformance.Run(t, openSim(sim.ZeroCost)) }
+func TestConformanceRealTime(t *testing.T) { conformance.Run(t, openSim(sim.RealTime)) }

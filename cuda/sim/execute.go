@@ -1,0 +1,138 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+)
+
+// commandCost is the host and device time of one command, eager or as a
+// graph node.
+func (d *Device) commandCost(c cuda.Command, asNode bool) (host, device time.Duration) {
+	cost := d.cost
+	switch c.Kind {
+	case cuda.KindLaunch:
+		host, device = cost.LaunchHost, cost.KernelDevice
+		if asNode {
+			device = cost.GraphNode
+		}
+		return host, device + perBytes(c.Bytes(), cost.MemoryBandwidth)
+	case cuda.KindUpload:
+		host, device = cost.TransferHost, cost.TransferDevice
+		if asNode {
+			device = cost.GraphNode
+		}
+		return host, device + perBytes(c.Bytes(), cost.HostBandwidth)
+	default:
+		host, device = cost.TransferHost, cost.TransferDevice
+		if asNode {
+			device = cost.GraphNode
+		}
+		return host, device + perBytes(c.Bytes(), cost.MemoryBandwidth)
+	}
+}
+
+// nodesCost is the device time of a graph's nodes.
+func (d *Device) nodesCost(ns []node) time.Duration {
+	var t time.Duration
+	for _, n := range ns {
+		if n.child != nil {
+			t += d.nodesCost(n.child)
+			continue
+		}
+		_, dev := d.commandCost(n.cmd, true)
+		t += dev
+	}
+	return t
+}
+
+// uploadCost is the device time of uploading an executable.
+func (d *Device) uploadCost(ns []node) time.Duration {
+	return time.Duration(countNodes(ns)) * d.cost.UploadNode
+}
+
+// execute runs the bytes of the nodes, in order; called with execMu held.
+// An access outside an allocation, or to a freed buffer, is CUDA's sticky
+// illegal address.
+func (d *Device) execute(ns []node) error {
+	for _, n := range ns {
+		var err error
+		if n.child != nil {
+			err = d.execute(n.child)
+		} else {
+			err = d.executeCommand(n.cmd)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Device) executeCommand(c cuda.Command) error {
+	switch c.Kind {
+	case cuda.KindLaunch:
+		k, ok := d.kernels[c.Kernel]
+		if !ok {
+			return cuda.DriverError("kernel", cuda.CodeNotFound, "kernel "+c.Kernel+" vanished from the registry")
+		}
+		var mem []kernels.Memory
+		for _, a := range c.Args {
+			if a.Kind != cuda.ParamBuffer {
+				continue
+			}
+			m, err := d.regionMemory(a.Region)
+			if err != nil {
+				return err
+			}
+			mem = append(mem, m)
+		}
+		if err := k.Run(c.Config, mem, c.Args); err != nil {
+			if errors.Is(err, kernels.ErrIllegalAddress) {
+				return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
+					fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))
+			}
+			return cuda.DriverError("kernel", cuda.CodeLaunchFailed, fmt.Sprintf("kernel %s: %v", c.Kernel, err))
+		}
+		return nil
+	case cuda.KindUpload:
+		m, err := d.regionMemory(c.Dst)
+		if err == nil {
+			copy(m[:c.Dst.Length], c.Host)
+		}
+		return err
+	case cuda.KindCopy:
+		dst, err := d.regionMemory(c.Dst)
+		if err != nil {
+			return err
+		}
+		src, err := d.regionMemory(c.Src)
+		if err == nil {
+			copy(dst[:c.Dst.Length], src[:c.Src.Length])
+		}
+		return err
+	case cuda.KindZero:
+		m, err := d.regionMemory(c.Dst)
+		if err == nil {
+			clear(m[:c.Dst.Length])
+		}
+		return err
+	}
+	return cuda.DriverError("execute", cuda.CodeInvalidValue, "unknown command kind")
+}
+
+// regionMemory returns the bytes from r's start to the end of its allocation; a
+// buffer freed since the command was enqueued is an illegal address.
+func (d *Device) regionMemory(r cuda.Region) (kernels.Memory, error) {
+	d.mu.Lock()
+	a, ok := d.buffers[r.Buffer.ID]
+	d.mu.Unlock()
+	if !ok || a.buf != r.Buffer {
+		return nil, cuda.DriverError("kernel", cuda.CodeIllegalAddress,
+			fmt.Sprintf("buffer %d was freed before work that uses it ran; the device is poisoned", r.Buffer.ID))
+	}
+	return a.bytes[r.Offset:], nil
+}

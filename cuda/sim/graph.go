@@ -1,0 +1,211 @@
+package sim
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// event marks a point in a stream: the item seq, due at device time at.
+type event struct {
+	s   *stream
+	seq uint64
+	at  time.Duration
+}
+
+var _ cuda.Event = (*event)(nil)
+
+// Query reports the event's state. A poisoned device answers every query
+// with its sticky error, as CUDA does, whether or not the work had finished.
+func (e *event) Query() cuda.FenceQuery {
+	d := e.s.dev
+	now := d.clock.now()
+	if d.clock.mode == Virtual {
+		d.settle(now)
+	}
+	if err := d.Err(); err != nil {
+		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+	}
+	if d.clock.mode == Virtual && e.at > now {
+		return cuda.FenceQuery{State: cuda.FencePending}
+	}
+	e.s.mu.Lock()
+	done := e.s.doneSeq >= e.seq
+	e.s.mu.Unlock()
+	if done {
+		return cuda.FenceQuery{State: cuda.FenceComplete}
+	}
+	return cuda.FenceQuery{State: cuda.FencePending}
+}
+
+// Synchronize blocks until the event completes.
+func (e *event) Synchronize() error {
+	return e.s.waitSeq("event synchronize", e.seq, e.at)
+}
+
+// Elapsed is the device time from start to e.
+func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
+	const op = "event elapsed"
+	s, ok := start.(*event)
+	if !ok || s.s.dev != e.s.dev {
+		return 0, cuda.Contractf(op, cuda.ErrForeignHandle, "the start event belongs to another device")
+	}
+	for _, ev := range []*event{s, e} {
+		if q := ev.Query(); q.State != cuda.FenceComplete {
+			if q.Err != nil {
+				return 0, q.Err
+			}
+			return 0, cuda.DriverError(op, cuda.CodeNotReady, "an event has not completed yet; query it until it completes")
+		}
+	}
+	return e.at - s.at, nil
+}
+
+// graph is a captured node list.
+type graph struct {
+	dev       *Device
+	nodes     []node
+	destroyed atomic.Bool
+}
+
+var _ cuda.Graph = (*graph)(nil)
+
+func (g *graph) NodeCount() int { return len(g.nodes) }
+
+// Instantiate makes an executable from the graph: every buffer the nodes
+// name must still be allocated.
+func (g *graph) Instantiate() (cuda.Exec, error) {
+	const op = "graph instantiate"
+	if g.destroyed.Load() {
+		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "the graph was destroyed")
+	}
+	d := g.dev
+	if err := d.check(op); err != nil {
+		return nil, err
+	}
+	var walk func([]node) error
+	walk = func(ns []node) error {
+		for _, n := range ns {
+			if n.child != nil {
+				if err := walk(n.child); err != nil {
+					return err
+				}
+				continue
+			}
+			for _, t := range n.cmd.Touches(nil) {
+				if _, err := d.lookup(op, t.Region.Buffer); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(g.nodes); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	oom := d.fire(FaultOutOfMemory, nil)
+	d.mu.Unlock()
+	if oom {
+		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault while instantiating")
+	}
+	d.clock.spin(time.Duration(countNodes(g.nodes)) * d.cost.InstantiateNode)
+	return &exec{dev: d, nodes: append([]node(nil), g.nodes...)}, nil
+}
+
+// Destroy releases the graph.
+func (g *graph) Destroy() error {
+	if g.destroyed.Swap(true) {
+		return cuda.Contractf("graph destroy", cuda.ErrStaleHandle, "the graph was already destroyed")
+	}
+	return nil
+}
+
+// exec is an executable graph.
+type exec struct {
+	dev       *Device
+	nodes     []node
+	uploaded  atomic.Bool
+	destroyed atomic.Bool
+}
+
+var _ cuda.Exec = (*exec)(nil)
+
+func (x *exec) NodeCount() int { return len(x.nodes) }
+
+// Upload prepares the executable through s.
+func (x *exec) Upload(st cuda.Stream) error {
+	const op = "graph upload"
+	if x.destroyed.Load() {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
+	}
+	s, err := x.dev.ownStream(op, st)
+	if err != nil {
+		return err
+	}
+	if err := s.check(op); err != nil {
+		return err
+	}
+	if err := s.unsupportedDuringCapture(op); err != nil {
+		return err
+	}
+	if x.uploaded.Swap(true) {
+		return nil
+	}
+	return s.submit(op, nil, x.dev.cost.TransferHost, x.dev.uploadCost(x.nodes))
+}
+
+// Destroy releases the executable; launches already enqueued complete.
+func (x *exec) Destroy() error {
+	if x.destroyed.Swap(true) {
+		return cuda.Contractf("graph exec destroy", cuda.ErrStaleHandle, "the executable was already destroyed")
+	}
+	return nil
+}
+
+// exec checks that e is a live executable of this device.
+func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
+	x, ok := e.(*exec)
+	if !ok || x == nil || x.dev != d {
+		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the executable was not instantiated on device %d", d.info.Instance)
+	}
+	if x.destroyed.Load() {
+		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed; instantiate the graph again")
+	}
+	return x, nil
+}
+
+// ownStream checks that st is a stream of this device.
+func (d *Device) ownStream(op string, st cuda.Stream) (*stream, error) {
+	s, ok := st.(*stream)
+	if !ok || s == nil || s.dev != d {
+		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the stream does not belong to device %d", d.info.Instance)
+	}
+	return s, nil
+}
+
+func countNodes(ns []node) int {
+	n := 0
+	for _, x := range ns {
+		if x.child != nil {
+			n += countNodes(x.child)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// nodeKernels lists the kernels the nodes launch, child graphs included.
+func nodeKernels(ns []node) []string {
+	var out []string
+	for _, n := range ns {
+		if n.child != nil {
+			out = append(out, nodeKernels(n.child)...)
+		} else if n.cmd.Kind == cuda.KindLaunch {
+			out = append(out, n.cmd.Kernel)
+		}
+	}
+	return out
+}

@@ -1,0 +1,117 @@
+package sim_test
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+)
+
+const us = time.Microsecond
+
+type rig struct {
+	t   testing.TB
+	dev *sim.Device
+}
+
+func newRig(t testing.TB, cfg sim.Config) rig {
+	t.Helper()
+	d, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return rig{t, d}
+}
+
+func virtualRig(t testing.TB, faults ...sim.Fault) rig {
+	return newRig(t, sim.Config{Clock: sim.Virtual, Trace: true, Faults: faults, Memory: 1 << 30})
+}
+
+func (r rig) stream() cuda.Stream {
+	r.t.Helper()
+	s, err := r.dev.NewStream()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return s
+}
+
+func (r rig) counter(s cuda.Stream, n int) cuda.Buffer {
+	r.t.Helper()
+	b, err := r.dev.Alloc(cuda.BufferSpec{Size: uint64(4 * n), Elem: cuda.I32})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	z, _ := cuda.Zero(b.Whole())
+	if err := s.Enqueue(z); err != nil {
+		r.t.Fatal(err)
+	}
+	return b
+}
+
+func (r rig) inc(b cuda.Buffer) cuda.Command {
+	r.t.Helper()
+	n := int32(b.Size / 4)
+	c, err := cuda.Launch(r.dev.Registry().MustSpec(kernels.Inc), cuda.Linear(uint32(n), 256), cuda.BufferArg(b.Whole()), cuda.I32Arg(n))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return c
+}
+
+func (r rig) enqueue(s cuda.Stream, c cuda.Command) {
+	r.t.Helper()
+	if err := s.Enqueue(c); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r rig) record(s cuda.Stream) cuda.Event {
+	r.t.Helper()
+	e, err := s.Record()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return e
+}
+
+func (r rig) first(s cuda.Stream, b cuda.Buffer) int32 {
+	r.t.Helper()
+	out := make([]byte, 4)
+	reg, _ := b.Region(0, 4)
+	if err := s.Readback(reg, out); err != nil {
+		r.t.Fatal(err)
+	}
+	return int32(binary.LittleEndian.Uint32(out))
+}
+
+// capture records k increments of b into an uploaded executable.
+func (r rig) capture(s cuda.Stream, b cuda.Buffer, k int) cuda.Exec {
+	r.t.Helper()
+	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		r.t.Fatal(err)
+	}
+	for range k {
+		r.enqueue(s, r.inc(b))
+	}
+	g, err := s.EndCapture()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	x, err := g.Instantiate()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return x
+}
+
+func wantState(t testing.TB, what string, q cuda.FenceQuery, want cuda.FenceState) {
+	t.Helper()
+	if q.State != want {
+		t.Fatalf("%s: %v (%v), want %v", what, q.State, q.Err, want)
+	}
+}

@@ -1,0 +1,178 @@
+package cuda
+
+import (
+	"encoding/binary"
+)
+
+// The wire form of a command: a version byte, the kind, then the kind's
+// fields in little-endian order. It carries names (device instance, buffer
+// id, offsets), never host pointers, so a command can cross a process or a
+// wire and be checked again by the device that receives it.
+const wireVersion = 1
+
+// Wire limits, so a decoder never allocates more than the input justifies.
+const (
+	MaxKernelName = 256
+	MaxArgs       = 64
+)
+
+// MarshalBinary encodes the command in its wire form.
+func (c Command) MarshalBinary() ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	b := []byte{wireVersion, byte(c.Kind)}
+	switch c.Kind {
+	case KindLaunch:
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Kernel)))
+		b = append(b, c.Kernel...)
+		for _, v := range []uint32{c.Config.Grid.X, c.Config.Grid.Y, c.Config.Grid.Z,
+			c.Config.Block.X, c.Config.Block.Y, c.Config.Block.Z, c.Config.SharedBytes} {
+			b = binary.LittleEndian.AppendUint32(b, v)
+		}
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Args)))
+		for _, a := range c.Args {
+			b = append(b, byte(a.Kind))
+			if a.Kind == ParamBuffer {
+				b = appendRegion(b, a.Region)
+			} else {
+				b = append(b, byte(a.Elem))
+				b = binary.LittleEndian.AppendUint64(b, a.Bits)
+			}
+		}
+	case KindUpload:
+		b = appendRegion(b, c.Dst)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(c.Host)))
+		b = append(b, c.Host...)
+	case KindCopy:
+		b = appendRegion(appendRegion(b, c.Dst), c.Src)
+	case KindZero:
+		b = appendRegion(b, c.Dst)
+	}
+	return b, nil
+}
+
+func appendRegion(b []byte, r Region) []byte {
+	for _, v := range []uint64{r.Buffer.Device, r.Buffer.ID, r.Buffer.Size, r.Buffer.Align, r.Buffer.Addr, r.Offset, r.Length} {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return append(b, byte(r.Buffer.Elem))
+}
+
+// UnmarshalBinary decodes a command from its wire form and validates it
+// structurally; a malformed input is an [ErrEncoding] contract error and
+// leaves c unchanged.
+func (c *Command) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	if v := d.u8(); v != wireVersion {
+		return contractf("decode command", ErrEncoding, "wire version %d, want %d", v, wireVersion)
+	}
+	out := Command{Kind: CommandKind(d.u8())}
+	switch out.Kind {
+	case KindLaunch:
+		n := int(d.u16())
+		if n > MaxKernelName {
+			return contractf("decode command", ErrEncoding, "kernel name of %d bytes exceeds %d", n, MaxKernelName)
+		}
+		out.Kernel = string(d.bytes(n))
+		cfg := &out.Config
+		for _, p := range []*uint32{&cfg.Grid.X, &cfg.Grid.Y, &cfg.Grid.Z, &cfg.Block.X, &cfg.Block.Y, &cfg.Block.Z, &cfg.SharedBytes} {
+			*p = d.u32()
+		}
+		nargs := int(d.u16())
+		if nargs > MaxArgs {
+			return contractf("decode command", ErrEncoding, "%d arguments exceed %d", nargs, MaxArgs)
+		}
+		for i := 0; i < nargs && d.err == nil; i++ {
+			a := Arg{Kind: ParamKind(d.u8())}
+			if a.Kind == ParamBuffer {
+				a.Region = d.region()
+			} else {
+				a.Elem = ElementType(d.u8())
+				a.Bits = d.u64()
+			}
+			out.Args = append(out.Args, a)
+		}
+	case KindUpload:
+		out.Dst = d.region()
+		n := d.u64()
+		if n > uint64(len(d.b)) {
+			return contractf("decode command", ErrEncoding, "upload claims %d host bytes but %d remain", n, len(d.b))
+		}
+		out.Host = append([]byte{}, d.bytes(int(n))...)
+	case KindCopy:
+		out.Dst = d.region()
+		out.Src = d.region()
+	case KindZero:
+		out.Dst = d.region()
+	default:
+		return contractf("decode command", ErrEncoding, "unknown command kind %d", uint8(out.Kind))
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return contractf("decode command", ErrEncoding, "%d trailing bytes after the command", len(d.b))
+	}
+	if err := out.Validate(); err != nil {
+		return err
+	}
+	*c = out
+	return nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > len(d.b) {
+		d.err = contractf("decode command", ErrEncoding, "truncated: need %d bytes, have %d", n, len(d.b))
+		d.b = nil
+		return nil
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) u8() uint8 {
+	if b := d.bytes(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if b := d.bytes(2); b != nil {
+		return binary.LittleEndian.Uint16(b)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if b := d.bytes(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if b := d.bytes(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (d *decoder) region() Region {
+	var r Region
+	for _, p := range []*uint64{&r.Buffer.Device, &r.Buffer.ID, &r.Buffer.Size, &r.Buffer.Align, &r.Buffer.Addr, &r.Offset, &r.Length} {
+		*p = d.u64()
+	}
+	r.Buffer.Elem = ElementType(d.u8())
+	return r
+}

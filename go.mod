@@ -1,0 +1,3 @@
+module github.com/lanesched/lanes
+
+go 1.26

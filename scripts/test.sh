@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The project's test command: every package under the race detector, then a
+# short run of each fuzz target so the parsers and validators stay fuzzed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+go test -race -count=1 ./...
+
+# A count, not a duration: a duration can end mid-input and fail with
+# "context deadline exceeded" on a slow machine.
+fuzz_time=${FUZZ_TIME:-300000x}
+for target in "./cuda FuzzCommandDecode" "./cuda FuzzRegion" "./cuda/sim FuzzEnqueue"; do
+  set -- $target
+  go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzz_time" "$1"
+done
