@@ -212,15 +212,21 @@ func (d *Device) poisonAt(at time.Duration, err *cuda.Error) {
 	d.mu.Unlock()
 }
 
+// streamList returns the device's streams.
+func (d *Device) streamList() []*stream {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*stream, 0, len(d.streams))
+	for _, s := range d.streams {
+		out = append(out, s)
+	}
+	return out
+}
+
 // settle waits until every stream's worker has executed all work due by
 // device time t, so that the state at t is fully known.
 func (d *Device) settle(t time.Duration) {
-	d.mu.Lock()
-	streams := make([]*stream, 0, len(d.streams))
-	for _, s := range d.streams {
-		streams = append(streams, s)
-	}
-	d.mu.Unlock()
+	streams := d.streamList()
 	for _, s := range streams {
 		s.settle(t)
 	}
@@ -319,12 +325,7 @@ func (d *Device) Synchronize() error {
 	if err := d.unsafeDuringCapture(op); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	streams := make([]*stream, 0, len(d.streams))
-	for _, s := range d.streams {
-		streams = append(streams, s)
-	}
-	d.mu.Unlock()
+	streams := d.streamList()
 	for _, s := range streams {
 		if err := s.wait(op); err != nil {
 			return err
@@ -374,11 +375,8 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.isClosed = true
-	streams := make([]*stream, 0, len(d.streams))
-	for _, s := range d.streams {
-		streams = append(streams, s)
-	}
 	d.mu.Unlock()
+	streams := d.streamList()
 	for _, s := range streams {
 		if !s.hung() {
 			_ = s.wait("close")
