@@ -62,6 +62,17 @@ func (k CommandKind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
+var enqueueOps = [...]string{"enqueue", "enqueue launch", "enqueue upload", "enqueue copy", "enqueue zero"}
+
+// EnqueueOp is the operation name a device reports for enqueuing a command
+// of this kind ("enqueue launch"); it allocates nothing.
+func (k CommandKind) EnqueueOp() string {
+	if int(k) < len(enqueueOps) {
+		return enqueueOps[k]
+	}
+	return enqueueOps[0]
+}
+
 // Command is one unit of device work. Build it with [Launch], [Upload],
 // [Copy] or [Zero], which validate it; a device validates it again, against
 // its own handles, when it is enqueued. A command is a plain value; an upload
@@ -240,6 +251,29 @@ func (c Command) Touches(k *KernelSpec) []Touch {
 		return []Touch{{c.Dst, Write}}
 	}
 	return nil
+}
+
+// ForRegions calls f for every region the command names, in order (a
+// launch's buffer arguments; a copy's source, then destination; otherwise the
+// destination), and stops at the first error. Unlike [Command.Touches] it
+// allocates nothing, for the enqueue path.
+func (c Command) ForRegions(f func(Region) error) error {
+	switch c.Kind {
+	case KindLaunch:
+		for i := range c.Args {
+			if c.Args[i].Kind == ParamBuffer {
+				if err := f(c.Args[i].Region); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	case KindCopy:
+		if err := f(c.Src); err != nil {
+			return err
+		}
+	}
+	return f(c.Dst)
 }
 
 // Bytes is the number of device bytes the command moves or its buffer

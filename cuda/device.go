@@ -13,6 +13,13 @@ import (
 // say): from then on [Device.Err] returns that error and every call that
 // touches the device fails with it, as CUDA's context does.
 type Device interface {
+	// BindThread prepares the calling goroutine to call into the device: it
+	// locks the goroutine to its OS thread and makes the device's context
+	// current there. The returned function undoes both. A lane calls it once
+	// when its goroutine starts; a backend without thread affinity (the
+	// simulator) only locks the thread. Calls from an unbound thread fail
+	// with ErrThreadNotBound where the backend can tell.
+	BindThread() (unbind func(), err error)
 	// Info describes the device.
 	Info() DeviceInfo
 	// Kernels resolves the kernels this device can launch.

@@ -149,6 +149,7 @@ var (
 	ErrAlignment      = errors.New("cuda: invalid alignment")
 	ErrEncoding       = errors.New("cuda: malformed command encoding")
 	ErrDeviceClosed   = errors.New("cuda: device closed")
+	ErrThreadNotBound = errors.New("cuda: calling thread is not bound to the device")
 )
 
 // Code sentinels: match driver errors by code with errors.Is.

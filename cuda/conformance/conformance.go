@@ -29,8 +29,19 @@ import (
 // Open returns a fresh device for one subtest.
 type Open func(t *testing.T) cuda.Device
 
-// Run runs the whole suite against the backend that open returns.
-func Run(t *testing.T, open Open) {
+// Run runs the whole suite against the backend that open returns. Every
+// subtest binds its goroutine to the devices it opens, as a lane does.
+func Run(t *testing.T, opener Open) {
+	open := func(t *testing.T) cuda.Device {
+		t.Helper()
+		dev := opener(t)
+		unbind, err := dev.BindThread()
+		if err != nil {
+			t.Fatalf("bind thread: %v", err)
+		}
+		t.Cleanup(unbind)
+		return dev
+	}
 	t.Run("memory", func(t *testing.T) { testMemory(t, open(t)) })
 	t.Run("upload-readback", func(t *testing.T) { testUploadReadback(t, open(t)) })
 	t.Run("kernels-match-reference", func(t *testing.T) { testKernels(t, open(t)) })

@@ -1,7 +1,8 @@
 // Package kernels is the registry of the kernels lanes launches: for each, its
 // launch contract ([cuda.KernelSpec]), a Go reference implementation that the
 // simulated device runs, and the CUDA C source (kernels.cu) the real device
-// loads as PTX. The same tests check both devices against the references.
+// loads as PTX ([PTX]). The same tests check both devices against the
+// references.
 package kernels
 
 import (
@@ -18,6 +19,13 @@ import (
 //
 //go:embed kernels.cu
 var Source string
+
+// PTX is Source compiled by scripts/gen-ptx.sh (compute_80, -fmad=false);
+// the real device loads it with cuModuleLoadData, and the driver JIT-compiles
+// it for the GPU at hand.
+//
+//go:embed kernels.ptx
+var PTX string
 
 // Memory is the device memory a reference kernel sees for one buffer
 // argument: the bytes from the argument region's first byte to the end of its

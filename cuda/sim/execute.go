@@ -39,10 +39,6 @@ func (d *Device) commandCost(c cuda.Command, asNode bool) (host, device time.Dur
 func (d *Device) nodesCost(ns []node) time.Duration {
 	var t time.Duration
 	for _, n := range ns {
-		if n.child != nil {
-			t += d.nodesCost(n.child)
-			continue
-		}
 		_, dev := d.commandCost(n.cmd, true)
 		t += dev
 	}
@@ -51,7 +47,7 @@ func (d *Device) nodesCost(ns []node) time.Duration {
 
 // uploadCost is the device time of uploading an executable.
 func (d *Device) uploadCost(ns []node) time.Duration {
-	return time.Duration(countNodes(ns)) * d.cost.UploadNode
+	return time.Duration(len(ns)) * d.cost.UploadNode
 }
 
 // execute runs the bytes of the nodes, in order; called with execMu held.
@@ -59,13 +55,7 @@ func (d *Device) uploadCost(ns []node) time.Duration {
 // illegal address.
 func (d *Device) execute(ns []node) error {
 	for _, n := range ns {
-		var err error
-		if n.child != nil {
-			err = d.execute(n.child)
-		} else {
-			err = d.executeCommand(n.cmd)
-		}
-		if err != nil {
+		if err := d.executeCommand(n.cmd); err != nil {
 			return err
 		}
 	}

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"runtime"
 	"sync"
 	"time"
 
@@ -158,6 +159,13 @@ func (d *Device) Mode() ClockMode { return d.clock.mode }
 
 // Now returns the device's current time since its origin.
 func (d *Device) Now() time.Duration { return d.clock.now() }
+
+// BindThread locks the calling goroutine to its OS thread, as a lane does;
+// the simulator has no context to make current.
+func (d *Device) BindThread() (func(), error) {
+	runtime.LockOSThread()
+	return runtime.UnlockOSThread, nil
+}
 
 // Info describes the device.
 func (d *Device) Info() cuda.DeviceInfo { return d.info }

@@ -9,11 +9,9 @@ import (
 	"github.com/lanesched/lanes/cuda"
 )
 
-// node is one unit of recorded work: a command, or a child graph launched
-// during a capture.
+// node is one unit of recorded work: a command.
 type node struct {
-	cmd   cuda.Command
-	child []node
+	cmd cuda.Command
 }
 
 // item is one scheduled operation of a stream: an eager command, a graph
@@ -87,17 +85,15 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 	} else if err := cmd.Validate(); err != nil {
 		return err
 	}
-	for _, t := range cmd.Touches(nil) {
-		if _, err := s.dev.lookup(op, t.Region.Buffer); err != nil {
-			return err
-		}
-	}
-	return nil
+	return cmd.ForRegions(func(r cuda.Region) error {
+		_, err := s.dev.lookup(op, r.Buffer)
+		return err
+	})
 }
 
 // Enqueue validates cmd and enqueues it, or records it during a capture.
 func (s *stream) Enqueue(cmd cuda.Command) error {
-	op := "enqueue " + cmd.Kind.String()
+	op := cmd.Kind.EnqueueOp()
 	if err := s.check(op); err != nil {
 		return err
 	}
@@ -112,8 +108,9 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 	return s.submit(op, []node{n}, host, device)
 }
 
-// Launch enqueues one replay of an executable, or records it as a child
-// graph during a capture.
+// Launch enqueues one replay of an executable. As on the GPU (CUDA 13),
+// launching a graph into a capturing stream is unsupported and invalidates
+// the capture.
 func (s *stream) Launch(e cuda.Exec) error {
 	const op = "graph launch"
 	x, err := s.dev.exec(op, e)
@@ -123,7 +120,7 @@ func (s *stream) Launch(e cuda.Exec) error {
 	if err := s.check(op); err != nil {
 		return err
 	}
-	if recorded, err := s.record(op, node{child: x.nodes}); recorded || err != nil {
+	if err := s.unsupportedDuringCapture(op); err != nil {
 		return err
 	}
 	host, device := s.dev.cost.GraphLaunchHost, s.dev.cost.GraphLaunchDevice+s.dev.nodesCost(x.nodes)

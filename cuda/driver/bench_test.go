@@ -1,0 +1,165 @@
+//go:build cuda
+
+package driver_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/driver"
+	"github.com/lanesched/lanes/cuda/kernels"
+)
+
+// stepRig is the anchors' workload (shared/anchors): K tiny kernels per
+// step, each adding 1 to 1024 int32, launched as 4 blocks of 256 threads.
+type stepRig struct {
+	dev  *driver.Device
+	s    cuda.Stream
+	buf  cuda.Buffer
+	inc  cuda.Command
+	exec cuda.Exec
+	k    int
+}
+
+func newStepRig(b testing.TB, dev *driver.Device, k int) *stepRig {
+	s, err := dev.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf, err := dev.Alloc(cuda.BufferSpec{Size: 4096, Elem: cuda.I32})
+	if err != nil {
+		b.Fatal(err)
+	}
+	z, _ := cuda.Zero(buf.Whole())
+	inc, err := cuda.Launch(dev.Kernels().(kernels.Registry).MustSpec(kernels.Inc), cuda.Linear(1024, 256), cuda.BufferArg(buf.Whole()), cuda.I32Arg(1024))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &stepRig{dev: dev, s: s, buf: buf, inc: inc, k: k}
+	if err := s.Enqueue(z); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		b.Fatal(err)
+	}
+	r.eager(b)
+	g, err := s.EndCapture()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r.exec, err = g.Instantiate(); err != nil {
+		b.Fatal(err)
+	}
+	if err := r.exec.Upload(s); err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+func (r *stepRig) eager(b testing.TB) {
+	for range r.k {
+		if err := r.s.Enqueue(r.inc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func (r *stepRig) replay(b testing.TB) {
+	if err := r.s.Launch(r.exec); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// counter synchronizes and reads the first element.
+func (r *stepRig) counter(b testing.TB) int {
+	out := make([]byte, 4)
+	first, _ := r.buf.Region(0, 4)
+	if err := r.s.Readback(first, out); err != nil {
+		b.Fatal(err)
+	}
+	return int(int32(binary.LittleEndian.Uint32(out)))
+}
+
+func bindOpen(b *testing.B) *driver.Device {
+	d, err := driver.Open(driver.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	unbind, err := d.BindThread()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close(); unbind() })
+	return d
+}
+
+// BenchmarkStep times one step of K launches, eagerly and as one graph
+// replay, per step as the anchors report it (us/step), after one warm step.
+func BenchmarkStep(b *testing.B) {
+	for _, k := range []int{8, 64, 256} {
+		for _, mode := range []string{"eager", "graph"} {
+			b.Run(fmt.Sprintf("%s/K=%d", mode, k), func(b *testing.B) {
+				dev := bindOpen(b)
+				r := newStepRig(b, dev, k)
+				step := r.eager
+				if mode == "graph" {
+					step = r.replay
+				}
+				step(b)
+				before := r.counter(b)
+				b.ResetTimer()
+				for range b.N {
+					step(b)
+				}
+				if err := r.s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
+				if got := r.counter(b) - before; got != k*b.N {
+					b.Fatalf("counter moved %d, want %d", got, k*b.N)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkStreams replays K=64 graphs on 8 streams at once, one bound
+// goroutine each, and reports the aggregate steps per second.
+func BenchmarkStreams(b *testing.B) {
+	const streams, k = 8, 64
+	dev := bindOpen(b)
+	rigs := make([]*stepRig, streams)
+	for i := range rigs {
+		rigs[i] = newStepRig(b, dev, k)
+	}
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, r := range rigs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			unbind, err := dev.BindThread()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer unbind()
+			for range b.N {
+				if err := r.s.Launch(r.exec); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			if err := r.s.Synchronize(); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(streams*b.N)/b.Elapsed().Seconds(), "steps/s")
+}

@@ -1,0 +1,319 @@
+//go:build cuda
+
+package driver
+
+import (
+	"fmt"
+	"reflect"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+)
+
+// Config configures a device.
+type Config struct {
+	// Ordinal selects the GPU (cuDeviceGet).
+	Ordinal int
+	// StagingBytes is the size of the pinned host arena that holds the
+	// bytes of uploads recorded into graphs; 0 means 64 MiB.
+	StagingBytes uint64
+}
+
+// Device is one device instance on a GPU's primary context. It implements
+// [cuda.Device].
+type Device struct {
+	info    cuda.DeviceInfo
+	dev     cu.Device
+	ctx     cContext
+	primary cu.CUContext
+	module  cu.Module
+	funcs   map[string]cFunction
+	kernels kernels.Registry
+	staging *arena
+
+	mu      sync.Mutex
+	buffers map[uint64]*allocation
+	nextBuf uint64
+	nextStr uint64
+	memory  cuda.MemoryStats
+	poison  *cuda.Error
+	closed  bool
+}
+
+var _ cuda.Device = (*Device)(nil)
+
+type allocation struct {
+	buf  cuda.Buffer
+	base uint64 // what cuMemAlloc returned; buf.Addr is aligned within it
+}
+
+// Open opens a device instance on GPU cfg.Ordinal: it retains the primary
+// context, loads the kernels' PTX and sets up the staging arena. Several
+// instances of one GPU share its context but not their handles.
+func Open(cfg Config) (*Device, error) {
+	const op = "open"
+	if cfg.StagingBytes == 0 {
+		cfg.StagingBytes = 64 << 20
+	}
+	dev, err := cu.GetDevice(cfg.Ordinal)
+	if err != nil {
+		return nil, driverError(op, err, fmt.Sprintf("no CUDA device %d", cfg.Ordinal))
+	}
+	primary, err := dev.RetainPrimaryCtx()
+	if err != nil {
+		return nil, driverError(op, err, "retain the primary context")
+	}
+	d := &Device{
+		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
+		funcs: map[string]cFunction{}, kernels: kernels.Builtin(), buffers: map[uint64]*allocation{},
+	}
+	unbind, err := d.BindThread()
+	if err != nil {
+		return nil, err
+	}
+	defer unbind()
+	name, _ := dev.Name()
+	_, total, err := cu.MemInfo()
+	if err != nil {
+		return nil, driverError(op, err, "query memory")
+	}
+	d.info = cuda.DeviceInfo{Instance: cuda.NextInstance(), Ordinal: cfg.Ordinal, Name: name, Backend: "driver", TotalMemory: uint64(total)}
+	d.memory.Total = uint64(total)
+	if d.module, err = cu.LoadData(kernels.PTX); err != nil {
+		return nil, driverError(op, err, "load the kernels' PTX")
+	}
+	for _, n := range d.kernels.Names() {
+		fn, err := d.module.Function(n)
+		if err != nil {
+			return nil, driverError(op, err, "find kernel "+n+" in the PTX")
+		}
+		d.funcs[n] = *(*cFunction)(unsafe.Pointer(&fn))
+	}
+	p, r := hostAlloc(d.ctx, cfg.StagingBytes)
+	if err := d.check(op, r, "allocate the pinned staging arena"); err != nil {
+		return nil, err
+	}
+	d.staging = newArena(p, cfg.StagingBytes)
+	return d, nil
+}
+
+// BindThread locks the calling goroutine to its OS thread and makes the
+// device's context current there.
+func (d *Device) BindThread() (func(), error) {
+	runtime.LockOSThread()
+	if err := cu.SetCurrentContext(d.primary); err != nil {
+		runtime.UnlockOSThread()
+		return nil, driverError("bind thread", err, "make the primary context current")
+	}
+	return runtime.UnlockOSThread, nil
+}
+
+// Info describes the device.
+func (d *Device) Info() cuda.DeviceInfo { return d.info }
+
+// Kernels returns the kernels the device launches.
+func (d *Device) Kernels() cuda.Kernels { return d.kernels }
+
+// Err returns the sticky error that poisoned the device, or nil.
+func (d *Device) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.poison == nil {
+		return nil
+	}
+	return d.poison
+}
+
+// live fails a call on a closed or poisoned device.
+func (d *Device) live(op string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.poison != nil {
+		return d.poison
+	}
+	if d.closed {
+		return cuda.Contractf(op, cuda.ErrDeviceClosed, "device %d is closed; open a new one", d.info.Instance)
+	}
+	return nil
+}
+
+// check turns a CUresult into an error, classifies it, and poisons the
+// device on a sticky code.
+func (d *Device) check(op string, r cResult, detail string) error {
+	if r == 0 {
+		return nil
+	}
+	var err *cuda.Error
+	switch int(r) {
+	case codeNotBound:
+		return cuda.Contractf(op, cuda.ErrThreadNotBound,
+			"the calling OS thread does not have device %d's context current; call BindThread on this goroutine first", d.info.Instance)
+	case codeCapturing:
+		err = cuda.DriverError(op, cuda.CodeIllegalState, "events are not recorded during a capture; record after EndCapture")
+	default:
+		err = cuda.DriverError(op, cuda.Code(r), fmt.Sprintf("CUresult %d: %s", int(r), detail))
+	}
+	if err.Sticky {
+		d.mu.Lock()
+		if d.poison == nil {
+			d.poison = err
+		}
+		d.mu.Unlock()
+	}
+	return err
+}
+
+// driverError converts an error from gorgonia/cu, whose CUresult type is
+// unexported but an int underneath.
+func driverError(op string, err error, detail string) *cuda.Error {
+	code := cuda.CodeUnknown
+	if v := reflect.ValueOf(err); v.Kind() == reflect.Int {
+		code = cuda.Code(v.Int())
+	}
+	return cuda.DriverError(op, code, detail+": "+err.Error())
+}
+
+// Alloc allocates a buffer with cuMemAlloc, over-allocating to honour an
+// alignment above the 256 bytes cuMemAlloc guarantees.
+func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
+	const op = "alloc"
+	spec, err := spec.Normalize()
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	if err := d.live(op); err != nil {
+		return cuda.Buffer{}, err
+	}
+	size := spec.Size
+	if spec.Align > cuda.DefaultAlignment {
+		size += spec.Align
+	}
+	base, r := memAlloc(d.ctx, size)
+	if err := d.check(op, r, fmt.Sprintf("cuMemAlloc(%d)", size)); err != nil {
+		return cuda.Buffer{}, err
+	}
+	addr := (base + spec.Align - 1) / spec.Align * spec.Align
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nextBuf++
+	b := cuda.Buffer{Device: d.info.Instance, ID: d.nextBuf, Size: spec.Size, Align: spec.Align, Elem: spec.Elem, Addr: addr}
+	d.buffers[b.ID] = &allocation{buf: b, base: base}
+	d.memory.InUse += size
+	d.memory.Allocations++
+	d.memory.Peak = max(d.memory.Peak, d.memory.InUse)
+	return b, nil
+}
+
+// Free releases a buffer (cuMemFree waits for the work that uses it).
+func (d *Device) Free(b cuda.Buffer) error {
+	const op = "free"
+	a, err := d.lookup(op, b)
+	if err != nil {
+		return err
+	}
+	if err := d.live(op); err != nil {
+		return err
+	}
+	if err := d.check(op, memFree(d.ctx, a.base), "cuMemFree"); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.buffers, b.ID)
+	size := b.Size
+	if b.Align > cuda.DefaultAlignment {
+		size += b.Align
+	}
+	d.memory.InUse -= size
+	d.memory.Allocations--
+	return nil
+}
+
+// lookup checks that b is a live buffer of this device as it was handed out.
+func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
+	if b.Device != d.info.Instance {
+		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, not %d; allocate it on this device", b.ID, b.Device, d.info.Instance)
+	}
+	d.mu.Lock()
+	a, ok := d.buffers[b.ID]
+	d.mu.Unlock()
+	if !ok {
+		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d is not allocated (freed, or never handed out by this device)", b.ID)
+	}
+	if a.buf != b {
+		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d does not match its allocation (%+v); use the Buffer value Alloc returned", b.ID, a.buf)
+	}
+	return a, nil
+}
+
+// Memory reports the device's memory accounting: Total is the GPU's, InUse
+// what this instance allocated.
+func (d *Device) Memory() cuda.MemoryStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.memory
+}
+
+// NewStream creates a non-blocking stream.
+func (d *Device) NewStream() (cuda.Stream, error) {
+	const op = "stream create"
+	if err := d.live(op); err != nil {
+		return nil, err
+	}
+	s, r := createStream(d.ctx)
+	if err := d.check(op, r, "cuStreamCreate"); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.nextStr++
+	id := d.nextStr
+	d.mu.Unlock()
+	return &stream{dev: d, id: id, s: s}, nil
+}
+
+// Synchronize waits for all work of the context (cuCtxSynchronize).
+func (d *Device) Synchronize() error {
+	const op = "device synchronize"
+	if err := d.live(op); err != nil {
+		return err
+	}
+	return d.check(op, syncContext(d.ctx), "cuCtxSynchronize")
+}
+
+// Close waits for the device's work, frees every buffer this instance
+// allocated and releases its hold on the primary context. The calling
+// thread need not be bound.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	buffers := d.buffers
+	d.buffers = map[uint64]*allocation{}
+	poisoned := d.poison != nil
+	d.mu.Unlock()
+	unbind, err := d.BindThread()
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	if !poisoned {
+		_ = syncContext(d.ctx)
+		for _, a := range buffers {
+			_ = memFree(d.ctx, a.base)
+		}
+	}
+	_ = cu.MemFreeHost(d.staging.base)
+	_ = d.module.Unload()
+	if err := d.dev.ReleasePrimaryCtx(); err != nil {
+		return driverError("close", err, "release the primary context")
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+//go:build cuda
+
+package driver_test
+
+import (
+	"testing"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/conformance"
+	"github.com/lanesched/lanes/cuda/driver"
+)
+
+func open(t *testing.T) cuda.Device {
+	d, err := driver.Open(driver.Config{})
+	if err != nil {
+		t.Fatalf("open the GPU: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// TestConformance runs the shared suite on the GPU. Its last subtest
+// poisons the primary context on purpose, so it runs alone in its process.
+func TestConformance(t *testing.T) { conformance.Run(t, open) }

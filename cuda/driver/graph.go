@@ -1,0 +1,143 @@
+//go:build cuda
+
+package driver
+
+import (
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// pinSet is the staging memory of the uploads recorded into one graph. The
+// graph and every executable made from it hold a reference; the last release
+// returns the memory to the arena. A nil pinSet holds nothing.
+type pinSet struct {
+	arena *arena
+	refs  atomic.Int32
+	mu    sync.Mutex
+	spans []pinned
+}
+
+type pinned struct {
+	p unsafe.Pointer
+	n uint64
+}
+
+func (ps *pinSet) add(p unsafe.Pointer, n uint64) {
+	ps.mu.Lock()
+	ps.spans = append(ps.spans, pinned{p, n})
+	ps.mu.Unlock()
+}
+
+func (ps *pinSet) retain() *pinSet {
+	if ps != nil {
+		ps.refs.Add(1)
+	}
+	return ps
+}
+
+// release drops one reference; a set never retained is freed at once.
+func (ps *pinSet) release() {
+	if ps == nil || ps.refs.Add(-1) > 0 {
+		return
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, s := range ps.spans {
+		ps.arena.release(s.p, s.n)
+	}
+	ps.spans = nil
+}
+
+// graph is a captured CUgraph.
+type graph struct {
+	dev       *Device
+	g         cGraph
+	nodes     int
+	pins      *pinSet
+	destroyed atomic.Bool
+}
+
+var _ cuda.Graph = (*graph)(nil)
+
+func (g *graph) NodeCount() int { return g.nodes }
+
+// Instantiate makes an executable (cuGraphInstantiateWithFlags).
+func (g *graph) Instantiate() (cuda.Exec, error) {
+	const op = "graph instantiate"
+	if g.destroyed.Load() {
+		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "the graph was destroyed")
+	}
+	if err := g.dev.live(op); err != nil {
+		return nil, err
+	}
+	x, r := instantiate(g.dev.ctx, g.g)
+	if err := g.dev.check(op, r, "cuGraphInstantiateWithFlags"); err != nil {
+		return nil, err
+	}
+	return &exec{dev: g.dev, x: x, nodes: g.nodes, pins: g.pins.retain()}, nil
+}
+
+// Destroy releases the graph; executables made from it stay valid.
+func (g *graph) Destroy() error {
+	const op = "graph destroy"
+	if g.destroyed.Swap(true) {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the graph was already destroyed")
+	}
+	g.pins.release()
+	return g.dev.check(op, destroyGraph(g.dev.ctx, g.g), "cuGraphDestroy")
+}
+
+// exec is an instantiated CUgraphExec.
+type exec struct {
+	dev       *Device
+	x         cGraphExec
+	nodes     int
+	pins      *pinSet
+	destroyed atomic.Bool
+}
+
+var _ cuda.Exec = (*exec)(nil)
+
+func (x *exec) NodeCount() int { return x.nodes }
+
+// Upload uploads the executable through a stream (cuGraphUpload).
+func (x *exec) Upload(st cuda.Stream) error {
+	const op = "graph upload"
+	if x.destroyed.Load() {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
+	}
+	s, ok := st.(*stream)
+	if !ok || s.dev != x.dev {
+		return cuda.Contractf(op, cuda.ErrForeignHandle, "the stream does not belong to device %d", x.dev.info.Instance)
+	}
+	if err := s.live(op); err != nil {
+		return err
+	}
+	return x.dev.check(op, graphUpload(x.dev.ctx, x.x, s.s), "cuGraphUpload")
+}
+
+// Destroy releases the executable; launches already enqueued complete.
+func (x *exec) Destroy() error {
+	const op = "graph exec destroy"
+	if x.destroyed.Swap(true) {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was already destroyed")
+	}
+	err := x.dev.check(op, destroyExec(x.dev.ctx, x.x), "cuGraphExecDestroy")
+	x.pins.release()
+	return err
+}
+
+// exec checks that e is a live executable of this device instance.
+func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
+	x, ok := e.(*exec)
+	if !ok || x == nil || x.dev != d {
+		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the executable was not instantiated on device %d", d.info.Instance)
+	}
+	if x.destroyed.Load() {
+		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed; instantiate the graph again")
+	}
+	return x, nil
+}

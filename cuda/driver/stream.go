@@ -1,0 +1,351 @@
+//go:build cuda
+
+package driver
+
+import (
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// stream is a non-blocking CUDA stream. Like every cuda.Stream it has one
+// owner; its capture bookkeeping needs no lock beyond that.
+type stream struct {
+	dev       *Device
+	id        uint64
+	s         cStream
+	destroyed bool
+	argv      [cuda.MaxArgs]uint64 // launch arguments, reused: the stream has one owner
+
+	// pins holds the staging memory of uploads recorded by the current
+	// capture; EndCapture hands it to the graph.
+	pins *pinSet
+}
+
+var _ cuda.Stream = (*stream)(nil)
+
+func (s *stream) ID() uint64             { return s.id }
+func (s *stream) DeviceInstance() uint64 { return s.dev.info.Instance }
+
+func (s *stream) live(op string) error {
+	if s.destroyed {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "stream %d was destroyed; create a new one", s.id)
+	}
+	return s.dev.live(op)
+}
+
+// validate checks a command against this device: structure, kernel and
+// buffers.
+func (s *stream) validate(op string, cmd cuda.Command) error {
+	d := s.dev
+	if cmd.Kind == cuda.KindLaunch {
+		spec, ok := d.kernels.Kernel(cmd.Kernel)
+		if !ok {
+			return cuda.Contractf(op, cuda.ErrUnknownKernel, "kernel %q is not loaded on this device; known: %v", cmd.Kernel, d.kernels.Names())
+		}
+		if err := cmd.ValidateLaunch(spec); err != nil {
+			return err
+		}
+	} else if err := cmd.Validate(); err != nil {
+		return err
+	}
+	return cmd.ForRegions(func(r cuda.Region) error {
+		_, err := d.lookup(op, r.Buffer)
+		return err
+	})
+}
+
+// Enqueue validates cmd and issues it on the stream (recorded, if the
+// stream captures).
+func (s *stream) Enqueue(cmd cuda.Command) error {
+	op := cmd.Kind.EnqueueOp()
+	if err := s.live(op); err != nil {
+		return err
+	}
+	if err := s.validate(op, cmd); err != nil {
+		return err
+	}
+	d := s.dev
+	switch cmd.Kind {
+	case cuda.KindLaunch:
+		n := len(cmd.Args)
+		for i, a := range cmd.Args {
+			if a.Kind == cuda.ParamBuffer {
+				s.argv[i] = a.Region.Addr()
+			} else {
+				s.argv[i] = a.Bits
+			}
+		}
+		if r := launchKernel(d.ctx, d.funcs[cmd.Kernel], cmd.Config, s.s, s.argv[:n]); r != 0 {
+			return d.check(op, r, "cuLaunchKernel "+cmd.Kernel)
+		}
+		return nil
+	case cuda.KindUpload:
+		src := unsafe.Pointer(&cmd.Host[0])
+		if st, r := captureStatus(d.ctx, s.s); r == 0 && st != cuda.CaptureNone {
+			// A graph's memcpy node reads its host source at every replay:
+			// it must be pinned memory that lives as long as the graph.
+			p, err := s.pin(op, cmd.Host)
+			if err != nil {
+				return err
+			}
+			src = p
+		}
+		err := d.check(op, copyHtoD(d.ctx, cmd.Dst.Addr(), src, cmd.Dst.Length, s.s), "cuMemcpyHtoDAsync")
+		runtime.KeepAlive(cmd.Host)
+		return err
+	case cuda.KindCopy:
+		return d.check(op, copyDtoD(d.ctx, cmd.Dst.Addr(), cmd.Src.Addr(), cmd.Dst.Length, s.s), "cuMemcpyDtoDAsync")
+	case cuda.KindZero:
+		return d.check(op, zero(d.ctx, cmd.Dst.Addr(), cmd.Dst.Length, s.s), "cuMemsetD8Async")
+	}
+	return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown command kind %d", cmd.Kind)
+}
+
+// pin copies host bytes into the staging arena for the current capture.
+func (s *stream) pin(op string, host []byte) (unsafe.Pointer, error) {
+	p, ok := s.dev.staging.alloc(uint64(len(host)))
+	if !ok {
+		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, "the pinned staging arena for captured uploads is full; destroy unused graphs or open the device with a larger Config.StagingBytes")
+	}
+	copy(unsafe.Slice((*byte)(p), len(host)), host)
+	if s.pins == nil {
+		s.pins = &pinSet{arena: s.dev.staging}
+	}
+	s.pins.add(p, uint64(len(host)))
+	return p, nil
+}
+
+// Launch enqueues one replay of an executable.
+func (s *stream) Launch(e cuda.Exec) error {
+	const op = "graph launch"
+	x, err := s.dev.exec(op, e)
+	if err != nil {
+		return err
+	}
+	if err := s.live(op); err != nil {
+		return err
+	}
+	return s.dev.check(op, graphLaunch(s.dev.ctx, x.x, s.s), "cuGraphLaunch")
+}
+
+// Record records a timing event after the work enqueued so far.
+func (s *stream) Record() (cuda.Event, error) {
+	const op = "event record"
+	if err := s.live(op); err != nil {
+		return nil, err
+	}
+	ev, r := recordEvent(s.dev.ctx, s.s)
+	if err := s.dev.check(op, r, "cuEventRecord"); err != nil {
+		return nil, err
+	}
+	e := &event{dev: s.dev, ev: ev}
+	runtime.AddCleanup(e, func(h eventHandle) { destroyEvent(h.ctx, h.ev) }, eventHandle{s.dev.ctx, ev})
+	return e, nil
+}
+
+// Query reports whether the stream's work has finished (cuStreamQuery).
+func (s *stream) Query() cuda.FenceQuery {
+	const op = "stream query"
+	if err := s.live(op); err != nil {
+		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+	}
+	return s.dev.fence(op, queryStream(s.dev.ctx, s.s))
+}
+
+// fence turns the answer of a fence query into a FenceQuery: not ready is
+// pending, a sticky error is indeterminate, and a refused query (during a
+// capture) is pending with the error.
+func (d *Device) fence(op string, r cResult) cuda.FenceQuery {
+	switch {
+	case r == 0:
+		return cuda.FenceQuery{State: cuda.FenceComplete}
+	case cuda.Code(r) == cuda.CodeNotReady:
+		return cuda.FenceQuery{State: cuda.FencePending}
+	}
+	err := d.check(op, r, "query")
+	if cuda.IsSticky(err) {
+		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+	}
+	return cuda.FenceQuery{State: cuda.FencePending, Err: err}
+}
+
+// Synchronize blocks until the stream's work has finished.
+func (s *stream) Synchronize() error {
+	const op = "stream synchronize"
+	if err := s.live(op); err != nil {
+		return err
+	}
+	return s.dev.check(op, syncStream(s.dev.ctx, s.s), "cuStreamSynchronize")
+}
+
+// Readback synchronizes the stream, then copies src into dst.
+func (s *stream) Readback(src cuda.Region, dst []byte) error {
+	const op = "readback"
+	if err := s.live(op); err != nil {
+		return err
+	}
+	if err := src.Validate(); err != nil {
+		return err
+	}
+	if uint64(len(dst)) != src.Length {
+		return cuda.Contractf(op, cuda.ErrOutOfBounds, "destination holds %d bytes for a %d-byte region; they must match", len(dst), src.Length)
+	}
+	if _, err := s.dev.lookup(op, src.Buffer); err != nil {
+		return err
+	}
+	return s.dev.check(op, readback(s.dev.ctx, dst, src.Addr(), s.s), "readback")
+}
+
+// BeginCapture starts a stream capture.
+func (s *stream) BeginCapture(mode cuda.CaptureMode) error {
+	const op = "begin capture"
+	if err := s.live(op); err != nil {
+		return err
+	}
+	if mode > cuda.CaptureRelaxed {
+		return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown capture mode %d", mode)
+	}
+	return s.dev.check(op, beginCapture(s.dev.ctx, s.s, mode), "cuStreamBeginCapture")
+}
+
+// EndCapture ends the capture and returns its graph.
+func (s *stream) EndCapture() (cuda.Graph, error) {
+	const op = "end capture"
+	if err := s.live(op); err != nil {
+		return nil, err
+	}
+	pins := s.pins
+	s.pins = nil
+	g, n, r := endCapture(s.dev.ctx, s.s)
+	if err := s.dev.check(op, r, "cuStreamEndCapture"); err != nil {
+		pins.release()
+		return nil, err
+	}
+	return &graph{dev: s.dev, g: g, nodes: n, pins: pins.retain()}, nil
+}
+
+// Capture reports the capture status (cuStreamIsCapturing).
+func (s *stream) Capture() cuda.CaptureStatus {
+	st, _ := captureStatus(s.dev.ctx, s.s)
+	return st
+}
+
+// Destroy releases the stream; its work completes.
+func (s *stream) Destroy() error {
+	const op = "stream destroy"
+	if s.destroyed {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "stream %d was already destroyed", s.id)
+	}
+	if err := s.dev.check(op, destroyStream(s.dev.ctx, s.s), "cuStreamDestroy"); err != nil {
+		return err
+	}
+	s.destroyed = true
+	return nil
+}
+
+type eventHandle struct {
+	ctx cContext
+	ev  cEvent
+}
+
+// event is a timing event; the garbage collector destroys it.
+type event struct {
+	dev *Device
+	ev  cEvent
+}
+
+var _ cuda.Event = (*event)(nil)
+
+// Query reports the event's state (cuEventQuery).
+func (e *event) Query() cuda.FenceQuery {
+	const op = "event query"
+	if err := e.dev.live(op); err != nil {
+		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+	}
+	q := e.dev.fence(op, queryEvent(e.dev.ctx, e.ev))
+	runtime.KeepAlive(e)
+	return q
+}
+
+// Synchronize blocks until the event completes.
+func (e *event) Synchronize() error {
+	const op = "event synchronize"
+	if err := e.dev.live(op); err != nil {
+		return err
+	}
+	err := e.dev.check(op, syncEvent(e.dev.ctx, e.ev), "cuEventSynchronize")
+	runtime.KeepAlive(e)
+	return err
+}
+
+// Elapsed is the device time from start to e (cuEventElapsedTime).
+func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
+	const op = "event elapsed"
+	st, ok := start.(*event)
+	if !ok || st.dev.ctx != e.dev.ctx {
+		return 0, cuda.Contractf(op, cuda.ErrForeignHandle, "the start event belongs to another device")
+	}
+	d, r := elapsed(e.dev.ctx, st.ev, e.ev)
+	runtime.KeepAlive(st)
+	runtime.KeepAlive(e)
+	return d, e.dev.check(op, r, "cuEventElapsedTime")
+}
+
+// arena is a first-fit allocator over one pinned host allocation.
+type arena struct {
+	base unsafe.Pointer
+	size uint64
+
+	mu   sync.Mutex
+	free []span // sorted by offset, coalesced
+}
+
+type span struct{ off, n uint64 }
+
+func newArena(base unsafe.Pointer, size uint64) *arena {
+	return &arena{base: base, size: size, free: []span{{0, size}}}
+}
+
+const pinAlign = 64
+
+func (a *arena) alloc(n uint64) (unsafe.Pointer, bool) {
+	n = (n + pinAlign - 1) / pinAlign * pinAlign
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, f := range a.free {
+		if f.n >= n {
+			a.free[i] = span{f.off + n, f.n - n}
+			if a.free[i].n == 0 {
+				a.free = append(a.free[:i], a.free[i+1:]...)
+			}
+			return unsafe.Add(a.base, f.off), true
+		}
+	}
+	return nil, false
+}
+
+func (a *arena) release(p unsafe.Pointer, n uint64) {
+	n = (n + pinAlign - 1) / pinAlign * pinAlign
+	off := uint64(uintptr(p) - uintptr(a.base))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := 0
+	for i < len(a.free) && a.free[i].off < off {
+		i++
+	}
+	a.free = append(a.free, span{})
+	copy(a.free[i+1:], a.free[i:])
+	a.free[i] = span{off, n}
+	if i+1 < len(a.free) && a.free[i].off+a.free[i].n == a.free[i+1].off {
+		a.free[i].n += a.free[i+1].n
+		a.free = append(a.free[:i+1], a.free[i+2:]...)
+	}
+	if i > 0 && a.free[i-1].off+a.free[i-1].n == a.free[i].off {
+		a.free[i-1].n += a.free[i].n
+		a.free = append(a.free[:i], a.free[i+1:]...)
+	}
+}

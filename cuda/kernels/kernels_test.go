@@ -1,0 +1,56 @@
+package kernels_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+)
+
+// TestSourcesAgree: every registered kernel is defined in the CUDA source
+// and exported from the committed PTX with as many parameters as its spec.
+func TestSourcesAgree(t *testing.T) {
+	reg := kernels.Builtin()
+	for _, name := range reg.Names() {
+		if !strings.Contains(kernels.Source, "__global__ void "+name+"(") {
+			t.Errorf("kernel %s is not in kernels.cu", name)
+		}
+		entry := ".visible .entry " + name + "("
+		i := strings.Index(kernels.PTX, entry)
+		if i < 0 {
+			t.Errorf("kernel %s is not in kernels.ptx; run scripts/gen-ptx.sh", name)
+			continue
+		}
+		sig := kernels.PTX[i:]
+		sig = sig[:strings.Index(sig, ")")]
+		if got, want := strings.Count(sig, ".param"), len(reg.MustSpec(name).Params); got != want {
+			t.Errorf("kernel %s: PTX has %d parameters, spec %d", name, got, want)
+		}
+	}
+	if strings.Count(kernels.PTX, ".visible .entry") != len(reg) {
+		t.Errorf("kernels.ptx exports %d kernels, the registry has %d", strings.Count(kernels.PTX, ".visible .entry"), len(reg))
+	}
+}
+
+func TestReferenceRespectsLaunchShape(t *testing.T) {
+	k := kernels.Builtin()[kernels.Inc]
+	mem := make(kernels.Memory, 4*8)
+	// 2 blocks of 2 threads cover 4 of 8 elements; y=2 runs each twice.
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: 2, Y: 1, Z: 1}, Block: cuda.Dim3{X: 2, Y: 2, Z: 1}}
+	if err := k.Run(cfg, []kernels.Memory{mem}, []cuda.Arg{{}, cuda.I32Arg(8)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		want := byte(0)
+		if i < 4 {
+			want = 2
+		}
+		if mem[4*i] != want {
+			t.Fatalf("element %d = %d, want %d", i, mem[4*i], want)
+		}
+	}
+	if err := k.Run(cuda.Linear(16, 16), []kernels.Memory{mem}, []cuda.Arg{{}, cuda.I32Arg(16)}); err != kernels.ErrIllegalAddress {
+		t.Fatalf("running past the allocation: %v", err)
+	}
+}
