@@ -1,0 +1,382 @@
+package cache
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// Disposition is what preparation did with one candidate.
+type Disposition uint8
+
+// Dispositions. Every candidate of a batch gets exactly one.
+const (
+	Hit                Disposition = iota + 1 // already resident
+	Captured                                  // captured, instantiated and uploaded now
+	CaptureRejected                           // capture failed; eager fallback was safe
+	CachedRejection                           // capture failed before; not tried again
+	QuiescenceDeferred                        // a miss, but the stream had work in flight
+	CapacityDeferred                          // a miss, but the cache is full of executables this batch needs
+	OutsidePreparation                        // a miss, and the cache is not open for preparation
+)
+
+var dispositionNames = [...]string{"", "hit", "captured", "capture_rejected", "cached_rejection", "quiescence_deferred", "capacity_deferred", "outside_preparation"}
+
+// String is the disposition's snake_case name.
+func (d Disposition) String() string {
+	if int(d) < len(dispositionNames) && d != 0 {
+		return dispositionNames[d]
+	}
+	return "none"
+}
+
+// Resident reports whether the candidate is resident after preparation.
+func (d Disposition) Resident() bool { return d == Hit || d == Captured }
+
+// Reason is the gap reason of a non-resident disposition.
+func (d Disposition) Reason() Reason {
+	switch d {
+	case CaptureRejected:
+		return ReasonCaptureRejected
+	case CachedRejection:
+		return ReasonCachedRejection
+	case QuiescenceDeferred:
+		return ReasonQuiescenceDeferred
+	case CapacityDeferred:
+		return ReasonCapacityDeferred
+	case OutsidePreparation:
+		return ReasonOutsidePreparation
+	}
+	return ReasonNone
+}
+
+// Report is what one Prepare did.
+type Report struct {
+	Dispositions []Disposition // one per candidate, in order
+	Rejections   []error       // the capture errors behind CaptureRejected, in order
+	Evicted      []SegmentKey  // residents evicted to make room
+
+	Hits, Captured, Uploaded, CaptureRejected, CachedRejected int
+	QuiescenceDeferred, CapacityDeferred, OutsidePreparation  int
+}
+
+// Cache is the bounded executable cache of one lane's stream. It is not safe
+// for concurrent use: the lane that owns the stream owns it. Its clock is
+// logical (one tick per use), so its behaviour is deterministic.
+//
+// The in-flight rule: an executable evicted while its stream has work in
+// flight is not destroyed but retired, and destroyed at the next quiescent
+// point (ReleaseRetired, Trim). CUDA itself would free an in-flight
+// executable asynchronously; retiring keeps the rule the same on every
+// backend and never leaks: nothing is destroyed under running work, and
+// everything retired is destroyed once the stream drains.
+type Cache struct {
+	entries  map[SegmentKey]*Executable
+	rejected map[SegmentKey]uint64
+	retired  []*Executable
+	prep     tracker
+	clock    uint64
+}
+
+// New returns an empty, unconfigured cache.
+func New() *Cache {
+	return &Cache{entries: map[SegmentKey]*Executable{}, rejected: map[SegmentKey]uint64{}}
+}
+
+func (c *Cache) tick() uint64 {
+	c.clock++
+	return c.clock
+}
+
+// Configure opens preparation with a capacity of resident executables.
+func (c *Cache) Configure(capacity int) (Preparation, error) {
+	err := c.prep.configure(capacity, len(c.entries))
+	return c.Preparation(), err
+}
+
+// Seal closes preparation: from now on misses run eagerly.
+func (c *Cache) Seal() (Preparation, error) {
+	err := c.prep.seal()
+	return c.Preparation(), err
+}
+
+// Preparation snapshots the lifecycle.
+func (c *Cache) Preparation() Preparation {
+	return c.prep.snapshot(len(c.entries), len(c.rejected))
+}
+
+// Lookup returns a resident executable without touching its recency.
+func (c *Cache) Lookup(k SegmentKey) (*Executable, bool) {
+	e, ok := c.entries[k]
+	return e, ok
+}
+
+// Len is the number of resident executables.
+func (c *Cache) Len() int { return len(c.entries) }
+
+// Retired is the number of evicted executables awaiting a quiescent stream.
+func (c *Cache) Retired() int { return len(c.retired) }
+
+// Prepare gives every candidate a disposition: residents are hits (and
+// become most recently used); misses are captured on s, when preparation is
+// open and the stream quiescent, as far as capacity allows after evicting
+// least-recently-used residents this batch does not need. enqueue(i) must
+// enqueue batch command i on s. A capture failure that leaves eager fallback
+// safe is remembered (bounded by capacity, oldest forgotten first) and
+// reported; any other failure is returned.
+func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueue func(i int) error) (Report, error) {
+	r := Report{Dispositions: make([]Disposition, len(cands))}
+	var misses []SegmentKey
+	missed := map[SegmentKey]bool{}
+	for i, cand := range cands {
+		if e, ok := c.entries[cand.Key]; ok {
+			e.lastUsed = c.tick()
+			r.Dispositions[i] = Hit
+			r.Hits++
+			continue
+		}
+		if _, ok := c.rejected[cand.Key]; ok {
+			r.Dispositions[i] = CachedRejection
+			r.CachedRejected++
+			continue
+		}
+		if !missed[cand.Key] {
+			missed[cand.Key] = true
+			misses = append(misses, cand.Key)
+		}
+	}
+	if len(misses) == 0 {
+		return r, nil
+	}
+	if c.prep.state != Open || !quiescent {
+		d := QuiescenceDeferred
+		if c.prep.state != Open {
+			d = OutsidePreparation
+		}
+		c.markMisses(&r, cands, d, nil)
+		return r, nil
+	}
+
+	admitted, evictable := c.plan(misses, cands)
+	captured := map[SegmentKey]*Executable{}
+	var order []SegmentKey
+	for _, k := range admitted {
+		cand := cands[indexOf(cands, k)]
+		exe, err := capture(s, cand, enqueue)
+		if err != nil {
+			if re, ok := err.(*ReplayError); ok && re.EagerFallbackSafe {
+				c.remember(k)
+				r.Rejections = append(r.Rejections, err)
+				captured[k] = nil
+				continue
+			}
+			for _, e := range captured {
+				if e != nil {
+					_ = e.Exec.Destroy()
+				}
+			}
+			return r, err
+		}
+		exe.lastUsed = c.tick()
+		captured[k] = exe
+		order = append(order, k)
+	}
+	for over := len(c.entries) + len(order) - c.prep.capacity; over > 0; over-- {
+		k := evictable[0]
+		evictable = evictable[1:]
+		c.evict(k, quiescent)
+		r.Evicted = append(r.Evicted, k)
+	}
+	for _, k := range order {
+		c.entries[k] = captured[k]
+	}
+	for _, k := range order {
+		if err := c.entries[k].upload(s); err != nil {
+			return r, err
+		}
+		r.Uploaded++
+	}
+	r.Captured = len(order)
+	c.markMisses(&r, cands, CapacityDeferred, captured)
+	for i, d := range r.Dispositions {
+		if d != 0 {
+			continue
+		}
+		if exe, ok := captured[cands[i].Key]; ok {
+			if exe == nil {
+				r.Dispositions[i] = CaptureRejected
+				r.CaptureRejected++
+			} else if _, seen := c.entries[cands[i].Key]; seen {
+				r.Dispositions[i] = Captured
+			}
+		}
+	}
+	for i, d := range r.Dispositions {
+		if d == 0 {
+			return r, fmt.Errorf("%w: candidate %d (%s)", ErrNoDisposition, i, cands[i].Key.Short())
+		}
+	}
+	c.prep.record(r)
+	return r, nil
+}
+
+// markMisses gives disposition d to every candidate still without one whose
+// key is not in done.
+func (c *Cache) markMisses(r *Report, cands []Candidate, d Disposition, done map[SegmentKey]*Executable) {
+	for i := range r.Dispositions {
+		if r.Dispositions[i] != 0 {
+			continue
+		}
+		if _, ok := done[cands[i].Key]; ok {
+			continue
+		}
+		r.Dispositions[i] = d
+		switch d {
+		case QuiescenceDeferred:
+			r.QuiescenceDeferred++
+		case OutsidePreparation:
+			r.OutsidePreparation++
+		case CapacityDeferred:
+			r.CapacityDeferred++
+		}
+	}
+}
+
+// plan admits as many misses as capacity allows once every resident this
+// batch does not need may be evicted, and lists those evictable residents,
+// least recently used first.
+func (c *Cache) plan(misses []SegmentKey, cands []Candidate) (admitted, evictable []SegmentKey) {
+	needed := map[SegmentKey]bool{}
+	for _, cand := range cands {
+		needed[cand.Key] = true
+	}
+	for k := range c.entries {
+		if !needed[k] {
+			evictable = append(evictable, k)
+		}
+	}
+	sort.Slice(evictable, func(i, j int) bool { return c.entries[evictable[i]].lastUsed < c.entries[evictable[j]].lastUsed })
+	room := c.prep.capacity - len(c.entries) + len(evictable)
+	return misses[:min(len(misses), max(room, 0))], evictable
+}
+
+// remember records a capture rejection, forgetting the oldest beyond
+// capacity.
+func (c *Cache) remember(k SegmentKey) {
+	if len(c.rejected) >= c.prep.capacity {
+		var oldest SegmentKey
+		first := true
+		for rk, t := range c.rejected {
+			if first || t < c.rejected[oldest] {
+				oldest, first = rk, false
+			}
+		}
+		delete(c.rejected, oldest)
+	}
+	c.rejected[k] = c.tick()
+}
+
+// evict removes a resident; it is destroyed now if the stream is quiescent,
+// retired otherwise.
+func (c *Cache) evict(k SegmentKey, quiescent bool) {
+	e := c.entries[k]
+	delete(c.entries, k)
+	if quiescent {
+		_ = e.Exec.Destroy()
+	} else {
+		c.retired = append(c.retired, e)
+	}
+}
+
+// Evict removes one resident executable. It reports whether it was resident.
+func (c *Cache) Evict(k SegmentKey, quiescent bool) bool {
+	if _, ok := c.entries[k]; !ok {
+		return false
+	}
+	c.evict(k, quiescent)
+	return true
+}
+
+// Launch replays a resident executable on s and marks it most recently used.
+func (c *Cache) Launch(s cuda.Stream, k SegmentKey) (*Executable, error) {
+	e, ok := c.entries[k]
+	if !ok {
+		return nil, &ReplayError{Stage: "launch", Detail: "executable " + k.Short() + " is not resident", EagerFallbackSafe: true}
+	}
+	if err := e.launch(s); err != nil {
+		return nil, err
+	}
+	e.lastUsed = c.tick()
+	return e, nil
+}
+
+// ReleaseRetired destroys the retired executables once the stream is
+// quiescent and returns how many it destroyed.
+func (c *Cache) ReleaseRetired(quiescent bool) int {
+	if !quiescent {
+		return 0
+	}
+	n := len(c.retired)
+	for _, e := range c.retired {
+		_ = e.Exec.Destroy()
+	}
+	c.retired = nil
+	return n
+}
+
+// TrimReport says what a trim released.
+type TrimReport struct{ Executables, Rejections, Retired int }
+
+// Trim destroys every executable and forgets every rejection. It refuses
+// while the stream has work in flight. Preparation stays in its state.
+func (c *Cache) Trim(quiescent bool) (TrimReport, error) {
+	if !quiescent {
+		return TrimReport{}, fmt.Errorf("%w: trim waits for a quiescent stream", ErrNotQuiescent)
+	}
+	t := TrimReport{Executables: len(c.entries), Rejections: len(c.rejected)}
+	for _, e := range c.entries {
+		_ = e.Exec.Destroy()
+	}
+	t.Retired = c.ReleaseRetired(true)
+	c.entries = map[SegmentKey]*Executable{}
+	c.rejected = map[SegmentKey]uint64{}
+	return t, nil
+}
+
+// CheckInvariants verifies the cache's internal consistency; tests call it
+// after every operation.
+func (c *Cache) CheckInvariants() error {
+	if c.prep.state != Unconfigured && len(c.entries) > c.prep.capacity {
+		return fmt.Errorf("cache: %d residents exceed capacity %d", len(c.entries), c.prep.capacity)
+	}
+	if c.prep.state != Unconfigured && len(c.rejected) > c.prep.capacity {
+		return fmt.Errorf("cache: %d remembered rejections exceed capacity %d", len(c.rejected), c.prep.capacity)
+	}
+	seen := map[uint64]bool{}
+	for k, e := range c.entries {
+		if e.Key != k {
+			return fmt.Errorf("cache: entry %s holds executable %s", k.Short(), e.Key.Short())
+		}
+		if !e.uploaded {
+			return fmt.Errorf("cache: resident %s was never uploaded", k.Short())
+		}
+		if e.lastUsed == 0 || e.lastUsed > c.clock || seen[e.lastUsed] {
+			return fmt.Errorf("cache: resident %s has recency %d (clock %d)", k.Short(), e.lastUsed, c.clock)
+		}
+		seen[e.lastUsed] = true
+		if _, ok := c.rejected[k]; ok {
+			return fmt.Errorf("cache: %s is both resident and rejected", k.Short())
+		}
+	}
+	return nil
+}
+
+func indexOf(cands []Candidate, k SegmentKey) int {
+	for i, c := range cands {
+		if c.Key == k {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,132 @@
+package cache
+
+import (
+	"fmt"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// ReplayError is a failure to capture, upload or launch an executable.
+// EagerFallbackSafe says whether the stream is out of capture and healthy,
+// so the same commands may still run eagerly; when false, the lane must fail.
+type ReplayError struct {
+	Stage             string
+	Detail            string
+	EagerFallbackSafe bool
+	Err               error
+}
+
+// Error formats "cache: stage: detail".
+func (e *ReplayError) Error() string {
+	msg := "cache: " + e.Stage + ": " + e.Detail
+	if e.EagerFallbackSafe {
+		msg += " (eager fallback is safe)"
+	} else {
+		msg += " (eager fallback is not safe)"
+	}
+	return msg
+}
+
+// Unwrap returns the device error, if any.
+func (e *ReplayError) Unwrap() error { return e.Err }
+
+// Executable is a captured, instantiated segment.
+type Executable struct {
+	Key        SegmentKey
+	Exec       cuda.Exec
+	Commands   int   // logical commands captured
+	GraphNodes int   // nodes in the captured graph
+	NodeCounts []int // graph nodes per command; nil when they could not be attributed
+	Scope      Scope
+	uploaded   bool
+	lastUsed   uint64
+}
+
+// Uploaded reports whether the executable was uploaded by its preparation.
+func (e *Executable) Uploaded() bool { return e.uploaded }
+
+// capture records commands 0..n-1 (enqueued by enqueue) on s in relaxed
+// mode and instantiates the result. A panicking enqueue is recovered: the
+// capture is ended, and the error says whether that could be proven.
+func capture(s cuda.Stream, cand Candidate, enqueue func(i int) error) (*Executable, error) {
+	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		return nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
+	}
+	encodeErr, panicked := encode(cand, enqueue)
+	graph, endErr := s.EndCapture()
+	terminated := s.Capture() == cuda.CaptureNone
+	discard := func() {
+		if graph != nil {
+			_ = graph.Destroy()
+		}
+	}
+	switch {
+	case panicked != nil:
+		discard()
+		detail := fmt.Sprintf("a command panicked (%v); the capture was ended", panicked)
+		if !terminated {
+			detail = fmt.Sprintf("a command panicked (%v) and the end of the capture could not be proven", panicked)
+		}
+		return nil, &ReplayError{Stage: "encode capture", Detail: detail}
+	case encodeErr != nil:
+		discard()
+		return nil, &ReplayError{Stage: "encode capture", Detail: encodeErr.Error(), EagerFallbackSafe: terminated && !cuda.IsSticky(encodeErr), Err: encodeErr}
+	case endErr != nil || !terminated:
+		discard()
+		detail := "the stream is still capturing"
+		if endErr != nil {
+			detail = endErr.Error()
+		}
+		return nil, &ReplayError{Stage: "end capture", Detail: detail, EagerFallbackSafe: terminated && !cuda.IsSticky(endErr), Err: endErr}
+	}
+	defer discard()
+	exe := &Executable{Key: cand.Key, Commands: cand.Len(), GraphNodes: graph.NodeCount(), Scope: cand.Scope}
+	// Every command of the boundary issues exactly one graph node (a kernel,
+	// memcpy or memset node); the per-command counts are attributed only
+	// when the graph agrees.
+	if exe.GraphNodes == exe.Commands {
+		exe.NodeCounts = make([]int, exe.Commands)
+		for i := range exe.NodeCounts {
+			exe.NodeCounts[i] = 1
+		}
+	}
+	x, err := graph.Instantiate()
+	if err != nil {
+		return nil, &ReplayError{Stage: "instantiate", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
+	}
+	exe.Exec = x
+	return exe, nil
+}
+
+// encode enqueues the candidate's commands, recovering a panic.
+func encode(cand Candidate, enqueue func(i int) error) (err error, panicked any) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = p
+		}
+	}()
+	for i := cand.Start; i < cand.End; i++ {
+		if err := enqueue(i); err != nil {
+			return fmt.Errorf("command %d: %w", i, err), nil
+		}
+	}
+	return nil, nil
+}
+
+func (e *Executable) upload(s cuda.Stream) error {
+	if err := e.Exec.Upload(s); err != nil {
+		return &ReplayError{Stage: "upload", Detail: err.Error(), Err: err}
+	}
+	e.uploaded = true
+	return nil
+}
+
+func (e *Executable) launch(s cuda.Stream) error {
+	if !e.uploaded {
+		return &ReplayError{Stage: "launch", Detail: "executable " + e.Key.Short() + " was not uploaded by its preparation"}
+	}
+	if err := s.Launch(e.Exec); err != nil {
+		return &ReplayError{Stage: "launch", Detail: err.Error(), Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package cache
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// ScopeKind says who owns the addresses a command touches.
+type ScopeKind uint8
+
+// Scope kinds. The zero value is no scope: a region nobody vouched for.
+const (
+	ScopeNone ScopeKind = iota
+	ScopePlan           // owned by the plan: the same on every lane and every replay
+	ScopeLane           // owned by one lane: valid only on that lane's stream
+)
+
+// Scope is the reusable address scope of a region or a command.
+type Scope struct {
+	Kind ScopeKind
+	Lane uint64 // for ScopeLane
+}
+
+// PlanScope is the scope of plan-owned memory.
+func PlanScope() Scope { return Scope{Kind: ScopePlan} }
+
+// LaneScope is the scope of memory owned by one lane.
+func LaneScope(lane uint64) Scope { return Scope{Kind: ScopeLane, Lane: lane} }
+
+// String prints "plan", "lane:N" or "none".
+func (s Scope) String() string {
+	switch s.Kind {
+	case ScopePlan:
+		return "plan"
+	case ScopeLane:
+		return fmt.Sprintf("lane:%d", s.Lane)
+	}
+	return "none"
+}
+
+// combine merges two scopes: plan joins anything, two lanes must agree.
+func combine(a, b Scope) (Scope, bool) {
+	switch {
+	case a.Kind == ScopePlan:
+		return b, true
+	case b.Kind == ScopePlan:
+		return a, true
+	}
+	return a, a == b
+}
+
+// Phase is the phase of a command in a batch. Only compute commands are
+// ever replayed; the others are eager barriers between segments.
+type Phase uint8
+
+// Command phases.
+const (
+	PhaseCompute Phase = iota // the plan's device work
+	PhaseInput                // staging host input before compute
+	PhaseOutput               // moving results out after compute
+)
+
+// NoNode marks a command that belongs to no plan node.
+const NoNode = -1
+
+// Command is one command of a batch as replay sees it: the device command,
+// its phase, its plan node, the replay key its provider declared (if any),
+// and the scope of each region it names, in [cuda.Command.ForRegions] order.
+// Replay is never inferred: a command without a key, or with a region
+// without a scope, is always run eagerly.
+type Command struct {
+	Cmd    cuda.Command
+	Phase  Phase
+	Node   int // plan node index, or NoNode
+	Key    ProviderKey
+	HasKey bool
+	Scopes []Scope
+}
+
+// Binding is a command's replay contract once bound: its exact key and
+// combined scope, or the reason it cannot be replayed.
+type Binding struct {
+	Key    Key
+	Scope  Scope
+	Reason Reason // ReasonNone when the command is replayable
+}
+
+// Bind binds the command's provider key to its runtime payload and combines
+// its regions' scopes.
+func (c Command) Bind() Binding {
+	if !c.HasKey {
+		return Binding{Reason: ReasonProviderKeyMissing}
+	}
+	n := 0
+	_ = c.Cmd.ForRegions(func(cuda.Region) error { n++; return nil })
+	if len(c.Scopes) != n {
+		return Binding{Reason: ReasonScopeMissing}
+	}
+	scope := PlanScope()
+	for _, s := range c.Scopes {
+		if s.Kind == ScopeNone {
+			return Binding{Reason: ReasonScopeMissing}
+		}
+		var ok bool
+		if scope, ok = combine(scope, s); !ok {
+			return Binding{Reason: ReasonScopeConflict}
+		}
+	}
+	return Binding{Key: Bind(c.Key, c.Cmd), Scope: scope}
+}
+
+// Candidate is a contiguous run of replayable compute commands, [Start,
+// End) in the batch, that may be captured and replayed as one executable.
+type Candidate struct {
+	Start, End int
+	Key        SegmentKey
+	Scope      Scope
+	Keys       []Key // the command keys, in order
+}
+
+// Len is the number of commands in the candidate.
+func (c Candidate) Len() int { return c.End - c.Start }
+
+// Discovery is the result of [Discover]: the candidates, and for every
+// command that joins none, why.
+type Discovery struct {
+	Candidates []Candidate
+	Bindings   []Binding // one per command
+	// Reasons holds, per command, why it joins no candidate: ReasonNone for
+	// candidate members, ReasonEagerBoundary, ReasonNotCompute, a binding
+	// reason, or ReasonScopeConflict when its run mixed two lanes.
+	Reasons []Reason
+}
+
+// Discover finds the replay candidates of a batch: maximal contiguous runs
+// of compute-phase commands that are replayable (a key and a scope for every
+// region) and not on a declared eager-boundary node. A run whose commands'
+// scopes name two different lanes is no candidate, and each of its commands
+// gets ReasonScopeConflict.
+//
+// eagerBoundaries lists plan nodes that must run eagerly. Declaring any
+// requires every command to name its node; a batch that does not, or that
+// names a negative node other than NoNode, is rejected with an error.
+func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
+	boundary := make(map[int]bool, len(eagerBoundaries))
+	for _, n := range eagerBoundaries {
+		if n < 0 {
+			return Discovery{}, fmt.Errorf("cache: eager boundary node %d is negative", n)
+		}
+		boundary[n] = true
+	}
+	d := Discovery{Bindings: make([]Binding, len(cmds)), Reasons: make([]Reason, len(cmds))}
+	for i, c := range cmds {
+		if c.Node < NoNode {
+			return Discovery{}, fmt.Errorf("cache: command %d names plan node %d; use a node index >= 0 or NoNode", i, c.Node)
+		}
+		if len(boundary) > 0 && c.Node == NoNode {
+			return Discovery{}, fmt.Errorf("cache: command %d has no plan node, but the batch declares eager boundaries %v; attribute every command to a node", i, sortedInts(eagerBoundaries))
+		}
+		b := c.Bind()
+		d.Bindings[i] = b
+		switch {
+		case c.Phase != PhaseCompute:
+			d.Reasons[i] = ReasonNotCompute
+		case c.Node != NoNode && boundary[c.Node]:
+			d.Reasons[i] = ReasonEagerBoundary
+		default:
+			d.Reasons[i] = b.Reason
+		}
+	}
+	for i := 0; i < len(cmds); {
+		if d.Reasons[i] != ReasonNone {
+			i++
+			continue
+		}
+		j := i
+		scope, ok := PlanScope(), true
+		for j < len(cmds) && d.Reasons[j] == ReasonNone {
+			if ok {
+				scope, ok = combine(scope, d.Bindings[j].Scope)
+			}
+			j++
+		}
+		if !ok {
+			for k := i; k < j; k++ {
+				d.Reasons[k] = ReasonScopeConflict
+			}
+		} else {
+			keys := make([]Key, j-i)
+			for k := i; k < j; k++ {
+				keys[k-i] = d.Bindings[k].Key
+			}
+			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: segmentKey(keys), Scope: scope, Keys: keys})
+		}
+		i = j
+	}
+	return d, nil
+}
+
+func sortedInts(v []int) []int {
+	out := append([]int(nil), v...)
+	sort.Ints(out)
+	return out
+}

@@ -1,0 +1,168 @@
+package cache_test
+
+import (
+	"testing"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+)
+
+// zeroCmd is a replayable memset of buffer id at node, in the compute phase.
+func zeroCmd(id uint64, node int, scope cache.Scope) cache.Command {
+	c := cuda.Command{Kind: cuda.KindZero, Dst: buffer(id, cuda.F32, 0x1000*id).Whole()}
+	return cache.Command{Cmd: c, Phase: cache.PhaseCompute, Node: node, Key: cache.NewKey("test", "zero").Finish(), HasKey: true, Scopes: []cache.Scope{scope}}
+}
+
+func reasons(d cache.Discovery) []cache.Reason { return d.Reasons }
+
+func spans(d cache.Discovery) [][2]int {
+	var out [][2]int
+	for _, c := range d.Candidates {
+		out = append(out, [2]int{c.Start, c.End})
+	}
+	return out
+}
+
+func TestDiscoverReasons(t *testing.T) {
+	plan, lane1, lane2 := cache.PlanScope(), cache.LaneScope(1), cache.LaneScope(2)
+	noKey := zeroCmd(9, 1, plan)
+	noKey.HasKey = false
+	noScope := zeroCmd(9, 1, plan)
+	noScope.Scopes = []cache.Scope{{}}
+	noScopes := zeroCmd(9, 1, plan)
+	noScopes.Scopes = nil
+	input := zeroCmd(9, 1, plan)
+	input.Phase = cache.PhaseInput
+	mixed := cache.Command{Cmd: cuda.Command{Kind: cuda.KindCopy, Dst: buffer(1, cuda.F32, 0x1000).Whole(), Src: buffer(2, cuda.F32, 0x9000).Whole()},
+		Key: cache.NewKey("t", "copy").Finish(), HasKey: true, Node: 1, Scopes: []cache.Scope{lane1, lane2}}
+
+	cases := []struct {
+		name       string
+		cmds       []cache.Command
+		boundaries []int
+		want       []cache.Reason
+		spans      [][2]int
+	}{
+		{"all replayable: one segment", []cache.Command{zeroCmd(1, 0, plan), zeroCmd(2, 1, lane1), zeroCmd(3, 2, plan)}, nil,
+			[]cache.Reason{0, 0, 0}, [][2]int{{0, 3}}},
+		{"missing key splits", []cache.Command{zeroCmd(1, 0, plan), noKey, zeroCmd(3, 2, plan)}, nil,
+			[]cache.Reason{0, cache.ReasonProviderKeyMissing, 0}, [][2]int{{0, 1}, {2, 3}}},
+		{"missing scope", []cache.Command{noScope, noScopes}, nil,
+			[]cache.Reason{cache.ReasonScopeMissing, cache.ReasonScopeMissing}, nil},
+		{"command mixes two lanes", []cache.Command{mixed}, nil, []cache.Reason{cache.ReasonScopeConflict}, nil},
+		{"run mixes two lanes", []cache.Command{zeroCmd(1, 0, lane1), zeroCmd(2, 1, plan), zeroCmd(3, 2, lane2)}, nil,
+			[]cache.Reason{cache.ReasonScopeConflict, cache.ReasonScopeConflict, cache.ReasonScopeConflict}, nil},
+		{"input phase is a barrier", []cache.Command{zeroCmd(1, 0, plan), input, zeroCmd(3, 2, plan)}, nil,
+			[]cache.Reason{0, cache.ReasonNotCompute, 0}, [][2]int{{0, 1}, {2, 3}}},
+		{"eager boundary splits", []cache.Command{zeroCmd(1, 0, plan), zeroCmd(2, 1, plan), zeroCmd(3, 2, plan)}, []int{1},
+			[]cache.Reason{0, cache.ReasonEagerBoundary, 0}, [][2]int{{0, 1}, {2, 3}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d, err := cache.Discover(c.cmds, c.boundaries)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range reasons(d) {
+				if r != c.want[i] {
+					t.Fatalf("command %d: reason %v, want %v", i, r, c.want[i])
+				}
+			}
+			got := spans(d)
+			if len(got) != len(c.spans) {
+				t.Fatalf("candidates %v, want %v", got, c.spans)
+			}
+			for i := range got {
+				if got[i] != c.spans[i] {
+					t.Fatalf("candidates %v, want %v", got, c.spans)
+				}
+			}
+		})
+	}
+}
+
+func TestDiscoverRejectsBadAttribution(t *testing.T) {
+	unattributed := zeroCmd(1, cache.NoNode, cache.PlanScope())
+	if _, err := cache.Discover([]cache.Command{unattributed}, []int{0}); err == nil {
+		t.Fatal("eager boundaries with an unattributed command were accepted")
+	}
+	if _, err := cache.Discover([]cache.Command{zeroCmd(1, -5, cache.PlanScope())}, nil); err == nil {
+		t.Fatal("a negative node was accepted")
+	}
+	if _, err := cache.Discover(nil, []int{-1}); err == nil {
+		t.Fatal("a negative boundary was accepted")
+	}
+}
+
+func TestSegmentKeyIsOrderSensitive(t *testing.T) {
+	a, b := zeroCmd(1, 0, cache.PlanScope()), zeroCmd(2, 1, cache.PlanScope())
+	d1, _ := cache.Discover([]cache.Command{a, b}, nil)
+	d2, _ := cache.Discover([]cache.Command{b, a}, nil)
+	d3, _ := cache.Discover([]cache.Command{a, b}, nil)
+	if d1.Candidates[0].Key == d2.Candidates[0].Key || d1.Candidates[0].Key != d3.Candidates[0].Key {
+		t.Fatal("segment keys must follow command order exactly")
+	}
+}
+
+// FuzzDiscover decodes bytes into a command sequence and boundaries:
+// discovery never panics, and no candidate straddles a boundary node or a
+// non-replayable command.
+func FuzzDiscover(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, []byte{2})
+	f.Add([]byte{255, 0, 17, 34, 51}, []byte{})
+	f.Fuzz(func(t *testing.T, data, bounds []byte) {
+		var cmds []cache.Command
+		for i, b := range data {
+			c := zeroCmd(uint64(1+b%5), int(b%7), cache.PlanScope())
+			switch b >> 5 {
+			case 1:
+				c.HasKey = false
+			case 2:
+				c.Scopes = []cache.Scope{cache.LaneScope(uint64(b % 3))}
+			case 3:
+				c.Phase = cache.PhaseOutput
+			case 4:
+				c.Scopes = []cache.Scope{{}}
+			}
+			if i%11 == 10 {
+				c.Node = cache.NoNode
+			}
+			cmds = append(cmds, c)
+		}
+		var boundaries []int
+		for _, b := range bounds {
+			boundaries = append(boundaries, int(b%9)-1)
+		}
+		d, err := cache.Discover(cmds, boundaries)
+		if err != nil {
+			return
+		}
+		isBoundary := map[int]bool{}
+		for _, b := range boundaries {
+			isBoundary[b] = true
+		}
+		covered := make([]bool, len(cmds))
+		for _, c := range d.Candidates {
+			if c.Start >= c.End || c.End > len(cmds) || len(c.Keys) != c.Len() {
+				t.Fatalf("malformed candidate %+v", c)
+			}
+			for i := c.Start; i < c.End; i++ {
+				if covered[i] {
+					t.Fatalf("command %d in two candidates", i)
+				}
+				covered[i] = true
+				if cmds[i].Phase != cache.PhaseCompute || isBoundary[cmds[i].Node] || d.Bindings[i].Reason != cache.ReasonNone {
+					t.Fatalf("candidate %d..%d holds command %d, which is not replayable", c.Start, c.End, i)
+				}
+			}
+			if c.Start > 0 && d.Reasons[c.Start-1] == cache.ReasonNone || c.End < len(cmds) && d.Reasons[c.End] == cache.ReasonNone {
+				t.Fatalf("candidate %d..%d is not maximal", c.Start, c.End)
+			}
+		}
+		for i, cov := range covered {
+			if cov != (d.Reasons[i] == cache.ReasonNone) {
+				t.Fatalf("command %d: covered %v but reason %v", i, cov, d.Reasons[i])
+			}
+		}
+	})
+}

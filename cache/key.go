@@ -1,0 +1,207 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"math"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// Domain separators: a command key can never equal a segment key, nor a key
+// of another format version.
+const (
+	commandKeyDomain = "lanes.cuda.command-replay.v1\x00"
+	segmentKeyDomain = "lanes.cuda.executable-segment.v1\x00"
+)
+
+// ProviderKey is the replay identity a provider declares for one command:
+// its implementation fingerprint, the operation, and every launch scalar and
+// topology fact the provider chooses to bind. It does not yet bind the
+// runtime payload (addresses and host bytes); [Bind] does. Build it with
+// [NewKey].
+type ProviderKey [32]byte
+
+// Key is the exact replay key of one command: a provider key bound to the
+// command's runtime payload.
+type Key [32]byte
+
+// SegmentKey identifies a captured executable: the ordered keys of the
+// commands it replays.
+type SegmentKey [32]byte
+
+// String is the key's lowercase hex fingerprint.
+func (k Key) String() string { return hex.EncodeToString(k[:]) }
+
+// String is the key's lowercase hex fingerprint.
+func (k ProviderKey) String() string { return hex.EncodeToString(k[:]) }
+
+// String is the segment's lowercase hex fingerprint, the name spans and
+// reports give an executable.
+func (k SegmentKey) String() string { return hex.EncodeToString(k[:]) }
+
+// Short is the first 12 hex digits of the fingerprint.
+func (k SegmentKey) Short() string { return k.String()[:12] }
+
+// KeyBuilder builds a [ProviderKey] with typed, fixed-width appends, so two
+// different sequences of values can never hash the same bytes. It is not
+// safe for concurrent use; the zero value is not usable.
+type KeyBuilder struct{ buf []byte }
+
+// NewKey starts a provider key for one operation of one provider
+// implementation; both strings are length-prefixed.
+func NewKey(providerFingerprint, operation string) *KeyBuilder {
+	b := &KeyBuilder{buf: make([]byte, 0, 256)}
+	b.start(providerFingerprint, operation)
+	return b
+}
+
+func (b *KeyBuilder) start(providerFingerprint, operation string) {
+	b.buf = append(b.buf, commandKeyDomain...)
+	b.str(providerFingerprint)
+	b.str(operation)
+}
+
+func (b *KeyBuilder) str(s string) {
+	b.U64(uint64(len(s)))
+	b.buf = append(b.buf, s...)
+}
+
+// U64 appends a uint64.
+func (b *KeyBuilder) U64(v uint64) *KeyBuilder {
+	b.buf = binary.LittleEndian.AppendUint64(b.buf, v)
+	return b
+}
+
+// U32 appends a uint32.
+func (b *KeyBuilder) U32(v uint32) *KeyBuilder {
+	b.buf = binary.LittleEndian.AppendUint32(b.buf, v)
+	return b
+}
+
+// I32 appends an int32.
+func (b *KeyBuilder) I32(v int32) *KeyBuilder { return b.U32(uint32(v)) }
+
+// F32 appends a float32 by its bit pattern: -0 and +0 differ, and so do
+// NaNs with different payloads.
+func (b *KeyBuilder) F32(v float32) *KeyBuilder { return b.U32(math.Float32bits(v)) }
+
+// Bool appends a boolean as one byte.
+func (b *KeyBuilder) Bool(v bool) *KeyBuilder {
+	if v {
+		b.buf = append(b.buf, 1)
+	} else {
+		b.buf = append(b.buf, 0)
+	}
+	return b
+}
+
+// Bytes appends a length-prefixed byte string.
+func (b *KeyBuilder) Bytes(v []byte) *KeyBuilder {
+	b.U64(uint64(len(v)))
+	b.buf = append(b.buf, v...)
+	return b
+}
+
+// Finish returns the provider key. The builder must not be used after.
+func (b *KeyBuilder) Finish() ProviderKey { return sha256.Sum256(b.buf) }
+
+// LaunchKey is the provider key of a kernel launch that binds its kernel,
+// launch configuration and scalar arguments: what a provider that trusts
+// its kernel to be a pure function of these declares.
+func LaunchKey(providerFingerprint string, c cuda.Command) ProviderKey {
+	var scratch [512]byte
+	b := KeyBuilder{buf: scratch[:0]}
+	b.start(providerFingerprint, c.Kernel)
+	g, bl := c.Config.Grid, c.Config.Block
+	for _, v := range []uint32{g.X, g.Y, g.Z, bl.X, bl.Y, bl.Z, c.Config.SharedBytes} {
+		b.U32(v)
+	}
+	b.U64(uint64(len(c.Args)))
+	for _, a := range c.Args {
+		if a.Kind == cuda.ParamScalar {
+			b.U32(uint32(a.Elem)).U64(a.Bits)
+		} else {
+			b.U32(0)
+		}
+	}
+	return b.Finish()
+}
+
+// elementTag is the stable one-byte tag of an element type in keys.
+func elementTag(t cuda.ElementType) byte { return byte(t) - 1 }
+
+// Bind binds a provider key to the command's runtime payload: the operation
+// name, each region's device address, length and element type, in the
+// command's region order, and the retained host bytes of an upload. Replaying
+// the same key therefore touches exactly the same bytes with exactly the
+// same host input.
+func Bind(pk ProviderKey, c cuda.Command) Key {
+	var scratch [1024]byte
+	b := append(scratch[:0], commandKeyDomain...)
+	b = append(b, pk[:]...)
+	if c.Kind == cuda.KindLaunch {
+		b = binary.LittleEndian.AppendUint64(b, uint64(len("launch:")+len(c.Kernel)))
+		b = append(append(b, "launch:"...), c.Kernel...)
+	} else {
+		op := c.Kind.String()
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(op)))
+		b = append(b, op...)
+	}
+	switch c.Kind {
+	case cuda.KindLaunch:
+		n := 0
+		for i := range c.Args {
+			if c.Args[i].Kind == cuda.ParamBuffer {
+				n++
+			}
+		}
+		b = binary.LittleEndian.AppendUint64(b, uint64(n))
+		for i := range c.Args {
+			if c.Args[i].Kind == cuda.ParamBuffer {
+				b = appendRegion(b, c.Args[i].Region)
+			}
+		}
+	case cuda.KindCopy:
+		b = binary.LittleEndian.AppendUint64(b, 2)
+		b = appendRegion(appendRegion(b, c.Src), c.Dst)
+	default:
+		b = binary.LittleEndian.AppendUint64(b, 1)
+		b = appendRegion(b, c.Dst)
+	}
+	if c.Kind != cuda.KindUpload {
+		return sha256.Sum256(binary.LittleEndian.AppendUint64(b, 0))
+	}
+	b = binary.LittleEndian.AppendUint64(b, 1)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(c.Host)))
+	h := sha256.New()
+	h.Write(b)
+	h.Write(c.Host)
+	var k Key
+	h.Sum(k[:0])
+	return k
+}
+
+// appendRegion appends what a key binds of a region: address, length and
+// element type.
+func appendRegion(b []byte, r cuda.Region) []byte {
+	b = binary.LittleEndian.AppendUint64(b, r.Addr())
+	b = binary.LittleEndian.AppendUint64(b, r.Length)
+	return append(b, elementTag(r.Buffer.Elem))
+}
+
+// segmentKey hashes the ordered command keys of a segment.
+func segmentKey(keys []Key) SegmentKey {
+	h := sha256.New()
+	h.Write([]byte(segmentKeyDomain))
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(len(keys)))
+	h.Write(buf[:])
+	for _, k := range keys {
+		h.Write(k[:])
+	}
+	var s SegmentKey
+	h.Sum(s[:0])
+	return s
+}

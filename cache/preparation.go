@@ -1,0 +1,93 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+)
+
+// PrepState is the state of a cache's preparation lifecycle.
+type PrepState uint8
+
+// Preparation states: configure with a capacity opens capture; seal closes it
+// and makes the catalog readable.
+const (
+	Unconfigured PrepState = iota // no capacity yet: nothing is captured
+	Open                          // capture is open: misses are captured while the stream is quiescent
+	Ready                         // sealed: residents replay, misses run eagerly
+)
+
+// String names the state.
+func (s PrepState) String() string {
+	switch s {
+	case Unconfigured:
+		return "unconfigured"
+	case Open:
+		return "open"
+	case Ready:
+		return "ready"
+	}
+	return "unknown"
+}
+
+// Preparation is a snapshot of the lifecycle and its counters.
+type Preparation struct {
+	State            PrepState
+	Capacity         int // most resident executables; 0 while unconfigured
+	Resident         int
+	Rejected         int // remembered capture rejections
+	Batches          int // batches recorded while open
+	Captured         int
+	Uploaded         int
+	CapacityDeferred int
+}
+
+// Errors of the lifecycle.
+var (
+	ErrNotOpen       = errors.New("cache: preparation is not open")
+	ErrAlreadyOpen   = errors.New("cache: preparation is already open")
+	ErrCapacity      = errors.New("cache: invalid capacity")
+	ErrNotQuiescent  = errors.New("cache: the stream has work in flight")
+	ErrNotSealed     = errors.New("cache: not sealed")
+	ErrNoDisposition = errors.New("cache: a non-resident candidate has no typed disposition")
+)
+
+type tracker struct {
+	state    PrepState
+	capacity int
+	counts   Preparation
+}
+
+func (t *tracker) configure(capacity, resident int) error {
+	switch {
+	case t.state == Open:
+		return fmt.Errorf("%w: seal it before configuring again", ErrAlreadyOpen)
+	case capacity <= 0:
+		return fmt.Errorf("%w: %d; give a capacity of at least 1 executable", ErrCapacity, capacity)
+	case capacity < resident:
+		return fmt.Errorf("%w: %d is below the %d resident executables; trim first", ErrCapacity, capacity, resident)
+	}
+	t.state, t.capacity = Open, capacity
+	t.counts = Preparation{}
+	return nil
+}
+
+func (t *tracker) seal() error {
+	if t.state != Open {
+		return fmt.Errorf("%w: seal needs an open preparation (state %v)", ErrNotOpen, t.state)
+	}
+	t.state = Ready
+	return nil
+}
+
+func (t *tracker) record(r Report) {
+	t.counts.Batches++
+	t.counts.Captured += r.Captured
+	t.counts.Uploaded += r.Uploaded
+	t.counts.CapacityDeferred += r.CapacityDeferred
+}
+
+func (t *tracker) snapshot(resident, rejected int) Preparation {
+	p := t.counts
+	p.State, p.Capacity, p.Resident, p.Rejected = t.state, t.capacity, resident, rejected
+	return p
+}
