@@ -52,7 +52,7 @@ func capture(s cuda.Stream, cand Candidate, enqueue func(i int) error) (*Executa
 	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
 		return nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
 	}
-	encodeErr, panicked := encode(cand, enqueue)
+	panicked, encodeErr := encode(cand, enqueue)
 	graph, endErr := s.EndCapture()
 	terminated := s.Capture() == cuda.CaptureNone
 	discard := func() {
@@ -99,7 +99,7 @@ func capture(s cuda.Stream, cand Candidate, enqueue func(i int) error) (*Executa
 }
 
 // encode enqueues the candidate's commands, recovering a panic.
-func encode(cand Candidate, enqueue func(i int) error) (err error, panicked any) {
+func encode(cand Candidate, enqueue func(i int) error) (panicked any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
@@ -107,7 +107,7 @@ func encode(cand Candidate, enqueue func(i int) error) (err error, panicked any)
 	}()
 	for i := cand.Start; i < cand.End; i++ {
 		if err := enqueue(i); err != nil {
-			return fmt.Errorf("command %d: %w", i, err), nil
+			return nil, fmt.Errorf("command %d: %w", i, err)
 		}
 	}
 	return nil, nil
