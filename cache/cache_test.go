@@ -1,128 +1,30 @@
 package cache_test
 
 import (
-	"encoding/binary"
 	"errors"
 	"math/rand"
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 )
 
-type rig struct {
-	t    *testing.T
-	dev  *sim.Device
-	s    cuda.Stream
-	c    *cache.Cache
-	bufs []cuda.Buffer
+type rig struct{ *cachetest.Rig }
+
+func newRig(t *testing.T, buffers int, faults ...sim.Fault) rig {
+	r := cachetest.New(t, buffers, faults...)
+	return rig{r}
 }
 
-func newRig(t *testing.T, buffers int, faults ...sim.Fault) *rig {
-	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost, Faults: faults})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dev.Close() })
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &rig{t: t, dev: dev, s: s, c: cache.New()}
-	for range buffers {
-		b, err := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
-		if err != nil {
-			t.Fatal(err)
-		}
-		z, _ := cuda.Zero(b.Whole())
-		if err := s.Enqueue(z); err != nil {
-			t.Fatal(err)
-		}
-		r.bufs = append(r.bufs, b)
-	}
-	return r
-}
-
-// inc is a replayable increment of buffer i.
-func (r *rig) inc(i, node int) cache.Command {
-	c, err := cuda.Launch(r.dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(r.bufs[i].Whole()), cuda.I32Arg(16))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return cache.Command{Cmd: c, Phase: cache.PhaseCompute, Node: node, Key: cache.LaunchKey("test", c), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
-}
-
-// segment is a batch of one candidate: increments of the given buffers.
-func (r *rig) segment(bufs ...int) []cache.Command {
-	var cmds []cache.Command
-	for n, b := range bufs {
-		cmds = append(cmds, r.inc(b, n))
-	}
-	return cmds
-}
-
-// barrier is a non-replayable command between segments.
-func (r *rig) barrier(b int) cache.Command {
-	z, _ := cuda.Zero(r.bufs[b].Whole())
-	return cache.Command{Cmd: z, Phase: cache.PhaseInput, Node: cache.NoNode}
-}
-
-// run discovers, prepares and executes a batch as a lane would: resident
-// candidates replayed, everything else eager.
-func (r *rig) run(cmds []cache.Command, quiescent bool) cache.Report {
-	r.t.Helper()
-	d, err := cache.Discover(cmds, nil)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	enqueue := func(i int) error { return r.s.Enqueue(cmds[i].Cmd) }
-	rep, err := r.c.Prepare(r.s, d.Candidates, quiescent, enqueue)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if err := r.c.CheckInvariants(); err != nil {
-		r.t.Fatal(err)
-	}
-	if len(rep.Dispositions) != len(d.Candidates) {
-		r.t.Fatalf("%d dispositions for %d candidates", len(rep.Dispositions), len(d.Candidates))
-	}
-	next := 0
-	for ci, cand := range d.Candidates {
-		for i := next; i < cand.Start; i++ {
-			if err := enqueue(i); err != nil {
-				r.t.Fatal(err)
-			}
-		}
-		next = cand.End
-		if rep.Dispositions[ci].Resident() {
-			if _, err := r.c.Launch(r.s, cand.Key); err != nil {
-				r.t.Fatal(err)
-			}
-			continue
-		}
-		for i := cand.Start; i < cand.End; i++ {
-			if err := enqueue(i); err != nil {
-				r.t.Fatal(err)
-			}
-		}
-	}
-	for i := next; i < len(cmds); i++ {
-		if err := enqueue(i); err != nil {
-			r.t.Fatal(err)
-		}
-	}
+func (r rig) segment(bufs ...int) []cache.Command { return r.Segment(bufs...) }
+func (r rig) barrier(b int) cache.Command         { return r.Barrier(b) }
+func (r rig) count(b int) int32                   { return r.Count(b) }
+func (r rig) run(cmds []cache.Command, quiescent bool) cache.Report {
+	r.T.Helper()
+	_, rep := r.Run(cmds, quiescent)
 	return rep
-}
-
-func (r *rig) count(b int) int32 {
-	out := make([]byte, 4)
-	reg, _ := r.bufs[b].Region(0, 4)
-	if err := r.s.Readback(reg, out); err != nil {
-		r.t.Fatal(err)
-	}
-	return int32(binary.LittleEndian.Uint32(out))
 }
 
 func wantDispositions(t *testing.T, rep cache.Report, want ...cache.Disposition) {
@@ -140,7 +42,7 @@ func wantDispositions(t *testing.T, rep cache.Report, want ...cache.Disposition)
 func TestDispositions(t *testing.T) {
 	t.Run("captured then hit, replay equals eager", func(t *testing.T) {
 		r := newRig(t, 2)
-		if _, err := r.c.Configure(4); err != nil {
+		if _, err := r.Cache.Configure(4); err != nil {
 			t.Fatal(err)
 		}
 		rep := r.run(r.segment(0, 0, 1), true)
@@ -158,9 +60,9 @@ func TestDispositions(t *testing.T) {
 	t.Run("outside preparation: unconfigured and sealed", func(t *testing.T) {
 		r := newRig(t, 2)
 		wantDispositions(t, r.run(r.segment(0), true), cache.OutsidePreparation)
-		_, _ = r.c.Configure(2)
+		_, _ = r.Cache.Configure(2)
 		wantDispositions(t, r.run(r.segment(0), true), cache.Captured)
-		if _, err := r.c.Seal(); err != nil {
+		if _, err := r.Cache.Seal(); err != nil {
 			t.Fatal(err)
 		}
 		rep := r.run(append(r.segment(0), append([]cache.Command{r.barrier(1)}, r.segment(1)...)...), true)
@@ -171,16 +73,16 @@ func TestDispositions(t *testing.T) {
 	})
 	t.Run("quiescence deferred", func(t *testing.T) {
 		r := newRig(t, 1)
-		_, _ = r.c.Configure(2)
+		_, _ = r.Cache.Configure(2)
 		rep := r.run(r.segment(0), false)
 		wantDispositions(t, rep, cache.QuiescenceDeferred)
-		if rep.QuiescenceDeferred != 1 || r.c.Len() != 0 {
+		if rep.QuiescenceDeferred != 1 || r.Cache.Len() != 0 {
 			t.Fatalf("report %+v", rep)
 		}
 	})
 	t.Run("capacity deferred keeps what the batch needs", func(t *testing.T) {
 		r := newRig(t, 3)
-		_, _ = r.c.Configure(1)
+		_, _ = r.Cache.Configure(1)
 		batch := append(r.segment(0), append([]cache.Command{r.barrier(2)}, r.segment(1)...)...)
 		rep := r.run(batch, true)
 		wantDispositions(t, rep, cache.Captured, cache.CapacityDeferred)
@@ -192,7 +94,7 @@ func TestDispositions(t *testing.T) {
 	})
 	t.Run("evicted least recently used", func(t *testing.T) {
 		r := newRig(t, 3)
-		_, _ = r.c.Configure(2)
+		_, _ = r.Cache.Configure(2)
 		a, b, c := r.segment(0), r.segment(1), r.segment(2)
 		r.run(a, true)
 		r.run(b, true)
@@ -204,13 +106,13 @@ func TestDispositions(t *testing.T) {
 		if len(rep.Evicted) != 1 || rep.Evicted[0] != db.Candidates[0].Key {
 			t.Fatalf("evicted %v, want b", rep.Evicted)
 		}
-		if _, ok := r.c.Lookup(da.Candidates[0].Key); !ok {
+		if _, ok := r.Cache.Lookup(da.Candidates[0].Key); !ok {
 			t.Fatal("a was evicted instead")
 		}
 	})
 	t.Run("capture rejected, then cached rejection", func(t *testing.T) {
 		r := newRig(t, 1, sim.Fault{Kind: sim.FaultCaptureReject, Nth: 1})
-		_, _ = r.c.Configure(2)
+		_, _ = r.Cache.Configure(2)
 		rep := r.run(r.segment(0), true)
 		wantDispositions(t, rep, cache.CaptureRejected)
 		var re *cache.ReplayError
@@ -222,7 +124,7 @@ func TestDispositions(t *testing.T) {
 		if r.count(0) != 2 {
 			t.Fatalf("count %d: both steps must have run eagerly", r.count(0))
 		}
-		if p := r.c.Preparation(); p.Rejected != 1 || p.Resident != 0 {
+		if p := r.Cache.Preparation(); p.Rejected != 1 || p.Resident != 0 {
 			t.Fatalf("preparation %+v", p)
 		}
 	})
@@ -230,20 +132,20 @@ func TestDispositions(t *testing.T) {
 
 func TestPanickingCommandEndsCapture(t *testing.T) {
 	r := newRig(t, 1)
-	_, _ = r.c.Configure(2)
+	_, _ = r.Cache.Configure(2)
 	cmds := r.segment(0, 0)
 	d, _ := cache.Discover(cmds, nil)
-	_, err := r.c.Prepare(r.s, d.Candidates, true, func(i int) error {
+	_, err := r.Cache.Prepare(r.Stream, d.Candidates, true, func(i int) error {
 		if i == 1 {
 			panic("provider bug")
 		}
-		return r.s.Enqueue(cmds[i].Cmd)
+		return r.Stream.Enqueue(cmds[i].Cmd)
 	})
 	var re *cache.ReplayError
 	if !errors.As(err, &re) || re.EagerFallbackSafe || re.Stage != "encode capture" {
 		t.Fatalf("panic during capture: %v", err)
 	}
-	if r.s.Capture() != cuda.CaptureNone {
+	if r.Stream.Capture() != cuda.CaptureNone {
 		t.Fatal("the stream is still capturing after the panic")
 	}
 	t.Log(err)
@@ -274,22 +176,22 @@ func TestLifecycle(t *testing.T) {
 
 func TestTrimAndRetire(t *testing.T) {
 	r := newRig(t, 3)
-	_, _ = r.c.Configure(1)
+	_, _ = r.Cache.Configure(1)
 	r.run(r.segment(0), true)
 	r.run(r.segment(1), false) // deferred: not quiescent
-	if _, err := r.c.Trim(false); !errors.Is(err, cache.ErrNotQuiescent) {
+	if _, err := r.Cache.Trim(false); !errors.Is(err, cache.ErrNotQuiescent) {
 		t.Fatalf("trim with work in flight: %v", err)
 	}
 	d, _ := cache.Discover(r.segment(0), nil)
-	if !r.c.Evict(d.Candidates[0].Key, false) || r.c.Retired() != 1 {
+	if !r.Cache.Evict(d.Candidates[0].Key, false) || r.Cache.Retired() != 1 {
 		t.Fatal("an eviction with work in flight must retire, not destroy")
 	}
-	if r.c.ReleaseRetired(false) != 0 || r.c.ReleaseRetired(true) != 1 {
+	if r.Cache.ReleaseRetired(false) != 0 || r.Cache.ReleaseRetired(true) != 1 {
 		t.Fatal("retired executables are destroyed only at a quiescent point")
 	}
 	r.run(r.segment(2), true)
-	tr, err := r.c.Trim(true)
-	if err != nil || tr.Executables != 1 || r.c.Len() != 0 {
+	tr, err := r.Cache.Trim(true)
+	if err != nil || tr.Executables != 1 || r.Cache.Len() != 0 {
 		t.Fatalf("trim: %+v %v", tr, err)
 	}
 }
@@ -301,7 +203,7 @@ func TestTrimAndRetire(t *testing.T) {
 func TestCacheAgainstModel(t *testing.T) {
 	const capacity, nbuf = 3, 6
 	r := newRig(t, nbuf)
-	_, _ = r.c.Configure(capacity)
+	_, _ = r.Cache.Configure(capacity)
 	rng := rand.New(rand.NewSource(5))
 	type entry struct{ used int }
 	model := map[cache.SegmentKey]*entry{}
@@ -379,8 +281,8 @@ func TestCacheAgainstModel(t *testing.T) {
 				model[c.Key].used = clock
 			}
 		}
-		if r.c.Len() != len(model) || r.c.Len() > capacity {
-			t.Fatalf("step %d: %d residents, model %d", step, r.c.Len(), len(model))
+		if r.Cache.Len() != len(model) || r.Cache.Len() > capacity {
+			t.Fatalf("step %d: %d residents, model %d", step, r.Cache.Len(), len(model))
 		}
 	}
 }
@@ -390,7 +292,7 @@ func TestCacheAgainstModel(t *testing.T) {
 func BenchmarkPrepareHit(b *testing.B) {
 	t := &testing.T{}
 	r := newRig(t, 4)
-	_, _ = r.c.Configure(8)
+	_, _ = r.Cache.Configure(8)
 	var cmds []cache.Command
 	for i := range 4 {
 		if i > 0 {
@@ -399,13 +301,13 @@ func BenchmarkPrepareHit(b *testing.B) {
 		cmds = append(cmds, r.segment(i)...)
 	}
 	d, _ := cache.Discover(cmds, nil)
-	enqueue := func(i int) error { return r.s.Enqueue(cmds[i].Cmd) }
-	if _, err := r.c.Prepare(r.s, d.Candidates, true, enqueue); err != nil {
+	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
+	if _, err := r.Cache.Prepare(r.Stream, d.Candidates, true, enqueue); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for range b.N {
-		if _, err := r.c.Prepare(r.s, d.Candidates, true, enqueue); err != nil {
+		if _, err := r.Cache.Prepare(r.Stream, d.Candidates, true, enqueue); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -141,8 +141,9 @@ type Discovery struct {
 // gets ReasonScopeConflict.
 //
 // eagerBoundaries lists plan nodes that must run eagerly. Declaring any
-// requires every command to name its node; a batch that does not, or that
-// names a negative node other than NoNode, is rejected with an error.
+// requires the batch to carry node attribution (some command with a node;
+// transfers may have none); a batch without it, or naming a negative node
+// other than NoNode, is rejected with an error.
 func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 	boundary := make(map[int]bool, len(eagerBoundaries))
 	for _, n := range eagerBoundaries {
@@ -152,13 +153,17 @@ func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 		boundary[n] = true
 	}
 	d := Discovery{Bindings: make([]Binding, len(cmds)), Reasons: make([]Reason, len(cmds))}
+	attributed := false
 	for i, c := range cmds {
 		if c.Node < NoNode {
 			return Discovery{}, fmt.Errorf("cache: command %d names plan node %d; use a node index >= 0 or NoNode", i, c.Node)
 		}
-		if len(boundary) > 0 && c.Node == NoNode {
-			return Discovery{}, fmt.Errorf("cache: command %d has no plan node, but the batch declares eager boundaries %v; attribute every command to a node", i, sortedInts(eagerBoundaries))
-		}
+		attributed = attributed || c.Node != NoNode
+	}
+	if len(boundary) > 0 && len(cmds) > 0 && !attributed {
+		return Discovery{}, fmt.Errorf("cache: the batch declares eager boundaries %v but attributes no command to a plan node; set Command.Node", sortedInts(eagerBoundaries))
+	}
+	for i, c := range cmds {
 		b := c.Bind()
 		d.Bindings[i] = b
 		switch {

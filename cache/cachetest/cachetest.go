@@ -1,0 +1,129 @@
+// Package cachetest drives a [cache.Cache] against the simulated device the
+// way a lane does, for the tests of cache and of the packages above it.
+package cachetest
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+)
+
+// Rig is a zero-cost simulated device with one stream, a cache, and a few
+// zeroed int32 counters of 16 elements.
+type Rig struct {
+	T      testing.TB
+	Dev    *sim.Device
+	Stream cuda.Stream
+	Cache  *cache.Cache
+	Bufs   []cuda.Buffer
+}
+
+// New makes a rig with the given number of counters and device faults.
+func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
+	t.Helper()
+	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost, Faults: faults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Close() })
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Rig{T: t, Dev: dev, Stream: s, Cache: cache.New()}
+	for range counters {
+		b, err := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		z, _ := cuda.Zero(b.Whole())
+		if err := s.Enqueue(z); err != nil {
+			t.Fatal(err)
+		}
+		r.Bufs = append(r.Bufs, b)
+	}
+	return r
+}
+
+// Inc is a replayable, plan-scoped increment of counter buf at a plan node.
+func (r *Rig) Inc(buf, node int) cache.Command {
+	r.T.Helper()
+	c, err := cuda.Launch(r.Dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(r.Bufs[buf].Whole()), cuda.I32Arg(16))
+	if err != nil {
+		r.T.Fatal(err)
+	}
+	return cache.Command{Cmd: c, Phase: cache.PhaseCompute, Node: node, Key: cache.LaunchKey("cachetest", c), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
+}
+
+// Segment is increments of the given counters at nodes 0, 1, 2, ...
+func (r *Rig) Segment(bufs ...int) []cache.Command {
+	var cmds []cache.Command
+	for n, b := range bufs {
+		cmds = append(cmds, r.Inc(b, n))
+	}
+	return cmds
+}
+
+// Barrier is an input-phase memset of a counter: an eager barrier.
+func (r *Rig) Barrier(buf int) cache.Command {
+	z, _ := cuda.Zero(r.Bufs[buf].Whole())
+	return cache.Command{Cmd: z, Phase: cache.PhaseInput, Node: cache.NoNode}
+}
+
+// Run discovers, prepares and executes a batch as a lane does: resident
+// candidates replayed, everything else eager. It checks the cache's
+// invariants and that every candidate got a disposition.
+func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cache.Discovery, cache.Report) {
+	r.T.Helper()
+	d, err := cache.Discover(cmds, boundaries)
+	if err != nil {
+		r.T.Fatal(err)
+	}
+	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
+	rep, err := r.Cache.Prepare(r.Stream, d.Candidates, quiescent, enqueue)
+	if err != nil {
+		r.T.Fatal(err)
+	}
+	if err := r.Cache.CheckInvariants(); err != nil {
+		r.T.Fatal(err)
+	}
+	if len(rep.Dispositions) != len(d.Candidates) {
+		r.T.Fatalf("%d dispositions for %d candidates", len(rep.Dispositions), len(d.Candidates))
+	}
+	next := 0
+	eager := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := enqueue(i); err != nil {
+				r.T.Fatal(err)
+			}
+		}
+	}
+	for ci, cand := range d.Candidates {
+		eager(next, cand.Start)
+		next = cand.End
+		if rep.Dispositions[ci].Resident() {
+			if _, err := r.Cache.Launch(r.Stream, cand.Key); err != nil {
+				r.T.Fatal(err)
+			}
+			continue
+		}
+		eager(cand.Start, cand.End)
+	}
+	eager(next, len(cmds))
+	return d, rep
+}
+
+// Count reads counter buf's first element.
+func (r *Rig) Count(buf int) int32 {
+	r.T.Helper()
+	out := make([]byte, 4)
+	reg, _ := r.Bufs[buf].Region(0, 4)
+	if err := r.Stream.Readback(reg, out); err != nil {
+		r.T.Fatal(err)
+	}
+	return int32(binary.LittleEndian.Uint32(out))
+}
