@@ -1,0 +1,249 @@
+package lanes
+
+import (
+	"fmt"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/programs"
+)
+
+// Phase is the phase of a batch entry. Only compute entries are replayed;
+// the others run eagerly and split replay segments.
+type Phase uint8
+
+// Entry phases.
+const (
+	Compute        Phase = iota // the plan's device work
+	Initialization              // one-time setup before compute (weights, zeroing)
+	DynamicBinding              // per-request input and binding writes
+	Readout                     // moving results out after compute
+)
+
+// String names the phase.
+func (p Phase) String() string {
+	switch p {
+	case Compute:
+		return "compute"
+	case Initialization:
+		return "initialization"
+	case DynamicBinding:
+		return "dynamic_binding"
+	case Readout:
+		return "readout"
+	}
+	return "unknown"
+}
+
+func (p Phase) cache() cache.Phase {
+	switch p {
+	case Compute:
+		return cache.PhaseCompute
+	case Readout:
+		return cache.PhaseOutput
+	}
+	return cache.PhaseInput
+}
+
+// Form is how an entry's logical work is batched.
+type Form uint8
+
+// Batching forms.
+const (
+	FormNone    Form = iota // not batched work (setup, transfers)
+	FormSingle              // one participant
+	FormBatched             // several participants side by side
+	FormWave                // one wave of a persistent batch
+)
+
+// String names the form.
+func (f Form) String() string {
+	return [...]string{"none", "single", "batched", "wave"}[min(int(f), 3)]
+}
+
+// Work is the logical work an entry stands for: who it serves. The lane
+// attributes it to the entry's command without overwriting what the
+// provider declared about the command itself.
+type Work struct {
+	Form             Form
+	ParticipantStart uint32
+	ParticipantCount uint32
+	Tokens           uint64
+}
+
+// Replay is the replay contract a provider attaches to a command: its exact
+// provider key and the address scope of each region it names, in
+// [cuda.Command.ForRegions] order. A command without one always runs eagerly.
+type Replay struct {
+	Key    cache.ProviderKey
+	Scopes []cache.Scope
+}
+
+// Replayable is a replay contract that gives every region of cmd the same
+// scope.
+func Replayable(cmd cuda.Command, key cache.ProviderKey, scope cache.Scope) *Replay {
+	r := &Replay{Key: key}
+	_ = cmd.ForRegions(func(cuda.Region) error { r.Scopes = append(r.Scopes, scope); return nil })
+	return r
+}
+
+// Entry is one item of a batch: a command, or a direct invocation of a
+// sealed program segment.
+type Entry struct {
+	Phase   Phase
+	Node    int // plan node index, or cache.NoNode
+	Work    Work
+	Command cuda.Command
+	Replay  *Replay
+	// Invoke, when set, replays a segment of a sealed program by reference
+	// instead of running Command; Command must be zero.
+	Invoke *programs.Invocation
+}
+
+// Path is a batch's compute-path requirement.
+type Path uint8
+
+// Compute paths.
+const (
+	// Adaptive replays what is resident and runs the rest eagerly.
+	Adaptive Path = iota
+	// EagerOnly never replays.
+	EagerOnly
+	// ReplayedOnly requires every compute entry to be replayed; a batch
+	// with any compute entry not resident after preparation is refused.
+	ReplayedOnly
+	// ReplayedWithBoundaries requires every compute entry to be replayed
+	// except those on the declared eager-boundary nodes, and those to run
+	// eagerly: exactly the declared shape.
+	ReplayedWithBoundaries
+)
+
+// String names the path.
+func (p Path) String() string {
+	return [...]string{"adaptive", "eager_only", "replayed_only", "replayed_with_boundaries", "unknown"}[min(int(p), 4)]
+}
+
+// TimingMode says what device timing a submission records.
+type TimingMode uint8
+
+// Timing modes, each including the one before.
+const (
+	TimingOff          TimingMode = iota // no events beyond the fence
+	TimingCompletion                     // device time of the whole submission
+	TimingReplay                         // plus an event pair per replayed segment
+	TimingKernel                         // plus an event pair per eager command
+	TimingVerification                   // plus: replayed segments must carry logical attribution
+)
+
+// String names the mode.
+func (m TimingMode) String() string {
+	return [...]string{"off", "completion", "replay", "kernel", "verification", "unknown"}[min(int(m), 5)]
+}
+
+// Batch is one submission.
+type Batch struct {
+	Entries []Entry
+	Path    Path
+	Timing  TimingMode
+	// EagerBoundaries are plan nodes that must run eagerly.
+	EagerBoundaries []int
+	// Program, when set, declares the plan topology this batch runs, so the
+	// lane registers it as a reusable program while preparation is open.
+	Program *programs.Capture
+	// Patches are program-binding patches written before compute.
+	Patches []Patch
+	// Retain lists buffers the submission uses beyond its commands' own
+	// (per-request scratch, say): the lane holds them until the fence is
+	// terminal, or, after a failure, until the stream is synchronized, and
+	// then hands them back in the receipt.
+	Retain []cuda.Buffer
+}
+
+// validate checks everything about a batch that needs no enqueue.
+func (l *Lane) validate(b *Batch) error {
+	if len(b.Entries) == 0 {
+		return invalid("the batch has no entries; submit at least one command")
+	}
+	if b.Path > ReplayedWithBoundaries {
+		return invalid("unknown compute path %d", b.Path)
+	}
+	if b.Timing > TimingVerification {
+		return invalid("unknown timing mode %d", b.Timing)
+	}
+	if b.Path == ReplayedWithBoundaries && len(b.EagerBoundaries) == 0 {
+		return invalid("path %v needs declared eager boundaries; use %v instead", b.Path, ReplayedOnly)
+	}
+	if b.Program != nil {
+		if err := b.Program.Validate(); err != nil {
+			return err
+		}
+	}
+	inst := l.dev.Info().Instance
+	for i := range b.Entries {
+		e := &b.Entries[i]
+		if e.Node < cache.NoNode {
+			return invalid("entry %d names plan node %d; use a node >= 0 or cache.NoNode", i, e.Node)
+		}
+		if b.Program != nil && e.Node >= b.Program.Nodes {
+			return invalid("entry %d names node %d of a %d-node program", i, e.Node, b.Program.Nodes)
+		}
+		if e.Phase > Readout {
+			return invalid("entry %d has unknown phase %d", i, e.Phase)
+		}
+		if e.Work.Form > FormWave {
+			return invalid("entry %d has unknown batching form %d", i, e.Work.Form)
+		}
+		if e.Invoke != nil {
+			if e.Command.Kind != 0 || e.Replay != nil {
+				return invalid("entry %d invokes a program segment and also carries a command; give one or the other", i)
+			}
+			if e.Phase != Compute {
+				return invalid("entry %d invokes a program segment in phase %v; invocations are compute", i, e.Phase)
+			}
+			if _, err := l.catalog.Resolve(*e.Invoke, b.Timing == TimingVerification); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := l.validateCommand(i, e.Command); err != nil {
+			return err
+		}
+		if e.Replay != nil {
+			n := 0
+			_ = e.Command.ForRegions(func(cuda.Region) error { n++; return nil })
+			if len(e.Replay.Scopes) != n {
+				return invalid("entry %d declares %d region scopes for a command with %d regions; attribution lengths must agree", i, len(e.Replay.Scopes), n)
+			}
+		}
+	}
+	for _, buf := range b.Retain {
+		if buf.Device != inst {
+			return invalid("retained buffer %d belongs to device instance %d, not %d", buf.ID, buf.Device, inst)
+		}
+	}
+	return nil
+}
+
+// validateCommand checks a command against the lane's device without
+// enqueuing it: structure, kernel, and that every region is of this device.
+func (l *Lane) validateCommand(i int, c cuda.Command) error {
+	if c.Kind == cuda.KindLaunch {
+		spec, ok := l.dev.Kernels().Kernel(c.Kernel)
+		if !ok {
+			return fmt.Errorf("entry %d: %w", i, cuda.Contractf("launch", cuda.ErrUnknownKernel, "kernel %q is not loaded on this device", c.Kernel))
+		}
+		if err := c.ValidateLaunch(spec); err != nil {
+			return fmt.Errorf("entry %d: %w", i, err)
+		}
+	} else if err := c.Validate(); err != nil {
+		return fmt.Errorf("entry %d: %w", i, err)
+	}
+	inst := l.dev.Info().Instance
+	return c.ForRegions(func(r cuda.Region) error {
+		if r.Buffer.Device != inst {
+			return fmt.Errorf("entry %d: %w", i, cuda.Contractf("validate", cuda.ErrForeignHandle,
+				"buffer %d belongs to device instance %d, not this lane's %d", r.Buffer.ID, r.Buffer.Device, inst))
+		}
+		return nil
+	})
+}

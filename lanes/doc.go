@@ -1,0 +1,33 @@
+// Package lanes is the lane core: the single-owner, deterministic state
+// machine of one CUDA stream, on top of [github.com/lanesched/lanes/cache]
+// and [github.com/lanesched/lanes/programs].
+//
+// A [Lane] owns its stream's submission pipeline, its executable cache, its
+// program catalog, its fences and its quarantine. It has no goroutines, no
+// locks and no clock of its own (the stage sink's clock is injected): it is
+// shaped like etcd/raft's RawNode, and the lane actor is its node.
+//
+// # Usage
+//
+// The owner, on the lane's bound OS thread:
+//
+//  1. [Lane.Submit] a [Batch]. Validation, discovery, preparation, the
+//     compute-path requirement and program registration happen first; an
+//     error there is "definitely not submitted" ([Error.NotSubmitted]) and
+//     changes nothing. Then the batch is enqueued (resident segments
+//     replayed, the rest eagerly) and its fence recorded.
+//  2. [Lane.Poll] regularly: it never blocks, and returns the [Receipt] of
+//     every submission that ended, exactly once each, in fence order.
+//  3. After a failure (an error after enqueue began, or a device error on a
+//     fence), the lane is [Failed]: it accepts no submissions, its
+//     in-flight work ends Indeterminate, and the failed batch is quarantined
+//     until [Lane.Synchronize] succeeds.
+//
+// Configure, seal, trim, catalog and preparation snapshots need a quiescent
+// lane: nothing in flight, nothing quarantined.
+//
+// # Concurrency properties
+//
+// A lane is owned by one goroutine. The device backend may additionally
+// require that goroutine to be bound to its OS thread (cuda.Device.BindThread).
+package lanes

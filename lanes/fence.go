@@ -1,0 +1,182 @@
+package lanes
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// Outcome is how a submission ended.
+type Outcome uint8
+
+// Outcomes. Every accepted submission ends with exactly one.
+const (
+	Succeeded     Outcome = iota + 1 // the fence completed
+	Indeterminate                    // the device failed with the work in flight: its effect is unknown
+)
+
+// String names the outcome.
+func (o Outcome) String() string {
+	switch o {
+	case Succeeded:
+		return "succeeded"
+	case Indeterminate:
+		return "indeterminate"
+	}
+	return "unknown"
+}
+
+// SpanTiming is the device time of one replayed segment or eager command.
+type SpanTiming struct {
+	Index    int  // segment index in the attribution, or entry index for an eager command
+	Segment  bool // a replayed segment (else an eager command)
+	Duration time.Duration
+}
+
+// Receipt is the terminal report of one submission.
+type Receipt struct {
+	Fence       uint64
+	Outcome     Outcome
+	Err         error  // for Indeterminate
+	Report      Report // Err described
+	DeviceTime  time.Duration
+	Spans       []SpanTiming
+	Attribution Attribution
+	// Released are the batch's retained buffers, now free to reuse. An
+	// indeterminate submission releases nothing: its buffers stay
+	// quarantined until the stream is synchronized.
+	Released []cuda.Buffer
+}
+
+type span struct {
+	index      int
+	segment    bool
+	start, end cuda.Event
+}
+
+// pending is an accepted submission whose fence is not terminal.
+type pending struct {
+	fence      uint64
+	start, end cuda.Event
+	spans      []span
+	timing     TimingMode
+	retain     []cuda.Buffer
+	att        Attribution
+}
+
+// collect retires every pending submission whose fence is terminal, in
+// order, into the ready receipts. A failed fence fails the lane and ends
+// every pending submission indeterminate.
+func (l *Lane) collect() {
+	for len(l.pending) > 0 {
+		p := l.pending[0]
+		q := p.end.Query()
+		if q.State == cuda.FencePending && q.Err == nil {
+			break
+		}
+		if q.State != cuda.FenceComplete {
+			err := q.Err
+			if err == nil {
+				err = fmt.Errorf("%w: fence %d answered %v", ErrFailed, p.fence, q.State)
+			}
+			l.fail(err)
+			l.endIndeterminate(err)
+			return
+		}
+		l.pending = l.pending[1:]
+		l.ready = append(l.ready, l.receipt(p))
+	}
+	if l.state == Submitted && len(l.pending) == 0 {
+		l.state = Ready
+	}
+}
+
+// endIndeterminate ends every pending submission with an indeterminate
+// receipt; their buffers move to quarantine.
+func (l *Lane) endIndeterminate(err error) {
+	for _, p := range l.pending {
+		r := Receipt{Fence: p.fence, Outcome: Indeterminate, Err: err, Attribution: p.att}
+		r.Report = Describe(failed("fence", err))
+		l.ready = append(l.ready, r)
+		l.quarantine = append(l.quarantine, p)
+	}
+	l.pending = nil
+}
+
+// receipt builds the receipt of a completed submission.
+func (l *Lane) receipt(p *pending) Receipt {
+	r := Receipt{Fence: p.fence, Outcome: Succeeded, Attribution: p.att, Released: p.retain, Report: Describe(nil)}
+	if p.start != nil {
+		r.DeviceTime, _ = p.end.Elapsed(p.start)
+	}
+	for _, s := range p.spans {
+		d, _ := s.end.Elapsed(s.start)
+		r.Spans = append(r.Spans, SpanTiming{Index: s.index, Segment: s.segment, Duration: d})
+	}
+	return r
+}
+
+// Poll queries the pending fences without blocking and returns the
+// receipts of every submission that ended since the last Poll, in fence
+// order. Each accepted submission appears in exactly one receipt, once.
+func (l *Lane) Poll() []Receipt {
+	l.collect()
+	out := l.ready
+	l.ready = nil
+	return out
+}
+
+// Wait blocks until one fence is terminal and returns its receipt. Receipts
+// of other submissions that ended meanwhile are kept for the next Poll.
+func (l *Lane) Wait(fence uint64) (Receipt, error) {
+	for i, r := range l.ready {
+		if r.Fence == fence {
+			l.ready = append(l.ready[:i], l.ready[i+1:]...)
+			return r, nil
+		}
+	}
+	var target *pending
+	for _, p := range l.pending {
+		if p.fence == fence {
+			target = p
+		}
+	}
+	if target == nil {
+		return Receipt{}, rejected("wait", fmt.Errorf("%w: fence %d is not pending (already received, or never issued)", ErrUnknownFence, fence))
+	}
+	if err := target.end.Synchronize(); err != nil {
+		l.fail(err)
+	}
+	l.collect()
+	for i, r := range l.ready {
+		if r.Fence == fence {
+			l.ready = append(l.ready[:i], l.ready[i+1:]...)
+			return r, nil
+		}
+	}
+	return Receipt{}, rejected("wait", fmt.Errorf("%w: fence %d did not end", ErrUnknownFence, fence))
+}
+
+// Synchronize blocks until the stream is idle. On success every pending
+// submission ends and the quarantine is released: the returned buffers are
+// free to reuse. On failure the lane fails and every pending submission
+// ends indeterminate; the quarantine stays.
+func (l *Lane) Synchronize() ([]Receipt, []cuda.Buffer, error) {
+	if err := l.s.Synchronize(); err != nil {
+		l.fail(err)
+		l.endIndeterminate(err)
+		out := l.ready
+		l.ready = nil
+		return out, nil, failed("synchronize", err)
+	}
+	l.collect()
+	var released []cuda.Buffer
+	for _, p := range l.quarantine {
+		released = append(released, p.retain...)
+	}
+	l.quarantine = nil
+	out := l.ready
+	l.ready = nil
+	return out, released, nil
+}

@@ -1,0 +1,109 @@
+package lanes_test
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+)
+
+const us = time.Microsecond
+
+type rig struct {
+	t    testing.TB
+	dev  *sim.Device
+	s    cuda.Stream
+	lane *lanes.Lane
+	bufs []cuda.Buffer
+}
+
+func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault) *rig {
+	t.Helper()
+	dev, err := sim.New(sim.Config{Clock: mode, Faults: faults, Trace: mode == sim.Virtual})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Close() })
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lanes.New(lanes.Config{ID: 1, Device: dev, Stream: s, Runtime: "lanes-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, dev: dev, s: s, lane: l}
+	for range counters {
+		b, err := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		z, _ := cuda.Zero(b.Whole())
+		if err := s.Enqueue(z); err != nil {
+			t.Fatal(err)
+		}
+		r.bufs = append(r.bufs, b)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// inc is a replayable compute entry incrementing counter buf at node.
+func (r *rig) inc(buf, node int) lanes.Entry {
+	e := r.eagerInc(buf, node)
+	e.Replay = lanes.Replayable(e.Command, cache.LaunchKey("lanes-test", e.Command), cache.PlanScope())
+	return e
+}
+
+// eagerInc is the same entry without a replay key.
+func (r *rig) eagerInc(buf, node int) lanes.Entry {
+	c, err := cuda.Launch(r.dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(r.bufs[buf].Whole()), cuda.I32Arg(16))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return lanes.Entry{Phase: lanes.Compute, Node: node, Command: c, Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 1}}
+}
+
+func (r *rig) steps(bufs ...int) []lanes.Entry {
+	var out []lanes.Entry
+	for n, b := range bufs {
+		out = append(out, r.inc(b, n))
+	}
+	return out
+}
+
+func (r *rig) submit(b lanes.Batch) lanes.Submission {
+	r.t.Helper()
+	s, err := r.lane.Submit(b)
+	if err != nil {
+		r.t.Fatalf("submit: %v", err)
+	}
+	return s
+}
+
+// settle advances the virtual clock far enough for everything enqueued.
+func (r *rig) settle() {
+	if c := r.dev.Clock(); c != nil {
+		c.Advance(10 * time.Millisecond)
+	}
+}
+
+func (r *rig) count(buf int) int32 {
+	r.t.Helper()
+	out := make([]byte, 4)
+	reg, _ := r.bufs[buf].Region(0, 4)
+	if err := r.lane.Readback(reg, lanes.ReadbackLayout{Elem: cuda.I32, Count: 1}, out); err != nil {
+		r.t.Fatal(err)
+	}
+	return int32(binary.LittleEndian.Uint32(out))
+}
+
+// traceLen is how many operations the device has scheduled.
+func (r *rig) traceLen() int { return len(r.dev.Trace()) }

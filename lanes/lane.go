@@ -1,0 +1,267 @@
+package lanes
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/programs"
+)
+
+// State is a lane's state.
+type State uint8
+
+// Lane states.
+const (
+	Ready     State = iota // nothing in flight
+	Recording              // a submission is being enqueued
+	Submitted              // work in flight
+	Failed                 // an error after enqueue began, or a device failure
+)
+
+// String names the state.
+func (s State) String() string {
+	return [...]string{"ready", "recording", "submitted", "failed", "unknown"}[min(int(s), 4)]
+}
+
+// Stage is a host-side stage of a submission.
+type Stage uint8
+
+// Submission stages, timed when a sink is configured.
+const (
+	StageValidatePrepare Stage = iota // validation, discovery, preparation
+	StageBeginTiming                  // recording the start event
+	StageEnqueue                      // enqueuing the batch
+	StageRecordFence                  // recording the fence
+)
+
+// String names the stage.
+func (s Stage) String() string {
+	return [...]string{"validate_prepare", "begin_timing", "enqueue", "record_fence", "unknown"}[min(int(s), 4)]
+}
+
+// StageSink receives host-side stage timings.
+type StageSink interface {
+	Stage(lane uint64, stage Stage, d time.Duration)
+}
+
+// Config configures a lane. Device and Stream are required; the stream must
+// be of the device. Now is the host clock stage timings use; the lane reads
+// it only when Stages is set, and reads no other clock.
+type Config struct {
+	ID      uint64
+	Device  cuda.Device
+	Stream  cuda.Stream
+	Runtime string // runtime implementation fingerprint of the programs
+	Stages  StageSink
+	Now     func() time.Duration
+}
+
+// Counters are a lane's replay observations since it was made.
+type Counters struct {
+	Submissions, Rejected, Failures                     uint64
+	Candidates, Captured, Uploaded, Hits                uint64
+	CaptureRejections, CachedRejections                 uint64
+	QuiescenceDeferrals, CapacityDeferrals, OutsidePrep uint64
+	Evictions, ReplayedSegments, EagerCommands          uint64
+	Invocations                                         uint64
+}
+
+// Lane is the single-owner core of one stream: its submission pipeline,
+// fences, quarantine, executable cache and program catalog. It is the
+// project's raft RawNode: no goroutines, no locks, no clock of its own; the
+// lane actor owns it, feeds it submissions and polls, and takes what it
+// produced. Not safe for concurrent use.
+type Lane struct {
+	id      uint64
+	dev     cuda.Device
+	s       cuda.Stream
+	cache   *cache.Cache
+	catalog *programs.Catalog
+	stages  StageSink
+	now     func() time.Duration
+
+	state      State
+	failure    error
+	nextFence  uint64
+	pending    []*pending
+	quarantine []*pending
+	ready      []Receipt
+	counters   Counters
+}
+
+// New makes a lane over a stream.
+func New(cfg Config) (*Lane, error) {
+	if cfg.Device == nil || cfg.Stream == nil {
+		return nil, fmt.Errorf("%w: a lane needs a device and a stream", ErrInvalidBatch)
+	}
+	if cfg.Stream.DeviceInstance() != cfg.Device.Info().Instance {
+		return nil, fmt.Errorf("%w: the stream belongs to device instance %d, not %d", ErrInvalidBatch, cfg.Stream.DeviceInstance(), cfg.Device.Info().Instance)
+	}
+	if cfg.Stages != nil && cfg.Now == nil {
+		return nil, fmt.Errorf("%w: stage timings need a host clock (Config.Now)", ErrInvalidBatch)
+	}
+	if cfg.Runtime == "" {
+		cfg.Runtime = "lanes/" + cfg.Device.Info().Backend
+	}
+	c := cache.New()
+	return &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c),
+		stages: cfg.Stages, now: cfg.Now}, nil
+}
+
+// ID is the lane's id.
+func (l *Lane) ID() uint64 { return l.id }
+
+// State is the lane's state.
+func (l *Lane) State() State { return l.state }
+
+// Err is the failure that failed the lane, or nil.
+func (l *Lane) Err() error { return l.failure }
+
+// InFlight is the number of submissions whose fences are not yet terminal.
+func (l *Lane) InFlight() int { return len(l.pending) }
+
+// Quarantined is the number of failed submissions held until the stream is
+// synchronized.
+func (l *Lane) Quarantined() int { return len(l.quarantine) }
+
+// Counters returns the lane's observation counters.
+func (l *Lane) Counters() Counters { return l.counters }
+
+// Runtime is the runtime fingerprint programs of this lane carry.
+func (l *Lane) Runtime() string { return l.catalog.Runtime() }
+
+func (l *Lane) stamp() time.Duration {
+	if l.stages == nil {
+		return 0
+	}
+	return l.now()
+}
+
+func (l *Lane) stage(s Stage, since time.Duration) time.Duration {
+	if l.stages == nil {
+		return 0
+	}
+	t := l.now()
+	l.stages.Stage(l.id, s, t-since)
+	return t
+}
+
+// fail marks the lane failed with the first failure.
+func (l *Lane) fail(err error) {
+	if l.state != Failed {
+		l.counters.Failures++
+	}
+	l.state = Failed
+	if l.failure == nil {
+		l.failure = err
+	}
+}
+
+// quiescent reports whether the stream has no work of this lane in flight.
+func (l *Lane) quiescent() bool {
+	return l.state != Failed && len(l.pending) == 0 && len(l.quarantine) == 0
+}
+
+// requireQuiescent retires finished fences and fails if work remains.
+func (l *Lane) requireQuiescent(op string) error {
+	l.collect()
+	if l.state == Failed {
+		return rejected(op, fmt.Errorf("%w: %v", ErrFailed, l.failure))
+	}
+	if !l.quiescent() {
+		return rejected(op, fmt.Errorf("%w: %d submissions in flight and %d quarantined; poll or synchronize first", ErrNotQuiescent, len(l.pending), len(l.quarantine)))
+	}
+	l.cache.ReleaseRetired(true)
+	return nil
+}
+
+// Configure opens the cache's preparation with a capacity of executables.
+func (l *Lane) Configure(capacity int) (cache.Preparation, error) {
+	if err := l.requireQuiescent("configure"); err != nil {
+		return l.cache.Preparation(), err
+	}
+	p, err := l.cache.Configure(capacity)
+	if err != nil {
+		return p, rejected("configure", err)
+	}
+	return p, nil
+}
+
+// Seal closes preparation; the catalog becomes readable.
+func (l *Lane) Seal() (cache.Preparation, error) {
+	if err := l.requireQuiescent("seal"); err != nil {
+		return l.cache.Preparation(), err
+	}
+	p, err := l.cache.Seal()
+	if err != nil {
+		return p, rejected("seal", err)
+	}
+	return p, nil
+}
+
+// Trim destroys every executable and forgets every program.
+func (l *Lane) Trim() (cache.TrimReport, error) {
+	if err := l.requireQuiescent("trim"); err != nil {
+		return cache.TrimReport{}, err
+	}
+	t, err := l.cache.Trim(true)
+	if err != nil {
+		return t, rejected("trim", err)
+	}
+	l.catalog.Trim()
+	return t, nil
+}
+
+// Catalog returns the sealed program catalog.
+func (l *Lane) Catalog() ([]programs.Descriptor, error) {
+	if err := l.requireQuiescent("catalog"); err != nil {
+		return nil, err
+	}
+	c, err := l.catalog.Programs()
+	if err != nil {
+		return nil, rejected("catalog", err)
+	}
+	return c, nil
+}
+
+// Preparation snapshots the cache's preparation.
+func (l *Lane) Preparation() (cache.Preparation, error) {
+	if err := l.requireQuiescent("preparation"); err != nil {
+		return l.cache.Preparation(), err
+	}
+	return l.cache.Preparation(), nil
+}
+
+// ReadbackLayout is what a readback expects to find: Count elements of Elem.
+type ReadbackLayout struct {
+	Elem  cuda.ElementType
+	Count uint64
+}
+
+// Readback synchronizes the stream and copies src into dst, after checking
+// that the region holds exactly the layout and dst has room for it.
+func (l *Lane) Readback(src cuda.Region, layout ReadbackLayout, dst []byte) error {
+	const op = "readback"
+	if err := src.Validate(); err != nil {
+		return rejected(op, err)
+	}
+	switch {
+	case src.Buffer.Device != l.dev.Info().Instance:
+		return rejected(op, fmt.Errorf("%w: the region's buffer belongs to device instance %d", ErrReadback, src.Buffer.Device))
+	case layout.Elem != src.Buffer.Elem:
+		return rejected(op, fmt.Errorf("%w: layout says %v, the buffer holds %v", ErrReadback, layout.Elem, src.Buffer.Elem))
+	case layout.Count*layout.Elem.Size() != src.Length:
+		return rejected(op, fmt.Errorf("%w: layout of %d %v is %d bytes; the region is %d", ErrReadback, layout.Count, layout.Elem, layout.Count*layout.Elem.Size(), src.Length))
+	case uint64(len(dst)) != src.Length:
+		return rejected(op, fmt.Errorf("%w: destination holds %d bytes for %d", ErrReadback, len(dst), src.Length))
+	}
+	if err := l.s.Readback(src, dst); err != nil {
+		l.fail(err)
+		l.collect()
+		return failed(op, err)
+	}
+	l.collect()
+	return nil
+}

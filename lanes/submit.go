@@ -1,0 +1,347 @@
+package lanes
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/programs"
+)
+
+// Row attributes one entry of a submitted batch.
+type Row struct {
+	Index      int
+	Node       int
+	Phase      Phase
+	Op         string // portable operation id: "launch:gemv_f32", "upload", "copy", "zero", "invoke"
+	Replayed   bool
+	Reason     cache.Reason // why the entry was not replayed (ReasonNone when it was)
+	Work       Work
+	Dispatches int // kernel launches the entry stands for
+	Transfers  int // copies and memsets
+	GraphNodes int // graph nodes it replayed as; 0 when eager or unknown
+}
+
+// SegmentRecord attributes one replayed segment.
+type SegmentRecord struct {
+	Start, End  int                 // entries [Start, End)
+	Fingerprint string              // the executable's segment key
+	Program     *programs.ProgramID // set when the segment belongs to a registered program
+	Ordinal     int                 // its segment ordinal in that program, or -1
+	Commands    int
+	GraphNodes  int
+	Logical     []programs.LogicalCommand
+}
+
+// Attribution is what a submission did, row by row.
+type Attribution struct {
+	Rows     []Row
+	Segments []SegmentRecord
+	Prelude  int // binding-patch commands enqueued before the entries
+}
+
+// Submission is an accepted batch: its fence and what it did.
+type Submission struct {
+	Fence       uint64
+	Attribution Attribution
+	Preparation cache.Report
+}
+
+// plan is a validated batch ready to enqueue.
+type plan struct {
+	b        *Batch
+	prelude  []cuda.Command
+	disc     cache.Discovery
+	rep      cache.Report
+	resident []int // per entry: index of its resident candidate, or -1
+	program  *programs.ProgramID
+	resolved []programs.Resolved // per entry: the resolved invocation
+}
+
+// Submit validates, prepares and enqueues a batch and records its fence.
+// An error before anything was enqueued is NotSubmitted and leaves the lane
+// as it was; an error after enqueue began fails the lane and quarantines the
+// batch. A panic in a provider is recovered and fails the lane.
+func (l *Lane) Submit(b Batch) (sub Submission, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			perr := fmt.Errorf("%w: %v", ErrProviderPanic, p)
+			l.fail(perr)
+			sub, err = Submission{}, failed("submit", perr)
+		}
+	}()
+	if l.state == Failed {
+		l.counters.Rejected++
+		return Submission{}, rejected("submit", fmt.Errorf("%w: %v", ErrFailed, l.failure))
+	}
+	t := l.stamp()
+	l.collect()
+	p, err := l.plan(&b)
+	if err != nil {
+		l.counters.Rejected++
+		return Submission{}, err
+	}
+	l.stage(StageValidatePrepare, t)
+	return l.enqueue(p)
+}
+
+// plan runs everything that enqueues no batch work: validation, patch
+// coalescing, discovery, preparation (capture, which executes nothing), the
+// path requirement and program registration.
+func (l *Lane) plan(b *Batch) (*plan, error) {
+	const op = "submit"
+	if err := l.validate(b); err != nil {
+		return nil, rejected(op, err)
+	}
+	prelude, err := coalesce(b.Patches)
+	if err != nil {
+		return nil, rejected(op, err)
+	}
+	p := &plan{b: b, prelude: prelude, resident: make([]int, len(b.Entries)), resolved: make([]programs.Resolved, len(b.Entries))}
+	for i := range p.resident {
+		p.resident[i] = -1
+	}
+	cmds := make([]cache.Command, len(b.Entries))
+	for i, e := range b.Entries {
+		cmds[i] = cache.Command{Cmd: e.Command, Phase: e.Phase.cache(), Node: e.Node}
+		if e.Invoke != nil {
+			cmds[i].Phase = cache.PhaseOutput // a replay by reference splits discovery
+			p.resolved[i], _ = l.catalog.Resolve(*e.Invoke, b.Timing == TimingVerification)
+		} else if e.Replay != nil && b.Path != EagerOnly {
+			cmds[i].Key, cmds[i].HasKey, cmds[i].Scopes = e.Replay.Key, true, e.Replay.Scopes
+		}
+	}
+	if p.disc, err = cache.Discover(cmds, b.EagerBoundaries); err != nil {
+		return nil, rejected(op, fmt.Errorf("%w: %v", ErrInvalidBatch, err))
+	}
+	if b.Path == EagerOnly {
+		p.disc.Candidates = nil
+	}
+	enqueue := func(i int) error { return l.s.Enqueue(b.Entries[i].Command) }
+	p.rep, err = l.cache.Prepare(l.s, p.disc.Candidates, l.quiescent(), enqueue)
+	l.observe(p.disc, p.rep)
+	if err != nil {
+		// Capture failed in a way that leaves eager fallback unsafe: the
+		// batch ran nothing, but the stream cannot be trusted.
+		l.fail(err)
+		return nil, &Error{Op: op, Code: "capture_failed", NotSubmitted: true, Err: fmt.Errorf("%w: %v", ErrFailed, err)}
+	}
+	for _, k := range p.rep.Evicted {
+		if _, err := l.catalog.Evict(k); err != nil {
+			l.fail(err)
+			return nil, &Error{Op: op, Code: "program_invalid", NotSubmitted: true, Err: err}
+		}
+	}
+	for ci, c := range p.disc.Candidates {
+		if p.rep.Dispositions[ci].Resident() {
+			for i := c.Start; i < c.End; i++ {
+				p.resident[i] = ci
+			}
+		}
+	}
+	if err := p.checkPath(); err != nil {
+		return nil, rejected(op, err)
+	}
+	if b.Program != nil {
+		ok, err := l.catalog.Register(*b.Program, cmds, p.disc, p.rep)
+		if err != nil {
+			return nil, rejected(op, err)
+		}
+		if ok {
+			p.program = &b.Program.ID
+		}
+	}
+	return p, nil
+}
+
+// observe adds a preparation's outcome to the counters.
+func (l *Lane) observe(d cache.Discovery, r cache.Report) {
+	c := &l.counters
+	c.Candidates += uint64(len(d.Candidates))
+	c.Captured += uint64(r.Captured)
+	c.Uploaded += uint64(r.Uploaded)
+	c.Hits += uint64(r.Hits)
+	c.CaptureRejections += uint64(r.CaptureRejected)
+	c.CachedRejections += uint64(r.CachedRejected)
+	c.QuiescenceDeferrals += uint64(r.QuiescenceDeferred)
+	c.CapacityDeferrals += uint64(r.CapacityDeferred)
+	c.OutsidePrep += uint64(r.OutsidePreparation)
+	c.Evictions += uint64(len(r.Evicted))
+}
+
+// reason is why entry i is not replayed.
+func (p *plan) reason(i int) cache.Reason {
+	if r := p.disc.Reasons[i]; r != cache.ReasonNone {
+		return r
+	}
+	for ci, c := range p.disc.Candidates {
+		if c.Start <= i && i < c.End {
+			return p.rep.Dispositions[ci].Reason()
+		}
+	}
+	return cache.ReasonOutsidePreparation // the path asked for eager execution
+}
+
+// checkPath enforces the batch's compute-path requirement.
+func (p *plan) checkPath() error {
+	b := p.b
+	if b.Path == Adaptive || b.Path == EagerOnly {
+		return nil
+	}
+	var eagerNodes []int
+	for i, e := range b.Entries {
+		if e.Phase != Compute || e.Invoke != nil || p.resident[i] >= 0 {
+			continue
+		}
+		if b.Path == ReplayedOnly {
+			return fmt.Errorf("%w: path %v, but entry %d (node %d) would run eagerly: %v", ErrPathRequired, b.Path, i, e.Node, p.reason(i))
+		}
+		if !slices.Contains(b.EagerBoundaries, e.Node) {
+			return fmt.Errorf("%w: path %v, but entry %d (node %d) is not a declared eager boundary and would run eagerly: %v", ErrPathRequired, b.Path, i, e.Node, p.reason(i))
+		}
+		if !slices.Contains(eagerNodes, e.Node) {
+			eagerNodes = append(eagerNodes, e.Node)
+		}
+	}
+	if b.Path == ReplayedWithBoundaries {
+		for _, n := range b.EagerBoundaries {
+			if !slices.Contains(eagerNodes, n) {
+				return fmt.Errorf("%w: path %v declares eager boundary node %d, but no compute entry runs there; the boundary shape must be exact", ErrPathRequired, b.Path, n)
+			}
+		}
+	}
+	return nil
+}
+
+// enqueue enqueues a planned batch: timing start, prelude, entries (resident
+// candidates replayed, invocations replayed by reference, the rest eager),
+// and the fence.
+func (l *Lane) enqueue(p *plan) (Submission, error) {
+	const op = "submit"
+	b := p.b
+	l.state = Recording
+	l.nextFence++
+	pd := &pending{fence: l.nextFence, retain: b.Retain, timing: b.Timing}
+	att := Attribution{Prelude: len(p.prelude)}
+	fail := func(err error) (Submission, error) {
+		l.fail(err)
+		l.quarantine = append(l.quarantine, pd)
+		return Submission{}, failed(op, err)
+	}
+	var err error
+	t := l.stamp()
+	if b.Timing >= TimingCompletion {
+		if pd.start, err = l.s.Record(); err != nil {
+			return fail(err)
+		}
+	}
+	t = l.stage(StageBeginTiming, t)
+	for _, c := range p.prelude {
+		if err := l.s.Enqueue(c); err != nil {
+			return fail(err)
+		}
+	}
+	segOrdinal := 0
+	for i := 0; i < len(b.Entries); {
+		e := b.Entries[i]
+		switch {
+		case p.resident[i] >= 0:
+			cand := p.disc.Candidates[p.resident[i]]
+			rec := SegmentRecord{Start: cand.Start, End: cand.End, Fingerprint: cand.Key.String(), Ordinal: -1, Commands: cand.Len()}
+			if p.program != nil {
+				rec.Program, rec.Ordinal = p.program, segOrdinal
+			}
+			segOrdinal++
+			exe, err := l.timed(pd, b.Timing >= TimingReplay, len(att.Segments), true, func() (*cache.Executable, error) {
+				return l.cache.Launch(l.s, cand.Key)
+			})
+			if err != nil {
+				return fail(err)
+			}
+			rec.GraphNodes = exe.GraphNodes
+			for k := cand.Start; k < cand.End; k++ {
+				row := l.row(k, b.Entries[k], true, cache.ReasonNone)
+				if exe.NodeCounts != nil {
+					row.GraphNodes = exe.NodeCounts[k-cand.Start]
+					rec.Logical = append(rec.Logical, programs.LogicalCommand{Ordinal: k - cand.Start, Node: b.Entries[k].Node, GraphNodes: row.GraphNodes})
+				}
+				att.Rows = append(att.Rows, row)
+			}
+			att.Segments = append(att.Segments, rec)
+			l.counters.ReplayedSegments++
+			i = cand.End
+		case e.Invoke != nil:
+			res := p.resolved[i]
+			exe, err := l.timed(pd, b.Timing >= TimingReplay, len(att.Segments), true, func() (*cache.Executable, error) {
+				return l.cache.Launch(l.s, res.Key)
+			})
+			if err != nil {
+				return fail(err)
+			}
+			id := e.Invoke.Program
+			att.Segments = append(att.Segments, SegmentRecord{Start: i, End: i + 1, Fingerprint: res.Key.String(), Program: &id,
+				Ordinal: e.Invoke.Segment.Ordinal, Commands: e.Invoke.Segment.Commands, GraphNodes: exe.GraphNodes, Logical: res.Logical})
+			row := l.row(i, e, true, cache.ReasonNone)
+			row.GraphNodes = exe.GraphNodes
+			att.Rows = append(att.Rows, row)
+			l.counters.ReplayedSegments++
+			l.counters.Invocations++
+			i++
+		default:
+			if _, err := l.timed(pd, b.Timing >= TimingKernel, i, false, func() (*cache.Executable, error) {
+				return nil, l.s.Enqueue(e.Command)
+			}); err != nil {
+				return fail(err)
+			}
+			att.Rows = append(att.Rows, l.row(i, e, false, p.reason(i)))
+			l.counters.EagerCommands++
+			i++
+		}
+	}
+	t = l.stage(StageEnqueue, t)
+	if pd.end, err = l.s.Record(); err != nil {
+		return fail(err)
+	}
+	l.stage(StageRecordFence, t)
+	pd.att = att
+	l.pending = append(l.pending, pd)
+	l.state = Submitted
+	l.counters.Submissions++
+	return Submission{Fence: pd.fence, Attribution: att, Preparation: p.rep}, nil
+}
+
+// timed runs one enqueue, bracketed by an event pair when on.
+func (l *Lane) timed(pd *pending, on bool, index int, segment bool, run func() (*cache.Executable, error)) (*cache.Executable, error) {
+	if !on {
+		return run()
+	}
+	start, err := l.s.Record()
+	if err != nil {
+		return nil, err
+	}
+	exe, err := run()
+	if err != nil {
+		return nil, err
+	}
+	end, err := l.s.Record()
+	if err != nil {
+		return nil, err
+	}
+	pd.spans = append(pd.spans, span{index: index, segment: segment, start: start, end: end})
+	return exe, nil
+}
+
+// row attributes entry i.
+func (l *Lane) row(i int, e Entry, replayed bool, reason cache.Reason) Row {
+	r := Row{Index: i, Node: e.Node, Phase: e.Phase, Replayed: replayed, Reason: reason, Work: e.Work}
+	switch {
+	case e.Invoke != nil:
+		r.Op, r.Dispatches = "invoke", e.Invoke.Segment.Commands
+	case e.Command.Kind == cuda.KindLaunch:
+		r.Op, r.Dispatches = "launch:"+e.Command.Kernel, 1
+	default:
+		r.Op, r.Transfers = e.Command.Kind.String(), 1
+	}
+	return r
+}
