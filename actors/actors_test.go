@@ -1,0 +1,379 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// protoactor's dead-letter throttle parks a goroutine for its one-second
+// interval; it ends by itself.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+}
+
+// device is a simulated device with one zeroed counter per tenant slot.
+type device struct {
+	*sim.Device
+	bufs []cuda.Buffer
+}
+
+func newDevice(t testing.TB, cfg sim.Config, counters int) *device {
+	t.Helper()
+	d, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	unbind, _ := d.BindThread()
+	defer unbind()
+	st, _ := d.NewStream()
+	dev := &device{Device: d}
+	for range counters {
+		b, err := d.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		z, _ := cuda.Zero(b.Whole())
+		_ = st.Enqueue(z)
+		dev.bufs = append(dev.bufs, b)
+	}
+	_ = st.Synchronize()
+	_ = st.Destroy()
+	return dev
+}
+
+// batch is k replayable increments of counter i.
+func (d *device) batch(i, k int) lanes.Batch {
+	var b lanes.Batch
+	for n := range k {
+		c, _ := cuda.Launch(d.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(d.bufs[i].Whole()), cuda.I32Arg(16))
+		b.Entries = append(b.Entries, lanes.Entry{Phase: lanes.Compute, Node: n, Command: c,
+			Replay: lanes.Replayable(c, cache.LaunchKey("actors-test", c), cache.PlanScope())})
+	}
+	return b
+}
+
+func start(t testing.TB, cfg actors.Config) *actors.Scheduler {
+	t.Helper()
+	s, err := actors.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return s
+}
+
+func TestReceiveRunsOnOneThreadPerLane(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 4)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 3, ThreadCheck: true})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if _, err := s.Submit(context.Background(), string(rune('a'+g)), dev.batch(g, 3)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for _, l := range s.Lanes() {
+		if len(l.Threads) != 1 {
+			t.Fatalf("lane %d ran Receive on threads %v", l.ID, l.Threads)
+		}
+		if seen[l.Threads[0]] {
+			t.Fatalf("two lanes share thread %d", l.Threads[0])
+		}
+		seen[l.Threads[0]] = true
+	}
+}
+
+func TestFailedLaneIsQuarantinedAndTenantsMove(t *testing.T) {
+	bad := newDevice(t, sim.Config{Clock: sim.ZeroCost, Faults: []sim.Fault{{Kind: sim.FaultLaunch, Nth: 1}}}, 2)
+	good := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 2)
+	s := start(t, actors.Config{Devices: []cuda.Device{bad, good}, CacheCapacity: -1})
+	ctx := context.Background()
+	// Tenant "a" lands on lane 0 (least loaded, first), whose device fails it.
+	_, err := s.Submit(ctx, "a", bad.batch(0, 2))
+	var le *lanes.Error
+	if !errors.As(err, &le) || le.NotSubmitted || !errors.Is(err, cuda.ErrLaunchResources) {
+		t.Fatalf("first submission: %v", err)
+	}
+	waitHealth(t, s, 0, actors.Quarantined)
+	for range 5 {
+		r, err := s.Submit(ctx, "a", good.batch(0, 1))
+		if err != nil || r.Outcome != lanes.Succeeded {
+			t.Fatalf("tenant a after its lane failed: %v", err)
+		}
+		if _, err := s.Submit(ctx, "b", good.batch(1, 1)); err != nil {
+			t.Fatalf("tenant b: %v", err)
+		}
+	}
+	if st := s.Lanes(); st[0].Health != actors.Quarantined || st[1].Health != actors.Healthy || st[0].Cause == nil {
+		t.Fatalf("lanes %+v", st)
+	}
+}
+
+func TestStickyFaultQuarantinesTheDevice(t *testing.T) {
+	poisoned := newDevice(t, sim.Config{Clock: sim.ZeroCost, Faults: []sim.Fault{{Kind: sim.FaultSticky, Nth: 3}}}, 2)
+	other := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 2)
+	s := start(t, actors.Config{Devices: []cuda.Device{poisoned, other}, LanesPerDevice: 2, CacheCapacity: -1})
+	ctx := context.Background()
+	var indeterminate int
+	for i := range 6 {
+		r, err := s.Submit(ctx, "t", poisoned.batch(0, 1))
+		if err != nil {
+			if !errors.Is(err, actors.ErrIndeterminate) || r.Outcome != lanes.Indeterminate {
+				// Submissions after the poisoning may also be refused by a
+				// lane that has not noticed yet, and rerouted.
+				var le *lanes.Error
+				if !errors.As(err, &le) {
+					t.Fatalf("submission %d: %v", i, err)
+				}
+			}
+			indeterminate++
+		}
+	}
+	if indeterminate == 0 {
+		t.Fatal("the sticky fault ended nothing indeterminate")
+	}
+	waitHealth(t, s, 0, actors.Quarantined)
+	waitHealth(t, s, 1, actors.Quarantined)
+	if _, err := s.Submit(ctx, "t", other.batch(0, 1)); err != nil {
+		t.Fatalf("the other device must keep serving: %v", err)
+	}
+	if st := s.Lanes(); st[2].Health != actors.Healthy && st[3].Health != actors.Healthy {
+		t.Fatalf("lanes %+v", st)
+	}
+}
+
+func TestOverloadIsRetryableAndLosesNothing(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.Virtual}, 1)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxInFlightPerTenant: 3, CacheCapacity: -1, PollMax: 200 * time.Microsecond})
+	var ps []*actors.Pending
+	for range 3 {
+		p, err := s.SubmitAsync("t", dev.batch(0, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	if _, err := s.SubmitAsync("t", dev.batch(0, 1)); !errors.Is(err, actors.ErrOverloaded) {
+		t.Fatalf("fourth submission: %v", err)
+	}
+	other, err := s.SubmitAsync("other", dev.batch(0, 1))
+	if err != nil {
+		t.Fatalf("another tenant is not limited by t's bound: %v", err)
+	}
+	ps = append(ps, other)
+	waitSubmitted(t, s, 4) // the virtual clock must move after the lane enqueued them
+	dev.Clock().Advance(time.Second)
+	for i, p := range ps {
+		r, err := p.Result()
+		if err != nil || r.Outcome != lanes.Succeeded {
+			t.Fatalf("submission %d: %v", i, err)
+		}
+	}
+	p, err := s.SubmitAsync("t", dev.batch(0, 1))
+	if err != nil {
+		t.Fatalf("after the backlog drained: %v", err)
+	}
+	waitSubmitted(t, s, 5)
+	dev.Clock().Advance(time.Second)
+	if _, err := p.Result(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitSubmitted(t *testing.T, s *actors.Scheduler, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Lanes()[0].Counters.Submissions < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lane took %d submissions, want %d", s.Lanes()[0].Counters.Submissions, n)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func TestCanceledSubmitKeepsItsAccounting(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.Virtual}, 1)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: -1, PollMax: 200 * time.Microsecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.Submit(ctx, "t", dev.batch(0, 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("submit past its deadline: %v", err)
+	}
+	if s.Lanes()[0].InFlight != 1 {
+		t.Fatal("the canceled submission is no longer accounted")
+	}
+	dev.Clock().Advance(time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Lanes()[0].InFlight != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the canceled submission never ended")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestStopUnderLoadEndsEverySubmissionOnce(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.RealTime}, 8)
+	s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted, ended, refused atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := s.SubmitAsync(string(rune('a'+g)), dev.batch(g, 4))
+				if err != nil {
+					refused.Add(1)
+					if errors.Is(err, actors.ErrStopped) {
+						return
+					}
+					continue
+				}
+				accepted.Add(1)
+				go func() {
+					<-p.Done()
+					ended.Add(1)
+				}()
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for ended.Load() != accepted.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if accepted.Load() == 0 || ended.Load() != accepted.Load() {
+		t.Fatalf("accepted %d, ended %d", accepted.Load(), ended.Load())
+	}
+	t.Logf("accepted %d, ended %d, refused %d", accepted.Load(), ended.Load(), refused.Load())
+}
+
+func TestAdministration(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
+	ctx := context.Background()
+	for range 3 {
+		if _, err := s.Submit(ctx, "t", dev.batch(0, 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := s.Seal(ctx, 0)
+	if err != nil || p.State != cache.Ready || p.Resident != 1 {
+		t.Fatalf("seal: %+v %v", p, err)
+	}
+	if c := s.Lanes()[0].Counters; c.Hits < 2 || c.Captured != 1 {
+		t.Fatalf("counters %+v", c)
+	}
+	if _, err := s.Catalog(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if tr, err := s.Trim(ctx, 0); err != nil || tr.Executables != 1 {
+		t.Fatalf("trim %+v %v", tr, err)
+	}
+	if _, err := s.Seal(ctx, 9); !errors.Is(err, actors.ErrUnknownLane) {
+		t.Fatalf("unknown lane: %v", err)
+	}
+}
+
+func waitHealth(t *testing.T, s *actors.Scheduler, lane int, want actors.Health) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Lanes()[lane].Health != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("lane %d is %v, want %v", lane, s.Lanes()[lane].Health, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// panicDevice hands out streams whose events panic when queried: a backend
+// bug that strikes while the lane actor polls, outside the lane core's own
+// recovery.
+type panicDevice struct{ *device }
+
+func (d panicDevice) NewStream() (cuda.Stream, error) {
+	s, err := d.device.NewStream()
+	return panicStream{s}, err
+}
+
+type panicStream struct{ cuda.Stream }
+
+func (s panicStream) Record() (cuda.Event, error) {
+	e, err := s.Stream.Record()
+	return panicEvent{e}, err
+}
+
+type panicEvent struct{ cuda.Event }
+
+func (panicEvent) Query() cuda.FenceQuery { panic("backend bug in event query") }
+
+func TestPanicInLaneActorQuarantines(t *testing.T) {
+	bad := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	good := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	s := start(t, actors.Config{Devices: []cuda.Device{panicDevice{bad}, good}, CacheCapacity: -1})
+	_, err := s.Submit(context.Background(), "a", bad.batch(0, 1))
+	if !errors.Is(err, actors.ErrIndeterminate) {
+		t.Fatalf("submission on a panicking lane: %v", err)
+	}
+	waitHealth(t, s, 0, actors.Quarantined)
+	if _, err := s.Submit(context.Background(), "a", good.batch(0, 1)); err != nil {
+		t.Fatalf("the tenant must move to the healthy lane: %v", err)
+	}
+}
+
+func TestRebuildBringsALaneBack(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost, Faults: []sim.Fault{{Kind: sim.FaultLaunch, Nth: 1}}}, 1)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, Rebuild: actors.Rebuild{Enabled: true, After: time.Millisecond}})
+	if _, err := s.Submit(context.Background(), "a", dev.batch(0, 1)); err == nil {
+		t.Fatal("the injected launch failure did not fail the submission")
+	}
+	waitHealth(t, s, 0, actors.Healthy)
+	if r, err := s.Submit(context.Background(), "a", dev.batch(0, 1)); err != nil || r.Outcome != lanes.Succeeded {
+		t.Fatalf("after the rebuild: %v", err)
+	}
+}

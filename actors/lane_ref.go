@@ -1,0 +1,97 @@
+package actors
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// Health is a lane's standing with the router.
+type Health uint8
+
+// Lane health.
+const (
+	Starting    Health = iota // the actor is opening its stream
+	Healthy                   // routed to
+	Quarantined               // failed: out of routing until rebuilt
+	Stopped                   // drained and stopped
+)
+
+// String names the health.
+func (h Health) String() string {
+	return [...]string{"starting", "healthy", "quarantined", "stopped", "unknown"}[min(int(h), 4)]
+}
+
+// laneRef is the scheduler's handle on one lane actor: what the router
+// reads, shared with the actor through atomics and a small lock.
+type laneRef struct {
+	id     int
+	device int
+	dev    cuda.Device
+	pid    *actor.PID
+	disp   *threadDispatcher
+	stream cuda.Stream // owned by the actor
+
+	mu     sync.Mutex
+	health Health
+	cause  error
+	tids   map[int]bool
+
+	dead           atomic.Bool // the actor panicked and was stopped
+	inflight       int         // admitted, not ended (router lock)
+	inflightFences atomic.Int64
+	stats          atomic.Value // lanes.Counters
+}
+
+func (r *laneRef) setState(h Health, cause error) {
+	r.mu.Lock()
+	r.health = h
+	r.cause = cause
+	r.mu.Unlock()
+}
+
+// State is the lane's health.
+func (r *laneRef) State() Health {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.health
+}
+
+func (r *laneRef) noteThread(tid int) {
+	r.mu.Lock()
+	if r.tids == nil {
+		r.tids = map[int]bool{}
+	}
+	r.tids[tid] = true
+	r.mu.Unlock()
+}
+
+// LaneStatus is a lane as Scheduler.Lanes reports it.
+type LaneStatus struct {
+	ID       int
+	Device   int
+	Health   Health
+	Cause    error // why it was quarantined
+	InFlight int   // admitted submissions not yet ended
+	Counters lanes.Counters
+	// Threads are the OS thread ids its Receive ran on (with
+	// Config.ThreadCheck): always exactly one.
+	Threads []int
+}
+
+func (r *laneRef) status(inflight int) LaneStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := LaneStatus{ID: r.id, Device: r.device, Health: r.health, Cause: r.cause, InFlight: inflight}
+	if c, ok := r.stats.Load().(lanes.Counters); ok {
+		st.Counters = c
+	}
+	for t := range r.tids {
+		st.Threads = append(st.Threads, t)
+	}
+	return st
+}

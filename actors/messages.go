@@ -1,0 +1,56 @@
+package actors
+
+import "github.com/lanesched/lanes/lanes"
+
+// The lane actor's messages. They are plain data: a call id names the
+// waiting caller in the scheduler's registry instead of a channel or a
+// closure riding in the message, so the same messages could reach a lane on
+// another host through protoactor's remote. (Batches name device addresses,
+// which only mean something on their own host; a remote lane would take
+// plans by name instead.)
+
+// SubmitRequest asks a lane to submit a batch.
+type SubmitRequest struct {
+	Call   uint64
+	Tenant string
+	Batch  lanes.Batch
+}
+
+// AdminOp is an administrative operation on a lane.
+type AdminOp uint8
+
+// Administrative operations.
+const (
+	OpConfigure AdminOp = iota + 1
+	OpSeal
+	OpTrim
+	OpCatalog
+	OpSynchronize
+	OpPreparation
+)
+
+// String names the operation.
+func (o AdminOp) String() string {
+	return [...]string{"unknown", "configure", "seal", "trim", "catalog", "synchronize", "preparation"}[min(int(o), 6)]
+}
+
+// AdminRequest asks a lane for an administrative operation.
+type AdminRequest struct {
+	Call     uint64
+	Op       AdminOp
+	Capacity int // for OpConfigure
+}
+
+// pollFences tells a lane to poll its fences.
+type pollFences struct{}
+
+// stopLane tells a lane to drain, synchronize, trim and stop.
+type stopLane struct{ Call uint64 }
+
+// failLane tells a lane its device failed elsewhere: it drains what it can
+// and leaves routing.
+type failLane struct{ Reason string }
+
+// rebuildLane tells a quarantined lane to start over on a fresh stream and
+// cache, once its device is healthy.
+type rebuildLane struct{}

@@ -1,0 +1,528 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
+)
+
+// Errors of the scheduler.
+var (
+	ErrOverloaded    = errors.New("actors: overloaded")
+	ErrStopped       = errors.New("actors: scheduler stopped")
+	ErrNoHealthyLane = errors.New("actors: no healthy lane")
+	ErrIndeterminate = errors.New("actors: submission indeterminate")
+	ErrUnknownLane   = errors.New("actors: unknown lane")
+)
+
+// Rebuild is the policy for quarantined lanes.
+type Rebuild struct {
+	// Enabled rebuilds a quarantined lane (new stream, fresh cache) once its
+	// device is healthy; a sticky device error keeps it out for good.
+	Enabled bool
+	// After is how long a lane stays quarantined before the attempt.
+	After time.Duration
+}
+
+// Config configures a scheduler. Devices is required; the zero value of
+// every other field is a sensible default.
+type Config struct {
+	Devices        []cuda.Device
+	LanesPerDevice int    // default 1
+	CacheCapacity  int    // executables per lane; default 64; negative: never capture
+	Runtime        string // runtime fingerprint of programs; default "lanes/<backend>"
+	// Admission: submissions admitted and not yet ended. Beyond these, Submit
+	// answers ErrOverloaded (retryable) instead of queueing without bound.
+	MaxInFlightPerLane   int // default 256
+	MaxInFlightPerTenant int // default 1024
+	Rebuild              Rebuild
+	// Fence polling: QuickPolls polls through the mailbox right after a
+	// submission, then timers back off from PollMin to PollMax.
+	QuickPolls       int           // default 4
+	PollMin, PollMax time.Duration // default 20µs, 2ms
+	Throughput       int           // messages per mailbox run; default 64
+	// ThreadCheck records the OS thread of every Receive (LaneStatus.Threads).
+	ThreadCheck bool
+	// Logger receives protoactor's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if len(c.Devices) == 0 {
+		return fmt.Errorf("actors: Config.Devices is empty; give at least one device")
+	}
+	for i, d := range c.Devices {
+		if d == nil {
+			return fmt.Errorf("actors: Config.Devices[%d] is nil", i)
+		}
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&c.LanesPerDevice, 1)
+	def(&c.MaxInFlightPerLane, 256)
+	def(&c.MaxInFlightPerTenant, 1024)
+	def(&c.Throughput, 64)
+	if c.CacheCapacity == 0 {
+		c.CacheCapacity = 64
+	}
+	if c.QuickPolls == 0 {
+		c.QuickPolls = 4
+	}
+	if c.PollMin <= 0 {
+		c.PollMin = 20 * time.Microsecond
+	}
+	if c.PollMax < c.PollMin {
+		c.PollMax = max(2*time.Millisecond, c.PollMin)
+	}
+	if c.Runtime == "" {
+		c.Runtime = "lanes/" + c.Devices[0].Info().Backend
+	}
+	return nil
+}
+
+// call is one waiting caller: a submission or an administrative request.
+type call struct {
+	id       uint64
+	tenant   string
+	lane     *laneRef
+	batch    lanes.Batch // kept for one reroute
+	rerouted bool
+	admin    bool
+
+	done    chan struct{}
+	receipt lanes.Receipt
+	result  any
+	err     error
+}
+
+// Scheduler routes tenants' batches to lane actors. It is safe for
+// concurrent use.
+type Scheduler struct {
+	cfg    Config
+	system *actor.ActorSystem
+	lanes  []*laneRef
+
+	mu       sync.Mutex // router state and the call registry
+	sticky   map[string]*laneRef
+	tenants  map[string]int
+	calls    map[uint64]*call
+	stopping bool
+
+	nextCall atomic.Uint64
+	timers   sync.WaitGroup
+}
+
+// Start spawns LanesPerDevice lane actors per device, each on its own
+// bound OS thread with its own stream, cache and catalog.
+func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Scheduler{cfg: cfg, sticky: map[string]*laneRef{}, tenants: map[string]int{}, calls: map[uint64]*call{}}
+	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	root := s.system.Root.WithGuardian(laneStrategy{s})
+	for di, dev := range cfg.Devices {
+		for range cfg.LanesPerDevice {
+			ref := &laneRef{id: len(s.lanes), device: di, dev: dev}
+			disp, err := newThreadDispatcher(dev, cfg.Throughput)
+			if err != nil {
+				s.abort()
+				return nil, fmt.Errorf("actors: bind lane %d to device %d: %w", ref.id, di, err)
+			}
+			ref.disp = disp
+			props := actor.PropsFromProducer(func() actor.Actor { return &laneActor{s: s, ref: ref} },
+				actor.WithDispatcher(disp), actor.WithMailbox(actor.Unbounded()))
+			ref.pid = root.Spawn(props)
+			s.lanes = append(s.lanes, ref)
+		}
+	}
+	// Wait until every lane has opened its stream (or failed to).
+	for _, ref := range s.lanes {
+		for ref.State() == Starting {
+			if err := ctx.Err(); err != nil {
+				s.abort()
+				return nil, err
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return s, nil
+}
+
+// abort tears down a half-started scheduler.
+func (s *Scheduler) abort() {
+	for _, ref := range s.lanes {
+		_ = s.system.Root.StopFuture(ref.pid).Wait()
+		ref.disp.stop()
+	}
+	s.system.Shutdown()
+}
+
+// laneStrategy turns a panic in a lane actor (outside the lane core, which
+// recovers its own) into a lane failure: the lane is quarantined and its
+// waiting callers end; the actor is stopped, never restarted in place.
+type laneStrategy struct{ s *Scheduler }
+
+func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {
+	for _, ref := range st.s.lanes {
+		if ref.pid.Equal(child) {
+			ref.dead.Store(true)
+			ref.setState(Quarantined, fmt.Errorf("%w: lane actor panicked: %v", lanes.ErrFailed, reason))
+			st.s.endLaneCalls(ref, fmt.Errorf("%w: lane %d panicked: %v", ErrIndeterminate, ref.id, reason))
+			st.s.laneQuarantined(ref, fmt.Errorf("panic: %v", reason))
+		}
+	}
+	sup.StopChildren(child)
+}
+
+// admit picks a lane for a tenant and counts the submission against it.
+func (s *Scheduler) admit(tenant string, exclude *laneRef) (*laneRef, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return nil, ErrStopped
+	}
+	if s.tenants[tenant] >= s.cfg.MaxInFlightPerTenant {
+		return nil, fmt.Errorf("%w: tenant %q has %d submissions in flight (limit %d); retry later", ErrOverloaded, tenant, s.tenants[tenant], s.cfg.MaxInFlightPerTenant)
+	}
+	fits := func(r *laneRef) bool {
+		return r != nil && r != exclude && r.State() == Healthy && r.inflight < s.cfg.MaxInFlightPerLane
+	}
+	lane := s.sticky[tenant]
+	if !fits(lane) {
+		var best *laneRef
+		healthy := false
+		for _, r := range s.lanes {
+			if r.State() == Healthy && r != exclude {
+				healthy = true
+			}
+			if fits(r) && (best == nil || r.inflight < best.inflight) {
+				best = r
+			}
+		}
+		if best == nil {
+			if !healthy {
+				return nil, ErrNoHealthyLane
+			}
+			return nil, fmt.Errorf("%w: every healthy lane has %d submissions in flight; retry later", ErrOverloaded, s.cfg.MaxInFlightPerLane)
+		}
+		if sl := s.sticky[tenant]; sl == nil || sl.State() != Healthy {
+			s.sticky[tenant] = best // move the tenant off a quarantined lane
+		}
+		lane = best
+	}
+	lane.inflight++
+	s.tenants[tenant]++
+	return lane, nil
+}
+
+// release undoes admit.
+func (s *Scheduler) release(c *call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.calls, c.id)
+	if c.admin {
+		return
+	}
+	c.lane.inflight--
+	if s.tenants[c.tenant]--; s.tenants[c.tenant] <= 0 {
+		delete(s.tenants, c.tenant)
+	}
+}
+
+func (s *Scheduler) register(c *call) {
+	c.id = s.nextCall.Add(1)
+	c.done = make(chan struct{})
+	s.mu.Lock()
+	s.calls[c.id] = c
+	s.mu.Unlock()
+}
+
+func (s *Scheduler) take(id uint64) *call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.calls[id]
+	if c != nil {
+		delete(s.calls, id)
+	}
+	return c
+}
+
+// complete ends a submission exactly once: a second completion of the same
+// call finds nothing and is ignored.
+func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
+	c := s.take(id)
+	if c == nil {
+		return
+	}
+	c.receipt, c.err = r, err
+	s.mu.Lock()
+	s.calls[c.id] = c // release deletes it again under the same lock
+	s.mu.Unlock()
+	s.release(c)
+	close(c.done)
+}
+
+func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
+	c := s.take(id)
+	if c == nil {
+		return
+	}
+	c.result, c.err = res, err
+	close(c.done)
+}
+
+// reroute sends a submission a failed lane did not take to a healthy lane,
+// once; otherwise it ends, not submitted.
+func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
+	s.mu.Lock()
+	c := s.calls[m.Call]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	fail := func(err error) {
+		s.complete(c.id, lanes.Receipt{}, &lanes.Error{Op: "submit", Code: "lane_unavailable", NotSubmitted: true, Retryable: true, Err: err})
+	}
+	if c.rerouted {
+		fail(fmt.Errorf("%w: lane %d failed before taking the batch", lanes.ErrFailed, from.id))
+		return
+	}
+	to, err := s.admit(c.tenant, from)
+	if err != nil {
+		fail(err)
+		return
+	}
+	s.mu.Lock()
+	from.inflight--
+	s.tenants[c.tenant]--
+	c.lane, c.rerouted = to, true
+	s.mu.Unlock()
+	s.system.Root.Send(to.pid, m)
+}
+
+// endLaneCalls ends every call routed to a lane whose actor died.
+func (s *Scheduler) endLaneCalls(ref *laneRef, err error) {
+	s.mu.Lock()
+	var ids []uint64
+	for id, c := range s.calls {
+		if c.lane == ref {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, err)
+	}
+}
+
+// laneQuarantined reacts to a lane failure: a sticky device error
+// quarantines every lane of the device; the rebuild policy may bring the
+// lane back once the device is healthy.
+func (s *Scheduler) laneQuarantined(ref *laneRef, cause error) {
+	if cuda.IsSticky(cause) {
+		for _, r := range s.lanes {
+			if r != ref && r.dev == ref.dev && r.State() == Healthy {
+				r.setState(Quarantined, cause)
+				s.system.Root.Send(r.pid, failLane{Reason: "device poisoned: " + cause.Error()})
+			}
+		}
+		return
+	}
+	if s.cfg.Rebuild.Enabled {
+		s.mu.Lock()
+		stopping := s.stopping
+		s.mu.Unlock()
+		if stopping {
+			return
+		}
+		s.timers.Add(1)
+		time.AfterFunc(s.cfg.Rebuild.After, func() {
+			defer s.timers.Done()
+			s.system.Root.Send(ref.pid, rebuildLane{})
+		})
+	}
+}
+
+func (s *Scheduler) laneRebuilt(*laneRef) {}
+
+// Submit routes a batch to the tenant's lane and waits for its receipt. A
+// submission that was accepted always ends exactly once, even if ctx ends
+// first: Submit then returns ctx.Err() and the scheduler still accounts the
+// submission until its fence is terminal. An indeterminate outcome is
+// returned as an error wrapping ErrIndeterminate, with the receipt.
+func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes.Receipt, error) {
+	p, err := s.SubmitAsync(tenant, b)
+	if err != nil {
+		return lanes.Receipt{}, err
+	}
+	select {
+	case <-p.Done():
+		return p.Result()
+	case <-ctx.Done():
+		return lanes.Receipt{}, ctx.Err()
+	}
+}
+
+// Pending is a submission in flight.
+type Pending struct{ c *call }
+
+// Done is closed when the submission has ended.
+func (p *Pending) Done() <-chan struct{} { return p.c.done }
+
+// Result returns the receipt and error once Done is closed.
+func (p *Pending) Result() (lanes.Receipt, error) {
+	<-p.c.done
+	return p.c.receipt, p.c.err
+}
+
+// Lane is the lane the submission was routed to (last, after a reroute).
+func (p *Pending) Lane() int {
+	return p.c.lane.id
+}
+
+// SubmitAsync routes a batch and returns at once. Admission errors
+// (ErrOverloaded, retryable; ErrStopped; ErrNoHealthyLane) come back here.
+func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) {
+	lane, err := s.admit(tenant, nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{tenant: tenant, lane: lane, batch: b}
+	s.register(c)
+	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: tenant, Batch: b})
+	return &Pending{c}, nil
+}
+
+// adminCall sends an administrative request to one lane and waits.
+func (s *Scheduler) adminCall(ctx context.Context, lane int, op AdminOp, capacity int) (any, error) {
+	if lane < 0 || lane >= len(s.lanes) {
+		return nil, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes))
+	}
+	c := &call{admin: true, lane: s.lanes[lane]}
+	s.register(c)
+	s.system.Root.Send(c.lane.pid, &AdminRequest{Call: c.id, Op: op, Capacity: capacity})
+	select {
+	case <-c.done:
+		return c.result, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Configure opens a lane's preparation with a capacity.
+func (s *Scheduler) Configure(ctx context.Context, lane, capacity int) (cache.Preparation, error) {
+	r, err := s.adminCall(ctx, lane, OpConfigure, capacity)
+	p, _ := r.(cache.Preparation)
+	return p, err
+}
+
+// Seal closes a lane's preparation.
+func (s *Scheduler) Seal(ctx context.Context, lane int) (cache.Preparation, error) {
+	r, err := s.adminCall(ctx, lane, OpSeal, 0)
+	p, _ := r.(cache.Preparation)
+	return p, err
+}
+
+// Trim releases a lane's executables and programs.
+func (s *Scheduler) Trim(ctx context.Context, lane int) (cache.TrimReport, error) {
+	r, err := s.adminCall(ctx, lane, OpTrim, 0)
+	t, _ := r.(cache.TrimReport)
+	return t, err
+}
+
+// Catalog returns a lane's sealed program catalog.
+func (s *Scheduler) Catalog(ctx context.Context, lane int) ([]programs.Descriptor, error) {
+	r, err := s.adminCall(ctx, lane, OpCatalog, 0)
+	c, _ := r.([]programs.Descriptor)
+	return c, err
+}
+
+// Synchronize waits for a lane's stream to drain.
+func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
+	_, err := s.adminCall(ctx, lane, OpSynchronize, 0)
+	return err
+}
+
+// Lanes reports every lane's health and counters.
+func (s *Scheduler) Lanes() []LaneStatus {
+	s.mu.Lock()
+	inflight := make([]int, len(s.lanes))
+	for i, r := range s.lanes {
+		inflight[i] = r.inflight
+	}
+	s.mu.Unlock()
+	out := make([]LaneStatus, len(s.lanes))
+	for i, r := range s.lanes {
+		out[i] = r.status(inflight[i])
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Stop stops admitting, drains every lane (each synchronizes its stream,
+// ends every pending submission exactly once, trims and releases its
+// stream), then stops the actors and their threads. If ctx ends first, the
+// lanes still drain in the background and Stop returns ctx.Err().
+func (s *Scheduler) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopping = true
+	s.mu.Unlock()
+	var waits []*call
+	for _, ref := range s.lanes {
+		c := &call{admin: true, lane: ref}
+		s.register(c)
+		waits = append(waits, c)
+		if ref.dead.Load() {
+			s.completeAdmin(c.id, nil, nil) // nothing left to drain
+			continue
+		}
+		s.system.Root.Send(ref.pid, &stopLane{Call: c.id})
+	}
+	done := make(chan struct{})
+	go func() {
+		for i, c := range waits {
+			ref := s.lanes[i]
+			select {
+			case <-c.done:
+			case <-time.After(time.Minute): // the actor died; nothing drains it
+			}
+			_ = s.system.Root.StopFuture(ref.pid).Wait()
+			s.endLaneCalls(ref, ErrStopped)
+			ref.disp.stop()
+		}
+		s.timers.Wait()
+		s.system.Shutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
