@@ -3,8 +3,10 @@ module github.com/lanesched/lanes
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
 	gorgonia.org/cu v0.9.6
 )

@@ -29,12 +29,13 @@ func (h Health) String() string {
 // laneRef is the scheduler's handle on one lane actor: what the router
 // reads, shared with the actor through atomics and a small lock.
 type laneRef struct {
-	id     int
-	device int
-	dev    cuda.Device
-	pid    *actor.PID
-	disp   *threadDispatcher
-	stream cuda.Stream // owned by the actor
+	id       int
+	device   int
+	dev      cuda.Device
+	instance uint64 // the device instance; batches are routed to lanes of their buffers' device
+	pid      *actor.PID
+	disp     *threadDispatcher
+	stream   cuda.Stream // owned by the actor
 
 	mu     sync.Mutex
 	health Health
@@ -43,6 +44,7 @@ type laneRef struct {
 
 	dead           atomic.Bool // the actor panicked and was stopped
 	inflight       int         // admitted, not ended (router lock)
+	pinned         int         // tenants pinned here (router lock)
 	inflightFences atomic.Int64
 	stats          atomic.Value // lanes.Counters
 }

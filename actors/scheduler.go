@@ -143,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {
 		for range cfg.LanesPerDevice {
-			ref := &laneRef{id: len(s.lanes), device: di, dev: dev}
+			ref := &laneRef{id: len(s.lanes), device: di, dev: dev, instance: dev.Info().Instance}
 			disp, err := newThreadDispatcher(dev, cfg.Throughput)
 			if err != nil {
 				s.abort()
@@ -195,8 +195,28 @@ func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor,
 	sup.StopChildren(child)
 }
 
-// admit picks a lane for a tenant and counts the submission against it.
-func (s *Scheduler) admit(tenant string, exclude *laneRef) (*laneRef, error) {
+// batchDevice is the device instance a batch's buffers live on, or 0 when
+// it names none (a batch of invocations only).
+func batchDevice(b *lanes.Batch) uint64 {
+	for _, e := range b.Entries {
+		var inst uint64
+		_ = e.Command.ForRegions(func(r cuda.Region) error {
+			if inst == 0 {
+				inst = r.Buffer.Device
+			}
+			return nil
+		})
+		if inst != 0 {
+			return inst
+		}
+	}
+	return 0
+}
+
+// admit picks a lane for a tenant, on the device the batch's buffers live
+// on, and counts the submission against it.
+func (s *Scheduler) admit(tenant string, b *lanes.Batch, exclude *laneRef) (*laneRef, error) {
+	device := batchDevice(b)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping {
@@ -205,18 +225,20 @@ func (s *Scheduler) admit(tenant string, exclude *laneRef) (*laneRef, error) {
 	if s.tenants[tenant] >= s.cfg.MaxInFlightPerTenant {
 		return nil, fmt.Errorf("%w: tenant %q has %d submissions in flight (limit %d); retry later", ErrOverloaded, tenant, s.tenants[tenant], s.cfg.MaxInFlightPerTenant)
 	}
-	fits := func(r *laneRef) bool {
-		return r != nil && r != exclude && r.State() == Healthy && r.inflight < s.cfg.MaxInFlightPerLane
+	eligible := func(r *laneRef) bool {
+		return r != nil && r != exclude && r.State() == Healthy && (device == 0 || r.instance == device)
 	}
+	fits := func(r *laneRef) bool { return eligible(r) && r.inflight < s.cfg.MaxInFlightPerLane }
 	lane := s.sticky[tenant]
 	if !fits(lane) {
 		var best *laneRef
 		healthy := false
 		for _, r := range s.lanes {
-			if r.State() == Healthy && r != exclude {
+			if eligible(r) {
 				healthy = true
 			}
-			if fits(r) && (best == nil || r.inflight < best.inflight) {
+			if fits(r) && (best == nil || r.inflight < best.inflight ||
+				r.inflight == best.inflight && r.pinned < best.pinned) {
 				best = r
 			}
 		}
@@ -226,8 +248,14 @@ func (s *Scheduler) admit(tenant string, exclude *laneRef) (*laneRef, error) {
 			}
 			return nil, fmt.Errorf("%w: every healthy lane has %d submissions in flight; retry later", ErrOverloaded, s.cfg.MaxInFlightPerLane)
 		}
-		if sl := s.sticky[tenant]; sl == nil || sl.State() != Healthy {
-			s.sticky[tenant] = best // move the tenant off a quarantined lane
+		if sl := s.sticky[tenant]; !eligible(sl) {
+			// A new tenant, or one whose lane left routing: pin it to the
+			// least loaded lane, and among equals the one with fewest tenants.
+			if sl != nil {
+				sl.pinned--
+			}
+			s.sticky[tenant] = best
+			best.pinned++
 		}
 		lane = best
 	}
@@ -308,7 +336,7 @@ func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
 		fail(fmt.Errorf("%w: lane %d failed before taking the batch", lanes.ErrFailed, from.id))
 		return
 	}
-	to, err := s.admit(c.tenant, from)
+	to, err := s.admit(c.tenant, &c.batch, from)
 	if err != nil {
 		fail(err)
 		return
@@ -404,7 +432,7 @@ func (p *Pending) Lane() int {
 // SubmitAsync routes a batch and returns at once. Admission errors
 // (ErrOverloaded, retryable; ErrStopped; ErrNoHealthyLane) come back here.
 func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) {
-	lane, err := s.admit(tenant, nil)
+	lane, err := s.admit(tenant, &b, nil)
 	if err != nil {
 		return nil, err
 	}

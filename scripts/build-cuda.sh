@@ -3,7 +3,7 @@
 #
 #   CUDA_HOME=/usr/local/cuda scripts/build-cuda.sh          # build ./...
 #   scripts/build-cuda.sh vet                                # go vet -tags cuda ./...
-#   scripts/build-cuda.sh test-binaries DIR                  # test binaries of the GPU packages into DIR
+#   scripts/build-cuda.sh test-binaries DIR                  # driver.test and lanedemo (cuda) into DIR
 #
 # CUDA_HOME needs include/cuda.h and lib64/stubs/libcuda.so (or lib64/libcuda.so);
 # the binaries then need the driver's libcuda.so.1 at run time. Every cgo
@@ -29,6 +29,7 @@ case "${1:-build}" in
     out=${2:?usage: build-cuda.sh test-binaries DIR}
     mkdir -p "$out"
     go test -c -tags cuda -o "$out/driver.test" ./cuda/driver
+    go build -tags cuda -o "$out/lanedemo" ./cmd/lanedemo
     ;;
   *) echo "unknown step $1" >&2; exit 2 ;;
 esac

@@ -1,0 +1,125 @@
+// Command lanedemo is the multi-tenant load generator of lanes: tenants
+// submit decode-like steps to a scheduler of lanes, and lanedemo reports
+// what the scheduler did (replayed or eager, and why) and how well (steps
+// per second, latency percentiles per lane).
+//
+//	go run ./cmd/lanedemo                 # the embedded simulated H200, about ten seconds
+//	lanedemo --device cuda --lanes 8      # the real GPU (build with scripts/build-cuda.sh)
+//
+// Exit codes: 0 ok, 1 the run failed its own checks (a submission that
+// never ended), 2 bad flags.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+
+	"github.com/lanesched/lanes/internal/demo"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg := demo.Defaults()
+	var jsonPath string
+	var quiet bool
+	fs := flag.NewFlagSet("lanedemo", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.Device, "device", cfg.Device, "device backend: sim (the embedded simulated H200) or cuda (the real GPU; needs a build with the cuda tag)")
+	fs.StringVar(&cfg.Clock, "clock", cfg.Clock, "sim clock: real (the cost model in wall-clock time, feels like a GPU) or zero (no device cost: the scheduler's own overhead)")
+	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "sim devices to spread tenants over")
+	fs.IntVar(&cfg.Lanes, "lanes", cfg.Lanes, "lanes (streams) per device")
+	fs.IntVar(&cfg.Tenants, "tenants", cfg.Tenants, "tenants, each with its own buffers and sizes")
+	fs.IntVar(&cfg.EagerTenants, "eager-tenants", cfg.EagerTenants, "tenants that submit without replay keys, to show eager fallback and typed gaps")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the measured phase (when --steps is 0)")
+	fs.IntVar(&cfg.Steps, "steps", cfg.Steps, "steps per tenant instead of a duration (0: use --duration)")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up steps per tenant while preparation is open (captures), before every lane is sealed")
+	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "load shape: closed (--concurrency steps in flight per tenant) or open (--rate Poisson arrivals)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "closed loop: steps in flight per tenant")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "open loop: steps per second, all tenants together")
+	fs.IntVar(&cfg.Kernels, "kernels", cfg.Kernels, "kernels per step (the compute chain that is captured and replayed)")
+	fs.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "executables each lane's cache may hold (0: never capture)")
+	fs.StringVar(&cfg.Timing, "timing", cfg.Timing, "device timing: off, completion, replay, kernel or verification")
+	fs.Float64Var(&cfg.Faults.Launch, "fault-launch", 0, "sim: probability a launch fails synchronously (the lane is quarantined)")
+	fs.Float64Var(&cfg.Faults.Capture, "fault-capture", 0, "sim: probability a command is rejected during capture (eager fallback)")
+	fs.Float64Var(&cfg.Faults.OOM, "fault-oom", 0, "sim: probability an allocation or instantiation runs out of memory")
+	fs.Float64Var(&cfg.Faults.Sticky, "fault-sticky", 0, "sim: probability a launch poisons the whole device")
+	fs.Float64Var(&cfg.Faults.Hang, "fault-hang", 0, "sim: probability a kernel never finishes")
+	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout)")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of inputs, arrivals and faults")
+	fs.BoolVar(&quiet, "quiet", false, "no progress line")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fmt.Fprintln(stdout, "usage: lanedemo [flags]\n\nDrives a scheduler of lanes with multi-tenant decode steps and reports replay, latency and failures.\n\nflags:")
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(stderr, "lanedemo: %v (see --help)\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "lanedemo: unexpected argument %q (see --help)\n", fs.Arg(0))
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "%v (see --help)\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	opt := demo.Options{}
+	if !quiet {
+		opt.Progress, opt.Terminal = stderr, isTerminal(stderr)
+	}
+	rep, err := demo.Run(ctx, cfg, opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		if errors.Is(err, demo.ErrConfig) {
+			return 2
+		}
+		if rep == nil {
+			return 1
+		}
+	}
+	rep.WriteTable(stdout)
+	if jsonPath != "" {
+		if err := writeJSON(jsonPath, stdout, rep); err != nil {
+			fmt.Fprintf(stderr, "lanedemo: write %s: %v\n", jsonPath, err)
+			return 1
+		}
+	}
+	if !rep.OK() || err != nil {
+		return 1
+	}
+	return 0
+}
+
+func writeJSON(path string, stdout io.Writer, rep *demo.Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

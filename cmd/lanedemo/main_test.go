@@ -1,0 +1,34 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestBadFlagsExit2WithOneLine(t *testing.T) {
+	for _, args := range [][]string{{"--lanes", "x"}, {"--nope"}, {"--mode", "spiral"}, {"--fault-sticky", "3"}, {"extra"}, {"--device", "cuda"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+		if lines := strings.Count(strings.TrimSpace(errb.String()), "\n"); lines != 0 || errb.Len() == 0 {
+			t.Errorf("%v: want one error line, got %q", args, errb.String())
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "--eager-tenants") && !strings.Contains(out.String(), "-eager-tenants") {
+		t.Fatalf("help: exit %d\n%s", code, out.String())
+	}
+}
+
+func TestShortRunJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"--clock", "zero", "--duration", "300ms", "--tenants", "2", "--eager-tenants", "1", "--lanes", "2", "--quiet", "--json", "-"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), `"ExactlyOnce": true`) {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+}

@@ -1,0 +1,112 @@
+// Package demo is lanedemo's engine: a multi-tenant load generator that
+// drives an [actors.Scheduler] with decode-like steps and reports what the
+// scheduler did and how well. cmd/lanedemo is its command line.
+package demo
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// Config is one run. The zero value is not runnable; Defaults gives the
+// values lanedemo starts from.
+type Config struct {
+	Device       string        // "sim" or "cuda"
+	Clock        string        // sim clock: "real" or "zero"
+	Devices      int           // sim devices
+	Lanes        int           // lanes per device
+	Tenants      int           // tenants, spread over the devices
+	EagerTenants int           // tenants that submit without replay keys
+	Duration     time.Duration // measured phase (when Steps is 0)
+	Steps        int           // steps per tenant instead of a duration
+	Warmup       int           // warm-up steps per tenant before sealing
+	Mode         string        // "closed" or "open"
+	Concurrency  int           // closed loop: steps in flight per tenant
+	Rate         float64       // open loop: steps per second in all, Poisson arrivals
+	Kernels      int           // kernels per step
+	Capacity     int           // executables per lane
+	Timing       string        // off, completion, replay, kernel, verification
+	Faults       FaultRates    // sim fault injection
+	Seed         int64
+}
+
+// FaultRates are per-operation probabilities of each injected fault.
+type FaultRates struct {
+	Launch, Capture, OOM, Sticky, Hang float64
+}
+
+func (f FaultRates) any() bool { return f.Launch+f.Capture+f.OOM+f.Sticky+f.Hang > 0 }
+
+// Defaults is a run that shows the scheduler in about ten seconds on the
+// simulated device.
+func Defaults() Config {
+	return Config{Device: "sim", Clock: "real", Devices: 1, Lanes: 4, Tenants: 8, EagerTenants: 2,
+		Duration: 6 * time.Second, Warmup: 4, Mode: "closed", Concurrency: 2, Rate: 2000, Kernels: 16,
+		Capacity: 64, Timing: "replay", Seed: 1}
+}
+
+// ErrConfig marks a bad configuration (lanedemo exits 2 on it).
+var ErrConfig = errors.New("lanedemo: bad configuration")
+
+var timings = map[string]lanes.TimingMode{"off": lanes.TimingOff, "completion": lanes.TimingCompletion,
+	"replay": lanes.TimingReplay, "kernel": lanes.TimingKernel, "verification": lanes.TimingVerification}
+
+// Validate checks the configuration and says what to fix.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+	}
+	switch {
+	case c.Device != "sim" && c.Device != "cuda":
+		return bad("--device %q: use sim or cuda", c.Device)
+	case c.Clock != "real" && c.Clock != "zero":
+		return bad("--clock %q: use real or zero", c.Clock)
+	case c.Devices < 1 || c.Devices > 64:
+		return bad("--devices %d: use 1 to 64", c.Devices)
+	case c.Lanes < 1 || c.Lanes > 256:
+		return bad("--lanes %d: use 1 to 256", c.Lanes)
+	case c.Tenants < 1 || c.Tenants > 10000:
+		return bad("--tenants %d: use 1 to 10000", c.Tenants)
+	case c.EagerTenants < 0 || c.EagerTenants > c.Tenants:
+		return bad("--eager-tenants %d: use 0 to --tenants (%d)", c.EagerTenants, c.Tenants)
+	case c.Steps < 0 || (c.Steps == 0 && c.Duration <= 0):
+		return bad("give a positive --duration or --steps")
+	case c.Warmup < 0:
+		return bad("--warmup %d: use 0 or more steps", c.Warmup)
+	case c.Mode != "closed" && c.Mode != "open":
+		return bad("--mode %q: use closed or open", c.Mode)
+	case c.Mode == "closed" && (c.Concurrency < 1 || c.Concurrency > 1024):
+		return bad("--concurrency %d: use 1 to 1024", c.Concurrency)
+	case c.Mode == "open" && !(c.Rate > 0):
+		return bad("--rate %v: give a positive rate of steps per second", c.Rate)
+	case c.Kernels < 1 || c.Kernels > 4096:
+		return bad("--kernels %d: use 1 to 4096", c.Kernels)
+	case c.Capacity < 0:
+		return bad("--capacity %d: use 0 (never capture) or more", c.Capacity)
+	}
+	if _, ok := timings[c.Timing]; !ok {
+		return bad("--timing %q: use off, completion, replay, kernel or verification", c.Timing)
+	}
+	for name, r := range map[string]float64{"launch": c.Faults.Launch, "capture": c.Faults.Capture, "oom": c.Faults.OOM, "sticky": c.Faults.Sticky, "hang": c.Faults.Hang} {
+		if r < 0 || r > 1 {
+			return bad("--fault-%s %v: a rate is between 0 and 1", name, r)
+		}
+	}
+	if c.Device == "cuda" && c.Faults.any() {
+		return bad("fault injection needs --device sim; the GPU's own faults are in the conformance suite")
+	}
+	return nil
+}
+
+// Backend opens the devices of a non-sim backend ("cuda" when built with
+// the cuda tag).
+type Backend func(cfg Config) ([]cuda.Device, error)
+
+var backends = map[string]Backend{}
+
+// RegisterBackend makes a device backend available to --device.
+func RegisterBackend(name string, b Backend) { backends[name] = b }

@@ -1,0 +1,80 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/internal/demo"
+)
+
+// TestRunEndToEnd runs the demo's whole code path on the zero-cost
+// simulator and checks the report's invariants.
+func TestRunEndToEnd(t *testing.T) {
+	cfg := demo.Defaults()
+	cfg.Clock, cfg.Duration, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.Kernels = "zero", 1500*time.Millisecond, 2, 4, 1, 8
+	var progress bytes.Buffer
+	rep, err := demo.Run(context.Background(), cfg, demo.Options{Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Log("\n" + table.String())
+	if !rep.OK() || rep.Accepted == 0 || rep.Accepted != rep.Ended || rep.Succeeded != rep.Ended {
+		t.Fatalf("accepted %d ended %d succeeded %d", rep.Accepted, rep.Ended, rep.Succeeded)
+	}
+	if rep.ReplayShare <= 0 || rep.ReplayedCommands == 0 || rep.Cache.Captures == 0 || rep.Cache.Hits == 0 {
+		t.Fatalf("replay keys present, yet replay share %.2f, captures %d, hits %d", rep.ReplayShare, rep.Cache.Captures, rep.Cache.Hits)
+	}
+	if len(rep.Gaps) != 1 || rep.Gaps["provider_key_missing"] == 0 {
+		t.Fatalf("the eager tenant's compute must show as provider_key_missing gaps: %v", rep.Gaps)
+	}
+	var sum int64
+	for _, l := range rep.PerLane {
+		sum += l.Submissions
+	}
+	if sum != rep.Ended || len(rep.PerLane) != 2 {
+		t.Fatalf("lanes account for %d of %d", sum, rep.Ended)
+	}
+	if !strings.Contains(progress.String(), "steps/s") {
+		t.Fatalf("no progress lines: %q", progress.String())
+	}
+}
+
+func TestOpenLoopWithFaults(t *testing.T) {
+	cfg := demo.Defaults()
+	cfg.Clock, cfg.Mode, cfg.Rate, cfg.Duration, cfg.Lanes, cfg.Tenants, cfg.Kernels = "zero", "open", 3000, time.Second, 3, 4, 4
+	cfg.Faults.Launch = 0.0005
+	rep, err := demo.Run(context.Background(), cfg, demo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.ExactlyOnce || rep.Accepted == 0 {
+		t.Fatalf("accepted %d ended %d", rep.Accepted, rep.Ended)
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Log("\n" + table.String())
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, mutate := range []func(*demo.Config){
+		func(c *demo.Config) { c.Device = "tpu" },
+		func(c *demo.Config) { c.Lanes = 0 },
+		func(c *demo.Config) { c.EagerTenants = c.Tenants + 1 },
+		func(c *demo.Config) { c.Mode = "spiral" },
+		func(c *demo.Config) { c.Timing = "sometimes" },
+		func(c *demo.Config) { c.Faults.Sticky = 2 },
+		func(c *demo.Config) { c.Device = "cuda"; c.Faults.Launch = 0.1 },
+	} {
+		cfg := demo.Defaults()
+		mutate(&cfg)
+		if err := cfg.Validate(); !errors.Is(err, demo.ErrConfig) {
+			t.Errorf("%+v: %v", cfg, err)
+		}
+	}
+}

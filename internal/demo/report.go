@@ -1,0 +1,301 @@
+package demo
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// aggregate collects every ended submission while the load runs.
+type aggregate struct {
+	mu       sync.Mutex
+	lanes    []*laneAgg
+	total    *hdrhistogram.Histogram
+	gaps     map[string]int64
+	refusals map[string]int64
+
+	accepted, endedN  atomic.Int64
+	replayedN, eagerN atomic.Int64
+	elapsed           time.Duration
+}
+
+type laneAgg struct {
+	hist                            *hdrhistogram.Histogram
+	subs, ok, indeterminate, failed int64
+	replayed, eager                 int64
+}
+
+// Latencies are recorded in microseconds, from 1 µs to 10 minutes, to three
+// significant digits.
+func newHist() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
+}
+
+func newAggregate(lanes int) *aggregate {
+	a := &aggregate{total: newHist(), gaps: map[string]int64{}, refusals: map[string]int64{}}
+	for range lanes {
+		a.lanes = append(a.lanes, &laneAgg{hist: newHist()})
+	}
+	return a
+}
+
+func (a *aggregate) refused(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	code := "other"
+	switch {
+	case errors.Is(err, actors.ErrOverloaded):
+		code = "overloaded"
+	case errors.Is(err, actors.ErrNoHealthyLane):
+		code = "no_healthy_lane"
+	case errors.Is(err, actors.ErrStopped):
+		code = "stopped"
+	}
+	a.refusals[code]++
+}
+
+// ended records one ended submission: its lane, latency, outcome and rows.
+func (a *aggregate) ended(lane int, _ *tenant, lat time.Duration, r lanes.Receipt, err error) {
+	us := max(lat.Microseconds(), 1)
+	var replayed, eager int64
+	gaps := map[string]int64{}
+	for _, row := range r.Attribution.Rows {
+		if row.Replayed {
+			replayed++
+			continue
+		}
+		eager++
+		if row.Phase == lanes.Compute {
+			gaps[row.Reason.String()]++
+		}
+	}
+	a.mu.Lock()
+	l := a.lanes[lane]
+	l.subs++
+	switch {
+	case err == nil:
+		l.ok++
+	case errors.Is(err, actors.ErrIndeterminate):
+		l.indeterminate++
+	default:
+		l.failed++
+	}
+	_ = l.hist.RecordValue(us)
+	_ = a.total.RecordValue(us)
+	l.replayed += replayed
+	l.eager += eager
+	for k, v := range gaps {
+		a.gaps[k] += v
+	}
+	a.mu.Unlock()
+	a.replayedN.Add(replayed)
+	a.eagerN.Add(eager)
+	a.endedN.Add(1)
+}
+
+// waitEnded waits (bounded) until every accepted submission has ended.
+func (a *aggregate) waitEnded(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for a.endedN.Load() < a.accepted.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Latency is a latency summary in microseconds.
+type Latency struct {
+	P50, P90, P99, Max int64
+}
+
+func latency(h *hdrhistogram.Histogram) Latency {
+	return Latency{P50: h.ValueAtQuantile(50), P90: h.ValueAtQuantile(90), P99: h.ValueAtQuantile(99), Max: h.Max()}
+}
+
+// CacheStats are a lane's (or all lanes') cache observations.
+type CacheStats struct {
+	Hits, Captures, Rejections, Evictions uint64
+}
+
+// LaneReport is one lane's part of the run.
+type LaneReport struct {
+	Lane, Device             int
+	Health                   string
+	Cause                    string `json:",omitempty"`
+	Submissions              int64
+	StepsPerSec              float64
+	Latency                  Latency
+	Replayed, Eager          int64
+	Cache                    CacheStats
+	Succeeded, Indeterminate int64
+	Failed                   int64
+}
+
+// Report is the outcome of a run, as the table and as JSON.
+type Report struct {
+	Device           string
+	Lanes, Tenants   int
+	Kernels          int
+	Mode, Timing     string
+	Seconds          float64
+	Accepted, Ended  int64
+	Succeeded        int64
+	Indeterminate    int64
+	Failed           int64
+	Refused          map[string]int64
+	StepsPerSec      float64
+	Latency          Latency
+	ReplayedCommands int64
+	EagerCommands    int64
+	ReplayShare      float64
+	Cache            CacheStats
+	Gaps             map[string]int64 // compute commands run eagerly, by typed reason
+	Quarantined      int
+	ExactlyOnce      bool // accepted == ended
+	PerLane          []LaneReport
+}
+
+func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.Device) *Report {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	secs := max(a.elapsed.Seconds(), 1e-9)
+	r := &Report{Device: devs[0].Info().Name, Lanes: len(status), Tenants: cfg.Tenants, Kernels: cfg.Kernels,
+		Mode: cfg.Mode, Timing: cfg.Timing, Seconds: secs, Accepted: a.accepted.Load(), Ended: a.endedN.Load(),
+		Refused: a.refusals, Latency: latency(a.total), Gaps: a.gaps}
+	for i, st := range status {
+		l := a.lanes[i]
+		lr := LaneReport{Lane: st.ID, Device: st.Device, Health: st.Health.String(), Submissions: l.subs,
+			StepsPerSec: float64(l.subs) / secs, Latency: latency(l.hist), Replayed: l.replayed, Eager: l.eager,
+			Cache: CacheStats{Hits: st.Counters.Hits, Captures: st.Counters.Captured,
+				Rejections: st.Counters.CaptureRejections + st.Counters.CachedRejections, Evictions: st.Counters.Evictions},
+			Succeeded: l.ok, Indeterminate: l.indeterminate, Failed: l.failed}
+		if st.Cause != nil {
+			lr.Cause = st.Cause.Error()
+		}
+		if st.Health == actors.Quarantined {
+			r.Quarantined++
+		}
+		r.Succeeded += l.ok
+		r.Indeterminate += l.indeterminate
+		r.Failed += l.failed
+		r.ReplayedCommands += l.replayed
+		r.EagerCommands += l.eager
+		r.Cache.Hits += lr.Cache.Hits
+		r.Cache.Captures += lr.Cache.Captures
+		r.Cache.Rejections += lr.Cache.Rejections
+		r.Cache.Evictions += lr.Cache.Evictions
+		r.PerLane = append(r.PerLane, lr)
+	}
+	r.StepsPerSec = float64(r.Ended) / secs
+	if n := r.ReplayedCommands + r.EagerCommands; n > 0 {
+		r.ReplayShare = float64(r.ReplayedCommands) / float64(n)
+	}
+	r.ExactlyOnce = r.Accepted == r.Ended
+	return r
+}
+
+// OK reports whether the run passed its own checks.
+func (r *Report) OK() bool { return r.ExactlyOnce }
+
+// WriteTable prints the report for a person.
+func (r *Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "lanedemo: %s, %d lanes, %d tenants, %d kernels/step, %s loop, timing %s, %.1fs\n\n",
+		r.Device, r.Lanes, r.Tenants, r.Kernels, r.Mode, r.Timing, r.Seconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "lane\thealth\tsteps\tsteps/s\tp50 µs\tp90 µs\tp99 µs\tmax µs\treplayed\teager\thits\tcaptures\trejections\tevictions\tfailed\t")
+	row := func(name, health string, subs int64, sps float64, l Latency, rep, eag int64, c CacheStats, failed int64) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, health, subs, sps,
+			l.P50, l.P90, l.P99, l.Max, rep, eag, c.Hits, c.Captures, c.Rejections, c.Evictions, failed)
+	}
+	for _, l := range r.PerLane {
+		row(fmt.Sprint(l.Lane), l.Health, l.Submissions, l.StepsPerSec, l.Latency, l.Replayed, l.Eager, l.Cache, l.Failed+l.Indeterminate)
+	}
+	row("total", fmt.Sprintf("%d/%d ok", r.Lanes-r.Quarantined, r.Lanes), r.Ended, r.StepsPerSec, r.Latency,
+		r.ReplayedCommands, r.EagerCommands, r.Cache, r.Failed+r.Indeterminate)
+	tw.Flush()
+	fmt.Fprintf(w, "\nreplay share %.1f%% of commands", 100*r.ReplayShare)
+	if len(r.Gaps) > 0 {
+		fmt.Fprintf(w, "; compute run eagerly, by reason: %s", counts(r.Gaps))
+	}
+	fmt.Fprintln(w)
+	if len(r.Refused) > 0 {
+		fmt.Fprintf(w, "refused at admission: %s\n", counts(r.Refused))
+	}
+	if r.Indeterminate+r.Failed > 0 || r.Quarantined > 0 {
+		fmt.Fprintf(w, "failures: %d indeterminate, %d failed; %d lanes quarantined\n", r.Indeterminate, r.Failed, r.Quarantined)
+		for _, l := range r.PerLane {
+			if l.Cause != "" {
+				fmt.Fprintf(w, "  lane %d: %s\n", l.Lane, l.Cause)
+			}
+		}
+	}
+	check := "ok"
+	if !r.ExactlyOnce {
+		check = "FAILED"
+	}
+	fmt.Fprintf(w, "exactly once: %d accepted, %d ended (%s)\n", r.Accepted, r.Ended, check)
+}
+
+func counts(m map[string]int64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// showProgress prints the live progress line until done.
+func showProgress(opt Options, s *actors.Scheduler, a *aggregate, start time.Time, done <-chan struct{}) {
+	period := time.Second
+	if opt.Terminal {
+		period = 250 * time.Millisecond
+	}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	last, lastT := int64(0), start
+	for {
+		select {
+		case <-done:
+			if opt.Terminal {
+				fmt.Fprint(opt.Progress, "\r\033[K")
+			}
+			return
+		case now := <-tick.C:
+			n := a.endedN.Load()
+			rate := float64(n-last) / now.Sub(lastT).Seconds()
+			last, lastT = n, now
+			rep, eag := a.replayedN.Load(), a.eagerN.Load()
+			share := 0.0
+			if rep+eag > 0 {
+				share = 100 * float64(rep) / float64(rep+eag)
+			}
+			q, lanes := 0, s.Lanes()
+			for _, l := range lanes {
+				if l.Health == actors.Quarantined {
+					q++
+				}
+			}
+			line := fmt.Sprintf("%5.1fs  %7.0f steps/s  replay %5.1f%%  quarantined %d/%d", now.Sub(start).Seconds(), rate, share, q, len(lanes))
+			if opt.Terminal {
+				fmt.Fprint(opt.Progress, "\r\033[K"+line)
+			} else {
+				fmt.Fprintln(opt.Progress, line)
+			}
+		}
+	}
+}

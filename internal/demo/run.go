@@ -1,0 +1,204 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// Options are how a run reports while it runs.
+type Options struct {
+	Progress io.Writer // nil: no progress
+	Terminal bool      // rewrite one progress line instead of printing lines
+}
+
+// Run runs the demo: it opens the devices, starts a scheduler, warms up
+// (preparation is open: the first steps capture), seals every lane, then
+// drives the configured load and returns the report.
+func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	devs, err := openDevices(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, d := range devs {
+			_ = d.Close()
+		}
+	}()
+	tenants, err := setup(cfg, devs)
+	if err != nil {
+		return nil, fmt.Errorf("lanedemo: set up tenants: %w", err)
+	}
+	capacity := cfg.Capacity
+	if capacity == 0 {
+		capacity = -1
+	}
+	s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, CacheCapacity: capacity,
+		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency)})
+	if err != nil {
+		return nil, err
+	}
+	agg := newAggregate(len(devs) * cfg.Lanes)
+	timing := timings[cfg.Timing]
+	stopErr := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return s.Stop(sctx)
+	}
+	if err := warmup(ctx, cfg, s, tenants, timing); err != nil {
+		_ = stopErr()
+		return nil, err
+	}
+	if capacity > 0 {
+		for lane := range len(devs) * cfg.Lanes {
+			if _, err := s.Seal(ctx, lane); err != nil && !errors.Is(err, lanes.ErrFailed) {
+				_ = stopErr()
+				return nil, fmt.Errorf("lanedemo: seal lane %d: %w", lane, err)
+			}
+		}
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	var progress sync.WaitGroup
+	if opt.Progress != nil {
+		progress.Add(1)
+		go func() {
+			defer progress.Done()
+			showProgress(opt, s, agg, start, done)
+		}()
+	}
+	loadErr := drive(ctx, cfg, s, tenants, timing, agg)
+	agg.elapsed = time.Since(start)
+	close(done)
+	progress.Wait()
+	status := s.Lanes() // before Stop, which stops every lane
+	if err := stopErr(); err != nil {
+		return nil, fmt.Errorf("lanedemo: stop: %w", err)
+	}
+	agg.waitEnded(10 * time.Second)
+	rep := agg.report(cfg, status, devs)
+	return rep, loadErr
+}
+
+// warmup runs a few steps per tenant while preparation is open, one at a
+// time, so every tenant's chain is captured before the cache is sealed.
+func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode) error {
+	for range cfg.Warmup {
+		for _, tn := range tenants {
+			b, err := tn.step(timing)
+			if err != nil {
+				return err
+			}
+			if _, err := s.Submit(ctx, tn.name, b); err != nil && !faultError(cfg, err) {
+				return fmt.Errorf("lanedemo: warm-up of %s: %w", tn.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// faultError reports whether err is what an injected fault may cause.
+func faultError(cfg Config, err error) bool {
+	return cfg.Faults.any() && err != nil
+}
+
+// drive runs the measured phase.
+func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, agg *aggregate) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cfg.Steps == 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, cfg.Duration)
+		defer stop()
+	}
+	if cfg.Mode == "open" {
+		return openLoop(ctx, cfg, s, tenants, timing, agg)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for _, tn := range tenants {
+		var issued atomic.Int64
+		var mu sync.Mutex // the tenant's input generator
+		for range cfg.Concurrency {
+			g.Go(func() error {
+				for ctx.Err() == nil {
+					if cfg.Steps > 0 && issued.Add(1) > int64(cfg.Steps) {
+						return nil
+					}
+					mu.Lock()
+					b, err := tn.step(timing)
+					mu.Unlock()
+					if err != nil {
+						return err
+					}
+					p, err := s.SubmitAsync(tn.name, b)
+					if err != nil {
+						agg.refused(err)
+						if errors.Is(err, actors.ErrNoHealthyLane) || errors.Is(err, actors.ErrStopped) {
+							return nil
+						}
+						time.Sleep(100 * time.Microsecond)
+						continue
+					}
+					agg.accepted.Add(1)
+					t0 := time.Now()
+					r, err := p.Result()
+					agg.ended(p.Lane(), tn, time.Since(t0), r, err)
+				}
+				return nil
+			})
+		}
+	}
+	return g.Wait()
+}
+
+// openLoop issues steps at Poisson arrivals of the configured total rate,
+// to tenants chosen at random, without waiting for earlier ones.
+func openLoop(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, agg *aggregate) error {
+	rng := rand.New(rand.NewSource(cfg.Seed))
+	next := time.Now()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	budget := cfg.Steps * len(tenants)
+	for n := 0; ctx.Err() == nil && (budget == 0 || n < budget); n++ {
+		next = next.Add(time.Duration(rng.ExpFloat64() / cfg.Rate * float64(time.Second)))
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		tn := tenants[rng.Intn(len(tenants))]
+		b, err := tn.step(timing)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		p, err := s.SubmitAsync(tn.name, b)
+		if err != nil {
+			agg.refused(err)
+			continue
+		}
+		agg.accepted.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := p.Result()
+			agg.ended(p.Lane(), tn, time.Since(t0), r, err)
+		}()
+	}
+	return nil
+}
