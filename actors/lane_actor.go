@@ -65,7 +65,9 @@ func (a *laneActor) open() error {
 	if err != nil {
 		return err
 	}
-	l, err := lanes.New(lanes.Config{ID: uint64(a.ref.id), Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime})
+	epoch := a.s.epoch
+	l, err := lanes.New(lanes.Config{ID: uint64(a.ref.id), Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime,
+		Now: func() time.Duration { return time.Since(epoch) }})
 	if err != nil {
 		_ = st.Destroy()
 		return err

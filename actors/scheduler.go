@@ -12,11 +12,14 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
+	"github.com/lanesched/lanes/telemetry"
 )
 
 // Errors of the scheduler.
@@ -58,6 +61,9 @@ type Config struct {
 	ThreadCheck bool
 	// Logger receives protoactor's logs; nil discards them.
 	Logger *slog.Logger
+	// Telemetry receives every ended submission and quarantine; nil
+	// records nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 func (c *Config) defaults() error {
@@ -105,6 +111,8 @@ type call struct {
 	rerouted bool
 	admin    bool
 
+	start time.Time // host time the submission was admitted
+
 	done    chan struct{}
 	receipt lanes.Receipt
 	result  any
@@ -126,6 +134,8 @@ type Scheduler struct {
 
 	nextCall atomic.Uint64
 	timers   sync.WaitGroup
+	epoch    time.Time // origin of the lanes' host clock
+	gauges   metric.Registration
 }
 
 // Start spawns LanesPerDevice lane actors per device, each on its own
@@ -138,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Scheduler{cfg: cfg, sticky: map[string]*laneRef{}, tenants: map[string]int{}, calls: map[uint64]*call{}}
+	s := &Scheduler{cfg: cfg, sticky: map[string]*laneRef{}, tenants: map[string]int{}, calls: map[uint64]*call{}, epoch: time.Now()}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {
@@ -155,6 +165,10 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 			ref.pid = root.Spawn(props)
 			s.lanes = append(s.lanes, ref)
 		}
+	}
+	if err := s.registerGauges(); err != nil {
+		s.abort()
+		return nil, err
 	}
 	// Wait until every lane has opened its stream (or failed to).
 	for _, ref := range s.lanes {
@@ -308,7 +322,43 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 	s.calls[c.id] = c // release deletes it again under the same lock
 	s.mu.Unlock()
 	s.release(c)
+	// The span is recorded before the caller wakes, so a receipt in hand
+	// means its trace exists.
+	if t := s.cfg.Telemetry; t != nil {
+		t.Submission(context.Background(), telemetry.Submission{
+			Tenant: c.tenant, Lane: c.lane.id, Device: c.lane.device, DeviceName: c.lane.dev.Info().Name,
+			Entries: len(c.batch.Entries), Path: c.batch.Path, Timing: c.batch.Timing, Start: c.start, End: time.Now(),
+			Anchor: s.epoch, Receipt: r, Err: err, Batch: c.batch.Entries})
+	}
 	close(c.done)
+}
+
+// registerGauges reports lane health and in-flight depth as gauges.
+func (s *Scheduler) registerGauges() error {
+	m := s.cfg.Telemetry.Meter()
+	if m == nil {
+		return nil
+	}
+	health, err := m.Int64ObservableGauge("lanes.lanes", metric.WithDescription("lanes by health"))
+	if err != nil {
+		return err
+	}
+	depth, err := m.Int64ObservableGauge("lanes.lane.in_flight", metric.WithDescription("admitted submissions per lane"))
+	if err != nil {
+		return err
+	}
+	s.gauges, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		byHealth := map[Health]int64{}
+		for _, l := range s.Lanes() {
+			byHealth[l.Health]++
+			o.ObserveInt64(depth, int64(l.InFlight), metric.WithAttributes(attribute.Int("lanes.lane.id", l.ID)))
+		}
+		for h, n := range byHealth {
+			o.ObserveInt64(health, n, metric.WithAttributes(attribute.String("lanes.health", h.String())))
+		}
+		return nil
+	}, health, depth)
+	return err
 }
 
 func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
@@ -368,6 +418,7 @@ func (s *Scheduler) endLaneCalls(ref *laneRef, err error) {
 // quarantines every lane of the device; the rebuild policy may bring the
 // lane back once the device is healthy.
 func (s *Scheduler) laneQuarantined(ref *laneRef, cause error) {
+	s.cfg.Telemetry.Quarantine(context.Background(), ref.id, cause)
 	if cuda.IsSticky(cause) {
 		for _, r := range s.lanes {
 			if r != ref && r.dev == ref.dev && r.State() == Healthy {
@@ -436,7 +487,7 @@ func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &call{tenant: tenant, lane: lane, batch: b}
+	c := &call{tenant: tenant, lane: lane, batch: b, start: time.Now()}
 	s.register(c)
 	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: tenant, Batch: b})
 	return &Pending{c}, nil
@@ -544,6 +595,9 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 			ref.disp.stop()
 		}
 		s.timers.Wait()
+		if s.gauges != nil {
+			_ = s.gauges.Unregister()
+		}
 		s.system.Shutdown()
 		close(done)
 	}()

@@ -29,19 +29,26 @@ func (o Outcome) String() string {
 
 // SpanTiming is the device time of one replayed segment or eager command.
 type SpanTiming struct {
-	Index    int  // segment index in the attribution, or entry index for an eager command
-	Segment  bool // a replayed segment (else an eager command)
+	Index    int           // segment index in the attribution, or entry index for an eager command
+	Segment  bool          // a replayed segment (else an eager command)
+	Offset   time.Duration // from the submission's start event to the span's start
 	Duration time.Duration
 }
 
 // Receipt is the terminal report of one submission.
 type Receipt struct {
-	Fence       uint64
-	Outcome     Outcome
-	Err         error  // for Indeterminate
-	Report      Report // Err described
-	DeviceTime  time.Duration
-	Spans       []SpanTiming
+	Fence      uint64
+	Outcome    Outcome
+	Err        error         // for Indeterminate
+	Report     Report        // Err described
+	DeviceTime time.Duration // from the start event to the fence; 0 without timing
+	Spans      []SpanTiming
+	// HostStart is the host time (on Config.Now's clock) at which the
+	// submission's start event was recorded: the anchor that places device
+	// times on the host timeline. HostTimed is false without Config.Now or
+	// without timing.
+	HostStart   time.Duration
+	HostTimed   bool
 	Attribution Attribution
 	// Released are the batch's retained buffers, now free to reuse. An
 	// indeterminate submission releases nothing: its buffers stay
@@ -61,6 +68,8 @@ type pending struct {
 	start, end cuda.Event
 	spans      []span
 	timing     TimingMode
+	hostStart  time.Duration
+	hostTimed  bool
 	retain     []cuda.Buffer
 	att        Attribution
 }
@@ -109,10 +118,15 @@ func (l *Lane) receipt(p *pending) Receipt {
 	r := Receipt{Fence: p.fence, Outcome: Succeeded, Attribution: p.att, Released: p.retain, Report: Describe(nil)}
 	if p.start != nil {
 		r.DeviceTime, _ = p.end.Elapsed(p.start)
+		r.HostStart, r.HostTimed = p.hostStart, p.hostTimed
 	}
 	for _, s := range p.spans {
 		d, _ := s.end.Elapsed(s.start)
-		r.Spans = append(r.Spans, SpanTiming{Index: s.index, Segment: s.segment, Duration: d})
+		st := SpanTiming{Index: s.index, Segment: s.segment, Duration: d}
+		if p.start != nil {
+			st.Offset, _ = s.start.Elapsed(p.start)
+		}
+		r.Spans = append(r.Spans, st)
 	}
 	return r
 }

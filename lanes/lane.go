@@ -47,8 +47,9 @@ type StageSink interface {
 }
 
 // Config configures a lane. Device and Stream are required; the stream must
-// be of the device. Now is the host clock stage timings use; the lane reads
-// it only when Stages is set, and reads no other clock.
+// be of the device. Now is the host clock the lane reads, and the only one:
+// for stage timings when Stages is set, and to anchor each timed
+// submission's device times on the host timeline (Receipt.HostStart).
 type Config struct {
 	ID      uint64
 	Device  cuda.Device

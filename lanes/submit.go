@@ -38,7 +38,15 @@ type SegmentRecord struct {
 type Attribution struct {
 	Rows     []Row
 	Segments []SegmentRecord
-	Prelude  int // binding-patch commands enqueued before the entries
+	Prelude  int          // binding-patch commands enqueued before the entries
+	Events   []CacheEvent // what preparation did to the cache for this batch
+}
+
+// CacheEvent is a cache event of a submission's preparation.
+type CacheEvent struct {
+	Kind   string // "captured", "capture_rejected" or "evicted"
+	Key    string // the segment fingerprint
+	Detail string // for capture_rejected: the device's answer
 }
 
 // Submission is an accepted batch: its fence and what it did.
@@ -155,6 +163,30 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 	return p, nil
 }
 
+// events lists what preparation did to the cache.
+func (p *plan) events() []CacheEvent {
+	var out []CacheEvent
+	rej := 0
+	for ci, d := range p.rep.Dispositions {
+		key := p.disc.Candidates[ci].Key.String()
+		switch d {
+		case cache.Captured:
+			out = append(out, CacheEvent{Kind: "captured", Key: key})
+		case cache.CaptureRejected:
+			ev := CacheEvent{Kind: "capture_rejected", Key: key}
+			if rej < len(p.rep.Rejections) {
+				ev.Detail = p.rep.Rejections[rej].Error()
+				rej++
+			}
+			out = append(out, ev)
+		}
+	}
+	for _, k := range p.rep.Evicted {
+		out = append(out, CacheEvent{Kind: "evicted", Key: k.String()})
+	}
+	return out
+}
+
 // observe adds a preparation's outcome to the counters.
 func (l *Lane) observe(d cache.Discovery, r cache.Report) {
 	c := &l.counters
@@ -223,7 +255,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	l.state = Recording
 	l.nextFence++
 	pd := &pending{fence: l.nextFence, retain: b.Retain, timing: b.Timing}
-	att := Attribution{Prelude: len(p.prelude)}
+	att := Attribution{Prelude: len(p.prelude), Events: p.events()}
 	fail := func(err error) (Submission, error) {
 		l.fail(err)
 		l.quarantine = append(l.quarantine, pd)
@@ -232,6 +264,9 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	var err error
 	t := l.stamp()
 	if b.Timing >= TimingCompletion {
+		if l.now != nil {
+			pd.hostStart, pd.hostTimed = l.now(), true
+		}
 		if pd.start, err = l.s.Record(); err != nil {
 			return fail(err)
 		}

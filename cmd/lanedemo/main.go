@@ -54,6 +54,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of inputs, arrivals and faults")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line")
+	fs.StringVar(&cfg.Telemetry.OTLPEndpoint, "otlp-endpoint", "", "send OpenTelemetry traces to this OTLP collector, host:port (Jaeger: 127.0.0.1:4317); OTEL_EXPORTER_OTLP_* variables are honoured")
+	fs.StringVar(&cfg.Telemetry.OTLPProtocol, "otlp-protocol", cfg.Telemetry.OTLPProtocol, "OTLP protocol: grpc (port 4317) or http (port 4318)")
+	fs.StringVar(&cfg.Telemetry.TraceFile, "trace-file", "", "write OpenTelemetry spans as JSON to this file")
+	fs.StringVar(&cfg.Telemetry.ServiceName, "service-name", cfg.Telemetry.ServiceName, "OpenTelemetry service name")
+	fs.StringVar(&cfg.Telemetry.Resource, "resource", "", "extra OpenTelemetry resource attributes, k=v,k=v")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/telemetry"
 )
 
 // Options are how a run reports while it runs.
@@ -46,8 +47,17 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	if capacity == 0 {
 		capacity = -1
 	}
+	tel, err := telemetry.New(ctx, cfg.telemetryConfig())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, CacheCapacity: capacity,
-		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency)})
+		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), Telemetry: tel})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,230 @@
+package telemetry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/telemetry"
+)
+
+type rig struct {
+	t      *testing.T
+	dev    *sim.Device
+	buf    cuda.Buffer
+	exp    *tracetest.InMemoryExporter
+	reader *sdkmetric.ManualReader
+	s      *actors.Scheduler
+}
+
+func newRig(t *testing.T, faults ...sim.Fault) *rig {
+	dev, err := sim.New(sim.Config{Clock: sim.RealTime, Faults: faults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Close() })
+	buf, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * 256, Elem: cuda.I32})
+	r := &rig{t: t, dev: dev, buf: buf, exp: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader()}
+	tel, err := telemetry.New(context.Background(), telemetry.Config{SpanExporter: r.exp, MetricReader: r.reader, ServiceName: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s, err = actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, Telemetry: tel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = r.s.Stop(context.Background())
+		_ = tel.Shutdown(context.Background())
+	})
+	return r
+}
+
+// batch is k increments at nodes 0..k-1, replayable when keyed.
+func (r *rig) batch(k int, keyed bool, timing lanes.TimingMode) lanes.Batch {
+	b := lanes.Batch{Timing: timing}
+	for n := range k {
+		c, _ := cuda.Launch(r.dev.Registry().MustSpec(kernels.Inc), cuda.Linear(256, 128), cuda.BufferArg(r.buf.Whole()), cuda.I32Arg(256))
+		e := lanes.Entry{Phase: lanes.Compute, Node: n, Command: c}
+		if keyed {
+			e.Replay = lanes.Replayable(c, cache.LaunchKey("telemetry-test", c), cache.PlanScope())
+		}
+		b.Entries = append(b.Entries, e)
+	}
+	return b
+}
+
+func (r *rig) submit(b lanes.Batch) error {
+	_, err := r.s.Submit(context.Background(), "tenant-a", b)
+	return err
+}
+
+func attr(kv []attribute.KeyValue, key string) (attribute.Value, bool) {
+	for _, a := range kv {
+		if string(a.Key) == key {
+			return a.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+func (r *rig) spans(name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range r.exp.GetSpans() {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestReplayedSegmentSpanAtDeviceTime(t *testing.T) {
+	r := newRig(t)
+	for range 2 {
+		if err := r.submit(r.batch(4, true, lanes.TimingReplay)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subs, reps := r.spans("lanes.submit"), r.spans("lanes.replay")
+	if len(subs) != 2 || len(reps) != 2 {
+		t.Fatalf("%d submit spans, %d replay spans", len(subs), len(reps))
+	}
+	parent, child := subs[1], reps[1]
+	if child.Parent.SpanID() != parent.SpanContext.SpanID() || child.SpanContext.TraceID() != parent.SpanContext.TraceID() {
+		t.Fatal("the replay span is not a child of its submission")
+	}
+	for key, want := range map[string]string{"lanes.device_timing": "events", "lanes.tenant": "", "lanes.outcome": ""} {
+		kv := child.Attributes
+		if key != "lanes.device_timing" {
+			kv = parent.Attributes
+		}
+		v, ok := attr(kv, key)
+		if !ok || (want != "" && v.AsString() != want) {
+			t.Fatalf("attribute %s = %v", key, v.AsString())
+		}
+	}
+	for key, want := range map[string]int64{"lanes.segment.node_start": 0, "lanes.segment.node_end": 4, "lanes.segment.logical_commands": 4, "lanes.segment.graph_nodes": 4} {
+		if v, ok := attr(child.Attributes, key); !ok || v.AsInt64() != want {
+			t.Fatalf("%s = %v, want %d", key, v.AsInt64(), want)
+		}
+	}
+	if v, _ := attr(child.Attributes, "lanes.segment.fingerprint"); len(v.AsString()) != 64 {
+		t.Fatalf("fingerprint %q", v.AsString())
+	}
+	// Device time: at least 1.3 µs launch + 4 × 0.9 µs nodes on the
+	// simulated H200 (more when the host stalls between the launch and the
+	// closing event, as on a GPU), placed inside its submission.
+	if d := child.EndTime.Sub(child.StartTime); d < 4*time.Microsecond {
+		t.Fatalf("replay span lasts %v", d)
+	}
+	if child.StartTime.Before(parent.StartTime) || child.EndTime.After(parent.EndTime) {
+		t.Fatalf("device span [%v, %v] outside its submission [%v, %v]", child.StartTime, child.EndTime, parent.StartTime, parent.EndTime)
+	}
+}
+
+func TestEagerCommandsAndUntimedReplay(t *testing.T) {
+	r := newRig(t)
+	if err := r.submit(r.batch(3, false, lanes.TimingKernel)); err != nil {
+		t.Fatal(err)
+	}
+	eager := r.spans("lanes.eager")
+	if len(eager) != 3 {
+		t.Fatalf("%d eager spans, want 3", len(eager))
+	}
+	if v, _ := attr(eager[0].Attributes, "lanes.command.reason"); v.AsString() != "provider_key_missing" {
+		t.Fatalf("reason %q", v.AsString())
+	}
+	for range 2 {
+		if err := r.submit(r.batch(2, true, lanes.TimingOff)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reps := r.spans("lanes.replay")
+	if v, _ := attr(reps[len(reps)-1].Attributes, "lanes.device_timing"); v.AsString() != "unavailable" {
+		t.Fatalf("untimed replay says device_timing=%q", v.AsString())
+	}
+}
+
+func TestRejectedAndQuarantinedWork(t *testing.T) {
+	r := newRig(t, sim.Fault{Kind: sim.FaultCaptureReject, Nth: 1}, sim.Fault{Kind: sim.FaultLaunch, Nth: 3})
+	if err := r.submit(r.batch(2, true, lanes.TimingReplay)); err != nil {
+		t.Fatal(err)
+	}
+	sub := r.spans("lanes.submit")[0]
+	found := false
+	for _, ev := range sub.Events {
+		if ev.Name == "lanes.capture_rejected" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no capture_rejected event on %+v", sub.Events)
+	}
+	if err := r.submit(r.batch(2, false, lanes.TimingOff)); err == nil {
+		t.Fatal("the injected launch failure did not fail the submission")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(r.spans("lanes.lane.quarantine")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	q := r.spans("lanes.lane.quarantine")
+	if len(q) != 1 || len(q[0].Events) != 1 || q[0].Events[0].Name != "lanes.quarantined" {
+		t.Fatalf("quarantine spans %+v", q)
+	}
+	failed := r.spans("lanes.submit")[1]
+	if v, _ := attr(failed.Attributes, "lanes.error.code"); v.AsString() != "cuda_launch_out_of_resources" {
+		t.Fatalf("error code %q", v.AsString())
+	}
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			names[m.Name] = true
+		}
+	}
+	for _, n := range []string{"lanes.submissions", "lanes.fence.latency", "lanes.quarantines", "lanes.lanes", "lanes.lane.in_flight", "lanes.cache.events"} {
+		if !names[n] {
+			t.Errorf("metric %s missing (have %v)", n, names)
+		}
+	}
+}
+
+func TestNilTelemetryRecordsNothing(t *testing.T) {
+	var tel *telemetry.Telemetry
+	tel.Submission(context.Background(), telemetry.Submission{})
+	tel.Quarantine(context.Background(), 0, nil)
+	if tel.Meter() != nil || tel.Shutdown(context.Background()) != nil {
+		t.Fatal("a nil Telemetry must do nothing")
+	}
+	got, err := telemetry.New(context.Background(), telemetry.Config{})
+	if got != nil || err != nil {
+		t.Fatal("the zero Config must give nil")
+	}
+	if _, err := telemetry.New(context.Background(), telemetry.Config{Exporter: "carrier-pigeon"}); err == nil {
+		t.Fatal("an unknown exporter was accepted")
+	}
+	attrs, err := telemetry.ParseAttributes("a=1, b = two")
+	if err != nil || attrs["b"] != "two" {
+		t.Fatalf("%v %v", attrs, err)
+	}
+	if _, err := telemetry.ParseAttributes("novalue"); err == nil {
+		t.Fatal("a bad attribute was accepted")
+	}
+}
+
+var _ sdktrace.SpanExporter = (*tracetest.InMemoryExporter)(nil)
