@@ -322,8 +322,6 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 	s.calls[c.id] = c // release deletes it again under the same lock
 	s.mu.Unlock()
 	s.release(c)
-	// The span is recorded before the caller wakes, so a receipt in hand
-	// means its trace exists.
 	if t := s.cfg.Telemetry; t != nil {
 		t.Submission(context.Background(), telemetry.Submission{
 			Tenant: c.tenant, Lane: c.lane.id, Device: c.lane.device, DeviceName: c.lane.dev.Info().Name,

@@ -30,12 +30,22 @@ type Submission struct {
 	Batch   []lanes.Entry // for node ranges; may be nil
 }
 
-// Submission records one ended submission: its span with a child span per
-// replayed segment and timed eager command, and the metrics.
+// Submission hands one ended submission to the recorder, which makes its
+// span with a child span per replayed segment and timed eager command, and
+// the metrics. It never blocks: when the recorder is behind by queueLength
+// submissions, this one is dropped and counted (lanes.telemetry.dropped).
 func (t *Telemetry) Submission(ctx context.Context, s Submission) {
 	if t == nil {
 		return
 	}
+	select {
+	case t.queue <- s:
+	default:
+		t.dropped.Add(ctx, 1)
+	}
+}
+
+func (t *Telemetry) submission(ctx context.Context, s Submission) {
 	r := s.Receipt
 	outcome := "succeeded"
 	switch {

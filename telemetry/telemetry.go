@@ -56,7 +56,17 @@ type Telemetry struct {
 	tracer trace.Tracer
 	m      instruments
 	closer io.Closer
+
+	// Submissions are recorded off the caller's goroutine (a lane's bound
+	// thread), by one recorder; a full queue drops and counts.
+	queue   chan Submission
+	flush   chan chan struct{}
+	stopped chan struct{}
+	dropped metric.Int64Counter
 }
+
+// queueLength bounds the submissions waiting to be recorded.
+const queueLength = 8192
 
 type instruments struct {
 	submissions, replayed, eager, cacheEvents, gaps, quarantines metric.Int64Counter
@@ -97,10 +107,49 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		mopts = append(mopts, sdkmetric.WithReader(cfg.MetricReader))
 	}
 	t.mp = sdkmetric.NewMeterProvider(mopts...)
-	if err := t.m.init(t.mp.Meter("github.com/lanesched/lanes")); err != nil {
+	meter := t.mp.Meter("github.com/lanesched/lanes")
+	if err := t.m.init(meter); err != nil {
 		return nil, err
 	}
+	var err error
+	if t.dropped, err = meter.Int64Counter("lanes.telemetry.dropped", metric.WithDescription("submissions not traced: the recorder fell behind")); err != nil {
+		return nil, err
+	}
+	t.queue, t.flush, t.stopped = make(chan Submission, queueLength), make(chan chan struct{}), make(chan struct{})
+	go t.record()
 	return t, nil
+}
+
+// record is the recorder goroutine.
+func (t *Telemetry) record() {
+	defer close(t.stopped)
+	for {
+		select {
+		case s, ok := <-t.queue:
+			if !ok {
+				return
+			}
+			t.submission(context.Background(), s)
+		case done := <-t.flush:
+			for len(t.queue) > 0 {
+				t.submission(context.Background(), <-t.queue)
+			}
+			close(done)
+		}
+	}
+}
+
+// Flush waits until every submission handed over so far is recorded.
+func (t *Telemetry) Flush() {
+	if t == nil {
+		return
+	}
+	done := make(chan struct{})
+	select {
+	case t.flush <- done:
+		<-done
+	case <-t.stopped:
+	}
 }
 
 func exporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, io.Closer, error) {
@@ -170,6 +219,8 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
+	close(t.queue)
+	<-t.stopped
 	err := errors.Join(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx))
 	if t.closer != nil {
 		err = errors.Join(err, t.closer.Close())

@@ -27,6 +27,7 @@ type rig struct {
 	exp    *tracetest.InMemoryExporter
 	reader *sdkmetric.ManualReader
 	s      *actors.Scheduler
+	tel    *telemetry.Telemetry
 }
 
 func newRig(t *testing.T, faults ...sim.Fault) *rig {
@@ -41,6 +42,7 @@ func newRig(t *testing.T, faults ...sim.Fault) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.tel = tel
 	r.s, err = actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, Telemetry: tel})
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +83,7 @@ func attr(kv []attribute.KeyValue, key string) (attribute.Value, bool) {
 }
 
 func (r *rig) spans(name string) []tracetest.SpanStub {
+	r.tel.Flush()
 	var out []tracetest.SpanStub
 	for _, s := range r.exp.GetSpans() {
 		if s.Name == name {
@@ -207,6 +210,7 @@ func TestRejectedAndQuarantinedWork(t *testing.T) {
 func TestNilTelemetryRecordsNothing(t *testing.T) {
 	var tel *telemetry.Telemetry
 	tel.Submission(context.Background(), telemetry.Submission{})
+	tel.Flush()
 	tel.Quarantine(context.Background(), 0, nil)
 	if tel.Meter() != nil || tel.Shutdown(context.Background()) != nil {
 		t.Fatal("a nil Telemetry must do nothing")
