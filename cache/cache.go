@@ -1,7 +1,9 @@
 package cache
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/lanesched/lanes/cuda"
@@ -14,6 +16,7 @@ type Disposition uint8
 const (
 	Hit                Disposition = iota + 1 // already resident
 	Captured                                  // captured, instantiated and uploaded now
+	Updated                                   // captured and written into a resident executable of the same shape, in place
 	CaptureRejected                           // capture failed; eager fallback was safe
 	CachedRejection                           // capture failed before; not tried again
 	QuiescenceDeferred                        // a miss, but the stream had work in flight
@@ -21,7 +24,7 @@ const (
 	OutsidePreparation                        // a miss, and the cache is not open for preparation
 )
 
-var dispositionNames = [...]string{"", "hit", "captured", "capture_rejected", "cached_rejection", "quiescence_deferred", "capacity_deferred", "outside_preparation"}
+var dispositionNames = [...]string{"", "hit", "captured", "updated", "capture_rejected", "cached_rejection", "quiescence_deferred", "capacity_deferred", "outside_preparation"}
 
 // String is the disposition's snake_case name.
 func (d Disposition) String() string {
@@ -32,7 +35,7 @@ func (d Disposition) String() string {
 }
 
 // Resident reports whether the candidate is resident after preparation.
-func (d Disposition) Resident() bool { return d == Hit || d == Captured }
+func (d Disposition) Resident() bool { return d == Hit || d == Captured || d == Updated }
 
 // Reason is the gap reason of a non-resident disposition.
 func (d Disposition) Reason() Reason {
@@ -55,11 +58,22 @@ func (d Disposition) Reason() Reason {
 type Report struct {
 	Dispositions []Disposition // one per candidate, in order
 	Rejections   []error       // the capture errors behind CaptureRejected, in order
-	Evicted      []SegmentKey  // residents evicted to make room
+	Evicted      []SegmentKey  // residents evicted to make room, or re-keyed by an update
+	// Updates are the in-place updates made: each resident executable of
+	// the candidate's shape that now replays the candidate instead.
+	Updates []Update
+	// UpdateRefusals are the device's answers when an in-place update was
+	// refused and the candidate was instantiated instead.
+	UpdateRefusals []error
 
-	Hits, Captured, Uploaded, CaptureRejected, CachedRejected int
-	QuiescenceDeferred, CapacityDeferred, OutsidePreparation  int
+	Hits, Captured, Updated, Uploaded, CaptureRejected, CachedRejected int
+	QuiescenceDeferred, CapacityDeferred, OutsidePreparation           int
 }
+
+// Update is one in-place update: the executable that replayed From replays
+// To now. The key changes with it: an updated executable is re-keyed,
+// never shared between the two.
+type Update struct{ From, To SegmentKey }
 
 // Cache is the bounded executable cache of one lane's stream. It is not safe
 // for concurrent use: the lane that owns the stream owns it. Its clock is
@@ -160,10 +174,30 @@ func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueu
 
 	admitted, evictable := c.plan(misses, cands)
 	captured := map[SegmentKey]*Executable{}
+	updated := map[SegmentKey]bool{}
 	var order []SegmentKey
+	abort := func(err error) (Report, error) {
+		for _, e := range captured {
+			if e != nil && !updated[e.Key] {
+				_ = e.Exec.Destroy()
+			}
+		}
+		return r, err
+	}
 	for _, k := range admitted {
 		cand := cands[indexOf(cands, k)]
-		exe, err := capture(s, cand, enqueue)
+		graph, exe, err := record(s, cand, enqueue)
+		if err == nil {
+			var done bool
+			full := len(c.entries)+len(order) >= c.prep.capacity
+			if done, evictable, err = c.update(&r, graph, exe, evictable, full); done {
+				captured[k], updated[k] = c.entries[k], true
+				continue
+			}
+			if err == nil {
+				exe, err = instantiate(graph, exe)
+			}
+		}
 		if err != nil {
 			if re, ok := err.(*ReplayError); ok && re.EagerFallbackSafe {
 				c.remember(k)
@@ -171,12 +205,7 @@ func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueu
 				captured[k] = nil
 				continue
 			}
-			for _, e := range captured {
-				if e != nil {
-					_ = e.Exec.Destroy()
-				}
-			}
-			return r, err
+			return abort(err)
 		}
 		exe.lastUsed = c.tick()
 		captured[k] = exe
@@ -204,10 +233,13 @@ func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueu
 			continue
 		}
 		if exe, ok := captured[cands[i].Key]; ok {
-			if exe == nil {
+			switch _, seen := c.entries[cands[i].Key]; {
+			case exe == nil:
 				r.Dispositions[i] = CaptureRejected
 				r.CaptureRejected++
-			} else if _, seen := c.entries[cands[i].Key]; seen {
+			case updated[cands[i].Key]:
+				r.Dispositions[i] = Updated
+			case seen:
 				r.Dispositions[i] = Captured
 			}
 		}
@@ -219,6 +251,39 @@ func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueu
 	}
 	c.prep.record(r)
 	return r, nil
+}
+
+// update writes a recorded graph into a resident executable of the same
+// shape that the batch does not need (the least recently used such), in
+// place, and re-keys it: when the cache is full, this replaces an eviction
+// plus an instantiation and an upload with one cuGraphExecUpdate. It reports
+// whether it did; a refusal by the device is recorded and leaves the graph
+// for instantiation; other errors are returned. The donor leaves the
+// evictable list.
+func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable []SegmentKey, full bool) (bool, []SegmentKey, error) {
+	di := slices.IndexFunc(evictable, func(k SegmentKey) bool { return c.entries[k].Shape == exe.Shape })
+	if di < 0 || !full {
+		return false, evictable, nil
+	}
+	donor := c.entries[evictable[di]]
+	if err := donor.Exec.Update(graph); err != nil {
+		if errors.Is(err, cuda.ErrUpdateRefused) {
+			r.UpdateRefusals = append(r.UpdateRefusals, err)
+			return false, evictable, nil
+		}
+		_ = graph.Destroy()
+		return false, evictable, &ReplayError{Stage: "update", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
+	}
+	_ = graph.Destroy()
+	from := donor.Key
+	delete(c.entries, from)
+	donor.Key, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
+	donor.lastUsed = c.tick()
+	c.entries[exe.Key] = donor
+	r.Updates = append(r.Updates, Update{From: from, To: exe.Key})
+	r.Evicted = append(r.Evicted, from)
+	r.Updated++
+	return true, append(evictable[:di:di], evictable[di+1:]...), nil
 }
 
 // markMisses gives disposition d to every candidate still without one whose

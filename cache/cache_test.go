@@ -95,7 +95,10 @@ func TestDispositions(t *testing.T) {
 	t.Run("evicted least recently used", func(t *testing.T) {
 		r := newRig(t, 3)
 		_, _ = r.Cache.Configure(2)
-		a, b, c := r.segment(0), r.segment(1), r.segment(2)
+		a, b := r.segment(0), r.segment(1)
+		c := []cache.Command{r.Inc(2, 0), r.Barrier(2)} // another shape: no update possible
+		c[1].Phase = cache.PhaseCompute
+		c[1].Key, c[1].HasKey, c[1].Scopes = cache.NewKey("t", "zero").Finish(), true, []cache.Scope{cache.PlanScope()}
 		r.run(a, true)
 		r.run(b, true)
 		r.run(a, true) // a is now more recent than b
@@ -128,6 +131,51 @@ func TestDispositions(t *testing.T) {
 			t.Fatalf("preparation %+v", p)
 		}
 	})
+}
+
+// TestInPlaceUpdate: a full cache meets a miss of a resident's shape: the
+// LRU resident the batch does not need is updated in place and re-keyed
+// instead of evicted, and the replay touches the new buffer.
+func TestInPlaceUpdate(t *testing.T) {
+	r := newRig(t, 3)
+	_, _ = r.Cache.Configure(2)
+	a, b, c := r.segment(0, 0), r.segment(1, 1), r.segment(2, 2)
+	r.run(a, true)
+	rep := r.run(b, true)
+	wantDispositions(t, rep, cache.Captured) // room left: no update
+	r.run(a, true)
+	rep = r.run(c, true)
+	wantDispositions(t, rep, cache.Updated)
+	db, _ := cache.Discover(b, nil)
+	dc, _ := cache.Discover(c, nil)
+	if len(rep.Updates) != 1 || rep.Updates[0].From != db.Candidates[0].Key || rep.Updates[0].To != dc.Candidates[0].Key || rep.Evicted[0] != db.Candidates[0].Key {
+		t.Fatalf("updates %v evicted %v", rep.Updates, rep.Evicted)
+	}
+	if r.Cache.Len() != 2 || rep.Captured != 0 || rep.Updated != 1 {
+		t.Fatalf("report %+v, %d residents", rep, r.Cache.Len())
+	}
+	if _, ok := r.Cache.Lookup(db.Candidates[0].Key); ok {
+		t.Fatal("the donor's old key still resolves: an updated executable must be re-keyed")
+	}
+	wantDispositions(t, r.run(c, true), cache.Hit)
+	if r.Count(2) != 4 || r.Count(1) != 2 {
+		t.Fatalf("counts %d %d: the updated executable must touch buffer 2 only", r.Count(2), r.Count(1))
+	}
+}
+
+func TestRefusedUpdateFallsBackToCapture(t *testing.T) {
+	r := newRig(t, 3, sim.Fault{Kind: sim.FaultUpdateReject, Nth: 1})
+	_, _ = r.Cache.Configure(1)
+	r.run(r.segment(0), true)
+	rep := r.run(r.segment(1), true)
+	wantDispositions(t, rep, cache.Captured)
+	if len(rep.UpdateRefusals) != 1 || !errors.Is(rep.UpdateRefusals[0], cuda.ErrUpdateRefused) || len(rep.Evicted) != 1 || rep.Updated != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	t.Log(rep.UpdateRefusals[0])
+	if r.Count(1) != 1 {
+		t.Fatal("the fallback capture did not run")
+	}
 }
 
 func TestPanickingCommandEndsCapture(t *testing.T) {
@@ -238,7 +286,7 @@ func TestCacheAgainstModel(t *testing.T) {
 		for i, c := range d.Candidates {
 			switch disp := rep.Dispositions[i]; disp {
 			case cache.Hit:
-			case cache.Captured:
+			case cache.Captured, cache.Updated: // an update is an eviction and a capture in one
 				if model[c.Key] != nil {
 					continue // a repeated candidate of this batch
 				}

@@ -33,6 +33,7 @@ func (e *ReplayError) Unwrap() error { return e.Err }
 // Executable is a captured, instantiated segment.
 type Executable struct {
 	Key        SegmentKey
+	Shape      ShapeKey
 	Exec       cuda.Exec
 	Commands   int   // logical commands captured
 	GraphNodes int   // nodes in the captured graph
@@ -45,12 +46,13 @@ type Executable struct {
 // Uploaded reports whether the executable was uploaded by its preparation.
 func (e *Executable) Uploaded() bool { return e.uploaded }
 
-// capture records commands 0..n-1 (enqueued by enqueue) on s in relaxed
-// mode and instantiates the result. A panicking enqueue is recovered: the
-// capture is ended, and the error says whether that could be proven.
-func capture(s cuda.Stream, cand Candidate, enqueue func(i int) error) (*Executable, error) {
+// record captures the candidate's commands (enqueued by enqueue) on s in
+// relaxed mode and returns the graph and what it holds. A panicking enqueue
+// is recovered: the capture is ended, and the error says whether that could
+// be proven.
+func record(s cuda.Stream, cand Candidate, enqueue func(i int) error) (cuda.Graph, *Executable, error) {
 	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		return nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
+		return nil, nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
 	}
 	panicked, encodeErr := encode(cand, enqueue)
 	graph, endErr := s.EndCapture()
@@ -67,20 +69,19 @@ func capture(s cuda.Stream, cand Candidate, enqueue func(i int) error) (*Executa
 		if !terminated {
 			detail = fmt.Sprintf("a command panicked (%v) and the end of the capture could not be proven", panicked)
 		}
-		return nil, &ReplayError{Stage: "encode capture", Detail: detail}
+		return nil, nil, &ReplayError{Stage: "encode capture", Detail: detail}
 	case encodeErr != nil:
 		discard()
-		return nil, &ReplayError{Stage: "encode capture", Detail: encodeErr.Error(), EagerFallbackSafe: terminated && !cuda.IsSticky(encodeErr), Err: encodeErr}
+		return nil, nil, &ReplayError{Stage: "encode capture", Detail: encodeErr.Error(), EagerFallbackSafe: terminated && !cuda.IsSticky(encodeErr), Err: encodeErr}
 	case endErr != nil || !terminated:
 		discard()
 		detail := "the stream is still capturing"
 		if endErr != nil {
 			detail = endErr.Error()
 		}
-		return nil, &ReplayError{Stage: "end capture", Detail: detail, EagerFallbackSafe: terminated && !cuda.IsSticky(endErr), Err: endErr}
+		return nil, nil, &ReplayError{Stage: "end capture", Detail: detail, EagerFallbackSafe: terminated && !cuda.IsSticky(endErr), Err: endErr}
 	}
-	defer discard()
-	exe := &Executable{Key: cand.Key, Commands: cand.Len(), GraphNodes: graph.NodeCount(), Scope: cand.Scope}
+	exe := &Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: graph.NodeCount(), Scope: cand.Scope}
 	// Every command of the boundary issues exactly one graph node (a kernel,
 	// memcpy or memset node); the per-command counts are attributed only
 	// when the graph agrees.
@@ -90,6 +91,12 @@ func capture(s cuda.Stream, cand Candidate, enqueue func(i int) error) (*Executa
 			exe.NodeCounts[i] = 1
 		}
 	}
+	return graph, exe, nil
+}
+
+// instantiate makes the recorded graph executable; the graph is destroyed.
+func instantiate(graph cuda.Graph, exe *Executable) (*Executable, error) {
+	defer graph.Destroy()
 	x, err := graph.Instantiate()
 	if err != nil {
 		return nil, &ReplayError{Stage: "instantiate", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}

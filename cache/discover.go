@@ -116,6 +116,7 @@ func (c Command) Bind() Binding {
 type Candidate struct {
 	Start, End int
 	Key        SegmentKey
+	Shape      ShapeKey // what it does, regardless of addresses and scalars
 	Scope      Scope
 	Keys       []Key // the command keys, in order
 }
@@ -197,7 +198,7 @@ func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 			for k := i; k < j; k++ {
 				keys[k-i] = d.Bindings[k].Key
 			}
-			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: segmentKey(keys), Scope: scope, Keys: keys})
+			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: segmentKey(keys), Shape: shapeOf(cmds[i:j]), Scope: scope, Keys: keys})
 		}
 		i = j
 	}

@@ -191,6 +191,33 @@ func appendRegion(b []byte, r cuda.Region) []byte {
 	return append(b, elementTag(r.Buffer.Elem))
 }
 
+// ShapeKey identifies what a segment does regardless of where: the ordered
+// command kinds, kernels, argument kinds and element types, without
+// addresses, lengths, scalars or host bytes. Two candidates of one shape
+// can share an executable by in-place update.
+type ShapeKey [32]byte
+
+// shapeOf hashes the shape of commands.
+func shapeOf(cmds []Command) ShapeKey {
+	var scratch [1024]byte
+	b := append(scratch[:0], "lanes.cuda.segment-shape.v1\x00"...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(cmds)))
+	for _, c := range cmds {
+		b = append(b, byte(c.Cmd.Kind))
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(c.Cmd.Kernel)))
+		b = append(b, c.Cmd.Kernel...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(c.Cmd.Args)))
+		for _, a := range c.Cmd.Args {
+			elem := a.Elem
+			if a.Kind == cuda.ParamBuffer {
+				elem = a.Region.Buffer.Elem
+			}
+			b = append(b, byte(a.Kind), byte(elem))
+		}
+	}
+	return sha256.Sum256(b)
+}
+
 // segmentKey hashes the ordered command keys of a segment.
 func segmentKey(keys []Key) SegmentKey {
 	h := sha256.New()

@@ -182,6 +182,13 @@ type Exec interface {
 	// Upload prepares the executable on the device through a stream, so
 	// the first launch costs no more than later ones.
 	Upload(s Stream) error
+	// Update makes the executable run g from now on, in place, without a
+	// new instantiation (cuGraphExecUpdate): g must have the executable's
+	// topology and node types; pointers, scalars and launch shapes may
+	// differ. Otherwise it fails with ErrUpdateRefused (the detail names
+	// CUDA's update result) and the executable is unchanged. Launches
+	// already enqueued run what they were launched with.
+	Update(g Graph) error
 	// Destroy releases the executable; launches already enqueued complete.
 	Destroy() error
 }

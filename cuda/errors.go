@@ -41,6 +41,7 @@ const (
 	CodeStreamCaptureIsolation   Code = 905
 	CodeStreamCaptureImplicit    Code = 906
 	CodeStreamCaptureWrongThread Code = 908
+	CodeGraphExecUpdateFailure   Code = 910
 	CodeUnknown                  Code = 999
 )
 
@@ -73,6 +74,7 @@ var codeNames = map[Code]string{
 	CodeStreamCaptureIsolation:   "cuda_stream_capture_isolation",
 	CodeStreamCaptureImplicit:    "cuda_stream_capture_implicit",
 	CodeStreamCaptureWrongThread: "cuda_stream_capture_wrong_thread",
+	CodeGraphExecUpdateFailure:   "cuda_graph_exec_update_failure",
 	CodeUnknown:                  "cuda_driver_error",
 }
 
@@ -163,6 +165,7 @@ var (
 	ErrCaptureUnsupported = &Error{Code: CodeStreamCaptureUnsupported}
 	ErrCaptureInvalidated = &Error{Code: CodeStreamCaptureInvalidated}
 	ErrDeinitialized      = &Error{Code: CodeDeinitialized}
+	ErrUpdateRefused      = &Error{Code: CodeGraphExecUpdateFailure}
 )
 
 // Contractf builds a contract error: sentinel names the violation, the

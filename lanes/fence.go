@@ -159,8 +159,15 @@ func (l *Lane) Wait(fence uint64) (Receipt, error) {
 	if target == nil {
 		return Receipt{}, rejected("wait", fmt.Errorf("%w: fence %d is not pending (already received, or never issued)", ErrUnknownFence, fence))
 	}
-	if err := target.end.Synchronize(); err != nil {
-		l.fail(err)
+	// One speculative non-blocking query first: a finished fence needs no
+	// blocking call. No spin loop.
+	if q := target.end.Query(); q.State == cuda.FenceComplete {
+		l.counters.SpeculativeHits++
+	} else {
+		l.counters.SyncPoints++
+		if err := target.end.Synchronize(); err != nil {
+			l.fail(err)
+		}
 	}
 	l.collect()
 	for i, r := range l.ready {
@@ -177,7 +184,14 @@ func (l *Lane) Wait(fence uint64) (Receipt, error) {
 // free to reuse. On failure the lane fails and every pending submission
 // ends indeterminate; the quarantine stays.
 func (l *Lane) Synchronize() ([]Receipt, []cuda.Buffer, error) {
-	if err := l.s.Synchronize(); err != nil {
+	var err error
+	if q := l.s.Query(); q.State == cuda.FenceComplete && q.Err == nil {
+		l.counters.SpeculativeHits++
+	} else {
+		l.counters.SyncPoints++
+		err = l.s.Synchronize()
+	}
+	if err != nil {
 		l.fail(err)
 		l.endIndeterminate(err)
 		out := l.ready

@@ -66,7 +66,10 @@ type Counters struct {
 	CaptureRejections, CachedRejections                 uint64
 	QuiescenceDeferrals, CapacityDeferrals, OutsidePrep uint64
 	Evictions, ReplayedSegments, EagerCommands          uint64
-	Invocations                                         uint64
+	Invocations, Updates, UpdateRefusals                uint64
+	// SyncPoints are blocking waits made; SpeculativeHits the waits a
+	// non-blocking query made unnecessary.
+	SyncPoints, SpeculativeHits uint64
 }
 
 // Lane is the single-owner core of one stream: its submission pipeline,

@@ -44,7 +44,7 @@ type Attribution struct {
 
 // CacheEvent is a cache event of a submission's preparation.
 type CacheEvent struct {
-	Kind   string // "captured", "capture_rejected" or "evicted"
+	Kind   string // "captured", "updated", "update_refused", "capture_rejected" or "evicted"
 	Key    string // the segment fingerprint
 	Detail string // for capture_rejected: the device's answer
 }
@@ -172,6 +172,14 @@ func (p *plan) events() []CacheEvent {
 		switch d {
 		case cache.Captured:
 			out = append(out, CacheEvent{Kind: "captured", Key: key})
+		case cache.Updated:
+			ev := CacheEvent{Kind: "updated", Key: key}
+			for _, u := range p.rep.Updates {
+				if u.To.String() == key {
+					ev.Detail = "in place of " + u.From.String()
+				}
+			}
+			out = append(out, ev)
 		case cache.CaptureRejected:
 			ev := CacheEvent{Kind: "capture_rejected", Key: key}
 			if rej < len(p.rep.Rejections) {
@@ -181,8 +189,17 @@ func (p *plan) events() []CacheEvent {
 			out = append(out, ev)
 		}
 	}
+	updated := map[cache.SegmentKey]bool{}
+	for _, u := range p.rep.Updates {
+		updated[u.From] = true
+	}
 	for _, k := range p.rep.Evicted {
-		out = append(out, CacheEvent{Kind: "evicted", Key: k.String()})
+		if !updated[k] {
+			out = append(out, CacheEvent{Kind: "evicted", Key: k.String()})
+		}
+	}
+	for _, err := range p.rep.UpdateRefusals {
+		out = append(out, CacheEvent{Kind: "update_refused", Detail: err.Error()})
 	}
 	return out
 }
@@ -192,6 +209,8 @@ func (l *Lane) observe(d cache.Discovery, r cache.Report) {
 	c := &l.counters
 	c.Candidates += uint64(len(d.Candidates))
 	c.Captured += uint64(r.Captured)
+	c.Updates += uint64(r.Updated)
+	c.UpdateRefusals += uint64(len(r.UpdateRefusals))
 	c.Uploaded += uint64(r.Uploaded)
 	c.Hits += uint64(r.Hits)
 	c.CaptureRejections += uint64(r.CaptureRejected)

@@ -29,6 +29,11 @@ func newRig(t *testing.T, counters int, faults ...sim.Fault) rig {
 func (r rig) register(capture programs.Capture, cmds []cache.Command, quiescent bool) error {
 	r.T.Helper()
 	d, rep := r.Run(cmds, quiescent, capture.EagerBoundaries...)
+	for _, k := range rep.Evicted {
+		if _, err := r.cat.Evict(k); err != nil {
+			r.T.Fatal(err)
+		}
+	}
 	_, err := r.cat.Register(capture, cmds, d, rep)
 	if ierr := r.cat.CheckInvariants(); ierr != nil {
 		r.T.Fatal(ierr)

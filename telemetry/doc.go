@@ -44,7 +44,8 @@
 //	lanes.command.op              command              launch:kernel, upload, copy, zero
 //	lanes.command.reason          command              why it was not replayed
 //
-// Span events: "lanes.capture_rejected", "lanes.captured" and
+// Span events: "lanes.capture_rejected", "lanes.captured", "lanes.updated",
+// "lanes.update_refused" and
 // "lanes.evicted" on the submission span (lanes.segment.fingerprint,
 // lanes.reason); "lanes.quarantined" on a span named lanes.lane.quarantine
 // (lanes.lane.id, lanes.reason).

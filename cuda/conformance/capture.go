@@ -253,3 +253,89 @@ func testCaptureRules(t *testing.T, open Open) {
 		}
 	})
 }
+
+// testUpdate updates an executable in place: the new graph's pointers and
+// host bytes take effect, and a topology or node-type change is refused
+// with the executable left as it was.
+func testUpdate(t *testing.T, dev cuda.Device) {
+	f := fixture{t, dev}
+	s := f.stream()
+	a, b := f.alloc(cuda.I32, 16), f.alloc(cuda.I32, 16)
+	for _, x := range []cuda.Buffer{a, b} {
+		z, _ := cuda.Zero(x.Whole())
+		if err := s.Enqueue(z); err != nil {
+			t.Fatal(err)
+		}
+	}
+	capture := func(enqueue func()) cuda.Graph {
+		t.Helper()
+		if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+			t.Fatal(err)
+		}
+		enqueue()
+		g, err := s.EndCapture()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	incOf := func(x cuda.Buffer) func() {
+		return func() { f.launch(s, kernels.Inc, 16, cuda.BufferArg(x.Whole()), cuda.I32Arg(16)) }
+	}
+	exec, err := capture(incOf(a)).Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Upload(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Update(capture(incOf(b))); err != nil {
+		t.Fatalf("update to another buffer: %v", err)
+	}
+	if err := s.Launch(exec); err != nil {
+		t.Fatal(err)
+	}
+	if ga, gb := f.i32s(s, a)[0], f.i32s(s, b)[0]; ga != 0 || gb != 1 {
+		t.Fatalf("after the update the replay incremented a=%d b=%d, want 0 1", ga, gb)
+	}
+	twice := capture(func() { incOf(a)(); incOf(a)() })
+	err = exec.Update(twice)
+	wantCode(t, err, cuda.CodeGraphExecUpdateFailure)
+	if !errors.Is(err, cuda.ErrUpdateRefused) {
+		t.Fatalf("%v does not match ErrUpdateRefused", err)
+	}
+	zero := capture(func() {
+		z, _ := cuda.Zero(a.Whole())
+		if err := s.Enqueue(z); err != nil {
+			t.Fatal(err)
+		}
+	})
+	wantCode(t, exec.Update(zero), cuda.CodeGraphExecUpdateFailure)
+	if err := s.Launch(exec); err != nil {
+		t.Fatal(err)
+	}
+	if gb := f.i32s(s, b)[0]; gb != 2 {
+		t.Fatalf("a refused update changed the executable: b=%d, want 2", gb)
+	}
+	// An upload node reads the new graph's retained host bytes.
+	up := func(v byte) func() {
+		return func() { f.upload(s, a, bytes.Repeat([]byte{v}, 64)) }
+	}
+	x2, err := capture(up(1)).Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g7 := capture(up(7))
+	if err := x2.Update(g7); err != nil {
+		t.Fatalf("update of an upload: %v", err)
+	}
+	if err := g7.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Launch(x2); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(s, a); !bytes.Equal(got, bytes.Repeat([]byte{7}, 64)) {
+		t.Fatalf("updated upload wrote %v…, want 7s", got[:4])
+	}
+}

@@ -163,3 +163,74 @@ func BenchmarkStreams(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(streams*b.N)/b.Elapsed().Seconds(), "steps/s")
 }
+
+// BenchmarkRecapture compares the two ways to replay a segment whose
+// pointers changed: capture + instantiate + upload a new executable, or
+// capture + update a resident one in place (cuGraphExecUpdate). "capture"
+// is the capture alone, the part both share.
+func BenchmarkRecapture(b *testing.B) {
+	for _, k := range []int{64, 256} {
+		for _, mode := range []string{"capture", "instantiate", "update"} {
+			b.Run(fmt.Sprintf("%s/K=%d", mode, k), func(b *testing.B) {
+				dev := bindOpen(b)
+				rigs := [2]*stepRig{newStepRig(b, dev, k), newStepRig(b, dev, k)}
+				s := rigs[0].s
+				exec := rigs[0].exec
+				capture := func(r *stepRig) cuda.Graph {
+					if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+						b.Fatal(err)
+					}
+					for range k {
+						if err := s.Enqueue(r.inc); err != nil {
+							b.Fatal(err)
+						}
+					}
+					g, err := s.EndCapture()
+					if err != nil {
+						b.Fatal(err)
+					}
+					return g
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					g := capture(rigs[i%2])
+					switch mode {
+					case "instantiate":
+						x, err := g.Instantiate()
+						if err != nil {
+							b.Fatal(err)
+						}
+						if err := x.Upload(s); err != nil {
+							b.Fatal(err)
+						}
+						_ = exec.Destroy()
+						exec = x
+					case "update":
+						if err := exec.Update(g); err != nil {
+							b.Fatal(err)
+						}
+					}
+					_ = g.Destroy()
+				}
+				if err := s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/op")
+				// The executable replays the last captured buffer.
+				before := rigs[(b.N-1)%2].counter(b)
+				if err := s.Launch(exec); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Synchronize(); err != nil { // the counter is read on the rig's own stream
+					b.Fatal(err)
+				}
+				if mode != "capture" {
+					if got := rigs[(b.N-1)%2].counter(b); got != before+k {
+						b.Fatalf("after %s the replay moved the counter by %d, want %d", mode, got-before, k)
+					}
+				}
+			})
+		}
+	}
+}

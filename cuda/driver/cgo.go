@@ -141,6 +141,16 @@ static CUresult lanes_instantiate(CUcontext ctx, CUgraph g, CUgraphExec *x) {
 	return r != CUDA_SUCCESS ? r : cuGraphInstantiateWithFlags(x, g, 0);
 }
 
+static CUresult lanes_exec_update(CUcontext ctx, CUgraphExec x, CUgraph g, int *result) {
+	CUresult r = lanes_bound(ctx);
+	if (r != CUDA_SUCCESS) return r;
+	CUgraphExecUpdateResultInfo info;
+	memset(&info, 0, sizeof info);
+	r = cuGraphExecUpdate(x, g, &info);
+	*result = (int)info.result;
+	return r;
+}
+
 static CUresult lanes_graph_destroy(CUcontext ctx, CUgraph g) {
 	CUresult r = lanes_bound(ctx);
 	return r != CUDA_SUCCESS ? r : cuGraphDestroy(g);
@@ -292,6 +302,12 @@ func instantiate(ctx cContext, g cGraph) (cGraphExec, cResult) {
 	var x cGraphExec
 	r := C.lanes_instantiate(ctx, g, &x)
 	return x, r
+}
+
+func execUpdate(ctx cContext, x cGraphExec, g cGraph) (int, cResult) {
+	var res C.int
+	r := C.lanes_exec_update(ctx, x, g, &res)
+	return int(res), r
 }
 
 func destroyGraph(ctx cContext, g cGraph) cResult    { return C.lanes_graph_destroy(ctx, g) }

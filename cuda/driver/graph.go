@@ -3,6 +3,7 @@
 package driver
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -117,6 +118,42 @@ func (x *exec) Upload(st cuda.Stream) error {
 		return err
 	}
 	return x.dev.check(op, graphUpload(x.dev.ctx, x.x, s.s), "cuGraphUpload")
+}
+
+// updateResults names CUgraphExecUpdateResult values.
+var updateResults = []string{"SUCCESS", "ERROR", "ERROR_TOPOLOGY_CHANGED", "ERROR_NODE_TYPE_CHANGED", "ERROR_FUNCTION_CHANGED",
+	"ERROR_PARAMETERS_CHANGED", "ERROR_NOT_SUPPORTED", "ERROR_UNSUPPORTED_FUNCTION_CHANGE", "ERROR_ATTRIBUTES_CHANGED"}
+
+// Update updates the executable in place with g (cuGraphExecUpdate); it
+// takes over g's pinned staging, since its memcpy nodes now read there.
+func (x *exec) Update(g cuda.Graph) error {
+	const op = "graph exec update"
+	if x.destroyed.Load() {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
+	}
+	gr, ok := g.(*graph)
+	if !ok || gr.dev != x.dev {
+		return cuda.Contractf(op, cuda.ErrForeignHandle, "the graph was not captured on device %d", x.dev.info.Instance)
+	}
+	if gr.destroyed.Load() {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the graph was destroyed")
+	}
+	if err := x.dev.live(op); err != nil {
+		return err
+	}
+	res, r := execUpdate(x.dev.ctx, x.x, gr.g)
+	if r != 0 {
+		name := fmt.Sprintf("result %d", res)
+		if res >= 0 && res < len(updateResults) {
+			name = "CU_GRAPH_EXEC_UPDATE_" + updateResults[res]
+		}
+		return x.dev.check(op, r, name+"; instantiate the graph instead")
+	}
+	old := x.pins
+	x.pins = gr.pins.retain()
+	old.release()
+	x.nodes = gr.nodes
+	return nil
 }
 
 // Destroy releases the executable; launches already enqueued complete.

@@ -140,6 +140,7 @@ type CostModel struct {
 	TransferHost      time.Duration // host time of an async copy or memset call
 	TransferDevice    time.Duration // device time of a small copy or memset
 	InstantiateNode   time.Duration // host time per node of cuGraphInstantiate
+	UpdateNode        time.Duration // host time per node of cuGraphExecUpdate
 	UploadNode        time.Duration // device time per node of cuGraphUpload
 	MemoryBandwidth   float64       // device memory bytes per second for kernels, copies, memsets
 	HostBandwidth     float64       // host-to-device bytes per second for uploads
@@ -160,6 +161,7 @@ func DefaultCost() CostModel {
 		TransferHost:      2000 * time.Nanosecond,
 		TransferDevice:    1200 * time.Nanosecond,
 		InstantiateNode:   1000 * time.Nanosecond,
+		UpdateNode:        200 * time.Nanosecond,
 		UploadNode:        100 * time.Nanosecond,
 		MemoryBandwidth:   3.0e12,
 		HostBandwidth:     25e9,
@@ -183,6 +185,7 @@ func (c CostModel) withDefaults() CostModel {
 	fill(&c.TransferHost, d.TransferHost)
 	fill(&c.TransferDevice, d.TransferDevice)
 	fill(&c.InstantiateNode, d.InstantiateNode)
+	fill(&c.UpdateNode, d.UpdateNode)
 	fill(&c.UploadNode, d.UploadNode)
 	if c.MemoryBandwidth <= 0 {
 		c.MemoryBandwidth = d.MemoryBandwidth

@@ -26,6 +26,9 @@ const (
 	FaultSticky
 	// FaultHang makes the command never finish; its stream stops there.
 	FaultHang
+	// FaultUpdateReject refuses an executable update
+	// (CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED) that the rules would allow.
+	FaultUpdateReject
 )
 
 // String names the fault.
@@ -41,6 +44,8 @@ func (k FaultKind) String() string {
 		return "sticky"
 	case FaultHang:
 		return "hang"
+	case FaultUpdateReject:
+		return "update-reject"
 	}
 	return fmt.Sprintf("fault(%d)", uint8(k))
 }
@@ -64,7 +69,7 @@ type Fault struct {
 }
 
 func (f *Fault) validate() error {
-	if f.Kind < FaultLaunch || f.Kind > FaultHang {
+	if f.Kind < FaultLaunch || f.Kind > FaultUpdateReject {
 		return cuda.Contractf("sim fault", cuda.ErrInvalidCommand, "unknown fault kind %d", uint8(f.Kind))
 	}
 	if f.Nth == 0 && (f.Rate <= 0 || f.Rate > 1) {

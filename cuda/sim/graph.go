@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -135,6 +136,46 @@ func (x *exec) Upload(st cuda.Stream) error {
 		return nil
 	}
 	return s.submit(op, nil, x.dev.cost.TransferHost, x.dev.uploadCost(x.nodes))
+}
+
+// Update replaces the executable's nodes with g's, as cuGraphExecUpdate:
+// same node count (else TOPOLOGY_CHANGED) and the same kind at every position
+// (else NODE_TYPE_CHANGED); a kernel node may change its kernel, as drivers
+// since 11.2 allow.
+func (x *exec) Update(g cuda.Graph) error {
+	const op = "graph exec update"
+	if x.destroyed.Load() {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
+	}
+	gr, ok := g.(*graph)
+	if !ok || gr == nil || gr.dev != x.dev {
+		return cuda.Contractf(op, cuda.ErrForeignHandle, "the graph was not captured on device %d", x.dev.info.Instance)
+	}
+	if gr.destroyed.Load() {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the graph was destroyed")
+	}
+	if err := x.dev.check(op); err != nil {
+		return err
+	}
+	if len(gr.nodes) != len(x.nodes) {
+		return cuda.DriverError(op, cuda.CodeGraphExecUpdateFailure,
+			fmt.Sprintf("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: the graph has %d nodes, the executable %d; instantiate it instead", len(gr.nodes), len(x.nodes)))
+	}
+	for i := range gr.nodes {
+		if a, b := gr.nodes[i].cmd.Kind, x.nodes[i].cmd.Kind; a != b {
+			return cuda.DriverError(op, cuda.CodeGraphExecUpdateFailure,
+				fmt.Sprintf("CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: node %d is a %v, the executable's a %v; instantiate it instead", i, a, b))
+		}
+	}
+	x.dev.mu.Lock()
+	refused := x.dev.fire(FaultUpdateReject, nodeKernels(gr.nodes))
+	x.dev.mu.Unlock()
+	if refused {
+		return cuda.DriverError(op, cuda.CodeGraphExecUpdateFailure, "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: injected update refusal")
+	}
+	x.dev.clock.spin(time.Duration(len(gr.nodes)) * x.dev.cost.UpdateNode)
+	x.nodes = append([]node(nil), gr.nodes...)
+	return nil
 }
 
 // Destroy releases the executable; launches already enqueued complete.
