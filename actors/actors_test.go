@@ -380,3 +380,28 @@ func TestRebuildBringsALaneBack(t *testing.T) {
 		t.Fatalf("after the rebuild: %v", err)
 	}
 }
+
+func TestStagedReplayThroughTheScheduler(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 0)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
+	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
+	h, _ := dev.AllocHost(16)
+	o, _ := dev.AllocHost(16)
+	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(4, 4), cuda.BufferArg(a.Whole()), cuda.I32Arg(4))
+	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
+		[]lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.PrepareStaged(ctx, 0, st); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Replay(ctx, 0, st, [][]byte{{7, 0, 0, 0}}, true)
+	if err != nil || res.Outputs[0][0] != 8 {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	if st := s.Lanes()[0].Staged; st.Uploads != 1 || st.GraphLaunches != 1 || st.Readbacks != 1 {
+		t.Fatalf("staged counters %+v", st)
+	}
+}

@@ -46,6 +46,8 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		a.poll()
 	case *AdminRequest:
 		a.admin(m)
+	case *StagedRequest:
+		a.staged(m)
 	case failLane:
 		a.quarantine(fmt.Errorf("%w: %s", lanes.ErrFailed, m.Reason))
 	case rebuildLane:
@@ -208,6 +210,29 @@ func (a *laneActor) rebuild() {
 		return
 	}
 	a.s.laneRebuilt(a.ref)
+}
+
+// staged prepares or replays a staged program; the replay waits on the
+// lane's thread for its fence (outputs are read back).
+func (a *laneActor) staged(m *StagedRequest) {
+	if a.lane == nil || a.lane.State() == lanes.Failed {
+		a.s.completeAdmin(m.Call, nil, fmt.Errorf("%w: lane %d cannot run a staged program", lanes.ErrFailed, a.ref.id))
+		return
+	}
+	var res any
+	var err error
+	if m.Prepare {
+		err = a.lane.Prepare(m.Program)
+	} else {
+		res, err = a.lane.Replay(m.Program, m.Inputs, m.Collect)
+	}
+	a.deliver(a.lane.Poll())
+	a.ref.staged.Store(a.lane.StagedCounters())
+	a.ref.stats.Store(a.lane.Counters())
+	a.s.completeAdmin(m.Call, res, err)
+	if a.lane.State() == lanes.Failed {
+		a.quarantine(a.lane.Err())
+	}
 }
 
 func (a *laneActor) admin(m *AdminRequest) {

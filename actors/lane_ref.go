@@ -47,6 +47,7 @@ type laneRef struct {
 	pinned         int         // tenants pinned here (router lock)
 	inflightFences atomic.Int64
 	stats          atomic.Value // lanes.Counters
+	staged         atomic.Value // lanes.StagedCounters
 }
 
 func (r *laneRef) setState(h Health, cause error) {
@@ -80,6 +81,7 @@ type LaneStatus struct {
 	Cause    error // why it was quarantined
 	InFlight int   // admitted submissions not yet ended
 	Counters lanes.Counters
+	Staged   lanes.StagedCounters // data movement of staged replays
 	// Threads are the OS thread ids its Receive ran on (with
 	// Config.ThreadCheck): always exactly one.
 	Threads []int
@@ -91,6 +93,9 @@ func (r *laneRef) status(inflight int) LaneStatus {
 	st := LaneStatus{ID: r.id, Device: r.device, Health: r.health, Cause: r.cause, InFlight: inflight}
 	if c, ok := r.stats.Load().(lanes.Counters); ok {
 		st.Counters = c
+	}
+	if c, ok := r.staged.Load().(lanes.StagedCounters); ok {
+		st.Staged = c
 	}
 	for t := range r.tids {
 		st.Threads = append(st.Threads, t)

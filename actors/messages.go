@@ -54,3 +54,15 @@ type failLane struct{ Reason string }
 // rebuildLane tells a quarantined lane to start over on a fresh stream and
 // cache, once its device is healthy.
 type rebuildLane struct{}
+
+// StagedRequest asks a lane to prepare or replay a staged program. It
+// carries the program by pointer and the inputs by value: pinned host
+// staging lives on one host, so staged replay is a host-local facility and
+// this message never crosses a wire.
+type StagedRequest struct {
+	Call    uint64
+	Prepare bool // capture both variants instead of replaying
+	Program *lanes.Staged
+	Inputs  [][]byte
+	Collect bool
+}

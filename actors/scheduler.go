@@ -345,17 +345,35 @@ func (s *Scheduler) registerGauges() error {
 	if err != nil {
 		return err
 	}
+	moved := map[string]metric.Int64ObservableCounter{}
+	for _, name := range []string{"lanes.transfer.h2d_bytes", "lanes.transfer.d2h_bytes", "lanes.transfer.uploads", "lanes.transfer.readbacks",
+		"lanes.graph_launches", "lanes.output_cache.hits", "lanes.sync_points"} {
+		if moved[name], err = m.Int64ObservableCounter(name); err != nil {
+			return err
+		}
+	}
+	observables := []metric.Observable{health, depth}
+	for _, c := range moved {
+		observables = append(observables, c)
+	}
 	s.gauges, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		byHealth := map[Health]int64{}
 		for _, l := range s.Lanes() {
 			byHealth[l.Health]++
-			o.ObserveInt64(depth, int64(l.InFlight), metric.WithAttributes(attribute.Int("lanes.lane.id", l.ID)))
+			lane := metric.WithAttributes(attribute.Int("lanes.lane.id", l.ID))
+			o.ObserveInt64(depth, int64(l.InFlight), lane)
+			st := l.Staged
+			for name, v := range map[string]uint64{"lanes.transfer.h2d_bytes": st.HostToDeviceBytes, "lanes.transfer.d2h_bytes": st.DeviceToHostBytes,
+				"lanes.transfer.uploads": st.Uploads, "lanes.transfer.readbacks": st.Readbacks, "lanes.graph_launches": st.GraphLaunches + l.Counters.ReplayedSegments,
+				"lanes.output_cache.hits": st.OutputCacheHits, "lanes.sync_points": l.Counters.SyncPoints} {
+				o.ObserveInt64(moved[name], int64(v), lane)
+			}
 		}
 		for h, n := range byHealth {
 			o.ObserveInt64(health, n, metric.WithAttributes(attribute.String("lanes.health", h.String())))
 		}
 		return nil
-	}, health, depth)
+	}, observables...)
 	return err
 }
 
@@ -539,6 +557,37 @@ func (s *Scheduler) Catalog(ctx context.Context, lane int) ([]programs.Descripto
 func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
 	_, err := s.adminCall(ctx, lane, OpSynchronize, 0)
 	return err
+}
+
+// PrepareStaged captures a staged program's two variants on one lane (its
+// preparation must be open).
+func (s *Scheduler) PrepareStaged(ctx context.Context, lane int, st *lanes.Staged) error {
+	_, err := s.stagedCall(ctx, lane, &StagedRequest{Prepare: true, Program: st})
+	return err
+}
+
+// Replay runs a staged program on the lane it was prepared on, with inputs
+// in logical order, and returns its outputs (when collect).
+func (s *Scheduler) Replay(ctx context.Context, lane int, st *lanes.Staged, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
+	r, err := s.stagedCall(ctx, lane, &StagedRequest{Program: st, Inputs: inputs, Collect: collect})
+	res, _ := r.(lanes.StagedResult)
+	return res, err
+}
+
+func (s *Scheduler) stagedCall(ctx context.Context, lane int, m *StagedRequest) (any, error) {
+	if lane < 0 || lane >= len(s.lanes) {
+		return nil, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes))
+	}
+	c := &call{admin: true, lane: s.lanes[lane]}
+	s.register(c)
+	m.Call = c.id
+	s.system.Root.Send(c.lane.pid, m)
+	select {
+	case <-c.done:
+		return c.result, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Lanes reports every lane's health and counters.

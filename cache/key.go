@@ -166,6 +166,18 @@ func Bind(pk ProviderKey, c cuda.Command) Key {
 	case cuda.KindCopy:
 		b = binary.LittleEndian.AppendUint64(b, 2)
 		b = appendRegion(appendRegion(b, c.Src), c.Dst)
+	case cuda.KindStageIn, cuda.KindStageOut:
+		// The staging's identity, not its bytes: a replay reads whatever
+		// the host wrote there last (the input key covers the bytes).
+		dev := c.Dst
+		if c.Kind == cuda.KindStageOut {
+			dev = c.Src
+		}
+		b = binary.LittleEndian.AppendUint64(b, 1)
+		b = appendRegion(b, dev)
+		for _, v := range []uint64{c.Staging.Buffer.Device, c.Staging.Buffer.ID, c.Staging.Offset, c.Staging.Length} {
+			b = binary.LittleEndian.AppendUint64(b, v)
+		}
 	default:
 		b = binary.LittleEndian.AppendUint64(b, 1)
 		b = appendRegion(b, c.Dst)

@@ -41,10 +41,12 @@ type CommandKind uint8
 
 // The commands a stream accepts.
 const (
-	KindLaunch CommandKind = iota + 1 // a kernel launch
-	KindUpload                        // a host-to-device copy of retained host bytes
-	KindCopy                          // a device-to-device copy
-	KindZero                          // a memset to zero
+	KindLaunch   CommandKind = iota + 1 // a kernel launch
+	KindUpload                          // a host-to-device copy of retained host bytes
+	KindCopy                            // a device-to-device copy
+	KindZero                            // a memset to zero
+	KindStageIn                         // a host-to-device copy from pinned staging, read when it runs
+	KindStageOut                        // a device-to-host copy into pinned staging
 )
 
 // String returns "launch", "upload", "copy" or "zero".
@@ -58,11 +60,15 @@ func (k CommandKind) String() string {
 		return "copy"
 	case KindZero:
 		return "zero"
+	case KindStageIn:
+		return "stage_in"
+	case KindStageOut:
+		return "stage_out"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-var enqueueOps = [...]string{"enqueue", "enqueue launch", "enqueue upload", "enqueue copy", "enqueue zero"}
+var enqueueOps = [...]string{"enqueue", "enqueue launch", "enqueue upload", "enqueue copy", "enqueue zero", "enqueue stage_in", "enqueue stage_out"}
 
 // EnqueueOp is the operation name a device reports for enqueuing a command
 // of this kind ("enqueue launch"); it allocates nothing.
@@ -86,6 +92,9 @@ type Command struct {
 	Dst    Region       // upload, copy, zero: the destination
 	Src    Region       // copy: the source
 	Host   []byte       // upload: the retained host bytes; len(Host) == Dst.Length
+	// Staging is the pinned host region of a stage_in (source) or a
+	// stage_out (destination).
+	Staging HostRegion
 }
 
 // Launch builds a kernel launch, checked against the kernel's spec: arity,
@@ -164,6 +173,24 @@ func (c Command) Validate() error {
 		return nil
 	case KindZero:
 		return c.Dst.Validate()
+	case KindStageIn, KindStageOut:
+		dev := c.Dst
+		if c.Kind == KindStageOut {
+			dev = c.Src
+		}
+		if err := dev.Validate(); err != nil {
+			return err
+		}
+		if err := c.Staging.Validate(); err != nil {
+			return err
+		}
+		if c.Staging.Length != dev.Length {
+			return contractf(op, ErrOutOfBounds, "%v of %d staging bytes and a %d-byte device region; lengths must match", c.Kind, c.Staging.Length, dev.Length)
+		}
+		if c.Staging.Buffer.Device != dev.Buffer.Device {
+			return contractf(op, ErrForeignHandle, "staging of device instance %d with a buffer of %d", c.Staging.Buffer.Device, dev.Buffer.Device)
+		}
+		return nil
 	}
 	return contractf("command", ErrInvalidCommand, "unknown command kind %d", uint8(c.Kind))
 }
@@ -247,7 +274,9 @@ func (c Command) Touches(k *KernelSpec) []Touch {
 		return out
 	case KindCopy:
 		return []Touch{{c.Src, Read}, {c.Dst, Write}}
-	case KindUpload, KindZero:
+	case KindStageOut:
+		return []Touch{{c.Src, Read}}
+	case KindUpload, KindZero, KindStageIn:
 		return []Touch{{c.Dst, Write}}
 	}
 	return nil
@@ -272,6 +301,8 @@ func (c Command) ForRegions(f func(Region) error) error {
 		if err := f(c.Src); err != nil {
 			return err
 		}
+	case KindStageOut:
+		return f(c.Src)
 	}
 	return f(c.Dst)
 }
@@ -290,6 +321,8 @@ func (c Command) Bytes() uint64 {
 		return n
 	case KindCopy:
 		return 2 * c.Dst.Length
+	case KindStageOut:
+		return c.Src.Length
 	}
 	return c.Dst.Length
 }
@@ -305,6 +338,10 @@ func (c Command) String() string {
 		return fmt.Sprintf("copy %dB buf%d+%d -> buf%d+%d", c.Dst.Length, c.Src.Buffer.ID, c.Src.Offset, c.Dst.Buffer.ID, c.Dst.Offset)
 	case KindZero:
 		return fmt.Sprintf("zero %dB buf%d+%d", c.Dst.Length, c.Dst.Buffer.ID, c.Dst.Offset)
+	case KindStageIn:
+		return fmt.Sprintf("stage_in %dB host%d+%d -> buf%d+%d", c.Dst.Length, c.Staging.Buffer.ID, c.Staging.Offset, c.Dst.Buffer.ID, c.Dst.Offset)
+	case KindStageOut:
+		return fmt.Sprintf("stage_out %dB buf%d+%d -> host%d+%d", c.Src.Length, c.Src.Buffer.ID, c.Src.Offset, c.Staging.Buffer.ID, c.Staging.Offset)
 	}
 	return c.Kind.String()
 }

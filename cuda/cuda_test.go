@@ -118,7 +118,16 @@ func sampleCommands(t testing.TB) []cuda.Command {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []cuda.Command{launch, up, cp, z}
+	h := cuda.HostBuffer{Device: 1, ID: 5, Size: 4096}
+	in, err := cuda.StageIn(f.Whole(), h.Whole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cuda.StageOut(h.Whole(), g.Whole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []cuda.Command{launch, up, cp, z, in, out}
 }
 
 func TestWireRoundTrip(t *testing.T) {

@@ -48,8 +48,19 @@ func (c Command) MarshalBinary() ([]byte, error) {
 		b = appendRegion(appendRegion(b, c.Dst), c.Src)
 	case KindZero:
 		b = appendRegion(b, c.Dst)
+	case KindStageIn:
+		b = appendHostRegion(appendRegion(b, c.Dst), c.Staging)
+	case KindStageOut:
+		b = appendHostRegion(appendRegion(b, c.Src), c.Staging)
 	}
 	return b, nil
+}
+
+func appendHostRegion(b []byte, r HostRegion) []byte {
+	for _, v := range []uint64{r.Buffer.Device, r.Buffer.ID, r.Buffer.Size, r.Offset, r.Length} {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return b
 }
 
 func appendRegion(b []byte, r Region) []byte {
@@ -105,6 +116,12 @@ func (c *Command) UnmarshalBinary(data []byte) error {
 		out.Src = d.region()
 	case KindZero:
 		out.Dst = d.region()
+	case KindStageIn:
+		out.Dst = d.region()
+		out.Staging = d.hostRegion()
+	case KindStageOut:
+		out.Src = d.region()
+		out.Staging = d.hostRegion()
 	default:
 		return contractf("decode command", ErrEncoding, "unknown command kind %d", uint8(out.Kind))
 	}
@@ -174,5 +191,13 @@ func (d *decoder) region() Region {
 		*p = d.u64()
 	}
 	r.Buffer.Elem = ElementType(d.u8())
+	return r
+}
+
+func (d *decoder) hostRegion() HostRegion {
+	var r HostRegion
+	for _, p := range []*uint64{&r.Buffer.Device, &r.Buffer.ID, &r.Buffer.Size, &r.Offset, &r.Length} {
+		*p = d.u64()
+	}
 	return r
 }

@@ -93,6 +93,7 @@ type Lane struct {
 	quarantine []*pending
 	ready      []Receipt
 	counters   Counters
+	staged     StagedCounters
 }
 
 // New makes a lane over a stream.

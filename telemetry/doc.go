@@ -62,4 +62,11 @@
 //	lanes.device.time           histogram  seconds of device time per timed submission
 //	lanes.lanes                 gauge      lanes by lanes.health
 //	lanes.lane.in_flight        gauge      admitted submissions per lane (the mailbox's depth)
+//	lanes.transfer.h2d_bytes    counter    staged input bytes copied to the device, by lane
+//	lanes.transfer.d2h_bytes    counter    staged output bytes read back, by lane
+//	lanes.transfer.uploads      counter    staged input copies
+//	lanes.transfer.readbacks    counter    staged output reads
+//	lanes.graph_launches        counter    executables launched, by lane
+//	lanes.output_cache.hits     counter    staged replays answered without a launch
+//	lanes.sync_points           counter    blocking waits the lane made
 package telemetry

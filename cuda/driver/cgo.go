@@ -43,6 +43,16 @@ static CUresult lanes_htod(CUcontext ctx, CUdeviceptr dst, const void *src, size
 	return r != CUDA_SUCCESS ? r : cuMemcpyHtoDAsync(dst, src, n, s);
 }
 
+static CUresult lanes_dtoh(CUcontext ctx, void *dst, CUdeviceptr src, size_t n, CUstream s) {
+	CUresult r = lanes_bound(ctx);
+	return r != CUDA_SUCCESS ? r : cuMemcpyDtoHAsync(dst, src, n, s);
+}
+
+static CUresult lanes_host_free(CUcontext ctx, void *p) {
+	CUresult r = lanes_bound(ctx);
+	return r != CUDA_SUCCESS ? r : cuMemFreeHost(p);
+}
+
 static CUresult lanes_dtod(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
 	CUresult r = lanes_bound(ctx);
 	return r != CUDA_SUCCESS ? r : cuMemcpyDtoDAsync(dst, src, n, s);
@@ -239,6 +249,12 @@ func graphUpload(ctx cContext, x cGraphExec, s cStream) cResult {
 func copyHtoD(ctx cContext, dst uint64, src unsafe.Pointer, n uint64, s cStream) cResult {
 	return C.lanes_htod(ctx, C.CUdeviceptr(dst), src, C.size_t(n), s)
 }
+
+func copyDtoH(ctx cContext, dst unsafe.Pointer, src, n uint64, s cStream) cResult {
+	return C.lanes_dtoh(ctx, dst, C.CUdeviceptr(src), C.size_t(n), s)
+}
+
+func hostFree(ctx cContext, p unsafe.Pointer) cResult { return C.lanes_host_free(ctx, p) }
 
 func copyDtoD(ctx cContext, dst, src, n uint64, s cStream) cResult {
 	return C.lanes_dtod(ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), s)

@@ -36,13 +36,20 @@ type Device struct {
 	kernels kernels.Registry
 	staging *arena
 
-	mu      sync.Mutex
-	buffers map[uint64]*allocation
-	nextBuf uint64
-	nextStr uint64
-	memory  cuda.MemoryStats
-	poison  *cuda.Error
-	closed  bool
+	// ctxMu orders event cleanups (readers) against Close releasing the
+	// primary context (the writer).
+	ctxMu       sync.RWMutex
+	ctxReleased bool
+
+	mu       sync.Mutex
+	buffers  map[uint64]*allocation
+	nextBuf  uint64
+	hosts    map[uint64]*pinnedHost
+	nextHost uint64
+	nextStr  uint64
+	memory   cuda.MemoryStats
+	poison   *cuda.Error
+	closed   bool
 }
 
 var _ cuda.Device = (*Device)(nil)
@@ -70,7 +77,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := &Device{
 		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
-		funcs: map[string]cFunction{}, kernels: kernels.Builtin(), buffers: map[uint64]*allocation{},
+		funcs: map[string]cFunction{}, kernels: kernels.Builtin(), buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
 	}
 	unbind, err := d.BindThread()
 	if err != nil {
@@ -295,8 +302,8 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	buffers := d.buffers
-	d.buffers = map[uint64]*allocation{}
+	buffers, hosts := d.buffers, d.hosts
+	d.buffers, d.hosts = map[uint64]*allocation{}, map[uint64]*pinnedHost{}
 	poisoned := d.poison != nil
 	d.mu.Unlock()
 	unbind, err := d.BindThread()
@@ -309,9 +316,15 @@ func (d *Device) Close() error {
 		for _, a := range buffers {
 			_ = memFree(d.ctx, a.base)
 		}
+		for _, h := range hosts {
+			_ = hostFree(d.ctx, h.p)
+		}
 	}
 	_ = cu.MemFreeHost(d.staging.base)
 	_ = d.module.Unload()
+	d.ctxMu.Lock()
+	defer d.ctxMu.Unlock()
+	d.ctxReleased = true
 	if err := d.dev.ReleasePrimaryCtx(); err != nil {
 		return driverError("close", err, "release the primary context")
 	}

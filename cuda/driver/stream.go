@@ -101,6 +101,18 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 		return d.check(op, copyDtoD(d.ctx, cmd.Dst.Addr(), cmd.Src.Addr(), cmd.Dst.Length, s.s), "cuMemcpyDtoDAsync")
 	case cuda.KindZero:
 		return d.check(op, zero(d.ctx, cmd.Dst.Addr(), cmd.Dst.Length, s.s), "cuMemsetD8Async")
+	case cuda.KindStageIn:
+		p, err := d.stagingPointer(op, cmd.Staging)
+		if err != nil {
+			return err
+		}
+		return d.check(op, copyHtoD(d.ctx, cmd.Dst.Addr(), p, cmd.Dst.Length, s.s), "cuMemcpyHtoDAsync from staging")
+	case cuda.KindStageOut:
+		p, err := d.stagingPointer(op, cmd.Staging)
+		if err != nil {
+			return err
+		}
+		return d.check(op, copyDtoH(d.ctx, p, cmd.Src.Addr(), cmd.Src.Length, s.s), "cuMemcpyDtoHAsync to staging")
 	}
 	return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown command kind %d", cmd.Kind)
 }
@@ -143,7 +155,7 @@ func (s *stream) Record() (cuda.Event, error) {
 		return nil, err
 	}
 	e := &event{dev: s.dev, ev: ev}
-	runtime.AddCleanup(e, func(h eventHandle) { destroyEvent(h.ctx, h.ev) }, eventHandle{s.dev.ctx, ev})
+	runtime.AddCleanup(e, func(h eventHandle) { h.dev.destroyEvent(h.ev) }, eventHandle{s.dev, ev})
 	return e, nil
 }
 
@@ -248,8 +260,19 @@ func (s *stream) Destroy() error {
 }
 
 type eventHandle struct {
-	ctx cContext
+	dev *Device
 	ev  cEvent
+}
+
+// destroyEvent runs from the garbage collector's cleanup: it destroys the
+// event unless the device was closed (its context, and with it the event,
+// may be gone), holding ctxMu so Close cannot release the context meanwhile.
+func (d *Device) destroyEvent(ev cEvent) {
+	d.ctxMu.RLock()
+	defer d.ctxMu.RUnlock()
+	if !d.ctxReleased {
+		destroyEvent(d.ctx, ev)
+	}
 }
 
 // event is a timing event; the garbage collector destroys it.

@@ -20,7 +20,7 @@ func (d *Device) commandCost(c cuda.Command, asNode bool) (host, device time.Dur
 			device = cost.GraphNode
 		}
 		return host, device + perBytes(c.Bytes(), cost.MemoryBandwidth)
-	case cuda.KindUpload:
+	case cuda.KindUpload, cuda.KindStageIn, cuda.KindStageOut:
 		host, device = cost.TransferHost, cost.TransferDevice
 		if asNode {
 			device = cost.GraphNode
@@ -108,6 +108,26 @@ func (d *Device) executeCommand(c cuda.Command) error {
 		m, err := d.regionMemory(c.Dst)
 		if err == nil {
 			clear(m[:c.Dst.Length])
+		}
+		return err
+	case cuda.KindStageIn, cuda.KindStageOut:
+		d.mu.Lock()
+		host, ok := d.hosts[c.Staging.Buffer.ID]
+		d.mu.Unlock()
+		if !ok {
+			return cuda.DriverError("memcpy", cuda.CodeIllegalAddress, "host staging was freed before the copy that uses it ran; the device is poisoned")
+		}
+		staging := host[c.Staging.Offset:c.Staging.End()]
+		if c.Kind == cuda.KindStageIn {
+			m, err := d.regionMemory(c.Dst)
+			if err == nil {
+				copy(m[:c.Dst.Length], staging)
+			}
+			return err
+		}
+		m, err := d.regionMemory(c.Src)
+		if err == nil {
+			copy(staging, m[:c.Src.Length])
 		}
 		return err
 	}

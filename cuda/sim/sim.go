@@ -84,6 +84,8 @@ type Device struct {
 	mu         sync.Mutex
 	buffers    map[uint64]*allocation
 	nextBuffer uint64
+	hosts      map[uint64][]byte // pinned host staging
+	nextHost   uint64
 	nextAddr   uint64
 	streams    map[uint64]*stream
 	nextStream uint64
@@ -131,6 +133,7 @@ func New(cfg Config) (*Device, error) {
 		kernels:  cfg.Kernels,
 		closed:   make(chan struct{}),
 		buffers:  map[uint64]*allocation{},
+		hosts:    map[uint64][]byte{},
 		nextAddr: addressBase,
 		streams:  map[uint64]*stream{},
 		memory:   cuda.MemoryStats{Total: cfg.Memory},

@@ -85,6 +85,11 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 	} else if err := cmd.Validate(); err != nil {
 		return err
 	}
+	if cmd.Kind == cuda.KindStageIn || cmd.Kind == cuda.KindStageOut {
+		if _, err := s.dev.hostLookup(op, cmd.Staging.Buffer); err != nil {
+			return err
+		}
+	}
 	return cmd.ForRegions(func(r cuda.Region) error {
 		_, err := s.dev.lookup(op, r.Buffer)
 		return err

@@ -1,0 +1,108 @@
+//go:build cuda
+
+package driver
+
+import (
+	"unsafe"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+var _ cuda.HostMemory = (*Device)(nil)
+
+type pinnedHost struct {
+	buf cuda.HostBuffer
+	p   unsafe.Pointer
+}
+
+func (d *Device) hostLookup(op string, h cuda.HostBuffer) (*pinnedHost, error) {
+	if h.Device != d.info.Instance {
+		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, not %d", h.ID, h.Device, d.info.Instance)
+	}
+	d.mu.Lock()
+	a, ok := d.hosts[h.ID]
+	d.mu.Unlock()
+	if !ok || a.buf != h {
+		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "host buffer %d is not allocated (freed, or never handed out by this device)", h.ID)
+	}
+	return a, nil
+}
+
+// AllocHost allocates pinned host memory (cuMemAllocHost), zeroed.
+func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
+	const op = "host alloc"
+	if size == 0 {
+		return cuda.HostBuffer{}, cuda.Contractf(op, cuda.ErrEmptyRegion, "host buffer size is 0")
+	}
+	if err := d.live(op); err != nil {
+		return cuda.HostBuffer{}, err
+	}
+	p, r := hostAlloc(d.ctx, size)
+	if err := d.check(op, r, "cuMemAllocHost"); err != nil {
+		return cuda.HostBuffer{}, err
+	}
+	clear(unsafe.Slice((*byte)(p), size))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nextHost++
+	h := cuda.HostBuffer{Device: d.info.Instance, ID: d.nextHost, Size: size}
+	d.hosts[h.ID] = &pinnedHost{buf: h, p: p}
+	return h, nil
+}
+
+// FreeHost releases pinned host memory (cuMemFreeHost).
+func (d *Device) FreeHost(h cuda.HostBuffer) error {
+	const op = "host free"
+	a, err := d.hostLookup(op, h)
+	if err != nil {
+		return err
+	}
+	if err := d.check(op, hostFree(d.ctx, a.p), "cuMemFreeHost"); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	delete(d.hosts, h.ID)
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Device) hostBytes(op string, r cuda.HostRegion, n int) ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	if uint64(n) != r.Length {
+		return nil, cuda.Contractf(op, cuda.ErrOutOfBounds, "%d bytes for a %d-byte host region; they must match", n, r.Length)
+	}
+	a, err := d.hostLookup(op, r.Buffer)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(a.p, r.Offset)), r.Length), nil
+}
+
+// WriteHost copies src into pinned host memory now.
+func (d *Device) WriteHost(dst cuda.HostRegion, src []byte) error {
+	b, err := d.hostBytes("host write", dst, len(src))
+	if err == nil {
+		copy(b, src)
+	}
+	return err
+}
+
+// ReadHost copies pinned host memory into dst now.
+func (d *Device) ReadHost(src cuda.HostRegion, dst []byte) error {
+	b, err := d.hostBytes("host read", src, len(dst))
+	if err == nil {
+		copy(dst, b)
+	}
+	return err
+}
+
+// stagingPointer is the pinned address of a host region.
+func (d *Device) stagingPointer(op string, r cuda.HostRegion) (unsafe.Pointer, error) {
+	a, err := d.hostLookup(op, r.Buffer)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Add(a.p, r.Offset), nil
+}

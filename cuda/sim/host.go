@@ -1,0 +1,97 @@
+package sim
+
+import (
+	"github.com/lanesched/lanes/cuda"
+)
+
+var _ cuda.HostMemory = (*Device)(nil)
+
+// hostLookup checks that h is a live host buffer of this device.
+func (d *Device) hostLookup(op string, h cuda.HostBuffer) ([]byte, error) {
+	if h.Device != d.info.Instance {
+		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, not %d", h.ID, h.Device, d.info.Instance)
+	}
+	d.mu.Lock()
+	b, ok := d.hosts[h.ID]
+	d.mu.Unlock()
+	if !ok || uint64(len(b)) != h.Size {
+		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "host buffer %d is not allocated (freed, or never handed out by this device)", h.ID)
+	}
+	return b, nil
+}
+
+// AllocHost allocates zeroed pinned host memory.
+func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
+	const op = "host alloc"
+	if size == 0 {
+		return cuda.HostBuffer{}, cuda.Contractf(op, cuda.ErrEmptyRegion, "host buffer size is 0")
+	}
+	if err := d.check(op); err != nil {
+		return cuda.HostBuffer{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fire(FaultOutOfMemory, nil) {
+		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
+	}
+	d.nextHost++
+	h := cuda.HostBuffer{Device: d.info.Instance, ID: d.nextHost, Size: size}
+	d.hosts[h.ID] = make([]byte, size)
+	return h, nil
+}
+
+// FreeHost releases pinned host memory after the device's outstanding work,
+// as cuMemFreeHost.
+func (d *Device) FreeHost(h cuda.HostBuffer) error {
+	const op = "host free"
+	if _, err := d.hostLookup(op, h); err != nil {
+		return err
+	}
+	if err := d.Synchronize(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	delete(d.hosts, h.ID)
+	d.mu.Unlock()
+	return nil
+}
+
+// WriteHost copies src into pinned host memory now.
+func (d *Device) WriteHost(dst cuda.HostRegion, src []byte) error {
+	const op = "host write"
+	b, err := d.hostRegion(op, dst, len(src))
+	if err != nil {
+		return err
+	}
+	d.execMu.Lock()
+	copy(b, src)
+	d.execMu.Unlock()
+	return nil
+}
+
+// ReadHost copies pinned host memory into dst now.
+func (d *Device) ReadHost(src cuda.HostRegion, dst []byte) error {
+	const op = "host read"
+	b, err := d.hostRegion(op, src, len(dst))
+	if err != nil {
+		return err
+	}
+	d.execMu.Lock()
+	copy(dst, b)
+	d.execMu.Unlock()
+	return nil
+}
+
+func (d *Device) hostRegion(op string, r cuda.HostRegion, n int) ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	if uint64(n) != r.Length {
+		return nil, cuda.Contractf(op, cuda.ErrOutOfBounds, "%d bytes for a %d-byte host region; they must match", n, r.Length)
+	}
+	b, err := d.hostLookup(op, r.Buffer)
+	if err != nil {
+		return nil, err
+	}
+	return b[r.Offset:r.End()], nil
+}
