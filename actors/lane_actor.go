@@ -27,6 +27,9 @@ type laneActor struct {
 	armed   bool
 	timer   *time.Timer
 	stopped bool
+
+	progressAt time.Time // the last time a fence ended, or work began on an idle lane
+	hung       bool      // a fence outlived HangTimeout: the stream is abandoned
 }
 
 func (a *laneActor) Receive(ctx actor.Context) {
@@ -100,6 +103,9 @@ func (a *laneActor) submit(m *SubmitRequest) {
 		}
 		return
 	}
+	if len(a.calls) == 0 {
+		a.progressAt = time.Now()
+	}
 	a.calls[sub.Fence] = m.Call
 	a.ref.stats.Store(a.lane.Counters())
 	a.arm(true)
@@ -114,6 +120,12 @@ func (a *laneActor) poll() {
 	a.deliver(rs)
 	if a.lane.State() == lanes.Failed {
 		a.quarantine(a.lane.Err())
+		return
+	}
+	if len(rs) > 0 {
+		a.progressAt = time.Now()
+	} else if len(a.calls) > 0 && a.s.cfg.HangTimeout > 0 && time.Since(a.progressAt) > a.s.cfg.HangTimeout {
+		a.abandon()
 		return
 	}
 	a.arm(len(rs) > 0)
@@ -183,7 +195,7 @@ func (a *laneActor) stopTimer() {
 // tells the scheduler (which quarantines the device's other lanes on a
 // sticky error and decides about a rebuild).
 func (a *laneActor) quarantine(cause error) {
-	if a.ref.State() == Quarantined && a.lane != nil && len(a.calls) == 0 {
+	if a.hung || a.ref.State() == Quarantined && a.lane != nil && len(a.calls) == 0 {
 		return
 	}
 	a.ref.setState(Quarantined, cause)
@@ -197,9 +209,26 @@ func (a *laneActor) quarantine(cause error) {
 	a.s.laneQuarantined(a.ref, cause)
 }
 
+// abandon gives up on a stream whose oldest fence outlived HangTimeout (a
+// kernel that never finishes): every waiting submission ends indeterminate
+// now, the lane leaves routing, and nothing ever blocks on the stream again.
+func (a *laneActor) abandon() {
+	a.hung = true
+	a.stopTimer()
+	cause := fmt.Errorf("%w: no fence of lane %d ended for %v; the stream is abandoned", ErrHung, a.ref.id, a.s.cfg.HangTimeout)
+	for fence, call := range a.calls {
+		a.s.complete(call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate},
+			&lanes.Error{Op: "fence", Code: "lane_hung", Err: fmt.Errorf("%w: %v", ErrIndeterminate, cause)})
+	}
+	a.calls = map[uint64]uint64{}
+	a.ref.inflightFences.Store(0)
+	a.ref.setState(Quarantined, cause)
+	a.s.laneQuarantined(a.ref, cause)
+}
+
 // rebuild starts the lane over on a fresh stream and cache.
 func (a *laneActor) rebuild() {
-	if a.ref.State() != Quarantined || a.ref.dev.Err() != nil || a.stopped {
+	if a.ref.State() != Quarantined || a.ref.dev.Err() != nil || a.stopped || a.hung {
 		return
 	}
 	if a.ref.stream != nil {
@@ -215,7 +244,7 @@ func (a *laneActor) rebuild() {
 // staged prepares or replays a staged program; the replay waits on the
 // lane's thread for its fence (outputs are read back).
 func (a *laneActor) staged(m *StagedRequest) {
-	if a.lane == nil || a.lane.State() == lanes.Failed {
+	if a.lane == nil || a.lane.State() == lanes.Failed || a.hung {
 		a.s.completeAdmin(m.Call, nil, fmt.Errorf("%w: lane %d cannot run a staged program", lanes.ErrFailed, a.ref.id))
 		return
 	}
@@ -236,6 +265,10 @@ func (a *laneActor) staged(m *StagedRequest) {
 }
 
 func (a *laneActor) admin(m *AdminRequest) {
+	if a.hung {
+		a.s.completeAdmin(m.Call, nil, fmt.Errorf("%w: lane %d", ErrHung, a.ref.id))
+		return
+	}
 	if a.lane == nil {
 		a.s.completeAdmin(m.Call, nil, fmt.Errorf("%w: lane %d has no stream", lanes.ErrFailed, a.ref.id))
 		return
@@ -271,7 +304,8 @@ func (a *laneActor) admin(m *AdminRequest) {
 func (a *laneActor) drain() {
 	a.stopped = true
 	a.stopTimer()
-	if a.lane == nil {
+	if a.lane == nil || a.hung {
+		a.ref.setState(Stopped, nil)
 		return
 	}
 	rs, _, err := a.lane.Synchronize()

@@ -29,6 +29,8 @@ var (
 	ErrNoHealthyLane = errors.New("actors: no healthy lane")
 	ErrIndeterminate = errors.New("actors: submission indeterminate")
 	ErrUnknownLane   = errors.New("actors: unknown lane")
+	ErrHung          = errors.New("actors: lane hung")
+	ErrNotYours      = errors.New("actors: tenant names what another tenant owns")
 )
 
 // Rebuild is the policy for quarantined lanes.
@@ -57,6 +59,15 @@ type Config struct {
 	QuickPolls       int           // default 4
 	PollMin, PollMax time.Duration // default 20µs, 2ms
 	Throughput       int           // messages per mailbox run; default 64
+	// HangTimeout is how long a lane's oldest fence may go without any
+	// fence ending before the lane is declared hung (a kernel that never
+	// finishes): its submissions end indeterminate and the stream is
+	// abandoned. Default 10s; negative disables the watchdog.
+	HangTimeout time.Duration
+	// StrictOwnership rejects a batch that names a buffer no tenant owns
+	// and that is not shared (Scheduler.Own, Scheduler.Share); without it
+	// only buffers owned by another tenant are rejected.
+	StrictOwnership bool
 	// ThreadCheck records the OS thread of every Receive (LaneStatus.Threads).
 	ThreadCheck bool
 	// Logger receives protoactor's logs; nil discards them.
@@ -93,6 +104,9 @@ func (c *Config) defaults() error {
 	if c.PollMin <= 0 {
 		c.PollMin = 20 * time.Microsecond
 	}
+	if c.HangTimeout == 0 {
+		c.HangTimeout = 10 * time.Second
+	}
 	if c.PollMax < c.PollMin {
 		c.PollMax = max(2*time.Millisecond, c.PollMin)
 	}
@@ -126,7 +140,9 @@ type Scheduler struct {
 	system *actor.ActorSystem
 	lanes  []*laneRef
 
-	mu       sync.Mutex // router state and the call registry
+	mu       sync.Mutex                    // router state and the call registry
+	owners   map[[2]uint64]string          // (device instance, buffer id) -> tenant; "" shared
+	programs map[programs.ProgramID]string // program -> the tenant that registered it
 	sticky   map[string]*laneRef
 	tenants  map[string]int
 	calls    map[uint64]*call
@@ -148,7 +164,8 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Scheduler{cfg: cfg, sticky: map[string]*laneRef{}, tenants: map[string]int{}, calls: map[uint64]*call{}, epoch: time.Now()}
+	s := &Scheduler{cfg: cfg, sticky: map[string]*laneRef{}, tenants: map[string]int{}, calls: map[uint64]*call{}, epoch: time.Now(),
+		owners: map[[2]uint64]string{}, programs: map[programs.ProgramID]string{}}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {
@@ -431,13 +448,19 @@ func (s *Scheduler) endLaneCalls(ref *laneRef, err error) {
 }
 
 // laneQuarantined reacts to a lane failure: a sticky device error
-// quarantines every lane of the device; the rebuild policy may bring the
-// lane back once the device is healthy.
+// quarantines every lane of the device, and on the real GPU every lane of
+// every GPU of the process: on the H200 with driver 580 an illegal address
+// in one GPU's context made kernel launches in another GPU's context fail
+// with the same error, so the CUDA state of the whole process is what a
+// sticky error poisons (isolating GPUs takes a process per GPU). The rebuild
+// policy may bring a lane back once its device is healthy.
 func (s *Scheduler) laneQuarantined(ref *laneRef, cause error) {
 	s.cfg.Telemetry.Quarantine(context.Background(), ref.id, cause)
 	if cuda.IsSticky(cause) {
+		processWide := ref.dev.Info().Backend == "driver"
 		for _, r := range s.lanes {
-			if r != ref && r.dev == ref.dev && r.State() == Healthy {
+			same := r.dev == ref.dev || processWide && r.dev.Info().Backend == "driver"
+			if r != ref && same && r.State() == Healthy {
 				r.setState(Quarantined, cause)
 				s.system.Root.Send(r.pid, failLane{Reason: "device poisoned: " + cause.Error()})
 			}
@@ -496,9 +519,75 @@ func (p *Pending) Lane() int {
 	return p.c.lane.id
 }
 
+// Own records buffers as one tenant's: no other tenant's batch may name
+// them. A buffer owned by another tenant, or shared, is refused.
+func (s *Scheduler) Own(tenant string, bufs ...cuda.Buffer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range bufs {
+		k := [2]uint64{b.Device, b.ID}
+		if owner, ok := s.owners[k]; ok && owner != tenant {
+			return fmt.Errorf("%w: buffer %d is already %s", ErrNotYours, b.ID, describeOwner(owner))
+		}
+	}
+	for _, b := range bufs {
+		s.owners[[2]uint64{b.Device, b.ID}] = tenant
+	}
+	return nil
+}
+
+// Share records buffers as shared by every tenant (plan-owned weights).
+func (s *Scheduler) Share(bufs ...cuda.Buffer) error { return s.Own("", bufs...) }
+
+func describeOwner(owner string) string {
+	if owner == "" {
+		return "shared"
+	}
+	return fmt.Sprintf("owned by tenant %q", owner)
+}
+
+// checkOwnership refuses a batch that names another tenant's buffer or
+// program, before anything is routed.
+func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.Program != nil {
+		if owner, ok := s.programs[b.Program.ID]; ok && owner != tenant {
+			return fmt.Errorf("%w: program %s was registered by tenant %q; register your own under another name", ErrNotYours, b.Program.ID, owner)
+		}
+	}
+	for i, e := range b.Entries {
+		if e.Invoke != nil {
+			if owner, ok := s.programs[e.Invoke.Program]; ok && owner != tenant {
+				return fmt.Errorf("%w: entry %d invokes program %s of tenant %q", ErrNotYours, i, e.Invoke.Program, owner)
+			}
+		}
+		err := e.Command.ForRegions(func(r cuda.Region) error {
+			owner, ok := s.owners[[2]uint64{r.Buffer.Device, r.Buffer.ID}]
+			switch {
+			case ok && owner != "" && owner != tenant:
+				return fmt.Errorf("%w: entry %d names buffer %d, owned by tenant %q; a tenant may use only its own buffers and shared ones", ErrNotYours, i, r.Buffer.ID, owner)
+			case !ok && s.cfg.StrictOwnership:
+				return fmt.Errorf("%w: entry %d names buffer %d, which no tenant owns and is not shared; Own or Share it first", ErrNotYours, i, r.Buffer.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if b.Program != nil {
+		s.programs[b.Program.ID] = tenant
+	}
+	return nil
+}
+
 // SubmitAsync routes a batch and returns at once. Admission errors
 // (ErrOverloaded, retryable; ErrStopped; ErrNoHealthyLane) come back here.
 func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) {
+	if err := s.checkOwnership(tenant, &b); err != nil {
+		return nil, &lanes.Error{Op: "submit", Code: "not_yours", NotSubmitted: true, Err: err}
+	}
 	lane, err := s.admit(tenant, &b, nil)
 	if err != nil {
 		return nil, err

@@ -198,3 +198,17 @@ var instances atomic.Uint64
 // NextInstance returns a process-unique device instance id; backends call it
 // once per device they open.
 func NextInstance() uint64 { return instances.Add(1) }
+
+// UnwrapStream returns the stream a decorator wraps: a stream that embeds
+// another (for instrumentation, say) and has an Unwrap method. Backends
+// unwrap before their ownership checks, so decorated streams are accepted
+// wherever their inner stream is.
+func UnwrapStream(s Stream) Stream {
+	for {
+		w, ok := s.(interface{ Unwrap() Stream })
+		if !ok {
+			return s
+		}
+		s = w.Unwrap()
+	}
+}

@@ -9,7 +9,7 @@ go test -race -count=1 ./...
 # A count, not a duration: a duration can end mid-input and fail with
 # "context deadline exceeded" on a slow machine.
 fuzz_time=${FUZZ_TIME:-300000x}
-for target in "./cuda FuzzCommandDecode" "./cuda FuzzRegion" "./cuda/sim FuzzEnqueue" "./cache FuzzDiscover" "./lanes FuzzSubmit"; do
+for target in "./cuda FuzzCommandDecode" "./cuda FuzzRegion" "./cuda/sim FuzzEnqueue" "./cache FuzzDiscover" "./lanes FuzzSubmit" "./cmd/lanedemo FuzzFlags"; do
   set -- $target
   go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzz_time" "$1"
 done

@@ -8,13 +8,21 @@ import (
 	"github.com/lanesched/lanes/internal/demo"
 )
 
-// With the cuda tag, --device cuda opens GPU 0 through the driver backend.
+// With the cuda tag, --device cuda opens GPUs 0 .. --devices-1 through the
+// driver backend.
 func init() {
 	demo.RegisterBackend("cuda", func(cfg demo.Config) ([]cuda.Device, error) {
-		d, err := driver.Open(driver.Config{})
-		if err != nil {
-			return nil, err
+		var devs []cuda.Device
+		for i := range cfg.Devices {
+			d, err := driver.Open(driver.Config{Ordinal: i})
+			if err != nil {
+				for _, o := range devs {
+					_ = o.Close()
+				}
+				return nil, err
+			}
+			devs = append(devs, d)
 		}
-		return []cuda.Device{d}, nil
+		return devs, nil
 	})
 }

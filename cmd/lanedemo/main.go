@@ -25,15 +25,23 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	cfg := demo.Defaults()
-	var jsonPath string
-	var quiet bool
+// flags is what the command line says.
+type flags struct {
+	cfg      demo.Config
+	jsonPath string
+	quiet    bool
+	help     bool
+}
+
+// parseFlags parses and validates the command line.
+func parseFlags(args []string, stdout io.Writer) (flags, error) {
+	f := flags{cfg: demo.Defaults()}
+	cfg := &f.cfg
 	fs := flag.NewFlagSet("lanedemo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "device backend: sim (the embedded simulated H200) or cuda (the real GPU; needs a build with the cuda tag)")
 	fs.StringVar(&cfg.Clock, "clock", cfg.Clock, "sim clock: real (the cost model in wall-clock time, feels like a GPU) or zero (no device cost: the scheduler's own overhead)")
-	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "sim devices to spread tenants over")
+	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "devices to spread tenants over (sim devices, or GPUs 0..N-1 with --device cuda)")
 	fs.IntVar(&cfg.Lanes, "lanes", cfg.Lanes, "lanes (streams) per device")
 	fs.IntVar(&cfg.Tenants, "tenants", cfg.Tenants, "tenants, each with its own buffers and sizes")
 	fs.IntVar(&cfg.EagerTenants, "eager-tenants", cfg.EagerTenants, "tenants that submit without replay keys, to show eager fallback and typed gaps")
@@ -51,32 +59,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Faults.OOM, "fault-oom", 0, "sim: probability an allocation or instantiation runs out of memory")
 	fs.Float64Var(&cfg.Faults.Sticky, "fault-sticky", 0, "sim: probability a launch poisons the whole device")
 	fs.Float64Var(&cfg.Faults.Hang, "fault-hang", 0, "sim: probability a kernel never finishes")
-	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout)")
+	fs.StringVar(&f.jsonPath, "json", "", "also write the report as JSON to this file (- for stdout)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of inputs, arrivals and faults")
-	fs.BoolVar(&quiet, "quiet", false, "no progress line")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress line")
 	fs.StringVar(&cfg.Telemetry.OTLPEndpoint, "otlp-endpoint", "", "send OpenTelemetry traces to this OTLP collector, host:port (Jaeger: 127.0.0.1:4317); OTEL_EXPORTER_OTLP_* variables are honoured")
 	fs.StringVar(&cfg.Telemetry.OTLPProtocol, "otlp-protocol", cfg.Telemetry.OTLPProtocol, "OTLP protocol: grpc (port 4317) or http (port 4318)")
 	fs.StringVar(&cfg.Telemetry.TraceFile, "trace-file", "", "write OpenTelemetry spans as JSON to this file")
 	fs.StringVar(&cfg.Telemetry.ServiceName, "service-name", cfg.Telemetry.ServiceName, "OpenTelemetry service name")
 	fs.StringVar(&cfg.Telemetry.Resource, "resource", "", "extra OpenTelemetry resource attributes, k=v,k=v")
+	fs.DurationVar(&cfg.Soak, "soak", 0, "soak: run this long, sampling goroutines, heap and device memory, and fail unless they stay flat and every submission ends once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
 			fmt.Fprintln(stdout, "usage: lanedemo [flags]\n\nDrives a scheduler of lanes with multi-tenant decode steps and reports replay, latency and failures.\n\nflags:")
 			fs.PrintDefaults()
-			return 0
+			f.help = true
+			return f, nil
 		}
-		fmt.Fprintf(stderr, "lanedemo: %v (see --help)\n", err)
-		return 2
+		return f, fmt.Errorf("lanedemo: %v (see --help)", err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "lanedemo: unexpected argument %q (see --help)\n", fs.Arg(0))
-		return 2
+		return f, fmt.Errorf("lanedemo: unexpected argument %q (see --help)", fs.Arg(0))
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "%v (see --help)\n", err)
+		return f, fmt.Errorf("%v (see --help)", err)
+	}
+	return f, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	f, err := parseFlags(args, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	if f.help {
+		return 0
+	}
+	cfg, jsonPath, quiet := f.cfg, f.jsonPath, f.quiet
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	opt := demo.Options{}

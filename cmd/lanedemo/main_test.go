@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 )
@@ -31,4 +32,20 @@ func TestShortRunJSON(t *testing.T) {
 	if code != 0 || !strings.Contains(out.String(), `"ExactlyOnce": true`) {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
+}
+
+// FuzzFlags parses arbitrary command lines: never a panic; either a valid
+// configuration or an error.
+func FuzzFlags(f *testing.F) {
+	f.Add("--lanes 4 --tenants 8")
+	f.Add("--mode open --rate 100 --fault-sticky 0.5")
+	f.Add("--json - --otlp-endpoint 127.0.0.1:4317 --resource a=b")
+	f.Fuzz(func(t *testing.T, line string) {
+		fl, err := parseFlags(strings.Fields(line), io.Discard)
+		if err == nil && !fl.help {
+			if verr := fl.cfg.Validate(); verr != nil {
+				t.Fatalf("parseFlags accepted %q but the configuration is invalid: %v", line, verr)
+			}
+		}
+	})
 }

@@ -110,7 +110,7 @@ func (x *exec) Upload(st cuda.Stream) error {
 	if x.destroyed.Load() {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
 	}
-	s, ok := st.(*stream)
+	s, ok := cuda.UnwrapStream(st).(*stream)
 	if !ok || s.dev != x.dev {
 		return cuda.Contractf(op, cuda.ErrForeignHandle, "the stream does not belong to device %d", x.dev.info.Instance)
 	}

@@ -200,7 +200,7 @@ func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
 
 // ownStream checks that st is a stream of this device.
 func (d *Device) ownStream(op string, st cuda.Stream) (*stream, error) {
-	s, ok := st.(*stream)
+	s, ok := cuda.UnwrapStream(st).(*stream)
 	if !ok || s == nil || s.dev != d {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the stream does not belong to device %d", d.info.Instance)
 	}

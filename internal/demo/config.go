@@ -34,6 +34,10 @@ type Config struct {
 	Faults       FaultRates    // sim fault injection
 	Seed         int64
 	Telemetry    TelemetryConfig
+	// Soak, when set, runs the load this long instead of Duration, samples
+	// goroutines, heap and device memory, and fails the run unless they
+	// stay flat.
+	Soak time.Duration
 }
 
 // TelemetryConfig is where traces go.
@@ -96,6 +100,8 @@ func (c Config) Validate() error {
 		return bad("--rate %v: give a positive rate of steps per second", c.Rate)
 	case c.Kernels < 1 || c.Kernels > 4096:
 		return bad("--kernels %d: use 1 to 4096", c.Kernels)
+	case c.Soak < 0:
+		return bad("--soak %v: give a positive duration", c.Soak)
 	case c.Capacity < 0:
 		return bad("--capacity %d: use 0 (never capture) or more", c.Capacity)
 	}

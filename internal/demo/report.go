@@ -163,6 +163,7 @@ type Report struct {
 	Quarantined      int
 	ExactlyOnce      bool // accepted == ended
 	PerLane          []LaneReport
+	Soak             *SoakReport `json:",omitempty"`
 }
 
 func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.Device) *Report {
@@ -205,7 +206,7 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 }
 
 // OK reports whether the run passed its own checks.
-func (r *Report) OK() bool { return r.ExactlyOnce }
+func (r *Report) OK() bool { return r.ExactlyOnce && (r.Soak == nil || r.Soak.OK()) }
 
 // WriteTable prints the report for a person.
 func (r *Report) WriteTable(w io.Writer) {
@@ -244,6 +245,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		check = "FAILED"
 	}
 	fmt.Fprintf(w, "exactly once: %d accepted, %d ended (%s)\n", r.Accepted, r.Ended, check)
+	if r.Soak != nil && len(r.Soak.Samples) > 0 {
+		r.Soak.write(w)
+	}
 }
 
 func counts(m map[string]int64) string {

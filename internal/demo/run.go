@@ -80,9 +80,21 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 			}
 		}
 	}
+	if cfg.Soak > 0 {
+		cfg.Duration, cfg.Steps = cfg.Soak, 0
+	}
 	start := time.Now()
 	done := make(chan struct{})
 	var progress sync.WaitGroup
+	var soak *soaker
+	if cfg.Soak > 0 {
+		soak = &soaker{devs: devs, agg: agg, start: start}
+		progress.Add(1)
+		go func() {
+			defer progress.Done()
+			soak.run(max(cfg.Soak/30, time.Second), done)
+		}()
+	}
 	if opt.Progress != nil {
 		progress.Add(1)
 		go func() {
@@ -100,6 +112,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	}
 	agg.waitEnded(10 * time.Second)
 	rep := agg.report(cfg, status, devs)
+	if soak != nil {
+		rep.Soak = soak.report()
+	}
 	return rep, loadErr
 }
 

@@ -1,0 +1,283 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
+)
+
+// panicky is a device whose streams' Enqueue panics on demand: "capture"
+// while capturing, "eager" otherwise, as a provider bug would.
+type panicky struct {
+	*device
+	mode atomic.Value // string
+}
+
+func (d *panicky) NewStream() (cuda.Stream, error) {
+	s, err := d.device.NewStream()
+	return &panickyStream{Stream: s, d: d}, err
+}
+
+type panickyStream struct {
+	cuda.Stream
+	d *panicky
+}
+
+func (s *panickyStream) Unwrap() cuda.Stream { return s.Stream }
+
+func (s *panickyStream) Enqueue(c cuda.Command) error {
+	mode, _ := s.d.mode.Load().(string)
+	capturing := s.Capture() != cuda.CaptureNone
+	if mode == "capture" && capturing || mode == "eager" && !capturing {
+		panic("provider bug during " + mode)
+	}
+	return s.Stream.Enqueue(c)
+}
+
+type matrixPath string
+
+const (
+	pathEager      matrixPath = "eager"
+	pathReplayed   matrixPath = "replayed"
+	pathInvocation matrixPath = "invocation"
+)
+
+// cell is one fault on one path.
+type cell struct {
+	fault string
+	path  matrixPath
+}
+
+// outcome collects how the faulty tenant's submissions ended.
+type outcome struct {
+	mu                       sync.Mutex
+	accepted, ended, refused int
+	codes                    map[string]int
+	reasons                  map[cache.Reason]int
+}
+
+func (o *outcome) end(r lanes.Receipt, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ended++
+	o.codes[lanes.Describe(err).Code]++
+	for _, row := range r.Attribution.Rows {
+		if !row.Replayed {
+			o.reasons[row.Reason]++
+		}
+	}
+}
+
+// TestFaultMatrix runs every fault on every path: the faulty tenant's
+// device fails as the fault says while a healthy tenant on another device
+// keeps submitting. Every accepted submission must end exactly once with an
+// outcome the fault explains (and the fault's signature must show where it
+// applies), the healthy tenant must be served throughout, and after Stop the
+// devices' memory is back at its baseline and no goroutine is left
+// (goleak, in TestMain).
+func TestFaultMatrix(t *testing.T) {
+	faults := []string{"launch", "capture", "oom", "sticky", "hang", "panic-capture", "panic-eager", "overload", "cancel", "stop"}
+	paths := []matrixPath{pathEager, pathReplayed, pathInvocation}
+	for _, f := range faults {
+		for _, p := range paths {
+			c := cell{fault: f, path: p}
+			t.Run(fmt.Sprintf("%s/%s", f, p), func(t *testing.T) { runCell(t, c) })
+		}
+	}
+	t.Logf("fault matrix: %d faults x %d paths = %d cells", len(faults), len(paths), len(faults)*len(paths))
+}
+
+func runCell(t *testing.T, c cell) {
+	faulty := &panicky{device: newDevice(t, sim.Config{Clock: sim.ZeroCost}, 2)}
+	healthy := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	baseline := faulty.Memory().InUse
+	cfg := actors.Config{Devices: []cuda.Device{faulty, healthy}, CacheCapacity: 8, HangTimeout: 300 * time.Millisecond}
+	if c.fault == "overload" {
+		cfg.MaxInFlightPerTenant = 2
+	}
+	s, err := actors.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	batch := faulty.batch(0, 3)
+	if c.path == pathEager {
+		for i := range batch.Entries {
+			batch.Entries[i].Replay = nil
+		}
+	}
+	id := programs.ProgramID{Runtime: "lanes/sim", Name: "step"}
+	if c.path == pathInvocation {
+		setup := batch
+		setup.Program = &programs.Capture{ID: id, Nodes: 3}
+		if _, err := s.Submit(ctx, "t", setup); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Seal(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		cat, err := s.Catalog(ctx, 0)
+		if err != nil || len(cat) != 1 || len(cat[0].Segments) != 1 {
+			t.Fatalf("catalog %v %v", cat, err)
+		}
+		inv := programs.Invocation{Program: id, Segment: cat[0].Segments[0]}
+		batch = lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Invoke: &inv}}}
+	}
+	switch c.fault {
+	case "launch":
+		_ = faulty.InjectFault(sim.Fault{Kind: sim.FaultLaunch, Nth: 2})
+	case "capture":
+		_ = faulty.InjectFault(sim.Fault{Kind: sim.FaultCaptureReject, Nth: 1})
+	case "oom":
+		_ = faulty.InjectFault(sim.Fault{Kind: sim.FaultOutOfMemory, Nth: 1})
+	case "sticky":
+		_ = faulty.InjectFault(sim.Fault{Kind: sim.FaultSticky, Nth: 2})
+	case "hang":
+		_ = faulty.InjectFault(sim.Fault{Kind: sim.FaultHang, Nth: 2})
+	case "panic-capture", "panic-eager":
+		faulty.mode.Store(c.fault[len("panic-"):])
+	}
+
+	// The healthy tenant submits all along.
+	var healthyErrs atomic.Int64
+	var hwg sync.WaitGroup
+	hwg.Add(1)
+	go func() {
+		defer hwg.Done()
+		for range 20 {
+			if _, err := s.Submit(ctx, "h", healthy.batch(0, 2)); err != nil {
+				healthyErrs.Add(1)
+			}
+		}
+	}()
+
+	o := &outcome{codes: map[string]int{}, reasons: map[cache.Reason]int{}}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		sctx := ctx
+		if c.fault == "cancel" && i%2 == 0 {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			sctx = cctx
+		}
+		p, err := s.SubmitAsync("t", batch)
+		if err != nil {
+			o.mu.Lock()
+			o.refused++
+			o.codes["refused:"+refusal(err)]++
+			o.mu.Unlock()
+			continue
+		}
+		o.mu.Lock()
+		o.accepted++
+		o.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-sctx.Done(): // the caller gave up; the submission still ends
+				<-p.Done()
+			case <-p.Done():
+			}
+			r, err := p.Result()
+			o.end(r, err)
+		}()
+		if c.fault == "stop" && i == 5 {
+			break
+		}
+	}
+	if c.fault != "stop" && c.fault != "overload" {
+		wg.Wait()
+	}
+	hwg.Wait()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.Stop(sctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	wg.Wait()
+
+	if o.accepted != o.ended {
+		t.Fatalf("accepted %d, ended %d: not exactly once (%v)", o.accepted, o.ended, o.codes)
+	}
+	if n := healthyErrs.Load(); n != 0 {
+		t.Fatalf("the healthy tenant saw %d errors", n)
+	}
+	if got := faulty.Memory().InUse; got != baseline {
+		t.Fatalf("device memory %d after stop, baseline %d", got, baseline)
+	}
+	checkOutcome(t, c, o)
+}
+
+func refusal(err error) string {
+	switch {
+	case errors.Is(err, actors.ErrOverloaded):
+		return "overloaded"
+	case errors.Is(err, actors.ErrNoHealthyLane):
+		return "no_healthy_lane"
+	case errors.Is(err, actors.ErrStopped):
+		return "stopped"
+	}
+	return err.Error()
+}
+
+// checkOutcome: every ended submission's code is one the fault explains,
+// and the fault's signature shows where it applies.
+func checkOutcome(t *testing.T, c cell, o *outcome) {
+	t.Helper()
+	allowed := map[string]bool{"ok": true, "refused:no_healthy_lane": true}
+	var signature string
+	switch c.fault {
+	case "launch":
+		allowed["cuda_launch_out_of_resources"], allowed["lane_unavailable"] = true, true
+		signature = "cuda_launch_out_of_resources"
+	case "sticky":
+		allowed["cuda_illegal_address"], allowed["lane_unavailable"], allowed["lane_failed"] = true, true, true
+		signature = "cuda_illegal_address"
+	case "hang":
+		allowed["lane_hung"], allowed["lane_unavailable"] = true, true
+		signature = "lane_hung"
+	case "panic-capture":
+		allowed["capture_failed"], allowed["lane_unavailable"] = true, true
+		if c.path == pathReplayed {
+			signature = "capture_failed"
+		}
+	case "panic-eager":
+		allowed["provider_panic"], allowed["lane_unavailable"] = true, true
+		if c.path == pathEager {
+			signature = "provider_panic"
+		}
+	case "overload":
+		allowed["refused:overloaded"] = true
+		signature = "refused:overloaded"
+	case "stop":
+		allowed["refused:stopped"] = true
+	}
+	if c.path == pathInvocation && (allowed["lane_unavailable"] || c.fault == "sticky") {
+		// A program lives in one lane's catalog: once that lane is out,
+		// another lane answers that it does not hold the program.
+		allowed["program_invalid"] = true
+	}
+	for code := range o.codes {
+		if !allowed[code] {
+			t.Fatalf("%s on the %s path ended with %q (%v)", c.fault, c.path, code, o.codes)
+		}
+	}
+	if signature != "" && o.codes[signature] == 0 {
+		t.Fatalf("%s on the %s path never showed %s (%v)", c.fault, c.path, signature, o.codes)
+	}
+	if (c.fault == "capture" || c.fault == "oom") && c.path == pathReplayed && o.reasons[cache.ReasonCaptureRejected] == 0 {
+		t.Fatalf("%s on the replayed path: no eager fallback with capture_rejected (%v)", c.fault, o.reasons)
+	}
+}

@@ -1,0 +1,147 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
+)
+
+func TestTenantsCannotNameEachOthers(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 3)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, StrictOwnership: true})
+	ctx := context.Background()
+	if err := s.Own("a", dev.bufs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Own("b", dev.bufs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Own("b", dev.bufs[0]); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("taking another tenant's buffer: %v", err)
+	}
+	if _, err := s.Submit(ctx, "a", dev.batch(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Submit(ctx, "b", dev.batch(0, 1))
+	var le *lanes.Error
+	if !errors.Is(err, actors.ErrNotYours) || !errors.As(err, &le) || !le.NotSubmitted {
+		t.Fatalf("tenant b naming tenant a's buffer: %v", err)
+	}
+	t.Log(err)
+	if _, err := s.Submit(ctx, "a", dev.batch(2, 1)); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("strict ownership and an unowned buffer: %v", err)
+	}
+	// Programs: registered by one tenant, invoked only by it.
+	prog := dev.batch(0, 2)
+	id := programs.ProgramID{Runtime: "lanes/sim", Name: "a-step"}
+	prog.Program = &programs.Capture{ID: id, Nodes: 2}
+	if _, err := s.Submit(ctx, "a", prog); err != nil {
+		t.Fatal(err)
+	}
+	inv := programs.Invocation{Program: id}
+	if _, err := s.Submit(ctx, "b", lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: -1, Invoke: &inv}}}); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("tenant b invoking tenant a's program: %v", err)
+	}
+}
+
+// TestFloodCannotStarve: one tenant floods far past its in-flight bound;
+// the others keep being admitted and served.
+func TestFloodCannotStarve(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.RealTime}, 2)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2, MaxInFlightPerTenant: 8})
+	var flooded, refused int
+	var pending []*actors.Pending
+	maxInFlight := 0
+	for range 500 {
+		p, err := s.SubmitAsync("flood", dev.batch(0, 8))
+		if errors.Is(err, actors.ErrOverloaded) {
+			refused++
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		flooded++
+		pending = append(pending, p)
+		n := 0
+		for _, l := range s.Lanes() {
+			n += l.InFlight
+		}
+		maxInFlight = max(maxInFlight, n)
+	}
+	for range 20 {
+		if _, err := s.Submit(context.Background(), "quiet", dev.batch(1, 2)); err != nil {
+			t.Fatalf("the quiet tenant was refused during the flood: %v", err)
+		}
+	}
+	for _, p := range pending {
+		if _, err := p.Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if refused == 0 || maxInFlight > 8 {
+		t.Fatalf("flood admitted %d, refused %d, at most %d in flight: the per-tenant bound (8) did not hold", flooded, refused, maxInFlight)
+	}
+	t.Logf("flood: %d admitted, %d refused as overloaded, at most %d in flight; the quiet tenant was served 20 of 20", flooded, refused, maxInFlight)
+}
+
+// TestQuarantineDoesNotRaiseHealthyP99: healthy tenants' p99 latency with a
+// quarantined device beside them stays within 20% of their p99 without one,
+// on the sim's real-time clock. Two schedulers run side by side, one with a
+// device quarantined by a sticky fault, and are measured in alternating
+// blocks so that machine noise falls on both alike.
+func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing test")
+	}
+	ctx := context.Background()
+	type side struct {
+		s    *actors.Scheduler
+		good *device
+		lat  []time.Duration
+	}
+	mk := func(quarantine bool) *side {
+		bad := newDevice(t, sim.Config{Clock: sim.RealTime}, 1)
+		good := newDevice(t, sim.Config{Clock: sim.RealTime}, 2)
+		s := start(t, actors.Config{Devices: []cuda.Device{bad, good}, LanesPerDevice: 2})
+		if quarantine {
+			_ = bad.InjectFault(sim.Fault{Kind: sim.FaultSticky, Nth: 1})
+			_, _ = s.Submit(ctx, "bad", bad.batch(0, 1))
+			waitHealth(t, s, 0, actors.Quarantined)
+			waitHealth(t, s, 1, actors.Quarantined)
+		}
+		return &side{s: s, good: good}
+	}
+	alone, beside := mk(false), mk(true)
+	for block := range 12 {
+		sd := alone
+		if block%2 == 1 {
+			sd = beside
+		}
+		for range 100 {
+			t0 := time.Now()
+			if _, err := sd.s.Submit(ctx, "good", sd.good.batch(0, 4)); err != nil {
+				t.Fatal(err)
+			}
+			sd.lat = append(sd.lat, time.Since(t0))
+		}
+	}
+	p99 := func(l []time.Duration) time.Duration {
+		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+		return l[len(l)*99/100]
+	}
+	base, withQ := p99(alone.lat), p99(beside.lat)
+	ratio := float64(withQ) / float64(base)
+	t.Logf("healthy p99 over 600 submissions each: %v alone, %v beside a quarantined device: ratio %.2f", base, withQ, ratio)
+	if ratio > 1.2 {
+		t.Fatalf("a quarantined device raised healthy p99 by %.0f%%", 100*(ratio-1))
+	}
+}
