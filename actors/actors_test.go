@@ -375,6 +375,10 @@ func TestRebuildBringsALaneBack(t *testing.T) {
 	if _, err := s.Submit(context.Background(), "a", dev.batch(0, 1)); err == nil {
 		t.Fatal("the injected launch failure did not fail the submission")
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Lanes()[0].Counters.Failures == 0 && s.Lanes()[0].Health == actors.Healthy && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond) // the quarantine follows the failed receipt
+	}
 	waitHealth(t, s, 0, actors.Healthy)
 	if r, err := s.Submit(context.Background(), "a", dev.batch(0, 1)); err != nil || r.Outcome != lanes.Succeeded {
 		t.Fatalf("after the rebuild: %v", err)

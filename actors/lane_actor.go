@@ -97,10 +97,12 @@ func (a *laneActor) submit(m *SubmitRequest) {
 	}
 	sub, err := a.lane.Submit(m.Batch)
 	if err != nil {
-		a.s.complete(m.Call, lanes.Receipt{}, err)
+		a.ref.stats.Store(a.lane.Counters())
+		// The lane leaves routing before its caller hears of the failure.
 		if a.lane.State() == lanes.Failed {
 			a.quarantine(a.lane.Err())
 		}
+		a.s.complete(m.Call, lanes.Receipt{}, err)
 		return
 	}
 	if len(a.calls) == 0 {

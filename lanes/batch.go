@@ -227,23 +227,15 @@ func (l *Lane) validate(b *Batch) error {
 // validateCommand checks a command against the lane's device without
 // enqueuing it: structure, kernel, and that every region is of this device.
 func (l *Lane) validateCommand(i int, c cuda.Command) error {
-	if c.Kind == cuda.KindLaunch {
-		spec, ok := l.dev.Kernels().Kernel(c.Kernel)
-		if !ok {
-			return fmt.Errorf("entry %d: %w", i, cuda.Contractf("launch", cuda.ErrUnknownKernel, "kernel %q is not loaded on this device", c.Kernel))
-		}
-		if err := c.ValidateLaunch(spec); err != nil {
-			return fmt.Errorf("entry %d: %w", i, err)
-		}
-	} else if err := c.Validate(); err != nil {
-		return fmt.Errorf("entry %d: %w", i, err)
-	}
 	inst := l.dev.Info().Instance
-	return c.ForRegions(func(r cuda.Region) error {
-		if r.Buffer.Device != inst {
-			return fmt.Errorf("entry %d: %w", i, cuda.Contractf("validate", cuda.ErrForeignHandle,
-				"buffer %d belongs to device instance %d, not this lane's %d", r.Buffer.ID, r.Buffer.Device, inst))
+	err := cuda.ValidateFor("validate", c, l.dev.Kernels(), func(b cuda.Buffer) error {
+		if b.Device != inst {
+			return cuda.Contractf("validate", cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, not this lane's %d", b.ID, b.Device, inst)
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("entry %d: %w", i, err)
+	}
+	return nil
 }

@@ -40,20 +40,8 @@ func (s *stream) live(op string) error {
 // validate checks a command against this device: structure, kernel and
 // buffers.
 func (s *stream) validate(op string, cmd cuda.Command) error {
-	d := s.dev
-	if cmd.Kind == cuda.KindLaunch {
-		spec, ok := d.kernels.Kernel(cmd.Kernel)
-		if !ok {
-			return cuda.Contractf(op, cuda.ErrUnknownKernel, "kernel %q is not loaded on this device; known: %v", cmd.Kernel, d.kernels.Names())
-		}
-		if err := cmd.ValidateLaunch(spec); err != nil {
-			return err
-		}
-	} else if err := cmd.Validate(); err != nil {
-		return err
-	}
-	return cmd.ForRegions(func(r cuda.Region) error {
-		_, err := d.lookup(op, r.Buffer)
+	return cuda.ValidateFor(op, cmd, s.dev.kernels, func(b cuda.Buffer) error {
+		_, err := s.dev.lookup(op, b)
 		return err
 	})
 }

@@ -305,17 +305,15 @@ func (d *Device) Free(b cuda.Buffer) error {
 // lookup checks that b is a live buffer of this device, exactly as it was
 // handed out, and returns its allocation.
 func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
-	if b.Device != d.info.Instance {
-		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, not %d; allocate it on this device", b.ID, b.Device, d.info.Instance)
-	}
 	d.mu.Lock()
 	a, ok := d.buffers[b.ID]
 	d.mu.Unlock()
-	if !ok {
-		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d is not allocated (freed, or never handed out by this device)", b.ID)
+	var have cuda.Buffer
+	if ok {
+		have = a.buf
 	}
-	if a.buf != b {
-		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d does not match its allocation (%+v); use the Buffer value Alloc returned", b.ID, a.buf)
+	if err := cuda.CheckBuffer(op, d.info.Instance, b, have, ok); err != nil {
+		return nil, err
 	}
 	return a, nil
 }

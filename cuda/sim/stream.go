@@ -74,24 +74,13 @@ func (s *stream) check(op string) error {
 // validate checks a command against this device: its structure, its kernel
 // and every buffer it names.
 func (s *stream) validate(op string, cmd cuda.Command) error {
-	if cmd.Kind == cuda.KindLaunch {
-		spec, ok := s.dev.kernels.Kernel(cmd.Kernel)
-		if !ok {
-			return cuda.Contractf(op, cuda.ErrUnknownKernel, "kernel %q is not registered on this device; known: %v", cmd.Kernel, s.dev.kernels.Names())
-		}
-		if err := cmd.ValidateLaunch(spec); err != nil {
-			return err
-		}
-	} else if err := cmd.Validate(); err != nil {
-		return err
-	}
 	if cmd.Kind == cuda.KindStageIn || cmd.Kind == cuda.KindStageOut {
 		if _, err := s.dev.hostLookup(op, cmd.Staging.Buffer); err != nil {
 			return err
 		}
 	}
-	return cmd.ForRegions(func(r cuda.Region) error {
-		_, err := s.dev.lookup(op, r.Buffer)
+	return cuda.ValidateFor(op, cmd, s.dev.kernels, func(b cuda.Buffer) error {
+		_, err := s.dev.lookup(op, b)
 		return err
 	})
 }

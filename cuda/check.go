@@ -1,0 +1,36 @@
+package cuda
+
+// The checks every backend makes at its boundary, in one place so the
+// simulator and the driver reject the same input with the same error.
+
+// CheckBuffer checks that b is a buffer of device instance inst and is the
+// very value the device handed out for its id (have, when found).
+func CheckBuffer(op string, inst uint64, b Buffer, have Buffer, found bool) error {
+	switch {
+	case b.Device != inst:
+		return contractf(op, ErrForeignHandle, "buffer %d belongs to device instance %d, not %d; allocate it on this device", b.ID, b.Device, inst)
+	case !found:
+		return contractf(op, ErrStaleHandle, "buffer %d is not allocated (freed, or never handed out by this device)", b.ID)
+	case have != b:
+		return contractf(op, ErrStaleHandle, "buffer %d does not match its allocation (%+v); use the Buffer value Alloc returned", b.ID, have)
+	}
+	return nil
+}
+
+// ValidateFor checks a command against a device before it is enqueued:
+// its structure, its kernel (by the device's registry), and every buffer it
+// names (through lookup).
+func ValidateFor(op string, cmd Command, kernels Kernels, lookup func(Buffer) error) error {
+	if cmd.Kind == KindLaunch {
+		spec, ok := kernels.Kernel(cmd.Kernel)
+		if !ok {
+			return contractf(op, ErrUnknownKernel, "kernel %q is not loaded on this device", cmd.Kernel)
+		}
+		if err := cmd.ValidateLaunch(spec); err != nil {
+			return err
+		}
+	} else if err := cmd.Validate(); err != nil {
+		return err
+	}
+	return cmd.ForRegions(func(r Region) error { return lookup(r.Buffer) })
+}
