@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode) error {
 	for range cfg.Warmup {
 		for _, tn := range tenants {
-			b, err := tn.step(timing)
+			b, err := tn.step(timing, 0)
 			if err != nil {
 				return err
 			}
@@ -156,14 +156,14 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 	for _, tn := range tenants {
 		var issued atomic.Int64
 		var mu sync.Mutex // the tenant's input generator
-		for range cfg.Concurrency {
+		for w := range cfg.Concurrency {
 			g.Go(func() error {
 				for ctx.Err() == nil {
 					if cfg.Steps > 0 && issued.Add(1) > int64(cfg.Steps) {
 						return nil
 					}
 					mu.Lock()
-					b, err := tn.step(timing)
+					b, err := tn.step(timing, w)
 					mu.Unlock()
 					if err != nil {
 						return err
@@ -207,7 +207,7 @@ func openLoop(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*t
 			}
 		}
 		tn := tenants[rng.Intn(len(tenants))]
-		b, err := tn.step(timing)
+		b, err := tn.step(timing, -1)
 		if err != nil {
 			return err
 		}
