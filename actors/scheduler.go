@@ -340,10 +340,15 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 	s.mu.Unlock()
 	s.release(c)
 	if t := s.cfg.Telemetry; t != nil {
+		// The recorder runs later: hand it copies, not the caller's batch.
+		nodes := make([]int, len(c.batch.Entries))
+		for i, e := range c.batch.Entries {
+			nodes[i] = e.Node
+		}
 		t.Submission(context.Background(), telemetry.Submission{
 			Tenant: c.tenant, Lane: c.lane.id, Device: c.lane.device, DeviceName: c.lane.dev.Info().Name,
 			Entries: len(c.batch.Entries), Path: c.batch.Path, Timing: c.batch.Timing, Start: c.start, End: time.Now(),
-			Anchor: s.epoch, Receipt: r, Err: err, Batch: c.batch.Entries})
+			Anchor: s.epoch, Receipt: r, Err: err, Nodes: nodes})
 	}
 	close(c.done)
 }
@@ -584,6 +589,8 @@ func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) error {
 
 // SubmitAsync routes a batch and returns at once. Admission errors
 // (ErrOverloaded, retryable; ErrStopped; ErrNoHealthyLane) come back here.
+// The batch, with its entries and their slices, belongs to the scheduler
+// until the submission ends: reuse it only after Done is closed.
 func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) {
 	if err := s.checkOwnership(tenant, &b); err != nil {
 		return nil, &lanes.Error{Op: "submit", Code: "not_yours", NotSubmitted: true, Err: err}

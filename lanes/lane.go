@@ -94,6 +94,7 @@ type Lane struct {
 	ready      []Receipt
 	counters   Counters
 	staged     StagedCounters
+	scratch    []cache.Command // plan's view of a batch, reused
 }
 
 // New makes a lane over a stream.

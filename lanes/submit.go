@@ -110,7 +110,13 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 	for i := range p.resident {
 		p.resident[i] = -1
 	}
-	cmds := make([]cache.Command, len(b.Entries))
+	// The cache's view of the batch lives only through this call: the lane
+	// reuses one scratch slice for it (the lane has one owner).
+	if cap(l.scratch) < len(b.Entries) {
+		l.scratch = make([]cache.Command, len(b.Entries))
+	}
+	cmds := l.scratch[:len(b.Entries)]
+	defer clear(cmds) // drop references to the batch's buffers and bytes
 	for i, e := range b.Entries {
 		cmds[i] = cache.Command{Cmd: e.Command, Phase: e.Phase.cache(), Node: e.Node}
 		if e.Invoke != nil {

@@ -27,7 +27,7 @@ type Submission struct {
 	Anchor  time.Time
 	Receipt lanes.Receipt
 	Err     error
-	Batch   []lanes.Entry // for node ranges; may be nil
+	Nodes   []int // each entry's plan node, for segments' node ranges; may be nil
 }
 
 // Submission hands one ended submission to the recorder, which makes its
@@ -129,7 +129,7 @@ func (t *Telemetry) children(ctx context.Context, s Submission) {
 		if seg.Program != nil {
 			attrs = append(attrs, attribute.String("lanes.program.id", seg.Program.String()), attribute.Int("lanes.segment.ordinal", seg.Ordinal))
 		}
-		if lo, hi, ok := nodeRange(s.Batch, seg.Start, seg.End); ok {
+		if lo, hi, ok := nodeRange(s.Nodes, seg.Start, seg.End); ok {
 			attrs = append(attrs, attribute.Int("lanes.segment.node_start", lo), attribute.Int("lanes.segment.node_end", hi))
 		}
 		_, sp := t.tracer.Start(ctx, "lanes.replay", trace.WithTimestamp(start), trace.WithAttributes(attrs...))
@@ -155,11 +155,11 @@ func (t *Telemetry) children(ctx context.Context, s Submission) {
 
 // nodeRange is the plan-node range of entries [from, to), when they carry
 // nodes.
-func nodeRange(batch []lanes.Entry, from, to int) (int, int, bool) {
-	if to > len(batch) || from >= to {
+func nodeRange(nodes []int, from, to int) (int, int, bool) {
+	if to > len(nodes) || from >= to {
 		return 0, 0, false
 	}
-	lo, hi := batch[from].Node, batch[to-1].Node
+	lo, hi := nodes[from], nodes[to-1]
 	if lo < 0 || hi < lo {
 		return 0, 0, false
 	}

@@ -41,6 +41,9 @@ type tenant struct {
 	// driver). Empty where the device has no pinned staging.
 	staging []cuda.HostBuffer
 	hm      cuda.HostMemory
+	// entries holds one reusable batch per closed-loop worker: a worker
+	// builds its next step only after the previous one ended.
+	entries [][]lanes.Entry
 }
 
 // openDevices opens the configured backend.
@@ -255,7 +258,15 @@ func (tn *tenant) step(timing lanes.TimingMode, slot int) (lanes.Batch, error) {
 	if err != nil {
 		return lanes.Batch{}, err
 	}
-	entries := make([]lanes.Entry, 0, len(tn.compute)+2)
+	var entries []lanes.Entry
+	if slot >= 0 {
+		for len(tn.entries) <= slot {
+			tn.entries = append(tn.entries, make([]lanes.Entry, 0, len(tn.compute)+2))
+		}
+		entries = tn.entries[slot][:0]
+	} else {
+		entries = make([]lanes.Entry, 0, len(tn.compute)+2)
+	}
 	entries = append(entries, lanes.Entry{Phase: lanes.DynamicBinding, Node: cache.NoNode, Command: up})
 	entries = append(entries, tn.compute...)
 	entries = append(entries, lanes.Entry{Phase: lanes.Readout, Node: cache.NoNode, Command: cp})
