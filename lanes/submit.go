@@ -106,7 +106,7 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 	if err != nil {
 		return nil, rejected(op, err)
 	}
-	p := &plan{b: b, prelude: prelude, resident: make([]int, len(b.Entries)), resolved: make([]programs.Resolved, len(b.Entries))}
+	p := &plan{b: b, prelude: prelude, resident: make([]int, len(b.Entries))}
 	for i := range p.resident {
 		p.resident[i] = -1
 	}
@@ -121,6 +121,9 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 		cmds[i] = cache.Command{Cmd: e.Command, Phase: e.Phase.cache(), Node: e.Node}
 		if e.Invoke != nil {
 			cmds[i].Phase = cache.PhaseOutput // a replay by reference splits discovery
+			if p.resolved == nil {
+				p.resolved = make([]programs.Resolved, len(b.Entries))
+			}
 			p.resolved[i], _ = l.catalog.Resolve(*e.Invoke, b.Timing == TimingVerification)
 		} else if e.Replay != nil && b.Path != EagerOnly {
 			cmds[i].Key, cmds[i].HasKey, cmds[i].Scopes = e.Replay.Key, true, e.Replay.Scopes
@@ -280,7 +283,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	l.state = Recording
 	l.nextFence++
 	pd := &pending{fence: l.nextFence, retain: b.Retain, timing: b.Timing}
-	att := Attribution{Prelude: len(p.prelude), Events: p.events()}
+	att := Attribution{Prelude: len(p.prelude), Events: p.events(), Rows: make([]Row, 0, len(b.Entries))}
 	fail := func(err error) (Submission, error) {
 		l.fail(err)
 		l.quarantine = append(l.quarantine, pd)
@@ -320,6 +323,9 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 				return fail(err)
 			}
 			rec.GraphNodes = exe.GraphNodes
+			if exe.NodeCounts != nil {
+				rec.Logical = make([]programs.LogicalCommand, 0, cand.Len())
+			}
 			for k := cand.Start; k < cand.End; k++ {
 				row := l.row(k, b.Entries[k], true, cache.ReasonNone)
 				if exe.NodeCounts != nil {
