@@ -246,7 +246,11 @@ func batchDevice(b *lanes.Batch) uint64 {
 
 // admit picks a lane for a tenant, on the device the batch's buffers live
 // on, and counts the submission against it.
-func (s *Scheduler) admit(tenant string, b *lanes.Batch, exclude *laneRef) (*laneRef, error) {
+//
+// When c is not nil it is registered under the same lock: a submission is
+// either refused or in the call registry before Stop can look, so Stop
+// always finds, and ends, every accepted submission.
+func (s *Scheduler) admit(tenant string, b *lanes.Batch, exclude *laneRef, c *call) (*laneRef, error) {
 	device := batchDevice(b)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -292,6 +296,10 @@ func (s *Scheduler) admit(tenant string, b *lanes.Batch, exclude *laneRef) (*lan
 	}
 	lane.inflight++
 	s.tenants[tenant]++
+	if c != nil {
+		c.id, c.done, c.lane = s.nextCall.Add(1), make(chan struct{}), lane
+		s.calls[c.id] = c
+	}
 	return lane, nil
 }
 
@@ -424,7 +432,7 @@ func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
 		fail(fmt.Errorf("%w: lane %d failed before taking the batch", lanes.ErrFailed, from.id))
 		return
 	}
-	to, err := s.admit(c.tenant, &c.batch, from)
+	to, err := s.admit(c.tenant, &c.batch, from, nil)
 	if err != nil {
 		fail(err)
 		return
@@ -595,12 +603,11 @@ func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) 
 	if err := s.checkOwnership(tenant, &b); err != nil {
 		return nil, &lanes.Error{Op: "submit", Code: "not_yours", NotSubmitted: true, Err: err}
 	}
-	lane, err := s.admit(tenant, &b, nil)
+	c := &call{tenant: tenant, batch: b, start: time.Now()}
+	lane, err := s.admit(tenant, &b, nil, c)
 	if err != nil {
 		return nil, err
 	}
-	c := &call{tenant: tenant, lane: lane, batch: b, start: time.Now()}
-	s.register(c)
 	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: tenant, Batch: b})
 	return &Pending{c}, nil
 }
