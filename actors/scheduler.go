@@ -303,14 +303,13 @@ func (s *Scheduler) admit(tenant string, b *lanes.Batch, exclude *laneRef, c *ca
 	return lane, nil
 }
 
-// release undoes admit.
+// release undoes admit's counts for a call already taken from the registry.
 func (s *Scheduler) release(c *call) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.calls, c.id)
 	if c.admin {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	c.lane.inflight--
 	if s.tenants[c.tenant]--; s.tenants[c.tenant] <= 0 {
 		delete(s.tenants, c.tenant)
@@ -343,9 +342,6 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 		return
 	}
 	c.receipt, c.err = r, err
-	s.mu.Lock()
-	s.calls[c.id] = c // release deletes it again under the same lock
-	s.mu.Unlock()
 	s.release(c)
 	if t := s.cfg.Telemetry; t != nil {
 		// The recorder runs later: hand it copies, not the caller's batch.

@@ -93,9 +93,7 @@ func (c Command) Bind() Binding {
 	if !c.HasKey {
 		return Binding{Reason: ReasonProviderKeyMissing}
 	}
-	n := 0
-	_ = c.Cmd.ForRegions(func(cuda.Region) error { n++; return nil })
-	if len(c.Scopes) != n {
+	if len(c.Scopes) != c.Cmd.RegionCount() {
 		return Binding{Reason: ReasonScopeMissing}
 	}
 	scope := PlanScope()

@@ -307,6 +307,13 @@ func (c Command) ForRegions(f func(Region) error) error {
 	return f(c.Dst)
 }
 
+// RegionCount is the number of regions ForRegions visits.
+func (c Command) RegionCount() int {
+	n := 0
+	_ = c.ForRegions(func(Region) error { n++; return nil })
+	return n
+}
+
 // Bytes is the number of device bytes the command moves or its buffer
 // arguments span; the cost models use it.
 func (c Command) Bytes() uint64 {

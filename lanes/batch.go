@@ -209,9 +209,7 @@ func (l *Lane) validate(b *Batch) error {
 			return err
 		}
 		if e.Replay != nil {
-			n := 0
-			_ = e.Command.ForRegions(func(cuda.Region) error { n++; return nil })
-			if len(e.Replay.Scopes) != n {
+			if n := e.Command.RegionCount(); len(e.Replay.Scopes) != n {
 				return invalid("entry %d declares %d region scopes for a command with %d regions; attribution lengths must agree", i, len(e.Replay.Scopes), n)
 			}
 		}

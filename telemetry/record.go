@@ -139,11 +139,9 @@ func (t *Telemetry) children(ctx context.Context, s Submission) {
 		if st.Segment || st.Index >= len(r.Attribution.Rows) {
 			continue
 		}
-		var row lanes.Row
-		for _, rw := range r.Attribution.Rows {
-			if rw.Index == st.Index {
-				row = rw
-			}
+		var row lanes.Row // rows are in entry order: row i is entry i
+		if rows := r.Attribution.Rows; st.Index < len(rows) && rows[st.Index].Index == st.Index {
+			row = rows[st.Index]
 		}
 		start, end, how := place([2]int{st.Index, 0})
 		_, sp := t.tracer.Start(ctx, "lanes.eager", trace.WithTimestamp(start), trace.WithAttributes(
