@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
@@ -40,16 +41,7 @@ func newDevice(t testing.TB, cfg sim.Config, counters int) *device {
 	unbind, _ := d.BindThread()
 	defer unbind()
 	st, _ := d.NewStream()
-	dev := &device{Device: d}
-	for range counters {
-		b, err := d.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
-		if err != nil {
-			t.Fatal(err)
-		}
-		z, _ := cuda.Zero(b.Whole())
-		_ = st.Enqueue(z)
-		dev.bufs = append(dev.bufs, b)
-	}
+	dev := &device{Device: d, bufs: cachetest.Counters(t, d, st, counters)}
 	_ = st.Synchronize()
 	_ = st.Destroy()
 	return dev

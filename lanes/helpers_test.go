@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
@@ -37,18 +38,7 @@ func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, dev: dev, s: s, lane: l}
-	for range counters {
-		b, err := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
-		if err != nil {
-			t.Fatal(err)
-		}
-		z, _ := cuda.Zero(b.Whole())
-		if err := s.Enqueue(z); err != nil {
-			t.Fatal(err)
-		}
-		r.bufs = append(r.bufs, b)
-	}
+	r := &rig{t: t, dev: dev, s: s, lane: l, bufs: cachetest.Counters(t, dev, s, counters)}
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}

@@ -34,8 +34,15 @@ func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Rig{T: t, Dev: dev, Stream: s, Cache: cache.New()}
-	for range counters {
+	return &Rig{T: t, Dev: dev, Stream: s, Cache: cache.New(), Bufs: Counters(t, dev, s, counters)}
+}
+
+// Counters allocates n int32 counters of 16 elements on dev and enqueues
+// their zeroing on s.
+func Counters(t testing.TB, dev *sim.Device, s cuda.Stream, n int) []cuda.Buffer {
+	t.Helper()
+	bufs := make([]cuda.Buffer, 0, n)
+	for range n {
 		b, err := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 		if err != nil {
 			t.Fatal(err)
@@ -44,9 +51,9 @@ func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
 		if err := s.Enqueue(z); err != nil {
 			t.Fatal(err)
 		}
-		r.Bufs = append(r.Bufs, b)
+		bufs = append(bufs, b)
 	}
-	return r
+	return bufs
 }
 
 // Inc is a replayable, plan-scoped increment of counter buf at a plan node.
