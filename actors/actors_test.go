@@ -2,7 +2,9 @@ package actors_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,6 +345,11 @@ func (s panicStream) Record() (cuda.Event, error) {
 	return panicEvent{e}, err
 }
 
+func (s panicStream) RecordFence() (cuda.Event, error) {
+	e, err := s.Stream.RecordFence()
+	return panicEvent{e}, err
+}
+
 type panicEvent struct{ cuda.Event }
 
 func (panicEvent) Query() cuda.FenceQuery { panic("backend bug in event query") }
@@ -400,4 +407,61 @@ func TestStagedReplayThroughTheScheduler(t *testing.T) {
 	if st := s.Lanes()[0].Staged; st.Uploads != 1 || st.GraphLaunches != 1 || st.Readbacks != 1 {
 		t.Fatalf("staged counters %+v", st)
 	}
+}
+
+// TestSpinningLanesEndEverySubmission: lanes that spin for their polls
+// (Config.Spin) end every submission exactly once, with its work done, on
+// a real-time device where fences take device time.
+func TestSpinningLanesEndEverySubmission(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.RealTime}, 4)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2, Spin: time.Millisecond})
+	var wg sync.WaitGroup
+	var ended atomic.Int64
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batch := dev.batch(c, 3)
+			for range 50 {
+				if _, err := s.Submit(context.Background(), fmt.Sprintf("t%d", c), batch); err != nil {
+					t.Error(err)
+					return
+				}
+				ended.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := ended.Load(); n != 200 {
+		t.Fatalf("%d submissions ended, want 200", n)
+	}
+	for c := range 4 {
+		if got := dev.count(t, c); got != 150 {
+			t.Fatalf("counter %d is %d after 50 batches of 3 increments, want 150", c, got)
+		}
+	}
+}
+
+// count reads counter buffer i's first element, on a stream of its own.
+func (d *device) count(t *testing.T, i int) int32 {
+	t.Helper()
+	unbind, err := d.BindThread()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unbind()
+	st, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Destroy()
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := d.bufs[i].Region(0, 4)
+	out := make([]byte, 4)
+	if err := st.Readback(r, out); err != nil {
+		t.Fatal(err)
+	}
+	return int32(binary.LittleEndian.Uint32(out))
 }

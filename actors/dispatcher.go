@@ -2,6 +2,8 @@ package actors
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -11,20 +13,34 @@ import (
 // threadDispatcher runs every mailbox run of one lane actor on one goroutine
 // that is locked to its OS thread with the device's context current
 // (cuda.Device.BindThread), so the lane's Receive never runs anywhere else.
+//
+// It also keeps the lane's fence-poll timer. Waking a goroutine locked to
+// its thread costs a thread hand-off in the Go runtime (the runtime's most
+// contended path under load), so the dispatcher avoids wake-ups where it
+// can: it fires the poll itself rather than through a timer goroutine and a
+// message from outside, and, when configured with a spin window, it spins
+// for work instead of parking while a poll is due within the window (like
+// CUDA's spin-wait scheduling policy, for the same reason).
 type threadDispatcher struct {
 	work       chan func()
 	quit       chan struct{}
 	done       chan struct{}
 	throughput int
+	spin       time.Duration // spin window; 0 parks at once
 	stopOnce   sync.Once
+
+	epoch  time.Time
+	pollAt atomic.Int64 // when the lane wants a poll (ns since epoch); 0: none
+	poll   func()       // sends the lane its poll message; set before the first request
 }
 
 var _ actor.Dispatcher = (*threadDispatcher)(nil)
 
 // newThreadDispatcher starts the goroutine, binds it to the device, and
 // returns once the binding succeeded or failed.
-func newThreadDispatcher(dev cuda.Device, throughput int) (*threadDispatcher, error) {
-	d := &threadDispatcher{work: make(chan func(), 16), quit: make(chan struct{}), done: make(chan struct{}), throughput: throughput}
+func newThreadDispatcher(dev cuda.Device, throughput int, spin time.Duration) (*threadDispatcher, error) {
+	d := &threadDispatcher{work: make(chan func(), 16), quit: make(chan struct{}), done: make(chan struct{}),
+		throughput: throughput, spin: spin, epoch: time.Now()}
 	bound := make(chan error, 1)
 	go func() {
 		defer close(d.done)
@@ -34,20 +50,75 @@ func newThreadDispatcher(dev cuda.Device, throughput int) (*threadDispatcher, er
 			return
 		}
 		defer unbind()
-		for {
-			select {
-			case fn := <-d.work:
-				fn()
-			case <-d.quit:
-				return
-			}
-		}
+		d.loop()
 	}()
 	if err := <-bound; err != nil {
 		return nil, err
 	}
 	return d, nil
 }
+
+func (d *threadDispatcher) now() int64 { return int64(time.Since(d.epoch)) }
+
+// loop runs mailbox runs and polls until quit.
+func (d *threadDispatcher) loop() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case fn := <-d.work:
+			fn()
+			continue
+		case <-d.quit:
+			return
+		default:
+		}
+		due, now := d.pollAt.Load(), d.now()
+		switch {
+		case due != 0 && now >= due:
+			if d.pollAt.CompareAndSwap(due, 0) {
+				d.poll()
+			}
+			continue
+		case due != 0 && time.Duration(due-now) <= d.spin:
+			d.spinUntil(due)
+			continue
+		case due != 0:
+			timer.Reset(time.Duration(due - now))
+		}
+		select {
+		case fn := <-d.work:
+			fn()
+		case <-timer.C:
+		case <-d.quit:
+			return
+		}
+		timer.Stop()
+	}
+}
+
+// spinUntil returns once work is queued, the poll is due, or quit.
+func (d *threadDispatcher) spinUntil(due int64) {
+	for len(d.work) == 0 && d.now() < due {
+		select {
+		case <-d.quit:
+			return
+		default:
+		}
+	}
+}
+
+// requestPoll asks for a poll after delay, unless one is due sooner. It is
+// called from the lane's Receive, so on the dispatcher's own goroutine.
+func (d *threadDispatcher) requestPoll(delay time.Duration) {
+	due := d.now() + int64(delay)
+	if cur := d.pollAt.Load(); cur == 0 || due < cur {
+		d.pollAt.Store(due)
+	}
+}
+
+// cancelPoll drops the requested poll.
+func (d *threadDispatcher) cancelPoll() { d.pollAt.Store(0) }
 
 // Schedule hands a mailbox run to the bound goroutine.
 func (d *threadDispatcher) Schedule(fn func()) {

@@ -24,8 +24,7 @@ type laneActor struct {
 	delay   time.Duration // current poll back-off; 0 while polling by mailbox
 	quick   int           // mailbox polls left before timers take over
 	steady  int           // timer polls left at PollMin before backing off
-	armed   bool
-	timer   *time.Timer
+	armed   bool          // a poll is requested from the dispatcher
 	stopped bool
 
 	progressAt time.Time // the last time a fence ended, or work began on an idle lane
@@ -39,6 +38,8 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.self = ctx.Self()
+		self, root := a.self, a.s.system.Root
+		a.ref.disp.poll = func() { root.Send(self, pollFences{}) }
 		if err := a.open(); err != nil {
 			a.quarantine(fmt.Errorf("open lane: %w", err))
 		}
@@ -181,16 +182,12 @@ func (a *laneActor) arm(progress bool) {
 	case a.delay < a.s.cfg.PollMax:
 		a.delay = min(2*a.delay, a.s.cfg.PollMax)
 	}
-	self, root := a.self, a.s.system.Root
-	a.stopTimer()
-	a.timer = time.AfterFunc(a.delay, func() { root.Send(self, pollFences{}) })
+	a.ref.disp.requestPoll(a.delay)
 }
 
 func (a *laneActor) stopTimer() {
-	if a.timer != nil {
-		a.timer.Stop()
-		a.timer = nil
-	}
+	a.ref.disp.cancelPoll()
+	a.armed = false
 }
 
 // quarantine takes the lane out of routing, ends what is in flight, and

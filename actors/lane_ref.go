@@ -37,14 +37,14 @@ type laneRef struct {
 	disp     *threadDispatcher
 	stream   cuda.Stream // owned by the actor
 
+	health atomic.Uint32 // a Health; written under mu with cause
 	mu     sync.Mutex
-	health Health
 	cause  error
 	tids   map[int]bool
 
-	dead           atomic.Bool // the actor panicked and was stopped
-	inflight       int         // admitted, not ended (router lock)
-	pinned         int         // tenants pinned here (router lock)
+	dead           atomic.Bool  // the actor panicked and was stopped
+	inflight       atomic.Int64 // admitted, not ended
+	pinned         int          // tenants pinned here (Scheduler.routeMu)
 	inflightFences atomic.Int64
 	stats          atomic.Value // lanes.Counters
 	staged         atomic.Value // lanes.StagedCounters
@@ -52,17 +52,13 @@ type laneRef struct {
 
 func (r *laneRef) setState(h Health, cause error) {
 	r.mu.Lock()
-	r.health = h
 	r.cause = cause
+	r.health.Store(uint32(h))
 	r.mu.Unlock()
 }
 
 // State is the lane's health.
-func (r *laneRef) State() Health {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.health
-}
+func (r *laneRef) State() Health { return Health(r.health.Load()) }
 
 func (r *laneRef) noteThread(tid int) {
 	r.mu.Lock()
@@ -87,10 +83,10 @@ type LaneStatus struct {
 	Threads []int
 }
 
-func (r *laneRef) status(inflight int) LaneStatus {
+func (r *laneRef) status() LaneStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := LaneStatus{ID: r.id, Device: r.device, Health: r.health, Cause: r.cause, InFlight: inflight}
+	st := LaneStatus{ID: r.id, Device: r.device, Health: r.State(), Cause: r.cause, InFlight: int(r.inflight.Load())}
 	if c, ok := r.stats.Load().(lanes.Counters); ok {
 		st.Counters = c
 	}

@@ -89,7 +89,9 @@ type Binding struct {
 
 // Bind binds the command's provider key to its runtime payload and combines
 // its regions' scopes.
-func (c Command) Bind() Binding {
+func (c Command) Bind() Binding { return (*Memo)(nil).bindCommand(c) }
+
+func (m *Memo) bindCommand(c Command) Binding {
 	if !c.HasKey {
 		return Binding{Reason: ReasonProviderKeyMissing}
 	}
@@ -106,7 +108,7 @@ func (c Command) Bind() Binding {
 			return Binding{Reason: ReasonScopeConflict}
 		}
 	}
-	return Binding{Key: Bind(c.Key, c.Cmd), Scope: scope}
+	return Binding{Key: m.bind(c.Key, c.Cmd), Scope: scope}
 }
 
 // Candidate is a contiguous run of replayable compute commands, [Start,
@@ -144,6 +146,12 @@ type Discovery struct {
 // transfers may have none); a batch without it, or naming a negative node
 // other than NoNode, is rejected with an error.
 func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
+	return (*Memo)(nil).Discover(cmds, eagerBoundaries)
+}
+
+// Discover is [Discover] with the memo's keys: the same discovery, without
+// hashing again what the memo has seen.
+func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 	boundary := make(map[int]bool, len(eagerBoundaries))
 	for _, n := range eagerBoundaries {
 		if n < 0 {
@@ -163,7 +171,7 @@ func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 		return Discovery{}, fmt.Errorf("cache: the batch declares eager boundaries %v but attributes no command to a plan node; set Command.Node", sortedInts(eagerBoundaries))
 	}
 	for i, c := range cmds {
-		b := c.Bind()
+		b := m.bindCommand(c)
 		d.Bindings[i] = b
 		switch {
 		case c.Phase != PhaseCompute:
@@ -196,7 +204,7 @@ func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 			for k := i; k < j; k++ {
 				keys[k-i] = d.Bindings[k].Key
 			}
-			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: segmentKey(keys), Shape: shapeOf(cmds[i:j]), Scope: scope, Keys: keys})
+			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: m.segmentKey(keys), Shape: m.shapeOf(cmds[i:j]), Scope: scope, Keys: keys})
 		}
 		i = j
 	}

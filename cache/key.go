@@ -137,9 +137,21 @@ func elementTag(t cuda.ElementType) byte { return byte(t) - 1 }
 // command's region order, and the retained host bytes of an upload. Replaying
 // the same key therefore touches exactly the same bytes with exactly the
 // same host input.
-func Bind(pk ProviderKey, c cuda.Command) Key {
-	var scratch [1024]byte
-	b := append(scratch[:0], commandKeyDomain...)
+func Bind(pk ProviderKey, c cuda.Command) Key { return (*Memo)(nil).bind(pk, c) }
+
+func (m *Memo) bind(pk ProviderKey, c cuda.Command) Key {
+	if m == nil {
+		var local [1024]byte
+		return finishBind(nil, bindInput(local[:0], pk, c), c)
+	}
+	b := bindInput(m.buf[:0], pk, c)
+	m.buf = b[:0]
+	return finishBind(m, b, c)
+}
+
+// bindInput appends a command key's input, up to its host bytes, to b.
+func bindInput(b []byte, pk ProviderKey, c cuda.Command) []byte {
+	b = append(b, commandKeyDomain...)
 	b = append(b, pk[:]...)
 	if c.Kind == cuda.KindLaunch {
 		b = binary.LittleEndian.AppendUint64(b, uint64(len("launch:")+len(c.Kernel)))
@@ -182,8 +194,14 @@ func Bind(pk ProviderKey, c cuda.Command) Key {
 		b = binary.LittleEndian.AppendUint64(b, 1)
 		b = appendRegion(b, c.Dst)
 	}
+	return b
+}
+
+// finishBind hashes a command key's input: through the memo, except an
+// upload's, which covers its host bytes.
+func finishBind(m *Memo, b []byte, c cuda.Command) Key {
 	if c.Kind != cuda.KindUpload {
-		return sha256.Sum256(binary.LittleEndian.AppendUint64(b, 0))
+		return m.sum(binary.LittleEndian.AppendUint64(b, 0))
 	}
 	b = binary.LittleEndian.AppendUint64(b, 1)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(c.Host)))
@@ -210,9 +228,13 @@ func appendRegion(b []byte, r cuda.Region) []byte {
 type ShapeKey [32]byte
 
 // shapeOf hashes the shape of commands.
-func shapeOf(cmds []Command) ShapeKey {
-	var scratch [1024]byte
-	b := append(scratch[:0], "lanes.cuda.segment-shape.v1\x00"...)
+func (m *Memo) shapeOf(cmds []Command) ShapeKey {
+	return m.hashed(func(b []byte) []byte { return shapeInput(b, cmds) })
+}
+
+// shapeInput appends the shape key's input to b.
+func shapeInput(b []byte, cmds []Command) []byte {
+	b = append(b, "lanes.cuda.segment-shape.v1\x00"...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(cmds)))
 	for _, c := range cmds {
 		b = append(b, byte(c.Cmd.Kind))
@@ -227,20 +249,82 @@ func shapeOf(cmds []Command) ShapeKey {
 			b = append(b, byte(a.Kind), byte(elem))
 		}
 	}
-	return sha256.Sum256(b)
+	return b
 }
 
 // segmentKey hashes the ordered command keys of a segment.
-func segmentKey(keys []Key) SegmentKey {
-	h := sha256.New()
-	h.Write([]byte(segmentKeyDomain))
-	var buf [8]byte
-	binary.LittleEndian.PutUint64(buf[:], uint64(len(keys)))
-	h.Write(buf[:])
+func (m *Memo) segmentKey(keys []Key) SegmentKey {
+	return m.hashed(func(b []byte) []byte { return segmentInput(b, keys) })
+}
+
+// segmentInput appends the segment key's input to b.
+func segmentInput(b []byte, keys []Key) []byte {
+	b = append(b, segmentKeyDomain...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(keys)))
 	for _, k := range keys {
-		h.Write(k[:])
+		b = append(b, k[:]...)
 	}
-	var s SegmentKey
-	h.Sum(s[:0])
+	return b
+}
+
+// Memo remembers the keys it hashed: the same key input gives the same
+// SHA-256 without hashing again, found by a map lookup of the input bytes.
+// The result is exactly what hashing would give, so a memo changes no key,
+// only what a steady workload pays for them (its commands, segments and
+// shapes repeat step after step). Uploads, whose keys cover their host
+// bytes, are always hashed. A memo belongs to one goroutine, like the lane
+// that holds it; the nil memo hashes everything.
+type Memo struct {
+	sums  map[string][32]byte
+	hexes map[SegmentKey]string
+	limit int
+	buf   []byte // key inputs are built here
+}
+
+// NewMemo returns a memo of at most limit inputs; when full it starts
+// over.
+func NewMemo(limit int) *Memo {
+	return &Memo{sums: make(map[string][32]byte, min(limit, 256)), limit: max(limit, 1), buf: make([]byte, 0, 2048)}
+}
+
+// hashed hashes the input that build appends to an empty buffer: through
+// the memo, in its buffer, when there is one.
+func (m *Memo) hashed(build func([]byte) []byte) [32]byte {
+	if m == nil {
+		return sha256.Sum256(build(make([]byte, 0, 1024)))
+	}
+	b := build(m.buf[:0])
+	m.buf = b[:0]
+	return m.sum(b)
+}
+
+// Fingerprint is k.String(), remembered.
+func (m *Memo) Fingerprint(k SegmentKey) string {
+	if m == nil {
+		return k.String()
+	}
+	if s, ok := m.hexes[k]; ok {
+		return s
+	}
+	if m.hexes == nil || len(m.hexes) >= m.limit {
+		m.hexes = map[SegmentKey]string{}
+	}
+	s := k.String()
+	m.hexes[k] = s
 	return s
+}
+
+func (m *Memo) sum(input []byte) [32]byte {
+	if m == nil {
+		return sha256.Sum256(input)
+	}
+	if k, ok := m.sums[string(input)]; ok {
+		return k
+	}
+	k := sha256.Sum256(input)
+	if len(m.sums) >= m.limit {
+		clear(m.sums)
+	}
+	m.sums[string(input)] = k
+	return k
 }

@@ -64,10 +64,15 @@ type Stream interface {
 	Enqueue(cmd Command) error
 	// Launch enqueues one replay of an executable graph.
 	Launch(exec Exec) error
-	// Record records an event after all work enqueued so far. Recording
-	// during a capture is rejected (ErrIllegalState) and leaves the capture
-	// intact.
+	// Record records a timing event after all work enqueued so far.
+	// Recording during a capture is rejected (ErrIllegalState) and leaves
+	// the capture intact.
 	Record() (Event, error)
+	// RecordFence records an event without timing (CUDA's
+	// CU_EVENT_DISABLE_TIMING), the cheaper kind to record and query, for
+	// completion only: Elapsed with it fails with CodeInvalidHandle, as in
+	// CUDA. The capture rule is Record's.
+	RecordFence() (Event, error)
 	// Query reports whether all work enqueued so far has finished, without
 	// blocking. Querying a capturing stream invalidates the capture.
 	Query() FenceQuery
@@ -161,8 +166,15 @@ type Event interface {
 	// Synchronize blocks until the event completes or the device fails.
 	Synchronize() error
 	// Elapsed is the device time from start to this event; both must be
-	// complete (otherwise an error with CodeNotReady).
+	// complete (otherwise an error with CodeNotReady) and timing events
+	// (otherwise CodeInvalidHandle).
 	Elapsed(start Event) (time.Duration, error)
+	// Release hands the event back to its stream, which reuses it for a
+	// later record instead of creating one. Release an event only once
+	// nothing waits on it; afterwards every method of this handle fails
+	// with ErrStaleHandle, and a second Release does nothing. Releasing is
+	// optional: an event never released is destroyed once unreachable.
+	Release()
 }
 
 // Graph is a captured sequence of device work.

@@ -93,12 +93,28 @@ func (l *Lane) collect() {
 			l.endIndeterminate(err)
 			return
 		}
+		l.pending[0] = nil
 		l.pending = l.pending[1:]
 		l.ready = append(l.ready, l.receipt(p))
+		p.release()
 	}
 	if l.state == Submitted && len(l.pending) == 0 {
 		l.state = Ready
 	}
+}
+
+// release hands a completed submission's events back to the stream for
+// reuse. Events of a submission that did not complete are left to the
+// collector: a failed device's events are never recorded again.
+func (p *pending) release() {
+	for _, s := range p.spans {
+		s.start.Release()
+		s.end.Release()
+	}
+	if p.start != nil {
+		p.start.Release()
+	}
+	p.end.Release()
 }
 
 // endIndeterminate ends every pending submission with an indeterminate

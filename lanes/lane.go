@@ -94,8 +94,15 @@ type Lane struct {
 	ready      []Receipt
 	counters   Counters
 	staged     StagedCounters
-	scratch    []cache.Command // plan's view of a batch, reused
+	scratch    []cache.Command   // plan's view of a batch, reused
+	planned    plan              // the plan of the Submit in progress, reused
+	memo       *cache.Memo       // keys of the commands and segments the lane has seen
+	ops        map[string]string // kernel -> its row operation id
 }
+
+// keyMemoLimit bounds a lane's key memo: thousands of distinct commands
+// and segments, a few megabytes at most.
+const keyMemoLimit = 4096
 
 // New makes a lane over a stream.
 func New(cfg Config) (*Lane, error) {
@@ -112,7 +119,7 @@ func New(cfg Config) (*Lane, error) {
 		cfg.Runtime = "lanes/" + cfg.Device.Info().Backend
 	}
 	c := cache.New()
-	return &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c),
+	return &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
 		stages: cfg.Stages, now: cfg.Now}, nil
 }
 

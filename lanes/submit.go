@@ -106,7 +106,13 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 	if err != nil {
 		return nil, rejected(op, err)
 	}
-	p := &plan{b: b, prelude: prelude, resident: make([]int, len(b.Entries))}
+	// The plan lives only through this Submit: the lane reuses one.
+	resident := l.planned.resident
+	if cap(resident) < len(b.Entries) {
+		resident = make([]int, len(b.Entries))
+	}
+	l.planned = plan{b: b, prelude: prelude, resident: resident[:len(b.Entries)]}
+	p := &l.planned
 	for i := range p.resident {
 		p.resident[i] = -1
 	}
@@ -129,7 +135,7 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 			cmds[i].Key, cmds[i].HasKey, cmds[i].Scopes = e.Replay.Key, true, e.Replay.Scopes
 		}
 	}
-	if p.disc, err = cache.Discover(cmds, b.EagerBoundaries); err != nil {
+	if p.disc, err = l.memo.Discover(cmds, b.EagerBoundaries); err != nil {
 		return nil, rejected(op, fmt.Errorf("%w: %v", ErrInvalidBatch, err))
 	}
 	if b.Path == EagerOnly {
@@ -177,6 +183,9 @@ func (p *plan) events() []CacheEvent {
 	var out []CacheEvent
 	rej := 0
 	for ci, d := range p.rep.Dispositions {
+		if d != cache.Captured && d != cache.Updated && d != cache.CaptureRejected {
+			continue // a hit, a deferral: nothing happened to the cache
+		}
 		key := p.disc.Candidates[ci].Key.String()
 		switch d {
 		case cache.Captured:
@@ -311,7 +320,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 		switch {
 		case p.resident[i] >= 0:
 			cand := p.disc.Candidates[p.resident[i]]
-			rec := SegmentRecord{Start: cand.Start, End: cand.End, Fingerprint: cand.Key.String(), Ordinal: -1, Commands: cand.Len()}
+			rec := SegmentRecord{Start: cand.Start, End: cand.End, Fingerprint: l.memo.Fingerprint(cand.Key), Ordinal: -1, Commands: cand.Len()}
 			if p.program != nil {
 				rec.Program, rec.Ordinal = p.program, segOrdinal
 			}
@@ -346,7 +355,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 				return fail(err)
 			}
 			id := e.Invoke.Program
-			att.Segments = append(att.Segments, SegmentRecord{Start: i, End: i + 1, Fingerprint: res.Key.String(), Program: &id,
+			att.Segments = append(att.Segments, SegmentRecord{Start: i, End: i + 1, Fingerprint: l.memo.Fingerprint(res.Key), Program: &id,
 				Ordinal: e.Invoke.Segment.Ordinal, Commands: e.Invoke.Segment.Commands, GraphNodes: exe.GraphNodes, Logical: res.Logical})
 			row := l.row(i, e, true, cache.ReasonNone)
 			row.GraphNodes = exe.GraphNodes
@@ -366,7 +375,14 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 		}
 	}
 	t = l.stage(StageEnqueue, t)
-	if pd.end, err = l.s.Record(); err != nil {
+	// The fence times the submission only when a start event was recorded;
+	// otherwise it is the cheaper event without timing.
+	if pd.start != nil {
+		pd.end, err = l.s.Record()
+	} else {
+		pd.end, err = l.s.RecordFence()
+	}
+	if err != nil {
 		return fail(err)
 	}
 	l.stage(StageRecordFence, t)
@@ -398,6 +414,19 @@ func (l *Lane) timed(pd *pending, on bool, index int, segment bool, run func() (
 	return exe, nil
 }
 
+// launchOp is a launch's operation id, built once per kernel name.
+func (l *Lane) launchOp(kernel string) string {
+	op, ok := l.ops[kernel]
+	if !ok {
+		if l.ops == nil || len(l.ops) >= keyMemoLimit {
+			l.ops = map[string]string{}
+		}
+		op = "launch:" + kernel
+		l.ops[kernel] = op
+	}
+	return op
+}
+
 // row attributes entry i.
 func (l *Lane) row(i int, e Entry, replayed bool, reason cache.Reason) Row {
 	r := Row{Index: i, Node: e.Node, Phase: e.Phase, Replayed: replayed, Reason: reason, Work: e.Work}
@@ -405,7 +434,7 @@ func (l *Lane) row(i int, e Entry, replayed bool, reason cache.Reason) Row {
 	case e.Invoke != nil:
 		r.Op, r.Dispatches = "invoke", e.Invoke.Segment.Commands
 	case e.Command.Kind == cuda.KindLaunch:
-		r.Op, r.Dispatches = "launch:"+e.Command.Kernel, 1
+		r.Op, r.Dispatches = l.launchOp(e.Command.Kernel), 1
 	default:
 		r.Op, r.Transfers = e.Command.Kind.String(), 1
 	}

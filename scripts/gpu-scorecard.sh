@@ -26,8 +26,15 @@ for L in 1 4 8; do
   "$bin/lanedemo" --device cuda --lanes $L --tenants 16 --eager-tenants 0 --kernels 16 --timing off --duration 5s --warmup 3 --quiet --json "$out/demo-$L.json" > "$out/demo-$L.txt" 2>&1
 done
 if [ "$gpus" -ge 2 ]; then
-  for D in 1 "$gpus"; do
-    "$bin/lanedemo" --device cuda --devices $D --lanes 4 --tenants $((16 * D)) --eager-tenants 0 --kernels 16 --timing off --duration 5s --warmup 3 --quiet --json "$out/multi-$D.json" > "$out/multi-$D.txt" 2>&1
+  # Twice each, interleaved, under the default garbage collector and under
+  # GOGC=400 (a serving process with a small live heap collects hundreds of
+  # times a second at the default; see README, Tuning).
+  for round in 1 2; do
+    for gc in 100 400; do
+      for D in 1 "$gpus"; do
+        GOGC=$gc "$bin/lanedemo" --device cuda --devices $D --lanes 4 --tenants $((16 * D)) --eager-tenants 0 --kernels 16 --timing off --duration 5s --warmup 3 --quiet --json "$out/multi-$D-gc$gc-$round.json" > "$out/multi-$D-gc$gc-$round.txt" 2>&1
+      done
+    done
   done
 fi
 python3 - "$out" "$gpus" <<'PY'
@@ -69,7 +76,12 @@ fmt = lambda v: f"{v:10.1f}" if isinstance(v, float) else f"{'-':>10}"
 for r in rows:
     print(f"{r[0]:58} {fmt(r[1])} {fmt(r[2])} {r[3]:>9} {fmt(r[4])} {r[5]:>12}")
 if gpus >= 2:
-    one = json.load(open(os.path.join(out, "multi-1.json")))["StepsPerSec"]
-    many = json.load(open(os.path.join(out, f"multi-{gpus}.json")))["StepsPerSec"]
-    print(f"\nlanedemo on {gpus} GPUs vs 1 (4 lanes each, 16 tenants per GPU): {many:.0f} vs {one:.0f} steps/s = {many / one:.2f}x (goal 1.9x)")
+    print(f"\nlanedemo on {gpus} GPUs vs 1 (4 lanes each, 16 tenants per GPU, K=16, timing off; goal 1.9x)")
+    for gc in (100, 400):
+        ones, manys = [], []
+        for rnd in (1, 2):
+            ones.append(json.load(open(os.path.join(out, f"multi-1-gc{gc}-{rnd}.json")))["StepsPerSec"])
+            manys.append(json.load(open(os.path.join(out, f"multi-{gpus}-gc{gc}-{rnd}.json")))["StepsPerSec"])
+        runs = ", ".join(f"{m:.0f} vs {o:.0f} = {m / o:.2f}x" for o, m in zip(ones, manys))
+        print(f"  GOGC={gc}: {runs}; mean {sum(manys) / sum(ones):.2f}x")
 PY

@@ -31,6 +31,7 @@ type flags struct {
 	jsonPath string
 	quiet    bool
 	help     bool
+	profiles profiles
 }
 
 // parseFlags parses and validates the command line.
@@ -67,6 +68,11 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	fs.StringVar(&cfg.Telemetry.TraceFile, "trace-file", "", "write OpenTelemetry spans as JSON to this file")
 	fs.StringVar(&cfg.Telemetry.ServiceName, "service-name", cfg.Telemetry.ServiceName, "OpenTelemetry service name")
 	fs.StringVar(&cfg.Telemetry.Resource, "resource", "", "extra OpenTelemetry resource attributes, k=v,k=v")
+	fs.DurationVar(&cfg.Spin, "spin", 0, "how long a lane's thread spins for work while a fence poll is due, instead of parking (0: never)")
+	fs.StringVar(&f.profiles.cpu, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
+	fs.StringVar(&f.profiles.mutex, "mutexprofile", "", "write a Go mutex-contention profile of the run to this file")
+	fs.StringVar(&f.profiles.allocs, "memprofile", "", "write a Go allocation profile of the run to this file")
+	fs.StringVar(&f.profiles.block, "blockprofile", "", "write a Go blocking profile of the run to this file")
 	fs.DurationVar(&cfg.Soak, "soak", 0, "soak: run this long, sampling goroutines, heap and device memory, and fail unless they stay flat and every submission ends once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -99,6 +105,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg, jsonPath, quiet := f.cfg, f.jsonPath, f.quiet
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	finish, err := f.profiles.start()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer func() {
+		if err := finish(); err != nil {
+			fmt.Fprintln(stderr, err)
+		}
+	}()
 	opt := demo.Options{}
 	if !quiet {
 		opt.Progress, opt.Terminal = stderr, isTerminal(stderr)

@@ -49,6 +49,7 @@ func Run(t *testing.T, opener Open) {
 	t.Run("streams-independent", func(t *testing.T) { testStreams(t, open(t)) })
 	t.Run("empty-stream", func(t *testing.T) { testEmptyStream(t, open(t)) })
 	t.Run("events", func(t *testing.T) { testEvents(t, open(t)) })
+	t.Run("event-reuse", func(t *testing.T) { testEventReuse(t, open(t)) })
 	t.Run("capture-records", func(t *testing.T) { testCaptureRecords(t, open(t)) })
 	t.Run("replay-equals-eager", func(t *testing.T) { testReplayEqualsEager(t, open(t)) })
 	t.Run("capture-rules", func(t *testing.T) { testCaptureRules(t, open) })
@@ -73,6 +74,31 @@ func (f fixture) alloc(elem cuda.ElementType, n int) cuda.Buffer {
 		f.t.Fatalf("alloc %d %v: %v", n, elem, err)
 	}
 	return b
+}
+
+// zeroed allocates n elements and enqueues their zeroing on s.
+func (f fixture) zeroed(s cuda.Stream, elem cuda.ElementType, n int) cuda.Buffer {
+	f.t.Helper()
+	b := f.alloc(elem, n)
+	z, _ := cuda.Zero(b.Whole())
+	if err := s.Enqueue(z); err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+// record records a timing event (timed) or a fence on s.
+func (f fixture) record(s cuda.Stream, timed bool) cuda.Event {
+	f.t.Helper()
+	record := s.RecordFence
+	if timed {
+		record = s.Record
+	}
+	e, err := record()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return e
 }
 
 func (f fixture) stream() cuda.Stream {

@@ -208,22 +208,12 @@ func testEmptyStream(t *testing.T, dev cuda.Device) {
 func testEvents(t *testing.T, dev cuda.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
-	p := f.alloc(cuda.I32, 4096)
-	z, _ := cuda.Zero(p.Whole())
-	if err := s.Enqueue(z); err != nil {
-		t.Fatal(err)
-	}
-	start, err := s.Record()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := f.zeroed(s, cuda.I32, 4096)
+	start := f.record(s, true)
 	for range 20 {
 		f.launch(s, kernels.Inc, 4096, cuda.BufferArg(p.Whole()), cuda.I32Arg(4096))
 	}
-	end, err := s.Record()
-	if err != nil {
-		t.Fatal(err)
-	}
+	end := f.record(s, true)
 	if err := end.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
@@ -239,4 +229,79 @@ func testEvents(t *testing.T, dev cuda.Device) {
 	if got := f.i32s(s, p)[4095]; got != 20 {
 		t.Fatalf("count %d after the end event, want 20", got)
 	}
+}
+
+// testEventReuse checks fence events (no timing) and the release-and-reuse
+// contract: a released handle is stale, a reused event tracks only its new
+// recording, and a fence cannot be timed.
+func testEventReuse(t *testing.T, dev cuda.Device) {
+	f := fixture{t, dev}
+	s := f.stream()
+	p := f.zeroed(s, cuda.I32, 4096)
+	start, fence := f.record(s, true), f.record(s, false)
+	if err := fence.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if q := fence.Query(); q.State != cuda.FenceComplete || q.Err != nil {
+		t.Fatalf("fence after synchronize: %v %v", q.State, q.Err)
+	}
+	_, err := fence.Elapsed(start)
+	wantCode(t, err, cuda.CodeInvalidHandle)
+	_, err = start.Elapsed(fence)
+	wantCode(t, err, cuda.CodeInvalidHandle)
+
+	// Released handles are stale; a second release does nothing.
+	fence.Release()
+	fence.Release()
+	q := fence.Query()
+	wantContract(t, q.Err, cuda.ErrStaleHandle)
+	if q.State != cuda.FenceIndeterminate {
+		t.Fatalf("query of a released event: %v", q.State)
+	}
+	wantContract(t, fence.Synchronize(), cuda.ErrStaleHandle)
+	start.Release()
+	_, err = start.Elapsed(start)
+	wantContract(t, err, cuda.ErrStaleHandle)
+
+	// Cycles of record, wait, release: reused events time and fence only
+	// their own recording, in stream order.
+	for round := 1; round <= 50; round++ {
+		begin := f.record(s, true)
+		for range 4 {
+			f.launch(s, kernels.Inc, 4096, cuda.BufferArg(p.Whole()), cuda.I32Arg(4096))
+		}
+		end, done := f.record(s, true), f.record(s, false)
+		if err := done.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range []cuda.Event{begin, end, done} {
+			if q := ev.Query(); q.State != cuda.FenceComplete || q.Err != nil {
+				t.Fatalf("round %d: event after its fence: %v %v", round, q.State, q.Err)
+			}
+		}
+		if d, err := end.Elapsed(begin); err != nil || d < 0 {
+			t.Fatalf("round %d: elapsed %v, %v", round, d, err)
+		}
+		begin.Release()
+		end.Release()
+		done.Release()
+	}
+	if got := f.i32s(s, p)[4095]; got != 200 {
+		t.Fatalf("count %d after 50 rounds of 4 increments, want 200", got)
+	}
+	// A pending event is tracked by a reused one correctly too: record,
+	// release at once (nothing waits), record again after more work.
+	f.record(s, false).Release()
+	f.launch(s, kernels.Inc, 4096, cuda.BufferArg(p.Whole()), cuda.I32Arg(4096))
+	second := f.record(s, false)
+	if err := second.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.i32s(s, p)[4095]; got != 201 {
+		t.Fatalf("count %d after the reused fence, want 201", got)
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	second.Release() // after the stream is gone: nothing to reuse, no fault
 }

@@ -80,17 +80,23 @@ static CUresult lanes_capture_status(CUcontext ctx, CUstream s, int *status) {
 	return r;
 }
 
-// lanes_record records a timing event after the stream's work; it refuses
-// during a capture, where an event would become a graph node instead.
-static CUresult lanes_record(CUcontext ctx, CUstream s, CUevent *ev) {
+// lanes_record records an event after the stream's work, creating one with
+// flags (CU_EVENT_DEFAULT or CU_EVENT_DISABLE_TIMING) when *ev is NULL and
+// re-recording *ev otherwise; it refuses during a capture, where an event
+// would become a graph node instead.
+static CUresult lanes_record(CUcontext ctx, CUstream s, CUevent *ev, unsigned flags) {
 	int status = 0;
 	CUresult r = lanes_capture_status(ctx, s, &status);
 	if (r != CUDA_SUCCESS) return r;
 	if (status != CU_STREAM_CAPTURE_STATUS_NONE) return (CUresult)LANES_CAPTURING;
-	r = cuEventCreate(ev, CU_EVENT_DEFAULT);
-	if (r != CUDA_SUCCESS) return r;
+	int created = 0;
+	if (*ev == NULL) {
+		r = cuEventCreate(ev, flags);
+		if (r != CUDA_SUCCESS) { *ev = NULL; return r; }
+		created = 1;
+	}
 	r = cuEventRecord(*ev, s);
-	if (r != CUDA_SUCCESS) { cuEventDestroy(*ev); *ev = NULL; }
+	if (r != CUDA_SUCCESS && created) { cuEventDestroy(*ev); *ev = NULL; }
 	return r;
 }
 
@@ -280,9 +286,13 @@ func captureStatus(ctx cContext, s cStream) (cuda.CaptureStatus, cResult) {
 	return cuda.CaptureNone, r
 }
 
-func recordEvent(ctx cContext, s cStream) (cEvent, cResult) {
-	var ev cEvent
-	r := C.lanes_record(ctx, s, &ev)
+// recordEvent records ev (nil: a new event, timed or not) on s.
+func recordEvent(ctx cContext, s cStream, ev cEvent, timed bool) (cEvent, cResult) {
+	flags := C.uint(C.CU_EVENT_DISABLE_TIMING)
+	if timed {
+		flags = C.CU_EVENT_DEFAULT
+	}
+	r := C.lanes_record(ctx, s, &ev, flags)
 	return ev, r
 }
 

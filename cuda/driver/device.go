@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -41,7 +42,11 @@ type Device struct {
 	ctxMu       sync.RWMutex
 	ctxReleased bool
 
-	mu       sync.Mutex
+	// unwell is set once the device is poisoned or closed: live's fast
+	// path, so a healthy device's hot calls take no lock.
+	unwell atomic.Bool
+
+	mu       sync.RWMutex // the tables below; hot paths only read
 	buffers  map[uint64]*allocation
 	nextBuf  uint64
 	hosts    map[uint64]*pinnedHost
@@ -128,8 +133,8 @@ func (d *Device) Kernels() cuda.Kernels { return d.kernels }
 
 // Err returns the sticky error that poisoned the device, or nil.
 func (d *Device) Err() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
 	if d.poison == nil {
 		return nil
 	}
@@ -138,8 +143,11 @@ func (d *Device) Err() error {
 
 // live fails a call on a closed or poisoned device.
 func (d *Device) live(op string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	if !d.unwell.Load() {
+		return nil
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
 	if d.poison != nil {
 		return d.poison
 	}
@@ -169,6 +177,7 @@ func (d *Device) check(op string, r cResult, detail string) error {
 		d.mu.Lock()
 		if d.poison == nil {
 			d.poison = err
+			d.unwell.Store(true)
 		}
 		d.mu.Unlock()
 	}
@@ -243,9 +252,9 @@ func (d *Device) Free(b cuda.Buffer) error {
 
 // lookup checks that b is a live buffer of this device as it was handed out.
 func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
-	d.mu.Lock()
+	d.mu.RLock()
 	a, ok := d.buffers[b.ID]
-	d.mu.Unlock()
+	d.mu.RUnlock()
 	var have cuda.Buffer
 	if ok {
 		have = a.buf
@@ -300,6 +309,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.unwell.Store(true)
 	buffers, hosts := d.buffers, d.hosts
 	d.buffers, d.hosts = map[uint64]*allocation{}, map[uint64]*pinnedHost{}
 	poisoned := d.poison != nil

@@ -3,8 +3,10 @@
 package driver
 
 import (
+	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -23,6 +25,8 @@ type stream struct {
 	// pins holds the staging memory of uploads recorded by the current
 	// capture; EndCapture hands it to the graph.
 	pins *pinSet
+
+	events eventPool // released events, reused by the next records
 }
 
 var _ cuda.Stream = (*stream)(nil)
@@ -133,18 +137,32 @@ func (s *stream) Launch(e cuda.Exec) error {
 }
 
 // Record records a timing event after the work enqueued so far.
-func (s *stream) Record() (cuda.Event, error) {
+func (s *stream) Record() (cuda.Event, error) { return s.record(true) }
+
+// RecordFence records an event without timing (CU_EVENT_DISABLE_TIMING).
+func (s *stream) RecordFence() (cuda.Event, error) { return s.record(false) }
+
+// record re-records a released event of the kind when the stream has one,
+// and creates one otherwise: a steady lane creates no events at all.
+func (s *stream) record(timed bool) (cuda.Event, error) {
 	const op = "event record"
 	if err := s.live(op); err != nil {
 		return nil, err
 	}
-	ev, r := recordEvent(s.dev.ctx, s.s)
-	if err := s.dev.check(op, r, "cuEventRecord"); err != nil {
-		return nil, err
+	slot := s.events.take(timed)
+	var ev cEvent
+	if slot != nil {
+		ev = slot.ev
 	}
-	e := &event{dev: s.dev, ev: ev}
-	runtime.AddCleanup(e, func(h eventHandle) { h.dev.destroyEvent(h.ev) }, eventHandle{s.dev, ev})
-	return e, nil
+	ev, r := recordEvent(s.dev.ctx, s.s, ev, timed)
+	if err := s.dev.check(op, r, "cuEventRecord"); err != nil {
+		return nil, err // a reused slot is dropped: the collector destroys it
+	}
+	if slot == nil {
+		slot = &eventSlot{ev: ev, timed: timed}
+		runtime.AddCleanup(slot, func(h eventHandle) { h.dev.destroyEvent(h.ev) }, eventHandle{s.dev, ev})
+	}
+	return &event{dev: s.dev, s: s, slot: slot, gen: slot.gen.Load()}, nil
 }
 
 // Query reports whether the stream's work has finished (cuStreamQuery).
@@ -244,6 +262,7 @@ func (s *stream) Destroy() error {
 		return err
 	}
 	s.destroyed = true
+	s.events.close()
 	return nil
 }
 
@@ -263,33 +282,43 @@ func (d *Device) destroyEvent(ev cEvent) {
 	}
 }
 
-// event is a timing event; the garbage collector destroys it.
+// event is a handle on one recording of an event slot.
 type event struct {
-	dev *Device
-	ev  cEvent
+	dev  *Device
+	s    *stream
+	slot *eventSlot
+	gen  uint64 // the slot's generation when recorded: stale once it moves on
 }
 
 var _ cuda.Event = (*event)(nil)
 
+// stale is the error of a handle used after Release.
+func (e *event) stale(op string) error {
+	if e.slot.gen.Load() != e.gen {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the event was released; record a new one")
+	}
+	return nil
+}
+
 // Query reports the event's state (cuEventQuery).
 func (e *event) Query() cuda.FenceQuery {
 	const op = "event query"
-	if err := e.dev.live(op); err != nil {
+	if err := errors.Join(e.stale(op), e.dev.live(op)); err != nil {
 		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
 	}
-	q := e.dev.fence(op, queryEvent(e.dev.ctx, e.ev))
-	runtime.KeepAlive(e)
+	q := e.dev.fence(op, queryEvent(e.dev.ctx, e.slot.ev))
+	runtime.KeepAlive(e.slot)
 	return q
 }
 
 // Synchronize blocks until the event completes.
 func (e *event) Synchronize() error {
 	const op = "event synchronize"
-	if err := e.dev.live(op); err != nil {
+	if err := errors.Join(e.stale(op), e.dev.live(op)); err != nil {
 		return err
 	}
-	err := e.dev.check(op, syncEvent(e.dev.ctx, e.ev), "cuEventSynchronize")
-	runtime.KeepAlive(e)
+	err := e.dev.check(op, syncEvent(e.dev.ctx, e.slot.ev), "cuEventSynchronize")
+	runtime.KeepAlive(e.slot)
 	return err
 }
 
@@ -300,10 +329,77 @@ func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
 	if !ok || st.dev.ctx != e.dev.ctx {
 		return 0, cuda.Contractf(op, cuda.ErrForeignHandle, "the start event belongs to another device")
 	}
-	d, r := elapsed(e.dev.ctx, st.ev, e.ev)
-	runtime.KeepAlive(st)
-	runtime.KeepAlive(e)
+	if err := errors.Join(st.stale(op), e.stale(op)); err != nil {
+		return 0, err
+	}
+	d, r := elapsed(e.dev.ctx, st.slot.ev, e.slot.ev)
+	runtime.KeepAlive(st.slot)
+	runtime.KeepAlive(e.slot)
 	return d, e.dev.check(op, r, "cuEventElapsedTime")
+}
+
+// Release hands the event's slot back to its stream for the next record.
+func (e *event) Release() {
+	if e.slot.gen.CompareAndSwap(e.gen, e.gen+1) {
+		e.s.events.put(e.slot)
+	}
+}
+
+// eventSlot is one CUDA event, shared by the stream's free list and the
+// handles of its recordings; the collector destroys it once neither holds
+// it.
+type eventSlot struct {
+	ev    cEvent
+	timed bool
+	gen   atomic.Uint64 // advanced by each Release
+}
+
+// eventPool is a stream's released events, by kind. Release may come from
+// any goroutine, hence the lock; it is uncontended on a lane.
+type eventPool struct {
+	mu     sync.Mutex
+	free   [2][]*eventSlot // [0] fences, [1] timing events
+	closed bool
+}
+
+// maxPooledEvents bounds each free list: a burst's surplus is left to the
+// collector.
+const maxPooledEvents = 1024
+
+func kindIndex(timed bool) int {
+	if timed {
+		return 1
+	}
+	return 0
+}
+
+func (p *eventPool) take(timed bool) *eventSlot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.free[kindIndex(timed)]
+	if len(l) == 0 {
+		return nil
+	}
+	slot := l[len(l)-1]
+	p.free[kindIndex(timed)] = l[:len(l)-1]
+	return slot
+}
+
+func (p *eventPool) put(slot *eventSlot) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := kindIndex(slot.timed)
+	if !p.closed && len(p.free[k]) < maxPooledEvents {
+		p.free[k] = append(p.free[k], slot)
+	}
+}
+
+// close drops the free lists (the collector destroys their events) and
+// keeps later releases out.
+func (p *eventPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free, p.closed = [2][]*eventSlot{}, true
 }
 
 // arena is a first-fit allocator over one pinned host allocation.

@@ -10,16 +10,29 @@ import (
 
 // event marks a point in a stream: the item seq, due at device time at.
 type event struct {
-	s   *stream
-	seq uint64
-	at  time.Duration
+	s        *stream
+	seq      uint64
+	at       time.Duration
+	timed    bool        // a timing event (Record), not a fence (RecordFence)
+	released atomic.Bool // handed back with Release: the handle is stale
 }
 
 var _ cuda.Event = (*event)(nil)
 
+// stale is the error of a handle used after Release.
+func (e *event) stale(op string) error {
+	if e.released.Load() {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the event was released; record a new one")
+	}
+	return nil
+}
+
 // Query reports the event's state. A poisoned device answers every query
 // with its sticky error, as CUDA does, whether or not the work had finished.
 func (e *event) Query() cuda.FenceQuery {
+	if err := e.stale("event query"); err != nil {
+		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+	}
 	d := e.s.dev
 	now := d.clock.now()
 	if d.clock.mode == Virtual {
@@ -42,7 +55,11 @@ func (e *event) Query() cuda.FenceQuery {
 
 // Synchronize blocks until the event completes.
 func (e *event) Synchronize() error {
-	return e.s.waitSeq("event synchronize", e.seq, e.at)
+	const op = "event synchronize"
+	if err := e.stale(op); err != nil {
+		return err
+	}
+	return e.s.waitSeq(op, e.seq, e.at)
 }
 
 // Elapsed is the device time from start to e.
@@ -53,6 +70,12 @@ func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
 		return 0, cuda.Contractf(op, cuda.ErrForeignHandle, "the start event belongs to another device")
 	}
 	for _, ev := range []*event{s, e} {
+		if err := ev.stale(op); err != nil {
+			return 0, err
+		}
+		if !ev.timed {
+			return 0, cuda.DriverError(op, cuda.CodeInvalidHandle, "an event recorded with RecordFence has no timing; record both ends with Record")
+		}
 		if q := ev.Query(); q.State != cuda.FenceComplete {
 			if q.Err != nil {
 				return 0, q.Err
@@ -62,6 +85,10 @@ func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
 	}
 	return e.at - s.at, nil
 }
+
+// Release marks the handle stale. The simulated device keeps no event
+// resources, so there is nothing to reuse.
+func (e *event) Release() { e.released.Store(true) }
 
 // graph is a captured node list.
 type graph struct {

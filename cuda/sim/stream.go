@@ -363,8 +363,21 @@ func (s *stream) invalidateGlobalCapture() bool {
 	return true
 }
 
-// Record records an event after the work enqueued so far.
-func (s *stream) Record() (cuda.Event, error) {
+// Record records a timing event after the work enqueued so far.
+func (s *stream) Record() (cuda.Event, error) { return asEvent(s.recordEvent(true)) }
+
+// RecordFence records an event without timing.
+func (s *stream) RecordFence() (cuda.Event, error) { return asEvent(s.recordEvent(false)) }
+
+// asEvent keeps a failed record's nil from becoming a non-nil interface.
+func asEvent(e *event, err error) (cuda.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (s *stream) recordEvent(timed bool) (*event, error) {
 	const op = "event record"
 	if err := s.check(op); err != nil {
 		return nil, err
@@ -378,7 +391,7 @@ func (s *stream) Record() (cuda.Event, error) {
 	if s.dev.clock.mode == Virtual {
 		at = max(at, s.host)
 	}
-	return &event{s: s, seq: s.enqSeq, at: at}, nil
+	return &event{s: s, seq: s.enqSeq, at: at, timed: timed}, nil
 }
 
 // Query reports whether the stream's work so far has finished.
@@ -387,7 +400,7 @@ func (s *stream) Query() cuda.FenceQuery {
 	if err := s.unsupportedDuringCapture(op); err != nil {
 		return cuda.FenceQuery{State: cuda.FencePending, Err: err}
 	}
-	e, err := s.Record()
+	e, err := s.recordEvent(false)
 	if err != nil {
 		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
 	}

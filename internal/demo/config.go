@@ -38,6 +38,8 @@ type Config struct {
 	// goroutines, heap and device memory, and fails the run unless they
 	// stay flat.
 	Soak time.Duration
+	// Spin is the lanes' spin window (actors.Config.Spin); 0 never spins.
+	Spin time.Duration
 }
 
 // TelemetryConfig is where traces go.

@@ -14,16 +14,18 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 )
 
 // aggregate collects every ended submission while the load runs.
+// aggregate collects what the clients see. Each lane's figures have a lock
+// of their own, so clients of different lanes never contend on the way
+// back; the totals are merged when the report is made.
 type aggregate struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // refusals
 	lanes    []*laneAgg
-	total    *hdrhistogram.Histogram
-	gaps     map[string]int64
 	refusals map[string]int64
 
 	accepted, endedN  atomic.Int64
@@ -32,9 +34,11 @@ type aggregate struct {
 }
 
 type laneAgg struct {
+	mu                              sync.Mutex
 	hist                            *hdrhistogram.Histogram
 	subs, ok, indeterminate, failed int64
 	replayed, eager                 int64
+	gaps                            map[cache.Reason]int64
 }
 
 // Latencies are recorded in microseconds, from 1 µs to 10 minutes, to three
@@ -44,9 +48,9 @@ func newHist() *hdrhistogram.Histogram {
 }
 
 func newAggregate(lanes int) *aggregate {
-	a := &aggregate{total: newHist(), gaps: map[string]int64{}, refusals: map[string]int64{}}
+	a := &aggregate{refusals: map[string]int64{}}
 	for range lanes {
-		a.lanes = append(a.lanes, &laneAgg{hist: newHist()})
+		a.lanes = append(a.lanes, &laneAgg{hist: newHist(), gaps: map[cache.Reason]int64{}})
 	}
 	return a
 }
@@ -70,7 +74,8 @@ func (a *aggregate) refused(err error) {
 func (a *aggregate) ended(lane int, _ *tenant, lat time.Duration, r lanes.Receipt, err error) {
 	us := max(lat.Microseconds(), 1)
 	var replayed, eager int64
-	gaps := map[string]int64{}
+	l := a.lanes[lane]
+	l.mu.Lock()
 	for _, row := range r.Attribution.Rows {
 		if row.Replayed {
 			replayed++
@@ -78,11 +83,9 @@ func (a *aggregate) ended(lane int, _ *tenant, lat time.Duration, r lanes.Receip
 		}
 		eager++
 		if row.Phase == lanes.Compute {
-			gaps[row.Reason.String()]++
+			l.gaps[row.Reason]++
 		}
 	}
-	a.mu.Lock()
-	l := a.lanes[lane]
 	l.subs++
 	switch {
 	case err == nil:
@@ -93,13 +96,9 @@ func (a *aggregate) ended(lane int, _ *tenant, lat time.Duration, r lanes.Receip
 		l.failed++
 	}
 	_ = l.hist.RecordValue(us)
-	_ = a.total.RecordValue(us)
 	l.replayed += replayed
 	l.eager += eager
-	for k, v := range gaps {
-		a.gaps[k] += v
-	}
-	a.mu.Unlock()
+	l.mu.Unlock()
 	a.replayedN.Add(replayed)
 	a.eagerN.Add(eager)
 	a.endedN.Add(1)
@@ -169,10 +168,21 @@ type Report struct {
 func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.Device) *Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	for _, l := range a.lanes {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+	}
+	total, gaps := newHist(), map[string]int64{}
+	for _, l := range a.lanes {
+		total.Merge(l.hist)
+		for reason, n := range l.gaps {
+			gaps[reason.String()] += n
+		}
+	}
 	secs := max(a.elapsed.Seconds(), 1e-9)
 	r := &Report{Device: devs[0].Info().Name, Lanes: len(status), Tenants: cfg.Tenants, Kernels: cfg.Kernels,
 		Mode: cfg.Mode, Timing: cfg.Timing, Seconds: secs, Accepted: a.accepted.Load(), Ended: a.endedN.Load(),
-		Refused: a.refusals, Latency: latency(a.total), Gaps: a.gaps}
+		Refused: a.refusals, Latency: latency(total), Gaps: gaps}
 	for i, st := range status {
 		l := a.lanes[i]
 		lr := LaneReport{Lane: st.ID, Device: st.Device, Health: st.Health.String(), Submissions: l.subs,

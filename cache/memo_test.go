@@ -1,0 +1,66 @@
+package cache_test
+
+import (
+	"math/rand"
+	"reflect"
+	"testing"
+
+	"github.com/lanesched/lanes/cache"
+)
+
+// TestMemoGivesTheSameDiscovery: a memo changes no key. Random batches,
+// repeated and mixed, through a memo small enough to start over many
+// times, discover exactly what the memo-less Discover does.
+func TestMemoGivesTheSameDiscovery(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	memo := cache.NewMemo(7)
+	var batches [][]cache.Command
+	for range 40 {
+		n := 1 + r.Intn(12)
+		var cmds []cache.Command
+		for i := range n {
+			c := zeroCmd(uint64(1+r.Intn(6)), i, cache.PlanScope())
+			if r.Intn(5) == 0 {
+				c.Scopes = []cache.Scope{cache.LaneScope(uint64(r.Intn(3)))}
+			}
+			cmds = append(cmds, c)
+		}
+		batches = append(batches, cmds)
+	}
+	for i := range 400 {
+		cmds := batches[r.Intn(len(batches))]
+		want, err := cache.Discover(cmds, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := memo.Discover(cmds, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("discovery %d through the memo differs:\n got %+v\nwant %+v", i, got, want)
+		}
+	}
+}
+
+// BenchmarkDiscover compares discovery of a 16-command segment with and
+// without a memo: the memo answers repeated keys by lookup, not SHA-256.
+func BenchmarkDiscover(b *testing.B) {
+	var cmds []cache.Command
+	for i := range 16 {
+		cmds = append(cmds, zeroCmd(uint64(1+i), i, cache.PlanScope()))
+	}
+	for _, memo := range []*cache.Memo{nil, cache.NewMemo(64)} {
+		name := "hashed"
+		if memo != nil {
+			name = "memo"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				if _, err := memo.Discover(cmds, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+)
+
+// profiles are the Go profiles a run writes: where the host's time goes,
+// which is what bounds a lane's throughput once replay has removed launch
+// overhead.
+type profiles struct {
+	cpu, mutex, block, allocs string
+}
+
+// start begins the requested profiles; finish stops them and writes every
+// file. Nothing is written when no profile was asked for.
+func (p profiles) start() (finish func() error, err error) {
+	var cpu *os.File
+	if p.cpu != "" {
+		if cpu, err = os.Create(p.cpu); err != nil {
+			return nil, fmt.Errorf("lanedemo: --cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			_ = cpu.Close()
+			return nil, fmt.Errorf("lanedemo: --cpuprofile: %w", err)
+		}
+	}
+	if p.mutex != "" {
+		runtime.SetMutexProfileFraction(5)
+	}
+	if p.block != "" {
+		runtime.SetBlockProfileRate(10_000) // one sample per 10µs blocked
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpu.Close())
+		}
+		for _, w := range []struct{ name, path string }{{"mutex", p.mutex}, {"block", p.block}, {"allocs", p.allocs}} {
+			if w.path != "" {
+				errs = append(errs, writeProfile(w.name, w.path))
+			}
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// flagOf is the flag that asks for a profile: --mutexprofile,
+// --blockprofile, --memprofile.
+func flagOf(name string) string {
+	if name == "allocs" {
+		return "mem"
+	}
+	return name
+}
+
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("lanedemo: --%sprofile: %w", flagOf(name), err)
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("lanedemo: --%sprofile: %w", flagOf(name), err)
+	}
+	return f.Close()
+}
