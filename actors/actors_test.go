@@ -2,7 +2,6 @@ package actors_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -458,10 +457,5 @@ func (d *device) count(t *testing.T, i int) int32 {
 	if err := d.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := d.bufs[i].Region(0, 4)
-	out := make([]byte, 4)
-	if err := st.Readback(r, out); err != nil {
-		t.Fatal(err)
-	}
-	return int32(binary.LittleEndian.Uint32(out))
+	return cachetest.ReadCounter(t, st, d.bufs[i])
 }

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -29,9 +28,11 @@ type threadDispatcher struct {
 	spin       time.Duration // spin window; 0 parks at once
 	stopOnce   sync.Once
 
+	// The poll request: read and written only on the dispatcher's
+	// goroutine (the lane's Receive runs there too), so it needs no lock.
 	epoch  time.Time
-	pollAt atomic.Int64 // when the lane wants a poll (ns since epoch); 0: none
-	poll   func()       // sends the lane its poll message; set before the first request
+	pollAt int64  // when the lane wants a poll (ns since epoch); 0: none
+	poll   func() // sends the lane its poll message; set before the first request
 }
 
 var _ actor.Dispatcher = (*threadDispatcher)(nil)
@@ -73,12 +74,11 @@ func (d *threadDispatcher) loop() {
 			return
 		default:
 		}
-		due, now := d.pollAt.Load(), d.now()
+		due, now := d.pollAt, d.now()
 		switch {
 		case due != 0 && now >= due:
-			if d.pollAt.CompareAndSwap(due, 0) {
-				d.poll()
-			}
+			d.pollAt = 0
+			d.poll()
 			continue
 		case due != 0 && time.Duration(due-now) <= d.spin:
 			d.spinUntil(due)
@@ -112,13 +112,13 @@ func (d *threadDispatcher) spinUntil(due int64) {
 // called from the lane's Receive, so on the dispatcher's own goroutine.
 func (d *threadDispatcher) requestPoll(delay time.Duration) {
 	due := d.now() + int64(delay)
-	if cur := d.pollAt.Load(); cur == 0 || due < cur {
-		d.pollAt.Store(due)
+	if d.pollAt == 0 || due < d.pollAt {
+		d.pollAt = due
 	}
 }
 
-// cancelPoll drops the requested poll.
-func (d *threadDispatcher) cancelPoll() { d.pollAt.Store(0) }
+// cancelPoll drops the requested poll (on the dispatcher's goroutine).
+func (d *threadDispatcher) cancelPoll() { d.pollAt = 0 }
 
 // Schedule hands a mailbox run to the bound goroutine.
 func (d *threadDispatcher) Schedule(fn func()) {

@@ -61,7 +61,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		a.s.completeAdmin(m.Call, nil, nil)
 		ctx.Stop(a.self)
 	case *actor.Stopping:
-		a.stopTimer()
+		a.disarm()
 	}
 }
 
@@ -185,7 +185,8 @@ func (a *laneActor) arm(progress bool) {
 	a.ref.disp.requestPoll(a.delay)
 }
 
-func (a *laneActor) stopTimer() {
+// disarm drops the requested poll.
+func (a *laneActor) disarm() {
 	a.ref.disp.cancelPoll()
 	a.armed = false
 }
@@ -203,7 +204,7 @@ func (a *laneActor) quarantine(cause error) {
 		// they complete; on a poisoned one they end indeterminate.
 		rs, _, _ := a.lane.Synchronize()
 		a.deliver(rs)
-		a.stopTimer()
+		a.disarm()
 	}
 	a.s.laneQuarantined(a.ref, cause)
 }
@@ -213,7 +214,7 @@ func (a *laneActor) quarantine(cause error) {
 // now, the lane leaves routing, and nothing ever blocks on the stream again.
 func (a *laneActor) abandon() {
 	a.hung = true
-	a.stopTimer()
+	a.disarm()
 	cause := fmt.Errorf("%w: no fence of lane %d ended for %v; the stream is abandoned", ErrHung, a.ref.id, a.s.cfg.HangTimeout)
 	for fence, call := range a.calls {
 		a.s.complete(call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate},
@@ -302,7 +303,7 @@ func (a *laneActor) admin(m *AdminRequest) {
 // drain ends everything in flight, trims and releases the stream.
 func (a *laneActor) drain() {
 	a.stopped = true
-	a.stopTimer()
+	a.disarm()
 	if a.lane == nil || a.hung {
 		a.ref.setState(Stopped, nil)
 		return

@@ -48,8 +48,8 @@ func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) error {
 	}
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
-	if owner, ok := s.programs[b.Program.ID]; ok && owner != tenant { // registered meanwhile
-		return fmt.Errorf("%w: program %s was registered by tenant %q; register your own under another name", ErrNotYours, b.Program.ID, owner)
+	if err := s.checkOwnershipLocked(tenant, b); err != nil { // the program may have been registered meanwhile
+		return err
 	}
 	s.programs[b.Program.ID] = tenant
 	return nil

@@ -106,18 +106,19 @@ func (s *Scheduler) route(ts *tenantState, device uint64, exclude *laneRef) (*la
 	defer s.routeMu.Unlock()
 	for {
 		var best *laneRef
+		var bestLoad int64
 		healthy := false
 		for _, r := range s.lanes {
 			if !eligible(r, exclude, device) {
 				continue
 			}
 			healthy = true
-			if r.inflight.Load() >= int64(s.cfg.MaxInFlightPerLane) {
+			load := r.inflight.Load()
+			if load >= int64(s.cfg.MaxInFlightPerLane) {
 				continue
 			}
-			if best == nil || r.inflight.Load() < best.inflight.Load() ||
-				r.inflight.Load() == best.inflight.Load() && r.pinned < best.pinned {
-				best = r
+			if best == nil || load < bestLoad || load == bestLoad && r.pinned < best.pinned {
+				best, bestLoad = r, load
 			}
 		}
 		if best == nil {

@@ -240,10 +240,12 @@ func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor,
 	sup.StopChildren(child)
 }
 
-func (s *Scheduler) register(c *call) {
-	c.id = s.nextCall.Add(1)
-	c.done = make(chan struct{})
+// adminFor registers an administrative call to one lane.
+func (s *Scheduler) adminFor(ref *laneRef) *call {
+	c := &call{admin: true, id: s.nextCall.Add(1), done: make(chan struct{})}
+	c.lane.Store(ref)
 	s.calls.Store(c.id, c)
+	return c
 }
 
 // take removes a call from the registry; only one taker finds it.
@@ -465,13 +467,17 @@ func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) 
 
 // adminCall sends an administrative request to one lane and waits.
 func (s *Scheduler) adminCall(ctx context.Context, lane int, op AdminOp, capacity int) (any, error) {
+	return s.ask(ctx, lane, func(id uint64) any { return &AdminRequest{Call: id, Op: op, Capacity: capacity} })
+}
+
+// ask sends one lane the request made for a registered administrative
+// call and waits for the lane's answer.
+func (s *Scheduler) ask(ctx context.Context, lane int, request func(call uint64) any) (any, error) {
 	if lane < 0 || lane >= len(s.lanes) {
 		return nil, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes))
 	}
-	c := &call{admin: true}
-	c.lane.Store(s.lanes[lane])
-	s.register(c)
-	s.system.Root.Send(s.lanes[lane].pid, &AdminRequest{Call: c.id, Op: op, Capacity: capacity})
+	c := s.adminFor(s.lanes[lane])
+	s.system.Root.Send(s.lanes[lane].pid, request(c.id))
 	select {
 	case <-c.done:
 		return c.result, c.err
@@ -530,20 +536,7 @@ func (s *Scheduler) Replay(ctx context.Context, lane int, st *lanes.Staged, inpu
 }
 
 func (s *Scheduler) stagedCall(ctx context.Context, lane int, m *StagedRequest) (any, error) {
-	if lane < 0 || lane >= len(s.lanes) {
-		return nil, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes))
-	}
-	c := &call{admin: true}
-	c.lane.Store(s.lanes[lane])
-	s.register(c)
-	m.Call = c.id
-	s.system.Root.Send(s.lanes[lane].pid, m)
-	select {
-	case <-c.done:
-		return c.result, c.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return s.ask(ctx, lane, func(id uint64) any { m.Call = id; return m })
 }
 
 // Lanes reports every lane's health and counters.
@@ -570,9 +563,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	s.admitMu.Unlock()
 	var waits []*call
 	for _, ref := range s.lanes {
-		c := &call{admin: true}
-		c.lane.Store(ref)
-		s.register(c)
+		c := s.adminFor(ref)
 		waits = append(waits, c)
 		if ref.dead.Load() {
 			s.completeAdmin(c.id, nil, nil) // nothing left to drain

@@ -41,10 +41,22 @@ type Executable struct {
 	Scope      Scope
 	uploaded   bool
 	lastUsed   uint64
+
+	fingerprint    string     // Key in hex, made once per key
+	fingerprintKey SegmentKey // the key fingerprint was made of
 }
 
 // Uploaded reports whether the executable was uploaded by its preparation.
 func (e *Executable) Uploaded() bool { return e.uploaded }
+
+// Fingerprint is the executable's key in hex (Key.String()), made once
+// per key rather than at every replay that reports it.
+func (e *Executable) Fingerprint() string {
+	if e.fingerprint == "" || e.fingerprintKey != e.Key {
+		e.fingerprint, e.fingerprintKey = e.Key.String(), e.Key
+	}
+	return e.fingerprint
+}
 
 // record captures the candidate's commands (enqueued by enqueue) on s in
 // relaxed mode and returns the graph and what it holds. A panicking enqueue

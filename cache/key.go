@@ -140,13 +140,12 @@ func elementTag(t cuda.ElementType) byte { return byte(t) - 1 }
 func Bind(pk ProviderKey, c cuda.Command) Key { return (*Memo)(nil).bind(pk, c) }
 
 func (m *Memo) bind(pk ProviderKey, c cuda.Command) Key {
-	if m == nil {
-		var local [1024]byte
-		return finishBind(nil, bindInput(local[:0], pk, c), c)
+	var local [1024]byte
+	b := bindInput(m.input(local[:0]), pk, c)
+	if c.Kind == cuda.KindUpload {
+		return uploadKey(b, c.Host)
 	}
-	b := bindInput(m.buf[:0], pk, c)
-	m.buf = b[:0]
-	return finishBind(m, b, c)
+	return m.sum(binary.LittleEndian.AppendUint64(b, 0))
 }
 
 // bindInput appends a command key's input, up to its host bytes, to b.
@@ -197,17 +196,14 @@ func bindInput(b []byte, pk ProviderKey, c cuda.Command) []byte {
 	return b
 }
 
-// finishBind hashes a command key's input: through the memo, except an
-// upload's, which covers its host bytes.
-func finishBind(m *Memo, b []byte, c cuda.Command) Key {
-	if c.Kind != cuda.KindUpload {
-		return m.sum(binary.LittleEndian.AppendUint64(b, 0))
-	}
+// uploadKey hashes an upload's key input and then its host bytes: an
+// upload's key covers them, so it is never memoized.
+func uploadKey(b, host []byte) Key {
 	b = binary.LittleEndian.AppendUint64(b, 1)
-	b = binary.LittleEndian.AppendUint64(b, uint64(len(c.Host)))
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(host)))
 	h := sha256.New()
 	h.Write(b)
-	h.Write(c.Host)
+	h.Write(host)
 	var k Key
 	h.Sum(k[:0])
 	return k
@@ -229,7 +225,8 @@ type ShapeKey [32]byte
 
 // shapeOf hashes the shape of commands.
 func (m *Memo) shapeOf(cmds []Command) ShapeKey {
-	return m.hashed(func(b []byte) []byte { return shapeInput(b, cmds) })
+	var local [1024]byte
+	return m.sum(shapeInput(m.input(local[:0]), cmds))
 }
 
 // shapeInput appends the shape key's input to b.
@@ -254,7 +251,8 @@ func shapeInput(b []byte, cmds []Command) []byte {
 
 // segmentKey hashes the ordered command keys of a segment.
 func (m *Memo) segmentKey(keys []Key) SegmentKey {
-	return m.hashed(func(b []byte) []byte { return segmentInput(b, keys) })
+	var local [2048]byte
+	return m.sum(segmentInput(m.input(local[:0]), keys))
 }
 
 // segmentInput appends the segment key's input to b.
@@ -276,42 +274,24 @@ func segmentInput(b []byte, keys []Key) []byte {
 // that holds it; the nil memo hashes everything.
 type Memo struct {
 	sums  map[string][32]byte
-	hexes map[SegmentKey]string
 	limit int
-	buf   []byte // key inputs are built here
+	buf   []byte // key inputs are built here (a larger one grows a copy)
 }
 
 // NewMemo returns a memo of at most limit inputs; when full it starts
 // over.
 func NewMemo(limit int) *Memo {
-	return &Memo{sums: make(map[string][32]byte, min(limit, 256)), limit: max(limit, 1), buf: make([]byte, 0, 2048)}
+	return &Memo{sums: make(map[string][32]byte, min(limit, 256)), limit: max(limit, 1), buf: make([]byte, 0, 4096)}
 }
 
-// hashed hashes the input that build appends to an empty buffer: through
-// the memo, in its buffer, when there is one.
-func (m *Memo) hashed(build func([]byte) []byte) [32]byte {
+// input is where a key's input is built: the memo's buffer, or local
+// without a memo. Nothing keeps the input afterwards (sum copies what it
+// remembers), so local stays on its caller's stack.
+func (m *Memo) input(local []byte) []byte {
 	if m == nil {
-		return sha256.Sum256(build(make([]byte, 0, 1024)))
+		return local
 	}
-	b := build(m.buf[:0])
-	m.buf = b[:0]
-	return m.sum(b)
-}
-
-// Fingerprint is k.String(), remembered.
-func (m *Memo) Fingerprint(k SegmentKey) string {
-	if m == nil {
-		return k.String()
-	}
-	if s, ok := m.hexes[k]; ok {
-		return s
-	}
-	if m.hexes == nil || len(m.hexes) >= m.limit {
-		m.hexes = map[SegmentKey]string{}
-	}
-	s := k.String()
-	m.hexes[k] = s
-	return s
+	return m.buf[:0]
 }
 
 func (m *Memo) sum(input []byte) [32]byte {

@@ -17,6 +17,28 @@ func CheckBuffer(op string, inst uint64, b Buffer, have Buffer, found bool) erro
 	return nil
 }
 
+// CheckEvent checks an event handle: one released (Event.Release) is
+// stale, whatever its stream did with the event since.
+func CheckEvent(op string, released bool) error {
+	if released {
+		return contractf(op, ErrStaleHandle, "the event was released; record a new one")
+	}
+	return nil
+}
+
+// CheckExec checks an executable handle: mine says whether it was
+// instantiated on this device instance, destroyed whether it was destroyed
+// since.
+func CheckExec(op string, inst uint64, mine, destroyed bool) error {
+	switch {
+	case !mine:
+		return contractf(op, ErrForeignHandle, "the executable was not instantiated on device %d", inst)
+	case destroyed:
+		return contractf(op, ErrStaleHandle, "the executable was destroyed; instantiate the graph again")
+	}
+	return nil
+}
+
 // ValidateFor checks a command against a device before it is enqueued:
 // its structure, its kernel (by the device's registry), and every buffer it
 // names (through lookup).

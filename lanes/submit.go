@@ -183,29 +183,29 @@ func (p *plan) events() []CacheEvent {
 	var out []CacheEvent
 	rej := 0
 	for ci, d := range p.rep.Dispositions {
-		if d != cache.Captured && d != cache.Updated && d != cache.CaptureRejected {
-			continue // a hit, a deferral: nothing happened to the cache
-		}
-		key := p.disc.Candidates[ci].Key.String()
+		key := p.disc.Candidates[ci].Key
+		var ev CacheEvent
 		switch d {
 		case cache.Captured:
-			out = append(out, CacheEvent{Kind: "captured", Key: key})
+			ev.Kind = "captured"
 		case cache.Updated:
-			ev := CacheEvent{Kind: "updated", Key: key}
+			ev.Kind = "updated"
 			for _, u := range p.rep.Updates {
-				if u.To.String() == key {
+				if u.To == key {
 					ev.Detail = "in place of " + u.From.String()
 				}
 			}
-			out = append(out, ev)
 		case cache.CaptureRejected:
-			ev := CacheEvent{Kind: "capture_rejected", Key: key}
+			ev.Kind = "capture_rejected"
 			if rej < len(p.rep.Rejections) {
 				ev.Detail = p.rep.Rejections[rej].Error()
 				rej++
 			}
-			out = append(out, ev)
+		default:
+			continue // a hit or a deferral: nothing happened to the cache
 		}
+		ev.Key = key.String()
+		out = append(out, ev)
 	}
 	updated := map[cache.SegmentKey]bool{}
 	for _, u := range p.rep.Updates {
@@ -320,7 +320,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 		switch {
 		case p.resident[i] >= 0:
 			cand := p.disc.Candidates[p.resident[i]]
-			rec := SegmentRecord{Start: cand.Start, End: cand.End, Fingerprint: l.memo.Fingerprint(cand.Key), Ordinal: -1, Commands: cand.Len()}
+			rec := SegmentRecord{Start: cand.Start, End: cand.End, Ordinal: -1, Commands: cand.Len()}
 			if p.program != nil {
 				rec.Program, rec.Ordinal = p.program, segOrdinal
 			}
@@ -331,7 +331,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 			if err != nil {
 				return fail(err)
 			}
-			rec.GraphNodes = exe.GraphNodes
+			rec.Fingerprint, rec.GraphNodes = exe.Fingerprint(), exe.GraphNodes
 			if exe.NodeCounts != nil {
 				rec.Logical = make([]programs.LogicalCommand, 0, cand.Len())
 			}
@@ -355,7 +355,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 				return fail(err)
 			}
 			id := e.Invoke.Program
-			att.Segments = append(att.Segments, SegmentRecord{Start: i, End: i + 1, Fingerprint: l.memo.Fingerprint(res.Key), Program: &id,
+			att.Segments = append(att.Segments, SegmentRecord{Start: i, End: i + 1, Fingerprint: exe.Fingerprint(), Program: &id,
 				Ordinal: e.Invoke.Segment.Ordinal, Commands: e.Invoke.Segment.Commands, GraphNodes: exe.GraphNodes, Logical: res.Logical})
 			row := l.row(i, e, true, cache.ReasonNone)
 			row.GraphNodes = exe.GraphNodes

@@ -127,10 +127,17 @@ func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cach
 // Count reads counter buf's first element.
 func (r *Rig) Count(buf int) int32 {
 	r.T.Helper()
+	return ReadCounter(r.T, r.Stream, r.Bufs[buf])
+}
+
+// ReadCounter reads a counter buffer's first element through s (which
+// synchronizes first).
+func ReadCounter(t testing.TB, s cuda.Stream, counter cuda.Buffer) int32 {
+	t.Helper()
 	out := make([]byte, 4)
-	reg, _ := r.Bufs[buf].Region(0, 4)
-	if err := r.Stream.Readback(reg, out); err != nil {
-		r.T.Fatal(err)
+	reg, _ := counter.Region(0, 4)
+	if err := s.Readback(reg, out); err != nil {
+		t.Fatal(err)
 	}
 	return int32(binary.LittleEndian.Uint32(out))
 }

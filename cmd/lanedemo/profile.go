@@ -40,32 +40,26 @@ func (p profiles) start() (finish func() error, err error) {
 			pprof.StopCPUProfile()
 			errs = append(errs, cpu.Close())
 		}
-		for _, w := range []struct{ name, path string }{{"mutex", p.mutex}, {"block", p.block}, {"allocs", p.allocs}} {
+		for _, w := range []struct{ flag, name, path string }{
+			{"mutexprofile", "mutex", p.mutex}, {"blockprofile", "block", p.block}, {"memprofile", "allocs", p.allocs}} {
 			if w.path != "" {
-				errs = append(errs, writeProfile(w.name, w.path))
+				errs = append(errs, writeProfile(w.flag, w.name, w.path))
 			}
 		}
 		return errors.Join(errs...)
 	}, nil
 }
 
-// flagOf is the flag that asks for a profile: --mutexprofile,
-// --blockprofile, --memprofile.
-func flagOf(name string) string {
-	if name == "allocs" {
-		return "mem"
-	}
-	return name
-}
-
-func writeProfile(name, path string) error {
+// writeProfile writes the named runtime profile, asked for by flag, to
+// path.
+func writeProfile(flag, name, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("lanedemo: --%sprofile: %w", flagOf(name), err)
+		return fmt.Errorf("lanedemo: --%s: %w", flag, err)
 	}
 	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("lanedemo: --%sprofile: %w", flagOf(name), err)
+		return fmt.Errorf("lanedemo: --%s: %w", flag, err)
 	}
 	return f.Close()
 }

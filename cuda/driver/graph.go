@@ -170,11 +170,9 @@ func (x *exec) Destroy() error {
 // exec checks that e is a live executable of this device instance.
 func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
 	x, ok := e.(*exec)
-	if !ok || x == nil || x.dev != d {
-		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the executable was not instantiated on device %d", d.info.Instance)
-	}
-	if x.destroyed.Load() {
-		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed; instantiate the graph again")
+	mine := ok && x != nil && x.dev == d
+	if err := cuda.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {
+		return nil, err
 	}
 	return x, nil
 }

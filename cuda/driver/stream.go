@@ -162,7 +162,7 @@ func (s *stream) record(timed bool) (cuda.Event, error) {
 		slot = &eventSlot{ev: ev, timed: timed}
 		runtime.AddCleanup(slot, func(h eventHandle) { h.dev.destroyEvent(h.ev) }, eventHandle{s.dev, ev})
 	}
-	return &event{dev: s.dev, s: s, slot: slot, gen: slot.gen.Load()}, nil
+	return &event{s: s, slot: slot, gen: slot.gen.Load()}, nil
 }
 
 // Query reports whether the stream's work has finished (cuStreamQuery).
@@ -284,8 +284,7 @@ func (d *Device) destroyEvent(ev cEvent) {
 
 // event is a handle on one recording of an event slot.
 type event struct {
-	dev  *Device
-	s    *stream
+	s    *stream // its device is s.dev
 	slot *eventSlot
 	gen  uint64 // the slot's generation when recorded: stale once it moves on
 }
@@ -293,20 +292,15 @@ type event struct {
 var _ cuda.Event = (*event)(nil)
 
 // stale is the error of a handle used after Release.
-func (e *event) stale(op string) error {
-	if e.slot.gen.Load() != e.gen {
-		return cuda.Contractf(op, cuda.ErrStaleHandle, "the event was released; record a new one")
-	}
-	return nil
-}
+func (e *event) stale(op string) error { return cuda.CheckEvent(op, e.slot.gen.Load() != e.gen) }
 
 // Query reports the event's state (cuEventQuery).
 func (e *event) Query() cuda.FenceQuery {
 	const op = "event query"
-	if err := errors.Join(e.stale(op), e.dev.live(op)); err != nil {
+	if err := errors.Join(e.stale(op), e.s.dev.live(op)); err != nil {
 		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
 	}
-	q := e.dev.fence(op, queryEvent(e.dev.ctx, e.slot.ev))
+	q := e.s.dev.fence(op, queryEvent(e.s.dev.ctx, e.slot.ev))
 	runtime.KeepAlive(e.slot)
 	return q
 }
@@ -314,10 +308,10 @@ func (e *event) Query() cuda.FenceQuery {
 // Synchronize blocks until the event completes.
 func (e *event) Synchronize() error {
 	const op = "event synchronize"
-	if err := errors.Join(e.stale(op), e.dev.live(op)); err != nil {
+	if err := errors.Join(e.stale(op), e.s.dev.live(op)); err != nil {
 		return err
 	}
-	err := e.dev.check(op, syncEvent(e.dev.ctx, e.slot.ev), "cuEventSynchronize")
+	err := e.s.dev.check(op, syncEvent(e.s.dev.ctx, e.slot.ev), "cuEventSynchronize")
 	runtime.KeepAlive(e.slot)
 	return err
 }
@@ -326,16 +320,16 @@ func (e *event) Synchronize() error {
 func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
 	const op = "event elapsed"
 	st, ok := start.(*event)
-	if !ok || st.dev.ctx != e.dev.ctx {
+	if !ok || st.s.dev.ctx != e.s.dev.ctx {
 		return 0, cuda.Contractf(op, cuda.ErrForeignHandle, "the start event belongs to another device")
 	}
 	if err := errors.Join(st.stale(op), e.stale(op)); err != nil {
 		return 0, err
 	}
-	d, r := elapsed(e.dev.ctx, st.slot.ev, e.slot.ev)
+	d, r := elapsed(e.s.dev.ctx, st.slot.ev, e.slot.ev)
 	runtime.KeepAlive(st.slot)
 	runtime.KeepAlive(e.slot)
-	return d, e.dev.check(op, r, "cuEventElapsedTime")
+	return d, e.s.dev.check(op, r, "cuEventElapsedTime")
 }
 
 // Release hands the event's slot back to its stream for the next record.
@@ -376,12 +370,13 @@ func kindIndex(timed bool) int {
 func (p *eventPool) take(timed bool) *eventSlot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l := p.free[kindIndex(timed)]
-	if len(l) == 0 {
+	k := kindIndex(timed)
+	n := len(p.free[k])
+	if n == 0 {
 		return nil
 	}
-	slot := l[len(l)-1]
-	p.free[kindIndex(timed)] = l[:len(l)-1]
+	slot := p.free[k][n-1]
+	p.free[k] = p.free[k][:n-1]
 	return slot
 }
 

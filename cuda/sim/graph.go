@@ -20,12 +20,7 @@ type event struct {
 var _ cuda.Event = (*event)(nil)
 
 // stale is the error of a handle used after Release.
-func (e *event) stale(op string) error {
-	if e.released.Load() {
-		return cuda.Contractf(op, cuda.ErrStaleHandle, "the event was released; record a new one")
-	}
-	return nil
-}
+func (e *event) stale(op string) error { return cuda.CheckEvent(op, e.released.Load()) }
 
 // Query reports the event's state. A poisoned device answers every query
 // with its sticky error, as CUDA does, whether or not the work had finished.
@@ -216,11 +211,9 @@ func (x *exec) Destroy() error {
 // exec checks that e is a live executable of this device.
 func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
 	x, ok := e.(*exec)
-	if !ok || x == nil || x.dev != d {
-		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the executable was not instantiated on device %d", d.info.Instance)
-	}
-	if x.destroyed.Load() {
-		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed; instantiate the graph again")
+	mine := ok && x != nil && x.dev == d
+	if err := cuda.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {
+		return nil, err
 	}
 	return x, nil
 }

@@ -364,20 +364,12 @@ func (s *stream) invalidateGlobalCapture() bool {
 }
 
 // Record records a timing event after the work enqueued so far.
-func (s *stream) Record() (cuda.Event, error) { return asEvent(s.recordEvent(true)) }
+func (s *stream) Record() (cuda.Event, error) { return s.recordEvent(true) }
 
 // RecordFence records an event without timing.
-func (s *stream) RecordFence() (cuda.Event, error) { return asEvent(s.recordEvent(false)) }
+func (s *stream) RecordFence() (cuda.Event, error) { return s.recordEvent(false) }
 
-// asEvent keeps a failed record's nil from becoming a non-nil interface.
-func asEvent(e *event, err error) (cuda.Event, error) {
-	if err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-func (s *stream) recordEvent(timed bool) (*event, error) {
+func (s *stream) recordEvent(timed bool) (cuda.Event, error) {
 	const op = "event record"
 	if err := s.check(op); err != nil {
 		return nil, err

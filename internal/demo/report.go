@@ -168,12 +168,10 @@ type Report struct {
 func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.Device) *Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, l := range a.lanes {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-	}
 	total, gaps := newHist(), map[string]int64{}
 	for _, l := range a.lanes {
+		l.mu.Lock()
+		defer l.mu.Unlock() // held until the per-lane rows below are read
 		total.Merge(l.hist)
 		for reason, n := range l.gaps {
 			gaps[reason.String()] += n
