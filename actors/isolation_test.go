@@ -97,7 +97,7 @@ func TestFloodCannotStarve(t *testing.T) {
 // quarantined device beside them stays within 20% of their p99 without one,
 // on the sim's real-time clock. Two schedulers run side by side, one with a
 // device quarantined by a sticky fault, and are measured in alternating
-// blocks so that machine noise falls on both alike.
+// submissions so that machine noise falls on both alike.
 func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing test")
@@ -137,15 +137,19 @@ func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
 		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
 		return l[len(l)*99/100]
 	}
-	// Alternating blocks; each side's p99 is the median of its blocks'
-	// p99s, so one stray pause (a collection, the machine) decides nothing.
+	// Blocks of 100 submissions per side, the sides alternating submission
+	// by submission so that the machine's load (other tests, collections)
+	// falls on both alike; each side's p99 is the median of its blocks'
+	// p99s, so one stray pause decides nothing.
+	const blocks = 11
 	var pa, pb []time.Duration
-	for block := range 14 {
-		if block%2 == 0 {
-			pa = append(pa, p99(run(alone, 100)))
-		} else {
-			pb = append(pb, p99(run(beside, 100)))
+	for range blocks {
+		var la, lb []time.Duration
+		for range 100 {
+			la = append(la, run(alone, 1)...)
+			lb = append(lb, run(beside, 1)...)
 		}
+		pa, pb = append(pa, p99(la)), append(pb, p99(lb))
 	}
 	median := func(v []time.Duration) time.Duration {
 		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
@@ -153,7 +157,7 @@ func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
 	}
 	base, withQ := median(pa), median(pb)
 	ratio := float64(withQ) / float64(base)
-	t.Logf("healthy p99 (median of 7 blocks of 100): %v alone, %v beside a quarantined device: ratio %.2f", base, withQ, ratio)
+	t.Logf("healthy p99 (median of %d blocks of 100): %v alone, %v beside a quarantined device: ratio %.2f", blocks, base, withQ, ratio)
 	if ratio > 1.2 {
 		t.Fatalf("a quarantined device raised healthy p99 by %.0f%%", 100*(ratio-1))
 	}
