@@ -15,11 +15,12 @@ import (
 // catalog inside), and the calls waiting on its fences. Every Receive runs
 // on the lane's bound OS thread (threadDispatcher).
 type laneActor struct {
-	s     *Scheduler
-	ref   *laneRef
-	self  *actor.PID
-	lane  *lanes.Lane
-	calls map[uint64]uint64 // fence -> call id
+	s      *Scheduler
+	ref    *laneRef
+	self   *actor.PID
+	lane   *lanes.Lane
+	calls  map[uint64]uint64 // fence -> call id
+	polled []lanes.Receipt   // the poll's receipts, reused by the next poll
 
 	delay   time.Duration // current poll back-off; 0 while polling by mailbox
 	quick   int           // mailbox polls left before timers take over
@@ -98,7 +99,7 @@ func (a *laneActor) submit(m *SubmitRequest) {
 	}
 	sub, err := a.lane.Submit(m.Batch)
 	if err != nil {
-		a.ref.stats.Store(a.lane.Counters())
+		a.ref.publish(a.lane.Counters())
 		// The lane leaves routing before its caller hears of the failure.
 		if a.lane.State() == lanes.Failed {
 			a.quarantine(a.lane.Err())
@@ -110,7 +111,7 @@ func (a *laneActor) submit(m *SubmitRequest) {
 		a.progressAt = time.Now()
 	}
 	a.calls[sub.Fence] = m.Call
-	a.ref.stats.Store(a.lane.Counters())
+	a.ref.publish(a.lane.Counters())
 	a.arm(true)
 }
 
@@ -119,8 +120,10 @@ func (a *laneActor) poll() {
 	if a.lane == nil {
 		return
 	}
-	rs := a.lane.Poll()
+	rs := a.lane.PollInto(a.polled[:0])
 	a.deliver(rs)
+	clear(rs) // the callers have their receipts; keep only the array
+	a.polled = rs
 	if a.lane.State() == lanes.Failed {
 		a.quarantine(a.lane.Err())
 		return
@@ -257,7 +260,7 @@ func (a *laneActor) staged(m *StagedRequest) {
 	}
 	a.deliver(a.lane.Poll())
 	a.ref.staged.Store(a.lane.StagedCounters())
-	a.ref.stats.Store(a.lane.Counters())
+	a.ref.publish(a.lane.Counters())
 	a.s.completeAdmin(m.Call, res, err)
 	if a.lane.State() == lanes.Failed {
 		a.quarantine(a.lane.Err())

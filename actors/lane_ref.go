@@ -46,7 +46,8 @@ type laneRef struct {
 	inflight       atomic.Int64 // admitted, not ended
 	pinned         int          // tenants pinned here (Scheduler.routeMu)
 	inflightFences atomic.Int64
-	stats          atomic.Value // lanes.Counters
+	statsMu        sync.Mutex // the lane thread publishes, status reads: no allocation per submission
+	stats          lanes.Counters
 	staged         atomic.Value // lanes.StagedCounters
 }
 
@@ -69,6 +70,13 @@ func (r *laneRef) noteThread(tid int) {
 	r.mu.Unlock()
 }
 
+// publish makes the lane's counters visible to status.
+func (r *laneRef) publish(c lanes.Counters) {
+	r.statsMu.Lock()
+	r.stats = c
+	r.statsMu.Unlock()
+}
+
 // LaneStatus is a lane as Scheduler.Lanes reports it.
 type LaneStatus struct {
 	ID       int
@@ -87,9 +95,9 @@ func (r *laneRef) status() LaneStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := LaneStatus{ID: r.id, Device: r.device, Health: r.State(), Cause: r.cause, InFlight: int(r.inflight.Load())}
-	if c, ok := r.stats.Load().(lanes.Counters); ok {
-		st.Counters = c
-	}
+	r.statsMu.Lock()
+	st.Counters = r.stats
+	r.statsMu.Unlock()
 	if c, ok := r.staged.Load().(lanes.StagedCounters); ok {
 		st.Staged = c
 	}

@@ -71,7 +71,7 @@ func (s *Scheduler) admit(tenant string, b *lanes.Batch, c *call) (*laneRef, err
 	}
 	c.ts, c.id, c.done = ts, s.nextCall.Add(1), make(chan struct{})
 	c.lane.Store(lane)
-	s.calls.Store(c.id, c)
+	s.calls.store(c)
 	return lane, nil
 }
 

@@ -155,9 +155,9 @@ type Scheduler struct {
 	// while it sets stopping. Nothing else on a submission's path locks.
 	admitMu  sync.RWMutex
 	stopping bool
-	calls    sync.Map   // call id -> *call: every admitted, unended call
-	tenants  sync.Map   // tenant -> *tenantState
-	routeMu  sync.Mutex // picking a new lane for a tenant (the slow path)
+	calls    callRegistry // every admitted, unended call
+	tenants  sync.Map     // tenant -> *tenantState
+	routeMu  sync.Mutex   // picking a new lane for a tenant (the slow path)
 
 	ownMu    sync.RWMutex
 	owners   map[[2]uint64]string          // (device instance, buffer id) -> tenant; "" shared
@@ -244,18 +244,12 @@ func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor,
 func (s *Scheduler) adminFor(ref *laneRef) *call {
 	c := &call{admin: true, id: s.nextCall.Add(1), done: make(chan struct{})}
 	c.lane.Store(ref)
-	s.calls.Store(c.id, c)
+	s.calls.store(c)
 	return c
 }
 
 // take removes a call from the registry; only one taker finds it.
-func (s *Scheduler) take(id uint64) *call {
-	c, ok := s.calls.LoadAndDelete(id)
-	if !ok {
-		return nil
-	}
-	return c.(*call)
-}
+func (s *Scheduler) take(id uint64) *call { return s.calls.take(id) }
 
 // complete ends a submission exactly once: a second completion of the same
 // call finds nothing and is ignored.
@@ -339,11 +333,10 @@ func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
 // reroute sends a submission a failed lane did not take to a healthy lane,
 // once; otherwise it ends, not submitted.
 func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
-	v, ok := s.calls.Load(m.Call)
+	c, ok := s.calls.load(m.Call)
 	if !ok {
-		return
+		return // already ended
 	}
-	c := v.(*call)
 	fail := func(err error) {
 		s.complete(c.id, lanes.Receipt{}, &lanes.Error{Op: "submit", Code: "lane_unavailable", NotSubmitted: true, Retryable: true, Err: err})
 	}
@@ -364,14 +357,7 @@ func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
 
 // endLaneCalls ends every call routed to a lane whose actor died.
 func (s *Scheduler) endLaneCalls(ref *laneRef, err error) {
-	var ids []uint64
-	s.calls.Range(func(id, v any) bool {
-		if v.(*call).lane.Load() == ref {
-			ids = append(ids, id.(uint64))
-		}
-		return true
-	})
-	for _, id := range ids {
+	for _, id := range s.calls.matching(func(c *call) bool { return c.lane.Load() == ref }) {
 		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, err)
 	}
 }
@@ -432,7 +418,7 @@ func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (l
 }
 
 // Pending is a submission in flight.
-type Pending struct{ c *call }
+type Pending struct{ c call } // the call itself: one allocation per submission
 
 // Done is closed when the submission has ended.
 func (p *Pending) Done() <-chan struct{} { return p.c.done }
@@ -456,13 +442,13 @@ func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) 
 	if err := s.checkOwnership(tenant, &b); err != nil {
 		return nil, &lanes.Error{Op: "submit", Code: "not_yours", NotSubmitted: true, Err: err}
 	}
-	c := &call{tenant: tenant, batch: b, start: time.Now()}
-	lane, err := s.admit(tenant, &b, c)
+	p := &Pending{c: call{tenant: tenant, batch: b, start: time.Now()}}
+	lane, err := s.admit(tenant, &b, &p.c)
 	if err != nil {
 		return nil, err
 	}
-	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: tenant, Batch: b})
-	return &Pending{c}, nil
+	s.system.Root.Send(lane.pid, &SubmitRequest{Call: p.c.id, Tenant: tenant, Batch: b})
+	return p, nil
 }
 
 // adminCall sends an administrative request to one lane and waits.

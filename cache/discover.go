@@ -150,7 +150,10 @@ func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 }
 
 // Discover is [Discover] with the memo's keys: the same discovery, without
-// hashing again what the memo has seen.
+// hashing again what the memo has seen. A memo also reuses the discovery's
+// slices: what it returns is valid until its next Discover, so a caller
+// keeps copies of what it needs longer (the lane plans one batch at a
+// time; the cache and the catalog keep keys and reasons by value).
 func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 	boundary := make(map[int]bool, len(eagerBoundaries))
 	for _, n := range eagerBoundaries {
@@ -159,7 +162,7 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 		}
 		boundary[n] = true
 	}
-	d := Discovery{Bindings: make([]Binding, len(cmds)), Reasons: make([]Reason, len(cmds))}
+	d, keys := m.discovery(len(cmds))
 	attributed := false
 	for i, c := range cmds {
 		if c.Node < NoNode {
@@ -200,15 +203,53 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 				d.Reasons[k] = ReasonScopeConflict
 			}
 		} else {
-			keys := make([]Key, j-i)
+			from := len(keys)
 			for k := i; k < j; k++ {
-				keys[k-i] = d.Bindings[k].Key
+				keys = append(keys, d.Bindings[k].Key)
 			}
-			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: m.segmentKey(keys), Shape: m.shapeOf(cmds[i:j]), Scope: scope, Keys: keys})
+			own := keys[from:len(keys):len(keys)] // appending to one candidate's keys never writes the next's
+			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: m.segmentKey(own), Shape: m.shapeOf(cmds[i:j]), Scope: scope, Keys: own})
 		}
 		i = j
 	}
+	m.keep(d, keys)
+	if len(d.Candidates) == 0 {
+		d.Candidates = nil // as without a memo
+	}
 	return d, nil
+}
+
+// discovery returns an empty discovery for n commands and the array the
+// candidates' keys are appended to: fresh without a memo, else the memo's
+// from its last Discover.
+func (m *Memo) discovery(n int) (Discovery, []Key) {
+	if m == nil {
+		return Discovery{Bindings: make([]Binding, n), Reasons: make([]Reason, n)}, make([]Key, 0, n)
+	}
+	d := m.last
+	d.Bindings = resize(d.Bindings, n)
+	d.Reasons = resize(d.Reasons, n)
+	d.Candidates = d.Candidates[:0]
+	return d, m.keys[:0]
+}
+
+// keep remembers the slices of a discovery for the memo's next one.
+func (m *Memo) keep(d Discovery, keys []Key) {
+	if m == nil {
+		return
+	}
+	m.last, m.keys = d, keys
+}
+
+// resize returns s with length n and zero elements, reusing its array when
+// it is large enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 func sortedInts(v []int) []int {

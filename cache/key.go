@@ -276,6 +276,10 @@ type Memo struct {
 	sums  map[string][32]byte
 	limit int
 	buf   []byte // key inputs are built here (a larger one grows a copy)
+
+	// last and keys are the slices of the last discovery, reused by the next.
+	last Discovery
+	keys []Key
 }
 
 // NewMemo returns a memo of at most limit inputs; when full it starts

@@ -97,6 +97,7 @@ func (l *Lane) collect() {
 		l.pending = l.pending[1:]
 		l.ready = append(l.ready, l.receipt(p))
 		p.release()
+		l.recycle(p)
 	}
 	if l.state == Submitted && len(l.pending) == 0 {
 		l.state = Ready
@@ -115,6 +116,36 @@ func (p *pending) release() {
 		p.start.Release()
 	}
 	p.end.Release()
+}
+
+// maxSpare bounds the completed submissions' records a lane keeps for
+// reuse: more than the submissions a lane usually has in flight.
+const maxSpare = 64
+
+// newPending returns an empty record for a submission, reused when one is
+// spare.
+func (l *Lane) newPending() *pending {
+	if n := len(l.spare); n > 0 {
+		p := l.spare[n-1]
+		l.spare[n-1] = nil
+		l.spare = l.spare[:n-1]
+		return p
+	}
+	return &pending{}
+}
+
+// recycle keeps a completed submission's record for the next one. Only a
+// completed one: a failed submission's record stays in quarantine. Its
+// receipt has copied what it needs (the attribution's slices are the
+// receipt's now; the span slice's array is the only thing reused).
+func (l *Lane) recycle(p *pending) {
+	if len(l.spare) >= maxSpare {
+		return
+	}
+	spans := p.spans[:0]
+	clear(p.spans) // drop the released events
+	*p = pending{spans: spans}
+	l.spare = append(l.spare, p)
 }
 
 // endIndeterminate ends every pending submission with an indeterminate
@@ -151,10 +182,17 @@ func (l *Lane) receipt(p *pending) Receipt {
 // receipts of every submission that ended since the last Poll, in fence
 // order. Each accepted submission appears in exactly one receipt, once.
 func (l *Lane) Poll() []Receipt {
+	return l.PollInto(nil)
+}
+
+// PollInto is Poll appending the receipts to dst: a caller that polls in a
+// loop reuses one slice instead of a new one per poll.
+func (l *Lane) PollInto(dst []Receipt) []Receipt {
 	l.collect()
-	out := l.ready
-	l.ready = nil
-	return out
+	dst = append(dst, l.ready...)
+	clear(l.ready) // the lane keeps the array, not the receipts
+	l.ready = l.ready[:0]
+	return dst
 }
 
 // Wait blocks until one fence is terminal and returns its receipt. Receipts

@@ -91,6 +91,7 @@ type Lane struct {
 	nextFence  uint64
 	pending    []*pending
 	quarantine []*pending
+	spare      []*pending // completed submissions' records, reused by the next ones
 	ready      []Receipt
 	counters   Counters
 	staged     StagedCounters
@@ -98,6 +99,14 @@ type Lane struct {
 	planned    plan              // the plan of the Submit in progress, reused
 	memo       *cache.Memo       // keys of the commands and segments the lane has seen
 	ops        map[string]string // kernel -> its row operation id
+
+	// Attributions repeat step after step: rows and logical commands are
+	// built in scratch slices and interned (intern.go).
+	rowScratch     []Row
+	logicalScratch []programs.LogicalCommand
+	rowsSeen       interner[Row]
+	logicalSeen    interner[programs.LogicalCommand]
+	attrHash       *attributionHash
 }
 
 // keyMemoLimit bounds a lane's key memo: thousands of distinct commands
@@ -120,7 +129,7 @@ func New(cfg Config) (*Lane, error) {
 	}
 	c := cache.New()
 	return &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
-		stages: cfg.Stages, now: cfg.Now}, nil
+		stages: cfg.Stages, now: cfg.Now, attrHash: newAttributionHash()}, nil
 }
 
 // ID is the lane's id.

@@ -9,18 +9,19 @@ import (
 	"github.com/lanesched/lanes/programs"
 )
 
-// Row attributes one entry of a submitted batch.
+// Row attributes one entry of a submitted batch. The one-byte fields sit
+// together, so a row packs into 88 bytes (96 with them apart).
 type Row struct {
 	Index      int
 	Node       int
-	Phase      Phase
 	Op         string // portable operation id: "launch:gemv_f32", "upload", "copy", "zero", "invoke"
-	Replayed   bool
-	Reason     cache.Reason // why the entry was not replayed (ReasonNone when it was)
 	Work       Work
 	Dispatches int // kernel launches the entry stands for
 	Transfers  int // copies and memsets
 	GraphNodes int // graph nodes it replayed as; 0 when eager or unknown
+	Phase      Phase
+	Replayed   bool
+	Reason     cache.Reason // why the entry was not replayed (ReasonNone when it was)
 }
 
 // SegmentRecord attributes one replayed segment.
@@ -34,7 +35,9 @@ type SegmentRecord struct {
 	Logical     []programs.LogicalCommand
 }
 
-// Attribution is what a submission did, row by row.
+// Attribution is what a submission did, row by row. Its slices are
+// read-only: a lane hands receipts that attribute identically (a tenant's
+// steady steps) one shared copy of their rows and logical commands.
 type Attribution struct {
 	Rows     []Row
 	Segments []SegmentRecord
@@ -58,7 +61,8 @@ type Submission struct {
 
 // plan is a validated batch ready to enqueue.
 type plan struct {
-	b        *Batch
+	b        *Batch // &batch
+	batch    Batch  // a copy, so the caller's batch does not escape per Submit
 	prelude  []cuda.Command
 	disc     cache.Discovery
 	rep      cache.Report
@@ -91,7 +95,9 @@ func (l *Lane) Submit(b Batch) (sub Submission, err error) {
 		return Submission{}, err
 	}
 	l.stage(StageValidatePrepare, t)
-	return l.enqueue(p)
+	sub, err = l.enqueue(p)
+	l.planned.batch = Batch{} // hold no reference to the caller's entries past the call
+	return sub, err
 }
 
 // plan runs everything that enqueues no batch work: validation, patch
@@ -111,8 +117,9 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 	if cap(resident) < len(b.Entries) {
 		resident = make([]int, len(b.Entries))
 	}
-	l.planned = plan{b: b, prelude: prelude, resident: resident[:len(b.Entries)]}
+	l.planned = plan{batch: *b, prelude: prelude, resident: resident[:len(b.Entries)]}
 	p := &l.planned
+	p.b = &p.batch
 	for i := range p.resident {
 		p.resident[i] = -1
 	}
@@ -172,7 +179,8 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 			return nil, rejected(op, err)
 		}
 		if ok {
-			p.program = &b.Program.ID
+			id := b.Program.ID // the attribution keeps it: not the lane's plan
+			p.program = &id
 		}
 	}
 	return p, nil
@@ -291,8 +299,10 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	b := p.b
 	l.state = Recording
 	l.nextFence++
-	pd := &pending{fence: l.nextFence, retain: b.Retain, timing: b.Timing}
-	att := Attribution{Prelude: len(p.prelude), Events: p.events(), Rows: make([]Row, 0, len(b.Entries))}
+	pd := l.newPending()
+	pd.fence, pd.retain, pd.timing = l.nextFence, b.Retain, b.Timing
+	att := Attribution{Prelude: len(p.prelude), Events: p.events()}
+	rows := l.rowScratch[:0]
 	fail := func(err error) (Submission, error) {
 		l.fail(err)
 		l.quarantine = append(l.quarantine, pd)
@@ -332,17 +342,19 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 				return fail(err)
 			}
 			rec.Fingerprint, rec.GraphNodes = exe.Fingerprint(), exe.GraphNodes
-			if exe.NodeCounts != nil {
-				rec.Logical = make([]programs.LogicalCommand, 0, cand.Len())
-			}
+			logical := l.logicalScratch[:0]
 			for k := cand.Start; k < cand.End; k++ {
 				row := l.row(k, b.Entries[k], true, cache.ReasonNone)
 				if exe.NodeCounts != nil {
 					row.GraphNodes = exe.NodeCounts[k-cand.Start]
-					rec.Logical = append(rec.Logical, programs.LogicalCommand{Ordinal: k - cand.Start, Node: b.Entries[k].Node, GraphNodes: row.GraphNodes})
+					logical = append(logical, programs.LogicalCommand{Ordinal: k - cand.Start, Node: b.Entries[k].Node, GraphNodes: row.GraphNodes})
 				}
-				att.Rows = append(att.Rows, row)
+				rows = append(rows, row)
 			}
+			if exe.NodeCounts != nil {
+				rec.Logical = l.logicalSeen.intern(l.attrHash.logical(logical), logical)
+			}
+			l.logicalScratch = logical
 			att.Segments = append(att.Segments, rec)
 			l.counters.ReplayedSegments++
 			i = cand.End
@@ -359,7 +371,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 				Ordinal: e.Invoke.Segment.Ordinal, Commands: e.Invoke.Segment.Commands, GraphNodes: exe.GraphNodes, Logical: res.Logical})
 			row := l.row(i, e, true, cache.ReasonNone)
 			row.GraphNodes = exe.GraphNodes
-			att.Rows = append(att.Rows, row)
+			rows = append(rows, row)
 			l.counters.ReplayedSegments++
 			l.counters.Invocations++
 			i++
@@ -369,11 +381,13 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 			}); err != nil {
 				return fail(err)
 			}
-			att.Rows = append(att.Rows, l.row(i, e, false, p.reason(i)))
+			rows = append(rows, l.row(i, e, false, p.reason(i)))
 			l.counters.EagerCommands++
 			i++
 		}
 	}
+	l.rowScratch = rows
+	att.Rows = l.rowsSeen.intern(l.attrHash.rows(rows), rows)
 	t = l.stage(StageEnqueue, t)
 	// The fence times the submission only when a start event was recorded;
 	// otherwise it is the cheaper event without timing.

@@ -78,10 +78,15 @@ for r in rows:
 if gpus >= 2:
     print(f"\nlanedemo on {gpus} GPUs vs 1 (4 lanes each, 16 tenants per GPU, K=16, timing off; goal 1.9x)")
     for gc in (100, 400):
-        ones, manys = [], []
+        ones, manys, gcs = [], [], []
         for rnd in (1, 2):
-            ones.append(json.load(open(os.path.join(out, f"multi-1-gc{gc}-{rnd}.json")))["StepsPerSec"])
-            manys.append(json.load(open(os.path.join(out, f"multi-{gpus}-gc{gc}-{rnd}.json")))["StepsPerSec"])
+            one = json.load(open(os.path.join(out, f"multi-1-gc{gc}-{rnd}.json")))
+            many = json.load(open(os.path.join(out, f"multi-{gpus}-gc{gc}-{rnd}.json")))
+            ones.append(one["StepsPerSec"])
+            manys.append(many["StepsPerSec"])
+            rt = [d.get("Runtime", {}) for d in (one, many)]
+            gcs.append(" / ".join(f"{r.get('BytesPerStep', 0):.0f} B/step, {r.get('GCPerSec', 0):.0f} GC/s" for r in rt))
         runs = ", ".join(f"{m:.0f} vs {o:.0f} = {m / o:.2f}x" for o, m in zip(ones, manys))
         print(f"  GOGC={gc}: {runs}; mean {sum(manys) / sum(ones):.2f}x")
+        print(f"    go runtime (1 GPU / {gpus} GPUs): " + "; ".join(gcs))
 PY

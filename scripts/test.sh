@@ -4,7 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-go test -race -count=1 ./...
+# The p99 isolation test measures latency on the sim's real-time clock: it
+# runs alone after the rest, on a quiet machine (beside other packages' tests
+# on two cores its ratio read 0.57-1.73; alone, 0.94-1.06).
+timing='^TestQuarantineDoesNotRaiseHealthyP99$'
+go test -race -count=1 -skip "$timing" ./...
+go test -race -count=1 -run "$timing" -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
 
 # A count, not a duration: a duration can end mid-input and fail with
 # "context deadline exceeded" on a slow machine.

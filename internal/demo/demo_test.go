@@ -43,6 +43,11 @@ func TestRunEndToEnd(t *testing.T) {
 	if !strings.Contains(progress.String(), "steps/s") {
 		t.Fatalf("no progress lines: %q", progress.String())
 	}
+	// Every step allocates something (a call, a request), and the report
+	// says how much: a meter reading zero would be measuring nothing.
+	if rt := rep.Runtime; rt.BytesPerStep <= 0 || rt.ObjectsPerStep < 1 || !strings.Contains(table.String(), "go runtime:") {
+		t.Fatalf("runtime report %+v; table:\n%s", rt, table.String())
+	}
 }
 
 func TestOpenLoopWithFaults(t *testing.T) {

@@ -162,6 +162,7 @@ type Report struct {
 	Quarantined      int
 	ExactlyOnce      bool // accepted == ended
 	PerLane          []LaneReport
+	Runtime          RuntimeReport
 	Soak             *SoakReport `json:",omitempty"`
 }
 
@@ -253,6 +254,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		check = "FAILED"
 	}
 	fmt.Fprintf(w, "exactly once: %d accepted, %d ended (%s)\n", r.Accepted, r.Ended, check)
+	r.Runtime.write(w)
 	if r.Soak != nil && len(r.Soak.Samples) > 0 {
 		r.Soak.write(w)
 	}

@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		cfg.Duration, cfg.Steps = cfg.Soak, 0
 	}
 	start := time.Now()
+	meter := startRuntimeMeter()
 	done := make(chan struct{})
 	var progress sync.WaitGroup
 	var soak *soaker
@@ -104,6 +105,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	}
 	loadErr := drive(ctx, cfg, s, tenants, timing, agg)
 	agg.elapsed = time.Since(start)
+	rt := meter.report(agg.endedN.Load())
 	close(done)
 	progress.Wait()
 	status := s.Lanes() // before Stop, which stops every lane
@@ -112,6 +114,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	}
 	agg.waitEnded(10 * time.Second)
 	rep := agg.report(cfg, status, devs)
+	rep.Runtime = rt
 	if soak != nil {
 		rep.Soak = soak.report()
 	}

@@ -1,0 +1,83 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"runtime/metrics"
+	"time"
+)
+
+// RuntimeReport is what the Go runtime spent on the measured phase: the
+// garbage collector's share is the usual limit of a busy serving process,
+// and allocation per step is what drives it (README: "Tuning a serving
+// process").
+type RuntimeReport struct {
+	GCCycles       uint64
+	GCPerSec       float64
+	BytesPerStep   float64 // heap bytes allocated per ended step, by the whole process
+	ObjectsPerStep float64 // heap objects allocated per ended step
+	GCCPUShare     float64 // GC CPU time over all CPU time the runtime accounted (an estimate the runtime refreshes each cycle)
+}
+
+// runtimeSample names the runtime metrics a RuntimeReport is made of.
+var runtimeSample = []string{
+	"/gc/cycles/total:gc-cycles",
+	"/gc/heap/allocs:bytes",
+	"/gc/heap/allocs:objects",
+	"/cpu/classes/gc/total:cpu-seconds",
+	"/cpu/classes/total:cpu-seconds",
+}
+
+// runtimeMeter reads the runtime's counters at the start of the measured
+// phase and reports the difference at its end.
+type runtimeMeter struct {
+	start []metrics.Sample
+	at    time.Time
+}
+
+func readRuntime() []metrics.Sample {
+	s := make([]metrics.Sample, len(runtimeSample))
+	for i, name := range runtimeSample {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	return s
+}
+
+func startRuntimeMeter() *runtimeMeter { return &runtimeMeter{start: readRuntime(), at: time.Now()} }
+
+// value reads sample i as a float whatever its kind; a metric this runtime
+// does not know reads 0.
+func value(s []metrics.Sample, i int) float64 {
+	switch s[i].Value.Kind() {
+	case metrics.KindUint64:
+		return float64(s[i].Value.Uint64())
+	case metrics.KindFloat64:
+		return s[i].Value.Float64()
+	}
+	return 0
+}
+
+// report gives the phase's figures for steps ended in it.
+func (m *runtimeMeter) report(steps int64) RuntimeReport {
+	end := readRuntime()
+	delta := func(i int) float64 { return value(end, i) - value(m.start, i) }
+	secs := max(time.Since(m.at).Seconds(), 1e-9)
+	perStep := func(v float64) float64 {
+		if steps <= 0 {
+			return 0
+		}
+		return v / float64(steps)
+	}
+	r := RuntimeReport{GCCycles: uint64(delta(0)), BytesPerStep: perStep(delta(1)), ObjectsPerStep: perStep(delta(2))}
+	r.GCPerSec = float64(r.GCCycles) / secs
+	if cpu := delta(4); cpu > 0 {
+		r.GCCPUShare = delta(3) / cpu
+	}
+	return r
+}
+
+func (r RuntimeReport) write(w io.Writer) {
+	fmt.Fprintf(w, "go runtime: %.0f B and %.1f objects allocated per step, %d GC cycles (%.0f/s), GC %.1f%% of CPU\n",
+		r.BytesPerStep, r.ObjectsPerStep, r.GCCycles, r.GCPerSec, 100*r.GCCPUShare)
+}

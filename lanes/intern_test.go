@@ -1,0 +1,40 @@
+package lanes
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestInternerSharesOnlyEqualSlices: equal slices get one shared copy; a
+// slice that collides with another's key still gets an equal slice back;
+// the caller's scratch stays its own; the interner forgets when full.
+func TestInternerSharesOnlyEqualSlices(t *testing.T) {
+	var in interner[Row]
+	h := newAttributionHash()
+	scratch := []Row{{Index: 0, Op: "launch:inc", Dispatches: 1}, {Index: 1, Op: "copy", Transfers: 1}}
+	first := in.intern(h.rows(scratch), scratch)
+	scratch[0].Op = "launch:other" // the caller reuses its scratch
+	if first[0].Op != "launch:inc" {
+		t.Fatal("the interned copy changed with the caller's scratch")
+	}
+	scratch[0].Op = "launch:inc"
+	if again := in.intern(h.rows(scratch), scratch); &again[0] != &first[0] {
+		t.Fatal("an equal slice got a second copy")
+	}
+	other := []Row{{Index: 0, Op: "zero", Transfers: 1}}
+	if got := in.intern(h.rows(scratch), other); !slices.Equal(got, other) { // same key, different rows
+		t.Fatalf("a colliding slice came back as %+v, want %+v", got, other)
+	}
+	if in.intern(1, nil) != nil {
+		t.Fatal("an empty slice interned as non-nil")
+	}
+	for i := range internLimit + 1 {
+		in.intern(uint64(i), []Row{{Index: i}})
+	}
+	if len(in.known) > internLimit {
+		t.Fatalf("the interner holds %d slices, more than its limit %d", len(in.known), internLimit)
+	}
+	if h.rows(scratch) == h.rows(other) {
+		t.Fatal("different rows hashed alike")
+	}
+}
