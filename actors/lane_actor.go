@@ -241,7 +241,6 @@ func (a *laneActor) rebuild() {
 		a.ref.setState(Quarantined, err)
 		return
 	}
-	a.s.laneRebuilt(a.ref)
 }
 
 // staged prepares or replays a staged program; the replay waits on the

@@ -1,6 +1,10 @@
 package actors
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
 
 // registryShards spreads the call registry over this many locks: clients
 // registering calls and lane threads ending them seldom meet on one.
@@ -16,20 +20,38 @@ type callRegistry struct {
 type registryShard struct {
 	mu    sync.Mutex
 	calls map[uint64]*call
-	_     [40]byte // one shard per cache line
+	_     [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(map[uint64]*call(nil))]byte // one shard per 64-byte cache line
 }
 
 func (r *callRegistry) shard(id uint64) *registryShard { return &r.shards[id%registryShards] }
 
 // store registers a call under its id.
-func (r *callRegistry) store(c *call) {
+func (r *callRegistry) store(c *call) { r.storeUnless(c, nil) }
+
+// storeUnless registers a call unless closed is set (checked under the
+// shard's lock), and reports whether it did.
+func (r *callRegistry) storeUnless(c *call, closed *atomic.Bool) bool {
 	sh := r.shard(c.id)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if closed != nil && closed.Load() {
+		return false
+	}
 	if sh.calls == nil {
 		sh.calls = map[uint64]*call{}
 	}
 	sh.calls[c.id] = c
-	sh.mu.Unlock()
+	return true
+}
+
+// barrier returns once every store that began before it has finished: a
+// store after it sees whatever the caller set before calling it.
+func (r *callRegistry) barrier() {
+	for i := range r.shards {
+		r.shards[i].mu.Lock()
+		//lint:ignore SA2001 the empty critical section is the barrier
+		r.shards[i].mu.Unlock()
+	}
 }
 
 // load returns the registered call of an id.

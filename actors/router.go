@@ -46,14 +46,12 @@ func batchDevice(b *lanes.Batch) uint64 {
 // on, counts the submission against both, and registers the call.
 //
 // The common case, a tenant whose pinned lane has room, takes no lock but
-// admitMu shared: the counts are atomics. admitMu orders admission against
-// Stop, so a submission is either refused or in the call registry before
-// Stop can look, and Stop always finds, and ends, every accepted one.
+// its registry shard's: the counts are atomics. The registry refuses the
+// call once Stop has begun (see Scheduler.stopping), so Stop always finds,
+// and ends, every accepted submission.
 func (s *Scheduler) admit(tenant string, b *lanes.Batch, c *call) (*laneRef, error) {
 	device := batchDevice(b)
-	s.admitMu.RLock()
-	defer s.admitMu.RUnlock()
-	if s.stopping {
+	if s.stopping.Load() {
 		return nil, ErrStopped
 	}
 	ts := s.tenant(tenant)
@@ -71,7 +69,10 @@ func (s *Scheduler) admit(tenant string, b *lanes.Batch, c *call) (*laneRef, err
 	}
 	c.ts, c.id, c.done = ts, s.nextCall.Add(1), make(chan struct{})
 	c.lane.Store(lane)
-	s.calls.store(c)
+	if !s.calls.storeUnless(c, &s.stopping) {
+		s.release(c)
+		return nil, ErrStopped
+	}
 	return lane, nil
 }
 

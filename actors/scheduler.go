@@ -150,11 +150,12 @@ type Scheduler struct {
 	system *actor.ActorSystem
 	lanes  []*laneRef
 
-	// admitMu orders admission against Stop: admission holds it shared
-	// while it checks stopping and registers the call, Stop exclusively
-	// while it sets stopping. Nothing else on a submission's path locks.
-	admitMu  sync.RWMutex
-	stopping bool
+	// stopping refuses admission. A call is registered only under its
+	// registry shard's lock with stopping still false, and Stop, having set
+	// it, passes every shard's lock once (callRegistry.barrier): a
+	// submission is either refused or registered before Stop looks. Nothing
+	// else on a submission's path locks but that shard.
+	stopping atomic.Bool
 	calls    callRegistry // every admitted, unended call
 	tenants  sync.Map     // tenant -> *tenantState
 	routeMu  sync.Mutex   // picking a new lane for a tenant (the slow path)
@@ -383,10 +384,7 @@ func (s *Scheduler) laneQuarantined(ref *laneRef, cause error) {
 		return
 	}
 	if s.cfg.Rebuild.Enabled {
-		s.admitMu.RLock()
-		stopping := s.stopping
-		s.admitMu.RUnlock()
-		if stopping {
+		if s.stopping.Load() {
 			return
 		}
 		s.timers.Add(1)
@@ -396,8 +394,6 @@ func (s *Scheduler) laneQuarantined(ref *laneRef, cause error) {
 		})
 	}
 }
-
-func (s *Scheduler) laneRebuilt(*laneRef) {}
 
 // Submit routes a batch to the tenant's lane and waits for its receipt. A
 // submission that was accepted always ends exactly once, even if ctx ends
@@ -540,13 +536,10 @@ func (s *Scheduler) Lanes() []LaneStatus {
 // stream), then stops the actors and their threads. If ctx ends first, the
 // lanes still drain in the background and Stop returns ctx.Err().
 func (s *Scheduler) Stop(ctx context.Context) error {
-	s.admitMu.Lock()
-	if s.stopping {
-		s.admitMu.Unlock()
+	if !s.stopping.CompareAndSwap(false, true) {
 		return nil
 	}
-	s.stopping = true
-	s.admitMu.Unlock()
+	s.calls.barrier()
 	var waits []*call
 	for _, ref := range s.lanes {
 		c := s.adminFor(ref)

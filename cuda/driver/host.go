@@ -19,9 +19,9 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) (*pinnedHost, error) {
 	if h.Device != d.info.Instance {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, not %d", h.ID, h.Device, d.info.Instance)
 	}
-	d.mu.Lock()
+	d.mu.RLock()
 	a, ok := d.hosts[h.ID]
-	d.mu.Unlock()
+	d.mu.RUnlock()
 	if !ok || a.buf != h {
 		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "host buffer %d is not allocated (freed, or never handed out by this device)", h.ID)
 	}
