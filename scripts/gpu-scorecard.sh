@@ -8,7 +8,8 @@
 #   scripts/gpu-scorecard.sh BIN_DIR ANCHORS_DIR [OUT_DIR]
 #
 # With two or more GPUs it also runs lanedemo on every GPU against one GPU
-# and reports the aggregate replay throughput as a ratio.
+# and reports the aggregate replay throughput as a ratio, beside the same
+# load run as a process per GPU (the host's own limit).
 set -uo pipefail
 bin=${1:?usage: gpu-scorecard.sh BIN_DIR ANCHORS_DIR [OUT_DIR]}
 anchors=${2:?usage: gpu-scorecard.sh BIN_DIR ANCHORS_DIR [OUT_DIR]}
@@ -26,14 +27,20 @@ for L in 1 4 8; do
   "$bin/lanedemo" --device cuda --lanes $L --tenants 16 --eager-tenants 0 --kernels 16 --timing off --duration 5s --warmup 3 --quiet --json "$out/demo-$L.json" > "$out/demo-$L.txt" 2>&1
 done
 if [ "$gpus" -ge 2 ]; then
-  # Twice each, interleaved, under the default garbage collector and under
-  # GOGC=400 (a serving process with a small live heap collects hundreds of
-  # times a second at the default; see README, Tuning).
-  for round in 1 2; do
-    for gc in 100 400; do
-      for D in 1 "$gpus"; do
-        GOGC=$gc "$bin/lanedemo" --device cuda --devices $D --lanes 4 --tenants $((16 * D)) --eager-tenants 0 --kernels 16 --timing off --duration 5s --warmup 3 --quiet --json "$out/multi-$D-gc$gc-$round.json" > "$out/multi-$D-gc$gc-$round.txt" 2>&1
-      done
+  # Three rounds, interleaved: one GPU; every GPU from one process; and a
+  # process per GPU at once (CUDA_VISIBLE_DEVICES), the baseline that shares
+  # nothing but the host, so that the host's own limit shows beside ours.
+  # Then one GPU and every GPU again with GOMAXPROCS=16.
+  demo() { "$bin/lanedemo" --device cuda --lanes 4 --eager-tenants 0 --kernels 16 --timing off --duration 5s --warmup 3 --quiet "$@"; }
+  for round in 1 2 3; do
+    demo --devices 1 --tenants 16 --json "$out/multi-1-$round.json" > "$out/multi-1-$round.txt" 2>&1
+    demo --devices "$gpus" --tenants $((16 * gpus)) --json "$out/multi-$gpus-$round.json" > "$out/multi-$gpus-$round.txt" 2>&1
+    for ((g = 0; g < gpus; g++)); do
+      CUDA_VISIBLE_DEVICES=$g demo --devices 1 --tenants 16 --json "$out/proc-$g-$round.json" > "$out/proc-$g-$round.txt" 2>&1 &
+    done
+    wait
+    for D in 1 "$gpus"; do
+      GOMAXPROCS=16 demo --devices $D --tenants $((16 * D)) --json "$out/procs16-$D-$round.json" > "$out/procs16-$D-$round.txt" 2>&1
     done
   done
 fi
@@ -76,17 +83,29 @@ fmt = lambda v: f"{v:10.1f}" if isinstance(v, float) else f"{'-':>10}"
 for r in rows:
     print(f"{r[0]:58} {fmt(r[1])} {fmt(r[2])} {r[3]:>9} {fmt(r[4])} {r[5]:>12}")
 if gpus >= 2:
-    print(f"\nlanedemo on {gpus} GPUs vs 1 (4 lanes each, 16 tenants per GPU, K=16, timing off; goal 1.9x)")
-    for gc in (100, 400):
-        ones, manys, gcs = [], [], []
-        for rnd in (1, 2):
-            one = json.load(open(os.path.join(out, f"multi-1-gc{gc}-{rnd}.json")))
-            many = json.load(open(os.path.join(out, f"multi-{gpus}-gc{gc}-{rnd}.json")))
-            ones.append(one["StepsPerSec"])
-            manys.append(many["StepsPerSec"])
-            rt = [d.get("Runtime", {}) for d in (one, many)]
-            gcs.append(" / ".join(f"{r.get('BytesPerStep', 0):.0f} B/step, {r.get('GCPerSec', 0):.0f} GC/s" for r in rt))
-        runs = ", ".join(f"{m:.0f} vs {o:.0f} = {m / o:.2f}x" for o, m in zip(ones, manys))
-        print(f"  GOGC={gc}: {runs}; mean {sum(manys) / sum(ones):.2f}x")
-        print(f"    go runtime (1 GPU / {gpus} GPUs): " + "; ".join(gcs))
+    print(f"\nlanedemo on {gpus} GPUs vs 1 (4 lanes each, 16 tenants per GPU, K=16, timing off; goal 1.9x), three rounds")
+    def sps(name):
+        d = json.load(open(os.path.join(out, name)))
+        if d["Accepted"] != d["Ended"]:
+            raise ValueError(f"{name}: accepted {d['Accepted']} != ended {d['Ended']}")
+        return d["StepsPerSec"], d.get("Runtime", {})
+    series = {"one GPU": [], f"{gpus} GPUs, one process": [], f"{gpus} GPUs, a process each": [],
+              "one GPU, GOMAXPROCS=16": [], f"{gpus} GPUs, GOMAXPROCS=16": []}
+    names = list(series)
+    for rnd in (1, 2, 3):
+        series[names[0]].append(sps(f"multi-1-{rnd}.json")[0])
+        series[names[1]].append(sps(f"multi-{gpus}-{rnd}.json")[0])
+        series[names[2]].append(sum(sps(f"proc-{g}-{rnd}.json")[0] for g in range(gpus)))
+        series[names[3]].append(sps(f"procs16-1-{rnd}.json")[0])
+        series[names[4]].append(sps(f"procs16-{gpus}-{rnd}.json")[0])
+    for name, v in series.items():
+        print(f"  {name:32} " + "  ".join(f"{x:9.0f}" for x in v) + f"   mean {sum(v) / len(v):9.0f} steps/s")
+    mean = {k: sum(v) / len(v) for k, v in series.items()}
+    print(f"  one process, {gpus} GPUs vs 1:        {mean[names[1]] / mean[names[0]]:.2f}x  (per round: " +
+          ", ".join(f"{a / b:.2f}x" for a, b in zip(series[names[1]], series[names[0]])) + ")")
+    print(f"  a process per GPU vs 1 (host limit): {mean[names[2]] / mean[names[0]]:.2f}x")
+    print(f"  one process vs a process per GPU:    {mean[names[1]] / mean[names[2]]:.2f}")
+    print(f"  GOMAXPROCS=16, {gpus} GPUs vs 1:       {mean[names[4]] / mean[names[3]]:.2f}x")
+    rt = sps(f"multi-{gpus}-1.json")[1]
+    print(f"  go runtime ({gpus} GPUs, round 1): {rt.get('BytesPerStep', 0):.0f} B/step, {rt.get('GCPerSec', 0):.0f} GC/s")
 PY
