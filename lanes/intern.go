@@ -8,8 +8,11 @@ import (
 )
 
 // internLimit bounds the distinct attributions a lane remembers: more than
-// a lane's tenants times their batch shapes; when full it starts over.
-const internLimit = 1024
+// a lane's tenants times their batch shapes; when full it starts over. A
+// workload whose rows differ every step (a token count that changes, say)
+// pays what it paid without interning, one copy per step, plus a hash, and
+// the lane keeps at most this many copies alive (a few hundred KB).
+const internLimit = 256
 
 // interner shares one read-only copy of slices that repeat. A steady
 // workload attributes every step of a tenant identically (the same rows,
