@@ -120,21 +120,28 @@ func (a *laneActor) poll() {
 	if a.lane == nil {
 		return
 	}
-	rs := a.lane.PollInto(a.polled[:0])
-	a.deliver(rs)
-	clear(rs) // the callers have their receipts; keep only the array
-	a.polled = rs
+	ended := a.deliverEnded()
 	if a.lane.State() == lanes.Failed {
 		a.quarantine(a.lane.Err())
 		return
 	}
-	if len(rs) > 0 {
+	if ended {
 		a.progressAt = time.Now()
 	} else if len(a.calls) > 0 && a.s.cfg.HangTimeout > 0 && time.Since(a.progressAt) > a.s.cfg.HangTimeout {
 		a.abandon()
 		return
 	}
-	a.arm(len(rs) > 0)
+	a.arm(ended)
+}
+
+// deliverEnded delivers every submission the lane has seen end and reports
+// whether there was any. The poll's slice is reused.
+func (a *laneActor) deliverEnded() bool {
+	rs := a.lane.PollInto(a.polled[:0])
+	a.deliver(rs)
+	clear(rs) // the callers have their receipts; keep only the array
+	a.polled = rs
+	return len(rs) > 0
 }
 
 func (a *laneActor) deliver(rs []lanes.Receipt) {
@@ -257,7 +264,7 @@ func (a *laneActor) staged(m *StagedRequest) {
 	} else {
 		res, err = a.lane.Replay(m.Program, m.Inputs, m.Collect)
 	}
-	a.deliver(a.lane.Poll())
+	a.deliverEnded()
 	a.ref.staged.Store(a.lane.StagedCounters())
 	a.ref.publish(a.lane.Counters())
 	a.s.completeAdmin(m.Call, res, err)
@@ -295,7 +302,7 @@ func (a *laneActor) admin(m *AdminRequest) {
 	default:
 		err = fmt.Errorf("%w: unknown admin op %d", lanes.ErrInvalidBatch, m.Op)
 	}
-	a.deliver(a.lane.Poll()) // administration retires finished fences too
+	a.deliverEnded() // administration retires finished fences too
 	a.s.completeAdmin(m.Call, res, err)
 	if a.lane.State() == lanes.Failed {
 		a.quarantine(a.lane.Err())

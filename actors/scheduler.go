@@ -249,13 +249,10 @@ func (s *Scheduler) adminFor(ref *laneRef) *call {
 	return c
 }
 
-// take removes a call from the registry; only one taker finds it.
-func (s *Scheduler) take(id uint64) *call { return s.calls.take(id) }
-
 // complete ends a submission exactly once: a second completion of the same
 // call finds nothing and is ignored.
 func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
-	c := s.take(id)
+	c := s.calls.take(id)
 	if c == nil {
 		return
 	}
@@ -323,7 +320,7 @@ func (s *Scheduler) registerGauges() error {
 }
 
 func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
-	c := s.take(id)
+	c := s.calls.take(id)
 	if c == nil {
 		return
 	}

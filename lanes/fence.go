@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
@@ -189,20 +190,34 @@ func (l *Lane) Poll() []Receipt {
 // loop reuses one slice instead of a new one per poll.
 func (l *Lane) PollInto(dst []Receipt) []Receipt {
 	l.collect()
+	return l.drain(dst)
+}
+
+// drain appends the ready receipts to dst and empties the list; the lane
+// keeps its array, not the receipts.
+func (l *Lane) drain(dst []Receipt) []Receipt {
 	dst = append(dst, l.ready...)
-	clear(l.ready) // the lane keeps the array, not the receipts
+	clear(l.ready)
 	l.ready = l.ready[:0]
 	return dst
+}
+
+// takeReady removes the ready receipt of a fence, if there is one.
+func (l *Lane) takeReady(fence uint64) (Receipt, bool) {
+	for i, r := range l.ready {
+		if r.Fence == fence {
+			l.ready = slices.Delete(l.ready, i, i+1) // zeroes the freed slot
+			return r, true
+		}
+	}
+	return Receipt{}, false
 }
 
 // Wait blocks until one fence is terminal and returns its receipt. Receipts
 // of other submissions that ended meanwhile are kept for the next Poll.
 func (l *Lane) Wait(fence uint64) (Receipt, error) {
-	for i, r := range l.ready {
-		if r.Fence == fence {
-			l.ready = append(l.ready[:i], l.ready[i+1:]...)
-			return r, nil
-		}
+	if r, ok := l.takeReady(fence); ok {
+		return r, nil
 	}
 	var target *pending
 	for _, p := range l.pending {
@@ -224,11 +239,8 @@ func (l *Lane) Wait(fence uint64) (Receipt, error) {
 		}
 	}
 	l.collect()
-	for i, r := range l.ready {
-		if r.Fence == fence {
-			l.ready = append(l.ready[:i], l.ready[i+1:]...)
-			return r, nil
-		}
+	if r, ok := l.takeReady(fence); ok {
+		return r, nil
 	}
 	return Receipt{}, rejected("wait", fmt.Errorf("%w: fence %d did not end", ErrUnknownFence, fence))
 }
@@ -248,9 +260,7 @@ func (l *Lane) Synchronize() ([]Receipt, []cuda.Buffer, error) {
 	if err != nil {
 		l.fail(err)
 		l.endIndeterminate(err)
-		out := l.ready
-		l.ready = nil
-		return out, nil, failed("synchronize", err)
+		return l.drain(nil), nil, failed("synchronize", err)
 	}
 	l.collect()
 	var released []cuda.Buffer
@@ -258,7 +268,5 @@ func (l *Lane) Synchronize() ([]Receipt, []cuda.Buffer, error) {
 		released = append(released, p.retain...)
 	}
 	l.quarantine = nil
-	out := l.ready
-	l.ready = nil
-	return out, released, nil
+	return l.drain(nil), released, nil
 }

@@ -61,8 +61,7 @@ type Submission struct {
 
 // plan is a validated batch ready to enqueue.
 type plan struct {
-	b        *Batch // &batch
-	batch    Batch  // a copy, so the caller's batch does not escape per Submit
+	batch    Batch // a copy, so the caller's batch does not escape per Submit
 	prelude  []cuda.Command
 	disc     cache.Discovery
 	rep      cache.Report
@@ -119,7 +118,6 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 	}
 	l.planned = plan{batch: *b, prelude: prelude, resident: resident[:len(b.Entries)]}
 	p := &l.planned
-	p.b = &p.batch
 	for i := range p.resident {
 		p.resident[i] = -1
 	}
@@ -262,7 +260,7 @@ func (p *plan) reason(i int) cache.Reason {
 
 // checkPath enforces the batch's compute-path requirement.
 func (p *plan) checkPath() error {
-	b := p.b
+	b := &p.batch
 	if b.Path == Adaptive || b.Path == EagerOnly {
 		return nil
 	}
@@ -296,7 +294,7 @@ func (p *plan) checkPath() error {
 // and the fence.
 func (l *Lane) enqueue(p *plan) (Submission, error) {
 	const op = "submit"
-	b := p.b
+	b := &p.batch
 	l.state = Recording
 	l.nextFence++
 	pd := l.newPending()

@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	}
 	loadErr := drive(ctx, cfg, s, tenants, timing, agg)
 	agg.elapsed = time.Since(start)
-	rt := meter.report(agg.endedN.Load())
+	rt := meter.report(agg.endedN.Load(), agg.elapsed)
 	close(done)
 	progress.Wait()
 	status := s.Lanes() // before Stop, which stops every lane

@@ -32,7 +32,6 @@ var runtimeSample = []string{
 // phase and reports the difference at its end.
 type runtimeMeter struct {
 	start []metrics.Sample
-	at    time.Time
 }
 
 func readRuntime() []metrics.Sample {
@@ -44,7 +43,7 @@ func readRuntime() []metrics.Sample {
 	return s
 }
 
-func startRuntimeMeter() *runtimeMeter { return &runtimeMeter{start: readRuntime(), at: time.Now()} }
+func startRuntimeMeter() *runtimeMeter { return &runtimeMeter{start: readRuntime()} }
 
 // value reads sample i as a float whatever its kind; a metric this runtime
 // does not know reads 0.
@@ -58,11 +57,11 @@ func value(s []metrics.Sample, i int) float64 {
 	return 0
 }
 
-// report gives the phase's figures for steps ended in it.
-func (m *runtimeMeter) report(steps int64) RuntimeReport {
+// report gives the phase's figures for the steps ended in it, elapsed long.
+func (m *runtimeMeter) report(steps int64, elapsed time.Duration) RuntimeReport {
 	end := readRuntime()
 	delta := func(i int) float64 { return value(end, i) - value(m.start, i) }
-	secs := max(time.Since(m.at).Seconds(), 1e-9)
+	secs := max(elapsed.Seconds(), 1e-9)
 	perStep := func(v float64) float64 {
 		if steps <= 0 {
 			return 0
