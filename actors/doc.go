@@ -5,21 +5,74 @@
 // routes each tenant's batches to a lane (sticky per tenant, healthy lanes
 // only, least loaded first), bounds admission (per lane and per tenant,
 // answering the retryable [ErrOverloaded] instead of queueing without
-// bound), and quarantines lanes that fail: a failed lane leaves routing, its
-// in-flight work ends failed or indeterminate, its tenants move to healthy
-// lanes, and a sticky device error quarantines every lane of the device.
+// bound), and decides what a failure costs by whose failure it is.
 //
 // # Usage
 //
 //	dev, _ := sim.New(sim.Config{})
 //	s, _ := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 4})
-//	defer s.Stop(ctx)                             // drains: every pending submission ends once
+//	defer s.Stop(ctx)                                // drains: every pending submission ends once
 //	receipt, err := s.Submit(ctx, "tenant-a", batch) // waits for the terminal receipt
+//	if err != nil {
+//		c := cuda.Classify(err) // c.Code, c.Blame, c.Retryable, c.NotSubmitted
+//	}
+//
+// # Blame decides the consequence
+//
+// Every failure is classified once ([cuda.Classify]; the blame of each code
+// is in package cuda) and its blame alone decides what it costs:
+//
+//	blame    what it is                                 the submission           the lane                      the tenant
+//	none     overload, stop, no healthy lane,           refused, not submitted   untouched                     untouched
+//	         the caller's own context                   (retryable where it says)
+//	caller   the batch is wrong: invalid, freed,        refused before any       untouched                     untouched
+//	         forged or foreign handles, another         device work (not
+//	         tenant's buffer, an invalid tenant,        submitted); a handle
+//	         a suspended tenant                         freed mid-batch ends it
+//	                                                    Refused at a fence
+//	stream   a non-sticky device error after work       its work fails; others   leaves routing, ends what     a strike
+//	         began, a provider panic, a hung kernel     in flight end as the     it had in flight, recovers
+//	                                                    stream answers           on a fresh stream and cache
+//	                                                                             after a backoff; out for good
+//	                                                                             only after Recovery.MaxFailures
+//	                                                                             failures in a row in Window
+//	device   a sticky error (an illegal address):       indeterminate            every lane of the device (on  a strike
+//	         the device, or the process's CUDA                                   a real GPU, of the process)
+//	         state on a real GPU, is poisoned                                    is out for good
+//
+// A strike goes to the tenant whose submission failed the lane (on one
+// stream, the first submission that did not complete). A tenant whose
+// strikes are many and far more frequent than the other tenants' faults is
+// suspended ([Suspension]): it alone is refused, with a [*SuspendedError]
+// that says when to retry, before it can cost others their lanes; faults
+// spread evenly over tenants (a flaky device) suspend no one.
+//
+// # Order per tenant
+//
+// A tenant's batches start on the device in the order Submit accepted them
+// (for concurrent Submits of one tenant: the order their admissions took
+// the tenant's lock), and each sees the writes of those before it, also
+// when the tenant moves to another lane. A tenant is pinned to one lane and
+// moves only with nothing in flight: while it has work in flight, a full
+// lane answers it ErrOverloaded rather than send it elsewhere, and a lane
+// that left routing holds its new batches, in order, until its work there
+// has ended (a failed lane ends it only after draining its stream); then
+// they move together. A submission that ended Indeterminate has an unknown
+// effect, so nothing is promised about it, order included.
+//
+// # Cancellation
+//
+// A context already done is refused before admission: the batch never runs.
+// Once admitted, a submission ends exactly once; if Submit's context ends
+// first, Submit returns a [*DetachedError] whose Pending observes the end,
+// and a lane that has not taken the batch yet does not run it (it ends not
+// submitted, with the context's error).
 //
 // # Concurrency properties
 //
 // A Scheduler is safe for concurrent use. Every accepted submission ends
-// exactly once: with a receipt, or an error that says whether it was
-// submitted at all. Canceling Submit's context returns early but never
-// loses the submission's accounting.
+// exactly once: with a receipt (which names its tenant and lane), or an
+// error that says whether it was submitted at all. Every wait on a device
+// is bounded by Config.HangTimeout: polls, Synchronize, staged replays and
+// Stop's drain. After Stop begins, every call answers ErrStopped at once.
 package actors

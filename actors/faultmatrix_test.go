@@ -2,7 +2,6 @@ package actors_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -71,7 +70,11 @@ func (o *outcome) end(r lanes.Receipt, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.ended++
-	o.codes[lanes.Describe(err).Code]++
+	code := "ok"
+	if err != nil {
+		code = cuda.Classify(err).Code.String()
+	}
+	o.codes[code]++
 	for _, row := range r.Attribution.Rows {
 		if !row.Replayed {
 			o.reasons[row.Reason]++
@@ -87,7 +90,8 @@ func (o *outcome) end(r lanes.Receipt, err error) {
 // devices' memory is back at its baseline and no goroutine is left
 // (goleak, in TestMain).
 func TestFaultMatrix(t *testing.T) {
-	faults := []string{"launch", "capture", "oom", "sticky", "hang", "panic-capture", "panic-eager", "overload", "cancel", "stop"}
+	faults := []string{"launch", "capture", "oom", "sticky", "hang", "panic-capture", "panic-eager", "overload", "cancel", "stop",
+		"freed", "forged", "not-yours", "retain-other"}
 	paths := []matrixPath{pathEager, pathReplayed, pathInvocation}
 	for _, f := range faults {
 		for _, p := range paths {
@@ -134,6 +138,9 @@ func runCell(t *testing.T, c cell) {
 		inv := programs.Invocation{Program: id, Segment: cat[0].Segments[0]}
 		batch = lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Invoke: &inv}}}
 	}
+	if isCallerFault(c.fault) {
+		batch = callerError(t, s, faulty, c, batch)
+	}
 	switch c.fault {
 	case "launch":
 		_ = faulty.InjectFault(sim.Fault{Kind: sim.FaultLaunch, Nth: 2})
@@ -171,7 +178,7 @@ func runCell(t *testing.T, c cell) {
 			cancel()
 			sctx = cctx
 		}
-		p, err := s.SubmitAsync("t", batch)
+		p, err := s.SubmitAsync(context.Background(), "t", batch)
 		if err != nil {
 			o.mu.Lock()
 			o.refused++
@@ -201,6 +208,7 @@ func runCell(t *testing.T, c cell) {
 		wg.Wait()
 	}
 	hwg.Wait()
+	health := s.Lanes()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.Stop(sctx); err != nil {
@@ -214,20 +222,80 @@ func runCell(t *testing.T, c cell) {
 	if n := healthyErrs.Load(); n != 0 {
 		t.Fatalf("the healthy tenant saw %d errors", n)
 	}
-	if got := faulty.Memory().InUse; got != baseline {
+	if got := faulty.Memory().InUse; got != baseline+callerBytes(c) {
 		t.Fatalf("device memory %d after stop, baseline %d", got, baseline)
+	}
+	if isCallerFault(c.fault) {
+		for _, l := range health {
+			if l.Health != actors.Healthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
+				t.Fatalf("%s on the %s path: the caller's error touched lane %d: %+v", c.fault, c.path, l.ID, l)
+			}
+		}
 	}
 	checkOutcome(t, c, o)
 }
 
-func refusal(err error) string {
+func isCallerFault(f string) bool {
+	return f == "freed" || f == "forged" || f == "not-yours" || f == "retain-other"
+}
+
+// callerBytes is the memory a caller-error cell leaves allocated on
+// purpose (the other tenant's buffer).
+func callerBytes(c cell) uint64 {
+	if c.fault == "not-yours" || c.fault == "retain-other" {
+		return 256
+	}
+	return 0
+}
+
+// callerError makes the cell's batch wrong the way a careless or malicious
+// caller would: a freed buffer, a buffer value with an enlarged size,
+// another tenant's buffer, or another tenant's buffer retained. On the
+// invocation path the invocation is fine and a patch carries the bad handle.
+func callerError(t *testing.T, s *actors.Scheduler, d *panicky, c cell, b lanes.Batch) lanes.Batch {
+	t.Helper()
+	bad := d.bufs[0]
+	switch c.fault {
+	case "freed":
+		freed, err := d.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Free(freed); err != nil {
+			t.Fatal(err)
+		}
+		bad = freed
+	case "forged":
+		bad.Size *= 16
+	case "not-yours", "retain-other":
+		other, err := d.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Own("other", other); err != nil {
+			t.Fatal(err)
+		}
+		bad = other
+	}
+	b.Entries = append([]lanes.Entry(nil), b.Entries...)
 	switch {
-	case errors.Is(err, actors.ErrOverloaded):
-		return "overloaded"
-	case errors.Is(err, actors.ErrNoHealthyLane):
-		return "no_healthy_lane"
-	case errors.Is(err, actors.ErrStopped):
-		return "stopped"
+	case c.fault == "retain-other":
+		b.Retain = []cuda.Buffer{bad}
+	case c.path == pathInvocation:
+		b.Patches = []lanes.Patch{{Dst: bad.Whole(), Bytes: make([]byte, 64)}}
+	default:
+		z, err := cuda.Zero(bad.Whole())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Entries = append(b.Entries, lanes.Entry{Phase: lanes.Readout, Node: cache.NoNode, Command: z})
+	}
+	return b
+}
+
+func refusal(err error) string {
+	if c := cuda.Classify(err); c.NotSubmitted && c.Code != cuda.CodeUnclassified {
+		return c.Code.String()
 	}
 	return err.Error()
 }
@@ -263,6 +331,12 @@ func checkOutcome(t *testing.T, c cell, o *outcome) {
 		signature = "refused:overloaded"
 	case "stop":
 		allowed["refused:stopped"] = true
+	case "freed", "forged":
+		allowed = map[string]bool{"batch_invalid": true}
+		signature = "batch_invalid"
+	case "not-yours", "retain-other":
+		allowed = map[string]bool{"refused:not_yours": true}
+		signature = "refused:not_yours"
 	}
 	if c.path == pathInvocation && (allowed["lane_unavailable"] || c.fault == "sticky") {
 		// A program lives in one lane's catalog: once that lane is out,

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,8 +18,9 @@ type laneActor struct {
 	ref    *laneRef
 	self   *actor.PID
 	lane   *lanes.Lane
-	calls  map[uint64]uint64 // fence -> call id
-	polled []lanes.Receipt   // the poll's receipts, reused by the next poll
+	calls  map[uint64]waiting // fence -> the call waiting on it
+	polled []lanes.Receipt    // the poll's receipts, reused by the next poll
+	waiter hangWaiter         // paces the lane's waits on the device
 
 	delay   time.Duration // current poll back-off; 0 while polling by mailbox
 	quick   int           // mailbox polls left before timers take over
@@ -29,7 +29,18 @@ type laneActor struct {
 	stopped bool
 
 	progressAt time.Time // the last time a fence ended, or work began on an idle lane
-	hung       bool      // a fence outlived HangTimeout: the stream is abandoned
+
+	// Recovery (recovery.go).
+	failures []time.Time // stream failures in a row, inside Recovery.Window
+	rebuild  *time.Timer // the armed rebuild, if any
+	retired  bool        // out for good: the device failed
+}
+
+// waiting is a call waiting on a fence, with its tenant (the suspect if
+// the fence fails).
+type waiting struct {
+	call   uint64
+	tenant string
 }
 
 func (a *laneActor) Receive(ctx actor.Context) {
@@ -41,9 +52,11 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		a.self = ctx.Self()
 		self, root := a.self, a.s.system.Root
 		a.ref.disp.poll = func() { root.Send(self, pollFences{}) }
+		a.waiter = hangWaiter{lane: a.ref.id, timeout: a.s.cfg.HangTimeout}
 		if err := a.open(); err != nil {
-			a.quarantine(fmt.Errorf("open lane: %w", err))
+			a.failed("", fmt.Errorf("%w: open lane %d: %w", lanes.ErrFailed, a.ref.id, err))
 		}
+		close(a.ref.opened)
 	case *SubmitRequest:
 		a.submit(m)
 	case pollFences:
@@ -54,9 +67,9 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	case *StagedRequest:
 		a.staged(m)
 	case failLane:
-		a.quarantine(fmt.Errorf("%w: %s", lanes.ErrFailed, m.Reason))
+		a.retire(m.cause)
 	case rebuildLane:
-		a.rebuild()
+		a.rebuildNow()
 	case *stopLane:
 		a.drain()
 		a.s.completeAdmin(m.Call, nil, nil)
@@ -74,7 +87,7 @@ func (a *laneActor) open() error {
 	}
 	epoch := a.s.epoch
 	l, err := lanes.New(lanes.Config{ID: uint64(a.ref.id), Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime,
-		Now: func() time.Duration { return time.Since(epoch) }})
+		Now: func() time.Duration { return time.Since(epoch) }, Waiter: &a.waiter})
 	if err != nil {
 		_ = st.Destroy()
 		return err
@@ -85,44 +98,58 @@ func (a *laneActor) open() error {
 			return err
 		}
 	}
-	a.lane, a.calls = l, map[uint64]uint64{}
+	a.lane, a.calls = l, map[uint64]waiting{}
 	a.ref.stream = st
-	a.ref.setState(Healthy, nil)
+	a.ref.mu.Lock()
+	cause := a.ref.cause // the last failure stays visible
+	a.ref.mu.Unlock()
+	a.ref.setState(Healthy, cause)
 	return nil
 }
 
+// serving reports whether the lane takes work.
+func (a *laneActor) serving() bool {
+	return a.lane != nil && a.lane.State() != lanes.Failed && !a.stopped && a.ref.State() == Healthy
+}
+
 func (a *laneActor) submit(m *SubmitRequest) {
-	if a.lane == nil || a.lane.State() == lanes.Failed || a.stopped {
-		// Not submitted: the scheduler sends it to a healthy lane, once.
+	if !a.serving() {
+		// Not submitted: the scheduler moves it with its tenant.
 		a.s.reroute(m, a.ref)
 		return
 	}
+	if m.ctx != nil && m.ctx.Err() != nil {
+		// The caller gave up before the lane took the batch: never run it.
+		a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, m.ctx.Err()))
+		return
+	}
 	sub, err := a.lane.Submit(m.Batch)
-	if err != nil {
-		a.ref.publish(a.lane.Counters())
+	a.ref.publish(a.lane.Counters())
+	if err != nil && sub.Fence == 0 {
 		// The lane leaves routing before its caller hears of the failure.
 		if a.lane.State() == lanes.Failed {
-			a.quarantine(a.lane.Err())
+			a.failed(m.Tenant, a.lane.Err())
 		}
 		a.s.complete(m.Call, lanes.Receipt{}, err)
 		return
 	}
+	// Accepted, or refused partway (the caller's error): it ends at its
+	// fence either way.
 	if len(a.calls) == 0 {
 		a.progressAt = time.Now()
 	}
-	a.calls[sub.Fence] = m.Call
-	a.ref.publish(a.lane.Counters())
+	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant}
 	a.arm(true)
 }
 
 // poll delivers every ended submission and re-arms the next poll.
 func (a *laneActor) poll() {
-	if a.lane == nil {
+	if a.lane == nil || a.lane.State() == lanes.Failed && len(a.calls) == 0 {
 		return
 	}
-	ended := a.deliverEnded()
+	culprit, ended := a.deliverEnded()
 	if a.lane.State() == lanes.Failed {
-		a.quarantine(a.lane.Err())
+		a.failed(culprit, a.lane.Err())
 		return
 	}
 	if ended {
@@ -134,30 +161,52 @@ func (a *laneActor) poll() {
 	a.arm(ended)
 }
 
-// deliverEnded delivers every submission the lane has seen end and reports
-// whether there was any. The poll's slice is reused.
-func (a *laneActor) deliverEnded() bool {
+// deliverEnded delivers every submission the lane has seen end, and
+// reports whether there was any and the tenant of the first that ended
+// indeterminate. The poll's slice is reused.
+func (a *laneActor) deliverEnded() (culprit string, ended bool) {
 	rs := a.lane.PollInto(a.polled[:0])
-	a.deliver(rs)
+	culprit = a.deliver(rs)
 	clear(rs) // the callers have their receipts; keep only the array
 	a.polled = rs
-	return len(rs) > 0
+	return culprit, len(rs) > 0
 }
 
-func (a *laneActor) deliver(rs []lanes.Receipt) {
+// deliver ends the calls of ended submissions and returns the tenant of
+// the first that ended indeterminate: on one stream, the submission whose
+// work failed (the ones before it completed).
+func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 	for _, r := range rs {
-		call, ok := a.calls[r.Fence]
+		w, ok := a.calls[r.Fence]
 		if !ok {
 			continue
 		}
 		delete(a.calls, r.Fence)
 		var err error
-		if r.Outcome != lanes.Succeeded {
-			err = &lanes.Error{Op: "fence", Code: r.Report.Code, Sticky: r.Report.Sticky, Err: fmt.Errorf("%w: %v", ErrIndeterminate, r.Err)}
+		switch r.Outcome {
+		case lanes.Succeeded:
+			a.failures = a.failures[:0] // the lane works: the failure streak ends
+		case lanes.Refused:
+			err = r.Err
+		default:
+			if culprit == "" {
+				culprit = w.tenant
+			}
+			err = indeterminate(r.Err)
 		}
-		a.s.complete(call, r, err)
+		a.s.complete(w.call, r, err)
 	}
 	a.ref.inflightFences.Store(int64(len(a.calls)))
+	return culprit
+}
+
+// indeterminate is the error of a submission whose effect is unknown: it
+// keeps the cause's code and blame, and errors.Is finds both
+// ErrIndeterminate and the cause's sentinels.
+func indeterminate(cause error) error {
+	e := lanes.Wrap("fence", false, cause)
+	e.Err = fmt.Errorf("%w: %w", ErrIndeterminate, cause)
+	return e
 }
 
 // steadyPolls is how many timer polls stay at PollMin before backing off:
@@ -201,60 +250,29 @@ func (a *laneActor) disarm() {
 	a.armed = false
 }
 
-// quarantine takes the lane out of routing, ends what is in flight, and
-// tells the scheduler (which quarantines the device's other lanes on a
-// sticky error and decides about a rebuild).
-func (a *laneActor) quarantine(cause error) {
-	if a.hung || a.ref.State() == Quarantined && a.lane != nil && len(a.calls) == 0 {
-		return
+// unavailable is an administrative call's answer from a lane out of
+// routing.
+func (a *laneActor) unavailable(op string) error {
+	a.ref.mu.Lock()
+	cause := a.ref.cause
+	a.ref.mu.Unlock()
+	err := fmt.Errorf("%w: lane %d is %v", lanes.ErrFailed, a.ref.id, a.ref.State())
+	if cause != nil {
+		err = fmt.Errorf("%w: lane %d is %v: %w", lanes.ErrFailed, a.ref.id, a.ref.State(), cause)
 	}
-	a.ref.setState(Quarantined, cause)
-	if a.lane != nil {
-		// Synchronize ends every pending submission: on a healthy device
-		// they complete; on a poisoned one they end indeterminate.
-		rs, _, _ := a.lane.Synchronize()
-		a.deliver(rs)
-		a.disarm()
-	}
-	a.s.laneQuarantined(a.ref, cause)
-}
-
-// abandon gives up on a stream whose oldest fence outlived HangTimeout (a
-// kernel that never finishes): every waiting submission ends indeterminate
-// now, the lane leaves routing, and nothing ever blocks on the stream again.
-func (a *laneActor) abandon() {
-	a.hung = true
-	a.disarm()
-	cause := fmt.Errorf("%w: no fence of lane %d ended for %v; the stream is abandoned", ErrHung, a.ref.id, a.s.cfg.HangTimeout)
-	for fence, call := range a.calls {
-		a.s.complete(call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate},
-			&lanes.Error{Op: "fence", Code: "lane_hung", Err: fmt.Errorf("%w: %v", ErrIndeterminate, cause)})
-	}
-	a.calls = map[uint64]uint64{}
-	a.ref.inflightFences.Store(0)
-	a.ref.setState(Quarantined, cause)
-	a.s.laneQuarantined(a.ref, cause)
-}
-
-// rebuild starts the lane over on a fresh stream and cache.
-func (a *laneActor) rebuild() {
-	if a.ref.State() != Quarantined || a.ref.dev.Err() != nil || a.stopped || a.hung {
-		return
-	}
-	if a.ref.stream != nil {
-		_ = a.ref.stream.Destroy()
-	}
-	if err := a.open(); err != nil {
-		a.ref.setState(Quarantined, err)
-		return
-	}
+	return lanes.Wrap(op, true, err)
 }
 
 // staged prepares or replays a staged program; the replay waits on the
-// lane's thread for its fence (outputs are read back).
+// lane's thread for its fence (outputs are read back), within the hang
+// timeout.
 func (a *laneActor) staged(m *StagedRequest) {
-	if a.lane == nil || a.lane.State() == lanes.Failed || a.hung {
-		a.s.completeAdmin(m.Call, nil, fmt.Errorf("%w: lane %d cannot run a staged program", lanes.ErrFailed, a.ref.id))
+	op := "staged replay"
+	if m.Prepare {
+		op = "prepare staged"
+	}
+	if !a.serving() {
+		a.s.completeAdmin(m.Call, nil, a.unavailable(op))
 		return
 	}
 	var res any
@@ -264,26 +282,24 @@ func (a *laneActor) staged(m *StagedRequest) {
 	} else {
 		res, err = a.lane.Replay(m.Program, m.Inputs, m.Collect)
 	}
-	a.deliverEnded()
+	culprit, _ := a.deliverEnded()
 	a.ref.staged.Store(a.lane.StagedCounters())
 	a.ref.publish(a.lane.Counters())
-	a.s.completeAdmin(m.Call, res, err)
 	if a.lane.State() == lanes.Failed {
-		a.quarantine(a.lane.Err())
+		a.failed(culprit, a.lane.Err())
 	}
+	a.s.completeAdmin(m.Call, res, err)
 }
 
 func (a *laneActor) admin(m *AdminRequest) {
-	if a.hung {
-		a.s.completeAdmin(m.Call, nil, fmt.Errorf("%w: lane %d", ErrHung, a.ref.id))
-		return
-	}
-	if a.lane == nil {
-		a.s.completeAdmin(m.Call, nil, fmt.Errorf("%w: lane %d has no stream", lanes.ErrFailed, a.ref.id))
+	op := m.Op.String()
+	if !a.serving() {
+		a.s.completeAdmin(m.Call, nil, a.unavailable(op))
 		return
 	}
 	var res any
 	var err error
+	var culprit string
 	switch m.Op {
 	case OpConfigure:
 		res, err = a.lane.Configure(m.Capacity)
@@ -298,37 +314,46 @@ func (a *laneActor) admin(m *AdminRequest) {
 	case OpSynchronize:
 		var rs []lanes.Receipt
 		rs, _, err = a.lane.Synchronize()
-		a.deliver(rs)
+		culprit = a.deliver(rs)
 	default:
-		err = fmt.Errorf("%w: unknown admin op %d", lanes.ErrInvalidBatch, m.Op)
+		err = lanes.Wrap(op, true, fmt.Errorf("%w: unknown admin op %d", lanes.ErrInvalidBatch, m.Op))
 	}
-	a.deliverEnded() // administration retires finished fences too
-	a.s.completeAdmin(m.Call, res, err)
+	if c, _ := a.deliverEnded(); culprit == "" { // administration retires finished fences too
+		culprit = c
+	}
 	if a.lane.State() == lanes.Failed {
-		a.quarantine(a.lane.Err())
+		a.failed(culprit, a.lane.Err())
 	}
+	a.s.completeAdmin(m.Call, res, err)
 }
 
-// drain ends everything in flight, trims and releases the stream.
+// drain ends everything in flight (waiting for the stream within the hang
+// timeout), trims and releases the stream.
 func (a *laneActor) drain() {
 	a.stopped = true
 	a.disarm()
-	if a.lane == nil || a.hung {
-		a.ref.setState(Stopped, nil)
-		return
+	a.cancelRebuild()
+	if a.lane != nil && a.lane.State() != lanes.Failed {
+		rs, _, err := a.lane.Synchronize()
+		a.deliver(rs)
+		if err == nil {
+			_, _ = a.lane.Trim()
+		}
 	}
-	rs, _, err := a.lane.Synchronize()
-	a.deliver(rs)
-	for fence, call := range a.calls { // cannot happen: synchronize ends every fence
-		a.s.complete(call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate}, errors.Join(ErrStopped, err))
-	}
-	a.calls = map[uint64]uint64{}
-	if err == nil {
-		_, _ = a.lane.Trim()
-	}
+	a.endRemaining(ErrStopped)
 	if a.ref.stream != nil {
 		_ = a.ref.stream.Destroy()
 		a.ref.stream = nil
 	}
 	a.ref.setState(Stopped, nil)
+}
+
+// endRemaining ends every call still waiting on a fence, indeterminate: the
+// lane will not see their fences again.
+func (a *laneActor) endRemaining(cause error) {
+	for fence, w := range a.calls {
+		a.s.complete(w.call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate}, indeterminate(cause))
+	}
+	clear(a.calls)
+	a.ref.inflightFences.Store(0)
 }

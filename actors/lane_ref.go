@@ -17,13 +17,14 @@ type Health uint8
 const (
 	Starting    Health = iota // the actor is opening its stream
 	Healthy                   // routed to
-	Quarantined               // failed: out of routing until rebuilt
+	Recovering                // its stream failed: out of routing until rebuilt on a fresh one
+	Quarantined               // out of routing for good (its device is poisoned, or it kept failing)
 	Stopped                   // drained and stopped
 )
 
 // String names the health.
 func (h Health) String() string {
-	return [...]string{"starting", "healthy", "quarantined", "stopped", "unknown"}[min(int(h), 4)]
+	return [...]string{"starting", "healthy", "recovering", "quarantined", "stopped", "unknown"}[min(int(h), 5)]
 }
 
 // laneRef is the scheduler's handle on one lane actor: what the router
@@ -35,7 +36,8 @@ type laneRef struct {
 	instance uint64 // the device instance; batches are routed to lanes of their buffers' device
 	pid      *actor.PID
 	disp     *threadDispatcher
-	stream   cuda.Stream // owned by the actor
+	stream   cuda.Stream   // owned by the actor
+	opened   chan struct{} // closed once the lane first opened its stream (or failed to)
 
 	health atomic.Uint32 // a Health; written under mu with cause
 	mu     sync.Mutex
@@ -46,7 +48,8 @@ type laneRef struct {
 	inflight       atomic.Int64 // admitted, not ended
 	pinned         int          // tenants pinned here (Scheduler.routeMu)
 	inflightFences atomic.Int64
-	statsMu        sync.Mutex // the lane thread publishes, status reads: no allocation per submission
+	recoveries     atomic.Int64 // times the lane was rebuilt
+	statsMu        sync.Mutex   // the lane thread publishes, status reads: no allocation per submission
 	stats          lanes.Counters
 	staged         atomic.Value // lanes.StagedCounters
 }
@@ -79,13 +82,14 @@ func (r *laneRef) publish(c lanes.Counters) {
 
 // LaneStatus is a lane as Scheduler.Lanes reports it.
 type LaneStatus struct {
-	ID       int
-	Device   int
-	Health   Health
-	Cause    error // why it was quarantined
-	InFlight int   // admitted submissions not yet ended
-	Counters lanes.Counters
-	Staged   lanes.StagedCounters // data movement of staged replays
+	ID         int
+	Device     int
+	Health     Health
+	Cause      error // why it left routing (kept once it is back: the last failure)
+	Recoveries int   // times it recovered from a stream failure on a fresh stream
+	InFlight   int   // admitted submissions not yet ended
+	Counters   lanes.Counters
+	Staged     lanes.StagedCounters // data movement of staged replays
 	// Threads are the OS thread ids its Receive ran on (with
 	// Config.ThreadCheck): always exactly one.
 	Threads []int
@@ -94,7 +98,7 @@ type LaneStatus struct {
 func (r *laneRef) status() LaneStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := LaneStatus{ID: r.id, Device: r.device, Health: r.State(), Cause: r.cause, InFlight: int(r.inflight.Load())}
+	st := LaneStatus{ID: r.id, Device: r.device, Health: r.State(), Cause: r.cause, Recoveries: int(r.recoveries.Load()), InFlight: int(r.inflight.Load())}
 	r.statsMu.Lock()
 	st.Counters = r.stats
 	r.statsMu.Unlock()

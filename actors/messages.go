@@ -1,6 +1,10 @@
 package actors
 
-import "github.com/lanesched/lanes/lanes"
+import (
+	"context"
+
+	"github.com/lanesched/lanes/lanes"
+)
 
 // The lane actor's messages. They are plain data: a call id names the
 // waiting caller in the scheduler's registry instead of a channel or a
@@ -14,6 +18,7 @@ type SubmitRequest struct {
 	Call   uint64
 	Tenant string
 	Batch  lanes.Batch
+	ctx    context.Context // the submitter's; host-local, like the call
 }
 
 // AdminOp is an administrative operation on a lane.
@@ -47,9 +52,9 @@ type pollFences struct{}
 // stopLane tells a lane to drain, synchronize, trim and stop.
 type stopLane struct{ Call uint64 }
 
-// failLane tells a lane its device failed elsewhere: it drains what it can
-// and leaves routing.
-type failLane struct{ Reason string }
+// failLane tells a lane its device failed elsewhere (a sticky error seen by
+// another lane): it drains what it can and leaves routing for good.
+type failLane struct{ cause error }
 
 // rebuildLane tells a quarantined lane to start over on a fresh stream and
 // cache, once its device is healthy.

@@ -1,27 +1,51 @@
 package actors
 
+// Routing: which lane takes a tenant's batch, and the order guarantee.
+//
+// A tenant is pinned to one lane. Its batches are admitted, registered and
+// sent to that lane's mailbox under the tenant's lock, so the lane receives
+// them in the order Submit accepted them, and a lane runs what it receives
+// in order on its one stream. A tenant moves to another lane only while it
+// has nothing in flight: when its lane is full and it has work in flight it
+// is answered ErrOverloaded (it stays); when its lane left routing and it
+// has work in flight, its new batches wait, in order, until that work has
+// ended (a failed lane ends it only once its stream is drained or
+// abandoned), and then move together. So every batch starts after the
+// tenant's previous batches have ended or are ahead of it on the same
+// stream, and sees their writes.
+
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 )
 
-// tenantState is one tenant's admission state, shared lock-free by its
-// submitting goroutines and the lanes that end its submissions.
-type tenantState struct {
-	inflight atomic.Int64            // admitted, not ended
-	lane     atomic.Pointer[laneRef] // the lane the tenant is pinned to
-}
+// maxReroutes bounds how often one batch may bounce off lanes that failed
+// before taking it; then it ends not submitted.
+const maxReroutes = 3
 
-// tenant returns a tenant's state, creating it on first use.
-func (s *Scheduler) tenant(name string) *tenantState {
-	if v, ok := s.tenants.Load(name); ok {
-		return v.(*tenantState)
-	}
-	v, _ := s.tenants.LoadOrStore(name, &tenantState{})
-	return v.(*tenantState)
+// tenantState is one tenant's admission and routing state.
+type tenantState struct {
+	name string
+
+	// mu orders the tenant's admissions and moves: everything a batch
+	// needs to be sent to a lane happens under it.
+	mu        sync.Mutex
+	lane      *laneRef // the lane the tenant is pinned to (mu)
+	parked    []*call  // admitted, waiting to move to a new lane, in admission order (mu)
+	forgotten bool     // Forget removed the tenant; admission looks it up again (mu)
+
+	moving   atomic.Bool  // parked is not empty
+	inflight atomic.Int64 // admitted and not ended, parked included
+	active   atomic.Int64 // sent to a lane and not ended or bounced back
+
+	ended          atomic.Uint64 // submissions ended, for its fault rate
+	suspendedUntil atomic.Int64  // unix nanoseconds; 0 when not suspended
+	faults         faultRecord
 }
 
 // batchDevice is the device instance a batch's buffers live on, or 0 when
@@ -42,48 +66,208 @@ func batchDevice(b *lanes.Batch) uint64 {
 	return 0
 }
 
-// admit picks a lane for a tenant, on the device the batch's buffers live
-// on, counts the submission against both, and registers the call.
-//
-// The common case, a tenant whose pinned lane has room, takes no lock but
-// its registry shard's: the counts are atomics. The registry refuses the
-// call once Stop has begun (see Scheduler.stopping), so Stop always finds,
-// and ends, every accepted submission.
-func (s *Scheduler) admit(tenant string, b *lanes.Batch, c *call) (*laneRef, error) {
-	device := batchDevice(b)
-	if s.stopping.Load() {
-		return nil, ErrStopped
+// admit admits a batch for a tenant, registers its call, and sends it to the
+// tenant's lane, or parks it until the tenant may move (see the top of this
+// file). It takes the tenant's lock, and a lane's admission count is an
+// atomic, so tenants admit in parallel.
+func (s *Scheduler) admit(tenant string, b *lanes.Batch, c *call) error {
+	ts, err := s.lockedTenant(tenant)
+	if err != nil {
+		return err
 	}
-	ts := s.tenant(tenant)
+	defer ts.mu.Unlock()
+	if s.stopping.Load() {
+		return ErrStopped
+	}
 	if n := ts.inflight.Add(1); n > int64(s.cfg.MaxInFlightPerTenant) {
 		ts.inflight.Add(-1)
-		return nil, fmt.Errorf("%w: tenant %q has %d submissions in flight (limit %d); retry later", ErrOverloaded, tenant, n-1, s.cfg.MaxInFlightPerTenant)
+		return fmt.Errorf("%w: tenant %q has %d submissions in flight (limit %d); retry later", ErrOverloaded, tenant, n-1, s.cfg.MaxInFlightPerTenant)
 	}
-	lane := ts.lane.Load()
-	if !s.reserve(lane, device, nil) {
-		var err error
-		if lane, err = s.route(ts, device, nil); err != nil {
+	device := batchDevice(b)
+	var lane *laneRef
+	park := len(ts.parked) > 0 // batches ahead of this one wait to move
+	if !park {
+		cur := ts.lane
+		busy := ts.active.Load() > 0
+		switch {
+		case s.reserve(cur, device):
+			lane = cur
+		case busy && eligible(cur, device):
 			ts.inflight.Add(-1)
-			return nil, err
+			return fmt.Errorf("%w: tenant %q's lane %d has %d submissions in flight (limit %d); the tenant stays on it while it has work in flight, so that its batches keep their order; retry later",
+				ErrOverloaded, tenant, cur.id, cur.inflight.Load(), s.cfg.MaxInFlightPerLane)
+		case busy:
+			park = true // its lane left routing; it moves once its work there ended
+		default:
+			lane, err = s.route(ts, device, false)
+			switch {
+			case err == errRecovering:
+				park = true // every lane of its device is recovering: wait for one
+			case err != nil:
+				ts.inflight.Add(-1)
+				return err
+			}
 		}
 	}
 	c.ts, c.id, c.done = ts, s.nextCall.Add(1), make(chan struct{})
-	c.lane.Store(lane)
 	if !s.calls.storeUnless(c, &s.stopping) {
-		s.release(c)
-		return nil, ErrStopped
+		if lane != nil {
+			lane.inflight.Add(-1)
+		}
+		ts.inflight.Add(-1)
+		return ErrStopped
 	}
-	return lane, nil
+	if park {
+		ts.parked = append(ts.parked, c)
+		ts.moving.Store(true)
+		s.flushLocked(ts) // the work it waited for may have ended meanwhile
+		return nil
+	}
+	s.send(ts, lane, c)
+	return nil
+}
+
+// lockedTenant returns a tenant's state, locked, creating it on first use
+// (after validating the name).
+func (s *Scheduler) lockedTenant(name string) (*tenantState, error) {
+	for {
+		ts, err := s.tenant(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := ts.suspended(); err != nil {
+			return nil, err
+		}
+		ts.mu.Lock()
+		if !ts.forgotten {
+			return ts, nil
+		}
+		ts.mu.Unlock() // forgotten meanwhile: a new state takes its place
+	}
+}
+
+// tenant returns a tenant's state, creating it on first use. Only a valid
+// name is ever stored, so a known name needs no check.
+func (s *Scheduler) tenant(name string) (*tenantState, error) {
+	if v, ok := s.tenants.Load(name); ok {
+		return v.(*tenantState), nil
+	}
+	if err := checkTenant(name); err != nil {
+		return nil, err
+	}
+	v, _ := s.tenants.LoadOrStore(name, &tenantState{name: name})
+	return v.(*tenantState), nil
+}
+
+// send hands an admitted call to a lane that counted it (ts.mu held, so
+// the lane's mailbox gets the tenant's calls in admission order).
+func (s *Scheduler) send(ts *tenantState, lane *laneRef, c *call) {
+	c.lane.Store(lane)
+	c.sent.Store(true)
+	ts.active.Add(1)
+	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: ts.name, Batch: c.batch, ctx: c.ctx})
+}
+
+// flushLocked moves a tenant's parked calls once nothing of it is in
+// flight (ts.mu held): the run of them for one device goes, in order, to
+// the lane route picks, past its admission limit if need be (they were
+// admitted already). With no lane to take them, they end not submitted.
+func (s *Scheduler) flushLocked(ts *tenantState) {
+	if ts.active.Load() != 0 || len(ts.parked) == 0 {
+		return
+	}
+	device := batchDevice(&ts.parked[0].batch)
+	n := 1
+	for n < len(ts.parked) && batchDevice(&ts.parked[n].batch) == device {
+		n++
+	}
+	var err error
+	var lane *laneRef
+	if s.stopping.Load() {
+		err = ErrStopped
+	} else {
+		lane, err = s.route(ts, device, true)
+	}
+	if err == errRecovering {
+		// Every lane of its device is recovering: wait for one to come
+		// back (or to be taken out for good), then try again.
+		s.waitForLanes(ts)
+		if !s.anyServing(device) {
+			return
+		}
+		lane, err = s.route(ts, device, true)
+	}
+	if err == errRecovering {
+		return // it came back and left again meanwhile; the next change wakes us
+	}
+	if err != nil {
+		refused := ts.parked
+		ts.parked = nil
+		ts.moving.Store(false)
+		for _, c := range refused { // never sent: completing takes no tenant lock
+			s.complete(c.id, lanes.Receipt{}, lanes.Wrap("submit", true, err))
+		}
+		return
+	}
+	lane.inflight.Add(int64(n - 1)) // route counted the first
+	for _, c := range ts.parked[:n] {
+		s.send(ts, lane, c)
+	}
+	ts.parked = slices.Delete(ts.parked, 0, n)
+	ts.moving.Store(len(ts.parked) > 0)
+}
+
+// flush is flushLocked for a caller that does not hold the tenant's lock.
+func (s *Scheduler) flush(ts *tenantState) {
+	ts.mu.Lock()
+	s.flushLocked(ts)
+	ts.mu.Unlock()
+}
+
+// reroute takes back a submission that a lane which left routing did not
+// take, and moves it with the tenant's other waiting batches, in admission
+// order. A batch that bounced too often ends not submitted.
+func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
+	c, ok := s.calls.load(m.Call)
+	if !ok {
+		return // already ended
+	}
+	ts := c.ts
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	from.inflight.Add(-1)
+	c.sent.Store(false)
+	ts.active.Add(-1)
+	c.reroutes++
+	if c.reroutes > maxReroutes {
+		s.complete(c.id, lanes.Receipt{}, lanes.Wrap("submit", true,
+			fmt.Errorf("%w: lane %d left routing before taking the batch, the %d-th lane to do so", ErrLaneUnavailable, from.id, c.reroutes)))
+	} else {
+		at, _ := slices.BinarySearchFunc(ts.parked, c.id, func(p *call, id uint64) int { return compareIDs(p.id, id) })
+		ts.parked = slices.Insert(ts.parked, at, c)
+		ts.moving.Store(true)
+	}
+	s.flushLocked(ts)
+}
+
+func compareIDs(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // eligible reports whether a lane may take a batch of the device.
-func eligible(r, exclude *laneRef, device uint64) bool {
-	return r != nil && r != exclude && r.State() == Healthy && (device == 0 || r.instance == device)
+func eligible(r *laneRef, device uint64) bool {
+	return r != nil && r.State() == Healthy && (device == 0 || r.instance == device)
 }
 
 // reserve counts one more submission against an eligible lane with room.
-func (s *Scheduler) reserve(r *laneRef, device uint64, exclude *laneRef) bool {
-	if !eligible(r, exclude, device) {
+func (s *Scheduler) reserve(r *laneRef, device uint64) bool {
+	if !eligible(r, device) {
 		return false
 	}
 	limit := int64(s.cfg.MaxInFlightPerLane)
@@ -98,11 +282,17 @@ func (s *Scheduler) reserve(r *laneRef, device uint64, exclude *laneRef) bool {
 	}
 }
 
-// route is the slow path: the tenant's lane is full or out of routing.
-// It reserves the least loaded eligible lane (among equals, the one with
-// fewest tenants pinned) and pins a tenant whose lane left routing there.
-// A tenant is never pinned away from a healthy lane that is only full.
-func (s *Scheduler) route(ts *tenantState, device uint64, exclude *laneRef) (*laneRef, error) {
+// errRecovering is route's answer when no lane of the device is healthy but
+// some are recovering: the batch waits for one (never returned to callers).
+var errRecovering = fmt.Errorf("%w: every lane of the device is recovering", ErrNoHealthyLane)
+
+// route picks a lane for a tenant that may move (ts.mu held): the least
+// loaded eligible lane (among equals, the one with fewest tenants pinned),
+// counts one submission against it and pins the tenant there. Unless
+// force, a lane at its admission limit is not taken. With no healthy lane
+// for the device, it answers errRecovering while some lane of the device is
+// recovering, else ErrNoHealthyLane.
+func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef, error) {
 	s.routeMu.Lock()
 	defer s.routeMu.Unlock()
 	for {
@@ -110,12 +300,12 @@ func (s *Scheduler) route(ts *tenantState, device uint64, exclude *laneRef) (*la
 		var bestLoad int64
 		healthy := false
 		for _, r := range s.lanes {
-			if !eligible(r, exclude, device) {
+			if !eligible(r, device) {
 				continue
 			}
 			healthy = true
 			load := r.inflight.Load()
-			if load >= int64(s.cfg.MaxInFlightPerLane) {
+			if !force && load >= int64(s.cfg.MaxInFlightPerLane) {
 				continue
 			}
 			if best == nil || load < bestLoad || load == bestLoad && r.pinned < best.pinned {
@@ -124,31 +314,85 @@ func (s *Scheduler) route(ts *tenantState, device uint64, exclude *laneRef) (*la
 		}
 		if best == nil {
 			if !healthy {
-				return nil, ErrNoHealthyLane
+				if s.anyRecovering(device) {
+					return nil, errRecovering
+				}
+				return nil, fmt.Errorf("%w: every lane of device instance %d is out of routing for good", ErrNoHealthyLane, device)
 			}
 			return nil, fmt.Errorf("%w: every healthy lane has %d submissions in flight; retry later", ErrOverloaded, s.cfg.MaxInFlightPerLane)
 		}
-		if !s.reserve(best, device, exclude) {
+		if force {
+			best.inflight.Add(1)
+		} else if !s.reserve(best, device) {
 			continue // filled up or left routing meanwhile: look again
 		}
-		if cur := ts.lane.Load(); !eligible(cur, nil, device) {
-			// A new tenant, or one whose lane left routing: pin it to the
-			// chosen lane.
-			if cur != nil {
-				cur.pinned--
+		if ts.lane != best {
+			if ts.lane != nil {
+				ts.lane.pinned--
 			}
-			ts.lane.Store(best)
+			ts.lane = best
 			best.pinned++
 		}
 		return best, nil
 	}
 }
 
-// release undoes admit's counts for a call already taken from the registry.
+// release undoes admit's counts for a call taken from the registry, and
+// moves the tenant's waiting batches once its last one in flight ended.
 func (s *Scheduler) release(c *call) {
 	if c.admin {
 		return
 	}
-	c.lane.Load().inflight.Add(-1)
-	c.ts.inflight.Add(-1)
+	ts := c.ts
+	ts.ended.Add(1)
+	s.ended.Add(1)
+	if c.sent.Load() {
+		c.lane.Load().inflight.Add(-1)
+		if ts.active.Add(-1) == 0 && ts.moving.Load() {
+			s.flush(ts)
+		}
+	}
+	ts.inflight.Add(-1)
+}
+
+// anyRecovering reports whether a lane of the device is recovering.
+func (s *Scheduler) anyRecovering(device uint64) bool {
+	for _, r := range s.lanes {
+		if h := r.State(); (h == Recovering || h == Starting) && (device == 0 || r.instance == device) {
+			return true
+		}
+	}
+	return false
+}
+
+// anyServing reports whether a lane of the device is healthy, or none will
+// be again (so a waiting tenant should be answered now either way).
+func (s *Scheduler) anyServing(device uint64) bool {
+	for _, r := range s.lanes {
+		if eligible(r, device) {
+			return true
+		}
+	}
+	return !s.anyRecovering(device)
+}
+
+// waitForLanes records a tenant whose parked batches wait for a lane of
+// their device to come back.
+func (s *Scheduler) waitForLanes(ts *tenantState) {
+	s.waitMu.Lock()
+	s.waiting[ts] = struct{}{}
+	s.waitMu.Unlock()
+}
+
+// lanesChanged wakes the tenants waiting for lanes after a lane left
+// Recovering (back in routing, or out for good); called once its health
+// is stored, so a tenant that starts waiting after this sees it.
+func (s *Scheduler) lanesChanged() {
+	s.waitMu.Lock()
+	waiting := s.waiting
+	s.waiting = map[*tenantState]struct{}{}
+	s.waitMu.Unlock()
+	for ts := range waiting {
+		s.flush(ts)
+	}
 }

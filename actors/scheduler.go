@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,124 +14,21 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/telemetry"
 )
 
-// Errors of the scheduler.
-var (
-	ErrOverloaded    = errors.New("actors: overloaded")
-	ErrStopped       = errors.New("actors: scheduler stopped")
-	ErrNoHealthyLane = errors.New("actors: no healthy lane")
-	ErrIndeterminate = errors.New("actors: submission indeterminate")
-	ErrUnknownLane   = errors.New("actors: unknown lane")
-	ErrHung          = errors.New("actors: lane hung")
-	ErrNotYours      = errors.New("actors: tenant names what another tenant owns")
-)
-
-// Rebuild is the policy for quarantined lanes.
-type Rebuild struct {
-	// Enabled rebuilds a quarantined lane (new stream, fresh cache) once its
-	// device is healthy; a sticky device error keeps it out for good.
-	Enabled bool
-	// After is how long a lane stays quarantined before the attempt.
-	After time.Duration
-}
-
-// Config configures a scheduler. Devices is required; the zero value of
-// every other field is a sensible default.
-type Config struct {
-	Devices        []cuda.Device
-	LanesPerDevice int    // default 1
-	CacheCapacity  int    // executables per lane; default 64; negative: never capture
-	Runtime        string // runtime fingerprint of programs; default "lanes/<backend>"
-	// Admission: submissions admitted and not yet ended. Beyond these, Submit
-	// answers ErrOverloaded (retryable) instead of queueing without bound.
-	MaxInFlightPerLane   int // default 256
-	MaxInFlightPerTenant int // default 1024
-	Rebuild              Rebuild
-	// Fence polling: QuickPolls polls through the mailbox right after a
-	// submission, then timers back off from PollMin to PollMax.
-	QuickPolls       int           // default 4
-	PollMin, PollMax time.Duration // default 20µs, 2ms
-	Throughput       int           // messages per mailbox run; default 64
-	// Spin is how long a lane's thread spins for work, rather than park,
-	// while a fence poll is due within it, so that short GPU work ends
-	// without a thread wake-up. Default 0: never. On the H200 with 4 lanes
-	// per GPU, spinning lanes were not faster than parking ones (the
-	// dispatcher's own poll timer already saves the wake-ups that
-	// mattered), and spinning costs a core per busy lane; try it where
-	// polls are frequent and cores plentiful.
-	Spin time.Duration
-	// HangTimeout is how long a lane's oldest fence may go without any
-	// fence ending before the lane is declared hung (a kernel that never
-	// finishes): its submissions end indeterminate and the stream is
-	// abandoned. Default 10s; negative disables the watchdog.
-	HangTimeout time.Duration
-	// StrictOwnership rejects a batch that names a buffer no tenant owns
-	// and that is not shared (Scheduler.Own, Scheduler.Share); without it
-	// only buffers owned by another tenant are rejected.
-	StrictOwnership bool
-	// ThreadCheck records the OS thread of every Receive (LaneStatus.Threads).
-	ThreadCheck bool
-	// Logger receives protoactor's logs; nil discards them.
-	Logger *slog.Logger
-	// Telemetry receives every ended submission and quarantine; nil
-	// records nothing.
-	Telemetry *telemetry.Telemetry
-}
-
-func (c *Config) defaults() error {
-	if len(c.Devices) == 0 {
-		return fmt.Errorf("actors: Config.Devices is empty; give at least one device")
-	}
-	for i, d := range c.Devices {
-		if d == nil {
-			return fmt.Errorf("actors: Config.Devices[%d] is nil", i)
-		}
-	}
-	def := func(p *int, v int) {
-		if *p <= 0 {
-			*p = v
-		}
-	}
-	def(&c.LanesPerDevice, 1)
-	def(&c.MaxInFlightPerLane, 256)
-	def(&c.MaxInFlightPerTenant, 1024)
-	def(&c.Throughput, 64)
-	if c.CacheCapacity == 0 {
-		c.CacheCapacity = 64
-	}
-	if c.QuickPolls == 0 {
-		c.QuickPolls = 4
-	}
-	if c.PollMin <= 0 {
-		c.PollMin = 20 * time.Microsecond
-	}
-	c.Spin = max(c.Spin, 0)
-	if c.HangTimeout == 0 {
-		c.HangTimeout = 10 * time.Second
-	}
-	if c.PollMax < c.PollMin {
-		c.PollMax = max(2*time.Millisecond, c.PollMin)
-	}
-	if c.Runtime == "" {
-		c.Runtime = "lanes/" + c.Devices[0].Info().Backend
-	}
-	return nil
-}
-
 // call is one waiting caller: a submission or an administrative request.
 type call struct {
 	id       uint64
 	tenant   string
-	ts       *tenantState // the tenant's admission state (nil for admin calls)
+	ts       *tenantState // the tenant's state (nil for admin calls)
 	lane     atomic.Pointer[laneRef]
-	batch    lanes.Batch // kept for one reroute
-	rerouted bool
+	batch    lanes.Batch
+	ctx      context.Context // the submitter's: a lane does not start a batch whose context ended
+	sent     atomic.Bool     // a lane counts it (and may run it); false while parked
+	reroutes int             // lanes it bounced off (ts.mu)
 	admin    bool
 
 	start time.Time // host time the submission was admitted
@@ -153,25 +49,33 @@ type Scheduler struct {
 	// stopping refuses admission. A call is registered only under its
 	// registry shard's lock with stopping still false, and Stop, having set
 	// it, passes every shard's lock once (callRegistry.barrier): a
-	// submission is either refused or registered before Stop looks. Nothing
-	// else on a submission's path locks but that shard.
+	// submission or administrative call is either refused or registered
+	// before Stop looks.
 	stopping atomic.Bool
-	calls    callRegistry // every admitted, unended call
-	tenants  sync.Map     // tenant -> *tenantState
-	routeMu  sync.Mutex   // picking a new lane for a tenant (the slow path)
+	stopOnce sync.Once
+	stopped  chan struct{} // closed when Stop's drain has finished
+	calls    callRegistry  // every admitted, unended call
+	tenants  sync.Map      // tenant -> *tenantState
+	routeMu  sync.Mutex    // picking a new lane for a tenant (the slow path)
+	waitMu   sync.Mutex
+	waiting  map[*tenantState]struct{} // tenants whose parked batches wait for a lane to recover
 
 	ownMu    sync.RWMutex
-	owners   map[[2]uint64]string          // (device instance, buffer id) -> tenant; "" shared
+	owners   map[handleKey]string          // buffer or host buffer -> its tenant, or shared
 	programs map[programs.ProgramID]string // program -> the tenant that registered it
 
+	ended  atomic.Uint64 // submissions ended, every tenant's
+	faults atomic.Uint64 // lane failures attributed to a tenant
+
 	nextCall atomic.Uint64
-	timers   sync.WaitGroup
-	epoch    time.Time // origin of the lanes' host clock
+	timers   sync.WaitGroup // rebuild timers armed
+	epoch    time.Time      // origin of the lanes' host clock
 	gauges   metric.Registration
 }
 
 // Start spawns LanesPerDevice lane actors per device, each on its own
-// bound OS thread with its own stream, cache and catalog.
+// bound OS thread with its own stream, cache and catalog, and returns once
+// every lane has opened its stream (or failed to, and is recovering).
 func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -180,12 +84,12 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Scheduler{cfg: cfg, epoch: time.Now(), owners: map[[2]uint64]string{}, programs: map[programs.ProgramID]string{}}
+	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, owners: map[handleKey]string{}, programs: map[programs.ProgramID]string{}}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {
 		for range cfg.LanesPerDevice {
-			ref := &laneRef{id: len(s.lanes), device: di, dev: dev, instance: dev.Info().Instance}
+			ref := &laneRef{id: len(s.lanes), device: di, dev: dev, instance: dev.Info().Instance, opened: make(chan struct{})}
 			disp, err := newThreadDispatcher(dev, cfg.Throughput, cfg.Spin)
 			if err != nil {
 				s.abort()
@@ -202,14 +106,12 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		s.abort()
 		return nil, err
 	}
-	// Wait until every lane has opened its stream (or failed to).
 	for _, ref := range s.lanes {
-		for ref.State() == Starting {
-			if err := ctx.Err(); err != nil {
-				s.abort()
-				return nil, err
-			}
-			time.Sleep(50 * time.Microsecond)
+		select {
+		case <-ref.opened:
+		case <-ctx.Done():
+			s.abort()
+			return nil, ctx.Err()
 		}
 	}
 	return s, nil
@@ -225,52 +127,89 @@ func (s *Scheduler) abort() {
 }
 
 // laneStrategy turns a panic in a lane actor (outside the lane core, which
-// recovers its own) into a lane failure: the lane is quarantined and its
-// waiting callers end; the actor is stopped, never restarted in place.
+// recovers its own) into a lane failure: the lane is quarantined for good
+// and its waiting callers end; the actor is stopped, never restarted in
+// place.
 type laneStrategy struct{ s *Scheduler }
 
 func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {
 	for _, ref := range st.s.lanes {
 		if ref.pid.Equal(child) {
+			cause := fmt.Errorf("%w: lane %d's actor panicked: %v", lanes.ErrFailed, ref.id, reason)
 			ref.dead.Store(true)
-			ref.setState(Quarantined, fmt.Errorf("%w: lane actor panicked: %v", lanes.ErrFailed, reason))
-			st.s.endLaneCalls(ref, fmt.Errorf("%w: lane %d panicked: %v", ErrIndeterminate, ref.id, reason))
-			st.s.laneQuarantined(ref, fmt.Errorf("panic: %v", reason))
+			ref.setState(Quarantined, cause)
+			st.s.endLaneCalls(ref, cause, false)
+			st.s.cfg.Telemetry.Quarantine(context.Background(), ref.id, cause)
 		}
 	}
 	sup.StopChildren(child)
 }
 
-// adminFor registers an administrative call to one lane.
-func (s *Scheduler) adminFor(ref *laneRef) *call {
-	c := &call{admin: true, id: s.nextCall.Add(1), done: make(chan struct{})}
-	c.lane.Store(ref)
-	s.calls.store(c)
-	return c
-}
-
-// complete ends a submission exactly once: a second completion of the same
-// call finds nothing and is ignored.
+// complete ends a call exactly once: a second completion of the same call
+// finds nothing and is ignored. The receipt learns its tenant and lane.
 func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 	c := s.calls.take(id)
 	if c == nil {
 		return
 	}
+	lane := c.lane.Load()
+	r.Tenant, r.Lane = c.tenant, -1
+	if lane != nil {
+		r.Lane = lane.id
+	}
 	c.receipt, c.err = r, err
 	s.release(c)
-	if t := s.cfg.Telemetry; t != nil {
+	if t := s.cfg.Telemetry; t != nil && !c.admin {
 		// The recorder runs later: hand it copies, not the caller's batch.
 		nodes := make([]int, len(c.batch.Entries))
 		for i, e := range c.batch.Entries {
 			nodes[i] = e.Node
 		}
-		lane := c.lane.Load()
-		t.Submission(context.Background(), telemetry.Submission{
-			Tenant: c.tenant, Lane: lane.id, Device: lane.device, DeviceName: lane.dev.Info().Name,
-			Entries: len(c.batch.Entries), Path: c.batch.Path, Timing: c.batch.Timing, Start: c.start, End: time.Now(),
-			Anchor: s.epoch, Receipt: r, Err: err, Nodes: nodes})
+		sub := telemetry.Submission{Tenant: c.tenant, Lane: r.Lane, Device: -1, Entries: len(c.batch.Entries), Path: c.batch.Path,
+			Timing: c.batch.Timing, Start: c.start, End: time.Now(), Anchor: s.epoch, Receipt: r, Err: err, Nodes: nodes}
+		if lane != nil {
+			sub.Device, sub.DeviceName = lane.device, lane.dev.Info().Name
+		}
+		t.Submission(context.Background(), sub)
 	}
 	close(c.done)
+}
+
+// completeAdmin answers an administrative call exactly once.
+func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
+	c := s.calls.take(id)
+	if c == nil {
+		return
+	}
+	c.result, c.err = res, err
+	close(c.done)
+}
+
+// endLaneCalls ends every call routed to a lane that will not end them
+// itself (its actor died, or stopped before their messages arrived):
+// submissions that never reached the lane end not submitted, the others
+// indeterminate.
+func (s *Scheduler) endLaneCalls(ref *laneRef, cause error, neverRan bool) {
+	for _, id := range s.calls.matching(func(c *call) bool { return c.lane.Load() == ref }) {
+		s.endCall(id, cause, neverRan)
+	}
+}
+
+// endCall ends one call with cause: an administrative call with the cause,
+// a submission not submitted when it cannot have run, else indeterminate.
+func (s *Scheduler) endCall(id uint64, cause error, neverRan bool) {
+	c, ok := s.calls.load(id)
+	if !ok {
+		return
+	}
+	switch {
+	case c.admin:
+		s.completeAdmin(id, nil, cause)
+	case neverRan || !c.sent.Load():
+		s.complete(id, lanes.Receipt{}, lanes.Wrap("submit", true, cause))
+	default:
+		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, lanes.Wrap("submit", false, fmt.Errorf("%w: %w", ErrIndeterminate, cause)))
+	}
 }
 
 // registerGauges reports lane health and in-flight depth as gauges.
@@ -319,205 +258,6 @@ func (s *Scheduler) registerGauges() error {
 	return err
 }
 
-func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
-	c := s.calls.take(id)
-	if c == nil {
-		return
-	}
-	c.result, c.err = res, err
-	close(c.done)
-}
-
-// reroute sends a submission a failed lane did not take to a healthy lane,
-// once; otherwise it ends, not submitted.
-func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
-	c, ok := s.calls.load(m.Call)
-	if !ok {
-		return // already ended
-	}
-	fail := func(err error) {
-		s.complete(c.id, lanes.Receipt{}, &lanes.Error{Op: "submit", Code: "lane_unavailable", NotSubmitted: true, Retryable: true, Err: err})
-	}
-	if c.rerouted {
-		fail(fmt.Errorf("%w: lane %d failed before taking the batch", lanes.ErrFailed, from.id))
-		return
-	}
-	to, err := s.route(c.ts, batchDevice(&c.batch), from)
-	if err != nil {
-		fail(err)
-		return
-	}
-	from.inflight.Add(-1)
-	c.lane.Store(to)
-	c.rerouted = true
-	s.system.Root.Send(to.pid, m)
-}
-
-// endLaneCalls ends every call routed to a lane whose actor died.
-func (s *Scheduler) endLaneCalls(ref *laneRef, err error) {
-	for _, id := range s.calls.matching(func(c *call) bool { return c.lane.Load() == ref }) {
-		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, err)
-	}
-}
-
-// laneQuarantined reacts to a lane failure: a sticky device error
-// quarantines every lane of the device, and on the real GPU every lane of
-// every GPU of the process: on the H200 with driver 580 an illegal address
-// in one GPU's context made kernel launches in another GPU's context fail
-// with the same error, so the CUDA state of the whole process is what a
-// sticky error poisons (isolating GPUs takes a process per GPU). The rebuild
-// policy may bring a lane back once its device is healthy.
-func (s *Scheduler) laneQuarantined(ref *laneRef, cause error) {
-	s.cfg.Telemetry.Quarantine(context.Background(), ref.id, cause)
-	if cuda.IsSticky(cause) {
-		processWide := ref.dev.Info().Backend == "driver"
-		for _, r := range s.lanes {
-			same := r.dev == ref.dev || processWide && r.dev.Info().Backend == "driver"
-			if r != ref && same && r.State() == Healthy {
-				r.setState(Quarantined, cause)
-				s.system.Root.Send(r.pid, failLane{Reason: "device poisoned: " + cause.Error()})
-			}
-		}
-		return
-	}
-	if s.cfg.Rebuild.Enabled {
-		if s.stopping.Load() {
-			return
-		}
-		s.timers.Add(1)
-		time.AfterFunc(s.cfg.Rebuild.After, func() {
-			defer s.timers.Done()
-			s.system.Root.Send(ref.pid, rebuildLane{})
-		})
-	}
-}
-
-// Submit routes a batch to the tenant's lane and waits for its receipt. A
-// submission that was accepted always ends exactly once, even if ctx ends
-// first: Submit then returns ctx.Err() and the scheduler still accounts the
-// submission until its fence is terminal. An indeterminate outcome is
-// returned as an error wrapping ErrIndeterminate, with the receipt.
-func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes.Receipt, error) {
-	p, err := s.SubmitAsync(tenant, b)
-	if err != nil {
-		return lanes.Receipt{}, err
-	}
-	select {
-	case <-p.Done():
-		return p.Result()
-	case <-ctx.Done():
-		return lanes.Receipt{}, ctx.Err()
-	}
-}
-
-// Pending is a submission in flight.
-type Pending struct{ c call } // the call itself: one allocation per submission
-
-// Done is closed when the submission has ended.
-func (p *Pending) Done() <-chan struct{} { return p.c.done }
-
-// Result returns the receipt and error once Done is closed.
-func (p *Pending) Result() (lanes.Receipt, error) {
-	<-p.c.done
-	return p.c.receipt, p.c.err
-}
-
-// Lane is the lane the submission was routed to (last, after a reroute).
-func (p *Pending) Lane() int {
-	return p.c.lane.Load().id
-}
-
-// SubmitAsync routes a batch and returns at once. Admission errors
-// (ErrOverloaded, retryable; ErrStopped; ErrNoHealthyLane) come back here.
-// The batch, with its entries and their slices, belongs to the scheduler
-// until the submission ends: reuse it only after Done is closed.
-func (s *Scheduler) SubmitAsync(tenant string, b lanes.Batch) (*Pending, error) {
-	if err := s.checkOwnership(tenant, &b); err != nil {
-		return nil, &lanes.Error{Op: "submit", Code: "not_yours", NotSubmitted: true, Err: err}
-	}
-	p := &Pending{c: call{tenant: tenant, batch: b, start: time.Now()}}
-	lane, err := s.admit(tenant, &b, &p.c)
-	if err != nil {
-		return nil, err
-	}
-	s.system.Root.Send(lane.pid, &SubmitRequest{Call: p.c.id, Tenant: tenant, Batch: b})
-	return p, nil
-}
-
-// adminCall sends an administrative request to one lane and waits.
-func (s *Scheduler) adminCall(ctx context.Context, lane int, op AdminOp, capacity int) (any, error) {
-	return s.ask(ctx, lane, func(id uint64) any { return &AdminRequest{Call: id, Op: op, Capacity: capacity} })
-}
-
-// ask sends one lane the request made for a registered administrative
-// call and waits for the lane's answer.
-func (s *Scheduler) ask(ctx context.Context, lane int, request func(call uint64) any) (any, error) {
-	if lane < 0 || lane >= len(s.lanes) {
-		return nil, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes))
-	}
-	c := s.adminFor(s.lanes[lane])
-	s.system.Root.Send(s.lanes[lane].pid, request(c.id))
-	select {
-	case <-c.done:
-		return c.result, c.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// Configure opens a lane's preparation with a capacity.
-func (s *Scheduler) Configure(ctx context.Context, lane, capacity int) (cache.Preparation, error) {
-	r, err := s.adminCall(ctx, lane, OpConfigure, capacity)
-	p, _ := r.(cache.Preparation)
-	return p, err
-}
-
-// Seal closes a lane's preparation.
-func (s *Scheduler) Seal(ctx context.Context, lane int) (cache.Preparation, error) {
-	r, err := s.adminCall(ctx, lane, OpSeal, 0)
-	p, _ := r.(cache.Preparation)
-	return p, err
-}
-
-// Trim releases a lane's executables and programs.
-func (s *Scheduler) Trim(ctx context.Context, lane int) (cache.TrimReport, error) {
-	r, err := s.adminCall(ctx, lane, OpTrim, 0)
-	t, _ := r.(cache.TrimReport)
-	return t, err
-}
-
-// Catalog returns a lane's sealed program catalog.
-func (s *Scheduler) Catalog(ctx context.Context, lane int) ([]programs.Descriptor, error) {
-	r, err := s.adminCall(ctx, lane, OpCatalog, 0)
-	c, _ := r.([]programs.Descriptor)
-	return c, err
-}
-
-// Synchronize waits for a lane's stream to drain.
-func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
-	_, err := s.adminCall(ctx, lane, OpSynchronize, 0)
-	return err
-}
-
-// PrepareStaged captures a staged program's two variants on one lane (its
-// preparation must be open).
-func (s *Scheduler) PrepareStaged(ctx context.Context, lane int, st *lanes.Staged) error {
-	_, err := s.stagedCall(ctx, lane, &StagedRequest{Prepare: true, Program: st})
-	return err
-}
-
-// Replay runs a staged program on the lane it was prepared on, with inputs
-// in logical order, and returns its outputs (when collect).
-func (s *Scheduler) Replay(ctx context.Context, lane int, st *lanes.Staged, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
-	r, err := s.stagedCall(ctx, lane, &StagedRequest{Program: st, Inputs: inputs, Collect: collect})
-	res, _ := r.(lanes.StagedResult)
-	return res, err
-}
-
-func (s *Scheduler) stagedCall(ctx context.Context, lane int, m *StagedRequest) (any, error) {
-	return s.ask(ctx, lane, func(id uint64) any { m.Call = id; return m })
-}
-
 // Lanes reports every lane's health and counters.
 func (s *Scheduler) Lanes() []LaneStatus {
 	out := make([]LaneStatus, len(s.lanes))
@@ -528,18 +268,32 @@ func (s *Scheduler) Lanes() []LaneStatus {
 	return out
 }
 
-// Stop stops admitting, drains every lane (each synchronizes its stream,
-// ends every pending submission exactly once, trims and releases its
-// stream), then stops the actors and their threads. If ctx ends first, the
-// lanes still drain in the background and Stop returns ctx.Err().
+// Stop stops admitting (every call from now on answers ErrStopped at once),
+// drains every lane (each waits for its stream, ends every pending
+// submission exactly once, trims and releases its stream), then stops the
+// actors and their threads. A lane whose kernel hangs is abandoned after
+// Config.HangTimeout, its submissions ending indeterminate, so Stop returns
+// within about HangTimeout. If ctx ends first, Stop returns ctx.Err() and
+// the drain goes on: call Stop again, or wait on Done, to see it finish.
 func (s *Scheduler) Stop(ctx context.Context) error {
-	if !s.stopping.CompareAndSwap(false, true) {
+	s.stopOnce.Do(s.beginStop)
+	select {
+	case <-s.stopped:
 		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+}
+
+// Done is closed once Stop has drained every lane and stopped the actors.
+func (s *Scheduler) Done() <-chan struct{} { return s.stopped }
+
+func (s *Scheduler) beginStop() {
+	s.stopping.Store(true)
 	s.calls.barrier()
 	var waits []*call
 	for _, ref := range s.lanes {
-		c := s.adminFor(ref)
+		c := s.adminFor(ref, nil)
 		waits = append(waits, c)
 		if ref.dead.Load() {
 			s.completeAdmin(c.id, nil, nil) // nothing left to drain
@@ -547,29 +301,47 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		}
 		s.system.Root.Send(ref.pid, &stopLane{Call: c.id})
 	}
-	done := make(chan struct{})
+	// A lane that cannot answer (its actor stuck outside the lane core)
+	// is given up after its hang timeout and a margin.
+	giveUp := time.Minute
+	if h := s.cfg.HangTimeout; h > 0 {
+		giveUp = 2*h + 5*time.Second
+	}
 	go func() {
 		for i, c := range waits {
 			ref := s.lanes[i]
+			drained := true
 			select {
 			case <-c.done:
-			case <-time.After(time.Minute): // the actor died; nothing drains it
+			case <-time.After(giveUp):
+				drained = false
 			}
 			_ = s.system.Root.StopFuture(ref.pid).Wait()
-			s.endLaneCalls(ref, ErrStopped)
+			// A drained lane ended everything it received: what is left
+			// never reached it.
+			s.endLaneCalls(ref, ErrStopped, drained)
 			ref.disp.stop()
+		}
+		// Batches parked for a move, and anything else still registered.
+		for _, id := range s.calls.matching(func(*call) bool { return true }) {
+			s.endCall(id, ErrStopped, true)
 		}
 		s.timers.Wait()
 		if s.gauges != nil {
 			_ = s.gauges.Unregister()
 		}
 		s.system.Shutdown()
-		close(done)
+		close(s.stopped)
 	}()
-	select {
-	case <-done:
+}
+
+// adminFor registers an administrative call to one lane, unless closed is
+// set (then it returns nil).
+func (s *Scheduler) adminFor(ref *laneRef, closed *atomic.Bool) *call {
+	c := &call{admin: true, id: s.nextCall.Add(1), done: make(chan struct{})}
+	c.lane.Store(ref)
+	if !s.calls.storeUnless(c, closed) {
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return c
 }

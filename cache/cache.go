@@ -272,7 +272,7 @@ func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable [
 			return false, evictable, nil
 		}
 		_ = graph.Destroy()
-		return false, evictable, &ReplayError{Stage: "update", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
+		return false, evictable, &ReplayError{Stage: "update", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
 	_ = graph.Destroy()
 	from := donor.Key

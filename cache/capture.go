@@ -64,7 +64,7 @@ func (e *Executable) Fingerprint() string {
 // be proven.
 func record(s cuda.Stream, cand Candidate, enqueue func(i int) error) (cuda.Graph, *Executable, error) {
 	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		return nil, nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
+		return nil, nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
 	panicked, encodeErr := encode(cand, enqueue)
 	graph, endErr := s.EndCapture()
@@ -84,14 +84,14 @@ func record(s cuda.Stream, cand Candidate, enqueue func(i int) error) (cuda.Grap
 		return nil, nil, &ReplayError{Stage: "encode capture", Detail: detail}
 	case encodeErr != nil:
 		discard()
-		return nil, nil, &ReplayError{Stage: "encode capture", Detail: encodeErr.Error(), EagerFallbackSafe: terminated && !cuda.IsSticky(encodeErr), Err: encodeErr}
+		return nil, nil, &ReplayError{Stage: "encode capture", Detail: encodeErr.Error(), EagerFallbackSafe: terminated && !cuda.Classify(encodeErr).Sticky, Err: encodeErr}
 	case endErr != nil || !terminated:
 		discard()
 		detail := "the stream is still capturing"
 		if endErr != nil {
 			detail = endErr.Error()
 		}
-		return nil, nil, &ReplayError{Stage: "end capture", Detail: detail, EagerFallbackSafe: terminated && !cuda.IsSticky(endErr), Err: endErr}
+		return nil, nil, &ReplayError{Stage: "end capture", Detail: detail, EagerFallbackSafe: terminated && !cuda.Classify(endErr).Sticky, Err: endErr}
 	}
 	exe := &Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: graph.NodeCount(), Scope: cand.Scope}
 	// Every command of the boundary issues exactly one graph node (a kernel,
@@ -111,7 +111,7 @@ func instantiate(graph cuda.Graph, exe *Executable) (*Executable, error) {
 	defer graph.Destroy()
 	x, err := graph.Instantiate()
 	if err != nil {
-		return nil, &ReplayError{Stage: "instantiate", Detail: err.Error(), EagerFallbackSafe: !cuda.IsSticky(err), Err: err}
+		return nil, &ReplayError{Stage: "instantiate", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
 	exe.Exec = x
 	return exe, nil

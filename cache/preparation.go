@@ -1,8 +1,9 @@
 package cache
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/lanesched/lanes/cuda"
 )
 
 // PrepState is the state of a cache's preparation lifecycle.
@@ -41,14 +42,14 @@ type Preparation struct {
 	CapacityDeferred int
 }
 
-// Errors of the lifecycle.
+// Errors of the lifecycle, classified by [cuda.Classify].
 var (
-	ErrNotOpen       = errors.New("cache: preparation is not open")
-	ErrAlreadyOpen   = errors.New("cache: preparation is already open")
-	ErrCapacity      = errors.New("cache: invalid capacity")
-	ErrNotQuiescent  = errors.New("cache: the stream has work in flight")
-	ErrNotSealed     = errors.New("cache: not sealed")
-	ErrNoDisposition = errors.New("cache: a non-resident candidate has no typed disposition")
+	ErrNotOpen       = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: preparation is not open")
+	ErrAlreadyOpen   = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: preparation is already open")
+	ErrCapacity      = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: invalid capacity")
+	ErrNotQuiescent  = cuda.NewSentinel(cuda.CodeNotQuiescent, "cache: the stream has work in flight")
+	ErrNotSealed     = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: not sealed")
+	ErrNoDisposition = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: a non-resident candidate has no typed disposition")
 )
 
 type tracker struct {

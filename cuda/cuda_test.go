@@ -1,9 +1,11 @@
 package cuda_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/lanesched/lanes/cuda"
@@ -79,21 +81,56 @@ func TestErrorsClassify(t *testing.T) {
 		t.Fatalf("oom: %+v", oom)
 	}
 	ill := fmt.Errorf("lane 3: %w", cuda.DriverError("fence query", cuda.CodeIllegalAddress, ""))
-	if !cuda.IsSticky(ill) || cuda.IsRetryable(ill) || !errors.Is(ill, cuda.ErrIllegalAddress) {
+	if !cuda.Classify(ill).Sticky || cuda.Classify(ill).Retryable || !errors.Is(ill, cuda.ErrIllegalAddress) {
 		t.Fatalf("illegal address: %v", ill)
 	}
-	if r := cuda.Describe(ill); r.Code != "cuda_illegal_address" || !r.Sticky {
-		t.Fatalf("describe: %+v", r)
+	if r := cuda.Classify(ill); r.Code != cuda.CodeIllegalAddress || r.Code.String() != "cuda_illegal_address" || !r.Sticky || r.Blame != cuda.BlameDevice {
+		t.Fatalf("classify: %+v", r)
 	}
 	c := cuda.Contractf("launch", cuda.ErrKernelArity, "2 != 3")
 	if !errors.Is(c, cuda.ErrKernelArity) || errors.Is(c, cuda.ErrOutOfMemory) || c.Error() != "cuda: launch: cuda_runtime_contract: 2 != 3" {
 		t.Fatalf("contract: %v", c)
 	}
-	if r := cuda.Describe(errors.New("boom")); r.Code != "cuda_unclassified" || r.Sticky || r.Retryable {
+	if r := cuda.Classify(c); r.Code != cuda.CodeContract || r.Blame != cuda.BlameCaller || !r.NotSubmitted {
+		t.Fatalf("contract classified: %+v", r)
+	}
+	if r := cuda.Classify(errors.New("boom")); r.Code != cuda.CodeUnclassified || r.Sticky || r.Retryable {
 		t.Fatalf("foreign error: %+v", r)
 	}
-	if cuda.Code(12345).String() != "cuda_driver_error_12345" || cuda.Describe(nil).Code != "cuda_success" {
+	if r := cuda.Classify(fmt.Errorf("waiting: %w", context.DeadlineExceeded)); r.Code != cuda.CodeDeadlineExceeded || r.Blame != cuda.BlameNone {
+		t.Fatalf("context error: %+v", r)
+	}
+	if cuda.Code(12345).String() != "cuda_driver_error_12345" || cuda.Classify(nil).Code != cuda.CodeSuccess {
 		t.Fatal("code names")
+	}
+	if r := cuda.Code(12345).Class(); r.Blame != cuda.BlameStream || r.Sticky {
+		t.Fatalf("an unknown driver code is the stream's: %+v", r)
+	}
+	// A sentinel of an upper layer: matched by errors.Is through wrapping,
+	// classified by its code.
+	over := cuda.NewSentinel(cuda.CodeOverloaded, "actors: overloaded")
+	w := fmt.Errorf("tenant t: %w", over)
+	if r := cuda.Classify(w); !errors.Is(w, over) || r.Code != cuda.CodeOverloaded || !r.Retryable || !r.NotSubmitted || r.Blame != cuda.BlameNone {
+		t.Fatalf("sentinel: %+v", r)
+	}
+}
+
+// TestEveryCodeHasAName: the one vocabulary has no gaps: every code of
+// every layer has a distinct stable name.
+func TestEveryCodeHasAName(t *testing.T) {
+	seen := map[string]cuda.Code{}
+	for c := cuda.Code(-1000); c <= 1000; c++ {
+		name := c.String()
+		if strings.HasPrefix(name, "cuda_driver_error_") {
+			continue
+		}
+		if prev, ok := seen[name]; ok {
+			t.Fatalf("codes %d and %d share the name %q", prev, c, name)
+		}
+		seen[name] = c
+	}
+	if len(seen) < 50 {
+		t.Fatalf("only %d named codes", len(seen))
 	}
 }
 

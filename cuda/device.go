@@ -29,6 +29,12 @@ type Device interface {
 	// Free releases a buffer. Like cuMemFree it first waits for the device's
 	// outstanding work; freeing during a global-mode capture invalidates it.
 	Free(b Buffer) error
+	// CheckBuffer reports whether b is a live buffer of this device
+	// instance, exactly the value Alloc returned: nil, or a contract error
+	// wrapping ErrForeignHandle (another instance) or ErrStaleHandle (freed,
+	// never allocated, or altered). It never waits and touches no stream,
+	// so a lane checks every handle of a batch before enqueuing any of it.
+	CheckBuffer(b Buffer) error
 	// Memory reports the device's memory accounting.
 	Memory() MemoryStats
 	// NewStream creates a stream.

@@ -5,106 +5,6 @@ import (
 	"fmt"
 )
 
-// Code is a stable error code. Driver codes carry the numbers of CUDA's
-// CUresult so the simulated and real devices report the same code for the
-// same failure; [CodeContract] marks a caller's mistake caught before any
-// work reached the device.
-type Code int32
-
-// The codes the backends report. The numbers are CUresult's.
-const (
-	CodeContract                 Code = -1
-	CodeSuccess                  Code = 0
-	CodeInvalidValue             Code = 1
-	CodeOutOfMemory              Code = 2
-	CodeNotInitialized           Code = 3
-	CodeDeinitialized            Code = 4
-	CodeInvalidContext           Code = 201
-	CodeInvalidHandle            Code = 400
-	CodeIllegalState             Code = 401
-	CodeNotFound                 Code = 500
-	CodeNotReady                 Code = 600
-	CodeIllegalAddress           Code = 700
-	CodeLaunchOutOfResources     Code = 701
-	CodeLaunchTimeout            Code = 702
-	CodeHardwareStackError       Code = 714
-	CodeIllegalInstruction       Code = 715
-	CodeMisalignedAddress        Code = 716
-	CodeInvalidAddressSpace      Code = 717
-	CodeInvalidPC                Code = 718
-	CodeLaunchFailed             Code = 719
-	CodeStreamCaptureUnsupported Code = 900
-	CodeStreamCaptureInvalidated Code = 901
-	CodeStreamCaptureMerge       Code = 902
-	CodeStreamCaptureUnmatched   Code = 903
-	CodeStreamCaptureUnjoined    Code = 904
-	CodeStreamCaptureIsolation   Code = 905
-	CodeStreamCaptureImplicit    Code = 906
-	CodeStreamCaptureWrongThread Code = 908
-	CodeGraphExecUpdateFailure   Code = 910
-	CodeUnknown                  Code = 999
-)
-
-var codeNames = map[Code]string{
-	CodeContract:                 "cuda_runtime_contract",
-	CodeSuccess:                  "cuda_success",
-	CodeInvalidValue:             "cuda_invalid_value",
-	CodeOutOfMemory:              "cuda_out_of_memory",
-	CodeNotInitialized:           "cuda_not_initialized",
-	CodeDeinitialized:            "cuda_deinitialized",
-	CodeInvalidContext:           "cuda_invalid_context",
-	CodeInvalidHandle:            "cuda_invalid_handle",
-	CodeIllegalState:             "cuda_illegal_state",
-	CodeNotFound:                 "cuda_not_found",
-	CodeNotReady:                 "cuda_not_ready",
-	CodeIllegalAddress:           "cuda_illegal_address",
-	CodeLaunchOutOfResources:     "cuda_launch_out_of_resources",
-	CodeLaunchTimeout:            "cuda_launch_timeout",
-	CodeHardwareStackError:       "cuda_hardware_stack_error",
-	CodeIllegalInstruction:       "cuda_illegal_instruction",
-	CodeMisalignedAddress:        "cuda_misaligned_address",
-	CodeInvalidAddressSpace:      "cuda_invalid_address_space",
-	CodeInvalidPC:                "cuda_invalid_pc",
-	CodeLaunchFailed:             "cuda_launch_failed",
-	CodeStreamCaptureUnsupported: "cuda_stream_capture_unsupported",
-	CodeStreamCaptureInvalidated: "cuda_stream_capture_invalidated",
-	CodeStreamCaptureMerge:       "cuda_stream_capture_merge",
-	CodeStreamCaptureUnmatched:   "cuda_stream_capture_unmatched",
-	CodeStreamCaptureUnjoined:    "cuda_stream_capture_unjoined",
-	CodeStreamCaptureIsolation:   "cuda_stream_capture_isolation",
-	CodeStreamCaptureImplicit:    "cuda_stream_capture_implicit",
-	CodeStreamCaptureWrongThread: "cuda_stream_capture_wrong_thread",
-	CodeGraphExecUpdateFailure:   "cuda_graph_exec_update_failure",
-	CodeUnknown:                  "cuda_driver_error",
-}
-
-// String returns the stable snake_case name of the code, such as
-// "cuda_out_of_memory"; codes without a name print as "cuda_driver_error_N".
-func (c Code) String() string {
-	if name, ok := codeNames[c]; ok {
-		return name
-	}
-	return fmt.Sprintf("cuda_driver_error_%d", int32(c))
-}
-
-// Sticky reports whether the code poisons the device's context: after it,
-// every call on every stream of the device fails, and only a new context
-// (a new device instance) recovers.
-func (c Code) Sticky() bool {
-	switch c {
-	case CodeIllegalAddress, CodeLaunchTimeout, CodeHardwareStackError, CodeIllegalInstruction,
-		CodeMisalignedAddress, CodeInvalidAddressSpace, CodeInvalidPC, CodeLaunchFailed:
-		return true
-	}
-	return false
-}
-
-// Retryable reports whether the same work may succeed if tried again later,
-// with nothing changed but time (memory freed elsewhere, a queue drained).
-func (c Code) Retryable() bool {
-	return c == CodeOutOfMemory || c == CodeNotReady || c == CodeLaunchOutOfResources
-}
-
 // Error is every error a backend returns. Op names the operation that failed,
 // Code classifies it. A contract violation (the caller's mistake, caught
 // before anything was enqueued) has Code [CodeContract] and wraps one of the
@@ -130,6 +30,17 @@ func (e *Error) Error() string {
 
 // Unwrap returns the contract sentinel, if any.
 func (e *Error) Unwrap() error { return e.Contract }
+
+// Class classifies the error: a contract violation is the caller's and was
+// refused before anything ran; a driver error is classified by its code.
+func (e *Error) Class() Class {
+	c := e.Code.Class()
+	c.Retryable, c.Sticky = e.Retryable, e.Sticky
+	if e.Sticky {
+		c.Blame = BlameDevice
+	}
+	return c
+}
 
 // Is matches a code sentinel such as [ErrOutOfMemory] by code.
 func (e *Error) Is(target error) bool {
@@ -183,40 +94,4 @@ func contractf(op string, sentinel error, format string, args ...any) *Error {
 // code as sticky and retryable from CUDA's documented behaviour.
 func DriverError(op string, code Code, detail string) *Error {
 	return &Error{Op: op, Code: code, Sticky: code.Sticky(), Retryable: code.Retryable(), Detail: detail}
-}
-
-// Report is an error described for callers, logs and spans, in the spirit of
-// a runtime's describe_error: a stable code, the message, and what a caller
-// may do about it.
-type Report struct {
-	Code      string // stable snake_case code, e.g. "cuda_out_of_memory"
-	Message   string
-	Retryable bool
-	Sticky    bool
-}
-
-// Describe classifies any error. Errors that are not a [*Error] (a panic
-// recovered in a provider, say) are reported as "cuda_unclassified", neither
-// retryable nor sticky.
-func Describe(err error) Report {
-	if err == nil {
-		return Report{Code: CodeSuccess.String()}
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return Report{Code: e.Code.String(), Message: err.Error(), Retryable: e.Retryable, Sticky: e.Sticky}
-	}
-	return Report{Code: "cuda_unclassified", Message: err.Error()}
-}
-
-// IsSticky reports whether err poisons the device it came from.
-func IsSticky(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Sticky
-}
-
-// IsRetryable reports whether the call that returned err may succeed later.
-func IsRetryable(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Retryable
 }

@@ -55,6 +55,9 @@ type HostMemory interface {
 	AllocHost(size uint64) (HostBuffer, error)
 	// FreeHost releases it; work that still reads it must have finished.
 	FreeHost(h HostBuffer) error
+	// CheckHost reports whether h is live pinned host memory of this
+	// device instance, exactly as AllocHost returned it (as CheckBuffer).
+	CheckHost(h HostBuffer) error
 	// WriteHost copies src into the staging now, on the host. No command
 	// that reads the region may be in flight.
 	WriteHost(dst HostRegion, src []byte) error

@@ -178,7 +178,6 @@ func (l *Lane) validate(b *Batch) error {
 			return err
 		}
 	}
-	inst := l.dev.Info().Instance
 	for i := range b.Entries {
 		e := &b.Entries[i]
 		if e.Node < cache.NoNode {
@@ -214,12 +213,90 @@ func (l *Lane) validate(b *Batch) error {
 			}
 		}
 	}
-	for _, buf := range b.Retain {
-		if buf.Device != inst {
-			return invalid("retained buffer %d belongs to device instance %d, not %d", buf.ID, buf.Device, inst)
+	return l.checkHandles(b)
+}
+
+// ForHandles calls buffer for every device buffer the batch names and host
+// for every pinned host buffer, and stops at the first error: the entries'
+// commands (their regions in [cuda.Command.ForRegions] order, then a stage
+// command's staging), the patches (a typed patch's layout region, an opaque
+// one's destination) and the retained buffers. An invocation names no
+// buffer itself: it replays its program's. Lanes validate every handle it
+// visits, and a scheduler checks every one's ownership, through this one
+// walk.
+func (b *Batch) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.HostBuffer) error) error {
+	for i := range b.Entries {
+		c := &b.Entries[i].Command
+		if b.Entries[i].Invoke != nil {
+			continue
+		}
+		if err := c.ForRegions(func(r cuda.Region) error { return buffer(r.Buffer) }); err != nil {
+			return err
+		}
+		if c.Kind == cuda.KindStageIn || c.Kind == cuda.KindStageOut {
+			if err := host(c.Staging.Buffer); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range b.Patches {
+		dst := p.Dst
+		if p.Layout != nil {
+			dst = p.Layout.Region
+		}
+		if err := buffer(dst.Buffer); err != nil {
+			return err
+		}
+	}
+	for _, r := range b.Retain {
+		if err := buffer(r); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// checkHandles checks that every buffer the batch names is live on the
+// lane's device, exactly as allocated, before anything is enqueued: a freed,
+// forged or foreign handle is the caller's error, never the stream's. Each
+// distinct handle of a small batch is checked once.
+func (l *Lane) checkHandles(b *Batch) error {
+	seen := l.handleScratch[:0]
+	defer func() { l.handleScratch = seen[:0] }()
+	hm, _ := l.dev.(cuda.HostMemory)
+	return b.ForHandles(func(buf cuda.Buffer) error {
+		for _, s := range seen {
+			if s == buf {
+				return nil
+			}
+		}
+		if err := l.dev.CheckBuffer(buf); err != nil {
+			return invalidHandle(err)
+		}
+		if len(seen) < maxHandleScratch {
+			seen = append(seen, buf)
+		}
+		return nil
+	}, func(h cuda.HostBuffer) error {
+		if hm == nil {
+			return invalid("host staging buffer %d on a device without pinned host memory", h.ID)
+		}
+		if err := hm.CheckHost(h); err != nil {
+			return invalidHandle(err)
+		}
+		return nil
+	})
+}
+
+// maxHandleScratch bounds the distinct handles a lane remembers while
+// checking one batch (the scan is linear; larger batches check repeats).
+const maxHandleScratch = 32
+
+// invalidHandle is a device's refusal of a handle as a batch error: it
+// wraps both, so errors.Is finds lanes.ErrInvalidBatch and the device's
+// sentinel (cuda.ErrStaleHandle, say).
+func invalidHandle(err error) error {
+	return fmt.Errorf("%w: %w", ErrInvalidBatch, err)
 }
 
 // validateCommand checks a command against the lane's device without

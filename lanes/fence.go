@@ -15,6 +15,10 @@ type Outcome uint8
 const (
 	Succeeded     Outcome = iota + 1 // the fence completed
 	Indeterminate                    // the device failed with the work in flight: its effect is unknown
+	// Refused: the caller's error stopped the batch partway (see
+	// [Lane.Submit]); what was enqueued before it ran to completion, the
+	// rest never ran, and the lane is healthy.
+	Refused
 )
 
 // String names the outcome.
@@ -24,6 +28,8 @@ func (o Outcome) String() string {
 		return "succeeded"
 	case Indeterminate:
 		return "indeterminate"
+	case Refused:
+		return "refused"
 	}
 	return "unknown"
 }
@@ -38,10 +44,15 @@ type SpanTiming struct {
 
 // Receipt is the terminal report of one submission.
 type Receipt struct {
-	Fence      uint64
-	Outcome    Outcome
-	Err        error         // for Indeterminate
-	Report     Report        // Err described
+	Fence   uint64
+	Outcome Outcome
+	// Err is why the submission did not succeed: an [*Error], classified
+	// (cuda.Classify); nil when it succeeded.
+	Err error
+	// Tenant and Lane say where it ran: the lane's Config.ID, and the
+	// tenant a scheduler submitted it for ("" for a lane driven directly).
+	Tenant     string
+	Lane       int
 	DeviceTime time.Duration // from the start event to the fence; 0 without timing
 	Spans      []SpanTiming
 	// HostStart is the host time (on Config.Now's clock) at which the
@@ -73,6 +84,7 @@ type pending struct {
 	hostTimed  bool
 	retain     []cuda.Buffer
 	att        Attribution
+	refused    *Error // set when the caller's error stopped the batch partway
 }
 
 // collect retires every pending submission whose fence is terminal, in
@@ -153,8 +165,7 @@ func (l *Lane) recycle(p *pending) {
 // receipt; their buffers move to quarantine.
 func (l *Lane) endIndeterminate(err error) {
 	for _, p := range l.pending {
-		r := Receipt{Fence: p.fence, Outcome: Indeterminate, Err: err, Attribution: p.att}
-		r.Report = Describe(failed("fence", err))
+		r := Receipt{Fence: p.fence, Outcome: Indeterminate, Err: failed("fence", err), Lane: int(l.id), Attribution: p.att}
 		l.ready = append(l.ready, r)
 		l.quarantine = append(l.quarantine, p)
 	}
@@ -163,7 +174,10 @@ func (l *Lane) endIndeterminate(err error) {
 
 // receipt builds the receipt of a completed submission.
 func (l *Lane) receipt(p *pending) Receipt {
-	r := Receipt{Fence: p.fence, Outcome: Succeeded, Attribution: p.att, Released: p.retain, Report: Describe(nil)}
+	r := Receipt{Fence: p.fence, Outcome: Succeeded, Lane: int(l.id), Attribution: p.att, Released: p.retain}
+	if p.refused != nil {
+		r.Outcome, r.Err = Refused, p.refused
+	}
 	if p.start != nil {
 		r.DeviceTime, _ = p.end.Elapsed(p.start)
 		r.HostStart, r.HostTimed = p.hostStart, p.hostTimed
@@ -229,14 +243,12 @@ func (l *Lane) Wait(fence uint64) (Receipt, error) {
 		return Receipt{}, rejected("wait", fmt.Errorf("%w: fence %d is not pending (already received, or never issued)", ErrUnknownFence, fence))
 	}
 	// One speculative non-blocking query first: a finished fence needs no
-	// blocking call. No spin loop.
+	// blocking call.
 	if q := target.end.Query(); q.State == cuda.FenceComplete {
 		l.counters.SpeculativeHits++
-	} else {
-		l.counters.SyncPoints++
-		if err := target.end.Synchronize(); err != nil {
-			l.fail(err)
-		}
+	} else if err := l.await(target.end.Query, target.end.Synchronize); err != nil {
+		l.fail(err)
+		l.endIndeterminate(err)
 	}
 	l.collect()
 	if r, ok := l.takeReady(fence); ok {
@@ -250,16 +262,7 @@ func (l *Lane) Wait(fence uint64) (Receipt, error) {
 // free to reuse. On failure the lane fails and every pending submission
 // ends indeterminate; the quarantine stays.
 func (l *Lane) Synchronize() ([]Receipt, []cuda.Buffer, error) {
-	var err error
-	if q := l.s.Query(); q.State == cuda.FenceComplete && q.Err == nil {
-		l.counters.SpeculativeHits++
-	} else {
-		l.counters.SyncPoints++
-		err = l.s.Synchronize()
-	}
-	if err != nil {
-		l.fail(err)
-		l.endIndeterminate(err)
+	if err := l.awaitStream(); err != nil {
 		return l.drain(nil), nil, failed("synchronize", err)
 	}
 	l.collect()
@@ -269,4 +272,63 @@ func (l *Lane) Synchronize() ([]Receipt, []cuda.Buffer, error) {
 	}
 	l.quarantine = nil
 	return l.drain(nil), released, nil
+}
+
+// awaitStream waits until the stream is idle. On failure the lane fails
+// and every pending submission ends indeterminate.
+func (l *Lane) awaitStream() error {
+	q := l.s.Query()
+	if q.State == cuda.FenceComplete && q.Err == nil {
+		l.counters.SpeculativeHits++
+		return nil
+	}
+	err := q.Err
+	if err == nil {
+		err = l.await(l.s.Query, l.s.Synchronize)
+	}
+	if err != nil {
+		l.fail(err)
+		l.endIndeterminate(err)
+	}
+	return err
+}
+
+// await waits for a fence (an event's or the stream's tail) to be terminal:
+// with no Waiter, in the device's blocking call; with one, by querying
+// without blocking and pausing in the Waiter between queries, retiring
+// finished submissions as it goes (which is the progress the Waiter sees).
+// It counts one sync point either way.
+func (l *Lane) await(query func() cuda.FenceQuery, block func() error) error {
+	l.counters.SyncPoints++
+	if l.waiter == nil {
+		return block()
+	}
+	l.waiter.Begin()
+	for {
+		q := query()
+		switch {
+		case q.Err != nil:
+			return q.Err
+		case q.State != cuda.FencePending:
+			return nil
+		}
+		before := len(l.ready)
+		l.collect()
+		if l.state == Failed {
+			return l.failure
+		}
+		if err := l.waiter.Pause(len(l.ready) > before); err != nil {
+			return err
+		}
+	}
+}
+
+// Abandon gives up on the stream without waiting for it (its kernel never
+// finishes, say): the lane fails with cause, every pending submission ends
+// Indeterminate, and their receipts are returned with any already ended.
+// Nothing blocks on the stream again; the lane accepts no more work.
+func (l *Lane) Abandon(cause error) []Receipt {
+	l.fail(cause)
+	l.endIndeterminate(cause)
+	return l.drain(nil)
 }

@@ -65,8 +65,8 @@ func FuzzSubmit(f *testing.F) {
 		sub, err := r.lane.Submit(b)
 		if err != nil {
 			var le *lanes.Error
-			if !errors.As(err, &le) || le.Code == "" {
-				t.Fatalf("untyped error %v", err)
+			if !errors.As(err, &le) || le.Code == cuda.CodeUnclassified || le.Blame != cuda.BlameCaller || !le.NotSubmitted {
+				t.Fatalf("a refused batch that is not the caller's error: %v (%+v)", err, cuda.Classify(err))
 			}
 			if r.lane.State() == lanes.Failed {
 				t.Fatalf("a refused batch failed the lane: %v", err)

@@ -46,6 +46,21 @@ type StageSink interface {
 	Stage(lane uint64, stage Stage, d time.Duration)
 }
 
+// Waiter paces a lane's waits on the device. A lane without one blocks in
+// the device's own synchronize calls, which never return if a kernel hangs;
+// with one, the lane waits by querying without blocking and calls the
+// waiter between queries, so the waiter decides how long is too long.
+type Waiter interface {
+	// Begin starts a wait.
+	Begin()
+	// Pause is called while the wait is not over, between non-blocking
+	// queries; progressed reports whether a submission of the lane ended
+	// since the previous call. It sleeps or spins as it likes; an error
+	// ends the wait: the lane fails with it, and every submission in
+	// flight ends Indeterminate.
+	Pause(progressed bool) error
+}
+
 // Config configures a lane. Device and Stream are required; the stream must
 // be of the device. Now is the host clock the lane reads, and the only one:
 // for stage timings when Stages is set, and to anchor each timed
@@ -57,6 +72,9 @@ type Config struct {
 	Runtime string // runtime implementation fingerprint of the programs
 	Stages  StageSink
 	Now     func() time.Duration
+	// Waiter paces every wait on the device (Wait, Synchronize, Readback,
+	// staged Replay); nil blocks in the device's calls.
+	Waiter Waiter
 }
 
 // Counters are a lane's replay observations since it was made.
@@ -85,20 +103,22 @@ type Lane struct {
 	catalog *programs.Catalog
 	stages  StageSink
 	now     func() time.Duration
+	waiter  Waiter
 
-	state      State
-	failure    error
-	nextFence  uint64
-	pending    []*pending
-	quarantine []*pending
-	spare      []*pending // completed submissions' records, reused by the next ones
-	ready      []Receipt
-	counters   Counters
-	staged     StagedCounters
-	scratch    []cache.Command   // plan's view of a batch, reused
-	planned    plan              // the plan of the Submit in progress, reused
-	memo       *cache.Memo       // keys of the commands and segments the lane has seen
-	ops        map[string]string // kernel -> its row operation id
+	state         State
+	failure       error
+	nextFence     uint64
+	pending       []*pending
+	quarantine    []*pending
+	spare         []*pending // completed submissions' records, reused by the next ones
+	ready         []Receipt
+	counters      Counters
+	staged        StagedCounters
+	scratch       []cache.Command   // plan's view of a batch, reused
+	handleScratch []cuda.Buffer     // handles a batch's check has seen, reused
+	planned       plan              // the plan of the Submit in progress, reused
+	memo          *cache.Memo       // keys of the commands and segments the lane has seen
+	ops           map[string]string // kernel -> its row operation id
 
 	// Attributions repeat step after step: rows and logical commands are
 	// built in scratch slices and interned (intern.go).
@@ -129,7 +149,7 @@ func New(cfg Config) (*Lane, error) {
 	}
 	c := cache.New()
 	return &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
-		stages: cfg.Stages, now: cfg.Now, attrHash: newAttributionHash()}, nil
+		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash()}, nil
 }
 
 // ID is the lane's id.
@@ -190,7 +210,7 @@ func (l *Lane) quiescent() bool {
 func (l *Lane) requireQuiescent(op string) error {
 	l.collect()
 	if l.state == Failed {
-		return rejected(op, fmt.Errorf("%w: %v", ErrFailed, l.failure))
+		return rejected(op, fmt.Errorf("%w: %w", ErrFailed, l.failure))
 	}
 	if !l.quiescent() {
 		return rejected(op, fmt.Errorf("%w: %d submissions in flight and %d quarantined; poll or synchronize first", ErrNotQuiescent, len(l.pending), len(l.quarantine)))
@@ -278,6 +298,9 @@ func (l *Lane) Readback(src cuda.Region, layout ReadbackLayout, dst []byte) erro
 		return rejected(op, fmt.Errorf("%w: layout of %d %v is %d bytes; the region is %d", ErrReadback, layout.Count, layout.Elem, layout.Count*layout.Elem.Size(), src.Length))
 	case uint64(len(dst)) != src.Length:
 		return rejected(op, fmt.Errorf("%w: destination holds %d bytes for %d", ErrReadback, len(dst), src.Length))
+	}
+	if err := l.awaitStream(); err != nil {
+		return failed(op, err)
 	}
 	if err := l.s.Readback(src, dst); err != nil {
 		l.fail(err)

@@ -148,8 +148,8 @@ func TestFailureMidBatchQuarantines(t *testing.T) {
 	if r.lane.State() != lanes.Failed || r.lane.Quarantined() != 1 {
 		t.Fatalf("state %v quarantined %d", r.lane.State(), r.lane.Quarantined())
 	}
-	if rep := lanes.Describe(err); rep.Code != "cuda_launch_out_of_resources" || rep.Retryable || rep.NotSubmitted {
-		t.Fatalf("report %+v", rep)
+	if c := cuda.Classify(err); c.Code != cuda.CodeLaunchOutOfResources || c.Blame != cuda.BlameStream || c.Retryable || c.NotSubmitted {
+		t.Fatalf("classified %+v", c)
 	}
 	if _, err := r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}}); !errors.Is(err, lanes.ErrFailed) || !errors.As(err, &le) || !le.NotSubmitted {
 		t.Fatalf("submit to a failed lane: %v", err)
@@ -173,7 +173,7 @@ func TestStickyFaultEndsInFlightIndeterminate(t *testing.T) {
 		t.Fatalf("receipts %+v", got)
 	}
 	for _, rc := range got {
-		if rc.Outcome != lanes.Indeterminate || !cuda.IsSticky(rc.Err) || !rc.Report.Sticky || len(rc.Released) != 0 {
+		if rc.Outcome != lanes.Indeterminate || !cuda.Classify(rc.Err).Sticky || cuda.Classify(rc.Err).Blame != cuda.BlameDevice || !errors.Is(rc.Err, cuda.ErrIllegalAddress) || len(rc.Released) != 0 {
 			t.Fatalf("receipt %+v", rc)
 		}
 	}
@@ -226,7 +226,7 @@ func TestAdministrationNeedsQuiescence(t *testing.T) {
 	r := newRig(t, sim.Virtual, 1)
 	r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
 	_, err := r.lane.Configure(2)
-	if !errors.Is(err, lanes.ErrNotQuiescent) || !lanes.Describe(err).Retryable {
+	if !errors.Is(err, lanes.ErrNotQuiescent) || !cuda.Classify(err).Retryable {
 		t.Fatalf("configure with work in flight: %v", err)
 	}
 	for _, call := range []func() error{
@@ -293,7 +293,25 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 	both.Invoke = &programs.Invocation{Program: programs.ProgramID{Runtime: "lanes-test", Name: "p"}}
 	badKernel := r.eagerInc(0, 0)
 	badKernel.Command.Kernel = "nope"
+	// Handles the device no longer (or never) handed out: each is the
+	// caller's error, found before anything is enqueued.
+	freedBuf, _ := r.dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	_ = r.dev.Free(freedBuf)
+	freed := r.eagerInc(0, 0)
+	freed.Command.Args[0] = cuda.BufferArg(freedBuf.Whole())
+	forgedBuf := r.bufs[0]
+	forgedBuf.Size *= 4
+	forged := r.eagerInc(0, 0)
+	forged.Command.Args[0] = cuda.BufferArg(forgedBuf.Whole())
+	zeroFreed, _ := cuda.Zero(freedBuf.Whole())
+	freedPatch := lanes.Patch{Dst: freedBuf.Whole(), Bytes: make([]byte, 64)}
 	cases := map[string]lanes.Batch{
+		"freed buffer":     {Entries: []lanes.Entry{freed}},
+		"freed zero":       {Entries: []lanes.Entry{r.eagerInc(0, 0), {Phase: lanes.DynamicBinding, Node: cache.NoNode, Command: zeroFreed}}},
+		"forged size":      {Entries: []lanes.Entry{forged}},
+		"patch freed":      {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Patches: []lanes.Patch{freedPatch}},
+		"retain freed":     {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Retain: []cuda.Buffer{freedBuf}},
+		"retain forged":    {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Retain: []cuda.Buffer{forgedBuf}},
 		"empty":            {},
 		"foreign buffer":   {Entries: []lanes.Entry{foreign}},
 		"kernel arity":     {Entries: []lanes.Entry{arity}},
@@ -309,14 +327,71 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 	for name, b := range cases {
 		_, err := r.lane.Submit(b)
 		var le *lanes.Error
-		if !errors.As(err, &le) || !le.NotSubmitted || le.Code == "" {
-			t.Errorf("%s: %v", name, err)
+		if !errors.As(err, &le) || !le.NotSubmitted || le.Blame != cuda.BlameCaller || le.Code == cuda.CodeUnclassified {
+			t.Errorf("%s: %v (%+v)", name, err, cuda.Classify(err))
 		}
 		t.Logf("%s: %v", name, err)
 	}
 	if r.traceLen() != before || r.lane.State() != lanes.Ready {
 		t.Fatal("a rejected batch reached the stream")
 	}
+}
+
+// TestCallerErrorMidwayKeepsTheLane: a handle freed between the batch's
+// check and its command's enqueue (a stream decorator frees it here, as a
+// racing caller would) is still the caller's error: the lane stays healthy,
+// fences what it enqueued, and the submission ends Refused at that fence.
+func TestCallerErrorMidwayKeepsTheLane(t *testing.T) {
+	r := newRig(t, sim.Virtual, 2)
+	victim := r.bufs[1]
+	s := &freeingStream{Stream: r.s, dev: r.dev, buf: victim, after: 1}
+	l, err := lanes.New(lanes.Config{ID: 2, Device: r.dev, Stream: s, Runtime: "lanes-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), r.eagerInc(1, 1)}, Retain: []cuda.Buffer{r.bufs[0]}})
+	var le *lanes.Error
+	if !errors.As(err, &le) || le.NotSubmitted || le.Blame != cuda.BlameCaller || !errors.Is(err, cuda.ErrStaleHandle) || sub.Fence == 0 {
+		t.Fatalf("submit: %+v %v", sub, err)
+	}
+	if l.State() == lanes.Failed {
+		t.Fatalf("the caller's error failed the lane: %v", l.Err())
+	}
+	rcs, _, err := l.Synchronize()
+	if err != nil || len(rcs) != 1 || rcs[0].Fence != sub.Fence || rcs[0].Outcome != lanes.Refused || !errors.Is(rcs[0].Err, cuda.ErrStaleHandle) || len(rcs[0].Released) != 1 {
+		t.Fatalf("receipts %+v, %v", rcs, err)
+	}
+	if got := r.count(0); got != 1 {
+		t.Fatalf("the enqueued part ran %d times, want once", got)
+	}
+	next := r.eagerInc(0, 0)
+	if _, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{next}}); err != nil {
+		t.Fatalf("the lane refused the next batch: %v", err)
+	}
+}
+
+// freeingStream frees buf on the device right after its after-th enqueue.
+type freeingStream struct {
+	cuda.Stream
+	dev   *sim.Device
+	buf   cuda.Buffer
+	after int
+	n     int
+}
+
+func (s *freeingStream) Unwrap() cuda.Stream { return s.Stream }
+
+func (s *freeingStream) Enqueue(c cuda.Command) error {
+	err := s.Stream.Enqueue(c)
+	if s.n++; s.n == s.after {
+		if err := s.Stream.Synchronize(); err != nil {
+			return err
+		}
+		if err := s.dev.Free(s.buf); err != nil {
+			return err
+		}
+	}
+	return err
 }
 
 func TestProviderPanicFailsTheLane(t *testing.T) {
@@ -358,3 +433,61 @@ func TestStageTimings(t *testing.T) {
 type stageLog struct{ stages []lanes.Stage }
 
 func (s *stageLog) Stage(_ uint64, st lanes.Stage, _ time.Duration) { s.stages = append(s.stages, st) }
+
+// countingWaiter gives up after limit pauses without progress.
+type countingWaiter struct {
+	limit, idle, begun int
+	give               error
+}
+
+func (w *countingWaiter) Begin() { w.begun++; w.idle = 0 }
+
+func (w *countingWaiter) Pause(progressed bool) error {
+	if progressed {
+		w.idle = 0
+	}
+	if w.idle++; w.idle > w.limit {
+		return w.give
+	}
+	time.Sleep(100 * us)
+	return nil
+}
+
+// TestWaiterBoundsWaitsOnAHungKernel: with a Waiter, Synchronize on a
+// stream whose kernel never finishes returns the waiter's error instead of
+// blocking forever; the lane fails and its submissions end Indeterminate,
+// each exactly once, the finished one Succeeded.
+func TestWaiterBoundsWaitsOnAHungKernel(t *testing.T) {
+	r := newRig(t, sim.RealTime, 1, sim.Fault{Kind: sim.FaultHang, Nth: 2})
+	hung := errors.New("test: hung")
+	w := &countingWaiter{limit: 50, give: hung}
+	l, err := lanes.New(lanes.Config{ID: 3, Device: r.dev, Stream: r.s, Runtime: "lanes-test", Waiter: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcs, _, err := l.Synchronize()
+	if !errors.Is(err, hung) || l.State() != lanes.Failed || w.begun != 1 {
+		t.Fatalf("synchronize on a hung stream: %v, state %v", err, l.State())
+	}
+	byFence := map[uint64]lanes.Outcome{}
+	for _, rc := range rcs {
+		if _, dup := byFence[rc.Fence]; dup {
+			t.Fatalf("fence %d ended twice", rc.Fence)
+		}
+		byFence[rc.Fence] = rc.Outcome
+	}
+	if byFence[done.Fence] != lanes.Succeeded || byFence[stuck.Fence] != lanes.Indeterminate || len(byFence) != 2 {
+		t.Fatalf("outcomes %v", byFence)
+	}
+	if got := l.Abandon(hung); len(got) != 0 {
+		t.Fatalf("abandon after the end: %+v", got)
+	}
+}

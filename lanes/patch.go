@@ -25,7 +25,7 @@ func (l *Layout) Validate() error {
 		return fmt.Errorf("%w: layout has no id", ErrPatch)
 	}
 	if err := l.Region.Validate(); err != nil {
-		return fmt.Errorf("%w: layout %s: %v", ErrPatch, l.ID, err)
+		return fmt.Errorf("%w: layout %s: %w", ErrPatch, l.ID, err)
 	}
 	var at uint64
 	for i, f := range l.Fields {
@@ -64,7 +64,7 @@ func coalesce(patches []Patch) (prelude []cuda.Command, err error) {
 			}
 			up, err := cuda.Upload(p.Dst, p.Bytes)
 			if err != nil {
-				return nil, fmt.Errorf("%w: opaque patch %d: %v", ErrPatch, i, err)
+				return nil, fmt.Errorf("%w: opaque patch %d: %w", ErrPatch, i, err)
 			}
 			prelude = append(prelude, up)
 			continue
@@ -105,7 +105,7 @@ func coalesce(patches []Patch) (prelude []cuda.Command, err error) {
 	}
 	agg, err := cuda.Upload(layout.Region, payload)
 	if err != nil {
-		return nil, fmt.Errorf("%w: layout %s: %v", ErrPatch, layout.ID, err)
+		return nil, fmt.Errorf("%w: layout %s: %w", ErrPatch, layout.ID, err)
 	}
 	return append([]cuda.Command{agg}, prelude...), nil
 }

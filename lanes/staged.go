@@ -4,19 +4,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
-
-// ErrIndexMap marks a logical index map that is not a dense permutation.
-var ErrIndexMap = errors.New("lanes: invalid index map")
-
-// ErrStagedInput marks inputs that do not fit a staged program.
-var ErrStagedInput = errors.New("lanes: invalid staged input")
 
 // Slot is one staged input or output: the pinned host staging a captured
 // copy reads or writes, and the device region on the other side.
@@ -131,6 +124,12 @@ func NewStaged(inputs []Slot, inputMap []int, outputs []Slot, outputMap []int, c
 	st.full = Batch{Path: ReplayedOnly, Timing: TimingCompletion, Entries: append(append(append([]Entry{}, ins...), compute...), outs...)}
 	st.resident = Batch{Path: ReplayedOnly, Timing: TimingCompletion, Entries: append(append([]Entry{}, compute...), outs...)}
 	return st, nil
+}
+
+// ForHandles visits every device buffer and pinned host buffer the program
+// names (its slots and its compute entries), as [Batch.ForHandles] does.
+func (st *Staged) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.HostBuffer) error) error {
+	return st.full.ForHandles(buffer, host)
 }
 
 // Prepare captures both variants of a staged program (the lane's cache must

@@ -72,8 +72,15 @@ type plan struct {
 
 // Submit validates, prepares and enqueues a batch and records its fence.
 // An error before anything was enqueued is NotSubmitted and leaves the lane
-// as it was; an error after enqueue began fails the lane and quarantines the
-// batch. A panic in a provider is recovered and fails the lane.
+// as it was. A device error after enqueue began fails the lane and
+// quarantines the batch. A panic in a provider is recovered and fails the
+// lane.
+//
+// One case is neither: the caller's error found after part of the batch was
+// enqueued (a handle that was valid when the batch was checked, freed by the
+// time its command was enqueued). The stream is fine, so the lane stays
+// healthy: it fences what was enqueued and returns that fence with the
+// error; the submission then ends at the fence with a [Refused] receipt.
 func (l *Lane) Submit(b Batch) (sub Submission, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -84,7 +91,7 @@ func (l *Lane) Submit(b Batch) (sub Submission, err error) {
 	}()
 	if l.state == Failed {
 		l.counters.Rejected++
-		return Submission{}, rejected("submit", fmt.Errorf("%w: %v", ErrFailed, l.failure))
+		return Submission{}, rejected("submit", fmt.Errorf("%w: %w", ErrFailed, l.failure))
 	}
 	t := l.stamp()
 	l.collect()
@@ -141,7 +148,7 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 		}
 	}
 	if p.disc, err = l.memo.Discover(cmds, b.EagerBoundaries); err != nil {
-		return nil, rejected(op, fmt.Errorf("%w: %v", ErrInvalidBatch, err))
+		return nil, rejected(op, fmt.Errorf("%w: %w", ErrInvalidBatch, err))
 	}
 	if b.Path == EagerOnly {
 		p.disc.Candidates = nil
@@ -153,12 +160,12 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 		// Capture failed in a way that leaves eager fallback unsafe: the
 		// batch ran nothing, but the stream cannot be trusted.
 		l.fail(err)
-		return nil, &Error{Op: op, Code: "capture_failed", NotSubmitted: true, Err: fmt.Errorf("%w: %v", ErrFailed, err)}
+		return nil, rejected(op, fmt.Errorf("%w: %w", ErrCaptureFailed, err))
 	}
 	for _, k := range p.rep.Evicted {
 		if _, err := l.catalog.Evict(k); err != nil {
 			l.fail(err)
-			return nil, &Error{Op: op, Code: "program_invalid", NotSubmitted: true, Err: err}
+			return nil, rejected(op, fmt.Errorf("%w: %w", ErrFailed, err))
 		}
 	}
 	for ci, c := range p.disc.Candidates {
@@ -302,6 +309,11 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	att := Attribution{Prelude: len(p.prelude), Events: p.events()}
 	rows := l.rowScratch[:0]
 	fail := func(err error) (Submission, error) {
+		if cuda.Classify(err).Blame == cuda.BlameCaller && l.s.Capture() == cuda.CaptureNone {
+			if sub, ok := l.refuseMidway(pd, att, rows, err); ok {
+				return sub, failed(op, err)
+			}
+		}
 		l.fail(err)
 		l.quarantine = append(l.quarantine, pd)
 		return Submission{}, failed(op, err)
@@ -403,6 +415,28 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	l.state = Submitted
 	l.counters.Submissions++
 	return Submission{Fence: pd.fence, Attribution: att, Preparation: p.rep}, nil
+}
+
+// refuseMidway ends a batch the caller got wrong after part of it was
+// enqueued: the stream is healthy, so the lane fences what was enqueued and
+// keeps going; the submission ends at that fence as Refused, with the
+// caller's error. It reports false if even the fence cannot be recorded.
+func (l *Lane) refuseMidway(pd *pending, att Attribution, rows []Row, cause error) (Submission, bool) {
+	end, err := l.s.RecordFence()
+	if err != nil {
+		return Submission{}, false
+	}
+	if pd.start != nil { // the start event's pair: the fence is untimed
+		pd.start.Release()
+		pd.start = nil
+	}
+	l.rowScratch = rows
+	att.Rows = append([]Row(nil), rows...)
+	pd.end, pd.att, pd.refused = end, att, failed("submit", cause)
+	l.pending = append(l.pending, pd)
+	l.state = Submitted
+	l.counters.Rejected++
+	return Submission{Fence: pd.fence, Attribution: att}, true
 }
 
 // timed runs one enqueue, bracketed by an event pair when on.

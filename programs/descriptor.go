@@ -1,12 +1,12 @@
 package programs
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
 )
 
 // ProgramID names a program. It carries the runtime implementation
@@ -38,17 +38,18 @@ type Capture struct {
 	Bindings        []int // sorted, unique, < Nodes, not eager boundaries
 }
 
-// Errors of programs, each wrapped with what was wrong.
+// Errors of programs, each wrapped with what was wrong and classified by
+// [cuda.Classify] as program_invalid.
 var (
-	ErrTopology        = errors.New("programs: invalid program topology")
-	ErrForeignRuntime  = errors.New("programs: program of another runtime")
-	ErrNotSealed       = errors.New("programs: the catalog needs a sealed cache")
-	ErrUnknownProgram  = errors.New("programs: no such program")
-	ErrSegmentMismatch = errors.New("programs: segment reference differs from the sealed catalog")
-	ErrNotResident     = errors.New("programs: segment executable is not resident")
-	ErrNoAttribution   = errors.New("programs: segment lacks logical graph-node attribution")
-	ErrMonotonic       = errors.New("programs: update is not monotonic")
-	ErrRegistration    = errors.New("programs: batch does not match its capture")
+	ErrTopology        = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: invalid program topology")
+	ErrForeignRuntime  = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: program of another runtime")
+	ErrNotSealed       = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: the catalog needs a sealed cache")
+	ErrUnknownProgram  = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: no such program")
+	ErrSegmentMismatch = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: segment reference differs from the sealed catalog")
+	ErrNotResident     = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: segment executable is not resident")
+	ErrNoAttribution   = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: segment lacks logical graph-node attribution")
+	ErrMonotonic       = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: update is not monotonic")
+	ErrRegistration    = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: batch does not match its capture")
 )
 
 func sortedUnique(name string, v []int, n int) error {

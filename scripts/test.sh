@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # on two cores its ratio read 0.57-1.73; alone, 0.94-1.06).
 timing='^TestQuarantineDoesNotRaiseHealthyP99$'
 go test -race -count=1 -skip "$timing" ./...
-go test -race -count=1 -run "$timing" -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
+LANES_TIMING=1 go test -race -count=1 -run "$timing" -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
 
 # A count, not a duration: a duration can end mid-input and fail with
 # "context deadline exceeded" on a slow machine.

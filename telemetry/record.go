@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -76,8 +77,8 @@ func (t *Telemetry) submission(ctx context.Context, s Submission) {
 	}
 	ctx, span := t.tracer.Start(ctx, "lanes.submit", trace.WithTimestamp(s.Start), trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindInternal))
 	if s.Err != nil {
-		code := lanes.Describe(s.Err).Code
-		span.SetAttributes(attribute.String("lanes.error.code", code))
+		c := cuda.Classify(s.Err)
+		span.SetAttributes(attribute.String("lanes.error.code", c.Code.String()), attribute.String("lanes.error.blame", c.Blame.String()))
 		span.SetStatus(codes.Error, s.Err.Error())
 	}
 	for _, ev := range r.Attribution.Events {

@@ -10,6 +10,10 @@
 //		conformance.Run(t, func(t *testing.T) cuda.Device { return openMyDevice(t) })
 //	}
 //
+// The device must launch the kernels of kernels.Builtin and
+// kernels.FaultInjection (the sticky-fault subtest writes out of bounds on
+// purpose); no device a tenant reaches registers the latter.
+//
 // Open must return a fresh device instance on every call (the suite poisons
 // one on purpose and needs two at once for the ownership checks), and may
 // register its Close with t.Cleanup. The suite only uses blocking calls to

@@ -11,14 +11,37 @@ import (
 func testOutOfMemory(t *testing.T, dev cuda.Device) {
 	total := dev.Memory().Total
 	_, err := dev.Alloc(cuda.BufferSpec{Size: total + (1 << 30), Elem: cuda.U8})
-	if !errors.Is(err, cuda.ErrOutOfMemory) || !cuda.IsRetryable(err) || cuda.IsSticky(err) {
+	if !errors.Is(err, cuda.ErrOutOfMemory) || !cuda.Classify(err).Retryable || cuda.Classify(err).Sticky {
 		t.Fatalf("allocating more than the device has: %v; want retryable, non-sticky out of memory", err)
+	}
+	// Absurd sizes: near 2^64 a padded or rounded size wraps; each is a
+	// typed error, never a panic and never an allocation.
+	for _, size := range []uint64{1<<64 - 4, 1<<64 - 256, 1 << 63, 1<<62 + 4} {
+		_, err := dev.Alloc(cuda.BufferSpec{Size: size, Elem: cuda.I32})
+		if !errors.Is(err, cuda.ErrOutOfMemory) {
+			t.Fatalf("Alloc(%d bytes): %v; want out of memory", size, err)
+		}
+		if hm, ok := dev.(cuda.HostMemory); ok {
+			if _, err := hm.AllocHost(size); !errors.Is(err, cuda.ErrOutOfMemory) {
+				t.Fatalf("AllocHost(%d bytes): %v; want out of memory", size, err)
+			}
+		}
 	}
 	if err := dev.Err(); err != nil {
 		t.Fatalf("out of memory poisoned the device: %v", err)
 	}
 	f := fixture{t, dev}
-	f.alloc(cuda.U8, 1024) // the device still allocates
+	b := f.alloc(cuda.U8, 1024) // the device still allocates
+	if err := dev.CheckBuffer(b); err != nil {
+		t.Fatalf("a live buffer fails its check: %v", err)
+	}
+	forged := b
+	forged.Size *= 2
+	wantContract(t, dev.CheckBuffer(forged), cuda.ErrStaleHandle)
+	if err := dev.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	wantContract(t, dev.CheckBuffer(b), cuda.ErrStaleHandle)
 }
 
 func testOwnership(t *testing.T, a, b cuda.Device) {
@@ -123,22 +146,22 @@ func testStickyFault(t *testing.T, dev cuda.Device) {
 	// 2^31 elements (8 GiB) past the buffer: far outside any allocation.
 	f.launch(victim, kernels.Poke, 1, cuda.BufferArg(p.Whole()), cuda.U32Arg(1<<31), cuda.I32Arg(7))
 	err := victim.Synchronize()
-	if !cuda.IsSticky(err) {
+	if !cuda.Classify(err).Sticky {
 		t.Fatalf("out-of-bounds write: synchronize returned %v, want a sticky error", err)
 	}
-	if r := cuda.Describe(err); !r.Sticky || r.Retryable || r.Code == "" {
+	if r := cuda.Classify(err); !r.Sticky || r.Retryable || r.Blame != cuda.BlameDevice {
 		t.Fatalf("described as %+v", r)
 	}
 	if dev.Err() == nil {
 		t.Fatal("the device does not report the sticky error")
 	}
-	if q := bystander.Query(); q.State != cuda.FenceIndeterminate || !cuda.IsSticky(q.Err) {
+	if q := bystander.Query(); q.State != cuda.FenceIndeterminate || !cuda.Classify(q.Err).Sticky {
 		t.Fatalf("another stream of the poisoned device: %v %v; want indeterminate", q.State, q.Err)
 	}
-	if err := bystander.Synchronize(); !cuda.IsSticky(err) {
+	if err := bystander.Synchronize(); !cuda.Classify(err).Sticky {
 		t.Fatalf("synchronize on another stream: %v; want the sticky error", err)
 	}
-	if _, err := dev.Alloc(cuda.BufferSpec{Size: 4, Elem: cuda.I32}); !cuda.IsSticky(err) {
+	if _, err := dev.Alloc(cuda.BufferSpec{Size: 4, Elem: cuda.I32}); !cuda.Classify(err).Sticky {
 		t.Fatalf("alloc on the poisoned device: %v", err)
 	}
 }

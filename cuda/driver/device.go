@@ -23,6 +23,10 @@ type Config struct {
 	// StagingBytes is the size of the pinned host arena that holds the
 	// bytes of uploads recorded into graphs; 0 means 64 MiB.
 	StagingBytes uint64
+	// Kernels are the kernels the device launches, looked up by name in the
+	// built-in PTX (kernels.PTX); nil means kernels.Builtin(). Tests that
+	// provoke device faults add kernels.FaultInjection() here.
+	Kernels kernels.Registry
 }
 
 // Device is one device instance on a GPU's primary context. It implements
@@ -72,6 +76,9 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.StagingBytes == 0 {
 		cfg.StagingBytes = 64 << 20
 	}
+	if cfg.Kernels == nil {
+		cfg.Kernels = kernels.Builtin()
+	}
 	dev, err := cu.GetDevice(cfg.Ordinal)
 	if err != nil {
 		return nil, driverError(op, err, fmt.Sprintf("no CUDA device %d", cfg.Ordinal))
@@ -82,7 +89,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := &Device{
 		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
-		funcs: map[string]cFunction{}, kernels: kernels.Builtin(), buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
+		funcs: map[string]cFunction{}, kernels: cfg.Kernels, buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
 	}
 	unbind, err := d.BindThread()
 	if err != nil {
@@ -205,6 +212,10 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	if err := d.live(op); err != nil {
 		return cuda.Buffer{}, err
 	}
+	if spec.Size > d.info.TotalMemory {
+		// Refused here: a size near 2^64 would wrap when padded below.
+		return cuda.Buffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot allocate %d bytes on a %d-byte GPU", spec.Size, d.info.TotalMemory))
+	}
 	size := spec.Size
 	if spec.Align > cuda.DefaultAlignment {
 		size += spec.Align
@@ -263,6 +274,13 @@ func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// CheckBuffer reports whether b is a live buffer of this device instance,
+// exactly as Alloc returned it.
+func (d *Device) CheckBuffer(b cuda.Buffer) error {
+	_, err := d.lookup("check buffer", b)
+	return err
 }
 
 // Memory reports the device's memory accounting: Total is the GPU's, InUse

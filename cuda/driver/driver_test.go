@@ -8,10 +8,11 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/conformance"
 	"github.com/lanesched/lanes/cuda/driver"
+	"github.com/lanesched/lanes/cuda/kernels"
 )
 
 func open(t *testing.T) cuda.Device {
-	d, err := driver.Open(driver.Config{})
+	d, err := driver.Open(driver.Config{Kernels: kernels.Builtin().With(kernels.FaultInjection())})
 	if err != nil {
 		t.Fatalf("open the GPU: %v", err)
 	}

@@ -3,6 +3,8 @@
 package driver
 
 import (
+	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
@@ -28,6 +30,12 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) (*pinnedHost, error) {
 	return a, nil
 }
 
+// CheckHost reports whether h is live pinned host memory of this device.
+func (d *Device) CheckHost(h cuda.HostBuffer) error {
+	_, err := d.hostLookup("check host buffer", h)
+	return err
+}
+
 // AllocHost allocates pinned host memory (cuMemAllocHost), zeroed.
 func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	const op = "host alloc"
@@ -36,6 +44,9 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	}
 	if err := d.live(op); err != nil {
 		return cuda.HostBuffer{}, err
+	}
+	if size > math.MaxInt/2 {
+		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot pin %d bytes of host memory", size))
 	}
 	p, r := hostAlloc(d.ctx, size)
 	if err := d.check(op, r, "cuMemAllocHost"); err != nil {

@@ -25,7 +25,7 @@ import (
 func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 	var devs []cuda.Device
 	for i := range 2 {
-		d, err := driver.Open(driver.Config{Ordinal: i})
+		d, err := driver.Open(driver.Config{Ordinal: i, Kernels: kernels.Builtin().With(kernels.FaultInjection())})
 		if err != nil {
 			if i == 0 {
 				t.Fatal(err)

@@ -185,7 +185,7 @@ func (d *Device) fence(op string, r cResult) cuda.FenceQuery {
 		return cuda.FenceQuery{State: cuda.FencePending}
 	}
 	err := d.check(op, r, "query")
-	if cuda.IsSticky(err) {
+	if cuda.Classify(err).Sticky {
 		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
 	}
 	return cuda.FenceQuery{State: cuda.FencePending, Err: err}

@@ -113,13 +113,41 @@ const (
 	Poke   = "poke_i32"
 )
 
-// Builtin returns a fresh registry of the built-in kernels.
+// Builtin returns a fresh registry of the built-in kernels. Every one of
+// them checks its extent at the boundary (cuda.KernelSpec.Check), so no
+// launch a tenant can build through it writes outside its regions.
 func Builtin() Registry {
 	r := Registry{}
 	for _, k := range builtin {
 		r[k.Spec.Name] = &k
 	}
 	return r
+}
+
+// FaultInjection returns a registry of kernels that deliberately skip their
+// bounds checks ([Poke] writes any index of its buffer), for tests that
+// provoke real device faults. A device a tenant can reach must never
+// register them: add them only where a test builds its device
+// (Builtin().With(FaultInjection())).
+func FaultInjection() Registry {
+	r := Registry{}
+	for _, k := range faultInjection {
+		r[k.Spec.Name] = &k
+	}
+	return r
+}
+
+// With returns a new registry holding r's kernels and more's (more's win
+// on a shared name).
+func (r Registry) With(more Registry) Registry {
+	out := make(Registry, len(r)+len(more))
+	for n, k := range r {
+		out[n] = k
+	}
+	for n, k := range more {
+		out[n] = k
+	}
+	return out
 }
 
 func buf(name string, e cuda.ElementType, a cuda.Access) cuda.Param {
@@ -285,6 +313,9 @@ var builtin = []Kernel{
 			return elementwise(s, int64(a[1].I32()), m, func(i int64) { setI32(m[0], i, i32At(m[0], i)+1) })
 		},
 	},
+}
+
+var faultInjection = []Kernel{
 	{
 		// Deliberately unchecked: the fault tests write outside an allocation.
 		Spec: cuda.KernelSpec{Name: Poke,

@@ -11,7 +11,7 @@ import (
 // TestSourcesAgree: every registered kernel is defined in the CUDA source
 // and exported from the committed PTX with as many parameters as its spec.
 func TestSourcesAgree(t *testing.T) {
-	reg := kernels.Builtin()
+	reg := kernels.Builtin().With(kernels.FaultInjection())
 	for _, name := range reg.Names() {
 		if !strings.Contains(kernels.Source, "__global__ void "+name+"(") {
 			t.Errorf("kernel %s is not in kernels.cu", name)
@@ -30,6 +30,23 @@ func TestSourcesAgree(t *testing.T) {
 	}
 	if strings.Count(kernels.PTX, ".visible .entry") != len(reg) {
 		t.Errorf("kernels.ptx exports %d kernels, the registry has %d", strings.Count(kernels.PTX, ".visible .entry"), len(reg))
+	}
+}
+
+// TestBuiltinKernelsAreChecked: what a user's device registers by default
+// holds no kernel that skips its bounds check; the unchecked ones are only
+// in the registry a test asks for.
+func TestBuiltinKernelsAreChecked(t *testing.T) {
+	for name, k := range kernels.Builtin() {
+		if k.Spec.Check == nil {
+			t.Errorf("built-in kernel %s has no bounds check", name)
+		}
+	}
+	if _, ok := kernels.Builtin().Kernel(kernels.Poke); ok {
+		t.Fatal("the unchecked poke kernel is in the built-in registry")
+	}
+	if _, ok := kernels.FaultInjection().Kernel(kernels.Poke); !ok {
+		t.Fatal("the fault-injection registry lacks poke")
 	}
 }
 

@@ -162,11 +162,11 @@ func TestVirtualRunsAreDeterministic(t *testing.T) {
 				_ = ss[i].BeginCapture(cuda.CaptureRelaxed)
 				_ = ss[i].Enqueue(r.inc(bs[i]))
 				_, err := ss[i].EndCapture()
-				outcomes = append(outcomes, cuda.Describe(err).Code)
+				outcomes = append(outcomes, cuda.Classify(err).Code.String())
 				continue
 			}
 			err := ss[i].Enqueue(r.inc(bs[i]))
-			outcomes = append(outcomes, cuda.Describe(err).Code)
+			outcomes = append(outcomes, cuda.Classify(err).Code.String())
 			d.Clock().Advance(time.Duration(step) * us)
 			outcomes = append(outcomes, ss[(i+1)%3].Query().State.String())
 		}

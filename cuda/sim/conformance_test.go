@@ -5,12 +5,13 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/conformance"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 )
 
 func openSim(mode sim.ClockMode) conformance.Open {
 	return func(t *testing.T) cuda.Device {
-		d, err := sim.New(sim.Config{Clock: mode, Memory: 1 << 30})
+		d, err := sim.New(sim.Config{Clock: mode, Memory: 1 << 30, Kernels: kernels.Builtin().With(kernels.FaultInjection())})
 		if err != nil {
 			t.Fatal(err)
 		}

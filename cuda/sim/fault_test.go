@@ -16,7 +16,7 @@ func TestFaultLaunchFailsOneCallOnly(t *testing.T) {
 	b := r.counter(s, 8)
 	r.enqueue(s, r.inc(b))
 	err := s.Enqueue(r.inc(b))
-	if !errors.Is(err, cuda.ErrLaunchResources) || cuda.IsSticky(err) {
+	if !errors.Is(err, cuda.ErrLaunchResources) || cuda.Classify(err).Sticky {
 		t.Fatalf("second launch: %v; want a non-sticky launch failure", err)
 	}
 	r.enqueue(s, r.inc(b))
@@ -60,7 +60,7 @@ func TestFaultOutOfMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := r.dev.Alloc(cuda.BufferSpec{Size: 1024, Elem: cuda.U8})
-	if !errors.Is(err, cuda.ErrOutOfMemory) || !cuda.IsRetryable(err) {
+	if !errors.Is(err, cuda.ErrOutOfMemory) || !cuda.Classify(err).Retryable {
 		t.Fatalf("injected OOM: %v", err)
 	}
 	b, err := r.dev.Alloc(cuda.BufferSpec{Size: 1024, Elem: cuda.U8})
@@ -107,7 +107,7 @@ func TestFaultStickyPoisonsAtItsTime(t *testing.T) {
 			t.Fatalf("%s after the fault: %v %v", name, q.State, q.Err)
 		}
 	}
-	if _, err := r.dev.NewStream(); !cuda.IsSticky(err) {
+	if _, err := r.dev.NewStream(); !cuda.Classify(err).Sticky {
 		t.Fatalf("new stream on a poisoned device: %v", err)
 	}
 	if err := r.dev.Close(); err != nil {
@@ -158,7 +158,7 @@ func TestReplayOfFreedBufferIsIllegalAddress(t *testing.T) {
 	if err := s.Launch(x); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Synchronize(); !errors.Is(err, cuda.ErrIllegalAddress) || !cuda.IsSticky(err) {
+	if err := s.Synchronize(); !errors.Is(err, cuda.ErrIllegalAddress) || !cuda.Classify(err).Sticky {
 		t.Fatalf("replay over a freed buffer: %v", err)
 	}
 }

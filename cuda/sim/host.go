@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -20,6 +22,12 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) ([]byte, error) {
 	return b, nil
 }
 
+// CheckHost reports whether h is live pinned host memory of this device.
+func (d *Device) CheckHost(h cuda.HostBuffer) error {
+	_, err := d.hostLookup("check host buffer", h)
+	return err
+}
+
 // AllocHost allocates zeroed pinned host memory.
 func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	const op = "host alloc"
@@ -34,9 +42,16 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	if d.fire(FaultOutOfMemory, nil) {
 		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
 	}
+	if size > d.memory.Total {
+		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot pin %d bytes of host memory, more than the device's %d", size, d.memory.Total))
+	}
+	bytes, err := hostBytes(op, size, 0)
+	if err != nil {
+		return cuda.HostBuffer{}, err
+	}
 	d.nextHost++
 	h := cuda.HostBuffer{Device: d.info.Instance, ID: d.nextHost, Size: size}
-	d.hosts[h.ID] = make([]byte, size)
+	d.hosts[h.ID] = bytes
 	return h, nil
 }
 

@@ -245,7 +245,8 @@ func (d *Device) settle(t time.Duration) {
 
 // Alloc allocates a buffer. Like cuMemAlloc's, its memory is not
 // initialized: it holds the byte 0xA5 throughout, so code that forgets to
-// zero or upload before reading fails here as it would on a GPU.
+// zero or upload before reading fails here as it would on a GPU. Any size
+// beyond the free memory is a typed out-of-memory error.
 func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	const op = "alloc"
 	spec, err := spec.Normalize()
@@ -260,19 +261,25 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	footprint := roundUp(spec.Size, spec.Align)
 	if d.fire(FaultOutOfMemory, nil) {
 		return cuda.Buffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
 	}
-	if footprint > d.memory.Free() {
+	// Compare before rounding too: a size near 2^64 would round up past
+	// zero.
+	footprint := roundUp(spec.Size, spec.Align)
+	if spec.Size > d.memory.Total || footprint < spec.Size || footprint > d.memory.Free() {
 		return cuda.Buffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory,
 			fmt.Sprintf("cannot allocate %d bytes: %d of %d free; free buffers or wait for other work", spec.Size, d.memory.Free(), d.memory.Total))
+	}
+	bytes, err := hostBytes(op, spec.Size, 0xA5)
+	if err != nil {
+		return cuda.Buffer{}, err
 	}
 	d.nextBuffer++
 	addr := roundUp(d.nextAddr, spec.Align)
 	d.nextAddr = addr + footprint
 	b := cuda.Buffer{Device: d.info.Instance, ID: d.nextBuffer, Size: spec.Size, Align: spec.Align, Elem: spec.Elem, Addr: addr}
-	d.buffers[b.ID] = &allocation{buf: b, bytes: uninitialized(spec.Size)}
+	d.buffers[b.ID] = &allocation{buf: b, bytes: bytes}
 	d.memory.InUse += footprint
 	d.memory.Allocations++
 	d.memory.Peak = max(d.memory.Peak, d.memory.InUse)
@@ -316,6 +323,13 @@ func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// CheckBuffer reports whether b is a live buffer of this device, exactly as
+// Alloc returned it.
+func (d *Device) CheckBuffer(b cuda.Buffer) error {
+	_, err := d.lookup("check buffer", b)
+	return err
 }
 
 // Memory reports the device's memory accounting.
@@ -421,11 +435,23 @@ func (d *Device) Trace() []TraceEntry {
 
 func roundUp(n, align uint64) uint64 { return (n + align - 1) / align * align }
 
-// uninitialized returns n bytes of the pattern a fresh allocation holds.
-func uninitialized(n uint64) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = 0xA5
+// hostBytes returns n bytes of the pattern, the simulated memory of an
+// allocation, or an out-of-memory error when the host cannot hold them (a
+// size the Go runtime refuses panics in make; that panic never leaves here).
+func hostBytes(op string, n uint64, pattern byte) (b []byte, err error) {
+	defer func() {
+		if recover() != nil {
+			b, err = nil, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("the simulator cannot hold %d bytes in host memory; configure less Memory or allocate less", n))
+		}
+	}()
+	if n > math.MaxInt {
+		panic("size")
 	}
-	return b
+	b = make([]byte, n)
+	if pattern != 0 {
+		for i := range b {
+			b[i] = pattern
+		}
+	}
+	return b, nil
 }

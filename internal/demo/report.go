@@ -49,7 +49,7 @@ func newHist() *hdrhistogram.Histogram {
 
 func newAggregate(lanes int) *aggregate {
 	a := &aggregate{refusals: map[string]int64{}}
-	for range lanes {
+	for range lanes + 1 { // one per lane, then the submissions no lane took
 		a.lanes = append(a.lanes, &laneAgg{hist: newHist(), gaps: map[cache.Reason]int64{}})
 	}
 	return a
@@ -58,22 +58,16 @@ func newAggregate(lanes int) *aggregate {
 func (a *aggregate) refused(err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	code := "other"
-	switch {
-	case errors.Is(err, actors.ErrOverloaded):
-		code = "overloaded"
-	case errors.Is(err, actors.ErrNoHealthyLane):
-		code = "no_healthy_lane"
-	case errors.Is(err, actors.ErrStopped):
-		code = "stopped"
-	}
-	a.refusals[code]++
+	a.refusals[cuda.Classify(err).Code.String()]++
 }
 
 // ended records one ended submission: its lane, latency, outcome and rows.
 func (a *aggregate) ended(lane int, _ *tenant, lat time.Duration, r lanes.Receipt, err error) {
 	us := max(lat.Microseconds(), 1)
 	var replayed, eager int64
+	if lane < 0 || lane >= len(a.lanes) {
+		lane = len(a.lanes) - 1 // never routed (it waited to move and was refused): the last row is the unrouted one
+	}
 	l := a.lanes[lane]
 	l.mu.Lock()
 	for _, row := range r.Attribution.Rows {
@@ -130,7 +124,7 @@ type CacheStats struct {
 type LaneReport struct {
 	Lane, Device             int
 	Health                   string
-	Cause                    string `json:",omitempty"`
+	Cause                    string `json:",omitempty"` // its last failure
 	Submissions              int64
 	StepsPerSec              float64
 	Latency                  Latency
@@ -138,6 +132,7 @@ type LaneReport struct {
 	Cache                    CacheStats
 	Succeeded, Indeterminate int64
 	Failed                   int64
+	Recoveries               int // times the lane recovered on a fresh stream
 }
 
 // Report is the outcome of a run, as the table and as JSON.
@@ -160,7 +155,9 @@ type Report struct {
 	Cache            CacheStats
 	Gaps             map[string]int64 // compute commands run eagerly, by typed reason
 	Quarantined      int
-	ExactlyOnce      bool // accepted == ended
+	Recoveries       int   // lane recoveries, all lanes
+	Unrouted         int64 // admitted, then ended before any lane took them
+	ExactlyOnce      bool  // accepted == ended
 	PerLane          []LaneReport
 	Runtime          RuntimeReport
 	Soak             *SoakReport `json:",omitempty"`
@@ -188,7 +185,8 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 			StepsPerSec: float64(l.subs) / secs, Latency: latency(l.hist), Replayed: l.replayed, Eager: l.eager,
 			Cache: CacheStats{Hits: st.Counters.Hits, Captures: st.Counters.Captured,
 				Rejections: st.Counters.CaptureRejections + st.Counters.CachedRejections, Evictions: st.Counters.Evictions},
-			Succeeded: l.ok, Indeterminate: l.indeterminate, Failed: l.failed}
+			Succeeded: l.ok, Indeterminate: l.indeterminate, Failed: l.failed, Recoveries: st.Recoveries}
+		r.Recoveries += st.Recoveries
 		if st.Cause != nil {
 			lr.Cause = st.Cause.Error()
 		}
@@ -205,6 +203,12 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 		r.Cache.Rejections += lr.Cache.Rejections
 		r.Cache.Evictions += lr.Cache.Evictions
 		r.PerLane = append(r.PerLane, lr)
+	}
+	if u := a.lanes[len(a.lanes)-1]; u.subs > 0 {
+		r.Unrouted = u.subs
+		r.Succeeded += u.ok
+		r.Indeterminate += u.indeterminate
+		r.Failed += u.failed
 	}
 	r.StepsPerSec = float64(r.Ended) / secs
 	if n := r.ReplayedCommands + r.EagerCommands; n > 0 {
@@ -241,8 +245,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	if len(r.Refused) > 0 {
 		fmt.Fprintf(w, "refused at admission: %s\n", counts(r.Refused))
 	}
-	if r.Indeterminate+r.Failed > 0 || r.Quarantined > 0 {
-		fmt.Fprintf(w, "failures: %d indeterminate, %d failed; %d lanes quarantined\n", r.Indeterminate, r.Failed, r.Quarantined)
+	if r.Indeterminate+r.Failed > 0 || r.Quarantined > 0 || r.Recoveries > 0 {
+		fmt.Fprintf(w, "failures: %d indeterminate, %d failed (%d before reaching a lane); %d lane recoveries; %d lanes out for good\n",
+			r.Indeterminate, r.Failed, r.Unrouted, r.Recoveries, r.Quarantined)
 		for _, l := range r.PerLane {
 			if l.Cause != "" {
 				fmt.Fprintf(w, "  lane %d: %s\n", l.Lane, l.Cause)

@@ -171,13 +171,15 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 					if err != nil {
 						return err
 					}
-					p, err := s.SubmitAsync(tn.name, b)
+					// The step is the run's, not the client's: it ends on
+					// its own once admitted, also after the run's deadline.
+					p, err := s.SubmitAsync(context.Background(), tn.name, b)
 					if err != nil {
 						agg.refused(err)
-						if errors.Is(err, actors.ErrNoHealthyLane) || errors.Is(err, actors.ErrStopped) {
+						if errors.Is(err, actors.ErrStopped) || errors.Is(err, actors.ErrNoHealthyLane) && allOut(s) {
 							return nil
 						}
-						time.Sleep(100 * time.Microsecond)
+						backOff(ctx, err)
 						continue
 					}
 					agg.accepted.Add(1)
@@ -215,7 +217,7 @@ func openLoop(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*t
 			return err
 		}
 		t0 := time.Now()
-		p, err := s.SubmitAsync(tn.name, b)
+		p, err := s.SubmitAsync(context.Background(), tn.name, b)
 		if err != nil {
 			agg.refused(err)
 			continue
@@ -229,4 +231,30 @@ func openLoop(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*t
 		}()
 	}
 	return nil
+}
+
+// allOut reports whether every lane is out of routing for good.
+func allOut(s *actors.Scheduler) bool {
+	for _, l := range s.Lanes() {
+		if l.Health != actors.Quarantined && l.Health != actors.Stopped {
+			return false
+		}
+	}
+	return true
+}
+
+// backOff waits before a refused client tries again: as long as a
+// suspension says, else briefly.
+func backOff(ctx context.Context, err error) {
+	d := 100 * time.Microsecond
+	var se *actors.SuspendedError
+	if errors.As(err, &se) {
+		d = se.RetryAfter
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

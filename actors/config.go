@@ -1,0 +1,165 @@
+package actors
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/telemetry"
+)
+
+// Config configures a scheduler. Devices is required; the zero value of
+// every other field is a sensible default.
+type Config struct {
+	Devices        []cuda.Device
+	LanesPerDevice int    // default 1
+	CacheCapacity  int    // executables per lane; default 64; negative: never capture
+	Runtime        string // runtime fingerprint of programs; default "lanes/<backend>"
+	// Admission: submissions admitted and not yet ended. Beyond these, Submit
+	// answers ErrOverloaded (retryable) instead of queueing without bound.
+	// A tenant stays on its lane while it has work in flight (that is how
+	// its order holds), so a tenant's work in flight is bounded by both.
+	MaxInFlightPerLane   int // default 256
+	MaxInFlightPerTenant int // default 1024
+	// Recovery is what happens to a lane whose stream failed.
+	Recovery Recovery
+	// Suspension is what happens to a tenant whose submissions keep
+	// failing lanes.
+	Suspension Suspension
+	// Fence polling: QuickPolls polls through the mailbox right after a
+	// submission, then timers back off from PollMin to PollMax.
+	QuickPolls       int           // default 4
+	PollMin, PollMax time.Duration // default 20µs, 2ms
+	Throughput       int           // messages per mailbox run; default 64
+	// Spin is how long a lane's thread spins for work, rather than park,
+	// while a fence poll is due within it, so that short GPU work ends
+	// without a thread wake-up. Default 0: never. On the H200 with 4 lanes
+	// per GPU, spinning lanes were not faster than parking ones (the
+	// dispatcher's own poll timer already saves the wake-ups that
+	// mattered), and spinning costs a core per busy lane; try it where
+	// polls are frequent and cores plentiful.
+	Spin time.Duration
+	// HangTimeout is how long a lane may go without any of its submissions
+	// ending, while it has some in flight or waits on its stream, before
+	// it is declared hung (a kernel that never finishes): its submissions
+	// end indeterminate, the stream is abandoned and the lane recovers on
+	// a fresh one. Every wait on the device honours it: polls,
+	// Synchronize, staged replays and Stop's drain. Default 10s; negative
+	// disables the watchdog.
+	HangTimeout time.Duration
+	// StrictOwnership rejects a batch that names a buffer no tenant owns
+	// and that is not shared (Scheduler.Own, Scheduler.Share); without it
+	// only buffers owned by another tenant are rejected.
+	StrictOwnership bool
+	// ThreadCheck records the OS thread of every Receive (LaneStatus.Threads).
+	ThreadCheck bool
+	// Logger receives protoactor's logs; nil discards them.
+	Logger *slog.Logger
+	// Telemetry receives every ended submission and quarantine; nil
+	// records nothing.
+	Telemetry *telemetry.Telemetry
+}
+
+// Recovery is the policy for a lane whose stream failed (a non-sticky
+// device error, a provider panic, a hung kernel): the lane leaves routing,
+// ends what it had in flight, and starts over on a fresh stream and cache
+// after a backoff that doubles with each failure in a row. Only a lane that
+// keeps failing is taken out for good: MaxFailures failures inside Window
+// with no submission succeeding between them. A sticky error is the
+// device's, not the lane's: a poisoned device's lanes never come back.
+// The zero value recovers with the defaults.
+type Recovery struct {
+	Disabled    bool          // take a failed lane out for good at once
+	Backoff     time.Duration // before the first rebuild; default 1ms
+	MaxBackoff  time.Duration // the longest wait; default 1s
+	Window      time.Duration // default 1m
+	MaxFailures int           // default 5
+}
+
+// backoff is the wait before rebuilding after n failures in a row.
+func (r Recovery) backoff(n int) time.Duration {
+	d := r.Backoff << min(n-1, 30)
+	if d <= 0 || d > r.MaxBackoff {
+		return r.MaxBackoff
+	}
+	return d
+}
+
+// Suspension is the policy for a tenant whose submissions keep failing
+// lanes (stream or device faults attributed to its submissions, see the
+// package documentation). A tenant is suspended when, inside Window, After
+// of its submissions failed lanes and its fault rate (faults per
+// submission) is at least Ratio times the other tenants' over the same
+// time: faults spread evenly over tenants (a flaky device) suspend no one,
+// a tenant whose work faults the device is stopped before it costs others
+// their lanes. Suspensions last For, doubling with each repeat inside
+// Window up to Max; only the suspended tenant is refused. The zero value
+// suspends with the defaults.
+type Suspension struct {
+	Disabled bool
+	After    int           // default 3
+	Window   time.Duration // default 1m
+	Ratio    float64       // default 10
+	For      time.Duration // default 1s
+	Max      time.Duration // default 1m
+}
+
+func (c *Config) defaults() error {
+	if len(c.Devices) == 0 {
+		return fmt.Errorf("actors: Config.Devices is empty; give at least one device")
+	}
+	for i, d := range c.Devices {
+		if d == nil {
+			return fmt.Errorf("actors: Config.Devices[%d] is nil", i)
+		}
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	dur := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&c.LanesPerDevice, 1)
+	def(&c.MaxInFlightPerLane, 256)
+	def(&c.MaxInFlightPerTenant, 1024)
+	def(&c.Throughput, 64)
+	if c.CacheCapacity == 0 {
+		c.CacheCapacity = 64
+	}
+	if c.QuickPolls == 0 {
+		c.QuickPolls = 4
+	}
+	dur(&c.PollMin, 20*time.Microsecond)
+	c.Spin = max(c.Spin, 0)
+	if c.HangTimeout == 0 {
+		c.HangTimeout = 10 * time.Second
+	}
+	if c.PollMax < c.PollMin {
+		c.PollMax = max(2*time.Millisecond, c.PollMin)
+	}
+	if c.Runtime == "" {
+		c.Runtime = "lanes/" + c.Devices[0].Info().Backend
+	}
+	r := &c.Recovery
+	dur(&r.Backoff, time.Millisecond)
+	dur(&r.MaxBackoff, time.Second)
+	r.MaxBackoff = max(r.MaxBackoff, r.Backoff)
+	dur(&r.Window, time.Minute)
+	def(&r.MaxFailures, 5)
+	sp := &c.Suspension
+	def(&sp.After, 3)
+	dur(&sp.Window, time.Minute)
+	if !(sp.Ratio > 0) || math.IsInf(sp.Ratio, 0) {
+		sp.Ratio = 10
+	}
+	dur(&sp.For, time.Second)
+	dur(&sp.Max, time.Minute)
+	sp.Max = max(sp.Max, sp.For)
+	return nil
+}

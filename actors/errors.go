@@ -1,0 +1,89 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// Errors of the scheduler. Each is a [cuda.Sentinel]: errors.Is finds it
+// through every wrapping, and cuda.Classify reports its code, blame and
+// whether retrying helps. Every error Submit returns is a *lanes.Error
+// (or a [*DetachedError]) that wraps one of these or the lane's own cause.
+var (
+	// ErrOverloaded: admission is full (the tenant's, or its lane's);
+	// nothing was submitted; retry later.
+	ErrOverloaded = cuda.NewSentinel(cuda.CodeOverloaded, "actors: overloaded")
+	// ErrStopped: the scheduler is stopping or stopped.
+	ErrStopped = cuda.NewSentinel(cuda.CodeStopped, "actors: scheduler stopped")
+	// ErrNoHealthyLane: no lane of the batch's device can take work now
+	// (lanes recovering come back; retry later).
+	ErrNoHealthyLane = cuda.NewSentinel(cuda.CodeNoHealthyLane, "actors: no healthy lane")
+	// ErrLaneUnavailable: the lane left routing before it took the batch,
+	// and the batch could not be moved; nothing was submitted.
+	ErrLaneUnavailable = cuda.NewSentinel(cuda.CodeLaneUnavailable, "actors: lane unavailable")
+	// ErrIndeterminate: the device failed with the submission in flight;
+	// its effect is unknown. The error also wraps the device's cause.
+	ErrIndeterminate = cuda.NewSentinel(cuda.CodeIndeterminate, "actors: submission indeterminate")
+	// ErrUnknownLane: no lane has the index an administrative call named.
+	ErrUnknownLane = cuda.NewSentinel(cuda.CodeUnknownLane, "actors: unknown lane")
+	// ErrHung: a lane's oldest submission did not end within
+	// Config.HangTimeout; its stream is abandoned.
+	ErrHung = cuda.NewSentinel(cuda.CodeHung, "actors: lane hung")
+	// ErrNotYours: the batch names a buffer, host staging or program that
+	// another tenant owns (or, with StrictOwnership, that no one owns).
+	ErrNotYours = cuda.NewSentinel(cuda.CodeNotYours, "actors: tenant names what another tenant owns")
+	// ErrInvalidTenant: the tenant name is empty, too long, not UTF-8 or
+	// holds control characters.
+	ErrInvalidTenant = cuda.NewSentinel(cuda.CodeTenantInvalid, "actors: invalid tenant name")
+	// ErrSuspended: the tenant's submissions kept failing lanes; it is
+	// refused for a while ([*SuspendedError] says how long).
+	ErrSuspended = cuda.NewSentinel(cuda.CodeSuspended, "actors: tenant suspended")
+	// ErrTenantBusy: Forget found the tenant with submissions in flight.
+	ErrTenantBusy = cuda.NewSentinel(cuda.CodeTenantBusy, "actors: tenant has submissions in flight")
+)
+
+// SuspendedError is the refusal of a suspended tenant: its submissions
+// failed lanes Faults times inside the suspension window, far more often
+// than the other tenants' did, so it is refused until RetryAfter has
+// passed, and only it. It wraps [ErrSuspended].
+type SuspendedError struct {
+	Tenant     string
+	RetryAfter time.Duration // from the refusal
+	Faults     int           // the faults that suspended it
+}
+
+// Error says who is suspended, why and for how long.
+func (e *SuspendedError) Error() string {
+	return fmt.Sprintf("%v: tenant %q: %d of its submissions failed lanes in a short time; retry after %v", ErrSuspended, e.Tenant, e.Faults, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrSuspended.
+func (e *SuspendedError) Unwrap() error { return ErrSuspended }
+
+// DetachedError is Submit's error when its context ended after the batch
+// was admitted: the submission was not abandoned with the wait. It still
+// ends exactly once; Pending observes that end (a batch whose lane had not
+// taken it yet ends not submitted, with the context's error). errors.Is
+// finds the context's error.
+type DetachedError struct {
+	Pending *Pending
+	Err     error // the context's error
+}
+
+// Error says that the submission lives on.
+func (e *DetachedError) Error() string {
+	return "actors: stopped waiting for an admitted submission, which ends on its own (DetachedError.Pending): " + e.Err.Error()
+}
+
+// Unwrap returns the context's error.
+func (e *DetachedError) Unwrap() error { return e.Err }
+
+// Class classifies the error as the context's, with the submission's fate
+// still open: not known to be unsubmitted.
+func (e *DetachedError) Class() cuda.Class {
+	c := cuda.Classify(e.Err)
+	c.NotSubmitted = false
+	return c
+}

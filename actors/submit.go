@@ -1,0 +1,93 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/lanesched/lanes/lanes"
+)
+
+// Submit routes a batch to the tenant's lane and waits for its receipt.
+//
+// An error before admission is a *lanes.Error that says nothing was
+// submitted (cuda.Classify(err).NotSubmitted): a context already done, an
+// invalid tenant, a batch naming what is not the tenant's, a suspended
+// tenant, overload, no healthy lane, a stopped scheduler. Once admitted, a
+// submission ends exactly once. If ctx ends first, Submit returns a
+// [*DetachedError] whose Pending observes that end; a batch its lane has
+// not taken yet is then not run at all. A submission that did not succeed
+// returns its receipt with an error that wraps the cause: errors.Is reaches
+// the lane's and the device's sentinels (cuda.ErrIllegalAddress,
+// ErrIndeterminate, ErrHung, ...).
+func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes.Receipt, error) {
+	p, err := s.SubmitAsync(ctx, tenant, b)
+	if err != nil {
+		return lanes.Receipt{Tenant: tenant, Lane: -1}, err
+	}
+	select {
+	case <-p.Done():
+		return p.Result()
+	case <-ctx.Done():
+		select {
+		case <-p.Done(): // ended too: the end is the answer
+			return p.Result()
+		default:
+		}
+		return lanes.Receipt{Tenant: tenant, Lane: -1}, &DetachedError{Pending: p, Err: ctx.Err()}
+	}
+}
+
+// Pending is a submission in flight.
+type Pending struct{ c call } // the call itself: one allocation per submission
+
+// Done is closed when the submission has ended.
+func (p *Pending) Done() <-chan struct{} { return p.c.done }
+
+// Result returns the receipt and error once Done is closed (it waits).
+func (p *Pending) Result() (lanes.Receipt, error) {
+	<-p.c.done
+	return p.c.receipt, p.c.err
+}
+
+// Lane is the lane the submission was routed to (last, after a move), or
+// -1 while it waits to move.
+func (p *Pending) Lane() int {
+	if l := p.c.lane.Load(); l != nil {
+		return l.id
+	}
+	return -1
+}
+
+// SubmitAsync admits a batch for a tenant and returns at once; Pending
+// observes its end. Admission errors come back here and mean nothing was
+// submitted (see Submit). While the batch waits for its lane, ctx still
+// matters: a lane does not start a batch whose context has ended, and ends
+// it not submitted with the context's error instead.
+//
+// The batch, with its entries and their slices, belongs to the scheduler
+// until the submission ends: reuse it only after Done is closed.
+func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, lanes.Wrap("submit", true, err)
+	}
+	if err := checkTenantCached(s, tenant); err != nil {
+		return nil, lanes.Wrap("submit", true, err)
+	}
+	if err := s.checkOwnership(tenant, &b); err != nil {
+		return nil, lanes.Wrap("submit", true, err)
+	}
+	p := &Pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now()}}
+	if err := s.admit(tenant, &b, &p.c); err != nil {
+		return nil, lanes.Wrap("submit", true, err)
+	}
+	return p, nil
+}
+
+// checkTenantCached validates a tenant name the scheduler has not seen (a
+// known name was valid when it was first stored).
+func checkTenantCached(s *Scheduler, tenant string) error {
+	if _, ok := s.tenants.Load(tenant); ok {
+		return nil
+	}
+	return checkTenant(tenant)
+}
