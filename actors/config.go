@@ -90,11 +90,13 @@ func (r Recovery) backoff(n int) time.Duration {
 // Suspension is the policy for a tenant whose submissions keep failing
 // lanes (stream or device faults attributed to its submissions, see the
 // package documentation). A tenant is suspended when, inside Window, After
-// of its submissions failed lanes and its fault rate (faults per
-// submission) is at least Ratio times the other tenants' over the same
-// time: faults spread evenly over tenants (a flaky device) suspend no one,
-// a tenant whose work faults the device is stopped before it costs others
-// their lanes. Suspensions last For, doubling with each repeat inside
+// of its submissions failed lanes, its fault rate (faults per device
+// operation: graph launches and eager commands) is at least Ratio times the
+// other tenants' over the same time, and that many faults would be
+// vanishingly unlikely (under one in a million) at the others' rate. So
+// faults spread over tenants alike (a flaky device) suspend no one, even
+// when chance clusters a few, and a tenant whose work faults the device is
+// stopped before it costs others their lanes. Suspensions last For, doubling with each repeat inside
 // Window up to Max; only the suspended tenant is refused. The zero value
 // suspends with the defaults.
 type Suspension struct {

@@ -2,8 +2,8 @@ package actors_test
 
 import (
 	"context"
-	"os"
 	"errors"
+	"os"
 	"sort"
 	"testing"
 	"time"

@@ -43,7 +43,7 @@ type tenantState struct {
 	inflight atomic.Int64 // admitted and not ended, parked included
 	active   atomic.Int64 // sent to a lane and not ended or bounced back
 
-	ended          atomic.Uint64 // submissions ended, for its fault rate
+	ops            atomic.Uint64 // device operations of its ended submissions, for its fault rate
 	suspendedUntil atomic.Int64  // unix nanoseconds; 0 when not suspended
 	faults         faultRecord
 }
@@ -337,15 +337,16 @@ func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef,
 	}
 }
 
-// release undoes admit's counts for a call taken from the registry, and
-// moves the tenant's waiting batches once its last one in flight ended.
-func (s *Scheduler) release(c *call) {
+// release undoes admit's counts for a call taken from the registry (that
+// enqueued ops device operations), and moves the tenant's waiting batches once its last one in flight ended.
+func (s *Scheduler) release(c *call, ops int) {
 	if c.admin {
 		return
 	}
 	ts := c.ts
-	ts.ended.Add(1)
-	s.ended.Add(1)
+	n := uint64(max(ops, 1))
+	ts.ops.Add(n)
+	s.ops.Add(n)
 	if c.sent.Load() {
 		c.lane.Load().inflight.Add(-1)
 		if ts.active.Add(-1) == 0 && ts.moving.Load() {

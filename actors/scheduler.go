@@ -64,7 +64,7 @@ type Scheduler struct {
 	owners   map[handleKey]string          // buffer or host buffer -> its tenant, or shared
 	programs map[programs.ProgramID]string // program -> the tenant that registered it
 
-	ended  atomic.Uint64 // submissions ended, every tenant's
+	ops    atomic.Uint64 // device operations of ended submissions, every tenant's
 	faults atomic.Uint64 // lane failures attributed to a tenant
 
 	nextCall atomic.Uint64
@@ -158,7 +158,7 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 		r.Lane = lane.id
 	}
 	c.receipt, c.err = r, err
-	s.release(c)
+	s.release(c, r.Attribution.Operations)
 	if t := s.cfg.Telemetry; t != nil && !c.admin {
 		// The recorder runs later: hand it copies, not the caller's batch.
 		nodes := make([]int, len(c.batch.Entries))

@@ -5,6 +5,7 @@ package actors
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"time"
 	"unicode"
@@ -90,11 +91,37 @@ type faultRecord struct {
 }
 
 // strike is one fault attributed to a tenant, with the counters it is
-// measured against: the tenant's and everyone's ended submissions, and
-// everyone's faults, when it happened.
+// measured against when it happened: the device operations of the tenant's
+// and of everyone's ended submissions, and everyone's faults.
 type strike struct {
-	at                   time.Time
-	ended, all, allFault uint64
+	at                    time.Time
+	ops, allOps, allFault uint64
+}
+
+// suspicion is how unlikely a tenant's faults must be, at the other
+// tenants' fault rate, before it is suspended: chance alone clusters a
+// few faults now and then on a flaky device, and must not suspend anyone.
+const suspicion = 1e-6
+
+// poissonTail is P(X >= k) for X Poisson with mean lambda: how likely k or
+// more faults are where lambda are expected.
+func poissonTail(k int, lambda float64) float64 {
+	switch {
+	case k <= 0:
+		return 1
+	case lambda <= 0:
+		return 0
+	case lambda >= float64(k):
+		return 1 // at least about even odds: nothing unusual
+	}
+	lg, _ := math.Lgamma(float64(k) + 1)
+	term := math.Exp(-lambda + float64(k)*math.Log(lambda) - lg)
+	sum := 0.0
+	for i := k; i < k+10000 && term > sum*1e-12; i++ {
+		sum += term
+		term *= lambda / float64(i+1)
+	}
+	return min(sum, 1)
 }
 
 // suspended refuses a suspended tenant with how long it has left.
@@ -135,17 +162,22 @@ func (s *Scheduler) strike(tenant string) {
 			keep = append(keep, st)
 		}
 	}
-	f.strikes = append(keep, strike{at: now, ended: ts.ended.Load(), all: s.ended.Load(), allFault: all})
+	f.strikes = append(keep, strike{at: now, ops: ts.ops.Load(), allOps: s.ops.Load(), allFault: all})
 	if len(f.strikes) < sp.After {
 		return
 	}
+	// Fault rates per device operation since the tenant's first fault in
+	// the window: the tenant's against everyone else's.
 	first := f.strikes[0]
 	mine := float64(len(f.strikes))
-	mySubs := float64(ts.ended.Load()-first.ended) + 1
+	myOps := float64(ts.ops.Load()-first.ops) + 1
 	others := float64(all-first.allFault+1) - mine
-	otherSubs := max(float64(s.ended.Load()-first.all)+1-mySubs, 1)
-	if mine/mySubs < sp.Ratio*others/otherSubs {
+	otherRate := others / max(float64(s.ops.Load()-first.allOps)+1-myOps, 1)
+	if mine/myOps < sp.Ratio*otherRate {
 		return // faults everywhere alike: the device, not this tenant
+	}
+	if poissonTail(len(f.strikes), otherRate*myOps) > suspicion {
+		return // a few faults close together, as chance makes them
 	}
 	if now.Sub(f.lastEnd) > sp.Window {
 		f.suspensions = 0

@@ -89,8 +89,9 @@ type pending struct {
 
 // collect retires every pending submission whose fence is terminal, in
 // order, into the ready receipts. A failed fence fails the lane and ends
-// every pending submission indeterminate.
-func (l *Lane) collect() {
+// every pending submission indeterminate; collect then reports the fence's
+// error.
+func (l *Lane) collect() error {
 	for len(l.pending) > 0 {
 		p := l.pending[0]
 		q := p.end.Query()
@@ -104,7 +105,7 @@ func (l *Lane) collect() {
 			}
 			l.fail(err)
 			l.endIndeterminate(err)
-			return
+			return err
 		}
 		l.pending[0] = nil
 		l.pending = l.pending[1:]
@@ -115,6 +116,7 @@ func (l *Lane) collect() {
 	if l.state == Submitted && len(l.pending) == 0 {
 		l.state = Ready
 	}
+	return nil
 }
 
 // release hands a completed submission's events back to the stream for
@@ -313,9 +315,8 @@ func (l *Lane) await(query func() cuda.FenceQuery, block func() error) error {
 			return nil
 		}
 		before := len(l.ready)
-		l.collect()
-		if l.state == Failed {
-			return l.failure
+		if err := l.collect(); err != nil {
+			return err
 		}
 		if err := l.waiter.Pause(len(l.ready) > before); err != nil {
 			return err
