@@ -70,12 +70,13 @@ func batchDevice(b *lanes.Batch) uint64 {
 // tenant's lane, or parks it until the tenant may move (see the top of this
 // file). It takes the tenant's lock, and a lane's admission count is an
 // atomic, so tenants admit in parallel.
-func (s *Scheduler) admit(tenant string, b *lanes.Batch, c *call) error {
-	ts, err := s.lockedTenant(tenant)
+func (s *Scheduler) admit(ts *tenantState, device uint64, c *call) error {
+	ts, err := s.lock(ts)
 	if err != nil {
 		return err
 	}
 	defer ts.mu.Unlock()
+	tenant := ts.name
 	if s.stopping.Load() {
 		return ErrStopped
 	}
@@ -83,7 +84,6 @@ func (s *Scheduler) admit(tenant string, b *lanes.Batch, c *call) error {
 		ts.inflight.Add(-1)
 		return fmt.Errorf("%w: tenant %q has %d submissions in flight (limit %d); retry later", ErrOverloaded, tenant, n-1, s.cfg.MaxInFlightPerTenant)
 	}
-	device := batchDevice(b)
 	var lane *laneRef
 	park := len(ts.parked) > 0 // batches ahead of this one wait to move
 	if !park {
@@ -127,14 +127,10 @@ func (s *Scheduler) admit(tenant string, b *lanes.Batch, c *call) error {
 	return nil
 }
 
-// lockedTenant returns a tenant's state, locked, creating it on first use
-// (after validating the name).
-func (s *Scheduler) lockedTenant(name string) (*tenantState, error) {
+// lock locks a tenant's state, or the state that replaced it if Forget
+// removed it meanwhile, and refuses a suspended tenant.
+func (s *Scheduler) lock(ts *tenantState) (*tenantState, error) {
 	for {
-		ts, err := s.tenant(name)
-		if err != nil {
-			return nil, err
-		}
 		if err := ts.suspended(); err != nil {
 			return nil, err
 		}
@@ -143,6 +139,10 @@ func (s *Scheduler) lockedTenant(name string) (*tenantState, error) {
 			return ts, nil
 		}
 		ts.mu.Unlock() // forgotten meanwhile: a new state takes its place
+		var err error
+		if ts, err = s.tenant(ts.name); err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -344,9 +344,7 @@ func (s *Scheduler) release(c *call, ops int) {
 		return
 	}
 	ts := c.ts
-	n := uint64(max(ops, 1))
-	ts.ops.Add(n)
-	s.ops.Add(n)
+	ts.ops.Add(uint64(max(ops, 1))) // the tenant's own line: no counter all lanes share
 	if c.sent.Load() {
 		c.lane.Load().inflight.Add(-1)
 		if ts.active.Add(-1) == 0 && ts.moving.Load() {

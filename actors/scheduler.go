@@ -64,8 +64,8 @@ type Scheduler struct {
 	owners   map[handleKey]string          // buffer or host buffer -> its tenant, or shared
 	programs map[programs.ProgramID]string // program -> the tenant that registered it
 
-	ops    atomic.Uint64 // device operations of ended submissions, every tenant's
-	faults atomic.Uint64 // lane failures attributed to a tenant
+	faults       atomic.Uint64 // lane failures attributed to a tenant
+	forgottenOps atomic.Uint64 // device operations of forgotten tenants' ended submissions
 
 	nextCall atomic.Uint64
 	timers   sync.WaitGroup // rebuild timers armed

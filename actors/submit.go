@@ -2,8 +2,10 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -70,24 +72,35 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 	if err := ctx.Err(); err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
-	if err := checkTenantCached(s, tenant); err != nil {
+	ts, err := s.tenant(tenant)
+	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
 	if err := s.checkOwnership(tenant, &b); err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
+	device := batchDevice(&b)
+	if err := s.checkDevice(device); err != nil {
+		return nil, lanes.Wrap("submit", true, err)
+	}
 	p := &Pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now()}}
-	if err := s.admit(tenant, &b, &p.c); err != nil {
+	if err := s.admit(ts, device, &p.c); err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
 	return p, nil
 }
 
-// checkTenantCached validates a tenant name the scheduler has not seen (a
-// known name was valid when it was first stored).
-func checkTenantCached(s *Scheduler, tenant string) error {
-	if _, ok := s.tenants.Load(tenant); ok {
+// checkDevice refuses a batch whose buffers live on a device no lane of the
+// scheduler serves: the caller's mistake, not an absence of healthy lanes.
+func (s *Scheduler) checkDevice(device uint64) error {
+	if device == 0 {
 		return nil
 	}
-	return checkTenant(tenant)
+	for _, r := range s.lanes {
+		if r.instance == device {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w: the batch names buffers of device instance %d, which no lane of this scheduler serves; allocate them on one of Config.Devices",
+		lanes.ErrInvalidBatch, cuda.ErrForeignHandle, device)
 }

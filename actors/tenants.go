@@ -56,6 +56,7 @@ func (s *Scheduler) Forget(tenant string) error {
 		}
 		ts.forgotten = true
 		s.tenants.Delete(tenant)
+		s.forgottenOps.Add(ts.ops.Load())
 		s.routeMu.Lock()
 		if ts.lane != nil {
 			ts.lane.pinned--
@@ -96,6 +97,18 @@ type faultRecord struct {
 type strike struct {
 	at                    time.Time
 	ops, allOps, allFault uint64
+}
+
+// allOps is the device operations of every tenant's ended submissions,
+// summed when a fault needs it (a counter that every lane bumps at every
+// completion would be one cache line all lane threads fight over).
+func (s *Scheduler) allOps() uint64 {
+	n := s.forgottenOps.Load()
+	s.tenants.Range(func(_, v any) bool {
+		n += v.(*tenantState).ops.Load()
+		return true
+	})
+	return n
 }
 
 // suspicion is how unlikely a tenant's faults must be, at the other
@@ -162,7 +175,8 @@ func (s *Scheduler) strike(tenant string) {
 			keep = append(keep, st)
 		}
 	}
-	f.strikes = append(keep, strike{at: now, ops: ts.ops.Load(), allOps: s.ops.Load(), allFault: all})
+	allOps := s.allOps()
+	f.strikes = append(keep, strike{at: now, ops: ts.ops.Load(), allOps: allOps, allFault: all})
 	if len(f.strikes) < sp.After {
 		return
 	}
@@ -172,7 +186,7 @@ func (s *Scheduler) strike(tenant string) {
 	mine := float64(len(f.strikes))
 	myOps := float64(ts.ops.Load()-first.ops) + 1
 	others := float64(all-first.allFault+1) - mine
-	otherRate := others / max(float64(s.ops.Load()-first.allOps)+1-myOps, 1)
+	otherRate := others / max(float64(allOps)-float64(first.allOps)+1-myOps, 1)
 	if mine/myOps < sp.Ratio*otherRate {
 		return // faults everywhere alike: the device, not this tenant
 	}

@@ -3,7 +3,7 @@
 #
 #   CUDA_HOME=/usr/local/cuda scripts/build-cuda.sh          # build ./...
 #   scripts/build-cuda.sh vet                                # go vet -tags cuda ./...
-#   scripts/build-cuda.sh test-binaries DIR                  # driver.test and lanedemo (cuda) into DIR
+#   scripts/build-cuda.sh test-binaries DIR                  # driver.test, embedder.test and lanedemo (cuda) into DIR
 #
 # CUDA_HOME needs include/cuda.h and lib64/stubs/libcuda.so (or lib64/libcuda.so);
 # the binaries then need the driver's libcuda.so.1 at run time. Every cgo
@@ -24,11 +24,13 @@ export CGO_CFLAGS="-I$CUDA_HOME/include -include $root/cuda/driver/compat.h"
 export CGO_LDFLAGS="-L$CUDA_HOME/lib64/stubs -L$CUDA_HOME/lib64"
 case "${1:-build}" in
   build) go build -tags cuda ./... ;;
-  vet) go vet -tags cuda ./... ;;
+  vet) go vet -tags cuda ./... && (cd examples/embedder && go vet -tags cuda ./...) ;;
   test-binaries)
     out=${2:?usage: build-cuda.sh test-binaries DIR}
     mkdir -p "$out"
+    out=$(cd "$out" && pwd)
     go test -c -tags cuda -o "$out/driver.test" ./cuda/driver
+    (cd examples/embedder && go test -c -tags cuda -o "$out/embedder.test" .)
     go build -tags cuda -o "$out/lanedemo" ./cmd/lanedemo
     ;;
   *) echo "unknown step $1" >&2; exit 2 ;;

@@ -4,17 +4,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The p99 isolation test measures latency on the sim's real-time clock: it
-# runs alone after the rest, on a quiet machine (beside other packages' tests
-# on two cores its ratio read 0.57-1.73; alone, 0.94-1.06).
+go test -race -count=1 ./...
+
+# The embedder suite: a serving backend in a module of its own
+# (examples/embedder) that uses the public API alone, with careless and
+# malicious tenants beside healthy ones. EMBEDDER_RUN sets its long run.
+(cd examples/embedder && go vet ./... && go test -race -count=1 ./...)
+
+# The p99 isolation test measures latency on the sim's real-time clock, so
+# plain `go test` skips it: it runs alone here, after the rest (beside other
+# packages' tests on two cores its ratio read 0.57-1.73; alone, 0.94-1.06).
 timing='^TestQuarantineDoesNotRaiseHealthyP99$'
-go test -race -count=1 -skip "$timing" ./...
 LANES_TIMING=1 go test -race -count=1 -run "$timing" -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
 
 # A count, not a duration: a duration can end mid-input and fail with
 # "context deadline exceeded" on a slow machine.
 fuzz_time=${FUZZ_TIME:-300000x}
-for target in "./cuda FuzzCommandDecode" "./cuda FuzzRegion" "./cuda/sim FuzzEnqueue" "./cache FuzzDiscover" "./lanes FuzzSubmit" "./cmd/lanedemo FuzzFlags"; do
+for target in "./cuda FuzzCommandDecode" "./cuda FuzzRegion" "./cuda/sim FuzzEnqueue" "./cache FuzzDiscover" "./lanes FuzzSubmit" "./actors FuzzTenantName" "./cmd/lanedemo FuzzFlags"; do
   set -- $target
   go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzz_time" "$1"
 done

@@ -1,0 +1,50 @@
+package actors
+
+import (
+	"math"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+// FuzzTenantName: the name validator never panics, and a name it accepts
+// is non-empty, short, UTF-8 and free of control characters.
+func FuzzTenantName(f *testing.F) {
+	for _, s := range []string{"", "a", "tenant-a", "\x00", "\xff", "日本", string(make([]byte, 300))} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if checkTenant(name) != nil {
+			return
+		}
+		if name == "" || len(name) > MaxTenantName || !utf8.ValidString(name) {
+			t.Fatalf("accepted %q", name)
+		}
+		for _, r := range name {
+			if unicode.IsControl(r) {
+				t.Fatalf("accepted %q with a control character", name)
+			}
+		}
+	})
+}
+
+// TestPoissonTail against values worked out by hand.
+func TestPoissonTail(t *testing.T) {
+	for _, c := range []struct {
+		k      int
+		lambda float64
+		want   float64
+	}{
+		{1, 0, 0},
+		{0, 3, 1},
+		{1, 0.5, 1 - math.Exp(-0.5)},
+		{3, 0.2, 1 - math.Exp(-0.2)*(1+0.2+0.02)},
+		{3, 0.0015, math.Exp(-0.0015) * 0.0015 * 0.0015 * 0.0015 / 6 * (1 + 0.0015/4 + 0.0015*0.0015/20)},
+		{5, 9, 1},
+	} {
+		got := poissonTail(c.k, c.lambda)
+		if math.Abs(got-c.want) > 1e-9*math.Max(c.want, 1e-9) && math.Abs(got-c.want) > 1e-15 {
+			t.Errorf("P(X >= %d; %v) = %v, want %v", c.k, c.lambda, got, c.want)
+		}
+	}
+}

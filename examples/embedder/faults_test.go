@@ -1,0 +1,273 @@
+//go:build !cuda
+
+package embedder_test
+
+// The embedder suite's injected faults: the simulated device injects them
+// (a real GPU has no injector; its sticky fault is in errorchain_test.go).
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/examples/embedder"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// fillBatch is the faulty tenant's batch: a fill kernel (the only tenant
+// that launches fill_f32, whose launches fail by injection) on its state.
+func fillBatch(t *testing.T, b *embedder.Backend, tn *embedder.Tenant) lanes.Batch {
+	t.Helper()
+	fill, err := b.Kernel("fill_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cuda.Launch(fill, cuda.Linear(uint32(tn.N), 128), cuda.BufferArg(tn.State.Whole()), cuda.F32Arg(1), cuda.I32Arg(int32(tn.N)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Command: c}}}
+}
+
+// runFor is how long the long run lasts: EMBEDDER_RUN, default 4s.
+func runFor(t *testing.T) time.Duration {
+	if v := os.Getenv("EMBEDDER_RUN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("EMBEDDER_RUN: %v", err)
+		}
+		return d
+	}
+	return 4 * time.Second
+}
+
+// TestInjectedLaunchFailuresOverALongRun: with the default Config, one
+// tenant's launches keep failing (injected, non-sticky) while healthy
+// tenants are served: every healthy step is right bit for bit, the lanes
+// the faults hit recover, the faulty tenant alone is suspended, and every
+// lane serves at the end.
+func TestInjectedLaunchFailuresOverALongRun(t *testing.T) {
+	b := start(t, func() (cuda.Device, error) {
+		return embedder.OpenFaultySim(sim.Fault{Kind: sim.FaultLaunch, Kernel: "fill_f32", Rate: 0.5})
+	}, actors.Config{LanesPerDevice: 4})
+	const n, k = 256, 4
+	var healthy []*embedder.Tenant
+	for i := range 6 {
+		healthy = append(healthy, tenant(t, b, "healthy-"+string(rune('a'+i)), n))
+	}
+	faulty := tenant(t, b, "faulty", n)
+	ctx, cancel := context.WithTimeout(context.Background(), runFor(t))
+	defer cancel()
+	var wg sync.WaitGroup
+	var servedSteps atomic.Int64
+	for i, tn := range healthy {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			servedSteps.Add(int64(serve(ctx, t, b, tn, i, 1<<30, k)))
+		}()
+	}
+	var faults, suspended, accepted, ok atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		batch := fillBatch(t, b, faulty)
+		for ctx.Err() == nil {
+			_, err := b.S.Submit(context.Background(), "faulty", batch)
+			var se *actors.SuspendedError
+			switch {
+			case err == nil:
+				accepted.Add(1)
+				ok.Add(1)
+			case errors.As(err, &se):
+				suspended.Add(1)
+				if se.RetryAfter <= 0 || se.Tenant != "faulty" || !cuda.Classify(err).Retryable {
+					t.Errorf("suspension %+v", se)
+				}
+				select {
+				case <-time.After(se.RetryAfter):
+				case <-ctx.Done():
+				}
+			case errors.Is(err, cuda.ErrLaunchResources):
+				accepted.Add(1)
+				faults.Add(1)
+				if c := cuda.Classify(err); c.Blame != cuda.BlameStream || c.NotSubmitted {
+					t.Errorf("an injected launch failure classified %+v", c)
+				}
+			default:
+				t.Errorf("faulty tenant: %v", err)
+			}
+		}
+	}()
+	wg.Wait()
+	waitAllHealthy(t, b, 5*time.Second)
+	recoveries := 0
+	for _, l := range b.S.Lanes() {
+		recoveries += l.Recoveries
+	}
+	if faults.Load() == 0 || suspended.Load() == 0 || recoveries == 0 {
+		t.Fatalf("faults %d, suspensions %d, recoveries %d: the run did not exercise recovery and suspension", faults.Load(), suspended.Load(), recoveries)
+	}
+	t.Logf("%v: %d healthy steps served bit for bit; faulty tenant: %d submissions, %d launch failures, %d refusals while suspended; %d lane recoveries; %d/%d lanes healthy at the end",
+		runFor(t), servedSteps.Load(), accepted.Load(), faults.Load(), suspended.Load(), recoveries, len(b.S.Lanes()), len(b.S.Lanes()))
+}
+
+// TestOrderHoldsAcrossMoves: lanes fail under a faulty tenant and recover,
+// moving the tenants pinned to them; an ordered tenant's batches still run
+// in order, each seeing the previous one's write.
+func TestOrderHoldsAcrossMoves(t *testing.T) {
+	b := start(t, func() (cuda.Device, error) {
+		return embedder.OpenFaultySim(sim.Fault{Kind: sim.FaultLaunch, Kernel: "fill_f32", Rate: 0.3})
+	}, actors.Config{LanesPerDevice: 3, MaxInFlightPerLane: 8, Suspension: actors.Suspension{Disabled: true}})
+	faulty := tenant(t, b, "faulty", 64)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		batch := fillBatch(t, b, faulty)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = b.S.Submit(context.Background(), "faulty", batch)
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	const trials, batches = 4, 300
+	for trial := range trials {
+		c := newCounter(t, b, "ordered-"+string(rune('a'+trial)), batches)
+		c.submitInOrder(t, batches)
+		checkOrder(t, c.read(t), batches)
+	}
+	close(stop)
+	wg.Wait()
+	recoveries := 0
+	for _, l := range b.S.Lanes() {
+		recoveries += l.Recoveries
+	}
+	if recoveries == 0 {
+		t.Fatal("no lane failed: the test moved no tenant")
+	}
+	t.Logf("%d trials of %d batches in order across %d lane recoveries", trials, batches, recoveries)
+}
+
+// TestStickyFaultKeepsItsCause: a sticky fault's error reaches the device
+// code through every layer, and takes the poisoned device's lanes out.
+func TestStickyFaultKeepsItsCause(t *testing.T) {
+	b := start(t, func() (cuda.Device, error) {
+		return embedder.OpenFaultySim(sim.Fault{Kind: sim.FaultSticky, Kernel: "fill_f32", Nth: 1})
+	}, actors.Config{LanesPerDevice: 2})
+	faulty := tenant(t, b, "faulty", 64)
+	_, err := b.S.Submit(context.Background(), "faulty", fillBatch(t, b, faulty))
+	var ce *cuda.Error
+	if !errors.Is(err, cuda.ErrIllegalAddress) || !errors.Is(err, actors.ErrIndeterminate) || !errors.As(err, &ce) || ce.Code != cuda.CodeIllegalAddress {
+		t.Fatalf("sticky fault: %v", err)
+	}
+	if c := cuda.Classify(err); c.Blame != cuda.BlameDevice || !c.Sticky || c.NotSubmitted || c.Code != cuda.CodeIllegalAddress {
+		t.Fatalf("classified %+v", c)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, l := range b.S.Lanes() {
+		for b.S.Lanes()[l.ID].Health != actors.Quarantined {
+			if time.Now().After(deadline) {
+				t.Fatalf("lane %d of the poisoned device is %v", l.ID, b.S.Lanes()[l.ID].Health)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Logf("errors.Is reaches CUresult %d (%v) from Submit: %v", int(ce.Code), ce.Code, err)
+}
+
+// TestHangIsBoundedEverywhere: a kernel that never finishes costs its lane
+// a recovery, not the process: Synchronize answers ErrHung within the hang
+// timeout, the hung submission ends indeterminate with ErrHung, the lane
+// comes back on a fresh stream, and Stop under another hang returns.
+func TestHangIsBoundedEverywhere(t *testing.T) {
+	const hang = 300 * time.Millisecond
+	b := start(t, func() (cuda.Device, error) {
+		return embedder.OpenFaultySim(sim.Fault{Kind: sim.FaultHang, Kernel: "fill_f32", Nth: 1, Times: 2})
+	}, actors.Config{LanesPerDevice: 1, HangTimeout: hang})
+	faulty := tenant(t, b, "faulty", 64)
+	c := newCounter(t, b, "bystander", 8)
+	p, err := b.S.SubmitAsync(context.Background(), "faulty", fillBatch(t, b, faulty))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bystander's batch waits behind the hung kernel on the one lane.
+	canceled, cancel := context.WithCancel(context.Background())
+	queued, err := b.S.SubmitAsync(canceled, "bystander", c.batch(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	err = b.S.Synchronize(context.Background(), 0)
+	if !errors.Is(err, actors.ErrHung) || time.Since(t0) > hang+time.Second {
+		t.Fatalf("synchronize under a hung kernel: %v after %v", err, time.Since(t0))
+	}
+	cancel()
+	if _, err := p.Result(); !errors.Is(err, actors.ErrHung) || !errors.Is(err, actors.ErrIndeterminate) || cuda.Classify(err).Blame != cuda.BlameStream {
+		t.Fatalf("the hung submission ended with %v", err)
+	}
+	if _, err := queued.Result(); err == nil {
+		t.Log("the bystander's batch ran before the hang was declared")
+	}
+	waitAllHealthy(t, b, 5*time.Second)
+	if got := serve(context.Background(), t, b, tenant(t, b, "after", 64), 0, 5, 2); got != 5 {
+		t.Fatalf("the recovered lane served %d of 5 steps", got)
+	}
+	// A second hang, then Stop: it returns within the hang timeout.
+	if _, err := b.S.SubmitAsync(context.Background(), "faulty", fillBatch(t, b, faulty)); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	ctx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stopCancel()
+	if err := b.S.Stop(ctx); err != nil || time.Since(t0) > hang+2*time.Second {
+		t.Fatalf("stop under a hung kernel: %v after %v", err, time.Since(t0))
+	}
+	t.Logf("synchronize and stop under hung kernels returned within the %v hang timeout (+%v)", hang, time.Since(t0)-hang)
+}
+
+// TestSuspensionIsTheFaultyTenantsAlone: a tenant whose every submission
+// fails its lane is suspended after a few faults, and only it: the others
+// never see a refusal, and the lanes are never taken out for good.
+func TestSuspensionIsTheFaultyTenantsAlone(t *testing.T) {
+	b := start(t, func() (cuda.Device, error) {
+		return embedder.OpenFaultySim(sim.Fault{Kind: sim.FaultLaunch, Kernel: "fill_f32", Rate: 1})
+	}, actors.Config{LanesPerDevice: 2})
+	faulty := tenant(t, b, "faulty", 64)
+	healthy := tenant(t, b, "healthy", 64)
+	done := make(chan int)
+	go func() { done <- serve(context.Background(), t, b, healthy, 0, 100, 2) }()
+	var tries int
+	var se *actors.SuspendedError
+	for tries = 1; tries < 50; tries++ {
+		_, err := b.S.Submit(context.Background(), "faulty", fillBatch(t, b, faulty))
+		if errors.As(err, &se) {
+			break
+		}
+	}
+	if se == nil || tries > 10 {
+		t.Fatalf("the faulty tenant was not suspended after %d tries", tries)
+	}
+	if got := <-done; got != 100 {
+		t.Fatalf("the healthy tenant was served %d of 100 steps", got)
+	}
+	for _, l := range b.S.Lanes() {
+		if l.Health == actors.Quarantined {
+			t.Fatalf("lane %d taken out for good: %v", l.ID, l.Cause)
+		}
+	}
+	t.Logf("suspended after %d submissions, for %v: %v", tries-1, se.RetryAfter.Round(time.Millisecond), se)
+}
