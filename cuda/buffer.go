@@ -127,3 +127,46 @@ func (m MemoryStats) Free() uint64 {
 	}
 	return m.Total - m.InUse
 }
+
+// Handles is the set of buffers and host buffers some commands name, by id
+// (of one device instance): what an executable captured from them touches.
+// The zero value is empty.
+type Handles struct {
+	buffers, hosts []uint64
+}
+
+// Add adds the handles one command names.
+func (h *Handles) Add(c Command) {
+	_ = c.ForRegions(func(r Region) error {
+		h.buffers = addID(h.buffers, r.Buffer.ID)
+		return nil
+	})
+	if c.Kind == KindStageIn || c.Kind == KindStageOut {
+		h.hosts = addID(h.hosts, c.Staging.Buffer.ID)
+	}
+}
+
+// Each calls buffer for every buffer id and host for every host buffer id,
+// and stops at the first error.
+func (h *Handles) Each(buffer, host func(id uint64) error) error {
+	for _, id := range h.buffers {
+		if err := buffer(id); err != nil {
+			return err
+		}
+	}
+	for _, id := range h.hosts {
+		if err := host(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func addID(ids []uint64, id uint64) []uint64 {
+	for _, have := range ids {
+		if have == id {
+			return ids
+		}
+	}
+	return append(ids, id)
+}

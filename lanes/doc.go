@@ -5,17 +5,22 @@
 // A [Lane] owns its stream's submission pipeline, its executable cache, its
 // program catalog, its fences and its quarantine. It has no goroutines, no
 // locks and no clock of its own (the stage sink's clock is injected): it is
-// shaped like etcd/raft's RawNode, and the lane actor is its node.
+// shaped like etcd/raft's RawNode, and the lane actor is its node. It waits
+// on the device in Wait, Synchronize, Readback and staged Replay (and
+// Prepare) only; a [Waiter] paces those waits, so its owner decides how
+// long is too long (without one they block in the device's calls).
 //
 // # Usage
 //
 // The owner, on the lane's bound OS thread:
 //
-//  1. [Lane.Submit] a [Batch]. Validation, discovery, preparation, the
+//  1. [Lane.Submit] a [Batch]. Validation (every handle the batch names
+//     is checked live on the device), discovery, preparation, the
 //     compute-path requirement and program registration happen first; an
-//     error there is "definitely not submitted" ([Error.NotSubmitted]) and
-//     changes nothing. Then the batch is enqueued (resident segments
-//     replayed, the rest eagerly) and its fence recorded.
+//     error there is the caller's, "definitely not submitted"
+//     ([Error.NotSubmitted]), and changes nothing. Then the batch is
+//     enqueued (resident segments replayed, the rest eagerly) and its fence
+//     recorded. Every error is an [*Error], classified by cuda.Classify.
 //  2. [Lane.Poll] regularly: it never blocks, and returns the [Receipt] of
 //     every submission that ended, exactly once each, in fence order.
 //  3. After a failure (an error after enqueue began, or a device error on a

@@ -47,6 +47,7 @@ func Run(t *testing.T, opener Open) {
 		return dev
 	}
 	t.Run("memory", func(t *testing.T) { testMemory(t, open(t)) })
+	t.Run("free-fences-work", func(t *testing.T) { testFreeFencesWork(t, open(t)) })
 	t.Run("upload-readback", func(t *testing.T) { testUploadReadback(t, open(t)) })
 	t.Run("kernels-match-reference", func(t *testing.T) { testKernels(t, open(t)) })
 	t.Run("in-order", func(t *testing.T) { testInOrder(t, open(t)) })

@@ -305,3 +305,46 @@ func testEventReuse(t *testing.T, dev cuda.Device) {
 	}
 	second.Release() // after the stream is gone: nothing to reuse, no fault
 }
+
+// testFreeFencesWork: work enqueued or replayed after Free began never
+// touches the freed buffer: an executable captured over a buffer that was
+// freed is refused at launch (the caller's error), eager work naming it is
+// refused at enqueue, and the device stays healthy (on a GPU, a replay over
+// freed memory would poison the context).
+func testFreeFencesWork(t *testing.T, dev cuda.Device) {
+	f := fixture{t, dev}
+	s := f.stream()
+	b := f.zeroed(s, cuda.I32, 64)
+	inc, err := cuda.Launch(f.spec(kernels.Inc), cuda.Linear(64, 64), cuda.BufferArg(b.Whole()), cuda.I32Arg(64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Enqueue(inc); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Launch(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	wantContract(t, s.Launch(x), cuda.ErrStaleHandle)
+	wantContract(t, s.Enqueue(inc), cuda.ErrStaleHandle)
+	wantContract(t, dev.CheckBuffer(b), cuda.ErrStaleHandle)
+	if err := s.Synchronize(); err != nil || dev.Err() != nil {
+		t.Fatalf("after refusing work over a freed buffer: %v, device %v", err, dev.Err())
+	}
+	_ = x.Destroy()
+	_ = g.Destroy()
+}

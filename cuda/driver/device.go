@@ -50,7 +50,18 @@ type Device struct {
 	// path, so a healthy device's hot calls take no lock.
 	unwell atomic.Bool
 
+	// handles orders frees against enqueues and launches: they check their
+	// handles and issue their work under the read lock; Free marks its
+	// buffer as going under the write lock, so cuMemFree's wait covers
+	// every enqueue that found the buffer live, and every later one is
+	// refused (work issued after cuMemFree would touch freed memory and
+	// poison the context).
+	handles sync.RWMutex
+	frees   atomic.Uint64 // free epoch: bumped whenever a buffer or host buffer starts going
+
 	mu       sync.RWMutex // the tables below; hot paths only read
+	going    map[uint64]bool
+	hostsGo  map[uint64]bool
 	buffers  map[uint64]*allocation
 	nextBuf  uint64
 	hosts    map[uint64]*pinnedHost
@@ -90,6 +101,7 @@ func Open(cfg Config) (*Device, error) {
 	d := &Device{
 		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
 		funcs: map[string]cFunction{}, kernels: cfg.Kernels, buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
+		going: map[uint64]bool{}, hostsGo: map[uint64]bool{},
 	}
 	unbind, err := d.BindThread()
 	if err != nil {
@@ -237,6 +249,8 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 }
 
 // Free releases a buffer (cuMemFree waits for the work that uses it).
+// From the moment it begins, enqueues and launches that name the buffer are
+// refused (ErrStaleHandle); work issued before finishes first.
 func (d *Device) Free(b cuda.Buffer) error {
 	const op = "free"
 	a, err := d.lookup(op, b)
@@ -246,11 +260,16 @@ func (d *Device) Free(b cuda.Buffer) error {
 	if err := d.live(op); err != nil {
 		return err
 	}
-	if err := d.check(op, memFree(d.ctx, a.base), "cuMemFree"); err != nil {
+	if err := d.markGoing(op, d.going, func() bool { _, ok := d.buffers[b.ID]; return ok }, b.ID); err != nil {
 		return err
 	}
+	err = d.check(op, memFree(d.ctx, a.base), "cuMemFree")
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	delete(d.going, b.ID)
+	if err != nil {
+		return err
+	}
 	delete(d.buffers, b.ID)
 	size := b.Size
 	if b.Align > cuda.DefaultAlignment {
@@ -261,10 +280,59 @@ func (d *Device) Free(b cuda.Buffer) error {
 	return nil
 }
 
-// lookup checks that b is a live buffer of this device as it was handed out.
+// markGoing marks a buffer or host buffer as being freed (in going), under
+// the handles write lock, so no enqueue or launch is halfway through using
+// it; it fails if the buffer is gone or already going.
+func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool, id uint64) error {
+	d.handles.Lock()
+	defer d.handles.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !present() || going[id] {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d was already freed, or is being freed", id)
+	}
+	going[id] = true
+	d.frees.Add(1)
+	return nil
+}
+
+// checkExecHandles checks, before a launch (under the handles read lock),
+// that every buffer an executable's graph names is live: replaying it over
+// freed memory would poison the context, and a caller that freed a buffer
+// is refused instead. It looks only when something was freed since the
+// executable's handles were last found live.
+func (d *Device) checkExecHandles(op string, x *exec) error {
+	epoch := d.frees.Load() + 1
+	if x.checked.Load() == epoch {
+		return nil
+	}
+	d.mu.RLock()
+	err := x.handles.Each(func(id uint64) error {
+		if _, ok := d.buffers[id]; !ok || d.going[id] {
+			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names buffer %d, which was freed; capture it again", id)
+		}
+		return nil
+	}, func(id uint64) error {
+		if _, ok := d.hosts[id]; !ok || d.hostsGo[id] {
+			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names host buffer %d, which was freed; capture it again", id)
+		}
+		return nil
+	})
+	d.mu.RUnlock()
+	if err == nil {
+		x.checked.Store(epoch)
+	}
+	return err
+}
+
+// lookup checks that b is a live buffer of this device as it was handed
+// out, not being freed.
 func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 	d.mu.RLock()
 	a, ok := d.buffers[b.ID]
+	if d.going[b.ID] {
+		ok = false
+	}
 	d.mu.RUnlock()
 	var have cuda.Buffer
 	if ok {

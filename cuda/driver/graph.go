@@ -58,6 +58,7 @@ type graph struct {
 	g         cGraph
 	nodes     int
 	pins      *pinSet
+	handles   cuda.Handles // the buffers its nodes name
 	destroyed atomic.Bool
 }
 
@@ -78,7 +79,7 @@ func (g *graph) Instantiate() (cuda.Exec, error) {
 	if err := g.dev.check(op, r, "cuGraphInstantiateWithFlags"); err != nil {
 		return nil, err
 	}
-	return &exec{dev: g.dev, x: x, nodes: g.nodes, pins: g.pins.retain()}, nil
+	return &exec{dev: g.dev, x: x, nodes: g.nodes, pins: g.pins.retain(), handles: g.handles}, nil
 }
 
 // Destroy releases the graph; executables made from it stay valid.
@@ -97,6 +98,8 @@ type exec struct {
 	x         cGraphExec
 	nodes     int
 	pins      *pinSet
+	handles   cuda.Handles  // the buffers its graph names
+	checked   atomic.Uint64 // the device's free epoch when they were last found live, plus one
 	destroyed atomic.Bool
 }
 
@@ -152,7 +155,8 @@ func (x *exec) Update(g cuda.Graph) error {
 	old := x.pins
 	x.pins = gr.pins.retain()
 	old.release()
-	x.nodes = gr.nodes
+	x.nodes, x.handles = gr.nodes, gr.handles
+	x.checked.Store(0)
 	return nil
 }
 

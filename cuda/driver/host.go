@@ -23,8 +23,9 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) (*pinnedHost, error) {
 	}
 	d.mu.RLock()
 	a, ok := d.hosts[h.ID]
+	going := d.hostsGo[h.ID]
 	d.mu.RUnlock()
-	if !ok || a.buf != h {
+	if !ok || going || a.buf != h {
 		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "host buffer %d is not allocated (freed, or never handed out by this device)", h.ID)
 	}
 	return a, nil
@@ -68,12 +69,22 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 	if err != nil {
 		return err
 	}
-	if err := d.check(op, hostFree(d.ctx, a.p), "cuMemFreeHost"); err != nil {
+	if err := d.markGoing(op, d.hostsGo, func() bool { _, ok := d.hosts[h.ID]; return ok }, h.ID); err != nil {
 		return err
 	}
+	// cuMemFreeHost does not wait for the device: work that reads or
+	// writes the staging must finish first, or it touches freed memory.
+	err = d.Synchronize()
+	if err == nil {
+		err = d.check(op, hostFree(d.ctx, a.p), "cuMemFreeHost")
+	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.hostsGo, h.ID)
+	if err != nil {
+		return err
+	}
 	delete(d.hosts, h.ID)
-	d.mu.Unlock()
 	return nil
 }
 

@@ -23,8 +23,11 @@ type stream struct {
 	argv      [cuda.MaxArgs]uint64 // launch arguments, reused: the stream has one owner
 
 	// pins holds the staging memory of uploads recorded by the current
-	// capture; EndCapture hands it to the graph.
-	pins *pinSet
+	// capture; EndCapture hands it to the graph, with the handles its
+	// commands named.
+	pins       *pinSet
+	capturing  bool
+	capHandles cuda.Handles
 
 	events eventPool // released events, reused by the next records
 }
@@ -57,10 +60,15 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 	if err := s.live(op); err != nil {
 		return err
 	}
+	d := s.dev
+	d.handles.RLock() // see Device.handles
+	defer d.handles.RUnlock()
 	if err := s.validate(op, cmd); err != nil {
 		return err
 	}
-	d := s.dev
+	if s.capturing {
+		s.capHandles.Add(cmd)
+	}
 	switch cmd.Kind {
 	case cuda.KindLaunch:
 		n := len(cmd.Args)
@@ -131,6 +139,11 @@ func (s *stream) Launch(e cuda.Exec) error {
 		return err
 	}
 	if err := s.live(op); err != nil {
+		return err
+	}
+	s.dev.handles.RLock() // see Device.handles
+	defer s.dev.handles.RUnlock()
+	if err := s.dev.checkExecHandles(op, x); err != nil {
 		return err
 	}
 	return s.dev.check(op, graphLaunch(s.dev.ctx, x.x, s.s), "cuGraphLaunch")
@@ -227,7 +240,11 @@ func (s *stream) BeginCapture(mode cuda.CaptureMode) error {
 	if mode > cuda.CaptureRelaxed {
 		return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown capture mode %d", mode)
 	}
-	return s.dev.check(op, beginCapture(s.dev.ctx, s.s, mode), "cuStreamBeginCapture")
+	if err := s.dev.check(op, beginCapture(s.dev.ctx, s.s, mode), "cuStreamBeginCapture"); err != nil {
+		return err
+	}
+	s.capturing, s.capHandles = true, cuda.Handles{}
+	return nil
 }
 
 // EndCapture ends the capture and returns its graph.
@@ -236,14 +253,14 @@ func (s *stream) EndCapture() (cuda.Graph, error) {
 	if err := s.live(op); err != nil {
 		return nil, err
 	}
-	pins := s.pins
-	s.pins = nil
+	pins, handles := s.pins, s.capHandles
+	s.pins, s.capturing, s.capHandles = nil, false, cuda.Handles{}
 	g, n, r := endCapture(s.dev.ctx, s.s)
 	if err := s.dev.check(op, r, "cuStreamEndCapture"); err != nil {
 		pins.release()
 		return nil, err
 	}
-	return &graph{dev: s.dev, g: g, nodes: n, pins: pins.retain()}, nil
+	return &graph{dev: s.dev, g: g, nodes: n, pins: pins.retain(), handles: handles}, nil
 }
 
 // Capture reports the capture status (cuStreamIsCapturing).

@@ -144,22 +144,70 @@ func TestFaultHangStopsOneStream(t *testing.T) {
 	}
 }
 
-// TestReplayOfFreedBufferIsIllegalAddress: an executable keeps device
-// addresses, not buffers; replaying one whose buffer was freed faults as it
-// would on a GPU.
-func TestReplayOfFreedBufferIsIllegalAddress(t *testing.T) {
+// TestReplayOfFreedBufferIsRefused: an executable keeps device addresses,
+// and replaying one whose buffer was freed would fault the device as on a
+// GPU; the device refuses the launch instead, and stays healthy.
+func TestReplayOfFreedBufferIsRefused(t *testing.T) {
 	r := virtualRig(t)
 	s := r.stream()
 	b := r.counter(s, 8)
 	x := r.capture(s, b, 1)
-	if err := r.dev.Free(b); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.Launch(x); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Synchronize(); !errors.Is(err, cuda.ErrIllegalAddress) || !cuda.Classify(err).Sticky {
+	if err := r.dev.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Launch(x); !errors.Is(err, cuda.ErrStaleHandle) || cuda.Classify(err).Blame != cuda.BlameCaller {
 		t.Fatalf("replay over a freed buffer: %v", err)
+	}
+	if err := s.Synchronize(); err != nil || r.dev.Err() != nil {
+		t.Fatalf("the device after a refused replay: %v %v", err, r.dev.Err())
+	}
+}
+
+// TestFreeRacingWorkNeverPoisons: buffers freed while other goroutines
+// enqueue and replay work naming them, as a careless caller would: every
+// enqueue or launch either runs before the free or is refused; the device
+// is never poisoned.
+func TestFreeRacingWorkNeverPoisons(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	r := rig{t, dev}
+	inc := dev.Registry().MustSpec(kernels.Inc)
+	for round := range 200 {
+		s := r.stream()
+		b := r.counter(s, 8)
+		x := r.capture(s, b, 2)
+		c, _ := cuda.Launch(inc, cuda.Linear(8, 8), cuda.BufferArg(b.Whole()), cuda.I32Arg(8))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				var err error
+				if i%2 == 0 {
+					err = s.Enqueue(c)
+				} else {
+					err = s.Launch(x)
+				}
+				if err != nil {
+					if !errors.Is(err, cuda.ErrStaleHandle) {
+						t.Errorf("round %d: %v", round, err)
+					}
+					return
+				}
+			}
+		}()
+		if err := dev.Free(b); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if err := s.Synchronize(); err != nil || dev.Err() != nil {
+			t.Fatalf("round %d: the device was poisoned: %v %v", round, err, dev.Err())
+		}
 	}
 }
 

@@ -96,9 +96,8 @@ var _ cuda.Graph = (*graph)(nil)
 
 func (g *graph) NodeCount() int { return len(g.nodes) }
 
-// Instantiate makes an executable from the graph. As on a GPU, the buffers
-// its nodes name are not checked: an executable holds device addresses, and
-// replaying one over freed memory faults when it runs.
+// Instantiate makes an executable from the graph. The buffers its nodes
+// name are checked when it is launched, not here (see stream.Launch).
 func (g *graph) Instantiate() (cuda.Exec, error) {
 	const op = "graph instantiate"
 	if g.destroyed.Load() {
@@ -115,7 +114,9 @@ func (g *graph) Instantiate() (cuda.Exec, error) {
 		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault while instantiating")
 	}
 	d.clock.spin(time.Duration(len(g.nodes)) * d.cost.InstantiateNode)
-	return &exec{dev: d, nodes: append([]node(nil), g.nodes...)}, nil
+	x := &exec{dev: d}
+	x.setNodes(g.nodes)
+	return x, nil
 }
 
 // Destroy releases the graph.
@@ -130,8 +131,20 @@ func (g *graph) Destroy() error {
 type exec struct {
 	dev       *Device
 	nodes     []node
+	handles   cuda.Handles  // every buffer and host buffer its nodes name
+	checked   atomic.Uint64 // the device's free epoch when its handles were last found live, plus one
 	uploaded  atomic.Bool
 	destroyed atomic.Bool
+}
+
+// setNodes gives the executable its nodes and the handles they name.
+func (x *exec) setNodes(ns []node) {
+	x.nodes = append([]node(nil), ns...)
+	x.handles = cuda.Handles{}
+	for _, n := range ns {
+		x.handles.Add(n.cmd)
+	}
+	x.checked.Store(0)
 }
 
 var _ cuda.Exec = (*exec)(nil)
@@ -196,7 +209,7 @@ func (x *exec) Update(g cuda.Graph) error {
 		return cuda.DriverError(op, cuda.CodeGraphExecUpdateFailure, "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: injected update refusal")
 	}
 	x.dev.clock.spin(time.Duration(len(gr.nodes)) * x.dev.cost.UpdateNode)
-	x.nodes = append([]node(nil), gr.nodes...)
+	x.setNodes(gr.nodes)
 	return nil
 }
 

@@ -15,8 +15,9 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) ([]byte, error) {
 	}
 	d.mu.Lock()
 	b, ok := d.hosts[h.ID]
+	going := d.hostsGoing[h.ID]
 	d.mu.Unlock()
-	if !ok || uint64(len(b)) != h.Size {
+	if !ok || going || uint64(len(b)) != h.Size {
 		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "host buffer %d is not allocated (freed, or never handed out by this device)", h.ID)
 	}
 	return b, nil
@@ -28,7 +29,8 @@ func (d *Device) CheckHost(h cuda.HostBuffer) error {
 	return err
 }
 
-// AllocHost allocates zeroed pinned host memory.
+// AllocHost allocates zeroed pinned host memory. The simulator pins at
+// most as many bytes as the device has memory, in all.
 func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	const op = "host alloc"
 	if size == 0 {
@@ -42,8 +44,8 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	if d.fire(FaultOutOfMemory, nil) {
 		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
 	}
-	if size > d.memory.Total {
-		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot pin %d bytes of host memory, more than the device's %d", size, d.memory.Total))
+	if size > d.memory.Total-min(d.hostInUse, d.memory.Total) {
+		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
 	}
 	bytes, err := hostBytes(op, size, 0)
 	if err != nil {
@@ -52,6 +54,7 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	d.nextHost++
 	h := cuda.HostBuffer{Device: d.info.Instance, ID: d.nextHost, Size: size}
 	d.hosts[h.ID] = bytes
+	d.hostInUse += size
 	return h, nil
 }
 
@@ -62,12 +65,18 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 	if _, err := d.hostLookup(op, h); err != nil {
 		return err
 	}
-	if err := d.Synchronize(); err != nil {
+	if err := d.markGoing(op, d.hostsGoing, func() bool { _, ok := d.hosts[h.ID]; return ok }, h.ID); err != nil {
 		return err
 	}
+	err := d.Synchronize()
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.hostsGoing, h.ID)
+	if err != nil {
+		return err
+	}
+	d.hostInUse -= h.Size
 	delete(d.hosts, h.ID)
-	d.mu.Unlock()
 	return nil
 }
 

@@ -41,6 +41,7 @@ import (
 	"math/rand"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
@@ -81,10 +82,22 @@ type Device struct {
 	// detector meaningful.
 	execMu sync.Mutex
 
+	// handles orders frees against enqueues: an enqueue checks its handles
+	// and schedules its work under the read lock, and Free marks its buffer
+	// as going under the write lock, so every enqueue that found the buffer
+	// live has scheduled its work before Free waits for the device, and
+	// every later one is refused. Without it, work enqueued between Free's
+	// wait and its release would touch freed memory.
+	handles sync.RWMutex
+
 	mu         sync.Mutex
 	buffers    map[uint64]*allocation
+	freeing    map[uint64]bool // buffers and host buffers being freed
+	hostsGoing map[uint64]bool
+	frees      atomic.Uint64 // free epoch: bumped whenever a buffer or host buffer starts going
 	nextBuffer uint64
 	hosts      map[uint64][]byte // pinned host staging
+	hostInUse  uint64
 	nextHost   uint64
 	nextAddr   uint64
 	streams    map[uint64]*stream
@@ -128,11 +141,12 @@ func New(cfg Config) (*Device, error) {
 			Instance: cuda.NextInstance(), Ordinal: cfg.Ordinal, Name: "sim (H200 model)",
 			Backend: "sim", TotalMemory: cfg.Memory,
 		},
-		clock:    clock{mode: cfg.Clock, origin: time.Now(), virtual: cfg.Virtual},
-		cost:     cfg.Cost.withDefaults(),
-		kernels:  cfg.Kernels,
-		closed:   make(chan struct{}),
-		buffers:  map[uint64]*allocation{},
+		clock:   clock{mode: cfg.Clock, origin: time.Now(), virtual: cfg.Virtual},
+		cost:    cfg.Cost.withDefaults(),
+		kernels: cfg.Kernels,
+		closed:  make(chan struct{}),
+		buffers: map[uint64]*allocation{},
+		freeing: map[uint64]bool{}, hostsGoing: map[uint64]bool{},
 		hosts:    map[uint64][]byte{},
 		nextAddr: addressBase,
 		streams:  map[uint64]*stream{},
@@ -287,6 +301,10 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 }
 
 // Free releases a buffer after the device's outstanding work, as cuMemFree.
+// From the moment it begins, enqueues that name the buffer are refused
+// (ErrStaleHandle); work enqueued before it finishes first. Like cuMemFree
+// it waits for the whole device: with a kernel that never finishes, it
+// never returns.
 func (d *Device) Free(b cuda.Buffer) error {
 	const op = "free"
 	if _, err := d.lookup(op, b); err != nil {
@@ -295,13 +313,15 @@ func (d *Device) Free(b cuda.Buffer) error {
 	if err := d.unsafeDuringCapture(op); err != nil {
 		return err
 	}
-	if err := d.Synchronize(); err != nil {
+	if err := d.markGoing(op, d.freeing, func() bool { _, ok := d.buffers[b.ID]; return ok }, b.ID); err != nil {
 		return err
 	}
+	err := d.Synchronize()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.buffers[b.ID]; !ok {
-		return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d was already freed", b.ID)
+	delete(d.freeing, b.ID)
+	if err != nil {
+		return err
 	}
 	delete(d.buffers, b.ID)
 	d.memory.InUse -= roundUp(b.Size, b.Align)
@@ -309,11 +329,59 @@ func (d *Device) Free(b cuda.Buffer) error {
 	return nil
 }
 
+// markGoing marks a buffer or host buffer as being freed (in going), under
+// the handles write lock, so no enqueue is halfway through using it; it
+// fails if the buffer is gone or already going.
+func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool, id uint64) error {
+	d.handles.Lock()
+	defer d.handles.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !present() || going[id] {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d was already freed, or is being freed", id)
+	}
+	going[id] = true
+	d.frees.Add(1)
+	return nil
+}
+
+// checkExecHandles checks, before a launch (under the handles read lock),
+// that every buffer an executable's nodes name is live: replaying a graph
+// over freed memory would poison the device, and a caller that freed a
+// buffer is refused instead. The check runs only when something was freed
+// since the executable's handles were last found live.
+func (d *Device) checkExecHandles(op string, x *exec) error {
+	epoch := d.frees.Load() + 1
+	if x.checked.Load() == epoch {
+		return nil
+	}
+	d.mu.Lock()
+	err := x.handles.Each(func(id uint64) error {
+		if _, ok := d.buffers[id]; !ok || d.freeing[id] {
+			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names buffer %d, which was freed; capture it again", id)
+		}
+		return nil
+	}, func(id uint64) error {
+		if _, ok := d.hosts[id]; !ok || d.hostsGoing[id] {
+			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names host buffer %d, which was freed; capture it again", id)
+		}
+		return nil
+	})
+	d.mu.Unlock()
+	if err == nil {
+		x.checked.Store(epoch)
+	}
+	return err
+}
+
 // lookup checks that b is a live buffer of this device, exactly as it was
-// handed out, and returns its allocation.
+// handed out and not being freed, and returns its allocation.
 func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 	d.mu.Lock()
 	a, ok := d.buffers[b.ID]
+	if d.freeing[b.ID] {
+		ok = false
+	}
 	d.mu.Unlock()
 	var have cuda.Buffer
 	if ok {
@@ -361,10 +429,11 @@ func (d *Device) Synchronize() error {
 // the device captures in global mode, and invalidates those captures, as
 // CUDA does.
 func (d *Device) unsafeDuringCapture(op string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	// The stream list is taken under d.mu and each stream is locked after
+	// it is released: a recording stream holds its own lock and then takes
+	// d.mu, so holding both here in the other order would deadlock.
 	hit := false
-	for _, s := range d.streams {
+	for _, s := range d.streamList() {
 		if s.invalidateGlobalCapture() {
 			hit = true
 		}
@@ -410,8 +479,8 @@ func (d *Device) Close() error {
 		s.stop()
 	}
 	d.mu.Lock()
-	d.buffers = map[uint64]*allocation{}
-	d.memory.InUse, d.memory.Allocations = 0, 0
+	d.buffers, d.hosts = map[uint64]*allocation{}, map[uint64][]byte{}
+	d.memory.InUse, d.memory.Allocations, d.hostInUse = 0, 0, 0
 	d.mu.Unlock()
 	return nil
 }

@@ -86,11 +86,16 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 }
 
 // Enqueue validates cmd and enqueues it, or records it during a capture.
+// Its handles are checked and its work scheduled under the device's
+// handles lock, so a concurrent Free either waits for this work or makes
+// the enqueue fail (see Device.handles).
 func (s *stream) Enqueue(cmd cuda.Command) error {
 	op := cmd.Kind.EnqueueOp()
 	if err := s.check(op); err != nil {
 		return err
 	}
+	s.dev.handles.RLock()
+	defer s.dev.handles.RUnlock()
 	if err := s.validate(op, cmd); err != nil {
 		return err
 	}
@@ -112,6 +117,11 @@ func (s *stream) Launch(e cuda.Exec) error {
 		return err
 	}
 	if err := s.check(op); err != nil {
+		return err
+	}
+	s.dev.handles.RLock()
+	defer s.dev.handles.RUnlock()
+	if err := s.dev.checkExecHandles(op, x); err != nil {
 		return err
 	}
 	if err := s.unsupportedDuringCapture(op); err != nil {
@@ -351,8 +361,7 @@ func (s *stream) unsupportedDuringCapture(op string) error {
 	return cuda.DriverError(op, cuda.CodeStreamCaptureUnsupported, op+" on a capturing stream is not allowed; the capture is invalidated. End the capture first")
 }
 
-// invalidateGlobalCapture invalidates a global-mode capture; called with
-// dev.mu held.
+// invalidateGlobalCapture invalidates a global-mode capture.
 func (s *stream) invalidateGlobalCapture() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
