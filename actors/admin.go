@@ -14,6 +14,12 @@ import (
 // ErrStopped at once. The lane answers within its hang timeout: a wait on
 // its stream that outlives it abandons the stream.
 func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(call uint64) any) (any, error) {
+	if err := s.refuseStopped(op); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, lanes.Wrap(op, true, errNilContext)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, lanes.Wrap(op, true, err)
 	}
@@ -78,6 +84,9 @@ func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
 // preparation must be open), for the tenant that owns its buffers and
 // staging.
 func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, st *lanes.Staged) error {
+	if err := s.refuseStopped("prepare staged"); err != nil {
+		return err
+	}
 	if err := s.checkStaged(tenant, st); err != nil {
 		return lanes.Wrap("prepare staged", true, err)
 	}
@@ -89,6 +98,9 @@ func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, 
 // staging, on the lane it was prepared on, with inputs in logical order,
 // and returns its outputs (when collect).
 func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lanes.Staged, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
+	if err := s.refuseStopped("staged replay"); err != nil {
+		return lanes.StagedResult{}, err
+	}
 	if err := s.checkStaged(tenant, st); err != nil {
 		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
 )
 
@@ -90,8 +91,8 @@ func (r Recovery) backoff(n int) time.Duration {
 // Suspension is the policy for a tenant whose submissions keep failing
 // lanes (stream or device faults attributed to its submissions, see the
 // package documentation). A tenant is suspended when, inside Window, After
-// of its submissions failed lanes, its fault rate (faults per device
-// operation: graph launches and eager commands) is at least Ratio times the
+// of its submissions failed lanes, its fault rate (faults per launch: graph
+// launches and eager kernel launches) is at least Ratio times the
 // other tenants' over the same time, and that many faults would be
 // vanishingly unlikely (under one in a million) at the others' rate. So
 // faults spread over tenants alike (a flaky device) suspend no one, even
@@ -110,11 +111,11 @@ type Suspension struct {
 
 func (c *Config) defaults() error {
 	if len(c.Devices) == 0 {
-		return fmt.Errorf("actors: Config.Devices is empty; give at least one device")
+		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices is empty; give at least one device", ErrInvalidArgument))
 	}
 	for i, d := range c.Devices {
 		if d == nil {
-			return fmt.Errorf("actors: Config.Devices[%d] is nil", i)
+			return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is nil", ErrInvalidArgument, i))
 		}
 	}
 	def := func(p *int, v int) {

@@ -42,7 +42,12 @@ var (
 	ErrSuspended = cuda.NewSentinel(cuda.CodeSuspended, "actors: tenant suspended")
 	// ErrTenantBusy: Forget found the tenant with submissions in flight.
 	ErrTenantBusy = cuda.NewSentinel(cuda.CodeTenantBusy, "actors: tenant has submissions in flight")
+	// ErrInvalidArgument: a call's argument or Config is unusable (a nil
+	// context, no devices, a nil staged program).
+	ErrInvalidArgument = cuda.NewSentinel(cuda.CodeInvalidArgument, "actors: invalid argument")
 )
+
+var errNilContext = fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", ErrInvalidArgument)
 
 // SuspendedError is the refusal of a suspended tenant: its submissions
 // failed lanes Faults times inside the suspension window, far more often
@@ -74,7 +79,11 @@ type DetachedError struct {
 
 // Error says that the submission lives on.
 func (e *DetachedError) Error() string {
-	return "actors: stopped waiting for an admitted submission, which ends on its own (DetachedError.Pending): " + e.Err.Error()
+	msg := "actors: stopped waiting for an admitted submission, which ends on its own (DetachedError.Pending)"
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
 }
 
 // Unwrap returns the context's error.

@@ -75,7 +75,14 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		a.s.completeAdmin(m.Call, nil, nil)
 		ctx.Stop(a.self)
 	case *actor.Stopping:
+		// Normally drain released the stream; when Start gave up (its
+		// context ended) the lane stops without a drain: release it here.
 		a.disarm()
+		a.cancelRebuild()
+		if a.ref.stream != nil {
+			_ = a.ref.stream.Destroy()
+			a.ref.stream = nil
+		}
 	}
 }
 
@@ -205,9 +212,16 @@ func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 // ErrIndeterminate and the cause's sentinels.
 func indeterminate(cause error) error {
 	e := lanes.Wrap("fence", false, cause)
-	e.Err = fmt.Errorf("%w: %w", ErrIndeterminate, cause)
+	e.Err = &indeterminateError{cause: cause}
 	return e
 }
+
+// indeterminateError says that a submission's effect is unknown, and why;
+// its message does not repeat the package prefix its cause carries.
+type indeterminateError struct{ cause error }
+
+func (e *indeterminateError) Error() string   { return "submission indeterminate: " + e.cause.Error() }
+func (e *indeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.cause} }
 
 // steadyPolls is how many timer polls stay at PollMin before backing off:
 // work of a few hundred microseconds is polled at full rate.

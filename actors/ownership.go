@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 )
 
 // handleKey names one device buffer or pinned host buffer of one device
@@ -24,56 +25,113 @@ type handleKey struct {
 const shared = ""
 
 // Own records buffers as one tenant's: no other tenant's batch may name
-// them. A buffer owned by another tenant, or shared, is refused.
+// them. Each must be a live buffer of one of the scheduler's devices, as
+// Alloc returned it (no one can claim an id before it is handed out); one
+// owned by another tenant, or shared, is refused, and then none is
+// recorded.
 func (s *Scheduler) Own(tenant string, bufs ...cuda.Buffer) error {
+	if err := s.refuseStopped("own"); err != nil {
+		return err
+	}
 	if err := checkTenant(tenant); err != nil {
 		return lanes.Wrap("own", true, err)
 	}
-	return s.own(tenant, bufferKeys(bufs))
+	return s.own("own", tenant, s.bufferKeys(bufs))
 }
 
-// Share records buffers as shared by every tenant (plan-owned weights).
-func (s *Scheduler) Share(bufs ...cuda.Buffer) error { return s.own(shared, bufferKeys(bufs)) }
+// Share records buffers as shared by every tenant (plan-owned weights),
+// checked as Own checks them.
+func (s *Scheduler) Share(bufs ...cuda.Buffer) error {
+	if err := s.refuseStopped("share"); err != nil {
+		return err
+	}
+	return s.own("share", shared, s.bufferKeys(bufs))
+}
 
 // OwnHost records pinned host staging as one tenant's, as Own does buffers.
 func (s *Scheduler) OwnHost(tenant string, hosts ...cuda.HostBuffer) error {
+	if err := s.refuseStopped("own"); err != nil {
+		return err
+	}
 	if err := checkTenant(tenant); err != nil {
 		return lanes.Wrap("own", true, err)
 	}
-	return s.own(tenant, hostKeys(hosts))
+	return s.own("own", tenant, s.hostKeys(hosts))
 }
 
 // ShareHost records pinned host staging as shared by every tenant.
 func (s *Scheduler) ShareHost(hosts ...cuda.HostBuffer) error {
-	return s.own(shared, hostKeys(hosts))
+	if err := s.refuseStopped("share"); err != nil {
+		return err
+	}
+	return s.own("share", shared, s.hostKeys(hosts))
 }
 
-func bufferKeys(bufs []cuda.Buffer) []handleKey {
-	keys := make([]handleKey, len(bufs))
+// ownedKey is a handle to record, with its check against its device.
+type ownedKey struct {
+	key   handleKey
+	check func() error
+}
+
+// device is the scheduler's device of an instance, or nil.
+func (s *Scheduler) device(instance uint64) cuda.Device {
+	for _, d := range s.cfg.Devices {
+		if d.Info().Instance == instance {
+			return d
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) bufferKeys(bufs []cuda.Buffer) []ownedKey {
+	keys := make([]ownedKey, len(bufs))
 	for i, b := range bufs {
-		keys[i] = handleKey{device: b.Device, id: b.ID}
+		keys[i] = ownedKey{handleKey{device: b.Device, id: b.ID}, func() error {
+			d := s.device(b.Device)
+			if d == nil {
+				return cuda.Contractf("own", cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, which this scheduler does not serve", b.ID, b.Device)
+			}
+			return d.CheckBuffer(b)
+		}}
 	}
 	return keys
 }
 
-func hostKeys(hosts []cuda.HostBuffer) []handleKey {
-	keys := make([]handleKey, len(hosts))
+func (s *Scheduler) hostKeys(hosts []cuda.HostBuffer) []ownedKey {
+	keys := make([]ownedKey, len(hosts))
 	for i, h := range hosts {
-		keys[i] = handleKey{device: h.Device, id: h.ID, host: true}
+		keys[i] = ownedKey{handleKey{device: h.Device, id: h.ID, host: true}, func() error {
+			hm, ok := s.device(h.Device).(cuda.HostMemory)
+			if !ok {
+				return cuda.Contractf("own", cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, which this scheduler does not serve", h.ID, h.Device)
+			}
+			return hm.CheckHost(h)
+		}}
 	}
 	return keys
 }
 
-func (s *Scheduler) own(owner string, keys []handleKey) error {
+func (s *Scheduler) own(op, owner string, keys []ownedKey) error {
+	for _, k := range keys {
+		if err := k.check(); err != nil {
+			return lanes.Wrap(op, true, err)
+		}
+	}
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
 	for _, k := range keys {
-		if have, ok := s.owners[k]; ok && have != owner {
-			return lanes.Wrap("own", true, fmt.Errorf("%w: %s is already %s", ErrNotYours, describeHandle(k), describeOwner(have)))
+		if have, ok := s.owners[k.key]; ok && have != owner {
+			return lanes.Wrap(op, true, fmt.Errorf("%w: %s is already %s", ErrNotYours, describeHandle(k.key), describeOwner(have)))
 		}
 	}
+	mine := s.owned[owner]
+	if mine == nil {
+		mine = map[handleKey]struct{}{}
+		s.owned[owner] = mine
+	}
 	for _, k := range keys {
-		s.owners[k] = owner
+		s.owners[k.key] = owner
+		mine[k.key] = struct{}{}
 	}
 	return nil
 }
@@ -92,37 +150,68 @@ func describeOwner(owner string) string {
 	return fmt.Sprintf("owned by tenant %q", owner)
 }
 
+// programClaim is a program's owner and the state of its registration: a
+// name a tenant's batch claimed is reserved while such batches are in
+// flight, and kept once one of them succeeded (a lane then holds it); a
+// claim whose every batch was refused is dropped.
+type programClaim struct {
+	owner      string
+	pending    int  // batches of the owner that declare it, in flight
+	registered bool // one of them succeeded
+}
+
 // checkOwnership refuses a batch that names another tenant's buffer, host
-// staging or program, before anything is routed. It reads under a shared
-// lock, so tenants check in parallel; only the first batch of a new program
-// takes the lock exclusively, to record it as the tenant's.
-func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) error {
-	s.ownMu.RLock()
-	err := s.checkOwnershipLocked(tenant, b)
-	registered := b.Program == nil || s.programs[b.Program.ID] == tenant
-	s.ownMu.RUnlock()
-	if err != nil || registered {
-		return err
+// staging or program, before anything is routed, and claims the program a
+// batch declares (reports claimed; the call must later settleClaim). It
+// reads under a shared lock, so tenants check in parallel; a batch that
+// declares a program takes the lock exclusively.
+func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) (claimed bool, err error) {
+	if b.Program == nil {
+		s.ownMu.RLock()
+		defer s.ownMu.RUnlock()
+		return false, s.checkOwnershipLocked(tenant, b)
 	}
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
-	if err := s.checkOwnershipLocked(tenant, b); err != nil { // the program may have been registered meanwhile
-		return err
+	if err := s.checkOwnershipLocked(tenant, b); err != nil {
+		return false, err
 	}
-	s.programs[b.Program.ID] = tenant
-	return nil
+	c := s.programs[b.Program.ID]
+	if c == nil {
+		c = &programClaim{owner: tenant}
+		s.programs[b.Program.ID] = c
+	}
+	c.pending++
+	return true, nil
+}
+
+// settleClaim ends one in-flight claim of a program: kept if the batch
+// succeeded (or any before it did), dropped if none ever did and none is
+// in flight.
+func (s *Scheduler) settleClaim(id programs.ProgramID, succeeded bool) {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	c := s.programs[id]
+	if c == nil {
+		return
+	}
+	c.pending--
+	c.registered = c.registered || succeeded
+	if c.pending <= 0 && !c.registered {
+		delete(s.programs, id)
+	}
 }
 
 func (s *Scheduler) checkOwnershipLocked(tenant string, b *lanes.Batch) error {
 	if b.Program != nil {
-		if owner, ok := s.programs[b.Program.ID]; ok && owner != tenant {
-			return fmt.Errorf("%w: program %s was registered by tenant %q; register your own under another name", ErrNotYours, b.Program.ID, owner)
+		if c, ok := s.programs[b.Program.ID]; ok && c.owner != tenant {
+			return fmt.Errorf("%w: program %s was registered by tenant %q; register your own under another name", ErrNotYours, b.Program.ID, c.owner)
 		}
 	}
 	for i, e := range b.Entries {
 		if e.Invoke != nil {
-			if owner, ok := s.programs[e.Invoke.Program]; ok && owner != tenant {
-				return fmt.Errorf("%w: entry %d invokes program %s of tenant %q", ErrNotYours, i, e.Invoke.Program, owner)
+			if c, ok := s.programs[e.Invoke.Program]; ok && c.owner != tenant {
+				return fmt.Errorf("%w: entry %d invokes program %s of tenant %q", ErrNotYours, i, e.Invoke.Program, c.owner)
 			}
 		}
 	}

@@ -43,7 +43,7 @@ type tenantState struct {
 	inflight atomic.Int64 // admitted and not ended, parked included
 	active   atomic.Int64 // sent to a lane and not ended or bounced back
 
-	ops            atomic.Uint64 // device operations of its ended submissions, for its fault rate
+	launches       atomic.Uint64 // launches of its ended submissions, for its fault rate
 	suspendedUntil atomic.Int64  // unix nanoseconds; 0 when not suspended
 	faults         faultRecord
 }
@@ -338,13 +338,13 @@ func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef,
 }
 
 // release undoes admit's counts for a call taken from the registry (that
-// enqueued ops device operations), and moves the tenant's waiting batches once its last one in flight ended.
-func (s *Scheduler) release(c *call, ops int) {
+// enqueued launches launches), and moves the tenant's waiting batches once its last one in flight ended.
+func (s *Scheduler) release(c *call, launches int) {
 	if c.admin {
 		return
 	}
 	ts := c.ts
-	ts.ops.Add(uint64(max(ops, 1))) // the tenant's own line: no counter all lanes share
+	ts.launches.Add(uint64(max(launches, 1))) // the tenant's own line: no counter all lanes share
 	if c.sent.Load() {
 		c.lane.Load().inflight.Add(-1)
 		if ts.active.Add(-1) == 0 && ts.moving.Load() {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/telemetry"
@@ -30,6 +31,7 @@ type call struct {
 	sent     atomic.Bool     // a lane counts it (and may run it); false while parked
 	reroutes int             // lanes it bounced off (ts.mu)
 	admin    bool
+	claim    *programs.ProgramID // the program the batch declares, claimed for its tenant
 
 	start time.Time // host time the submission was admitted
 
@@ -61,11 +63,12 @@ type Scheduler struct {
 	waiting  map[*tenantState]struct{} // tenants whose parked batches wait for a lane to recover
 
 	ownMu    sync.RWMutex
-	owners   map[handleKey]string          // buffer or host buffer -> its tenant, or shared
-	programs map[programs.ProgramID]string // program -> the tenant that registered it
+	owners   map[handleKey]string                 // buffer or host buffer -> its tenant, or shared
+	owned    map[string]map[handleKey]struct{}    // tenant -> what it owns (for Forget)
+	programs map[programs.ProgramID]*programClaim // program -> its owner and registration
 
-	faults       atomic.Uint64 // lane failures attributed to a tenant
-	forgottenOps atomic.Uint64 // device operations of forgotten tenants' ended submissions
+	faults            atomic.Uint64 // lane failures attributed to a tenant
+	forgottenLaunches atomic.Uint64 // launches of forgotten tenants' ended submissions
 
 	nextCall atomic.Uint64
 	timers   sync.WaitGroup // rebuild timers armed
@@ -77,6 +80,9 @@ type Scheduler struct {
 // bound OS thread with its own stream, cache and catalog, and returns once
 // every lane has opened its stream (or failed to, and is recovering).
 func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
+	if ctx == nil {
+		return nil, lanes.Wrap("start", true, errNilContext)
+	}
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -84,7 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, owners: map[handleKey]string{}, programs: map[programs.ProgramID]string{}}
+	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]struct{}{}, programs: map[programs.ProgramID]*programClaim{}}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {
@@ -93,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 			disp, err := newThreadDispatcher(dev, cfg.Throughput, cfg.Spin)
 			if err != nil {
 				s.abort()
-				return nil, fmt.Errorf("actors: bind lane %d to device %d: %w", ref.id, di, err)
+				return nil, lanes.Wrap("start", true, fmt.Errorf("%w: bind lane %d to device %d: %w", lanes.ErrFailed, ref.id, di, err))
 			}
 			ref.disp = disp
 			props := actor.PropsFromProducer(func() actor.Actor { return &laneActor{s: s, ref: ref} },
@@ -111,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		case <-ref.opened:
 		case <-ctx.Done():
 			s.abort()
-			return nil, ctx.Err()
+			return nil, lanes.Wrap("start", true, ctx.Err())
 		}
 	}
 	return s, nil
@@ -157,8 +163,24 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 	if lane != nil {
 		r.Lane = lane.id
 	}
+	if err != nil {
+		// Every ended submission has an outcome and says why it did not
+		// succeed, in its receipt as in its error.
+		if r.Err == nil {
+			r.Err = err
+		}
+		if r.Outcome == 0 || r.Outcome == lanes.Succeeded {
+			r.Outcome = lanes.Indeterminate
+			if cuda.Classify(err).NotSubmitted {
+				r.Outcome = lanes.Refused
+			}
+		}
+	}
 	c.receipt, c.err = r, err
-	s.release(c, r.Attribution.Operations)
+	s.release(c, r.Attribution.Launches)
+	if c.claim != nil {
+		s.settleClaim(*c.claim, err == nil)
+	}
 	if t := s.cfg.Telemetry; t != nil && !c.admin {
 		// The recorder runs later: hand it copies, not the caller's batch.
 		nodes := make([]int, len(c.batch.Entries))
@@ -208,7 +230,7 @@ func (s *Scheduler) endCall(id uint64, cause error, neverRan bool) {
 	case neverRan || !c.sent.Load():
 		s.complete(id, lanes.Receipt{}, lanes.Wrap("submit", true, cause))
 	default:
-		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, lanes.Wrap("submit", false, fmt.Errorf("%w: %w", ErrIndeterminate, cause)))
+		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, indeterminate(cause))
 	}
 }
 
@@ -277,12 +299,24 @@ func (s *Scheduler) Lanes() []LaneStatus {
 // the drain goes on: call Stop again, or wait on Done, to see it finish.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.stopOnce.Do(s.beginStop)
+	if ctx == nil {
+		ctx = context.Background() // a nil context waits for the drain, as Background would
+	}
 	select {
 	case <-s.stopped:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// refuseStopped answers ErrStopped once Stop has begun: the first check of
+// every public call.
+func (s *Scheduler) refuseStopped(op string) error {
+	if s.stopping.Load() {
+		return lanes.Wrap(op, true, ErrStopped)
+	}
+	return nil
 }
 
 // Done is closed once Stop has drained every lane and stopped the actors.

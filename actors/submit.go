@@ -24,8 +24,9 @@ import (
 func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes.Receipt, error) {
 	p, err := s.SubmitAsync(ctx, tenant, b)
 	if err != nil {
-		return lanes.Receipt{Tenant: tenant, Lane: -1}, err
+		return lanes.Receipt{Outcome: lanes.Refused, Err: err, Tenant: tenant, Lane: -1}, err
 	}
+	// SubmitAsync refused a nil ctx: it is a real one here.
 	select {
 	case <-p.Done():
 		return p.Result()
@@ -69,6 +70,12 @@ func (p *Pending) Lane() int {
 // The batch, with its entries and their slices, belongs to the scheduler
 // until the submission ends: reuse it only after Done is closed.
 func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
+	if err := s.refuseStopped("submit"); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, lanes.Wrap("submit", true, errNilContext)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
@@ -76,15 +83,23 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
-	if err := s.checkOwnership(tenant, &b); err != nil {
-		return nil, lanes.Wrap("submit", true, err)
-	}
 	device := batchDevice(&b)
 	if err := s.checkDevice(device); err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
+	claimed, err := s.checkOwnership(tenant, &b)
+	if err != nil {
+		return nil, lanes.Wrap("submit", true, err)
+	}
 	p := &Pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now()}}
+	if claimed {
+		id := b.Program.ID
+		p.c.claim = &id
+	}
 	if err := s.admit(ts, device, &p.c); err != nil {
+		if claimed {
+			s.settleClaim(*p.c.claim, false)
+		}
 		return nil, lanes.Wrap("submit", true, err)
 	}
 	return p, nil

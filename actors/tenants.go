@@ -18,7 +18,9 @@ import (
 const MaxTenantName = 256
 
 // checkTenant validates a tenant name: non-empty, at most MaxTenantName
-// bytes of UTF-8 without control characters.
+// bytes of printable UTF-8 (unicode.IsPrint: letters, marks, numbers,
+// punctuation, symbols and the ASCII space; no control, format or
+// invisible characters), not beginning or ending with a space.
 func checkTenant(name string) error {
 	switch {
 	case name == "":
@@ -27,28 +29,37 @@ func checkTenant(name string) error {
 		return fmt.Errorf("%w: the name is %d bytes; use at most %d", ErrInvalidTenant, len(name), MaxTenantName)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: the name %q is not UTF-8", ErrInvalidTenant, name)
+	case name[0] == ' ' || name[len(name)-1] == ' ':
+		return fmt.Errorf("%w: the name %q begins or ends with a space", ErrInvalidTenant, name)
 	}
 	for _, r := range name {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: the name %q holds control character %U", ErrInvalidTenant, name, r)
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%w: the name %q holds %U, which is not printable", ErrInvalidTenant, name, r)
 		}
 	}
 	return nil
 }
 
 // Forget releases what the scheduler keeps for a tenant: its routing and
-// admission state, its suspension record and its buffers' ownership (they
-// are no one's afterwards). It refuses ([ErrTenantBusy], retryable) while
-// the tenant has submissions in flight. Programs the tenant registered stay
+// admission state, its fault record and its buffers' ownership (they are
+// no one's afterwards). It refuses ([ErrTenantBusy], retryable) while the
+// tenant has submissions in flight, and a suspended tenant until its
+// suspension ends. Programs the tenant registered stay
 // reserved to its name: lanes still hold their executables until trimmed,
 // and no other tenant may invoke them. A later submission under the name
 // starts afresh.
 func (s *Scheduler) Forget(tenant string) error {
+	if err := s.refuseStopped("forget"); err != nil {
+		return err
+	}
 	if err := checkTenant(tenant); err != nil {
 		return lanes.Wrap("forget", true, err)
 	}
 	if v, ok := s.tenants.Load(tenant); ok {
 		ts := v.(*tenantState)
+		if err := ts.suspended(); err != nil {
+			return lanes.Wrap("forget", true, err) // forgetting must not lift a suspension
+		}
 		ts.mu.Lock()
 		if n := ts.inflight.Load(); n > 0 {
 			ts.mu.Unlock()
@@ -56,7 +67,7 @@ func (s *Scheduler) Forget(tenant string) error {
 		}
 		ts.forgotten = true
 		s.tenants.Delete(tenant)
-		s.forgottenOps.Add(ts.ops.Load())
+		s.forgottenLaunches.Add(ts.launches.Load())
 		s.routeMu.Lock()
 		if ts.lane != nil {
 			ts.lane.pinned--
@@ -66,11 +77,12 @@ func (s *Scheduler) Forget(tenant string) error {
 		ts.mu.Unlock()
 	}
 	s.ownMu.Lock()
-	for k, owner := range s.owners {
-		if owner == tenant {
+	for k := range s.owned[tenant] {
+		if s.owners[k] == tenant {
 			delete(s.owners, k)
 		}
 	}
+	delete(s.owned, tenant)
 	s.ownMu.Unlock()
 	return nil
 }
@@ -92,20 +104,20 @@ type faultRecord struct {
 }
 
 // strike is one fault attributed to a tenant, with the counters it is
-// measured against when it happened: the device operations of the tenant's
-// and of everyone's ended submissions, and everyone's faults.
+// measured against when it happened: the launches of the tenant's and of
+// everyone's ended submissions, and everyone's faults.
 type strike struct {
-	at                    time.Time
-	ops, allOps, allFault uint64
+	at                              time.Time
+	launches, allLaunches, allFault uint64
 }
 
-// allOps is the device operations of every tenant's ended submissions,
-// summed when a fault needs it (a counter that every lane bumps at every
+// allLaunches is the launches of every tenant's ended submissions, summed
+// when a fault needs it (a counter that every lane bumps at every
 // completion would be one cache line all lane threads fight over).
-func (s *Scheduler) allOps() uint64 {
-	n := s.forgottenOps.Load()
+func (s *Scheduler) allLaunches() uint64 {
+	n := s.forgottenLaunches.Load()
 	s.tenants.Range(func(_, v any) bool {
-		n += v.(*tenantState).ops.Load()
+		n += v.(*tenantState).launches.Load()
 		return true
 	})
 	return n
@@ -175,22 +187,22 @@ func (s *Scheduler) strike(tenant string) {
 			keep = append(keep, st)
 		}
 	}
-	allOps := s.allOps()
-	f.strikes = append(keep, strike{at: now, ops: ts.ops.Load(), allOps: allOps, allFault: all})
+	allLaunches := s.allLaunches()
+	f.strikes = append(keep, strike{at: now, launches: ts.launches.Load(), allLaunches: allLaunches, allFault: all})
 	if len(f.strikes) < sp.After {
 		return
 	}
-	// Fault rates per device operation since the tenant's first fault in
-	// the window: the tenant's against everyone else's.
+	// Fault rates per launch since the tenant's first fault in the window:
+	// the tenant's against everyone else's.
 	first := f.strikes[0]
 	mine := float64(len(f.strikes))
-	myOps := float64(ts.ops.Load()-first.ops) + 1
+	myLaunches := float64(ts.launches.Load()-first.launches) + 1
 	others := float64(all-first.allFault+1) - mine
-	otherRate := others / max(float64(allOps)-float64(first.allOps)+1-myOps, 1)
-	if mine/myOps < sp.Ratio*otherRate {
+	otherRate := others / max(float64(allLaunches)-float64(first.allLaunches)+1-myLaunches, 1)
+	if mine/myLaunches < sp.Ratio*otherRate {
 		return // faults everywhere alike: the device, not this tenant
 	}
-	if poissonTail(len(f.strikes), otherRate*myOps) > suspicion {
+	if poissonTail(len(f.strikes), otherRate*myLaunches) > suspicion {
 		return // a few faults close together, as chance makes them
 	}
 	if now.Sub(f.lastEnd) > sp.Window {

@@ -86,6 +86,7 @@ const (
 	CodeTenantBusy      Code = -208 // the tenant still has work in flight
 	CodeUnknownLane     Code = -209 // no lane has that index
 	CodeIndeterminate   Code = -210 // the work's effect is unknown
+	CodeInvalidArgument Code = -211 // a call's argument or configuration is unusable
 )
 
 // Codes of errors from outside lanes.
@@ -201,6 +202,7 @@ var codes = map[Code]codeInfo{
 	CodeTenantBusy:      {"tenant_busy", BlameNone, true, true},
 	CodeUnknownLane:     {"unknown_lane", BlameCaller, false, true},
 	CodeIndeterminate:   {"indeterminate", BlameStream, false, false},
+	CodeInvalidArgument: {"invalid_argument", BlameCaller, false, true},
 
 	CodeCanceled:         {"canceled", BlameNone, false, false},
 	CodeDeadlineExceeded: {"deadline_exceeded", BlameNone, false, false},

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -19,9 +18,13 @@ type Error struct {
 	Contract  error  // for CodeContract: the sentinel that names the violation
 }
 
-// Error formats the error as "cuda: op: code: detail".
+// Error formats the error as "cuda: op: code: detail" (a code sentinel,
+// with no op: "cuda: code").
 func (e *Error) Error() string {
-	msg := "cuda: " + e.Op + ": " + e.Code.String()
+	msg := "cuda: " + e.Code.String()
+	if e.Op != "" {
+		msg = "cuda: " + e.Op + ": " + e.Code.String()
+	}
 	if e.Detail != "" {
 		msg += ": " + e.Detail
 	}
@@ -35,8 +38,9 @@ func (e *Error) Unwrap() error { return e.Contract }
 // refused before anything ran; a driver error is classified by its code.
 func (e *Error) Class() Class {
 	c := e.Code.Class()
-	c.Retryable, c.Sticky = e.Retryable, e.Sticky
-	if e.Sticky {
+	c.Retryable = c.Retryable || e.Retryable
+	c.Sticky = c.Sticky || e.Sticky
+	if c.Sticky {
 		c.Blame = BlameDevice
 	}
 	return c
@@ -48,21 +52,23 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Op == "" && t.Code == e.Code && t.Code != CodeContract
 }
 
-// Contract sentinels: the caller's mistakes, caught at the boundary.
+// Contract sentinels: the caller's mistakes, caught at the boundary. A
+// contract *Error wraps one, so errors.Is finds it; alone, each classifies
+// as the caller's error.
 var (
-	ErrOutOfBounds    = errors.New("cuda: region out of bounds")
-	ErrEmptyRegion    = errors.New("cuda: empty region")
-	ErrForeignHandle  = errors.New("cuda: handle belongs to another device instance")
-	ErrStaleHandle    = errors.New("cuda: handle was freed or destroyed")
-	ErrElementType    = errors.New("cuda: element type mismatch")
-	ErrKernelArity    = errors.New("cuda: wrong number of kernel arguments")
-	ErrUnknownKernel  = errors.New("cuda: unknown kernel")
-	ErrLaunchConfig   = errors.New("cuda: invalid launch configuration")
-	ErrInvalidCommand = errors.New("cuda: invalid command")
-	ErrAlignment      = errors.New("cuda: invalid alignment")
-	ErrEncoding       = errors.New("cuda: malformed command encoding")
-	ErrDeviceClosed   = errors.New("cuda: device closed")
-	ErrThreadNotBound = errors.New("cuda: calling thread is not bound to the device")
+	ErrOutOfBounds    = NewSentinel(CodeContract, "cuda: region out of bounds")
+	ErrEmptyRegion    = NewSentinel(CodeContract, "cuda: empty region")
+	ErrForeignHandle  = NewSentinel(CodeContract, "cuda: handle belongs to another device instance")
+	ErrStaleHandle    = NewSentinel(CodeContract, "cuda: handle was freed or destroyed")
+	ErrElementType    = NewSentinel(CodeContract, "cuda: element type mismatch")
+	ErrKernelArity    = NewSentinel(CodeContract, "cuda: wrong number of kernel arguments")
+	ErrUnknownKernel  = NewSentinel(CodeContract, "cuda: unknown kernel")
+	ErrLaunchConfig   = NewSentinel(CodeContract, "cuda: invalid launch configuration")
+	ErrInvalidCommand = NewSentinel(CodeContract, "cuda: invalid command")
+	ErrAlignment      = NewSentinel(CodeContract, "cuda: invalid alignment")
+	ErrEncoding       = NewSentinel(CodeContract, "cuda: malformed command encoding")
+	ErrDeviceClosed   = NewSentinel(CodeContract, "cuda: device closed")
+	ErrThreadNotBound = NewSentinel(CodeContract, "cuda: calling thread is not bound to the device")
 )
 
 // Code sentinels: match driver errors by code with errors.Is.

@@ -45,7 +45,10 @@ type Error struct {
 // "cuda: enqueue launch: cuda_launch_out_of_resources: ..."), marked when
 // nothing was submitted. The operation is in Op, not repeated here.
 func (e *Error) Error() string {
-	s := e.Err.Error()
+	s := "lanes: " + e.Code.String() + " with no cause"
+	if e.Err != nil {
+		s = e.Err.Error()
+	}
 	if e.NotSubmitted {
 		s += " (definitely not submitted)"
 	}

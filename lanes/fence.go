@@ -15,9 +15,10 @@ type Outcome uint8
 const (
 	Succeeded     Outcome = iota + 1 // the fence completed
 	Indeterminate                    // the device failed with the work in flight: its effect is unknown
-	// Refused: the caller's error stopped the batch partway (see
-	// [Lane.Submit]); what was enqueued before it ran to completion, the
-	// rest never ran, and the lane is healthy.
+	// Refused: the batch was refused: by the caller's error partway (see
+	// [Lane.Submit]; what was enqueued before it ran to completion, the
+	// rest never ran, and the lane is healthy), or, as a scheduler reports
+	// it, before any of it ran (Err's class says NotSubmitted).
 	Refused
 )
 

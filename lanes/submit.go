@@ -43,10 +43,10 @@ type Attribution struct {
 	Segments []SegmentRecord
 	Prelude  int          // binding-patch commands enqueued before the entries
 	Events   []CacheEvent // what preparation did to the cache for this batch
-	// Operations is how many device operations the submission enqueued:
-	// graph launches and eager commands, the prelude included (a fault
-	// rate per operation compares tenants whose batches differ in size).
-	Operations int
+	// Launches is how many launches the submission enqueued: graph
+	// launches and eager kernel launches (a fault rate per launch compares
+	// tenants whose batches differ in size and shape).
+	Launches int
 }
 
 // CacheEvent is a cache event of a submission's preparation.
@@ -310,7 +310,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	l.nextFence++
 	pd := l.newPending()
 	pd.fence, pd.retain, pd.timing = l.nextFence, b.Retain, b.Timing
-	att := Attribution{Prelude: len(p.prelude), Events: p.events(), Operations: len(p.prelude)}
+	att := Attribution{Prelude: len(p.prelude), Events: p.events()}
 	rows := l.rowScratch[:0]
 	fail := func(err error) (Submission, error) {
 		if cuda.Classify(err).Blame == cuda.BlameCaller && l.s.Capture() == cuda.CaptureNone {
@@ -370,7 +370,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 			}
 			l.logicalScratch = logical
 			att.Segments = append(att.Segments, rec)
-			att.Operations++
+			att.Launches++
 			l.counters.ReplayedSegments++
 			i = cand.End
 		case e.Invoke != nil:
@@ -382,7 +382,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 				return fail(err)
 			}
 			id := e.Invoke.Program
-			att.Operations++
+			att.Launches++
 			att.Segments = append(att.Segments, SegmentRecord{Start: i, End: i + 1, Fingerprint: exe.Fingerprint(), Program: &id,
 				Ordinal: e.Invoke.Segment.Ordinal, Commands: e.Invoke.Segment.Commands, GraphNodes: exe.GraphNodes, Logical: res.Logical})
 			row := l.row(i, e, true, cache.ReasonNone)
@@ -399,7 +399,9 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 			}
 			rows = append(rows, l.row(i, e, false, p.reason(i)))
 			l.counters.EagerCommands++
-			att.Operations++
+			if e.Command.Kind == cuda.KindLaunch {
+				att.Launches++
+			}
 			i++
 		}
 	}

@@ -149,6 +149,23 @@ func gaps(capture Capture, segs []Segment, batch []cache.Command, disc cache.Dis
 			candidateOf[i] = ci
 		}
 	}
+	// The compute commands of each node, in batch order, linked through
+	// next: one pass over the batch, not one per node.
+	first := make(map[int]int, len(batch))
+	next := make([]int, len(batch))
+	last := map[int]int{}
+	for i, cmd := range batch {
+		next[i] = -1
+		if cmd.Phase != cache.PhaseCompute || cmd.Node < 0 {
+			continue
+		}
+		if j, ok := last[cmd.Node]; ok {
+			next[j] = i
+		} else {
+			first[cmd.Node] = i
+		}
+		last[cmd.Node] = i
+	}
 	var out []Gap
 	for n := range capture.Nodes {
 		if covered[n] {
@@ -156,10 +173,8 @@ func gaps(capture Capture, segs []Segment, batch []cache.Command, disc cache.Dis
 		}
 		reason := cache.ReasonMissingComputeCommand
 		var bindReason, discReason, prepReason cache.Reason
-		for i, cmd := range batch {
-			if cmd.Node != n || cmd.Phase != cache.PhaseCompute {
-				continue
-			}
+		i, ok := first[n]
+		for ; ok && i >= 0; i = next[i] {
 			reason = cache.ReasonScopeConflict // every command replayable, yet no candidate owns the node
 			if bindReason == cache.ReasonNone {
 				bindReason = disc.Bindings[i].Reason

@@ -38,6 +38,11 @@ type Capture struct {
 	Bindings        []int // sorted, unique, < Nodes, not eager boundaries
 }
 
+// MaxNodes is the most plan nodes a program may declare: more than any
+// inference plan has, few enough that the catalog's per-node records of
+// one registration stay small.
+const MaxNodes = 1 << 16
+
 // Errors of programs, each wrapped with what was wrong and classified by
 // [cuda.Classify] as program_invalid.
 var (
@@ -69,8 +74,8 @@ func (c Capture) Validate() error {
 	if c.ID.Runtime == "" || c.ID.Name == "" {
 		return fmt.Errorf("%w: program id %q needs a runtime fingerprint and a name", ErrTopology, c.ID)
 	}
-	if c.Nodes <= 0 {
-		return fmt.Errorf("%w: program %s has %d nodes; it needs at least one", ErrTopology, c.ID, c.Nodes)
+	if c.Nodes <= 0 || c.Nodes > MaxNodes {
+		return fmt.Errorf("%w: program %s has %d nodes; it needs between 1 and %d", ErrTopology, c.ID, c.Nodes, MaxNodes)
 	}
 	if err := sortedUnique("eager boundary", c.EagerBoundaries, c.Nodes); err != nil {
 		return err

@@ -8,7 +8,6 @@ package kernels
 import (
 	_ "embed"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"sort"
 
@@ -35,7 +34,7 @@ type Memory []byte
 // ErrIllegalAddress is returned by a reference kernel that touches memory
 // outside its allocation; the simulated device turns it into CUDA's sticky
 // illegal-address error.
-var ErrIllegalAddress = fmt.Errorf("kernels: access outside the allocation")
+var ErrIllegalAddress = cuda.NewSentinel(cuda.CodeIllegalAddress, "kernels: access outside the allocation")
 
 // Shape is a launch as a reference kernel sees it: the kernels here index
 // by the global x thread id (blockIdx.x*blockDim.x + threadIdx.x), so a
