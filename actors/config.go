@@ -68,8 +68,10 @@ type Config struct {
 // ends what it had in flight, and starts over on a fresh stream and cache
 // after a backoff that doubles with each failure in a row. Only a lane that
 // keeps failing is taken out for good: MaxFailures failures inside Window
-// with no submission succeeding between them. A sticky error is the
-// device's, not the lane's: a poisoned device's lanes never come back.
+// with no submission succeeding between them, where the failures one
+// tenant's submissions caused count once (that tenant is the one to stop:
+// see Suspension). A sticky error is the device's, not the lane's: a
+// poisoned device's lanes never come back.
 // The zero value recovers with the defaults.
 type Recovery struct {
 	Disabled    bool          // take a failed lane out for good at once

@@ -31,9 +31,10 @@ type laneActor struct {
 	progressAt time.Time // the last time a fence ended, or work began on an idle lane
 
 	// Recovery (recovery.go).
-	failures []time.Time // stream failures in a row, inside Recovery.Window
+	failures []failure   // stream failures in a row, inside Recovery.Window
 	rebuild  *time.Timer // the armed rebuild, if any
 	retired  bool        // out for good: the device failed
+	hung     bool        // the stream hung: its executables are abandoned with it
 }
 
 // waiting is a call waiting on a fence, with its tenant (the suspect if
@@ -105,13 +106,22 @@ func (a *laneActor) open() error {
 			return err
 		}
 	}
-	a.lane, a.calls = l, map[uint64]waiting{}
+	a.lane = l
 	a.ref.stream = st
+	a.serve()
+	return nil
+}
+
+// serve puts the lane (back) in routing, its last failure still visible.
+func (a *laneActor) serve() {
+	if a.calls == nil {
+		a.calls = map[uint64]waiting{}
+	}
+	a.ref.publish(a.lane.Counters())
 	a.ref.mu.Lock()
-	cause := a.ref.cause // the last failure stays visible
+	cause := a.ref.cause
 	a.ref.mu.Unlock()
 	a.ref.setState(Healthy, cause)
-	return nil
 }
 
 // serving reports whether the lane takes work.
@@ -143,7 +153,7 @@ func (a *laneActor) submit(m *SubmitRequest) {
 	// Accepted, or refused partway (the caller's error): it ends at its
 	// fence either way.
 	if len(a.calls) == 0 {
-		a.progressAt = time.Now()
+		a.noteProgress(time.Now())
 	}
 	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant}
 	a.arm(true)
@@ -160,13 +170,19 @@ func (a *laneActor) poll() {
 		return
 	}
 	if ended {
-		a.progressAt = time.Now()
+		now := time.Now()
+		a.noteProgress(now)
+		a.ref.lastEnd.Store(now.UnixNano())
 	} else if len(a.calls) > 0 && a.s.cfg.HangTimeout > 0 && time.Since(a.progressAt) > a.s.cfg.HangTimeout {
 		a.abandon()
 		return
 	}
 	a.arm(ended)
 }
+
+// noteProgress records when the lane last made progress (a fence ended,
+// or work began on an idle lane), for its watchdog.
+func (a *laneActor) noteProgress(t time.Time) { a.progressAt = t }
 
 // deliverEnded delivers every submission the lane has seen end, and
 // reports whether there was any and the tenant of the first that ended

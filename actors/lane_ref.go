@@ -49,9 +49,20 @@ type laneRef struct {
 	pinned         int          // tenants pinned here (Scheduler.routeMu)
 	inflightFences atomic.Int64
 	recoveries     atomic.Int64 // times the lane was rebuilt
-	statsMu        sync.Mutex   // the lane thread publishes, status reads: no allocation per submission
-	stats          lanes.Counters
-	staged         atomic.Value // lanes.StagedCounters
+	// lastEnd is when a submission of the lane last ended, and hungAt when
+	// the lane was last declared hung (unix ns): until some lane of the
+	// device ends something after hungAt, the device is still stalled
+	// behind that hang. Written by the lane's thread at every poll that
+	// ended something, read only when a lane hangs: kept off the cache line
+	// the router reads at every admission.
+	_       [64]byte
+	lastEnd atomic.Int64
+	hungAt  atomic.Int64
+	_       [48]byte
+
+	statsMu sync.Mutex // the lane thread publishes, status reads: no allocation per submission
+	stats   lanes.Counters
+	staged  atomic.Value // lanes.StagedCounters
 }
 
 func (r *laneRef) setState(h Health, cause error) {

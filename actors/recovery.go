@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
@@ -20,15 +21,23 @@ import (
 // device's error takes every lane of the device out for good; a stream's
 // recovers the lane on a fresh stream after a backoff, unless it keeps
 // failing (Config.Recovery). culprit is "" when no submission is to blame.
-func (a *laneActor) failed(culprit string, cause error) {
+func (a *laneActor) failed(culprit string, cause error) { a.fail(culprit, cause, true) }
+
+// fail is failed, saying whether the failure counts against the lane: a
+// lane that stalled behind another lane's kernel recovers, but its stall is
+// not its own and does not bring it nearer to being taken out.
+func (a *laneActor) fail(culprit string, cause error, counts bool) {
 	a.ref.setState(Recovering, cause)
 	a.disarm()
 	if a.lane != nil {
 		var rs []lanes.Receipt
 		if errors.Is(cause, ErrHung) {
+			a.hung = true
 			rs = a.lane.PollInto(nil) // nothing waits on a hung stream again
 		} else {
-			rs, _, _ = a.lane.Synchronize()
+			var err error
+			rs, _, err = a.lane.Synchronize()
+			a.hung = errors.Is(err, ErrHung)
 		}
 		if c := a.deliver(rs); culprit == "" {
 			culprit = c
@@ -46,7 +55,7 @@ func (a *laneActor) failed(culprit string, cause error) {
 		a.s.lanesChanged()
 		return
 	}
-	a.scheduleRebuild(cause)
+	a.scheduleRebuild(culprit, cause, counts)
 }
 
 // abandon gives up on a stream whose oldest fence outlived HangTimeout (a
@@ -55,8 +64,20 @@ func (a *laneActor) failed(culprit string, cause error) {
 // stream like any stream failure.
 func (a *laneActor) abandon() {
 	cause := fmt.Errorf("%w: no submission of lane %d ended for %v; the stream is abandoned", ErrHung, a.ref.id, a.s.cfg.HangTimeout)
+	// The tenant of the oldest stuck submission takes the strike. When a
+	// kernel occupies the whole device, every busy lane hangs, one after
+	// another, and which kernel stalled the device cannot be told from the
+	// host: each stuck tenant takes one strike for the stall, and the
+	// suspension's rate test tells the tenant whose every launch stalls the
+	// device from a bystander stuck behind it now and then. Only the first
+	// lane to hang in a stall counts the failure against itself.
 	culprit := a.deliver(a.lane.Abandon(cause))
-	a.failed(culprit, cause)
+	behind := a.s.stalledBehind(a.ref)
+	if !a.s.firstStrikeOfStall(a.ref.dev, behind, culprit) {
+		culprit = ""
+	}
+	a.ref.hungAt.Store(time.Now().UnixNano())
+	a.fail(culprit, cause, !behind)
 }
 
 // retire takes the lane out for good because its device failed elsewhere
@@ -79,31 +100,56 @@ func (a *laneActor) retire(cause error) {
 	a.s.cfg.Telemetry.Quarantine(context.Background(), a.ref.id, cause)
 }
 
-// scheduleRebuild counts a stream failure and arms the rebuild after the
-// backoff, or takes the lane out for good when it keeps failing.
-func (a *laneActor) scheduleRebuild(cause error) {
+// failure is one failure of a lane's stream, and the tenant it is struck
+// against ("" for none).
+type failure struct {
+	at      time.Time
+	culprit string
+}
+
+// streak is how many of the lane's failures in a row count toward taking
+// it out: one per tenant whose submissions failed it (its suspension deals
+// with a tenant that keeps failing lanes), and each failure no tenant is
+// struck for.
+func streak(fs []failure) int {
+	n := 0
+	for i, f := range fs {
+		if f.culprit == "" || !slices.ContainsFunc(fs[:i], func(g failure) bool { return g.culprit == f.culprit }) {
+			n++
+		}
+	}
+	return n
+}
+
+// scheduleRebuild counts a stream failure (when it counts) and arms the
+// rebuild after the backoff, or takes the lane out for good when it keeps
+// failing.
+func (a *laneActor) scheduleRebuild(culprit string, cause error, counts bool) {
 	rc := a.s.cfg.Recovery
 	now := time.Now()
 	keep := a.failures[:0]
-	for _, at := range a.failures {
-		if now.Sub(at) <= rc.Window {
-			keep = append(keep, at)
+	for _, f := range a.failures {
+		if now.Sub(f.at) <= rc.Window {
+			keep = append(keep, f)
 		}
 	}
-	a.failures = append(keep, now)
+	a.failures = keep
+	if counts {
+		a.failures = append(a.failures, failure{at: now, culprit: culprit})
+	}
 	if a.stopped {
 		return
 	}
-	if rc.Disabled || len(a.failures) >= rc.MaxFailures {
+	if n := streak(a.failures); rc.Disabled || n >= rc.MaxFailures {
 		a.retired = true
-		a.ref.setState(Quarantined, fmt.Errorf("%w: lane %d is out of routing for good after %d failures in a row within %v: %w",
-			lanes.ErrFailed, a.ref.id, len(a.failures), rc.Window, cause))
+		a.ref.setState(Quarantined, fmt.Errorf("%w: lane %d is out of routing for good after failing %d times in a row within %v: %w",
+			lanes.ErrFailed, a.ref.id, n, rc.Window, cause))
 		a.s.lanesChanged()
 		return
 	}
 	self, root := a.self, a.s.system.Root
 	a.s.timers.Add(1)
-	a.rebuild = time.AfterFunc(rc.backoff(len(a.failures)), func() {
+	a.rebuild = time.AfterFunc(rc.backoff(max(len(a.failures), 1)), func() {
 		defer a.s.timers.Done()
 		root.Send(self, rebuildLane{})
 	})
@@ -117,8 +163,12 @@ func (a *laneActor) cancelRebuild() {
 	a.rebuild = nil
 }
 
-// rebuildNow starts the lane over on a fresh stream and cache, once its
-// device is healthy; a failure to open counts as another failure.
+// rebuildNow brings the lane back on a fresh stream once its device is
+// healthy: it keeps its cache and catalog (lanes.Lane.Recover), so its
+// tenants keep their replays and programs and the operator's seal holds;
+// after a hang it starts over with a fresh lane, since the hung stream's
+// executables cannot be launched again. A failure to open counts as
+// another failure.
 func (a *laneActor) rebuildNow() {
 	a.rebuild = nil
 	if a.stopped || a.retired || a.ref.State() != Recovering {
@@ -134,13 +184,83 @@ func (a *laneActor) rebuildNow() {
 		_ = a.ref.stream.Destroy() // never waits: a hung stream is left to its kernel
 		a.ref.stream = nil
 	}
-	a.lane = nil
-	if err := a.open(); err != nil {
-		a.scheduleRebuild(fmt.Errorf("%w: rebuild lane %d: %w", lanes.ErrFailed, a.ref.id, err))
+	var err error
+	if a.lane == nil || a.hung {
+		a.lane = nil
+		err = a.open()
+	} else {
+		err = a.recoverLane()
+	}
+	if err != nil {
+		a.scheduleRebuild("", fmt.Errorf("%w: rebuild lane %d: %w", lanes.ErrFailed, a.ref.id, err), true)
 		return
 	}
+	a.hung = false
 	a.ref.recoveries.Add(1)
 	a.s.lanesChanged()
+}
+
+// recoverLane moves the failed lane onto a fresh stream.
+func (a *laneActor) recoverLane() error {
+	st, err := a.ref.dev.NewStream()
+	if err != nil {
+		return err
+	}
+	if err := a.lane.Recover(st); err != nil {
+		_ = st.Destroy()
+		return err
+	}
+	a.ref.stream = st
+	a.serve()
+	return nil
+}
+
+// stalledBehind reports whether a lane that hung stalled behind another
+// lane's hang: one of its device was declared hung earlier and nothing of
+// the device has ended since (a kernel that occupies the device stalls
+// every stream of it, streams rebuilt meanwhile too).
+func (s *Scheduler) stalledBehind(ref *laneRef) bool {
+	for _, r := range s.lanes {
+		if r == ref || r.dev != ref.dev {
+			continue
+		}
+		if at := r.hungAt.Load(); at != 0 && !s.endedSince(ref.dev, at) {
+			return true
+		}
+	}
+	return false
+}
+
+// stall is one device-wide stall: the tenants struck for it.
+type stall struct{ struck map[string]bool }
+
+// firstStrikeOfStall reports whether a tenant stuck on a lane that hung is
+// struck for the device's stall: a hang not behind another begins a new
+// stall; within one, each tenant is struck once.
+func (s *Scheduler) firstStrikeOfStall(dev cuda.Device, behind bool, tenant string) bool {
+	s.stallMu.Lock()
+	defer s.stallMu.Unlock()
+	st := s.stalls[dev]
+	if st == nil || !behind {
+		st = &stall{struck: map[string]bool{}}
+		s.stalls[dev] = st
+	}
+	if tenant == "" || st.struck[tenant] {
+		return false
+	}
+	st.struck[tenant] = true
+	return true
+}
+
+// endedSince reports whether a submission ended on any lane of the device
+// after t (unix ns).
+func (s *Scheduler) endedSince(dev cuda.Device, t int64) bool {
+	for _, r := range s.lanes {
+		if r.dev == dev && r.lastEnd.Load() > t {
+			return true
+		}
+	}
+	return false
 }
 
 // deviceFailed takes every other lane of a poisoned device out for good,

@@ -5,14 +5,16 @@ package actors
 // A tenant is pinned to one lane. Its batches are admitted, registered and
 // sent to that lane's mailbox under the tenant's lock, so the lane receives
 // them in the order Submit accepted them, and a lane runs what it receives
-// in order on its one stream. A tenant moves to another lane only while it
-// has nothing in flight: when its lane is full and it has work in flight it
-// is answered ErrOverloaded (it stays); when its lane left routing and it
-// has work in flight, its new batches wait, in order, until that work has
-// ended (a failed lane ends it only once its stream is drained or
-// abandoned), and then move together. So every batch starts after the
-// tenant's previous batches have ended or are ahead of it on the same
-// stream, and sees their writes.
+// in order on its one stream. While its lane recovers from a stream failure
+// (milliseconds, keeping the tenant's executables and programs), the
+// tenant's new batches wait for it, in order. A tenant moves to another
+// lane only while it has nothing in flight: when its lane is full and it
+// has work in flight it is answered ErrOverloaded (it stays); when its lane
+// left routing for good and it has work in flight, its new batches wait, in
+// order, until that work has ended (a failed lane ends it only once its
+// stream is drained or abandoned), and then move together. So every batch
+// starts after the tenant's previous batches have ended or are ahead of it
+// on the same stream, and sees their writes.
 
 import (
 	"fmt"
@@ -96,6 +98,10 @@ func (s *Scheduler) admit(ts *tenantState, device uint64, c *call) error {
 			ts.inflight.Add(-1)
 			return fmt.Errorf("%w: tenant %q's lane %d has %d submissions in flight (limit %d); the tenant stays on it while it has work in flight, so that its batches keep their order; retry later",
 				ErrOverloaded, tenant, cur.id, cur.inflight.Load(), s.cfg.MaxInFlightPerLane)
+		case recovering(cur, device):
+			// Its lane comes back within milliseconds, with the tenant's
+			// executables and programs: wait for it rather than move.
+			park = true
 		case busy:
 			park = true // its lane left routing; it moves once its work there ended
 		default:
@@ -183,9 +189,21 @@ func (s *Scheduler) flushLocked(ts *tenantState) {
 	}
 	var err error
 	var lane *laneRef
-	if s.stopping.Load() {
+	cur := ts.lane
+	if recovering(cur, device) {
+		// Wait for the tenant's own lane (see admit), woken by lanesChanged.
+		s.waitForLanes(ts)
+		if recovering(cur, device) {
+			return
+		}
+	}
+	switch {
+	case s.stopping.Load():
 		err = ErrStopped
-	} else {
+	case eligible(cur, device):
+		lane = cur
+		lane.inflight.Add(1)
+	default:
 		lane, err = s.route(ts, device, true)
 	}
 	if err == errRecovering {
@@ -258,6 +276,16 @@ func compareIDs(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// recovering reports whether a lane of the device is recovering (or still
+// opening): it will take work again soon.
+func recovering(r *laneRef, device uint64) bool {
+	if r == nil || device != 0 && r.instance != device {
+		return false
+	}
+	h := r.State()
+	return h == Recovering || h == Starting
 }
 
 // eligible reports whether a lane may take a batch of the device.
@@ -357,7 +385,7 @@ func (s *Scheduler) release(c *call, launches int) {
 // anyRecovering reports whether a lane of the device is recovering.
 func (s *Scheduler) anyRecovering(device uint64) bool {
 	for _, r := range s.lanes {
-		if h := r.State(); (h == Recovering || h == Starting) && (device == 0 || r.instance == device) {
+		if recovering(r, device) {
 			return true
 		}
 	}

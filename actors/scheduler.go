@@ -59,6 +59,8 @@ type Scheduler struct {
 	calls    callRegistry  // every admitted, unended call
 	tenants  sync.Map      // tenant -> *tenantState
 	routeMu  sync.Mutex    // picking a new lane for a tenant (the slow path)
+	stallMu  sync.Mutex
+	stalls   map[cuda.Device]*stall // the last device-wide stall of each device
 	waitMu   sync.Mutex
 	waiting  map[*tenantState]struct{} // tenants whose parked batches wait for a lane to recover
 
@@ -90,7 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]struct{}{}, programs: map[programs.ProgramID]*programClaim{}}
+	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]struct{}{}, programs: map[programs.ProgramID]*programClaim{}}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {

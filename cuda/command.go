@@ -220,6 +220,9 @@ func (c Command) ValidateLaunch(k *KernelSpec) error {
 	if c.Kernel != k.Name {
 		return contractf(op, ErrUnknownKernel, "command launches %q but the spec is %q", c.Kernel, k.Name)
 	}
+	if n := c.Config.Threads(); k.MaxThreads > 0 && n > k.MaxThreads {
+		return contractf(op, ErrLaunchConfig, "kernel %s: the launch runs %d threads; this device runs at most %d in one launch", k.Name, n, k.MaxThreads)
+	}
 	if len(c.Args) != len(k.Params) {
 		return contractf(op, ErrKernelArity, "kernel %s takes %d arguments, got %d", k.Name, len(k.Params), len(c.Args))
 	}

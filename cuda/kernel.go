@@ -55,6 +55,11 @@ type KernelSpec struct {
 	Name   string
 	Params []Param
 	Check  func(args []Arg) error
+	// MaxThreads, when set, is the most threads (grid times block) one
+	// launch may run; a larger launch is refused with ErrLaunchConfig. The
+	// simulated device sets it, since it runs every thread's work on the
+	// host.
+	MaxThreads uint64
 }
 
 // Kernels resolves kernel names to their specs. A device serves the kernels

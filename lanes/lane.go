@@ -152,6 +152,32 @@ func New(cfg Config) (*Lane, error) {
 		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash()}, nil
 }
 
+// Recover moves a failed lane onto a fresh stream of its device and makes
+// it Ready, keeping its executable cache, program catalog, preparation
+// state and counters: executables belong to the device, not to a stream,
+// and a non-sticky stream failure leaves them valid (so a tenant's fault
+// does not cost its neighbours their programs, their replays or the
+// operator's seal). Everything in flight must have ended first
+// (Synchronize, or Abandon); the quarantined batches are dropped with the
+// old stream. Do not recover a lane whose stream hung: launches of an
+// executable are ordered after its earlier launches on any stream, so the
+// hung stream's executables would hang the new one too; start a new Lane.
+func (l *Lane) Recover(st cuda.Stream) error {
+	switch {
+	case l.state != Failed:
+		return rejected("recover", fmt.Errorf("%w: lane %d is %v, not failed", ErrInvalidBatch, l.id, l.state))
+	case len(l.pending) > 0:
+		return rejected("recover", fmt.Errorf("%w: %d submissions of lane %d are still pending; synchronize or abandon first", ErrNotQuiescent, len(l.pending), l.id))
+	case st == nil || st.DeviceInstance() != l.dev.Info().Instance:
+		return rejected("recover", fmt.Errorf("%w: the new stream is not of the lane's device", ErrInvalidBatch))
+	}
+	l.s = st
+	l.state, l.failure = Ready, nil
+	clear(l.quarantine)
+	l.quarantine = l.quarantine[:0]
+	return nil
+}
+
 // ID is the lane's id.
 func (l *Lane) ID() uint64 { return l.id }
 

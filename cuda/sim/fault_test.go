@@ -270,3 +270,27 @@ func TestConcurrentStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestHugeLaunchIsRefused: a launch the simulator could not run in
+// reasonable time on the host (tens of billions of threads, which a GPU
+// finishes in seconds) is refused before it is enqueued, as a launch
+// configuration error; a smaller limit is configurable.
+func TestHugeLaunchIsRefused(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost, MaxLaunchThreads: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	r := rig{t, dev}
+	s := r.stream()
+	b := r.counter(s, 8)
+	huge := cuda.LaunchConfig{Grid: cuda.Dim3{X: 1, Y: 65535, Z: 65535}, Block: cuda.Dim3{X: 1, Y: 1, Z: 64}}
+	if _, err := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), huge, cuda.BufferArg(b.Whole()), cuda.I32Arg(8)); !errors.Is(err, cuda.ErrLaunchConfig) {
+		t.Fatalf("a launch of %d threads: %v", huge.Threads(), err)
+	}
+	big := cuda.Linear(1<<21, 256)
+	c := cuda.Command{Kind: cuda.KindLaunch, Kernel: kernels.Inc, Config: big, Args: []cuda.Arg{cuda.BufferArg(b.Whole()), cuda.I32Arg(8)}}
+	if err := s.Enqueue(c); !errors.Is(err, cuda.ErrLaunchConfig) {
+		t.Fatalf("a launch over the configured limit: %v", err)
+	}
+}

@@ -60,7 +60,18 @@ type Config struct {
 	Faults  []Fault          // fault rules, as InjectFault
 	Ordinal int              // the ordinal the device reports
 	Trace   bool             // record every scheduled operation (see Device.Trace)
+	// MaxLaunchThreads is the most threads (grid times block) one launch
+	// may run; 0 means DefaultMaxLaunchThreads. The simulator runs every
+	// thread's reference work on the host, where a launch a GPU finishes
+	// in seconds (tens of billions of threads) would take days; a larger
+	// launch is refused with cuda.ErrLaunchConfig before it is enqueued.
+	MaxLaunchThreads uint64
 }
+
+// DefaultMaxLaunchThreads is the launch size limit of a simulated device
+// whose Config leaves it zero: about a quarter of a second of reference
+// work on one core.
+const DefaultMaxLaunchThreads = 1 << 28
 
 // DefaultMemory is the memory of a device whose Config leaves it zero.
 const DefaultMemory = 16 << 30
@@ -136,6 +147,10 @@ func New(cfg Config) (*Device, error) {
 	if cfg.Kernels == nil {
 		cfg.Kernels = kernels.Builtin()
 	}
+	if cfg.MaxLaunchThreads == 0 {
+		cfg.MaxLaunchThreads = DefaultMaxLaunchThreads
+	}
+	cfg.Kernels = limitLaunches(cfg.Kernels, cfg.MaxLaunchThreads)
 	d := &Device{
 		info: cuda.DeviceInfo{
 			Instance: cuda.NextInstance(), Ordinal: cfg.Ordinal, Name: "sim (H200 model)",
@@ -503,6 +518,20 @@ func (d *Device) Trace() []TraceEntry {
 }
 
 func roundUp(n, align uint64) uint64 { return (n + align - 1) / align * align }
+
+// limitLaunches is a copy of a registry whose kernels refuse launches of
+// more than max threads.
+func limitLaunches(r kernels.Registry, max uint64) kernels.Registry {
+	out := make(kernels.Registry, len(r))
+	for name, k := range r {
+		c := *k
+		if c.Spec.MaxThreads == 0 || c.Spec.MaxThreads > max {
+			c.Spec.MaxThreads = max
+		}
+		out[name] = &c
+	}
+	return out
+}
 
 // hostBytes returns n bytes of the pattern, the simulated memory of an
 // allocation, or an out-of-memory error when the host cannot hold them (a

@@ -271,3 +271,99 @@ func TestSuspensionIsTheFaultyTenantsAlone(t *testing.T) {
 	}
 	t.Logf("suspended after %d submissions, for %v: %v", tries-1, se.RetryAfter.Round(time.Millisecond), se)
 }
+
+// TestDeviceWideStallBlamesItsCause: one tenant's long kernels occupy the
+// whole device (the simulator runs kernels' work under one lock, as a
+// kernel that takes every SM would), so every busy lane stalls and hangs,
+// again and again. Which kernel stalled the device cannot be told from the
+// host; each stuck tenant takes a strike, and the suspension's rate test
+// picks out the tenant whose every launch stalls the device from the
+// bystander stuck behind it now and then: the heavy tenant is suspended,
+// the bystander never is, and no lane is taken out for good.
+func TestDeviceWideStallBlamesItsCause(t *testing.T) {
+	threads := uint32(1 << 28)
+	if raceOn {
+		threads = 1 << 25
+	}
+	b := start(t, func() (cuda.Device, error) {
+		return sim.New(sim.Config{MaxLaunchThreads: uint64(threads)})
+	}, actors.Config{LanesPerDevice: 2, HangTimeout: 100 * time.Millisecond})
+	heavy := tenant(t, b, "heavy", 1024)
+	light := tenant(t, b, "light", 64)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var lightSteps, lightErrs atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		step, _ := b.Step(light, inputs(0, 0, 64), 1)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := b.S.Submit(context.Background(), "light", step)
+			var se *actors.SuspendedError
+			switch {
+			case errors.As(err, &se):
+				t.Errorf("the bystander was suspended: %v", err)
+				return
+			case err != nil:
+				lightErrs.Add(1)
+			default:
+				lightSteps.Add(1)
+			}
+		}
+	}()
+	fill, err := b.Kernel("fill_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1024 threads in x over the tenant's buffer, repeated in y and z:
+	// 2^28 thread-iterations of reference work (2^25 under the race
+	// detector), a good part of a second on the host.
+	long := cuda.LaunchConfig{Grid: cuda.Dim3{X: 1, Y: threads / 1024 / 8, Z: 8}, Block: cuda.Dim3{X: 1024, Y: 1, Z: 1}}
+	c, err := cuda.Launch(fill, long, cuda.BufferArg(heavy.State.Whole()), cuda.F32Arg(1), cuda.I32Arg(1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalls := 0
+	var se *actors.SuspendedError
+	for stalls < 10 {
+		// The device is free again once the bystander completes steps (a
+		// hung kernel's stream is abandoned, not its kernel, which runs
+		// on); it serves a while before the next stall.
+		deadline := time.Now().Add(20 * time.Second)
+		for n := lightSteps.Load(); lightSteps.Load() < n+50; {
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("after %d stalls the bystander made no progress for 20s (%d steps, %d failed): %+v", stalls, lightSteps.Load(), lightErrs.Load(), b.S.Lanes())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		_, err := b.S.Submit(context.Background(), "heavy", lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Command: c}}})
+		if errors.As(err, &se) {
+			break
+		}
+		if !errors.Is(err, actors.ErrHung) {
+			close(stop)
+			wg.Wait()
+			t.Skipf("this host ran the kernel within the hang timeout (%v): nothing stalled", err)
+		}
+		stalls++
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if se == nil {
+		t.Fatalf("the tenant whose kernels stalled the device %d times was not suspended (the bystander served %d steps, %d failed)", stalls, lightSteps.Load(), lightErrs.Load())
+	}
+	for _, l := range b.S.Lanes() {
+		if l.Health == actors.Quarantined {
+			t.Fatalf("lane %d was taken out for good: %v", l.ID, l.Cause)
+		}
+	}
+	t.Logf("the heavy tenant was suspended after %d device-wide stalls (%v); the bystander served %d steps, %d failed in the stalls, never suspended", stalls, se.RetryAfter.Round(time.Second), lightSteps.Load(), lightErrs.Load())
+}
