@@ -31,33 +31,43 @@
 //	         a suspended tenant                         freed mid-batch ends it
 //	                                                    Refused at a fence
 //	stream   a non-sticky device error after work       its work fails; others   leaves routing, ends what     a strike
-//	         began, a provider panic, a hung kernel     in flight end as the     it had in flight, recovers
-//	                                                    stream answers           on a fresh stream and cache
-//	                                                                             after a backoff; out for good
-//	                                                                             only after Recovery.MaxFailures
-//	                                                                             failures in a row in Window
+//	         began, a provider panic, a hung kernel     in flight end as the     it had in flight, comes back
+//	                                                    stream answers           on a fresh stream after a
+//	                                                                             backoff, keeping its cache and
+//	                                                                             programs (a fresh cache after
+//	                                                                             a hang); out for good only after
+//	                                                                             Recovery.MaxFailures failures in
+//	                                                                             a row, for several tenants
 //	device   a sticky error (an illegal address):       indeterminate            every lane of the device (on  a strike
 //	         the device, or the process's CUDA                                   a real GPU, of the process)
 //	         state on a real GPU, is poisoned                                    is out for good
 //
 // A strike goes to the tenant whose submission failed the lane (on one
 // stream, the first submission that did not complete). A tenant whose
-// strikes are many and far more frequent than the other tenants' faults is
-// suspended ([Suspension]): it alone is refused, with a [*SuspendedError]
-// that says when to retry, before it can cost others their lanes; faults
-// spread evenly over tenants (a flaky device) suspend no one.
+// strikes are many, far more frequent per launch than the other tenants',
+// and beyond what chance explains, is suspended ([Suspension]): it alone is
+// refused, with a [*SuspendedError] that says when to retry, before it can
+// cost others their lanes; faults spread over tenants alike (a flaky
+// device) suspend no one. While a lane recovers, its tenants' new batches
+// wait for it (it keeps their executables and programs). When one kernel
+// occupies the whole device, every busy lane hangs in turn; which kernel
+// did it cannot be told from the host, so each stuck tenant takes one
+// strike for the stall, only the first lane to hang counts the failure,
+// and the rate test picks out the tenant whose every launch stalls the
+// device.
 //
 // # Order per tenant
 //
 // A tenant's batches start on the device in the order Submit accepted them
 // (for concurrent Submits of one tenant: the order their admissions took
 // the tenant's lock), and each sees the writes of those before it, also
-// when the tenant moves to another lane. A tenant is pinned to one lane and
-// moves only with nothing in flight: while it has work in flight, a full
+// when the tenant moves to another lane. A tenant is pinned to one lane;
+// while that lane recovers, the tenant's new batches wait for it, in order.
+// It moves only with nothing in flight: while it has work in flight, a full
 // lane answers it ErrOverloaded rather than send it elsewhere, and a lane
-// that left routing holds its new batches, in order, until its work there
-// has ended (a failed lane ends it only after draining its stream); then
-// they move together. A submission that ended Indeterminate has an unknown
+// out for good holds its new batches, in order, until its work there has
+// ended (a failed lane ends it only after draining its stream); then they
+// move together. A submission that ended Indeterminate has an unknown
 // effect, so nothing is promised about it, order included.
 //
 // # Cancellation

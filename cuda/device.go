@@ -35,6 +35,10 @@ type Device interface {
 	// never allocated, or altered). It never waits and touches no stream,
 	// so a lane checks every handle of a batch before enqueuing any of it.
 	CheckBuffer(b Buffer) error
+	// Frees counts the frees (Free and FreeHost) begun on the device: a
+	// handle CheckBuffer or CheckHost found live stays live while the
+	// count is unchanged, so a caller may skip checking it again.
+	Frees() uint64
 	// Memory reports the device's memory accounting.
 	Memory() MemoryStats
 	// NewStream creates a stream.

@@ -258,14 +258,17 @@ func (b *Batch) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.HostBu
 
 // checkHandles checks that every buffer the batch names is live on the
 // lane's device, exactly as allocated, before anything is enqueued: a freed,
-// forged or foreign handle is the caller's error, never the stream's. Each
-// distinct handle of a small batch is checked once.
+// forged or foreign handle is the caller's error, never the stream's. A
+// handle the lane found live is not asked about again while the device has
+// freed nothing since (cuda.Device.Frees): a tenant's steady steps name the
+// same few buffers.
 func (l *Lane) checkHandles(b *Batch) error {
-	seen := l.handleScratch[:0]
-	defer func() { l.handleScratch = seen[:0] }()
+	if frees := l.dev.Frees(); frees != l.liveFrees {
+		l.live, l.liveFrees = l.live[:0], frees
+	}
 	hm, _ := l.dev.(cuda.HostMemory)
 	return b.ForHandles(func(buf cuda.Buffer) error {
-		for _, s := range seen {
+		for _, s := range l.live {
 			if s == buf {
 				return nil
 			}
@@ -273,9 +276,10 @@ func (l *Lane) checkHandles(b *Batch) error {
 		if err := l.dev.CheckBuffer(buf); err != nil {
 			return invalidHandle(err)
 		}
-		if len(seen) < maxHandleScratch {
-			seen = append(seen, buf)
+		if len(l.live) == maxLive {
+			l.live = l.live[:0]
 		}
+		l.live = append(l.live, buf)
 		return nil
 	}, func(h cuda.HostBuffer) error {
 		if hm == nil {
@@ -288,9 +292,9 @@ func (l *Lane) checkHandles(b *Batch) error {
 	})
 }
 
-// maxHandleScratch bounds the distinct handles a lane remembers while
-// checking one batch (the scan is linear; larger batches check repeats).
-const maxHandleScratch = 32
+// maxLive bounds the handles a lane remembers as live (the scan is linear;
+// past it the lane starts over).
+const maxLive = 32
 
 // invalidHandle is a device's refusal of a handle as a batch error: it
 // wraps both, so errors.Is finds lanes.ErrInvalidBatch and the device's

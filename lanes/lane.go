@@ -105,20 +105,21 @@ type Lane struct {
 	now     func() time.Duration
 	waiter  Waiter
 
-	state         State
-	failure       error
-	nextFence     uint64
-	pending       []*pending
-	quarantine    []*pending
-	spare         []*pending // completed submissions' records, reused by the next ones
-	ready         []Receipt
-	counters      Counters
-	staged        StagedCounters
-	scratch       []cache.Command   // plan's view of a batch, reused
-	handleScratch []cuda.Buffer     // handles a batch's check has seen, reused
-	planned       plan              // the plan of the Submit in progress, reused
-	memo          *cache.Memo       // keys of the commands and segments the lane has seen
-	ops           map[string]string // kernel -> its row operation id
+	state      State
+	failure    error
+	nextFence  uint64
+	pending    []*pending
+	quarantine []*pending
+	spare      []*pending // completed submissions' records, reused by the next ones
+	ready      []Receipt
+	counters   Counters
+	staged     StagedCounters
+	scratch    []cache.Command   // plan's view of a batch, reused
+	live       []cuda.Buffer     // handles found live while the device freed nothing (batch.go)
+	liveFrees  uint64            // the device's free count when live was filled
+	planned    plan              // the plan of the Submit in progress, reused
+	memo       *cache.Memo       // keys of the commands and segments the lane has seen
+	ops        map[string]string // kernel -> its row operation id
 
 	// Attributions repeat step after step: rows and logical commands are
 	// built in scratch slices and interned (intern.go).

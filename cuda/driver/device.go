@@ -50,14 +50,17 @@ type Device struct {
 	// path, so a healthy device's hot calls take no lock.
 	unwell atomic.Bool
 
-	// handles orders frees against enqueues and launches: they check their
-	// handles and issue their work under the read lock; Free marks its
-	// buffer as going under the write lock, so cuMemFree's wait covers
-	// every enqueue that found the buffer live, and every later one is
-	// refused (work issued after cuMemFree would touch freed memory and
-	// poison the context).
-	handles sync.RWMutex
-	frees   atomic.Uint64 // free epoch: bumped whenever a buffer or host buffer starts going
+	// Frees are ordered against enqueues and launches: each stream checks
+	// its command's handles and issues its work under its own use lock,
+	// and Free marks its buffer as going holding every stream's use lock
+	// (and streamsMu, so no stream is made meanwhile). So cuMemFree's wait
+	// covers every enqueue that found the buffer live, and every later one
+	// is refused (work issued after cuMemFree would touch freed memory and
+	// poison the context). A stream's lock has one user, its owner:
+	// uncontended, unlike one lock every stream would share.
+	streamsMu sync.Mutex
+	streams   map[*stream]struct{}
+	frees     atomic.Uint64 // free epoch: bumped whenever a buffer or host buffer starts going
 
 	mu       sync.RWMutex // the tables below; hot paths only read
 	going    map[uint64]bool
@@ -101,7 +104,7 @@ func Open(cfg Config) (*Device, error) {
 	d := &Device{
 		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
 		funcs: map[string]cFunction{}, kernels: cfg.Kernels, buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
-		going: map[uint64]bool{}, hostsGo: map[uint64]bool{},
+		going: map[uint64]bool{}, hostsGo: map[uint64]bool{}, streams: map[*stream]struct{}{},
 	}
 	unbind, err := d.BindThread()
 	if err != nil {
@@ -248,9 +251,10 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	return b, nil
 }
 
-// Free releases a buffer (cuMemFree waits for the work that uses it).
-// From the moment it begins, enqueues and launches that name the buffer are
-// refused (ErrStaleHandle); work issued before finishes first.
+// Free releases a buffer (cuMemFree waits for the device's work, so with a
+// kernel that never finishes it never returns). From the moment it begins,
+// enqueues and launches that name the buffer are refused (ErrStaleHandle);
+// work issued before finishes first.
 func (d *Device) Free(b cuda.Buffer) error {
 	const op = "free"
 	a, err := d.lookup(op, b)
@@ -280,12 +284,20 @@ func (d *Device) Free(b cuda.Buffer) error {
 	return nil
 }
 
-// markGoing marks a buffer or host buffer as being freed (in going), under
-// the handles write lock, so no enqueue or launch is halfway through using
-// it; it fails if the buffer is gone or already going.
+// markGoing marks a buffer or host buffer as being freed (in going),
+// holding every stream's use lock, so no enqueue or launch is halfway
+// through using it; it fails if the buffer is gone or already going.
 func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool, id uint64) error {
-	d.handles.Lock()
-	defer d.handles.Unlock()
+	d.streamsMu.Lock()
+	defer d.streamsMu.Unlock()
+	for s := range d.streams {
+		s.use.Lock()
+	}
+	defer func() {
+		for s := range d.streams {
+			s.use.Unlock()
+		}
+	}()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !present() || going[id] {
@@ -296,7 +308,11 @@ func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool
 	return nil
 }
 
-// checkExecHandles checks, before a launch (under the handles read lock),
+// Frees counts the frees (Free and FreeHost) begun on the device: a handle
+// CheckBuffer or CheckHost found live stays live while it is unchanged.
+func (d *Device) Frees() uint64 { return d.frees.Load() }
+
+// checkExecHandles checks, before a launch (under the stream's use lock),
 // that every buffer an executable's graph names is live: replaying it over
 // freed memory would poison the context, and a caller that freed a buffer
 // is refused instead. It looks only when something was freed since the
@@ -373,7 +389,11 @@ func (d *Device) NewStream() (cuda.Stream, error) {
 	d.nextStr++
 	id := d.nextStr
 	d.mu.Unlock()
-	return &stream{dev: d, id: id, s: s}, nil
+	st := &stream{dev: d, id: id, s: s}
+	d.streamsMu.Lock()
+	d.streams[st] = struct{}{}
+	d.streamsMu.Unlock()
+	return st, nil
 }
 
 // Synchronize waits for all work of the context (cuCtxSynchronize).

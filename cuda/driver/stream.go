@@ -18,6 +18,7 @@ import (
 type stream struct {
 	dev       *Device
 	id        uint64
+	use       sync.Mutex // held while an enqueue or launch checks handles and issues work (see Device.streamsMu)
 	s         cStream
 	destroyed bool
 	argv      [cuda.MaxArgs]uint64 // launch arguments, reused: the stream has one owner
@@ -61,8 +62,8 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 		return err
 	}
 	d := s.dev
-	d.handles.RLock() // see Device.handles
-	defer d.handles.RUnlock()
+	s.use.Lock() // see Device.streamsMu
+	defer s.use.Unlock()
 	if err := s.validate(op, cmd); err != nil {
 		return err
 	}
@@ -141,8 +142,8 @@ func (s *stream) Launch(e cuda.Exec) error {
 	if err := s.live(op); err != nil {
 		return err
 	}
-	s.dev.handles.RLock() // see Device.handles
-	defer s.dev.handles.RUnlock()
+	s.use.Lock() // see Device.streamsMu
+	defer s.use.Unlock()
 	if err := s.dev.checkExecHandles(op, x); err != nil {
 		return err
 	}
@@ -278,6 +279,9 @@ func (s *stream) Destroy() error {
 	if err := s.dev.check(op, destroyStream(s.dev.ctx, s.s), "cuStreamDestroy"); err != nil {
 		return err
 	}
+	s.dev.streamsMu.Lock()
+	delete(s.dev.streams, s)
+	s.dev.streamsMu.Unlock()
 	s.destroyed = true
 	s.events.close()
 	return nil

@@ -54,7 +54,7 @@ type Config struct {
 	Clock   ClockMode
 	Virtual *VirtualClock    // the clock of the Virtual mode; nil makes one (see Device.Clock)
 	Cost    CostModel        // zero fields take the H200 defaults
-	Memory  uint64           // bytes the device offers; 0 means 16 GiB
+	Memory  uint64           // bytes the device offers; 0 means 16 GiB. The simulator holds them in host memory: offer no more than the host has
 	Kernels kernels.Registry // nil means kernels.Builtin()
 	Seed    int64            // seeds the generator of rate-based faults
 	Faults  []Fault          // fault rules, as InjectFault
@@ -93,13 +93,16 @@ type Device struct {
 	// detector meaningful.
 	execMu sync.Mutex
 
-	// handles orders frees against enqueues: an enqueue checks its handles
-	// and schedules its work under the read lock, and Free marks its buffer
-	// as going under the write lock, so every enqueue that found the buffer
-	// live has scheduled its work before Free waits for the device, and
-	// every later one is refused. Without it, work enqueued between Free's
-	// wait and its release would touch freed memory.
-	handles sync.RWMutex
+	// Frees are ordered against enqueues and launches: each stream checks
+	// its command's handles and schedules its work under its own use lock,
+	// and Free marks its buffer as going holding every stream's use lock
+	// (and streamsMu, so no stream is made meanwhile). So every enqueue
+	// that found the buffer live has scheduled its work before Free waits
+	// for the device, and every later one is refused; without it, work
+	// enqueued between Free's wait and its release would touch freed
+	// memory. A stream's lock has one user, its owner: uncontended, unlike
+	// one lock every stream would share.
+	streamsMu sync.Mutex
 
 	mu         sync.Mutex
 	buffers    map[uint64]*allocation
@@ -344,12 +347,21 @@ func (d *Device) Free(b cuda.Buffer) error {
 	return nil
 }
 
-// markGoing marks a buffer or host buffer as being freed (in going), under
-// the handles write lock, so no enqueue is halfway through using it; it
-// fails if the buffer is gone or already going.
+// markGoing marks a buffer or host buffer as being freed (in going),
+// holding every stream's use lock, so no enqueue or launch is halfway
+// through using it; it fails if the buffer is gone or already going.
 func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool, id uint64) error {
-	d.handles.Lock()
-	defer d.handles.Unlock()
+	d.streamsMu.Lock()
+	defer d.streamsMu.Unlock()
+	streams := d.streamList()
+	for _, s := range streams {
+		s.use.Lock()
+	}
+	defer func() {
+		for _, s := range streams {
+			s.use.Unlock()
+		}
+	}()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !present() || going[id] {
@@ -360,7 +372,11 @@ func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool
 	return nil
 }
 
-// checkExecHandles checks, before a launch (under the handles read lock),
+// Frees counts the frees (Free and FreeHost) begun on the device: a handle
+// CheckBuffer or CheckHost found live stays live while it is unchanged.
+func (d *Device) Frees() uint64 { return d.frees.Load() }
+
+// checkExecHandles checks, before a launch (under the stream's use lock),
 // that every buffer an executable's nodes name is live: replaying a graph
 // over freed memory would poison the device, and a caller that freed a
 // buffer is refused instead. The check runs only when something was freed
@@ -465,6 +481,8 @@ func (d *Device) NewStream() (cuda.Stream, error) {
 	if err := d.check("stream create"); err != nil {
 		return nil, err
 	}
+	d.streamsMu.Lock() // not while a Free fences the streams
+	defer d.streamsMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.nextStream++

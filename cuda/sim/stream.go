@@ -34,6 +34,7 @@ type captureState struct {
 type stream struct {
 	dev *Device
 	id  uint64
+	use sync.Mutex // held while an enqueue or launch checks handles and schedules work (see Device.streamsMu)
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -86,16 +87,16 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 }
 
 // Enqueue validates cmd and enqueues it, or records it during a capture.
-// Its handles are checked and its work scheduled under the device's
-// handles lock, so a concurrent Free either waits for this work or makes
-// the enqueue fail (see Device.handles).
+// Its handles are checked and its work scheduled under the stream's use
+// lock, so a concurrent Free either waits for this work or makes the
+// enqueue fail (see Device.streamsMu).
 func (s *stream) Enqueue(cmd cuda.Command) error {
 	op := cmd.Kind.EnqueueOp()
 	if err := s.check(op); err != nil {
 		return err
 	}
-	s.dev.handles.RLock()
-	defer s.dev.handles.RUnlock()
+	s.use.Lock()
+	defer s.use.Unlock()
 	if err := s.validate(op, cmd); err != nil {
 		return err
 	}
@@ -119,8 +120,8 @@ func (s *stream) Launch(e cuda.Exec) error {
 	if err := s.check(op); err != nil {
 		return err
 	}
-	s.dev.handles.RLock()
-	defer s.dev.handles.RUnlock()
+	s.use.Lock()
+	defer s.use.Unlock()
 	if err := s.dev.checkExecHandles(op, x); err != nil {
 		return err
 	}
