@@ -50,17 +50,9 @@ type Device struct {
 	// path, so a healthy device's hot calls take no lock.
 	unwell atomic.Bool
 
-	// Frees are ordered against enqueues and launches: each stream checks
-	// its command's handles and issues its work under its own use lock,
-	// and Free marks its buffer as going holding every stream's use lock
-	// (and streamsMu, so no stream is made meanwhile). So cuMemFree's wait
-	// covers every enqueue that found the buffer live, and every later one
-	// is refused (work issued after cuMemFree would touch freed memory and
-	// poison the context). A stream's lock has one user, its owner:
-	// uncontended, unlike one lock every stream would share.
-	streamsMu sync.Mutex
-	streams   map[*stream]struct{}
-	frees     atomic.Uint64 // free epoch: bumped whenever a buffer or host buffer starts going
+	// frees orders frees against enqueues and launches (cuda.FreeFence):
+	// cuMemFree's wait covers every enqueue that found the buffer live.
+	frees cuda.FreeFence
 
 	mu       sync.RWMutex // the tables below; hot paths only read
 	going    map[uint64]bool
@@ -104,7 +96,7 @@ func Open(cfg Config) (*Device, error) {
 	d := &Device{
 		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
 		funcs: map[string]cFunction{}, kernels: cfg.Kernels, buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
-		going: map[uint64]bool{}, hostsGo: map[uint64]bool{}, streams: map[*stream]struct{}{},
+		going: map[uint64]bool{}, hostsGo: map[uint64]bool{},
 	}
 	unbind, err := d.BindThread()
 	if err != nil {
@@ -284,61 +276,37 @@ func (d *Device) Free(b cuda.Buffer) error {
 	return nil
 }
 
-// markGoing marks a buffer or host buffer as being freed (in going),
-// holding every stream's use lock, so no enqueue or launch is halfway
-// through using it; it fails if the buffer is gone or already going.
+// markGoing marks a buffer or host buffer as being freed (in going) under
+// the free fence; it fails if the buffer is gone or already going.
 func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool, id uint64) error {
-	d.streamsMu.Lock()
-	defer d.streamsMu.Unlock()
-	for s := range d.streams {
-		s.use.Lock()
-	}
-	defer func() {
-		for s := range d.streams {
-			s.use.Unlock()
+	return d.frees.Mark(func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if !present() || going[id] {
+			return cuda.GoingError(op, id)
 		}
-	}()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !present() || going[id] {
-		return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d was already freed, or is being freed", id)
-	}
-	going[id] = true
-	d.frees.Add(1)
-	return nil
+		going[id] = true
+		return nil
+	})
 }
 
 // Frees counts the frees (Free and FreeHost) begun on the device: a handle
 // CheckBuffer or CheckHost found live stays live while it is unchanged.
-func (d *Device) Frees() uint64 { return d.frees.Load() }
+func (d *Device) Frees() uint64 { return d.frees.Frees() }
 
-// checkExecHandles checks, before a launch (under the stream's use lock),
-// that every buffer an executable's graph names is live: replaying it over
-// freed memory would poison the context, and a caller that freed a buffer
-// is refused instead. It looks only when something was freed since the
-// executable's handles were last found live.
+// checkExecHandles checks an executable's buffers before a launch (see
+// cuda.FreeFence.CheckExec).
 func (d *Device) checkExecHandles(op string, x *exec) error {
-	epoch := d.frees.Load() + 1
-	if x.checked.Load() == epoch {
-		return nil
-	}
-	d.mu.RLock()
-	err := x.handles.Each(func(id uint64) error {
-		if _, ok := d.buffers[id]; !ok || d.going[id] {
-			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names buffer %d, which was freed; capture it again", id)
+	return d.frees.CheckExec(op, &x.handles, &x.checked, func(id uint64, host bool) bool {
+		d.mu.RLock()
+		defer d.mu.RUnlock()
+		if host {
+			_, ok := d.hosts[id]
+			return ok && !d.hostsGo[id]
 		}
-		return nil
-	}, func(id uint64) error {
-		if _, ok := d.hosts[id]; !ok || d.hostsGo[id] {
-			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names host buffer %d, which was freed; capture it again", id)
-		}
-		return nil
+		_, ok := d.buffers[id]
+		return ok && !d.going[id]
 	})
-	d.mu.RUnlock()
-	if err == nil {
-		x.checked.Store(epoch)
-	}
-	return err
 }
 
 // lookup checks that b is a live buffer of this device as it was handed
@@ -390,9 +358,7 @@ func (d *Device) NewStream() (cuda.Stream, error) {
 	id := d.nextStr
 	d.mu.Unlock()
 	st := &stream{dev: d, id: id, s: s}
-	d.streamsMu.Lock()
-	d.streams[st] = struct{}{}
-	d.streamsMu.Unlock()
+	d.frees.AddStream(&st.use)
 	return st, nil
 }
 

@@ -18,7 +18,7 @@ import (
 type stream struct {
 	dev       *Device
 	id        uint64
-	use       sync.Mutex // held while an enqueue or launch checks handles and issues work (see Device.streamsMu)
+	use       sync.Mutex // held while an enqueue or launch checks handles and issues work (see cuda.FreeFence)
 	s         cStream
 	destroyed bool
 	argv      [cuda.MaxArgs]uint64 // launch arguments, reused: the stream has one owner
@@ -62,7 +62,7 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 		return err
 	}
 	d := s.dev
-	s.use.Lock() // see Device.streamsMu
+	s.use.Lock() // see cuda.FreeFence
 	defer s.use.Unlock()
 	if err := s.validate(op, cmd); err != nil {
 		return err
@@ -142,7 +142,7 @@ func (s *stream) Launch(e cuda.Exec) error {
 	if err := s.live(op); err != nil {
 		return err
 	}
-	s.use.Lock() // see Device.streamsMu
+	s.use.Lock() // see cuda.FreeFence
 	defer s.use.Unlock()
 	if err := s.dev.checkExecHandles(op, x); err != nil {
 		return err
@@ -279,9 +279,7 @@ func (s *stream) Destroy() error {
 	if err := s.dev.check(op, destroyStream(s.dev.ctx, s.s), "cuStreamDestroy"); err != nil {
 		return err
 	}
-	s.dev.streamsMu.Lock()
-	delete(s.dev.streams, s)
-	s.dev.streamsMu.Unlock()
+	s.dev.frees.RemoveStream(&s.use)
 	s.destroyed = true
 	s.events.close()
 	return nil

@@ -41,7 +41,6 @@ import (
 	"math/rand"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
@@ -93,22 +92,14 @@ type Device struct {
 	// detector meaningful.
 	execMu sync.Mutex
 
-	// Frees are ordered against enqueues and launches: each stream checks
-	// its command's handles and schedules its work under its own use lock,
-	// and Free marks its buffer as going holding every stream's use lock
-	// (and streamsMu, so no stream is made meanwhile). So every enqueue
-	// that found the buffer live has scheduled its work before Free waits
-	// for the device, and every later one is refused; without it, work
-	// enqueued between Free's wait and its release would touch freed
-	// memory. A stream's lock has one user, its owner: uncontended, unlike
-	// one lock every stream would share.
-	streamsMu sync.Mutex
+	// fence orders frees against enqueues and launches (cuda.FreeFence):
+	// Free's wait covers every enqueue that found the buffer live.
+	fence cuda.FreeFence
 
 	mu         sync.Mutex
 	buffers    map[uint64]*allocation
 	freeing    map[uint64]bool // buffers and host buffers being freed
 	hostsGoing map[uint64]bool
-	frees      atomic.Uint64 // free epoch: bumped whenever a buffer or host buffer starts going
 	nextBuffer uint64
 	hosts      map[uint64][]byte // pinned host staging
 	hostInUse  uint64
@@ -347,62 +338,37 @@ func (d *Device) Free(b cuda.Buffer) error {
 	return nil
 }
 
-// markGoing marks a buffer or host buffer as being freed (in going),
-// holding every stream's use lock, so no enqueue or launch is halfway
-// through using it; it fails if the buffer is gone or already going.
+// markGoing marks a buffer or host buffer as being freed (in going) under
+// the free fence; it fails if the buffer is gone or already going.
 func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool, id uint64) error {
-	d.streamsMu.Lock()
-	defer d.streamsMu.Unlock()
-	streams := d.streamList()
-	for _, s := range streams {
-		s.use.Lock()
-	}
-	defer func() {
-		for _, s := range streams {
-			s.use.Unlock()
+	return d.fence.Mark(func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if !present() || going[id] {
+			return cuda.GoingError(op, id)
 		}
-	}()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !present() || going[id] {
-		return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d was already freed, or is being freed", id)
-	}
-	going[id] = true
-	d.frees.Add(1)
-	return nil
+		going[id] = true
+		return nil
+	})
 }
 
 // Frees counts the frees (Free and FreeHost) begun on the device: a handle
 // CheckBuffer or CheckHost found live stays live while it is unchanged.
-func (d *Device) Frees() uint64 { return d.frees.Load() }
+func (d *Device) Frees() uint64 { return d.fence.Frees() }
 
-// checkExecHandles checks, before a launch (under the stream's use lock),
-// that every buffer an executable's nodes name is live: replaying a graph
-// over freed memory would poison the device, and a caller that freed a
-// buffer is refused instead. The check runs only when something was freed
-// since the executable's handles were last found live.
+// checkExecHandles checks an executable's buffers before a launch (see
+// cuda.FreeFence.CheckExec).
 func (d *Device) checkExecHandles(op string, x *exec) error {
-	epoch := d.frees.Load() + 1
-	if x.checked.Load() == epoch {
-		return nil
-	}
-	d.mu.Lock()
-	err := x.handles.Each(func(id uint64) error {
-		if _, ok := d.buffers[id]; !ok || d.freeing[id] {
-			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names buffer %d, which was freed; capture it again", id)
+	return d.fence.CheckExec(op, &x.handles, &x.checked, func(id uint64, host bool) bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if host {
+			_, ok := d.hosts[id]
+			return ok && !d.hostsGoing[id]
 		}
-		return nil
-	}, func(id uint64) error {
-		if _, ok := d.hosts[id]; !ok || d.hostsGoing[id] {
-			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names host buffer %d, which was freed; capture it again", id)
-		}
-		return nil
+		_, ok := d.buffers[id]
+		return ok && !d.freeing[id]
 	})
-	d.mu.Unlock()
-	if err == nil {
-		x.checked.Store(epoch)
-	}
-	return err
 }
 
 // lookup checks that b is a live buffer of this device, exactly as it was
@@ -481,13 +447,12 @@ func (d *Device) NewStream() (cuda.Stream, error) {
 	if err := d.check("stream create"); err != nil {
 		return nil, err
 	}
-	d.streamsMu.Lock() // not while a Free fences the streams
-	defer d.streamsMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.nextStream++
 	s := newStream(d, d.nextStream)
 	d.streams[s.id] = s
+	d.fence.AddStream(&s.use)
 	return s, nil
 }
 

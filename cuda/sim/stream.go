@@ -34,7 +34,7 @@ type captureState struct {
 type stream struct {
 	dev *Device
 	id  uint64
-	use sync.Mutex // held while an enqueue or launch checks handles and schedules work (see Device.streamsMu)
+	use sync.Mutex // held while an enqueue or launch checks handles and schedules work (see cuda.FreeFence)
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -89,7 +89,7 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 // Enqueue validates cmd and enqueues it, or records it during a capture.
 // Its handles are checked and its work scheduled under the stream's use
 // lock, so a concurrent Free either waits for this work or makes the
-// enqueue fail (see Device.streamsMu).
+// enqueue fail (see cuda.FreeFence).
 func (s *stream) Enqueue(cmd cuda.Command) error {
 	op := cmd.Kind.EnqueueOp()
 	if err := s.check(op); err != nil {
@@ -515,5 +515,6 @@ func (s *stream) Destroy() error {
 	}
 	s.destroyed = true
 	s.cond.Broadcast()
+	s.dev.fence.RemoveStream(&s.use)
 	return nil
 }
