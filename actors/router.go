@@ -176,7 +176,8 @@ func (s *Scheduler) send(ts *tenantState, lane *laneRef, c *call) {
 
 // flushLocked moves a tenant's parked calls once nothing of it is in
 // flight (ts.mu held): the run of them for one device goes, in order, to
-// the lane route picks, past its admission limit if need be (they were
+// the tenant's own lane when it serves (they wait while it recovers), else
+// to the lane route picks, past its admission limit if need be (they were
 // admitted already). With no lane to take them, they end not submitted.
 func (s *Scheduler) flushLocked(ts *tenantState) {
 	if ts.active.Load() != 0 || len(ts.parked) == 0 {
