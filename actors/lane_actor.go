@@ -153,7 +153,7 @@ func (a *laneActor) submit(m *SubmitRequest) {
 	// Accepted, or refused partway (the caller's error): it ends at its
 	// fence either way.
 	if len(a.calls) == 0 {
-		a.noteProgress(time.Now())
+		a.progressAt = time.Now()
 	}
 	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant}
 	a.arm(true)
@@ -171,7 +171,7 @@ func (a *laneActor) poll() {
 	}
 	if ended {
 		now := time.Now()
-		a.noteProgress(now)
+		a.progressAt = now
 		a.ref.lastEnd.Store(now.UnixNano())
 	} else if len(a.calls) > 0 && a.s.cfg.HangTimeout > 0 && time.Since(a.progressAt) > a.s.cfg.HangTimeout {
 		a.abandon()
@@ -179,10 +179,6 @@ func (a *laneActor) poll() {
 	}
 	a.arm(ended)
 }
-
-// noteProgress records when the lane last made progress (a fence ended,
-// or work began on an idle lane), for its watchdog.
-func (a *laneActor) noteProgress(t time.Time) { a.progressAt = t }
 
 // deliverEnded delivers every submission the lane has seen end, and
 // reports whether there was any and the tenant of the first that ended

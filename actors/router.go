@@ -17,6 +17,7 @@ package actors
 // on the same stream, and sees their writes.
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -262,21 +263,11 @@ func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
 		s.complete(c.id, lanes.Receipt{}, lanes.Wrap("submit", true,
 			fmt.Errorf("%w: lane %d left routing before taking the batch, the %d-th lane to do so", ErrLaneUnavailable, from.id, c.reroutes)))
 	} else {
-		at, _ := slices.BinarySearchFunc(ts.parked, c.id, func(p *call, id uint64) int { return compareIDs(p.id, id) })
+		at, _ := slices.BinarySearchFunc(ts.parked, c.id, func(p *call, id uint64) int { return cmp.Compare(p.id, id) })
 		ts.parked = slices.Insert(ts.parked, at, c)
 		ts.moving.Store(true)
 	}
 	s.flushLocked(ts)
-}
-
-func compareIDs(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // recovering reports whether a lane of the device is recovering (or still

@@ -171,7 +171,7 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 		if r.Err == nil {
 			r.Err = err
 		}
-		if r.Outcome == 0 || r.Outcome == lanes.Succeeded {
+		if r.Outcome == 0 {
 			r.Outcome = lanes.Indeterminate
 			if cuda.Classify(err).NotSubmitted {
 				r.Outcome = lanes.Refused

@@ -108,13 +108,8 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 // checkDevice refuses a batch whose buffers live on a device no lane of the
 // scheduler serves: the caller's mistake, not an absence of healthy lanes.
 func (s *Scheduler) checkDevice(device uint64) error {
-	if device == 0 {
+	if device == 0 || s.device(device) != nil {
 		return nil
-	}
-	for _, r := range s.lanes {
-		if r.instance == device {
-			return nil
-		}
 	}
 	return fmt.Errorf("%w: %w: the batch names buffers of device instance %d, which no lane of this scheduler serves; allocate them on one of Config.Devices",
 		lanes.ErrInvalidBatch, cuda.ErrForeignHandle, device)
