@@ -281,13 +281,17 @@ func TestSuspensionIsTheFaultyTenantsAlone(t *testing.T) {
 // bystander stuck behind it now and then: the heavy tenant is suspended,
 // the bystander never is, and no lane is taken out for good.
 func TestDeviceWideStallBlamesItsCause(t *testing.T) {
-	threads := uint32(1 << 28)
 	if raceOn {
-		threads = 1 << 25
+		// The race detector slows the simulator's kernels and every lane
+		// tenfold on a loaded machine: hangs declared in wall-clock time then
+		// say more about the machine than about the stall. scripts/test.sh
+		// runs this test again without it.
+		t.Skip("wall-clock hang detection under the race detector")
 	}
+	const threads = 1 << 29
 	b := start(t, func() (cuda.Device, error) {
-		return sim.New(sim.Config{MaxLaunchThreads: uint64(threads)})
-	}, actors.Config{LanesPerDevice: 2, HangTimeout: 100 * time.Millisecond})
+		return sim.New(sim.Config{MaxLaunchThreads: threads})
+	}, actors.Config{LanesPerDevice: 2, HangTimeout: 200 * time.Millisecond})
 	heavy := tenant(t, b, "heavy", 1024)
 	light := tenant(t, b, "light", 64)
 	stop := make(chan struct{})
@@ -321,9 +325,8 @@ func TestDeviceWideStallBlamesItsCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 1024 threads in x over the tenant's buffer, repeated in y and z:
-	// 2^28 thread-iterations of reference work (2^25 under the race
-	// detector), a good part of a second on the host.
-	long := cuda.LaunchConfig{Grid: cuda.Dim3{X: 1, Y: threads / 1024 / 8, Z: 8}, Block: cuda.Dim3{X: 1024, Y: 1, Z: 1}}
+	// 2^29 thread-iterations of reference work, about a second on the host.
+	long := cuda.LaunchConfig{Grid: cuda.Dim3{X: 1, Y: threads / 1024 / 16, Z: 16}, Block: cuda.Dim3{X: 1024, Y: 1, Z: 1}}
 	c, err := cuda.Launch(fill, long, cuda.BufferArg(heavy.State.Whole()), cuda.F32Arg(1), cuda.I32Arg(1024))
 	if err != nil {
 		t.Fatal(err)
