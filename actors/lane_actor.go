@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"golang.org/x/sys/unix"
 
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -147,7 +148,12 @@ func (a *laneActor) submit(m *SubmitRequest) {
 		if a.lane.State() == lanes.Failed {
 			a.failed(m.Tenant, a.lane.Err())
 		}
-		a.s.complete(m.Call, lanes.Receipt{}, err)
+		r := lanes.Receipt{}
+		if !cuda.Classify(err).NotSubmitted {
+			// Enqueue failed partway: some of the batch may have run.
+			r.Outcome, err = lanes.Indeterminate, indeterminate("submit", err)
+		}
+		a.s.complete(m.Call, r, err)
 		return
 	}
 	// Accepted, or refused partway (the caller's error): it ends at its
@@ -211,7 +217,7 @@ func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 			if culprit == "" {
 				culprit = w.tenant
 			}
-			err = indeterminate(r.Err)
+			err = indeterminate("fence", r.Err)
 		}
 		a.s.complete(w.call, r, err)
 	}
@@ -222,8 +228,8 @@ func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 // indeterminate is the error of a submission whose effect is unknown: it
 // keeps the cause's code and blame, and errors.Is finds both
 // ErrIndeterminate and the cause's sentinels.
-func indeterminate(cause error) error {
-	e := lanes.Wrap("fence", false, cause)
+func indeterminate(op string, cause error) error {
+	e := lanes.Wrap(op, false, cause)
 	e.Err = &indeterminateError{cause: cause}
 	return e
 }
@@ -378,7 +384,7 @@ func (a *laneActor) drain() {
 // lane will not see their fences again.
 func (a *laneActor) endRemaining(cause error) {
 	for fence, w := range a.calls {
-		a.s.complete(w.call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate}, indeterminate(cause))
+		a.s.complete(w.call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate}, indeterminate("fence", cause))
 	}
 	clear(a.calls)
 	a.ref.inflightFences.Store(0)

@@ -232,7 +232,7 @@ func (s *Scheduler) endCall(id uint64, cause error, neverRan bool) {
 	case neverRan || !c.sent.Load():
 		s.complete(id, lanes.Receipt{}, lanes.Wrap("submit", true, cause))
 	default:
-		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, indeterminate(cause))
+		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, indeterminate("fence", cause))
 	}
 }
 
