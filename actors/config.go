@@ -18,12 +18,43 @@ type Config struct {
 	LanesPerDevice int    // default 1
 	CacheCapacity  int    // executables per lane; default 64; negative: never capture
 	Runtime        string // runtime fingerprint of programs; default "lanes/<backend>"
-	// Admission: submissions admitted and not yet ended. Beyond these, Submit
-	// answers ErrOverloaded (retryable) instead of queueing without bound.
-	// A tenant stays on its lane while it has work in flight (that is how
-	// its order holds), so a tenant's work in flight is bounded by both.
+	// Admission and fair shares (see the package documentation, "Fair
+	// shares"): submissions admitted and not yet ended. Beyond these,
+	// Submit answers ErrOverloaded (retryable) instead of queueing without
+	// bound. A lane admits anyone below MaxInFlightPerLane; beyond it, up
+	// to twice that, only tenants under their fair share of the lane (its
+	// limit split by weight among the tenants with work on it). A tenant
+	// stays on its lane while it has work in flight (that is how its order
+	// holds), so MaxInFlightPerTenant is at most MaxInFlightPerLane.
 	MaxInFlightPerLane   int // default 256
-	MaxInFlightPerTenant int // default 1024
+	MaxInFlightPerTenant int // default and most: MaxInFlightPerLane
+	// StreamDepth is how many submissions a lane keeps enqueued on its
+	// stream; the batches it receives beyond them wait in its fair queue,
+	// served by deficit round robin over its tenants. Default 8; negative:
+	// no bound (first come, first served).
+	StreamDepth int
+	// Quantum is the credit, in batch entries, each round of a lane's fair
+	// queue gives a tenant per unit of weight. Default 16.
+	Quantum int
+	// Weight is a tenant's weight (1 to MaxWeight) in admission shares and
+	// fair queues, asked once when the scheduler first sees the tenant (and
+	// again after it is forgotten). Nil: every tenant weighs 1.
+	Weight func(tenant string) int
+	// MaxBatchEntries and MaxBatchBytes bound one batch: its entries, and
+	// the host bytes its uploads carry. A larger batch is refused, not
+	// submitted, with a *BatchTooLargeError that says how to split it.
+	// Defaults 4096 entries and 64 MiB.
+	MaxBatchEntries int
+	MaxBatchBytes   int64
+	// TenantIdle is how long a tenant with nothing in flight, no owned
+	// buffers, no suspension and no recent faults is kept before the
+	// scheduler forgets it on its own (as Forget does). Default 1m;
+	// negative: never.
+	TenantIdle time.Duration
+	// CacheBytes bounds each lane's executable cache by the host memory
+	// its executables hold (the uploads they captured), as CacheCapacity
+	// bounds their number. Default 256 MiB.
+	CacheBytes int64
 	// Recovery is what happens to a lane whose stream failed.
 	Recovery Recovery
 	// Suspension is what happens to a tenant whose submissions keep
@@ -61,6 +92,23 @@ type Config struct {
 	// Telemetry receives every ended submission and quarantine; nil
 	// records nothing.
 	Telemetry *telemetry.Telemetry
+}
+
+// MaxWeight is the largest tenant weight (Config.Weight).
+const MaxWeight = 1000
+
+// weight is a tenant's weight by Config.Weight, within 1 to MaxWeight.
+// A Weight that panics gives weight 1: the panic does not reach Submit.
+func (s *Scheduler) weight(tenant string) (w int) {
+	if s.cfg.Weight == nil {
+		return 1
+	}
+	defer func() {
+		if recover() != nil {
+			w = 1
+		}
+	}()
+	return min(max(s.cfg.Weight(tenant), 1), MaxWeight)
 }
 
 // Recovery is the policy for a lane whose stream failed (a non-sticky
@@ -132,7 +180,22 @@ func (c *Config) defaults() error {
 	}
 	def(&c.LanesPerDevice, 1)
 	def(&c.MaxInFlightPerLane, 256)
-	def(&c.MaxInFlightPerTenant, 1024)
+	def(&c.MaxInFlightPerTenant, c.MaxInFlightPerLane)
+	c.MaxInFlightPerTenant = min(c.MaxInFlightPerTenant, c.MaxInFlightPerLane)
+	if c.StreamDepth == 0 {
+		c.StreamDepth = 8
+	}
+	def(&c.Quantum, 16)
+	def(&c.MaxBatchEntries, 4096)
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 64 << 20
+	}
+	if c.CacheBytes <= 0 {
+		c.CacheBytes = 256 << 20
+	}
+	if c.TenantIdle == 0 {
+		c.TenantIdle = time.Minute
+	}
 	def(&c.Throughput, 64)
 	if c.CacheCapacity == 0 {
 		c.CacheCapacity = 64

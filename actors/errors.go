@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // Errors of the scheduler. Each is a [cuda.Sentinel]: errors.Is finds it
@@ -45,7 +46,49 @@ var (
 	// ErrInvalidArgument: a call's argument or Config is unusable (a nil
 	// context, no devices, a nil staged program).
 	ErrInvalidArgument = cuda.NewSentinel(cuda.CodeInvalidArgument, "actors: invalid argument")
+	// ErrBatchTooLarge: the batch has more entries or upload bytes than
+	// Config allows ([*BatchTooLargeError] says which and how to split).
+	ErrBatchTooLarge = cuda.NewSentinel(cuda.CodeBatchTooLarge, "actors: batch too large")
 )
+
+// BatchTooLargeError is the refusal of a batch beyond Config's bounds:
+// nothing was submitted. Split it into batches within both bounds (each
+// tenant's batches run in order, so the pieces keep their sequence). It
+// wraps [ErrBatchTooLarge].
+type BatchTooLargeError struct {
+	Entries, MaxEntries int
+	Bytes, MaxBytes     int64 // the host bytes its uploads carry
+}
+
+func (e *BatchTooLargeError) Error() string {
+	return fmt.Sprintf("%v: %d entries (at most %d) and %d upload bytes (at most %d); split it into at least %d batches, which run in order",
+		ErrBatchTooLarge, e.Entries, e.MaxEntries, e.Bytes, e.MaxBytes, e.Pieces())
+}
+
+// Pieces is the fewest batches the refused one splits into within both
+// bounds, were its bytes spread evenly over its entries.
+func (e *BatchTooLargeError) Pieces() int {
+	n := (e.Entries + e.MaxEntries - 1) / max(e.MaxEntries, 1)
+	if b := int((e.Bytes + e.MaxBytes - 1) / max(e.MaxBytes, 1)); b > n {
+		n = b
+	}
+	return max(n, 1)
+}
+
+// Unwrap makes errors.Is find [ErrBatchTooLarge].
+func (e *BatchTooLargeError) Unwrap() error { return ErrBatchTooLarge }
+
+// checkSize refuses a batch beyond the configured bounds.
+func (s *Scheduler) checkSize(b *lanes.Batch) error {
+	var bytes int64
+	for i := range b.Entries {
+		bytes += int64(len(b.Entries[i].Command.Host))
+	}
+	if len(b.Entries) > s.cfg.MaxBatchEntries || bytes > s.cfg.MaxBatchBytes {
+		return &BatchTooLargeError{Entries: len(b.Entries), MaxEntries: s.cfg.MaxBatchEntries, Bytes: bytes, MaxBytes: s.cfg.MaxBatchBytes}
+	}
+	return nil
+}
 
 var errNilContext = fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", ErrInvalidArgument)
 

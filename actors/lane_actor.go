@@ -20,6 +20,7 @@ type laneActor struct {
 	self   *actor.PID
 	lane   *lanes.Lane
 	calls  map[uint64]waiting // fence -> the call waiting on it
+	queue  fairQueue          // received batches waiting for room on the stream
 	polled []lanes.Receipt    // the poll's receipts, reused by the next poll
 	waiter hangWaiter         // paces the lane's waits on the device
 
@@ -60,7 +61,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		}
 		close(a.ref.opened)
 	case *SubmitRequest:
-		a.submit(m)
+		a.receive(m)
 	case pollFences:
 		a.armed = false
 		a.poll()
@@ -130,12 +131,53 @@ func (a *laneActor) serving() bool {
 	return a.lane != nil && a.lane.State() != lanes.Failed && !a.stopped && a.ref.State() == Healthy
 }
 
-func (a *laneActor) submit(m *SubmitRequest) {
+// receive takes a batch sent to the lane: it goes to the stream now when
+// the stream has room and no batch waits, else into the fair queue.
+func (a *laneActor) receive(m *SubmitRequest) {
 	if !a.serving() {
 		// Not submitted: the scheduler moves it with its tenant.
 		a.s.reroute(m, a.ref)
 		return
 	}
+	if a.queue.len() == 0 && a.room() {
+		a.submit(m)
+		return
+	}
+	a.queue.push(m)
+	a.ref.queued.Store(int64(a.queue.len()))
+}
+
+// room reports whether the stream takes another submission.
+func (a *laneActor) room() bool {
+	return a.s.cfg.StreamDepth < 0 || len(a.calls) < a.s.cfg.StreamDepth
+}
+
+// dispatch moves waiting batches to the stream while it has room (all of
+// them when all is set: before administration and at a drain, which wait
+// for everything received before them).
+func (a *laneActor) dispatch(all bool) {
+	for a.queue.len() > 0 && (all || a.room()) {
+		m := a.queue.pop()
+		if !a.serving() {
+			a.s.reroute(m, a.ref)
+		} else {
+			a.submit(m)
+		}
+	}
+	a.ref.queued.Store(int64(a.queue.len()))
+}
+
+// requeue hands every waiting batch back to the scheduler, not submitted:
+// the lane left routing, and they move with their tenants.
+func (a *laneActor) requeue() {
+	for _, m := range a.queue.drain() {
+		a.s.reroute(m, a.ref)
+	}
+	a.ref.queued.Store(0)
+}
+
+// submit puts a batch on the lane's stream.
+func (a *laneActor) submit(m *SubmitRequest) {
 	if m.ctx != nil && m.ctx.Err() != nil {
 		// The caller gave up before the lane took the batch: never run it.
 		a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, m.ctx.Err()))
@@ -179,6 +221,7 @@ func (a *laneActor) poll() {
 		now := time.Now()
 		a.progressAt = now
 		a.ref.lastEnd.Store(now.UnixNano())
+		a.dispatch(false)
 	} else if len(a.calls) > 0 && a.s.cfg.HangTimeout > 0 && time.Since(a.progressAt) > a.s.cfg.HangTimeout {
 		a.abandon()
 		return
@@ -307,6 +350,7 @@ func (a *laneActor) staged(m *StagedRequest) {
 		a.s.completeAdmin(m.Call, nil, a.unavailable(op))
 		return
 	}
+	a.dispatch(true) // it runs after everything the lane received before it
 	var res any
 	var err error
 	if m.Prepare {
@@ -329,6 +373,7 @@ func (a *laneActor) admin(m *AdminRequest) {
 		a.s.completeAdmin(m.Call, nil, a.unavailable(op))
 		return
 	}
+	a.dispatch(true) // it sees everything the lane received before it
 	var res any
 	var err error
 	var culprit string
@@ -366,6 +411,9 @@ func (a *laneActor) drain() {
 	a.disarm()
 	a.cancelRebuild()
 	if a.lane != nil && a.lane.State() != lanes.Failed {
+		a.stopped = false // what it received before the stop runs
+		a.dispatch(true)
+		a.stopped = true
 		rs, _, err := a.lane.Synchronize()
 		a.deliver(rs)
 		if err == nil {
@@ -383,6 +431,7 @@ func (a *laneActor) drain() {
 // endRemaining ends every call still waiting on a fence, indeterminate: the
 // lane will not see their fences again.
 func (a *laneActor) endRemaining(cause error) {
+	a.requeue()
 	for fence, w := range a.calls {
 		a.s.complete(w.call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate}, indeterminate("fence", cause))
 	}

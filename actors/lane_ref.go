@@ -46,6 +46,8 @@ type laneRef struct {
 
 	dead           atomic.Bool  // the actor panicked and was stopped
 	inflight       atomic.Int64 // admitted, not ended
+	activeWeight   atomic.Int64 // the weights of the tenants with work sent here
+	queued         atomic.Int64 // received, waiting in the fair queue
 	pinned         int          // tenants pinned here (Scheduler.routeMu)
 	inflightFences atomic.Int64
 	recoveries     atomic.Int64 // times the lane was rebuilt

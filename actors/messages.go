@@ -19,6 +19,7 @@ type SubmitRequest struct {
 	Tenant string
 	Batch  lanes.Batch
 	ctx    context.Context // the submitter's; host-local, like the call
+	weight int             // the tenant's weight in the lane's fair queue
 }
 
 // AdminOp is an administrative operation on a lane.

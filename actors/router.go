@@ -33,7 +33,8 @@ const maxReroutes = 3
 
 // tenantState is one tenant's admission and routing state.
 type tenantState struct {
-	name string
+	name   string
+	weight int // its share of lanes (Config.Weight)
 
 	// mu orders the tenant's admissions and moves: everything a batch
 	// needs to be sent to a lane happens under it.
@@ -93,12 +94,12 @@ func (s *Scheduler) admit(ts *tenantState, device uint64, c *call) error {
 		cur := ts.lane
 		busy := ts.active.Load() > 0
 		switch {
-		case s.reserve(cur, device):
+		case s.reserve(ts, cur, device):
 			lane = cur
 		case busy && eligible(cur, device):
 			ts.inflight.Add(-1)
-			return fmt.Errorf("%w: tenant %q's lane %d has %d submissions in flight (limit %d); the tenant stays on it while it has work in flight, so that its batches keep their order; retry later",
-				ErrOverloaded, tenant, cur.id, cur.inflight.Load(), s.cfg.MaxInFlightPerLane)
+			return fmt.Errorf("%w: tenant %q has %d submissions in flight on lane %d, its fair share is %d of the lane's %d while %d of weight share it, and the lane is full (%d in flight); the tenant stays on it while it has work in flight, so that its batches keep their order; retry later",
+				ErrOverloaded, tenant, ts.active.Load(), cur.id, s.share(ts, cur), s.cfg.MaxInFlightPerLane, cur.activeWeight.Load(), cur.inflight.Load())
 		case recovering(cur, device):
 			// Its lane comes back within milliseconds, with the tenant's
 			// executables and programs: wait for it rather than move.
@@ -162,7 +163,7 @@ func (s *Scheduler) tenant(name string) (*tenantState, error) {
 	if err := checkTenant(name); err != nil {
 		return nil, err
 	}
-	v, _ := s.tenants.LoadOrStore(name, &tenantState{name: name})
+	v, _ := s.tenants.LoadOrStore(name, &tenantState{name: name, weight: s.weight(name)})
 	return v.(*tenantState), nil
 }
 
@@ -171,8 +172,20 @@ func (s *Scheduler) tenant(name string) (*tenantState, error) {
 func (s *Scheduler) send(ts *tenantState, lane *laneRef, c *call) {
 	c.lane.Store(lane)
 	c.sent.Store(true)
-	ts.active.Add(1)
-	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: ts.name, Batch: c.batch, ctx: c.ctx})
+	if ts.active.Add(1) == 1 {
+		lane.activeWeight.Add(int64(ts.weight))
+	}
+	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: ts.name, Batch: c.batch, ctx: c.ctx, weight: ts.weight})
+}
+
+// ended undoes send's counts for a call that ended or came back from lane.
+func (ts *tenantState) ended(lane *laneRef) int64 {
+	lane.inflight.Add(-1)
+	n := ts.active.Add(-1)
+	if n == 0 {
+		lane.activeWeight.Add(-int64(ts.weight))
+	}
+	return n
 }
 
 // flushLocked moves a tenant's parked calls once nothing of it is in
@@ -255,9 +268,8 @@ func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
 	ts := c.ts
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	from.inflight.Add(-1)
 	c.sent.Store(false)
-	ts.active.Add(-1)
+	ts.ended(from)
 	c.reroutes++
 	if c.reroutes > maxReroutes {
 		s.complete(c.id, lanes.Receipt{}, lanes.Wrap("submit", true,
@@ -285,8 +297,15 @@ func eligible(r *laneRef, device uint64) bool {
 	return r != nil && r.State() == Healthy && (device == 0 || r.instance == device)
 }
 
-// reserve counts one more submission against an eligible lane with room.
-func (s *Scheduler) reserve(r *laneRef, device uint64) bool {
+// reserve counts one more submission of a tenant against an eligible
+// lane, if the lane has room for it: below MaxInFlightPerLane anyone is
+// admitted; beyond it, up to twice the limit, only a tenant under its fair
+// share (see share), and up to three times the limit, a tenant with
+// nothing in flight. A flooding tenant fills a lane at most to its limit,
+// the shares of the others, which sum to at most the limit, still fit, and
+// a tenant that arrives after others took the shares of fewer tenants
+// still gets a batch in, which the lane's fair queue runs within a round.
+func (s *Scheduler) reserve(ts *tenantState, r *laneRef, device uint64) bool {
 	if !eligible(r, device) {
 		return false
 	}
@@ -294,12 +313,26 @@ func (s *Scheduler) reserve(r *laneRef, device uint64) bool {
 	for {
 		n := r.inflight.Load()
 		if n >= limit {
-			return false
+			active := ts.active.Load()
+			if active > 0 && (n >= 2*limit || active >= s.share(ts, r)) || n >= 3*limit {
+				return false
+			}
 		}
 		if r.inflight.CompareAndSwap(n, n+1) {
 			return true
 		}
 	}
+}
+
+// share is a tenant's fair share of a lane's admission slots: the lane's
+// limit split by weight among the tenants with work on it, the tenant
+// counted (at least one slot).
+func (s *Scheduler) share(ts *tenantState, r *laneRef) int64 {
+	total := r.activeWeight.Load()
+	if ts.active.Load() == 0 || ts.lane != r {
+		total += int64(ts.weight)
+	}
+	return max(1, int64(s.cfg.MaxInFlightPerLane)*int64(ts.weight)/max(total, 1))
 }
 
 // errRecovering is route's answer when no lane of the device is healthy but
@@ -325,7 +358,7 @@ func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef,
 			}
 			healthy = true
 			load := r.inflight.Load()
-			if !force && load >= int64(s.cfg.MaxInFlightPerLane) {
+			if !force && load >= 3*int64(s.cfg.MaxInFlightPerLane) {
 				continue
 			}
 			if best == nil || load < bestLoad || load == bestLoad && r.pinned < best.pinned {
@@ -339,11 +372,11 @@ func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef,
 				}
 				return nil, fmt.Errorf("%w: every lane of device instance %d is out of routing for good", ErrNoHealthyLane, device)
 			}
-			return nil, fmt.Errorf("%w: every healthy lane has %d submissions in flight; retry later", ErrOverloaded, s.cfg.MaxInFlightPerLane)
+			return nil, fmt.Errorf("%w: every healthy lane has three times its %d submissions in flight; retry later", ErrOverloaded, s.cfg.MaxInFlightPerLane)
 		}
 		if force {
 			best.inflight.Add(1)
-		} else if !s.reserve(best, device) {
+		} else if !s.reserve(ts, best, device) {
 			continue // filled up or left routing meanwhile: look again
 		}
 		if ts.lane != best {
@@ -366,8 +399,7 @@ func (s *Scheduler) release(c *call, launches int) {
 	ts := c.ts
 	ts.launches.Add(uint64(max(launches, 1))) // the tenant's own line: no counter all lanes share
 	if c.sent.Load() {
-		c.lane.Load().inflight.Add(-1)
-		if ts.active.Add(-1) == 0 && ts.moving.Load() {
+		if ts.ended(c.lane.Load()) == 0 && ts.moving.Load() {
 			s.flush(ts)
 		}
 	}

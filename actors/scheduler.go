@@ -104,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 				return nil, lanes.Wrap("start", true, fmt.Errorf("%w: bind lane %d to device %d: %w", lanes.ErrFailed, ref.id, di, err))
 			}
 			ref.disp = disp
-			props := actor.PropsFromProducer(func() actor.Actor { return &laneActor{s: s, ref: ref} },
+			props := actor.PropsFromProducer(func() actor.Actor { return &laneActor{s: s, ref: ref, queue: fairQueue{quantum: s.cfg.Quantum}} },
 				actor.WithDispatcher(disp), actor.WithMailbox(actor.Unbounded()))
 			ref.pid = root.Spawn(props)
 			s.lanes = append(s.lanes, ref)

@@ -83,6 +83,9 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
+	if err := s.checkSize(&b); err != nil {
+		return nil, lanes.Wrap("submit", true, err)
+	}
 	device := batchDevice(&b)
 	if err := s.checkDevice(device); err != nil {
 		return nil, lanes.Wrap("submit", true, err)

@@ -87,6 +87,7 @@ const (
 	CodeUnknownLane     Code = -209 // no lane has that index
 	CodeIndeterminate   Code = -210 // the work's effect is unknown
 	CodeInvalidArgument Code = -211 // a call's argument or configuration is unusable
+	CodeBatchTooLarge   Code = -212 // the batch exceeds the scheduler's bounds; split it
 )
 
 // Codes of errors from outside lanes.
@@ -203,6 +204,7 @@ var codes = map[Code]codeInfo{
 	CodeUnknownLane:     {"unknown_lane", BlameCaller, false, true},
 	CodeIndeterminate:   {"indeterminate", BlameStream, false, false},
 	CodeInvalidArgument: {"invalid_argument", BlameCaller, false, true},
+	CodeBatchTooLarge:   {"batch_too_large", BlameCaller, false, true},
 
 	CodeCanceled:         {"canceled", BlameNone, false, false},
 	CodeDeadlineExceeded: {"deadline_exceeded", BlameNone, false, false},

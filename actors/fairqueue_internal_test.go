@@ -1,0 +1,76 @@
+package actors
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/lanesched/lanes/lanes"
+)
+
+func request(tenant string, entries, weight int) *SubmitRequest {
+	return &SubmitRequest{Tenant: tenant, Batch: lanes.Batch{Entries: make([]lanes.Entry, entries)}, weight: weight}
+}
+
+func order(q *fairQueue) []string {
+	var got []string
+	for m := q.pop(); m != nil; m = q.pop() {
+		got = append(got, m.Tenant)
+	}
+	return got
+}
+
+func TestFairQueueTakesTurns(t *testing.T) {
+	q := fairQueue{quantum: 1}
+	for range 4 {
+		q.push(request("flood", 1, 1))
+	}
+	q.push(request("light", 1, 1))
+	q.push(request("other", 1, 1))
+	if got, want := order(&q), []string{"flood", "light", "other", "flood", "flood", "flood"}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+	if q.len() != 0 || len(q.queues) != 0 || len(q.ring) != 0 {
+		t.Fatalf("an empty queue keeps %d tenants", len(q.queues))
+	}
+}
+
+func TestFairQueueWeighsTenantsAndEntries(t *testing.T) {
+	q := fairQueue{quantum: 4}
+	for range 3 {
+		q.push(request("heavy", 4, 2)) // two batches per round
+		q.push(request("light", 4, 1)) // one per round
+	}
+	if got, want := order(&q), []string{"heavy", "heavy", "light", "heavy", "light", "light"}; !slices.Equal(got, want) {
+		t.Fatalf("weights: order %v, want %v", got, want)
+	}
+	q.push(request("huge", 40, 1)) // ten rounds of credit
+	for range 12 {
+		q.push(request("small", 4, 1))
+	}
+	got := order(&q)
+	if at := slices.Index(got, "huge"); at != 9 {
+		t.Fatalf("the huge batch went at %d (after %d small ones); want after one round of credit each for nine rounds: %v", at, at, got)
+	}
+}
+
+func TestFairQueueKeepsEachTenantsOrder(t *testing.T) {
+	q := fairQueue{quantum: 3}
+	var want []*SubmitRequest
+	for i := range 50 {
+		m := request([]string{"a", "b", "c"}[i%3], 1+i%5, 1+i%2)
+		want = append(want, m)
+		q.push(m)
+	}
+	seen := map[string]int{}
+	for m := q.pop(); m != nil; m = q.pop() {
+		i := slices.Index(want, m)
+		if i < seen[m.Tenant] {
+			t.Fatalf("tenant %s's batch %d ran after a later one", m.Tenant, i)
+		}
+		seen[m.Tenant] = i
+	}
+	q.push(request("a", 1, 1))
+	if d := q.drain(); len(d) != 1 || q.len() != 0 || q.pop() != nil {
+		t.Fatalf("drain took %d", len(d))
+	}
+}
