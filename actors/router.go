@@ -175,6 +175,7 @@ func (s *Scheduler) send(ts *tenantState, lane *laneRef, c *call) {
 	if ts.active.Add(1) == 1 {
 		lane.activeWeight.Add(int64(ts.weight))
 	}
+	c.batch.Tenant = ts.name // the lane's cache shares its room by it
 	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: ts.name, Batch: c.batch, ctx: c.ctx, weight: ts.weight})
 }
 

@@ -86,11 +86,14 @@ type Update struct{ From, To SegmentKey }
 // backend and never leaks: nothing is destroyed under running work, and
 // everything retired is destroyed once the stream drains.
 type Cache struct {
-	entries  map[SegmentKey]*Executable
-	rejected map[SegmentKey]uint64
-	retired  []*Executable
-	prep     tracker
-	clock    uint64
+	byteLimit int64 // most bytes the residents retain; 0: no bound
+	resident  int64 // bytes the residents retain
+	retiredB  int64 // bytes the retired executables retain
+	entries   map[SegmentKey]*Executable
+	rejected  map[SegmentKey]uint64
+	retired   []*Executable
+	prep      tracker
+	clock     uint64
 }
 
 // New returns an empty, unconfigured cache.
@@ -108,6 +111,14 @@ func (c *Cache) Configure(capacity int) (Preparation, error) {
 	err := c.prep.configure(capacity, len(c.entries))
 	return c.Preparation(), err
 }
+
+// LimitBytes bounds the host memory the resident executables retain (the
+// uploads they captured); 0 or less removes the bound. Residents already
+// over it stay until evicted.
+func (c *Cache) LimitBytes(n int64) { c.byteLimit = max(n, 0) }
+
+// Bytes is the host memory the resident and retired executables retain.
+func (c *Cache) Bytes() int64 { return c.resident + c.retiredB }
 
 // Seal closes preparation: from now on misses run eagerly.
 func (c *Cache) Seal() (Preparation, error) {
@@ -132,14 +143,16 @@ func (c *Cache) Len() int { return len(c.entries) }
 // Retired is the number of evicted executables awaiting a quiescent stream.
 func (c *Cache) Retired() int { return len(c.retired) }
 
-// Prepare gives every candidate a disposition: residents are hits (and
-// become most recently used); misses are captured on s, when preparation is
-// open and the stream quiescent, as far as capacity allows after evicting
-// least-recently-used residents this batch does not need. enqueue(i) must
+// Prepare gives every candidate of owner's batch a disposition: residents
+// are hits (and become most recently used); misses are captured on s, when
+// preparation is open and the stream quiescent, as far as capacity and the
+// byte bound allow after evicting least-recently-used residents this batch
+// does not need, among the owner's own and other owners' beyond their
+// share (see plan). enqueue(i) must
 // enqueue batch command i on s. A capture failure that leaves eager fallback
 // safe is remembered (bounded by capacity, oldest forgotten first) and
 // reported; any other failure is returned.
-func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueue func(i int) error) (Report, error) {
+func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enqueue func(i int) error) (Report, error) {
 	r := Report{Dispositions: make([]Disposition, len(cands))}
 	var misses []SegmentKey
 	missed := map[SegmentKey]bool{}
@@ -172,10 +185,11 @@ func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueu
 		return r, nil
 	}
 
-	admitted, evictable := c.plan(misses, cands)
+	admitted, evictable := c.plan(owner, misses, cands)
 	captured := map[SegmentKey]*Executable{}
 	updated := map[SegmentKey]bool{}
 	var order []SegmentKey
+	var adding int64 // bytes of the captured executables not yet resident
 	abort := func(err error) (Report, error) {
 		for _, e := range captured {
 			if e != nil && !updated[e.Key] {
@@ -190,6 +204,7 @@ func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueu
 		if err == nil {
 			var done bool
 			full := len(c.entries)+len(order) >= c.prep.capacity
+			exe.Owner, exe.Bytes = owner, cand.Bytes
 			if done, evictable, err = c.update(&r, graph, exe, evictable, full); done {
 				captured[k], updated[k] = c.entries[k], true
 				continue
@@ -208,10 +223,12 @@ func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueu
 			return abort(err)
 		}
 		exe.lastUsed = c.tick()
+		exe.Owner, exe.Bytes = owner, cand.Bytes
 		captured[k] = exe
 		order = append(order, k)
+		adding += exe.Bytes
 	}
-	for over := len(c.entries) + len(order) - c.prep.capacity; over > 0; over-- {
+	for len(evictable) > 0 && (len(c.entries)+len(order) > c.prep.capacity || c.byteLimit > 0 && c.residentBytes()+adding > c.byteLimit) {
 		k := evictable[0]
 		evictable = evictable[1:]
 		c.evict(k, quiescent)
@@ -219,6 +236,7 @@ func (c *Cache) Prepare(s cuda.Stream, cands []Candidate, quiescent bool, enqueu
 	}
 	for _, k := range order {
 		c.entries[k] = captured[k]
+		c.resident += captured[k].Bytes
 	}
 	for _, k := range order {
 		if err := c.entries[k].upload(s); err != nil {
@@ -278,6 +296,8 @@ func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable [
 	from := donor.Key
 	delete(c.entries, from)
 	donor.Key, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
+	c.resident += exe.Bytes - donor.Bytes
+	donor.Owner, donor.Bytes = exe.Owner, exe.Bytes
 	donor.lastUsed = c.tick()
 	c.entries[exe.Key] = donor
 	r.Updates = append(r.Updates, Update{From: from, To: exe.Key})
@@ -308,23 +328,73 @@ func (c *Cache) markMisses(r *Report, cands []Candidate, d Disposition, done map
 	}
 }
 
-// plan admits as many misses as capacity allows once every resident this
-// batch does not need may be evicted, and lists those evictable residents,
-// least recently used first.
-func (c *Cache) plan(misses []SegmentKey, cands []Candidate) (admitted, evictable []SegmentKey) {
+// plan admits the misses that fit, by count and by bytes, once every
+// evictable resident is evicted, and lists the evictable residents, least
+// recently used first. Residents this batch needs are never evictable.
+// Each owner with residents, and the batch's owner, has an equal share of
+// the capacity and of the byte bound: the batch may evict its owner's own
+// residents, and another owner's only beyond that owner's share (its
+// least recently used first). So a tenant that churns keys evicts its own
+// executables, never a neighbour's within its share.
+func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admitted, evictable []SegmentKey) {
 	needed := map[SegmentKey]bool{}
 	for _, cand := range cands {
 		needed[cand.Key] = true
 	}
-	for k := range c.entries {
+	type use struct {
+		n     int
+		bytes int64
+		keys  []SegmentKey // its residents this batch does not need
+	}
+	uses := map[string]*use{owner: {}}
+	for k, e := range c.entries {
+		u := uses[e.Owner]
+		if u == nil {
+			u = &use{}
+			uses[e.Owner] = u
+		}
+		u.n++
+		u.bytes += e.Bytes
 		if !needed[k] {
-			evictable = append(evictable, k)
+			u.keys = append(u.keys, k)
 		}
 	}
-	sort.Slice(evictable, func(i, j int) bool { return c.entries[evictable[i]].lastUsed < c.entries[evictable[j]].lastUsed })
-	room := c.prep.capacity - len(c.entries) + len(evictable)
-	return misses[:min(len(misses), max(room, 0))], evictable
+	byUse := func(keys []SegmentKey) {
+		sort.Slice(keys, func(i, j int) bool { return c.entries[keys[i]].lastUsed < c.entries[keys[j]].lastUsed })
+	}
+	countShare := max(1, c.prep.capacity/len(uses))
+	byteShare := c.byteLimit / int64(len(uses))
+	for o, u := range uses {
+		byUse(u.keys)
+		for _, k := range u.keys {
+			if o != owner && u.n <= countShare && (c.byteLimit == 0 || u.bytes <= byteShare) {
+				break // within its share: the rest of its residents stay
+			}
+			evictable = append(evictable, k)
+			u.n--
+			u.bytes -= c.entries[k].Bytes
+		}
+	}
+	byUse(evictable)
+	rooms := c.prep.capacity - len(c.entries) + len(evictable)
+	bytes := c.byteLimit - c.residentBytes()
+	for _, k := range evictable {
+		bytes += c.entries[k].Bytes
+	}
+	for _, k := range misses {
+		need := cands[indexOf(cands, k)].Bytes
+		if rooms < 1 || c.byteLimit > 0 && need > bytes {
+			continue // capacity deferred
+		}
+		admitted = append(admitted, k)
+		rooms--
+		bytes -= need
+	}
+	return admitted, evictable
 }
+
+// residentBytes is the host memory the residents retain.
+func (c *Cache) residentBytes() int64 { return c.resident }
 
 // remember records a capture rejection, forgetting the oldest beyond
 // capacity.
@@ -347,10 +417,12 @@ func (c *Cache) remember(k SegmentKey) {
 func (c *Cache) evict(k SegmentKey, quiescent bool) {
 	e := c.entries[k]
 	delete(c.entries, k)
+	c.resident -= e.Bytes
 	if quiescent {
 		_ = e.Exec.Destroy()
 	} else {
 		c.retired = append(c.retired, e)
+		c.retiredB += e.Bytes
 	}
 }
 
@@ -386,7 +458,7 @@ func (c *Cache) ReleaseRetired(quiescent bool) int {
 	for _, e := range c.retired {
 		_ = e.Exec.Destroy()
 	}
-	c.retired = nil
+	c.retired, c.retiredB = nil, 0
 	return n
 }
 
@@ -404,7 +476,7 @@ func (c *Cache) Trim(quiescent bool) (TrimReport, error) {
 		_ = e.Exec.Destroy()
 	}
 	t.Retired = c.ReleaseRetired(true)
-	c.entries = map[SegmentKey]*Executable{}
+	c.entries, c.resident = map[SegmentKey]*Executable{}, 0
 	c.rejected = map[SegmentKey]uint64{}
 	return t, nil
 }
@@ -419,6 +491,7 @@ func (c *Cache) CheckInvariants() error {
 		return fmt.Errorf("cache: %d remembered rejections exceed capacity %d", len(c.rejected), c.prep.capacity)
 	}
 	seen := map[uint64]bool{}
+	var bytes int64
 	for k, e := range c.entries {
 		if e.Key != k {
 			return fmt.Errorf("cache: entry %s holds executable %s", k.Short(), e.Key.Short())
@@ -433,6 +506,10 @@ func (c *Cache) CheckInvariants() error {
 		if _, ok := c.rejected[k]; ok {
 			return fmt.Errorf("cache: %s is both resident and rejected", k.Short())
 		}
+		bytes += e.Bytes
+	}
+	if bytes != c.resident {
+		return fmt.Errorf("cache: residents retain %d bytes, counted %d", bytes, c.resident)
 	}
 	return nil
 }

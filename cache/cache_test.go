@@ -183,7 +183,7 @@ func TestPanickingCommandEndsCapture(t *testing.T) {
 	_, _ = r.Cache.Configure(2)
 	cmds := r.segment(0, 0)
 	d, _ := cache.Discover(cmds, nil)
-	_, err := r.Cache.Prepare(r.Stream, d.Candidates, true, func(i int) error {
+	_, err := r.Cache.Prepare(r.Stream, "", d.Candidates, true, func(i int) error {
 		if i == 1 {
 			panic("provider bug")
 		}
@@ -350,12 +350,12 @@ func BenchmarkPrepareHit(b *testing.B) {
 	}
 	d, _ := cache.Discover(cmds, nil)
 	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
-	if _, err := r.Cache.Prepare(r.Stream, d.Candidates, true, enqueue); err != nil {
+	if _, err := r.Cache.Prepare(r.Stream, "", d.Candidates, true, enqueue); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for range b.N {
-		if _, err := r.Cache.Prepare(r.Stream, d.Candidates, true, enqueue); err != nil {
+		if _, err := r.Cache.Prepare(r.Stream, "", d.Candidates, true, enqueue); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -39,6 +39,8 @@ type Executable struct {
 	GraphNodes int   // nodes in the captured graph
 	NodeCounts []int // graph nodes per command; nil when they could not be attributed
 	Scope      Scope
+	Owner      string // the tenant whose batch captured it ("" for none)
+	Bytes      int64  // host memory it retains: the uploads it captured
 	uploaded   bool
 	lastUsed   uint64
 

@@ -119,6 +119,16 @@ type Candidate struct {
 	Shape      ShapeKey // what it does, regardless of addresses and scalars
 	Scope      Scope
 	Keys       []Key // the command keys, in order
+	Bytes      int64 // host bytes its uploads carry, which its executable retains
+}
+
+// hostBytes is the host bytes commands carry.
+func hostBytes(cmds []Command) int64 {
+	var n int64
+	for _, c := range cmds {
+		n += int64(len(c.Cmd.Host))
+	}
+	return n
 }
 
 // Len is the number of commands in the candidate.
@@ -208,7 +218,7 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 				keys = append(keys, d.Bindings[k].Key)
 			}
 			own := keys[from:len(keys):len(keys)] // appending to one candidate's keys never writes the next's
-			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: m.segmentKey(own), Shape: m.shapeOf(cmds[i:j]), Scope: scope, Keys: own})
+			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: m.segmentKey(own), Shape: m.shapeOf(cmds[i:j]), Scope: scope, Keys: own, Bytes: hostBytes(cmds[i:j])})
 		}
 		i = j
 	}

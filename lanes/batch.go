@@ -142,6 +142,10 @@ func (m TimingMode) String() string {
 
 // Batch is one submission.
 type Batch struct {
+	// Tenant is whose batch it is: the lane's executable cache gives each
+	// tenant an equal share of its room (a scheduler sets it; a lane
+	// driven directly may leave it empty).
+	Tenant  string
 	Entries []Entry
 	Path    Path
 	Timing  TimingMode

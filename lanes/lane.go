@@ -75,6 +75,9 @@ type Config struct {
 	// Waiter paces every wait on the device (Wait, Synchronize, Readback,
 	// staged Replay); nil blocks in the device's calls.
 	Waiter Waiter
+	// CacheBytes bounds the host memory the lane's executables retain (the
+	// uploads they captured); 0: no bound.
+	CacheBytes int64
 }
 
 // Counters are a lane's replay observations since it was made.
@@ -88,6 +91,9 @@ type Counters struct {
 	// SyncPoints are blocking waits made; SpeculativeHits the waits a
 	// non-blocking query made unnecessary.
 	SyncPoints, SpeculativeHits uint64
+	// CacheBytes is the host memory the lane's executables retain now
+	// (the uploads they captured), resident and retired.
+	CacheBytes int64
 }
 
 // Lane is the single-owner core of one stream: its submission pipeline,
@@ -149,6 +155,7 @@ func New(cfg Config) (*Lane, error) {
 		cfg.Runtime = "lanes/" + cfg.Device.Info().Backend
 	}
 	c := cache.New()
+	c.LimitBytes(cfg.CacheBytes)
 	return &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
 		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash()}, nil
 }
@@ -196,7 +203,11 @@ func (l *Lane) InFlight() int { return len(l.pending) }
 func (l *Lane) Quarantined() int { return len(l.quarantine) }
 
 // Counters returns the lane's observation counters.
-func (l *Lane) Counters() Counters { return l.counters }
+func (l *Lane) Counters() Counters {
+	c := l.counters
+	c.CacheBytes = l.cache.Bytes()
+	return c
+}
 
 // Runtime is the runtime fingerprint programs of this lane carry.
 func (l *Lane) Runtime() string { return l.catalog.Runtime() }

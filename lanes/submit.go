@@ -158,7 +158,7 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 		p.disc.Candidates = nil
 	}
 	enqueue := func(i int) error { return l.s.Enqueue(b.Entries[i].Command) }
-	p.rep, err = l.cache.Prepare(l.s, p.disc.Candidates, l.quiescent(), enqueue)
+	p.rep, err = l.cache.Prepare(l.s, b.Tenant, p.disc.Candidates, l.quiescent(), enqueue)
 	l.observe(p.disc, p.rep)
 	if err != nil {
 		// Capture failed in a way that leaves eager fallback unsafe: the

@@ -20,6 +20,7 @@ type Rig struct {
 	Stream cuda.Stream
 	Cache  *cache.Cache
 	Bufs   []cuda.Buffer
+	Owner  string // the tenant Run prepares for
 }
 
 // New makes a rig with the given number of counters and device faults.
@@ -91,7 +92,7 @@ func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cach
 		r.T.Fatal(err)
 	}
 	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
-	rep, err := r.Cache.Prepare(r.Stream, d.Candidates, quiescent, enqueue)
+	rep, err := r.Cache.Prepare(r.Stream, r.Owner, d.Candidates, quiescent, enqueue)
 	if err != nil {
 		r.T.Fatal(err)
 	}

@@ -1,0 +1,99 @@
+package cache_test
+
+import (
+	"testing"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cache/cachetest"
+	"github.com/lanesched/lanes/cuda"
+)
+
+// upload is a replayable plan-scoped upload of n bytes into counter buf,
+// keyed by its bytes' first value.
+func upload(t *testing.T, r *cachetest.Rig, buf, n int, tag byte) cache.Command {
+	t.Helper()
+	data := make([]byte, n)
+	data[0] = tag
+	dst, err := r.Bufs[buf].Region(0, uint64(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cuda.Upload(dst, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cache.Command{Cmd: c, Phase: cache.PhaseCompute, Node: 0, Key: cache.NewKey("shares", "upload").Bytes(data).Finish(), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
+}
+
+func resident(r *cachetest.Rig, cmds []cache.Command) bool {
+	d, _ := cache.Discover(cmds, nil)
+	for _, c := range d.Candidates {
+		if _, ok := r.Cache.Lookup(c.Key); !ok {
+			return false
+		}
+	}
+	return len(d.Candidates) > 0
+}
+
+// TestChurnEvictsOnlyTheChurner: a tenant that keeps capturing new keys
+// evicts its own executables, never a neighbour's within its share.
+func TestChurnEvictsOnlyTheChurner(t *testing.T) {
+	r := cachetest.New(t, 8)
+	if _, err := r.Cache.Configure(4); err != nil {
+		t.Fatal(err)
+	}
+	r.Owner = "steady"
+	mine := [][]cache.Command{r.Segment(0, 1), r.Segment(1, 0)}
+	for _, seg := range mine {
+		r.Run(seg, true)
+	}
+	r.Owner = "churn"
+	for i := range 8 {
+		for j := range 8 {
+			r.Run(r.Segment(i, j, 2), true)
+		}
+	}
+	for i, seg := range mine {
+		if !resident(r, seg) {
+			t.Fatalf("the steady tenant's executable %d was evicted by a churning neighbour", i)
+		}
+	}
+	if n := r.Cache.Len(); n != 4 {
+		t.Fatalf("%d resident, want the capacity 4 (two each)", n)
+	}
+	// Over its share, a tenant yields: a third tenant's first capture
+	// evicts the steady tenant's least recently used one only once the
+	// share shrinks to 4/3 (one each, the rest beyond it).
+	r.Owner = "third"
+	if _, rep := r.Run(r.Segment(3, 4), true); rep.Captured+rep.Updated != 1 || len(rep.Evicted) != 1 {
+		t.Fatalf("a newcomer under its share captured %d: %+v", rep.Captured, rep)
+	}
+}
+
+// TestCacheBytesBound: the residents retain at most the byte bound, and
+// a tenant within its byte share keeps its executables.
+func TestCacheBytesBound(t *testing.T) {
+	r := cachetest.New(t, 8)
+	if _, err := r.Cache.Configure(64); err != nil {
+		t.Fatal(err)
+	}
+	r.Cache.LimitBytes(128)
+	r.Owner = "steady"
+	keep := []cache.Command{upload(t, r, 0, 32, 1)}
+	r.Run(keep, true)
+	r.Owner = "big"
+	for i := range 20 {
+		r.Run([]cache.Command{upload(t, r, 1+i%7, 48, byte(i+10))}, true)
+		if b := r.Cache.Bytes(); b > 128 {
+			t.Fatalf("after %d uploads the cache retains %d bytes, bound 128", i+1, b)
+		}
+	}
+	if !resident(r, keep) {
+		t.Fatal("the steady tenant's 32-byte executable, within its 64-byte share, was evicted")
+	}
+	// A segment larger than the whole bound never becomes resident.
+	_, rep := r.Run([]cache.Command{upload(t, r, 0, 64, 99), upload(t, r, 1, 64, 98)}, true)
+	if rep.Captured != 0 || rep.CapacityDeferred == 0 {
+		t.Fatalf("a 128-byte segment beside 32 resident bytes: %+v", rep)
+	}
+}
