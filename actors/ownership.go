@@ -126,12 +126,12 @@ func (s *Scheduler) own(op, owner string, keys []ownedKey) error {
 	}
 	mine := s.owned[owner]
 	if mine == nil {
-		mine = map[handleKey]struct{}{}
+		mine = map[handleKey]func() error{}
 		s.owned[owner] = mine
 	}
 	for _, k := range keys {
 		s.owners[k.key] = owner
-		mine[k.key] = struct{}{}
+		mine[k.key] = k.check
 	}
 	return nil
 }

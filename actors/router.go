@@ -47,6 +47,7 @@ type tenantState struct {
 	inflight atomic.Int64 // admitted and not ended, parked included
 	active   atomic.Int64 // sent to a lane and not ended or bounced back
 
+	lastActive     atomic.Int64  // unix ns of its last admission (janitor)
 	launches       atomic.Uint64 // launches of its ended submissions, for its fault rate
 	suspendedUntil atomic.Int64  // unix nanoseconds; 0 when not suspended
 	faults         faultRecord
@@ -117,6 +118,7 @@ func (s *Scheduler) admit(ts *tenantState, device uint64, c *call) error {
 			}
 		}
 	}
+	ts.lastActive.Store(c.start.UnixNano())
 	c.ts, c.id, c.done = ts, s.nextCall.Add(1), make(chan struct{})
 	if !s.calls.storeUnless(c, &s.stopping) {
 		if lane != nil {

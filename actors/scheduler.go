@@ -65,10 +65,11 @@ type Scheduler struct {
 	waiting  map[*tenantState]struct{} // tenants whose parked batches wait for a lane to recover
 
 	ownMu    sync.RWMutex
-	owners   map[handleKey]string                 // buffer or host buffer -> its tenant, or shared
-	owned    map[string]map[handleKey]struct{}    // tenant -> what it owns (for Forget)
-	programs map[programs.ProgramID]*programClaim // program -> its owner and registration
+	owners   map[handleKey]string                  // buffer or host buffer -> its tenant, or shared
+	owned    map[string]map[handleKey]func() error // tenant -> what it owns, with its liveness check (for Forget and sweeps)
+	programs map[programs.ProgramID]*programClaim  // program -> its owner and registration
 
+	sweptFrees        uint64        // the devices' free counts at the last ownership sweep (janitor)
 	faults            atomic.Uint64 // lane failures attributed to a tenant
 	forgottenLaunches atomic.Uint64 // launches of forgotten tenants' ended submissions
 
@@ -92,7 +93,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]struct{}{}, programs: map[programs.ProgramID]*programClaim{}}
+	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]func() error{}, programs: map[programs.ProgramID]*programClaim{}}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {
@@ -122,6 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 			return nil, lanes.Wrap("start", true, ctx.Err())
 		}
 	}
+	go s.janitor()
 	return s, nil
 }
 

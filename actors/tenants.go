@@ -65,15 +65,7 @@ func (s *Scheduler) Forget(tenant string) error {
 			ts.mu.Unlock()
 			return lanes.Wrap("forget", true, fmt.Errorf("%w: tenant %q has %d; wait for them to end", ErrTenantBusy, tenant, n))
 		}
-		ts.forgotten = true
-		s.tenants.Delete(tenant)
-		s.forgottenLaunches.Add(ts.launches.Load())
-		s.routeMu.Lock()
-		if ts.lane != nil {
-			ts.lane.pinned--
-			ts.lane = nil
-		}
-		s.routeMu.Unlock()
+		s.dropLocked(ts)
 		ts.mu.Unlock()
 	}
 	s.ownMu.Lock()
@@ -85,6 +77,20 @@ func (s *Scheduler) Forget(tenant string) error {
 	delete(s.owned, tenant)
 	s.ownMu.Unlock()
 	return nil
+}
+
+// dropLocked removes a tenant's routing and admission state (ts.mu held,
+// nothing in flight): a later admission makes a new one.
+func (s *Scheduler) dropLocked(ts *tenantState) {
+	ts.forgotten = true
+	s.tenants.Delete(ts.name)
+	s.forgottenLaunches.Add(ts.launches.Load())
+	s.routeMu.Lock()
+	if ts.lane != nil {
+		ts.lane.pinned--
+		ts.lane = nil
+	}
+	s.routeMu.Unlock()
 }
 
 // Tenants is the number of tenants the scheduler keeps state for.

@@ -282,6 +282,14 @@ type Memo struct {
 	keys []Key
 }
 
+// Release drops the slices the memo reuses between discoveries (after an
+// outsized batch): the next discovery allocates them at its own size.
+func (m *Memo) Release() {
+	if m != nil {
+		m.last, m.keys, m.buf = Discovery{}, nil, nil
+	}
+}
+
 // NewMemo returns a memo of at most limit inputs; when full it starts
 // over.
 func NewMemo(limit int) *Memo {

@@ -160,6 +160,9 @@ func (l *Lane) recycle(p *pending) {
 	}
 	spans := p.spans[:0]
 	clear(p.spans) // drop the released events
+	if cap(spans) > keepScratch {
+		spans = nil // an outsized batch's array is not kept
+	}
 	*p = pending{spans: spans}
 	l.spare = append(l.spare, p)
 }

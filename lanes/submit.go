@@ -107,7 +107,22 @@ func (l *Lane) Submit(b Batch) (sub Submission, err error) {
 	l.stage(StageValidatePrepare, t)
 	sub, err = l.enqueue(p)
 	l.planned.batch = Batch{} // hold no reference to the caller's entries past the call
+	if len(b.Entries) > keepScratch {
+		l.shrink()
+	}
 	return sub, err
+}
+
+// keepScratch is the most entries a lane keeps its reused slices sized for:
+// after a larger batch they are dropped, so one outsized batch does not
+// leave the lane larger for good.
+const keepScratch = 1024
+
+// shrink drops the lane's reused slices after an outsized batch.
+func (l *Lane) shrink() {
+	l.scratch, l.planned = nil, plan{}
+	l.rowScratch, l.logicalScratch = nil, nil
+	l.memo.Release()
 }
 
 // plan runs everything that enqueues no batch work: validation, patch
