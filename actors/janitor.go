@@ -122,6 +122,7 @@ func (s *Scheduler) sweepOwnership() {
 	}
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
+	shrunk := map[string]bool{}
 	for _, r := range dead {
 		rows := s.owned[r.owner]
 		check, ok := rows[r.key]
@@ -129,6 +130,7 @@ func (s *Scheduler) sweepOwnership() {
 			continue
 		}
 		delete(rows, r.key)
+		shrunk[r.owner] = true
 		if len(rows) == 0 {
 			delete(s.owned, r.owner)
 		}
@@ -136,4 +138,24 @@ func (s *Scheduler) sweepOwnership() {
 			delete(s.owners, r.key)
 		}
 	}
+	// A Go map keeps its peak size: copy what shrank, so its memory goes
+	// with the rows.
+	if len(dead) > len(s.owners) {
+		s.owners = compact(s.owners)
+	}
+	for owner := range shrunk {
+		if rows, ok := s.owned[owner]; ok {
+			s.owned[owner] = compact(rows)
+		}
+	}
+}
+
+// compact copies a map into one sized for what it holds (maps.Clone keeps
+// the original's size).
+func compact[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

@@ -34,6 +34,9 @@ func (in *interner[T]) intern(key uint64, s []T) []T {
 		return got
 	}
 	out := slices.Clip(slices.Clone(s)) // an append by one holder copies, never writes into the shared array
+	if len(s) > keepScratch {
+		return out // an outsized batch's attribution is its receipt's alone
+	}
 	if in.known == nil || len(in.known) >= internLimit {
 		in.known = make(map[uint64][]T, 64)
 	}

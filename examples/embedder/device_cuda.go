@@ -14,6 +14,10 @@ const OnGPU = true
 // OpenDevice opens the device the suite runs on: a new instance on GPU 0.
 func OpenDevice() (cuda.Device, error) { return driver.Open(driver.Config{}) }
 
+// OpenFastDevice opens the device for tests of the host side's own
+// bookkeeping at volume: on a GPU, the GPU.
+func OpenFastDevice() (cuda.Device, error) { return OpenDevice() }
+
 // OpenFaultDevice opens a device that also registers the kernels that skip
 // their bounds checks (kernels.FaultInjection), for the tests that provoke
 // real device faults. No device a tenant reaches registers them.
