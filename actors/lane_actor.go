@@ -15,14 +15,15 @@ import (
 // catalog inside), and the calls waiting on its fences. Every Receive runs
 // on the lane's bound OS thread (threadDispatcher).
 type laneActor struct {
-	s      *Scheduler
-	ref    *laneRef
-	self   *actor.PID
-	lane   *lanes.Lane
-	calls  map[uint64]waiting // fence -> the call waiting on it
-	queue  fairQueue          // received batches waiting for room on the stream
-	polled []lanes.Receipt    // the poll's receipts, reused by the next poll
-	waiter hangWaiter         // paces the lane's waits on the device
+	s             *Scheduler
+	ref           *laneRef
+	self          *actor.PID
+	lane          *lanes.Lane
+	calls         map[uint64]waiting // fence -> the call waiting on it
+	queue         fairQueue          // received batches waiting for room on the stream
+	streamEntries int                // entries of the batches on the stream (in calls)
+	polled        []lanes.Receipt    // the poll's receipts, reused by the next poll
+	waiter        hangWaiter         // paces the lane's waits on the device
 
 	delay   time.Duration // current poll back-off; 0 while polling by mailbox
 	quick   int           // mailbox polls left before timers take over
@@ -42,8 +43,9 @@ type laneActor struct {
 // waiting is a call waiting on a fence, with its tenant (the suspect if
 // the fence fails).
 type waiting struct {
-	call   uint64
-	tenant string
+	call    uint64
+	tenant  string
+	entries int // the batch's entries, while it holds its place on the stream
 }
 
 func (a *laneActor) Receive(ctx actor.Context) {
@@ -147,9 +149,15 @@ func (a *laneActor) receive(m *SubmitRequest) {
 	a.ref.queued.Store(int64(a.queue.len()))
 }
 
-// room reports whether the stream takes another submission.
+// room reports whether the stream takes another submission: it holds at
+// most StreamDepth of them, and, unless it is empty, fewer entries than
+// one batch may have (MaxBatchEntries), so that a tenant's batch waits
+// behind at most one outsized batch there.
 func (a *laneActor) room() bool {
-	return a.s.cfg.StreamDepth < 0 || len(a.calls) < a.s.cfg.StreamDepth
+	if a.s.cfg.StreamDepth < 0 || len(a.calls) == 0 {
+		return true
+	}
+	return len(a.calls) < a.s.cfg.StreamDepth && a.streamEntries < a.s.cfg.MaxBatchEntries
 }
 
 // dispatch moves waiting batches to the stream while it has room (all of
@@ -203,7 +211,8 @@ func (a *laneActor) submit(m *SubmitRequest) {
 	if len(a.calls) == 0 {
 		a.progressAt = time.Now()
 	}
-	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant}
+	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant, entries: len(m.Batch.Entries)}
+	a.streamEntries += len(m.Batch.Entries)
 	a.arm(true)
 }
 
@@ -250,6 +259,7 @@ func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 			continue
 		}
 		delete(a.calls, r.Fence)
+		a.streamEntries -= w.entries
 		var err error
 		switch r.Outcome {
 		case lanes.Succeeded:
@@ -436,5 +446,6 @@ func (a *laneActor) endRemaining(cause error) {
 		a.s.complete(w.call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate}, indeterminate("fence", cause))
 	}
 	clear(a.calls)
+	a.streamEntries = 0
 	a.ref.inflightFences.Store(0)
 }

@@ -40,6 +40,9 @@ type Config struct {
 	Soak time.Duration
 	// Spin is the lanes' spin window (actors.Config.Spin); 0 never spins.
 	Spin time.Duration
+	// Hostile adds a tenant that tries to take the others' share: "flood",
+	// "churn" or "huge" (hostile.go); "" adds none.
+	Hostile string
 }
 
 // TelemetryConfig is where traces go.
@@ -106,6 +109,9 @@ func (c Config) Validate() error {
 		return bad("--soak %v: give a positive duration", c.Soak)
 	case c.Capacity < 0:
 		return bad("--capacity %d: use 0 (never capture) or more", c.Capacity)
+	}
+	if err := checkHostile(c.Hostile); err != nil {
+		return err
 	}
 	if _, ok := timings[c.Timing]; !ok {
 		return bad("--timing %q: use off, completion, replay, kernel or verification", c.Timing)

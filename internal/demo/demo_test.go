@@ -83,3 +83,38 @@ func TestBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileTenant runs each hostile mode briefly: the hostile tenant has
+// its own row, the others are served beside it, and every submission ends
+// once.
+func TestHostileTenant(t *testing.T) {
+	for _, mode := range []string{"flood", "churn", "huge"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := demo.Defaults()
+			cfg.Clock, cfg.Duration, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.Kernels, cfg.Hostile = "zero", 700*time.Millisecond, 2, 3, 0, 8, mode
+			rep, err := demo.Run(context.Background(), cfg, demo.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var table bytes.Buffer
+			rep.WriteTable(&table)
+			t.Log("\n" + table.String())
+			if !rep.OK() || len(rep.PerTenant) != 4 || !rep.PerTenant[3].Hostile || !strings.Contains(table.String(), "hostile ("+mode+")") {
+				t.Fatalf("report: ok %v, %d tenant rows", rep.OK(), len(rep.PerTenant))
+			}
+			for _, tr := range rep.PerTenant[:3] {
+				if tr.Steps == 0 || tr.Refused != 0 || tr.Failed != 0 || tr.ReplayShare < 0.5 {
+					t.Errorf("tenant %s beside a %s tenant: %+v", tr.Tenant, mode, tr)
+				}
+			}
+			if mode == "huge" && rep.Refused["batch_too_large"] != 1 {
+				t.Errorf("the 100 000-entry batch was not refused: %v", rep.Refused)
+			}
+		})
+	}
+	bad := demo.Defaults()
+	bad.Hostile = "nice"
+	if err := bad.Validate(); !errors.Is(err, demo.ErrConfig) || !strings.Contains(err.Error(), "--hostile") {
+		t.Fatalf("--hostile nice: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -55,14 +56,29 @@ func newAggregate(lanes int) *aggregate {
 	return a
 }
 
-func (a *aggregate) refused(err error) {
+// tenantAgg is what one tenant's clients saw.
+type tenantAgg struct {
+	mu                    sync.Mutex
+	hist                  *hdrhistogram.Histogram
+	subs, failed, refused int64
+	replayed, eager       int64
+}
+
+func newTenantAgg() *tenantAgg { return &tenantAgg{hist: newHist()} }
+
+func (a *aggregate) refused(tn *tenant, err error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.refusals[cuda.Classify(err).Code.String()]++
+	a.mu.Unlock()
+	if tn != nil && tn.stats != nil {
+		tn.stats.mu.Lock()
+		tn.stats.refused++
+		tn.stats.mu.Unlock()
+	}
 }
 
 // ended records one ended submission: its lane, latency, outcome and rows.
-func (a *aggregate) ended(lane int, _ *tenant, lat time.Duration, r lanes.Receipt, err error) {
+func (a *aggregate) ended(lane int, tn *tenant, lat time.Duration, r lanes.Receipt, err error) {
 	us := max(lat.Microseconds(), 1)
 	var replayed, eager int64
 	if lane < 0 || lane >= len(a.lanes) {
@@ -96,6 +112,18 @@ func (a *aggregate) ended(lane int, _ *tenant, lat time.Duration, r lanes.Receip
 	a.replayedN.Add(replayed)
 	a.eagerN.Add(eager)
 	a.endedN.Add(1)
+	if tn != nil && tn.stats != nil {
+		t := tn.stats
+		t.mu.Lock()
+		t.subs++
+		if err != nil {
+			t.failed++
+		}
+		_ = t.hist.RecordValue(us)
+		t.replayed += replayed
+		t.eager += eager
+		t.mu.Unlock()
+	}
 }
 
 // waitEnded waits (bounded) until every accepted submission has ended.
@@ -135,6 +163,18 @@ type LaneReport struct {
 	Recoveries               int // times the lane recovered on a fresh stream
 }
 
+// TenantReport is what one tenant's clients saw.
+type TenantReport struct {
+	Tenant      string
+	Hostile     bool `json:",omitempty"` // the --hostile tenant
+	Steps       int64
+	StepsPerSec float64
+	Latency     Latency
+	ReplayShare float64 // of its commands
+	Failed      int64
+	Refused     int64 // refused at admission
+}
+
 // Report is the outcome of a run, as the table and as JSON.
 type Report struct {
 	Device           string
@@ -159,11 +199,13 @@ type Report struct {
 	Unrouted         int64 // admitted, then ended before any lane took them
 	ExactlyOnce      bool  // accepted == ended
 	PerLane          []LaneReport
+	Hostile          string `json:",omitempty"` // the --hostile mode
+	PerTenant        []TenantReport
 	Runtime          RuntimeReport
 	Soak             *SoakReport `json:",omitempty"`
 }
 
-func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.Device) *Report {
+func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.Device, tenants []*tenant) *Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	total, gaps := newHist(), map[string]int64{}
@@ -215,7 +257,58 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 		r.ReplayShare = float64(r.ReplayedCommands) / float64(n)
 	}
 	r.ExactlyOnce = r.Accepted == r.Ended
+	r.Hostile = cfg.Hostile
+	for _, tn := range tenants {
+		t := tn.stats
+		t.mu.Lock()
+		tr := TenantReport{Tenant: tn.name, Hostile: tn.hostile, Steps: t.subs, StepsPerSec: float64(t.subs) / secs,
+			Latency: latency(t.hist), Failed: t.failed, Refused: t.refused}
+		if n := t.replayed + t.eager; n > 0 {
+			tr.ReplayShare = float64(t.replayed) / float64(n)
+		}
+		t.mu.Unlock()
+		r.PerTenant = append(r.PerTenant, tr)
+	}
 	return r
+}
+
+// maxTenantRows is the most tenants the table lists one by one.
+const maxTenantRows = 24
+
+// writeTenants prints the per-tenant rows (or, with many tenants, the
+// spread of their p99 and the hostile tenant's row).
+func (r *Report) writeTenants(w io.Writer) {
+	if len(r.PerTenant) == 0 {
+		return
+	}
+	rows := r.PerTenant
+	fmt.Fprintln(w)
+	if len(rows) > maxTenantRows {
+		p99 := make([]int64, 0, len(rows))
+		for _, t := range rows {
+			if !t.Hostile {
+				p99 = append(p99, t.Latency.P99)
+			}
+		}
+		sort.Slice(p99, func(i, j int) bool { return p99[i] < p99[j] })
+		if len(p99) > 0 {
+			fmt.Fprintf(w, "tenants' p99 µs: min %d, median %d, max %d (JSON lists each)\n", p99[0], p99[len(p99)/2], p99[len(p99)-1])
+		}
+		rows = slices.DeleteFunc(slices.Clone(rows), func(t TenantReport) bool { return !t.Hostile })
+		if len(rows) == 0 {
+			return
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "tenant\tsteps\tsteps/s\tp50 µs\tp99 µs\treplayed\tfailed\trefused\t")
+	for _, t := range rows {
+		name := t.Tenant
+		if t.Hostile {
+			name += " (" + r.Hostile + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.1f%%\t%d\t%d\t\n", name, t.Steps, t.StepsPerSec, t.Latency.P50, t.Latency.P99, 100*t.ReplayShare, t.Failed, t.Refused)
+	}
+	tw.Flush()
 }
 
 // OK reports whether the run passed its own checks.
@@ -237,6 +330,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	row("total", fmt.Sprintf("%d/%d ok", r.Lanes-r.Quarantined, r.Lanes), r.Ended, r.StepsPerSec, r.Latency,
 		r.ReplayedCommands, r.EagerCommands, r.Cache, r.Failed+r.Indeterminate)
 	tw.Flush()
+	r.writeTenants(w)
 	fmt.Fprintf(w, "\nreplay share %.1f%% of commands", 100*r.ReplayShare)
 	if len(r.Gaps) > 0 {
 		fmt.Fprintf(w, "; compute run eagerly, by reason: %s", counts(r.Gaps))

@@ -57,7 +57,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		_ = tel.Shutdown(sctx)
 	}()
 	s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, CacheCapacity: capacity,
-		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), Spin: cfg.Spin, Telemetry: tel})
+		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), MaxBatchEntries: maxBatchEntries(cfg), Spin: cfg.Spin, Telemetry: tel})
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		_ = stopErr()
 		return nil, err
 	}
-	if capacity > 0 {
+	if capacity > 0 && cfg.Hostile != "churn" { // churn: preparation stays open, so each new key is captured
 		for lane := range len(devs) * cfg.Lanes {
 			if _, err := s.Seal(ctx, lane); err != nil && !errors.Is(err, lanes.ErrFailed) {
 				_ = stopErr()
@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		return nil, fmt.Errorf("lanedemo: stop: %w", err)
 	}
 	agg.waitEnded(10 * time.Second)
-	rep := agg.report(cfg, status, devs)
+	rep := agg.report(cfg, status, devs, tenants)
 	rep.Runtime = rt
 	if soak != nil {
 		rep.Soak = soak.report()
@@ -152,11 +152,20 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 		ctx, stop = context.WithTimeout(ctx, cfg.Duration)
 		defer stop()
 	}
-	if cfg.Mode == "open" {
-		return openLoop(ctx, cfg, s, tenants, timing, agg)
-	}
 	g, ctx := errgroup.WithContext(ctx)
+	var served []*tenant
 	for _, tn := range tenants {
+		if tn.hostile {
+			g.Go(func() error { return runHostile(ctx, cfg, s, tn, timing, agg) })
+		} else {
+			served = append(served, tn)
+		}
+	}
+	if cfg.Mode == "open" {
+		g.Go(func() error { return openLoop(ctx, cfg, s, served, timing, agg) })
+		return g.Wait()
+	}
+	for _, tn := range served {
 		var issued atomic.Int64
 		var mu sync.Mutex // the tenant's input generator
 		for w := range cfg.Concurrency {
@@ -175,7 +184,7 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 					// its own once admitted, also after the run's deadline.
 					p, err := s.SubmitAsync(context.Background(), tn.name, b)
 					if err != nil {
-						agg.refused(err)
+						agg.refused(tn, err)
 						if errors.Is(err, actors.ErrStopped) || errors.Is(err, actors.ErrNoHealthyLane) && allOut(s) {
 							return nil
 						}
@@ -219,7 +228,7 @@ func openLoop(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*t
 		t0 := time.Now()
 		p, err := s.SubmitAsync(context.Background(), tn.name, b)
 		if err != nil {
-			agg.refused(err)
+			agg.refused(tn, err)
 			continue
 		}
 		agg.accepted.Add(1)

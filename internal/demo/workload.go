@@ -45,6 +45,10 @@ type tenant struct {
 	// builds its next step only after the previous one ended.
 	entries [][]lanes.Entry
 	inputs  [][]byte // one input buffer per worker with staging
+
+	stats   *tenantAgg  // what its clients saw
+	hostile bool        // the --hostile tenant
+	big     cuda.Buffer // the hostile tenant's churned uploads land here
 }
 
 // openDevices opens the configured backend.
@@ -122,36 +126,52 @@ func setupDevice(cfg Config, di, ndev int, dev cuda.Device) ([]*tenant, error) {
 		return nil, err
 	}
 	var out []*tenant
-	for t := di; t < cfg.Tenants; t += ndev {
-		tn := &tenant{name: fmt.Sprintf("tenant-%02d", t), dev: dev, replay: t >= cfg.EagerTenants,
+	add := func(t int, name string) error {
+		tn := &tenant{name: name, dev: dev, replay: t >= cfg.EagerTenants,
 			rows: int32(64 + 64*(t%4)), cols: int32(32 + 32*(t%4)), owner: cache.LaneScope(uint64(1 + t)),
-			rng: rand.New(rand.NewSource(cfg.Seed*1000 + int64(t)))}
+			rng: rand.New(rand.NewSource(cfg.Seed*1000 + int64(t))), stats: newTenantAgg()}
 		if tn.weights, err = w.Region(0, uint64(4*tn.rows*tn.cols)); err != nil {
-			return nil, err
+			return err
 		}
 		for _, b := range []*cuda.Buffer{&tn.x, &tn.h, &tn.y, &tn.out} {
 			if *b, err = alloc(maxRows); err != nil {
-				return nil, err
+				return err
 			}
 			z, _ := cuda.Zero(b.Whole())
 			if err := st.Enqueue(z); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if err := tn.buildCompute(dev, cfg.Kernels); err != nil {
-			return nil, err
+			return err
 		}
 		if hm, ok := dev.(cuda.HostMemory); ok {
 			tn.hm = hm
 			for range max(cfg.Concurrency, 1) {
 				h, err := hm.AllocHost(uint64(4 * tn.cols))
 				if err != nil {
-					return nil, err
+					return err
 				}
 				tn.staging = append(tn.staging, h)
 			}
 		}
 		out = append(out, tn)
+		return nil
+	}
+	for t := di; t < cfg.Tenants; t += ndev {
+		if err := add(t, fmt.Sprintf("tenant-%02d", t)); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Hostile != "" && di == 0 {
+		if err := add(cfg.Tenants, hostileName); err != nil {
+			return nil, err
+		}
+		h := out[len(out)-1]
+		h.hostile = true
+		if h.big, err = alloc(churnUpload / 4); err != nil {
+			return nil, err
+		}
 	}
 	return out, st.Synchronize()
 }
