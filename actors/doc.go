@@ -5,7 +5,8 @@
 // routes each tenant's batches to a lane (sticky per tenant, healthy lanes
 // only, least loaded first), bounds admission (per lane and per tenant,
 // answering the retryable [ErrOverloaded] instead of queueing without
-// bound), and decides what a failure costs by whose failure it is.
+// bound), shares each lane fairly among its tenants, and decides what a
+// failure costs by whose failure it is.
 //
 // # Usage
 //
@@ -55,6 +56,46 @@
 // strike for the stall, only the first lane to hang counts the failure,
 // and the rate test picks out the tenant whose every launch stalls the
 // device.
+//
+// # Fair shares
+//
+// No tenant can take another's lane time, admission slots, executable
+// cache or memory:
+//
+//   - Admission. A lane admits anyone below Config.MaxInFlightPerLane
+//     submissions in flight. Beyond that, up to twice the limit, it admits
+//     only a tenant under its fair share (the limit split by weight,
+//     Config.Weight, among the tenants with work on the lane), and up to
+//     three times the limit a tenant with nothing in flight. So a flooding
+//     tenant fills a lane to its limit and is then refused ErrOverloaded,
+//     while the others are still admitted. MaxInFlightPerTenant is at most
+//     MaxInFlightPerLane (a tenant's work is on one lane).
+//   - Lane time. A lane keeps at most Config.StreamDepth submissions (and
+//     one batch's worth of entries) on its stream; what it receives beyond
+//     that waits in its fair queue, one FIFO per tenant, served by deficit
+//     round robin: each round gives a tenant Config.Quantum entries of
+//     credit per unit of weight. A light tenant's batch waits for at most
+//     one round of the others' batches plus what the stream holds.
+//   - Batch size. A batch beyond Config.MaxBatchEntries entries or
+//     MaxBatchBytes of upload bytes is refused, not submitted, with a
+//     [*BatchTooLargeError] that says how to split it. A lane enqueues a
+//     batch whole: the entries bound is what one batch can make a
+//     neighbour wait.
+//   - Cache. Each tenant with executables on a lane, and the tenant whose
+//     batch is preparing, has an equal share of the lane's cache, by count
+//     (Config.CacheCapacity) and by the host memory its executables retain
+//     (Config.CacheBytes; LaneStatus.Counters.CacheBytes reports it). A
+//     batch may evict its own tenant's executables, and another tenant's
+//     only beyond that tenant's share. Preparation opens when a lane
+//     starts and stays open until Seal, so a tenant's first steps are
+//     captured wherever they land; the shares are what protect a steady
+//     tenant's executables from one that churns keys (Seal a lane to stop
+//     capture on it altogether).
+//   - History. A tenant idle for Config.TenantIdle with nothing in flight,
+//     nothing owned, no suspension and no recent fault is forgotten (as
+//     Forget would); the ownership of a freed buffer is dropped; names are
+//     at most MaxTenantName bytes. Nothing the scheduler keeps grows with
+//     the number of tenants or buffers it has ever seen.
 //
 // # Order per tenant
 //
