@@ -30,8 +30,12 @@ type Config struct {
 	MaxInFlightPerTenant int // default and most: MaxInFlightPerLane
 	// StreamDepth is how many submissions a lane keeps enqueued on its
 	// stream; the batches it receives beyond them wait in its fair queue,
-	// served by deficit round robin over its tenants. Default 8; negative:
-	// no bound (first come, first served).
+	// served by deficit round robin over its tenants. Default 4; negative:
+	// no bound (first come, first served). On the H200, depths 2, 4, 8 and
+	// unbounded served lanedemo's closed loop alike (within noise at 1, 4
+	// and 8 lanes), and light tenants' p99 beside a flooding tenant on
+	// their lane was 2.6x, 1.4x and 3.6x their p99 alone at depths 2, 4
+	// and 8 (docs/measurements/2026-12-01-fair-shares.txt).
 	StreamDepth int
 	// Quantum is the credit, in batch entries, each round of a lane's fair
 	// queue gives a tenant per unit of weight. Default 16.
@@ -186,7 +190,7 @@ func (c *Config) defaults() error {
 	def(&c.MaxInFlightPerTenant, c.MaxInFlightPerLane)
 	c.MaxInFlightPerTenant = min(c.MaxInFlightPerTenant, c.MaxInFlightPerLane)
 	if c.StreamDepth == 0 {
-		c.StreamDepth = 8
+		c.StreamDepth = 4
 	}
 	def(&c.Quantum, 16)
 	def(&c.MaxBatchEntries, 1024)

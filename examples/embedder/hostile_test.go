@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -149,7 +151,8 @@ func flood(t *testing.T, b *embedder.Backend, tn *embedder.Tenant, k int, stop <
 func TestFloodLeavesLightTenantsTheirLatency(t *testing.T) {
 	for _, lanesN := range []int{1, 4} {
 		t.Run(fmt.Sprintf("lanes=%d", lanesN), func(t *testing.T) {
-			b := start(t, embedder.OpenDevice, actors.Config{LanesPerDevice: lanesN})
+			depth, _ := strconv.Atoi(os.Getenv("EMBEDDER_STREAM_DEPTH")) // 0: the default
+			b := start(t, embedder.OpenDevice, actors.Config{LanesPerDevice: lanesN, StreamDepth: depth})
 			const k, n = 16, 64
 			var light []*embedder.Tenant
 			for i := range 4 {

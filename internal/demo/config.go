@@ -40,6 +40,9 @@ type Config struct {
 	Soak time.Duration
 	// Spin is the lanes' spin window (actors.Config.Spin); 0 never spins.
 	Spin time.Duration
+	// StreamDepth is the lanes' stream depth (actors.Config.StreamDepth);
+	// 0 takes the scheduler's default, negative leaves it unbounded.
+	StreamDepth int
 	// Hostile adds a tenant that tries to take the others' share: "flood",
 	// "churn" or "huge" (hostile.go); "" adds none.
 	Hostile string

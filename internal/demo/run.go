@@ -57,7 +57,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		_ = tel.Shutdown(sctx)
 	}()
 	s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, CacheCapacity: capacity,
-		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), MaxBatchEntries: maxBatchEntries(cfg), Spin: cfg.Spin, Telemetry: tel})
+		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), MaxBatchEntries: maxBatchEntries(cfg), StreamDepth: cfg.StreamDepth, Spin: cfg.Spin, Telemetry: tel})
 	if err != nil {
 		return nil, err
 	}
