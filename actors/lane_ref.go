@@ -101,6 +101,7 @@ type LaneStatus struct {
 	Cause      error // why it left routing (kept once it is back: the last failure)
 	Recoveries int   // times it recovered from a stream failure on a fresh stream
 	InFlight   int   // admitted submissions not yet ended
+	Queued     int   // of those, received and waiting in its fair queue for room on its stream
 	Counters   lanes.Counters
 	Staged     lanes.StagedCounters // data movement of staged replays
 	// Threads are the OS thread ids its Receive ran on (with
@@ -111,7 +112,7 @@ type LaneStatus struct {
 func (r *laneRef) status() LaneStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := LaneStatus{ID: r.id, Device: r.device, Health: r.State(), Cause: r.cause, Recoveries: int(r.recoveries.Load()), InFlight: int(r.inflight.Load())}
+	st := LaneStatus{ID: r.id, Device: r.device, Health: r.State(), Cause: r.cause, Recoveries: int(r.recoveries.Load()), InFlight: int(r.inflight.Load()), Queued: int(r.queued.Load())}
 	r.statsMu.Lock()
 	st.Counters = r.stats
 	r.statsMu.Unlock()

@@ -252,6 +252,14 @@ func (s *Scheduler) registerGauges() error {
 	if err != nil {
 		return err
 	}
+	queued, err := m.Int64ObservableGauge("lanes.lane.queued", metric.WithDescription("batches waiting in a lane's fair queue for room on its stream"))
+	if err != nil {
+		return err
+	}
+	cacheBytes, err := m.Int64ObservableGauge("lanes.cache.bytes", metric.WithUnit("By"), metric.WithDescription("host memory a lane's executables retain (the uploads they captured)"))
+	if err != nil {
+		return err
+	}
 	moved := map[string]metric.Int64ObservableCounter{}
 	for _, name := range []string{"lanes.transfer.h2d_bytes", "lanes.transfer.d2h_bytes", "lanes.transfer.uploads", "lanes.transfer.readbacks",
 		"lanes.graph_launches", "lanes.output_cache.hits", "lanes.sync_points"} {
@@ -259,7 +267,7 @@ func (s *Scheduler) registerGauges() error {
 			return err
 		}
 	}
-	observables := []metric.Observable{health, depth}
+	observables := []metric.Observable{health, depth, queued, cacheBytes}
 	for _, c := range moved {
 		observables = append(observables, c)
 	}
@@ -269,6 +277,8 @@ func (s *Scheduler) registerGauges() error {
 			byHealth[l.Health]++
 			lane := metric.WithAttributes(attribute.Int("lanes.lane.id", l.ID))
 			o.ObserveInt64(depth, int64(l.InFlight), lane)
+			o.ObserveInt64(queued, int64(l.Queued), lane)
+			o.ObserveInt64(cacheBytes, l.Counters.CacheBytes, lane)
 			st := l.Staged
 			for name, v := range map[string]uint64{"lanes.transfer.h2d_bytes": st.HostToDeviceBytes, "lanes.transfer.d2h_bytes": st.DeviceToHostBytes,
 				"lanes.transfer.uploads": st.Uploads, "lanes.transfer.readbacks": st.Readbacks, "lanes.graph_launches": st.GraphLaunches + l.Counters.ReplayedSegments,
