@@ -185,7 +185,7 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 		return r, nil
 	}
 
-	admitted, evictable := c.plan(owner, misses, cands)
+	admitted, evictable, first := c.plan(owner, misses, cands)
 	captured := map[SegmentKey]*Executable{}
 	updated := map[SegmentKey]bool{}
 	var order []SegmentKey
@@ -205,7 +205,7 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 			var done bool
 			full := len(c.entries)+len(order) >= c.prep.capacity
 			exe.Owner, exe.Bytes = owner, cand.Bytes
-			if done, evictable, err = c.update(&r, graph, exe, evictable, full); done {
+			if done, evictable, first, err = c.update(&r, graph, exe, evictable, first, full); done {
 				captured[k], updated[k] = c.entries[k], true
 				continue
 			}
@@ -276,21 +276,22 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 // place, and re-keys it: when the cache is full, this replaces an eviction
 // plus an instantiation and an upload with one cuGraphExecUpdate. It reports
 // whether it did; a refusal by the device is recorded and leaves the graph
-// for instantiation; other errors are returned. The donor leaves the
-// evictable list.
-func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable []SegmentKey, full bool) (bool, []SegmentKey, error) {
-	di := slices.IndexFunc(evictable, func(k SegmentKey) bool { return c.entries[k].Shape == exe.Shape })
+// for instantiation; other errors are returned. The donor comes from the
+// first of the evictable list's groups (plan), the one evictions take
+// from next, and leaves the list.
+func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable []SegmentKey, first int, full bool) (bool, []SegmentKey, int, error) {
+	di := slices.IndexFunc(evictable[:first], func(k SegmentKey) bool { return c.entries[k].Shape == exe.Shape })
 	if di < 0 || !full {
-		return false, evictable, nil
+		return false, evictable, first, nil
 	}
 	donor := c.entries[evictable[di]]
 	if err := donor.Exec.Update(graph); err != nil {
 		if errors.Is(err, cuda.ErrUpdateRefused) {
 			r.UpdateRefusals = append(r.UpdateRefusals, err)
-			return false, evictable, nil
+			return false, evictable, first, nil
 		}
 		_ = graph.Destroy()
-		return false, evictable, &ReplayError{Stage: "update", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
+		return false, evictable, first, &ReplayError{Stage: "update", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
 	_ = graph.Destroy()
 	from := donor.Key
@@ -303,7 +304,11 @@ func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable [
 	r.Updates = append(r.Updates, Update{From: from, To: exe.Key})
 	r.Evicted = append(r.Evicted, from)
 	r.Updated++
-	return true, append(evictable[:di:di], evictable[di+1:]...), nil
+	evictable = append(evictable[:di:di], evictable[di+1:]...)
+	if first--; first == 0 {
+		first = len(evictable) // the first group is spent: the rest is one
+	}
+	return true, evictable, first, nil
 }
 
 // markMisses gives disposition d to every candidate still without one whose
@@ -329,14 +334,20 @@ func (c *Cache) markMisses(r *Report, cands []Candidate, d Disposition, done map
 }
 
 // plan admits the misses that fit, by count and by bytes, once every
-// evictable resident is evicted, and lists the evictable residents, least
-// recently used first. Residents this batch needs are never evictable.
+// evictable resident is evicted, and lists the evictable residents in the
+// order they go, in two groups (first is the length of the first).
+// Residents this batch needs are never evictable.
+//
 // Each owner with residents, and the batch's owner, has an equal share of
-// the capacity and of the byte bound: the batch may evict its owner's own
-// residents, and another owner's only beyond that owner's share (its
-// least recently used first). So a tenant that churns keys evicts its own
-// executables, never a neighbour's within its share.
-func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admitted, evictable []SegmentKey) {
+// the capacity and of the byte bound. The batch may evict another owner's
+// residents beyond that owner's share (the least recently used first), and
+// its own owner's. Those beyond others' shares go first while the batch's
+// owner is within its own share; its own go first once it is beyond it. So
+// a tenant that churns keys evicts its own executables, never a
+// neighbour's within its share; and when owners outnumber the capacity
+// (a share under one executable), no one's is kept from a newcomer:
+// residents then go least recently used first.
+func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admitted, evictable []SegmentKey, first int) {
 	needed := map[SegmentKey]bool{}
 	for _, cand := range cands {
 		needed[cand.Key] = true
@@ -362,20 +373,36 @@ func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admi
 	byUse := func(keys []SegmentKey) {
 		sort.Slice(keys, func(i, j int) bool { return c.entries[keys[i]].lastUsed < c.entries[keys[j]].lastUsed })
 	}
-	countShare := max(1, c.prep.capacity/len(uses))
+	countShare := c.prep.capacity / len(uses)
 	byteShare := c.byteLimit / int64(len(uses))
+	within := func(u *use) bool { return u.n <= countShare && (c.byteLimit == 0 || u.bytes <= byteShare) }
+	mine := uses[owner]
+	ownFirst := !within(mine)
+	var others []SegmentKey
 	for o, u := range uses {
+		if o == owner {
+			continue
+		}
 		byUse(u.keys)
 		for _, k := range u.keys {
-			if o != owner && u.n <= countShare && (c.byteLimit == 0 || u.bytes <= byteShare) {
+			if within(u) {
 				break // within its share: the rest of its residents stay
 			}
-			evictable = append(evictable, k)
+			others = append(others, k)
 			u.n--
 			u.bytes -= c.entries[k].Bytes
 		}
 	}
-	byUse(evictable)
+	byUse(others)
+	byUse(mine.keys)
+	if ownFirst {
+		evictable, first = append(mine.keys, others...), len(mine.keys)
+	} else {
+		evictable, first = append(others, mine.keys...), len(others)
+	}
+	if first == 0 {
+		first = len(evictable)
+	}
 	rooms := c.prep.capacity - len(c.entries) + len(evictable)
 	bytes := c.byteLimit - c.residentBytes()
 	for _, k := range evictable {
@@ -390,7 +417,7 @@ func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admi
 		rooms--
 		bytes -= need
 	}
-	return admitted, evictable
+	return admitted, evictable, first
 }
 
 // residentBytes is the host memory the residents retain.

@@ -97,3 +97,43 @@ func TestCacheBytesBound(t *testing.T) {
 		t.Fatalf("a 128-byte segment beside 32 resident bytes: %+v", rep)
 	}
 }
+
+// TestNoSquatting: when owners outnumber the capacity, a newcomer still
+// captures (least recently used residents go), and an owner over its share
+// yields its excess before a steady owner within its share loses its own.
+func TestNoSquatting(t *testing.T) {
+	r := cachetest.New(t, 8)
+	if _, err := r.Cache.Configure(3); err != nil {
+		t.Fatal(err)
+	}
+	for i, owner := range []string{"a", "b", "c"} {
+		r.Owner = owner
+		r.Run(r.Segment(i, i), true)
+	}
+	r.Owner = "late"
+	if _, rep := r.Run(r.Segment(5, 6), true); rep.Captured+rep.Updated != 1 {
+		t.Fatalf("a newcomer to a cache of three owners' residents captured nothing: %+v", rep)
+	}
+
+	r = cachetest.New(t, 8)
+	if _, err := r.Cache.Configure(4); err != nil {
+		t.Fatal(err)
+	}
+	r.Owner = "steady"
+	a, b := r.Segment(0, 1), r.Segment(1, 0)
+	r.Run(a, true)
+	r.Owner = "churn"
+	for i := range 3 {
+		r.Run(r.Segment(2+i, 5, 6), true) // three residents: one beyond its share of two
+	}
+	for step := range 20 {
+		r.Owner = "steady"
+		r.Run(b, true)
+		r.Run(a, true)
+		r.Owner = "churn"
+		r.Run(r.Segment(2+step%3, 5, 6), true)
+		if !resident(r, a) || !resident(r, b) {
+			t.Fatalf("step %d: the steady tenant, within its share, lost its executables to a tenant beyond its own", step)
+		}
+	}
+}
