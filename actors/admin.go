@@ -13,7 +13,7 @@ import (
 // call and waits for the lane's answer. After Stop began it answers
 // ErrStopped at once. The lane answers within its hang timeout: a wait on
 // its stream that outlives it abandons the stream.
-func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(call uint64) any) (any, error) {
+func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(call uint64) any, release func()) (any, error) {
 	if err := s.refuseStopped(op); err != nil {
 		return nil, err
 	}
@@ -28,8 +28,12 @@ func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(c
 	}
 	c := s.adminFor(s.lanes[lane], &s.stopping)
 	if c == nil {
+		if release != nil {
+			release()
+		}
 		return nil, lanes.Wrap(op, true, ErrStopped)
 	}
+	c.release = release
 	s.system.Root.Send(s.lanes[lane].pid, request(c.id))
 	select {
 	case <-c.done:
@@ -41,7 +45,7 @@ func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(c
 
 // adminCall sends an administrative request to one lane and waits.
 func (s *Scheduler) adminCall(ctx context.Context, lane int, op AdminOp, capacity int) (any, error) {
-	return s.ask(ctx, op.String(), lane, func(id uint64) any { return &AdminRequest{Call: id, Op: op, Capacity: capacity} })
+	return s.ask(ctx, op.String(), lane, func(id uint64) any { return &AdminRequest{Call: id, Op: op, Capacity: capacity} }, nil)
 }
 
 // Configure opens a lane's preparation with a capacity.
@@ -90,7 +94,7 @@ func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, 
 	if err := s.checkStaged(tenant, st); err != nil {
 		return lanes.Wrap("prepare staged", true, err)
 	}
-	_, err := s.stagedCall(ctx, lane, &StagedRequest{Prepare: true, Program: st})
+	_, err := s.ask(ctx, "prepare staged", lane, func(id uint64) any { return &StagedRequest{Call: id, Prepare: true, Program: st} }, nil)
 	return err
 }
 
@@ -104,15 +108,36 @@ func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lan
 	if err := s.checkStaged(tenant, st); err != nil {
 		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, err)
 	}
-	r, err := s.stagedCall(ctx, lane, &StagedRequest{Program: st, Inputs: inputs, Collect: collect})
+	var bytes, largest int64
+	for _, in := range inputs {
+		bytes += int64(len(in))
+		largest = max(largest, int64(len(in)))
+	}
+	if bytes > s.cfg.MaxBatchBytes {
+		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, &BatchTooLargeError{Entries: len(inputs), MaxEntries: s.cfg.MaxBatchEntries, Bytes: bytes, MaxBytes: s.cfg.MaxBatchBytes, Largest: largest})
+	}
+	if lane < 0 || lane >= len(s.lanes) {
+		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes)))
+	}
+	ts, err := s.tenant(tenant)
+	if err != nil {
+		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, err)
+	}
+	// A staged replay holds an admission slot of its lane, as a batch does.
+	ref := s.lanes[lane]
+	if !s.reserve(ts, ref, 0) {
+		s.dropIfFresh(ts)
+		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, fmt.Errorf("%w: lane %d has %d submissions in flight (limit %d) and tenant %q its share of them; retry later",
+			ErrOverloaded, lane, ref.inflight.Load(), s.cfg.MaxInFlightPerLane, tenant))
+	}
+	ts.staged.Add(1)
+	release := func() {
+		ref.inflight.Add(-1)
+		ts.staged.Add(-1)
+	}
+	r, err := s.ask(ctx, "staged replay", lane, func(id uint64) any {
+		return &StagedRequest{Call: id, Program: st, Inputs: inputs, Collect: collect, tenant: ts.name, weight: ts.weight}
+	}, release)
 	res, _ := r.(lanes.StagedResult)
 	return res, err
-}
-
-func (s *Scheduler) stagedCall(ctx context.Context, lane int, m *StagedRequest) (any, error) {
-	op := "staged replay"
-	if m.Prepare {
-		op = "prepare staged"
-	}
-	return s.ask(ctx, op, lane, func(id uint64) any { m.Call = id; return m })
 }

@@ -40,19 +40,31 @@ type Config struct {
 	// Quantum is the credit, in batch entries, each round of a lane's fair
 	// queue gives a tenant per unit of weight. Default 16.
 	Quantum int
-	// Weight is a tenant's weight (1 to MaxWeight) in admission shares and
-	// fair queues, asked once when the scheduler first sees the tenant (and
-	// again after it is forgotten). Nil: every tenant weighs 1.
+	// Weight is a tenant's weight (1 to MaxWeight; what it returns is
+	// clamped to that range) in admission shares and fair queues, asked
+	// once when the scheduler first sees the tenant (and again after it is
+	// forgotten). Nil: every tenant weighs 1.
 	Weight func(tenant string) int
 	// MaxBatchEntries and MaxBatchBytes bound one batch: its entries, and
 	// the host bytes its uploads carry. A larger batch is refused, not
-	// submitted, with a *BatchTooLargeError that says how to split it. A
-	// lane enqueues a batch whole, so the entries bound is also what one
-	// tenant's batch can make another tenant of its lane wait: about 1024
-	// eager launches at 3.5 µs, a few milliseconds. Defaults 1024 entries
-	// and 64 MiB.
+	// submitted, with a *BatchTooLargeError that says how to split it.
+	// Entries count commands: a program invocation counts its segment's,
+	// a patch counts one (and its bytes). A lane enqueues a batch whole, so
+	// the entries bound is also what one tenant's batch can make another
+	// tenant of its lane wait: one such batch, 1024 eager launches being
+	// about 4 ms of host enqueue plus their device time (10-15 ms on the
+	// simulated H200 of a 2-core machine). Staged replays' inputs count
+	// against MaxBatchBytes. Defaults (also for zero or negative values)
+	// 1024 commands and 64 MiB.
 	MaxBatchEntries int
 	MaxBatchBytes   int64
+	// MaxProgramsPerTenant and MaxPrograms bound the program names
+	// (lanes.Batch.Program) the scheduler keeps reserved: per tenant, and in
+	// all (a forgotten tenant's names stay reserved while lanes may hold
+	// their executables). A batch declaring a new name beyond them is
+	// refused with ErrProgramLimit. Defaults 64 and 16384.
+	MaxProgramsPerTenant int
+	MaxPrograms          int
 	// TenantIdle is how long a tenant with nothing in flight, no owned
 	// buffers, no suspension and no recent faults is kept before the
 	// scheduler forgets it on its own (as Forget does). Default 1m;
@@ -94,7 +106,8 @@ type Config struct {
 	StrictOwnership bool
 	// ThreadCheck records the OS thread of every Receive (LaneStatus.Threads).
 	ThreadCheck bool
-	// Logger receives protoactor's logs; nil discards them.
+	// Logger receives protoactor's logs and the scheduler's own warnings; nil
+	// discards them.
 	Logger *slog.Logger
 	// Telemetry receives every ended submission and quarantine; nil
 	// records nothing.
@@ -105,14 +118,18 @@ type Config struct {
 const MaxWeight = 1000
 
 // weight is a tenant's weight by Config.Weight, within 1 to MaxWeight.
-// A Weight that panics gives weight 1: the panic does not reach Submit.
+// A Weight that panics gives weight 1 (the panic is logged, and does not
+// reach Submit).
 func (s *Scheduler) weight(tenant string) (w int) {
 	if s.cfg.Weight == nil {
 		return 1
 	}
 	defer func() {
-		if recover() != nil {
+		if p := recover(); p != nil {
 			w = 1
+			if s.cfg.Logger != nil {
+				s.cfg.Logger.Error("actors: Config.Weight panicked; the tenant weighs 1", "tenant", tenant, "panic", fmt.Sprint(p))
+			}
 		}
 	}()
 	return min(max(s.cfg.Weight(tenant), 1), MaxWeight)
@@ -193,6 +210,8 @@ func (c *Config) defaults() error {
 		c.StreamDepth = 4
 	}
 	def(&c.Quantum, 16)
+	def(&c.MaxProgramsPerTenant, 64)
+	def(&c.MaxPrograms, 16384)
 	def(&c.MaxBatchEntries, 1024)
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 64 << 20

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 )
 
 // Errors of the scheduler. Each is a [cuda.Sentinel]: errors.Is finds it
@@ -49,6 +50,10 @@ var (
 	// ErrBatchTooLarge: the batch has more entries or upload bytes than
 	// Config allows ([*BatchTooLargeError] says which and how to split).
 	ErrBatchTooLarge = cuda.NewSentinel(cuda.CodeBatchTooLarge, "actors: batch too large")
+	// ErrProgramLimit: the batch declares a new program name, and its
+	// tenant (Config.MaxProgramsPerTenant) or the scheduler
+	// (Config.MaxPrograms) already holds as many as allowed.
+	ErrProgramLimit = cuda.NewSentinel(cuda.CodeProgramLimit, "actors: program limit")
 )
 
 // BatchTooLargeError is the refusal of a batch beyond Config's bounds:
@@ -56,11 +61,16 @@ var (
 // tenant's batches run in order, so the pieces keep their sequence). It
 // wraps [ErrBatchTooLarge].
 type BatchTooLargeError struct {
-	Entries, MaxEntries int
-	Bytes, MaxBytes     int64 // the host bytes its uploads carry
+	Entries, MaxEntries int   // its commands: entries (an invocation counts its segment's commands) and patches
+	Bytes, MaxBytes     int64 // the host bytes its uploads and patches carry
+	Largest             int64 // the largest single upload or patch
 }
 
 func (e *BatchTooLargeError) Error() string {
+	if e.Largest > e.MaxBytes {
+		return fmt.Sprintf("%v: one upload or patch carries %d bytes, more than a batch may (%d); split that upload into smaller regions, at most %d bytes each, in batches of their own",
+			ErrBatchTooLarge, e.Largest, e.MaxBytes, e.MaxBytes)
+	}
 	return fmt.Sprintf("%v: %d entries (at most %d) and %d upload bytes (at most %d); split it into at least %d batches, which run in order",
 		ErrBatchTooLarge, e.Entries, e.MaxEntries, e.Bytes, e.MaxBytes, e.Pieces())
 }
@@ -78,16 +88,34 @@ func (e *BatchTooLargeError) Pieces() int {
 // Unwrap makes errors.Is find [ErrBatchTooLarge].
 func (e *BatchTooLargeError) Unwrap() error { return ErrBatchTooLarge }
 
-// checkSize refuses a batch beyond the configured bounds.
-func (s *Scheduler) checkSize(b *lanes.Batch) error {
-	var bytes int64
+// checkSize refuses a batch beyond the configured bounds and returns its
+// size in commands: an entry that invokes a program segment counts the
+// segment's commands (a lane refuses an invocation whose segment is not
+// the one it holds), patches count as entries (each is a command of the
+// batch's prelude) and their bytes as upload bytes.
+func (s *Scheduler) checkSize(b *lanes.Batch) (int, error) {
+	var bytes, largest int64
+	commands := len(b.Patches)
 	for i := range b.Entries {
-		bytes += int64(len(b.Entries[i].Command.Host))
+		e := &b.Entries[i]
+		n := int64(len(e.Command.Host))
+		bytes += n
+		largest = max(largest, n)
+		if e.Invoke != nil {
+			commands += min(max(e.Invoke.Segment.Commands, 1), programs.MaxNodes)
+		} else {
+			commands++
+		}
 	}
-	if len(b.Entries) > s.cfg.MaxBatchEntries || bytes > s.cfg.MaxBatchBytes {
-		return &BatchTooLargeError{Entries: len(b.Entries), MaxEntries: s.cfg.MaxBatchEntries, Bytes: bytes, MaxBytes: s.cfg.MaxBatchBytes}
+	for i := range b.Patches {
+		n := int64(len(b.Patches[i].Bytes))
+		bytes += n
+		largest = max(largest, n)
 	}
-	return nil
+	if commands > s.cfg.MaxBatchEntries || bytes > s.cfg.MaxBatchBytes {
+		return 0, &BatchTooLargeError{Entries: commands, MaxEntries: s.cfg.MaxBatchEntries, Bytes: bytes, MaxBytes: s.cfg.MaxBatchBytes, Largest: largest}
+	}
+	return commands, nil
 }
 
 var errNilContext = fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", ErrInvalidArgument)

@@ -5,12 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 )
 
 // TestFloodLeavesOthersTheirShare: on one lane whose device clock stands
@@ -130,4 +136,118 @@ func TestBatchBounds(t *testing.T) {
 	if _, err := s.Submit(ctx, "t", dev.batch(0, 8)); err != nil {
 		t.Fatalf("a batch at the bound: %v", err)
 	}
+}
+
+// TestEverythingCountsAgainstTheBounds: patches count as entries and
+// bytes, an invocation as its segment's commands, a staged replay's inputs
+// as bytes and its call as an admission slot of its lane.
+func TestEverythingCountsAgainstTheBounds(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.Virtual}, 2)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxBatchEntries: 8, MaxBatchBytes: 32, MaxInFlightPerLane: 2, HangTimeout: -1})
+	ctx := context.Background()
+	var big *actors.BatchTooLargeError
+	b := dev.batch(0, 1)
+	for range 8 {
+		b.Patches = append(b.Patches, lanes.Patch{Dst: dev.bufs[1].Whole(), Bytes: make([]byte, 4)})
+	}
+	if _, err := s.SubmitAsync(ctx, "t", b); !errors.As(err, &big) || big.Entries != 9 {
+		t.Fatalf("1 entry and 8 patches against 8: %v", err)
+	}
+	b.Patches = []lanes.Patch{{Dst: dev.bufs[1].Whole(), Bytes: make([]byte, 64)}}
+	if _, err := s.SubmitAsync(ctx, "t", b); !errors.As(err, &big) || big.Largest != 64 || !strings.Contains(err.Error(), "split that upload") {
+		t.Fatalf("a 64-byte patch against 32: %v", err)
+	}
+	inv := dev.batch(0, 1)
+	inv.Entries[0] = lanes.Entry{Phase: lanes.Compute, Node: 0, Invoke: &programs.Invocation{
+		Program: programs.ProgramID{Runtime: "lanes/sim", Name: "p"}, Segment: programs.Segment{Start: 0, End: 9, Commands: 9}}}
+	if _, err := s.SubmitAsync(ctx, "t", inv); !errors.As(err, &big) || big.Entries != 9 {
+		t.Fatalf("an invocation of a 9-command segment against 8: %v", err)
+	}
+}
+
+// TestStagedReplayBounds: a staged replay's inputs count against the byte
+// bound, and it takes its turn in the lane's fair queue.
+func TestStagedReplayBounds(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 0)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, MaxBatchBytes: 8})
+	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
+	h, _ := dev.AllocHost(16)
+	o, _ := dev.AllocHost(16)
+	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(4, 4), cuda.BufferArg(a.Whole()), cuda.I32Arg(4))
+	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
+		[]lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
+		t.Fatal(err)
+	}
+	var big *actors.BatchTooLargeError
+	if _, err := s.Replay(ctx, "t", 0, st, [][]byte{make([]byte, 16)}, true); !errors.As(err, &big) || big.Bytes != 16 || !cuda.Classify(err).NotSubmitted {
+		t.Fatalf("16 input bytes against 8: %v", err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Replay(ctx, "t", 0, st, [][]byte{{1, 0, 0, 0}}, true); err != nil {
+				t.Error(err)
+			}
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Submit(ctx, "u", dev.zeroBatch(a)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if l := s.Lanes()[0]; l.InFlight != 0 || l.Queued != 0 {
+		t.Fatalf("after every replay ended the lane counts %d in flight, %d queued", l.InFlight, l.Queued)
+	}
+}
+
+// TestRefusedNamesLeaveNothing: names whose every submission was refused
+// are not kept.
+func TestRefusedNamesLeaveNothing(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}})
+	if err := s.Own("owner", dev.bufs[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if _, err := s.SubmitAsync(context.Background(), fmt.Sprintf("intruder-%d", i), dev.batch(0, 1)); !errors.Is(err, actors.ErrNotYours) {
+			t.Fatalf("another tenant's buffer: %v", err)
+		}
+	}
+	if n := s.Tenants(); n != 0 {
+		t.Fatalf("%d tenants kept for names only ever refused", n)
+	}
+}
+
+// TestProgramLimits: a tenant reserves at most MaxProgramsPerTenant
+// program names.
+func TestProgramLimits(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxProgramsPerTenant: 2})
+	for i := range 3 {
+		b := dev.batch(0, 2)
+		b.Program = &programs.Capture{ID: programs.ProgramID{Runtime: "lanes/sim", Name: fmt.Sprint("p", i)}, Nodes: 2}
+		_, err := s.Submit(context.Background(), "t", b)
+		if i < 2 && err != nil {
+			t.Fatalf("program %d: %v", i, err)
+		}
+		if i == 2 && (!errors.Is(err, actors.ErrProgramLimit) || !cuda.Classify(err).NotSubmitted) {
+			t.Fatalf("a third program name beyond the limit of 2: %v", err)
+		}
+	}
+}
+
+// zeroBatch is one eager zero of buf.
+func (d *device) zeroBatch(buf cuda.Buffer) lanes.Batch {
+	z, _ := cuda.Zero(buf.Whole())
+	return lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Initialization, Node: cache.NoNode, Command: z}}}
 }

@@ -12,7 +12,35 @@ package actors
 // few, and a light tenant's batch waits for at most one round of the
 // others' work plus what the stream already holds.
 
-// fairQueue is a lane's waiting batches, per tenant.
+// work is what a lane's fair queue holds: a batch (*SubmitRequest) or a
+// staged replay (*StagedRequest).
+type work interface {
+	owner() string // the tenant
+	cost() int     // what it takes of the tenant's credit
+	share() int    // the tenant's weight
+}
+
+func (m *SubmitRequest) owner() string { return m.Tenant }
+
+// cost is a batch's commands (an invocation counts its segment's; see
+// Scheduler.checkSize).
+func (m *SubmitRequest) cost() int  { return max(1, m.commands, len(m.Batch.Entries)) }
+func (m *SubmitRequest) share() int { return m.weight }
+
+func (m *StagedRequest) owner() string { return m.tenant }
+
+// cost is a staged replay's inputs in 64 KiB units (about an eager
+// launch's time each on an H200), and one for its program.
+func (m *StagedRequest) cost() int {
+	n := 0
+	for _, in := range m.Inputs {
+		n += len(in)
+	}
+	return 1 + n>>16
+}
+func (m *StagedRequest) share() int { return m.weight }
+
+// fairQueue is a lane's waiting work, per tenant.
 type fairQueue struct {
 	quantum int
 	queues  map[string]*tenantQueue
@@ -25,35 +53,32 @@ type fairQueue struct {
 type tenantQueue struct {
 	name     string
 	weight   int
-	items    []*SubmitRequest
+	items    []work
 	head     int
 	deficit  int
 	credited bool // this visit's credit was given
 }
 
-// cost is what a batch takes of its tenant's credit: its entries.
-func cost(m *SubmitRequest) int { return max(1, len(m.Batch.Entries)) }
-
 // len is the number of waiting batches.
 func (q *fairQueue) len() int { return q.n }
 
-// push queues a batch behind its tenant's earlier ones.
-func (q *fairQueue) push(m *SubmitRequest) {
+// push queues work behind its tenant's earlier work.
+func (q *fairQueue) push(m work) {
 	if q.queues == nil {
 		q.queues = map[string]*tenantQueue{}
 	}
-	t := q.queues[m.Tenant]
+	t := q.queues[m.owner()]
 	if t == nil {
-		t = &tenantQueue{name: m.Tenant, weight: max(1, m.weight)}
-		q.queues[m.Tenant] = t
+		t = &tenantQueue{name: m.owner(), weight: max(1, m.share())}
+		q.queues[m.owner()] = t
 		q.ring = append(q.ring, t)
 	}
 	t.items = append(t.items, m)
 	q.n++
 }
 
-// pop takes the next batch by deficit round robin, or nil when none waits.
-func (q *fairQueue) pop() *SubmitRequest {
+// pop takes the next work by deficit round robin, or nil when none waits.
+func (q *fairQueue) pop() work {
 	if q.n == 0 {
 		return nil
 	}
@@ -67,7 +92,7 @@ func (q *fairQueue) pop() *SubmitRequest {
 			t.deficit += t.weight * max(q.quantum, 1)
 		}
 		m := t.items[t.head]
-		if c := cost(m); c <= t.deficit {
+		if c := m.cost(); c <= t.deficit {
 			t.deficit -= c
 			q.take(t)
 			return m
@@ -94,9 +119,9 @@ func (q *fairQueue) take(t *tenantQueue) {
 	q.ring = q.ring[:last]
 }
 
-// drain takes every waiting batch, each tenant's in order.
-func (q *fairQueue) drain() []*SubmitRequest {
-	all := make([]*SubmitRequest, 0, q.n)
+// drain takes all waiting work, each tenant's in order.
+func (q *fairQueue) drain() []work {
+	all := make([]work, 0, q.n)
 	for _, t := range q.ring {
 		all = append(all, t.items[t.head:]...)
 	}

@@ -14,7 +14,7 @@ func request(tenant string, entries, weight int) *SubmitRequest {
 func order(q *fairQueue) []string {
 	var got []string
 	for m := q.pop(); m != nil; m = q.pop() {
-		got = append(got, m.Tenant)
+		got = append(got, m.owner())
 	}
 	return got
 }
@@ -55,7 +55,7 @@ func TestFairQueueWeighsTenantsAndEntries(t *testing.T) {
 
 func TestFairQueueKeepsEachTenantsOrder(t *testing.T) {
 	q := fairQueue{quantum: 3}
-	var want []*SubmitRequest
+	var want []work
 	for i := range 50 {
 		m := request([]string{"a", "b", "c"}[i%3], 1+i%5, 1+i%2)
 		want = append(want, m)
@@ -64,10 +64,10 @@ func TestFairQueueKeepsEachTenantsOrder(t *testing.T) {
 	seen := map[string]int{}
 	for m := q.pop(); m != nil; m = q.pop() {
 		i := slices.Index(want, m)
-		if i < seen[m.Tenant] {
-			t.Fatalf("tenant %s's batch %d ran after a later one", m.Tenant, i)
+		if i < seen[m.owner()] {
+			t.Fatalf("tenant %s's batch %d ran after a later one", m.owner(), i)
 		}
-		seen[m.Tenant] = i
+		seen[m.owner()] = i
 	}
 	q.push(request("a", 1, 1))
 	if d := q.drain(); len(d) != 1 || q.len() != 0 || q.pop() != nil {

@@ -72,6 +72,20 @@ func (s *Scheduler) forgetIdle(ts *tenantState, now time.Time) {
 	s.dropLocked(ts)
 }
 
+// dropIfFresh forgets a tenant that was never admitted (its first
+// submission was refused), so that names only ever refused leave nothing
+// behind.
+func (s *Scheduler) dropIfFresh(ts *tenantState) {
+	if ts.lastActive.Load() != 0 {
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if !ts.forgotten && ts.lastActive.Load() == 0 && ts.inflight.Load() == 0 && len(ts.parked) == 0 && ts.quiet(time.Now(), s.cfg.Suspension.Window) {
+		s.dropLocked(ts)
+	}
+}
+
 // quiet reports whether a tenant has no suspension and no fault it must
 // be remembered for (inside window, or a suspension that ended inside it,
 // which a repeat would double).

@@ -70,7 +70,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	case *AdminRequest:
 		a.admin(m)
 	case *StagedRequest:
-		a.staged(m)
+		a.receiveStaged(m)
 	case failLane:
 		a.retire(m.cause)
 	case rebuildLane:
@@ -149,6 +149,23 @@ func (a *laneActor) receive(m *SubmitRequest) {
 	a.ref.queued.Store(int64(a.queue.len()))
 }
 
+// receiveStaged takes a staged request: a preparation runs now (it is the
+// operator's, after everything received before it); a replay takes its
+// turn in the fair queue like a batch.
+func (a *laneActor) receiveStaged(m *StagedRequest) {
+	if m.Prepare || !a.serving() {
+		a.dispatch(true)
+		a.staged(m)
+		return
+	}
+	if a.queue.len() == 0 && a.room() {
+		a.staged(m)
+		return
+	}
+	a.queue.push(m)
+	a.ref.queued.Store(int64(a.queue.len()))
+}
+
 // room reports whether the stream takes another submission: it holds at
 // most StreamDepth of them, and, unless it is empty, fewer entries than
 // one batch may have (MaxBatchEntries), so that a tenant's batch waits
@@ -165,21 +182,31 @@ func (a *laneActor) room() bool {
 // for everything received before them).
 func (a *laneActor) dispatch(all bool) {
 	for a.queue.len() > 0 && (all || a.room()) {
-		m := a.queue.pop()
-		if !a.serving() {
-			a.s.reroute(m, a.ref)
-		} else {
-			a.submit(m)
+		switch m := a.queue.pop().(type) {
+		case *SubmitRequest:
+			if !a.serving() {
+				a.s.reroute(m, a.ref)
+			} else {
+				a.submit(m)
+			}
+		case *StagedRequest:
+			a.staged(m)
 		}
 	}
 	a.ref.queued.Store(int64(a.queue.len()))
 }
 
-// requeue hands every waiting batch back to the scheduler, not submitted:
-// the lane left routing, and they move with their tenants.
+// requeue hands all waiting work back, not submitted: batches to the
+// scheduler, which moves them with their tenants; staged replays to their
+// callers, with why (a staged program lives on its lane).
 func (a *laneActor) requeue() {
-	for _, m := range a.queue.drain() {
-		a.s.reroute(m, a.ref)
+	for _, w := range a.queue.drain() {
+		switch m := w.(type) {
+		case *SubmitRequest:
+			a.s.reroute(m, a.ref)
+		case *StagedRequest:
+			a.s.completeAdmin(m.Call, nil, a.unavailable("staged replay"))
+		}
 	}
 	a.ref.queued.Store(0)
 }
@@ -211,8 +238,8 @@ func (a *laneActor) submit(m *SubmitRequest) {
 	if len(a.calls) == 0 {
 		a.progressAt = time.Now()
 	}
-	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant, entries: len(m.Batch.Entries)}
-	a.streamEntries += len(m.Batch.Entries)
+	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant, entries: m.cost()}
+	a.streamEntries += m.cost()
 	a.arm(true)
 }
 
@@ -360,7 +387,6 @@ func (a *laneActor) staged(m *StagedRequest) {
 		a.s.completeAdmin(m.Call, nil, a.unavailable(op))
 		return
 	}
-	a.dispatch(true) // it runs after everything the lane received before it
 	var res any
 	var err error
 	if m.Prepare {

@@ -15,11 +15,12 @@ import (
 
 // SubmitRequest asks a lane to submit a batch.
 type SubmitRequest struct {
-	Call   uint64
-	Tenant string
-	Batch  lanes.Batch
-	ctx    context.Context // the submitter's; host-local, like the call
-	weight int             // the tenant's weight in the lane's fair queue
+	Call     uint64
+	Tenant   string
+	Batch    lanes.Batch
+	ctx      context.Context // the submitter's; host-local, like the call
+	weight   int             // the tenant's weight in the lane's fair queue
+	commands int             // the batch's commands (Scheduler.checkSize)
 }
 
 // AdminOp is an administrative operation on a lane.
@@ -71,4 +72,6 @@ type StagedRequest struct {
 	Program *lanes.Staged
 	Inputs  [][]byte
 	Collect bool
+	tenant  string // whose replay it is (for the lane's fair queue)
+	weight  int
 }

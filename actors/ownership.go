@@ -178,8 +178,15 @@ func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) (claimed bool,
 	}
 	c := s.programs[b.Program.ID]
 	if c == nil {
+		switch {
+		case s.programCount[tenant] >= s.cfg.MaxProgramsPerTenant:
+			return false, fmt.Errorf("%w: tenant %q holds %d program names (Config.MaxProgramsPerTenant); reuse one", ErrProgramLimit, tenant, s.programCount[tenant])
+		case len(s.programs) >= s.cfg.MaxPrograms:
+			return false, fmt.Errorf("%w: the scheduler holds %d program names (Config.MaxPrograms); reuse one", ErrProgramLimit, len(s.programs))
+		}
 		c = &programClaim{owner: tenant}
 		s.programs[b.Program.ID] = c
+		s.programCount[tenant]++
 	}
 	c.pending++
 	return true, nil
@@ -199,6 +206,9 @@ func (s *Scheduler) settleClaim(id programs.ProgramID, succeeded bool) {
 	c.registered = c.registered || succeeded
 	if c.pending <= 0 && !c.registered {
 		delete(s.programs, id)
+		if s.programCount[c.owner]--; s.programCount[c.owner] <= 0 {
+			delete(s.programCount, c.owner)
+		}
 	}
 }
 

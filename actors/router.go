@@ -46,6 +46,7 @@ type tenantState struct {
 	moving   atomic.Bool  // parked is not empty
 	inflight atomic.Int64 // admitted and not ended, parked included
 	active   atomic.Int64 // sent to a lane and not ended or bounced back
+	staged   atomic.Int64 // staged replays admitted and not ended
 
 	lastActive     atomic.Int64  // unix ns of its last admission (janitor)
 	launches       atomic.Uint64 // launches of its ended submissions, for its fault rate
@@ -178,7 +179,7 @@ func (s *Scheduler) send(ts *tenantState, lane *laneRef, c *call) {
 		lane.activeWeight.Add(int64(ts.weight))
 	}
 	c.batch.Tenant = ts.name // the lane's cache shares its room by it
-	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: ts.name, Batch: c.batch, ctx: c.ctx, weight: ts.weight})
+	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: ts.name, Batch: c.batch, ctx: c.ctx, weight: ts.weight, commands: c.cost})
 }
 
 // ended undoes send's counts for a call that ended or came back from lane.
@@ -316,7 +317,7 @@ func (s *Scheduler) reserve(ts *tenantState, r *laneRef, device uint64) bool {
 	for {
 		n := r.inflight.Load()
 		if n >= limit {
-			active := ts.active.Load()
+			active := ts.active.Load() + ts.staged.Load()
 			if active > 0 && (n >= 2*limit || active >= s.share(ts, r)) || n >= 3*limit {
 				return false
 			}

@@ -32,6 +32,8 @@ type call struct {
 	reroutes int             // lanes it bounced off (ts.mu)
 	admin    bool
 	claim    *programs.ProgramID // the program the batch declares, claimed for its tenant
+	cost     int                 // the batch's commands (checkSize): its fair queue's cost
+	release  func()              // an administrative call's admission to undo when it ends
 
 	start time.Time // host time the submission was admitted
 
@@ -64,10 +66,11 @@ type Scheduler struct {
 	waitMu   sync.Mutex
 	waiting  map[*tenantState]struct{} // tenants whose parked batches wait for a lane to recover
 
-	ownMu    sync.RWMutex
-	owners   map[handleKey]string                  // buffer or host buffer -> its tenant, or shared
-	owned    map[string]map[handleKey]func() error // tenant -> what it owns, with its liveness check (for Forget and sweeps)
-	programs map[programs.ProgramID]*programClaim  // program -> its owner and registration
+	ownMu        sync.RWMutex
+	owners       map[handleKey]string                  // buffer or host buffer -> its tenant, or shared
+	owned        map[string]map[handleKey]func() error // tenant -> what it owns, with its liveness check (for Forget and sweeps)
+	programs     map[programs.ProgramID]*programClaim  // program -> its owner and registration
+	programCount map[string]int                        // tenant -> its program names in programs
 
 	sweptFrees        uint64        // the devices' free counts at the last ownership sweep (janitor)
 	faults            atomic.Uint64 // lane failures attributed to a tenant
@@ -93,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]func() error{}, programs: map[programs.ProgramID]*programClaim{}}
+	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]func() error{}, programs: map[programs.ProgramID]*programClaim{}, programCount: map[string]int{}}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {
@@ -206,6 +209,9 @@ func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
 	c := s.calls.take(id)
 	if c == nil {
 		return
+	}
+	if c.release != nil {
+		c.release()
 	}
 	c.result, c.err = res, err
 	close(c.done)

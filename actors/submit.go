@@ -83,7 +83,19 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
-	if err := s.checkSize(&b); err != nil {
+	p, err := s.submitAsync(ctx, ts, b)
+	if err != nil {
+		s.dropIfFresh(ts) // a name only ever refused leaves nothing behind
+		return nil, err
+	}
+	return p, nil
+}
+
+// submitAsync is SubmitAsync once the tenant's state is found.
+func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch) (*Pending, error) {
+	tenant := ts.name
+	cost, err := s.checkSize(&b)
+	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
 	device := batchDevice(&b)
@@ -94,7 +106,7 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
-	p := &Pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now()}}
+	p := &Pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now(), cost: cost}}
 	if claimed {
 		id := b.Program.ID
 		p.c.claim = &id

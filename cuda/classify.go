@@ -88,6 +88,7 @@ const (
 	CodeIndeterminate   Code = -210 // the work's effect is unknown
 	CodeInvalidArgument Code = -211 // a call's argument or configuration is unusable
 	CodeBatchTooLarge   Code = -212 // the batch exceeds the scheduler's bounds; split it
+	CodeProgramLimit    Code = -213 // the tenant, or the scheduler, holds as many program names as allowed
 )
 
 // Codes of errors from outside lanes.
@@ -205,6 +206,7 @@ var codes = map[Code]codeInfo{
 	CodeIndeterminate:   {"indeterminate", BlameStream, false, false},
 	CodeInvalidArgument: {"invalid_argument", BlameCaller, false, true},
 	CodeBatchTooLarge:   {"batch_too_large", BlameCaller, false, true},
+	CodeProgramLimit:    {"program_limit", BlameCaller, false, true},
 
 	CodeCanceled:         {"canceled", BlameNone, false, false},
 	CodeDeadlineExceeded: {"deadline_exceeded", BlameNone, false, false},

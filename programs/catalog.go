@@ -241,8 +241,10 @@ func bindingsIn(b []int, s Segment) []int {
 }
 
 // Evict rewrites every program that used an evicted executable: its segments
-// become gaps with ReasonEvicted and the remaining segments are renumbered.
-// It returns how many programs changed. Call it with every key a cache
+// become gaps with ReasonEvicted and the remaining segments are renumbered;
+// a program left with no segment is forgotten (an invocation of it is then
+// ErrUnknownProgram), so the catalog holds no more programs than the cache
+// holds executables. It returns how many programs changed. Call it with every key a cache
 // preparation or explicit eviction reports.
 func (c *Catalog) Evict(key cache.SegmentKey) (int, error) {
 	changed := 0
@@ -261,6 +263,11 @@ func (c *Catalog) Evict(key cache.SegmentKey) (int, error) {
 			s.desc.Ordinal = len(np.segments)
 			np.segments = append(np.segments, s)
 			np.desc.Segments = append(np.desc.Segments, s.desc)
+		}
+		if len(np.segments) == 0 {
+			delete(c.programs, id)
+			changed++
+			continue
 		}
 		sort.Slice(np.desc.Gaps, func(i, j int) bool { return np.desc.Gaps[i].Node < np.desc.Gaps[j].Node })
 		np.desc.SegmentBindings = segmentBindings(p.desc.Bindings, np.desc.Segments)
@@ -329,7 +336,7 @@ func (c *Catalog) Resolve(inv Invocation, needAttribution bool) (Resolved, error
 	}
 	p, ok := c.programs[inv.Program]
 	if !ok {
-		return Resolved{}, fmt.Errorf("%w: %s is not in the sealed catalog", ErrUnknownProgram, inv.Program)
+		return Resolved{}, fmt.Errorf("%w: %s is not in the sealed catalog (never registered on this lane, or every segment of it was evicted)", ErrUnknownProgram, inv.Program)
 	}
 	o := inv.Segment.Ordinal
 	if o < 0 || o >= len(p.segments) {

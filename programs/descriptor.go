@@ -18,6 +18,10 @@ type ProgramID struct {
 	Name    string // the plan's name for the program
 }
 
+// MaxIDBytes is the longest runtime fingerprint, and the longest name, of
+// a program id.
+const MaxIDBytes = 256
+
 // String prints "runtime/name".
 func (id ProgramID) String() string { return id.Runtime + "/" + id.Name }
 
@@ -73,6 +77,9 @@ func sortedUnique(name string, v []int, n int) error {
 func (c Capture) Validate() error {
 	if c.ID.Runtime == "" || c.ID.Name == "" {
 		return fmt.Errorf("%w: program id %q needs a runtime fingerprint and a name", ErrTopology, c.ID)
+	}
+	if len(c.ID.Runtime) > MaxIDBytes || len(c.ID.Name) > MaxIDBytes {
+		return fmt.Errorf("%w: program id of %d+%d bytes; a runtime fingerprint and a name have at most %d bytes each", ErrTopology, len(c.ID.Runtime), len(c.ID.Name), MaxIDBytes)
 	}
 	if c.Nodes <= 0 || c.Nodes > MaxNodes {
 		return fmt.Errorf("%w: program %s has %d nodes; it needs between 1 and %d", ErrTopology, c.ID, c.Nodes, MaxNodes)

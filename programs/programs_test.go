@@ -3,6 +3,7 @@ package programs_test
 import (
 	"errors"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
@@ -252,6 +253,20 @@ func TestEvictionRewritesPrograms(t *testing.T) {
 	}
 	if gapReasons(p)[0] != cache.ReasonEvicted || len(p.SegmentBindings) != 1 || p.SegmentBindings[0] != 2 {
 		t.Fatalf("gaps %v bindings %v", p.Gaps, p.SegmentBindings)
+	}
+	// A program left with no segment is forgotten: the catalog holds no
+	// more programs than the cache holds executables.
+	for _, c := range d.Candidates[1:] {
+		r.Cache.Evict(c.Key, true)
+		if _, err := r.cat.Evict(c.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if all, err := r.cat.Programs(); err != nil || len(all) != 0 {
+		t.Fatalf("after every segment was evicted the catalog holds %d programs (%v)", len(all), err)
+	}
+	if err := (programs.Capture{ID: programs.ProgramID{Runtime: runtime, Name: strings.Repeat("n", programs.MaxIDBytes+1)}, Nodes: 1}).Validate(); !errors.Is(err, programs.ErrTopology) {
+		t.Fatalf("an oversized program name: %v", err)
 	}
 }
 

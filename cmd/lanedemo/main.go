@@ -74,7 +74,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	fs.StringVar(&f.profiles.allocs, "memprofile", "", "write a Go allocation profile of the run to this file")
 	fs.StringVar(&f.profiles.block, "blockprofile", "", "write a Go blocking profile of the run to this file")
 	fs.IntVar(&cfg.StreamDepth, "stream-depth", 0, "submissions each lane keeps on its stream before the rest wait in its fair queue (0: the scheduler's default; -1: no bound, first come first served)")
-	fs.StringVar(&cfg.Hostile, "hostile", "", "add a hostile tenant beside the others: flood (keeps its admission full), churn (a new replay key every step, preparation left open) or huge (the largest batches admitted); the report lists every tenant's p50/p99 and replay share")
+	fs.StringVar(&cfg.Hostile, "hostile", "", "add a hostile tenant, on the first device, beside the others: flood (keeps its admission full), churn (a new replay key every step, preparation left open) or huge (one 100000-entry batch, refused as too large, then batches of the most commands admitted, 1024); the report lists every tenant's lane, p50/p99 and replay share")
 	fs.DurationVar(&cfg.Soak, "soak", 0, "soak: run this long, sampling goroutines, heap and device memory, and fail unless they stay flat and every submission ends once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

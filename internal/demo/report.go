@@ -62,9 +62,10 @@ type tenantAgg struct {
 	hist                  *hdrhistogram.Histogram
 	subs, failed, refused int64
 	replayed, eager       int64
+	lane                  int // the lane its last step ran on (-1: none)
 }
 
-func newTenantAgg() *tenantAgg { return &tenantAgg{hist: newHist()} }
+func newTenantAgg() *tenantAgg { return &tenantAgg{hist: newHist(), lane: -1} }
 
 func (a *aggregate) refused(tn *tenant, err error) {
 	a.mu.Lock()
@@ -122,6 +123,9 @@ func (a *aggregate) ended(lane int, tn *tenant, lat time.Duration, r lanes.Recei
 		_ = t.hist.RecordValue(us)
 		t.replayed += replayed
 		t.eager += eager
+		if r.Lane >= 0 && err == nil {
+			t.lane = r.Lane
+		}
 		t.mu.Unlock()
 	}
 }
@@ -167,6 +171,7 @@ type LaneReport struct {
 type TenantReport struct {
 	Tenant      string
 	Hostile     bool `json:",omitempty"` // the --hostile tenant
+	Lane        int  // the lane its last step ran on (-1: none ran)
 	Steps       int64
 	StepsPerSec float64
 	Latency     Latency
@@ -261,7 +266,7 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 	for _, tn := range tenants {
 		t := tn.stats
 		t.mu.Lock()
-		tr := TenantReport{Tenant: tn.name, Hostile: tn.hostile, Steps: t.subs, StepsPerSec: float64(t.subs) / secs,
+		tr := TenantReport{Tenant: tn.name, Hostile: tn.hostile, Lane: t.lane, Steps: t.subs, StepsPerSec: float64(t.subs) / secs,
 			Latency: latency(t.hist), Failed: t.failed, Refused: t.refused}
 		if n := t.replayed + t.eager; n > 0 {
 			tr.ReplayShare = float64(t.replayed) / float64(n)
@@ -300,13 +305,17 @@ func (r *Report) writeTenants(w io.Writer) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "tenant\tsteps\tsteps/s\tp50 µs\tp99 µs\treplayed\tfailed\trefused\t")
+	fmt.Fprintln(tw, "tenant\tlane\tsteps\tsteps/s\tp50 µs\tp99 µs\treplayed\tfailed\trefused\t")
 	for _, t := range rows {
 		name := t.Tenant
 		if t.Hostile {
 			name += " (" + r.Hostile + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.1f%%\t%d\t%d\t\n", name, t.Steps, t.StepsPerSec, t.Latency.P50, t.Latency.P99, 100*t.ReplayShare, t.Failed, t.Refused)
+		lane := "-"
+		if t.Lane >= 0 {
+			lane = fmt.Sprint(t.Lane)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%d\t%d\t%.1f%%\t%d\t%d\t\n", name, lane, t.Steps, t.StepsPerSec, t.Latency.P50, t.Latency.P99, 100*t.ReplayShare, t.Failed, t.Refused)
 	}
 	tw.Flush()
 }
@@ -316,8 +325,8 @@ func (r *Report) OK() bool { return r.ExactlyOnce && (r.Soak == nil || r.Soak.OK
 
 // WriteTable prints the report for a person.
 func (r *Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "lanedemo: %s, %d lanes, %d tenants, %d kernels/step, %s loop, timing %s, %.1fs\n\n",
-		r.Device, r.Lanes, r.Tenants, r.Kernels, r.Mode, r.Timing, r.Seconds)
+	fmt.Fprintf(w, "lanedemo: %s, %s, %s, %d kernels/step, %s loop, timing %s, %.1fs\n\n",
+		r.Device, plural(r.Lanes, "lane"), plural(r.Tenants, "tenant"), r.Kernels, r.Mode, r.Timing, r.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "lane\thealth\tsteps\tsteps/s\tp50 µs\tp90 µs\tp99 µs\tmax µs\treplayed\teager\thits\tcaptures\trejections\tevictions\tfailed\t")
 	row := func(name, health string, subs int64, sps float64, l Latency, rep, eag int64, c CacheStats, failed int64) {
@@ -357,6 +366,14 @@ func (r *Report) WriteTable(w io.Writer) {
 	if r.Soak != nil && len(r.Soak.Samples) > 0 {
 		r.Soak.write(w)
 	}
+}
+
+// plural is n and the noun, in the plural unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func counts(m map[string]int64) string {
