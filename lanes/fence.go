@@ -249,10 +249,26 @@ func (l *Lane) Wait(fence uint64) (Receipt, error) {
 		return Receipt{}, rejected("wait", fmt.Errorf("%w: fence %d is not pending (already received, or never issued)", ErrUnknownFence, fence))
 	}
 	// One speculative non-blocking query first: a finished fence needs no
-	// blocking call.
+	// blocking call. While it waits, await retires finished submissions,
+	// the target among them (its events then go back to the stream): from
+	// then on the target is answered as ended, and its events are not
+	// touched again.
+	retired := func() bool { return !slices.Contains(l.pending, target) }
+	query := func() cuda.FenceQuery {
+		if retired() {
+			return cuda.FenceQuery{State: cuda.FenceComplete}
+		}
+		return target.end.Query()
+	}
+	block := func() error {
+		if retired() {
+			return nil
+		}
+		return target.end.Synchronize()
+	}
 	if q := target.end.Query(); q.State == cuda.FenceComplete {
 		l.counters.SpeculativeHits++
-	} else if err := l.await(target.end.Query, target.end.Synchronize); err != nil {
+	} else if err := l.await(query, block); err != nil {
 		l.fail(err)
 		l.endIndeterminate(err)
 	}

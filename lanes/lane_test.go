@@ -491,3 +491,53 @@ func TestWaiterBoundsWaitsOnAHungKernel(t *testing.T) {
 		t.Fatalf("abandon after the end: %+v", got)
 	}
 }
+
+// slowEvents makes every event the stream records answer "pending" to its
+// first two queries, as a fence that ends between two queries does.
+type slowEvents struct{ cuda.Stream }
+
+func (s slowEvents) Record() (cuda.Event, error) {
+	e, err := s.Stream.Record()
+	return &slowEvent{Event: e}, err
+}
+func (s slowEvents) RecordFence() (cuda.Event, error) {
+	e, err := s.Stream.RecordFence()
+	return &slowEvent{Event: e}, err
+}
+
+type slowEvent struct {
+	cuda.Event
+	queries int
+}
+
+func (e *slowEvent) Query() cuda.FenceQuery {
+	if e.queries++; e.queries <= 2 {
+		return cuda.FenceQuery{State: cuda.FencePending}
+	}
+	if e.queries == 3 {
+		_ = e.Event.Synchronize() // it has ended by the third query
+	}
+	return e.Event.Query()
+}
+
+// TestWaitSurvivesItsFenceEndingMidWait: a fence that ends while Wait is
+// paced by a Waiter is retired by the wait's own collection; Wait answers
+// its receipt instead of querying the retired (released) event and failing
+// the lane.
+func TestWaitSurvivesItsFenceEndingMidWait(t *testing.T) {
+	r := newRig(t, sim.ZeroCost, 1)
+	l, err := lanes.New(lanes.Config{ID: 4, Device: r.dev, Stream: slowEvents{r.s}, Runtime: "lanes-test", Waiter: &countingWaiter{limit: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		sub, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := l.Wait(sub.Fence)
+		if err != nil || rc.Outcome != lanes.Succeeded || l.State() == lanes.Failed {
+			t.Fatalf("wait %d: %+v %v (lane %v: %v)", i, rc, err, l.State(), l.Err())
+		}
+	}
+}
