@@ -13,27 +13,14 @@ import (
 // call and waits for the lane's answer. After Stop began it answers
 // ErrStopped at once. The lane answers within its hang timeout: a wait on
 // its stream that outlives it abandons the stream.
-func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(call uint64) any, release func()) (any, error) {
-	if err := s.refuseStopped(op); err != nil {
+func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(call uint64) any) (any, error) {
+	if err := s.checkAsk(ctx, op, lane); err != nil {
 		return nil, err
-	}
-	if ctx == nil {
-		return nil, lanes.Wrap(op, true, errNilContext)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, lanes.Wrap(op, true, err)
-	}
-	if lane < 0 || lane >= len(s.lanes) {
-		return nil, lanes.Wrap(op, true, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes)))
 	}
 	c := s.adminFor(s.lanes[lane], &s.stopping)
 	if c == nil {
-		if release != nil {
-			release()
-		}
 		return nil, lanes.Wrap(op, true, ErrStopped)
 	}
-	c.release = release
 	s.system.Root.Send(s.lanes[lane].pid, request(c.id))
 	select {
 	case <-c.done:
@@ -43,9 +30,27 @@ func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(c
 	}
 }
 
+// checkAsk refuses a call to a lane before anything is sent: the scheduler
+// stopping, a nil or ended context, an unknown lane.
+func (s *Scheduler) checkAsk(ctx context.Context, op string, lane int) error {
+	if err := s.refuseStopped(op); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return lanes.Wrap(op, true, errNilContext)
+	}
+	if err := ctx.Err(); err != nil {
+		return lanes.Wrap(op, true, err)
+	}
+	if lane < 0 || lane >= len(s.lanes) {
+		return lanes.Wrap(op, true, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes)))
+	}
+	return nil
+}
+
 // adminCall sends an administrative request to one lane and waits.
 func (s *Scheduler) adminCall(ctx context.Context, lane int, op AdminOp, capacity int) (any, error) {
-	return s.ask(ctx, op.String(), lane, func(id uint64) any { return &AdminRequest{Call: id, Op: op, Capacity: capacity} }, nil)
+	return s.ask(ctx, op.String(), lane, func(id uint64) any { return &AdminRequest{Call: id, Op: op, Capacity: capacity} })
 }
 
 // Configure opens a lane's preparation with a capacity.
@@ -94,50 +99,6 @@ func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, 
 	if err := s.checkStaged(tenant, st); err != nil {
 		return lanes.Wrap("prepare staged", true, err)
 	}
-	_, err := s.ask(ctx, "prepare staged", lane, func(id uint64) any { return &StagedRequest{Call: id, Prepare: true, Program: st} }, nil)
+	_, err := s.ask(ctx, "prepare staged", lane, func(id uint64) any { return &StagedRequest{Call: id, Prepare: true, Program: st} })
 	return err
-}
-
-// Replay runs a staged program, for the tenant that owns its buffers and
-// staging, on the lane it was prepared on, with inputs in logical order,
-// and returns its outputs (when collect).
-func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lanes.Staged, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
-	if err := s.refuseStopped("staged replay"); err != nil {
-		return lanes.StagedResult{}, err
-	}
-	if err := s.checkStaged(tenant, st); err != nil {
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, err)
-	}
-	var bytes, largest int64
-	for _, in := range inputs {
-		bytes += int64(len(in))
-		largest = max(largest, int64(len(in)))
-	}
-	if bytes > s.cfg.MaxBatchBytes {
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, &BatchTooLargeError{Entries: len(inputs), MaxEntries: s.cfg.MaxBatchEntries, Bytes: bytes, MaxBytes: s.cfg.MaxBatchBytes, Largest: largest})
-	}
-	if lane < 0 || lane >= len(s.lanes) {
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes)))
-	}
-	ts, err := s.tenant(tenant)
-	if err != nil {
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, err)
-	}
-	// A staged replay holds an admission slot of its lane, as a batch does.
-	ref := s.lanes[lane]
-	if !s.reserve(ts, ref, 0) {
-		s.dropIfFresh(ts)
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, fmt.Errorf("%w: lane %d has %d submissions in flight (limit %d) and tenant %q its share of them; retry later",
-			ErrOverloaded, lane, ref.inflight.Load(), s.cfg.MaxInFlightPerLane, tenant))
-	}
-	ts.staged.Add(1)
-	release := func() {
-		ref.inflight.Add(-1)
-		ts.staged.Add(-1)
-	}
-	r, err := s.ask(ctx, "staged replay", lane, func(id uint64) any {
-		return &StagedRequest{Call: id, Program: st, Inputs: inputs, Collect: collect, tenant: ts.name, weight: ts.weight}
-	}, release)
-	res, _ := r.(lanes.StagedResult)
-	return res, err
 }

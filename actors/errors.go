@@ -64,9 +64,14 @@ type BatchTooLargeError struct {
 	Entries, MaxEntries int   // its commands: entries (an invocation counts its segment's commands) and patches
 	Bytes, MaxBytes     int64 // the host bytes its uploads and patches carry
 	Largest             int64 // the largest single upload or patch
+	Staged              bool  // a staged replay's: Bytes are what its slots move
 }
 
 func (e *BatchTooLargeError) Error() string {
+	if e.Staged {
+		return fmt.Sprintf("%v: one replay of the staged program moves %d bytes through its staging slots (inputs, and outputs when collected), more than a batch may (%d); build it with smaller slots",
+			ErrBatchTooLarge, e.Bytes, e.MaxBytes)
+	}
 	if e.Largest > e.MaxBytes {
 		return fmt.Sprintf("%v: one upload or patch carries %d bytes, more than a batch may (%d); split that upload into smaller regions, at most %d bytes each, in batches of their own",
 			ErrBatchTooLarge, e.Largest, e.MaxBytes, e.MaxBytes)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,11 +166,12 @@ func TestEverythingCountsAgainstTheBounds(t *testing.T) {
 	}
 }
 
-// TestStagedReplayBounds: a staged replay's inputs count against the byte
-// bound, and it takes its turn in the lane's fair queue.
+// TestStagedReplayBounds: what a staged replay moves counts against the
+// byte bound, it takes its turn in the lane's fair queue, and its
+// admission slot comes back when it ends.
 func TestStagedReplayBounds(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 0)
-	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, MaxBatchBytes: 8})
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, MaxBatchBytes: 24})
 	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
 	h, _ := dev.AllocHost(16)
 	o, _ := dev.AllocHost(16)
@@ -184,15 +186,17 @@ func TestStagedReplayBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var big *actors.BatchTooLargeError
-	if _, err := s.Replay(ctx, "t", 0, st, [][]byte{make([]byte, 16)}, true); !errors.As(err, &big) || big.Bytes != 16 || !cuda.Classify(err).NotSubmitted {
-		t.Fatalf("16 input bytes against 8: %v", err)
+	// Its slots move 16 bytes in and, collected, 16 out: whatever the
+	// caller passes, that is what a replay costs.
+	if _, err := s.Replay(ctx, "t", 0, st, [][]byte{{1}}, true); !errors.As(err, &big) || big.Bytes != 32 || !big.Staged || !cuda.Classify(err).NotSubmitted {
+		t.Fatalf("32 bytes moved against 24: %v", err)
 	}
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Replay(ctx, "t", 0, st, [][]byte{{1, 0, 0, 0}}, true); err != nil {
+			if _, err := s.Replay(ctx, "t", 0, st, [][]byte{{1, 0, 0, 0}}, false); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -208,6 +212,45 @@ func TestStagedReplayBounds(t *testing.T) {
 	if l := s.Lanes()[0]; l.InFlight != 0 || l.Queued != 0 {
 		t.Fatalf("after every replay ended the lane counts %d in flight, %d queued", l.InFlight, l.Queued)
 	}
+
+	// Callers that give up: a replay the lane had not taken never runs
+	// (not submitted); one it had taken is waited for; every slot returns.
+	before := s.Lanes()[0].Staged
+	var ran, gaveUp atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(i%5)*20*time.Microsecond)
+				_, err := s.Replay(cctx, "t", 0, st, [][]byte{{byte(g), byte(i), 1, 0}}, false)
+				cancel()
+				switch {
+				case err == nil:
+					ran.Add(1)
+				case errors.Is(err, context.DeadlineExceeded) && cuda.Classify(err).NotSubmitted:
+					gaveUp.Add(1)
+				case errors.Is(err, actors.ErrOverloaded):
+					// Given-up replays hold their slots until the lane
+					// comes to them.
+					time.Sleep(50 * time.Microsecond)
+				default:
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Lanes()[0].InFlight != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	after := s.Lanes()[0]
+	runs := after.Staged.Uploads + after.Staged.ResidentInputReplays - before.Uploads - before.ResidentInputReplays
+	if after.InFlight != 0 || int64(runs) != ran.Load() {
+		t.Fatalf("%d replays answered, %d given up; the lane ran %d and counts %d in flight", ran.Load(), gaveUp.Load(), runs, after.InFlight)
+	}
+	t.Logf("%d replays ran, %d given up before the lane took them", ran.Load(), gaveUp.Load())
 }
 
 // TestRefusedNamesLeaveNothing: names whose every submission was refused
@@ -242,6 +285,17 @@ func TestProgramLimits(t *testing.T) {
 		}
 		if i == 2 && (!errors.Is(err, actors.ErrProgramLimit) || !cuda.Classify(err).NotSubmitted) {
 			t.Fatalf("a third program name beyond the limit of 2: %v", err)
+		}
+	}
+	// Forgetting the tenant releases its names, for anyone.
+	if err := s.Forget("t"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"u", "t"} {
+		b := dev.batch(0, 2)
+		b.Program = &programs.Capture{ID: programs.ProgramID{Runtime: "lanes/sim", Name: "p0"}, Nodes: 2}
+		if _, err := s.Submit(context.Background(), tenant, b); err != nil && tenant == "u" {
+			t.Fatalf("a forgotten tenant's program name, registered by another: %v", err)
 		}
 	}
 }

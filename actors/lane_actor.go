@@ -25,11 +25,12 @@ type laneActor struct {
 	polled        []lanes.Receipt    // the poll's receipts, reused by the next poll
 	waiter        hangWaiter         // paces the lane's waits on the device
 
-	delay   time.Duration // current poll back-off; 0 while polling by mailbox
-	quick   int           // mailbox polls left before timers take over
-	steady  int           // timer polls left at PollMin before backing off
-	armed   bool          // a poll is requested from the dispatcher
-	stopped bool
+	delay      time.Duration // current poll back-off; 0 while polling by mailbox
+	quick      int           // mailbox polls left before timers take over
+	steady     int           // timer polls left at PollMin before backing off
+	armed      bool          // a poll is requested from the dispatcher
+	serveArmed bool          // a serveQueue message is on its way
+	stopped    bool
 
 	progressAt time.Time // the last time a fence ended, or work began on an idle lane
 
@@ -67,6 +68,13 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	case pollFences:
 		a.armed = false
 		a.poll()
+	case serveQueue:
+		a.serveArmed = false
+		a.dispatch(false)
+	case forgetPrograms:
+		if a.lane != nil {
+			a.lane.ForgetPrograms(m.ids)
+		}
 	case *AdminRequest:
 		a.admin(m)
 	case *StagedRequest:
@@ -151,19 +159,28 @@ func (a *laneActor) receive(m *SubmitRequest) {
 
 // receiveStaged takes a staged request: a preparation runs now (it is the
 // operator's, after everything received before it); a replay takes its
-// turn in the fair queue like a batch.
+// turn in the fair queue like a batch. A replay waits for its fence on the
+// lane's thread, so the queue serves one and then lets the mailbox in
+// (serveQueue): batches that arrived meanwhile queue beside the next
+// replays instead of waiting behind all of them.
 func (a *laneActor) receiveStaged(m *StagedRequest) {
 	if m.Prepare || !a.serving() {
 		a.dispatch(true)
 		a.staged(m)
 		return
 	}
-	if a.queue.len() == 0 && a.room() {
-		a.staged(m)
-		return
-	}
 	a.queue.push(m)
 	a.ref.queued.Store(int64(a.queue.len()))
+	a.serveLater()
+}
+
+// serveLater asks the mailbox to serve the fair queue once the messages
+// already in it are received.
+func (a *laneActor) serveLater() {
+	if !a.serveArmed {
+		a.serveArmed = true
+		a.s.system.Root.Send(a.self, serveQueue{})
+	}
 }
 
 // room reports whether the stream takes another submission: it holds at
@@ -191,6 +208,11 @@ func (a *laneActor) dispatch(all bool) {
 			}
 		case *StagedRequest:
 			a.staged(m)
+			if !all && a.queue.len() > 0 {
+				a.serveLater() // one replay per turn of the mailbox
+				a.ref.queued.Store(int64(a.queue.len()))
+				return
+			}
 		}
 	}
 	a.ref.queued.Store(int64(a.queue.len()))
@@ -382,6 +404,10 @@ func (a *laneActor) staged(m *StagedRequest) {
 	op := "staged replay"
 	if m.Prepare {
 		op = "prepare staged"
+	}
+	if !m.Prepare && !m.take() {
+		a.s.completeAdmin(m.Call, nil, m.abandoned())
+		return
 	}
 	if !a.serving() {
 		a.s.completeAdmin(m.Call, nil, a.unavailable(op))

@@ -47,6 +47,7 @@ type laneRef struct {
 	dead           atomic.Bool  // the actor panicked and was stopped
 	inflight       atomic.Int64 // admitted, not ended
 	activeWeight   atomic.Int64 // the weights of the tenants with work sent here
+	stagedWeight   atomic.Int64 // the weights of the tenants with staged replays admitted here
 	queued         atomic.Int64 // received, waiting in the fair queue
 	pinned         int          // tenants pinned here (Scheduler.routeMu)
 	inflightFences atomic.Int64

@@ -2,8 +2,10 @@ package actors
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 )
 
 // The lane actor's messages. They are plain data: a call id names the
@@ -51,6 +53,14 @@ type AdminRequest struct {
 // pollFences tells a lane to poll its fences.
 type pollFences struct{}
 
+// forgetPrograms tells a lane to forget a forgotten tenant's programs and
+// evict their executables.
+type forgetPrograms struct{ ids []programs.ProgramID }
+
+// serveQueue tells a lane to serve its fair queue (after a staged replay,
+// once the messages that arrived meanwhile are received).
+type serveQueue struct{}
+
 // stopLane tells a lane to drain, synchronize, trim and stop.
 type stopLane struct{ Call uint64 }
 
@@ -74,4 +84,6 @@ type StagedRequest struct {
 	Collect bool
 	tenant  string // whose replay it is (for the lane's fair queue)
 	weight  int
+	ctx     context.Context // the caller's
+	state   *atomic.Int32   // stagedWaiting, stagedRunning or stagedCanceled
 }

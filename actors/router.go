@@ -43,10 +43,11 @@ type tenantState struct {
 	parked    []*call  // admitted, waiting to move to a new lane, in admission order (mu)
 	forgotten bool     // Forget removed the tenant; admission looks it up again (mu)
 
-	moving   atomic.Bool  // parked is not empty
-	inflight atomic.Int64 // admitted and not ended, parked included
-	active   atomic.Int64 // sent to a lane and not ended or bounced back
-	staged   atomic.Int64 // staged replays admitted and not ended
+	moving   atomic.Bool      // parked is not empty
+	inflight atomic.Int64     // admitted and not ended, parked included
+	active   atomic.Int64     // sent to a lane and not ended or bounced back
+	staged   atomic.Int64     // staged replays admitted and not ended
+	stagedOn map[*laneRef]int // staged replays admitted and not ended, per lane (mu)
 
 	lastActive     atomic.Int64  // unix ns of its last admission (janitor)
 	launches       atomic.Uint64 // launches of its ended submissions, for its fault rate

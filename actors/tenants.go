@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 )
 
 // MaxTenantName is the longest tenant name, in bytes.
@@ -44,9 +45,9 @@ func checkTenant(name string) error {
 // admission state, its fault record and its buffers' ownership (they are
 // no one's afterwards). It refuses ([ErrTenantBusy], retryable) while the
 // tenant has submissions in flight, and a suspended tenant until its
-// suspension ends. Programs the tenant registered stay
-// reserved to its name: lanes still hold their executables until trimmed,
-// and no other tenant may invoke them. A later submission under the name
+// suspension ends. The programs the tenant registered are forgotten too:
+// every lane drops them and evicts their executables before their names
+// are free for any tenant to register. A later submission under the name
 // starts afresh.
 func (s *Scheduler) Forget(tenant string) error {
 	if err := s.refuseStopped("forget"); err != nil {
@@ -80,8 +81,10 @@ func (s *Scheduler) Forget(tenant string) error {
 }
 
 // dropLocked removes a tenant's routing and admission state (ts.mu held,
-// nothing in flight): a later admission makes a new one.
+// nothing in flight): a later admission makes a new one. Its program
+// names are released (see releasePrograms).
 func (s *Scheduler) dropLocked(ts *tenantState) {
+	s.releasePrograms(ts.name)
 	ts.forgotten = true
 	s.tenants.Delete(ts.name)
 	s.forgottenLaunches.Add(ts.launches.Load())
@@ -91,6 +94,36 @@ func (s *Scheduler) dropLocked(ts *tenantState) {
 		ts.lane = nil
 	}
 	s.routeMu.Unlock()
+}
+
+// releasePrograms releases a forgotten tenant's program names: every lane
+// is told to forget the programs and evict their executables before the
+// names are free, so a batch that registers one of them anew reaches each
+// lane after that lane forgot the old program.
+func (s *Scheduler) releasePrograms(tenant string) {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if s.programCount[tenant] == 0 {
+		return
+	}
+	var ids []programs.ProgramID
+	for id, c := range s.programs {
+		if c.owner == tenant && c.pending == 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	for _, ref := range s.lanes {
+		s.system.Root.Send(ref.pid, forgetPrograms{ids: ids})
+	}
+	for _, id := range ids {
+		delete(s.programs, id)
+	}
+	if s.programCount[tenant] -= len(ids); s.programCount[tenant] <= 0 {
+		delete(s.programCount, tenant)
+	}
 }
 
 // Tenants is the number of tenants the scheduler keeps state for.

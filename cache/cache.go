@@ -94,6 +94,7 @@ type Cache struct {
 	retired   []*Executable
 	prep      tracker
 	clock     uint64
+	batches   uint64 // batches prepared (with candidates): the clock of "in use"
 }
 
 // New returns an empty, unconfigured cache.
@@ -154,11 +155,14 @@ func (c *Cache) Retired() int { return len(c.retired) }
 // reported; any other failure is returned.
 func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enqueue func(i int) error) (Report, error) {
 	r := Report{Dispositions: make([]Disposition, len(cands))}
+	if len(cands) > 0 {
+		c.batches++
+	}
 	var misses []SegmentKey
 	missed := map[SegmentKey]bool{}
 	for i, cand := range cands {
 		if e, ok := c.entries[cand.Key]; ok {
-			e.lastUsed = c.tick()
+			e.lastUsed, e.lastBatch = c.tick(), c.batches
 			r.Dispositions[i] = Hit
 			r.Hits++
 			continue
@@ -222,7 +226,7 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 			}
 			return abort(err)
 		}
-		exe.lastUsed = c.tick()
+		exe.lastUsed, exe.lastBatch = c.tick(), c.batches
 		exe.Owner, exe.Bytes = owner, cand.Bytes
 		captured[k] = exe
 		order = append(order, k)
@@ -299,7 +303,7 @@ func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable [
 	donor.Key, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
 	c.resident += exe.Bytes - donor.Bytes
 	donor.Owner, donor.Bytes = exe.Owner, exe.Bytes
-	donor.lastUsed = c.tick()
+	donor.lastUsed, donor.lastBatch = c.tick(), c.batches
 	c.entries[exe.Key] = donor
 	r.Updates = append(r.Updates, Update{From: from, To: exe.Key})
 	r.Evicted = append(r.Evicted, from)
@@ -344,9 +348,12 @@ func (c *Cache) markMisses(r *Report, cands []Candidate, d Disposition, done map
 // its own owner's. Those beyond others' shares go first while the batch's
 // owner is within its own share; its own go first once it is beyond it. So
 // a tenant that churns keys evicts its own executables, never a
-// neighbour's within its share; and when owners outnumber the capacity
-// (a share under one executable), no one's is kept from a newcomer:
-// residents then go least recently used first.
+// neighbour's within its share. When owners outnumber the capacity (a
+// share under one executable), a resident is kept only while it is in use
+// (used within the last two capacities' worth of prepared batches): residents
+// of owners gone idle make room for newcomers, and busy ones are not
+// traded round robin (which would leave every owner capturing and none
+// replaying).
 func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admitted, evictable []SegmentKey, first int) {
 	needed := map[SegmentKey]bool{}
 	for _, cand := range cands {
@@ -387,6 +394,9 @@ func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admi
 		for _, k := range u.keys {
 			if within(u) {
 				break // within its share: the rest of its residents stay
+			}
+			if countShare == 0 && c.batches-c.entries[k].lastBatch <= 2*uint64(c.prep.capacity) {
+				continue // more owners than room: what is in use stays
 			}
 			others = append(others, k)
 			u.n--
@@ -471,7 +481,7 @@ func (c *Cache) Launch(s cuda.Stream, k SegmentKey) (*Executable, error) {
 	if err := e.launch(s); err != nil {
 		return nil, err
 	}
-	e.lastUsed = c.tick()
+	e.lastUsed, e.lastBatch = c.tick(), c.batches
 	return e, nil
 }
 

@@ -43,6 +43,7 @@ type Executable struct {
 	Bytes      int64  // host memory it retains: the uploads it captured
 	uploaded   bool
 	lastUsed   uint64
+	lastBatch  uint64 // the cache's batch count when it was last used
 
 	fingerprint    string     // Key in hex, made once per key
 	fingerprintKey SegmentKey // the key fingerprint was made of

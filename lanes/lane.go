@@ -294,6 +294,27 @@ func (l *Lane) Trim() (cache.TrimReport, error) {
 	return t, nil
 }
 
+// ForgetPrograms removes programs from the lane's catalog and evicts
+// their executables (retired until the stream is quiescent if it has work
+// in flight), so that their names may be registered afresh. It returns how
+// many of them the lane held.
+func (l *Lane) ForgetPrograms(ids []programs.ProgramID) int {
+	n := 0
+	for _, id := range ids {
+		keys := l.catalog.Remove(id)
+		if keys == nil {
+			continue
+		}
+		n++
+		for _, k := range keys {
+			if l.cache.Evict(k, l.quiescent()) {
+				_, _ = l.catalog.Evict(k) // other programs on the key become gaps
+			}
+		}
+	}
+	return n
+}
+
 // Catalog returns the sealed program catalog.
 func (l *Lane) Catalog() ([]programs.Descriptor, error) {
 	if err := l.requireQuiescent("catalog"); err != nil {

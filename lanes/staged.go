@@ -126,6 +126,18 @@ func NewStaged(inputs []Slot, inputMap []int, outputs []Slot, outputMap []int, c
 	return st, nil
 }
 
+// Bytes is what one replay moves: the bytes of its input slots (staged in
+// whole, zero-padded) and of its output slots (read back when collected).
+func (st *Staged) Bytes() (in, out uint64) {
+	for _, s := range st.inputs {
+		in += s.Staging.Length
+	}
+	for _, s := range st.outputs {
+		out += s.Staging.Length
+	}
+	return in, out
+}
+
 // ForHandles visits every device buffer and pinned host buffer the program
 // names (its slots and its compute entries), as [Batch.ForHandles] does.
 func (st *Staged) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.HostBuffer) error) error {

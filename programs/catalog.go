@@ -280,6 +280,22 @@ func (c *Catalog) Evict(key cache.SegmentKey) (int, error) {
 	return changed, nil
 }
 
+// Remove forgets a program and returns the keys of its segments'
+// executables, for the caller to evict (and to Evict from the catalog, so
+// that any other program using one of them turns it into a gap).
+func (c *Catalog) Remove(id ProgramID) []cache.SegmentKey {
+	p, ok := c.programs[id]
+	if !ok {
+		return nil
+	}
+	delete(c.programs, id)
+	keys := make([]cache.SegmentKey, len(p.segments))
+	for i, s := range p.segments {
+		keys[i] = s.key
+	}
+	return keys
+}
+
 // Trim forgets every program; call it when the cache is trimmed.
 func (c *Catalog) Trim() int {
 	n := len(c.programs)

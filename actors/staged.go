@@ -1,0 +1,150 @@
+package actors
+
+// Staged replays through the scheduler. A staged replay runs on the lane
+// its caller names and waits there for its fence, so it is held to the
+// same shares as a batch: it takes an admission slot of its lane (counted
+// against the tenant's fair share of that lane), the bytes it moves count
+// against MaxBatchBytes, it waits its turn in the lane's fair queue, and a
+// replay whose caller gave up before the lane took it never runs.
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/lanesched/lanes/lanes"
+)
+
+// Staged request states: waiting in the lane, running, or given up by its
+// caller before the lane took it.
+const (
+	stagedWaiting int32 = iota
+	stagedRunning
+	stagedCanceled
+)
+
+// Replay runs a staged program, for the tenant that owns its buffers and
+// staging, on the lane it was prepared on, with inputs in logical order,
+// and returns its outputs (when collect). It answers ErrOverloaded when
+// the lane is full and the tenant holds its share of it, ErrLaneUnavailable
+// while the lane is out of routing, and a *BatchTooLargeError when one
+// replay would move more than MaxBatchBytes (its input slots, and its
+// output slots when collected). When ctx ends before the lane takes the
+// replay, it never runs (not submitted); once it runs, Replay waits for it
+// (within the hang timeout), so the lane never reads inputs its caller
+// has taken back.
+func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lanes.Staged, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
+	const op = "staged replay"
+	if err := s.checkAsk(ctx, op, lane); err != nil {
+		return lanes.StagedResult{}, err
+	}
+	if err := s.checkStaged(tenant, st); err != nil {
+		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+	}
+	in, out := st.Bytes()
+	moved := int64(in)
+	if collect {
+		moved += int64(out)
+	}
+	if moved > s.cfg.MaxBatchBytes {
+		return lanes.StagedResult{}, lanes.Wrap(op, true, &BatchTooLargeError{Bytes: moved, MaxBytes: s.cfg.MaxBatchBytes, Staged: true})
+	}
+	ts, err := s.tenant(tenant)
+	if err != nil {
+		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+	}
+	ref := s.lanes[lane]
+	release, err := s.admitStaged(ts, ref)
+	if err != nil {
+		s.dropIfFresh(ts)
+		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+	}
+	c := s.adminFor(ref, &s.stopping)
+	if c == nil {
+		release()
+		return lanes.StagedResult{}, lanes.Wrap(op, true, ErrStopped)
+	}
+	c.release = release
+	m := &StagedRequest{Call: c.id, Program: st, Inputs: inputs, Collect: collect, tenant: ts.name, weight: ts.weight, ctx: ctx, state: new(atomic.Int32)}
+	s.system.Root.Send(ref.pid, m)
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if m.state.CompareAndSwap(stagedWaiting, stagedCanceled) {
+			// It will never run; the lane ends the call, not submitted,
+			// when it comes to it, and frees its slot then (so a caller
+			// that keeps giving up cannot grow the lane's queue).
+			return lanes.StagedResult{}, lanes.Wrap(op, true, ctx.Err())
+		}
+		<-c.done // running: it ends within the hang timeout
+	}
+	res, _ := c.result.(lanes.StagedResult)
+	return res, c.err
+}
+
+// admitStaged counts a staged replay against its lane's admission and the
+// tenant's share of the lane (see reserve), and returns how to undo it.
+func (s *Scheduler) admitStaged(ts *tenantState, ref *laneRef) (release func(), err error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if !eligible(ref, 0) {
+		return nil, fmt.Errorf("%w: lane %d is %v; retry once it serves again (LaneStatus.Health), or prepare the program on another lane", ErrLaneUnavailable, ref.id, ref.State())
+	}
+	mine := int64(ts.stagedOn[ref])
+	if ts.lane == ref {
+		mine += ts.active.Load()
+	}
+	weight := int64(ts.weight)
+	limit := int64(s.cfg.MaxInFlightPerLane)
+	for {
+		n := ref.inflight.Load()
+		if n >= limit {
+			total := ref.activeWeight.Load() + ref.stagedWeight.Load()
+			if mine == 0 {
+				total += weight
+			}
+			share := max(1, limit*weight/max(total, 1))
+			if mine > 0 && (n >= 2*limit || mine >= share) || n >= 3*limit {
+				return nil, fmt.Errorf("%w: lane %d has %d submissions in flight (limit %d), and tenant %q %d of them, its fair share being %d; retry later",
+					ErrOverloaded, ref.id, n, limit, ts.name, mine, share)
+			}
+		}
+		if ref.inflight.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	if ts.stagedOn == nil {
+		ts.stagedOn = map[*laneRef]int{}
+	}
+	if ts.stagedOn[ref]++; ts.stagedOn[ref] == 1 {
+		ref.stagedWeight.Add(weight)
+	}
+	ts.staged.Add(1)
+	ts.lastActive.Store(time.Now().UnixNano())
+	return func() {
+		ts.mu.Lock()
+		if ts.stagedOn[ref]--; ts.stagedOn[ref] <= 0 {
+			delete(ts.stagedOn, ref)
+			ref.stagedWeight.Add(-weight)
+		}
+		ts.mu.Unlock()
+		ts.staged.Add(-1)
+		ref.inflight.Add(-1)
+	}, nil
+}
+
+// take claims a queued staged replay for running; false when its caller
+// gave up first (it then ends not submitted, with the caller's reason).
+func (m *StagedRequest) take() bool {
+	return m.state == nil || m.state.CompareAndSwap(stagedWaiting, stagedRunning)
+}
+
+// abandoned is the error of a staged replay its caller gave up on.
+func (m *StagedRequest) abandoned() error {
+	err := context.Canceled
+	if m.ctx != nil && m.ctx.Err() != nil {
+		err = m.ctx.Err()
+	}
+	return lanes.Wrap("staged replay", true, err)
+}
