@@ -92,10 +92,16 @@
 //     tenant's executables from one that churns keys (Seal a lane to stop
 //     capture on it altogether).
 //   - History. A tenant idle for Config.TenantIdle with nothing in flight,
-//     nothing owned, no suspension and no recent fault is forgotten (as
-//     Forget would); the ownership of a freed buffer is dropped; names are
-//     at most MaxTenantName bytes. Nothing the scheduler keeps grows with
-//     the number of tenants or buffers it has ever seen.
+//     no owned buffers, no registered programs, no suspension and no recent
+//     fault is forgotten (as Forget would); a name whose every submission
+//     was refused leaves nothing; the ownership of a freed buffer is
+//     dropped; tenant and program names are at most 256 bytes, and program
+//     names reserved at most Config.MaxProgramsPerTenant per tenant and
+//     Config.MaxPrograms in all (Forget releases a tenant's, after every
+//     lane forgot its programs). A forgotten tenant's executables leave
+//     lanes whose preparation is open; a sealed lane keeps them. Nothing
+//     the scheduler keeps grows with the number of tenants or buffers it
+//     has ever seen.
 //
 // # Order per tenant
 //

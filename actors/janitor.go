@@ -2,8 +2,9 @@ package actors
 
 // The janitor: what the scheduler forgets on its own, so that nothing it
 // keeps grows with its history. A tenant idle for Config.TenantIdle, with
-// nothing in flight, nothing owned, no suspension and no fault inside the
-// suspension window, is forgotten as Forget would; an ownership row whose
+// nothing in flight, no owned buffers, no registered programs (bounded by
+// Config.MaxPrograms), no suspension and no fault inside the suspension
+// window, is forgotten as Forget would; an ownership row whose
 // buffer was freed is dropped (the buffer is no one's, and its id may be
 // handed out again).
 
@@ -59,10 +60,10 @@ func (s *Scheduler) forgetIdle(ts *tenantState, now time.Time) {
 		return
 	}
 	s.ownMu.RLock()
-	owns := len(s.owned[ts.name]) > 0
+	owns := len(s.owned[ts.name]) > 0 || s.programCount[ts.name] > 0
 	s.ownMu.RUnlock()
 	if owns {
-		return
+		return // its buffers, or its programs (which lanes would drop), keep it
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()

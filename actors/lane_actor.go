@@ -71,9 +71,9 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	case serveQueue:
 		a.serveArmed = false
 		a.dispatch(false)
-	case forgetPrograms:
+	case forgetTenant:
 		if a.lane != nil {
-			a.lane.ForgetPrograms(m.ids)
+			a.lane.ForgetTenant(m.tenant, m.programs)
 		}
 	case *AdminRequest:
 		a.admin(m)

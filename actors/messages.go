@@ -53,9 +53,12 @@ type AdminRequest struct {
 // pollFences tells a lane to poll its fences.
 type pollFences struct{}
 
-// forgetPrograms tells a lane to forget a forgotten tenant's programs and
-// evict their executables.
-type forgetPrograms struct{ ids []programs.ProgramID }
+// forgetTenant tells a lane to forget a forgotten tenant's programs and
+// executables.
+type forgetTenant struct {
+	tenant   string
+	programs []programs.ProgramID
+}
 
 // serveQueue tells a lane to serve its fair queue (after a staged replay,
 // once the messages that arrived meanwhile are received).

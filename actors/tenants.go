@@ -81,10 +81,13 @@ func (s *Scheduler) Forget(tenant string) error {
 }
 
 // dropLocked removes a tenant's routing and admission state (ts.mu held,
-// nothing in flight): a later admission makes a new one. Its program
-// names are released (see releasePrograms).
+// nothing in flight): a later admission makes a new one. The lanes forget
+// its programs and executables, and its program names are released (see
+// releaseLanes).
 func (s *Scheduler) dropLocked(ts *tenantState) {
-	s.releasePrograms(ts.name)
+	if ts.lastActive.Load() != 0 { // it ran something: lanes may hold its executables
+		s.releaseLanes(ts.name)
+	}
 	ts.forgotten = true
 	s.tenants.Delete(ts.name)
 	s.forgottenLaunches.Add(ts.launches.Load())
@@ -96,27 +99,23 @@ func (s *Scheduler) dropLocked(ts *tenantState) {
 	s.routeMu.Unlock()
 }
 
-// releasePrograms releases a forgotten tenant's program names: every lane
-// is told to forget the programs and evict their executables before the
-// names are free, so a batch that registers one of them anew reaches each
-// lane after that lane forgot the old program.
-func (s *Scheduler) releasePrograms(tenant string) {
+// releaseLanes tells every lane to forget a forgotten tenant's programs
+// and executables, and then releases its program names: a batch that
+// registers one of them anew reaches each lane after that lane forgot the
+// old program.
+func (s *Scheduler) releaseLanes(tenant string) {
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
-	if s.programCount[tenant] == 0 {
-		return
-	}
 	var ids []programs.ProgramID
-	for id, c := range s.programs {
-		if c.owner == tenant && c.pending == 0 {
-			ids = append(ids, id)
+	if s.programCount[tenant] > 0 {
+		for id, c := range s.programs {
+			if c.owner == tenant && c.pending == 0 {
+				ids = append(ids, id)
+			}
 		}
 	}
-	if len(ids) == 0 {
-		return
-	}
 	for _, ref := range s.lanes {
-		s.system.Root.Send(ref.pid, forgetPrograms{ids: ids})
+		s.system.Root.Send(ref.pid, forgetTenant{tenant: tenant, programs: ids})
 	}
 	for _, id := range ids {
 		delete(s.programs, id)

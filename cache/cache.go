@@ -343,17 +343,18 @@ func (c *Cache) markMisses(r *Report, cands []Candidate, d Disposition, done map
 // Residents this batch needs are never evictable.
 //
 // Each owner with residents, and the batch's owner, has an equal share of
-// the capacity and of the byte bound. The batch may evict another owner's
-// residents beyond that owner's share (the least recently used first), and
-// its own owner's. Those beyond others' shares go first while the batch's
-// owner is within its own share; its own go first once it is beyond it. So
-// a tenant that churns keys evicts its own executables, never a
-// neighbour's within its share. When owners outnumber the capacity (a
-// share under one executable), a resident is kept only while it is in use
-// (used within the last two capacities' worth of prepared batches): residents
-// of owners gone idle make room for newcomers, and busy ones are not
-// traded round robin (which would leave every owner capturing and none
-// replaying).
+// the capacity and of the byte bound. The batch may evict its own owner's
+// residents, and another owner's beyond that owner's share (the least
+// recently used first): while its owner is under its own share, any of
+// those; once its owner has its share, only those not in use (not used
+// within the last two capacities' worth of prepared batches). Others'
+// excess goes first while the batch's owner is within its share, its own
+// residents first once it is beyond it. So a tenant that churns keys evicts
+// its own executables, never a neighbour's within its share; owners that
+// all need more than their share (or outnumber the capacity) keep what
+// they use instead of trading executables round robin (which would leave
+// every owner capturing and none replaying); and the residents of owners
+// gone idle make room for newcomers.
 func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admitted, evictable []SegmentKey, first int) {
 	needed := map[SegmentKey]bool{}
 	for _, cand := range cands {
@@ -385,6 +386,9 @@ func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admi
 	within := func(u *use) bool { return u.n <= countShare && (c.byteLimit == 0 || u.bytes <= byteShare) }
 	mine := uses[owner]
 	ownFirst := !within(mine)
+	// A batch whose tenant is under its share may take from others' excess
+	// what they use; one at or over its share only what they left idle.
+	under := mine.n < countShare && (c.byteLimit == 0 || mine.bytes < byteShare)
 	var others []SegmentKey
 	for o, u := range uses {
 		if o == owner {
@@ -395,8 +399,8 @@ func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admi
 			if within(u) {
 				break // within its share: the rest of its residents stay
 			}
-			if countShare == 0 && c.batches-c.entries[k].lastBatch <= 2*uint64(c.prep.capacity) {
-				continue // more owners than room: what is in use stays
+			if !under && c.batches-c.entries[k].lastBatch <= 2*uint64(c.prep.capacity) {
+				continue // in use, and the batch's tenant has its share
 			}
 			others = append(others, k)
 			u.n--
@@ -461,6 +465,21 @@ func (c *Cache) evict(k SegmentKey, quiescent bool) {
 		c.retired = append(c.retired, e)
 		c.retiredB += e.Bytes
 	}
+}
+
+// EvictOwner removes every resident executable of an owner (a tenant the
+// scheduler forgot) and returns their keys.
+func (c *Cache) EvictOwner(owner string, quiescent bool) []SegmentKey {
+	var keys []SegmentKey
+	for k, e := range c.entries {
+		if e.Owner == owner {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		c.evict(k, quiescent)
+	}
+	return keys
 }
 
 // Evict removes one resident executable. It reports whether it was resident.

@@ -142,3 +142,28 @@ func TestNoSquatting(t *testing.T) {
 		}
 	}
 }
+
+// TestNoRoundRobinThrash: owners that all need more than their share keep
+// what they use; they do not evict each other's in turn (which would
+// leave every batch capturing and none replaying).
+func TestNoRoundRobinThrash(t *testing.T) {
+	r := cachetest.New(t, 8)
+	if _, err := r.Cache.Configure(4); err != nil {
+		t.Fatal(err)
+	}
+	owners := []string{"a", "b", "c"}
+	hits, captures := 0, 0
+	for step := range 30 {
+		i := step % 3
+		r.Owner = owners[i]
+		// two segments per batch, split by an eager barrier
+		cmds := append(append(r.Segment(i, i+3), r.Barrier(7)), r.Segment(i+3, i)...)
+		_, rep := r.Run(cmds, true)
+		hits += rep.Hits
+		captures += rep.Captured + rep.Updated
+	}
+	t.Logf("3 owners needing 2 executables each in a cache of 4: %d hits, %d captures in 30 batches", hits, captures)
+	if hits < 30 || captures > 8 {
+		t.Fatalf("%d hits and %d captures: the owners traded executables round robin", hits, captures)
+	}
+}

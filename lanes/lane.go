@@ -294,25 +294,28 @@ func (l *Lane) Trim() (cache.TrimReport, error) {
 	return t, nil
 }
 
-// ForgetPrograms removes programs from the lane's catalog and evicts
-// their executables (retired until the stream is quiescent if it has work
-// in flight), so that their names may be registered afresh. It returns how
-// many of them the lane held.
-func (l *Lane) ForgetPrograms(ids []programs.ProgramID) int {
-	n := 0
+// ForgetTenant removes what the lane keeps for a tenant the scheduler
+// forgot: its programs (so that their names may be registered afresh) and,
+// while preparation is open, every executable its batches captured (so
+// that they hold no room others could capture into; a sealed cache keeps
+// them, and a tenant that comes back under the name still replays).
+// Evicted executables are retired until the stream is quiescent if it has
+// work in flight; other programs that used them turn them into gaps.
+func (l *Lane) ForgetTenant(tenant string, ids []programs.ProgramID) {
+	var evicted []cache.SegmentKey
+	if l.cache.Preparation().State == cache.Open {
+		evicted = l.cache.EvictOwner(tenant, l.quiescent())
+	}
 	for _, id := range ids {
-		keys := l.catalog.Remove(id)
-		if keys == nil {
-			continue
-		}
-		n++
-		for _, k := range keys {
+		for _, k := range l.catalog.Remove(id) {
 			if l.cache.Evict(k, l.quiescent()) {
-				_, _ = l.catalog.Evict(k) // other programs on the key become gaps
+				evicted = append(evicted, k)
 			}
 		}
 	}
-	return n
+	for _, k := range evicted {
+		_, _ = l.catalog.Evict(k)
+	}
 }
 
 // Catalog returns the sealed program catalog.
