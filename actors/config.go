@@ -66,8 +66,9 @@ type Config struct {
 	MaxProgramsPerTenant int
 	MaxPrograms          int
 	// TenantIdle is how long a tenant with nothing in flight, no owned
-	// buffers, no registered programs, no suspension and no recent faults
-	// is kept before the scheduler forgets it on its own (as Forget does).
+	// buffers, no registered programs (unless reserved program names reach
+	// nine tenths of MaxPrograms), no suspension and no recent faults is
+	// kept before the scheduler forgets it on its own (as Forget does).
 	// Default 1m; negative: never.
 	TenantIdle time.Duration
 	// CacheBytes bounds each lane's executable cache by the host memory

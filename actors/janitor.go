@@ -2,9 +2,9 @@ package actors
 
 // The janitor: what the scheduler forgets on its own, so that nothing it
 // keeps grows with its history. A tenant idle for Config.TenantIdle, with
-// nothing in flight, no owned buffers, no registered programs (bounded by
-// Config.MaxPrograms), no suspension and no fault inside the suspension
-// window, is forgotten as Forget would; an ownership row whose
+// nothing in flight, no owned buffers, no registered programs (unless
+// reserved names reach nine tenths of Config.MaxPrograms), no suspension
+// and no fault inside the suspension window, is forgotten as Forget would; an ownership row whose
 // buffer was freed is dropped (the buffer is no one's, and its id may be
 // handed out again).
 
@@ -60,10 +60,14 @@ func (s *Scheduler) forgetIdle(ts *tenantState, now time.Time) {
 		return
 	}
 	s.ownMu.RLock()
-	owns := len(s.owned[ts.name]) > 0 || s.programCount[ts.name] > 0
+	// Its buffers keep it, and its programs (which lanes would drop) while
+	// reserved names are not scarce: at nine tenths of MaxPrograms, idle
+	// tenants give theirs back, so that idle names cannot lock others out.
+	scarce := len(s.programs) >= s.cfg.MaxPrograms-s.cfg.MaxPrograms/10
+	owns := len(s.owned[ts.name]) > 0 || s.programCount[ts.name] > 0 && !scarce
 	s.ownMu.RUnlock()
 	if owns {
-		return // its buffers, or its programs (which lanes would drop), keep it
+		return
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()

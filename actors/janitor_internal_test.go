@@ -2,13 +2,16 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 )
 
 func janitorRig(t *testing.T, idle time.Duration) (*Scheduler, *sim.Device) {
@@ -107,4 +110,42 @@ func TestJanitorDropsFreedOwnership(t *testing.T) {
 	if len(s.owned) != 0 || len(s.owners) != 0 {
 		t.Fatalf("after freeing every owned buffer: %d tenants, %d owners", len(s.owned), len(s.owners))
 	}
+}
+
+// TestJanitorReleasesScarceProgramNames: idle tenants keep their program
+// names until reserved names run short; then they give them back, and a
+// newcomer can register.
+func TestJanitorReleasesScarceProgramNames(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(context.Background(), Config{Devices: []cuda.Device{dev}, TenantIdle: 20 * time.Millisecond, MaxPrograms: 10, MaxProgramsPerTenant: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.Stop(context.Background())
+		_ = dev.Close()
+	})
+	buf, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	inc, _ := cuda.Launch(dev.Registry().MustSpec("inc_i32"), cuda.Linear(16, 16), cuda.BufferArg(buf.Whole()), cuda.I32Arg(16))
+	program := func(tenant, name string) error {
+		b := lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: inc,
+			Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}},
+			Program: &programs.Capture{ID: programs.ProgramID{Runtime: "lanes/sim", Name: name}, Nodes: 1}}
+		_, err := s.Submit(context.Background(), tenant, b)
+		return err
+	}
+	for i := range 5 {
+		for j := range 2 {
+			if err := program(fmt.Sprint("t", i), fmt.Sprint("p", i, j)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := program("late", "q"); !errors.Is(err, ErrProgramLimit) {
+		t.Fatalf("an eleventh name under a limit of ten: %v", err)
+	}
+	eventually(t, "idle tenants give their names back", func() bool { return program("late", "q") == nil })
 }
