@@ -28,14 +28,18 @@ type Config struct {
 	// holds), so MaxInFlightPerTenant is at most MaxInFlightPerLane.
 	MaxInFlightPerLane   int // default 256
 	MaxInFlightPerTenant int // default and most: MaxInFlightPerLane
-	// StreamDepth is how many submissions a lane keeps enqueued on its
-	// stream; the batches it receives beyond them wait in its fair queue,
-	// served by deficit round robin over its tenants. Default 4; negative:
-	// no bound (first come, first served). On the H200, depths 2, 4, 8 and
-	// unbounded served lanedemo's closed loop alike (within noise at 1, 4
-	// and 8 lanes), and light tenants' p99 beside a flooding tenant on
-	// their lane was 2.6x, 1.4x and 3.6x their p99 alone at depths 2, 4
-	// and 8 (docs/measurements/2026-12-01-fair-shares.txt).
+	// StreamDepth is how many of one tenant's submissions a lane keeps
+	// enqueued on its stream (and the stream, unless empty, less than one
+	// batch's worth of commands, MaxBatchEntries); the batches it receives
+	// beyond them wait in its fair queue, served by deficit round robin
+	// over its tenants. So a light tenant's batch waits behind at most
+	// StreamDepth of a flooding tenant's, while many tenants with a batch
+	// or two each keep the stream as full as they like. Default 4;
+	// negative: no bound (first come, first served). On the H200 a light
+	// tenant's p99 beside a flooding one on its lane was 1.3-1.4x its p99
+	// alone at 4 (3 runs), 2.8x at 8; lanedemo's closed loop (16 tenants,
+	// one step each in flight) is not slowed by it
+	// (docs/measurements/2026-12-01-fair-shares.txt).
 	StreamDepth int
 	// Quantum is the credit, in batch entries, each round of a lane's fair
 	// queue gives a tenant per unit of weight. Default 16.

@@ -70,12 +70,14 @@
 //     tenant fills a lane to its limit and is then refused ErrOverloaded,
 //     while the others are still admitted. MaxInFlightPerTenant is at most
 //     MaxInFlightPerLane (a tenant's work is on one lane).
-//   - Lane time. A lane keeps at most Config.StreamDepth submissions (and
-//     one batch's worth of entries) on its stream; what it receives beyond
-//     that waits in its fair queue, one FIFO per tenant, served by deficit
-//     round robin: each round gives a tenant Config.Quantum entries of
-//     credit per unit of weight. A light tenant's batch waits for at most
-//     one round of the others' batches plus what the stream holds.
+//   - Lane time. A lane keeps at most Config.StreamDepth of one tenant's
+//     submissions on its stream (and, unless it is empty, less than one
+//     batch's worth of commands); what it receives beyond that waits in its
+//     fair queue, one FIFO per tenant, served by deficit round robin: each
+//     round gives a tenant Config.Quantum commands of credit per unit of
+//     weight. Staged replays take their turns there too, one per turn of
+//     the mailbox. A light tenant's batch waits for at most one round of
+//     the others' work plus what the stream holds.
 //   - Batch size. A batch beyond Config.MaxBatchEntries entries or
 //     MaxBatchBytes of upload bytes is refused, not submitted, with a
 //     [*BatchTooLargeError] that says how to split it. A lane enqueues a

@@ -78,15 +78,28 @@ func (q *fairQueue) push(m work) {
 }
 
 // pop takes the next work by deficit round robin, or nil when none waits.
-func (q *fairQueue) pop() work {
+func (q *fairQueue) pop() work { return q.popFor(nil) }
+
+// popFor takes the next work by deficit round robin among the tenants
+// ready says may go now (nil: all), or nil when none of them waits. A
+// tenant that may not go keeps its place and its credit.
+func (q *fairQueue) popFor(ready func(tenant string) bool) work {
 	if q.n == 0 {
 		return nil
 	}
-	for {
+	for skipped := 0; ; {
 		if q.next >= len(q.ring) {
 			q.next = 0
 		}
 		t := q.ring[q.next]
+		if ready != nil && !ready(t.name) {
+			if skipped++; skipped >= len(q.ring) {
+				return nil
+			}
+			q.next++
+			continue
+		}
+		skipped = 0
 		if !t.credited {
 			t.credited = true
 			t.deficit += t.weight * max(q.quantum, 1)

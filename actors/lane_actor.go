@@ -22,6 +22,7 @@ type laneActor struct {
 	calls         map[uint64]waiting // fence -> the call waiting on it
 	queue         fairQueue          // received batches waiting for room on the stream
 	streamEntries int                // entries of the batches on the stream (in calls)
+	onStream      map[string]int     // each tenant's submissions on the stream
 	polled        []lanes.Receipt    // the poll's receipts, reused by the next poll
 	waiter        hangWaiter         // paces the lane's waits on the device
 
@@ -128,6 +129,7 @@ func (a *laneActor) open() error {
 func (a *laneActor) serve() {
 	if a.calls == nil {
 		a.calls = map[uint64]waiting{}
+		a.onStream = map[string]int{}
 	}
 	a.ref.publish(a.lane.Counters())
 	a.ref.mu.Lock()
@@ -149,12 +151,18 @@ func (a *laneActor) receive(m *SubmitRequest) {
 		a.s.reroute(m, a.ref)
 		return
 	}
-	if a.queue.len() == 0 && a.room() {
+	if a.queue.len() == 0 && a.room() && a.mayEnqueue(m.Tenant) {
 		a.submit(m)
 		return
 	}
 	a.queue.push(m)
 	a.ref.queued.Store(int64(a.queue.len()))
+}
+
+// mayEnqueue reports whether a tenant may put another batch on the stream:
+// it holds fewer than StreamDepth of the stream's submissions.
+func (a *laneActor) mayEnqueue(tenant string) bool {
+	return a.s.cfg.StreamDepth < 0 || a.onStream[tenant] < a.s.cfg.StreamDepth
 }
 
 // receiveStaged takes a staged request: a preparation runs now (it is the
@@ -183,15 +191,16 @@ func (a *laneActor) serveLater() {
 	}
 }
 
-// room reports whether the stream takes another submission: it holds at
-// most StreamDepth of them, and, unless it is empty, fewer entries than
-// one batch may have (MaxBatchEntries), so that a tenant's batch waits
-// behind at most one outsized batch there.
+// room reports whether the stream takes another submission: unless it is
+// empty, it holds fewer commands than one batch may have
+// (MaxBatchEntries), so that a batch waits behind at most about one
+// outsized batch there; each tenant holds at most StreamDepth of its
+// submissions (mayEnqueue).
 func (a *laneActor) room() bool {
 	if a.s.cfg.StreamDepth < 0 || len(a.calls) == 0 {
 		return true
 	}
-	return len(a.calls) < a.s.cfg.StreamDepth && a.streamEntries < a.s.cfg.MaxBatchEntries
+	return a.streamEntries < a.s.cfg.MaxBatchEntries
 }
 
 // dispatch moves waiting batches to the stream while it has room (all of
@@ -199,7 +208,13 @@ func (a *laneActor) room() bool {
 // for everything received before them).
 func (a *laneActor) dispatch(all bool) {
 	for a.queue.len() > 0 && (all || a.room()) {
-		switch m := a.queue.pop().(type) {
+		var next work
+		if all {
+			next = a.queue.pop()
+		} else if next = a.queue.popFor(a.mayEnqueue); next == nil {
+			break // every waiting tenant holds its depth of the stream
+		}
+		switch m := next.(type) {
 		case *SubmitRequest:
 			if !a.serving() {
 				a.s.reroute(m, a.ref)
@@ -262,6 +277,7 @@ func (a *laneActor) submit(m *SubmitRequest) {
 	}
 	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant, entries: m.cost()}
 	a.streamEntries += m.cost()
+	a.onStream[m.Tenant]++
 	a.arm(true)
 }
 
@@ -309,6 +325,9 @@ func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 		}
 		delete(a.calls, r.Fence)
 		a.streamEntries -= w.entries
+		if a.onStream[w.tenant]--; a.onStream[w.tenant] <= 0 {
+			delete(a.onStream, w.tenant)
+		}
 		var err error
 		switch r.Outcome {
 		case lanes.Succeeded:
@@ -368,8 +387,8 @@ func (a *laneActor) arm(progress bool) {
 		return
 	}
 	switch {
-	case a.delay == 0:
-		a.delay = a.s.cfg.PollMin
+	case a.delay == 0 || a.queue.len() > 0:
+		a.delay = a.s.cfg.PollMin // work waits for room on the stream: no back-off
 	case a.steady > 0:
 		a.steady--
 	case a.delay < a.s.cfg.PollMax:
@@ -498,6 +517,7 @@ func (a *laneActor) endRemaining(cause error) {
 		a.s.complete(w.call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate}, indeterminate("fence", cause))
 	}
 	clear(a.calls)
+	clear(a.onStream)
 	a.streamEntries = 0
 	a.ref.inflightFences.Store(0)
 }
