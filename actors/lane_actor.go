@@ -23,6 +23,8 @@ type laneActor struct {
 	queue         fairQueue          // received batches waiting for room on the stream
 	streamEntries int                // entries of the batches on the stream (in calls)
 	onStream      map[string]int     // each tenant's submissions on the stream
+	lastTenant    string             // the tenant that last sent work
+	sharedUntil   time.Time          // until when the lane counts as shared (noteTenant)
 	polled        []lanes.Receipt    // the poll's receipts, reused by the next poll
 	waiter        hangWaiter         // paces the lane's waits on the device
 
@@ -151,6 +153,7 @@ func (a *laneActor) receive(m *SubmitRequest) {
 		a.s.reroute(m, a.ref)
 		return
 	}
+	a.noteTenant(m.Tenant)
 	if a.queue.len() == 0 && a.room() && a.mayEnqueue(m.Tenant) {
 		a.submit(m)
 		return
@@ -160,10 +163,28 @@ func (a *laneActor) receive(m *SubmitRequest) {
 }
 
 // mayEnqueue reports whether a tenant may put another batch on the stream:
-// it holds fewer than StreamDepth of the stream's submissions.
+// it holds fewer than StreamDepth of the stream's submissions, or the lane
+// serves it alone (no other tenant sent it work for sharedWindow), when a
+// deeper stream costs no one anything and keeps the device busy.
 func (a *laneActor) mayEnqueue(tenant string) bool {
-	return a.s.cfg.StreamDepth < 0 || a.onStream[tenant] < a.s.cfg.StreamDepth
+	return a.s.cfg.StreamDepth < 0 || a.onStream[tenant] < a.s.cfg.StreamDepth || !a.shared()
 }
+
+// sharedWindow is how long after another tenant's last work a lane counts
+// as shared.
+const sharedWindow = 50 * time.Millisecond
+
+// noteTenant records that a tenant sent the lane work: a tenant other than
+// the last one makes the lane shared for sharedWindow.
+func (a *laneActor) noteTenant(tenant string) {
+	if tenant != a.lastTenant {
+		a.lastTenant = tenant
+		a.sharedUntil = time.Now().Add(sharedWindow)
+	}
+}
+
+// shared reports whether more than one tenant sent the lane work lately.
+func (a *laneActor) shared() bool { return time.Now().Before(a.sharedUntil) }
 
 // receiveStaged takes a staged request: a preparation runs now (it is the
 // operator's, after everything received before it); a replay takes its
@@ -177,6 +198,7 @@ func (a *laneActor) receiveStaged(m *StagedRequest) {
 		a.staged(m)
 		return
 	}
+	a.noteTenant(m.tenant)
 	a.queue.push(m)
 	a.ref.queued.Store(int64(a.queue.len()))
 	a.serveLater()
