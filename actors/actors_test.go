@@ -380,9 +380,10 @@ func TestPanicInLaneActorQuarantines(t *testing.T) {
 	}
 }
 
-func TestStagedReplayThroughTheScheduler(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 0)
-	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
+// prepareStagedInc prepares, for tenant "t" on lane 0, a staged program
+// that increments a 4-element counter staged in from 16 bytes and back.
+func prepareStagedInc(t *testing.T, s *actors.Scheduler, dev *device) *lanes.Staged {
+	t.Helper()
 	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
 	h, _ := dev.AllocHost(16)
 	o, _ := dev.AllocHost(16)
@@ -392,10 +393,17 @@ func TestStagedReplayThroughTheScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
+	if err := s.PrepareStaged(context.Background(), "t", 0, st); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+func TestStagedReplayThroughTheScheduler(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 0)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
+	st := prepareStagedInc(t, s, dev)
+	ctx := context.Background()
 	res, err := s.Replay(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, true)
 	if err != nil || res.Outputs[0][0] != 8 {
 		t.Fatalf("replay: %+v %v", res, err)

@@ -14,7 +14,6 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -172,19 +171,9 @@ func TestEverythingCountsAgainstTheBounds(t *testing.T) {
 func TestStagedReplayBounds(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 0)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, MaxBatchBytes: 24})
-	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
-	h, _ := dev.AllocHost(16)
-	o, _ := dev.AllocHost(16)
-	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(4, 4), cuda.BufferArg(a.Whole()), cuda.I32Arg(4))
-	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
-		[]lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := prepareStagedInc(t, s, dev)
 	ctx := context.Background()
-	if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
-		t.Fatal(err)
-	}
+	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
 	var big *actors.BatchTooLargeError
 	// Its slots move 16 bytes in and, collected, 16 out: whatever the
 	// caller passes, that is what a replay costs.
