@@ -158,7 +158,12 @@ func (a *laneActor) receive(m *SubmitRequest) {
 		a.submit(m)
 		return
 	}
-	a.queue.push(m)
+	a.hold(m)
+}
+
+// hold puts work in the fair queue.
+func (a *laneActor) hold(w work) {
+	a.queue.push(w)
 	a.ref.queued.Store(int64(a.queue.len()))
 }
 
@@ -199,8 +204,7 @@ func (a *laneActor) receiveStaged(m *StagedRequest) {
 		return
 	}
 	a.noteTenant(m.tenant)
-	a.queue.push(m)
-	a.ref.queued.Store(int64(a.queue.len()))
+	a.hold(m)
 	a.serveLater()
 }
 
@@ -229,6 +233,7 @@ func (a *laneActor) room() bool {
 // them when all is set: before administration and at a drain, which wait
 // for everything received before them).
 func (a *laneActor) dispatch(all bool) {
+	defer func() { a.ref.queued.Store(int64(a.queue.len())) }()
 	for a.queue.len() > 0 && (all || a.room()) {
 		var next work
 		if all {
@@ -247,12 +252,10 @@ func (a *laneActor) dispatch(all bool) {
 			a.staged(m)
 			if !all && a.queue.len() > 0 {
 				a.serveLater() // one replay per turn of the mailbox
-				a.ref.queued.Store(int64(a.queue.len()))
 				return
 			}
 		}
 	}
-	a.ref.queued.Store(int64(a.queue.len()))
 }
 
 // requeue hands all waiting work back, not submitted: batches to the
@@ -510,13 +513,13 @@ func (a *laneActor) admin(m *AdminRequest) {
 // drain ends everything in flight (waiting for the stream within the hang
 // timeout), trims and releases the stream.
 func (a *laneActor) drain() {
-	a.stopped = true
 	a.disarm()
 	a.cancelRebuild()
 	if a.lane != nil && a.lane.State() != lanes.Failed {
-		a.stopped = false // what it received before the stop runs
-		a.dispatch(true)
-		a.stopped = true
+		a.dispatch(true) // what it received before the stop runs
+	}
+	a.stopped = true
+	if a.lane != nil && a.lane.State() != lanes.Failed {
 		rs, _, err := a.lane.Synchronize()
 		a.deliver(rs)
 		if err == nil {

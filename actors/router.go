@@ -314,17 +314,23 @@ func (s *Scheduler) reserve(ts *tenantState, r *laneRef, device uint64) bool {
 	if !eligible(r, device) {
 		return false
 	}
+	_, ok := s.claimSlot(r, ts.active.Load()+ts.staged.Load(), func() int64 { return s.share(ts, r) })
+	return ok
+}
+
+// claimSlot counts one more submission against a lane for a tenant that
+// holds mine of its submissions, if the lane has room for it (see
+// reserve); share is the tenant's fair share of the lane, asked only when
+// the lane is past its limit. It returns the lane's count it saw.
+func (s *Scheduler) claimSlot(r *laneRef, mine int64, share func() int64) (int64, bool) {
 	limit := int64(s.cfg.MaxInFlightPerLane)
 	for {
 		n := r.inflight.Load()
-		if n >= limit {
-			active := ts.active.Load() + ts.staged.Load()
-			if active > 0 && (n >= 2*limit || active >= s.share(ts, r)) || n >= 3*limit {
-				return false
-			}
+		if n >= limit && (mine > 0 && (n >= 2*limit || mine >= share()) || n >= 3*limit) {
+			return n, false
 		}
 		if r.inflight.CompareAndSwap(n, n+1) {
-			return true
+			return n, true
 		}
 	}
 }
@@ -337,7 +343,13 @@ func (s *Scheduler) share(ts *tenantState, r *laneRef) int64 {
 	if ts.active.Load() == 0 || ts.lane != r {
 		total += int64(ts.weight)
 	}
-	return max(1, int64(s.cfg.MaxInFlightPerLane)*int64(ts.weight)/max(total, 1))
+	return s.fairShare(ts.weight, total)
+}
+
+// fairShare is the slots of a lane's limit that weight earns among users
+// of total weight (at least one).
+func (s *Scheduler) fairShare(weight int, total int64) int64 {
+	return max(1, int64(s.cfg.MaxInFlightPerLane)*int64(weight)/max(total, 1))
 }
 
 // errRecovering is route's answer when no lane of the device is healthy but

@@ -96,23 +96,16 @@ func (s *Scheduler) admitStaged(ts *tenantState, ref *laneRef) (release func(), 
 		mine += ts.active.Load()
 	}
 	weight := int64(ts.weight)
-	limit := int64(s.cfg.MaxInFlightPerLane)
-	for {
-		n := ref.inflight.Load()
-		if n >= limit {
-			total := ref.activeWeight.Load() + ref.stagedWeight.Load()
-			if mine == 0 {
-				total += weight
-			}
-			share := max(1, limit*weight/max(total, 1))
-			if mine > 0 && (n >= 2*limit || mine >= share) || n >= 3*limit {
-				return nil, fmt.Errorf("%w: lane %d has %d submissions in flight (limit %d), and tenant %q %d of them, its fair share being %d; retry later",
-					ErrOverloaded, ref.id, n, limit, ts.name, mine, share)
-			}
+	share := func() int64 {
+		total := ref.activeWeight.Load() + ref.stagedWeight.Load()
+		if mine == 0 {
+			total += weight
 		}
-		if ref.inflight.CompareAndSwap(n, n+1) {
-			break
-		}
+		return s.fairShare(ts.weight, total)
+	}
+	if n, ok := s.claimSlot(ref, mine, share); !ok {
+		return nil, fmt.Errorf("%w: lane %d has %d submissions in flight (limit %d), and tenant %q %d of them, its fair share being %d; retry later",
+			ErrOverloaded, ref.id, n, s.cfg.MaxInFlightPerLane, ts.name, mine, share())
 	}
 	if ts.stagedOn == nil {
 		ts.stagedOn = map[*laneRef]int{}
