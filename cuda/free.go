@@ -37,10 +37,11 @@ func (f *FreeFence) RemoveStream(use *sync.Mutex) {
 	f.mu.Unlock()
 }
 
-// Mark runs mark (which records a buffer as going, under the device's own
-// lock) while no stream is halfway through an enqueue or launch, and counts
-// a free when it succeeds.
-func (f *FreeFence) Mark(mark func() error) error {
+// MarkGoing records buffer or host buffer id as being freed (in going,
+// a table of the device guarded by its lock) while no stream is halfway
+// through an enqueue or launch, and counts a free. It refuses, with
+// GoingError, an id present says is gone or that is already going.
+func (f *FreeFence) MarkGoing(op string, lock sync.Locker, going map[uint64]bool, present func() bool, id uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for use := range f.streams {
@@ -51,9 +52,12 @@ func (f *FreeFence) Mark(mark func() error) error {
 			use.Unlock()
 		}
 	}()
-	if err := mark(); err != nil {
-		return err
+	lock.Lock()
+	defer lock.Unlock()
+	if !present() || going[id] {
+		return GoingError(op, id)
 	}
+	going[id] = true
 	f.frees.Add(1)
 	return nil
 }

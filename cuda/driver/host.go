@@ -69,7 +69,7 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 	if err != nil {
 		return err
 	}
-	if err := d.markGoing(op, d.hostsGo, func() bool { _, ok := d.hosts[h.ID]; return ok }, h.ID); err != nil {
+	if err := d.frees.MarkGoing(op, &d.mu, d.hostsGo, func() bool { _, ok := d.hosts[h.ID]; return ok }, h.ID); err != nil {
 		return err
 	}
 	// cuMemFreeHost does not wait for the device: work that reads or

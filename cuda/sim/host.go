@@ -65,7 +65,7 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 	if _, err := d.hostLookup(op, h); err != nil {
 		return err
 	}
-	if err := d.markGoing(op, d.hostsGoing, func() bool { _, ok := d.hosts[h.ID]; return ok }, h.ID); err != nil {
+	if err := d.fence.MarkGoing(op, &d.mu, d.hostsGoing, func() bool { _, ok := d.hosts[h.ID]; return ok }, h.ID); err != nil {
 		return err
 	}
 	err := d.Synchronize()

@@ -322,7 +322,7 @@ func (d *Device) Free(b cuda.Buffer) error {
 	if err := d.unsafeDuringCapture(op); err != nil {
 		return err
 	}
-	if err := d.markGoing(op, d.freeing, func() bool { _, ok := d.buffers[b.ID]; return ok }, b.ID); err != nil {
+	if err := d.fence.MarkGoing(op, &d.mu, d.freeing, func() bool { _, ok := d.buffers[b.ID]; return ok }, b.ID); err != nil {
 		return err
 	}
 	err := d.Synchronize()
@@ -336,20 +336,6 @@ func (d *Device) Free(b cuda.Buffer) error {
 	d.memory.InUse -= roundUp(b.Size, b.Align)
 	d.memory.Allocations--
 	return nil
-}
-
-// markGoing marks a buffer or host buffer as being freed (in going) under
-// the free fence; it fails if the buffer is gone or already going.
-func (d *Device) markGoing(op string, going map[uint64]bool, present func() bool, id uint64) error {
-	return d.fence.Mark(func() error {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if !present() || going[id] {
-			return cuda.GoingError(op, id)
-		}
-		going[id] = true
-		return nil
-	})
 }
 
 // Frees counts the frees (Free and FreeHost) begun on the device: a handle
