@@ -53,7 +53,7 @@ func (d *device) batch(i, k int) lanes.Batch {
 	var b lanes.Batch
 	for n := range k {
 		c, _ := cuda.Launch(d.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(d.bufs[i].Whole()), cuda.I32Arg(16))
-		b.Entries = append(b.Entries, lanes.Entry{Phase: lanes.Compute, Node: n, Command: c,
+		b.Entries = append(b.Entries, lanes.Entry{Phase: cache.PhaseCompute, Node: n, Command: c,
 			Replay: lanes.Replayable(c, cache.LaunchKey("actors-test", c), cache.PlanScope())})
 	}
 	return b
@@ -76,7 +76,7 @@ func start(t testing.TB, cfg actors.Config) *actors.Scheduler {
 }
 
 func TestReceiveRunsOnOneThreadPerLane(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 4)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 4)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 3, ThreadCheck: true})
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -110,8 +110,8 @@ func TestReceiveRunsOnOneThreadPerLane(t *testing.T) {
 // recovery disabled it stays out.
 func TestFailedLaneRecoversAndTenantsMove(t *testing.T) {
 	for _, disabled := range []bool{false, true} {
-		bad := newDevice(t, sim.Config{Clock: sim.ZeroCost, Faults: []sim.Fault{{Kind: sim.FaultLaunch, Nth: 1}}}, 2)
-		good := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 2)
+		bad := newDevice(t, sim.Config{Clock: sim.ClockZeroCost, Faults: []sim.Fault{{Kind: sim.FaultLaunch, Nth: 1}}}, 2)
+		good := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 2)
 		s := start(t, actors.Config{Devices: []cuda.Device{bad, good}, CacheCapacity: -1, Recovery: actors.Recovery{Disabled: disabled}})
 		ctx := context.Background()
 		// Tenant "a" lands on lane 0 (least loaded, first), whose device fails it.
@@ -122,7 +122,7 @@ func TestFailedLaneRecoversAndTenantsMove(t *testing.T) {
 		}
 		for range 5 {
 			r, err := s.Submit(ctx, "a", good.batch(0, 1))
-			if err != nil || r.Outcome != lanes.Succeeded || r.Tenant != "a" || r.Lane != 1 {
+			if err != nil || r.Outcome != lanes.OutcomeSucceeded || r.Tenant != "a" || r.Lane != 1 {
 				t.Fatalf("tenant a after its lane failed: %+v %v", r, err)
 			}
 			if _, err := s.Submit(ctx, "b", good.batch(1, 1)); err != nil {
@@ -130,22 +130,22 @@ func TestFailedLaneRecoversAndTenantsMove(t *testing.T) {
 			}
 		}
 		if disabled {
-			waitHealth(t, s, 0, actors.Quarantined)
+			waitHealth(t, s, 0, actors.HealthQuarantined)
 			continue
 		}
-		waitHealth(t, s, 0, actors.Healthy)
+		waitHealth(t, s, 0, actors.HealthHealthy)
 		if st := s.Lanes()[0]; st.Recoveries != 1 || st.Cause == nil {
 			t.Fatalf("lane 0 after recovering: %+v", st)
 		}
-		if r, err := s.Submit(ctx, "c", bad.batch(0, 1)); err != nil || r.Outcome != lanes.Succeeded || r.Lane != 0 {
+		if r, err := s.Submit(ctx, "c", bad.batch(0, 1)); err != nil || r.Outcome != lanes.OutcomeSucceeded || r.Lane != 0 {
 			t.Fatalf("after the rebuild: %+v %v", r, err)
 		}
 	}
 }
 
 func TestStickyFaultQuarantinesTheDevice(t *testing.T) {
-	poisoned := newDevice(t, sim.Config{Clock: sim.ZeroCost, Faults: []sim.Fault{{Kind: sim.FaultSticky, Nth: 3}}}, 2)
-	other := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 2)
+	poisoned := newDevice(t, sim.Config{Clock: sim.ClockZeroCost, Faults: []sim.Fault{{Kind: sim.FaultSticky, Nth: 3}}}, 2)
+	other := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 2)
 	s := start(t, actors.Config{Devices: []cuda.Device{poisoned, other}, LanesPerDevice: 2, CacheCapacity: -1})
 	ctx := context.Background()
 	var indeterminate int
@@ -155,7 +155,7 @@ func TestStickyFaultQuarantinesTheDevice(t *testing.T) {
 			continue // the batch's buffers live on the poisoned device: nowhere to go
 		}
 		if err != nil {
-			if !errors.Is(err, actors.ErrIndeterminate) || r.Outcome != lanes.Indeterminate {
+			if !errors.Is(err, actors.ErrIndeterminate) || r.Outcome != lanes.OutcomeIndeterminate {
 				// Submissions after the poisoning may also be refused by a
 				// lane that has not noticed yet, and rerouted.
 				var le *lanes.Error
@@ -169,18 +169,18 @@ func TestStickyFaultQuarantinesTheDevice(t *testing.T) {
 	if indeterminate == 0 {
 		t.Fatal("the sticky fault ended nothing indeterminate")
 	}
-	waitHealth(t, s, 0, actors.Quarantined)
-	waitHealth(t, s, 1, actors.Quarantined)
+	waitHealth(t, s, 0, actors.HealthQuarantined)
+	waitHealth(t, s, 1, actors.HealthQuarantined)
 	if _, err := s.Submit(ctx, "t", other.batch(0, 1)); err != nil {
 		t.Fatalf("the other device must keep serving: %v", err)
 	}
-	if st := s.Lanes(); st[2].Health != actors.Healthy && st[3].Health != actors.Healthy {
+	if st := s.Lanes(); st[2].Health != actors.HealthHealthy && st[3].Health != actors.HealthHealthy {
 		t.Fatalf("lanes %+v", st)
 	}
 }
 
 func TestOverloadIsRetryableAndLosesNothing(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.Virtual}, 1)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockVirtual}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxInFlightPerTenant: 3, CacheCapacity: -1, PollMax: 200 * time.Microsecond})
 	var ps []*actors.Pending
 	for range 3 {
@@ -202,7 +202,7 @@ func TestOverloadIsRetryableAndLosesNothing(t *testing.T) {
 	dev.Clock().Advance(time.Second)
 	for i, p := range ps {
 		r, err := p.Result()
-		if err != nil || r.Outcome != lanes.Succeeded {
+		if err != nil || r.Outcome != lanes.OutcomeSucceeded {
 			t.Fatalf("submission %d: %v", i, err)
 		}
 	}
@@ -229,7 +229,7 @@ func waitSubmitted(t *testing.T, s *actors.Scheduler, n uint64) {
 }
 
 func TestCanceledSubmitKeepsItsAccounting(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.Virtual}, 1)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockVirtual}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: -1, PollMax: 200 * time.Microsecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -250,7 +250,7 @@ func TestCanceledSubmitKeepsItsAccounting(t *testing.T) {
 }
 
 func TestStopUnderLoadEndsEverySubmissionOnce(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.RealTime}, 8)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 8)
 	s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +303,7 @@ func TestStopUnderLoadEndsEverySubmissionOnce(t *testing.T) {
 }
 
 func TestAdministration(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
 	ctx := context.Background()
 	for range 3 {
@@ -312,7 +312,7 @@ func TestAdministration(t *testing.T) {
 		}
 	}
 	p, err := s.Seal(ctx, 0)
-	if err != nil || p.State != cache.Ready || p.Resident != 1 {
+	if err != nil || p.State != cache.PrepSealed || p.Resident != 1 {
 		t.Fatalf("seal: %+v %v", p, err)
 	}
 	if c := s.Lanes()[0].Counters; c.Hits < 2 || c.Captured != 1 {
@@ -367,14 +367,14 @@ type panicEvent struct{ cuda.Event }
 func (panicEvent) Query() cuda.FenceQuery { panic("backend bug in event query") }
 
 func TestPanicInLaneActorQuarantines(t *testing.T) {
-	bad := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
-	good := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	bad := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
+	good := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{panicDevice{bad}, good}, CacheCapacity: -1})
 	_, err := s.Submit(context.Background(), "a", bad.batch(0, 1))
 	if !errors.Is(err, actors.ErrIndeterminate) {
 		t.Fatalf("submission on a panicking lane: %v", err)
 	}
-	waitHealth(t, s, 0, actors.Quarantined)
+	waitHealth(t, s, 0, actors.HealthQuarantined)
 	if _, err := s.Submit(context.Background(), "a", good.batch(0, 1)); err != nil {
 		t.Fatalf("the tenant must move to the healthy lane: %v", err)
 	}
@@ -389,7 +389,7 @@ func prepareStagedInc(t *testing.T, s *actors.Scheduler, dev *device) *lanes.Sta
 	o, _ := dev.AllocHost(16)
 	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(4, 4), cuda.BufferArg(a.Whole()), cuda.I32Arg(4))
 	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
-		[]lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
+		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func prepareStagedInc(t *testing.T, s *actors.Scheduler, dev *device) *lanes.Sta
 }
 
 func TestStagedReplayThroughTheScheduler(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 0)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 0)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
 	st := prepareStagedInc(t, s, dev)
 	ctx := context.Background()
@@ -417,7 +417,7 @@ func TestStagedReplayThroughTheScheduler(t *testing.T) {
 // (Config.Spin) end every submission exactly once, with its work done, on
 // a real-time device where fences take device time.
 func TestSpinningLanesEndEverySubmission(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.RealTime}, 4)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 4)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2, Spin: time.Millisecond})
 	var wg sync.WaitGroup
 	var ended atomic.Int64

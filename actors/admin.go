@@ -10,24 +10,36 @@ import (
 )
 
 // ask sends one lane the request made for a registered administrative
-// call and waits for the lane's answer. After Stop began it answers
-// ErrStopped at once. The lane answers within its hang timeout: a wait on
-// its stream that outlives it abandons the stream.
-func (s *Scheduler) ask(ctx context.Context, op string, lane int, request func(call uint64) any) (any, error) {
+// call and waits for the lane's answer, typed: T is what the operation
+// answers (struct{} for none). After Stop began it answers ErrStopped at
+// once. The lane answers within its hang timeout: a wait on its stream
+// that outlives it abandons the stream.
+func ask[T any](ctx context.Context, s *Scheduler, op string, lane int, request func(call uint64) any) (T, error) {
+	var zero T
 	if err := s.checkAsk(ctx, op, lane); err != nil {
-		return nil, err
+		return zero, err
 	}
 	c := s.adminFor(s.lanes[lane], &s.stopping)
 	if c == nil {
-		return nil, lanes.Wrap(op, true, ErrStopped)
+		return zero, lanes.Wrap(op, true, ErrStopped)
 	}
 	s.system.Root.Send(s.lanes[lane].pid, request(c.id))
 	select {
 	case <-c.done:
-		return c.result, c.err
 	case <-ctx.Done():
-		return nil, lanes.Wrap(op, false, ctx.Err())
+		return zero, lanes.Wrap(op, false, ctx.Err())
 	}
+	return reply[T](c, op)
+}
+
+// reply is an ended administrative call's typed answer: its result (which
+// may come with an error, as a preparation's snapshot does) and its error.
+func reply[T any](c *call, op string) (T, error) {
+	r, ok := c.result.(T)
+	if !ok && c.result != nil { // a lane answered an operation with another's reply: a bug here, said as one
+		return r, fmt.Errorf("actors: %s answered %T, want %T", op, c.result, r)
+	}
+	return r, c.err
 }
 
 // checkAsk refuses a call to a lane before anything is sent: the scheduler
@@ -48,44 +60,44 @@ func (s *Scheduler) checkAsk(ctx context.Context, op string, lane int) error {
 	return nil
 }
 
-// adminCall sends an administrative request to one lane and waits.
-func (s *Scheduler) adminCall(ctx context.Context, lane int, op AdminOp, capacity int) (any, error) {
-	return s.ask(ctx, op.String(), lane, func(id uint64) any { return &AdminRequest{Call: id, Op: op, Capacity: capacity} })
+// adminCall sends an administrative operation to one lane and waits for
+// its typed reply.
+func adminCall[T any](ctx context.Context, s *Scheduler, lane int, op adminOp, capacity int) (T, error) {
+	return ask[T](ctx, s, op.String(), lane, func(id uint64) any { return &adminRequest{Call: id, Op: op, Capacity: capacity} })
 }
 
 // Configure opens a lane's preparation with a capacity.
 func (s *Scheduler) Configure(ctx context.Context, lane, capacity int) (cache.Preparation, error) {
-	r, err := s.adminCall(ctx, lane, OpConfigure, capacity)
-	p, _ := r.(cache.Preparation)
-	return p, err
+	return adminCall[cache.Preparation](ctx, s, lane, opConfigure, capacity)
 }
 
 // Seal closes a lane's preparation.
 func (s *Scheduler) Seal(ctx context.Context, lane int) (cache.Preparation, error) {
-	r, err := s.adminCall(ctx, lane, OpSeal, 0)
-	p, _ := r.(cache.Preparation)
-	return p, err
+	return adminCall[cache.Preparation](ctx, s, lane, opSeal, 0)
+}
+
+// Preparation reports a lane's preparation: whether it is open (misses are
+// captured), sealed (misses run eagerly) or unconfigured, its capacity, and
+// how many executables and cached rejections it holds.
+func (s *Scheduler) Preparation(ctx context.Context, lane int) (cache.Preparation, error) {
+	return adminCall[cache.Preparation](ctx, s, lane, opPreparation, 0)
 }
 
 // Trim releases a lane's executables and programs.
 func (s *Scheduler) Trim(ctx context.Context, lane int) (cache.TrimReport, error) {
-	r, err := s.adminCall(ctx, lane, OpTrim, 0)
-	t, _ := r.(cache.TrimReport)
-	return t, err
+	return adminCall[cache.TrimReport](ctx, s, lane, opTrim, 0)
 }
 
 // Catalog returns a lane's sealed program catalog.
 func (s *Scheduler) Catalog(ctx context.Context, lane int) ([]programs.Descriptor, error) {
-	r, err := s.adminCall(ctx, lane, OpCatalog, 0)
-	c, _ := r.([]programs.Descriptor)
-	return c, err
+	return adminCall[[]programs.Descriptor](ctx, s, lane, opCatalog, 0)
 }
 
 // Synchronize waits for a lane's stream to drain, within the lane's hang
 // timeout: a kernel that never finishes abandons the stream and answers
 // ErrHung.
 func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
-	_, err := s.adminCall(ctx, lane, OpSynchronize, 0)
+	_, err := adminCall[struct{}](ctx, s, lane, opSynchronize, 0)
 	return err
 }
 
@@ -99,6 +111,6 @@ func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, 
 	if err := s.checkStaged(tenant, st); err != nil {
 		return lanes.Wrap("prepare staged", true, err)
 	}
-	_, err := s.ask(ctx, "prepare staged", lane, func(id uint64) any { return &StagedRequest{Call: id, Prepare: true, Program: st} })
+	_, err := ask[struct{}](ctx, s, "prepare staged", lane, func(id uint64) any { return &stagedRequest{Call: id, Prepare: true, Program: st} })
 	return err
 }

@@ -21,7 +21,7 @@ func BenchmarkScheduler(b *testing.B) {
 	for _, nl := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("lanes=%d", nl), func(b *testing.B) {
 			clients := 4 * nl
-			dev := newDevice(b, sim.Config{Clock: sim.ZeroCost}, clients)
+			dev := newDevice(b, sim.Config{Clock: sim.ClockZeroCost}, clients)
 			s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: nl})
 			if err != nil {
 				b.Fatal(err)

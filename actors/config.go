@@ -120,7 +120,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Telemetry receives every ended submission and quarantine; nil
 	// records nothing.
-	Telemetry *telemetry.Telemetry
+	Telemetry *telemetry.Recorder
 }
 
 // MaxWeight is the largest tenant weight (Config.Weight).

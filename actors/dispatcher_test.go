@@ -10,7 +10,7 @@ import (
 
 func newTestDispatcher(t *testing.T, spin time.Duration) (*threadDispatcher, *atomic.Int64) {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost})
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ var (
 	ErrUnknownLane = cuda.NewSentinel(cuda.CodeUnknownLane, "actors: unknown lane")
 	// ErrHung: a lane's oldest submission did not end within
 	// Config.HangTimeout; its stream is abandoned.
-	ErrHung = cuda.NewSentinel(cuda.CodeHung, "actors: lane hung")
+	ErrHung = cuda.NewSentinel(cuda.CodeLaneHung, "actors: lane hung")
 	// ErrNotYours: the batch names a buffer, host staging or program that
 	// another tenant owns (or, with StrictOwnership, that no one owns).
 	ErrNotYours = cuda.NewSentinel(cuda.CodeNotYours, "actors: tenant names what another tenant owns")
@@ -41,7 +41,7 @@ var (
 	ErrInvalidTenant = cuda.NewSentinel(cuda.CodeTenantInvalid, "actors: invalid tenant name")
 	// ErrSuspended: the tenant's submissions kept failing lanes; it is
 	// refused for a while ([*SuspendedError] says how long).
-	ErrSuspended = cuda.NewSentinel(cuda.CodeSuspended, "actors: tenant suspended")
+	ErrSuspended = cuda.NewSentinel(cuda.CodeTenantSuspended, "actors: tenant suspended")
 	// ErrTenantBusy: Forget found the tenant with submissions in flight.
 	ErrTenantBusy = cuda.NewSentinel(cuda.CodeTenantBusy, "actors: tenant has submissions in flight")
 	// ErrInvalidArgument: a call's argument or Config is unusable (a nil

@@ -16,7 +16,7 @@ import (
 // captures it, the others replay the captured graph.
 func Example() {
 	ctx := context.Background()
-	dev, _ := sim.New(sim.Config{Clock: sim.ZeroCost})
+	dev, _ := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	defer dev.Close()
 	s, _ := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2})
 	defer s.Stop(ctx)
@@ -26,9 +26,9 @@ func Example() {
 	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(256, 128), cuda.BufferArg(buf.Whole()), cuda.I32Arg(256))
 	replay := lanes.Replayable(inc, cache.LaunchKey("example", inc), cache.PlanScope())
 	step := lanes.Batch{Entries: []lanes.Entry{
-		{Phase: lanes.Initialization, Node: cache.NoNode, Command: zero},
-		{Phase: lanes.Compute, Node: 0, Command: inc, Replay: replay},
-		{Phase: lanes.Compute, Node: 1, Command: inc, Replay: replay},
+		{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: zero},
+		{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: replay},
+		{Phase: cache.PhaseCompute, Node: 1, Command: inc, Replay: replay},
 	}}
 	for i := range 3 {
 		r, err := s.Submit(ctx, "tenant-a", step)

@@ -25,7 +25,7 @@ import (
 // their shares; and the lane's fair queue runs each of their first batches
 // within one round, not behind the flood.
 func TestFloodLeavesOthersTheirShare(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.Virtual}, 5)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockVirtual}, 5)
 	const limit, depth = 16, 2
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxInFlightPerLane: limit, StreamDepth: depth, HangTimeout: -1, CacheCapacity: -1})
 	ctx := context.Background()
@@ -113,7 +113,7 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 // TestBatchBounds: a batch beyond the configured entries or bytes is
 // refused, not submitted, with an error that says how to split it.
 func TestBatchBounds(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxBatchEntries: 8, MaxBatchBytes: 32})
 	ctx := context.Background()
 	_, err := s.Submit(ctx, "t", dev.batch(0, 20))
@@ -142,7 +142,7 @@ func TestBatchBounds(t *testing.T) {
 // bytes, an invocation as its segment's commands, a staged replay's inputs
 // as bytes and its call as an admission slot of its lane.
 func TestEverythingCountsAgainstTheBounds(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.Virtual}, 2)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockVirtual}, 2)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxBatchEntries: 8, MaxBatchBytes: 32, MaxInFlightPerLane: 2, HangTimeout: -1})
 	ctx := context.Background()
 	var big *actors.BatchTooLargeError
@@ -158,8 +158,8 @@ func TestEverythingCountsAgainstTheBounds(t *testing.T) {
 		t.Fatalf("a 64-byte patch against 32: %v", err)
 	}
 	inv := dev.batch(0, 1)
-	inv.Entries[0] = lanes.Entry{Phase: lanes.Compute, Node: 0, Invoke: &programs.Invocation{
-		Program: programs.ProgramID{Runtime: "lanes/sim", Name: "p"}, Segment: programs.Segment{Start: 0, End: 9, Commands: 9}}}
+	inv.Entries[0] = lanes.Entry{Phase: cache.PhaseCompute, Node: 0, Invoke: &programs.Invocation{
+		Program: programs.ID{Runtime: "lanes/sim", Name: "p"}, Segment: programs.Segment{Start: 0, End: 9, Commands: 9}}}
 	if _, err := s.SubmitAsync(ctx, "t", inv); !errors.As(err, &big) || big.Entries != 9 {
 		t.Fatalf("an invocation of a 9-command segment against 8: %v", err)
 	}
@@ -169,7 +169,7 @@ func TestEverythingCountsAgainstTheBounds(t *testing.T) {
 // byte bound, it takes its turn in the lane's fair queue, and its
 // admission slot comes back when it ends.
 func TestStagedReplayBounds(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 0)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 0)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, MaxBatchBytes: 24})
 	st := prepareStagedInc(t, s, dev)
 	ctx := context.Background()
@@ -245,7 +245,7 @@ func TestStagedReplayBounds(t *testing.T) {
 // TestRefusedNamesLeaveNothing: names whose every submission was refused
 // are not kept.
 func TestRefusedNamesLeaveNothing(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}})
 	if err := s.Own("owner", dev.bufs[0]); err != nil {
 		t.Fatal(err)
@@ -263,11 +263,11 @@ func TestRefusedNamesLeaveNothing(t *testing.T) {
 // TestProgramLimits: a tenant reserves at most MaxProgramsPerTenant
 // program names.
 func TestProgramLimits(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxProgramsPerTenant: 2})
 	for i := range 3 {
 		b := dev.batch(0, 2)
-		b.Program = &programs.Capture{ID: programs.ProgramID{Runtime: "lanes/sim", Name: fmt.Sprint("p", i)}, Nodes: 2}
+		b.Program = &programs.Capture{ID: programs.ID{Runtime: "lanes/sim", Name: fmt.Sprint("p", i)}, Nodes: 2}
 		_, err := s.Submit(context.Background(), "t", b)
 		if i < 2 && err != nil {
 			t.Fatalf("program %d: %v", i, err)
@@ -282,7 +282,7 @@ func TestProgramLimits(t *testing.T) {
 	}
 	for _, tenant := range []string{"u", "t"} {
 		b := dev.batch(0, 2)
-		b.Program = &programs.Capture{ID: programs.ProgramID{Runtime: "lanes/sim", Name: "p0"}, Nodes: 2}
+		b.Program = &programs.Capture{ID: programs.ID{Runtime: "lanes/sim", Name: "p0"}, Nodes: 2}
 		if _, err := s.Submit(context.Background(), tenant, b); err != nil && tenant == "u" {
 			t.Fatalf("a forgotten tenant's program name, registered by another: %v", err)
 		}
@@ -292,5 +292,5 @@ func TestProgramLimits(t *testing.T) {
 // zeroBatch is one eager zero of buf.
 func (d *device) zeroBatch(buf cuda.Buffer) lanes.Batch {
 	z, _ := cuda.Zero(buf.Whole())
-	return lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Initialization, Node: cache.NoNode, Command: z}}}
+	return lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: z}}}
 }

@@ -20,25 +20,25 @@ type work interface {
 	share() int    // the tenant's weight
 }
 
-func (m *SubmitRequest) owner() string { return m.Tenant }
+func (m *submitRequest) owner() string { return m.Tenant }
 
 // cost is a batch's commands (an invocation counts its segment's; see
 // Scheduler.checkSize).
-func (m *SubmitRequest) cost() int  { return max(1, m.commands, len(m.Batch.Entries)) }
-func (m *SubmitRequest) share() int { return m.weight }
+func (m *submitRequest) cost() int  { return max(1, m.commands, len(m.Batch.Entries)) }
+func (m *submitRequest) share() int { return m.weight }
 
-func (m *StagedRequest) owner() string { return m.tenant }
+func (m *stagedRequest) owner() string { return m.tenant }
 
 // cost is a staged replay's inputs in 64 KiB units (about an eager
 // launch's time each on an H200), and one for its program.
-func (m *StagedRequest) cost() int {
+func (m *stagedRequest) cost() int {
 	n := 0
 	for _, in := range m.Inputs {
 		n += len(in)
 	}
 	return 1 + n>>16
 }
-func (m *StagedRequest) share() int { return m.weight }
+func (m *stagedRequest) share() int { return m.weight }
 
 // fairQueue is a lane's waiting work, per tenant.
 type fairQueue struct {

@@ -7,8 +7,8 @@ import (
 	"github.com/lanesched/lanes/lanes"
 )
 
-func request(tenant string, entries, weight int) *SubmitRequest {
-	return &SubmitRequest{Tenant: tenant, Batch: lanes.Batch{Entries: make([]lanes.Entry, entries)}, weight: weight}
+func request(tenant string, entries, weight int) *submitRequest {
+	return &submitRequest{Tenant: tenant, Batch: lanes.Batch{Entries: make([]lanes.Entry, entries)}, weight: weight}
 }
 
 func order(q *fairQueue) []string {

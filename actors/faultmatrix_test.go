@@ -103,8 +103,8 @@ func TestFaultMatrix(t *testing.T) {
 }
 
 func runCell(t *testing.T, c cell) {
-	faulty := &panicky{device: newDevice(t, sim.Config{Clock: sim.ZeroCost}, 2)}
-	healthy := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 1)
+	faulty := &panicky{device: newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 2)}
+	healthy := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	baseline := faulty.Memory().InUse
 	cfg := actors.Config{Devices: []cuda.Device{faulty, healthy}, CacheCapacity: 8, HangTimeout: 300 * time.Millisecond}
 	if c.fault == "overload" {
@@ -121,7 +121,7 @@ func runCell(t *testing.T, c cell) {
 			batch.Entries[i].Replay = nil
 		}
 	}
-	id := programs.ProgramID{Runtime: "lanes/sim", Name: "step"}
+	id := programs.ID{Runtime: "lanes/sim", Name: "step"}
 	if c.path == pathInvocation {
 		setup := batch
 		setup.Program = &programs.Capture{ID: id, Nodes: 3}
@@ -136,7 +136,7 @@ func runCell(t *testing.T, c cell) {
 			t.Fatalf("catalog %v %v", cat, err)
 		}
 		inv := programs.Invocation{Program: id, Segment: cat[0].Segments[0]}
-		batch = lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Invoke: &inv}}}
+		batch = lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Invoke: &inv}}}
 	}
 	if isCallerFault(c.fault) {
 		batch = callerError(t, s, faulty, c, batch)
@@ -227,7 +227,7 @@ func runCell(t *testing.T, c cell) {
 	}
 	if isCallerFault(c.fault) {
 		for _, l := range health {
-			if l.Health != actors.Healthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
+			if l.Health != actors.HealthHealthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
 				t.Fatalf("%s on the %s path: the caller's error touched lane %d: %+v", c.fault, c.path, l.ID, l)
 			}
 		}
@@ -288,7 +288,7 @@ func callerError(t *testing.T, s *actors.Scheduler, d *panicky, c cell, b lanes.
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.Entries = append(b.Entries, lanes.Entry{Phase: lanes.Readout, Node: cache.NoNode, Command: z})
+		b.Entries = append(b.Entries, lanes.Entry{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: z})
 	}
 	return b
 }

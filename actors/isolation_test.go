@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
@@ -16,7 +17,7 @@ import (
 )
 
 func TestTenantsCannotNameEachOthers(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.ZeroCost}, 3)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 3)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, StrictOwnership: true})
 	ctx := context.Background()
 	if err := s.Own("a", dev.bufs[0]); err != nil {
@@ -42,13 +43,13 @@ func TestTenantsCannotNameEachOthers(t *testing.T) {
 	}
 	// Programs: registered by one tenant, invoked only by it.
 	prog := dev.batch(0, 2)
-	id := programs.ProgramID{Runtime: "lanes/sim", Name: "a-step"}
+	id := programs.ID{Runtime: "lanes/sim", Name: "a-step"}
 	prog.Program = &programs.Capture{ID: id, Nodes: 2}
 	if _, err := s.Submit(ctx, "a", prog); err != nil {
 		t.Fatal(err)
 	}
 	inv := programs.Invocation{Program: id}
-	if _, err := s.Submit(ctx, "b", lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: -1, Invoke: &inv}}}); !errors.Is(err, actors.ErrNotYours) {
+	if _, err := s.Submit(ctx, "b", lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: -1, Invoke: &inv}}}); !errors.Is(err, actors.ErrNotYours) {
 		t.Fatalf("tenant b invoking tenant a's program: %v", err)
 	}
 }
@@ -56,7 +57,7 @@ func TestTenantsCannotNameEachOthers(t *testing.T) {
 // TestFloodCannotStarve: one tenant floods far past its in-flight bound;
 // the others keep being admitted and served.
 func TestFloodCannotStarve(t *testing.T) {
-	dev := newDevice(t, sim.Config{Clock: sim.RealTime}, 2)
+	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 2)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2, MaxInFlightPerTenant: 8})
 	var flooded, refused int
 	var pending []*actors.Pending
@@ -111,14 +112,14 @@ func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
 		good *device
 	}
 	mk := func(quarantine bool) *side {
-		bad := newDevice(t, sim.Config{Clock: sim.RealTime}, 1)
-		good := newDevice(t, sim.Config{Clock: sim.RealTime}, 2)
+		bad := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 1)
+		good := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 2)
 		s := start(t, actors.Config{Devices: []cuda.Device{bad, good}, LanesPerDevice: 2})
 		if quarantine {
 			_ = bad.InjectFault(sim.Fault{Kind: sim.FaultSticky, Nth: 1})
 			_, _ = s.Submit(ctx, "bad", bad.batch(0, 1))
-			waitHealth(t, s, 0, actors.Quarantined)
-			waitHealth(t, s, 1, actors.Quarantined)
+			waitHealth(t, s, 0, actors.HealthQuarantined)
+			waitHealth(t, s, 1, actors.HealthQuarantined)
 		}
 		return &side{s: s, good: good}
 	}

@@ -16,7 +16,7 @@ import (
 
 func janitorRig(t *testing.T, idle time.Duration) (*Scheduler, *sim.Device) {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost})
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestJanitorDropsFreedOwnership(t *testing.T) {
 // names until reserved names run short; then they give them back, and a
 // newcomer can register.
 func TestJanitorReleasesScarceProgramNames(t *testing.T) {
-	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost})
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +131,9 @@ func TestJanitorReleasesScarceProgramNames(t *testing.T) {
 	buf, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	inc, _ := cuda.Launch(dev.Registry().MustSpec("inc_i32"), cuda.Linear(16, 16), cuda.BufferArg(buf.Whole()), cuda.I32Arg(16))
 	program := func(tenant, name string) error {
-		b := lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: inc,
+		b := lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc,
 			Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}},
-			Program: &programs.Capture{ID: programs.ProgramID{Runtime: "lanes/sim", Name: name}, Nodes: 1}}
+			Program: &programs.Capture{ID: programs.ID{Runtime: "lanes/sim", Name: name}, Nodes: 1}}
 		_, err := s.Submit(context.Background(), tenant, b)
 		return err
 	}

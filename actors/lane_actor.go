@@ -66,7 +66,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 			a.failed("", fmt.Errorf("%w: open lane %d: %w", lanes.ErrFailed, a.ref.id, err))
 		}
 		close(a.ref.opened)
-	case *SubmitRequest:
+	case *submitRequest:
 		a.receive(m)
 	case pollFences:
 		a.armed = false
@@ -78,9 +78,9 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		if a.lane != nil {
 			a.lane.ForgetTenant(m.tenant, m.programs)
 		}
-	case *AdminRequest:
+	case *adminRequest:
 		a.admin(m)
-	case *StagedRequest:
+	case *stagedRequest:
 		a.receiveStaged(m)
 	case failLane:
 		a.retire(m.cause)
@@ -137,17 +137,17 @@ func (a *laneActor) serve() {
 	a.ref.mu.Lock()
 	cause := a.ref.cause
 	a.ref.mu.Unlock()
-	a.ref.setState(Healthy, cause)
+	a.ref.setState(HealthHealthy, cause)
 }
 
 // serving reports whether the lane takes work.
 func (a *laneActor) serving() bool {
-	return a.lane != nil && a.lane.State() != lanes.Failed && !a.stopped && a.ref.State() == Healthy
+	return a.lane != nil && a.lane.State() != lanes.StateFailed && !a.stopped && a.ref.State() == HealthHealthy
 }
 
 // receive takes a batch sent to the lane: it goes to the stream now when
 // the stream has room and no batch waits, else into the fair queue.
-func (a *laneActor) receive(m *SubmitRequest) {
+func (a *laneActor) receive(m *submitRequest) {
 	if !a.serving() {
 		// Not submitted: the scheduler moves it with its tenant.
 		a.s.reroute(m, a.ref)
@@ -197,7 +197,7 @@ func (a *laneActor) shared() bool { return time.Now().Before(a.sharedUntil) }
 // lane's thread, so the queue serves one and then lets the mailbox in
 // (serveQueue): batches that arrived meanwhile queue beside the next
 // replays instead of waiting behind all of them.
-func (a *laneActor) receiveStaged(m *StagedRequest) {
+func (a *laneActor) receiveStaged(m *stagedRequest) {
 	if m.Prepare || !a.serving() {
 		a.dispatch(true)
 		a.staged(m)
@@ -242,13 +242,13 @@ func (a *laneActor) dispatch(all bool) {
 			break // every waiting tenant holds its depth of the stream
 		}
 		switch m := next.(type) {
-		case *SubmitRequest:
+		case *submitRequest:
 			if !a.serving() {
 				a.s.reroute(m, a.ref)
 			} else {
 				a.submit(m)
 			}
-		case *StagedRequest:
+		case *stagedRequest:
 			a.staged(m)
 			if !all && a.queue.len() > 0 {
 				a.serveLater() // one replay per turn of the mailbox
@@ -264,9 +264,9 @@ func (a *laneActor) dispatch(all bool) {
 func (a *laneActor) requeue() {
 	for _, w := range a.queue.drain() {
 		switch m := w.(type) {
-		case *SubmitRequest:
+		case *submitRequest:
 			a.s.reroute(m, a.ref)
-		case *StagedRequest:
+		case *stagedRequest:
 			a.s.completeAdmin(m.Call, nil, a.unavailable("staged replay"))
 		}
 	}
@@ -274,7 +274,7 @@ func (a *laneActor) requeue() {
 }
 
 // submit puts a batch on the lane's stream.
-func (a *laneActor) submit(m *SubmitRequest) {
+func (a *laneActor) submit(m *submitRequest) {
 	if m.ctx != nil && m.ctx.Err() != nil {
 		// The caller gave up before the lane took the batch: never run it.
 		a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, m.ctx.Err()))
@@ -284,13 +284,13 @@ func (a *laneActor) submit(m *SubmitRequest) {
 	a.ref.publish(a.lane.Counters())
 	if err != nil && sub.Fence == 0 {
 		// The lane leaves routing before its caller hears of the failure.
-		if a.lane.State() == lanes.Failed {
+		if a.lane.State() == lanes.StateFailed {
 			a.failed(m.Tenant, a.lane.Err())
 		}
 		r := lanes.Receipt{}
 		if !cuda.Classify(err).NotSubmitted {
 			// Enqueue failed partway: some of the batch may have run.
-			r.Outcome, err = lanes.Indeterminate, indeterminate("submit", err)
+			r.Outcome, err = lanes.OutcomeIndeterminate, indeterminate("submit", err)
 		}
 		a.s.complete(m.Call, r, err)
 		return
@@ -308,11 +308,11 @@ func (a *laneActor) submit(m *SubmitRequest) {
 
 // poll delivers every ended submission and re-arms the next poll.
 func (a *laneActor) poll() {
-	if a.lane == nil || a.lane.State() == lanes.Failed && len(a.calls) == 0 {
+	if a.lane == nil || a.lane.State() == lanes.StateFailed && len(a.calls) == 0 {
 		return
 	}
 	culprit, ended := a.deliverEnded()
-	if a.lane.State() == lanes.Failed {
+	if a.lane.State() == lanes.StateFailed {
 		a.failed(culprit, a.lane.Err())
 		return
 	}
@@ -355,9 +355,9 @@ func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 		}
 		var err error
 		switch r.Outcome {
-		case lanes.Succeeded:
+		case lanes.OutcomeSucceeded:
 			a.failures = a.failures[:0] // the lane works: the failure streak ends
-		case lanes.Refused:
+		case lanes.OutcomeRefused:
 			err = r.Err
 		default:
 			if culprit == "" {
@@ -444,7 +444,7 @@ func (a *laneActor) unavailable(op string) error {
 // staged prepares or replays a staged program; the replay waits on the
 // lane's thread for its fence (outputs are read back), within the hang
 // timeout.
-func (a *laneActor) staged(m *StagedRequest) {
+func (a *laneActor) staged(m *stagedRequest) {
 	op := "staged replay"
 	if m.Prepare {
 		op = "prepare staged"
@@ -467,13 +467,13 @@ func (a *laneActor) staged(m *StagedRequest) {
 	culprit, _ := a.deliverEnded()
 	a.ref.staged.Store(a.lane.StagedCounters())
 	a.ref.publish(a.lane.Counters())
-	if a.lane.State() == lanes.Failed {
+	if a.lane.State() == lanes.StateFailed {
 		a.failed(culprit, a.lane.Err())
 	}
 	a.s.completeAdmin(m.Call, res, err)
 }
 
-func (a *laneActor) admin(m *AdminRequest) {
+func (a *laneActor) admin(m *adminRequest) {
 	op := m.Op.String()
 	if !a.serving() {
 		a.s.completeAdmin(m.Call, nil, a.unavailable(op))
@@ -484,17 +484,17 @@ func (a *laneActor) admin(m *AdminRequest) {
 	var err error
 	var culprit string
 	switch m.Op {
-	case OpConfigure:
+	case opConfigure:
 		res, err = a.lane.Configure(m.Capacity)
-	case OpSeal:
+	case opSeal:
 		res, err = a.lane.Seal()
-	case OpTrim:
+	case opTrim:
 		res, err = a.lane.Trim()
-	case OpCatalog:
+	case opCatalog:
 		res, err = a.lane.Catalog()
-	case OpPreparation:
+	case opPreparation:
 		res, err = a.lane.Preparation()
-	case OpSynchronize:
+	case opSynchronize:
 		var rs []lanes.Receipt
 		rs, _, err = a.lane.Synchronize()
 		culprit = a.deliver(rs)
@@ -504,7 +504,7 @@ func (a *laneActor) admin(m *AdminRequest) {
 	if c, _ := a.deliverEnded(); culprit == "" { // administration retires finished fences too
 		culprit = c
 	}
-	if a.lane.State() == lanes.Failed {
+	if a.lane.State() == lanes.StateFailed {
 		a.failed(culprit, a.lane.Err())
 	}
 	a.s.completeAdmin(m.Call, res, err)
@@ -515,11 +515,11 @@ func (a *laneActor) admin(m *AdminRequest) {
 func (a *laneActor) drain() {
 	a.disarm()
 	a.cancelRebuild()
-	if a.lane != nil && a.lane.State() != lanes.Failed {
+	if a.lane != nil && a.lane.State() != lanes.StateFailed {
 		a.dispatch(true) // what it received before the stop runs
 	}
 	a.stopped = true
-	if a.lane != nil && a.lane.State() != lanes.Failed {
+	if a.lane != nil && a.lane.State() != lanes.StateFailed {
 		rs, _, err := a.lane.Synchronize()
 		a.deliver(rs)
 		if err == nil {
@@ -531,7 +531,7 @@ func (a *laneActor) drain() {
 		_ = a.ref.stream.Destroy()
 		a.ref.stream = nil
 	}
-	a.ref.setState(Stopped, nil)
+	a.ref.setState(HealthStopped, nil)
 }
 
 // endRemaining ends every call still waiting on a fence, indeterminate: the
@@ -539,7 +539,7 @@ func (a *laneActor) drain() {
 func (a *laneActor) endRemaining(cause error) {
 	a.requeue()
 	for fence, w := range a.calls {
-		a.s.complete(w.call, lanes.Receipt{Fence: fence, Outcome: lanes.Indeterminate}, indeterminate("fence", cause))
+		a.s.complete(w.call, lanes.Receipt{Fence: fence, Outcome: lanes.OutcomeIndeterminate}, indeterminate("fence", cause))
 	}
 	clear(a.calls)
 	clear(a.onStream)

@@ -15,11 +15,11 @@ type Health uint8
 
 // Lane health.
 const (
-	Starting    Health = iota // the actor is opening its stream
-	Healthy                   // routed to
-	Recovering                // its stream failed: out of routing until rebuilt on a fresh one
-	Quarantined               // out of routing for good (its device is poisoned, or it kept failing)
-	Stopped                   // drained and stopped
+	HealthStarting    Health = iota // the actor is opening its stream
+	HealthHealthy                   // routed to
+	HealthRecovering                // its stream failed: out of routing until rebuilt on a fresh one
+	HealthQuarantined               // out of routing for good (its device is poisoned, or it kept failing)
+	HealthStopped                   // drained and stopped
 )
 
 // String names the health.

@@ -15,8 +15,8 @@ import (
 // which only mean something on their own host; a remote lane would take
 // plans by name instead.)
 
-// SubmitRequest asks a lane to submit a batch.
-type SubmitRequest struct {
+// submitRequest asks a lane to submit a batch.
+type submitRequest struct {
 	Call     uint64
 	Tenant   string
 	Batch    lanes.Batch
@@ -25,28 +25,28 @@ type SubmitRequest struct {
 	commands int             // the batch's commands (Scheduler.checkSize)
 }
 
-// AdminOp is an administrative operation on a lane.
-type AdminOp uint8
+// adminOp is an administrative operation on a lane.
+type adminOp uint8
 
 // Administrative operations.
 const (
-	OpConfigure AdminOp = iota + 1
-	OpSeal
-	OpTrim
-	OpCatalog
-	OpSynchronize
-	OpPreparation
+	opConfigure adminOp = iota + 1
+	opSeal
+	opTrim
+	opCatalog
+	opSynchronize
+	opPreparation
 )
 
 // String names the operation.
-func (o AdminOp) String() string {
+func (o adminOp) String() string {
 	return [...]string{"unknown", "configure", "seal", "trim", "catalog", "synchronize", "preparation"}[min(int(o), 6)]
 }
 
-// AdminRequest asks a lane for an administrative operation.
-type AdminRequest struct {
+// adminRequest asks a lane for an administrative operation.
+type adminRequest struct {
 	Call     uint64
-	Op       AdminOp
+	Op       adminOp
 	Capacity int // for OpConfigure
 }
 
@@ -57,7 +57,7 @@ type pollFences struct{}
 // executables.
 type forgetTenant struct {
 	tenant   string
-	programs []programs.ProgramID
+	programs []programs.ID
 }
 
 // serveQueue tells a lane to serve its fair queue (after a staged replay,
@@ -75,11 +75,11 @@ type failLane struct{ cause error }
 // cache, once its device is healthy.
 type rebuildLane struct{}
 
-// StagedRequest asks a lane to prepare or replay a staged program. It
+// stagedRequest asks a lane to prepare or replay a staged program. It
 // carries the program by pointer and the inputs by value: pinned host
 // staging lives on one host, so staged replay is a host-local facility and
 // this message never crosses a wire.
-type StagedRequest struct {
+type stagedRequest struct {
 	Call    uint64
 	Prepare bool // capture both variants instead of replaying
 	Program *lanes.Staged

@@ -195,7 +195,7 @@ func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) (claimed bool,
 // settleClaim ends one in-flight claim of a program: kept if the batch
 // succeeded (or any before it did), dropped if none ever did and none is
 // in flight.
-func (s *Scheduler) settleClaim(id programs.ProgramID, succeeded bool) {
+func (s *Scheduler) settleClaim(id programs.ID, succeeded bool) {
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
 	c := s.programs[id]

@@ -27,7 +27,7 @@ func (a *laneActor) failed(culprit string, cause error) { a.fail(culprit, cause,
 // lane that stalled behind another lane's kernel recovers, but its stall is
 // not its own and does not bring it nearer to being taken out.
 func (a *laneActor) fail(culprit string, cause error, counts bool) {
-	a.ref.setState(Recovering, cause)
+	a.ref.setState(HealthRecovering, cause)
 	a.disarm()
 	if a.lane != nil {
 		var rs []lanes.Receipt
@@ -50,7 +50,7 @@ func (a *laneActor) fail(culprit string, cause error, counts bool) {
 	}
 	if cuda.Classify(cause).Blame == cuda.BlameDevice {
 		a.retired = true
-		a.ref.setState(Quarantined, cause)
+		a.ref.setState(HealthQuarantined, cause)
 		a.s.deviceFailed(a.ref, cause)
 		a.s.lanesChanged()
 		return
@@ -89,7 +89,7 @@ func (a *laneActor) retire(cause error) {
 	}
 	a.retired = true
 	a.cancelRebuild()
-	a.ref.setState(Quarantined, cause)
+	a.ref.setState(HealthQuarantined, cause)
 	a.s.lanesChanged()
 	a.disarm()
 	if a.lane != nil {
@@ -142,7 +142,7 @@ func (a *laneActor) scheduleRebuild(culprit string, cause error, counts bool) {
 	}
 	if n := streak(a.failures); rc.Disabled || n >= rc.MaxFailures {
 		a.retired = true
-		a.ref.setState(Quarantined, fmt.Errorf("%w: lane %d is out of routing for good after failing %d times in a row within %v: %w",
+		a.ref.setState(HealthQuarantined, fmt.Errorf("%w: lane %d is out of routing for good after failing %d times in a row within %v: %w",
 			lanes.ErrFailed, a.ref.id, n, rc.Window, cause))
 		a.s.lanesChanged()
 		return
@@ -171,12 +171,12 @@ func (a *laneActor) cancelRebuild() {
 // another failure.
 func (a *laneActor) rebuildNow() {
 	a.rebuild = nil
-	if a.stopped || a.retired || a.ref.State() != Recovering {
+	if a.stopped || a.retired || a.ref.State() != HealthRecovering {
 		return
 	}
 	if err := a.ref.dev.Err(); err != nil {
 		a.retired = true
-		a.ref.setState(Quarantined, err)
+		a.ref.setState(HealthQuarantined, err)
 		a.s.lanesChanged()
 		return
 	}
@@ -276,8 +276,8 @@ func (s *Scheduler) deviceFailed(ref *laneRef, cause error) {
 		if r == ref || !same {
 			continue
 		}
-		if h := r.State(); h == Healthy || h == Recovering || h == Starting {
-			r.setState(Quarantined, cause)
+		if h := r.State(); h == HealthHealthy || h == HealthRecovering || h == HealthStarting {
+			r.setState(HealthQuarantined, cause)
 			s.system.Root.Send(r.pid, failLane{cause: cause})
 		}
 	}

@@ -180,7 +180,7 @@ func (s *Scheduler) send(ts *tenantState, lane *laneRef, c *call) {
 		lane.activeWeight.Add(int64(ts.weight))
 	}
 	c.batch.Tenant = ts.name // the lane's cache shares its room by it
-	s.system.Root.Send(lane.pid, &SubmitRequest{Call: c.id, Tenant: ts.name, Batch: c.batch, ctx: c.ctx, weight: ts.weight, commands: c.cost})
+	s.system.Root.Send(lane.pid, &submitRequest{Call: c.id, Tenant: ts.name, Batch: c.batch, ctx: c.ctx, weight: ts.weight, commands: c.cost})
 }
 
 // ended undoes send's counts for a call that ended or came back from lane.
@@ -265,7 +265,7 @@ func (s *Scheduler) flush(ts *tenantState) {
 // reroute takes back a submission that a lane which left routing did not
 // take, and moves it with the tenant's other waiting batches, in admission
 // order. A batch that bounced too often ends not submitted.
-func (s *Scheduler) reroute(m *SubmitRequest, from *laneRef) {
+func (s *Scheduler) reroute(m *submitRequest, from *laneRef) {
 	c, ok := s.calls.load(m.Call)
 	if !ok {
 		return // already ended
@@ -294,12 +294,12 @@ func recovering(r *laneRef, device uint64) bool {
 		return false
 	}
 	h := r.State()
-	return h == Recovering || h == Starting
+	return h == HealthRecovering || h == HealthStarting
 }
 
 // eligible reports whether a lane may take a batch of the device.
 func eligible(r *laneRef, device uint64) bool {
-	return r != nil && r.State() == Healthy && (device == 0 || r.instance == device)
+	return r != nil && r.State() == HealthHealthy && (device == 0 || r.instance == device)
 }
 
 // reserve counts one more submission of a tenant against an eligible

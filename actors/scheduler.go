@@ -31,9 +31,9 @@ type call struct {
 	sent     atomic.Bool     // a lane counts it (and may run it); false while parked
 	reroutes int             // lanes it bounced off (ts.mu)
 	admin    bool
-	claim    *programs.ProgramID // the program the batch declares, claimed for its tenant
-	cost     int                 // the batch's commands (checkSize): its fair queue's cost
-	release  func()              // an administrative call's admission to undo when it ends
+	claim    *programs.ID // the program the batch declares, claimed for its tenant
+	cost     int          // the batch's commands (checkSize): its fair queue's cost
+	release  func()       // an administrative call's admission to undo when it ends
 
 	start time.Time // host time the submission was admitted
 
@@ -69,7 +69,7 @@ type Scheduler struct {
 	ownMu        sync.RWMutex
 	owners       map[handleKey]string                  // buffer or host buffer -> its tenant, or shared
 	owned        map[string]map[handleKey]func() error // tenant -> what it owns, with its liveness check (for Forget and sweeps)
-	programs     map[programs.ProgramID]*programClaim  // program -> its owner and registration
+	programs     map[programs.ID]*programClaim         // program -> its owner and registration
 	programCount map[string]int                        // tenant -> its program names in programs
 
 	sweptFrees        uint64        // the devices' free counts at the last ownership sweep (janitor)
@@ -96,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]func() error{}, programs: map[programs.ProgramID]*programClaim{}, programCount: map[string]int{}}
+	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]func() error{}, programs: map[programs.ID]*programClaim{}, programCount: map[string]int{}}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	for di, dev := range cfg.Devices {
@@ -150,7 +150,7 @@ func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor,
 		if ref.pid.Equal(child) {
 			cause := fmt.Errorf("%w: lane %d's actor panicked: %v", lanes.ErrFailed, ref.id, reason)
 			ref.dead.Store(true)
-			ref.setState(Quarantined, cause)
+			ref.setState(HealthQuarantined, cause)
 			st.s.endLaneCalls(ref, cause, false)
 			st.s.cfg.Telemetry.Quarantine(context.Background(), ref.id, cause)
 		}
@@ -177,9 +177,9 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 			r.Err = err
 		}
 		if r.Outcome == 0 {
-			r.Outcome = lanes.Indeterminate
+			r.Outcome = lanes.OutcomeIndeterminate
 			if cuda.Classify(err).NotSubmitted {
-				r.Outcome = lanes.Refused
+				r.Outcome = lanes.OutcomeRefused
 			}
 		}
 	}
@@ -240,7 +240,7 @@ func (s *Scheduler) endCall(id uint64, cause error, neverRan bool) {
 	case neverRan || !c.sent.Load():
 		s.complete(id, lanes.Receipt{}, lanes.Wrap("submit", true, cause))
 	default:
-		s.complete(id, lanes.Receipt{Outcome: lanes.Indeterminate}, indeterminate("fence", cause))
+		s.complete(id, lanes.Receipt{Outcome: lanes.OutcomeIndeterminate}, indeterminate("fence", cause))
 	}
 }
 

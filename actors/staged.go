@@ -66,7 +66,7 @@ func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lan
 		return lanes.StagedResult{}, lanes.Wrap(op, true, ErrStopped)
 	}
 	c.release = release
-	m := &StagedRequest{Call: c.id, Program: st, Inputs: inputs, Collect: collect, tenant: ts.name, weight: ts.weight, ctx: ctx, state: new(atomic.Int32)}
+	m := &stagedRequest{Call: c.id, Program: st, Inputs: inputs, Collect: collect, tenant: ts.name, weight: ts.weight, ctx: ctx, state: new(atomic.Int32)}
 	s.system.Root.Send(ref.pid, m)
 	select {
 	case <-c.done:
@@ -79,8 +79,7 @@ func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lan
 		}
 		<-c.done // running: it ends within the hang timeout
 	}
-	res, _ := c.result.(lanes.StagedResult)
-	return res, c.err
+	return reply[lanes.StagedResult](c, op)
 }
 
 // admitStaged counts a staged replay against its lane's admission and the
@@ -129,12 +128,12 @@ func (s *Scheduler) admitStaged(ts *tenantState, ref *laneRef) (release func(), 
 
 // take claims a queued staged replay for running; false when its caller
 // gave up first (it then ends not submitted, with the caller's reason).
-func (m *StagedRequest) take() bool {
+func (m *stagedRequest) take() bool {
 	return m.state == nil || m.state.CompareAndSwap(stagedWaiting, stagedRunning)
 }
 
 // abandoned is the error of a staged replay its caller gave up on.
-func (m *StagedRequest) abandoned() error {
+func (m *stagedRequest) abandoned() error {
 	err := context.Canceled
 	if m.ctx != nil && m.ctx.Err() != nil {
 		err = m.ctx.Err()

@@ -24,7 +24,7 @@ import (
 func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes.Receipt, error) {
 	p, err := s.SubmitAsync(ctx, tenant, b)
 	if err != nil {
-		return lanes.Receipt{Outcome: lanes.Refused, Err: err, Tenant: tenant, Lane: -1}, err
+		return lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Tenant: tenant, Lane: -1}, err
 	}
 	// SubmitAsync refused a nil ctx: it is a real one here.
 	select {

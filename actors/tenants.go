@@ -106,7 +106,7 @@ func (s *Scheduler) dropLocked(ts *tenantState) {
 func (s *Scheduler) releaseLanes(tenant string) {
 	s.ownMu.Lock()
 	defer s.ownMu.Unlock()
-	var ids []programs.ProgramID
+	var ids []programs.ID
 	if s.programCount[tenant] > 0 {
 		for id, c := range s.programs {
 			if c.owner == tenant && c.pending == 0 {

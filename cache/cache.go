@@ -14,14 +14,14 @@ type Disposition uint8
 
 // Dispositions. Every candidate of a batch gets exactly one.
 const (
-	Hit                Disposition = iota + 1 // already resident
-	Captured                                  // captured, instantiated and uploaded now
-	Updated                                   // captured and written into a resident executable of the same shape, in place
-	CaptureRejected                           // capture failed; eager fallback was safe
-	CachedRejection                           // capture failed before; not tried again
-	QuiescenceDeferred                        // a miss, but the stream had work in flight
-	CapacityDeferred                          // a miss, but the cache is full of executables this batch needs
-	OutsidePreparation                        // a miss, and the cache is not open for preparation
+	DispositionHit                Disposition = iota + 1 // already resident
+	DispositionCaptured                                  // captured, instantiated and uploaded now
+	DispositionUpdated                                   // captured and written into a resident executable of the same shape, in place
+	DispositionCaptureRejected                           // capture failed; eager fallback was safe
+	DispositionCachedRejection                           // capture failed before; not tried again
+	DispositionQuiescenceDeferred                        // a miss, but the stream had work in flight
+	DispositionCapacityDeferred                          // a miss, but the cache is full of executables this batch needs
+	DispositionOutsidePreparation                        // a miss, and the cache is not open for preparation
 )
 
 var dispositionNames = [...]string{"", "hit", "captured", "updated", "capture_rejected", "cached_rejection", "quiescence_deferred", "capacity_deferred", "outside_preparation"}
@@ -35,27 +35,29 @@ func (d Disposition) String() string {
 }
 
 // Resident reports whether the candidate is resident after preparation.
-func (d Disposition) Resident() bool { return d == Hit || d == Captured || d == Updated }
+func (d Disposition) Resident() bool {
+	return d == DispositionHit || d == DispositionCaptured || d == DispositionUpdated
+}
 
 // Reason is the gap reason of a non-resident disposition.
 func (d Disposition) Reason() Reason {
 	switch d {
-	case CaptureRejected:
+	case DispositionCaptureRejected:
 		return ReasonCaptureRejected
-	case CachedRejection:
+	case DispositionCachedRejection:
 		return ReasonCachedRejection
-	case QuiescenceDeferred:
+	case DispositionQuiescenceDeferred:
 		return ReasonQuiescenceDeferred
-	case CapacityDeferred:
+	case DispositionCapacityDeferred:
 		return ReasonCapacityDeferred
-	case OutsidePreparation:
+	case DispositionOutsidePreparation:
 		return ReasonOutsidePreparation
 	}
 	return ReasonNone
 }
 
-// Report is what one Prepare did.
-type Report struct {
+// PrepareReport is what one Prepare did.
+type PrepareReport struct {
 	Dispositions []Disposition // one per candidate, in order
 	Rejections   []error       // the capture errors behind CaptureRejected, in order
 	Evicted      []SegmentKey  // residents evicted to make room, or re-keyed by an update
@@ -66,8 +68,8 @@ type Report struct {
 	// refused and the candidate was instantiated instead.
 	UpdateRefusals []error
 
-	Hits, Captured, Updated, Uploaded, CaptureRejected, CachedRejected int
-	QuiescenceDeferred, CapacityDeferred, OutsidePreparation           int
+	Hits, Captured, Updated, Uploaded, CaptureRejections, CachedRejections int
+	QuiescenceDeferred, CapacityDeferred, OutsidePreparation               int
 }
 
 // Update is one in-place update: the executable that replayed From replays
@@ -153,8 +155,8 @@ func (c *Cache) Retired() int { return len(c.retired) }
 // enqueue batch command i on s. A capture failure that leaves eager fallback
 // safe is remembered (bounded by capacity, oldest forgotten first) and
 // reported; any other failure is returned.
-func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enqueue func(i int) error) (Report, error) {
-	r := Report{Dispositions: make([]Disposition, len(cands))}
+func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enqueue func(i int) error) (PrepareReport, error) {
+	r := PrepareReport{Dispositions: make([]Disposition, len(cands))}
 	if len(cands) > 0 {
 		c.batches++
 	}
@@ -163,13 +165,13 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 	for i, cand := range cands {
 		if e, ok := c.entries[cand.Key]; ok {
 			e.lastUsed, e.lastBatch = c.tick(), c.batches
-			r.Dispositions[i] = Hit
+			r.Dispositions[i] = DispositionHit
 			r.Hits++
 			continue
 		}
 		if _, ok := c.rejected[cand.Key]; ok {
-			r.Dispositions[i] = CachedRejection
-			r.CachedRejected++
+			r.Dispositions[i] = DispositionCachedRejection
+			r.CachedRejections++
 			continue
 		}
 		if !missed[cand.Key] {
@@ -180,10 +182,10 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 	if len(misses) == 0 {
 		return r, nil
 	}
-	if c.prep.state != Open || !quiescent {
-		d := QuiescenceDeferred
-		if c.prep.state != Open {
-			d = OutsidePreparation
+	if c.prep.state != PrepOpen || !quiescent {
+		d := DispositionQuiescenceDeferred
+		if c.prep.state != PrepOpen {
+			d = DispositionOutsidePreparation
 		}
 		c.markMisses(&r, cands, d, nil)
 		return r, nil
@@ -194,7 +196,7 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 	updated := map[SegmentKey]bool{}
 	var order []SegmentKey
 	var adding int64 // bytes of the captured executables not yet resident
-	abort := func(err error) (Report, error) {
+	abort := func(err error) (PrepareReport, error) {
 		for _, e := range captured {
 			if e != nil && !updated[e.Key] {
 				_ = e.Exec.Destroy()
@@ -249,7 +251,7 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 		r.Uploaded++
 	}
 	r.Captured = len(order)
-	c.markMisses(&r, cands, CapacityDeferred, captured)
+	c.markMisses(&r, cands, DispositionCapacityDeferred, captured)
 	for i, d := range r.Dispositions {
 		if d != 0 {
 			continue
@@ -257,12 +259,12 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 		if exe, ok := captured[cands[i].Key]; ok {
 			switch _, seen := c.entries[cands[i].Key]; {
 			case exe == nil:
-				r.Dispositions[i] = CaptureRejected
-				r.CaptureRejected++
+				r.Dispositions[i] = DispositionCaptureRejected
+				r.CaptureRejections++
 			case updated[cands[i].Key]:
-				r.Dispositions[i] = Updated
+				r.Dispositions[i] = DispositionUpdated
 			case seen:
-				r.Dispositions[i] = Captured
+				r.Dispositions[i] = DispositionCaptured
 			}
 		}
 	}
@@ -283,7 +285,7 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 // for instantiation; other errors are returned. The donor comes from the
 // first of the evictable list's groups (plan), the one evictions take
 // from next, and leaves the list.
-func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable []SegmentKey, first int, full bool) (bool, []SegmentKey, int, error) {
+func (c *Cache) update(r *PrepareReport, graph cuda.Graph, exe *Executable, evictable []SegmentKey, first int, full bool) (bool, []SegmentKey, int, error) {
 	di := slices.IndexFunc(evictable[:first], func(k SegmentKey) bool { return c.entries[k].Shape == exe.Shape })
 	if di < 0 || !full {
 		return false, evictable, first, nil
@@ -317,7 +319,7 @@ func (c *Cache) update(r *Report, graph cuda.Graph, exe *Executable, evictable [
 
 // markMisses gives disposition d to every candidate still without one whose
 // key is not in done.
-func (c *Cache) markMisses(r *Report, cands []Candidate, d Disposition, done map[SegmentKey]*Executable) {
+func (c *Cache) markMisses(r *PrepareReport, cands []Candidate, d Disposition, done map[SegmentKey]*Executable) {
 	for i := range r.Dispositions {
 		if r.Dispositions[i] != 0 {
 			continue
@@ -327,11 +329,11 @@ func (c *Cache) markMisses(r *Report, cands []Candidate, d Disposition, done map
 		}
 		r.Dispositions[i] = d
 		switch d {
-		case QuiescenceDeferred:
+		case DispositionQuiescenceDeferred:
 			r.QuiescenceDeferred++
-		case OutsidePreparation:
+		case DispositionOutsidePreparation:
 			r.OutsidePreparation++
-		case CapacityDeferred:
+		case DispositionCapacityDeferred:
 			r.CapacityDeferred++
 		}
 	}
@@ -540,10 +542,10 @@ func (c *Cache) Trim(quiescent bool) (TrimReport, error) {
 // CheckInvariants verifies the cache's internal consistency; tests call it
 // after every operation.
 func (c *Cache) CheckInvariants() error {
-	if c.prep.state != Unconfigured && len(c.entries) > c.prep.capacity {
+	if c.prep.state != PrepUnconfigured && len(c.entries) > c.prep.capacity {
 		return fmt.Errorf("cache: %d residents exceed capacity %d", len(c.entries), c.prep.capacity)
 	}
-	if c.prep.state != Unconfigured && len(c.rejected) > c.prep.capacity {
+	if c.prep.state != PrepUnconfigured && len(c.rejected) > c.prep.capacity {
 		return fmt.Errorf("cache: %d remembered rejections exceed capacity %d", len(c.rejected), c.prep.capacity)
 	}
 	seen := map[uint64]bool{}

@@ -21,13 +21,13 @@ func newRig(t *testing.T, buffers int, faults ...sim.Fault) rig {
 func (r rig) segment(bufs ...int) []cache.Command { return r.Segment(bufs...) }
 func (r rig) barrier(b int) cache.Command         { return r.Barrier(b) }
 func (r rig) count(b int) int32                   { return r.Count(b) }
-func (r rig) run(cmds []cache.Command, quiescent bool) cache.Report {
+func (r rig) run(cmds []cache.Command, quiescent bool) cache.PrepareReport {
 	r.T.Helper()
 	_, rep := r.Run(cmds, quiescent)
 	return rep
 }
 
-func wantDispositions(t *testing.T, rep cache.Report, want ...cache.Disposition) {
+func wantDispositions(t *testing.T, rep cache.PrepareReport, want ...cache.Disposition) {
 	t.Helper()
 	if len(rep.Dispositions) != len(want) {
 		t.Fatalf("dispositions %v, want %v", rep.Dispositions, want)
@@ -46,12 +46,12 @@ func TestDispositions(t *testing.T) {
 			t.Fatal(err)
 		}
 		rep := r.run(r.segment(0, 0, 1), true)
-		wantDispositions(t, rep, cache.Captured)
+		wantDispositions(t, rep, cache.DispositionCaptured)
 		if rep.Captured != 1 || rep.Uploaded != 1 {
 			t.Fatalf("report %+v", rep)
 		}
 		for range 3 {
-			wantDispositions(t, r.run(r.segment(0, 0, 1), true), cache.Hit)
+			wantDispositions(t, r.run(r.segment(0, 0, 1), true), cache.DispositionHit)
 		}
 		if r.count(0) != 8 || r.count(1) != 4 {
 			t.Fatalf("counts %d %d after 4 steps, want 8 4", r.count(0), r.count(1))
@@ -59,15 +59,15 @@ func TestDispositions(t *testing.T) {
 	})
 	t.Run("outside preparation: unconfigured and sealed", func(t *testing.T) {
 		r := newRig(t, 2)
-		wantDispositions(t, r.run(r.segment(0), true), cache.OutsidePreparation)
+		wantDispositions(t, r.run(r.segment(0), true), cache.DispositionOutsidePreparation)
 		_, _ = r.Cache.Configure(2)
-		wantDispositions(t, r.run(r.segment(0), true), cache.Captured)
+		wantDispositions(t, r.run(r.segment(0), true), cache.DispositionCaptured)
 		if _, err := r.Cache.Seal(); err != nil {
 			t.Fatal(err)
 		}
 		rep := r.run(append(r.segment(0), append([]cache.Command{r.barrier(1)}, r.segment(1)...)...), true)
-		wantDispositions(t, rep, cache.Hit, cache.OutsidePreparation)
-		if cache.OutsidePreparation.Reason() != cache.ReasonOutsidePreparation {
+		wantDispositions(t, rep, cache.DispositionHit, cache.DispositionOutsidePreparation)
+		if cache.DispositionOutsidePreparation.Reason() != cache.ReasonOutsidePreparation {
 			t.Fatal("reason mapping")
 		}
 	})
@@ -75,7 +75,7 @@ func TestDispositions(t *testing.T) {
 		r := newRig(t, 1)
 		_, _ = r.Cache.Configure(2)
 		rep := r.run(r.segment(0), false)
-		wantDispositions(t, rep, cache.QuiescenceDeferred)
+		wantDispositions(t, rep, cache.DispositionQuiescenceDeferred)
 		if rep.QuiescenceDeferred != 1 || r.Cache.Len() != 0 {
 			t.Fatalf("report %+v", rep)
 		}
@@ -85,9 +85,9 @@ func TestDispositions(t *testing.T) {
 		_, _ = r.Cache.Configure(1)
 		batch := append(r.segment(0), append([]cache.Command{r.barrier(2)}, r.segment(1)...)...)
 		rep := r.run(batch, true)
-		wantDispositions(t, rep, cache.Captured, cache.CapacityDeferred)
+		wantDispositions(t, rep, cache.DispositionCaptured, cache.DispositionCapacityDeferred)
 		rep = r.run(batch, true)
-		wantDispositions(t, rep, cache.Hit, cache.CapacityDeferred)
+		wantDispositions(t, rep, cache.DispositionHit, cache.DispositionCapacityDeferred)
 		if len(rep.Evicted) != 0 {
 			t.Fatal("evicted an executable the batch needs")
 		}
@@ -103,7 +103,7 @@ func TestDispositions(t *testing.T) {
 		r.run(b, true)
 		r.run(a, true) // a is now more recent than b
 		rep := r.run(c, true)
-		wantDispositions(t, rep, cache.Captured)
+		wantDispositions(t, rep, cache.DispositionCaptured)
 		da, _ := cache.Discover(a, nil)
 		db, _ := cache.Discover(b, nil)
 		if len(rep.Evicted) != 1 || rep.Evicted[0] != db.Candidates[0].Key {
@@ -117,13 +117,13 @@ func TestDispositions(t *testing.T) {
 		r := newRig(t, 1, sim.Fault{Kind: sim.FaultCaptureReject, Nth: 1})
 		_, _ = r.Cache.Configure(2)
 		rep := r.run(r.segment(0), true)
-		wantDispositions(t, rep, cache.CaptureRejected)
+		wantDispositions(t, rep, cache.DispositionCaptureRejected)
 		var re *cache.ReplayError
 		if len(rep.Rejections) != 1 || !errors.As(rep.Rejections[0], &re) || !re.EagerFallbackSafe || !errors.Is(re, cuda.ErrCaptureUnsupported) {
 			t.Fatalf("rejection %v", rep.Rejections)
 		}
 		rep = r.run(r.segment(0), true)
-		wantDispositions(t, rep, cache.CachedRejection)
+		wantDispositions(t, rep, cache.DispositionCachedRejection)
 		if r.count(0) != 2 {
 			t.Fatalf("count %d: both steps must have run eagerly", r.count(0))
 		}
@@ -142,10 +142,10 @@ func TestInPlaceUpdate(t *testing.T) {
 	a, b, c := r.segment(0, 0), r.segment(1, 1), r.segment(2, 2)
 	r.run(a, true)
 	rep := r.run(b, true)
-	wantDispositions(t, rep, cache.Captured) // room left: no update
+	wantDispositions(t, rep, cache.DispositionCaptured) // room left: no update
 	r.run(a, true)
 	rep = r.run(c, true)
-	wantDispositions(t, rep, cache.Updated)
+	wantDispositions(t, rep, cache.DispositionUpdated)
 	db, _ := cache.Discover(b, nil)
 	dc, _ := cache.Discover(c, nil)
 	if len(rep.Updates) != 1 || rep.Updates[0].From != db.Candidates[0].Key || rep.Updates[0].To != dc.Candidates[0].Key || rep.Evicted[0] != db.Candidates[0].Key {
@@ -157,7 +157,7 @@ func TestInPlaceUpdate(t *testing.T) {
 	if _, ok := r.Cache.Lookup(db.Candidates[0].Key); ok {
 		t.Fatal("the donor's old key still resolves: an updated executable must be re-keyed")
 	}
-	wantDispositions(t, r.run(c, true), cache.Hit)
+	wantDispositions(t, r.run(c, true), cache.DispositionHit)
 	if r.Count(2) != 4 || r.Count(1) != 2 {
 		t.Fatalf("counts %d %d: the updated executable must touch buffer 2 only", r.Count(2), r.Count(1))
 	}
@@ -168,7 +168,7 @@ func TestRefusedUpdateFallsBackToCapture(t *testing.T) {
 	_, _ = r.Cache.Configure(1)
 	r.run(r.segment(0), true)
 	rep := r.run(r.segment(1), true)
-	wantDispositions(t, rep, cache.Captured)
+	wantDispositions(t, rep, cache.DispositionCaptured)
 	if len(rep.UpdateRefusals) != 1 || !errors.Is(rep.UpdateRefusals[0], cuda.ErrUpdateRefused) || len(rep.Evicted) != 1 || rep.Updated != 0 {
 		t.Fatalf("report %+v", rep)
 	}
@@ -208,13 +208,13 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("capacity 0: %v", err)
 	}
 	p, err := c.Configure(3)
-	if err != nil || p.State != cache.Open || p.Capacity != 3 {
+	if err != nil || p.State != cache.PrepOpen || p.Capacity != 3 {
 		t.Fatalf("configure: %+v %v", p, err)
 	}
 	if _, err := c.Configure(3); !errors.Is(err, cache.ErrAlreadyOpen) {
 		t.Fatalf("configure twice: %v", err)
 	}
-	if p, err := c.Seal(); err != nil || p.State != cache.Ready {
+	if p, err := c.Seal(); err != nil || p.State != cache.PrepSealed {
 		t.Fatalf("seal: %+v %v", p, err)
 	}
 	if _, err := c.Configure(2); err != nil {
@@ -275,7 +275,7 @@ func TestCacheAgainstModel(t *testing.T) {
 		// resident the batch does not need when the cache is full.
 		evicted := 0
 		for i, c := range d.Candidates {
-			if rep.Dispositions[i] == cache.Hit {
+			if rep.Dispositions[i] == cache.DispositionHit {
 				if model[c.Key] == nil {
 					t.Fatalf("step %d: hit on a key the model lacks", step)
 				}
@@ -285,8 +285,8 @@ func TestCacheAgainstModel(t *testing.T) {
 		}
 		for i, c := range d.Candidates {
 			switch disp := rep.Dispositions[i]; disp {
-			case cache.Hit:
-			case cache.Captured, cache.Updated: // an update is an eviction and a capture in one
+			case cache.DispositionHit:
+			case cache.DispositionCaptured, cache.DispositionUpdated: // an update is an eviction and a capture in one
 				if model[c.Key] != nil {
 					continue // a repeated candidate of this batch
 				}
@@ -306,7 +306,7 @@ func TestCacheAgainstModel(t *testing.T) {
 				}
 				clock++
 				model[c.Key] = &entry{used: clock}
-			case cache.CapacityDeferred:
+			case cache.DispositionCapacityDeferred:
 				free := capacity - len(model)
 				for k := range model {
 					if !needed[k] {

@@ -51,16 +51,23 @@ func combine(a, b Scope) (Scope, bool) {
 	return a, a == b
 }
 
-// Phase is the phase of a command in a batch. Only compute commands are
-// ever replayed; the others are eager barriers between segments.
+// Phase is the phase of a batch entry, and of its command as discovery
+// sees it. Only compute commands are ever replayed; the others run eagerly
+// and are barriers between replay segments.
 type Phase uint8
 
-// Command phases.
+// Phases.
 const (
-	PhaseCompute Phase = iota // the plan's device work
-	PhaseInput                // staging host input before compute
-	PhaseOutput               // moving results out after compute
+	PhaseCompute        Phase = iota // the plan's device work
+	PhaseInitialization              // one-time setup before compute (weights, zeroing)
+	PhaseDynamicBinding              // per-request input and binding writes
+	PhaseReadout                     // moving results out after compute
 )
+
+// String names the phase.
+func (p Phase) String() string {
+	return [...]string{"compute", "initialization", "dynamic_binding", "readout", "unknown"}[min(int(p), 4)]
+}
 
 // NoNode marks a command that belongs to no plan node.
 const NoNode = -1
@@ -96,16 +103,16 @@ func (m *Memo) bindCommand(c Command) Binding {
 		return Binding{Reason: ReasonProviderKeyMissing}
 	}
 	if len(c.Scopes) != c.Cmd.RegionCount() {
-		return Binding{Reason: ReasonScopeMissing}
+		return Binding{Reason: ReasonAddressScopeMissing}
 	}
 	scope := PlanScope()
 	for _, s := range c.Scopes {
 		if s.Kind == ScopeNone {
-			return Binding{Reason: ReasonScopeMissing}
+			return Binding{Reason: ReasonAddressScopeMissing}
 		}
 		var ok bool
 		if scope, ok = combine(scope, s); !ok {
-			return Binding{Reason: ReasonScopeConflict}
+			return Binding{Reason: ReasonAddressScopeConflict}
 		}
 	}
 	return Binding{Key: m.bind(c.Key, c.Cmd), Scope: scope}
@@ -141,7 +148,7 @@ type Discovery struct {
 	Bindings   []Binding // one per command
 	// Reasons holds, per command, why it joins no candidate: ReasonNone for
 	// candidate members, ReasonEagerBoundary, ReasonNotCompute, a binding
-	// reason, or ReasonScopeConflict when its run mixed two lanes.
+	// reason, or ReasonAddressScopeConflict when its run mixed two lanes.
 	Reasons []Reason
 }
 
@@ -149,7 +156,7 @@ type Discovery struct {
 // of compute-phase commands that are replayable (a key and a scope for every
 // region) and not on a declared eager-boundary node. A run whose commands'
 // scopes name two different lanes is no candidate, and each of its commands
-// gets ReasonScopeConflict.
+// gets ReasonAddressScopeConflict.
 //
 // eagerBoundaries lists plan nodes that must run eagerly. Declaring any
 // requires the batch to carry node attribution (some command with a node;
@@ -210,7 +217,7 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 		}
 		if !ok {
 			for k := i; k < j; k++ {
-				d.Reasons[k] = ReasonScopeConflict
+				d.Reasons[k] = ReasonAddressScopeConflict
 			}
 		} else {
 			from := len(keys)

@@ -32,7 +32,7 @@ func TestDiscoverReasons(t *testing.T) {
 	noScopes := zeroCmd(9, 1, plan)
 	noScopes.Scopes = nil
 	input := zeroCmd(9, 1, plan)
-	input.Phase = cache.PhaseInput
+	input.Phase = cache.PhaseDynamicBinding
 	mixed := cache.Command{Cmd: cuda.Command{Kind: cuda.KindCopy, Dst: buffer(1, cuda.F32, 0x1000).Whole(), Src: buffer(2, cuda.F32, 0x9000).Whole()},
 		Key: cache.NewKey("t", "copy").Finish(), HasKey: true, Node: 1, Scopes: []cache.Scope{lane1, lane2}}
 
@@ -48,10 +48,10 @@ func TestDiscoverReasons(t *testing.T) {
 		{"missing key splits", []cache.Command{zeroCmd(1, 0, plan), noKey, zeroCmd(3, 2, plan)}, nil,
 			[]cache.Reason{0, cache.ReasonProviderKeyMissing, 0}, [][2]int{{0, 1}, {2, 3}}},
 		{"missing scope", []cache.Command{noScope, noScopes}, nil,
-			[]cache.Reason{cache.ReasonScopeMissing, cache.ReasonScopeMissing}, nil},
-		{"command mixes two lanes", []cache.Command{mixed}, nil, []cache.Reason{cache.ReasonScopeConflict}, nil},
+			[]cache.Reason{cache.ReasonAddressScopeMissing, cache.ReasonAddressScopeMissing}, nil},
+		{"command mixes two lanes", []cache.Command{mixed}, nil, []cache.Reason{cache.ReasonAddressScopeConflict}, nil},
 		{"run mixes two lanes", []cache.Command{zeroCmd(1, 0, lane1), zeroCmd(2, 1, plan), zeroCmd(3, 2, lane2)}, nil,
-			[]cache.Reason{cache.ReasonScopeConflict, cache.ReasonScopeConflict, cache.ReasonScopeConflict}, nil},
+			[]cache.Reason{cache.ReasonAddressScopeConflict, cache.ReasonAddressScopeConflict, cache.ReasonAddressScopeConflict}, nil},
 		{"input phase is a barrier", []cache.Command{zeroCmd(1, 0, plan), input, zeroCmd(3, 2, plan)}, nil,
 			[]cache.Reason{0, cache.ReasonNotCompute, 0}, [][2]int{{0, 1}, {2, 3}}},
 		{"eager boundary splits", []cache.Command{zeroCmd(1, 0, plan), zeroCmd(2, 1, plan), zeroCmd(3, 2, plan)}, []int{1},
@@ -120,7 +120,7 @@ func FuzzDiscover(f *testing.F) {
 			case 2:
 				c.Scopes = []cache.Scope{cache.LaneScope(uint64(b % 3))}
 			case 3:
-				c.Phase = cache.PhaseOutput
+				c.Phase = cache.PhaseReadout
 			case 4:
 				c.Scopes = []cache.Scope{{}}
 			}

@@ -25,7 +25,7 @@ func TestMemoGivesTheSameDiscovery(t *testing.T) {
 				c.Scopes = []cache.Scope{cache.LaneScope(uint64(r.Intn(3)))}
 			}
 			if r.Intn(6) == 0 {
-				c.Phase = cache.PhaseInput // splits the run: several candidates share the memo's key array
+				c.Phase = cache.PhaseDynamicBinding // splits the run: several candidates share the memo's key array
 			}
 			cmds = append(cmds, c)
 		}

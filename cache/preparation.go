@@ -12,20 +12,20 @@ type PrepState uint8
 // Preparation states: configure with a capacity opens capture; seal closes it
 // and makes the catalog readable.
 const (
-	Unconfigured PrepState = iota // no capacity yet: nothing is captured
-	Open                          // capture is open: misses are captured while the stream is quiescent
-	Ready                         // sealed: residents replay, misses run eagerly
+	PrepUnconfigured PrepState = iota // no capacity yet: nothing is captured
+	PrepOpen                          // capture is open: misses are captured while the stream is quiescent
+	PrepSealed                        // sealed: residents replay, misses run eagerly
 )
 
 // String names the state.
 func (s PrepState) String() string {
 	switch s {
-	case Unconfigured:
+	case PrepUnconfigured:
 		return "unconfigured"
-	case Open:
+	case PrepOpen:
 		return "open"
-	case Ready:
-		return "ready"
+	case PrepSealed:
+		return "sealed"
 	}
 	return "unknown"
 }
@@ -47,8 +47,7 @@ var (
 	ErrNotOpen       = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: preparation is not open")
 	ErrAlreadyOpen   = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: preparation is already open")
 	ErrCapacity      = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: invalid capacity")
-	ErrNotQuiescent  = cuda.NewSentinel(cuda.CodeNotQuiescent, "cache: the stream has work in flight")
-	ErrNotSealed     = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: not sealed")
+	ErrNotQuiescent  = cuda.NewSentinel(cuda.CodeLaneNotQuiescent, "cache: the stream has work in flight")
 	ErrNoDisposition = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: a non-resident candidate has no typed disposition")
 )
 
@@ -60,27 +59,27 @@ type tracker struct {
 
 func (t *tracker) configure(capacity, resident int) error {
 	switch {
-	case t.state == Open:
+	case t.state == PrepOpen:
 		return fmt.Errorf("%w: seal it before configuring again", ErrAlreadyOpen)
 	case capacity <= 0:
 		return fmt.Errorf("%w: %d; give a capacity of at least 1 executable", ErrCapacity, capacity)
 	case capacity < resident:
 		return fmt.Errorf("%w: %d is below the %d resident executables; trim first", ErrCapacity, capacity, resident)
 	}
-	t.state, t.capacity = Open, capacity
+	t.state, t.capacity = PrepOpen, capacity
 	t.counts = Preparation{}
 	return nil
 }
 
 func (t *tracker) seal() error {
-	if t.state != Open {
+	if t.state != PrepOpen {
 		return fmt.Errorf("%w: seal needs an open preparation (state %v)", ErrNotOpen, t.state)
 	}
-	t.state = Ready
+	t.state = PrepSealed
 	return nil
 }
 
-func (t *tracker) record(r Report) {
+func (t *tracker) record(r PrepareReport) {
 	t.counts.Batches++
 	t.counts.Captured += r.Captured
 	t.counts.Uploaded += r.Uploaded

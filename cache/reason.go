@@ -14,12 +14,12 @@ const (
 	// ReasonProviderKeyMissing: the command's provider declared no replay
 	// key.
 	ReasonProviderKeyMissing
-	// ReasonScopeMissing: a region of the command has no reusable address
+	// ReasonAddressScopeMissing: a region of the command has no reusable address
 	// scope.
-	ReasonScopeMissing
-	// ReasonScopeConflict: the command, or its run, touches memory of two
+	ReasonAddressScopeMissing
+	// ReasonAddressScopeConflict: the command, or its run, touches memory of two
 	// different lanes.
-	ReasonScopeConflict
+	ReasonAddressScopeConflict
 	// ReasonCaptureRejected: capturing the segment failed; eager fallback
 	// was safe and was used.
 	ReasonCaptureRejected

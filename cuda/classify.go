@@ -20,7 +20,7 @@ type Code int32
 
 // Driver codes: the numbers are CUresult's.
 const (
-	CodeSuccess                  Code = 0
+	CodeOK                       Code = 0
 	CodeInvalidValue             Code = 1
 	CodeOutOfMemory              Code = 2
 	CodeNotInitialized           Code = 3
@@ -48,29 +48,29 @@ const (
 	CodeStreamCaptureImplicit    Code = 906
 	CodeStreamCaptureWrongThread Code = 908
 	CodeGraphExecUpdateFailure   Code = 910
-	CodeUnknown                  Code = 999
+	CodeDriverError              Code = 999
 )
 
 // lanes' own codes. The device boundary's: a contract violation, caught
 // before any work reached the device.
 const (
-	CodeContract Code = -1
+	CodeRuntimeContract Code = -1
 )
 
 // The lane core's codes (package lanes and the cache and programs below it).
 const (
-	CodeBatchInvalid       Code = -100 // the batch is malformed
-	CodePathUnmet          Code = -101 // its compute-path requirement cannot be met
-	CodePatchInvalid       Code = -102 // a program-binding patch is malformed
-	CodeProgramInvalid     Code = -103 // a program reference or registration is wrong
-	CodePreparationInvalid Code = -104 // the cache's preparation lifecycle forbids it
-	CodeReadbackInvalid    Code = -105 // a readback's layout does not match
-	CodeUnknownFence       Code = -106 // a fence that is not pending
-	CodeStagedInvalid      Code = -107 // staged inputs or index maps are wrong
-	CodeNotQuiescent       Code = -110 // the lane has work in flight; retry once it drains
-	CodeLaneFailed         Code = -111 // the lane had failed: nothing was submitted
-	CodeCaptureFailed      Code = -112 // a capture left the stream untrustworthy
-	CodeProviderPanic      Code = -113 // a provider's code panicked during an enqueue
+	CodeBatchInvalid        Code = -100 // the batch is malformed
+	CodeComputePathUnmet    Code = -101 // its compute-path requirement cannot be met
+	CodeBindingPatchInvalid Code = -102 // a program-binding patch is malformed
+	CodeProgramInvalid      Code = -103 // a program reference or registration is wrong
+	CodePreparationInvalid  Code = -104 // the cache's preparation lifecycle forbids it
+	CodeReadbackInvalid     Code = -105 // a readback's layout does not match
+	CodeUnknownFence        Code = -106 // a fence that is not pending
+	CodeStagedInputInvalid  Code = -107 // staged inputs or index maps are wrong
+	CodeLaneNotQuiescent    Code = -110 // the lane has work in flight; retry once it drains
+	CodeLaneFailed          Code = -111 // the lane had failed: nothing was submitted
+	CodeCaptureFailed       Code = -112 // a capture left the stream untrustworthy
+	CodeProviderPanic       Code = -113 // a provider's code panicked during an enqueue
 )
 
 // The scheduler's codes (package actors).
@@ -79,10 +79,10 @@ const (
 	CodeStopped         Code = -201 // the scheduler is stopping or stopped
 	CodeNoHealthyLane   Code = -202 // no lane can take the batch now
 	CodeLaneUnavailable Code = -203 // the lane left routing before taking the batch
-	CodeHung            Code = -204 // a lane's kernel did not finish in time
+	CodeLaneHung        Code = -204 // a lane's kernel did not finish in time
 	CodeNotYours        Code = -205 // the batch names another tenant's buffer or program
 	CodeTenantInvalid   Code = -206 // the tenant name is empty or absurd
-	CodeSuspended       Code = -207 // the tenant keeps faulting lanes and is suspended
+	CodeTenantSuspended Code = -207 // the tenant keeps faulting lanes and is suspended
 	CodeTenantBusy      Code = -208 // the tenant still has work in flight
 	CodeUnknownLane     Code = -209 // no lane has that index
 	CodeIndeterminate   Code = -210 // the work's effect is unknown
@@ -148,7 +148,7 @@ type codeInfo struct {
 }
 
 var codes = map[Code]codeInfo{
-	CodeSuccess:                  {"cuda_success", BlameNone, false, false},
+	CodeOK:                       {"ok", BlameNone, false, false},
 	CodeInvalidValue:             {"cuda_invalid_value", BlameStream, false, false},
 	CodeOutOfMemory:              {"cuda_out_of_memory", BlameStream, true, false},
 	CodeNotInitialized:           {"cuda_not_initialized", BlameStream, false, false},
@@ -176,31 +176,31 @@ var codes = map[Code]codeInfo{
 	CodeStreamCaptureImplicit:    {"cuda_stream_capture_implicit", BlameStream, false, false},
 	CodeStreamCaptureWrongThread: {"cuda_stream_capture_wrong_thread", BlameStream, false, false},
 	CodeGraphExecUpdateFailure:   {"cuda_graph_exec_update_failure", BlameStream, false, false},
-	CodeUnknown:                  {"cuda_driver_error", BlameStream, false, false},
+	CodeDriverError:              {"cuda_driver_error", BlameStream, false, false},
 
-	CodeContract: {"cuda_runtime_contract", BlameCaller, false, true},
+	CodeRuntimeContract: {"cuda_runtime_contract", BlameCaller, false, true},
 
-	CodeBatchInvalid:       {"batch_invalid", BlameCaller, false, true},
-	CodePathUnmet:          {"compute_path_unmet", BlameCaller, false, true},
-	CodePatchInvalid:       {"binding_patch_invalid", BlameCaller, false, true},
-	CodeProgramInvalid:     {"program_invalid", BlameCaller, false, true},
-	CodePreparationInvalid: {"preparation_invalid", BlameCaller, false, true},
-	CodeReadbackInvalid:    {"readback_invalid", BlameCaller, false, true},
-	CodeUnknownFence:       {"unknown_fence", BlameCaller, false, true},
-	CodeStagedInvalid:      {"staged_input_invalid", BlameCaller, false, true},
-	CodeNotQuiescent:       {"lane_not_quiescent", BlameNone, true, true},
-	CodeLaneFailed:         {"lane_failed", BlameStream, true, true},
-	CodeCaptureFailed:      {"capture_failed", BlameStream, false, false},
-	CodeProviderPanic:      {"provider_panic", BlameStream, false, false},
+	CodeBatchInvalid:        {"batch_invalid", BlameCaller, false, true},
+	CodeComputePathUnmet:    {"compute_path_unmet", BlameCaller, false, true},
+	CodeBindingPatchInvalid: {"binding_patch_invalid", BlameCaller, false, true},
+	CodeProgramInvalid:      {"program_invalid", BlameCaller, false, true},
+	CodePreparationInvalid:  {"preparation_invalid", BlameCaller, false, true},
+	CodeReadbackInvalid:     {"readback_invalid", BlameCaller, false, true},
+	CodeUnknownFence:        {"unknown_fence", BlameCaller, false, true},
+	CodeStagedInputInvalid:  {"staged_input_invalid", BlameCaller, false, true},
+	CodeLaneNotQuiescent:    {"lane_not_quiescent", BlameNone, true, true},
+	CodeLaneFailed:          {"lane_failed", BlameStream, true, true},
+	CodeCaptureFailed:       {"capture_failed", BlameStream, false, false},
+	CodeProviderPanic:       {"provider_panic", BlameStream, false, false},
 
 	CodeOverloaded:      {"overloaded", BlameNone, true, true},
 	CodeStopped:         {"stopped", BlameNone, false, true},
 	CodeNoHealthyLane:   {"no_healthy_lane", BlameNone, true, true},
 	CodeLaneUnavailable: {"lane_unavailable", BlameNone, true, true},
-	CodeHung:            {"lane_hung", BlameStream, false, false},
+	CodeLaneHung:        {"lane_hung", BlameStream, false, false},
 	CodeNotYours:        {"not_yours", BlameCaller, false, true},
 	CodeTenantInvalid:   {"tenant_invalid", BlameCaller, false, true},
-	CodeSuspended:       {"tenant_suspended", BlameCaller, true, true},
+	CodeTenantSuspended: {"tenant_suspended", BlameCaller, true, true},
 	CodeTenantBusy:      {"tenant_busy", BlameNone, true, true},
 	CodeUnknownLane:     {"unknown_lane", BlameCaller, false, true},
 	CodeIndeterminate:   {"indeterminate", BlameStream, false, false},
@@ -255,7 +255,7 @@ type classifier interface{ Class() Class }
 // an error lanes does not know is [CodeUnclassified]. nil is success.
 func Classify(err error) Class {
 	if err == nil {
-		return CodeSuccess.Class()
+		return CodeOK.Class()
 	}
 	var c classifier
 	if errors.As(err, &c) {

@@ -268,7 +268,7 @@ func (c Command) Touches(k *KernelSpec) []Touch {
 			if a.Kind != ParamBuffer {
 				continue
 			}
-			acc := ReadWrite
+			acc := AccessReadWrite
 			if k != nil && i < len(k.Params) {
 				acc = k.Params[i].Access
 			}
@@ -276,11 +276,11 @@ func (c Command) Touches(k *KernelSpec) []Touch {
 		}
 		return out
 	case KindCopy:
-		return []Touch{{c.Src, Read}, {c.Dst, Write}}
+		return []Touch{{c.Src, AccessRead}, {c.Dst, AccessWrite}}
 	case KindStageOut:
-		return []Touch{{c.Src, Read}}
+		return []Touch{{c.Src, AccessRead}}
 	case KindUpload, KindZero, KindStageIn:
-		return []Touch{{c.Dst, Write}}
+		return []Touch{{c.Dst, AccessWrite}}
 	}
 	return nil
 }

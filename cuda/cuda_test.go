@@ -91,7 +91,7 @@ func TestErrorsClassify(t *testing.T) {
 	if !errors.Is(c, cuda.ErrKernelArity) || errors.Is(c, cuda.ErrOutOfMemory) || c.Error() != "cuda: launch: cuda_runtime_contract: 2 != 3" {
 		t.Fatalf("contract: %v", c)
 	}
-	if r := cuda.Classify(c); r.Code != cuda.CodeContract || r.Blame != cuda.BlameCaller || !r.NotSubmitted {
+	if r := cuda.Classify(c); r.Code != cuda.CodeRuntimeContract || r.Blame != cuda.BlameCaller || !r.NotSubmitted {
 		t.Fatalf("contract classified: %+v", r)
 	}
 	if r := cuda.Classify(errors.New("boom")); r.Code != cuda.CodeUnclassified || r.Sticky || r.Retryable {
@@ -100,7 +100,7 @@ func TestErrorsClassify(t *testing.T) {
 	if r := cuda.Classify(fmt.Errorf("waiting: %w", context.DeadlineExceeded)); r.Code != cuda.CodeDeadlineExceeded || r.Blame != cuda.BlameNone {
 		t.Fatalf("context error: %+v", r)
 	}
-	if cuda.Code(12345).String() != "cuda_driver_error_12345" || cuda.Classify(nil).Code != cuda.CodeSuccess {
+	if cuda.Code(12345).String() != "cuda_driver_error_12345" || cuda.Classify(nil).Code != cuda.CodeOK {
 		t.Fatal("code names")
 	}
 	if r := cuda.Code(12345).Class(); r.Blame != cuda.BlameStream || r.Sticky {
@@ -206,7 +206,7 @@ func FuzzCommandDecode(f *testing.F) {
 		err := c.UnmarshalBinary(data)
 		if err != nil {
 			var ce *cuda.Error
-			if !errors.As(err, &ce) || ce.Code != cuda.CodeContract {
+			if !errors.As(err, &ce) || ce.Code != cuda.CodeRuntimeContract {
 				t.Fatalf("untyped decode error %v", err)
 			}
 			return

@@ -6,7 +6,7 @@ import (
 
 // Error is every error a backend returns. Op names the operation that failed,
 // Code classifies it. A contract violation (the caller's mistake, caught
-// before anything was enqueued) has Code [CodeContract] and wraps one of the
+// before anything was enqueued) has Code [CodeRuntimeContract] and wraps one of the
 // Err sentinels below, so errors.Is(err, cuda.ErrOutOfBounds) works. A driver
 // error matches the code sentinels: errors.Is(err, cuda.ErrOutOfMemory).
 type Error struct {
@@ -15,7 +15,7 @@ type Error struct {
 	Sticky    bool   // the device's context is poisoned; every later call fails
 	Retryable bool   // the same call may succeed later
 	Detail    string // what was wrong and how to fix it
-	Contract  error  // for CodeContract: the sentinel that names the violation
+	Contract  error  // for CodeRuntimeContract: the sentinel that names the violation
 }
 
 // Error formats the error as "cuda: op: code: detail" (a code sentinel,
@@ -49,26 +49,26 @@ func (e *Error) Class() Class {
 // Is matches a code sentinel such as [ErrOutOfMemory] by code.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Op == "" && t.Code == e.Code && t.Code != CodeContract
+	return ok && t.Op == "" && t.Code == e.Code && t.Code != CodeRuntimeContract
 }
 
 // Contract sentinels: the caller's mistakes, caught at the boundary. A
 // contract *Error wraps one, so errors.Is finds it; alone, each classifies
 // as the caller's error.
 var (
-	ErrOutOfBounds    = NewSentinel(CodeContract, "cuda: region out of bounds")
-	ErrEmptyRegion    = NewSentinel(CodeContract, "cuda: empty region")
-	ErrForeignHandle  = NewSentinel(CodeContract, "cuda: handle belongs to another device instance")
-	ErrStaleHandle    = NewSentinel(CodeContract, "cuda: handle was freed or destroyed")
-	ErrElementType    = NewSentinel(CodeContract, "cuda: element type mismatch")
-	ErrKernelArity    = NewSentinel(CodeContract, "cuda: wrong number of kernel arguments")
-	ErrUnknownKernel  = NewSentinel(CodeContract, "cuda: unknown kernel")
-	ErrLaunchConfig   = NewSentinel(CodeContract, "cuda: invalid launch configuration")
-	ErrInvalidCommand = NewSentinel(CodeContract, "cuda: invalid command")
-	ErrAlignment      = NewSentinel(CodeContract, "cuda: invalid alignment")
-	ErrEncoding       = NewSentinel(CodeContract, "cuda: malformed command encoding")
-	ErrDeviceClosed   = NewSentinel(CodeContract, "cuda: device closed")
-	ErrThreadNotBound = NewSentinel(CodeContract, "cuda: calling thread is not bound to the device")
+	ErrOutOfBounds    = NewSentinel(CodeRuntimeContract, "cuda: region out of bounds")
+	ErrEmptyRegion    = NewSentinel(CodeRuntimeContract, "cuda: empty region")
+	ErrForeignHandle  = NewSentinel(CodeRuntimeContract, "cuda: handle belongs to another device instance")
+	ErrStaleHandle    = NewSentinel(CodeRuntimeContract, "cuda: handle was freed or destroyed")
+	ErrElementType    = NewSentinel(CodeRuntimeContract, "cuda: element type mismatch")
+	ErrKernelArity    = NewSentinel(CodeRuntimeContract, "cuda: wrong number of kernel arguments")
+	ErrUnknownKernel  = NewSentinel(CodeRuntimeContract, "cuda: unknown kernel")
+	ErrLaunchConfig   = NewSentinel(CodeRuntimeContract, "cuda: invalid launch configuration")
+	ErrInvalidCommand = NewSentinel(CodeRuntimeContract, "cuda: invalid command")
+	ErrAlignment      = NewSentinel(CodeRuntimeContract, "cuda: invalid alignment")
+	ErrEncoding       = NewSentinel(CodeRuntimeContract, "cuda: malformed command encoding")
+	ErrDeviceClosed   = NewSentinel(CodeRuntimeContract, "cuda: device closed")
+	ErrThreadNotBound = NewSentinel(CodeRuntimeContract, "cuda: calling thread is not bound to the device")
 )
 
 // Code sentinels: match driver errors by code with errors.Is.
@@ -93,7 +93,7 @@ func Contractf(op string, sentinel error, format string, args ...any) *Error {
 }
 
 func contractf(op string, sentinel error, format string, args ...any) *Error {
-	return &Error{Op: op, Code: CodeContract, Contract: sentinel, Detail: fmt.Sprintf(format, args...)}
+	return &Error{Op: op, Code: CodeRuntimeContract, Contract: sentinel, Detail: fmt.Sprintf(format, args...)}
 }
 
 // DriverError builds the error for a failed device call, classifying the

@@ -16,22 +16,22 @@ type Access uint8
 
 // The accesses a buffer parameter may declare.
 const (
-	Read Access = iota + 1
-	Write
-	ReadWrite
+	AccessRead Access = iota + 1
+	AccessWrite
+	AccessReadWrite
 )
 
 // Writes reports whether the access may modify the buffer.
-func (a Access) Writes() bool { return a == Write || a == ReadWrite }
+func (a Access) Writes() bool { return a == AccessWrite || a == AccessReadWrite }
 
 // String returns "read", "write" or "readwrite".
 func (a Access) String() string {
 	switch a {
-	case Read:
+	case AccessRead:
 		return "read"
-	case Write:
+	case AccessWrite:
 		return "write"
-	case ReadWrite:
+	case AccessReadWrite:
 		return "readwrite"
 	}
 	return fmt.Sprintf("access(%d)", uint8(a))

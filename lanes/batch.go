@@ -8,43 +8,6 @@ import (
 	"github.com/lanesched/lanes/programs"
 )
 
-// Phase is the phase of a batch entry. Only compute entries are replayed;
-// the others run eagerly and split replay segments.
-type Phase uint8
-
-// Entry phases.
-const (
-	Compute        Phase = iota // the plan's device work
-	Initialization              // one-time setup before compute (weights, zeroing)
-	DynamicBinding              // per-request input and binding writes
-	Readout                     // moving results out after compute
-)
-
-// String names the phase.
-func (p Phase) String() string {
-	switch p {
-	case Compute:
-		return "compute"
-	case Initialization:
-		return "initialization"
-	case DynamicBinding:
-		return "dynamic_binding"
-	case Readout:
-		return "readout"
-	}
-	return "unknown"
-}
-
-func (p Phase) cache() cache.Phase {
-	switch p {
-	case Compute:
-		return cache.PhaseCompute
-	case Readout:
-		return cache.PhaseOutput
-	}
-	return cache.PhaseInput
-}
-
 // Form is how an entry's logical work is batched.
 type Form uint8
 
@@ -71,18 +34,18 @@ type Work struct {
 	Tokens           uint64
 }
 
-// Replay is the replay contract a provider attaches to a command: its exact
+// ReplayContract is the replay contract a provider attaches to a command: its exact
 // provider key and the address scope of each region it names, in
 // [cuda.Command.ForRegions] order. A command without one always runs eagerly.
-type Replay struct {
+type ReplayContract struct {
 	Key    cache.ProviderKey
 	Scopes []cache.Scope
 }
 
 // Replayable is a replay contract that gives every region of cmd the same
 // scope.
-func Replayable(cmd cuda.Command, key cache.ProviderKey, scope cache.Scope) *Replay {
-	r := &Replay{Key: key}
+func Replayable(cmd cuda.Command, key cache.ProviderKey, scope cache.Scope) *ReplayContract {
+	r := &ReplayContract{Key: key}
 	_ = cmd.ForRegions(func(cuda.Region) error { r.Scopes = append(r.Scopes, scope); return nil })
 	return r
 }
@@ -90,11 +53,11 @@ func Replayable(cmd cuda.Command, key cache.ProviderKey, scope cache.Scope) *Rep
 // Entry is one item of a batch: a command, or a direct invocation of a
 // sealed program segment.
 type Entry struct {
-	Phase   Phase
+	Phase   cache.Phase
 	Node    int // plan node index, or cache.NoNode
 	Work    Work
 	Command cuda.Command
-	Replay  *Replay
+	Replay  *ReplayContract
 	// Invoke, when set, replays a segment of a sealed program by reference
 	// instead of running Command; Command must be zero.
 	Invoke *programs.Invocation
@@ -105,17 +68,17 @@ type Path uint8
 
 // Compute paths.
 const (
-	// Adaptive replays what is resident and runs the rest eagerly.
-	Adaptive Path = iota
-	// EagerOnly never replays.
-	EagerOnly
-	// ReplayedOnly requires every compute entry to be replayed; a batch
+	// PathAdaptive replays what is resident and runs the rest eagerly.
+	PathAdaptive Path = iota
+	// PathEagerOnly never replays.
+	PathEagerOnly
+	// PathReplayedOnly requires every compute entry to be replayed; a batch
 	// with any compute entry not resident after preparation is refused.
-	ReplayedOnly
-	// ReplayedWithBoundaries requires every compute entry to be replayed
+	PathReplayedOnly
+	// PathReplayedWithBoundaries requires every compute entry to be replayed
 	// except those on the declared eager-boundary nodes, and those to run
 	// eagerly: exactly the declared shape.
-	ReplayedWithBoundaries
+	PathReplayedWithBoundaries
 )
 
 // String names the path.
@@ -168,14 +131,14 @@ func (l *Lane) validate(b *Batch) error {
 	if len(b.Entries) == 0 {
 		return invalid("the batch has no entries; submit at least one command")
 	}
-	if b.Path > ReplayedWithBoundaries {
+	if b.Path > PathReplayedWithBoundaries {
 		return invalid("unknown compute path %d", b.Path)
 	}
 	if b.Timing > TimingVerification {
 		return invalid("unknown timing mode %d", b.Timing)
 	}
-	if b.Path == ReplayedWithBoundaries && len(b.EagerBoundaries) == 0 {
-		return invalid("path %v needs declared eager boundaries; use %v instead", b.Path, ReplayedOnly)
+	if b.Path == PathReplayedWithBoundaries && len(b.EagerBoundaries) == 0 {
+		return invalid("path %v needs declared eager boundaries; use %v instead", b.Path, PathReplayedOnly)
 	}
 	if b.Program != nil {
 		if err := b.Program.Validate(); err != nil {
@@ -190,7 +153,7 @@ func (l *Lane) validate(b *Batch) error {
 		if b.Program != nil && e.Node >= b.Program.Nodes {
 			return invalid("entry %d names node %d of a %d-node program", i, e.Node, b.Program.Nodes)
 		}
-		if e.Phase > Readout {
+		if e.Phase > cache.PhaseReadout {
 			return invalid("entry %d has unknown phase %d", i, e.Phase)
 		}
 		if e.Work.Form > FormWave {
@@ -200,7 +163,7 @@ func (l *Lane) validate(b *Batch) error {
 			if e.Command.Kind != 0 || e.Replay != nil {
 				return invalid("entry %d invokes a program segment and also carries a command; give one or the other", i)
 			}
-			if e.Phase != Compute {
+			if e.Phase != cache.PhaseCompute {
 				return invalid("entry %d invokes a program segment in phase %v; invocations are compute", i, e.Phase)
 			}
 			if _, err := l.catalog.Resolve(*e.Invoke, b.Timing == TimingVerification); err != nil {

@@ -15,7 +15,7 @@ func BenchmarkSubmit(b *testing.B) {
 	for _, k := range []int{8, 64} {
 		for _, mode := range []string{"eager", "replayed"} {
 			b.Run(fmt.Sprintf("%s/K=%d", mode, k), func(b *testing.B) {
-				r := newRig(b, sim.ZeroCost, 1)
+				r := newRig(b, sim.ClockZeroCost, 1)
 				var entries []lanes.Entry
 				for n := range k {
 					if mode == "eager" {

@@ -24,7 +24,7 @@
 //  2. [Lane.Poll] regularly: it never blocks, and returns the [Receipt] of
 //     every submission that ended, exactly once each, in fence order.
 //  3. After a failure (an error after enqueue began, or a device error on a
-//     fence), the lane is [Failed]: it accepts no submissions, its
+//     fence), the lane is [StateFailed]: it accepts no submissions, its
 //     in-flight work ends Indeterminate, and the failed batch is quarantined
 //     until [Lane.Synchronize] succeeds.
 //

@@ -11,16 +11,16 @@ import (
 // errors.Is reaches each of them and [cuda.Classify] classifies it.
 var (
 	ErrFailed        = cuda.NewSentinel(cuda.CodeLaneFailed, "lanes: lane failed")
-	ErrNotQuiescent  = cuda.NewSentinel(cuda.CodeNotQuiescent, "lanes: lane is not quiescent")
+	ErrNotQuiescent  = cuda.NewSentinel(cuda.CodeLaneNotQuiescent, "lanes: lane is not quiescent")
 	ErrInvalidBatch  = cuda.NewSentinel(cuda.CodeBatchInvalid, "lanes: invalid batch")
-	ErrPathRequired  = cuda.NewSentinel(cuda.CodePathUnmet, "lanes: compute path requirement not met")
-	ErrPatch         = cuda.NewSentinel(cuda.CodePatchInvalid, "lanes: invalid program-binding patch")
+	ErrPathRequired  = cuda.NewSentinel(cuda.CodeComputePathUnmet, "lanes: compute path requirement not met")
+	ErrPatch         = cuda.NewSentinel(cuda.CodeBindingPatchInvalid, "lanes: invalid program-binding patch")
 	ErrUnknownFence  = cuda.NewSentinel(cuda.CodeUnknownFence, "lanes: unknown fence")
 	ErrReadback      = cuda.NewSentinel(cuda.CodeReadbackInvalid, "lanes: invalid readback")
 	ErrProviderPanic = cuda.NewSentinel(cuda.CodeProviderPanic, "lanes: provider panicked")
 	ErrCaptureFailed = cuda.NewSentinel(cuda.CodeCaptureFailed, "lanes: capture failed and left the stream untrustworthy")
-	ErrIndexMap      = cuda.NewSentinel(cuda.CodeStagedInvalid, "lanes: invalid index map")
-	ErrStagedInput   = cuda.NewSentinel(cuda.CodeStagedInvalid, "lanes: invalid staged input")
+	ErrIndexMap      = cuda.NewSentinel(cuda.CodeStagedInputInvalid, "lanes: invalid index map")
+	ErrStagedInput   = cuda.NewSentinel(cuda.CodeStagedInputInvalid, "lanes: invalid staged input")
 )
 
 // Error is every error a lane returns: its cause, classified once when the

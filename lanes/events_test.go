@@ -46,7 +46,7 @@ func TestCompletedSubmissionsReleaseTheirEvents(t *testing.T) {
 		timed, fences int
 	}{{lanes.TimingOff, 0, 1}, {lanes.TimingCompletion, 2, 0}, {lanes.TimingKernel, 4, 0}} {
 		t.Run(tc.timing.String(), func(t *testing.T) {
-			dev, err := sim.New(sim.Config{Clock: sim.ZeroCost})
+			dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 			if err != nil {
 				t.Fatal(err)
 			}

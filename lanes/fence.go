@@ -13,23 +13,23 @@ type Outcome uint8
 
 // Outcomes. Every accepted submission ends with exactly one.
 const (
-	Succeeded     Outcome = iota + 1 // the fence completed
-	Indeterminate                    // the device failed with the work in flight: its effect is unknown
-	// Refused: the batch was refused: by the caller's error partway (see
+	OutcomeSucceeded     Outcome = iota + 1 // the fence completed
+	OutcomeIndeterminate                    // the device failed with the work in flight: its effect is unknown
+	// OutcomeRefused: the batch was refused: by the caller's error partway (see
 	// [Lane.Submit]; what was enqueued before it ran to completion, the
 	// rest never ran, and the lane is healthy), or, as a scheduler reports
 	// it, before any of it ran (Err's class says NotSubmitted).
-	Refused
+	OutcomeRefused
 )
 
 // String names the outcome.
 func (o Outcome) String() string {
 	switch o {
-	case Succeeded:
+	case OutcomeSucceeded:
 		return "succeeded"
-	case Indeterminate:
+	case OutcomeIndeterminate:
 		return "indeterminate"
-	case Refused:
+	case OutcomeRefused:
 		return "refused"
 	}
 	return "unknown"
@@ -114,8 +114,8 @@ func (l *Lane) collect() error {
 		p.release()
 		l.recycle(p)
 	}
-	if l.state == Submitted && len(l.pending) == 0 {
-		l.state = Ready
+	if l.state == StateSubmitted && len(l.pending) == 0 {
+		l.state = StateReady
 	}
 	return nil
 }
@@ -171,7 +171,7 @@ func (l *Lane) recycle(p *pending) {
 // receipt; their buffers move to quarantine.
 func (l *Lane) endIndeterminate(err error) {
 	for _, p := range l.pending {
-		r := Receipt{Fence: p.fence, Outcome: Indeterminate, Err: failed("fence", err), Lane: int(l.id), Attribution: p.att}
+		r := Receipt{Fence: p.fence, Outcome: OutcomeIndeterminate, Err: failed("fence", err), Lane: int(l.id), Attribution: p.att}
 		l.ready = append(l.ready, r)
 		l.quarantine = append(l.quarantine, p)
 	}
@@ -180,9 +180,9 @@ func (l *Lane) endIndeterminate(err error) {
 
 // receipt builds the receipt of a completed submission.
 func (l *Lane) receipt(p *pending) Receipt {
-	r := Receipt{Fence: p.fence, Outcome: Succeeded, Lane: int(l.id), Attribution: p.att, Released: p.retain}
+	r := Receipt{Fence: p.fence, Outcome: OutcomeSucceeded, Lane: int(l.id), Attribution: p.att, Released: p.retain}
 	if p.refused != nil {
-		r.Outcome, r.Err = Refused, p.refused
+		r.Outcome, r.Err = OutcomeRefused, p.refused
 	}
 	if p.start != nil {
 		r.DeviceTime, _ = p.end.Elapsed(p.start)

@@ -18,7 +18,7 @@ func FuzzSubmit(f *testing.F) {
 	f.Add([]byte{3, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{9, 200, 13, 77, 5, 250, 3, 3, 3, 1, 2})
-	r := newRig(f, sim.ZeroCost, 3)
+	r := newRig(f, sim.ClockZeroCost, 3)
 	_, _ = r.lane.Configure(4)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		next := func() byte {
@@ -48,19 +48,19 @@ func FuzzSubmit(f *testing.F) {
 				reg := r.bufs[x%3].Whole()
 				e = lanes.Entry{Node: node, Command: cuda.Command{Kind: cuda.KindUpload, Dst: reg, Host: make([]byte, int(next())%70)}}
 			case 4:
-				e = lanes.Entry{Node: node, Invoke: &programs.Invocation{Program: programs.ProgramID{Runtime: r.lane.Runtime(), Name: "p"}, Segment: programs.Segment{Ordinal: int(x % 3)}}}
+				e = lanes.Entry{Node: node, Invoke: &programs.Invocation{Program: programs.ID{Runtime: r.lane.Runtime(), Name: "p"}, Segment: programs.Segment{Ordinal: int(x % 3)}}}
 			case 5:
 				e = r.inc(int(x%3), node)
 				e.Replay.Scopes = append(e.Replay.Scopes, cache.PlanScope())
 			}
-			e.Phase = lanes.Phase(next() % 5)
+			e.Phase = cache.Phase(next() % 5)
 			b.Entries = append(b.Entries, e)
 		}
 		for n := int(next() % 3); n > 0; n-- {
 			b.EagerBoundaries = append(b.EagerBoundaries, int(next()%6)-1)
 		}
 		if next()%2 == 1 {
-			b.Program = &programs.Capture{ID: programs.ProgramID{Runtime: r.lane.Runtime(), Name: "p"}, Nodes: int(next() % 6)}
+			b.Program = &programs.Capture{ID: programs.ID{Runtime: r.lane.Runtime(), Name: "p"}, Nodes: int(next() % 6)}
 		}
 		sub, err := r.lane.Submit(b)
 		if err != nil {
@@ -68,13 +68,13 @@ func FuzzSubmit(f *testing.F) {
 			if !errors.As(err, &le) || le.Code == cuda.CodeUnclassified || le.Blame != cuda.BlameCaller || !le.NotSubmitted {
 				t.Fatalf("a refused batch that is not the caller's error: %v (%+v)", err, cuda.Classify(err))
 			}
-			if r.lane.State() == lanes.Failed {
+			if r.lane.State() == lanes.StateFailed {
 				t.Fatalf("a refused batch failed the lane: %v", err)
 			}
 			return
 		}
 		rcs, _, err := r.lane.Synchronize()
-		if err != nil || len(rcs) != 1 || rcs[0].Fence != sub.Fence || rcs[0].Outcome != lanes.Succeeded {
+		if err != nil || len(rcs) != 1 || rcs[0].Fence != sub.Fence || rcs[0].Outcome != lanes.OutcomeSucceeded {
 			t.Fatalf("accepted batch ended with %+v, %v", rcs, err)
 		}
 	})

@@ -25,7 +25,7 @@ type rig struct {
 
 func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault) *rig {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Clock: mode, Faults: faults, Trace: mode == sim.Virtual})
+	dev, err := sim.New(sim.Config{Clock: mode, Faults: faults, Trace: mode == sim.ClockVirtual})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func (r *rig) eagerInc(buf, node int) lanes.Entry {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return lanes.Entry{Phase: lanes.Compute, Node: node, Command: c, Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 1}}
+	return lanes.Entry{Phase: cache.PhaseCompute, Node: node, Command: c, Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 1}}
 }
 
 func (r *rig) steps(bufs ...int) []lanes.Entry {

@@ -14,15 +14,14 @@ type State uint8
 
 // Lane states.
 const (
-	Ready     State = iota // nothing in flight
-	Recording              // a submission is being enqueued
-	Submitted              // work in flight
-	Failed                 // an error after enqueue began, or a device failure
+	StateReady     State = iota // nothing in flight
+	StateSubmitted              // work in flight
+	StateFailed                 // an error after enqueue began, or a device failure
 )
 
 // String names the state.
 func (s State) String() string {
-	return [...]string{"ready", "recording", "submitted", "failed", "unknown"}[min(int(s), 4)]
+	return [...]string{"ready", "submitted", "failed", "unknown"}[min(int(s), 3)]
 }
 
 // Stage is a host-side stage of a submission.
@@ -82,12 +81,12 @@ type Config struct {
 
 // Counters are a lane's replay observations since it was made.
 type Counters struct {
-	Submissions, Rejected, Failures                     uint64
-	Candidates, Captured, Uploaded, Hits                uint64
-	CaptureRejections, CachedRejections                 uint64
-	QuiescenceDeferrals, CapacityDeferrals, OutsidePrep uint64
-	Evictions, ReplayedSegments, EagerCommands          uint64
-	Invocations, Updates, UpdateRefusals                uint64
+	Submissions, Rejected, Failures                          uint64
+	Candidates, Captured, Uploaded, Hits                     uint64
+	CaptureRejections, CachedRejections                      uint64
+	QuiescenceDeferred, CapacityDeferred, OutsidePreparation uint64
+	Evictions, ReplayedSegments, EagerCommands               uint64
+	Invocations, Updated, UpdateRefusals                     uint64
 	// SyncPoints are blocking waits made; SpeculativeHits the waits a
 	// non-blocking query made unnecessary.
 	SyncPoints, SpeculativeHits uint64
@@ -172,7 +171,7 @@ func New(cfg Config) (*Lane, error) {
 // hung stream's executables would hang the new one too; start a new Lane.
 func (l *Lane) Recover(st cuda.Stream) error {
 	switch {
-	case l.state != Failed:
+	case l.state != StateFailed:
 		return rejected("recover", fmt.Errorf("%w: lane %d is %v, not failed", ErrInvalidBatch, l.id, l.state))
 	case len(l.pending) > 0:
 		return rejected("recover", fmt.Errorf("%w: %d submissions of lane %d are still pending; synchronize or abandon first", ErrNotQuiescent, len(l.pending), l.id))
@@ -180,7 +179,7 @@ func (l *Lane) Recover(st cuda.Stream) error {
 		return rejected("recover", fmt.Errorf("%w: the new stream is not of the lane's device", ErrInvalidBatch))
 	}
 	l.s = st
-	l.state, l.failure = Ready, nil
+	l.state, l.failure = StateReady, nil
 	clear(l.quarantine)
 	l.quarantine = l.quarantine[:0]
 	return nil
@@ -230,10 +229,10 @@ func (l *Lane) stage(s Stage, since time.Duration) time.Duration {
 
 // fail marks the lane failed with the first failure.
 func (l *Lane) fail(err error) {
-	if l.state != Failed {
+	if l.state != StateFailed {
 		l.counters.Failures++
 	}
-	l.state = Failed
+	l.state = StateFailed
 	if l.failure == nil {
 		l.failure = err
 	}
@@ -241,13 +240,13 @@ func (l *Lane) fail(err error) {
 
 // quiescent reports whether the stream has no work of this lane in flight.
 func (l *Lane) quiescent() bool {
-	return l.state != Failed && len(l.pending) == 0 && len(l.quarantine) == 0
+	return l.state != StateFailed && len(l.pending) == 0 && len(l.quarantine) == 0
 }
 
 // requireQuiescent retires finished fences and fails if work remains.
 func (l *Lane) requireQuiescent(op string) error {
 	l.collect()
-	if l.state == Failed {
+	if l.state == StateFailed {
 		return rejected(op, fmt.Errorf("%w: %w", ErrFailed, l.failure))
 	}
 	if !l.quiescent() {
@@ -301,9 +300,9 @@ func (l *Lane) Trim() (cache.TrimReport, error) {
 // them, and a tenant that comes back under the name still replays).
 // Evicted executables are retired until the stream is quiescent if it has
 // work in flight; other programs that used them turn them into gaps.
-func (l *Lane) ForgetTenant(tenant string, ids []programs.ProgramID) {
+func (l *Lane) ForgetTenant(tenant string, ids []programs.ID) {
 	var evicted []cache.SegmentKey
-	if l.cache.Preparation().State == cache.Open {
+	if l.cache.Preparation().State == cache.PrepOpen {
 		evicted = l.cache.EvictOwner(tenant, l.quiescent())
 	}
 	for _, id := range ids {

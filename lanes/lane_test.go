@@ -13,9 +13,9 @@ import (
 )
 
 func TestEagerSubmissionEndsOnce(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	sub := r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), r.eagerInc(0, 1), r.eagerInc(0, 2)}, Timing: lanes.TimingCompletion})
-	if r.lane.State() != lanes.Submitted || r.lane.InFlight() != 1 {
+	if r.lane.State() != lanes.StateSubmitted || r.lane.InFlight() != 1 {
 		t.Fatalf("state %v in flight %d", r.lane.State(), r.lane.InFlight())
 	}
 	if got := r.lane.Poll(); len(got) != 0 {
@@ -23,10 +23,10 @@ func TestEagerSubmissionEndsOnce(t *testing.T) {
 	}
 	r.settle()
 	got := r.lane.Poll()
-	if len(got) != 1 || got[0].Fence != sub.Fence || got[0].Outcome != lanes.Succeeded || got[0].DeviceTime <= 0 {
+	if len(got) != 1 || got[0].Fence != sub.Fence || got[0].Outcome != lanes.OutcomeSucceeded || got[0].DeviceTime <= 0 {
 		t.Fatalf("receipts %+v", got)
 	}
-	if len(r.lane.Poll()) != 0 || r.lane.State() != lanes.Ready {
+	if len(r.lane.Poll()) != 0 || r.lane.State() != lanes.StateReady {
 		t.Fatal("a fence ended twice, or the lane did not become ready")
 	}
 	for i, row := range got[0].Attribution.Rows {
@@ -40,7 +40,7 @@ func TestEagerSubmissionEndsOnce(t *testing.T) {
 }
 
 func TestCapturedThenReplayed(t *testing.T) {
-	r := newRig(t, sim.Virtual, 2)
+	r := newRig(t, sim.ClockVirtual, 2)
 	if _, err := r.lane.Configure(4); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestCapturedThenReplayed(t *testing.T) {
 }
 
 func TestCaptureRejectedFallsBackEagerly(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1, sim.Fault{Kind: sim.FaultCaptureReject, Nth: 1})
+	r := newRig(t, sim.ClockVirtual, 1, sim.Fault{Kind: sim.FaultCaptureReject, Nth: 1})
 	_, _ = r.lane.Configure(4)
 	b := lanes.Batch{Entries: r.steps(0, 0)}
 	sub := r.submit(b)
@@ -96,15 +96,15 @@ func TestCaptureRejectedFallsBackEagerly(t *testing.T) {
 }
 
 func TestReplayedOnlyRefusedBeforeEnqueue(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	before := r.traceLen()
-	_, err := r.lane.Submit(lanes.Batch{Entries: r.steps(0, 0), Path: lanes.ReplayedOnly})
+	_, err := r.lane.Submit(lanes.Batch{Entries: r.steps(0, 0), Path: lanes.PathReplayedOnly})
 	var le *lanes.Error
 	if !errors.As(err, &le) || !le.NotSubmitted || !errors.Is(err, lanes.ErrPathRequired) {
 		t.Fatalf("replayed-only without a resident segment: %v", err)
 	}
 	t.Log(err)
-	if r.traceLen() != before || r.lane.State() != lanes.Ready || r.lane.Counters().Rejected != 1 {
+	if r.traceLen() != before || r.lane.State() != lanes.StateReady || r.lane.Counters().Rejected != 1 {
 		t.Fatal("a refused batch reached the stream or changed the lane")
 	}
 	// Once resident, the same batch is accepted.
@@ -112,14 +112,14 @@ func TestReplayedOnlyRefusedBeforeEnqueue(t *testing.T) {
 	r.submit(lanes.Batch{Entries: r.steps(0, 0)})
 	r.settle()
 	r.lane.Poll()
-	r.submit(lanes.Batch{Entries: r.steps(0, 0), Path: lanes.ReplayedOnly})
+	r.submit(lanes.Batch{Entries: r.steps(0, 0), Path: lanes.PathReplayedOnly})
 }
 
 func TestReplayedWithBoundaries(t *testing.T) {
-	r := newRig(t, sim.Virtual, 2)
+	r := newRig(t, sim.ClockVirtual, 2)
 	_, _ = r.lane.Configure(4)
 	entries := []lanes.Entry{r.inc(0, 0), r.inc(0, 1), r.inc(1, 2), r.inc(0, 3)}
-	b := lanes.Batch{Entries: entries, Path: lanes.ReplayedWithBoundaries, EagerBoundaries: []int{2}}
+	b := lanes.Batch{Entries: entries, Path: lanes.PathReplayedWithBoundaries, EagerBoundaries: []int{2}}
 	sub := r.submit(b)
 	for _, row := range sub.Attribution.Rows {
 		if row.Replayed == (row.Node == 2) {
@@ -138,14 +138,14 @@ func TestReplayedWithBoundaries(t *testing.T) {
 }
 
 func TestFailureMidBatchQuarantines(t *testing.T) {
-	r := newRig(t, sim.Virtual, 2, sim.Fault{Kind: sim.FaultLaunch, Nth: 2})
+	r := newRig(t, sim.ClockVirtual, 2, sim.Fault{Kind: sim.FaultLaunch, Nth: 2})
 	scratch := r.bufs[1]
 	_, err := r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), r.eagerInc(0, 1), r.eagerInc(0, 2)}, Retain: []cuda.Buffer{scratch}})
 	var le *lanes.Error
 	if !errors.As(err, &le) || le.NotSubmitted || !errors.Is(err, cuda.ErrLaunchResources) {
 		t.Fatalf("failure after enqueue began: %v", err)
 	}
-	if r.lane.State() != lanes.Failed || r.lane.Quarantined() != 1 {
+	if r.lane.State() != lanes.StateFailed || r.lane.Quarantined() != 1 {
 		t.Fatalf("state %v quarantined %d", r.lane.State(), r.lane.Quarantined())
 	}
 	if c := cuda.Classify(err); c.Code != cuda.CodeLaunchOutOfResources || c.Blame != cuda.BlameStream || c.Retryable || c.NotSubmitted {
@@ -164,7 +164,7 @@ func TestFailureMidBatchQuarantines(t *testing.T) {
 }
 
 func TestStickyFaultEndsInFlightIndeterminate(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1, sim.Fault{Kind: sim.FaultSticky, Nth: 3})
+	r := newRig(t, sim.ClockVirtual, 1, sim.Fault{Kind: sim.FaultSticky, Nth: 3})
 	a := r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), r.eagerInc(0, 1)}})
 	b := r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}, Retain: []cuda.Buffer{r.bufs[0]}})
 	r.settle()
@@ -173,11 +173,11 @@ func TestStickyFaultEndsInFlightIndeterminate(t *testing.T) {
 		t.Fatalf("receipts %+v", got)
 	}
 	for _, rc := range got {
-		if rc.Outcome != lanes.Indeterminate || !cuda.Classify(rc.Err).Sticky || cuda.Classify(rc.Err).Blame != cuda.BlameDevice || !errors.Is(rc.Err, cuda.ErrIllegalAddress) || len(rc.Released) != 0 {
+		if rc.Outcome != lanes.OutcomeIndeterminate || !cuda.Classify(rc.Err).Sticky || cuda.Classify(rc.Err).Blame != cuda.BlameDevice || !errors.Is(rc.Err, cuda.ErrIllegalAddress) || len(rc.Released) != 0 {
 			t.Fatalf("receipt %+v", rc)
 		}
 	}
-	if r.lane.State() != lanes.Failed || len(r.lane.Poll()) != 0 {
+	if r.lane.State() != lanes.StateFailed || len(r.lane.Poll()) != 0 {
 		t.Fatal("the lane must be failed, with every fence ended once")
 	}
 	if _, released, err := r.lane.Synchronize(); err == nil || len(released) != 0 {
@@ -186,7 +186,7 @@ func TestStickyFaultEndsInFlightIndeterminate(t *testing.T) {
 }
 
 func TestFencesEndExactlyOnce(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	issued := map[uint64]int{}
 	for i := range 30 {
 		s := r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
@@ -223,7 +223,7 @@ func TestFencesEndExactlyOnce(t *testing.T) {
 }
 
 func TestAdministrationNeedsQuiescence(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
 	_, err := r.lane.Configure(2)
 	if !errors.Is(err, lanes.ErrNotQuiescent) || !cuda.Classify(err).Retryable {
@@ -249,7 +249,7 @@ func TestAdministrationNeedsQuiescence(t *testing.T) {
 }
 
 func TestTimingKernelSpansEveryEagerCommand(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), r.eagerInc(0, 1)}, Timing: lanes.TimingKernel})
 	r.settle()
 	rc := r.lane.Poll()[0]
@@ -262,7 +262,7 @@ func TestTimingKernelSpansEveryEagerCommand(t *testing.T) {
 }
 
 func TestReadbackChecksLayout(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	reg := r.bufs[0].Whole()
 	for name, c := range map[string]struct {
 		layout lanes.ReadbackLayout
@@ -279,8 +279,8 @@ func TestReadbackChecksLayout(t *testing.T) {
 }
 
 func TestValidationRejectsBeforeEnqueue(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
-	other, _ := sim.New(sim.Config{Clock: sim.Virtual})
+	r := newRig(t, sim.ClockVirtual, 1)
+	other, _ := sim.New(sim.Config{Clock: sim.ClockVirtual})
 	defer other.Close()
 	foreignBuf, _ := other.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	foreign := r.eagerInc(0, 0)
@@ -290,7 +290,7 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 	scopes := r.inc(0, 0)
 	scopes.Replay.Scopes = nil
 	both := r.inc(0, 0)
-	both.Invoke = &programs.Invocation{Program: programs.ProgramID{Runtime: "lanes-test", Name: "p"}}
+	both.Invoke = &programs.Invocation{Program: programs.ID{Runtime: "lanes-test", Name: "p"}}
 	badKernel := r.eagerInc(0, 0)
 	badKernel.Command.Kernel = "nope"
 	// Handles the device no longer (or never) handed out: each is the
@@ -307,7 +307,7 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 	freedPatch := lanes.Patch{Dst: freedBuf.Whole(), Bytes: make([]byte, 64)}
 	cases := map[string]lanes.Batch{
 		"freed buffer":     {Entries: []lanes.Entry{freed}},
-		"freed zero":       {Entries: []lanes.Entry{r.eagerInc(0, 0), {Phase: lanes.DynamicBinding, Node: cache.NoNode, Command: zeroFreed}}},
+		"freed zero":       {Entries: []lanes.Entry{r.eagerInc(0, 0), {Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: zeroFreed}}},
 		"forged size":      {Entries: []lanes.Entry{forged}},
 		"patch freed":      {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Patches: []lanes.Patch{freedPatch}},
 		"retain freed":     {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Retain: []cuda.Buffer{freedBuf}},
@@ -318,9 +318,9 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 		"unknown kernel":   {Entries: []lanes.Entry{badKernel}},
 		"scope count":      {Entries: []lanes.Entry{scopes}},
 		"invoke + command": {Entries: []lanes.Entry{both}},
-		"bad node":         {Entries: []lanes.Entry{{Phase: lanes.Compute, Node: -7, Command: r.eagerInc(0, 0).Command}}},
+		"bad node":         {Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: -7, Command: r.eagerInc(0, 0).Command}}},
 		"bad path":         {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Path: 9},
-		"boundaries path":  {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Path: lanes.ReplayedWithBoundaries},
+		"boundaries path":  {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Path: lanes.PathReplayedWithBoundaries},
 		"retain foreign":   {Entries: []lanes.Entry{r.eagerInc(0, 0)}, Retain: []cuda.Buffer{foreignBuf}},
 	}
 	before := r.traceLen()
@@ -332,7 +332,7 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 		}
 		t.Logf("%s: %v", name, err)
 	}
-	if r.traceLen() != before || r.lane.State() != lanes.Ready {
+	if r.traceLen() != before || r.lane.State() != lanes.StateReady {
 		t.Fatal("a rejected batch reached the stream")
 	}
 }
@@ -342,7 +342,7 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 // racing caller would) is still the caller's error: the lane stays healthy,
 // fences what it enqueued, and the submission ends Refused at that fence.
 func TestCallerErrorMidwayKeepsTheLane(t *testing.T) {
-	r := newRig(t, sim.Virtual, 2)
+	r := newRig(t, sim.ClockVirtual, 2)
 	victim := r.bufs[1]
 	s := &freeingStream{Stream: r.s, dev: r.dev, buf: victim, after: 1}
 	l, err := lanes.New(lanes.Config{ID: 2, Device: r.dev, Stream: s, Runtime: "lanes-test"})
@@ -354,11 +354,11 @@ func TestCallerErrorMidwayKeepsTheLane(t *testing.T) {
 	if !errors.As(err, &le) || le.NotSubmitted || le.Blame != cuda.BlameCaller || !errors.Is(err, cuda.ErrStaleHandle) || sub.Fence == 0 {
 		t.Fatalf("submit: %+v %v", sub, err)
 	}
-	if l.State() == lanes.Failed {
+	if l.State() == lanes.StateFailed {
 		t.Fatalf("the caller's error failed the lane: %v", l.Err())
 	}
 	rcs, _, err := l.Synchronize()
-	if err != nil || len(rcs) != 1 || rcs[0].Fence != sub.Fence || rcs[0].Outcome != lanes.Refused || !errors.Is(rcs[0].Err, cuda.ErrStaleHandle) || len(rcs[0].Released) != 1 {
+	if err != nil || len(rcs) != 1 || rcs[0].Fence != sub.Fence || rcs[0].Outcome != lanes.OutcomeRefused || !errors.Is(rcs[0].Err, cuda.ErrStaleHandle) || len(rcs[0].Released) != 1 {
 		t.Fatalf("receipts %+v, %v", rcs, err)
 	}
 	if got := r.count(0); got != 1 {
@@ -395,13 +395,13 @@ func (s *freeingStream) Enqueue(c cuda.Command) error {
 }
 
 func TestProviderPanicFailsTheLane(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	l, err := lanes.New(lanes.Config{ID: 2, Device: r.dev, Stream: panicStream{r.s}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
-	if !errors.Is(err, lanes.ErrProviderPanic) || l.State() != lanes.Failed {
+	if !errors.Is(err, lanes.ErrProviderPanic) || l.State() != lanes.StateFailed {
 		t.Fatalf("a panicking backend: %v, state %v", err, l.State())
 	}
 }
@@ -412,7 +412,7 @@ type panicStream struct{ cuda.Stream }
 func (panicStream) Enqueue(cuda.Command) error { panic("backend bug") }
 
 func TestStageTimings(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	sink := &stageLog{}
 	clock := r.dev.Clock()
 	l, err := lanes.New(lanes.Config{ID: 3, Device: r.dev, Stream: r.s, Stages: sink, Now: clock.Now})
@@ -458,7 +458,7 @@ func (w *countingWaiter) Pause(progressed bool) error {
 // blocking forever; the lane fails and its submissions end Indeterminate,
 // each exactly once, the finished one Succeeded.
 func TestWaiterBoundsWaitsOnAHungKernel(t *testing.T) {
-	r := newRig(t, sim.RealTime, 1, sim.Fault{Kind: sim.FaultHang, Nth: 2})
+	r := newRig(t, sim.ClockRealTime, 1, sim.Fault{Kind: sim.FaultHang, Nth: 2})
 	hung := errors.New("test: hung")
 	w := &countingWaiter{limit: 50, give: hung}
 	l, err := lanes.New(lanes.Config{ID: 3, Device: r.dev, Stream: r.s, Runtime: "lanes-test", Waiter: w})
@@ -474,7 +474,7 @@ func TestWaiterBoundsWaitsOnAHungKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	rcs, _, err := l.Synchronize()
-	if !errors.Is(err, hung) || l.State() != lanes.Failed || w.begun != 1 {
+	if !errors.Is(err, hung) || l.State() != lanes.StateFailed || w.begun != 1 {
 		t.Fatalf("synchronize on a hung stream: %v, state %v", err, l.State())
 	}
 	byFence := map[uint64]lanes.Outcome{}
@@ -484,7 +484,7 @@ func TestWaiterBoundsWaitsOnAHungKernel(t *testing.T) {
 		}
 		byFence[rc.Fence] = rc.Outcome
 	}
-	if byFence[done.Fence] != lanes.Succeeded || byFence[stuck.Fence] != lanes.Indeterminate || len(byFence) != 2 {
+	if byFence[done.Fence] != lanes.OutcomeSucceeded || byFence[stuck.Fence] != lanes.OutcomeIndeterminate || len(byFence) != 2 {
 		t.Fatalf("outcomes %v", byFence)
 	}
 	if got := l.Abandon(hung); len(got) != 0 {
@@ -525,7 +525,7 @@ func (e *slowEvent) Query() cuda.FenceQuery {
 // its receipt instead of querying the retired (released) event and failing
 // the lane.
 func TestWaitSurvivesItsFenceEndingMidWait(t *testing.T) {
-	r := newRig(t, sim.ZeroCost, 1)
+	r := newRig(t, sim.ClockZeroCost, 1)
 	l, err := lanes.New(lanes.Config{ID: 4, Device: r.dev, Stream: slowEvents{r.s}, Runtime: "lanes-test", Waiter: &countingWaiter{limit: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -536,7 +536,7 @@ func TestWaitSurvivesItsFenceEndingMidWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		rc, err := l.Wait(sub.Fence)
-		if err != nil || rc.Outcome != lanes.Succeeded || l.State() == lanes.Failed {
+		if err != nil || rc.Outcome != lanes.OutcomeSucceeded || l.State() == lanes.StateFailed {
 			t.Fatalf("wait %d: %+v %v (lane %v: %v)", i, rc, err, l.State(), l.Err())
 		}
 	}

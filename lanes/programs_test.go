@@ -13,9 +13,9 @@ import (
 )
 
 func TestProgramRegisteredThenInvoked(t *testing.T) {
-	r := newRig(t, sim.Virtual, 2)
+	r := newRig(t, sim.ClockVirtual, 2)
 	_, _ = r.lane.Configure(4)
-	id := programs.ProgramID{Runtime: r.lane.Runtime(), Name: "decode"}
+	id := programs.ID{Runtime: r.lane.Runtime(), Name: "decode"}
 	capture := &programs.Capture{ID: id, Nodes: 3}
 	sub := r.submit(lanes.Batch{Entries: r.steps(0, 1, 0), Program: capture})
 	if seg := sub.Attribution.Segments[0]; seg.Program == nil || *seg.Program != id || seg.Ordinal != 0 {
@@ -31,7 +31,7 @@ func TestProgramRegisteredThenInvoked(t *testing.T) {
 		t.Fatalf("catalog %+v %v", cat, err)
 	}
 	inv := programs.Invocation{Program: id, Segment: cat[0].Segments[0]}
-	sub = r.submit(lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Invoke: &inv}}, Timing: lanes.TimingVerification})
+	sub = r.submit(lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Invoke: &inv}}, Timing: lanes.TimingVerification})
 	if len(sub.Attribution.Segments) != 1 || len(sub.Attribution.Segments[0].Logical) != 3 || sub.Attribution.Rows[0].Op != "invoke" {
 		t.Fatalf("invocation attribution %+v", sub.Attribution)
 	}
@@ -42,7 +42,7 @@ func TestProgramRegisteredThenInvoked(t *testing.T) {
 	}
 	bad := inv
 	bad.Segment.Commands = 9
-	_, err = r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Invoke: &bad}}})
+	_, err = r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Invoke: &bad}}})
 	var le *lanes.Error
 	if !errors.Is(err, programs.ErrSegmentMismatch) || !errors.As(err, &le) || !le.NotSubmitted {
 		t.Fatalf("a mismatched invocation: %v", err)
@@ -51,7 +51,7 @@ func TestProgramRegisteredThenInvoked(t *testing.T) {
 }
 
 func TestBindingPatches(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	bind, _ := r.dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.U8})
 	side, _ := r.dev.Alloc(cuda.BufferSpec{Size: 4, Elem: cuda.U8})
 	layout := &lanes.Layout{ID: "wave", Region: bind.Whole(), Fields: []lanes.Field{{0, 4}, {4, 8}, {12, 4}}}

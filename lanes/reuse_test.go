@@ -14,7 +14,7 @@ import (
 // copy). Timed two-command batches alternate with untimed one-command
 // ones, so a reused record always held the other kind.
 func TestReusedRecordsKeepReceiptsApart(t *testing.T) {
-	r := newRig(t, sim.Virtual, 1)
+	r := newRig(t, sim.ClockVirtual, 1)
 	want := map[uint64]int{} // fence -> commands (= spans when timed)
 	var got []lanes.Receipt
 	var polled []lanes.Receipt
@@ -44,7 +44,7 @@ func TestReusedRecordsKeepReceiptsApart(t *testing.T) {
 		if n == 2 {
 			spans = 2
 		}
-		if len(rc.Spans) != spans || len(rc.Attribution.Rows) != n || rc.Outcome != lanes.Succeeded {
+		if len(rc.Spans) != spans || len(rc.Attribution.Rows) != n || rc.Outcome != lanes.OutcomeSucceeded {
 			t.Fatalf("fence %d: %d spans, %d rows, %v; want %d spans, %d rows, succeeded", rc.Fence, len(rc.Spans), len(rc.Attribution.Rows), rc.Outcome, spans, n)
 		}
 		for _, sp := range rc.Spans {

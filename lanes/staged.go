@@ -18,8 +18,8 @@ type Slot struct {
 	Device  cuda.Region
 }
 
-// Staged is a replayable program with host inputs and outputs, after the
-// seeds' CUDA graph replay: inputs are copied into per-input pinned staging
+// Staged is a replayable program with host inputs and outputs, replayed as
+// one CUDA graph that moves them too: inputs are copied into per-input pinned staging
 // that lives as long as the program (never recycled under its executables),
 // the captured graph copies them in, computes, and copies the outputs back
 // into staging. Inputs and outputs are listed in descriptor order; the index
@@ -93,7 +93,7 @@ func NewStaged(inputs []Slot, inputMap []int, outputs []Slot, outputMap []int, c
 		if err != nil {
 			return Entry{}, err
 		}
-		return Entry{Phase: Compute, Node: cache.NoNode, Command: c, Replay: Replayable(c, cache.NewKey("lanes.staged", c.Kind.String()).Finish(), cache.PlanScope())}, nil
+		return Entry{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c, Replay: Replayable(c, cache.NewKey("lanes.staged", c.Kind.String()).Finish(), cache.PlanScope())}, nil
 	}
 	var ins, outs []Entry
 	for i, s := range inputs {
@@ -117,12 +117,12 @@ func NewStaged(inputs []Slot, inputMap []int, outputs []Slot, outputMap []int, c
 		outs = append(outs, e)
 	}
 	for _, e := range compute {
-		if e.Replay == nil || e.Phase != Compute {
+		if e.Replay == nil || e.Phase != cache.PhaseCompute {
 			return nil, fmt.Errorf("%w: Fix: a staged program replays: every compute entry needs a replay key and the compute phase", ErrStagedInput)
 		}
 	}
-	st.full = Batch{Path: ReplayedOnly, Timing: TimingCompletion, Entries: append(append(append([]Entry{}, ins...), compute...), outs...)}
-	st.resident = Batch{Path: ReplayedOnly, Timing: TimingCompletion, Entries: append(append([]Entry{}, compute...), outs...)}
+	st.full = Batch{Path: PathReplayedOnly, Timing: TimingCompletion, Entries: append(append(append([]Entry{}, ins...), compute...), outs...)}
+	st.resident = Batch{Path: PathReplayedOnly, Timing: TimingCompletion, Entries: append(append([]Entry{}, compute...), outs...)}
 	return st, nil
 }
 
@@ -149,7 +149,7 @@ func (st *Staged) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.Host
 // runs each once; the staging's current bytes are the inputs.
 func (l *Lane) Prepare(st *Staged) error {
 	for _, b := range []Batch{st.full, st.resident} {
-		b.Path = Adaptive
+		b.Path = PathAdaptive
 		sub, err := l.Submit(b)
 		if err != nil {
 			return err
@@ -231,7 +231,7 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 	if err != nil {
 		return StagedResult{}, err
 	}
-	if r.Outcome != Succeeded {
+	if r.Outcome != OutcomeSucceeded {
 		return StagedResult{Receipt: r}, failed(op, r.Err)
 	}
 	res := StagedResult{DeviceTime: r.DeviceTime, TimeKnown: r.DeviceTime > 0, Resident: same, Receipt: r}

@@ -30,7 +30,7 @@ func f32s(v ...float32) []byte {
 }
 
 func newStagedRig(t *testing.T, inputMap []int) *stagedRig {
-	r := newRig(t, sim.Virtual, 0)
+	r := newRig(t, sim.ClockVirtual, 0)
 	alloc := func() cuda.Buffer {
 		b, err := r.dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.F32})
 		if err != nil {
@@ -50,7 +50,7 @@ func newStagedRig(t *testing.T, inputMap []int) *stagedRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compute := []lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged-test", add), cache.PlanScope())}}
+	compute := []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged-test", add), cache.PlanScope())}}
 	st, err := lanes.NewStaged(
 		[]lanes.Slot{{Staging: host().Whole(), Device: a.Whole()}, {Staging: host().Whole(), Device: b.Whole()}}, inputMap,
 		[]lanes.Slot{{Staging: host().Whole(), Device: out.Whole()}}, []int{0}, compute)

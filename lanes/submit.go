@@ -19,17 +19,17 @@ type Row struct {
 	Dispatches int // kernel launches the entry stands for
 	Transfers  int // copies and memsets
 	GraphNodes int // graph nodes it replayed as; 0 when eager or unknown
-	Phase      Phase
+	Phase      cache.Phase
 	Replayed   bool
 	Reason     cache.Reason // why the entry was not replayed (ReasonNone when it was)
 }
 
 // SegmentRecord attributes one replayed segment.
 type SegmentRecord struct {
-	Start, End  int                 // entries [Start, End)
-	Fingerprint string              // the executable's segment key
-	Program     *programs.ProgramID // set when the segment belongs to a registered program
-	Ordinal     int                 // its segment ordinal in that program, or -1
+	Start, End  int          // entries [Start, End)
+	Fingerprint string       // the executable's segment key
+	Program     *programs.ID // set when the segment belongs to a registered program
+	Ordinal     int          // its segment ordinal in that program, or -1
 	Commands    int
 	GraphNodes  int
 	Logical     []programs.LogicalCommand
@@ -60,7 +60,7 @@ type CacheEvent struct {
 type Submission struct {
 	Fence       uint64
 	Attribution Attribution
-	Preparation cache.Report
+	Preparation cache.PrepareReport
 }
 
 // plan is a validated batch ready to enqueue.
@@ -68,9 +68,9 @@ type plan struct {
 	batch    Batch // a copy, so the caller's batch does not escape per Submit
 	prelude  []cuda.Command
 	disc     cache.Discovery
-	rep      cache.Report
+	rep      cache.PrepareReport
 	resident []int // per entry: index of its resident candidate, or -1
-	program  *programs.ProgramID
+	program  *programs.ID
 	resolved []programs.Resolved // per entry: the resolved invocation
 }
 
@@ -84,7 +84,7 @@ type plan struct {
 // enqueued (a handle that was valid when the batch was checked, freed by the
 // time its command was enqueued). The stream is fine, so the lane stays
 // healthy: it fences what was enqueued and returns that fence with the
-// error; the submission then ends at the fence with a [Refused] receipt.
+// error; the submission then ends at the fence with a [OutcomeRefused] receipt.
 func (l *Lane) Submit(b Batch) (sub Submission, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -93,7 +93,7 @@ func (l *Lane) Submit(b Batch) (sub Submission, err error) {
 			sub, err = Submission{}, failed("submit", perr)
 		}
 	}()
-	if l.state == Failed {
+	if l.state == StateFailed {
 		l.counters.Rejected++
 		return Submission{}, rejected("submit", fmt.Errorf("%w: %w", ErrFailed, l.failure))
 	}
@@ -155,21 +155,21 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 	cmds := l.scratch[:len(b.Entries)]
 	defer clear(cmds) // drop references to the batch's buffers and bytes
 	for i, e := range b.Entries {
-		cmds[i] = cache.Command{Cmd: e.Command, Phase: e.Phase.cache(), Node: e.Node}
+		cmds[i] = cache.Command{Cmd: e.Command, Phase: e.Phase, Node: e.Node}
 		if e.Invoke != nil {
-			cmds[i].Phase = cache.PhaseOutput // a replay by reference splits discovery
+			cmds[i].Phase = cache.PhaseReadout // a replay by reference splits discovery
 			if p.resolved == nil {
 				p.resolved = make([]programs.Resolved, len(b.Entries))
 			}
 			p.resolved[i], _ = l.catalog.Resolve(*e.Invoke, b.Timing == TimingVerification)
-		} else if e.Replay != nil && b.Path != EagerOnly {
+		} else if e.Replay != nil && b.Path != PathEagerOnly {
 			cmds[i].Key, cmds[i].HasKey, cmds[i].Scopes = e.Replay.Key, true, e.Replay.Scopes
 		}
 	}
 	if p.disc, err = l.memo.Discover(cmds, b.EagerBoundaries); err != nil {
 		return nil, rejected(op, fmt.Errorf("%w: %w", ErrInvalidBatch, err))
 	}
-	if b.Path == EagerOnly {
+	if b.Path == PathEagerOnly {
 		p.disc.Candidates = nil
 	}
 	enqueue := func(i int) error { return l.s.Enqueue(b.Entries[i].Command) }
@@ -218,16 +218,16 @@ func (p *plan) events() []CacheEvent {
 		key := p.disc.Candidates[ci].Key
 		var ev CacheEvent
 		switch d {
-		case cache.Captured:
+		case cache.DispositionCaptured:
 			ev.Kind = "captured"
-		case cache.Updated:
+		case cache.DispositionUpdated:
 			ev.Kind = "updated"
 			for _, u := range p.rep.Updates {
 				if u.To == key {
 					ev.Detail = "in place of " + u.From.String()
 				}
 			}
-		case cache.CaptureRejected:
+		case cache.DispositionCaptureRejected:
 			ev.Kind = "capture_rejected"
 			if rej < len(p.rep.Rejections) {
 				ev.Detail = p.rep.Rejections[rej].Error()
@@ -255,19 +255,19 @@ func (p *plan) events() []CacheEvent {
 }
 
 // observe adds a preparation's outcome to the counters.
-func (l *Lane) observe(d cache.Discovery, r cache.Report) {
+func (l *Lane) observe(d cache.Discovery, r cache.PrepareReport) {
 	c := &l.counters
 	c.Candidates += uint64(len(d.Candidates))
 	c.Captured += uint64(r.Captured)
-	c.Updates += uint64(r.Updated)
+	c.Updated += uint64(r.Updated)
 	c.UpdateRefusals += uint64(len(r.UpdateRefusals))
 	c.Uploaded += uint64(r.Uploaded)
 	c.Hits += uint64(r.Hits)
-	c.CaptureRejections += uint64(r.CaptureRejected)
-	c.CachedRejections += uint64(r.CachedRejected)
-	c.QuiescenceDeferrals += uint64(r.QuiescenceDeferred)
-	c.CapacityDeferrals += uint64(r.CapacityDeferred)
-	c.OutsidePrep += uint64(r.OutsidePreparation)
+	c.CaptureRejections += uint64(r.CaptureRejections)
+	c.CachedRejections += uint64(r.CachedRejections)
+	c.QuiescenceDeferred += uint64(r.QuiescenceDeferred)
+	c.CapacityDeferred += uint64(r.CapacityDeferred)
+	c.OutsidePreparation += uint64(r.OutsidePreparation)
 	c.Evictions += uint64(len(r.Evicted))
 }
 
@@ -287,15 +287,15 @@ func (p *plan) reason(i int) cache.Reason {
 // checkPath enforces the batch's compute-path requirement.
 func (p *plan) checkPath() error {
 	b := &p.batch
-	if b.Path == Adaptive || b.Path == EagerOnly {
+	if b.Path == PathAdaptive || b.Path == PathEagerOnly {
 		return nil
 	}
 	var eagerNodes []int
 	for i, e := range b.Entries {
-		if e.Phase != Compute || e.Invoke != nil || p.resident[i] >= 0 {
+		if e.Phase != cache.PhaseCompute || e.Invoke != nil || p.resident[i] >= 0 {
 			continue
 		}
-		if b.Path == ReplayedOnly {
+		if b.Path == PathReplayedOnly {
 			return fmt.Errorf("%w: path %v, but entry %d (node %d) would run eagerly: %v", ErrPathRequired, b.Path, i, e.Node, p.reason(i))
 		}
 		if !slices.Contains(b.EagerBoundaries, e.Node) {
@@ -305,7 +305,7 @@ func (p *plan) checkPath() error {
 			eagerNodes = append(eagerNodes, e.Node)
 		}
 	}
-	if b.Path == ReplayedWithBoundaries {
+	if b.Path == PathReplayedWithBoundaries {
 		for _, n := range b.EagerBoundaries {
 			if !slices.Contains(eagerNodes, n) {
 				return fmt.Errorf("%w: path %v declares eager boundary node %d, but no compute entry runs there; the boundary shape must be exact", ErrPathRequired, b.Path, n)
@@ -321,7 +321,6 @@ func (p *plan) checkPath() error {
 func (l *Lane) enqueue(p *plan) (Submission, error) {
 	const op = "submit"
 	b := &p.batch
-	l.state = Recording
 	l.nextFence++
 	pd := l.newPending()
 	pd.fence, pd.retain, pd.timing = l.nextFence, b.Retain, b.Timing
@@ -436,7 +435,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	l.stage(StageRecordFence, t)
 	pd.att = att
 	l.pending = append(l.pending, pd)
-	l.state = Submitted
+	l.state = StateSubmitted
 	l.counters.Submissions++
 	return Submission{Fence: pd.fence, Attribution: att, Preparation: p.rep}, nil
 }
@@ -458,7 +457,7 @@ func (l *Lane) refuseMidway(pd *pending, att Attribution, rows []Row, cause erro
 	att.Rows = append([]Row(nil), rows...)
 	pd.end, pd.att, pd.refused = end, att, failed("submit", cause)
 	l.pending = append(l.pending, pd)
-	l.state = Submitted
+	l.state = StateSubmitted
 	l.counters.Rejected++
 	return Submission{Fence: pd.fence, Attribution: att}, true
 }

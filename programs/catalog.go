@@ -34,13 +34,13 @@ type program struct {
 type Catalog struct {
 	runtime  string
 	cache    *cache.Cache
-	programs map[ProgramID]*program
+	programs map[ID]*program
 }
 
 // New returns an empty catalog for a runtime implementation fingerprint,
 // backed by the lane's cache.
 func New(runtime string, c *cache.Cache) *Catalog {
-	return &Catalog{runtime: runtime, cache: c, programs: map[ProgramID]*program{}}
+	return &Catalog{runtime: runtime, cache: c, programs: map[ID]*program{}}
 }
 
 // Runtime is the runtime implementation fingerprint programs must carry.
@@ -54,8 +54,8 @@ func (c *Catalog) Runtime() string { return c.runtime }
 // program must be monotonic: it may keep resident segments and fill gaps,
 // never change a segment's identity, topology or bindings, and a
 // determinism-ready program may not change at all.
-func (c *Catalog) Register(capture Capture, batch []cache.Command, disc cache.Discovery, rep cache.Report) (bool, error) {
-	if c.cache.Preparation().State != cache.Open {
+func (c *Catalog) Register(capture Capture, batch []cache.Command, disc cache.Discovery, rep cache.PrepareReport) (bool, error) {
+	if c.cache.Preparation().State != cache.PrepOpen {
 		return false, nil
 	}
 	if err := capture.Validate(); err != nil {
@@ -130,7 +130,7 @@ func newSegment(ordinal int, cand cache.Candidate, batch []cache.Command, exe *c
 }
 
 // gaps types every node that is neither resident nor an eager boundary.
-func gaps(capture Capture, segs []Segment, batch []cache.Command, disc cache.Discovery, rep cache.Report) []Gap {
+func gaps(capture Capture, segs []Segment, batch []cache.Command, disc cache.Discovery, rep cache.PrepareReport) []Gap {
 	covered := make([]bool, capture.Nodes)
 	for _, s := range segs {
 		for n := s.Start; n < s.End; n++ {
@@ -175,11 +175,11 @@ func gaps(capture Capture, segs []Segment, batch []cache.Command, disc cache.Dis
 		var bindReason, discReason, prepReason cache.Reason
 		i, ok := first[n]
 		for ; ok && i >= 0; i = next[i] {
-			reason = cache.ReasonScopeConflict // every command replayable, yet no candidate owns the node
+			reason = cache.ReasonAddressScopeConflict // every command replayable, yet no candidate owns the node
 			if bindReason == cache.ReasonNone {
 				bindReason = disc.Bindings[i].Reason
 			}
-			if discReason == cache.ReasonNone && disc.Reasons[i] == cache.ReasonScopeConflict {
+			if discReason == cache.ReasonNone && disc.Reasons[i] == cache.ReasonAddressScopeConflict {
 				discReason = disc.Reasons[i]
 			}
 			if ci := candidateOf[i]; ci >= 0 && prepReason == cache.ReasonNone {
@@ -283,7 +283,7 @@ func (c *Catalog) Evict(key cache.SegmentKey) (int, error) {
 // Remove forgets a program and returns the keys of its segments'
 // executables, for the caller to evict (and to Evict from the catalog, so
 // that any other program using one of them turns it into a gap).
-func (c *Catalog) Remove(id ProgramID) []cache.SegmentKey {
+func (c *Catalog) Remove(id ID) []cache.SegmentKey {
 	p, ok := c.programs[id]
 	if !ok {
 		return nil
@@ -299,7 +299,7 @@ func (c *Catalog) Remove(id ProgramID) []cache.SegmentKey {
 // Trim forgets every program; call it when the cache is trimmed.
 func (c *Catalog) Trim() int {
 	n := len(c.programs)
-	c.programs = map[ProgramID]*program{}
+	c.programs = map[ID]*program{}
 	return n
 }
 
@@ -307,7 +307,7 @@ func (c *Catalog) Trim() int {
 // before the cache is sealed, and if any segment's executable is no longer
 // resident.
 func (c *Catalog) Programs() ([]Descriptor, error) {
-	if st := c.cache.Preparation().State; st != cache.Ready {
+	if st := c.cache.Preparation().State; st != cache.PrepSealed {
 		return nil, fmt.Errorf("%w: the cache is %v; seal it first", ErrNotSealed, st)
 	}
 	if err := c.residency(); err != nil {
@@ -347,7 +347,7 @@ func (c *Catalog) Resolve(inv Invocation, needAttribution bool) (Resolved, error
 	if inv.Program.Runtime != c.runtime {
 		return Resolved{}, fmt.Errorf("%w: invocation of %s on a lane running %q", ErrForeignRuntime, inv.Program, c.runtime)
 	}
-	if st := c.cache.Preparation().State; st != cache.Ready {
+	if st := c.cache.Preparation().State; st != cache.PrepSealed {
 		return Resolved{}, fmt.Errorf("%w: the cache is %v", ErrNotSealed, st)
 	}
 	p, ok := c.programs[inv.Program]

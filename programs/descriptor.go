@@ -9,11 +9,11 @@ import (
 	"github.com/lanesched/lanes/cuda"
 )
 
-// ProgramID names a program. It carries the runtime implementation
+// ID names a program. It carries the runtime implementation
 // fingerprint it was registered under, so a reference made against another
 // runtime (another build, another device backend) is rejected rather than
 // replayed.
-type ProgramID struct {
+type ID struct {
 	Runtime string // runtime implementation fingerprint
 	Name    string // the plan's name for the program
 }
@@ -23,9 +23,9 @@ type ProgramID struct {
 const MaxIDBytes = 256
 
 // String prints "runtime/name".
-func (id ProgramID) String() string { return id.Runtime + "/" + id.Name }
+func (id ID) String() string { return id.Runtime + "/" + id.Name }
 
-func (id ProgramID) compare(o ProgramID) int {
+func (id ID) compare(o ID) int {
 	if c := strings.Compare(id.Runtime, o.Runtime); c != 0 {
 		return c
 	}
@@ -36,7 +36,7 @@ func (id ProgramID) compare(o ProgramID) int {
 // preparation is open: how many nodes, which must run eagerly, and which are
 // per-wave binding nodes (written before every replay of their segment).
 type Capture struct {
-	ID              ProgramID
+	ID              ID
 	Nodes           int
 	EagerBoundaries []int // sorted, unique, < Nodes
 	Bindings        []int // sorted, unique, < Nodes, not eager boundaries
@@ -206,6 +206,6 @@ func (d Descriptor) equal(o Descriptor) bool {
 // that can cross a wire. A submission that carries one is validated against
 // the catalog before anything is enqueued.
 type Invocation struct {
-	Program ProgramID
+	Program ID
 	Segment Segment
 }

@@ -14,7 +14,7 @@ import (
 
 const runtime = "lanes-test-runtime"
 
-func id(name string) programs.ProgramID { return programs.ProgramID{Runtime: runtime, Name: name} }
+func id(name string) programs.ID { return programs.ID{Runtime: runtime, Name: name} }
 
 type rig struct {
 	*cachetest.Rig
@@ -95,8 +95,8 @@ func TestRegisterGapReasons(t *testing.T) {
 	if len(p.Segments) != 1 || p.Segments[0] != (programs.Segment{Ordinal: 0, Start: 0, End: 2, Commands: 2}) {
 		t.Fatalf("segments %+v", p.Segments)
 	}
-	want := map[int]cache.Reason{2: cache.ReasonProviderKeyMissing, 3: cache.ReasonScopeMissing,
-		4: cache.ReasonScopeConflict, 5: cache.ReasonScopeConflict, 6: cache.ReasonMissingComputeCommand}
+	want := map[int]cache.Reason{2: cache.ReasonProviderKeyMissing, 3: cache.ReasonAddressScopeMissing,
+		4: cache.ReasonAddressScopeConflict, 5: cache.ReasonAddressScopeConflict, 6: cache.ReasonMissingComputeCommand}
 	if got := gapReasons(p); len(got) != len(want) {
 		t.Fatalf("gaps %v, want %v", got, want)
 	} else {
@@ -167,7 +167,7 @@ func TestPreparationGapReasons(t *testing.T) {
 func TestRegisterRejects(t *testing.T) {
 	r := newRig(t, 2)
 	batch := r.Segment(0, 1)
-	if ok, err := r.cat.Register(programs.Capture{ID: id("p"), Nodes: 2}, batch, cache.Discovery{}, cache.Report{}); ok || err != nil {
+	if ok, err := r.cat.Register(programs.Capture{ID: id("p"), Nodes: 2}, batch, cache.Discovery{}, cache.PrepareReport{}); ok || err != nil {
 		t.Fatalf("registration outside preparation: %v %v", ok, err)
 	}
 	_, _ = r.Cache.Configure(4)
@@ -175,7 +175,7 @@ func TestRegisterRejects(t *testing.T) {
 		capture programs.Capture
 		want    error
 	}{
-		"foreign runtime":     {programs.Capture{ID: programs.ProgramID{Runtime: "other", Name: "p"}, Nodes: 2}, programs.ErrForeignRuntime},
+		"foreign runtime":     {programs.Capture{ID: programs.ID{Runtime: "other", Name: "p"}, Nodes: 2}, programs.ErrForeignRuntime},
 		"no nodes":            {programs.Capture{ID: id("p")}, programs.ErrTopology},
 		"unsorted bounds":     {programs.Capture{ID: id("p"), Nodes: 3, EagerBoundaries: []int{2, 1}}, programs.ErrTopology},
 		"binding is eager":    {programs.Capture{ID: id("p"), Nodes: 3, EagerBoundaries: []int{2}, Bindings: []int{2}}, programs.ErrTopology},
@@ -207,7 +207,7 @@ func TestMonotonicUpdates(t *testing.T) {
 	// Node 2 deferred at first, filled later: allowed.
 	batch := []cache.Command{r.Inc(0, 0), r.Inc(1, 1), r.Barrier(2), r.Inc(2, 2)}
 	d, rep := r.Run(batch, true)
-	rep.Dispositions[1] = cache.QuiescenceDeferred // as if the stream had been busy
+	rep.Dispositions[1] = cache.DispositionQuiescenceDeferred // as if the stream had been busy
 	if _, err := r.cat.Register(capture, batch, d, rep); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestEvictionRewritesPrograms(t *testing.T) {
 	if all, err := r.cat.Programs(); err != nil || len(all) != 0 {
 		t.Fatalf("after every segment was evicted the catalog holds %d programs (%v)", len(all), err)
 	}
-	if err := (programs.Capture{ID: programs.ProgramID{Runtime: runtime, Name: strings.Repeat("n", programs.MaxIDBytes+1)}, Nodes: 1}).Validate(); !errors.Is(err, programs.ErrTopology) {
+	if err := (programs.Capture{ID: programs.ID{Runtime: runtime, Name: strings.Repeat("n", programs.MaxIDBytes+1)}, Nodes: 1}).Validate(); !errors.Is(err, programs.ErrTopology) {
 		t.Fatalf("an oversized program name: %v", err)
 	}
 }
@@ -301,7 +301,7 @@ func TestCatalogAndInvocations(t *testing.T) {
 		inv  programs.Invocation
 		want error
 	}{
-		"foreign runtime": {programs.Invocation{Program: programs.ProgramID{Runtime: "x", Name: "a"}, Segment: inv.Segment}, programs.ErrForeignRuntime},
+		"foreign runtime": {programs.Invocation{Program: programs.ID{Runtime: "x", Name: "a"}, Segment: inv.Segment}, programs.ErrForeignRuntime},
 		"unknown program": {programs.Invocation{Program: id("zz"), Segment: inv.Segment}, programs.ErrUnknownProgram},
 		"ordinal outside": {programs.Invocation{Program: id("a"), Segment: programs.Segment{Ordinal: 3}}, programs.ErrSegmentMismatch},
 		"descriptor":      {programs.Invocation{Program: id("a"), Segment: programs.Segment{Ordinal: 0, Start: 0, End: 2, Commands: 3}}, programs.ErrSegmentMismatch},

@@ -27,7 +27,7 @@
 //	lanes.timing_mode             submission           off, completion, replay, kernel, verification
 //	lanes.replayed_segments       submission           segments replayed
 //	lanes.eager_commands          submission           commands run eagerly
-//	lanes.outcome                 submission           succeeded, indeterminate, failed
+//	lanes.outcome                 submission           succeeded, indeterminate, refused
 //	lanes.error.code              submission           the stable error code, when not succeeded
 //	lanes.device_time_ns          submission           device time from the start event to the fence
 //	lanes.device_timing           segment, command     "events" or "unavailable"

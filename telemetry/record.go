@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -35,7 +36,7 @@ type Submission struct {
 // span with a child span per replayed segment and timed eager command, and
 // the metrics. It never blocks: when the recorder is behind by queueLength
 // submissions, this one is dropped and counted (lanes.telemetry.dropped).
-func (t *Telemetry) Submission(ctx context.Context, s Submission) {
+func (t *Recorder) Submission(ctx context.Context, s Submission) {
 	if t == nil {
 		return
 	}
@@ -46,21 +47,21 @@ func (t *Telemetry) Submission(ctx context.Context, s Submission) {
 	}
 }
 
-func (t *Telemetry) submission(ctx context.Context, s Submission) {
+func (t *Recorder) submission(ctx context.Context, s Submission) {
 	r := s.Receipt
 	outcome := "succeeded"
 	switch {
-	case s.Err != nil && r.Outcome == lanes.Indeterminate:
+	case s.Err != nil && r.Outcome == lanes.OutcomeIndeterminate:
 		outcome = "indeterminate"
 	case s.Err != nil:
-		outcome = "failed"
+		outcome = "refused"
 	}
 	replayed, eager := len(r.Attribution.Segments), 0
 	gaps := map[string]int64{}
 	for _, row := range r.Attribution.Rows {
 		if !row.Replayed {
 			eager++
-			if row.Phase == lanes.Compute {
+			if row.Phase == cache.PhaseCompute {
 				gaps[row.Reason.String()]++
 			}
 		}
@@ -102,7 +103,7 @@ func (t *Telemetry) submission(ctx context.Context, s Submission) {
 }
 
 // children records the replayed segments and timed eager commands.
-func (t *Telemetry) children(ctx context.Context, s Submission) {
+func (t *Recorder) children(ctx context.Context, s Submission) {
 	r := s.Receipt
 	timed := map[[2]int]lanes.SpanTiming{}
 	for _, st := range r.Spans {
@@ -166,7 +167,7 @@ func nodeRange(nodes []int, from, to int) (int, int, bool) {
 }
 
 // Quarantine records a lane leaving routing, with its cause.
-func (t *Telemetry) Quarantine(ctx context.Context, lane int, cause error) {
+func (t *Recorder) Quarantine(ctx context.Context, lane int, cause error) {
 	if t == nil {
 		return
 	}

@@ -48,9 +48,9 @@ type Config struct {
 	MetricReader sdkmetric.Reader
 }
 
-// Telemetry holds the tracer and instruments. A nil *Telemetry records
+// Recorder holds the tracer and instruments. A nil *Recorder records
 // nothing.
-type Telemetry struct {
+type Recorder struct {
 	tp     *sdktrace.TracerProvider
 	mp     *sdkmetric.MeterProvider
 	tracer trace.Tracer
@@ -74,7 +74,7 @@ type instruments struct {
 }
 
 // New builds the configured pipeline, or returns nil for none.
-func New(ctx context.Context, cfg Config) (*Telemetry, error) {
+func New(ctx context.Context, cfg Config) (*Recorder, error) {
 	if cfg.SpanExporter == nil && (cfg.Exporter == "" || cfg.Exporter == ExportNone) {
 		return nil, nil
 	}
@@ -87,7 +87,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 		attrs = append(attrs, attribute.String(k, v))
 	}
 	res := resource.NewWithAttributes(semconv.SchemaURL, attrs...)
-	t := &Telemetry{}
+	t := &Recorder{}
 	var opts []sdktrace.TracerProviderOption
 	switch {
 	case cfg.SpanExporter != nil:
@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Telemetry, error) {
 }
 
 // record is the recorder goroutine.
-func (t *Telemetry) record() {
+func (t *Recorder) record() {
 	defer close(t.stopped)
 	for {
 		select {
@@ -140,7 +140,7 @@ func (t *Telemetry) record() {
 }
 
 // Flush waits until every submission handed over so far is recorded.
-func (t *Telemetry) Flush() {
+func (t *Recorder) Flush() {
 	if t == nil {
 		return
 	}
@@ -207,7 +207,7 @@ func (m *instruments) init(meter metric.Meter) error {
 }
 
 // Meter returns the meter for gauges the scheduler registers (nil-safe).
-func (t *Telemetry) Meter() metric.Meter {
+func (t *Recorder) Meter() metric.Meter {
 	if t == nil {
 		return nil
 	}
@@ -215,7 +215,7 @@ func (t *Telemetry) Meter() metric.Meter {
 }
 
 // Shutdown flushes and stops the exporters.
-func (t *Telemetry) Shutdown(ctx context.Context) error {
+func (t *Recorder) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}

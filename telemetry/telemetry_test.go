@@ -27,11 +27,11 @@ type rig struct {
 	exp    *tracetest.InMemoryExporter
 	reader *sdkmetric.ManualReader
 	s      *actors.Scheduler
-	tel    *telemetry.Telemetry
+	tel    *telemetry.Recorder
 }
 
 func newRig(t *testing.T, faults ...sim.Fault) *rig {
-	dev, err := sim.New(sim.Config{Clock: sim.RealTime, Faults: faults})
+	dev, err := sim.New(sim.Config{Clock: sim.ClockRealTime, Faults: faults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func (r *rig) batch(k int, keyed bool, timing lanes.TimingMode) lanes.Batch {
 	b := lanes.Batch{Timing: timing}
 	for n := range k {
 		c, _ := cuda.Launch(r.dev.Registry().MustSpec(kernels.Inc), cuda.Linear(256, 128), cuda.BufferArg(r.buf.Whole()), cuda.I32Arg(256))
-		e := lanes.Entry{Phase: lanes.Compute, Node: n, Command: c}
+		e := lanes.Entry{Phase: cache.PhaseCompute, Node: n, Command: c}
 		if keyed {
 			e.Replay = lanes.Replayable(c, cache.LaunchKey("telemetry-test", c), cache.PlanScope())
 		}
@@ -208,7 +208,7 @@ func TestRejectedAndQuarantinedWork(t *testing.T) {
 }
 
 func TestNilTelemetryRecordsNothing(t *testing.T) {
-	var tel *telemetry.Telemetry
+	var tel *telemetry.Recorder
 	tel.Submission(context.Background(), telemetry.Submission{})
 	tel.Flush()
 	tel.Quarantine(context.Background(), 0, nil)

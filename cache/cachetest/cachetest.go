@@ -26,7 +26,7 @@ type Rig struct {
 // New makes a rig with the given number of counters and device faults.
 func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost, Faults: faults})
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost, Faults: faults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,13 +79,13 @@ func (r *Rig) Segment(bufs ...int) []cache.Command {
 // Barrier is an input-phase memset of a counter: an eager barrier.
 func (r *Rig) Barrier(buf int) cache.Command {
 	z, _ := cuda.Zero(r.Bufs[buf].Whole())
-	return cache.Command{Cmd: z, Phase: cache.PhaseInput, Node: cache.NoNode}
+	return cache.Command{Cmd: z, Phase: cache.PhaseDynamicBinding, Node: cache.NoNode}
 }
 
 // Run discovers, prepares and executes a batch as a lane does: resident
 // candidates replayed, everything else eager. It checks the cache's
 // invariants and that every candidate got a disposition.
-func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cache.Discovery, cache.Report) {
+func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cache.Discovery, cache.PrepareReport) {
 	r.T.Helper()
 	d, err := cache.Discover(cmds, boundaries)
 	if err != nil {

@@ -208,7 +208,7 @@ func wantContract(t *testing.T, err error, sentinel error) {
 		t.Fatalf("got error %v, want %v", err, sentinel)
 	}
 	var e *cuda.Error
-	if !errors.As(err, &e) || e.Code != cuda.CodeContract {
+	if !errors.As(err, &e) || e.Code != cuda.CodeRuntimeContract {
 		t.Fatalf("error %v is not a contract *cuda.Error", err)
 	}
 }

@@ -201,7 +201,7 @@ func (d *Device) check(op string, r cResult, detail string) error {
 // driverError converts an error from gorgonia/cu, whose CUresult type is
 // unexported but an int underneath.
 func driverError(op string, err error, detail string) *cuda.Error {
-	code := cuda.CodeUnknown
+	code := cuda.CodeDriverError
 	if v := reflect.ValueOf(err); v.Kind() == reflect.Int {
 		code = cuda.Code(v.Int())
 	}

@@ -52,7 +52,7 @@ func BenchmarkStagedReplay(b *testing.B) {
 				}
 				program, err := lanes.NewStaged([]lanes.Slot{{Staging: host(), Device: a.Whole()}, {Staging: host(), Device: bb.Whole()}}, []int{0, 1},
 					[]lanes.Slot{{Staging: host(), Device: out.Whole()}}, []int{0},
-					[]lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("bench", add), cache.PlanScope())}})
+					[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("bench", add), cache.PlanScope())}})
 				if err != nil {
 					b.Fatal(err)
 				}

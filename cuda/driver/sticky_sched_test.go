@@ -47,7 +47,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Command: c}}}
+		return lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c}}}
 	}
 	alloc := func(d cuda.Device) cuda.Buffer {
 		unbind, _ := d.BindThread()
@@ -71,7 +71,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st := s.Lanes()
-		if st[0].Health == actors.Quarantined && st[1].Health == actors.Quarantined {
+		if st[0].Health == actors.HealthQuarantined && st[1].Health == actors.HealthQuarantined {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -85,7 +85,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 	if len(devs) == 2 {
 		_, err := s.Submit(context.Background(), "other", batchOn(devs[1], kernels.Inc, cuda.BufferArg(b1.Whole()), cuda.I32Arg(16)))
 		t.Logf("a launch on GPU 1 after GPU 0's fault: %v", err)
-		if st := s.Lanes(); st[2].Health != actors.Quarantined || st[3].Health != actors.Quarantined {
+		if st := s.Lanes(); st[2].Health != actors.HealthQuarantined || st[3].Health != actors.HealthQuarantined {
 			t.Fatalf("GPU 1's lanes stayed in routing after a process-wide sticky error: %+v", st[2:])
 		}
 	}

@@ -242,7 +242,7 @@ func rowwise(shape Shape, rows, cols int64, out, a, x Memory) error {
 var builtin = []Kernel{
 	{
 		Spec: cuda.KernelSpec{Name: Fill,
-			Params: []cuda.Param{buf("out", cuda.F32, cuda.Write), scalar("value", cuda.F32), scalar("n", cuda.I32)},
+			Params: []cuda.Param{buf("out", cuda.F32, cuda.AccessWrite), scalar("value", cuda.F32), scalar("n", cuda.I32)},
 			Check:  func(a []cuda.Arg) error { return extent(Fill, int64(a[2].I32()), a, 0) }},
 		Body: func(s Shape, m []Memory, a []cuda.Arg) error {
 			v := a[1].F32()
@@ -251,7 +251,7 @@ var builtin = []Kernel{
 	},
 	{
 		Spec: cuda.KernelSpec{Name: Axpy,
-			Params: []cuda.Param{buf("y", cuda.F32, cuda.ReadWrite), buf("x", cuda.F32, cuda.Read), scalar("a", cuda.F32), scalar("n", cuda.I32)},
+			Params: []cuda.Param{buf("y", cuda.F32, cuda.AccessReadWrite), buf("x", cuda.F32, cuda.AccessRead), scalar("a", cuda.F32), scalar("n", cuda.I32)},
 			Check:  func(a []cuda.Arg) error { return extent(Axpy, int64(a[3].I32()), a, 0, 1) }},
 		Body: func(s Shape, m []Memory, a []cuda.Arg) error {
 			alpha := a[2].F32()
@@ -262,7 +262,7 @@ var builtin = []Kernel{
 	},
 	{
 		Spec: cuda.KernelSpec{Name: Add,
-			Params: []cuda.Param{buf("out", cuda.F32, cuda.Write), buf("a", cuda.F32, cuda.Read), buf("b", cuda.F32, cuda.Read), scalar("n", cuda.I32)},
+			Params: []cuda.Param{buf("out", cuda.F32, cuda.AccessWrite), buf("a", cuda.F32, cuda.AccessRead), buf("b", cuda.F32, cuda.AccessRead), scalar("n", cuda.I32)},
 			Check:  func(a []cuda.Arg) error { return extent(Add, int64(a[3].I32()), a, 0, 1, 2) }},
 		Body: func(s Shape, m []Memory, a []cuda.Arg) error {
 			return elementwise(s, int64(a[3].I32()), m, func(i int64) {
@@ -272,7 +272,7 @@ var builtin = []Kernel{
 	},
 	{
 		Spec: cuda.KernelSpec{Name: RowSum,
-			Params: []cuda.Param{buf("out", cuda.F32, cuda.Write), buf("in", cuda.F32, cuda.Read), scalar("rows", cuda.I32), scalar("cols", cuda.I32)},
+			Params: []cuda.Param{buf("out", cuda.F32, cuda.AccessWrite), buf("in", cuda.F32, cuda.AccessRead), scalar("rows", cuda.I32), scalar("cols", cuda.I32)},
 			Check: func(a []cuda.Arg) error {
 				rows, cols := int64(a[2].I32()), int64(a[3].I32())
 				if err := extent(RowSum, rows, a, 0); err != nil {
@@ -289,7 +289,7 @@ var builtin = []Kernel{
 	},
 	{
 		Spec: cuda.KernelSpec{Name: Gemv,
-			Params: []cuda.Param{buf("y", cuda.F32, cuda.Write), buf("a", cuda.F32, cuda.Read), buf("x", cuda.F32, cuda.Read), scalar("rows", cuda.I32), scalar("cols", cuda.I32)},
+			Params: []cuda.Param{buf("y", cuda.F32, cuda.AccessWrite), buf("a", cuda.F32, cuda.AccessRead), buf("x", cuda.F32, cuda.AccessRead), scalar("rows", cuda.I32), scalar("cols", cuda.I32)},
 			Check: func(a []cuda.Arg) error {
 				rows, cols := int64(a[3].I32()), int64(a[4].I32())
 				if err := extent(Gemv, rows, a, 0); err != nil {
@@ -306,7 +306,7 @@ var builtin = []Kernel{
 	},
 	{
 		Spec: cuda.KernelSpec{Name: Inc,
-			Params: []cuda.Param{buf("p", cuda.I32, cuda.ReadWrite), scalar("n", cuda.I32)},
+			Params: []cuda.Param{buf("p", cuda.I32, cuda.AccessReadWrite), scalar("n", cuda.I32)},
 			Check:  func(a []cuda.Arg) error { return extent(Inc, int64(a[1].I32()), a, 0) }},
 		Body: func(s Shape, m []Memory, a []cuda.Arg) error {
 			return elementwise(s, int64(a[1].I32()), m, func(i int64) { setI32(m[0], i, i32At(m[0], i)+1) })
@@ -318,7 +318,7 @@ var faultInjection = []Kernel{
 	{
 		// Deliberately unchecked: the fault tests write outside an allocation.
 		Spec: cuda.KernelSpec{Name: Poke,
-			Params: []cuda.Param{buf("p", cuda.I32, cuda.Write), scalar("index", cuda.U32), scalar("value", cuda.I32)}},
+			Params: []cuda.Param{buf("p", cuda.I32, cuda.AccessWrite), scalar("index", cuda.U32), scalar("value", cuda.I32)}},
 		Body: func(s Shape, m []Memory, a []cuda.Arg) error {
 			i := int64(a[1].U32())
 			if s.ThreadsX == 0 || s.Replicas == 0 {

@@ -15,7 +15,7 @@ import (
 func BenchmarkLaunch(b *testing.B) {
 	for _, k := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("eager/K=%d", k), func(b *testing.B) {
-			r := newRig(b, sim.Config{Clock: sim.ZeroCost})
+			r := newRig(b, sim.Config{Clock: sim.ClockZeroCost})
 			s := r.stream()
 			buf := r.counter(s, 1) // one element: the kernel body costs nothing, the launch path is measured
 			c := r.inc(buf)
@@ -34,7 +34,7 @@ func BenchmarkLaunch(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*k), "ns/launch")
 		})
 		b.Run(fmt.Sprintf("graph/K=%d", k), func(b *testing.B) {
-			r := newRig(b, sim.Config{Clock: sim.ZeroCost})
+			r := newRig(b, sim.Config{Clock: sim.ClockZeroCost})
 			s := r.stream()
 			buf := r.counter(s, 1) // one element: the kernel body costs nothing, the launch path is measured
 			x := r.capture(s, buf, k)
@@ -57,7 +57,7 @@ func BenchmarkLaunch(b *testing.B) {
 // simulated stream: whatever the input, the device answers with a typed
 // error or runs the command, and never panics.
 func FuzzEnqueue(f *testing.F) {
-	r := newRig(f, sim.Config{Clock: sim.ZeroCost})
+	r := newRig(f, sim.Config{Clock: sim.ClockZeroCost})
 	s := r.stream()
 	buf := r.counter(s, 64)
 	for _, c := range []cuda.Command{r.inc(buf)} {

@@ -12,29 +12,29 @@ type ClockMode uint8
 
 // Clock modes.
 const (
-	// RealTime charges the cost model in wall-clock time: an eager launch
+	// ClockRealTime charges the cost model in wall-clock time: an eager launch
 	// spins the calling goroutine for its host cost, and work completes when
 	// its modelled device time has passed. The demo runs in this mode, so it
 	// feels like a GPU.
-	RealTime ClockMode = iota
-	// Virtual runs on a [VirtualClock] that only the test advances. Work
+	ClockRealTime ClockMode = iota
+	// ClockVirtual runs on a [VirtualClock] that only the test advances. Work
 	// completes when the clock reaches its modelled finish time, so every
 	// query and every trace is a pure function of the calls made and the
 	// clock advances: same seed, same trace.
-	Virtual
-	// ZeroCost charges nothing: work completes as soon as the stream's worker
+	ClockVirtual
+	// ClockZeroCost charges nothing: work completes as soon as the stream's worker
 	// has executed it. It measures the scheduler's own overhead.
-	ZeroCost
+	ClockZeroCost
 )
 
 // String names the mode.
 func (m ClockMode) String() string {
 	switch m {
-	case RealTime:
+	case ClockRealTime:
 		return "real"
-	case Virtual:
+	case ClockVirtual:
 		return "virtual"
-	case ZeroCost:
+	case ClockZeroCost:
 		return "zero"
 	}
 	return "unknown"
@@ -84,7 +84,7 @@ type clock struct {
 }
 
 func (c *clock) now() time.Duration {
-	if c.mode == Virtual {
+	if c.mode == ClockVirtual {
 		return c.virtual.Now()
 	}
 	return time.Since(c.origin)
@@ -93,7 +93,7 @@ func (c *clock) now() time.Duration {
 // spin burns d of the calling goroutine's time, as a host-side driver call
 // does. Only the real-time mode spends host time.
 func (c *clock) spin(d time.Duration) {
-	if c.mode != RealTime || d <= 0 {
+	if c.mode != ClockRealTime || d <= 0 {
 		return
 	}
 	end := time.Now().Add(d)
@@ -104,7 +104,7 @@ func (c *clock) spin(d time.Duration) {
 // sleepUntil waits for device time t in the real-time mode: sleeping for long
 // waits, yielding for short ones, since timers are coarser than a kernel.
 func (c *clock) sleepUntil(t time.Duration, cancel <-chan struct{}) {
-	if c.mode != RealTime || t == never {
+	if c.mode != ClockRealTime || t == never {
 		return
 	}
 	deadline := c.origin.Add(t)
@@ -148,7 +148,7 @@ type CostModel struct {
 }
 
 // DefaultCost returns the costs measured on an H200 with the raw driver API
-// (DESIGN.md): eager launch about 3.5 µs of host time, a graph of tiny kernels
+// (docs/measurements): eager launch about 3.5 µs of host time, a graph of tiny kernels
 // about 0.9 µs per node, one graph launch a few µs of host time, and eight
 // streams at about five times the throughput of one.
 func DefaultCost() CostModel {

@@ -144,7 +144,7 @@ func TestContention(t *testing.T) {
 
 func TestVirtualRunsAreDeterministic(t *testing.T) {
 	run := func(seed int64) ([]sim.TraceEntry, []string) {
-		d, err := sim.New(sim.Config{Clock: sim.Virtual, Trace: true, Seed: seed, Faults: []sim.Fault{
+		d, err := sim.New(sim.Config{Clock: sim.ClockVirtual, Trace: true, Seed: seed, Faults: []sim.Fault{
 			{Kind: sim.FaultLaunch, Rate: 0.2},
 			{Kind: sim.FaultCaptureReject, Rate: 0.1},
 		}})
@@ -184,7 +184,7 @@ func TestVirtualRunsAreDeterministic(t *testing.T) {
 }
 
 func TestZeroCostChargesNothing(t *testing.T) {
-	r := newRig(t, sim.Config{Clock: sim.ZeroCost, Trace: true})
+	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost, Trace: true})
 	s := r.stream()
 	b := r.counter(s, 16)
 	for range 10 {
@@ -201,7 +201,7 @@ func TestZeroCostChargesNothing(t *testing.T) {
 }
 
 func TestRealTimeChargesHostCost(t *testing.T) {
-	r := newRig(t, sim.Config{Clock: sim.RealTime})
+	r := newRig(t, sim.Config{Clock: sim.ClockRealTime})
 	s := r.stream()
 	b := r.counter(s, 16)
 	t0 := time.Now()

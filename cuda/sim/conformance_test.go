@@ -20,6 +20,6 @@ func openSim(mode sim.ClockMode) conformance.Open {
 	}
 }
 
-func TestConformanceVirtual(t *testing.T)  { conformance.Run(t, openSim(sim.Virtual)) }
-func TestConformanceZeroCost(t *testing.T) { conformance.Run(t, openSim(sim.ZeroCost)) }
-func TestConformanceRealTime(t *testing.T) { conformance.Run(t, openSim(sim.RealTime)) }
+func TestConformanceVirtual(t *testing.T)  { conformance.Run(t, openSim(sim.ClockVirtual)) }
+func TestConformanceZeroCost(t *testing.T) { conformance.Run(t, openSim(sim.ClockZeroCost)) }
+func TestConformanceRealTime(t *testing.T) { conformance.Run(t, openSim(sim.ClockRealTime)) }

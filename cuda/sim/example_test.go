@@ -12,7 +12,7 @@ import (
 // Capture three increments into a graph, replay it twice, and read the
 // result back: the same bytes as six eager launches.
 func Example() {
-	dev, _ := sim.New(sim.Config{Clock: sim.Virtual})
+	dev, _ := sim.New(sim.Config{Clock: sim.ClockVirtual})
 	defer dev.Close()
 	st, _ := dev.NewStream()
 	buf, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * 256, Elem: cuda.I32})

@@ -55,7 +55,7 @@ func TestFaultCaptureRejectInvalidates(t *testing.T) {
 }
 
 func TestFaultOutOfMemory(t *testing.T) {
-	r := newRig(t, sim.Config{Clock: sim.Virtual, Memory: 4096, Faults: []sim.Fault{{Kind: sim.FaultOutOfMemory, Nth: 2}}})
+	r := newRig(t, sim.Config{Clock: sim.ClockVirtual, Memory: 4096, Faults: []sim.Fault{{Kind: sim.FaultOutOfMemory, Nth: 2}}})
 	if _, err := r.dev.Alloc(cuda.BufferSpec{Size: 1024, Elem: cuda.U8}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestReplayOfFreedBufferIsRefused(t *testing.T) {
 // enqueue or launch either runs before the free or is refused; the device
 // is never poisoned.
 func TestFreeRacingWorkNeverPoisons(t *testing.T) {
-	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost})
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestFaultRulesAreValidated(t *testing.T) {
 // TestConcurrentStreams hammers one device from many goroutines, each with
 // its own stream, under the race detector.
 func TestConcurrentStreams(t *testing.T) {
-	r := newRig(t, sim.Config{Clock: sim.ZeroCost})
+	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost})
 	const workers, launches = 8, 200
 	errs := make(chan error, workers)
 	for range workers {
@@ -276,7 +276,7 @@ func TestConcurrentStreams(t *testing.T) {
 // finishes in seconds) is refused before it is enqueued, as a launch
 // configuration error; a smaller limit is configurable.
 func TestHugeLaunchIsRefused(t *testing.T) {
-	dev, err := sim.New(sim.Config{Clock: sim.ZeroCost, MaxLaunchThreads: 1 << 20})
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost, MaxLaunchThreads: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

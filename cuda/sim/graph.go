@@ -30,13 +30,13 @@ func (e *event) Query() cuda.FenceQuery {
 	}
 	d := e.s.dev
 	now := d.clock.now()
-	if d.clock.mode == Virtual {
+	if d.clock.mode == ClockVirtual {
 		d.settle(now)
 	}
 	if err := d.Err(); err != nil {
 		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
 	}
-	if d.clock.mode == Virtual && e.at > now {
+	if d.clock.mode == ClockVirtual && e.at > now {
 		return cuda.FenceQuery{State: cuda.FencePending}
 	}
 	e.s.mu.Lock()

@@ -28,7 +28,7 @@ func newRig(t testing.TB, cfg sim.Config) rig {
 }
 
 func virtualRig(t testing.TB, faults ...sim.Fault) rig {
-	return newRig(t, sim.Config{Clock: sim.Virtual, Trace: true, Faults: faults, Memory: 1 << 30})
+	return newRig(t, sim.Config{Clock: sim.ClockVirtual, Trace: true, Faults: faults, Memory: 1 << 30})
 }
 
 func (r rig) stream() cuda.Stream {

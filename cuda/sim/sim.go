@@ -132,7 +132,7 @@ type poisoning struct {
 
 // New creates a simulated device.
 func New(cfg Config) (*Device, error) {
-	if cfg.Clock > ZeroCost {
+	if cfg.Clock > ClockZeroCost {
 		return nil, cuda.Contractf("sim new", cuda.ErrInvalidCommand, "unknown clock mode %d", cfg.Clock)
 	}
 	if cfg.Memory == 0 {
@@ -163,10 +163,10 @@ func New(cfg Config) (*Device, error) {
 		rng:      rand.New(rand.NewSource(cfg.Seed)),
 		tracing:  cfg.Trace,
 	}
-	if cfg.Clock == Virtual && d.clock.virtual == nil {
+	if cfg.Clock == ClockVirtual && d.clock.virtual == nil {
 		d.clock.virtual = &VirtualClock{}
 	}
-	if cfg.Clock == ZeroCost {
+	if cfg.Clock == ClockZeroCost {
 		d.cost = CostModel{MemoryBandwidth: math.Inf(1), HostBandwidth: math.Inf(1), StreamParallelism: 1}
 	}
 	for _, f := range cfg.Faults {
@@ -218,7 +218,7 @@ func (d *Device) check(op string) error {
 
 // Err returns the sticky error that poisoned the device, once it has struck.
 func (d *Device) Err() error {
-	if d.clock.mode == Virtual {
+	if d.clock.mode == ClockVirtual {
 		d.settle(d.clock.now())
 	}
 	d.mu.Lock()
@@ -230,7 +230,7 @@ func (d *Device) poisonedLocked() error {
 	if d.poison == nil {
 		return nil
 	}
-	if d.clock.mode == Virtual && d.poison.at > d.clock.now() {
+	if d.clock.mode == ClockVirtual && d.poison.at > d.clock.now() {
 		return nil
 	}
 	return d.poison.err

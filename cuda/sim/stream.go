@@ -180,10 +180,10 @@ func (s *stream) submit(op string, nodes []node, host, device time.Duration) err
 	now := d.clock.now()
 	ready := now
 	switch d.clock.mode {
-	case RealTime:
+	case ClockRealTime:
 		d.clock.spin(host)
 		ready = d.clock.now()
-	case Virtual:
+	case ClockVirtual:
 		s.mu.Lock()
 		s.host = max(s.host, now) + host
 		ready = s.host
@@ -311,7 +311,7 @@ func (s *stream) settle(t time.Duration) {
 // host waited that long. Work that never finishes blocks until Close.
 func (s *stream) waitSeq(op string, seq uint64, at time.Duration) error {
 	d := s.dev
-	if d.clock.mode == Virtual && at != never {
+	if d.clock.mode == ClockVirtual && at != never {
 		d.clock.virtual.AdvanceTo(at)
 	}
 	s.mu.Lock()
@@ -390,7 +390,7 @@ func (s *stream) recordEvent(timed bool) (cuda.Event, error) {
 		return nil, cuda.DriverError(op, cuda.CodeIllegalState, "events are not recorded during a capture; record after EndCapture")
 	}
 	at := max(time.Duration(s.tail.Load()), s.dev.clock.now())
-	if s.dev.clock.mode == Virtual {
+	if s.dev.clock.mode == ClockVirtual {
 		at = max(at, s.host)
 	}
 	return &event{s: s, seq: s.enqSeq, at: at, timed: timed}, nil

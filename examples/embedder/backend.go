@@ -97,7 +97,7 @@ func (b *Backend) Reset(t *Tenant) (lanes.Batch, error) {
 	if err != nil {
 		return lanes.Batch{}, err
 	}
-	return lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Initialization, Node: cache.NoNode, Command: z}}}, nil
+	return lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: z}}}, nil
 }
 
 // Step is one decode-like step: upload the input, then k replayable axpy
@@ -121,11 +121,11 @@ func (b *Backend) Step(t *Tenant, input []float32, k int) (lanes.Batch, error) {
 		return lanes.Batch{}, err
 	}
 	replay := lanes.Replayable(launch, cache.LaunchKey("embedder", launch), cache.PlanScope())
-	batch := lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.DynamicBinding, Node: cache.NoNode, Command: up}}}
+	batch := lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: up}}}
 	for i := range k {
-		batch.Entries = append(batch.Entries, lanes.Entry{Phase: lanes.Compute, Node: i, Command: launch, Replay: replay})
+		batch.Entries = append(batch.Entries, lanes.Entry{Phase: cache.PhaseCompute, Node: i, Command: launch, Replay: replay})
 	}
-	batch.Entries = append(batch.Entries, lanes.Entry{Phase: lanes.Readout, Node: cache.NoNode, Command: out})
+	batch.Entries = append(batch.Entries, lanes.Entry{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: out})
 	return batch, nil
 }
 

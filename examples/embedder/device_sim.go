@@ -18,7 +18,7 @@ func OpenDevice() (cuda.Device, error) { return sim.New(sim.Config{}) }
 // OpenFastDevice opens the device for tests of the host side's own
 // bookkeeping at volume: here the simulated device at zero cost (work ends
 // as soon as it ran), so a hundred thousand submissions take seconds.
-func OpenFastDevice() (cuda.Device, error) { return sim.New(sim.Config{Clock: sim.ZeroCost}) }
+func OpenFastDevice() (cuda.Device, error) { return sim.New(sim.Config{Clock: sim.ClockZeroCost}) }
 
 // OpenFaultDevice opens a device that also registers the kernels that skip
 // their bounds checks (kernels.FaultInjection), for the tests that provoke

@@ -44,7 +44,7 @@ func TestOutOfBoundsKernelErrorChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.S.Submit(context.Background(), tn.Name, lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Command: c}}})
+	_, err = b.S.Submit(context.Background(), tn.Name, lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c}}})
 	var le *lanes.Error
 	var ce *cuda.Error
 	switch {

@@ -34,7 +34,7 @@ func fillBatch(t *testing.T, b *embedder.Backend, tn *embedder.Tenant) lanes.Bat
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Command: c}}}
+	return lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c}}}
 }
 
 // runFor is how long the long run lasts: EMBEDDER_RUN, default 4s.
@@ -179,7 +179,7 @@ func TestStickyFaultKeepsItsCause(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for _, l := range b.S.Lanes() {
-		for b.S.Lanes()[l.ID].Health != actors.Quarantined {
+		for b.S.Lanes()[l.ID].Health != actors.HealthQuarantined {
 			if time.Now().After(deadline) {
 				t.Fatalf("lane %d of the poisoned device is %v", l.ID, b.S.Lanes()[l.ID].Health)
 			}
@@ -265,7 +265,7 @@ func TestSuspensionIsTheFaultyTenantsAlone(t *testing.T) {
 		t.Fatalf("the healthy tenant was served %d of 100 steps", got)
 	}
 	for _, l := range b.S.Lanes() {
-		if l.Health == actors.Quarantined {
+		if l.Health == actors.HealthQuarantined {
 			t.Fatalf("lane %d taken out for good: %v", l.ID, l.Cause)
 		}
 	}
@@ -346,7 +346,7 @@ func TestDeviceWideStallBlamesItsCause(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		_, err := b.S.Submit(context.Background(), "heavy", lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: cache.NoNode, Command: c}}})
+		_, err := b.S.Submit(context.Background(), "heavy", lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c}}})
 		if errors.As(err, &se) {
 			break
 		}
@@ -364,7 +364,7 @@ func TestDeviceWideStallBlamesItsCause(t *testing.T) {
 		t.Fatalf("the tenant whose kernels stalled the device %d times was not suspended (the bystander served %d steps, %d failed)", stalls, lightSteps.Load(), lightErrs.Load())
 	}
 	for _, l := range b.S.Lanes() {
-		if l.Health == actors.Quarantined {
+		if l.Health == actors.HealthQuarantined {
 			t.Fatalf("lane %d was taken out for good: %v", l.ID, l.Cause)
 		}
 	}

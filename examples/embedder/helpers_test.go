@@ -85,7 +85,7 @@ func serve(ctx context.Context, t *testing.T, b *embedder.Backend, tn *embedder.
 			t.Errorf("healthy tenant %s, step %d: %v (%+v)", tn.Name, i, err, cuda.Classify(err))
 			return i
 		}
-		if r.Outcome != lanes.Succeeded || r.Tenant != tn.Name || r.Lane < 0 {
+		if r.Outcome != lanes.OutcomeSucceeded || r.Tenant != tn.Name || r.Lane < 0 {
 			t.Errorf("healthy tenant %s, step %d: receipt %+v", tn.Name, i, r)
 			return i
 		}
@@ -122,7 +122,7 @@ func wantRefused(t *testing.T, what string, err error, sentinel error) {
 func lanesUntouched(t *testing.T, b *embedder.Backend) {
 	t.Helper()
 	for _, l := range b.S.Lanes() {
-		if l.Health != actors.Healthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
+		if l.Health != actors.HealthHealthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
 			t.Errorf("lane %d was touched: %v, %d recoveries, %d failures, cause %v", l.ID, l.Health, l.Recoveries, l.Counters.Failures, l.Cause)
 		}
 	}
@@ -135,7 +135,7 @@ func waitAllHealthy(t *testing.T, b *embedder.Backend, within time.Duration) {
 	for {
 		healthy := true
 		for _, l := range b.S.Lanes() {
-			healthy = healthy && l.Health == actors.Healthy
+			healthy = healthy && l.Health == actors.HealthHealthy
 		}
 		if healthy {
 			return
@@ -190,7 +190,7 @@ func newCounter(t *testing.T, b *embedder.Backend, name string, slots int) *coun
 	zv, _ := cuda.Zero(c.value.Whole())
 	zh, _ := cuda.Zero(c.history.Whole())
 	if _, err := b.S.Submit(context.Background(), name, lanes.Batch{Entries: []lanes.Entry{
-		{Phase: lanes.Initialization, Node: cache.NoNode, Command: zv}, {Phase: lanes.Initialization, Node: cache.NoNode, Command: zh}}}); err != nil {
+		{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: zv}, {Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: zh}}}); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -211,8 +211,8 @@ func (c *counter) batch(t *testing.T, i int) lanes.Batch {
 		t.Fatal(err)
 	}
 	return lanes.Batch{Entries: []lanes.Entry{
-		{Phase: lanes.DynamicBinding, Node: cache.NoNode, Command: cp},
-		{Phase: lanes.Compute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("embedder-order", inc), cache.PlanScope())},
+		{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: cp},
+		{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("embedder-order", inc), cache.PlanScope())},
 	}}
 }
 
@@ -223,7 +223,7 @@ func (c *counter) read(t *testing.T) []int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.backend.S.Submit(context.Background(), c.tenant, lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Readout, Node: cache.NoNode, Command: out}}}); err != nil {
+	if _, err := c.backend.S.Submit(context.Background(), c.tenant, lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: out}}}); err != nil {
 		t.Fatalf("read the history: %v", err)
 	}
 	buf := make([]byte, 4*c.slots)
@@ -257,7 +257,7 @@ func (c *counter) submitInOrder(t *testing.T, n int) (overloaded int) {
 		i++
 	}
 	for i, p := range pending {
-		if r, err := p.Result(); err != nil || r.Outcome != lanes.Succeeded {
+		if r, err := p.Result(); err != nil || r.Outcome != lanes.OutcomeSucceeded {
 			t.Fatalf("batch %d: %+v %v", i, r, err)
 		}
 	}

@@ -53,7 +53,7 @@ func measure(ctx context.Context, t *testing.T, b *embedder.Backend, tn *embedde
 			i--
 			continue
 		}
-		if err != nil || r.Outcome != lanes.Succeeded {
+		if err != nil || r.Outcome != lanes.OutcomeSucceeded {
 			t.Errorf("light tenant %s step %d: %v", tn.Name, i, err)
 			return
 		}
@@ -224,7 +224,7 @@ func hugeBatch(t *testing.T, tn *embedder.Tenant, n int) lanes.Batch {
 	}
 	b := lanes.Batch{Entries: make([]lanes.Entry, n)}
 	for i := range b.Entries {
-		b.Entries[i] = lanes.Entry{Phase: lanes.Initialization, Node: cache.NoNode, Command: z}
+		b.Entries[i] = lanes.Entry{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: z}
 	}
 	return b
 }
@@ -294,8 +294,8 @@ func TestKeyChurnLeavesNeighboursReplayed(t *testing.T) {
 		}
 		key := cache.NewKey("churn", "upload").U64(uint64(i)).Finish()
 		return lanes.Batch{Entries: []lanes.Entry{
-			{Phase: lanes.Compute, Node: 0, Command: up, Replay: &lanes.Replay{Key: key, Scopes: []cache.Scope{cache.PlanScope()}}},
-			{Phase: lanes.Compute, Node: 1, Command: launch, Replay: lanes.Replayable(launch, cache.LaunchKey("churn", launch), cache.PlanScope())},
+			{Phase: cache.PhaseCompute, Node: 0, Command: up, Replay: &lanes.ReplayContract{Key: key, Scopes: []cache.Scope{cache.PlanScope()}}},
+			{Phase: cache.PhaseCompute, Node: 1, Command: launch, Replay: lanes.Replayable(launch, cache.LaunchKey("churn", launch), cache.PlanScope())},
 		}}
 	}
 	state := make([]float32, n)
@@ -357,7 +357,7 @@ func TestNothingGrowsWithHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch := lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Initialization, Node: cache.NoNode, Command: z}}}
+	batch := lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: z}}}
 	oneShot := func(from, to int) {
 		var wg sync.WaitGroup
 		for g := range 32 {

@@ -57,7 +57,7 @@ func TestBadCallersBesideHealthyTenants(t *testing.T) {
 	zero := func(r cuda.Region) lanes.Batch {
 		// Built by hand, as a malicious caller would, past the checking
 		// constructors.
-		return lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Initialization, Node: cache.NoNode, Command: cuda.Command{Kind: cuda.KindZero, Dst: r}}}}
+		return lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: cuda.Command{Kind: cuda.KindZero, Dst: r}}}}
 	}
 	var freed cuda.Buffer
 	if err := b.Do(func() error {
@@ -92,7 +92,7 @@ func TestBadCallersBesideHealthyTenants(t *testing.T) {
 		{"a patch into another tenant's buffer", "careless", withPatch(step, lanes.Patch{Dst: victim.State.Whole(), Bytes: make([]byte, 4*n)}), ctx, actors.ErrNotYours},
 		{"another tenant's buffer retained", "careless", withRetain(step, victim.State), ctx, actors.ErrNotYours},
 		{"another tenant's host staging", "careless", withStageOut(step, victim.Out, bad.State), ctx, actors.ErrNotYours},
-		{"an unknown kernel", "careless", lanes.Batch{Entries: []lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: cuda.Command{Kind: cuda.KindLaunch, Kernel: "no_such", Config: cuda.Linear(1, 1)}}}}, ctx, cuda.ErrUnknownKernel},
+		{"an unknown kernel", "careless", lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: cuda.Command{Kind: cuda.KindLaunch, Kernel: "no_such", Config: cuda.Linear(1, 1)}}}}, ctx, cuda.ErrUnknownKernel},
 		{"an empty batch", "careless", lanes.Batch{}, ctx, lanes.ErrInvalidBatch},
 		{"a canceled context", "careless", step, canceled, context.Canceled},
 		{"an empty tenant name", "", step, ctx, actors.ErrInvalidTenant},
@@ -151,7 +151,7 @@ func withRetain(b lanes.Batch, bufs ...cuda.Buffer) lanes.Batch {
 
 func withStageOut(b lanes.Batch, host cuda.HostBuffer, src cuda.Buffer) lanes.Batch {
 	out := cuda.Command{Kind: cuda.KindStageOut, Src: src.Whole(), Staging: host.Whole()}
-	b.Entries = append(append([]lanes.Entry(nil), b.Entries...), lanes.Entry{Phase: lanes.Readout, Node: cache.NoNode, Command: out})
+	b.Entries = append(append([]lanes.Entry(nil), b.Entries...), lanes.Entry{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: out})
 	return b
 }
 
@@ -228,7 +228,7 @@ func TestCancellation(t *testing.T) {
 			if _, err := de.Pending.Result(); err == nil || cuda.Classify(err).NotSubmitted || errors.Is(err, context.DeadlineExceeded) {
 				ended++ // it ran, or was refused before it could: either way it ended once
 			}
-		case err == nil && r.Outcome == lanes.Succeeded:
+		case err == nil && r.Outcome == lanes.OutcomeSucceeded:
 			ended++
 		default:
 			wantRefused(t, "an expiring context", err, context.DeadlineExceeded)

@@ -125,7 +125,7 @@ func (tn *tenant) churnStep(timing lanes.TimingMode, i int) (lanes.Batch, error)
 		return lanes.Batch{}, err
 	}
 	key := cache.NewKey(provider, "churn-upload").U64(uint64(i)).Finish()
-	entries := []lanes.Entry{{Phase: lanes.Compute, Node: 0, Command: up,
+	entries := []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: up,
 		Replay: lanes.Replayable(up, key, tn.owner)}}
 	for _, e := range tn.compute {
 		e.Node++

@@ -93,7 +93,7 @@ func (a *aggregate) ended(lane int, tn *tenant, lat time.Duration, r lanes.Recei
 			continue
 		}
 		eager++
-		if row.Phase == lanes.Compute {
+		if row.Phase == cache.PhaseCompute {
 			l.gaps[row.Reason]++
 		}
 	}
@@ -237,7 +237,7 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 		if st.Cause != nil {
 			lr.Cause = st.Cause.Error()
 		}
-		if st.Health == actors.Quarantined {
+		if st.Health == actors.HealthQuarantined {
 			r.Quarantined++
 		}
 		r.Succeeded += l.ok
@@ -416,7 +416,7 @@ func showProgress(opt Options, s *actors.Scheduler, a *aggregate, start time.Tim
 			}
 			q, lanes := 0, s.Lanes()
 			for _, l := range lanes {
-				if l.Health == actors.Quarantined {
+				if l.Health == actors.HealthQuarantined {
 					q++
 				}
 			}

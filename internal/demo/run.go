@@ -245,7 +245,7 @@ func openLoop(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*t
 // allOut reports whether every lane is out of routing for good.
 func allOut(s *actors.Scheduler) bool {
 	for _, l := range s.Lanes() {
-		if l.Health != actors.Quarantined && l.Health != actors.Stopped {
+		if l.Health != actors.HealthQuarantined && l.Health != actors.HealthStopped {
 			return false
 		}
 	}

@@ -60,9 +60,9 @@ func openDevices(cfg Config) ([]cuda.Device, error) {
 		}
 		return b(cfg)
 	}
-	clock := sim.RealTime
+	clock := sim.ClockRealTime
 	if cfg.Clock == "zero" {
-		clock = sim.ZeroCost
+		clock = sim.ClockZeroCost
 	}
 	var faults []sim.Fault
 	for _, f := range []struct {
@@ -205,10 +205,10 @@ func (tn *tenant) buildCompute(dev cuda.Device, k int) error {
 		if err != nil {
 			return err
 		}
-		e := lanes.Entry{Phase: lanes.Compute, Node: len(tn.compute), Command: cmd,
+		e := lanes.Entry{Phase: cache.PhaseCompute, Node: len(tn.compute), Command: cmd,
 			Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 1}}
 		if tn.replay {
-			e.Replay = &lanes.Replay{Key: cache.LaunchKey(provider, cmd)}
+			e.Replay = &lanes.ReplayContract{Key: cache.LaunchKey(provider, cmd)}
 			_ = cmd.ForRegions(func(rg cuda.Region) error {
 				scope := tn.owner
 				if rg.Buffer == tn.weights.Buffer {
@@ -301,8 +301,8 @@ func (tn *tenant) step(timing lanes.TimingMode, slot int) (lanes.Batch, error) {
 	} else {
 		entries = make([]lanes.Entry, 0, len(tn.compute)+2)
 	}
-	entries = append(entries, lanes.Entry{Phase: lanes.DynamicBinding, Node: cache.NoNode, Command: up})
+	entries = append(entries, lanes.Entry{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: up})
 	entries = append(entries, tn.compute...)
-	entries = append(entries, lanes.Entry{Phase: lanes.Readout, Node: cache.NoNode, Command: cp})
+	entries = append(entries, lanes.Entry{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: cp})
 	return lanes.Batch{Entries: entries, Timing: timing}, nil
 }
