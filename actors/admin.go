@@ -1,3 +1,6 @@
+// Administrative calls to one lane (configure, seal, preparation, trim,
+// catalog, synchronize, prepare staged), each a typed ask of the lane actor.
+
 package actors
 
 import (

@@ -1,3 +1,6 @@
+// Config: every knob of a scheduler, and the defaults that fill in the
+// zero value.
+
 package actors
 
 import (
@@ -201,44 +204,61 @@ func (c *Config) defaults() error {
 			return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is nil", ErrInvalidArgument, i))
 		}
 	}
-	def := func(p *int, v int) {
-		if *p <= 0 {
-			*p = v
-		}
+	c.admissionDefaults()
+	c.laneDefaults()
+	c.Recovery.defaults()
+	c.Suspension.defaults()
+	return nil
+}
+
+// orInt sets *p to v when it is zero or negative.
+func orInt(p *int, v int) {
+	if *p <= 0 {
+		*p = v
 	}
-	dur := func(p *time.Duration, v time.Duration) {
-		if *p <= 0 {
-			*p = v
-		}
+}
+
+// orDuration sets *p to v when it is zero or negative.
+func orDuration(p *time.Duration, v time.Duration) {
+	if *p <= 0 {
+		*p = v
 	}
-	def(&c.LanesPerDevice, 1)
-	def(&c.MaxInFlightPerLane, 256)
-	def(&c.MaxInFlightPerTenant, c.MaxInFlightPerLane)
+}
+
+// admissionDefaults fills in the admission and fair-share limits.
+func (c *Config) admissionDefaults() {
+	orInt(&c.MaxInFlightPerLane, 256)
+	orInt(&c.MaxInFlightPerTenant, c.MaxInFlightPerLane)
 	c.MaxInFlightPerTenant = min(c.MaxInFlightPerTenant, c.MaxInFlightPerLane)
 	if c.StreamDepth == 0 {
 		c.StreamDepth = 4
 	}
-	def(&c.Quantum, 16)
-	def(&c.MaxProgramsPerTenant, 64)
-	def(&c.MaxPrograms, 16384)
-	def(&c.MaxBatchEntries, 1024)
+	orInt(&c.Quantum, 16)
+	orInt(&c.MaxProgramsPerTenant, 64)
+	orInt(&c.MaxPrograms, 16384)
+	orInt(&c.MaxBatchEntries, 1024)
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 64 << 20
-	}
-	if c.CacheBytes <= 0 {
-		c.CacheBytes = 256 << 20
 	}
 	if c.TenantIdle == 0 {
 		c.TenantIdle = time.Minute
 	}
-	def(&c.Throughput, 64)
+}
+
+// laneDefaults fills in the lanes' shape, cache and polling.
+func (c *Config) laneDefaults() {
+	orInt(&c.LanesPerDevice, 1)
+	if c.CacheBytes <= 0 {
+		c.CacheBytes = 256 << 20
+	}
+	orInt(&c.Throughput, 64)
 	if c.CacheCapacity == 0 {
 		c.CacheCapacity = 64
 	}
 	if c.QuickPolls == 0 {
 		c.QuickPolls = 4
 	}
-	dur(&c.PollMin, 20*time.Microsecond)
+	orDuration(&c.PollMin, 20*time.Microsecond)
 	c.Spin = max(c.Spin, 0)
 	if c.HangTimeout == 0 {
 		c.HangTimeout = 10 * time.Second
@@ -249,20 +269,25 @@ func (c *Config) defaults() error {
 	if c.Runtime == "" {
 		c.Runtime = "lanes/" + c.Devices[0].Info().Backend
 	}
-	r := &c.Recovery
-	dur(&r.Backoff, time.Millisecond)
-	dur(&r.MaxBackoff, time.Second)
+}
+
+// defaults fills in the recovery policy.
+func (r *Recovery) defaults() {
+	orDuration(&r.Backoff, time.Millisecond)
+	orDuration(&r.MaxBackoff, time.Second)
 	r.MaxBackoff = max(r.MaxBackoff, r.Backoff)
-	dur(&r.Window, time.Minute)
-	def(&r.MaxFailures, 5)
-	sp := &c.Suspension
-	def(&sp.After, 3)
-	dur(&sp.Window, time.Minute)
+	orDuration(&r.Window, time.Minute)
+	orInt(&r.MaxFailures, 5)
+}
+
+// defaults fills in the suspension policy.
+func (sp *Suspension) defaults() {
+	orInt(&sp.After, 3)
+	orDuration(&sp.Window, time.Minute)
 	if !(sp.Ratio > 0) || math.IsInf(sp.Ratio, 0) {
 		sp.Ratio = 10
 	}
-	dur(&sp.For, time.Second)
-	dur(&sp.Max, time.Minute)
+	orDuration(&sp.For, time.Second)
+	orDuration(&sp.Max, time.Minute)
 	sp.Max = max(sp.Max, sp.For)
-	return nil
 }

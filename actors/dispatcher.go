@@ -1,3 +1,6 @@
+// The thread dispatcher: one OS thread per lane actor, bound to its device,
+// that runs the actor's mailbox.
+
 package actors
 
 import (

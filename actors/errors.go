@@ -1,3 +1,6 @@
+// The scheduler's errors: sentinels, and the typed errors a caller can act
+// on (BatchTooLargeError, SuspendedError, DetachedError).
+
 package actors
 
 import (

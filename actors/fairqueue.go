@@ -1,5 +1,3 @@
-package actors
-
 // The lane's fair queue: how a lane shares its stream among its tenants.
 //
 // A lane keeps at most Config.StreamDepth submissions enqueued on its
@@ -11,6 +9,8 @@ package actors
 // with many batches, or large ones, waits for its turn behind tenants with
 // few, and a light tenant's batch waits for at most one round of the
 // others' work plus what the stream already holds.
+
+package actors
 
 // work is what a lane's fair queue holds: a batch (*SubmitRequest) or a
 // staged replay (*StagedRequest).

@@ -1,5 +1,3 @@
-package actors
-
 // The janitor: what the scheduler forgets on its own, so that nothing it
 // keeps grows with its history. A tenant idle for Config.TenantIdle, with
 // nothing in flight, no owned buffers, no registered programs (unless
@@ -7,6 +5,8 @@ package actors
 // and no fault inside the suspension window, is forgotten as Forget would; an ownership row whose
 // buffer was freed is dropped (the buffer is no one's, and its id may be
 // handed out again).
+
+package actors
 
 import (
 	"time"

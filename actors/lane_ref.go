@@ -1,3 +1,6 @@
+// A lane as the rest of the scheduler sees it (laneRef): its health,
+// counters and status, read without asking the actor.
+
 package actors
 
 import (

@@ -1,3 +1,5 @@
+// The lane actor's mailbox messages.
+
 package actors
 
 import (

@@ -1,9 +1,9 @@
-package actors
-
 // Ownership: which tenant may name which buffer, pinned host staging and
 // program. One check covers everything a batch names (its entries' regions
 // and staging, its patches, its retained buffers, its programs), before
 // anything is routed.
+
+package actors
 
 import (
 	"fmt"

@@ -1,3 +1,6 @@
+// The call registry: every admitted, unended call by id, so that a lane
+// ends each exactly once.
+
 package actors
 
 import (

@@ -1,5 +1,3 @@
-package actors
-
 // Routing: which lane takes a tenant's batch, and the order guarantee.
 //
 // A tenant is pinned to one lane. Its batches are admitted, registered and
@@ -16,12 +14,12 @@ package actors
 // starts after the tenant's previous batches have ended or are ahead of it
 // on the same stream, and sees their writes.
 
+package actors
+
 import (
 	"cmp"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -30,30 +28,6 @@ import (
 // maxReroutes bounds how often one batch may bounce off lanes that failed
 // before taking it; then it ends not submitted.
 const maxReroutes = 3
-
-// tenantState is one tenant's admission and routing state.
-type tenantState struct {
-	name   string
-	weight int // its share of lanes (Config.Weight)
-
-	// mu orders the tenant's admissions and moves: everything a batch
-	// needs to be sent to a lane happens under it.
-	mu        sync.Mutex
-	lane      *laneRef // the lane the tenant is pinned to (mu)
-	parked    []*call  // admitted, waiting to move to a new lane, in admission order (mu)
-	forgotten bool     // Forget removed the tenant; admission looks it up again (mu)
-
-	moving   atomic.Bool      // parked is not empty
-	inflight atomic.Int64     // admitted and not ended, parked included
-	active   atomic.Int64     // sent to a lane and not ended or bounced back
-	staged   atomic.Int64     // staged replays admitted and not ended
-	stagedOn map[*laneRef]int // staged replays admitted and not ended, per lane (mu)
-
-	lastActive     atomic.Int64  // unix ns of its last admission (janitor)
-	launches       atomic.Uint64 // launches of its ended submissions, for its fault rate
-	suspendedUntil atomic.Int64  // unix nanoseconds; 0 when not suspended
-	faults         faultRecord
-}
 
 // batchDevice is the device instance a batch's buffers live on, or 0 when
 // it names none (a batch of invocations only).
@@ -71,104 +45,6 @@ func batchDevice(b *lanes.Batch) uint64 {
 		}
 	}
 	return 0
-}
-
-// admit admits a batch for a tenant, registers its call, and sends it to the
-// tenant's lane, or parks it until the tenant may move (see the top of this
-// file). It takes the tenant's lock, and a lane's admission count is an
-// atomic, so tenants admit in parallel.
-func (s *Scheduler) admit(ts *tenantState, device uint64, c *call) error {
-	ts, err := s.lock(ts)
-	if err != nil {
-		return err
-	}
-	defer ts.mu.Unlock()
-	tenant := ts.name
-	if s.stopping.Load() {
-		return ErrStopped
-	}
-	if n := ts.inflight.Add(1); n > int64(s.cfg.MaxInFlightPerTenant) {
-		ts.inflight.Add(-1)
-		return fmt.Errorf("%w: tenant %q has %d submissions in flight (limit %d); retry later", ErrOverloaded, tenant, n-1, s.cfg.MaxInFlightPerTenant)
-	}
-	var lane *laneRef
-	park := len(ts.parked) > 0 // batches ahead of this one wait to move
-	if !park {
-		cur := ts.lane
-		busy := ts.active.Load() > 0
-		switch {
-		case s.reserve(ts, cur, device):
-			lane = cur
-		case busy && eligible(cur, device):
-			ts.inflight.Add(-1)
-			return fmt.Errorf("%w: tenant %q has %d submissions in flight on lane %d, its fair share is %d of the lane's %d while %d of weight share it, and the lane is full (%d in flight); the tenant stays on it while it has work in flight, so that its batches keep their order; retry later",
-				ErrOverloaded, tenant, ts.active.Load(), cur.id, s.share(ts, cur), s.cfg.MaxInFlightPerLane, cur.activeWeight.Load(), cur.inflight.Load())
-		case recovering(cur, device):
-			// Its lane comes back within milliseconds, with the tenant's
-			// executables and programs: wait for it rather than move.
-			park = true
-		case busy:
-			park = true // its lane left routing; it moves once its work there ended
-		default:
-			lane, err = s.route(ts, device, false)
-			switch {
-			case err == errRecovering:
-				park = true // every lane of its device is recovering: wait for one
-			case err != nil:
-				ts.inflight.Add(-1)
-				return err
-			}
-		}
-	}
-	ts.lastActive.Store(c.start.UnixNano())
-	c.ts, c.id, c.done = ts, s.nextCall.Add(1), make(chan struct{})
-	if !s.calls.storeUnless(c, &s.stopping) {
-		if lane != nil {
-			lane.inflight.Add(-1)
-		}
-		ts.inflight.Add(-1)
-		return ErrStopped
-	}
-	if park {
-		ts.parked = append(ts.parked, c)
-		ts.moving.Store(true)
-		s.flushLocked(ts) // the work it waited for may have ended meanwhile
-		return nil
-	}
-	s.send(ts, lane, c)
-	return nil
-}
-
-// lock locks a tenant's state, or the state that replaced it if Forget
-// removed it meanwhile, and refuses a suspended tenant.
-func (s *Scheduler) lock(ts *tenantState) (*tenantState, error) {
-	for {
-		if err := ts.suspended(); err != nil {
-			return nil, err
-		}
-		ts.mu.Lock()
-		if !ts.forgotten {
-			return ts, nil
-		}
-		ts.mu.Unlock() // forgotten meanwhile: a new state takes its place
-		var err error
-		if ts, err = s.tenant(ts.name); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// tenant returns a tenant's state, creating it on first use. Only a valid
-// name is ever stored, so a known name needs no check.
-func (s *Scheduler) tenant(name string) (*tenantState, error) {
-	if v, ok := s.tenants.Load(name); ok {
-		return v.(*tenantState), nil
-	}
-	if err := checkTenant(name); err != nil {
-		return nil, err
-	}
-	v, _ := s.tenants.LoadOrStore(name, &tenantState{name: name, weight: s.weight(name)})
-	return v.(*tenantState), nil
 }
 
 // send hands an admitted call to a lane that counted it (ts.mu held, so
@@ -302,56 +178,6 @@ func eligible(r *laneRef, device uint64) bool {
 	return r != nil && r.State() == HealthHealthy && (device == 0 || r.instance == device)
 }
 
-// reserve counts one more submission of a tenant against an eligible
-// lane, if the lane has room for it: below MaxInFlightPerLane anyone is
-// admitted; beyond it, up to twice the limit, only a tenant under its fair
-// share (see share), and up to three times the limit, a tenant with
-// nothing in flight. A flooding tenant fills a lane at most to its limit,
-// the shares of the others, which sum to at most the limit, still fit, and
-// a tenant that arrives after others took the shares of fewer tenants
-// still gets a batch in, which the lane's fair queue runs within a round.
-func (s *Scheduler) reserve(ts *tenantState, r *laneRef, device uint64) bool {
-	if !eligible(r, device) {
-		return false
-	}
-	_, ok := s.claimSlot(r, ts.active.Load()+ts.staged.Load(), func() int64 { return s.share(ts, r) })
-	return ok
-}
-
-// claimSlot counts one more submission against a lane for a tenant that
-// holds mine of its submissions, if the lane has room for it (see
-// reserve); share is the tenant's fair share of the lane, asked only when
-// the lane is past its limit. It returns the lane's count it saw.
-func (s *Scheduler) claimSlot(r *laneRef, mine int64, share func() int64) (int64, bool) {
-	limit := int64(s.cfg.MaxInFlightPerLane)
-	for {
-		n := r.inflight.Load()
-		if n >= limit && (mine > 0 && (n >= 2*limit || mine >= share()) || n >= 3*limit) {
-			return n, false
-		}
-		if r.inflight.CompareAndSwap(n, n+1) {
-			return n, true
-		}
-	}
-}
-
-// share is a tenant's fair share of a lane's admission slots: the lane's
-// limit split by weight among the tenants with work on it, the tenant
-// counted (at least one slot).
-func (s *Scheduler) share(ts *tenantState, r *laneRef) int64 {
-	total := r.activeWeight.Load()
-	if ts.active.Load() == 0 || ts.lane != r {
-		total += int64(ts.weight)
-	}
-	return s.fairShare(ts.weight, total)
-}
-
-// fairShare is the slots of a lane's limit that weight earns among users
-// of total weight (at least one).
-func (s *Scheduler) fairShare(weight int, total int64) int64 {
-	return max(1, int64(s.cfg.MaxInFlightPerLane)*int64(weight)/max(total, 1))
-}
-
 // errRecovering is route's answer when no lane of the device is healthy but
 // some are recovering: the batch waits for one (never returned to callers).
 var errRecovering = fmt.Errorf("%w: every lane of the device is recovering", ErrNoHealthyLane)
@@ -405,22 +231,6 @@ func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef,
 		}
 		return best, nil
 	}
-}
-
-// release undoes admit's counts for a call taken from the registry (that
-// enqueued launches launches), and moves the tenant's waiting batches once its last one in flight ended.
-func (s *Scheduler) release(c *call, launches int) {
-	if c.admin {
-		return
-	}
-	ts := c.ts
-	ts.launches.Add(uint64(max(launches, 1))) // the tenant's own line: no counter all lanes share
-	if c.sent.Load() {
-		if ts.ended(c.lane.Load()) == 0 && ts.moving.Load() {
-			s.flush(ts)
-		}
-	}
-	ts.inflight.Add(-1)
 }
 
 // anyRecovering reports whether a lane of the device is recovering.

@@ -1,11 +1,11 @@
-package actors
-
 // Staged replays through the scheduler. A staged replay runs on the lane
 // its caller names and waits there for its fence, so it is held to the
 // same shares as a batch: it takes an admission slot of its lane (counted
 // against the tenant's fair share of that lane), the bytes it moves count
 // against MaxBatchBytes, it waits its turn in the lane's fair queue, and a
 // replay whose caller gave up before the lane took it never runs.
+
+package actors
 
 import (
 	"context"

@@ -1,3 +1,6 @@
+// Submit and SubmitAsync: a tenant's batch from the caller to its lane,
+// and the Pending that sees it end.
+
 package actors
 
 import (

@@ -1,13 +1,12 @@
-package actors
+// Tenants: their names, their state (tenantState) and their lifecycle
+// (Forget); suspension is in suspension.go.
 
-// Tenants: their names, their lifecycle, and their suspension when their
-// submissions keep failing lanes.
+package actors
 
 import (
 	"fmt"
-	"math"
 	"sync"
-	"time"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -132,124 +131,63 @@ func (s *Scheduler) Tenants() int {
 	return n
 }
 
-// faultRecord is a tenant's recent faults, for its suspension.
-type faultRecord struct {
-	mu          sync.Mutex
-	strikes     []strike
-	suspensions int       // in a row, each inside the window of the last
-	lastEnd     time.Time // when the last suspension ended
-	lastFaults  int       // the faults that caused the last suspension
-}
-
-// strike is one fault attributed to a tenant, with the counters it is
-// measured against when it happened: the launches of the tenant's and of
-// everyone's ended submissions, and everyone's faults.
-type strike struct {
-	at                              time.Time
-	launches, allLaunches, allFault uint64
-}
-
-// allLaunches is the launches of every tenant's ended submissions, summed
-// when a fault needs it (a counter that every lane bumps at every
-// completion would be one cache line all lane threads fight over).
-func (s *Scheduler) allLaunches() uint64 {
-	n := s.forgottenLaunches.Load()
-	s.tenants.Range(func(_, v any) bool {
-		n += v.(*tenantState).launches.Load()
-		return true
-	})
-	return n
-}
-
 // suspicion is how unlikely a tenant's faults must be, at the other
 // tenants' fault rate, before it is suspended: chance alone clusters a
 // few faults now and then on a flaky device, and must not suspend anyone.
 const suspicion = 1e-6
 
-// poissonTail is P(X >= k) for X Poisson with mean lambda: how likely k or
-// more faults are where lambda are expected.
-func poissonTail(k int, lambda float64) float64 {
-	switch {
-	case k <= 0:
-		return 1
-	case lambda <= 0:
-		return 0
-	case lambda >= float64(k):
-		return 1 // at least about even odds: nothing unusual
-	}
-	lg, _ := math.Lgamma(float64(k) + 1)
-	term := math.Exp(-lambda + float64(k)*math.Log(lambda) - lg)
-	sum := 0.0
-	for i := k; i < k+10000 && term > sum*1e-12; i++ {
-		sum += term
-		term *= lambda / float64(i+1)
-	}
-	return min(sum, 1)
+// tenantState is one tenant's admission and routing state.
+type tenantState struct {
+	name   string
+	weight int // its share of lanes (Config.Weight)
+
+	// mu orders the tenant's admissions and moves: everything a batch
+	// needs to be sent to a lane happens under it.
+	mu        sync.Mutex
+	lane      *laneRef // the lane the tenant is pinned to (mu)
+	parked    []*call  // admitted, waiting to move to a new lane, in admission order (mu)
+	forgotten bool     // Forget removed the tenant; admission looks it up again (mu)
+
+	moving   atomic.Bool      // parked is not empty
+	inflight atomic.Int64     // admitted and not ended, parked included
+	active   atomic.Int64     // sent to a lane and not ended or bounced back
+	staged   atomic.Int64     // staged replays admitted and not ended
+	stagedOn map[*laneRef]int // staged replays admitted and not ended, per lane (mu)
+
+	lastActive     atomic.Int64  // unix ns of its last admission (janitor)
+	launches       atomic.Uint64 // launches of its ended submissions, for its fault rate
+	suspendedUntil atomic.Int64  // unix nanoseconds; 0 when not suspended
+	faults         faultRecord
 }
 
-// suspended refuses a suspended tenant with how long it has left.
-func (ts *tenantState) suspended() error {
-	until := ts.suspendedUntil.Load()
-	if until == 0 {
-		return nil
-	}
-	left := time.Until(time.Unix(0, until))
-	if left <= 0 {
-		return nil
-	}
-	ts.faults.mu.Lock()
-	n := ts.faults.lastFaults
-	ts.faults.mu.Unlock()
-	return &SuspendedError{Tenant: ts.name, RetryAfter: left, Faults: n}
-}
-
-// strike attributes a lane failure to the tenant whose submission caused
-// it, and suspends the tenant when its faults are both many and far more
-// frequent than the other tenants' (Config.Suspension). A name the
-// scheduler does not know is ignored.
-func (s *Scheduler) strike(tenant string) {
-	all := s.faults.Add(1)
-	v, ok := s.tenants.Load(tenant)
-	sp := s.cfg.Suspension
-	if !ok || sp.Disabled {
-		return
-	}
-	ts := v.(*tenantState)
-	now := time.Now()
-	f := &ts.faults
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	keep := f.strikes[:0]
-	for _, st := range f.strikes {
-		if now.Sub(st.at) <= sp.Window {
-			keep = append(keep, st)
+// lock locks a tenant's state, or the state that replaced it if Forget
+// removed it meanwhile, and refuses a suspended tenant.
+func (s *Scheduler) lock(ts *tenantState) (*tenantState, error) {
+	for {
+		if err := ts.suspended(); err != nil {
+			return nil, err
+		}
+		ts.mu.Lock()
+		if !ts.forgotten {
+			return ts, nil
+		}
+		ts.mu.Unlock() // forgotten meanwhile: a new state takes its place
+		var err error
+		if ts, err = s.tenant(ts.name); err != nil {
+			return nil, err
 		}
 	}
-	allLaunches := s.allLaunches()
-	f.strikes = append(keep, strike{at: now, launches: ts.launches.Load(), allLaunches: allLaunches, allFault: all})
-	if len(f.strikes) < sp.After {
-		return
+}
+
+// tenant returns a tenant's state, creating it on first use. Only a valid
+// name is ever stored, so a known name needs no check.
+func (s *Scheduler) tenant(name string) (*tenantState, error) {
+	if v, ok := s.tenants.Load(name); ok {
+		return v.(*tenantState), nil
 	}
-	// Fault rates per launch since the tenant's first fault in the window:
-	// the tenant's against everyone else's.
-	first := f.strikes[0]
-	mine := float64(len(f.strikes))
-	myLaunches := float64(ts.launches.Load()-first.launches) + 1
-	others := float64(all-first.allFault+1) - mine
-	otherRate := others / max(float64(allLaunches)-float64(first.allLaunches)+1-myLaunches, 1)
-	if mine/myLaunches < sp.Ratio*otherRate {
-		return // faults everywhere alike: the device, not this tenant
+	if err := checkTenant(name); err != nil {
+		return nil, err
 	}
-	if poissonTail(len(f.strikes), otherRate*myLaunches) > suspicion {
-		return // a few faults close together, as chance makes them
-	}
-	if now.Sub(f.lastEnd) > sp.Window {
-		f.suspensions = 0
-	}
-	d := min(sp.For<<min(f.suspensions, 20), sp.Max)
-	f.suspensions++
-	f.lastEnd = now.Add(d)
-	f.lastFaults = len(f.strikes)
-	f.strikes = f.strikes[:0]
-	ts.suspendedUntil.Store(now.Add(d).UnixNano())
+	v, _ := s.tenants.LoadOrStore(name, &tenantState{name: name, weight: s.weight(name)})
+	return v.(*tenantState), nil
 }

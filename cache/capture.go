@@ -1,3 +1,6 @@
+// Capturing a candidate into a CUDA graph: recording, instantiation,
+// upload and launch of an Executable, and the ReplayError of a failed one.
+
 package cache
 
 import (

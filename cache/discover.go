@@ -1,14 +1,12 @@
+// Discovery: a batch's replayable runs of commands become candidates, and
+// every other command gets the reason it runs eagerly.
+
 package cache
 
 import (
 	"fmt"
 	"sort"
-
-	"github.com/lanesched/lanes/cuda"
 )
-
-// ScopeKind says who owns the addresses a command touches.
-type ScopeKind uint8
 
 // Scope kinds. The zero value is no scope: a region nobody vouched for.
 const (
@@ -17,45 +15,6 @@ const (
 	ScopeLane           // owned by one lane: valid only on that lane's stream
 )
 
-// Scope is the reusable address scope of a region or a command.
-type Scope struct {
-	Kind ScopeKind
-	Lane uint64 // for ScopeLane
-}
-
-// PlanScope is the scope of plan-owned memory.
-func PlanScope() Scope { return Scope{Kind: ScopePlan} }
-
-// LaneScope is the scope of memory owned by one lane.
-func LaneScope(lane uint64) Scope { return Scope{Kind: ScopeLane, Lane: lane} }
-
-// String prints "plan", "lane:N" or "none".
-func (s Scope) String() string {
-	switch s.Kind {
-	case ScopePlan:
-		return "plan"
-	case ScopeLane:
-		return fmt.Sprintf("lane:%d", s.Lane)
-	}
-	return "none"
-}
-
-// combine merges two scopes: plan joins anything, two lanes must agree.
-func combine(a, b Scope) (Scope, bool) {
-	switch {
-	case a.Kind == ScopePlan:
-		return b, true
-	case b.Kind == ScopePlan:
-		return a, true
-	}
-	return a, a == b
-}
-
-// Phase is the phase of a batch entry, and of its command as discovery
-// sees it. Only compute commands are ever replayed; the others run eagerly
-// and are barriers between replay segments.
-type Phase uint8
-
 // Phases.
 const (
 	PhaseCompute        Phase = iota // the plan's device work
@@ -63,60 +22,6 @@ const (
 	PhaseDynamicBinding              // per-request input and binding writes
 	PhaseReadout                     // moving results out after compute
 )
-
-// String names the phase.
-func (p Phase) String() string {
-	return [...]string{"compute", "initialization", "dynamic_binding", "readout", "unknown"}[min(int(p), 4)]
-}
-
-// NoNode marks a command that belongs to no plan node.
-const NoNode = -1
-
-// Command is one command of a batch as replay sees it: the device command,
-// its phase, its plan node, the replay key its provider declared (if any),
-// and the scope of each region it names, in [cuda.Command.ForRegions] order.
-// Replay is never inferred: a command without a key, or with a region
-// without a scope, is always run eagerly.
-type Command struct {
-	Cmd    cuda.Command
-	Phase  Phase
-	Node   int // plan node index, or NoNode
-	Key    ProviderKey
-	HasKey bool
-	Scopes []Scope
-}
-
-// Binding is a command's replay contract once bound: its exact key and
-// combined scope, or the reason it cannot be replayed.
-type Binding struct {
-	Key    Key
-	Scope  Scope
-	Reason Reason // ReasonNone when the command is replayable
-}
-
-// Bind binds the command's provider key to its runtime payload and combines
-// its regions' scopes.
-func (c Command) Bind() Binding { return (*Memo)(nil).bindCommand(c) }
-
-func (m *Memo) bindCommand(c Command) Binding {
-	if !c.HasKey {
-		return Binding{Reason: ReasonProviderKeyMissing}
-	}
-	if len(c.Scopes) != c.Cmd.RegionCount() {
-		return Binding{Reason: ReasonAddressScopeMissing}
-	}
-	scope := PlanScope()
-	for _, s := range c.Scopes {
-		if s.Kind == ScopeNone {
-			return Binding{Reason: ReasonAddressScopeMissing}
-		}
-		var ok bool
-		if scope, ok = combine(scope, s); !ok {
-			return Binding{Reason: ReasonAddressScopeConflict}
-		}
-	}
-	return Binding{Key: m.bind(c.Key, c.Cmd), Scope: scope}
-}
 
 // Candidate is a contiguous run of replayable compute commands, [Start,
 // End) in the batch, that may be captured and replayed as one executable.
@@ -172,24 +77,11 @@ func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 // keeps copies of what it needs longer (the lane plans one batch at a
 // time; the cache and the catalog keep keys and reasons by value).
 func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
-	boundary := make(map[int]bool, len(eagerBoundaries))
-	for _, n := range eagerBoundaries {
-		if n < 0 {
-			return Discovery{}, fmt.Errorf("cache: eager boundary node %d is negative", n)
-		}
-		boundary[n] = true
+	boundary, err := checkNodes(cmds, eagerBoundaries)
+	if err != nil {
+		return Discovery{}, err
 	}
 	d, keys := m.discovery(len(cmds))
-	attributed := false
-	for i, c := range cmds {
-		if c.Node < NoNode {
-			return Discovery{}, fmt.Errorf("cache: command %d names plan node %d; use a node index >= 0 or NoNode", i, c.Node)
-		}
-		attributed = attributed || c.Node != NoNode
-	}
-	if len(boundary) > 0 && len(cmds) > 0 && !attributed {
-		return Discovery{}, fmt.Errorf("cache: the batch declares eager boundaries %v but attributes no command to a plan node; set Command.Node", sortedInts(eagerBoundaries))
-	}
 	for i, c := range cmds {
 		b := m.bindCommand(c)
 		d.Bindings[i] = b
@@ -208,25 +100,10 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 			continue
 		}
 		j := i
-		scope, ok := PlanScope(), true
 		for j < len(cmds) && d.Reasons[j] == ReasonNone {
-			if ok {
-				scope, ok = combine(scope, d.Bindings[j].Scope)
-			}
 			j++
 		}
-		if !ok {
-			for k := i; k < j; k++ {
-				d.Reasons[k] = ReasonAddressScopeConflict
-			}
-		} else {
-			from := len(keys)
-			for k := i; k < j; k++ {
-				keys = append(keys, d.Bindings[k].Key)
-			}
-			own := keys[from:len(keys):len(keys)] // appending to one candidate's keys never writes the next's
-			d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: m.segmentKey(own), Shape: m.shapeOf(cmds[i:j]), Scope: scope, Keys: own, Bytes: hostBytes(cmds[i:j])})
-		}
+		keys = m.segment(&d, keys, cmds, i, j)
 		i = j
 	}
 	m.keep(d, keys)
@@ -234,6 +111,53 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 		d.Candidates = nil // as without a memo
 	}
 	return d, nil
+}
+
+// checkNodes refuses negative eager boundaries and plan nodes below NoNode,
+// and eager boundaries in a batch that attributes no command to a node; it
+// returns the boundaries as a set.
+func checkNodes(cmds []Command, eagerBoundaries []int) (map[int]bool, error) {
+	boundary := make(map[int]bool, len(eagerBoundaries))
+	for _, n := range eagerBoundaries {
+		if n < 0 {
+			return nil, fmt.Errorf("cache: eager boundary node %d is negative", n)
+		}
+		boundary[n] = true
+	}
+	attributed := false
+	for i, c := range cmds {
+		if c.Node < NoNode {
+			return nil, fmt.Errorf("cache: command %d names plan node %d; use a node index >= 0 or NoNode", i, c.Node)
+		}
+		attributed = attributed || c.Node != NoNode
+	}
+	if len(boundary) > 0 && len(cmds) > 0 && !attributed {
+		return nil, fmt.Errorf("cache: the batch declares eager boundaries %v but attributes no command to a plan node; set Command.Node", sortedInts(eagerBoundaries))
+	}
+	return boundary, nil
+}
+
+// segment makes the replayable run cmds[i:j] a candidate, or marks it a
+// scope conflict when its regions' scopes do not combine. It appends the
+// run's keys to keys and returns it.
+func (m *Memo) segment(d *Discovery, keys []Key, cmds []Command, i, j int) []Key {
+	scope, ok := PlanScope(), true
+	for k := i; k < j && ok; k++ {
+		scope, ok = combine(scope, d.Bindings[k].Scope)
+	}
+	if !ok {
+		for k := i; k < j; k++ {
+			d.Reasons[k] = ReasonAddressScopeConflict
+		}
+		return keys
+	}
+	from := len(keys)
+	for k := i; k < j; k++ {
+		keys = append(keys, d.Bindings[k].Key)
+	}
+	own := keys[from:len(keys):len(keys)] // appending to one candidate's keys never writes the next's
+	d.Candidates = append(d.Candidates, Candidate{Start: i, End: j, Key: m.segmentKey(own), Shape: m.shapeOf(cmds[i:j]), Scope: scope, Keys: own, Bytes: hostBytes(cmds[i:j])})
+	return keys
 }
 
 // discovery returns an empty discovery for n commands and the array the

@@ -1,3 +1,6 @@
+// Keys: provider keys, bound command keys, segment and shape keys, how
+// they are built, and the Memo that reuses them across a lane's batches.
+
 package cache
 
 import (

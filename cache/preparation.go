@@ -1,3 +1,6 @@
+// The preparation lifecycle: unconfigured, open (misses are captured),
+// sealed (misses run eagerly).
+
 package cache
 
 import (

@@ -1,3 +1,5 @@
+// Reasons: why a command or candidate runs eagerly instead of replayed.
+
 package cache
 
 // Reason is the typed reason a command or plan node is not replayed. Every

@@ -49,7 +49,8 @@ const (
 	KindStageOut                        // a device-to-host copy into pinned staging
 )
 
-// String returns "launch", "upload", "copy" or "zero".
+// String returns the kind's snake_case name: "launch", "upload", "copy", "zero",
+// "stage_in" or "stage_out" ("kind(N)" for any other value).
 func (k CommandKind) String() string {
 	switch k {
 	case KindLaunch:

@@ -1,3 +1,6 @@
+// The batch a caller submits: entries, replay contracts, compute paths,
+// timing modes, and the validation every batch passes before anything runs.
+
 package lanes
 
 import (

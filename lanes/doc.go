@@ -5,10 +5,24 @@
 // A [Lane] owns its stream's submission pipeline, its executable cache, its
 // program catalog, its fences and its quarantine. It has no goroutines, no
 // locks and no clock of its own (the stage sink's clock is injected): it is
-// shaped like etcd/raft's RawNode, and the lane actor is its node. It waits
-// on the device in Wait, Synchronize, Readback and staged Replay (and
-// Prepare) only; a [Waiter] paces those waits, so its owner decides how
-// long is too long (without one they block in the device's calls).
+// shaped like etcd/raft's RawNode, and the lane actor is its node.
+//
+// # Which calls block
+//
+// [Lane.Submit], [Lane.Poll], [Lane.PollInto], [Lane.Abandon],
+// [Lane.Recover] and the administrative calls ([Lane.Configure],
+// [Lane.Seal], [Lane.Trim], [Lane.ForgetTenant], [Lane.Catalog],
+// [Lane.Preparation]) never wait for the device: they enqueue, query or
+// give back, and return. (A real device's enqueue can itself stall when
+// CUDA's launch queue is full; the lane adds no wait of its own.)
+//
+// Five calls wait for the device, and only they: [Lane.Wait] (one fence),
+// [Lane.Synchronize] (the whole stream) and [Lane.Readback] (the stream,
+// then a copy), in wait.go; [Lane.Prepare] and [Lane.Replay] of a [Staged]
+// program, which are Submit then Wait, in staged_replay.go. Given a
+// [Waiter], they query without blocking and pause in the Waiter between
+// queries, so the owner decides how long is too long (the scheduler gives
+// up after its hang timeout); without one they block in the device's call.
 //
 // # Usage
 //

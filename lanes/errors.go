@@ -1,3 +1,6 @@
+// The lane's errors: one *Error type wrapping a classified cause, and the
+// sentinels it wraps.
+
 package lanes
 
 import (

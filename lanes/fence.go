@@ -1,3 +1,6 @@
+// How submissions end without blocking: fences, pending submissions,
+// receipts, Poll and Abandon.
+
 package lanes
 
 import (
@@ -231,117 +234,6 @@ func (l *Lane) takeReady(fence uint64) (Receipt, bool) {
 		}
 	}
 	return Receipt{}, false
-}
-
-// Wait blocks until one fence is terminal and returns its receipt. Receipts
-// of other submissions that ended meanwhile are kept for the next Poll.
-func (l *Lane) Wait(fence uint64) (Receipt, error) {
-	if r, ok := l.takeReady(fence); ok {
-		return r, nil
-	}
-	var target *pending
-	for _, p := range l.pending {
-		if p.fence == fence {
-			target = p
-		}
-	}
-	if target == nil {
-		return Receipt{}, rejected("wait", fmt.Errorf("%w: fence %d is not pending (already received, or never issued)", ErrUnknownFence, fence))
-	}
-	// One speculative non-blocking query first: a finished fence needs no
-	// blocking call. While it waits, await retires finished submissions,
-	// the target among them (its events then go back to the stream): from
-	// then on the target is answered as ended, and its events are not
-	// touched again.
-	retired := func() bool { return !slices.Contains(l.pending, target) }
-	query := func() cuda.FenceQuery {
-		if retired() {
-			return cuda.FenceQuery{State: cuda.FenceComplete}
-		}
-		return target.end.Query()
-	}
-	block := func() error {
-		if retired() {
-			return nil
-		}
-		return target.end.Synchronize()
-	}
-	if q := target.end.Query(); q.State == cuda.FenceComplete {
-		l.counters.SpeculativeHits++
-	} else if err := l.await(query, block); err != nil {
-		l.fail(err)
-		l.endIndeterminate(err)
-	}
-	l.collect()
-	if r, ok := l.takeReady(fence); ok {
-		return r, nil
-	}
-	return Receipt{}, rejected("wait", fmt.Errorf("%w: fence %d did not end", ErrUnknownFence, fence))
-}
-
-// Synchronize blocks until the stream is idle. On success every pending
-// submission ends and the quarantine is released: the returned buffers are
-// free to reuse. On failure the lane fails and every pending submission
-// ends indeterminate; the quarantine stays.
-func (l *Lane) Synchronize() ([]Receipt, []cuda.Buffer, error) {
-	if err := l.awaitStream(); err != nil {
-		return l.drain(nil), nil, failed("synchronize", err)
-	}
-	l.collect()
-	var released []cuda.Buffer
-	for _, p := range l.quarantine {
-		released = append(released, p.retain...)
-	}
-	l.quarantine = nil
-	return l.drain(nil), released, nil
-}
-
-// awaitStream waits until the stream is idle. On failure the lane fails
-// and every pending submission ends indeterminate.
-func (l *Lane) awaitStream() error {
-	q := l.s.Query()
-	if q.State == cuda.FenceComplete && q.Err == nil {
-		l.counters.SpeculativeHits++
-		return nil
-	}
-	err := q.Err
-	if err == nil {
-		err = l.await(l.s.Query, l.s.Synchronize)
-	}
-	if err != nil {
-		l.fail(err)
-		l.endIndeterminate(err)
-	}
-	return err
-}
-
-// await waits for a fence (an event's or the stream's tail) to be terminal:
-// with no Waiter, in the device's blocking call; with one, by querying
-// without blocking and pausing in the Waiter between queries, retiring
-// finished submissions as it goes (which is the progress the Waiter sees).
-// It counts one sync point either way.
-func (l *Lane) await(query func() cuda.FenceQuery, block func() error) error {
-	l.counters.SyncPoints++
-	if l.waiter == nil {
-		return block()
-	}
-	l.waiter.Begin()
-	for {
-		q := query()
-		switch {
-		case q.Err != nil:
-			return q.Err
-		case q.State != cuda.FencePending:
-			return nil
-		}
-		before := len(l.ready)
-		if err := l.collect(); err != nil {
-			return err
-		}
-		if err := l.waiter.Pause(len(l.ready) > before); err != nil {
-			return err
-		}
-	}
 }
 
 // Abandon gives up on the stream without waiting for it (its kernel never

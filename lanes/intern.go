@@ -1,3 +1,6 @@
+// Sharing identical attributions: receipts of a tenant's steady steps hold
+// one copy of their rows.
+
 package lanes
 
 import (

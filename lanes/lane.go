@@ -1,3 +1,7 @@
+// The Lane: its configuration, states, counters, recovery, and the
+// administrative calls that need a quiescent lane (configure, seal, trim,
+// catalog). None of them blocks.
+
 package lanes
 
 import (
@@ -43,21 +47,6 @@ func (s Stage) String() string {
 // StageSink receives host-side stage timings.
 type StageSink interface {
 	Stage(lane uint64, stage Stage, d time.Duration)
-}
-
-// Waiter paces a lane's waits on the device. A lane without one blocks in
-// the device's own synchronize calls, which never return if a kernel hangs;
-// with one, the lane waits by querying without blocking and calls the
-// waiter between queries, so the waiter decides how long is too long.
-type Waiter interface {
-	// Begin starts a wait.
-	Begin()
-	// Pause is called while the wait is not over, between non-blocking
-	// queries; progressed reports whether a submission of the lane ended
-	// since the previous call. It sleeps or spins as it likes; an error
-	// ends the wait: the lane fails with it, and every submission in
-	// flight ends Indeterminate.
-	Pause(progressed bool) error
 }
 
 // Config configures a lane. Device and Stream are required; the stream must
@@ -335,39 +324,4 @@ func (l *Lane) Preparation() (cache.Preparation, error) {
 		return l.cache.Preparation(), err
 	}
 	return l.cache.Preparation(), nil
-}
-
-// ReadbackLayout is what a readback expects to find: Count elements of Elem.
-type ReadbackLayout struct {
-	Elem  cuda.ElementType
-	Count uint64
-}
-
-// Readback synchronizes the stream and copies src into dst, after checking
-// that the region holds exactly the layout and dst has room for it.
-func (l *Lane) Readback(src cuda.Region, layout ReadbackLayout, dst []byte) error {
-	const op = "readback"
-	if err := src.Validate(); err != nil {
-		return rejected(op, err)
-	}
-	switch {
-	case src.Buffer.Device != l.dev.Info().Instance:
-		return rejected(op, fmt.Errorf("%w: the region's buffer belongs to device instance %d", ErrReadback, src.Buffer.Device))
-	case layout.Elem != src.Buffer.Elem:
-		return rejected(op, fmt.Errorf("%w: layout says %v, the buffer holds %v", ErrReadback, layout.Elem, src.Buffer.Elem))
-	case layout.Count*layout.Elem.Size() != src.Length:
-		return rejected(op, fmt.Errorf("%w: layout of %d %v is %d bytes; the region is %d", ErrReadback, layout.Count, layout.Elem, layout.Count*layout.Elem.Size(), src.Length))
-	case uint64(len(dst)) != src.Length:
-		return rejected(op, fmt.Errorf("%w: destination holds %d bytes for %d", ErrReadback, len(dst), src.Length))
-	}
-	if err := l.awaitStream(); err != nil {
-		return failed(op, err)
-	}
-	if err := l.s.Readback(src, dst); err != nil {
-		l.fail(err)
-		l.collect()
-		return failed(op, err)
-	}
-	l.collect()
-	return nil
 }

@@ -1,3 +1,6 @@
+// Binding patches: small host writes coalesced into the prelude enqueued
+// before a batch's entries.
+
 package lanes
 
 import (

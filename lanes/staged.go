@@ -1,9 +1,9 @@
+// Staged programs: replayable graphs whose inputs and outputs move through
+// pinned host staging, and how one is built and checked.
+
 package lanes
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -144,142 +144,5 @@ func (st *Staged) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.Host
 	return st.full.ForHandles(buffer, host)
 }
 
-// Prepare captures both variants of a staged program (the lane's cache must
-// be open and quiescent): the full graph and the resident-input graph. It
-// runs each once; the staging's current bytes are the inputs.
-func (l *Lane) Prepare(st *Staged) error {
-	for _, b := range []Batch{st.full, st.resident} {
-		b.Path = PathAdaptive
-		sub, err := l.Submit(b)
-		if err != nil {
-			return err
-		}
-		if _, err := l.Wait(sub.Fence); err != nil {
-			return err
-		}
-	}
-	st.initialized, st.outValid = false, false
-	return nil
-}
-
-// inputKey is the exact key over the inputs' bytes, in logical order.
-func inputKey(inputs [][]byte) [32]byte {
-	h := sha256.New()
-	var n [8]byte
-	binary.LittleEndian.PutUint64(n[:], uint64(len(inputs)))
-	h.Write(n[:])
-	for _, in := range inputs {
-		binary.LittleEndian.PutUint64(n[:], uint64(len(in)))
-		h.Write(n[:])
-		h.Write(in)
-	}
-	var k [32]byte
-	h.Sum(k[:0])
-	return k
-}
-
-// Replay runs a staged program with inputs in logical order and waits for
-// it. With collect, the outputs are read back (logical order) and kept for
-// the output cache. The inputs are staged with zero padding up to each
-// slot's length.
-func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, error) {
-	const op = "staged replay"
-	hm, ok := l.dev.(cuda.HostMemory)
-	if !ok {
-		return StagedResult{}, rejected(op, fmt.Errorf("%w: the device offers no pinned host staging", ErrStagedInput))
-	}
-	if len(inputs) != len(st.inputs) {
-		return StagedResult{}, rejected(op, fmt.Errorf("%w: Fix: the staged program expects %d input(s) but received %d", ErrStagedInput, len(st.inputs), len(inputs)))
-	}
-	for slot, s := range st.inputs {
-		logical := st.inputMap[slot]
-		if n := uint64(len(inputs[logical])); n > s.Staging.Length {
-			return StagedResult{}, rejected(op, fmt.Errorf("%w: Fix: input %d holds %d bytes but its staging slot %d holds %d; pass at most %d bytes or rebuild the program with a larger slot",
-				ErrStagedInput, logical, n, slot, s.Staging.Length, s.Staging.Length))
-		}
-	}
-	// Identical inputs are recognized by their bytes (a memcmp, cheaper than
-	// hashing them again); the exact input key is computed when new inputs
-	// are staged, and a stored key never stands in for the bytes.
-	same := st.initialized && equalInputs(st.lastInputs, inputs)
-	if same && st.outValid && collect {
-		l.staged.OutputCacheHits++
-		return StagedResult{Outputs: cloneAll(st.outputsCache), TimeKnown: true, OutputCache: true, InputKey: st.key}, nil
-	}
-	batch := st.full
-	if same {
-		batch = st.resident
-		l.staged.ResidentInputReplays++
-	} else {
-		for slot, s := range st.inputs {
-			padded := make([]byte, s.Staging.Length)
-			copy(padded, inputs[st.inputMap[slot]])
-			if err := hm.WriteHost(s.Staging, padded); err != nil {
-				return StagedResult{}, rejected(op, err)
-			}
-			l.staged.HostToDeviceBytes += s.Staging.Length
-			l.staged.Uploads++
-		}
-	}
-	st.initialized, st.outValid = false, false // until this replay ends well
-	sub, err := l.Submit(batch)
-	if err != nil {
-		return StagedResult{}, err
-	}
-	l.staged.GraphLaunches += uint64(len(sub.Attribution.Segments))
-	r, err := l.Wait(sub.Fence)
-	if err != nil {
-		return StagedResult{}, err
-	}
-	if r.Outcome != OutcomeSucceeded {
-		return StagedResult{Receipt: r}, failed(op, r.Err)
-	}
-	res := StagedResult{DeviceTime: r.DeviceTime, TimeKnown: r.DeviceTime > 0, Resident: same, Receipt: r}
-	if !same {
-		st.key = inputKey(inputs)
-		st.lastInputs = make([][]byte, len(inputs))
-		for i, in := range inputs {
-			st.lastInputs[i] = bytes.Clone(in)
-		}
-	}
-	st.initialized = true
-	res.InputKey = st.key
-	if collect {
-		res.Outputs = make([][]byte, len(st.outputs))
-		for slot, s := range st.outputs {
-			b := make([]byte, s.Staging.Length)
-			if err := hm.ReadHost(s.Staging, b); err != nil {
-				return res, failed(op, err)
-			}
-			res.Outputs[st.outputMap[slot]] = b
-			l.staged.DeviceToHostBytes += s.Staging.Length
-			l.staged.Readbacks++
-		}
-		st.outputsCache, st.outValid = res.Outputs, true
-		res.Outputs = cloneAll(res.Outputs)
-	}
-	return res, nil
-}
-
 // StagedCounters returns the lane's staged-replay counters.
 func (l *Lane) StagedCounters() StagedCounters { return l.staged }
-
-func equalInputs(a, b [][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !bytes.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func cloneAll(in [][]byte) [][]byte {
-	out := make([][]byte, len(in))
-	for i, b := range in {
-		out[i] = bytes.Clone(b)
-	}
-	return out
-}

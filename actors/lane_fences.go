@@ -1,0 +1,129 @@
+// How a lane actor sees its submissions end: polls paced by a timer,
+// receipts delivered to their callers, and what ended indeterminate.
+
+package actors
+
+import (
+	"time"
+
+	"github.com/lanesched/lanes/lanes"
+)
+
+// poll delivers every ended submission and re-arms the next poll.
+func (a *laneActor) poll() {
+	if a.lane == nil || a.lane.State() == lanes.StateFailed && len(a.calls) == 0 {
+		return
+	}
+	culprit, ended := a.deliverEnded()
+	if a.lane.State() == lanes.StateFailed {
+		a.failed(culprit, a.lane.Err())
+		return
+	}
+	if ended {
+		now := time.Now()
+		a.progressAt = now
+		a.ref.lastEnd.Store(now.UnixNano())
+		a.dispatch(false)
+	} else if len(a.calls) > 0 && a.s.cfg.HangTimeout > 0 && time.Since(a.progressAt) > a.s.cfg.HangTimeout {
+		a.abandon()
+		return
+	}
+	a.arm(ended)
+}
+
+// deliverEnded delivers every submission the lane has seen end, and
+// reports whether there was any and the tenant of the first that ended
+// indeterminate. The poll's slice is reused.
+func (a *laneActor) deliverEnded() (culprit string, ended bool) {
+	rs := a.lane.PollInto(a.polled[:0])
+	culprit = a.deliver(rs)
+	clear(rs) // the callers have their receipts; keep only the array
+	a.polled = rs
+	return culprit, len(rs) > 0
+}
+
+// deliver ends the calls of ended submissions and returns the tenant of
+// the first that ended indeterminate: on one stream, the submission whose
+// work failed (the ones before it completed).
+func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
+	for _, r := range rs {
+		w, ok := a.calls[r.Fence]
+		if !ok {
+			continue
+		}
+		delete(a.calls, r.Fence)
+		a.streamEntries -= w.entries
+		if a.onStream[w.tenant]--; a.onStream[w.tenant] <= 0 {
+			delete(a.onStream, w.tenant)
+		}
+		var err error
+		switch r.Outcome {
+		case lanes.OutcomeSucceeded:
+			a.failures = a.failures[:0] // the lane works: the failure streak ends
+		case lanes.OutcomeRefused:
+			err = r.Err
+		default:
+			if culprit == "" {
+				culprit = w.tenant
+			}
+			err = indeterminate("fence", r.Err)
+		}
+		a.s.complete(w.call, r, err)
+	}
+	a.ref.inflightFences.Store(int64(len(a.calls)))
+	return culprit
+}
+
+// indeterminate is the error of a submission whose effect is unknown: it
+// keeps the cause's code and blame, and errors.Is finds both
+// ErrIndeterminate and the cause's sentinels.
+func indeterminate(op string, cause error) error {
+	e := lanes.Wrap(op, false, cause)
+	e.Err = &indeterminateError{cause: cause}
+	return e
+}
+
+// indeterminateError says that a submission's effect is unknown, and why;
+// its message does not repeat the package prefix its cause carries.
+type indeterminateError struct{ cause error }
+
+func (e *indeterminateError) Error() string { return "submission indeterminate: " + e.cause.Error() }
+
+func (e *indeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.cause} }
+
+// arm schedules the next poll while fences are pending: first through the
+// mailbox a few times (the lowest latency a fence can have), then on timers
+// that back off from PollMin to PollMax while nothing completes. Nothing is
+// scheduled when nothing is in flight, so an idle lane costs nothing.
+func (a *laneActor) arm(progress bool) {
+	if len(a.calls) == 0 || a.armed {
+		if len(a.calls) == 0 {
+			a.delay, a.quick = 0, a.s.cfg.QuickPolls
+		}
+		return
+	}
+	if progress {
+		a.delay, a.quick, a.steady = 0, a.s.cfg.QuickPolls, steadyPolls
+	}
+	a.armed = true
+	if a.quick > 0 {
+		a.quick--
+		a.s.system.Root.Send(a.self, pollFences{})
+		return
+	}
+	switch {
+	case a.delay == 0 || a.queue.len() > 0:
+		a.delay = a.s.cfg.PollMin // work waits for room on the stream: no back-off
+	case a.steady > 0:
+		a.steady--
+	case a.delay < a.s.cfg.PollMax:
+		a.delay = min(2*a.delay, a.s.cfg.PollMax)
+	}
+	a.ref.disp.requestPoll(a.delay)
+}
+
+// disarm drops the requested poll.
+func (a *laneActor) disarm() {
+	a.ref.disp.cancelPoll()
+	a.armed = false
+}

@@ -1,0 +1,58 @@
+// Supervision: a panic in a lane actor takes the lane out for good and ends
+// its callers' calls.
+
+package actors
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// laneStrategy turns a panic in a lane actor (outside the lane core, which
+// recovers its own) into a lane failure: the lane is quarantined for good
+// and its waiting callers end; the actor is stopped, never restarted in
+// place.
+type laneStrategy struct{ s *Scheduler }
+
+func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {
+	for _, ref := range st.s.lanes {
+		if ref.pid.Equal(child) {
+			cause := fmt.Errorf("%w: lane %d's actor panicked: %v", lanes.ErrFailed, ref.id, reason)
+			ref.dead.Store(true)
+			ref.setState(HealthQuarantined, cause)
+			st.s.endLaneCalls(ref, cause, false)
+			st.s.cfg.Telemetry.Quarantine(context.Background(), ref.id, cause)
+		}
+	}
+	sup.StopChildren(child)
+}
+
+// endLaneCalls ends every call routed to a lane that will not end them
+// itself (its actor died, or stopped before their messages arrived):
+// submissions that never reached the lane end not submitted, the others
+// indeterminate.
+func (s *Scheduler) endLaneCalls(ref *laneRef, cause error, neverRan bool) {
+	for _, id := range s.calls.matching(func(c *call) bool { return c.lane.Load() == ref }) {
+		s.endCall(id, cause, neverRan)
+	}
+}
+
+// endCall ends one call with cause: an administrative call with the cause,
+// a submission not submitted when it cannot have run, else indeterminate.
+func (s *Scheduler) endCall(id uint64, cause error, neverRan bool) {
+	c, ok := s.calls.load(id)
+	if !ok {
+		return
+	}
+	switch {
+	case c.admin:
+		s.completeAdmin(id, nil, cause)
+	case neverRan || !c.sent.Load():
+		s.complete(id, lanes.Receipt{}, lanes.Wrap("submit", true, cause))
+	default:
+		s.complete(id, lanes.Receipt{Outcome: lanes.OutcomeIndeterminate}, indeterminate("fence", cause))
+	}
+}

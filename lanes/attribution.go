@@ -1,0 +1,135 @@
+// What a submission did, entry by entry: rows, replayed segments, cache
+// events, and how an entry's row is built.
+
+package lanes
+
+import (
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/programs"
+)
+
+// Row attributes one entry of a submitted batch. The one-byte fields sit
+// together, so a row packs into 88 bytes (96 with them apart).
+type Row struct {
+	Index      int
+	Node       int
+	Op         string // portable operation id: "launch:gemv_f32", "upload", "copy", "zero", "invoke"
+	Work       Work
+	Dispatches int // kernel launches the entry stands for
+	Transfers  int // copies and memsets
+	GraphNodes int // graph nodes it replayed as; 0 when eager or unknown
+	Phase      cache.Phase
+	Replayed   bool
+	Reason     cache.Reason // why the entry was not replayed (ReasonNone when it was)
+}
+
+// SegmentRecord attributes one replayed segment.
+type SegmentRecord struct {
+	Start, End  int          // entries [Start, End)
+	Fingerprint string       // the executable's segment key
+	Program     *programs.ID // set when the segment belongs to a registered program
+	Ordinal     int          // its segment ordinal in that program, or -1
+	Commands    int
+	GraphNodes  int
+	Logical     []programs.LogicalCommand
+}
+
+// Attribution is what a submission did, row by row. Its slices are
+// read-only: a lane hands receipts that attribute identically (a tenant's
+// steady steps) one shared copy of their rows and logical commands.
+type Attribution struct {
+	Rows     []Row
+	Segments []SegmentRecord
+	Prelude  int          // binding-patch commands enqueued before the entries
+	Events   []CacheEvent // what preparation did to the cache for this batch
+	// Launches is how many launches the submission enqueued: graph
+	// launches and eager kernel launches (a fault rate per launch compares
+	// tenants whose batches differ in size and shape).
+	Launches int
+}
+
+// CacheEvent is a cache event of a submission's preparation.
+type CacheEvent struct {
+	Kind   string // "captured", "updated", "update_refused", "capture_rejected" or "evicted"
+	Key    string // the segment fingerprint
+	Detail string // for capture_rejected: the device's answer
+}
+
+// Submission is an accepted batch: its fence and what it did.
+type Submission struct {
+	Fence       uint64
+	Attribution Attribution
+	Preparation cache.PrepareReport
+}
+
+// events lists what preparation did to the cache.
+func (p *plan) events() []CacheEvent {
+	var out []CacheEvent
+	rej := 0
+	for ci, d := range p.rep.Dispositions {
+		key := p.disc.Candidates[ci].Key
+		var ev CacheEvent
+		switch d {
+		case cache.DispositionCaptured:
+			ev.Kind = "captured"
+		case cache.DispositionUpdated:
+			ev.Kind = "updated"
+			for _, u := range p.rep.Updates {
+				if u.To == key {
+					ev.Detail = "in place of " + u.From.String()
+				}
+			}
+		case cache.DispositionCaptureRejected:
+			ev.Kind = "capture_rejected"
+			if rej < len(p.rep.Rejections) {
+				ev.Detail = p.rep.Rejections[rej].Error()
+				rej++
+			}
+		default:
+			continue // a hit or a deferral: nothing happened to the cache
+		}
+		ev.Key = key.String()
+		out = append(out, ev)
+	}
+	updated := map[cache.SegmentKey]bool{}
+	for _, u := range p.rep.Updates {
+		updated[u.From] = true
+	}
+	for _, k := range p.rep.Evicted {
+		if !updated[k] {
+			out = append(out, CacheEvent{Kind: "evicted", Key: k.String()})
+		}
+	}
+	for _, err := range p.rep.UpdateRefusals {
+		out = append(out, CacheEvent{Kind: "update_refused", Detail: err.Error()})
+	}
+	return out
+}
+
+// launchOp is a launch's operation id, built once per kernel name.
+func (l *Lane) launchOp(kernel string) string {
+	op, ok := l.ops[kernel]
+	if !ok {
+		if l.ops == nil || len(l.ops) >= keyMemoLimit {
+			l.ops = map[string]string{}
+		}
+		op = "launch:" + kernel
+		l.ops[kernel] = op
+	}
+	return op
+}
+
+// row attributes entry i.
+func (l *Lane) row(i int, e Entry, replayed bool, reason cache.Reason) Row {
+	r := Row{Index: i, Node: e.Node, Phase: e.Phase, Replayed: replayed, Reason: reason, Work: e.Work}
+	switch {
+	case e.Invoke != nil:
+		r.Op, r.Dispatches = "invoke", e.Invoke.Segment.Commands
+	case e.Command.Kind == cuda.KindLaunch:
+		r.Op, r.Dispatches = l.launchOp(e.Command.Kernel), 1
+	default:
+		r.Op, r.Transfers = e.Command.Kind.String(), 1
+	}
+	return r
+}
