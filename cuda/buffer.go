@@ -1,3 +1,6 @@
+// Device buffers and regions: what a command may name, and how regions are
+// checked and compared.
+
 package cuda
 
 import "math/bits"

@@ -1,3 +1,6 @@
+// Checks every backend shares: a buffer, event or executable handle is
+// live, of this device, and not forged.
+
 package cuda
 
 // The checks every backend makes at its boundary, in one place so the

@@ -1,3 +1,6 @@
+// Error classification: every error's stable Code, its Blame, whether it
+// is retryable and whether anything was submitted.
+
 package cuda
 
 // The one error vocabulary of lanes: every error any package returns is

@@ -1,3 +1,6 @@
+// Commands: kernel launches, uploads, copies, memsets and staging copies,
+// the unit a stream enqueues and a graph captures.
+
 package cuda
 
 import (

@@ -1,3 +1,6 @@
+// The device boundary: Device, Stream, Event, Graph and Exec, the
+// interfaces every backend implements.
+
 package cuda
 
 import (

@@ -1,3 +1,5 @@
+// Element types of device buffers.
+
 package cuda
 
 import "fmt"

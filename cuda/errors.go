@@ -1,3 +1,6 @@
+// The device's errors: Error with its Code and operation, sentinels, and
+// contract violations.
+
 package cuda
 
 import (

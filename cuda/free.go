@@ -1,3 +1,6 @@
+// The free fence: work issued after Free began is refused, never run over
+// freed memory.
+
 package cuda
 
 import (

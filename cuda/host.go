@@ -1,3 +1,5 @@
+// Pinned host buffers and regions, and the staging commands that move them.
+
 package cuda
 
 import "math/bits"

@@ -1,3 +1,5 @@
+// Kernels: parameters, their access, specs and launch configurations.
+
 package cuda
 
 import "fmt"

@@ -1,3 +1,5 @@
+// The binary encoding of commands (MarshalBinary, UnmarshalBinary).
+
 package cuda
 
 import (

@@ -1,3 +1,6 @@
+// The Catalog: programs registered from captured batches, their segments,
+// invocation by reference, and the gaps a program leaves eager.
+
 package programs
 
 import (
@@ -149,10 +152,22 @@ func gaps(capture Capture, segs []Segment, batch []cache.Command, disc cache.Dis
 			candidateOf[i] = ci
 		}
 	}
-	// The compute commands of each node, in batch order, linked through
-	// next: one pass over the batch, not one per node.
-	first := make(map[int]int, len(batch))
-	next := make([]int, len(batch))
+	first, next := nodeChains(batch)
+	var out []Gap
+	for n := range capture.Nodes {
+		if !covered[n] {
+			out = append(out, Gap{Node: n, Reason: gapReason(n, first, next, candidateOf, disc, rep)})
+		}
+	}
+	return out
+}
+
+// nodeChains links the compute commands of each plan node, in batch
+// order: first[node] is its first command, next[i] the command after i of
+// the same node (-1 at the end). One pass over the batch, not one per node.
+func nodeChains(batch []cache.Command) (first map[int]int, next []int) {
+	first = make(map[int]int, len(batch))
+	next = make([]int, len(batch))
 	last := map[int]int{}
 	for i, cmd := range batch {
 		next[i] = -1
@@ -166,35 +181,36 @@ func gaps(capture Capture, segs []Segment, batch []cache.Command, disc cache.Dis
 		}
 		last[cmd.Node] = i
 	}
-	var out []Gap
-	for n := range capture.Nodes {
-		if covered[n] {
-			continue
+	return first, next
+}
+
+// gapReason is why node n is not covered by a replayed segment: the first
+// reason found among its commands' bindings, then discovery's scope
+// conflicts, then preparation's dispositions; a node with no compute
+// command is missing one, and one whose commands were all replayable, yet
+// owned by no candidate, is a scope conflict.
+func gapReason(n int, first map[int]int, next, candidateOf []int, disc cache.Discovery, rep cache.PrepareReport) cache.Reason {
+	reason := cache.ReasonMissingComputeCommand
+	var bindReason, discReason, prepReason cache.Reason
+	i, ok := first[n]
+	for ; ok && i >= 0; i = next[i] {
+		reason = cache.ReasonAddressScopeConflict // every command replayable, yet no candidate owns the node
+		if bindReason == cache.ReasonNone {
+			bindReason = disc.Bindings[i].Reason
 		}
-		reason := cache.ReasonMissingComputeCommand
-		var bindReason, discReason, prepReason cache.Reason
-		i, ok := first[n]
-		for ; ok && i >= 0; i = next[i] {
-			reason = cache.ReasonAddressScopeConflict // every command replayable, yet no candidate owns the node
-			if bindReason == cache.ReasonNone {
-				bindReason = disc.Bindings[i].Reason
-			}
-			if discReason == cache.ReasonNone && disc.Reasons[i] == cache.ReasonAddressScopeConflict {
-				discReason = disc.Reasons[i]
-			}
-			if ci := candidateOf[i]; ci >= 0 && prepReason == cache.ReasonNone {
-				prepReason = rep.Dispositions[ci].Reason()
-			}
+		if discReason == cache.ReasonNone && disc.Reasons[i] == cache.ReasonAddressScopeConflict {
+			discReason = disc.Reasons[i]
 		}
-		for _, r := range []cache.Reason{bindReason, discReason, prepReason} {
-			if r != cache.ReasonNone {
-				reason = r
-				break
-			}
+		if ci := candidateOf[i]; ci >= 0 && prepReason == cache.ReasonNone {
+			prepReason = rep.Dispositions[ci].Reason()
 		}
-		out = append(out, Gap{Node: n, Reason: reason})
 	}
-	return out
+	for _, r := range []cache.Reason{bindReason, discReason, prepReason} {
+		if r != cache.ReasonNone {
+			return r
+		}
+	}
+	return reason
 }
 
 func (p *program) equal(o *program) bool {

@@ -1,3 +1,6 @@
+// Program descriptors: a program's ID, its capture, segments and gaps, and
+// their validation.
+
 package programs
 
 import (

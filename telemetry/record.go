@@ -1,3 +1,6 @@
+// Recording: a submission becomes a lanes.submit span with a lanes.replay
+// child per replayed segment; a quarantine a span of its own.
+
 package telemetry
 
 import (

@@ -1,3 +1,5 @@
+// The Recorder: exporters, the tracer and instruments, and its lifecycle.
+
 package telemetry
 
 import (

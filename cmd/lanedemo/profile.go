@@ -1,3 +1,5 @@
+// CPU, heap and trace profiles of a lanedemo run (--cpuprofile and friends).
+
 package main
 
 import (

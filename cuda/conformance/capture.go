@@ -1,3 +1,6 @@
+// Conformance: stream capture, replay equal to eager execution, capture
+// rules and in-place executable update.
+
 package conformance
 
 import (

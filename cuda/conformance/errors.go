@@ -1,3 +1,5 @@
+// Conformance: out-of-memory, ownership, bounds and sticky faults.
+
 package conformance
 
 import (

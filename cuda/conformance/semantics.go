@@ -1,3 +1,6 @@
+// Conformance: memory, kernels, in-order streams, events and the free
+// fence.
+
 package conformance
 
 import (

@@ -1,3 +1,5 @@
+// Conformance: pinned host staging copied in and out by a replayed graph.
+
 package conformance
 
 import (

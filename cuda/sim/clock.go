@@ -1,3 +1,6 @@
+// The simulated device's clocks (real time, virtual, zero cost) and the
+// H200 cost model it charges work by.
+
 package sim
 
 import (

@@ -1,3 +1,6 @@
+// Executing commands on the simulated device: real bytes moved and
+// computed, and what each costs on the clock.
+
 package sim
 
 import (

@@ -1,3 +1,6 @@
+// Fault injection: launch failures, sticky faults and hangs on chosen
+// kernels, at a rate or a count.
+
 package sim
 
 import (

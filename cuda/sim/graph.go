@@ -1,3 +1,5 @@
+// Events, graphs and executables of the simulated device.
+
 package sim
 
 import (

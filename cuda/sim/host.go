@@ -1,3 +1,5 @@
+// Pinned host memory of the simulated device.
+
 package sim
 
 import (

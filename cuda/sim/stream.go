@@ -1,3 +1,6 @@
+// Streams of the simulated device: in-order work on a worker, and stream
+// capture with CUDA's rules.
+
 package sim
 
 import (

@@ -1,3 +1,6 @@
+// Hostile tenants (--hostile flood, churn, huge) beside the healthy ones,
+// and the checks that they took nothing from them.
+
 package demo
 
 // The hostile tenant (--hostile): one more tenant, on the first device,

@@ -1,3 +1,6 @@
+// Aggregating a run's receipts into the per-lane, per-tenant and total
+// report.
+
 package demo
 
 import (

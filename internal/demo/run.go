@@ -1,3 +1,5 @@
+// Running the load: options, warmup, the closed and open loops.
+
 package demo
 
 import (

@@ -1,3 +1,5 @@
+// The Go runtime's share of a run: allocations and GC per step.
+
 package demo
 
 import (

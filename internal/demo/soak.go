@@ -1,3 +1,5 @@
+// Soak runs: samples over time, and whether memory and latency stayed flat.
+
 package demo
 
 import (

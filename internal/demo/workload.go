@@ -1,3 +1,6 @@
+// The workload: devices, tenants, their buffers and the decode-like step
+// each submits.
+
 package demo
 
 import (
