@@ -12,8 +12,8 @@
 
 package actors
 
-// work is what a lane's fair queue holds: a batch (*SubmitRequest) or a
-// staged replay (*StagedRequest).
+// work is what a lane's fair queue holds: a batch (*submitRequest) or a
+// staged replay (*stagedRequest).
 type work interface {
 	owner() string // the tenant
 	cost() int     // what it takes of the tenant's credit

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
 )
@@ -75,11 +76,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		return nil, err
 	}
 	if capacity > 0 && cfg.Hostile != "churn" { // churn: preparation stays open, so each new key is captured
-		for lane := range len(devs) * cfg.Lanes {
-			if _, err := s.Seal(ctx, lane); err != nil && !errors.Is(err, lanes.ErrFailed) {
-				_ = stopErr()
-				return nil, fmt.Errorf("lanedemo: seal lane %d: %w", lane, err)
-			}
+		if err := sealAll(ctx, s, len(devs)*cfg.Lanes); err != nil {
+			_ = stopErr()
+			return nil, err
 		}
 	}
 	if cfg.Soak > 0 {
@@ -87,29 +86,11 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	}
 	start := time.Now()
 	meter := startRuntimeMeter()
-	done := make(chan struct{})
-	var progress sync.WaitGroup
-	var soak *soaker
-	if cfg.Soak > 0 {
-		soak = &soaker{devs: devs, agg: agg, start: start}
-		progress.Add(1)
-		go func() {
-			defer progress.Done()
-			soak.run(max(cfg.Soak/30, time.Second), done)
-		}()
-	}
-	if opt.Progress != nil {
-		progress.Add(1)
-		go func() {
-			defer progress.Done()
-			showProgress(opt, s, agg, start, done)
-		}()
-	}
+	w := startWatchers(cfg, opt, s, devs, agg, start)
 	loadErr := drive(ctx, cfg, s, tenants, timing, agg)
 	agg.elapsed = time.Since(start)
 	rt := meter.report(agg.endedN.Load(), agg.elapsed)
-	close(done)
-	progress.Wait()
+	w.stop()
 	status := s.Lanes() // before Stop, which stops every lane
 	if err := stopErr(); err != nil {
 		return nil, fmt.Errorf("lanedemo: stop: %w", err)
@@ -117,10 +98,56 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	agg.waitEnded(10 * time.Second)
 	rep := agg.report(cfg, status, devs, tenants)
 	rep.Runtime = rt
-	if soak != nil {
-		rep.Soak = soak.report()
+	if w.soak != nil {
+		rep.Soak = w.soak.report()
 	}
 	return rep, loadErr
+}
+
+// sealAll seals every lane's preparation (a lane that failed is skipped).
+func sealAll(ctx context.Context, s *actors.Scheduler, lanesN int) error {
+	for lane := range lanesN {
+		if _, err := s.Seal(ctx, lane); err != nil && !errors.Is(err, lanes.ErrFailed) {
+			return fmt.Errorf("lanedemo: seal lane %d: %w", lane, err)
+		}
+	}
+	return nil
+}
+
+// watchers are what runs beside the load: the soak sampler and the
+// progress line.
+type watchers struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+	soak *soaker
+}
+
+// startWatchers starts the soak sampler (with --soak) and the progress
+// line (when the options ask for one).
+func startWatchers(cfg Config, opt Options, s *actors.Scheduler, devs []cuda.Device, agg *aggregate, start time.Time) *watchers {
+	w := &watchers{done: make(chan struct{})}
+	if cfg.Soak > 0 {
+		w.soak = &soaker{devs: devs, agg: agg, start: start}
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.soak.run(max(cfg.Soak/30, time.Second), w.done)
+		}()
+	}
+	if opt.Progress != nil {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			showProgress(opt, s, agg, start, w.done)
+		}()
+	}
+	return w
+}
+
+// stop ends the watchers and waits for them.
+func (w *watchers) stop() {
+	close(w.done)
+	w.wg.Wait()
 }
 
 // warmup runs a few steps per tenant while preparation is open, one at a

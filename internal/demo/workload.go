@@ -113,70 +113,95 @@ func setupDevice(cfg Config, di, ndev int, dev cuda.Device) ([]*tenant, error) {
 		return nil, err
 	}
 	defer st.Destroy()
-	alloc := func(n int) (cuda.Buffer, error) {
-		return dev.Alloc(cuda.BufferSpec{Size: uint64(4 * n), Elem: cuda.F32})
-	}
-	w, err := alloc(maxRows * maxCols)
-	if err != nil {
+	d := deviceSetup{cfg: cfg, dev: dev, st: st}
+	if d.weights, err = d.sharedWeights(cfg.Seed + int64(di)); err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewSource(cfg.Seed + int64(di)))
+	var out []*tenant
+	for t := di; t < cfg.Tenants; t += ndev {
+		tn, err := d.newTenant(t, fmt.Sprintf("tenant-%02d", t))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tn)
+	}
+	if cfg.Hostile != "" && di == 0 {
+		h, err := d.newTenant(cfg.Tenants, hostileName)
+		if err != nil {
+			return nil, err
+		}
+		h.hostile = true
+		if h.big, err = d.alloc(churnUpload / 4); err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, st.Synchronize()
+}
+
+// deviceSetup is one device's share of the setup: its stream, and the
+// weights its tenants share.
+type deviceSetup struct {
+	cfg     Config
+	dev     cuda.Device
+	st      cuda.Stream
+	weights cuda.Buffer
+}
+
+// alloc allocates n float32s.
+func (d *deviceSetup) alloc(n int) (cuda.Buffer, error) {
+	return d.dev.Alloc(cuda.BufferSpec{Size: uint64(4 * n), Elem: cuda.F32})
+}
+
+// sharedWeights allocates and fills the weights every tenant of the device
+// reads (each a prefix of its shape).
+func (d *deviceSetup) sharedWeights(seed int64) (cuda.Buffer, error) {
+	w, err := d.alloc(maxRows * maxCols)
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	rng := rand.New(rand.NewSource(seed))
 	wv := make([]float32, maxRows*maxCols)
 	for i := range wv {
 		wv[i] = float32(rng.Intn(17)-8) / 64
 	}
-	if err := upload(st, w.Whole(), wv); err != nil {
+	return w, upload(d.st, w.Whole(), wv)
+}
+
+// newTenant sets up tenant t: its shape, its zeroed buffers, its compute
+// chain and its pinned staging.
+func (d *deviceSetup) newTenant(t int, name string) (*tenant, error) {
+	cfg := d.cfg
+	tn := &tenant{name: name, dev: d.dev, replay: t >= cfg.EagerTenants,
+		rows: int32(64 + 64*(t%4)), cols: int32(32 + 32*(t%4)), owner: cache.LaneScope(uint64(1 + t)),
+		rng: rand.New(rand.NewSource(cfg.Seed*1000 + int64(t))), stats: newTenantAgg()}
+	var err error
+	if tn.weights, err = d.weights.Region(0, uint64(4*tn.rows*tn.cols)); err != nil {
 		return nil, err
 	}
-	var out []*tenant
-	add := func(t int, name string) error {
-		tn := &tenant{name: name, dev: dev, replay: t >= cfg.EagerTenants,
-			rows: int32(64 + 64*(t%4)), cols: int32(32 + 32*(t%4)), owner: cache.LaneScope(uint64(1 + t)),
-			rng: rand.New(rand.NewSource(cfg.Seed*1000 + int64(t))), stats: newTenantAgg()}
-		if tn.weights, err = w.Region(0, uint64(4*tn.rows*tn.cols)); err != nil {
-			return err
+	for _, b := range []*cuda.Buffer{&tn.x, &tn.h, &tn.y, &tn.out} {
+		if *b, err = d.alloc(maxRows); err != nil {
+			return nil, err
 		}
-		for _, b := range []*cuda.Buffer{&tn.x, &tn.h, &tn.y, &tn.out} {
-			if *b, err = alloc(maxRows); err != nil {
-				return err
-			}
-			z, _ := cuda.Zero(b.Whole())
-			if err := st.Enqueue(z); err != nil {
-				return err
-			}
-		}
-		if err := tn.buildCompute(dev, cfg.Kernels); err != nil {
-			return err
-		}
-		if hm, ok := dev.(cuda.HostMemory); ok {
-			tn.hm = hm
-			for range max(cfg.Concurrency, 1) {
-				h, err := hm.AllocHost(uint64(4 * tn.cols))
-				if err != nil {
-					return err
-				}
-				tn.staging = append(tn.staging, h)
-			}
-		}
-		out = append(out, tn)
-		return nil
-	}
-	for t := di; t < cfg.Tenants; t += ndev {
-		if err := add(t, fmt.Sprintf("tenant-%02d", t)); err != nil {
+		z, _ := cuda.Zero(b.Whole())
+		if err := d.st.Enqueue(z); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.Hostile != "" && di == 0 {
-		if err := add(cfg.Tenants, hostileName); err != nil {
-			return nil, err
-		}
-		h := out[len(out)-1]
-		h.hostile = true
-		if h.big, err = alloc(churnUpload / 4); err != nil {
-			return nil, err
+	if err := tn.buildCompute(d.dev, cfg.Kernels); err != nil {
+		return nil, err
+	}
+	if hm, ok := d.dev.(cuda.HostMemory); ok {
+		tn.hm = hm
+		for range max(cfg.Concurrency, 1) {
+			h, err := hm.AllocHost(uint64(4 * tn.cols))
+			if err != nil {
+				return nil, err
+			}
+			tn.staging = append(tn.staging, h)
 		}
 	}
-	return out, st.Synchronize()
+	return tn, nil
 }
 
 func upload(st cuda.Stream, r cuda.Region, v []float32) error {
