@@ -44,12 +44,15 @@ const (
 	// ReasonNotCompute: the command is an input or output transfer, an
 	// eager barrier between compute segments.
 	ReasonNotCompute
+	// ReasonEagerPath: the batch's compute path (eager only) asked for
+	// eager execution.
+	ReasonEagerPath
 )
 
 var reasonNames = [...]string{
 	"replayed", "missing_compute_command", "provider_key_missing", "address_scope_missing",
 	"address_scope_conflict", "capture_rejected", "cached_rejection", "quiescence_deferred",
-	"capacity_deferred", "outside_preparation", "evicted", "eager_boundary", "not_compute",
+	"capacity_deferred", "outside_preparation", "evicted", "eager_boundary", "not_compute", "eager_path",
 }
 
 // String is the reason's stable snake_case name, as spans and reports show it.

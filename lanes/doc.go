@@ -32,15 +32,21 @@
 //     is checked live on the device), discovery, preparation, the
 //     compute-path requirement and program registration happen first; an
 //     error there is the caller's, "definitely not submitted"
-//     ([Error.NotSubmitted]), and changes nothing. Then the batch is
+//     ([Error.NotSubmitted]): none of the batch's commands ran (a path
+//     requirement is checked after preparation, so a refused batch may
+//     have captured segments into the cache: capture runs nothing). Then
+//     the batch is
 //     enqueued (resident segments replayed, the rest eagerly) and its fence
 //     recorded. Every error is an [*Error], classified by cuda.Classify.
 //  2. [Lane.Poll] regularly: it never blocks, and returns the [Receipt] of
 //     every submission that ended, exactly once each, in fence order.
 //  3. After a failure (an error after enqueue began, or a device error on a
-//     fence), the lane is [StateFailed]: it accepts no submissions, its
-//     in-flight work ends Indeterminate, and the failed batch is quarantined
-//     until [Lane.Synchronize] succeeds.
+//     fence), the lane is [StateFailed]: it accepts no submissions (until
+//     [Lane.Recover] gives it a fresh stream), its in-flight work ends when
+//     its fence does (Indeterminate if the device failed under it; a
+//     submission enqueued before a non-sticky failure may still succeed),
+//     and the failed batch is quarantined until [Lane.Synchronize]
+//     succeeds.
 //
 // Configure, seal, trim, catalog and preparation snapshots need a quiescent
 // lane: nothing in flight, nothing quarantined.

@@ -74,8 +74,8 @@ func (l *Lane) newPlan(b *Batch, prelude []cuda.Command) *plan {
 
 // discoveryView is the batch as the cache sees it, in the lane's one
 // reused scratch slice (valid through this call): each entry's command,
-// phase and node, and its replay key unless the path is eager; an
-// invocation is resolved against the catalog and splits discovery.
+// phase, node and replay key; an invocation is resolved against the
+// catalog and splits discovery.
 func (l *Lane) discoveryView(p *plan) []cache.Command {
 	b := &p.batch
 	if cap(l.scratch) < len(b.Entries) {
@@ -90,7 +90,7 @@ func (l *Lane) discoveryView(p *plan) []cache.Command {
 				p.resolved = make([]programs.Resolved, len(b.Entries))
 			}
 			p.resolved[i], _ = l.catalog.Resolve(*e.Invoke, b.Timing == TimingVerification)
-		} else if e.Replay != nil && b.Path != PathEagerOnly {
+		} else if e.Replay != nil {
 			cmds[i].Key, cmds[i].HasKey, cmds[i].Scopes = e.Replay.Key, true, e.Replay.Scopes
 		}
 	}
@@ -173,7 +173,7 @@ func (p *plan) reason(i int) cache.Reason {
 			return p.rep.Dispositions[ci].Reason()
 		}
 	}
-	return cache.ReasonOutsidePreparation // the path asked for eager execution
+	return cache.ReasonEagerPath // PathEagerOnly dropped its candidate
 }
 
 // checkPath enforces the batch's compute-path requirement.
