@@ -13,7 +13,7 @@ import (
 
 type rig struct{ *cachetest.Rig }
 
-func newRig(t *testing.T, buffers int, faults ...sim.Fault) rig {
+func newRig(t testing.TB, buffers int, faults ...sim.Fault) rig {
 	r := cachetest.New(t, buffers, faults...)
 	return rig{r}
 }
@@ -30,11 +30,11 @@ func (r rig) run(cmds []cache.Command, quiescent bool) cache.PrepareReport {
 func wantDispositions(t *testing.T, rep cache.PrepareReport, want ...cache.Disposition) {
 	t.Helper()
 	if len(rep.Dispositions) != len(want) {
-		t.Fatalf("dispositions %v, want %v", rep.Dispositions, want)
+		t.Fatalf("got %d dispositions %v, want %d: %v", len(rep.Dispositions), rep.Dispositions, len(want), want)
 	}
 	for i := range want {
 		if rep.Dispositions[i] != want[i] {
-			t.Fatalf("dispositions %v, want %v", rep.Dispositions, want)
+			t.Fatalf("disposition %d: got %v, want %v (got %v, want %v)", i, rep.Dispositions[i], want[i], rep.Dispositions, want)
 		}
 	}
 }
@@ -43,18 +43,18 @@ func TestDispositions(t *testing.T) {
 	t.Run("captured then hit, replay equals eager", func(t *testing.T) {
 		r := newRig(t, 2)
 		if _, err := r.Cache.Configure(4); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Configure(4): got err %v, want nil", err)
 		}
 		rep := r.run(r.segment(0, 0, 1), true)
 		wantDispositions(t, rep, cache.DispositionCaptured)
 		if rep.Captured != 1 || rep.Uploaded != 1 {
-			t.Fatalf("report %+v", rep)
+			t.Fatalf("first run: got Captured %d, Uploaded %d, want 1 and 1 (report %+v)", rep.Captured, rep.Uploaded, rep)
 		}
 		for range 3 {
 			wantDispositions(t, r.run(r.segment(0, 0, 1), true), cache.DispositionHit)
 		}
-		if r.count(0) != 8 || r.count(1) != 4 {
-			t.Fatalf("counts %d %d after 4 steps, want 8 4", r.count(0), r.count(1))
+		if c0, c1 := r.count(0), r.count(1); c0 != 8 || c1 != 4 {
+			t.Fatalf("after 4 steps: got counts %d %d, want 8 4", c0, c1)
 		}
 	})
 	t.Run("outside preparation: unconfigured and sealed", func(t *testing.T) {
@@ -63,12 +63,12 @@ func TestDispositions(t *testing.T) {
 		_, _ = r.Cache.Configure(2)
 		wantDispositions(t, r.run(r.segment(0), true), cache.DispositionCaptured)
 		if _, err := r.Cache.Seal(); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Seal: got err %v, want nil", err)
 		}
 		rep := r.run(append(r.segment(0), append([]cache.Command{r.barrier(1)}, r.segment(1)...)...), true)
 		wantDispositions(t, rep, cache.DispositionHit, cache.DispositionOutsidePreparation)
-		if cache.DispositionOutsidePreparation.Reason() != cache.ReasonOutsidePreparation {
-			t.Fatal("reason mapping")
+		if got := cache.DispositionOutsidePreparation.Reason(); got != cache.ReasonOutsidePreparation {
+			t.Fatalf("DispositionOutsidePreparation.Reason(): got %v, want %v", got, cache.ReasonOutsidePreparation)
 		}
 	})
 	t.Run("quiescence deferred", func(t *testing.T) {
@@ -76,8 +76,8 @@ func TestDispositions(t *testing.T) {
 		_, _ = r.Cache.Configure(2)
 		rep := r.run(r.segment(0), false)
 		wantDispositions(t, rep, cache.DispositionQuiescenceDeferred)
-		if rep.QuiescenceDeferred != 1 || r.Cache.Len() != 0 {
-			t.Fatalf("report %+v", rep)
+		if n := r.Cache.Len(); rep.QuiescenceDeferred != 1 || n != 0 {
+			t.Fatalf("not quiescent: got QuiescenceDeferred %d, %d residents, want 1 and 0 (report %+v)", rep.QuiescenceDeferred, n, rep)
 		}
 	})
 	t.Run("capacity deferred keeps what the batch needs", func(t *testing.T) {
@@ -89,7 +89,7 @@ func TestDispositions(t *testing.T) {
 		rep = r.run(batch, true)
 		wantDispositions(t, rep, cache.DispositionHit, cache.DispositionCapacityDeferred)
 		if len(rep.Evicted) != 0 {
-			t.Fatal("evicted an executable the batch needs")
+			t.Fatalf("got evicted %v, want none: the batch needs every resident", rep.Evicted)
 		}
 	})
 	t.Run("evicted least recently used", func(t *testing.T) {
@@ -107,10 +107,10 @@ func TestDispositions(t *testing.T) {
 		da, _ := cache.Discover(a, nil)
 		db, _ := cache.Discover(b, nil)
 		if len(rep.Evicted) != 1 || rep.Evicted[0] != db.Candidates[0].Key {
-			t.Fatalf("evicted %v, want b", rep.Evicted)
+			t.Fatalf("got evicted %v, want [%v] (b, the least recently used; a is %v)", rep.Evicted, db.Candidates[0].Key, da.Candidates[0].Key)
 		}
 		if _, ok := r.Cache.Lookup(da.Candidates[0].Key); !ok {
-			t.Fatal("a was evicted instead")
+			t.Fatal("Lookup(a): got not resident, want resident (a was used more recently than b)")
 		}
 	})
 	t.Run("capture rejected, then cached rejection", func(t *testing.T) {
@@ -118,17 +118,23 @@ func TestDispositions(t *testing.T) {
 		_, _ = r.Cache.Configure(2)
 		rep := r.run(r.segment(0), true)
 		wantDispositions(t, rep, cache.DispositionCaptureRejected)
+		if len(rep.Rejections) != 1 {
+			t.Fatalf("got %d rejections %v, want 1", len(rep.Rejections), rep.Rejections)
+		}
 		var re *cache.ReplayError
-		if len(rep.Rejections) != 1 || !errors.As(rep.Rejections[0], &re) || !re.EagerFallbackSafe || !errors.Is(re, cuda.ErrCaptureUnsupported) {
-			t.Fatalf("rejection %v", rep.Rejections)
+		if !errors.As(rep.Rejections[0], &re) {
+			t.Fatalf("rejection: got %T %v, want a *cache.ReplayError", rep.Rejections[0], rep.Rejections[0])
+		}
+		if !re.EagerFallbackSafe || !errors.Is(re, cuda.ErrCaptureUnsupported) {
+			t.Fatalf("rejection %v: got EagerFallbackSafe %v, wraps cuda.ErrCaptureUnsupported %v; want both true", re, re.EagerFallbackSafe, errors.Is(re, cuda.ErrCaptureUnsupported))
 		}
 		rep = r.run(r.segment(0), true)
 		wantDispositions(t, rep, cache.DispositionCachedRejection)
-		if r.count(0) != 2 {
-			t.Fatalf("count %d: both steps must have run eagerly", r.count(0))
+		if got := r.count(0); got != 2 {
+			t.Fatalf("got count %d, want 2: both steps must have run eagerly", got)
 		}
 		if p := r.Cache.Preparation(); p.Rejected != 1 || p.Resident != 0 {
-			t.Fatalf("preparation %+v", p)
+			t.Fatalf("preparation: got Rejected %d, Resident %d, want 1 and 0 (%+v)", p.Rejected, p.Resident, p)
 		}
 	})
 }
@@ -148,18 +154,22 @@ func TestInPlaceUpdate(t *testing.T) {
 	wantDispositions(t, rep, cache.DispositionUpdated)
 	db, _ := cache.Discover(b, nil)
 	dc, _ := cache.Discover(c, nil)
-	if len(rep.Updates) != 1 || rep.Updates[0].From != db.Candidates[0].Key || rep.Updates[0].To != dc.Candidates[0].Key || rep.Evicted[0] != db.Candidates[0].Key {
-		t.Fatalf("updates %v evicted %v", rep.Updates, rep.Evicted)
+	from, to := db.Candidates[0].Key, dc.Candidates[0].Key
+	if len(rep.Updates) != 1 || rep.Updates[0].From != from || rep.Updates[0].To != to {
+		t.Fatalf("got updates %v, want [{%v %v}] (b's executable re-keyed to c)", rep.Updates, from, to)
 	}
-	if r.Cache.Len() != 2 || rep.Captured != 0 || rep.Updated != 1 {
-		t.Fatalf("report %+v, %d residents", rep, r.Cache.Len())
+	if len(rep.Evicted) == 0 || rep.Evicted[0] != from {
+		t.Fatalf("got evicted %v, want b's key %v first", rep.Evicted, from)
 	}
-	if _, ok := r.Cache.Lookup(db.Candidates[0].Key); ok {
-		t.Fatal("the donor's old key still resolves: an updated executable must be re-keyed")
+	if n := r.Cache.Len(); n != 2 || rep.Captured != 0 || rep.Updated != 1 {
+		t.Fatalf("got %d residents, Captured %d, Updated %d; want 2, 0, 1 (report %+v)", n, rep.Captured, rep.Updated, rep)
+	}
+	if _, ok := r.Cache.Lookup(from); ok {
+		t.Fatal("Lookup(b's old key): got resident, want not: an updated executable must be re-keyed")
 	}
 	wantDispositions(t, r.run(c, true), cache.DispositionHit)
-	if r.Count(2) != 4 || r.Count(1) != 2 {
-		t.Fatalf("counts %d %d: the updated executable must touch buffer 2 only", r.Count(2), r.Count(1))
+	if c2, c1 := r.Count(2), r.Count(1); c2 != 4 || c1 != 2 {
+		t.Fatalf("got counts %d (buffer 2) and %d (buffer 1), want 4 and 2: the updated executable must touch buffer 2 only", c2, c1)
 	}
 }
 
@@ -169,12 +179,15 @@ func TestRefusedUpdateFallsBackToCapture(t *testing.T) {
 	r.run(r.segment(0), true)
 	rep := r.run(r.segment(1), true)
 	wantDispositions(t, rep, cache.DispositionCaptured)
-	if len(rep.UpdateRefusals) != 1 || !errors.Is(rep.UpdateRefusals[0], cuda.ErrUpdateRefused) || len(rep.Evicted) != 1 || rep.Updated != 0 {
-		t.Fatalf("report %+v", rep)
+	if len(rep.UpdateRefusals) != 1 || !errors.Is(rep.UpdateRefusals[0], cuda.ErrUpdateRefused) {
+		t.Fatalf("got update refusals %v, want one wrapping cuda.ErrUpdateRefused", rep.UpdateRefusals)
+	}
+	if len(rep.Evicted) != 1 || rep.Updated != 0 {
+		t.Fatalf("got %d evicted, Updated %d; want 1 evicted, Updated 0 (report %+v)", len(rep.Evicted), rep.Updated, rep)
 	}
 	t.Log(rep.UpdateRefusals[0])
-	if r.Count(1) != 1 {
-		t.Fatal("the fallback capture did not run")
+	if got := r.Count(1); got != 1 {
+		t.Fatalf("got count %d, want 1: the fallback capture must run", got)
 	}
 }
 
@@ -190,11 +203,14 @@ func TestPanickingCommandEndsCapture(t *testing.T) {
 		return r.Stream.Enqueue(cmds[i].Cmd)
 	})
 	var re *cache.ReplayError
-	if !errors.As(err, &re) || re.EagerFallbackSafe || re.Stage != "encode capture" {
-		t.Fatalf("panic during capture: %v", err)
+	if !errors.As(err, &re) {
+		t.Fatalf("panic during capture: got err %v, want a *cache.ReplayError", err)
 	}
-	if r.Stream.Capture() != cuda.CaptureNone {
-		t.Fatal("the stream is still capturing after the panic")
+	if re.EagerFallbackSafe || re.Stage != "encode capture" {
+		t.Fatalf("panic during capture: got EagerFallbackSafe %v, Stage %q; want false, %q", re.EagerFallbackSafe, re.Stage, "encode capture")
+	}
+	if got := r.Stream.Capture(); got != cuda.CaptureNone {
+		t.Fatalf("after the panic: got capture state %v, want %v", got, cuda.CaptureNone)
 	}
 	t.Log(err)
 }
@@ -202,23 +218,26 @@ func TestPanickingCommandEndsCapture(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	c := cache.New()
 	if _, err := c.Seal(); !errors.Is(err, cache.ErrNotOpen) {
-		t.Fatalf("seal before configure: %v", err)
+		t.Fatalf("Seal before Configure: got err %v, want one wrapping cache.ErrNotOpen", err)
 	}
 	if _, err := c.Configure(0); !errors.Is(err, cache.ErrCapacity) {
-		t.Fatalf("capacity 0: %v", err)
+		t.Fatalf("Configure(0): got err %v, want one wrapping cache.ErrCapacity", err)
 	}
 	p, err := c.Configure(3)
-	if err != nil || p.State != cache.PrepOpen || p.Capacity != 3 {
-		t.Fatalf("configure: %+v %v", p, err)
+	if err != nil {
+		t.Fatalf("Configure(3): got err %v, want nil", err)
+	}
+	if p.State != cache.PrepOpen || p.Capacity != 3 {
+		t.Fatalf("Configure(3): got state %v, capacity %d; want %v, 3", p.State, p.Capacity, cache.PrepOpen)
 	}
 	if _, err := c.Configure(3); !errors.Is(err, cache.ErrAlreadyOpen) {
-		t.Fatalf("configure twice: %v", err)
+		t.Fatalf("Configure twice: got err %v, want one wrapping cache.ErrAlreadyOpen", err)
 	}
 	if p, err := c.Seal(); err != nil || p.State != cache.PrepSealed {
-		t.Fatalf("seal: %+v %v", p, err)
+		t.Fatalf("Seal: got state %v, err %v; want %v, nil", p.State, err, cache.PrepSealed)
 	}
 	if _, err := c.Configure(2); err != nil {
-		t.Fatalf("reopen after seal: %v", err)
+		t.Fatalf("Configure after Seal: got err %v, want nil", err)
 	}
 }
 
@@ -228,19 +247,28 @@ func TestTrimAndRetire(t *testing.T) {
 	r.run(r.segment(0), true)
 	r.run(r.segment(1), false) // deferred: not quiescent
 	if _, err := r.Cache.Trim(false); !errors.Is(err, cache.ErrNotQuiescent) {
-		t.Fatalf("trim with work in flight: %v", err)
+		t.Fatalf("Trim with work in flight: got err %v, want one wrapping cache.ErrNotQuiescent", err)
 	}
 	d, _ := cache.Discover(r.segment(0), nil)
-	if !r.Cache.Evict(d.Candidates[0].Key, false) || r.Cache.Retired() != 1 {
-		t.Fatal("an eviction with work in flight must retire, not destroy")
+	if !r.Cache.Evict(d.Candidates[0].Key, false) {
+		t.Fatal("Evict(resident, not quiescent): got false, want true")
 	}
-	if r.Cache.ReleaseRetired(false) != 0 || r.Cache.ReleaseRetired(true) != 1 {
-		t.Fatal("retired executables are destroyed only at a quiescent point")
+	if n := r.Cache.Retired(); n != 1 {
+		t.Fatalf("after an eviction with work in flight: got %d retired, want 1 (retired, not destroyed)", n)
+	}
+	if n := r.Cache.ReleaseRetired(false); n != 0 {
+		t.Fatalf("ReleaseRetired(false): got %d released, want 0: retired executables are destroyed only at a quiescent point", n)
+	}
+	if n := r.Cache.ReleaseRetired(true); n != 1 {
+		t.Fatalf("ReleaseRetired(true): got %d released, want 1", n)
 	}
 	r.run(r.segment(2), true)
 	tr, err := r.Cache.Trim(true)
-	if err != nil || tr.Executables != 1 || r.Cache.Len() != 0 {
-		t.Fatalf("trim: %+v %v", tr, err)
+	if err != nil {
+		t.Fatalf("Trim(true): got err %v, want nil", err)
+	}
+	if n := r.Cache.Len(); tr.Executables != 1 || n != 0 {
+		t.Fatalf("Trim(true): got %d executables destroyed, %d left resident; want 1 and 0 (report %+v)", tr.Executables, n, tr)
 	}
 }
 
@@ -277,7 +305,7 @@ func TestCacheAgainstModel(t *testing.T) {
 		for i, c := range d.Candidates {
 			if rep.Dispositions[i] == cache.DispositionHit {
 				if model[c.Key] == nil {
-					t.Fatalf("step %d: hit on a key the model lacks", step)
+					t.Fatalf("step %d: got a hit on %s, want a miss: the model does not hold it", step, c.Key.Short())
 				}
 				clock++
 				model[c.Key].used = clock
@@ -299,7 +327,7 @@ func TestCacheAgainstModel(t *testing.T) {
 						}
 					}
 					if best < 0 || evicted >= len(rep.Evicted) || rep.Evicted[evicted] != lru {
-						t.Fatalf("step %d: evicted %v, the model says %s next", step, rep.Evicted, lru.Short())
+						t.Fatalf("step %d: got evicted %v (eviction %d), want %s next, the model's least recently used key the batch does not need", step, rep.Evicted, evicted, lru.Short())
 					}
 					evicted++
 					delete(model, lru)
@@ -314,14 +342,14 @@ func TestCacheAgainstModel(t *testing.T) {
 					}
 				}
 				if free > 0 {
-					t.Fatalf("step %d: deferred with room for %d", step, free)
+					t.Fatalf("step %d: got capacity_deferred with room for %d, want room for 0", step, free)
 				}
 			default:
-				t.Fatalf("step %d: unexpected disposition %v", step, disp)
+				t.Fatalf("step %d: got disposition %v, want hit, captured, updated or capacity_deferred", step, disp)
 			}
 		}
 		if evicted != len(rep.Evicted) {
-			t.Fatalf("step %d: cache evicted %d, model %d", step, len(rep.Evicted), evicted)
+			t.Fatalf("step %d: got %d evicted %v, want %d as the model", step, len(rep.Evicted), rep.Evicted, evicted)
 		}
 		for i, c := range d.Candidates { // the lane then launches the residents, in order
 			if rep.Dispositions[i].Resident() {
@@ -329,8 +357,8 @@ func TestCacheAgainstModel(t *testing.T) {
 				model[c.Key].used = clock
 			}
 		}
-		if r.Cache.Len() != len(model) || r.Cache.Len() > capacity {
-			t.Fatalf("step %d: %d residents, model %d", step, r.Cache.Len(), len(model))
+		if n := r.Cache.Len(); n != len(model) || n > capacity {
+			t.Fatalf("step %d: got %d residents, want %d as the model, at most the capacity %d", step, n, len(model), capacity)
 		}
 	}
 }
@@ -338,8 +366,7 @@ func TestCacheAgainstModel(t *testing.T) {
 // BenchmarkPrepareHit measures a cache lookup on the replay path: one
 // batch of four resident candidates.
 func BenchmarkPrepareHit(b *testing.B) {
-	t := &testing.T{}
-	r := newRig(t, 4)
+	r := newRig(b, 4)
 	_, _ = r.Cache.Configure(8)
 	var cmds []cache.Command
 	for i := range 4 {
@@ -351,12 +378,12 @@ func BenchmarkPrepareHit(b *testing.B) {
 	d, _ := cache.Discover(cmds, nil)
 	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
 	if _, err := r.Cache.Prepare(r.Stream, "", d.Candidates, true, enqueue); err != nil {
-		b.Fatal(err)
+		b.Fatalf("Prepare (capture): got err %v, want nil", err)
 	}
 	b.ResetTimer()
 	for range b.N {
 		if _, err := r.Cache.Prepare(r.Stream, "", d.Candidates, true, enqueue); err != nil {
-			b.Fatal(err)
+			b.Fatalf("Prepare (hit): got err %v, want nil", err)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(4*b.N), "ns/candidate")

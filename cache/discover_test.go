@@ -61,20 +61,23 @@ func TestDiscoverReasons(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d, err := cache.Discover(c.cmds, c.boundaries)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("Discover: got err %v, want nil", err)
+			}
+			if got := reasons(d); len(got) != len(c.want) {
+				t.Fatalf("got %d reasons %v, want %d %v", len(got), got, len(c.want), c.want)
 			}
 			for i, r := range reasons(d) {
 				if r != c.want[i] {
-					t.Fatalf("command %d: reason %v, want %v", i, r, c.want[i])
+					t.Fatalf("command %d: got reason %v, want %v", i, r, c.want[i])
 				}
 			}
 			got := spans(d)
 			if len(got) != len(c.spans) {
-				t.Fatalf("candidates %v, want %v", got, c.spans)
+				t.Fatalf("got candidates %v, want %v", got, c.spans)
 			}
 			for i := range got {
 				if got[i] != c.spans[i] {
-					t.Fatalf("candidates %v, want %v", got, c.spans)
+					t.Fatalf("candidate %d: got %v, want %v (got %v, want %v)", i, got[i], c.spans[i], got, c.spans)
 				}
 			}
 		})
@@ -84,13 +87,13 @@ func TestDiscoverReasons(t *testing.T) {
 func TestDiscoverRejectsBadAttribution(t *testing.T) {
 	unattributed := zeroCmd(1, cache.NoNode, cache.PlanScope())
 	if _, err := cache.Discover([]cache.Command{unattributed}, []int{0}); err == nil {
-		t.Fatal("eager boundaries with an unattributed command were accepted")
+		t.Fatal("Discover(an unattributed command, eager boundaries): got err nil, want an error")
 	}
 	if _, err := cache.Discover([]cache.Command{zeroCmd(1, -5, cache.PlanScope())}, nil); err == nil {
-		t.Fatal("a negative node was accepted")
+		t.Fatal("Discover(a command at node -5): got err nil, want an error")
 	}
 	if _, err := cache.Discover(nil, []int{-1}); err == nil {
-		t.Fatal("a negative boundary was accepted")
+		t.Fatal("Discover(boundary -1): got err nil, want an error")
 	}
 }
 
@@ -99,8 +102,11 @@ func TestSegmentKeyIsOrderSensitive(t *testing.T) {
 	d1, _ := cache.Discover([]cache.Command{a, b}, nil)
 	d2, _ := cache.Discover([]cache.Command{b, a}, nil)
 	d3, _ := cache.Discover([]cache.Command{a, b}, nil)
-	if d1.Candidates[0].Key == d2.Candidates[0].Key || d1.Candidates[0].Key != d3.Candidates[0].Key {
-		t.Fatal("segment keys must follow command order exactly")
+	if d1.Candidates[0].Key == d2.Candidates[0].Key {
+		t.Fatalf("keys of [a b] and [b a]: got both %v, want different: segment keys must follow command order", d1.Candidates[0].Key)
+	}
+	if d1.Candidates[0].Key != d3.Candidates[0].Key {
+		t.Fatalf("keys of [a b] twice: got %v and %v, want equal", d1.Candidates[0].Key, d3.Candidates[0].Key)
 	}
 }
 
@@ -144,24 +150,25 @@ func FuzzDiscover(f *testing.F) {
 		covered := make([]bool, len(cmds))
 		for _, c := range d.Candidates {
 			if c.Start >= c.End || c.End > len(cmds) || len(c.Keys) != c.Len() {
-				t.Fatalf("malformed candidate %+v", c)
+				t.Fatalf("got candidate [%d, %d) with %d keys, want Start < End <= %d and one key per command (%+v)", c.Start, c.End, len(c.Keys), len(cmds), c)
 			}
 			for i := c.Start; i < c.End; i++ {
 				if covered[i] {
-					t.Fatalf("command %d in two candidates", i)
+					t.Fatalf("command %d: got it in two candidates, want at most one", i)
 				}
 				covered[i] = true
 				if cmds[i].Phase != cache.PhaseCompute || isBoundary[cmds[i].Node] || d.Bindings[i].Reason != cache.ReasonNone {
-					t.Fatalf("candidate %d..%d holds command %d, which is not replayable", c.Start, c.End, i)
+					t.Fatalf("candidate %d..%d holds command %d with phase %v, boundary node %v, reason %v; want only compute commands off boundaries with reason %v",
+						c.Start, c.End, i, cmds[i].Phase, isBoundary[cmds[i].Node], d.Bindings[i].Reason, cache.ReasonNone)
 				}
 			}
 			if c.Start > 0 && d.Reasons[c.Start-1] == cache.ReasonNone || c.End < len(cmds) && d.Reasons[c.End] == cache.ReasonNone {
-				t.Fatalf("candidate %d..%d is not maximal", c.Start, c.End)
+				t.Fatalf("candidate %d..%d: got a replayable neighbour (reasons %v), want a maximal candidate", c.Start, c.End, d.Reasons)
 			}
 		}
 		for i, cov := range covered {
 			if cov != (d.Reasons[i] == cache.ReasonNone) {
-				t.Fatalf("command %d: covered %v but reason %v", i, cov, d.Reasons[i])
+				t.Fatalf("command %d: got covered %v with reason %v, want covered exactly when the reason is %v", i, cov, d.Reasons[i], cache.ReasonNone)
 			}
 		}
 	})

@@ -65,7 +65,7 @@ func TestKeyChangesIffInputChanges(t *testing.T) {
 		same := in
 		same.scalars = append([]uint32(nil), in.scalars...)
 		if same.key() != base {
-			t.Fatalf("trial %d: equal inputs gave different keys", trial)
+			t.Fatalf("trial %d: equal inputs: got keys %v and %v, want equal", trial, same.key(), base)
 		}
 		mutations := map[string]func(*keyInputs){
 			"scalar":      func(k *keyInputs) { k.scalars[r.Intn(3)] ^= 1 << uint(r.Intn(32)) },
@@ -96,7 +96,7 @@ func TestKeyChangesIffInputChanges(t *testing.T) {
 			}
 			mutate(&m)
 			if m.key() == base {
-				t.Fatalf("trial %d: changing the %s did not change the key", trial, name)
+				t.Fatalf("trial %d: changing the %s: got the same key %v, want a different one", trial, name, base)
 			}
 		}
 	}
@@ -106,16 +106,16 @@ func TestFloatsKeyByBits(t *testing.T) {
 	neg := cache.NewKey("p", "o").F32(float32(negZero())).Finish()
 	pos := cache.NewKey("p", "o").F32(0).Finish()
 	if neg == pos {
-		t.Fatal("-0 and +0 must key differently")
+		t.Fatalf("F32(-0) and F32(+0): got the same key %v, want different", neg)
 	}
-	if cache.NewKey("p", "o").I32(-1).Finish() != cache.NewKey("p", "o").U32(0xffffffff).Finish() {
-		t.Fatal("i32 -1 and u32 0xffffffff are the same four bytes")
+	if i, u := cache.NewKey("p", "o").I32(-1).Finish(), cache.NewKey("p", "o").U32(0xffffffff).Finish(); i != u {
+		t.Fatalf("I32(-1) and U32(0xffffffff): got keys %v and %v, want equal (the same four bytes)", i, u)
 	}
-	if cache.NewKey("ab", "c").Finish() == cache.NewKey("a", "bc").Finish() {
-		t.Fatal("strings are length-prefixed; moving a byte across them must change the key")
+	if k := cache.NewKey("ab", "c").Finish(); k == cache.NewKey("a", "bc").Finish() {
+		t.Fatalf(`NewKey("ab", "c") and NewKey("a", "bc"): got the same key %v, want different (strings are length-prefixed)`, k)
 	}
 	if got := cache.NewKey("p", "o").Finish().String(); len(got) != 64 {
-		t.Fatalf("fingerprint %q is not 64 hex digits", got)
+		t.Fatalf("fingerprint: got %q (%d characters), want 64 hex digits", got, len(got))
 	}
 }
 

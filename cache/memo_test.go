@@ -35,11 +35,11 @@ func TestMemoGivesTheSameDiscovery(t *testing.T) {
 		cmds := batches[r.Intn(len(batches))]
 		want, err := cache.Discover(cmds, nil)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("discovery %d: Discover: got err %v, want nil", i, err)
 		}
 		got, err := memo.Discover(cmds, nil)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("discovery %d: Memo.Discover: got err %v, want nil", i, err)
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("discovery %d through the memo differs:\n got %+v\nwant %+v", i, got, want)
@@ -62,7 +62,7 @@ func BenchmarkDiscover(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			for range b.N {
 				if _, err := memo.Discover(cmds, nil); err != nil {
-					b.Fatal(err)
+					b.Fatalf("Discover: got err %v, want nil", err)
 				}
 			}
 		})

@@ -16,11 +16,11 @@ func upload(t *testing.T, r *cachetest.Rig, buf, n int, tag byte) cache.Command 
 	data[0] = tag
 	dst, err := r.Bufs[buf].Region(0, uint64(n))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Region(0, %d) of counter %d: got err %v, want nil", n, buf, err)
 	}
 	c, err := cuda.Upload(dst, data)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Upload of %d bytes: got err %v, want nil", n, err)
 	}
 	return cache.Command{Cmd: c, Phase: cache.PhaseCompute, Node: 0, Key: cache.NewKey("shares", "upload").Bytes(data).Finish(), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
 }
@@ -40,7 +40,7 @@ func resident(r *cachetest.Rig, cmds []cache.Command) bool {
 func TestChurnEvictsOnlyTheChurner(t *testing.T) {
 	r := cachetest.New(t, 8)
 	if _, err := r.Cache.Configure(4); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Configure(4): got err %v, want nil", err)
 	}
 	r.Owner = "steady"
 	mine := [][]cache.Command{r.Segment(0, 1), r.Segment(1, 0)}
@@ -55,18 +55,18 @@ func TestChurnEvictsOnlyTheChurner(t *testing.T) {
 	}
 	for i, seg := range mine {
 		if !resident(r, seg) {
-			t.Fatalf("the steady tenant's executable %d was evicted by a churning neighbour", i)
+			t.Fatalf("the steady tenant's executable %d: got evicted by a churning neighbour, want resident", i)
 		}
 	}
 	if n := r.Cache.Len(); n != 4 {
-		t.Fatalf("%d resident, want the capacity 4 (two each)", n)
+		t.Fatalf("got %d resident, want the capacity 4 (two each)", n)
 	}
 	// Over its share, a tenant yields: a third tenant's first capture
 	// evicts the steady tenant's least recently used one only once the
 	// share shrinks to 4/3 (one each, the rest beyond it).
 	r.Owner = "third"
 	if _, rep := r.Run(r.Segment(3, 4), true); rep.Captured+rep.Updated != 1 || len(rep.Evicted) != 1 {
-		t.Fatalf("a newcomer under its share captured %d: %+v", rep.Captured, rep)
+		t.Fatalf("a newcomer under its share: got Captured+Updated %d, %d evicted; want 1 and 1 (report %+v)", rep.Captured+rep.Updated, len(rep.Evicted), rep)
 	}
 }
 
@@ -75,7 +75,7 @@ func TestChurnEvictsOnlyTheChurner(t *testing.T) {
 func TestCacheBytesBound(t *testing.T) {
 	r := cachetest.New(t, 8)
 	if _, err := r.Cache.Configure(64); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Configure(64): got err %v, want nil", err)
 	}
 	r.Cache.LimitBytes(128)
 	r.Owner = "steady"
@@ -85,16 +85,16 @@ func TestCacheBytesBound(t *testing.T) {
 	for i := range 20 {
 		r.Run([]cache.Command{upload(t, r, 1+i%7, 48, byte(i+10))}, true)
 		if b := r.Cache.Bytes(); b > 128 {
-			t.Fatalf("after %d uploads the cache retains %d bytes, bound 128", i+1, b)
+			t.Fatalf("after %d uploads: got %d bytes retained, want at most the bound 128", i+1, b)
 		}
 	}
 	if !resident(r, keep) {
-		t.Fatal("the steady tenant's 32-byte executable, within its 64-byte share, was evicted")
+		t.Fatal("the steady tenant's 32-byte executable, within its 64-byte share: got evicted, want resident")
 	}
 	// A segment larger than the whole bound never becomes resident.
 	_, rep := r.Run([]cache.Command{upload(t, r, 0, 64, 99), upload(t, r, 1, 64, 98)}, true)
 	if rep.Captured != 0 || rep.CapacityDeferred == 0 {
-		t.Fatalf("a 128-byte segment beside 32 resident bytes: %+v", rep)
+		t.Fatalf("a 128-byte segment beside 32 resident bytes: got Captured %d, CapacityDeferred %d; want 0 and at least 1 (report %+v)", rep.Captured, rep.CapacityDeferred, rep)
 	}
 }
 
@@ -104,7 +104,7 @@ func TestCacheBytesBound(t *testing.T) {
 func TestNoSquatting(t *testing.T) {
 	r := cachetest.New(t, 8)
 	if _, err := r.Cache.Configure(3); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Configure(3): got err %v, want nil", err)
 	}
 	for i, owner := range []string{"a", "b", "c"} {
 		r.Owner = owner
@@ -116,13 +116,17 @@ func TestNoSquatting(t *testing.T) {
 	for i := range 5 { // owner a's resident was last used 4 batches before
 		_, rep := r.Run(r.Segment(5, 6), true)
 		if got := rep.Captured + rep.Updated; i < 4 && got != 0 || i == 4 && got != 1 {
-			t.Fatalf("batch %d of a newcomer beside three owners' residents (in use for 6 batches): %+v", i, rep)
+			want := 0
+			if i == 4 {
+				want = 1
+			}
+			t.Fatalf("batch %d of a newcomer beside three owners' residents (in use for 6 batches): got Captured+Updated %d, want %d (report %+v)", i, got, want, rep)
 		}
 	}
 
 	r = cachetest.New(t, 8)
 	if _, err := r.Cache.Configure(4); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Configure(4): got err %v, want nil", err)
 	}
 	r.Owner = "steady"
 	a, b := r.Segment(0, 1), r.Segment(1, 0)
@@ -137,8 +141,8 @@ func TestNoSquatting(t *testing.T) {
 		r.Run(a, true)
 		r.Owner = "churn"
 		r.Run(r.Segment(2+step%3, 5, 6), true)
-		if !resident(r, a) || !resident(r, b) {
-			t.Fatalf("step %d: the steady tenant, within its share, lost its executables to a tenant beyond its own", step)
+		if ra, rb := resident(r, a), resident(r, b); !ra || !rb {
+			t.Fatalf("step %d: the steady tenant's executables: got resident a=%v b=%v, want both: within its share it must not lose them to a tenant beyond its own", step, ra, rb)
 		}
 	}
 }
@@ -149,7 +153,7 @@ func TestNoSquatting(t *testing.T) {
 func TestNoRoundRobinThrash(t *testing.T) {
 	r := cachetest.New(t, 8)
 	if _, err := r.Cache.Configure(4); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Configure(4): got err %v, want nil", err)
 	}
 	owners := []string{"a", "b", "c"}
 	hits, captures := 0, 0
@@ -164,6 +168,6 @@ func TestNoRoundRobinThrash(t *testing.T) {
 	}
 	t.Logf("3 owners needing 2 executables each in a cache of 4: %d hits, %d captures in 30 batches", hits, captures)
 	if hits < 30 || captures > 8 {
-		t.Fatalf("%d hits and %d captures: the owners traded executables round robin", hits, captures)
+		t.Fatalf("got %d hits and %d captures, want at least 30 hits and at most 8 captures: the owners traded executables round robin", hits, captures)
 	}
 }

@@ -20,18 +20,21 @@ func TestElementTypes(t *testing.T) {
 	sizes := map[cuda.ElementType]uint64{cuda.Bool: 1, cuda.U8: 1, cuda.U32: 4, cuda.I8: 1, cuda.I32: 4, cuda.F16: 2, cuda.BF16: 2, cuda.F32: 4}
 	for e, size := range sizes {
 		if e.Size() != size {
-			t.Errorf("%v size %d, want %d", e, e.Size(), size)
+			t.Errorf("%v.Size(): got %d, want %d", e, e.Size(), size)
 		}
 		got, err := cuda.ParseElementType(e.String())
 		if err != nil || got != e {
-			t.Errorf("parse %q: %v %v", e, got, err)
+			t.Errorf("ParseElementType(%q): got (%v, %v), want (%v, nil)", e, got, err, e)
 		}
 	}
-	if cuda.ElementType(0).Valid() || cuda.ElementType(9).Size() != 0 {
-		t.Error("invalid element types must report invalid")
+	if cuda.ElementType(0).Valid() {
+		t.Error("ElementType(0).Valid(): got true, want false")
+	}
+	if n := cuda.ElementType(9).Size(); n != 0 {
+		t.Errorf("ElementType(9).Size(): got %d, want 0 (invalid)", n)
 	}
 	if _, err := cuda.ParseElementType("f64"); !errors.Is(err, cuda.ErrElementType) {
-		t.Errorf("parse f64: %v", err)
+		t.Errorf("ParseElementType(f64): got err %v, want one wrapping cuda.ErrElementType", err)
 	}
 }
 
@@ -51,10 +54,10 @@ func TestBufferSpec(t *testing.T) {
 	for _, c := range cases {
 		got, err := c.spec.Normalize()
 		if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
-			t.Errorf("%+v: %v, want %v", c.spec, err, c.want)
+			t.Errorf("Normalize(%+v): got err %v, want %v", c.spec, err, c.want)
 		}
 		if err == nil && got.Align != cuda.DefaultAlignment {
-			t.Errorf("%+v: default alignment %d", c.spec, got.Align)
+			t.Errorf("Normalize(%+v): got alignment %d, want the default %d", c.spec, got.Align, cuda.DefaultAlignment)
 		}
 	}
 }
@@ -67,51 +70,75 @@ func TestRegionOverlaps(t *testing.T) {
 	other := b
 	other.ID = 4
 	r4, _ := other.Region(0, 50)
-	if !r1.Overlaps(r2) || r1.Overlaps(r3) || r1.Overlaps(r4) {
-		t.Fatal("overlap is wrong")
+	if !r1.Overlaps(r2) {
+		t.Error("[0,50) overlaps [49,59): got false, want true")
+	}
+	if r1.Overlaps(r3) {
+		t.Error("[0,50) overlaps [50,60): got true, want false (adjacent)")
+	}
+	if r1.Overlaps(r4) {
+		t.Error("[0,50) overlaps [0,50) of another buffer: got true, want false")
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	if r3.Addr() != 0x1000+50 || r3.End() != 60 || r3.Elements() != 10 {
-		t.Fatal("region geometry is wrong")
+		t.Fatalf("region [50,60) of a u8 buffer at 0x1000: got Addr %#x, End %d, Elements %d; want 0x1032, 60, 10", r3.Addr(), r3.End(), r3.Elements())
 	}
 }
 
 func TestErrorsClassify(t *testing.T) {
 	oom := cuda.DriverError("alloc", cuda.CodeOutOfMemory, "full")
-	if !errors.Is(oom, cuda.ErrOutOfMemory) || errors.Is(oom, cuda.ErrIllegalAddress) || !oom.Retryable || oom.Sticky {
-		t.Fatalf("oom: %+v", oom)
+	if !errors.Is(oom, cuda.ErrOutOfMemory) || errors.Is(oom, cuda.ErrIllegalAddress) {
+		t.Fatalf("out of memory %v: got Is(ErrOutOfMemory) %v, Is(ErrIllegalAddress) %v; want true, false",
+			oom, errors.Is(oom, cuda.ErrOutOfMemory), errors.Is(oom, cuda.ErrIllegalAddress))
+	}
+	if !oom.Retryable || oom.Sticky {
+		t.Fatalf("out of memory: got Retryable %v, Sticky %v; want true, false (%+v)", oom.Retryable, oom.Sticky, oom)
 	}
 	ill := fmt.Errorf("lane 3: %w", cuda.DriverError("fence query", cuda.CodeIllegalAddress, ""))
-	if !cuda.Classify(ill).Sticky || cuda.Classify(ill).Retryable || !errors.Is(ill, cuda.ErrIllegalAddress) {
-		t.Fatalf("illegal address: %v", ill)
+	if r := cuda.Classify(ill); !r.Sticky || r.Retryable || !errors.Is(ill, cuda.ErrIllegalAddress) {
+		t.Fatalf("illegal address %v: got Sticky %v, Retryable %v, Is(ErrIllegalAddress) %v; want true, false, true", ill, r.Sticky, r.Retryable, errors.Is(ill, cuda.ErrIllegalAddress))
 	}
 	if r := cuda.Classify(ill); r.Code != cuda.CodeIllegalAddress || r.Code.String() != "cuda_illegal_address" || !r.Sticky || r.Blame != cuda.BlameDevice {
-		t.Fatalf("classify: %+v", r)
+		t.Fatalf("Classify(illegal address): got Code %v (%q), Sticky %v, Blame %v; want %d (%q), true, %v",
+			int(r.Code), r.Code, r.Sticky, r.Blame, int(cuda.CodeIllegalAddress), "cuda_illegal_address", cuda.BlameDevice)
 	}
 	c := cuda.Contractf("launch", cuda.ErrKernelArity, "2 != 3")
-	if !errors.Is(c, cuda.ErrKernelArity) || errors.Is(c, cuda.ErrOutOfMemory) || c.Error() != "cuda: launch: cuda_runtime_contract: 2 != 3" {
-		t.Fatalf("contract: %v", c)
+	if !errors.Is(c, cuda.ErrKernelArity) || errors.Is(c, cuda.ErrOutOfMemory) {
+		t.Fatalf("contract error %v: got Is(ErrKernelArity) %v, Is(ErrOutOfMemory) %v; want true, false", c, errors.Is(c, cuda.ErrKernelArity), errors.Is(c, cuda.ErrOutOfMemory))
+	}
+	if got, want := c.Error(), "cuda: launch: cuda_runtime_contract: 2 != 3"; got != want {
+		t.Fatalf("contract error: got message %q, want %q", got, want)
 	}
 	if r := cuda.Classify(c); r.Code != cuda.CodeRuntimeContract || r.Blame != cuda.BlameCaller || !r.NotSubmitted {
-		t.Fatalf("contract classified: %+v", r)
+		t.Fatalf("Classify(contract error): got Code %v, Blame %v, NotSubmitted %v; want %v, %v, true", r.Code, r.Blame, r.NotSubmitted, cuda.CodeRuntimeContract, cuda.BlameCaller)
 	}
 	if r := cuda.Classify(errors.New("boom")); r.Code != cuda.CodeUnclassified || r.Sticky || r.Retryable {
-		t.Fatalf("foreign error: %+v", r)
+		t.Fatalf("Classify(foreign error): got Code %v, Sticky %v, Retryable %v; want %v, false, false", r.Code, r.Sticky, r.Retryable, cuda.CodeUnclassified)
 	}
 	if r := cuda.Classify(fmt.Errorf("waiting: %w", context.DeadlineExceeded)); r.Code != cuda.CodeDeadlineExceeded || r.Blame != cuda.BlameNone {
-		t.Fatalf("context error: %+v", r)
+		t.Fatalf("Classify(wrapped context.DeadlineExceeded): got Code %v, Blame %v; want %v, %v", r.Code, r.Blame, cuda.CodeDeadlineExceeded, cuda.BlameNone)
 	}
-	if cuda.Code(12345).String() != "cuda_driver_error_12345" || cuda.Classify(nil).Code != cuda.CodeOK {
-		t.Fatal("code names")
+	if got, want := cuda.Code(12345).String(), "cuda_driver_error_12345"; got != want {
+		t.Fatalf("Code(12345).String(): got %q, want %q", got, want)
+	}
+	if got := cuda.Classify(nil).Code; got != cuda.CodeOK {
+		t.Fatalf("Classify(nil).Code: got %v, want %v", got, cuda.CodeOK)
 	}
 	if r := cuda.Code(12345).Class(); r.Blame != cuda.BlameStream || r.Sticky {
-		t.Fatalf("an unknown driver code is the stream's: %+v", r)
+		t.Fatalf("Code(12345).Class(), an unknown driver code: got Blame %v, Sticky %v; want %v, false", r.Blame, r.Sticky, cuda.BlameStream)
 	}
 	// A sentinel of an upper layer: matched by errors.Is through wrapping,
 	// classified by its code.
 	over := cuda.NewSentinel(cuda.CodeOverloaded, "actors: overloaded")
 	w := fmt.Errorf("tenant t: %w", over)
-	if r := cuda.Classify(w); !errors.Is(w, over) || r.Code != cuda.CodeOverloaded || !r.Retryable || !r.NotSubmitted || r.Blame != cuda.BlameNone {
-		t.Fatalf("sentinel: %+v", r)
+	if !errors.Is(w, over) {
+		t.Fatalf("errors.Is(%v, the sentinel): got false, want true", w)
+	}
+	if r := cuda.Classify(w); r.Code != cuda.CodeOverloaded || !r.Retryable || !r.NotSubmitted || r.Blame != cuda.BlameNone {
+		t.Fatalf("Classify(wrapped sentinel): got Code %v, Retryable %v, NotSubmitted %v, Blame %v; want %v, true, true, %v",
+			r.Code, r.Retryable, r.NotSubmitted, r.Blame, cuda.CodeOverloaded, cuda.BlameNone)
 	}
 }
 
@@ -125,12 +152,12 @@ func TestEveryCodeHasAName(t *testing.T) {
 			continue
 		}
 		if prev, ok := seen[name]; ok {
-			t.Fatalf("codes %d and %d share the name %q", prev, c, name)
+			t.Fatalf("codes %d and %d: got the same name %q, want distinct names", prev, c, name)
 		}
 		seen[name] = c
 	}
 	if len(seen) < 50 {
-		t.Fatalf("only %d named codes", len(seen))
+		t.Fatalf("got %d named codes in [-1000, 1000], want at least 50", len(seen))
 	}
 }
 
@@ -141,28 +168,28 @@ func sampleCommands(t testing.TB) []cuda.Command {
 	g.ID = 9
 	launch, err := cuda.Launch(reg.MustSpec(kernels.Axpy), cuda.Linear(1024, 128), cuda.BufferArg(f.Whole()), cuda.BufferArg(g.Whole()), cuda.F32Arg(0.5), cuda.I32Arg(1024))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Launch(axpy): got err %v, want nil", err)
 	}
 	up, err := cuda.Upload(f.Whole(), make([]byte, 4096))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Upload: got err %v, want nil", err)
 	}
 	cp, err := cuda.Copy(f.Whole(), g.Whole())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Copy: got err %v, want nil", err)
 	}
 	z, err := cuda.Zero(g.Whole())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Zero: got err %v, want nil", err)
 	}
 	h := cuda.HostBuffer{Device: 1, ID: 5, Size: 4096}
 	in, err := cuda.StageIn(f.Whole(), h.Whole())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.StageIn: got err %v, want nil", err)
 	}
 	out, err := cuda.StageOut(h.Whole(), g.Whole())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.StageOut: got err %v, want nil", err)
 	}
 	return []cuda.Command{launch, up, cp, z, in, out}
 }
@@ -171,24 +198,24 @@ func TestWireRoundTrip(t *testing.T) {
 	for _, c := range sampleCommands(t) {
 		b, err := c.MarshalBinary()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("MarshalBinary(%v): got err %v, want nil", c, err)
 		}
 		var got cuda.Command
 		if err := got.UnmarshalBinary(b); err != nil {
-			t.Fatalf("%v: %v", c, err)
+			t.Fatalf("UnmarshalBinary(MarshalBinary(%v)): got err %v, want nil", c, err)
 		}
 		if !reflect.DeepEqual(got, c) {
-			t.Fatalf("round trip of %v gave %v", c, got)
+			t.Fatalf("round trip: got %v, want %v", got, c)
 		}
 		for cut := range len(b) {
 			var partial cuda.Command
 			if err := partial.UnmarshalBinary(b[:cut]); !errors.Is(err, cuda.ErrEncoding) {
-				t.Fatalf("%v cut at %d: %v", c, cut, err)
+				t.Fatalf("UnmarshalBinary of %v cut at %d of %d bytes: got err %v, want one wrapping cuda.ErrEncoding", c, cut, len(b), err)
 			}
 		}
 	}
 	if _, err := (cuda.Command{Kind: cuda.KindZero}).MarshalBinary(); err == nil {
-		t.Fatal("marshalled an invalid command")
+		t.Fatal("MarshalBinary of a zero command with no destination: got err nil, want an error")
 	}
 }
 
@@ -207,16 +234,16 @@ func FuzzCommandDecode(f *testing.F) {
 		if err != nil {
 			var ce *cuda.Error
 			if !errors.As(err, &ce) || ce.Code != cuda.CodeRuntimeContract {
-				t.Fatalf("untyped decode error %v", err)
+				t.Fatalf("UnmarshalBinary: got err %v (%T), want a *cuda.Error with code %v", err, err, cuda.CodeRuntimeContract)
 			}
 			return
 		}
 		if err := c.Validate(); err != nil {
-			t.Fatalf("decoded an invalid command: %v", err)
+			t.Fatalf("Validate of a decoded command %v: got err %v, want nil: the decoder must accept only valid commands", c, err)
 		}
 		again, err := c.MarshalBinary()
 		if err != nil || !reflect.DeepEqual(again, data) {
-			t.Fatalf("re-encoding differs: %v", err)
+			t.Fatalf("re-encoding: got %x (err %v), want the decoded bytes %x (nil)", again, err, data)
 		}
 		if spec, ok := kernels.Builtin().Kernel(c.Kernel); ok {
 			_ = c.ValidateLaunch(spec) // must not panic on any argument list
@@ -234,7 +261,7 @@ func FuzzRegion(f *testing.F) {
 		es := cuda.ElementType(elem).Size()
 		ok := es != 0 && size != 0 && length != 0 && off <= size && length <= size-off && off%es == 0 && length%es == 0
 		if ok != (err == nil) {
-			t.Fatalf("region(%d, %d) of %d-byte %v buffer: %v, model says ok=%v", off, length, size, cuda.ElementType(elem), err, ok)
+			t.Fatalf("Region(%d, %d) of a %d-byte %v buffer: got err %v, want ok=%v as the model says", off, length, size, cuda.ElementType(elem), err, ok)
 		}
 	})
 }
@@ -242,9 +269,9 @@ func FuzzRegion(f *testing.F) {
 func TestLinear(t *testing.T) {
 	c := cuda.Linear(1000, 256)
 	if c.Grid.X != 4 || c.Block.X != 256 || c.Threads() != 1024 || c.Validate() != nil {
-		t.Fatalf("linear %+v", c)
+		t.Fatalf("Linear(1000, 256): got grid.x %d, block.x %d, %d threads, Validate %v; want 4, 256, 1024, nil (%+v)", c.Grid.X, c.Block.X, c.Threads(), c.Validate(), c)
 	}
 	if c := cuda.Linear(0, 0); c.Grid.X != 1 || c.Block.X != 256 {
-		t.Fatalf("linear of 0: %+v", c)
+		t.Fatalf("Linear(0, 0): got grid.x %d, block.x %d; want 1, 256 (%+v)", c.Grid.X, c.Block.X, c)
 	}
 }

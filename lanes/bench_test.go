@@ -27,21 +27,21 @@ func BenchmarkSubmit(b *testing.B) {
 				batch := lanes.Batch{Entries: entries}
 				if mode == "replayed" {
 					if _, err := r.lane.Configure(4); err != nil {
-						b.Fatal(err)
+						b.Fatalf("Configure(4): got err %v, want nil", err)
 					}
 					r.submit(batch)
 					if _, _, err := r.lane.Synchronize(); err != nil {
-						b.Fatal(err)
+						b.Fatalf("Synchronize after the capture: got err %v, want nil", err)
 					}
 				}
 				b.ResetTimer()
 				for i := range b.N {
 					if _, err := r.lane.Submit(batch); err != nil {
-						b.Fatal(err)
+						b.Fatalf("Submit %d: got err %v, want nil", i, err)
 					}
 					if i%32 == 31 {
 						if _, _, err := r.lane.Synchronize(); err != nil {
-							b.Fatal(err)
+							b.Fatalf("Synchronize after submission %d: got err %v, want nil", i, err)
 						}
 					}
 				}

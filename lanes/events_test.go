@@ -48,36 +48,36 @@ func TestCompletedSubmissionsReleaseTheirEvents(t *testing.T) {
 		t.Run(tc.timing.String(), func(t *testing.T) {
 			dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("sim.New: got err %v, want nil", err)
 			}
 			defer dev.Close()
 			s, err := dev.NewStream()
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("NewStream: got err %v, want nil", err)
 			}
 			var timed, fences, released int
 			cs := countingStream{s, &timed, &fences, &released}
 			l, err := lanes.New(lanes.Config{ID: 1, Device: dev, Stream: cs, Runtime: "lanes-test"})
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("lanes.New: got err %v, want nil", err)
 			}
 			r := &rig{t: t, dev: dev, s: cs, lane: l}
 			r.bufs = cachetest.Counters(t, dev, s, 1)
 			const n = 5
 			for range n {
 				if _, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}, Timing: tc.timing}); err != nil {
-					t.Fatal(err)
+					t.Fatalf("Submit: got err %v, want nil", err)
 				}
 			}
 			rs, _, err := l.Synchronize()
 			if err != nil || len(rs) != n {
-				t.Fatalf("%d receipts, %v", len(rs), err)
+				t.Fatalf("Synchronize: got %d receipts, err %v; want %d, nil", len(rs), err, n)
 			}
 			if timed != n*tc.timed || fences != n*tc.fences {
-				t.Fatalf("recorded %d timing events and %d fences, want %d and %d", timed, fences, n*tc.timed, n*tc.fences)
+				t.Fatalf("got %d timing events and %d fences recorded, want %d and %d", timed, fences, n*tc.timed, n*tc.fences)
 			}
 			if released != timed+fences {
-				t.Fatalf("released %d of %d events", released, timed+fences)
+				t.Fatalf("got %d events released, want all %d recorded", released, timed+fences)
 			}
 		})
 	}

@@ -66,16 +66,16 @@ func FuzzSubmit(f *testing.F) {
 		if err != nil {
 			var le *lanes.Error
 			if !errors.As(err, &le) || le.Code == cuda.CodeUnclassified || le.Blame != cuda.BlameCaller || !le.NotSubmitted {
-				t.Fatalf("a refused batch that is not the caller's error: %v (%+v)", err, cuda.Classify(err))
+				t.Fatalf("refused batch: got err %v (%+v), want a not-submitted *lanes.Error, blame %v, with a code other than %v", err, cuda.Classify(err), cuda.BlameCaller, cuda.CodeUnclassified)
 			}
-			if r.lane.State() == lanes.StateFailed {
-				t.Fatalf("a refused batch failed the lane: %v", err)
+			if st := r.lane.State(); st == lanes.StateFailed {
+				t.Fatalf("after a refused batch (%v): got lane state %v, want not failed", err, st)
 			}
 			return
 		}
 		rcs, _, err := r.lane.Synchronize()
 		if err != nil || len(rcs) != 1 || rcs[0].Fence != sub.Fence || rcs[0].Outcome != lanes.OutcomeSucceeded {
-			t.Fatalf("accepted batch ended with %+v, %v", rcs, err)
+			t.Fatalf("accepted batch: got receipts %+v, err %v; want one for fence %d, %v, nil", rcs, err, sub.Fence, lanes.OutcomeSucceeded)
 		}
 	})
 }

@@ -27,20 +27,20 @@ func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault)
 	t.Helper()
 	dev, err := sim.New(sim.Config{Clock: mode, Faults: faults, Trace: mode == sim.ClockVirtual})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = dev.Close() })
 	s, err := dev.NewStream()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("NewStream: got err %v, want nil", err)
 	}
 	l, err := lanes.New(lanes.Config{ID: 1, Device: dev, Stream: s, Runtime: "lanes-test"})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lanes.New: got err %v, want nil", err)
 	}
 	r := &rig{t: t, dev: dev, s: s, lane: l, bufs: cachetest.Counters(t, dev, s, counters)}
 	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Synchronize after zeroing the counters: got err %v, want nil", err)
 	}
 	return r
 }
@@ -56,7 +56,7 @@ func (r *rig) inc(buf, node int) lanes.Entry {
 func (r *rig) eagerInc(buf, node int) lanes.Entry {
 	c, err := cuda.Launch(r.dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(r.bufs[buf].Whole()), cuda.I32Arg(16))
 	if err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("cuda.Launch(inc of counter %d): got err %v, want nil", buf, err)
 	}
 	return lanes.Entry{Phase: cache.PhaseCompute, Node: node, Command: c, Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 1}}
 }
@@ -73,7 +73,7 @@ func (r *rig) submit(b lanes.Batch) lanes.Submission {
 	r.t.Helper()
 	s, err := r.lane.Submit(b)
 	if err != nil {
-		r.t.Fatalf("submit: %v", err)
+		r.t.Fatalf("Submit: got err %v, want nil", err)
 	}
 	return s
 }
@@ -90,9 +90,18 @@ func (r *rig) count(buf int) int32 {
 	out := make([]byte, 4)
 	reg, _ := r.bufs[buf].Region(0, 4)
 	if err := r.lane.Readback(reg, lanes.ReadbackLayout{Elem: cuda.I32, Count: 1}, out); err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("Readback of counter %d: got err %v, want nil", buf, err)
 	}
 	return int32(binary.LittleEndian.Uint32(out))
+}
+
+// receiptFences lists the receipts' fences, in order.
+func receiptFences(rcs []lanes.Receipt) []uint64 {
+	out := make([]uint64, 0, len(rcs))
+	for _, rc := range rcs {
+		out = append(out, rc.Fence)
+	}
+	return out
 }
 
 // traceLen is how many operations the device has scheduled.

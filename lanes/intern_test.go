@@ -15,26 +15,26 @@ func TestInternerSharesOnlyEqualSlices(t *testing.T) {
 	first := in.intern(h.rows(scratch), scratch)
 	scratch[0].Op = "launch:other" // the caller reuses its scratch
 	if first[0].Op != "launch:inc" {
-		t.Fatal("the interned copy changed with the caller's scratch")
+		t.Fatalf("interned copy after the caller changed its scratch: got Op %q, want %q", first[0].Op, "launch:inc")
 	}
 	scratch[0].Op = "launch:inc"
 	if again := in.intern(h.rows(scratch), scratch); &again[0] != &first[0] {
-		t.Fatal("an equal slice got a second copy")
+		t.Fatalf("interning an equal slice: got a second copy at %p, want the first at %p", &again[0], &first[0])
 	}
 	other := []Row{{Index: 0, Op: "zero", Transfers: 1}}
 	if got := in.intern(h.rows(scratch), other); !slices.Equal(got, other) { // same key, different rows
-		t.Fatalf("a colliding slice came back as %+v, want %+v", got, other)
+		t.Fatalf("a colliding slice: got %+v, want %+v", got, other)
 	}
-	if in.intern(1, nil) != nil {
-		t.Fatal("an empty slice interned as non-nil")
+	if got := in.intern(1, nil); got != nil {
+		t.Fatalf("intern(nil): got %+v (non-nil), want nil", got)
 	}
 	for i := range internLimit + 1 {
 		in.intern(uint64(i), []Row{{Index: i}})
 	}
 	if len(in.known) > internLimit {
-		t.Fatalf("the interner holds %d slices, more than its limit %d", len(in.known), internLimit)
+		t.Fatalf("got %d slices held, want at most the limit %d", len(in.known), internLimit)
 	}
 	if h.rows(scratch) == h.rows(other) {
-		t.Fatal("different rows hashed alike")
+		t.Fatalf("hashes of %+v and %+v: got both %#x, want different", scratch, other, h.rows(other))
 	}
 }

@@ -15,62 +15,81 @@ import (
 func TestEagerSubmissionEndsOnce(t *testing.T) {
 	r := newRig(t, sim.ClockVirtual, 1)
 	sub := r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), r.eagerInc(0, 1), r.eagerInc(0, 2)}, Timing: lanes.TimingCompletion})
-	if r.lane.State() != lanes.StateSubmitted || r.lane.InFlight() != 1 {
-		t.Fatalf("state %v in flight %d", r.lane.State(), r.lane.InFlight())
+	if st, n := r.lane.State(), r.lane.InFlight(); st != lanes.StateSubmitted || n != 1 {
+		t.Fatalf("after Submit: got state %v, %d in flight; want %v, 1", st, n, lanes.StateSubmitted)
 	}
 	if got := r.lane.Poll(); len(got) != 0 {
-		t.Fatalf("receipts before the clock moved: %v", got)
+		t.Fatalf("Poll before the clock moved: got receipts %+v, want none", got)
 	}
 	r.settle()
 	got := r.lane.Poll()
-	if len(got) != 1 || got[0].Fence != sub.Fence || got[0].Outcome != lanes.OutcomeSucceeded || got[0].DeviceTime <= 0 {
-		t.Fatalf("receipts %+v", got)
+	if len(got) != 1 {
+		t.Fatalf("Poll after the clock moved: got %d receipts %+v, want 1", len(got), got)
 	}
-	if len(r.lane.Poll()) != 0 || r.lane.State() != lanes.StateReady {
-		t.Fatal("a fence ended twice, or the lane did not become ready")
+	if rc := got[0]; rc.Fence != sub.Fence || rc.Outcome != lanes.OutcomeSucceeded || rc.DeviceTime <= 0 {
+		t.Fatalf("receipt: got fence %d, outcome %v, device time %v; want fence %d, %v, device time > 0 (%+v)", rc.Fence, rc.Outcome, rc.DeviceTime, sub.Fence, lanes.OutcomeSucceeded, rc)
+	}
+	if again := r.lane.Poll(); len(again) != 0 {
+		t.Fatalf("second Poll: got receipts %+v, want none: a fence ends once", again)
+	}
+	if st := r.lane.State(); st != lanes.StateReady {
+		t.Fatalf("after the receipt: got state %v, want %v", st, lanes.StateReady)
+	}
+	if n := len(got[0].Attribution.Rows); n != 3 {
+		t.Fatalf("got %d rows, want one per entry (3)", n)
 	}
 	for i, row := range got[0].Attribution.Rows {
 		if row.Replayed || row.Reason != cache.ReasonProviderKeyMissing || row.Op != "launch:inc_i32" || row.Dispatches != 1 || row.Index != i {
-			t.Fatalf("row %+v", row)
+			t.Fatalf("row %d: got Replayed %v, Reason %v, Op %q, Dispatches %d, Index %d; want false, %v, %q, 1, %d",
+				i, row.Replayed, row.Reason, row.Op, row.Dispatches, row.Index, cache.ReasonProviderKeyMissing, "launch:inc_i32", i)
 		}
 	}
-	if r.count(0) != 3 {
-		t.Fatalf("count %d", r.count(0))
+	if got := r.count(0); got != 3 {
+		t.Fatalf("got count %d, want 3", got)
 	}
 }
 
 func TestCapturedThenReplayed(t *testing.T) {
 	r := newRig(t, sim.ClockVirtual, 2)
 	if _, err := r.lane.Configure(4); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Configure(4): got err %v, want nil", err)
 	}
 	b := lanes.Batch{Entries: r.steps(0, 1, 0), Timing: lanes.TimingReplay}
 	first := r.submit(b)
 	if first.Preparation.Captured != 1 || len(first.Attribution.Segments) != 1 {
-		t.Fatalf("first: %+v", first.Preparation)
+		t.Fatalf("first submission: got Captured %d, %d segments; want 1, 1 (%+v)", first.Preparation.Captured, len(first.Attribution.Segments), first.Preparation)
 	}
 	r.settle()
 	r.lane.Poll()
 	second := r.submit(b)
-	if second.Preparation.Hits != 1 || second.Attribution.Segments[0].Fingerprint != first.Attribution.Segments[0].Fingerprint {
-		t.Fatalf("second: %+v", second.Preparation)
+	if second.Preparation.Hits != 1 {
+		t.Fatalf("second submission: got Hits %d, want 1 (%+v)", second.Preparation.Hits, second.Preparation)
 	}
-	for _, row := range second.Attribution.Rows {
+	if len(second.Attribution.Segments) == 0 || second.Attribution.Segments[0].Fingerprint != first.Attribution.Segments[0].Fingerprint {
+		t.Fatalf("second submission: got segments %+v, want the first's fingerprint %s first", second.Attribution.Segments, first.Attribution.Segments[0].Fingerprint)
+	}
+	if n := len(second.Attribution.Rows); n != len(b.Entries) {
+		t.Fatalf("got %d rows, want one per entry (%d)", n, len(b.Entries))
+	}
+	for i, row := range second.Attribution.Rows {
 		if !row.Replayed || row.GraphNodes != 1 {
-			t.Fatalf("row %+v", row)
+			t.Fatalf("second submission, row %d: got Replayed %v, GraphNodes %d; want true, 1 (%+v)", i, row.Replayed, row.GraphNodes, row)
 		}
 	}
 	r.settle()
 	rc := r.lane.Poll()
-	if len(rc) != 1 || len(rc[0].Spans) != 1 || !rc[0].Spans[0].Segment || rc[0].Spans[0].Duration <= 0 {
-		t.Fatalf("receipt %+v", rc)
+	if len(rc) != 1 {
+		t.Fatalf("Poll: got %d receipts %+v, want 1", len(rc), rc)
 	}
-	if r.count(0) != 4 || r.count(1) != 2 {
-		t.Fatalf("counts %d %d", r.count(0), r.count(1))
+	if sp := rc[0].Spans; len(sp) != 1 || !sp[0].Segment || sp[0].Duration <= 0 {
+		t.Fatalf("receipt: got spans %+v, want one segment span with a duration > 0", sp)
+	}
+	if c0, c1 := r.count(0), r.count(1); c0 != 4 || c1 != 2 {
+		t.Fatalf("got counts %d %d, want 4 2", c0, c1)
 	}
 	c := r.lane.Counters()
 	if c.Captured != 1 || c.Hits != 1 || c.ReplayedSegments != 2 || c.EagerCommands != 0 {
-		t.Fatalf("counters %+v", c)
+		t.Fatalf("counters: got Captured %d, Hits %d, ReplayedSegments %d, EagerCommands %d; want 1, 1, 2, 0 (%+v)", c.Captured, c.Hits, c.ReplayedSegments, c.EagerCommands, c)
 	}
 }
 
@@ -79,19 +98,22 @@ func TestCaptureRejectedFallsBackEagerly(t *testing.T) {
 	_, _ = r.lane.Configure(4)
 	b := lanes.Batch{Entries: r.steps(0, 0)}
 	sub := r.submit(b)
-	for _, row := range sub.Attribution.Rows {
+	if n := len(sub.Attribution.Rows); n != len(b.Entries) {
+		t.Fatalf("got %d rows, want one per entry (%d)", n, len(b.Entries))
+	}
+	for i, row := range sub.Attribution.Rows {
 		if row.Replayed || row.Reason != cache.ReasonCaptureRejected {
-			t.Fatalf("row %+v, want eager with capture_rejected", row)
+			t.Fatalf("row %d: got Replayed %v, Reason %v; want false, %v (%+v)", i, row.Replayed, row.Reason, cache.ReasonCaptureRejected, row)
 		}
 	}
 	r.settle()
 	r.lane.Poll()
 	sub = r.submit(b)
-	if sub.Attribution.Rows[0].Reason != cache.ReasonCachedRejection {
-		t.Fatalf("second: %v", sub.Attribution.Rows[0].Reason)
+	if got := sub.Attribution.Rows[0].Reason; got != cache.ReasonCachedRejection {
+		t.Fatalf("second submission, row 0: got reason %v, want %v", got, cache.ReasonCachedRejection)
 	}
-	if r.count(0) != 4 {
-		t.Fatalf("count %d", r.count(0))
+	if got := r.count(0); got != 4 {
+		t.Fatalf("got count %d, want 4", got)
 	}
 }
 
@@ -101,11 +123,11 @@ func TestReplayedOnlyRefusedBeforeEnqueue(t *testing.T) {
 	_, err := r.lane.Submit(lanes.Batch{Entries: r.steps(0, 0), Path: lanes.PathReplayedOnly})
 	var le *lanes.Error
 	if !errors.As(err, &le) || !le.NotSubmitted || !errors.Is(err, lanes.ErrPathRequired) {
-		t.Fatalf("replayed-only without a resident segment: %v", err)
+		t.Fatalf("replayed-only without a resident segment: got err %v (%+v), want a not-submitted *lanes.Error wrapping lanes.ErrPathRequired", err, cuda.Classify(err))
 	}
 	t.Log(err)
-	if r.traceLen() != before || r.lane.State() != lanes.StateReady || r.lane.Counters().Rejected != 1 {
-		t.Fatal("a refused batch reached the stream or changed the lane")
+	if n, st, rej := r.traceLen()-before, r.lane.State(), r.lane.Counters().Rejected; n != 0 || st != lanes.StateReady || rej != 1 {
+		t.Fatalf("after the refusal: got %d new device operations, state %v, Rejected %d; want 0, %v, 1", n, st, rej, lanes.StateReady)
 	}
 	// Once resident, the same batch is accepted.
 	_, _ = r.lane.Configure(2)
@@ -123,17 +145,17 @@ func TestReplayedWithBoundaries(t *testing.T) {
 	sub := r.submit(b)
 	for _, row := range sub.Attribution.Rows {
 		if row.Replayed == (row.Node == 2) {
-			t.Fatalf("row %+v: exactly node 2 must run eagerly", row)
+			t.Fatalf("row at node %d: got Replayed %v, want %v: exactly node 2 must run eagerly (%+v)", row.Node, row.Replayed, row.Node != 2, row)
 		}
 	}
-	if sub.Attribution.Rows[2].Reason != cache.ReasonEagerBoundary {
-		t.Fatalf("boundary reason %v", sub.Attribution.Rows[2].Reason)
+	if got := sub.Attribution.Rows[2].Reason; got != cache.ReasonEagerBoundary {
+		t.Fatalf("row 2: got reason %v, want %v", got, cache.ReasonEagerBoundary)
 	}
 	r.settle()
 	r.lane.Poll()
 	b.EagerBoundaries = []int{2, 5}
 	if _, err := r.lane.Submit(b); !errors.Is(err, lanes.ErrPathRequired) {
-		t.Fatalf("a declared boundary with no entry: %v", err)
+		t.Fatalf("a declared boundary (5) with no entry: got err %v, want one wrapping lanes.ErrPathRequired", err)
 	}
 }
 
@@ -142,24 +164,27 @@ func TestFailureMidBatchQuarantines(t *testing.T) {
 	scratch := r.bufs[1]
 	_, err := r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), r.eagerInc(0, 1), r.eagerInc(0, 2)}, Retain: []cuda.Buffer{scratch}})
 	var le *lanes.Error
-	if !errors.As(err, &le) || le.NotSubmitted || !errors.Is(err, cuda.ErrLaunchResources) {
-		t.Fatalf("failure after enqueue began: %v", err)
+	if !errors.As(err, &le) {
+		t.Fatalf("failure after enqueue began: got err %v (%T), want a *lanes.Error", err, err)
 	}
-	if r.lane.State() != lanes.StateFailed || r.lane.Quarantined() != 1 {
-		t.Fatalf("state %v quarantined %d", r.lane.State(), r.lane.Quarantined())
+	if le.NotSubmitted || !errors.Is(err, cuda.ErrLaunchResources) {
+		t.Fatalf("failure after enqueue began: got err %v, NotSubmitted %v; want one wrapping cuda.ErrLaunchResources, NotSubmitted false", err, le.NotSubmitted)
+	}
+	if st, q := r.lane.State(), r.lane.Quarantined(); st != lanes.StateFailed || q != 1 {
+		t.Fatalf("after the failure: got state %v, %d quarantined; want %v, 1", st, q, lanes.StateFailed)
 	}
 	if c := cuda.Classify(err); c.Code != cuda.CodeLaunchOutOfResources || c.Blame != cuda.BlameStream || c.Retryable || c.NotSubmitted {
-		t.Fatalf("classified %+v", c)
+		t.Fatalf("Classify: got Code %v, Blame %v, Retryable %v, NotSubmitted %v; want %v, %v, false, false", c.Code, c.Blame, c.Retryable, c.NotSubmitted, cuda.CodeLaunchOutOfResources, cuda.BlameStream)
 	}
 	if _, err := r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}}); !errors.Is(err, lanes.ErrFailed) || !errors.As(err, &le) || !le.NotSubmitted {
-		t.Fatalf("submit to a failed lane: %v", err)
+		t.Fatalf("Submit to a failed lane: got err %v (%+v), want a not-submitted *lanes.Error wrapping lanes.ErrFailed", err, cuda.Classify(err))
 	}
 	if _, err := r.lane.Configure(1); !errors.Is(err, lanes.ErrFailed) {
-		t.Fatalf("configure a failed lane: %v", err)
+		t.Fatalf("Configure on a failed lane: got err %v, want one wrapping lanes.ErrFailed", err)
 	}
 	receipts, released, err := r.lane.Synchronize()
-	if err != nil || len(receipts) != 0 || len(released) != 1 || released[0] != scratch || r.lane.Quarantined() != 0 {
-		t.Fatalf("synchronize: %v %v %v", receipts, released, err)
+	if q := r.lane.Quarantined(); err != nil || len(receipts) != 0 || len(released) != 1 || released[0] != scratch || q != 0 {
+		t.Fatalf("Synchronize: got receipts %+v, released %v, err %v, %d quarantined; want no receipts, released [%v], nil, 0", receipts, released, err, q, scratch)
 	}
 }
 
@@ -170,18 +195,22 @@ func TestStickyFaultEndsInFlightIndeterminate(t *testing.T) {
 	r.settle()
 	got := r.lane.Poll()
 	if len(got) != 2 || got[0].Fence != a.Fence || got[1].Fence != b.Fence {
-		t.Fatalf("receipts %+v", got)
+		t.Fatalf("Poll: got receipts for fences %v, want [%d %d] (%+v)", receiptFences(got), a.Fence, b.Fence, got)
 	}
 	for _, rc := range got {
-		if rc.Outcome != lanes.OutcomeIndeterminate || !cuda.Classify(rc.Err).Sticky || cuda.Classify(rc.Err).Blame != cuda.BlameDevice || !errors.Is(rc.Err, cuda.ErrIllegalAddress) || len(rc.Released) != 0 {
-			t.Fatalf("receipt %+v", rc)
+		if c := cuda.Classify(rc.Err); rc.Outcome != lanes.OutcomeIndeterminate || !c.Sticky || c.Blame != cuda.BlameDevice || !errors.Is(rc.Err, cuda.ErrIllegalAddress) || len(rc.Released) != 0 {
+			t.Fatalf("receipt of fence %d: got outcome %v, err %v (sticky %v, blame %v), %d released; want %v, one wrapping cuda.ErrIllegalAddress (sticky, blame %v), none released",
+				rc.Fence, rc.Outcome, rc.Err, c.Sticky, c.Blame, len(rc.Released), lanes.OutcomeIndeterminate, cuda.BlameDevice)
 		}
 	}
-	if r.lane.State() != lanes.StateFailed || len(r.lane.Poll()) != 0 {
-		t.Fatal("the lane must be failed, with every fence ended once")
+	if st := r.lane.State(); st != lanes.StateFailed {
+		t.Fatalf("after the sticky fault: got state %v, want %v", st, lanes.StateFailed)
+	}
+	if again := r.lane.Poll(); len(again) != 0 {
+		t.Fatalf("second Poll: got receipts %+v, want none: every fence ends once", again)
 	}
 	if _, released, err := r.lane.Synchronize(); err == nil || len(released) != 0 {
-		t.Fatal("synchronize of a poisoned device must fail and release nothing")
+		t.Fatalf("Synchronize of a poisoned device: got err %v, released %v; want an error, nothing released", err, released)
 	}
 }
 
@@ -200,25 +229,25 @@ func TestFencesEndExactlyOnce(t *testing.T) {
 		case 1:
 			rc, err := r.lane.Wait(s.Fence)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("Wait(%d): got err %v, want nil", s.Fence, err)
 			}
 			issued[rc.Fence]++
 		}
 	}
 	rcs, _, err := r.lane.Synchronize()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Synchronize: got err %v, want nil", err)
 	}
 	for _, rc := range append(rcs, r.lane.Poll()...) {
 		issued[rc.Fence]++
 	}
 	for f, n := range issued {
 		if n != 1 {
-			t.Fatalf("fence %d ended %d times", f, n)
+			t.Fatalf("fence %d: got it ended %d times, want once", f, n)
 		}
 	}
 	if _, err := r.lane.Wait(1); !errors.Is(err, lanes.ErrUnknownFence) {
-		t.Fatalf("waiting on a received fence: %v", err)
+		t.Fatalf("Wait(1), a fence already received: got err %v, want one wrapping lanes.ErrUnknownFence", err)
 	}
 }
 
@@ -227,24 +256,27 @@ func TestAdministrationNeedsQuiescence(t *testing.T) {
 	r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
 	_, err := r.lane.Configure(2)
 	if !errors.Is(err, lanes.ErrNotQuiescent) || !cuda.Classify(err).Retryable {
-		t.Fatalf("configure with work in flight: %v", err)
+		t.Fatalf("Configure with work in flight: got err %v (retryable %v), want a retryable one wrapping lanes.ErrNotQuiescent", err, cuda.Classify(err).Retryable)
 	}
-	for _, call := range []func() error{
-		func() error { _, err := r.lane.Seal(); return err },
-		func() error { _, err := r.lane.Trim(); return err },
-		func() error { _, err := r.lane.Catalog(); return err },
-		func() error { _, err := r.lane.Preparation(); return err },
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"Seal", func() error { _, err := r.lane.Seal(); return err }},
+		{"Trim", func() error { _, err := r.lane.Trim(); return err }},
+		{"Catalog", func() error { _, err := r.lane.Catalog(); return err }},
+		{"Preparation", func() error { _, err := r.lane.Preparation(); return err }},
 	} {
-		if err := call(); !errors.Is(err, lanes.ErrNotQuiescent) {
-			t.Fatalf("administration with work in flight: %v", err)
+		if err := c.call(); !errors.Is(err, lanes.ErrNotQuiescent) {
+			t.Fatalf("%s with work in flight: got err %v, want one wrapping lanes.ErrNotQuiescent", c.name, err)
 		}
 	}
 	r.settle()
 	if _, err := r.lane.Configure(2); err != nil {
-		t.Fatalf("configure once quiescent: %v", err)
+		t.Fatalf("Configure once quiescent: got err %v, want nil", err)
 	}
-	if len(r.lane.Poll()) != 1 {
-		t.Fatal("the receipt retired while configuring must still reach Poll")
+	if got := r.lane.Poll(); len(got) != 1 {
+		t.Fatalf("Poll after Configure: got %d receipts, want 1: the receipt retired while configuring must still reach Poll", len(got))
 	}
 }
 
@@ -254,10 +286,10 @@ func TestTimingKernelSpansEveryEagerCommand(t *testing.T) {
 	r.settle()
 	rc := r.lane.Poll()[0]
 	if len(rc.Spans) != 2 || rc.Spans[0].Segment || rc.Spans[1].Index != 1 || rc.Spans[0].Duration <= 0 {
-		t.Fatalf("spans %+v", rc.Spans)
+		t.Fatalf("got spans %+v, want two eager (not segment) spans, the first with a duration > 0, the second of entry 1", rc.Spans)
 	}
-	if rc.DeviceTime < rc.Spans[0].Duration+rc.Spans[1].Duration {
-		t.Fatalf("device time %v shorter than its spans %+v", rc.DeviceTime, rc.Spans)
+	if sum := rc.Spans[0].Duration + rc.Spans[1].Duration; rc.DeviceTime < sum {
+		t.Fatalf("got device time %v, want at least its spans' sum %v (%+v)", rc.DeviceTime, sum, rc.Spans)
 	}
 }
 
@@ -273,7 +305,7 @@ func TestReadbackChecksLayout(t *testing.T) {
 		"destination":  {lanes.ReadbackLayout{Elem: cuda.I32, Count: 16}, 60},
 	} {
 		if err := r.lane.Readback(reg, c.layout, make([]byte, c.n)); !errors.Is(err, lanes.ErrReadback) {
-			t.Errorf("%s: %v", name, err)
+			t.Errorf("Readback with a wrong %s: got err %v, want one wrapping lanes.ErrReadback", name, err)
 		}
 	}
 }
@@ -328,12 +360,12 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 		_, err := r.lane.Submit(b)
 		var le *lanes.Error
 		if !errors.As(err, &le) || !le.NotSubmitted || le.Blame != cuda.BlameCaller || le.Code == cuda.CodeUnclassified {
-			t.Errorf("%s: %v (%+v)", name, err, cuda.Classify(err))
+			t.Errorf("%s: got err %v (%+v), want a not-submitted *lanes.Error, blame %v, with a code other than %v", name, err, cuda.Classify(err), cuda.BlameCaller, cuda.CodeUnclassified)
 		}
 		t.Logf("%s: %v", name, err)
 	}
-	if r.traceLen() != before || r.lane.State() != lanes.StateReady {
-		t.Fatal("a rejected batch reached the stream")
+	if n, st := r.traceLen()-before, r.lane.State(); n != 0 || st != lanes.StateReady {
+		t.Fatalf("after the rejected batches: got %d new device operations, state %v; want 0, %v", n, st, lanes.StateReady)
 	}
 }
 
@@ -347,26 +379,34 @@ func TestCallerErrorMidwayKeepsTheLane(t *testing.T) {
 	s := &freeingStream{Stream: r.s, dev: r.dev, buf: victim, after: 1}
 	l, err := lanes.New(lanes.Config{ID: 2, Device: r.dev, Stream: s, Runtime: "lanes-test"})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lanes.New: got err %v, want nil", err)
 	}
 	sub, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), r.eagerInc(1, 1)}, Retain: []cuda.Buffer{r.bufs[0]}})
 	var le *lanes.Error
-	if !errors.As(err, &le) || le.NotSubmitted || le.Blame != cuda.BlameCaller || !errors.Is(err, cuda.ErrStaleHandle) || sub.Fence == 0 {
-		t.Fatalf("submit: %+v %v", sub, err)
+	if !errors.As(err, &le) {
+		t.Fatalf("Submit: got err %v (%T), want a *lanes.Error", err, err)
+	}
+	if le.NotSubmitted || le.Blame != cuda.BlameCaller || !errors.Is(err, cuda.ErrStaleHandle) || sub.Fence == 0 {
+		t.Fatalf("Submit: got err %v (NotSubmitted %v, blame %v), fence %d; want one wrapping cuda.ErrStaleHandle, NotSubmitted false, blame %v, a fence",
+			err, le.NotSubmitted, le.Blame, sub.Fence, cuda.BlameCaller)
 	}
 	if l.State() == lanes.StateFailed {
-		t.Fatalf("the caller's error failed the lane: %v", l.Err())
+		t.Fatalf("after the caller's error: got state %v (%v), want the lane not failed", l.State(), l.Err())
 	}
 	rcs, _, err := l.Synchronize()
-	if err != nil || len(rcs) != 1 || rcs[0].Fence != sub.Fence || rcs[0].Outcome != lanes.OutcomeRefused || !errors.Is(rcs[0].Err, cuda.ErrStaleHandle) || len(rcs[0].Released) != 1 {
-		t.Fatalf("receipts %+v, %v", rcs, err)
+	if err != nil || len(rcs) != 1 {
+		t.Fatalf("Synchronize: got %d receipts %+v, err %v; want 1, nil", len(rcs), rcs, err)
+	}
+	if rc := rcs[0]; rc.Fence != sub.Fence || rc.Outcome != lanes.OutcomeRefused || !errors.Is(rc.Err, cuda.ErrStaleHandle) || len(rc.Released) != 1 {
+		t.Fatalf("receipt: got fence %d, outcome %v, err %v, %d released; want fence %d, %v, one wrapping cuda.ErrStaleHandle, 1 released",
+			rc.Fence, rc.Outcome, rc.Err, len(rc.Released), sub.Fence, lanes.OutcomeRefused)
 	}
 	if got := r.count(0); got != 1 {
-		t.Fatalf("the enqueued part ran %d times, want once", got)
+		t.Fatalf("the enqueued part: got it run %d times, want once", got)
 	}
 	next := r.eagerInc(0, 0)
 	if _, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{next}}); err != nil {
-		t.Fatalf("the lane refused the next batch: %v", err)
+		t.Fatalf("Submit of the next batch: got err %v, want nil", err)
 	}
 }
 
@@ -398,11 +438,11 @@ func TestProviderPanicFailsTheLane(t *testing.T) {
 	r := newRig(t, sim.ClockVirtual, 1)
 	l, err := lanes.New(lanes.Config{ID: 2, Device: r.dev, Stream: panicStream{r.s}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lanes.New: got err %v, want nil", err)
 	}
 	_, err = l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
 	if !errors.Is(err, lanes.ErrProviderPanic) || l.State() != lanes.StateFailed {
-		t.Fatalf("a panicking backend: %v, state %v", err, l.State())
+		t.Fatalf("Submit to a panicking backend: got err %v, state %v; want one wrapping lanes.ErrProviderPanic, %v", err, l.State(), lanes.StateFailed)
 	}
 }
 
@@ -417,16 +457,16 @@ func TestStageTimings(t *testing.T) {
 	clock := r.dev.Clock()
 	l, err := lanes.New(lanes.Config{ID: 3, Device: r.dev, Stream: r.s, Stages: sink, Now: clock.Now})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lanes.New: got err %v, want nil", err)
 	}
 	if _, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Submit: got err %v, want nil", err)
 	}
 	if len(sink.stages) != 4 || sink.stages[0] != lanes.StageValidatePrepare || sink.stages[3] != lanes.StageRecordFence {
-		t.Fatalf("stages %v", sink.stages)
+		t.Fatalf("got stages %v, want 4, the first %v, the last %v", sink.stages, lanes.StageValidatePrepare, lanes.StageRecordFence)
 	}
 	if _, err := lanes.New(lanes.Config{Device: r.dev, Stream: r.s, Stages: sink}); err == nil {
-		t.Fatal("a sink without a clock was accepted")
+		t.Fatal("lanes.New with a stage sink and no clock: got err nil, want an error")
 	}
 }
 
@@ -463,32 +503,32 @@ func TestWaiterBoundsWaitsOnAHungKernel(t *testing.T) {
 	w := &countingWaiter{limit: 50, give: hung}
 	l, err := lanes.New(lanes.Config{ID: 3, Device: r.dev, Stream: r.s, Runtime: "lanes-test", Waiter: w})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lanes.New: got err %v, want nil", err)
 	}
 	done, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("first Submit: got err %v, want nil", err)
 	}
 	stuck, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 1)}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("second Submit: got err %v, want nil", err)
 	}
 	rcs, _, err := l.Synchronize()
 	if !errors.Is(err, hung) || l.State() != lanes.StateFailed || w.begun != 1 {
-		t.Fatalf("synchronize on a hung stream: %v, state %v", err, l.State())
+		t.Fatalf("Synchronize on a hung stream: got err %v, state %v, %d waits begun; want the waiter's error %q, %v, 1", err, l.State(), w.begun, hung, lanes.StateFailed)
 	}
 	byFence := map[uint64]lanes.Outcome{}
 	for _, rc := range rcs {
 		if _, dup := byFence[rc.Fence]; dup {
-			t.Fatalf("fence %d ended twice", rc.Fence)
+			t.Fatalf("fence %d: got it ended twice, want once", rc.Fence)
 		}
 		byFence[rc.Fence] = rc.Outcome
 	}
 	if byFence[done.Fence] != lanes.OutcomeSucceeded || byFence[stuck.Fence] != lanes.OutcomeIndeterminate || len(byFence) != 2 {
-		t.Fatalf("outcomes %v", byFence)
+		t.Fatalf("got outcomes by fence %v, want exactly fence %d %v and fence %d %v", byFence, done.Fence, lanes.OutcomeSucceeded, stuck.Fence, lanes.OutcomeIndeterminate)
 	}
 	if got := l.Abandon(hung); len(got) != 0 {
-		t.Fatalf("abandon after the end: %+v", got)
+		t.Fatalf("Abandon after the end: got receipts %+v, want none", got)
 	}
 }
 
@@ -528,16 +568,16 @@ func TestWaitSurvivesItsFenceEndingMidWait(t *testing.T) {
 	r := newRig(t, sim.ClockZeroCost, 1)
 	l, err := lanes.New(lanes.Config{ID: 4, Device: r.dev, Stream: slowEvents{r.s}, Runtime: "lanes-test", Waiter: &countingWaiter{limit: 100}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lanes.New: got err %v, want nil", err)
 	}
 	for i := range 3 {
 		sub, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("Submit %d: got err %v, want nil", i, err)
 		}
 		rc, err := l.Wait(sub.Fence)
 		if err != nil || rc.Outcome != lanes.OutcomeSucceeded || l.State() == lanes.StateFailed {
-			t.Fatalf("wait %d: %+v %v (lane %v: %v)", i, rc, err, l.State(), l.Err())
+			t.Fatalf("Wait %d: got outcome %v, err %v, lane %v (%v); want %v, nil, the lane not failed (%+v)", i, rc.Outcome, err, l.State(), l.Err(), lanes.OutcomeSucceeded, rc)
 		}
 	}
 }

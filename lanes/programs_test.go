@@ -19,33 +19,36 @@ func TestProgramRegisteredThenInvoked(t *testing.T) {
 	capture := &programs.Capture{ID: id, Nodes: 3}
 	sub := r.submit(lanes.Batch{Entries: r.steps(0, 1, 0), Program: capture})
 	if seg := sub.Attribution.Segments[0]; seg.Program == nil || *seg.Program != id || seg.Ordinal != 0 {
-		t.Fatalf("segment %+v", seg)
+		t.Fatalf("segment 0: got program %v, ordinal %d; want %v, 0 (%+v)", seg.Program, seg.Ordinal, id, seg)
 	}
 	r.settle()
 	r.lane.Poll()
 	if _, err := r.lane.Seal(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Seal: got err %v, want nil", err)
 	}
 	cat, err := r.lane.Catalog()
-	if err != nil || len(cat) != 1 || len(cat[0].Segments) != 1 || !cat[0].DeterminismReady() {
-		t.Fatalf("catalog %+v %v", cat, err)
+	if err != nil {
+		t.Fatalf("Catalog: got err %v, want nil", err)
+	}
+	if len(cat) != 1 || len(cat[0].Segments) != 1 || !cat[0].DeterminismReady() {
+		t.Fatalf("got catalog %+v, want one determinism-ready program of one segment", cat)
 	}
 	inv := programs.Invocation{Program: id, Segment: cat[0].Segments[0]}
 	sub = r.submit(lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Invoke: &inv}}, Timing: lanes.TimingVerification})
 	if len(sub.Attribution.Segments) != 1 || len(sub.Attribution.Segments[0].Logical) != 3 || sub.Attribution.Rows[0].Op != "invoke" {
-		t.Fatalf("invocation attribution %+v", sub.Attribution)
+		t.Fatalf("invocation: got attribution %+v, want one segment of 3 logical commands and row 0 op %q", sub.Attribution, "invoke")
 	}
 	r.settle()
 	r.lane.Poll()
-	if r.count(0) != 4 || r.count(1) != 2 {
-		t.Fatalf("counts %d %d", r.count(0), r.count(1))
+	if c0, c1 := r.count(0), r.count(1); c0 != 4 || c1 != 2 {
+		t.Fatalf("got counts %d %d, want 4 2", c0, c1)
 	}
 	bad := inv
 	bad.Segment.Commands = 9
 	_, err = r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Invoke: &bad}}})
 	var le *lanes.Error
 	if !errors.Is(err, programs.ErrSegmentMismatch) || !errors.As(err, &le) || !le.NotSubmitted {
-		t.Fatalf("a mismatched invocation: %v", err)
+		t.Fatalf("a mismatched invocation: got err %v (%+v), want a not-submitted *lanes.Error wrapping programs.ErrSegmentMismatch", err, cuda.Classify(err))
 	}
 	t.Log(err)
 }
@@ -61,14 +64,14 @@ func TestBindingPatches(t *testing.T) {
 	opaque := lanes.Patch{Dst: side.Whole(), Bytes: []byte{9, 9, 9, 9}}
 	sub := r.submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}, Patches: []lanes.Patch{typed(2, 3, 4), opaque, typed(0, 1, 4), typed(1, 2, 8)}})
 	if sub.Attribution.Prelude != 2 {
-		t.Fatalf("prelude of %d commands, want one aggregate and one opaque", sub.Attribution.Prelude)
+		t.Fatalf("got a prelude of %d commands, want 2: one aggregate and one opaque", sub.Attribution.Prelude)
 	}
 	out := make([]byte, 16)
 	if err := r.lane.Readback(bind.Whole(), lanes.ReadbackLayout{Elem: cuda.U8, Count: 16}, out); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Readback of the binding: got err %v, want nil", err)
 	}
 	if want := []byte{1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3}; !bytes.Equal(out, want) {
-		t.Fatalf("binding bytes %v, want %v", out, want)
+		t.Fatalf("got binding bytes %v, want %v", out, want)
 	}
 	other := &lanes.Layout{ID: "other", Region: side.Whole(), Fields: []lanes.Field{{0, 4}}}
 	bad := map[string][]lanes.Patch{
@@ -84,7 +87,7 @@ func TestBindingPatches(t *testing.T) {
 	for name, patches := range bad {
 		_, err := r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}, Patches: patches})
 		if !errors.Is(err, lanes.ErrPatch) {
-			t.Errorf("%s: %v", name, err)
+			t.Errorf("patches with %s: got err %v, want one wrapping lanes.ErrPatch", name, err)
 		}
 		t.Logf("%s: %v", name, err)
 	}

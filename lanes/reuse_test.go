@@ -33,12 +33,15 @@ func TestReusedRecordsKeepReceiptsApart(t *testing.T) {
 	r.settle()
 	got = r.lane.PollInto(got)
 	if len(got) != len(want) {
-		t.Fatalf("%d receipts for %d submissions", len(got), len(want))
+		t.Fatalf("got %d receipts, want one per submission (%d)", len(got), len(want))
 	}
 	for i, rc := range got {
 		n, ok := want[rc.Fence]
-		if !ok || i > 0 && rc.Fence <= got[i-1].Fence {
-			t.Fatalf("receipt %d: fence %d unknown or out of order", i, rc.Fence)
+		if !ok {
+			t.Fatalf("receipt %d: got fence %d, want a submitted one", i, rc.Fence)
+		}
+		if i > 0 && rc.Fence <= got[i-1].Fence {
+			t.Fatalf("receipt %d: got fence %d after fence %d, want ascending fences", i, rc.Fence, got[i-1].Fence)
 		}
 		spans := 0
 		if n == 2 {
@@ -49,7 +52,7 @@ func TestReusedRecordsKeepReceiptsApart(t *testing.T) {
 		}
 		for _, sp := range rc.Spans {
 			if sp.Duration <= 0 {
-				t.Fatalf("fence %d: span %+v has no duration", rc.Fence, sp)
+				t.Fatalf("fence %d: got span %+v, want a duration > 0", rc.Fence, sp)
 			}
 		}
 	}
@@ -58,14 +61,14 @@ func TestReusedRecordsKeepReceiptsApart(t *testing.T) {
 	got[0].Spans[0].Index = 99
 	for _, rc := range got[1:] {
 		if len(rc.Spans) > 0 && rc.Spans[0].Index == 99 {
-			t.Fatalf("fence %d shares its spans with fence %d", rc.Fence, got[0].Fence)
+			t.Fatalf("fence %d: got span index 99 after fence %d's was set to 99, want its own spans, unshared", rc.Fence, got[0].Fence)
 		}
 		same := len(rc.Attribution.Rows) == len(got[0].Attribution.Rows)
 		if shared := &rc.Attribution.Rows[0] == &got[0].Attribution.Rows[0]; shared != same {
-			t.Fatalf("fence %d: rows shared with fence %d: %v, though identical: %v", rc.Fence, got[0].Fence, shared, same)
+			t.Fatalf("fence %d: got rows shared with fence %d %v, want %v (shared exactly when identical)", rc.Fence, got[0].Fence, shared, same)
 		}
 		if len(rc.Attribution.Rows) != cap(rc.Attribution.Rows) {
-			t.Fatalf("fence %d: shared rows have spare capacity %d: an append would write into them", rc.Fence, cap(rc.Attribution.Rows))
+			t.Fatalf("fence %d: got rows of length %d, capacity %d; want no spare capacity: an append would write into shared rows", rc.Fence, len(rc.Attribution.Rows), cap(rc.Attribution.Rows))
 		}
 	}
 }
@@ -74,6 +77,6 @@ func TestReusedRecordsKeepReceiptsApart(t *testing.T) {
 // keeps it at 88 bytes on 64-bit hosts.
 func TestRowPacks(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) == 8 && unsafe.Sizeof(lanes.Row{}) > 88 {
-		t.Fatalf("lanes.Row is %d bytes; order its fields so the small ones share a word", unsafe.Sizeof(lanes.Row{}))
+		t.Fatalf("lanes.Row: got %d bytes, want at most 88; order its fields so the small ones share a word", unsafe.Sizeof(lanes.Row{}))
 	}
 }

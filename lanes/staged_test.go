@@ -34,37 +34,37 @@ func newStagedRig(t *testing.T, inputMap []int) *stagedRig {
 	alloc := func() cuda.Buffer {
 		b, err := r.dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.F32})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("Alloc(16 bytes): got err %v, want nil", err)
 		}
 		return b
 	}
 	host := func() cuda.HostBuffer {
 		h, err := r.dev.AllocHost(16)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("AllocHost(16): got err %v, want nil", err)
 		}
 		return h
 	}
 	a, b, out := alloc(), alloc(), alloc()
 	add, err := cuda.Launch(r.dev.Registry().MustSpec(kernels.Add), cuda.Linear(4, 4), cuda.BufferArg(out.Whole()), cuda.BufferArg(a.Whole()), cuda.BufferArg(b.Whole()), cuda.I32Arg(4))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Launch(add): got err %v, want nil", err)
 	}
 	compute := []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged-test", add), cache.PlanScope())}}
 	st, err := lanes.NewStaged(
 		[]lanes.Slot{{Staging: host().Whole(), Device: a.Whole()}, {Staging: host().Whole(), Device: b.Whole()}}, inputMap,
 		[]lanes.Slot{{Staging: host().Whole(), Device: out.Whole()}}, []int{0}, compute)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lanes.NewStaged(input map %v): got err %v, want nil", inputMap, err)
 	}
 	if _, err := r.lane.Configure(8); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Configure(8): got err %v, want nil", err)
 	}
 	if err := r.lane.Prepare(st); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Prepare: got err %v, want nil", err)
 	}
 	if p, _ := r.lane.Preparation(); p.Resident != 2 {
-		t.Fatalf("%d executables; want the full and the resident-input variants", p.Resident)
+		t.Fatalf("after Prepare: got %d resident executables, want 2: the full and the resident-input variants", p.Resident)
 	}
 	return &stagedRig{r, st}
 }
@@ -73,7 +73,7 @@ func (s *stagedRig) replay(collect bool, in ...[]byte) lanes.StagedResult {
 	s.t.Helper()
 	res, err := s.lane.Replay(s.st, in, collect)
 	if err != nil {
-		s.t.Fatal(err)
+		s.t.Fatalf("Replay(collect %v): got err %v, want nil", collect, err)
 	}
 	return res
 }
@@ -82,32 +82,41 @@ func TestStagedReplayPathsAndCounters(t *testing.T) {
 	s := newStagedRig(t, []int{0, 1})
 	x, y := f32s(1, 2, 3, 4), f32s(10, 20, 30, 40)
 	res := s.replay(true, x, y)
-	if string(res.Outputs[0]) != string(f32s(11, 22, 33, 44)) || res.OutputCache || res.Resident || !res.TimeKnown {
-		t.Fatalf("staged replay: %+v", res)
+	if want := f32s(11, 22, 33, 44); string(res.Outputs[0]) != string(want) {
+		t.Fatalf("staged replay: got output %v, want %v", res.Outputs[0], want)
+	}
+	if res.OutputCache || res.Resident || !res.TimeKnown {
+		t.Fatalf("staged replay: got OutputCache %v, Resident %v, TimeKnown %v; want false, false, true (%+v)", res.OutputCache, res.Resident, res.TimeKnown, res)
 	}
 	c := s.lane.StagedCounters()
 	if c.Uploads != 2 || c.HostToDeviceBytes != 32 || c.GraphLaunches != 1 || c.Readbacks != 1 {
-		t.Fatalf("counters %+v", c)
+		t.Fatalf("counters: got Uploads %d, HostToDeviceBytes %d, GraphLaunches %d, Readbacks %d; want 2, 32, 1, 1 (%+v)", c.Uploads, c.HostToDeviceBytes, c.GraphLaunches, c.Readbacks, c)
 	}
 	res = s.replay(true, x, y) // identical inputs, outputs collected: no launch at all
-	if !res.OutputCache || res.DeviceTime != 0 || !res.TimeKnown || string(res.Outputs[0]) != string(f32s(11, 22, 33, 44)) {
-		t.Fatalf("output cache: %+v", res)
+	if !res.OutputCache || res.DeviceTime != 0 || !res.TimeKnown {
+		t.Fatalf("identical inputs: got OutputCache %v, DeviceTime %v, TimeKnown %v; want true, 0, true (%+v)", res.OutputCache, res.DeviceTime, res.TimeKnown, res)
+	}
+	if want := f32s(11, 22, 33, 44); string(res.Outputs[0]) != string(want) {
+		t.Fatalf("output cache: got output %v, want %v", res.Outputs[0], want)
 	}
 	if c2 := s.lane.StagedCounters(); c2.GraphLaunches != 1 || c2.OutputCacheHits != 1 {
-		t.Fatalf("the output cache launched: %+v", c2)
+		t.Fatalf("after an output-cache hit: got GraphLaunches %d, OutputCacheHits %d; want 1, 1 (%+v)", c2.GraphLaunches, c2.OutputCacheHits, c2)
 	}
 	s.replay(false, x, y) // outputs not collected: the cache is spent
 	res = s.replay(false, x, y)
 	if !res.Resident {
-		t.Fatal("identical, initialized inputs must take the resident-input variant")
+		t.Fatalf("identical, initialized inputs: got Resident false, want true: the resident-input variant (%+v)", res)
 	}
 	if c3 := s.lane.StagedCounters(); c3.Uploads != 2 || c3.ResidentInputReplays != 2 {
-		t.Fatalf("resident-input replays staged inputs again: %+v", c3)
+		t.Fatalf("after resident-input replays: got Uploads %d, ResidentInputReplays %d; want 2, 2: no inputs staged again (%+v)", c3.Uploads, c3.ResidentInputReplays, c3)
 	}
 	// Changing an input after capture is seen: no stale device bytes.
 	res = s.replay(true, x, f32s(100, 200, 300, 400))
-	if string(res.Outputs[0]) != string(f32s(101, 202, 303, 404)) || res.OutputCache || res.Resident {
-		t.Fatalf("after an input changed: %+v", res)
+	if want := f32s(101, 202, 303, 404); string(res.Outputs[0]) != string(want) {
+		t.Fatalf("after an input changed: got output %v, want %v", res.Outputs[0], want)
+	}
+	if res.OutputCache || res.Resident {
+		t.Fatalf("after an input changed: got OutputCache %v, Resident %v; want false, false (%+v)", res.OutputCache, res.Resident, res)
 	}
 }
 
@@ -115,7 +124,7 @@ func TestStagedPaddingAndReorderedSlots(t *testing.T) {
 	s := newStagedRig(t, []int{1, 0}) // slot 0 (a) reads logical input 1
 	res := s.replay(true, f32s(5, 6), f32s(1, 1, 1, 1))
 	if string(res.Outputs[0]) != string(f32s(6, 7, 1, 1)) {
-		t.Fatalf("short input must be zero-padded: got %v", res.Outputs[0])
+		t.Fatalf("short input: got output %v, want %v (zero-padded)", res.Outputs[0], f32s(6, 7, 1, 1))
 	}
 }
 
@@ -125,10 +134,10 @@ func TestStagedErrorsSayHowToFix(t *testing.T) {
 	for name, m := range cases {
 		_, err := lanes.NewStaged([]lanes.Slot{{}, {}}, m, nil, nil, nil)
 		if !errors.Is(err, lanes.ErrIndexMap) || !strings.Contains(err.Error(), "Fix:") {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("NewStaged with a %s input map %v: got err %v, want one wrapping lanes.ErrIndexMap that says %q", name, m, err, "Fix:")
 		}
 		if seen[err.Error()] {
-			t.Fatalf("%s: the same message as another defect", name)
+			t.Fatalf("%s: got the message %q of another defect, want a message of its own", name, err)
 		}
 		seen[err.Error()] = true
 		t.Logf("%s: %v", name, err)
@@ -137,7 +146,7 @@ func TestStagedErrorsSayHowToFix(t *testing.T) {
 	for name, in := range map[string][][]byte{"count": {f32s(1)}, "size": {f32s(1, 2, 3, 4, 5), f32s(1)}} {
 		_, err := s.lane.Replay(s.st, in, true)
 		if !errors.Is(err, lanes.ErrStagedInput) || !strings.Contains(err.Error(), "Fix:") {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("Replay with a wrong input %s: got err %v, want one wrapping lanes.ErrStagedInput that says %q", name, err, "Fix:")
 		}
 		t.Logf("%s: %v", name, err)
 	}

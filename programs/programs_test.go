@@ -32,12 +32,12 @@ func (r rig) register(capture programs.Capture, cmds []cache.Command, quiescent 
 	d, rep := r.Run(cmds, quiescent, capture.EagerBoundaries...)
 	for _, k := range rep.Evicted {
 		if _, err := r.cat.Evict(k); err != nil {
-			r.T.Fatal(err)
+			r.T.Fatalf("Catalog.Evict(%v): got err %v, want nil", k.Short(), err)
 		}
 	}
 	_, err := r.cat.Register(capture, cmds, d, rep)
 	if ierr := r.cat.CheckInvariants(); ierr != nil {
-		r.T.Fatal(ierr)
+		r.T.Fatalf("after Register(%v), CheckInvariants: got %v, want nil", capture.ID, ierr)
 	}
 	return err
 }
@@ -45,18 +45,18 @@ func (r rig) register(capture programs.Capture, cmds []cache.Command, quiescent 
 func (r rig) program(name string) programs.Descriptor {
 	r.T.Helper()
 	if _, err := r.Cache.Seal(); err != nil {
-		r.T.Fatal(err)
+		r.T.Fatalf("Seal: got err %v, want nil", err)
 	}
 	all, err := r.cat.Programs()
 	if err != nil {
-		r.T.Fatal(err)
+		r.T.Fatalf("Programs: got err %v, want nil", err)
 	}
 	for _, p := range all {
 		if p.ID == id(name) {
 			return p
 		}
 	}
-	r.T.Fatalf("no program %s in %v", name, all)
+	r.T.Fatalf("catalog: got programs %v, want one named %s", all, name)
 	return programs.Descriptor{}
 }
 
@@ -89,25 +89,28 @@ func TestRegisterGapReasons(t *testing.T) {
 	}
 	capture := programs.Capture{ID: id("decode"), Nodes: 8, EagerBoundaries: []int{7}, Bindings: []int{1}}
 	if err := r.register(capture, batch, true); err != nil {
-		t.Fatal(err)
+		t.Fatalf("register: got err %v, want nil", err)
 	}
 	p := r.program("decode")
-	if len(p.Segments) != 1 || p.Segments[0] != (programs.Segment{Ordinal: 0, Start: 0, End: 2, Commands: 2}) {
-		t.Fatalf("segments %+v", p.Segments)
+	if want := (programs.Segment{Ordinal: 0, Start: 0, End: 2, Commands: 2}); len(p.Segments) != 1 || p.Segments[0] != want {
+		t.Fatalf("got segments %+v, want [%+v]", p.Segments, want)
 	}
 	want := map[int]cache.Reason{2: cache.ReasonProviderKeyMissing, 3: cache.ReasonAddressScopeMissing,
 		4: cache.ReasonAddressScopeConflict, 5: cache.ReasonAddressScopeConflict, 6: cache.ReasonMissingComputeCommand}
 	if got := gapReasons(p); len(got) != len(want) {
-		t.Fatalf("gaps %v, want %v", got, want)
+		t.Fatalf("got gaps %v, want %v", got, want)
 	} else {
 		for n, reason := range want {
 			if got[n] != reason {
-				t.Fatalf("gap at node %d: %v, want %v", n, got[n], reason)
+				t.Fatalf("gap at node %d: got %v, want %v", n, got[n], reason)
 			}
 		}
 	}
-	if len(p.SegmentBindings) != 1 || p.SegmentBindings[0] != 1 || p.DeterminismReady() {
-		t.Fatalf("bindings %v, ready %v", p.SegmentBindings, p.DeterminismReady())
+	if len(p.SegmentBindings) != 1 || p.SegmentBindings[0] != 1 {
+		t.Fatalf("got segment bindings %v, want [1]", p.SegmentBindings)
+	}
+	if p.DeterminismReady() {
+		t.Fatal("DeterminismReady: got true, want false (the program has gaps)")
 	}
 }
 
@@ -140,10 +143,10 @@ func TestPreparationGapReasons(t *testing.T) {
 			_, _ = r.Cache.Configure(capacity)
 			c.setup(r)
 			if err := r.register(programs.Capture{ID: id("p"), Nodes: nodes}, batch, c.quiet); err != nil {
-				t.Fatal(err)
+				t.Fatalf("register: got err %v, want nil", err)
 			}
 			if got := gapReasons(r.program("p"))[nodes-1]; got != c.want {
-				t.Fatalf("gap %v, want %v", got, c.want)
+				t.Fatalf("gap at node %d: got %v, want %v", nodes-1, got, c.want)
 			}
 		})
 	}
@@ -156,10 +159,10 @@ func TestPreparationGapReasons(t *testing.T) {
 		d, rep := r.Run(batch, true) // unconfigured: outside preparation
 		_, _ = r.Cache.Configure(2)
 		if _, err := r.cat.Register(programs.Capture{ID: id("p"), Nodes: 1}, batch, d, rep); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Register: got err %v, want nil", err)
 		}
 		if got := gapReasons(r.program("p"))[0]; got != cache.ReasonOutsidePreparation {
-			t.Fatalf("gap %v", got)
+			t.Fatalf("gap at node 0: got %v, want %v", got, cache.ReasonOutsidePreparation)
 		}
 	})
 }
@@ -168,7 +171,7 @@ func TestRegisterRejects(t *testing.T) {
 	r := newRig(t, 2)
 	batch := r.Segment(0, 1)
 	if ok, err := r.cat.Register(programs.Capture{ID: id("p"), Nodes: 2}, batch, cache.Discovery{}, cache.PrepareReport{}); ok || err != nil {
-		t.Fatalf("registration outside preparation: %v %v", ok, err)
+		t.Fatalf("Register outside preparation: got (%v, %v), want (false, nil)", ok, err)
 	}
 	_, _ = r.Cache.Configure(4)
 	cases := map[string]struct {
@@ -185,18 +188,18 @@ func TestRegisterRejects(t *testing.T) {
 		d, rep := r.Run(batch, true)
 		_, err := r.cat.Register(c.capture, batch, d, rep)
 		if !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", name, err, c.want)
+			t.Errorf("%s: got err %v, want one wrapping %v", name, err, c.want)
 		}
 		t.Logf("%s: %v", name, err)
 	}
 	d, rep := r.Run(batch, true)
 	rep.Dispositions = nil
 	if _, err := r.cat.Register(programs.Capture{ID: id("p"), Nodes: 2}, batch, d, rep); !errors.Is(err, programs.ErrRegistration) {
-		t.Fatalf("mismatched attribution lengths: %v", err)
+		t.Fatalf("Register with mismatched attribution lengths: got err %v, want one wrapping programs.ErrRegistration", err)
 	}
 	split := []cache.Command{r.Inc(0, 0), r.Inc(1, 2)} // one candidate over nodes 0 and 2
 	if err := r.register(programs.Capture{ID: id("q"), Nodes: 3}, split, true); !errors.Is(err, programs.ErrRegistration) {
-		t.Fatalf("non-contiguous resident segment: %v", err)
+		t.Fatalf("register a non-contiguous resident segment: got err %v, want one wrapping programs.ErrRegistration", err)
 	}
 }
 
@@ -209,10 +212,10 @@ func TestMonotonicUpdates(t *testing.T) {
 	d, rep := r.Run(batch, true)
 	rep.Dispositions[1] = cache.DispositionQuiescenceDeferred // as if the stream had been busy
 	if _, err := r.cat.Register(capture, batch, d, rep); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Register with node 1 deferred: got err %v, want nil", err)
 	}
 	if err := r.register(capture, batch, true); err != nil {
-		t.Fatalf("filling a gap: %v", err)
+		t.Fatalf("register filling a gap: got err %v, want nil", err)
 	}
 	cases := map[string]struct {
 		capture programs.Capture
@@ -226,7 +229,7 @@ func TestMonotonicUpdates(t *testing.T) {
 	for name, c := range cases {
 		err := r.register(c.capture, c.batch, true)
 		if !errors.Is(err, programs.ErrMonotonic) {
-			t.Errorf("%s: %v, want ErrMonotonic", name, err)
+			t.Errorf("%s: got err %v, want one wrapping programs.ErrMonotonic", name, err)
 		}
 		t.Logf("%s: %v", name, err)
 	}
@@ -237,36 +240,39 @@ func TestEvictionRewritesPrograms(t *testing.T) {
 	_, _ = r.Cache.Configure(8)
 	batch := []cache.Command{r.Inc(0, 0), r.Barrier(2), r.Inc(1, 1), r.Barrier(2), r.Inc(2, 2)}
 	if err := r.register(programs.Capture{ID: id("p"), Nodes: 3, Bindings: []int{0, 2}}, batch, true); err != nil {
-		t.Fatal(err)
+		t.Fatalf("register: got err %v, want nil", err)
 	}
 	d, _ := cache.Discover(batch, nil)
 	victim := d.Candidates[0].Key
 	if !r.Cache.Evict(victim, true) {
-		t.Fatal("not resident")
+		t.Fatalf("Cache.Evict(%v): got false, want true (the segment is resident)", victim.Short())
 	}
 	if n, err := r.cat.Evict(victim); n != 1 || err != nil {
-		t.Fatalf("evict rewrote %d programs: %v", n, err)
+		t.Fatalf("Catalog.Evict: got (%d programs rewritten, err %v), want (1, nil)", n, err)
 	}
 	p := r.program("p")
 	if len(p.Segments) != 2 || p.Segments[0].Ordinal != 0 || p.Segments[0].Start != 1 || p.Segments[1].Ordinal != 1 {
-		t.Fatalf("segments after eviction %+v", p.Segments)
+		t.Fatalf("after eviction: got segments %+v, want two, ordinals 0 and 1, the first starting at node 1", p.Segments)
 	}
-	if gapReasons(p)[0] != cache.ReasonEvicted || len(p.SegmentBindings) != 1 || p.SegmentBindings[0] != 2 {
-		t.Fatalf("gaps %v bindings %v", p.Gaps, p.SegmentBindings)
+	if got := gapReasons(p)[0]; got != cache.ReasonEvicted {
+		t.Fatalf("gap at node 0: got %v, want %v (gaps %v)", got, cache.ReasonEvicted, p.Gaps)
+	}
+	if len(p.SegmentBindings) != 1 || p.SegmentBindings[0] != 2 {
+		t.Fatalf("got segment bindings %v, want [2]", p.SegmentBindings)
 	}
 	// A program left with no segment is forgotten: the catalog holds no
 	// more programs than the cache holds executables.
 	for _, c := range d.Candidates[1:] {
 		r.Cache.Evict(c.Key, true)
 		if _, err := r.cat.Evict(c.Key); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Catalog.Evict(%v): got err %v, want nil", c.Key.Short(), err)
 		}
 	}
 	if all, err := r.cat.Programs(); err != nil || len(all) != 0 {
-		t.Fatalf("after every segment was evicted the catalog holds %d programs (%v)", len(all), err)
+		t.Fatalf("after every segment was evicted: got %d programs (err %v), want 0 (nil)", len(all), err)
 	}
 	if err := (programs.Capture{ID: programs.ID{Runtime: runtime, Name: strings.Repeat("n", programs.MaxIDBytes+1)}, Nodes: 1}).Validate(); !errors.Is(err, programs.ErrTopology) {
-		t.Fatalf("an oversized program name: %v", err)
+		t.Fatalf("Validate of a %d-byte program name: got err %v, want one wrapping programs.ErrTopology", programs.MaxIDBytes+1, err)
 	}
 }
 
@@ -275,27 +281,30 @@ func TestCatalogAndInvocations(t *testing.T) {
 	_, _ = r.Cache.Configure(8)
 	for _, name := range []string{"b", "a"} {
 		if err := r.register(programs.Capture{ID: id(name), Nodes: 2}, r.Segment(0, 1), true); err != nil {
-			t.Fatal(err)
+			t.Fatalf("register %s: got err %v, want nil", name, err)
 		}
 	}
 	if _, err := r.cat.Programs(); !errors.Is(err, programs.ErrNotSealed) {
-		t.Fatalf("catalog before seal: %v", err)
+		t.Fatalf("Programs before Seal: got err %v, want one wrapping programs.ErrNotSealed", err)
 	}
 	inv := programs.Invocation{Program: id("a"), Segment: programs.Segment{Ordinal: 0, Start: 0, End: 2, Commands: 2}}
 	if _, err := r.cat.Resolve(inv, false); !errors.Is(err, programs.ErrNotSealed) {
-		t.Fatalf("invocation before seal: %v", err)
+		t.Fatalf("Resolve before Seal: got err %v, want one wrapping programs.ErrNotSealed", err)
 	}
 	r.program("a") // seals
 	all, _ := r.cat.Programs()
 	if len(all) != 2 || all[0].ID.Name != "a" || all[1].ID.Name != "b" {
-		t.Fatalf("catalog not sorted: %v", all)
+		t.Fatalf("got catalog %v, want programs a and b, in that order", all)
 	}
 	res, err := r.cat.Resolve(inv, true)
-	if err != nil || len(res.Logical) != 2 || res.Logical[1] != (programs.LogicalCommand{Ordinal: 1, Node: 1, GraphNodes: 1}) {
-		t.Fatalf("resolve: %+v %v", res, err)
+	if err != nil {
+		t.Fatalf("Resolve: got err %v, want nil", err)
+	}
+	if want := (programs.LogicalCommand{Ordinal: 1, Node: 1, GraphNodes: 1}); len(res.Logical) != 2 || res.Logical[1] != want {
+		t.Fatalf("Resolve: got logical commands %+v, want two, the second %+v", res.Logical, want)
 	}
 	if _, err := r.Cache.Launch(r.Stream, res.Key); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Launch of the resolved key: got err %v, want nil", err)
 	}
 	bad := map[string]struct {
 		inv  programs.Invocation
@@ -309,20 +318,20 @@ func TestCatalogAndInvocations(t *testing.T) {
 	for name, c := range bad {
 		_, err := r.cat.Resolve(c.inv, false)
 		if !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", name, err, c.want)
+			t.Errorf("%s: got err %v, want one wrapping %v", name, err, c.want)
 		}
 		t.Logf("%s: %v", name, err)
 	}
 	programs.DropAttribution(r.cat, id("a"))
 	if _, err := r.cat.Resolve(inv, true); !errors.Is(err, programs.ErrNoAttribution) {
-		t.Fatalf("no attribution: %v", err)
+		t.Fatalf("Resolve without attribution: got err %v, want one wrapping programs.ErrNoAttribution", err)
 	}
 	r.Cache.Evict(res.Key, true) // evicted from the cache, catalog not yet rewritten
 	if _, err := r.cat.Resolve(inv, false); !errors.Is(err, programs.ErrNotResident) {
-		t.Fatalf("non-resident: %v", err)
+		t.Fatalf("Resolve of an evicted segment: got err %v, want one wrapping programs.ErrNotResident", err)
 	}
 	if _, err := r.cat.Programs(); !errors.Is(err, programs.ErrNotResident) {
-		t.Fatalf("catalog over a non-resident executable: %v", err)
+		t.Fatalf("Programs over a non-resident executable: got err %v, want one wrapping programs.ErrNotResident", err)
 	}
 }
 
@@ -354,27 +363,27 @@ func TestCatalogInvariantsUnderRandomOperations(t *testing.T) {
 			d, rep := r.Run(batch, rng.Intn(4) != 0, bounds...)
 			for _, k := range rep.Evicted {
 				if _, err := r.cat.Evict(k); err != nil {
-					t.Fatal(err)
+					t.Fatalf("step %d: Catalog.Evict(%v): got err %v, want nil", step, k.Short(), err)
 				}
 			}
 			if _, err := r.cat.Register(capture, batch, d, rep); err != nil && !errors.Is(err, programs.ErrMonotonic) && !errors.Is(err, programs.ErrRegistration) {
-				t.Fatalf("step %d: %v", step, err)
+				t.Fatalf("step %d: Register: got err %v, want nil or one wrapping programs.ErrMonotonic or programs.ErrRegistration", step, err)
 			}
 		case op < 9:
 			d, _ := cache.Discover(r.Segment(rng.Intn(5)), nil)
 			if r.Cache.Evict(d.Candidates[0].Key, true) {
 				if _, err := r.cat.Evict(d.Candidates[0].Key); err != nil {
-					t.Fatal(err)
+					t.Fatalf("step %d: Catalog.Evict(%v): got err %v, want nil", step, d.Candidates[0].Key.Short(), err)
 				}
 			}
 		default:
 			if _, err := r.Cache.Trim(true); err != nil {
-				t.Fatal(err)
+				t.Fatalf("step %d: Trim: got err %v, want nil", step, err)
 			}
 			r.cat.Trim()
 		}
 		if err := r.cat.CheckInvariants(); err != nil {
-			t.Fatalf("step %d: %v", step, err)
+			t.Fatalf("step %d: CheckInvariants: got %v, want nil", step, err)
 		}
 	}
 }

@@ -33,19 +33,19 @@ type rig struct {
 func newRig(t *testing.T, faults ...sim.Fault) *rig {
 	dev, err := sim.New(sim.Config{Clock: sim.ClockRealTime, Faults: faults})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = dev.Close() })
 	buf, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * 256, Elem: cuda.I32})
 	r := &rig{t: t, dev: dev, buf: buf, exp: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader()}
 	tel, err := telemetry.New(context.Background(), telemetry.Config{SpanExporter: r.exp, MetricReader: r.reader, ServiceName: "test"})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("telemetry.New: got err %v, want nil", err)
 	}
 	r.tel = tel
 	r.s, err = actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, Telemetry: tel})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("actors.Start: got err %v, want nil", err)
 	}
 	t.Cleanup(func() {
 		_ = r.s.Stop(context.Background())
@@ -97,16 +97,17 @@ func TestReplayedSegmentSpanAtDeviceTime(t *testing.T) {
 	r := newRig(t)
 	for range 2 {
 		if err := r.submit(r.batch(4, true, lanes.TimingReplay)); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Submit: got err %v, want nil", err)
 		}
 	}
 	subs, reps := r.spans("lanes.submit"), r.spans("lanes.replay")
 	if len(subs) != 2 || len(reps) != 2 {
-		t.Fatalf("%d submit spans, %d replay spans", len(subs), len(reps))
+		t.Fatalf("got %d submit spans and %d replay spans, want 2 and 2", len(subs), len(reps))
 	}
 	parent, child := subs[1], reps[1]
 	if child.Parent.SpanID() != parent.SpanContext.SpanID() || child.SpanContext.TraceID() != parent.SpanContext.TraceID() {
-		t.Fatal("the replay span is not a child of its submission")
+		t.Fatalf("replay span: got parent %v in trace %v, want its submission %v in trace %v",
+			child.Parent.SpanID(), child.SpanContext.TraceID(), parent.SpanContext.SpanID(), parent.SpanContext.TraceID())
 	}
 	for key, want := range map[string]string{"lanes.device_timing": "events", "lanes.tenant": "", "lanes.outcome": ""} {
 		kv := child.Attributes
@@ -115,55 +116,58 @@ func TestReplayedSegmentSpanAtDeviceTime(t *testing.T) {
 		}
 		v, ok := attr(kv, key)
 		if !ok || (want != "" && v.AsString() != want) {
-			t.Fatalf("attribute %s = %v", key, v.AsString())
+			if want == "" {
+				want = "any value"
+			}
+			t.Fatalf("attribute %s: got %q (present %v), want %s", key, v.AsString(), ok, want)
 		}
 	}
 	for key, want := range map[string]int64{"lanes.segment.node_start": 0, "lanes.segment.node_end": 4, "lanes.segment.logical_commands": 4, "lanes.segment.graph_nodes": 4} {
 		if v, ok := attr(child.Attributes, key); !ok || v.AsInt64() != want {
-			t.Fatalf("%s = %v, want %d", key, v.AsInt64(), want)
+			t.Fatalf("attribute %s: got %v (present %v), want %d", key, v.AsInt64(), ok, want)
 		}
 	}
 	if v, _ := attr(child.Attributes, "lanes.segment.fingerprint"); len(v.AsString()) != 64 {
-		t.Fatalf("fingerprint %q", v.AsString())
+		t.Fatalf("attribute lanes.segment.fingerprint: got %q, want 64 hex digits", v.AsString())
 	}
 	// Device time: at least 1.3 µs launch + 4 × 0.9 µs nodes on the
 	// simulated H200 (more when the host stalls between the launch and the
 	// closing event, as on a GPU), placed inside its submission.
 	if d := child.EndTime.Sub(child.StartTime); d < 4*time.Microsecond {
-		t.Fatalf("replay span lasts %v", d)
+		t.Fatalf("replay span: got duration %v, want at least 4µs", d)
 	}
 	if child.StartTime.Before(parent.StartTime) || child.EndTime.After(parent.EndTime) {
-		t.Fatalf("device span [%v, %v] outside its submission [%v, %v]", child.StartTime, child.EndTime, parent.StartTime, parent.EndTime)
+		t.Fatalf("device span: got [%v, %v], want it inside its submission [%v, %v]", child.StartTime, child.EndTime, parent.StartTime, parent.EndTime)
 	}
 }
 
 func TestEagerCommandsAndUntimedReplay(t *testing.T) {
 	r := newRig(t)
 	if err := r.submit(r.batch(3, false, lanes.TimingKernel)); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Submit: got err %v, want nil", err)
 	}
 	eager := r.spans("lanes.eager")
 	if len(eager) != 3 {
-		t.Fatalf("%d eager spans, want 3", len(eager))
+		t.Fatalf("got %d eager spans, want 3", len(eager))
 	}
 	if v, _ := attr(eager[0].Attributes, "lanes.command.reason"); v.AsString() != "provider_key_missing" {
-		t.Fatalf("reason %q", v.AsString())
+		t.Fatalf("eager span attribute lanes.command.reason: got %q, want %q", v.AsString(), "provider_key_missing")
 	}
 	for range 2 {
 		if err := r.submit(r.batch(2, true, lanes.TimingOff)); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Submit of a keyed batch: got err %v, want nil", err)
 		}
 	}
 	reps := r.spans("lanes.replay")
 	if v, _ := attr(reps[len(reps)-1].Attributes, "lanes.device_timing"); v.AsString() != "unavailable" {
-		t.Fatalf("untimed replay says device_timing=%q", v.AsString())
+		t.Fatalf("untimed replay attribute lanes.device_timing: got %q, want %q", v.AsString(), "unavailable")
 	}
 }
 
 func TestRejectedAndQuarantinedWork(t *testing.T) {
 	r := newRig(t, sim.Fault{Kind: sim.FaultCaptureReject, Nth: 1}, sim.Fault{Kind: sim.FaultLaunch, Nth: 3})
 	if err := r.submit(r.batch(2, true, lanes.TimingReplay)); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Submit: got err %v, want nil (the rejected capture falls back eagerly)", err)
 	}
 	sub := r.spans("lanes.submit")[0]
 	found := false
@@ -173,10 +177,10 @@ func TestRejectedAndQuarantinedWork(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Fatalf("no capture_rejected event on %+v", sub.Events)
+		t.Fatalf("submit span events: got %+v, want a lanes.capture_rejected event", sub.Events)
 	}
 	if err := r.submit(r.batch(2, false, lanes.TimingOff)); err == nil {
-		t.Fatal("the injected launch failure did not fail the submission")
+		t.Fatal("Submit with an injected launch failure: got err nil, want an error")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(r.spans("lanes.lane.quarantine")) == 0 && time.Now().Before(deadline) {
@@ -184,15 +188,15 @@ func TestRejectedAndQuarantinedWork(t *testing.T) {
 	}
 	q := r.spans("lanes.lane.quarantine")
 	if len(q) != 1 || len(q[0].Events) != 1 || q[0].Events[0].Name != "lanes.quarantined" {
-		t.Fatalf("quarantine spans %+v", q)
+		t.Fatalf("got quarantine spans %+v (polled up to 5 s), want one with one lanes.quarantined event", q)
 	}
 	failed := r.spans("lanes.submit")[1]
 	if v, _ := attr(failed.Attributes, "lanes.error.code"); v.AsString() != "cuda_launch_out_of_resources" {
-		t.Fatalf("error code %q", v.AsString())
+		t.Fatalf("failed submit span attribute lanes.error.code: got %q, want %q", v.AsString(), "cuda_launch_out_of_resources")
 	}
 	var rm metricdata.ResourceMetrics
 	if err := r.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Collect: got err %v, want nil", err)
 	}
 	names := map[string]bool{}
 	for _, sm := range rm.ScopeMetrics {
@@ -202,7 +206,7 @@ func TestRejectedAndQuarantinedWork(t *testing.T) {
 	}
 	for _, n := range []string{"lanes.submissions", "lanes.fence.latency", "lanes.quarantines", "lanes.lanes", "lanes.lane.in_flight", "lanes.cache.events"} {
 		if !names[n] {
-			t.Errorf("metric %s missing (have %v)", n, names)
+			t.Errorf("metrics: got %v, want %s among them", names, n)
 		}
 	}
 }
@@ -212,22 +216,25 @@ func TestNilTelemetryRecordsNothing(t *testing.T) {
 	tel.Submission(context.Background(), telemetry.Submission{})
 	tel.Flush()
 	tel.Quarantine(context.Background(), 0, nil)
-	if tel.Meter() != nil || tel.Shutdown(context.Background()) != nil {
-		t.Fatal("a nil Telemetry must do nothing")
+	if m := tel.Meter(); m != nil {
+		t.Fatalf("nil Recorder's Meter: got %v, want nil", m)
+	}
+	if err := tel.Shutdown(context.Background()); err != nil {
+		t.Fatalf("nil Recorder's Shutdown: got err %v, want nil", err)
 	}
 	got, err := telemetry.New(context.Background(), telemetry.Config{})
 	if got != nil || err != nil {
-		t.Fatal("the zero Config must give nil")
+		t.Fatalf("telemetry.New(zero Config): got (%v, %v), want (nil, nil)", got, err)
 	}
 	if _, err := telemetry.New(context.Background(), telemetry.Config{Exporter: "carrier-pigeon"}); err == nil {
-		t.Fatal("an unknown exporter was accepted")
+		t.Fatal("telemetry.New with exporter carrier-pigeon: got err nil, want an error")
 	}
 	attrs, err := telemetry.ParseAttributes("a=1, b = two")
 	if err != nil || attrs["b"] != "two" {
-		t.Fatalf("%v %v", attrs, err)
+		t.Fatalf(`ParseAttributes("a=1, b = two"): got (%v, %v), want b=two and err nil`, attrs, err)
 	}
 	if _, err := telemetry.ParseAttributes("novalue"); err == nil {
-		t.Fatal("a bad attribute was accepted")
+		t.Fatal(`ParseAttributes("novalue"): got err nil, want an error`)
 	}
 }
 

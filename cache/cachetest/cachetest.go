@@ -28,12 +28,12 @@ func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
 	t.Helper()
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost, Faults: faults})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cachetest: sim.New: got err %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = dev.Close() })
 	s, err := dev.NewStream()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cachetest: NewStream: got err %v, want nil", err)
 	}
 	return &Rig{T: t, Dev: dev, Stream: s, Cache: cache.New(), Bufs: Counters(t, dev, s, counters)}
 }
@@ -46,11 +46,11 @@ func Counters(t testing.TB, dev *sim.Device, s cuda.Stream, n int) []cuda.Buffer
 	for range n {
 		b, err := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("cachetest: Alloc of a 64-byte counter: got err %v, want nil", err)
 		}
 		z, _ := cuda.Zero(b.Whole())
 		if err := s.Enqueue(z); err != nil {
-			t.Fatal(err)
+			t.Fatalf("cachetest: Enqueue(zero counter): got err %v, want nil", err)
 		}
 		bufs = append(bufs, b)
 	}
@@ -62,7 +62,7 @@ func (r *Rig) Inc(buf, node int) cache.Command {
 	r.T.Helper()
 	c, err := cuda.Launch(r.Dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(r.Bufs[buf].Whole()), cuda.I32Arg(16))
 	if err != nil {
-		r.T.Fatal(err)
+		r.T.Fatalf("cachetest: cuda.Launch(inc of counter %d): got err %v, want nil", buf, err)
 	}
 	return cache.Command{Cmd: c, Phase: cache.PhaseCompute, Node: node, Key: cache.LaunchKey("cachetest", c), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
 }
@@ -89,24 +89,24 @@ func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cach
 	r.T.Helper()
 	d, err := cache.Discover(cmds, boundaries)
 	if err != nil {
-		r.T.Fatal(err)
+		r.T.Fatalf("cachetest: Discover: got err %v, want nil", err)
 	}
 	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
 	rep, err := r.Cache.Prepare(r.Stream, r.Owner, d.Candidates, quiescent, enqueue)
 	if err != nil {
-		r.T.Fatal(err)
+		r.T.Fatalf("cachetest: Prepare: got err %v, want nil", err)
 	}
 	if err := r.Cache.CheckInvariants(); err != nil {
-		r.T.Fatal(err)
+		r.T.Fatalf("cachetest: after Prepare, CheckInvariants: got %v, want nil", err)
 	}
 	if len(rep.Dispositions) != len(d.Candidates) {
-		r.T.Fatalf("%d dispositions for %d candidates", len(rep.Dispositions), len(d.Candidates))
+		r.T.Fatalf("cachetest: got %d dispositions, want one per candidate (%d)", len(rep.Dispositions), len(d.Candidates))
 	}
 	next := 0
 	eager := func(from, to int) {
 		for i := from; i < to; i++ {
 			if err := enqueue(i); err != nil {
-				r.T.Fatal(err)
+				r.T.Fatalf("cachetest: eager Enqueue of command %d: got err %v, want nil", i, err)
 			}
 		}
 	}
@@ -115,7 +115,7 @@ func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cach
 		next = cand.End
 		if rep.Dispositions[ci].Resident() {
 			if _, err := r.Cache.Launch(r.Stream, cand.Key); err != nil {
-				r.T.Fatal(err)
+				r.T.Fatalf("cachetest: Launch of candidate %d (%v, %v): got err %v, want nil", ci, cand.Key.Short(), rep.Dispositions[ci], err)
 			}
 			continue
 		}
@@ -138,7 +138,7 @@ func ReadCounter(t testing.TB, s cuda.Stream, counter cuda.Buffer) int32 {
 	out := make([]byte, 4)
 	reg, _ := counter.Region(0, 4)
 	if err := s.Readback(reg, out); err != nil {
-		t.Fatal(err)
+		t.Fatalf("cachetest: Readback of a counter: got err %v, want nil", err)
 	}
 	return int32(binary.LittleEndian.Uint32(out))
 }

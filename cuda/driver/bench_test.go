@@ -28,34 +28,34 @@ type stepRig struct {
 func newStepRig(b testing.TB, dev *driver.Device, k int) *stepRig {
 	s, err := dev.NewStream()
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("NewStream: got err %v, want nil", err)
 	}
 	buf, err := dev.Alloc(cuda.BufferSpec{Size: 4096, Elem: cuda.I32})
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("Alloc(4096 bytes): got err %v, want nil", err)
 	}
 	z, _ := cuda.Zero(buf.Whole())
 	inc, err := cuda.Launch(dev.Kernels().(kernels.Registry).MustSpec(kernels.Inc), cuda.Linear(1024, 256), cuda.BufferArg(buf.Whole()), cuda.I32Arg(1024))
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("cuda.Launch(inc): got err %v, want nil", err)
 	}
 	r := &stepRig{dev: dev, s: s, buf: buf, inc: inc, k: k}
 	if err := s.Enqueue(z); err != nil {
-		b.Fatal(err)
+		b.Fatalf("Enqueue(zero): got err %v, want nil", err)
 	}
 	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		b.Fatal(err)
+		b.Fatalf("BeginCapture: got err %v, want nil", err)
 	}
 	r.eager(b)
 	g, err := s.EndCapture()
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("EndCapture: got err %v, want nil", err)
 	}
 	if r.exec, err = g.Instantiate(); err != nil {
-		b.Fatal(err)
+		b.Fatalf("Instantiate: got err %v, want nil", err)
 	}
 	if err := r.exec.Upload(s); err != nil {
-		b.Fatal(err)
+		b.Fatalf("Upload: got err %v, want nil", err)
 	}
 	return r
 }
@@ -63,14 +63,14 @@ func newStepRig(b testing.TB, dev *driver.Device, k int) *stepRig {
 func (r *stepRig) eager(b testing.TB) {
 	for range r.k {
 		if err := r.s.Enqueue(r.inc); err != nil {
-			b.Fatal(err)
+			b.Fatalf("Enqueue(inc): got err %v, want nil", err)
 		}
 	}
 }
 
 func (r *stepRig) replay(b testing.TB) {
 	if err := r.s.Launch(r.exec); err != nil {
-		b.Fatal(err)
+		b.Fatalf("Launch: got err %v, want nil", err)
 	}
 }
 
@@ -79,7 +79,7 @@ func (r *stepRig) counter(b testing.TB) int {
 	out := make([]byte, 4)
 	first, _ := r.buf.Region(0, 4)
 	if err := r.s.Readback(first, out); err != nil {
-		b.Fatal(err)
+		b.Fatalf("Readback of the counter: got err %v, want nil", err)
 	}
 	return int(int32(binary.LittleEndian.Uint32(out)))
 }
@@ -87,11 +87,11 @@ func (r *stepRig) counter(b testing.TB) int {
 func bindOpen(b *testing.B) *driver.Device {
 	d, err := driver.Open(driver.Config{})
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("driver.Open: got err %v, want nil", err)
 	}
 	unbind, err := d.BindThread()
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("BindThread: got err %v, want nil", err)
 	}
 	b.Cleanup(func() { _ = d.Close(); unbind() })
 	return d
@@ -116,12 +116,12 @@ func BenchmarkStep(b *testing.B) {
 					step(b)
 				}
 				if err := r.s.Synchronize(); err != nil {
-					b.Fatal(err)
+					b.Fatalf("Synchronize: got err %v, want nil", err)
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
 				if got := r.counter(b) - before; got != k*b.N {
-					b.Fatalf("counter moved %d, want %d", got, k*b.N)
+					b.Fatalf("got the counter moved by %d, want %d", got, k*b.N)
 				}
 			})
 		}
@@ -145,18 +145,18 @@ func BenchmarkStreams(b *testing.B) {
 			defer wg.Done()
 			unbind, err := dev.BindThread()
 			if err != nil {
-				b.Error(err)
+				b.Errorf("BindThread: got err %v, want nil", err)
 				return
 			}
 			defer unbind()
 			for range b.N {
 				if err := r.s.Launch(r.exec); err != nil {
-					b.Error(err)
+					b.Errorf("Launch: got err %v, want nil", err)
 					return
 				}
 			}
 			if err := r.s.Synchronize(); err != nil {
-				b.Error(err)
+				b.Errorf("Synchronize: got err %v, want nil", err)
 			}
 		}()
 	}
@@ -179,16 +179,16 @@ func BenchmarkRecapture(b *testing.B) {
 				exec := rigs[0].exec
 				capture := func(r *stepRig) cuda.Graph {
 					if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-						b.Fatal(err)
+						b.Fatalf("BeginCapture: got err %v, want nil", err)
 					}
 					for range k {
 						if err := s.Enqueue(r.inc); err != nil {
-							b.Fatal(err)
+							b.Fatalf("Enqueue(inc) under capture: got err %v, want nil", err)
 						}
 					}
 					g, err := s.EndCapture()
 					if err != nil {
-						b.Fatal(err)
+						b.Fatalf("EndCapture: got err %v, want nil", err)
 					}
 					return g
 				}
@@ -199,36 +199,36 @@ func BenchmarkRecapture(b *testing.B) {
 					case "instantiate":
 						x, err := g.Instantiate()
 						if err != nil {
-							b.Fatal(err)
+							b.Fatalf("Instantiate: got err %v, want nil", err)
 						}
 						if err := x.Upload(s); err != nil {
-							b.Fatal(err)
+							b.Fatalf("Upload: got err %v, want nil", err)
 						}
 						_ = exec.Destroy()
 						exec = x
 					case "update":
 						if err := exec.Update(g); err != nil {
-							b.Fatal(err)
+							b.Fatalf("Update: got err %v, want nil", err)
 						}
 					}
 					_ = g.Destroy()
 				}
 				if err := s.Synchronize(); err != nil {
-					b.Fatal(err)
+					b.Fatalf("Synchronize: got err %v, want nil", err)
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/op")
 				// The executable replays the last captured buffer.
 				before := rigs[(b.N-1)%2].counter(b)
 				if err := s.Launch(exec); err != nil {
-					b.Fatal(err)
+					b.Fatalf("Launch of the final executable: got err %v, want nil", err)
 				}
 				if err := s.Synchronize(); err != nil { // the counter is read on the rig's own stream
-					b.Fatal(err)
+					b.Fatalf("Synchronize after the final launch: got err %v, want nil", err)
 				}
 				if mode != "capture" {
 					if got := rigs[(b.N-1)%2].counter(b); got != before+k {
-						b.Fatalf("after %s the replay moved the counter by %d, want %d", mode, got-before, k)
+						b.Fatalf("after %s: got the replay moving the counter by %d, want %d", mode, got-before, k)
 					}
 				}
 			})

@@ -14,7 +14,7 @@ import (
 func open(t *testing.T) cuda.Device {
 	d, err := driver.Open(driver.Config{Kernels: kernels.Builtin().With(kernels.FaultInjection())})
 	if err != nil {
-		t.Fatalf("open the GPU: %v", err)
+		t.Fatalf("driver.Open: got err %v, want nil (a GPU to test)", err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return d

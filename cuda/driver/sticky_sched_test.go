@@ -28,7 +28,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 		d, err := driver.Open(driver.Config{Ordinal: i, Kernels: kernels.Builtin().With(kernels.FaultInjection())})
 		if err != nil {
 			if i == 0 {
-				t.Fatal(err)
+				t.Fatalf("driver.Open(GPU 0): got err %v, want nil", err)
 			}
 			t.Logf("one GPU only: %v", err)
 			break
@@ -37,7 +37,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 	}
 	s, err := actors.Start(context.Background(), actors.Config{Devices: devs, LanesPerDevice: 2, CacheCapacity: -1})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("actors.Start: got err %v, want nil", err)
 	}
 	defer s.Stop(context.Background())
 	batchOn := func(d cuda.Device, name string, args ...cuda.Arg) lanes.Batch {
@@ -45,7 +45,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 		defer unbind()
 		c, err := cuda.Launch(d.Kernels().(kernels.Registry).MustSpec(name), cuda.Linear(16, 16), args...)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("cuda.Launch(%s): got err %v, want nil", name, err)
 		}
 		return lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c}}}
 	}
@@ -54,7 +54,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 		defer unbind()
 		b, err := d.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("Alloc(64 bytes): got err %v, want nil", err)
 		}
 		return b
 	}
@@ -66,7 +66,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 	_, err = s.Submit(context.Background(), "victim", batchOn(devs[0], kernels.Poke, cuda.BufferArg(b0.Whole()), cuda.U32Arg(1<<31), cuda.I32Arg(7)))
 	t.Logf("out-of-bounds write on GPU 0: %v", err)
 	if err == nil {
-		t.Fatal("the out-of-bounds write succeeded")
+		t.Fatal("Submit of an out-of-bounds write on GPU 0: got err nil, want an error")
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -75,7 +75,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("GPU 0's lanes were not quarantined: %+v", st)
+			t.Fatalf("after 10 s: got GPU 0's lanes %v and %v, want both %v (%+v)", st[0].Health, st[1].Health, actors.HealthQuarantined, st)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -86,7 +86,7 @@ func TestOutOfBoundsKernelQuarantinesWithoutCrash(t *testing.T) {
 		_, err := s.Submit(context.Background(), "other", batchOn(devs[1], kernels.Inc, cuda.BufferArg(b1.Whole()), cuda.I32Arg(16)))
 		t.Logf("a launch on GPU 1 after GPU 0's fault: %v", err)
 		if st := s.Lanes(); st[2].Health != actors.HealthQuarantined || st[3].Health != actors.HealthQuarantined {
-			t.Fatalf("GPU 1's lanes stayed in routing after a process-wide sticky error: %+v", st[2:])
+			t.Fatalf("after a process-wide sticky error: got GPU 1's lanes %v and %v, want both %v (%+v)", st[2].Health, st[3].Health, actors.HealthQuarantined, st[2:])
 		}
 	}
 }

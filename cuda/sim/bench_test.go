@@ -23,7 +23,7 @@ func BenchmarkLaunch(b *testing.B) {
 			for i := range b.N {
 				for range k {
 					if err := s.Enqueue(c); err != nil {
-						b.Fatal(err)
+						b.Fatalf("Enqueue: got err %v, want nil", err)
 					}
 				}
 				if i%64 == 63 {
@@ -41,7 +41,7 @@ func BenchmarkLaunch(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				if err := s.Launch(x); err != nil {
-					b.Fatal(err)
+					b.Fatalf("Launch: got err %v, want nil", err)
 				}
 				if i%64 == 63 {
 					_ = s.Synchronize()
@@ -75,7 +75,7 @@ func FuzzEnqueue(f *testing.F) {
 		if err := s.Enqueue(c); err != nil {
 			var ce *cuda.Error
 			if !errors.As(err, &ce) {
-				t.Fatalf("untyped enqueue error %v", err)
+				t.Fatalf("Enqueue(%v): got err %v (%T), want a *cuda.Error", c, err, err)
 			}
 		}
 		_ = s.Query()

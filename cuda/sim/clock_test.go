@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestVirtualEagerTiming(t *testing.T) {
 	}
 	want := []time.Duration{2 * us, 5500 * time.Nanosecond, 9 * us, 12500 * time.Nanosecond}
 	if !reflect.DeepEqual(starts, want) {
-		t.Fatalf("starts %v, want %v", starts, want)
+		t.Fatalf("got starts %v, want %v", starts, want)
 	}
 	clk := r.dev.Clock()
 	clk.AdvanceTo(13 * us)
@@ -34,7 +35,7 @@ func TestVirtualEagerTiming(t *testing.T) {
 	clk.AdvanceTo(14 * us)
 	wantState(t, "event at 14µs", e.Query(), cuda.FenceComplete)
 	if got := r.first(s, b); got != 3 {
-		t.Fatalf("counter %d, want 3", got)
+		t.Fatalf("got counter %d, want 3", got)
 	}
 }
 
@@ -47,10 +48,10 @@ func TestVirtualGraphVersusEager(t *testing.T) {
 	b := r.counter(s, 1024)
 	x := r.capture(s, b, k)
 	if err := x.Upload(s); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Upload: got err %v, want nil", err)
 	}
 	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Synchronize after upload: got err %v, want nil", err)
 	}
 	clk := r.dev.Clock()
 	t0 := clk.Now()
@@ -58,25 +59,25 @@ func TestVirtualGraphVersusEager(t *testing.T) {
 		r.enqueue(s, r.inc(b))
 	}
 	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Synchronize after the eager step: got err %v, want nil", err)
 	}
 	eager := clk.Now() - t0
 	t0 = clk.Now()
 	if err := s.Launch(x); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Launch: got err %v, want nil", err)
 	}
 	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Synchronize after the graph step: got err %v, want nil", err)
 	}
 	graph := clk.Now() - t0
 	if eager < 224*us || eager > 226*us {
-		t.Errorf("eager step of %d = %v, want about 225 µs (H200: 224)", k, eager)
+		t.Errorf("eager step of %d: got %v, want about 225 µs [224, 226] (H200: 224)", k, eager)
 	}
 	if graph < 60*us || graph > 62*us {
-		t.Errorf("graph step of %d = %v, want about 61 µs (H200: 59)", k, graph)
+		t.Errorf("graph step of %d: got %v, want about 61 µs [60, 62] (H200: 59)", k, graph)
 	}
 	if got := r.first(s, b); got != 2*k {
-		t.Fatalf("counter %d, want %d", got, 2*k)
+		t.Fatalf("got counter %d, want %d", got, 2*k)
 	}
 }
 
@@ -86,15 +87,15 @@ func TestStreamsRunConcurrently(t *testing.T) {
 	ba, bb := r.counter(a, 256), r.counter(b, 256)
 	x, y := r.capture(a, ba, 100), r.capture(b, bb, 100)
 	if err := r.dev.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("device Synchronize: got err %v, want nil", err)
 	}
 	clk := r.dev.Clock()
 	t0 := clk.Now()
 	if err := a.Launch(x); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Launch on stream a: got err %v, want nil", err)
 	}
 	if err := b.Launch(y); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Launch on stream b: got err %v, want nil", err)
 	}
 	ea, eb := r.record(a), r.record(b)
 	// Each: 2.5 µs host, then 1.3 µs launch + 100 × 0.9 µs nodes + 10 µs
@@ -106,7 +107,7 @@ func TestStreamsRunConcurrently(t *testing.T) {
 	wantState(t, "stream a", ea.Query(), cuda.FenceComplete)
 	wantState(t, "stream b", eb.Query(), cuda.FenceComplete)
 	if d := clk.Now() - t0; d > 120*us {
-		t.Fatalf("two streams of 100 nodes took %v; they should overlap", d)
+		t.Fatalf("two streams of 100 nodes: got %v, want at most 120 µs: they must overlap", d)
 	}
 }
 
@@ -123,22 +124,22 @@ func TestContention(t *testing.T) {
 		ss = append(ss, s)
 	}
 	if err := r.dev.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("device Synchronize: got err %v, want nil", err)
 	}
 	clk := r.dev.Clock()
 	t0 := clk.Now()
 	for i, s := range ss {
 		if err := s.Launch(xs[i]); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Launch on stream %d: got err %v, want nil", i, err)
 		}
 	}
 	if err := r.dev.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("device Synchronize after the launches: got err %v, want nil", err)
 	}
 	all := clk.Now() - t0
 	single := 2500*time.Nanosecond + 1300*time.Nanosecond + 64*900*time.Nanosecond
 	if ratio := float64(streams) * float64(single) / float64(all); ratio < 4.5 || ratio > 5.5 {
-		t.Fatalf("8 streams ran %.2fx the throughput of one (%v for all, %v for one); want about 5", ratio, all, single)
+		t.Fatalf("8 streams: got %.2fx the throughput of one (%v for all, %v for one), want about 5x [4.5, 5.5]", ratio, all, single)
 	}
 }
 
@@ -149,7 +150,7 @@ func TestVirtualRunsAreDeterministic(t *testing.T) {
 			{Kind: sim.FaultCaptureReject, Rate: 0.1},
 		}})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("sim.New(seed %d): got err %v, want nil", seed, err)
 		}
 		defer d.Close()
 		r := rig{t, d}
@@ -174,13 +175,26 @@ func TestVirtualRunsAreDeterministic(t *testing.T) {
 	}
 	t1, o1 := run(42)
 	t2, o2 := run(42)
-	if !reflect.DeepEqual(t1, t2) || !reflect.DeepEqual(o1, o2) {
-		t.Fatal("two virtual runs with the same seed differ")
+	if !reflect.DeepEqual(t1, t2) {
+		t.Fatalf("two virtual runs with seed 42: got traces that differ (%s), want identical", traceDiff(t1, t2))
+	}
+	if !reflect.DeepEqual(o1, o2) {
+		t.Fatalf("two virtual runs with seed 42: got outcomes\n%v\n%v\nwant identical", o1, o2)
 	}
 	t3, o3 := run(7)
 	if reflect.DeepEqual(t1, t3) && reflect.DeepEqual(o1, o3) {
-		t.Fatal("runs with different seeds are identical; the seed does not reach the faults")
+		t.Fatalf("runs with seeds 42 and 7: got identical traces and outcomes %v, want them to differ: the seed must reach the faults", o1)
 	}
+}
+
+// traceDiff says where two traces first differ.
+func traceDiff(a, b []sim.TraceEntry) string {
+	for i := range min(len(a), len(b)) {
+		if !reflect.DeepEqual(a[i], b[i]) {
+			return fmt.Sprintf("entry %d: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+	return fmt.Sprintf("%d entries vs %d", len(a), len(b))
 }
 
 func TestZeroCostChargesNothing(t *testing.T) {
@@ -191,11 +205,11 @@ func TestZeroCostChargesNothing(t *testing.T) {
 		r.enqueue(s, r.inc(b))
 	}
 	if got := r.first(s, b); got != 10 {
-		t.Fatalf("counter %d", got)
+		t.Fatalf("got counter %d, want 10", got)
 	}
 	for _, te := range r.dev.Trace() {
 		if te.Finish != te.Start {
-			t.Fatalf("zero-cost work took %v", te.Finish-te.Start)
+			t.Fatalf("zero-cost work %+v: got duration %v, want 0", te, te.Finish-te.Start)
 		}
 	}
 }
@@ -209,9 +223,9 @@ func TestRealTimeChargesHostCost(t *testing.T) {
 		r.enqueue(s, r.inc(b))
 	}
 	if host := time.Since(t0); host < 200*3500*time.Nanosecond {
-		t.Fatalf("200 eager launches took %v of host time; the model charges 3.5 µs each", host)
+		t.Fatalf("200 eager launches: got %v of host time, want at least %v (the model charges 3.5 µs each)", host, 200*3500*time.Nanosecond)
 	}
 	if got := r.first(s, b); got != 200 {
-		t.Fatalf("counter %d", got)
+		t.Fatalf("got counter %d, want 200", got)
 	}
 }

@@ -13,7 +13,7 @@ func openSim(mode sim.ClockMode) conformance.Open {
 	return func(t *testing.T) cuda.Device {
 		d, err := sim.New(sim.Config{Clock: mode, Memory: 1 << 30, Kernels: kernels.Builtin().With(kernels.FaultInjection())})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("sim.New(%v): got err %v, want nil", mode, err)
 		}
 		t.Cleanup(func() { _ = d.Close() })
 		return d

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,14 +18,14 @@ func TestFaultLaunchFailsOneCallOnly(t *testing.T) {
 	r.enqueue(s, r.inc(b))
 	err := s.Enqueue(r.inc(b))
 	if !errors.Is(err, cuda.ErrLaunchResources) || cuda.Classify(err).Sticky {
-		t.Fatalf("second launch: %v; want a non-sticky launch failure", err)
+		t.Fatalf("second launch: got err %v (sticky %v), want a non-sticky one wrapping cuda.ErrLaunchResources", err, cuda.Classify(err).Sticky)
 	}
 	r.enqueue(s, r.inc(b))
 	if got := r.first(s, b); got != 2 {
-		t.Fatalf("counter %d: the failed launch must not run, the others must", got)
+		t.Fatalf("got counter %d, want 2: the failed launch must not run, the others must", got)
 	}
 	if err := r.dev.Err(); err != nil {
-		t.Fatalf("a launch failure poisoned the device: %v", err)
+		t.Fatalf("device Err after a launch failure: got %v, want nil (not poisoned)", err)
 	}
 }
 
@@ -34,51 +35,51 @@ func TestFaultCaptureRejectInvalidates(t *testing.T) {
 	b := r.counter(s, 8)
 	r.enqueue(s, r.inc(b)) // not capturing: the rule does not match
 	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		t.Fatal(err)
+		t.Fatalf("BeginCapture: got err %v, want nil", err)
 	}
 	if err := s.Enqueue(r.inc(b)); !errors.Is(err, cuda.ErrCaptureUnsupported) {
-		t.Fatalf("rejected capture: %v", err)
+		t.Fatalf("Enqueue under a rejecting capture: got err %v, want one wrapping cuda.ErrCaptureUnsupported", err)
 	}
-	if s.Capture() != cuda.CaptureInvalidated {
-		t.Fatal("capture not invalidated")
+	if got := s.Capture(); got != cuda.CaptureInvalidated {
+		t.Fatalf("capture state after the rejection: got %v, want %v", got, cuda.CaptureInvalidated)
 	}
 	if _, err := s.EndCapture(); !errors.Is(err, cuda.ErrCaptureInvalidated) {
-		t.Fatalf("end capture: %v", err)
+		t.Fatalf("EndCapture: got err %v, want one wrapping cuda.ErrCaptureInvalidated", err)
 	}
 	x := r.capture(s, b, 2) // the rule fired once; capture works again
 	if err := s.Launch(x); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Launch: got err %v, want nil", err)
 	}
 	if got := r.first(s, b); got != 3 {
-		t.Fatalf("counter %d, want 3", got)
+		t.Fatalf("got counter %d, want 3", got)
 	}
 }
 
 func TestFaultOutOfMemory(t *testing.T) {
 	r := newRig(t, sim.Config{Clock: sim.ClockVirtual, Memory: 4096, Faults: []sim.Fault{{Kind: sim.FaultOutOfMemory, Nth: 2}}})
 	if _, err := r.dev.Alloc(cuda.BufferSpec{Size: 1024, Elem: cuda.U8}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("first Alloc: got err %v, want nil", err)
 	}
 	_, err := r.dev.Alloc(cuda.BufferSpec{Size: 1024, Elem: cuda.U8})
 	if !errors.Is(err, cuda.ErrOutOfMemory) || !cuda.Classify(err).Retryable {
-		t.Fatalf("injected OOM: %v", err)
+		t.Fatalf("second Alloc (injected OOM): got err %v (retryable %v), want a retryable one wrapping cuda.ErrOutOfMemory", err, cuda.Classify(err).Retryable)
 	}
 	b, err := r.dev.Alloc(cuda.BufferSpec{Size: 1024, Elem: cuda.U8})
 	if err != nil {
-		t.Fatalf("retry after OOM: %v", err)
+		t.Fatalf("Alloc retried after OOM: got err %v, want nil", err)
 	}
 	if _, err := r.dev.Alloc(cuda.BufferSpec{Size: 4096, Elem: cuda.U8}); !errors.Is(err, cuda.ErrOutOfMemory) {
-		t.Fatalf("over capacity: %v", err)
+		t.Fatalf("Alloc over capacity: got err %v, want one wrapping cuda.ErrOutOfMemory", err)
 	}
 	m := r.dev.Memory()
 	if m.InUse != 2048 || m.Allocations != 2 || m.Free() != 2048 || m.Peak != 2048 {
-		t.Fatalf("memory %+v", m)
+		t.Fatalf("memory: got InUse %d, Allocations %d, Free %d, Peak %d; want 2048, 2, 2048, 2048 (%+v)", m.InUse, m.Allocations, m.Free(), m.Peak, m)
 	}
 	if err := r.dev.Free(b); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Free: got err %v, want nil", err)
 	}
 	if m := r.dev.Memory(); m.InUse != 1024 || m.Peak != 2048 {
-		t.Fatalf("after free %+v", m)
+		t.Fatalf("memory after Free: got InUse %d, Peak %d; want 1024, 2048 (%+v)", m.InUse, m.Peak, m)
 	}
 }
 
@@ -92,26 +93,26 @@ func TestFaultStickyPoisonsAtItsTime(t *testing.T) {
 	r.enqueue(b, r.inc(bb))
 	eb := r.record(b)
 	if err := eb.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Synchronize of the bystander's event: got err %v, want nil", err)
 	}
 	r.enqueue(a, r.inc(ba)) // the second inc: faults when it runs
 	ea := r.record(a)
 	wantState(t, "victim before the fault runs", ea.Query(), cuda.FencePending)
 	wantState(t, "bystander before the fault runs", b.Query(), cuda.FenceComplete)
-	if r.dev.Err() != nil {
-		t.Fatal("poisoned before the fault ran")
+	if err := r.dev.Err(); err != nil {
+		t.Fatalf("device Err before the fault ran: got %v, want nil", err)
 	}
 	r.dev.Clock().Advance(time.Millisecond)
 	for name, q := range map[string]cuda.FenceQuery{"victim": ea.Query(), "bystander": eb.Query(), "bystander stream": b.Query()} {
 		if q.State != cuda.FenceIndeterminate || !errors.Is(q.Err, cuda.ErrIllegalAddress) {
-			t.Fatalf("%s after the fault: %v %v", name, q.State, q.Err)
+			t.Fatalf("%s after the fault: got state %v, err %v; want %v, one wrapping cuda.ErrIllegalAddress", name, q.State, q.Err, cuda.FenceIndeterminate)
 		}
 	}
 	if _, err := r.dev.NewStream(); !cuda.Classify(err).Sticky {
-		t.Fatalf("new stream on a poisoned device: %v", err)
+		t.Fatalf("NewStream on a poisoned device: got err %v, want a sticky one", err)
 	}
 	if err := r.dev.Close(); err != nil {
-		t.Fatalf("close of a poisoned device: %v", err)
+		t.Fatalf("Close of a poisoned device: got err %v, want nil", err)
 	}
 }
 
@@ -127,20 +128,20 @@ func TestFaultHangStopsOneStream(t *testing.T) {
 	r.dev.Clock().Advance(time.Second)
 	wantState(t, "hung stream after 1 s", after.Query(), cuda.FencePending)
 	if got := r.first(ok, bo); got != 1 {
-		t.Fatalf("the healthy stream counted %d", got)
+		t.Fatalf("the healthy stream: got counter %d, want 1", got)
 	}
 	done := make(chan error, 1)
 	go func() { done <- hung.Synchronize() }()
 	select {
 	case err := <-done:
-		t.Fatalf("synchronize of a hung stream returned %v", err)
+		t.Fatalf("Synchronize of a hung stream: got a return (err %v) within 20 ms, want it blocked until Close", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	if err := r.dev.Close(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Close: got err %v, want nil", err)
 	}
 	if err := <-done; !errors.Is(err, cuda.ErrDeinitialized) {
-		t.Fatalf("waiter after close: %v", err)
+		t.Fatalf("Synchronize of the hung stream after Close: got err %v, want one wrapping cuda.ErrDeinitialized", err)
 	}
 }
 
@@ -153,16 +154,16 @@ func TestReplayOfFreedBufferIsRefused(t *testing.T) {
 	b := r.counter(s, 8)
 	x := r.capture(s, b, 1)
 	if err := s.Launch(x); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Launch: got err %v, want nil", err)
 	}
 	if err := r.dev.Free(b); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Free: got err %v, want nil", err)
 	}
 	if err := s.Launch(x); !errors.Is(err, cuda.ErrStaleHandle) || cuda.Classify(err).Blame != cuda.BlameCaller {
-		t.Fatalf("replay over a freed buffer: %v", err)
+		t.Fatalf("Launch over a freed buffer: got err %v (blame %v), want one wrapping cuda.ErrStaleHandle, blame %v", err, cuda.Classify(err).Blame, cuda.BlameCaller)
 	}
 	if err := s.Synchronize(); err != nil || r.dev.Err() != nil {
-		t.Fatalf("the device after a refused replay: %v %v", err, r.dev.Err())
+		t.Fatalf("after a refused replay: got Synchronize err %v, device Err %v; want nil, nil", err, r.dev.Err())
 	}
 }
 
@@ -173,7 +174,7 @@ func TestReplayOfFreedBufferIsRefused(t *testing.T) {
 func TestFreeRacingWorkNeverPoisons(t *testing.T) {
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	defer dev.Close()
 	r := rig{t, dev}
@@ -195,18 +196,18 @@ func TestFreeRacingWorkNeverPoisons(t *testing.T) {
 				}
 				if err != nil {
 					if !errors.Is(err, cuda.ErrStaleHandle) {
-						t.Errorf("round %d: %v", round, err)
+						t.Errorf("round %d: enqueue or launch racing a free: got err %v, want nil or one wrapping cuda.ErrStaleHandle", round, err)
 					}
 					return
 				}
 			}
 		}()
 		if err := dev.Free(b); err != nil {
-			t.Fatal(err)
+			t.Fatalf("round %d: Free: got err %v, want nil", round, err)
 		}
 		<-done
 		if err := s.Synchronize(); err != nil || dev.Err() != nil {
-			t.Fatalf("round %d: the device was poisoned: %v %v", round, err, dev.Err())
+			t.Fatalf("round %d: got Synchronize err %v, device Err %v; want nil, nil (never poisoned)", round, err, dev.Err())
 		}
 	}
 }
@@ -214,7 +215,7 @@ func TestFreeRacingWorkNeverPoisons(t *testing.T) {
 func TestFaultRulesAreValidated(t *testing.T) {
 	for _, f := range []sim.Fault{{Kind: 0, Nth: 1}, {Kind: sim.FaultHang}, {Kind: sim.FaultSticky, Rate: 2}, {Kind: sim.FaultLaunch, Nth: 1, Times: -1}} {
 		if _, err := sim.New(sim.Config{Faults: []sim.Fault{f}}); !errors.Is(err, cuda.ErrInvalidCommand) {
-			t.Errorf("fault %+v: %v", f, err)
+			t.Errorf("sim.New with fault %+v: got err %v, want one wrapping cuda.ErrInvalidCommand", f, err)
 		}
 	}
 }
@@ -257,8 +258,8 @@ func TestConcurrentStreams(t *testing.T) {
 				errs <- err
 				return
 			}
-			if out[0] != launches%256 || out[1] != launches/256 {
-				errs <- errors.New("wrong count")
+			if got := int(out[0]) | int(out[1])<<8; out[0] != launches%256 || out[1] != launches/256 {
+				errs <- fmt.Errorf("got count %d (low bytes %v), want %d", got, out[:2], launches)
 				return
 			}
 			errs <- nil
@@ -266,7 +267,7 @@ func TestConcurrentStreams(t *testing.T) {
 	}
 	for range workers {
 		if err := <-errs; err != nil {
-			t.Fatal(err)
+			t.Fatalf("worker: got err %v, want nil", err)
 		}
 	}
 }
@@ -278,7 +279,7 @@ func TestConcurrentStreams(t *testing.T) {
 func TestHugeLaunchIsRefused(t *testing.T) {
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost, MaxLaunchThreads: 1 << 20})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	defer dev.Close()
 	r := rig{t, dev}
@@ -286,11 +287,11 @@ func TestHugeLaunchIsRefused(t *testing.T) {
 	b := r.counter(s, 8)
 	huge := cuda.LaunchConfig{Grid: cuda.Dim3{X: 1, Y: 65535, Z: 65535}, Block: cuda.Dim3{X: 1, Y: 1, Z: 64}}
 	if _, err := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), huge, cuda.BufferArg(b.Whole()), cuda.I32Arg(8)); !errors.Is(err, cuda.ErrLaunchConfig) {
-		t.Fatalf("a launch of %d threads: %v", huge.Threads(), err)
+		t.Fatalf("cuda.Launch of %d threads: got err %v, want one wrapping cuda.ErrLaunchConfig", huge.Threads(), err)
 	}
 	big := cuda.Linear(1<<21, 256)
 	c := cuda.Command{Kind: cuda.KindLaunch, Kernel: kernels.Inc, Config: big, Args: []cuda.Arg{cuda.BufferArg(b.Whole()), cuda.I32Arg(8)}}
 	if err := s.Enqueue(c); !errors.Is(err, cuda.ErrLaunchConfig) {
-		t.Fatalf("a launch over the configured limit: %v", err)
+		t.Fatalf("Enqueue of a launch of %d threads, over the configured limit %d: got err %v, want one wrapping cuda.ErrLaunchConfig", big.Threads(), 1<<20, err)
 	}
 }

@@ -21,7 +21,7 @@ func newRig(t testing.TB, cfg sim.Config) rig {
 	t.Helper()
 	d, err := sim.New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return rig{t, d}
@@ -35,7 +35,7 @@ func (r rig) stream() cuda.Stream {
 	r.t.Helper()
 	s, err := r.dev.NewStream()
 	if err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("NewStream: got err %v, want nil", err)
 	}
 	return s
 }
@@ -44,11 +44,11 @@ func (r rig) counter(s cuda.Stream, n int) cuda.Buffer {
 	r.t.Helper()
 	b, err := r.dev.Alloc(cuda.BufferSpec{Size: uint64(4 * n), Elem: cuda.I32})
 	if err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("Alloc of a %d-element counter: got err %v, want nil", n, err)
 	}
 	z, _ := cuda.Zero(b.Whole())
 	if err := s.Enqueue(z); err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("Enqueue(zero counter): got err %v, want nil", err)
 	}
 	return b
 }
@@ -58,7 +58,7 @@ func (r rig) inc(b cuda.Buffer) cuda.Command {
 	n := int32(b.Size / 4)
 	c, err := cuda.Launch(r.dev.Registry().MustSpec(kernels.Inc), cuda.Linear(uint32(n), 256), cuda.BufferArg(b.Whole()), cuda.I32Arg(n))
 	if err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("cuda.Launch(inc): got err %v, want nil", err)
 	}
 	return c
 }
@@ -66,7 +66,7 @@ func (r rig) inc(b cuda.Buffer) cuda.Command {
 func (r rig) enqueue(s cuda.Stream, c cuda.Command) {
 	r.t.Helper()
 	if err := s.Enqueue(c); err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("Enqueue(%v): got err %v, want nil", c, err)
 	}
 }
 
@@ -74,7 +74,7 @@ func (r rig) record(s cuda.Stream) cuda.Event {
 	r.t.Helper()
 	e, err := s.Record()
 	if err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("Record: got err %v, want nil", err)
 	}
 	return e
 }
@@ -84,7 +84,7 @@ func (r rig) first(s cuda.Stream, b cuda.Buffer) int32 {
 	out := make([]byte, 4)
 	reg, _ := b.Region(0, 4)
 	if err := s.Readback(reg, out); err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("Readback of a counter: got err %v, want nil", err)
 	}
 	return int32(binary.LittleEndian.Uint32(out))
 }
@@ -93,18 +93,18 @@ func (r rig) first(s cuda.Stream, b cuda.Buffer) int32 {
 func (r rig) capture(s cuda.Stream, b cuda.Buffer, k int) cuda.Exec {
 	r.t.Helper()
 	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("BeginCapture: got err %v, want nil", err)
 	}
 	for range k {
 		r.enqueue(s, r.inc(b))
 	}
 	g, err := s.EndCapture()
 	if err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("EndCapture: got err %v, want nil", err)
 	}
 	x, err := g.Instantiate()
 	if err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("Instantiate: got err %v, want nil", err)
 	}
 	return x
 }
@@ -112,6 +112,6 @@ func (r rig) capture(s cuda.Stream, b cuda.Buffer, k int) cuda.Exec {
 func wantState(t testing.TB, what string, q cuda.FenceQuery, want cuda.FenceState) {
 	t.Helper()
 	if q.State != want {
-		t.Fatalf("%s: %v (%v), want %v", what, q.State, q.Err, want)
+		t.Fatalf("%s: got state %v (err %v), want %v", what, q.State, q.Err, want)
 	}
 }
