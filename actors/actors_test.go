@@ -36,7 +36,7 @@ func newDevice(t testing.TB, cfg sim.Config, counters int) *device {
 	t.Helper()
 	d, err := sim.New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	unbind, _ := d.BindThread()
@@ -63,13 +63,13 @@ func start(t testing.TB, cfg actors.Config) *actors.Scheduler {
 	t.Helper()
 	s, err := actors.Start(context.Background(), cfg)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("actors.Start: got err %v, want nil", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
+			t.Errorf("Stop: got err %v, want nil", err)
 		}
 	})
 	return s
@@ -85,7 +85,7 @@ func TestReceiveRunsOnOneThreadPerLane(t *testing.T) {
 			defer wg.Done()
 			for range 50 {
 				if _, err := s.Submit(context.Background(), string(rune('a'+g)), dev.batch(g, 3)); err != nil {
-					t.Error(err)
+					t.Errorf("Submit(tenant %c): got err %v, want nil", 'a'+g, err)
 					return
 				}
 			}
@@ -95,10 +95,10 @@ func TestReceiveRunsOnOneThreadPerLane(t *testing.T) {
 	seen := map[int]bool{}
 	for _, l := range s.Lanes() {
 		if len(l.Threads) != 1 {
-			t.Fatalf("lane %d ran Receive on threads %v", l.ID, l.Threads)
+			t.Fatalf("lane %d: got Receive on threads %v, want exactly one thread", l.ID, l.Threads)
 		}
 		if seen[l.Threads[0]] {
-			t.Fatalf("two lanes share thread %d", l.Threads[0])
+			t.Fatalf("lane %d: got thread %d, which another lane runs on; want a thread of its own", l.ID, l.Threads[0])
 		}
 		seen[l.Threads[0]] = true
 	}
@@ -117,16 +117,20 @@ func TestFailedLaneRecoversAndTenantsMove(t *testing.T) {
 		// Tenant "a" lands on lane 0 (least loaded, first), whose device fails it.
 		_, err := s.Submit(ctx, "a", bad.batch(0, 2))
 		var le *lanes.Error
-		if !errors.As(err, &le) || le.NotSubmitted || le.Blame != cuda.BlameStream || !errors.Is(err, cuda.ErrLaunchResources) {
-			t.Fatalf("first submission: %v", err)
+		if !errors.As(err, &le) {
+			t.Fatalf("first submission: got err %v, want a *lanes.Error", err)
+		}
+		if le.NotSubmitted || le.Blame != cuda.BlameStream || !errors.Is(err, cuda.ErrLaunchResources) {
+			t.Fatalf("first submission: got NotSubmitted=%v, blame %v, wraps cuda.ErrLaunchResources=%v (err %v); want submitted, blamed on the stream, wrapping cuda.ErrLaunchResources",
+				le.NotSubmitted, le.Blame, errors.Is(err, cuda.ErrLaunchResources), err)
 		}
 		for range 5 {
 			r, err := s.Submit(ctx, "a", good.batch(0, 1))
 			if err != nil || r.Outcome != lanes.OutcomeSucceeded || r.Tenant != "a" || r.Lane != 1 {
-				t.Fatalf("tenant a after its lane failed: %+v %v", r, err)
+				t.Fatalf("tenant a after its lane failed: got receipt %+v, err %v; want succeeded, tenant a, lane 1, no error", r, err)
 			}
 			if _, err := s.Submit(ctx, "b", good.batch(1, 1)); err != nil {
-				t.Fatalf("tenant b: %v", err)
+				t.Fatalf("tenant b: got err %v, want nil", err)
 			}
 		}
 		if disabled {
@@ -135,10 +139,10 @@ func TestFailedLaneRecoversAndTenantsMove(t *testing.T) {
 		}
 		waitHealth(t, s, 0, actors.HealthHealthy)
 		if st := s.Lanes()[0]; st.Recoveries != 1 || st.Cause == nil {
-			t.Fatalf("lane 0 after recovering: %+v", st)
+			t.Fatalf("lane 0 after recovering: got %d recoveries, cause %v; want 1 recovery and the failure kept as its cause (status %+v)", st.Recoveries, st.Cause, st)
 		}
 		if r, err := s.Submit(ctx, "c", bad.batch(0, 1)); err != nil || r.Outcome != lanes.OutcomeSucceeded || r.Lane != 0 {
-			t.Fatalf("after the rebuild: %+v %v", r, err)
+			t.Fatalf("tenant c after the rebuild: got receipt %+v, err %v; want succeeded on lane 0, no error", r, err)
 		}
 	}
 }
@@ -160,22 +164,22 @@ func TestStickyFaultQuarantinesTheDevice(t *testing.T) {
 				// lane that has not noticed yet, and rerouted.
 				var le *lanes.Error
 				if !errors.As(err, &le) {
-					t.Fatalf("submission %d: %v", i, err)
+					t.Fatalf("submission %d: got err %v (outcome %v); want actors.ErrIndeterminate with an indeterminate outcome, or another *lanes.Error", i, err, r.Outcome)
 				}
 			}
 			indeterminate++
 		}
 	}
 	if indeterminate == 0 {
-		t.Fatal("the sticky fault ended nothing indeterminate")
+		t.Fatal("after the sticky fault: got no submission ended in error, want at least one indeterminate")
 	}
 	waitHealth(t, s, 0, actors.HealthQuarantined)
 	waitHealth(t, s, 1, actors.HealthQuarantined)
 	if _, err := s.Submit(ctx, "t", other.batch(0, 1)); err != nil {
-		t.Fatalf("the other device must keep serving: %v", err)
+		t.Fatalf("the other device: got err %v, want nil (it keeps serving)", err)
 	}
 	if st := s.Lanes(); st[2].Health != actors.HealthHealthy && st[3].Health != actors.HealthHealthy {
-		t.Fatalf("lanes %+v", st)
+		t.Fatalf("the other device's lanes 2 and 3: got %v and %v, want at least one %v (lanes %+v)", st[2].Health, st[3].Health, actors.HealthHealthy, st)
 	}
 }
 
@@ -183,19 +187,19 @@ func TestOverloadIsRetryableAndLosesNothing(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockVirtual}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxInFlightPerTenant: 3, CacheCapacity: -1, PollMax: 200 * time.Microsecond})
 	var ps []*actors.Pending
-	for range 3 {
+	for i := range 3 {
 		p, err := s.SubmitAsync(context.Background(), "t", dev.batch(0, 1))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("submission %d of 3: got err %v, want nil", i, err)
 		}
 		ps = append(ps, p)
 	}
 	if _, err := s.SubmitAsync(context.Background(), "t", dev.batch(0, 1)); !errors.Is(err, actors.ErrOverloaded) {
-		t.Fatalf("fourth submission: %v", err)
+		t.Fatalf("fourth submission: got err %v, want actors.ErrOverloaded", err)
 	}
 	other, err := s.SubmitAsync(context.Background(), "other", dev.batch(0, 1))
 	if err != nil {
-		t.Fatalf("another tenant is not limited by t's bound: %v", err)
+		t.Fatalf("another tenant: got err %v, want nil (t's bound does not limit it)", err)
 	}
 	ps = append(ps, other)
 	waitSubmitted(t, s, 4) // the virtual clock must move after the lane enqueued them
@@ -203,17 +207,17 @@ func TestOverloadIsRetryableAndLosesNothing(t *testing.T) {
 	for i, p := range ps {
 		r, err := p.Result()
 		if err != nil || r.Outcome != lanes.OutcomeSucceeded {
-			t.Fatalf("submission %d: %v", i, err)
+			t.Fatalf("submission %d: got outcome %v, err %v; want succeeded, no error", i, r.Outcome, err)
 		}
 	}
 	p, err := s.SubmitAsync(context.Background(), "t", dev.batch(0, 1))
 	if err != nil {
-		t.Fatalf("after the backlog drained: %v", err)
+		t.Fatalf("after the backlog drained: got err %v, want nil", err)
 	}
 	waitSubmitted(t, s, 5)
 	dev.Clock().Advance(time.Second)
 	if _, err := p.Result(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("the submission after the backlog: got err %v, want nil", err)
 	}
 }
 
@@ -222,7 +226,7 @@ func waitSubmitted(t *testing.T, s *actors.Scheduler, n uint64) {
 	deadline := time.Now().Add(5 * time.Second)
 	for s.Lanes()[0].Counters.Submissions < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("the lane took %d submissions, want %d", s.Lanes()[0].Counters.Submissions, n)
+			t.Fatalf("lane 0 after 5s: got %d submissions taken, want %d", s.Lanes()[0].Counters.Submissions, n)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
@@ -231,21 +235,58 @@ func waitSubmitted(t *testing.T, s *actors.Scheduler, n uint64) {
 func TestCanceledSubmitKeepsItsAccounting(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockVirtual}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: -1, PollMax: 200 * time.Microsecond})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, err := s.Submit(ctx, "t", dev.batch(0, 1)); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("submit past its deadline: %v", err)
+	// The deadline passes once the lane has taken the batch onto its
+	// stream (waitSubmitted: the lane counts a submission only after it
+	// checked the batch's context and enqueued it). A lane that had not
+	// taken it yet would end it at once, not submitted, and the accounting
+	// checked here would be gone; taken, it cannot end before the virtual
+	// clock moves.
+	ctx := newDeadline()
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := s.Submit(ctx, "t", dev.batch(0, 1))
+		submitted <- err
+	}()
+	waitSubmitted(t, s, 1)
+	ctx.pass()
+	if err := <-submitted; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Submit past its deadline: got err %v, want one wrapping context.DeadlineExceeded", err)
 	}
-	if s.Lanes()[0].InFlight != 1 {
-		t.Fatal("the canceled submission is no longer accounted")
+	if n := s.Lanes()[0].InFlight; n != 1 {
+		t.Fatalf("lane 0 after the caller's deadline: got %d in flight, want 1 (the detached submission is still accounted)", n)
 	}
 	dev.Clock().Advance(time.Second)
 	deadline := time.Now().Add(5 * time.Second)
 	for s.Lanes()[0].InFlight != 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the canceled submission never ended")
+			t.Fatalf("lane 0 5s after the clock moved: got %d in flight, want 0 (the detached submission ended)", s.Lanes()[0].InFlight)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// deadlineCtx is a context whose deadline passes when the test says so
+// (pass) rather than after a wall-clock duration; from then on it is done
+// and its Err is context.DeadlineExceeded, as an expired deadline's is.
+type deadlineCtx struct {
+	context.Context // Background: no values, no deadline of its own
+	done            chan struct{}
+}
+
+func newDeadline() *deadlineCtx {
+	return &deadlineCtx{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *deadlineCtx) pass() { close(c.done) }
+
+func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
+
+func (c *deadlineCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
 
@@ -253,7 +294,7 @@ func TestStopUnderLoadEndsEverySubmissionOnce(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 8)
 	s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 4})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("actors.Start: got err %v, want nil", err)
 	}
 	var accepted, ended, refused atomic.Int64
 	var wg sync.WaitGroup
@@ -288,7 +329,7 @@ func TestStopUnderLoadEndsEverySubmissionOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Stop(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Stop under load: got err %v, want nil", err)
 	}
 	close(stop)
 	wg.Wait()
@@ -296,8 +337,11 @@ func TestStopUnderLoadEndsEverySubmissionOnce(t *testing.T) {
 	for ended.Load() != accepted.Load() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if accepted.Load() == 0 || ended.Load() != accepted.Load() {
-		t.Fatalf("accepted %d, ended %d", accepted.Load(), ended.Load())
+	if accepted.Load() == 0 {
+		t.Fatalf("got 0 submissions accepted before Stop (%d refused), want some", refused.Load())
+	}
+	if ended.Load() != accepted.Load() {
+		t.Fatalf("got %d of %d accepted submissions ended within 5s of Stop, want every one, once", ended.Load(), accepted.Load())
 	}
 	t.Logf("accepted %d, ended %d, refused %d", accepted.Load(), ended.Load(), refused.Load())
 }
@@ -306,26 +350,26 @@ func TestAdministration(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
 	ctx := context.Background()
-	for range 3 {
+	for i := range 3 {
 		if _, err := s.Submit(ctx, "t", dev.batch(0, 4)); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Submit %d: got err %v, want nil", i, err)
 		}
 	}
 	p, err := s.Seal(ctx, 0)
 	if err != nil || p.State != cache.PrepSealed || p.Resident != 1 {
-		t.Fatalf("seal: %+v %v", p, err)
+		t.Fatalf("Seal(lane 0): got %+v, err %v; want sealed with 1 resident executable, no error", p, err)
 	}
 	if c := s.Lanes()[0].Counters; c.Hits < 2 || c.Captured != 1 {
-		t.Fatalf("counters %+v", c)
+		t.Fatalf("lane 0 counters: got %d hits, %d captured; want at least 2 hits, 1 captured (%+v)", c.Hits, c.Captured, c)
 	}
 	if _, err := s.Catalog(ctx, 0); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Catalog(lane 0): got err %v, want nil", err)
 	}
 	if tr, err := s.Trim(ctx, 0); err != nil || tr.Executables != 1 {
-		t.Fatalf("trim %+v %v", tr, err)
+		t.Fatalf("Trim(lane 0): got %+v, err %v; want 1 executable released, no error", tr, err)
 	}
 	if _, err := s.Seal(ctx, 9); !errors.Is(err, actors.ErrUnknownLane) {
-		t.Fatalf("unknown lane: %v", err)
+		t.Fatalf("Seal(lane 9): got err %v, want actors.ErrUnknownLane", err)
 	}
 }
 
@@ -334,7 +378,7 @@ func waitHealth(t *testing.T, s *actors.Scheduler, lane int, want actors.Health)
 	deadline := time.Now().Add(5 * time.Second)
 	for s.Lanes()[lane].Health != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("lane %d is %v, want %v", lane, s.Lanes()[lane].Health, want)
+			t.Fatalf("lane %d after 5s: got %v, want %v", lane, s.Lanes()[lane].Health, want)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -372,11 +416,11 @@ func TestPanicInLaneActorQuarantines(t *testing.T) {
 	s := start(t, actors.Config{Devices: []cuda.Device{panicDevice{bad}, good}, CacheCapacity: -1})
 	_, err := s.Submit(context.Background(), "a", bad.batch(0, 1))
 	if !errors.Is(err, actors.ErrIndeterminate) {
-		t.Fatalf("submission on a panicking lane: %v", err)
+		t.Fatalf("submission on a panicking lane: got err %v, want actors.ErrIndeterminate", err)
 	}
 	waitHealth(t, s, 0, actors.HealthQuarantined)
 	if _, err := s.Submit(context.Background(), "a", good.batch(0, 1)); err != nil {
-		t.Fatalf("the tenant must move to the healthy lane: %v", err)
+		t.Fatalf("the tenant, moved to the healthy lane: got err %v, want nil", err)
 	}
 }
 
@@ -391,10 +435,10 @@ func prepareStagedInc(t *testing.T, s *actors.Scheduler, dev *device) *lanes.Sta
 	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
 		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lanes.NewStaged: got err %v, want nil", err)
 	}
 	if err := s.PrepareStaged(context.Background(), "t", 0, st); err != nil {
-		t.Fatal(err)
+		t.Fatalf("PrepareStaged(lane 0): got err %v, want nil", err)
 	}
 	return st
 }
@@ -405,11 +449,14 @@ func TestStagedReplayThroughTheScheduler(t *testing.T) {
 	st := prepareStagedInc(t, s, dev)
 	ctx := context.Background()
 	res, err := s.Replay(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, true)
-	if err != nil || res.Outputs[0][0] != 8 {
-		t.Fatalf("replay: %+v %v", res, err)
+	if err != nil {
+		t.Fatalf("Replay: got err %v, want nil", err)
+	}
+	if got := res.Outputs[0][0]; got != 8 {
+		t.Fatalf("Replay of input 7: got output %d, want 8 (the input incremented) (result %+v)", got, res)
 	}
 	if st := s.Lanes()[0].Staged; st.Uploads != 1 || st.GraphLaunches != 1 || st.Readbacks != 1 {
-		t.Fatalf("staged counters %+v", st)
+		t.Fatalf("lane 0 staged counters: got %d uploads, %d graph launches, %d readbacks; want 1 of each (%+v)", st.Uploads, st.GraphLaunches, st.Readbacks, st)
 	}
 }
 
@@ -428,7 +475,7 @@ func TestSpinningLanesEndEverySubmission(t *testing.T) {
 			batch := dev.batch(c, 3)
 			for range 50 {
 				if _, err := s.Submit(context.Background(), fmt.Sprintf("t%d", c), batch); err != nil {
-					t.Error(err)
+					t.Errorf("Submit(tenant t%d): got err %v, want nil", c, err)
 					return
 				}
 				ended.Add(1)
@@ -437,11 +484,11 @@ func TestSpinningLanesEndEverySubmission(t *testing.T) {
 	}
 	wg.Wait()
 	if n := ended.Load(); n != 200 {
-		t.Fatalf("%d submissions ended, want 200", n)
+		t.Fatalf("got %d submissions ended, want 200", n)
 	}
 	for c := range 4 {
 		if got := dev.count(t, c); got != 150 {
-			t.Fatalf("counter %d is %d after 50 batches of 3 increments, want 150", c, got)
+			t.Fatalf("counter %d after 50 batches of 3 increments: got %d, want 150", c, got)
 		}
 	}
 }
@@ -451,16 +498,16 @@ func (d *device) count(t *testing.T, i int) int32 {
 	t.Helper()
 	unbind, err := d.BindThread()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("BindThread: got err %v, want nil", err)
 	}
 	defer unbind()
 	st, err := d.NewStream()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("NewStream: got err %v, want nil", err)
 	}
 	defer st.Destroy()
 	if err := d.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("device Synchronize: got err %v, want nil", err)
 	}
 	return cachetest.ReadCounter(t, st, d.bufs[i])
 }

@@ -24,7 +24,7 @@ func BenchmarkScheduler(b *testing.B) {
 			dev := newDevice(b, sim.Config{Clock: sim.ClockZeroCost}, clients)
 			s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: nl})
 			if err != nil {
-				b.Fatal(err)
+				b.Fatalf("actors.Start: got err %v, want nil", err)
 			}
 			defer s.Stop(context.Background())
 			per := max(b.N/clients, 1)
@@ -41,7 +41,7 @@ func BenchmarkScheduler(b *testing.B) {
 					for range per {
 						t0 := time.Now()
 						if _, err := s.Submit(context.Background(), tenant, batch); err != nil {
-							b.Error(err)
+							b.Errorf("Submit(%s): got err %v, want nil", tenant, err)
 							return
 						}
 						lat[c] = append(lat[c], time.Since(t0))

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,11 +14,11 @@ func newTestDispatcher(t *testing.T, spin time.Duration) (*threadDispatcher, *at
 	t.Helper()
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	d, err := newThreadDispatcher(dev, 8, spin)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("newThreadDispatcher: got err %v, want nil", err)
 	}
 	var polls atomic.Int64
 	d.poll = func() { polls.Add(1) }
@@ -40,7 +42,48 @@ func waitPolls(t *testing.T, polls *atomic.Int64, want int64) {
 	deadline := time.Now().Add(5 * time.Second)
 	for polls.Load() < want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d polls fired, want %d", polls.Load(), want)
+			t.Fatalf("after 5s: got %d polls fired, want %d", polls.Load(), want)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// advance moves the dispatcher's clock forward by dt: its poll times count
+// from its epoch, which only its own goroutine reads, so moving the epoch
+// back there is a virtual clock. A poll due within dt is due at once.
+func advance(d *threadDispatcher, dt time.Duration) {
+	on(d, func() { d.epoch = d.epoch.Add(-dt) })
+}
+
+// goroutineID is the id of the goroutine that calls it, from its stack's
+// header ("goroutine 18 [running, locked to thread]:").
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return strings.Fields(string(buf))[1]
+}
+
+// waitParked waits until the dispatcher's goroutine, gid, is blocked in its
+// loop's select. Its loop parks nowhere else (it takes work and looks at
+// the poll without blocking, and spins without blocking), and it parks only
+// after it has looked at the poll since the last work it ran, firing it if
+// due: so once it is parked, whatever that look was to fire has fired.
+// (A message through the dispatcher proves nothing of the kind: the loop
+// takes queued work before it looks at the poll.)
+func waitParked(t *testing.T, gid string) {
+	t.Helper()
+	header := "goroutine " + gid + " [select"
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.Stack(buf, true)
+		for g := range strings.SplitSeq(string(buf[:n]), "\n\n") {
+			if strings.HasPrefix(g, header) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatcher goroutine %s after 5s: got it still busy, want it parked in its select", gid)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
@@ -48,16 +91,21 @@ func waitPolls(t *testing.T, polls *atomic.Int64, want int64) {
 
 // TestDispatcherPolls: a requested poll fires once, whether the dispatcher
 // spins for it or parks on its timer; a cancelled one never fires; work
-// queued while spinning runs at once.
+// queued while spinning runs at once. "Never" is checked on the
+// dispatcher's own clock moved past the time in question (advance), once
+// the dispatcher has looked at its poll and parked (waitParked).
 func TestDispatcherPolls(t *testing.T) {
 	for _, spin := range []time.Duration{0, 50 * time.Millisecond} {
 		t.Run(map[bool]string{true: "parked", false: "spinning"}[spin == 0], func(t *testing.T) {
 			d, polls := newTestDispatcher(t, spin)
+			var gid string
+			on(d, func() { gid = goroutineID() })
 			on(d, func() { d.requestPoll(2 * time.Millisecond) })
 			waitPolls(t, polls, 1)
-			time.Sleep(5 * time.Millisecond)
+			advance(d, 5*time.Millisecond)
+			waitParked(t, gid)
 			if n := polls.Load(); n != 1 {
-				t.Fatalf("%d polls for one request", n)
+				t.Fatalf("5ms after the poll fired: got %d polls for one request, want 1", n)
 			}
 
 			// A sooner request wins over a later one.
@@ -72,7 +120,7 @@ func TestDispatcherPolls(t *testing.T) {
 			start := time.Now()
 			on(d, func() {})
 			if waited := time.Since(start); waited > 20*time.Millisecond {
-				t.Fatalf("work waited %v behind a pending poll", waited)
+				t.Fatalf("work behind a poll due in 30ms: got it run after %v, want within 20ms", waited)
 			}
 			waitPolls(t, polls, 3)
 
@@ -80,9 +128,10 @@ func TestDispatcherPolls(t *testing.T) {
 				d.requestPoll(time.Millisecond)
 				d.cancelPoll()
 			})
-			time.Sleep(10 * time.Millisecond)
+			advance(d, 10*time.Millisecond)
+			waitParked(t, gid)
 			if n := polls.Load(); n != 3 {
-				t.Fatalf("a cancelled poll fired: %d polls, want 3", n)
+				t.Fatalf("10ms after a poll due in 1ms was cancelled: got %d polls, want 3 (the cancelled one never fires)", n)
 			}
 		})
 	}

@@ -35,7 +35,7 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 		p, err := s.SubmitAsync(ctx, "flood", dev.batch(0, 16))
 		if err != nil {
 			if !errors.Is(err, actors.ErrOverloaded) || !cuda.Classify(err).NotSubmitted {
-				t.Fatalf("flood refused with %v", err)
+				t.Fatalf("the flood's refusal: got err %v (not submitted %v), want actors.ErrOverloaded, not submitted", err, cuda.Classify(err).NotSubmitted)
 			}
 			break
 		}
@@ -43,7 +43,7 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 		flooded++
 	}
 	if flooded != limit {
-		t.Fatalf("the flood got %d admissions on a lane of %d", flooded, limit)
+		t.Fatalf("the flood: got %d admissions, want %d (the lane's limit)", flooded, limit)
 	}
 	light := 0
 	for i := 1; i <= 4; i++ {
@@ -52,7 +52,7 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 			p, err := s.SubmitAsync(ctx, name, dev.batch(i, 16))
 			if err != nil {
 				if j == 0 {
-					t.Fatalf("%s, with nothing in flight, was refused while another tenant floods: %v", name, err)
+					t.Fatalf("%s, with nothing in flight, beside a flood: got err %v, want admitted", name, err)
 				}
 				break
 			}
@@ -61,20 +61,20 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 		}
 	}
 	if n := flooded + light; n > 3*limit {
-		t.Fatalf("%d admitted on a lane of %d", n, limit)
+		t.Fatalf("got %d admitted on a lane of %d, want at most %d (three times its limit)", n, limit, 3*limit)
 	}
 	if _, err := s.SubmitAsync(ctx, "flood", dev.batch(0, 16)); !errors.Is(err, actors.ErrOverloaded) {
-		t.Fatalf("the flood, over its share, was admitted again: %v", err)
+		t.Fatalf("the flood, over its share: got err %v, want actors.ErrOverloaded", err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for _, p := range pending {
+	for i, p := range pending {
 		for {
 			dev.Clock().Advance(time.Millisecond)
 			select {
 			case <-p.Done():
 			case <-time.After(time.Millisecond):
 				if time.Now().After(deadline) {
-					t.Fatal("submissions did not end")
+					t.Fatalf("submission %d of %d after 20s of advancing the clock: got not ended, want ended", i, len(pending))
 				}
 				continue
 			}
@@ -86,10 +86,10 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 		tenant string
 	}
 	var all []ended
-	for _, p := range pending {
+	for i, p := range pending {
 		r, err := p.Result()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("submission %d: got err %v, want nil", i, err)
 		}
 		all = append(all, ended{r.Fence, r.Tenant})
 	}
@@ -104,7 +104,7 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 		// Behind the stream's depth and at most one batch of each other
 		// tenant in the round.
 		if at := first[fmt.Sprintf("light%d", i)]; at > depth+4 {
-			t.Errorf("light%d's first batch ran %d-th, behind the flood (order %v)", i, at, all)
+			t.Errorf("light%d's first batch: got position %d in the stream's order, want at most %d, not behind the flood (order %v)", i, at, depth+4, all)
 		}
 	}
 	t.Logf("flood %d admitted, light tenants %d beside it; stream order %v", flooded, light, all)
@@ -118,23 +118,31 @@ func TestBatchBounds(t *testing.T) {
 	ctx := context.Background()
 	_, err := s.Submit(ctx, "t", dev.batch(0, 20))
 	var big *actors.BatchTooLargeError
-	if !errors.As(err, &big) || !errors.Is(err, actors.ErrBatchTooLarge) || !cuda.Classify(err).NotSubmitted || cuda.Classify(err).Blame != cuda.BlameCaller {
-		t.Fatalf("20 entries against 8: %v", err)
+	if !errors.As(err, &big) {
+		t.Fatalf("20 entries against 8: got err %v, want a *actors.BatchTooLargeError", err)
+	}
+	if c := cuda.Classify(err); !errors.Is(err, actors.ErrBatchTooLarge) || !c.NotSubmitted || c.Blame != cuda.BlameCaller {
+		t.Fatalf("20 entries against 8: got err %v (wraps ErrBatchTooLarge %v, not submitted %v, blame %v), want actors.ErrBatchTooLarge, not submitted, the caller's blame",
+			err, errors.Is(err, actors.ErrBatchTooLarge), c.NotSubmitted, c.Blame)
 	}
 	if big.Entries != 20 || big.MaxEntries != 8 || big.Pieces() != 3 {
-		t.Fatalf("%+v, pieces %d", big, big.Pieces())
+		t.Fatalf("20 entries against 8: got Entries %d, MaxEntries %d, Pieces %d; want 20, 8, 3 (%+v)", big.Entries, big.MaxEntries, big.Pieces(), big)
 	}
 	up, err := cuda.Upload(dev.bufs[0].Whole(), make([]byte, dev.bufs[0].Size))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Upload: got err %v, want nil", err)
 	}
 	b := dev.batch(0, 1)
 	b.Entries[0].Command, b.Entries[0].Replay = up, nil
-	if _, err := s.Submit(ctx, "t", b); !errors.As(err, &big) || big.Bytes != int64(dev.bufs[0].Size) {
-		t.Fatalf("%d upload bytes against 32: %v", dev.bufs[0].Size, err)
+	_, err = s.Submit(ctx, "t", b)
+	if !errors.As(err, &big) {
+		t.Fatalf("%d upload bytes against 32: got err %v, want a *actors.BatchTooLargeError", dev.bufs[0].Size, err)
+	}
+	if big.Bytes != int64(dev.bufs[0].Size) {
+		t.Fatalf("%d upload bytes against 32: got Bytes %d, want %d", dev.bufs[0].Size, big.Bytes, dev.bufs[0].Size)
 	}
 	if _, err := s.Submit(ctx, "t", dev.batch(0, 8)); err != nil {
-		t.Fatalf("a batch at the bound: %v", err)
+		t.Fatalf("a batch at the bound: got err %v, want nil", err)
 	}
 }
 
@@ -150,18 +158,30 @@ func TestEverythingCountsAgainstTheBounds(t *testing.T) {
 	for range 8 {
 		b.Patches = append(b.Patches, lanes.Patch{Dst: dev.bufs[1].Whole(), Bytes: make([]byte, 4)})
 	}
-	if _, err := s.SubmitAsync(ctx, "t", b); !errors.As(err, &big) || big.Entries != 9 {
-		t.Fatalf("1 entry and 8 patches against 8: %v", err)
+	_, err := s.SubmitAsync(ctx, "t", b)
+	if !errors.As(err, &big) {
+		t.Fatalf("1 entry and 8 patches against 8: got err %v, want a *actors.BatchTooLargeError", err)
+	}
+	if big.Entries != 9 {
+		t.Fatalf("1 entry and 8 patches against 8: got Entries %d, want 9", big.Entries)
 	}
 	b.Patches = []lanes.Patch{{Dst: dev.bufs[1].Whole(), Bytes: make([]byte, 64)}}
-	if _, err := s.SubmitAsync(ctx, "t", b); !errors.As(err, &big) || big.Largest != 64 || !strings.Contains(err.Error(), "split that upload") {
-		t.Fatalf("a 64-byte patch against 32: %v", err)
+	_, err = s.SubmitAsync(ctx, "t", b)
+	if !errors.As(err, &big) {
+		t.Fatalf("a 64-byte patch against 32: got err %v, want a *actors.BatchTooLargeError", err)
+	}
+	if big.Largest != 64 || !strings.Contains(err.Error(), "split that upload") {
+		t.Fatalf("a 64-byte patch against 32: got Largest %d, message %q; want 64 and a message saying to split that upload", big.Largest, err)
 	}
 	inv := dev.batch(0, 1)
 	inv.Entries[0] = lanes.Entry{Phase: cache.PhaseCompute, Node: 0, Invoke: &programs.Invocation{
 		Program: programs.ID{Runtime: "lanes/sim", Name: "p"}, Segment: programs.Segment{Start: 0, End: 9, Commands: 9}}}
-	if _, err := s.SubmitAsync(ctx, "t", inv); !errors.As(err, &big) || big.Entries != 9 {
-		t.Fatalf("an invocation of a 9-command segment against 8: %v", err)
+	_, err = s.SubmitAsync(ctx, "t", inv)
+	if !errors.As(err, &big) {
+		t.Fatalf("an invocation of a 9-command segment against 8: got err %v, want a *actors.BatchTooLargeError", err)
+	}
+	if big.Entries != 9 {
+		t.Fatalf("an invocation of a 9-command segment against 8: got Entries %d, want 9", big.Entries)
 	}
 }
 
@@ -177,8 +197,12 @@ func TestStagedReplayBounds(t *testing.T) {
 	var big *actors.BatchTooLargeError
 	// Its slots move 16 bytes in and, collected, 16 out: whatever the
 	// caller passes, that is what a replay costs.
-	if _, err := s.Replay(ctx, "t", 0, st, [][]byte{{1}}, true); !errors.As(err, &big) || big.Bytes != 32 || !big.Staged || !cuda.Classify(err).NotSubmitted {
-		t.Fatalf("32 bytes moved against 24: %v", err)
+	_, err := s.Replay(ctx, "t", 0, st, [][]byte{{1}}, true)
+	if !errors.As(err, &big) {
+		t.Fatalf("a replay moving 32 bytes against 24: got err %v, want a *actors.BatchTooLargeError", err)
+	}
+	if big.Bytes != 32 || !big.Staged || !cuda.Classify(err).NotSubmitted {
+		t.Fatalf("a replay moving 32 bytes against 24: got Bytes %d, Staged %v, not submitted %v; want 32, staged, not submitted", big.Bytes, big.Staged, cuda.Classify(err).NotSubmitted)
 	}
 	var wg sync.WaitGroup
 	for range 8 {
@@ -186,20 +210,20 @@ func TestStagedReplayBounds(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if _, err := s.Replay(ctx, "t", 0, st, [][]byte{{1, 0, 0, 0}}, false); err != nil {
-				t.Error(err)
+				t.Errorf("Replay: got err %v, want nil", err)
 			}
 		}()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if _, err := s.Submit(ctx, "u", dev.zeroBatch(a)); err != nil {
-				t.Error(err)
+				t.Errorf("Submit(tenant u): got err %v, want nil", err)
 			}
 		}()
 	}
 	wg.Wait()
 	if l := s.Lanes()[0]; l.InFlight != 0 || l.Queued != 0 {
-		t.Fatalf("after every replay ended the lane counts %d in flight, %d queued", l.InFlight, l.Queued)
+		t.Fatalf("lane 0 after every replay ended: got %d in flight, %d queued; want 0 and 0", l.InFlight, l.Queued)
 	}
 
 	// Callers that give up: a replay the lane had not taken never runs
@@ -224,7 +248,7 @@ func TestStagedReplayBounds(t *testing.T) {
 					// comes to them.
 					time.Sleep(50 * time.Microsecond)
 				default:
-					t.Error(err)
+					t.Errorf("Replay with a %v deadline: got err %v, want nil, a not-submitted context.DeadlineExceeded, or actors.ErrOverloaded", time.Duration(i%5)*20*time.Microsecond, err)
 				}
 			}
 		}()
@@ -236,8 +260,11 @@ func TestStagedReplayBounds(t *testing.T) {
 	}
 	after := s.Lanes()[0]
 	runs := after.Staged.Uploads + after.Staged.ResidentInputReplays - before.Uploads - before.ResidentInputReplays
-	if after.InFlight != 0 || int64(runs) != ran.Load() {
-		t.Fatalf("%d replays answered, %d given up; the lane ran %d and counts %d in flight", ran.Load(), gaveUp.Load(), runs, after.InFlight)
+	if after.InFlight != 0 {
+		t.Fatalf("lane 0 5s after every caller returned: got %d in flight, want 0 (every slot back)", after.InFlight)
+	}
+	if int64(runs) != ran.Load() {
+		t.Fatalf("got %d replays run by the lane, want the %d answered (%d given up never run)", runs, ran.Load(), gaveUp.Load())
 	}
 	t.Logf("%d replays ran, %d given up before the lane took them", ran.Load(), gaveUp.Load())
 }
@@ -248,15 +275,15 @@ func TestRefusedNamesLeaveNothing(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}})
 	if err := s.Own("owner", dev.bufs[0]); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Own(owner): got err %v, want nil", err)
 	}
 	for i := range 1000 {
 		if _, err := s.SubmitAsync(context.Background(), fmt.Sprintf("intruder-%d", i), dev.batch(0, 1)); !errors.Is(err, actors.ErrNotYours) {
-			t.Fatalf("another tenant's buffer: %v", err)
+			t.Fatalf("intruder-%d naming the owner's buffer: got err %v, want actors.ErrNotYours", i, err)
 		}
 	}
 	if n := s.Tenants(); n != 0 {
-		t.Fatalf("%d tenants kept for names only ever refused", n)
+		t.Fatalf("got %d tenants kept for names only ever refused, want 0", n)
 	}
 }
 
@@ -270,21 +297,25 @@ func TestProgramLimits(t *testing.T) {
 		b.Program = &programs.Capture{ID: programs.ID{Runtime: "lanes/sim", Name: fmt.Sprint("p", i)}, Nodes: 2}
 		_, err := s.Submit(context.Background(), "t", b)
 		if i < 2 && err != nil {
-			t.Fatalf("program %d: %v", i, err)
+			t.Fatalf("program p%d: got err %v, want nil", i, err)
 		}
 		if i == 2 && (!errors.Is(err, actors.ErrProgramLimit) || !cuda.Classify(err).NotSubmitted) {
-			t.Fatalf("a third program name beyond the limit of 2: %v", err)
+			t.Fatalf("a third program name beyond the limit of 2: got err %v (not submitted %v), want actors.ErrProgramLimit, not submitted", err, cuda.Classify(err).NotSubmitted)
 		}
 	}
 	// Forgetting the tenant releases its names, for anyone.
 	if err := s.Forget("t"); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Forget(t): got err %v, want nil", err)
 	}
 	for _, tenant := range []string{"u", "t"} {
 		b := dev.batch(0, 2)
 		b.Program = &programs.Capture{ID: programs.ID{Runtime: "lanes/sim", Name: "p0"}, Nodes: 2}
-		if _, err := s.Submit(context.Background(), tenant, b); err != nil && tenant == "u" {
-			t.Fatalf("a forgotten tenant's program name, registered by another: %v", err)
+		_, err := s.Submit(context.Background(), tenant, b)
+		if tenant == "u" && err != nil {
+			t.Fatalf("a forgotten tenant's program name, registered by tenant u: got err %v, want nil", err)
+		}
+		if tenant == "t" && !errors.Is(err, actors.ErrNotYours) {
+			t.Fatalf("tenant t again, naming p0 that u now holds: got err %v, want actors.ErrNotYours", err)
 		}
 	}
 }

@@ -27,10 +27,10 @@ func TestFairQueueTakesTurns(t *testing.T) {
 	q.push(request("light", 1, 1))
 	q.push(request("other", 1, 1))
 	if got, want := order(&q), []string{"flood", "light", "other", "flood", "flood", "flood"}; !slices.Equal(got, want) {
-		t.Fatalf("order %v, want %v", got, want)
+		t.Fatalf("got order %v, want %v", got, want)
 	}
 	if q.len() != 0 || len(q.queues) != 0 || len(q.ring) != 0 {
-		t.Fatalf("an empty queue keeps %d tenants", len(q.queues))
+		t.Fatalf("the emptied queue: got len %d, %d tenant queues, %d tenants in the ring; want 0, 0, 0", q.len(), len(q.queues), len(q.ring))
 	}
 }
 
@@ -41,7 +41,7 @@ func TestFairQueueWeighsTenantsAndEntries(t *testing.T) {
 		q.push(request("light", 4, 1)) // one per round
 	}
 	if got, want := order(&q), []string{"heavy", "heavy", "light", "heavy", "light", "light"}; !slices.Equal(got, want) {
-		t.Fatalf("weights: order %v, want %v", got, want)
+		t.Fatalf("weights: got order %v, want %v", got, want)
 	}
 	q.push(request("huge", 40, 1)) // ten rounds of credit
 	for range 12 {
@@ -49,7 +49,7 @@ func TestFairQueueWeighsTenantsAndEntries(t *testing.T) {
 	}
 	got := order(&q)
 	if at := slices.Index(got, "huge"); at != 9 {
-		t.Fatalf("the huge batch went at %d (after %d small ones); want after one round of credit each for nine rounds: %v", at, at, got)
+		t.Fatalf("the huge batch: got position %d (after %d small ones), want 9: after nine rounds of credit, one small batch each (order %v)", at, at, got)
 	}
 }
 
@@ -65,12 +65,12 @@ func TestFairQueueKeepsEachTenantsOrder(t *testing.T) {
 	for m := q.pop(); m != nil; m = q.pop() {
 		i := slices.Index(want, m)
 		if i < seen[m.owner()] {
-			t.Fatalf("tenant %s's batch %d ran after a later one", m.owner(), i)
+			t.Fatalf("tenant %s: got its batch %d after its batch %d, want its batches in the order pushed", m.owner(), i, seen[m.owner()])
 		}
 		seen[m.owner()] = i
 	}
 	q.push(request("a", 1, 1))
 	if d := q.drain(); len(d) != 1 || q.len() != 0 || q.pop() != nil {
-		t.Fatalf("drain took %d", len(d))
+		t.Fatalf("drain of one queued batch: got %d taken, len %d after; want 1 taken, len 0, nothing left to pop", len(d), q.len())
 	}
 }

@@ -3,6 +3,8 @@ package actors_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,7 +114,7 @@ func runCell(t *testing.T, c cell) {
 	}
 	s, err := actors.Start(context.Background(), cfg)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("actors.Start: got err %v, want nil", err)
 	}
 	ctx := context.Background()
 	batch := faulty.batch(0, 3)
@@ -126,14 +128,14 @@ func runCell(t *testing.T, c cell) {
 		setup := batch
 		setup.Program = &programs.Capture{ID: id, Nodes: 3}
 		if _, err := s.Submit(ctx, "t", setup); err != nil {
-			t.Fatal(err)
+			t.Fatalf("the program's capture: got err %v, want nil", err)
 		}
 		if _, err := s.Seal(ctx, 0); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Seal(lane 0): got err %v, want nil", err)
 		}
 		cat, err := s.Catalog(ctx, 0)
 		if err != nil || len(cat) != 1 || len(cat[0].Segments) != 1 {
-			t.Fatalf("catalog %v %v", cat, err)
+			t.Fatalf("Catalog(lane 0): got %v, err %v; want one program of one segment, no error", cat, err)
 		}
 		inv := programs.Invocation{Program: id, Segment: cat[0].Segments[0]}
 		batch = lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Invoke: &inv}}}
@@ -172,13 +174,23 @@ func runCell(t *testing.T, c cell) {
 	o := &outcome{codes: map[string]int{}, reasons: map[cache.Reason]int{}}
 	var wg sync.WaitGroup
 	for i := range 8 {
-		sctx := ctx
+		// cancel: every fourth submission's context is done before Submit
+		// (refused, never run); every other one's ends right after it was
+		// accepted (it runs, or ends not submitted if the lane had not
+		// taken it yet), and its caller stops waiting (it still ends).
+		sctx, submitCtx := ctx, ctx
+		cancelAfter := func() {}
 		if c.fault == "cancel" && i%2 == 0 {
 			cctx, cancel := context.WithCancel(ctx)
-			cancel()
-			sctx = cctx
+			sctx, submitCtx = cctx, cctx
+			if i%4 == 0 {
+				cancel()
+			} else {
+				cancelAfter = cancel
+			}
 		}
-		p, err := s.SubmitAsync(context.Background(), "t", batch)
+		p, err := s.SubmitAsync(submitCtx, "t", batch)
+		cancelAfter()
 		if err != nil {
 			o.mu.Lock()
 			o.refused++
@@ -212,23 +224,24 @@ func runCell(t *testing.T, c cell) {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.Stop(sctx); err != nil {
-		t.Fatalf("stop: %v", err)
+		t.Fatalf("Stop: got err %v, want nil", err)
 	}
 	wg.Wait()
 
 	if o.accepted != o.ended {
-		t.Fatalf("accepted %d, ended %d: not exactly once (%v)", o.accepted, o.ended, o.codes)
+		t.Fatalf("got %d of %d accepted submissions ended, want each ended exactly once (%v)", o.ended, o.accepted, o.codes)
 	}
 	if n := healthyErrs.Load(); n != 0 {
-		t.Fatalf("the healthy tenant saw %d errors", n)
+		t.Fatalf("the healthy tenant: got %d errors, want 0", n)
 	}
-	if got := faulty.Memory().InUse; got != baseline+callerBytes(c) {
-		t.Fatalf("device memory %d after stop, baseline %d", got, baseline)
+	if got, want := faulty.Memory().InUse, baseline+callerBytes(c); got != want {
+		t.Fatalf("the faulty device's memory after Stop: got %d bytes in use, want %d (its baseline %d and %d allocated on purpose)", got, want, baseline, callerBytes(c))
 	}
 	if isCallerFault(c.fault) {
 		for _, l := range health {
 			if l.Health != actors.HealthHealthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
-				t.Fatalf("%s on the %s path: the caller's error touched lane %d: %+v", c.fault, c.path, l.ID, l)
+				t.Fatalf("%s on the %s path, lane %d: got %v, %d recoveries, %d failures; want untouched by the caller's error: healthy, none, none (%+v)",
+					c.fault, c.path, l.ID, l.Health, l.Recoveries, l.Counters.Failures, l)
 			}
 		}
 	}
@@ -259,10 +272,10 @@ func callerError(t *testing.T, s *actors.Scheduler, d *panicky, c cell, b lanes.
 	case "freed":
 		freed, err := d.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("Alloc: got err %v, want nil", err)
 		}
 		if err := d.Free(freed); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Free: got err %v, want nil", err)
 		}
 		bad = freed
 	case "forged":
@@ -270,10 +283,10 @@ func callerError(t *testing.T, s *actors.Scheduler, d *panicky, c cell, b lanes.
 	case "not-yours", "retain-other":
 		other, err := d.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("Alloc: got err %v, want nil", err)
 		}
 		if err := s.Own("other", other); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Own(other): got err %v, want nil", err)
 		}
 		bad = other
 	}
@@ -286,7 +299,7 @@ func callerError(t *testing.T, s *actors.Scheduler, d *panicky, c cell, b lanes.
 	default:
 		z, err := cuda.Zero(bad.Whole())
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("cuda.Zero: got err %v, want nil", err)
 		}
 		b.Entries = append(b.Entries, lanes.Entry{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: z})
 	}
@@ -331,8 +344,12 @@ func checkOutcome(t *testing.T, c cell, o *outcome) {
 	case "overload":
 		allowed["refused:overloaded"] = true
 		signature = "refused:overloaded"
+	case "cancel":
+		allowed["refused:canceled"], allowed["canceled"] = true, true
+		signature = "refused:canceled"
 	case "stop":
-		allowed["refused:stopped"] = true
+		// Nothing is submitted after Stop: Stop drains the submissions in
+		// flight, which end as usual; none is refused.
 	case "freed", "forged":
 		allowed = map[string]bool{"batch_invalid": true}
 		signature = "batch_invalid"
@@ -347,13 +364,13 @@ func checkOutcome(t *testing.T, c cell, o *outcome) {
 	}
 	for code := range o.codes {
 		if !allowed[code] {
-			t.Fatalf("%s on the %s path ended with %q (%v)", c.fault, c.path, code, o.codes)
+			t.Fatalf("%s on the %s path: got an end %q, want one of %v (ends %v)", c.fault, c.path, code, slices.Sorted(maps.Keys(allowed)), o.codes)
 		}
 	}
 	if signature != "" && o.codes[signature] == 0 {
-		t.Fatalf("%s on the %s path never showed %s (%v)", c.fault, c.path, signature, o.codes)
+		t.Fatalf("%s on the %s path: got no %s among the ends %v, want at least one", c.fault, c.path, signature, o.codes)
 	}
 	if (c.fault == "capture" || c.fault == "oom") && c.path == pathReplayed && o.reasons[cache.ReasonCaptureRejected] == 0 {
-		t.Fatalf("%s on the replayed path: no eager fallback with capture_rejected (%v)", c.fault, o.reasons)
+		t.Fatalf("%s on the replayed path: got no eager fallback with capture_rejected (reasons %v), want at least one", c.fault, o.reasons)
 	}
 }

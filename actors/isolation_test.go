@@ -21,36 +21,39 @@ func TestTenantsCannotNameEachOthers(t *testing.T) {
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, StrictOwnership: true})
 	ctx := context.Background()
 	if err := s.Own("a", dev.bufs[0]); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Own(a, buffer 0): got err %v, want nil", err)
 	}
 	if err := s.Own("b", dev.bufs[1]); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Own(b, buffer 1): got err %v, want nil", err)
 	}
 	if err := s.Own("b", dev.bufs[0]); !errors.Is(err, actors.ErrNotYours) {
-		t.Fatalf("taking another tenant's buffer: %v", err)
+		t.Fatalf("Own(b, tenant a's buffer): got err %v, want actors.ErrNotYours", err)
 	}
 	if _, err := s.Submit(ctx, "a", dev.batch(0, 1)); err != nil {
-		t.Fatal(err)
+		t.Fatalf("tenant a naming its own buffer: got err %v, want nil", err)
 	}
 	_, err := s.Submit(ctx, "b", dev.batch(0, 1))
 	var le *lanes.Error
-	if !errors.Is(err, actors.ErrNotYours) || !errors.As(err, &le) || !le.NotSubmitted {
-		t.Fatalf("tenant b naming tenant a's buffer: %v", err)
+	if !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("tenant b naming tenant a's buffer: got err %v, want actors.ErrNotYours", err)
+	}
+	if !errors.As(err, &le) || !le.NotSubmitted {
+		t.Fatalf("tenant b naming tenant a's buffer: got err %v, want a *lanes.Error that says not submitted", err)
 	}
 	t.Log(err)
 	if _, err := s.Submit(ctx, "a", dev.batch(2, 1)); !errors.Is(err, actors.ErrNotYours) {
-		t.Fatalf("strict ownership and an unowned buffer: %v", err)
+		t.Fatalf("strict ownership and an unowned buffer: got err %v, want actors.ErrNotYours", err)
 	}
 	// Programs: registered by one tenant, invoked only by it.
 	prog := dev.batch(0, 2)
 	id := programs.ID{Runtime: "lanes/sim", Name: "a-step"}
 	prog.Program = &programs.Capture{ID: id, Nodes: 2}
 	if _, err := s.Submit(ctx, "a", prog); err != nil {
-		t.Fatal(err)
+		t.Fatalf("tenant a capturing program a-step: got err %v, want nil", err)
 	}
 	inv := programs.Invocation{Program: id}
 	if _, err := s.Submit(ctx, "b", lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: -1, Invoke: &inv}}}); !errors.Is(err, actors.ErrNotYours) {
-		t.Fatalf("tenant b invoking tenant a's program: %v", err)
+		t.Fatalf("tenant b invoking tenant a's program: got err %v, want actors.ErrNotYours", err)
 	}
 }
 
@@ -69,7 +72,7 @@ func TestFloodCannotStarve(t *testing.T) {
 			continue
 		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("the flood's SubmitAsync: got err %v, want nil or actors.ErrOverloaded", err)
 		}
 		flooded++
 		pending = append(pending, p)
@@ -81,16 +84,19 @@ func TestFloodCannotStarve(t *testing.T) {
 	}
 	for range 20 {
 		if _, err := s.Submit(context.Background(), "quiet", dev.batch(1, 2)); err != nil {
-			t.Fatalf("the quiet tenant was refused during the flood: %v", err)
+			t.Fatalf("the quiet tenant during the flood: got err %v, want nil", err)
 		}
 	}
-	for _, p := range pending {
+	for i, p := range pending {
 		if _, err := p.Result(); err != nil {
-			t.Fatal(err)
+			t.Fatalf("flood submission %d: got err %v, want nil", i, err)
 		}
 	}
-	if refused == 0 || maxInFlight > 8 {
-		t.Fatalf("flood admitted %d, refused %d, at most %d in flight: the per-tenant bound (8) did not hold", flooded, refused, maxInFlight)
+	if refused == 0 {
+		t.Fatalf("the flood (500 submissions, %d admitted): got 0 refused, want some refused by the per-tenant bound of 8", flooded)
+	}
+	if maxInFlight > 8 {
+		t.Fatalf("the flood (%d admitted, %d refused): got up to %d in flight, want at most 8 (the per-tenant bound)", flooded, refused, maxInFlight)
 	}
 	t.Logf("flood: %d admitted, %d refused as overloaded, at most %d in flight; the quiet tenant was served 20 of 20", flooded, refused, maxInFlight)
 }
@@ -129,7 +135,7 @@ func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
 		for range n {
 			t0 := time.Now()
 			if _, err := sd.s.Submit(ctx, "good", sd.good.batch(0, 4)); err != nil {
-				t.Fatal(err)
+				t.Fatalf("Submit(good): got err %v, want nil", err)
 			}
 			lat = append(lat, time.Since(t0))
 		}
@@ -169,6 +175,6 @@ func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
 	ratio := float64(withQ) / float64(base)
 	t.Logf("healthy p99 (median of %d blocks of 100): %v alone, %v beside a quarantined device: ratio %.2f", blocks, base, withQ, ratio)
 	if ratio > 1.2 {
-		t.Fatalf("a quarantined device raised healthy p99 by %.0f%%", 100*(ratio-1))
+		t.Fatalf("healthy p99 beside a quarantined device: got %v, %.0f%% above its %v alone; want at most 20%% above", withQ, 100*(ratio-1), base)
 	}
 }

@@ -18,11 +18,11 @@ func janitorRig(t *testing.T, idle time.Duration) (*Scheduler, *sim.Device) {
 	t.Helper()
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	s, err := Start(context.Background(), Config{Devices: []cuda.Device{dev}, TenantIdle: idle})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Start: got err %v, want nil", err)
 	}
 	t.Cleanup(func() {
 		_ = s.Stop(context.Background())
@@ -31,12 +31,18 @@ func janitorRig(t *testing.T, idle time.Duration) (*Scheduler, *sim.Device) {
 	return s, dev
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+// eventually waits (bounded) until check reports ok; check also says what
+// it saw, for the failure message.
+func eventually(t *testing.T, want string, check func() (got string, ok bool)) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
+	for {
+		got, ok := check()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
+			t.Fatalf("after 10s: got %s, want %s", got, want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -48,29 +54,38 @@ func TestJanitorForgetsIdleTenants(t *testing.T) {
 	s, dev := janitorRig(t, 20*time.Millisecond)
 	buf, err := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Alloc: got err %v, want nil", err)
 	}
 	zero, _ := cuda.Zero(buf.Whole())
 	batch := lanes.Batch{Entries: []lanes.Entry{{Command: zero, Node: -1}}}
 	for i := range 500 {
 		if _, err := s.Submit(context.Background(), fmt.Sprintf("one-shot-%d", i), batch); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Submit(one-shot-%d): got err %v, want nil", i, err)
 		}
 	}
 	if err := s.Own("owner", buf); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Own(owner): got err %v, want nil", err)
 	}
 	if _, err := s.Submit(context.Background(), "owner", batch); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Submit(owner): got err %v, want nil", err)
 	}
 	if _, err := s.tenant("struck"); err != nil {
-		t.Fatal(err)
+		t.Fatalf("tenant(struck): got err %v, want nil", err)
 	}
 	s.strike("struck")
-	eventually(t, "one-shot tenants forgotten", func() bool { return s.Tenants() == 2 })
-	for _, name := range []string{"owner", "struck"} {
+	eventually(t, "2 tenants (the 500 one-shot ones forgotten)", func() (string, bool) {
+		n := s.Tenants()
+		return fmt.Sprintf("%d tenants", n), n == 2
+	})
+	// The janitor's sweeps so far may all have come before "owner" was idle
+	// for TenantIdle, and a tenant not idle yet is kept whatever else keeps
+	// it. One more sweep, at a time when both are certainly idle that long
+	// (sweepTenants takes its clock as an argument; owner's Submit returned,
+	// so nothing of it is in flight), asks whether what they keep keeps them.
+	s.sweepTenants(time.Now().Add(s.cfg.TenantIdle))
+	for name, keeps := range map[string]string{"owner": "owns a buffer", "struck": "has a recent strike"} {
 		if _, ok := s.tenants.Load(name); !ok {
-			t.Fatalf("%s was forgotten", name)
+			t.Fatalf("tenant %s after a sweep with it idle: got forgotten, want kept (it %s)", name, keeps)
 		}
 	}
 }
@@ -82,16 +97,16 @@ func TestJanitorDropsFreedOwnership(t *testing.T) {
 	for range 100 {
 		b, err := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("Alloc: got err %v, want nil", err)
 		}
 		bufs = append(bufs, b)
 	}
 	if err := s.Own("t", bufs...); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Own(t, 100 buffers): got err %v, want nil", err)
 	}
 	for _, b := range bufs[:90] {
 		if err := dev.Free(b); err != nil {
-			t.Fatal(err)
+			t.Fatalf("Free: got err %v, want nil", err)
 		}
 	}
 	s.sweepOwnership()
@@ -99,7 +114,7 @@ func TestJanitorDropsFreedOwnership(t *testing.T) {
 	rows, owners := len(s.owned["t"]), len(s.owners)
 	s.ownMu.RUnlock()
 	if rows != 10 || owners != 10 {
-		t.Fatalf("after freeing 90 of 100 owned buffers: %d rows, %d owners", rows, owners)
+		t.Fatalf("after freeing 90 of 100 owned buffers: got %d rows, %d owners; want 10 and 10", rows, owners)
 	}
 	for _, b := range bufs[90:] {
 		_ = dev.Free(b)
@@ -108,7 +123,7 @@ func TestJanitorDropsFreedOwnership(t *testing.T) {
 	s.ownMu.RLock()
 	defer s.ownMu.RUnlock()
 	if len(s.owned) != 0 || len(s.owners) != 0 {
-		t.Fatalf("after freeing every owned buffer: %d tenants, %d owners", len(s.owned), len(s.owners))
+		t.Fatalf("after freeing every owned buffer: got %d tenants with rows, %d owners; want 0 and 0", len(s.owned), len(s.owners))
 	}
 }
 
@@ -118,11 +133,11 @@ func TestJanitorDropsFreedOwnership(t *testing.T) {
 func TestJanitorReleasesScarceProgramNames(t *testing.T) {
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	s, err := Start(context.Background(), Config{Devices: []cuda.Device{dev}, TenantIdle: 20 * time.Millisecond, MaxPrograms: 10, MaxProgramsPerTenant: 2})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Start: got err %v, want nil", err)
 	}
 	t.Cleanup(func() {
 		_ = s.Stop(context.Background())
@@ -140,12 +155,15 @@ func TestJanitorReleasesScarceProgramNames(t *testing.T) {
 	for i := range 5 {
 		for j := range 2 {
 			if err := program(fmt.Sprint("t", i), fmt.Sprint("p", i, j)); err != nil {
-				t.Fatal(err)
+				t.Fatalf("tenant t%d registering p%d%d: got err %v, want nil", i, i, j, err)
 			}
 		}
 	}
 	if err := program("late", "q"); !errors.Is(err, ErrProgramLimit) {
-		t.Fatalf("an eleventh name under a limit of ten: %v", err)
+		t.Fatalf("an eleventh name under a limit of ten: got err %v, want ErrProgramLimit", err)
 	}
-	eventually(t, "idle tenants give their names back", func() bool { return program("late", "q") == nil })
+	eventually(t, "the late tenant's name registered (idle tenants gave theirs back)", func() (string, bool) {
+		err := program("late", "q")
+		return fmt.Sprintf("err %v", err), err == nil
+	})
 }

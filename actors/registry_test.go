@@ -31,7 +31,7 @@ func TestRegistryTakesEachCallOnce(t *testing.T) {
 			for id := uint64(1); id <= n; id++ {
 				if c := r.take(id); c != nil {
 					if c.id != id {
-						t.Errorf("took call %d for id %d", c.id, id)
+						t.Errorf("take(%d): got call %d, want call %d", id, c.id, id)
 					}
 					taken.Add(1)
 				}
@@ -40,10 +40,13 @@ func TestRegistryTakesEachCallOnce(t *testing.T) {
 	}
 	wg.Wait()
 	if taken.Load() != n {
-		t.Fatalf("%d calls taken, want each of %d exactly once", taken.Load(), n)
+		t.Fatalf("got %d calls taken, want each of %d exactly once", taken.Load(), n)
 	}
-	if _, ok := r.load(1); ok || len(r.matching(func(*call) bool { return true })) != 0 {
-		t.Fatal("a taken call is still registered")
+	if _, ok := r.load(1); ok {
+		t.Fatal("load(1) after every call was taken: got a call, want none")
+	}
+	if left := len(r.matching(func(*call) bool { return true })); left != 0 {
+		t.Fatalf("matching after every call was taken: got %d calls, want 0", left)
 	}
 }
 
@@ -54,6 +57,7 @@ func TestRegistryBarrierSettlesAdmission(t *testing.T) {
 	var r callRegistry
 	var closed atomic.Bool
 	var accepted atomic.Int64
+	var attempts [4]atomic.Int64 // per goroutine: storeUnless calls returned
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := range 4 {
@@ -69,6 +73,7 @@ func TestRegistryBarrierSettlesAdmission(t *testing.T) {
 				if r.storeUnless(&call{id: uint64(g)<<32 | i}, &closed) {
 					accepted.Add(1)
 				}
+				attempts[g].Add(1)
 			}
 		}()
 	}
@@ -79,10 +84,28 @@ func TestRegistryBarrierSettlesAdmission(t *testing.T) {
 	r.barrier()
 	all := func(*call) bool { return true }
 	settled := len(r.matching(all))
-	time.Sleep(5 * time.Millisecond) // the goroutines keep trying, refused
+	// The goroutines keep trying, refused: each makes at least 100 attempts
+	// that began after settled was counted (its count read here may miss one
+	// attempt in progress, hence 101 more).
+	var from [len(attempts)]int64
+	for g := range attempts {
+		from[g] = attempts[g].Load()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for g := range attempts {
+		for attempts[g].Load() < from[g]+101 {
+			if time.Now().After(deadline) {
+				t.Fatalf("goroutine %d after 10s: got %d attempts since the barrier, want 101", g, attempts[g].Load()-from[g])
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
 	close(stop)
 	wg.Wait()
-	if int64(settled) != accepted.Load() || len(r.matching(all)) != settled {
-		t.Fatalf("%d registered at the barrier, %d accepted in all, %d registered at the end", settled, accepted.Load(), len(r.matching(all)))
+	if int64(settled) != accepted.Load() {
+		t.Fatalf("got %d calls registered at the barrier and %d accepted in all, want every accepted call registered at the barrier", settled, accepted.Load())
+	}
+	if end := len(r.matching(all)); end != settled {
+		t.Fatalf("got %d calls registered at the end, want the %d registered at the barrier (none after it)", end, settled)
 	}
 }

@@ -18,11 +18,12 @@ func FuzzTenantName(f *testing.F) {
 			return
 		}
 		if name == "" || len(name) > MaxTenantName || !utf8.ValidString(name) || name[0] == ' ' || name[len(name)-1] == ' ' {
-			t.Fatalf("accepted %q", name)
+			t.Fatalf("checkTenant(%q): got nil (%d bytes, valid UTF-8 %v), want an error: the name is empty, over %d bytes, not UTF-8, or has a space at either end",
+				name, len(name), utf8.ValidString(name), MaxTenantName)
 		}
 		for _, r := range name {
 			if !unicode.IsPrint(r) {
-				t.Fatalf("accepted %q with %U, not printable", name, r)
+				t.Fatalf("checkTenant(%q): got nil, want an error: it holds %U, not printable", name, r)
 			}
 		}
 	})

@@ -11,10 +11,10 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 	for _, args := range [][]string{{"--lanes", "x"}, {"--nope"}, {"--mode", "spiral"}, {"--fault-sticky", "3"}, {"extra"}, {"--device", "cuda"}} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 {
-			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
+			t.Errorf("%v: got exit %d, want 2 (%s)", args, code, errb.String())
 		}
 		if lines := strings.Count(strings.TrimSpace(errb.String()), "\n"); lines != 0 || errb.Len() == 0 {
-			t.Errorf("%v: want one error line, got %q", args, errb.String())
+			t.Errorf("%v: got stderr %q, want one error line", args, errb.String())
 		}
 	}
 }
@@ -22,7 +22,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 func TestHelp(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "--eager-tenants") && !strings.Contains(out.String(), "-eager-tenants") {
-		t.Fatalf("help: exit %d\n%s", code, out.String())
+		t.Fatalf("--help: got exit %d and this output, want exit 0 and the -eager-tenants flag listed:\n%s", code, out.String())
 	}
 }
 
@@ -30,7 +30,7 @@ func TestShortRunJSON(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"--clock", "zero", "--duration", "300ms", "--tenants", "2", "--eager-tenants", "1", "--lanes", "2", "--quiet", "--json", "-"}, &out, &errb)
 	if code != 0 || !strings.Contains(out.String(), `"ExactlyOnce": true`) {
-		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+		t.Fatalf("a short run with --json -: got exit %d and this output, want exit 0 and \"ExactlyOnce\": true:\n%s\n%s", code, out.String(), errb.String())
 	}
 }
 
@@ -44,7 +44,7 @@ func FuzzFlags(f *testing.F) {
 		fl, err := parseFlags(strings.Fields(line), io.Discard)
 		if err == nil && !fl.help {
 			if verr := fl.cfg.Validate(); verr != nil {
-				t.Fatalf("parseFlags accepted %q but the configuration is invalid: %v", line, verr)
+				t.Fatalf("parseFlags(%q): got accepted with an invalid configuration (%v), want a valid configuration or an error", line, verr)
 			}
 		}
 	})

@@ -27,38 +27,40 @@ func TestOutOfBoundsKernelErrorChain(t *testing.T) {
 	tn := tenant(t, b, "reckless", 16)
 	poke, err := b.Kernel("poke_i32")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Kernel(poke_i32): got err %v, want nil", err)
 	}
 	var p cuda.Buffer
 	if err := b.Do(func() error {
 		p, err = b.Dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 		return err
 	}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Alloc: got err %v, want nil", err)
 	}
 	if err := b.S.Own(tn.Name, p); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Own(%s): got err %v, want nil", tn.Name, err)
 	}
 	// 2^31 elements (8 GiB) past a 64-byte buffer.
 	c, err := cuda.Launch(poke, cuda.Linear(1, 1), cuda.BufferArg(p.Whole()), cuda.U32Arg(1<<31), cuda.I32Arg(7))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Launch(poke_i32): got err %v, want nil", err)
 	}
 	_, err = b.S.Submit(context.Background(), tn.Name, lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c}}})
 	var le *lanes.Error
 	var ce *cuda.Error
 	switch {
 	case !errors.As(err, &le):
-		t.Fatalf("Submit's error is not a *lanes.Error: %v", err)
+		t.Fatalf("Submit's error: got %v, want a *lanes.Error", err)
 	case !errors.Is(err, actors.ErrIndeterminate):
-		t.Fatalf("not indeterminate: %v", err)
-	case !errors.Is(err, cuda.ErrIllegalAddress) || !errors.As(err, &ce):
-		t.Fatalf("errors.Is does not reach the device's illegal address: %v", err)
+		t.Fatalf("Submit's error: got %v, want one wrapping actors.ErrIndeterminate", err)
+	case !errors.Is(err, cuda.ErrIllegalAddress):
+		t.Fatalf("Submit's error: got %v, want one errors.Is reaches cuda.ErrIllegalAddress through", err)
+	case !errors.As(err, &ce):
+		t.Fatalf("Submit's error: got %v, want one wrapping the device's *cuda.Error", err)
 	case ce.Code != cuda.CodeIllegalAddress || int(ce.Code) != 700:
-		t.Fatalf("the device's code is %d, want CUresult 700", int(ce.Code))
+		t.Fatalf("the device's code: got CUresult %d (%v), want CUresult 700 (%v)", int(ce.Code), ce.Code, cuda.CodeIllegalAddress)
 	}
 	if cl := cuda.Classify(err); cl.Blame != cuda.BlameDevice || !cl.Sticky || cl.NotSubmitted || cl.Retryable {
-		t.Fatalf("classified %+v", cl)
+		t.Fatalf("Classify: got %+v, want the device's blame, sticky, submitted, not retryable", cl)
 	}
 	t.Logf("Submit -> *lanes.Error{Op: %q, Code: %v} -> actors.ErrIndeterminate -> *cuda.Error{Op: %q, Code: CUresult %d}: %v", le.Op, le.Code, ce.Op, int(ce.Code), err)
 }

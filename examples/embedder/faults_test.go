@@ -28,11 +28,11 @@ func fillBatch(t *testing.T, b *embedder.Backend, tn *embedder.Tenant) lanes.Bat
 	t.Helper()
 	fill, err := b.Kernel("fill_f32")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Kernel(fill_f32): got err %v, want nil", err)
 	}
 	c, err := cuda.Launch(fill, cuda.Linear(uint32(tn.N), 128), cuda.BufferArg(tn.State.Whole()), cuda.F32Arg(1), cuda.I32Arg(int32(tn.N)))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Launch(fill_f32): got err %v, want nil", err)
 	}
 	return lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c}}}
 }
@@ -42,7 +42,7 @@ func runFor(t *testing.T) time.Duration {
 	if v := os.Getenv("EMBEDDER_RUN"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			t.Fatalf("EMBEDDER_RUN: %v", err)
+			t.Fatalf("EMBEDDER_RUN=%q: got err %v, want a duration", v, err)
 		}
 		return d
 	}
@@ -90,7 +90,7 @@ func TestInjectedLaunchFailuresOverALongRun(t *testing.T) {
 			case errors.As(err, &se):
 				suspended.Add(1)
 				if se.RetryAfter <= 0 || se.Tenant != "faulty" || !cuda.Classify(err).Retryable {
-					t.Errorf("suspension %+v", se)
+					t.Errorf("suspension: got %+v (retryable %v), want RetryAfter above 0, tenant faulty, retryable", se, cuda.Classify(err).Retryable)
 				}
 				select {
 				case <-time.After(se.RetryAfter):
@@ -100,10 +100,10 @@ func TestInjectedLaunchFailuresOverALongRun(t *testing.T) {
 				accepted.Add(1)
 				faults.Add(1)
 				if c := cuda.Classify(err); c.Blame != cuda.BlameStream || c.NotSubmitted {
-					t.Errorf("an injected launch failure classified %+v", c)
+					t.Errorf("an injected launch failure: got classified %+v, want the stream's blame, submitted", c)
 				}
 			default:
-				t.Errorf("faulty tenant: %v", err)
+				t.Errorf("faulty tenant: got err %v, want nil, a *actors.SuspendedError or cuda.ErrLaunchResources", err)
 			}
 		}
 	}()
@@ -114,7 +114,7 @@ func TestInjectedLaunchFailuresOverALongRun(t *testing.T) {
 		recoveries += l.Recoveries
 	}
 	if faults.Load() == 0 || suspended.Load() == 0 || recoveries == 0 {
-		t.Fatalf("faults %d, suspensions %d, recoveries %d: the run did not exercise recovery and suspension", faults.Load(), suspended.Load(), recoveries)
+		t.Fatalf("got %d launch failures, %d refusals while suspended, %d lane recoveries; want each above 0 (the run must exercise recovery and suspension)", faults.Load(), suspended.Load(), recoveries)
 	}
 	t.Logf("%v: %d healthy steps served bit for bit; faulty tenant: %d submissions, %d launch failures, %d refusals while suspended; %d lane recoveries; %d/%d lanes healthy at the end",
 		runFor(t), servedSteps.Load(), accepted.Load(), faults.Load(), suspended.Load(), recoveries, len(b.S.Lanes()), len(b.S.Lanes()))
@@ -157,7 +157,7 @@ func TestOrderHoldsAcrossMoves(t *testing.T) {
 		recoveries += l.Recoveries
 	}
 	if recoveries == 0 {
-		t.Fatal("no lane failed: the test moved no tenant")
+		t.Fatal("got 0 lane recoveries, want some: with no lane failed, the test moved no tenant")
 	}
 	t.Logf("%d trials of %d batches in order across %d lane recoveries", trials, batches, recoveries)
 }
@@ -171,17 +171,20 @@ func TestStickyFaultKeepsItsCause(t *testing.T) {
 	faulty := tenant(t, b, "faulty", 64)
 	_, err := b.S.Submit(context.Background(), "faulty", fillBatch(t, b, faulty))
 	var ce *cuda.Error
-	if !errors.Is(err, cuda.ErrIllegalAddress) || !errors.Is(err, actors.ErrIndeterminate) || !errors.As(err, &ce) || ce.Code != cuda.CodeIllegalAddress {
-		t.Fatalf("sticky fault: %v", err)
+	if !errors.Is(err, cuda.ErrIllegalAddress) || !errors.Is(err, actors.ErrIndeterminate) {
+		t.Fatalf("sticky fault: got err %v, want one wrapping cuda.ErrIllegalAddress and actors.ErrIndeterminate", err)
+	}
+	if !errors.As(err, &ce) || ce.Code != cuda.CodeIllegalAddress {
+		t.Fatalf("sticky fault: got err %v, want one wrapping a *cuda.Error with code %v", err, cuda.CodeIllegalAddress)
 	}
 	if c := cuda.Classify(err); c.Blame != cuda.BlameDevice || !c.Sticky || c.NotSubmitted || c.Code != cuda.CodeIllegalAddress {
-		t.Fatalf("classified %+v", c)
+		t.Fatalf("Classify: got %+v, want the device's blame, sticky, submitted, code %v", c, cuda.CodeIllegalAddress)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for _, l := range b.S.Lanes() {
 		for b.S.Lanes()[l.ID].Health != actors.HealthQuarantined {
 			if time.Now().After(deadline) {
-				t.Fatalf("lane %d of the poisoned device is %v", l.ID, b.S.Lanes()[l.ID].Health)
+				t.Fatalf("lane %d of the poisoned device after 5s: got %v, want %v", l.ID, b.S.Lanes()[l.ID].Health, actors.HealthQuarantined)
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -202,39 +205,39 @@ func TestHangIsBoundedEverywhere(t *testing.T) {
 	c := newCounter(t, b, "bystander", 8)
 	p, err := b.S.SubmitAsync(context.Background(), "faulty", fillBatch(t, b, faulty))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("SubmitAsync(faulty): got err %v, want nil", err)
 	}
 	// The bystander's batch waits behind the hung kernel on the one lane.
 	canceled, cancel := context.WithCancel(context.Background())
 	queued, err := b.S.SubmitAsync(canceled, "bystander", c.batch(t, 0))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("SubmitAsync(bystander): got err %v, want nil", err)
 	}
 	t0 := time.Now()
 	err = b.S.Synchronize(context.Background(), 0)
-	if !errors.Is(err, actors.ErrHung) || time.Since(t0) > hang+time.Second {
-		t.Fatalf("synchronize under a hung kernel: %v after %v", err, time.Since(t0))
+	if took := time.Since(t0); !errors.Is(err, actors.ErrHung) || took > hang+time.Second {
+		t.Fatalf("Synchronize under a hung kernel: got err %v after %v, want actors.ErrHung within %v (the hang timeout and 1s)", err, took, hang+time.Second)
 	}
 	cancel()
 	if _, err := p.Result(); !errors.Is(err, actors.ErrHung) || !errors.Is(err, actors.ErrIndeterminate) || cuda.Classify(err).Blame != cuda.BlameStream {
-		t.Fatalf("the hung submission ended with %v", err)
+		t.Fatalf("the hung submission: got err %v (blame %v), want actors.ErrHung, actors.ErrIndeterminate, the stream's blame", err, cuda.Classify(err).Blame)
 	}
 	if _, err := queued.Result(); err == nil {
 		t.Log("the bystander's batch ran before the hang was declared")
 	}
 	waitAllHealthy(t, b, 5*time.Second)
 	if got := serve(context.Background(), t, b, tenant(t, b, "after", 64), 0, 5, 2); got != 5 {
-		t.Fatalf("the recovered lane served %d of 5 steps", got)
+		t.Fatalf("the recovered lane: got %d of 5 steps served, want 5", got)
 	}
 	// A second hang, then Stop: it returns within the hang timeout.
 	if _, err := b.S.SubmitAsync(context.Background(), "faulty", fillBatch(t, b, faulty)); err != nil {
-		t.Fatal(err)
+		t.Fatalf("SubmitAsync(faulty, the second hang): got err %v, want nil", err)
 	}
 	t0 = time.Now()
 	ctx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stopCancel()
 	if err := b.S.Stop(ctx); err != nil || time.Since(t0) > hang+2*time.Second {
-		t.Fatalf("stop under a hung kernel: %v after %v", err, time.Since(t0))
+		t.Fatalf("Stop under a hung kernel: got err %v after %v, want nil within %v (the hang timeout and 2s)", err, time.Since(t0), hang+2*time.Second)
 	}
 	t.Logf("synchronize and stop under hung kernels returned within the %v hang timeout (+%v)", hang, time.Since(t0)-hang)
 }
@@ -259,14 +262,14 @@ func TestSuspensionIsTheFaultyTenantsAlone(t *testing.T) {
 		}
 	}
 	if se == nil || tries > 10 {
-		t.Fatalf("the faulty tenant was not suspended after %d tries", tries)
+		t.Fatalf("the faulty tenant: got suspended %v after %d tries, want suspended within 10", se != nil, tries)
 	}
 	if got := <-done; got != 100 {
-		t.Fatalf("the healthy tenant was served %d of 100 steps", got)
+		t.Fatalf("the healthy tenant: got %d of 100 steps served, want 100", got)
 	}
 	for _, l := range b.S.Lanes() {
 		if l.Health == actors.HealthQuarantined {
-			t.Fatalf("lane %d taken out for good: %v", l.ID, l.Cause)
+			t.Fatalf("lane %d: got %v (cause %v), want never taken out for good", l.ID, l.Health, l.Cause)
 		}
 	}
 	t.Logf("suspended after %d submissions, for %v: %v", tries-1, se.RetryAfter.Round(time.Millisecond), se)
@@ -297,9 +300,11 @@ func TestDeviceWideStallBlamesItsCause(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var lightSteps, lightErrs atomic.Int64
+	bystanderDone := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer close(bystanderDone)
 		step, _ := b.Step(light, inputs(0, 0, 64), 1)
 		for {
 			select {
@@ -311,7 +316,7 @@ func TestDeviceWideStallBlamesItsCause(t *testing.T) {
 			var se *actors.SuspendedError
 			switch {
 			case errors.As(err, &se):
-				t.Errorf("the bystander was suspended: %v", err)
+				t.Errorf("the bystander: got suspended (%v), want never suspended", err)
 				return
 			case err != nil:
 				lightErrs.Add(1)
@@ -322,14 +327,14 @@ func TestDeviceWideStallBlamesItsCause(t *testing.T) {
 	}()
 	fill, err := b.Kernel("fill_f32")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Kernel(fill_f32): got err %v, want nil", err)
 	}
 	// 1024 threads in x over the tenant's buffer, repeated in y and z:
 	// 2^29 thread-iterations of reference work, about a second on the host.
 	long := cuda.LaunchConfig{Grid: cuda.Dim3{X: 1, Y: threads / 1024 / 16, Z: 16}, Block: cuda.Dim3{X: 1024, Y: 1, Z: 1}}
 	c, err := cuda.Launch(fill, long, cuda.BufferArg(heavy.State.Whole()), cuda.F32Arg(1), cuda.I32Arg(1024))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Launch(the long fill): got err %v, want nil", err)
 	}
 	stalls := 0
 	var se *actors.SuspendedError
@@ -342,7 +347,7 @@ func TestDeviceWideStallBlamesItsCause(t *testing.T) {
 			if time.Now().After(deadline) {
 				close(stop)
 				wg.Wait()
-				t.Fatalf("after %d stalls the bystander made no progress for 20s (%d steps, %d failed): %+v", stalls, lightSteps.Load(), lightErrs.Load(), b.S.Lanes())
+				t.Fatalf("the bystander after %d stalls: got fewer than 50 steps in 20s (%d in all, %d failed), want 50 before the next stall (lanes %+v)", stalls, lightSteps.Load(), lightErrs.Load(), b.S.Lanes())
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -357,15 +362,38 @@ func TestDeviceWideStallBlamesItsCause(t *testing.T) {
 		}
 		stalls++
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The bystander goes on being served after the last stall: 50 more of
+	// its steps, counted from here, each admitted only if it was not
+	// suspended (a suspended tenant is refused at admission; its goroutine
+	// then reports it and ends, which ends this wait too). Every stall's
+	// strikes came before (the loop above waited for 50 bystander steps
+	// after each stall, and a heavy Submit refused as suspended stalls
+	// nothing), so these steps are what a suspension of the bystander
+	// would refuse.
+	from := lightSteps.Load()
+	deadline := time.Now().Add(20 * time.Second)
+serving:
+	for lightSteps.Load() < from+50 {
+		select {
+		case <-bystanderDone:
+			break serving
+		default:
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("the bystander after the last stall: got %d more steps in 20s (%d failed in all), want 50", lightSteps.Load()-from, lightErrs.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	close(stop)
 	wg.Wait()
 	if se == nil {
-		t.Fatalf("the tenant whose kernels stalled the device %d times was not suspended (the bystander served %d steps, %d failed)", stalls, lightSteps.Load(), lightErrs.Load())
+		t.Fatalf("the heavy tenant after its kernels stalled the device %d times: got not suspended, want suspended (the bystander served %d steps, %d failed)", stalls, lightSteps.Load(), lightErrs.Load())
 	}
 	for _, l := range b.S.Lanes() {
 		if l.Health == actors.HealthQuarantined {
-			t.Fatalf("lane %d was taken out for good: %v", l.ID, l.Cause)
+			t.Fatalf("lane %d: got %v (cause %v), want never taken out for good", l.ID, l.Health, l.Cause)
 		}
 	}
 	t.Logf("the heavy tenant was suspended after %d device-wide stalls (%v); the bystander served %d steps, %d failed in the stalls, never suspended", stalls, se.RetryAfter.Round(time.Second), lightSteps.Load(), lightErrs.Load())

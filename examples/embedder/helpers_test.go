@@ -19,19 +19,19 @@ func start(t *testing.T, open func() (cuda.Device, error), cfg actors.Config) *e
 	t.Helper()
 	dev, err := open()
 	if err != nil {
-		t.Fatalf("open the device: %v", err)
+		t.Fatalf("open the device: got err %v, want nil", err)
 	}
 	cfg.Devices = []cuda.Device{dev}
 	s, err := actors.Start(context.Background(), cfg)
 	if err != nil {
 		_ = dev.Close()
-		t.Fatal(err)
+		t.Fatalf("actors.Start: got err %v, want nil", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
+			t.Errorf("Stop: got err %v, want nil", err)
 		}
 		_ = dev.Close()
 	})
@@ -43,14 +43,14 @@ func tenant(t *testing.T, b *embedder.Backend, name string, n int) *embedder.Ten
 	t.Helper()
 	tn, err := b.NewTenant(name, n)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("NewTenant(%s): got err %v, want nil", name, err)
 	}
 	reset, err := b.Reset(tn)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Reset(%s): got err %v, want nil", name, err)
 	}
 	if _, err := b.S.Submit(context.Background(), name, reset); err != nil {
-		t.Fatalf("reset %s: %v", name, err)
+		t.Fatalf("reset %s: got err %v, want nil", name, err)
 	}
 	return tn
 }
@@ -77,26 +77,26 @@ func serve(ctx context.Context, t *testing.T, b *embedder.Backend, tn *embedder.
 		in := inputs(seed, i, tn.N)
 		batch, err := b.Step(tn, in, k)
 		if err != nil {
-			t.Error(err)
+			t.Errorf("healthy tenant %s, step %d: Step got err %v, want nil", tn.Name, i, err)
 			return i
 		}
 		r, err := b.S.Submit(context.Background(), tn.Name, batch)
 		if err != nil {
-			t.Errorf("healthy tenant %s, step %d: %v (%+v)", tn.Name, i, err, cuda.Classify(err))
+			t.Errorf("healthy tenant %s, step %d: got err %v (%+v), want nil", tn.Name, i, err, cuda.Classify(err))
 			return i
 		}
 		if r.Outcome != lanes.OutcomeSucceeded || r.Tenant != tn.Name || r.Lane < 0 {
-			t.Errorf("healthy tenant %s, step %d: receipt %+v", tn.Name, i, r)
+			t.Errorf("healthy tenant %s, step %d: got receipt %+v, want succeeded, for %s, on a lane", tn.Name, i, r, tn.Name)
 			return i
 		}
 		got, err := b.Result(tn)
 		if err != nil {
-			t.Error(err)
+			t.Errorf("healthy tenant %s, step %d: Result got err %v, want nil", tn.Name, i, err)
 			return i
 		}
 		want := embedder.Reference(state, in, k)
 		if !embedder.SameBits(got, want) {
-			t.Errorf("healthy tenant %s, step %d: result differs from the reference (first: got %v want %v)", tn.Name, i, got[0], want[0])
+			t.Errorf("healthy tenant %s, step %d: got a result that differs from the reference (first element: got %v, want %v)", tn.Name, i, got[0], want[0])
 			return i
 		}
 		state = want
@@ -110,11 +110,11 @@ func wantRefused(t *testing.T, what string, err error, sentinel error) {
 	t.Helper()
 	c := cuda.Classify(err)
 	if err == nil || !c.NotSubmitted || !errors.Is(err, sentinel) {
-		t.Errorf("%s: %v (%+v); want a refusal that is %v", what, err, c, sentinel)
+		t.Errorf("%s: got %v (%+v), want a refusal (not submitted) that is %v", what, err, c, sentinel)
 		return
 	}
 	if c.Blame == cuda.BlameStream || c.Blame == cuda.BlameDevice {
-		t.Errorf("%s: blamed on the %v: %v", what, c.Blame, err)
+		t.Errorf("%s: got it blamed on the %v (%v), want the caller's blame or none", what, c.Blame, err)
 	}
 }
 
@@ -123,7 +123,7 @@ func lanesUntouched(t *testing.T, b *embedder.Backend) {
 	t.Helper()
 	for _, l := range b.S.Lanes() {
 		if l.Health != actors.HealthHealthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
-			t.Errorf("lane %d was touched: %v, %d recoveries, %d failures, cause %v", l.ID, l.Health, l.Recoveries, l.Counters.Failures, l.Cause)
+			t.Errorf("lane %d: got %v, %d recoveries, %d failures (cause %v); want untouched: %v, none, none", l.ID, l.Health, l.Recoveries, l.Counters.Failures, l.Cause, actors.HealthHealthy)
 		}
 	}
 }
@@ -141,7 +141,7 @@ func waitAllHealthy(t *testing.T, b *embedder.Backend, within time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lanes not all healthy after %v: %+v", within, b.S.Lanes())
+			t.Fatalf("after %v: got lanes %+v, want every lane %v", within, b.S.Lanes(), actors.HealthHealthy)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -176,22 +176,22 @@ func newCounter(t *testing.T, b *embedder.Backend, name string, slots int) *coun
 		return err
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("counter %s: allocating its buffers got err %v, want nil", name, err)
 	}
 	if err := b.S.Own(name, c.value, c.history); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Own(%s, its counter): got err %v, want nil", name, err)
 	}
 	if err := b.S.OwnHost(name, c.host); err != nil {
-		t.Fatal(err)
+		t.Fatalf("OwnHost(%s, its staging): got err %v, want nil", name, err)
 	}
 	if c.inc, err = b.Kernel("inc_i32"); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Kernel(inc_i32): got err %v, want nil", err)
 	}
 	zv, _ := cuda.Zero(c.value.Whole())
 	zh, _ := cuda.Zero(c.history.Whole())
 	if _, err := b.S.Submit(context.Background(), name, lanes.Batch{Entries: []lanes.Entry{
 		{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: zv}, {Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: zh}}}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("zeroing counter %s: got err %v, want nil", name, err)
 	}
 	return c
 }
@@ -200,15 +200,15 @@ func newCounter(t *testing.T, b *embedder.Backend, name string, slots int) *coun
 func (c *counter) batch(t *testing.T, i int) lanes.Batch {
 	slot, err := c.history.Region(uint64(4*i), 4)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("history slot %d: got err %v, want nil", i, err)
 	}
 	cp, err := cuda.Copy(slot, c.value.Whole())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Copy: got err %v, want nil", err)
 	}
 	inc, err := cuda.Launch(c.inc, cuda.Linear(1, 32), cuda.BufferArg(c.value.Whole()), cuda.I32Arg(1))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Launch(inc_i32): got err %v, want nil", err)
 	}
 	return lanes.Batch{Entries: []lanes.Entry{
 		{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: cp},
@@ -221,14 +221,14 @@ func (c *counter) read(t *testing.T) []int32 {
 	t.Helper()
 	out, err := cuda.StageOut(c.host.Whole(), c.history.Whole())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.StageOut: got err %v, want nil", err)
 	}
 	if _, err := c.backend.S.Submit(context.Background(), c.tenant, lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: out}}}); err != nil {
-		t.Fatalf("read the history: %v", err)
+		t.Fatalf("staging the history out: got err %v, want nil", err)
 	}
 	buf := make([]byte, 4*c.slots)
 	if err := c.backend.Do(func() error { return c.backend.Dev.(cuda.HostMemory).ReadHost(c.host.Whole(), buf) }); err != nil {
-		t.Fatal(err)
+		t.Fatalf("ReadHost: got err %v, want nil", err)
 	}
 	h := make([]int32, c.slots)
 	for i := range h {
@@ -251,14 +251,14 @@ func (c *counter) submitInOrder(t *testing.T, n int) (overloaded int) {
 			continue
 		}
 		if err != nil {
-			t.Fatalf("batch %d: %v", i, err)
+			t.Fatalf("SubmitAsync(batch %d): got err %v, want nil or actors.ErrOverloaded", i, err)
 		}
 		pending = append(pending, p)
 		i++
 	}
 	for i, p := range pending {
 		if r, err := p.Result(); err != nil || r.Outcome != lanes.OutcomeSucceeded {
-			t.Fatalf("batch %d: %+v %v", i, r, err)
+			t.Fatalf("batch %d: got receipt %+v, err %v; want succeeded, no error", i, r, err)
 		}
 	}
 	return overloaded
@@ -269,7 +269,7 @@ func checkOrder(t *testing.T, h []int32, n int) {
 	t.Helper()
 	for i := range n {
 		if h[i] != int32(i) {
-			t.Fatalf("batch %d saw the counter at %d: the tenant's batches ran out of order (history %v)", i, h[i], h[:min(n, 32)])
+			t.Fatalf("batch %d: got the counter at %d, want %d: the tenant's batches ran out of order (history %v)", i, h[i], i, h[:min(n, 32)])
 		}
 	}
 }

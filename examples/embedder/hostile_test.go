@@ -31,11 +31,11 @@ import (
 func measure(ctx context.Context, t *testing.T, b *embedder.Backend, tn *embedder.Tenant, seed, k int) (lat []time.Duration, overloaded int) {
 	reset, err := b.Reset(tn)
 	if err != nil {
-		t.Error(err)
+		t.Errorf("Reset(%s): got err %v, want nil", tn.Name, err)
 		return
 	}
 	if _, err := b.S.Submit(context.Background(), tn.Name, reset); err != nil {
-		t.Error(err)
+		t.Errorf("reset %s: got err %v, want nil", tn.Name, err)
 		return
 	}
 	state := make([]float32, tn.N)
@@ -43,7 +43,7 @@ func measure(ctx context.Context, t *testing.T, b *embedder.Backend, tn *embedde
 		in := inputs(seed, i, tn.N)
 		batch, err := b.Step(tn, in, k)
 		if err != nil {
-			t.Error(err)
+			t.Errorf("light tenant %s step %d: Step got err %v, want nil", tn.Name, i, err)
 			return
 		}
 		start := time.Now()
@@ -54,18 +54,18 @@ func measure(ctx context.Context, t *testing.T, b *embedder.Backend, tn *embedde
 			continue
 		}
 		if err != nil || r.Outcome != lanes.OutcomeSucceeded {
-			t.Errorf("light tenant %s step %d: %v", tn.Name, i, err)
+			t.Errorf("light tenant %s step %d: got outcome %v, err %v; want succeeded, no error", tn.Name, i, r.Outcome, err)
 			return
 		}
 		lat = append(lat, time.Since(start))
 		got, err := b.Result(tn)
 		if err != nil {
-			t.Error(err)
+			t.Errorf("light tenant %s step %d: Result got err %v, want nil", tn.Name, i, err)
 			return
 		}
 		state = embedder.Reference(state, in, k)
 		if !embedder.SameBits(got, state) {
-			t.Errorf("light tenant %s step %d: result differs from the reference", tn.Name, i)
+			t.Errorf("light tenant %s step %d: got a result that differs from the reference, want the same bits", tn.Name, i)
 			return
 		}
 	}
@@ -107,11 +107,12 @@ func lights(t *testing.T, b *embedder.Backend, tns []*embedder.Tenant, d time.Du
 }
 
 // flood keeps a tenant's admission full until stop is closed: it submits
-// until refused as overloaded, then waits for its oldest submission.
-func flood(t *testing.T, b *embedder.Backend, tn *embedder.Tenant, k int, stop <-chan struct{}) (admitted int) {
+// until refused as overloaded, then waits for its oldest submission. It
+// closes full at its first refusal as overloaded: its admission is full.
+func flood(t *testing.T, b *embedder.Backend, tn *embedder.Tenant, k int, stop <-chan struct{}, full chan<- struct{}) (admitted int) {
 	batch, err := b.Step(tn, inputs(1, 0, tn.N), k)
 	if err != nil {
-		t.Error(err)
+		t.Errorf("the flood's Step: got err %v, want nil", err)
 		return
 	}
 	var pending []*actors.Pending
@@ -129,6 +130,10 @@ func flood(t *testing.T, b *embedder.Backend, tn *embedder.Tenant, k int, stop <
 		p, err := b.S.SubmitAsync(context.Background(), tn.Name, batch)
 		switch {
 		case errors.Is(err, actors.ErrOverloaded):
+			if full != nil {
+				close(full)
+				full = nil
+			}
 			if len(pending) == 0 {
 				time.Sleep(50 * time.Microsecond)
 				continue
@@ -136,7 +141,7 @@ func flood(t *testing.T, b *embedder.Backend, tn *embedder.Tenant, k int, stop <
 			<-pending[0].Done()
 			pending = pending[1:]
 		case err != nil:
-			t.Errorf("flood: %v", err)
+			t.Errorf("the flood's SubmitAsync: got err %v, want nil or actors.ErrOverloaded", err)
 			return admitted
 		default:
 			pending = append(pending, p)
@@ -168,8 +173,19 @@ func TestFloodLeavesLightTenantsTheirLatency(t *testing.T) {
 			var floodAdmitted int
 			var wg sync.WaitGroup
 			wg.Add(1)
-			go func() { defer wg.Done(); floodAdmitted = flood(t, b, heavy, k, stop) }()
-			time.Sleep(100 * time.Millisecond) // the flood fills its share first
+			full, floodEnded := make(chan struct{}), make(chan struct{})
+			go func() { defer wg.Done(); defer close(floodEnded); floodAdmitted = flood(t, b, heavy, k, stop, full) }()
+			// The flood fills its share first: it submits until its
+			// admission refuses it as overloaded, and says so (full).
+			select {
+			case <-full:
+			case <-floodEnded:
+				t.Fatalf("the flood: got it ended (%d admitted) before its admission was full, want it full before the light tenants run", floodAdmitted)
+			case <-time.After(10 * time.Second):
+				close(stop)
+				wg.Wait()
+				t.Fatalf("the flood: got no refusal as overloaded in 10s (%d admitted), want its admission full before the light tenants run", floodAdmitted)
+			}
 			beside, refused := lights(t, b, light, d, k)
 			close(stop)
 			wg.Wait()
@@ -177,13 +193,13 @@ func TestFloodLeavesLightTenantsTheirLatency(t *testing.T) {
 			t.Logf("light tenants alone: %d steps, p50 %v p99 %v; beside a flood (%d admitted): %d steps, p50 %v p99 %v (%.2fx); refused %d/%d",
 				len(alone), p50a, p99a, floodAdmitted, len(beside), p50f, p99f, float64(p99f)/float64(p99a), refusedAlone, refused)
 			if refused > 0 {
-				t.Errorf("light tenants, under their share, were refused %d times beside the flood", refused)
+				t.Errorf("light tenants beside the flood: got %d refusals, want 0 (they are under their share)", refused)
 			}
 			if floodAdmitted == 0 || len(beside) == 0 {
-				t.Fatal("nothing ran")
+				t.Fatalf("got %d flood submissions admitted and %d light steps beside them, want some of each", floodAdmitted, len(beside))
 			}
 			if !raceOn && p99f > 2*p99a {
-				t.Errorf("light tenants' p99 beside the flood is %v, %.2fx their p99 alone (%v); want at most 2x", p99f, float64(p99f)/float64(p99a), p99a)
+				t.Errorf("light tenants' p99 beside the flood: got %v, %.2fx their p99 alone (%v); want at most 2x", p99f, float64(p99f)/float64(p99a), p99a)
 			}
 		})
 	}
@@ -212,7 +228,7 @@ func within5(t *testing.T, what string, base uint64) {
 	}
 	t.Logf("%s: heap %.2f MiB -> %.2f MiB (%+.1f%%)", what, float64(base)/(1<<20), float64(after)/(1<<20), 100*(float64(after)/float64(base)-1))
 	if float64(after) > limit && !raceOn {
-		t.Errorf("%s: heap %d bytes, more than 5%% above its baseline %d", what, after, base)
+		t.Errorf("%s: got heap %d bytes, want at most %.0f (5%% and 256 KiB above its baseline %d)", what, after, limit, base)
 	}
 }
 
@@ -220,7 +236,7 @@ func within5(t *testing.T, what string, base uint64) {
 func hugeBatch(t *testing.T, tn *embedder.Tenant, n int) lanes.Batch {
 	z, err := cuda.Zero(tn.Input.Whole())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Zero: got err %v, want nil", err)
 	}
 	b := lanes.Batch{Entries: make([]lanes.Entry, n)}
 	for i := range b.Entries {
@@ -239,8 +255,11 @@ func TestHugeBatch(t *testing.T) {
 	huge := hugeBatch(t, tn, entries)
 	_, err := b.S.Submit(context.Background(), tn.Name, huge)
 	var big *actors.BatchTooLargeError
-	if !errors.As(err, &big) || !cuda.Classify(err).NotSubmitted || cuda.Classify(err).Blame != cuda.BlameCaller {
-		t.Fatalf("a %d-entry batch: %v", entries, err)
+	if !errors.As(err, &big) {
+		t.Fatalf("a %d-entry batch: got err %v, want a *actors.BatchTooLargeError", entries, err)
+	}
+	if c := cuda.Classify(err); !c.NotSubmitted || c.Blame != cuda.BlameCaller {
+		t.Fatalf("a %d-entry batch: got not submitted %v, blame %v; want not submitted, the caller's blame (err %v)", entries, c.NotSubmitted, c.Blame, err)
 	}
 	t.Logf("refused: %v", err)
 	pieces := big.Pieces()
@@ -248,7 +267,7 @@ func TestHugeBatch(t *testing.T) {
 	for i := 0; i < entries; i += per {
 		piece := lanes.Batch{Entries: huge.Entries[i:min(i+per, entries)]}
 		if _, err := b.S.Submit(context.Background(), tn.Name, piece); err != nil {
-			t.Fatalf("piece at %d: %v", i, err)
+			t.Fatalf("the piece at entry %d: got err %v, want nil", i, err)
 		}
 	}
 
@@ -257,17 +276,17 @@ func TestHugeBatch(t *testing.T) {
 	tn2 := tenant(t, b2, "huge", 64)
 	small := hugeBatch(t, tn2, 16)
 	if _, err := b2.S.Submit(context.Background(), tn2.Name, small); err != nil {
-		t.Fatal(err)
+		t.Fatalf("a 16-entry batch: got err %v, want nil", err)
 	}
 	base := heap()
 	huge2 := hugeBatch(t, tn2, entries)
 	if _, err := b2.S.Submit(context.Background(), tn2.Name, huge2); err != nil {
-		t.Fatal(err)
+		t.Fatalf("a %d-entry batch where %d are allowed: got err %v, want nil", entries, 2*entries, err)
 	}
 	huge2 = lanes.Batch{}
 	_ = huge2
 	if _, err := b2.S.Submit(context.Background(), tn2.Name, small); err != nil {
-		t.Fatal(err)
+		t.Fatalf("a 16-entry batch after the huge one: got err %v, want nil", err)
 	}
 	within5(t, fmt.Sprintf("after a %d-entry batch", entries), base)
 }
@@ -284,13 +303,13 @@ func TestKeyChurnLeavesNeighboursReplayed(t *testing.T) {
 	churn := tenant(t, b, "churn", 1<<18) // 1 MiB of input per upload
 	axpy, err := b.Kernel("axpy_f32")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Kernel(axpy_f32): got err %v, want nil", err)
 	}
 	churnBatch := func(i int) lanes.Batch {
 		up, _ := cuda.Upload(churn.Input.Whole(), make([]byte, 4*churn.N))
 		launch, err := cuda.Launch(axpy, cuda.Linear(uint32(churn.N), 128), cuda.BufferArg(churn.State.Whole()), cuda.BufferArg(churn.Input.Whole()), cuda.F32Arg(float32(i)), cuda.I32Arg(int32(churn.N)))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("cuda.Launch(axpy_f32): got err %v, want nil", err)
 		}
 		key := cache.NewKey("churn", "upload").U64(uint64(i)).Finish()
 		return lanes.Batch{Entries: []lanes.Entry{
@@ -302,7 +321,7 @@ func TestKeyChurnLeavesNeighboursReplayed(t *testing.T) {
 	steps, replayed := 0, 0
 	for i := range 300 {
 		if _, err := b.S.Submit(context.Background(), churn.Name, churnBatch(i)); err != nil {
-			t.Fatalf("churn %d: %v", i, err)
+			t.Fatalf("churn batch %d: got err %v, want nil", i, err)
 		}
 		if i%10 != 0 {
 			continue
@@ -311,11 +330,11 @@ func TestKeyChurnLeavesNeighboursReplayed(t *testing.T) {
 		batch, _ := b.Step(steady, in, k)
 		r, err := b.S.Submit(context.Background(), steady.Name, batch)
 		if err != nil {
-			t.Fatalf("steady step %d: %v", steps, err)
+			t.Fatalf("steady step %d: got err %v, want nil", steps, err)
 		}
 		state = embedder.Reference(state, in, k)
 		if got, _ := b.Result(steady); !embedder.SameBits(got, state) {
-			t.Fatalf("steady step %d: result differs from the reference", steps)
+			t.Fatalf("steady step %d: got a result that differs from the reference, want the same bits", steps)
 		}
 		steps++
 		if steps == 1 {
@@ -331,10 +350,10 @@ func TestKeyChurnLeavesNeighboursReplayed(t *testing.T) {
 	t.Logf("steady tenant replayed %d of %d steps (%.0f%%) beside 300 churned keys; the lane's cache holds %.1f MiB (bound %d MiB), %d evictions",
 		replayed, steps-1, 100*share, float64(st.Counters.CacheBytes)/(1<<20), cacheBytes>>20, st.Counters.Evictions)
 	if share < 0.9 {
-		t.Errorf("the steady tenant replayed %.0f%% of its steps beside the churn; want at least 90%%", 100*share)
+		t.Errorf("the steady tenant beside the churn: got %.0f%% of its steps replayed (%d of %d), want at least 90%%", 100*share, replayed, steps-1)
 	}
 	if st.Counters.CacheBytes > cacheBytes {
-		t.Errorf("the lane's executables hold %d bytes, over the bound %d", st.Counters.CacheBytes, cacheBytes)
+		t.Errorf("the lane's executables: got %d bytes held, want at most the bound %d", st.Counters.CacheBytes, cacheBytes)
 	}
 }
 
@@ -348,14 +367,14 @@ func TestNothingGrowsWithHistory(t *testing.T) {
 		buf, err = b.Dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.F32})
 		return err
 	}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Alloc: got err %v, want nil", err)
 	}
 	if err := b.S.Share(buf); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Share: got err %v, want nil", err)
 	}
 	z, err := cuda.Zero(buf.Whole())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("cuda.Zero: got err %v, want nil", err)
 	}
 	batch := lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: z}}}
 	oneShot := func(from, to int) {
@@ -366,7 +385,7 @@ func TestNothingGrowsWithHistory(t *testing.T) {
 				defer wg.Done()
 				for i := from + g; i < to; i += 32 {
 					if _, err := b.S.Submit(context.Background(), fmt.Sprintf("one-shot-%d", i), batch); err != nil {
-						t.Errorf("one-shot %d: %v", i, err)
+						t.Errorf("one-shot-%d: got err %v, want nil", i, err)
 						return
 					}
 				}
@@ -390,7 +409,7 @@ func TestNothingGrowsWithHistory(t *testing.T) {
 	oneShot(1000, 1000+tenants)
 	settle()
 	if n := b.S.Tenants(); n > 0 {
-		t.Errorf("%d tenants kept after %d one-shot tenants went idle", n, tenants)
+		t.Errorf("after %d one-shot tenants went idle: got %d tenants kept, want 0", tenants, n)
 	}
 	within5(t, fmt.Sprintf("after %d one-shot tenants", tenants), base)
 
@@ -408,9 +427,32 @@ func TestNothingGrowsWithHistory(t *testing.T) {
 			}
 			return nil
 		}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("allocating %d buffers: got err %v, want nil", bufs, err)
 		}
 		return out
+	}
+	// swept returns once a janitor sweep has begun after it was called.
+	// The janitor sweeps ownership, then tenants, on one goroutine, tick
+	// after tick. A probe tenant, idle from its one submission on, is
+	// forgotten by some tick's tenant sweep; a second probe, submitted
+	// once the first is gone, is forgotten by a later tick (the first
+	// tick read its clock before the second probe existed), whose
+	// ownership sweep began after the first tick ended: after everything
+	// done before the call.
+	swept := func() {
+		for i := range 2 {
+			probe := fmt.Sprintf("janitor-probe-%d", i)
+			if _, err := b.S.Submit(context.Background(), probe, batch); err != nil {
+				t.Fatalf("Submit(%s): got err %v, want nil", probe, err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for b.S.Tenants() > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s after 10s: got %d tenants kept, want 0 (the probe forgotten by a janitor sweep)", probe, b.S.Tenants())
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
 	}
 	free := func(all []cuda.Buffer) {
 		if err := b.Do(func() error {
@@ -421,13 +463,13 @@ func TestNothingGrowsWithHistory(t *testing.T) {
 			}
 			return nil
 		}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("freeing %d buffers: got err %v, want nil", len(all), err)
 		}
-		time.Sleep(100 * time.Millisecond) // a janitor sweep or more
+		swept() // the rows of the freed buffers are dropped
 	}
 	first := alloc()
 	if err := b.S.Own("owner", first...); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Own(owner, %d buffers): got err %v, want nil", len(first), err)
 	}
 	free(first)
 	first = nil
@@ -435,7 +477,7 @@ func TestNothingGrowsWithHistory(t *testing.T) {
 	for round := range 4 {
 		all := alloc()
 		if err := b.S.Own("owner", all...); err != nil {
-			t.Fatalf("round %d: %v", round, err)
+			t.Fatalf("round %d, Own(owner, %d buffers): got err %v, want nil", round, len(all), err)
 		}
 		free(all)
 	}

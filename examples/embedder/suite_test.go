@@ -32,7 +32,7 @@ func TestBadCallersBesideHealthyTenants(t *testing.T) {
 	bad := tenant(t, b, "careless", n)
 	other, err := embedder.OpenDevice()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("open another device: got err %v, want nil", err)
 	}
 	defer other.Close()
 	var foreign cuda.Buffer
@@ -40,7 +40,7 @@ func TestBadCallersBesideHealthyTenants(t *testing.T) {
 		foreign, err = other.Alloc(cuda.BufferSpec{Size: 4 * n, Elem: cuda.F32})
 		return err
 	}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Alloc on the other device: got err %v, want nil", err)
 	}
 
 	var wg sync.WaitGroup
@@ -66,14 +66,14 @@ func TestBadCallersBesideHealthyTenants(t *testing.T) {
 		}
 		return b.Dev.Free(freed)
 	}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Alloc and Free: got err %v, want nil", err)
 	}
 	forged := bad.State
 	forged.Size *= 64
 	victim := healthy[0]
 	step, err := b.Step(bad, inputs(9, 0, n), k)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Step(careless): got err %v, want nil", err)
 	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -102,7 +102,7 @@ func TestBadCallersBesideHealthyTenants(t *testing.T) {
 	}
 	before, err := b.Result(bad)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Result(careless): got err %v, want nil", err)
 	}
 	for range 3 { // again and again, as a careless client retries
 		for _, c := range cases {
@@ -114,26 +114,30 @@ func TestBadCallersBesideHealthyTenants(t *testing.T) {
 	if err := b.Do(func() error {
 		for _, size := range []uint64{1<<64 - 4, 1 << 63, 1<<64 - 256} {
 			if _, err := b.Dev.Alloc(cuda.BufferSpec{Size: size, Elem: cuda.I32}); !errors.Is(err, cuda.ErrOutOfMemory) {
-				t.Errorf("Alloc(%d bytes): %v; want out of memory", size, err)
+				t.Errorf("Alloc(%d bytes): got err %v, want cuda.ErrOutOfMemory", size, err)
 			}
 		}
 		return nil
 	}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Do: got err %v, want nil", err)
 	}
-	for _, own := range []error{b.S.Own("", bad.State), b.S.Own("intruder", victim.State), b.S.OwnHost("intruder", victim.Out)} {
+	for i, own := range []error{b.S.Own("", bad.State), b.S.Own("intruder", victim.State), b.S.OwnHost("intruder", victim.Out)} {
 		if !errors.Is(own, actors.ErrInvalidTenant) && !errors.Is(own, actors.ErrNotYours) {
-			t.Errorf("taking what is not yours: %v", own)
+			t.Errorf("taking what is not yours (call %d of 3): got err %v, want actors.ErrInvalidTenant or actors.ErrNotYours", i+1, own)
 		}
 	}
 	wg.Wait()
 	for i, got := range served {
 		if got != steps {
-			t.Fatalf("healthy tenant %d was served %d of %d steps", i, got, steps)
+			t.Fatalf("healthy tenant %d: got %d steps served, want %d", i, got, steps)
 		}
 	}
-	if after, err := b.Result(bad); err != nil || !embedder.SameBits(after, before) {
-		t.Fatalf("a refused batch changed the careless tenant's results (%v)", err)
+	after, err := b.Result(bad)
+	if err != nil {
+		t.Fatalf("Result(careless) after the refusals: got err %v, want nil", err)
+	}
+	if !embedder.SameBits(after, before) {
+		t.Fatal("the careless tenant's results after its refused batches: got changed, want unchanged (nothing refused runs)")
 	}
 	lanesUntouched(t, b)
 	t.Logf("%d bad requests refused as the caller's, %d healthy steps served bit for bit, %d lanes untouched", 3*len(cases)+6, len(healthy)*steps, len(b.S.Lanes()))
@@ -206,11 +210,11 @@ func TestCancellation(t *testing.T) {
 		_, err := b.S.Submit(canceled, "t", c.batch(t, 0))
 		wantRefused(t, "submit with a canceled context", err, context.Canceled)
 		if _, err := b.S.SubmitAsync(canceled, "t", c.batch(t, 0)); !errors.Is(err, context.Canceled) || !cuda.Classify(err).NotSubmitted {
-			t.Fatalf("attempt %d: SubmitAsync with a canceled context: %v", i, err)
+			t.Fatalf("attempt %d: SubmitAsync with a canceled context: got err %v (not submitted %v), want context.Canceled, not submitted", i, err, cuda.Classify(err).NotSubmitted)
 		}
 	}
 	if h := c.read(t); h[0] != 0 {
-		t.Fatalf("a batch with a canceled context ran (history %v)", h[:4])
+		t.Fatalf("history after 400 submissions with a canceled context: got slot 0 = %d (history %v), want 0: none ran", h[0], h[:4])
 	}
 	detached, ended := 0, 0
 	for i := range 50 {
@@ -222,7 +226,7 @@ func TestCancellation(t *testing.T) {
 		case errors.As(err, &de):
 			detached++
 			if !errors.Is(err, context.DeadlineExceeded) || cuda.Classify(err).NotSubmitted {
-				t.Fatalf("detached: %v %+v", err, cuda.Classify(err))
+				t.Fatalf("submission %d, detached: got err %v (%+v), want context.DeadlineExceeded, not classified not submitted (its fate is open)", i, err, cuda.Classify(err))
 			}
 			<-de.Pending.Done()
 			if _, err := de.Pending.Result(); err == nil || cuda.Classify(err).NotSubmitted || errors.Is(err, context.DeadlineExceeded) {
@@ -236,7 +240,7 @@ func TestCancellation(t *testing.T) {
 		}
 	}
 	if ended != 50 {
-		t.Fatalf("%d of 50 submissions with expiring contexts ended", ended)
+		t.Fatalf("submissions with expiring contexts: got %d of 50 ended, want 50", ended)
 	}
 	t.Logf("200 canceled submissions never ran; 50 with expiring contexts each ended once (%d after their caller stopped waiting)", detached)
 }
@@ -249,12 +253,12 @@ func TestStopAnswersEveryone(t *testing.T) {
 	serve(context.Background(), t, b, tn, 0, 5, 2)
 	ctx := context.Background()
 	if err := b.S.Stop(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Stop: got err %v, want nil", err)
 	}
 	select {
 	case <-b.S.Done():
 	default:
-		t.Fatal("Done is not closed after Stop returned")
+		t.Fatal("Done after Stop returned: got open, want closed")
 	}
 	step, _ := b.Step(tn, inputs(0, 0, 64), 2)
 	t0 := time.Now()
@@ -269,16 +273,16 @@ func TestStopAnswersEveryone(t *testing.T) {
 	for name, err := range calls {
 		if name == "stop again" {
 			if err != nil {
-				t.Errorf("second Stop: %v", err)
+				t.Errorf("second Stop: got err %v, want nil", err)
 			}
 			continue
 		}
 		if !errors.Is(err, actors.ErrStopped) {
-			t.Errorf("%s after Stop: %v; want ErrStopped", name, err)
+			t.Errorf("%s after Stop: got err %v, want actors.ErrStopped", name, err)
 		}
 	}
 	if d := time.Since(t0); d > time.Second {
-		t.Fatalf("the calls after Stop took %v", d)
+		t.Fatalf("the calls after Stop: got %v, want at most 1s (answered at once)", d)
 	}
 }
 
@@ -290,17 +294,17 @@ func TestTenantLifecycle(t *testing.T) {
 	step, _ := b.Step(tn, inputs(0, 0, 64), 2)
 	r, err := b.S.Submit(context.Background(), tn.Name, step)
 	if err != nil || r.Tenant != tn.Name || r.Lane < 0 || r.Lane >= len(b.S.Lanes()) {
-		t.Fatalf("receipt %+v %v: it must name its tenant and lane", r, err)
+		t.Fatalf("Submit(%s): got receipt %+v, err %v; want no error, a receipt naming %s and a lane in [0, %d)", tn.Name, r, err, tn.Name, len(b.S.Lanes()))
 	}
 	busy := false
-	for range 100 {
+	for i := range 100 {
 		p, err := b.S.SubmitAsync(context.Background(), tn.Name, step)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("SubmitAsync %d: got err %v, want nil", i, err)
 		}
 		if err := b.S.Forget(tn.Name); err != nil {
 			if !errors.Is(err, actors.ErrTenantBusy) || !cuda.Classify(err).Retryable {
-				t.Fatalf("forget a busy tenant: %v", err)
+				t.Fatalf("Forget(a busy tenant): got err %v (retryable %v), want actors.ErrTenantBusy, retryable", err, cuda.Classify(err).Retryable)
 			}
 			busy = true
 		}
@@ -311,16 +315,16 @@ func TestTenantLifecycle(t *testing.T) {
 	}
 	before := b.S.Tenants()
 	if err := b.S.Forget(tn.Name); err != nil {
-		t.Fatalf("forget an idle tenant: %v", err)
+		t.Fatalf("Forget(an idle tenant): got err %v, want nil", err)
 	}
 	if b.S.Tenants() != before-1 && before > 0 {
-		t.Fatalf("tenants %d after forgetting one of %d", b.S.Tenants(), before)
+		t.Fatalf("after forgetting one of %d tenants: got %d, want %d", before, b.S.Tenants(), before-1)
 	}
 	if err := b.S.Own("heir", tn.State); err != nil {
-		t.Fatalf("a forgotten tenant's buffer is still owned: %v", err)
+		t.Fatalf("Own(heir, the forgotten tenant's buffer): got err %v, want nil (no one owns it now)", err)
 	}
 	if err := b.S.Forget(""); !errors.Is(err, actors.ErrInvalidTenant) {
-		t.Fatalf("forget the empty name: %v", err)
+		t.Fatalf("Forget(the empty name): got err %v, want actors.ErrInvalidTenant", err)
 	}
 	if !busy {
 		t.Log("note: Forget never caught the tenant busy (the device was faster)")

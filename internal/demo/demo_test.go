@@ -19,34 +19,35 @@ func TestRunEndToEnd(t *testing.T) {
 	var progress bytes.Buffer
 	rep, err := demo.Run(context.Background(), cfg, demo.Options{Progress: &progress})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("demo.Run: got err %v, want nil", err)
 	}
 	var table bytes.Buffer
 	rep.WriteTable(&table)
 	t.Log("\n" + table.String())
 	if !rep.OK() || rep.Accepted == 0 || rep.Accepted != rep.Ended || rep.Succeeded != rep.Ended {
-		t.Fatalf("accepted %d ended %d succeeded %d", rep.Accepted, rep.Ended, rep.Succeeded)
+		t.Fatalf("got ok %v, accepted %d, ended %d, succeeded %d; want ok, some accepted, every one ended and succeeded", rep.OK(), rep.Accepted, rep.Ended, rep.Succeeded)
 	}
 	if rep.ReplayShare <= 0 || rep.ReplayedCommands == 0 || rep.Cache.Captures == 0 || rep.Cache.Hits == 0 {
-		t.Fatalf("replay keys present, yet replay share %.2f, captures %d, hits %d", rep.ReplayShare, rep.Cache.Captures, rep.Cache.Hits)
+		t.Fatalf("with replay keys present: got replay share %.2f, %d replayed commands, %d captures, %d hits; want each above 0",
+			rep.ReplayShare, rep.ReplayedCommands, rep.Cache.Captures, rep.Cache.Hits)
 	}
 	if len(rep.Gaps) != 1 || rep.Gaps["provider_key_missing"] == 0 {
-		t.Fatalf("the eager tenant's compute must show as provider_key_missing gaps: %v", rep.Gaps)
+		t.Fatalf("gaps: got %v, want provider_key_missing alone, above 0 (the eager tenant's compute)", rep.Gaps)
 	}
 	var sum int64
 	for _, l := range rep.PerLane {
 		sum += l.Submissions
 	}
 	if sum != rep.Ended || len(rep.PerLane) != 2 {
-		t.Fatalf("lanes account for %d of %d", sum, rep.Ended)
+		t.Fatalf("per lane: got %d lanes accounting for %d submissions, want 2 lanes accounting for all %d ended", len(rep.PerLane), sum, rep.Ended)
 	}
 	if !strings.Contains(progress.String(), "steps/s") {
-		t.Fatalf("no progress lines: %q", progress.String())
+		t.Fatalf("progress: got %q, want lines with steps/s", progress.String())
 	}
 	// Every step allocates something (a call, a request), and the report
 	// says how much: a meter reading zero would be measuring nothing.
 	if rt := rep.Runtime; rt.BytesPerStep <= 0 || rt.ObjectsPerStep < 1 || !strings.Contains(table.String(), "go runtime:") {
-		t.Fatalf("runtime report %+v; table:\n%s", rt, table.String())
+		t.Fatalf("runtime report: got %+v, want bytes per step above 0, objects per step at least 1, and a go runtime: line in the table:\n%s", rt, table.String())
 	}
 }
 
@@ -56,10 +57,10 @@ func TestOpenLoopWithFaults(t *testing.T) {
 	cfg.Faults.Launch = 0.0005
 	rep, err := demo.Run(context.Background(), cfg, demo.Options{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("demo.Run: got err %v, want nil", err)
 	}
 	if !rep.ExactlyOnce || rep.Accepted == 0 {
-		t.Fatalf("accepted %d ended %d", rep.Accepted, rep.Ended)
+		t.Fatalf("got exactly once %v, accepted %d, ended %d; want exactly once, some accepted", rep.ExactlyOnce, rep.Accepted, rep.Ended)
 	}
 	var table bytes.Buffer
 	rep.WriteTable(&table)
@@ -79,7 +80,7 @@ func TestBadConfig(t *testing.T) {
 		cfg := demo.Defaults()
 		mutate(&cfg)
 		if err := cfg.Validate(); !errors.Is(err, demo.ErrConfig) {
-			t.Errorf("%+v: %v", cfg, err)
+			t.Errorf("Validate(%+v): got err %v, want demo.ErrConfig", cfg, err)
 		}
 	}
 }
@@ -94,27 +95,29 @@ func TestHostileTenant(t *testing.T) {
 			cfg.Clock, cfg.Duration, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.Kernels, cfg.Hostile = "zero", 700*time.Millisecond, 2, 3, 0, 8, mode
 			rep, err := demo.Run(context.Background(), cfg, demo.Options{})
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("demo.Run: got err %v, want nil", err)
 			}
 			var table bytes.Buffer
 			rep.WriteTable(&table)
 			t.Log("\n" + table.String())
 			if !rep.OK() || len(rep.PerTenant) != 4 || !rep.PerTenant[3].Hostile || !strings.Contains(table.String(), "hostile ("+mode+")") {
-				t.Fatalf("report: ok %v, %d tenant rows", rep.OK(), len(rep.PerTenant))
+				t.Fatalf("report: got ok %v, %d tenant rows (the 4th hostile %v), table naming hostile (%s) %v; want ok, 4 rows, the 4th hostile and named so in the table",
+					rep.OK(), len(rep.PerTenant), len(rep.PerTenant) == 4 && rep.PerTenant[3].Hostile, mode, strings.Contains(table.String(), "hostile ("+mode+")"))
 			}
 			for _, tr := range rep.PerTenant[:3] {
 				if tr.Steps == 0 || tr.Refused != 0 || tr.Failed != 0 || tr.ReplayShare < 0.5 {
-					t.Errorf("tenant %s beside a %s tenant: %+v", tr.Tenant, mode, tr)
+					t.Errorf("tenant %s beside a %s tenant: got %d steps, %d refused, %d failed, replay share %.2f; want some steps, none refused or failed, replay share at least 0.5 (%+v)",
+						tr.Tenant, mode, tr.Steps, tr.Refused, tr.Failed, tr.ReplayShare, tr)
 				}
 			}
 			if mode == "huge" && rep.Refused["batch_too_large"] != 1 {
-				t.Errorf("the 100 000-entry batch was not refused: %v", rep.Refused)
+				t.Errorf("the 100 000-entry batch: got %d batch_too_large refusals (%v), want 1", rep.Refused["batch_too_large"], rep.Refused)
 			}
 		})
 	}
 	bad := demo.Defaults()
 	bad.Hostile = "nice"
 	if err := bad.Validate(); !errors.Is(err, demo.ErrConfig) || !strings.Contains(err.Error(), "--hostile") {
-		t.Fatalf("--hostile nice: %v", err)
+		t.Fatalf("Validate(--hostile nice): got err %v, want demo.ErrConfig naming --hostile", err)
 	}
 }
