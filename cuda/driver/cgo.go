@@ -1,5 +1,9 @@
 //go:build cuda
 
+// The small C layer of ours over the CUDA driver API: calls gorgonia.org/cu
+// lacks (events, capture, graphs, async copies) and the error codes they
+// return.
+
 package driver
 
 /*

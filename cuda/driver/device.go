@@ -1,5 +1,8 @@
 //go:build cuda
 
+// The real Device: opening a GPU's primary context, binding threads,
+// memory, streams and the device's sticky state.
+
 package driver
 
 import (

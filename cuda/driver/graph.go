@@ -1,5 +1,8 @@
 //go:build cuda
 
+// Graphs and executables of the real device: instantiation, upload,
+// in-place update and launch.
+
 package driver
 
 import (

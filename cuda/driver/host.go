@@ -1,5 +1,7 @@
 //go:build cuda
 
+// Pinned host memory of the real device.
+
 package driver
 
 import (

@@ -4,7 +4,6 @@
 package sim
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,12 +25,6 @@ type item struct {
 	start  time.Duration
 	finish time.Duration
 	fault  FaultKind // FaultSticky or FaultHang, decided when scheduled
-}
-
-type captureState struct {
-	mode        cuda.CaptureMode
-	nodes       []node
-	invalidated bool
 }
 
 type stream struct {
@@ -138,29 +131,6 @@ func (s *stream) Launch(e cuda.Exec) error {
 	return s.submit(op, x.nodes, host, device)
 }
 
-// record appends n to an active capture. It reports whether the stream was
-// capturing; a rejected command invalidates the capture.
-func (s *stream) record(op string, n node) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.capture
-	if c == nil {
-		return false, nil
-	}
-	if c.invalidated {
-		return true, cuda.DriverError(op, cuda.CodeStreamCaptureInvalidated, "the capture on this stream was invalidated; end it and capture again")
-	}
-	s.dev.mu.Lock()
-	rejected := s.dev.fire(FaultCaptureReject, nodeKernels([]node{n}))
-	s.dev.mu.Unlock()
-	if rejected {
-		c.invalidated = true
-		return true, cuda.DriverError(op, cuda.CodeStreamCaptureUnsupported, "injected capture rejection; the capture is invalidated")
-	}
-	c.nodes = append(c.nodes, n)
-	return true, nil
-}
-
 // submit schedules work: it decides its faults, charges the host cost, and
 // hands the item to the worker.
 func (s *stream) submit(op string, nodes []node, host, device time.Duration) error {
@@ -216,164 +186,6 @@ func (s *stream) submit(op string, nodes []node, host, device time.Duration) err
 		d.mu.Unlock()
 	}
 	return nil
-}
-
-// contended stretches a device duration while more streams are busy at
-// start than the device runs at full speed.
-func (d *Device) contended(self *stream, start, dur time.Duration) time.Duration {
-	if d.cost.StreamParallelism <= 1 || dur == 0 {
-		return dur
-	}
-	d.mu.Lock()
-	busy := 1
-	for _, o := range d.streams {
-		if o != self && time.Duration(o.tail.Load()) > start {
-			busy++
-		}
-	}
-	d.mu.Unlock()
-	if f := float64(busy) / d.cost.StreamParallelism; f > 1 {
-		return time.Duration(float64(dur) * f)
-	}
-	return dur
-}
-
-// work is the stream's worker: it executes items in order, one at a time.
-func (s *stream) work() {
-	d := s.dev
-	for {
-		s.mu.Lock()
-		for len(s.queue) == 0 && !s.stopped && !s.destroyed {
-			s.cond.Wait()
-		}
-		if len(s.queue) == 0 || s.stopped {
-			s.mu.Unlock()
-			if s.destroyed || s.stopped {
-				d.mu.Lock()
-				delete(d.streams, s.id)
-				d.mu.Unlock()
-			}
-			return
-		}
-		it := s.queue[0]
-		s.mu.Unlock()
-
-		if it.fault == FaultHang {
-			s.mu.Lock()
-			s.stalled = true
-			s.cond.Broadcast()
-			s.mu.Unlock()
-			<-d.closed
-			return
-		}
-		d.clock.sleepUntil(it.start, d.closed)
-		d.run(it)
-		d.clock.sleepUntil(it.finish, d.closed)
-
-		s.mu.Lock()
-		s.queue = s.queue[1:]
-		s.doneSeq = it.seq
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	}
-}
-
-// run executes an item's bytes, unless the device was already dead when it
-// started, and poisons the device on a sticky fault.
-func (d *Device) run(it *item) {
-	d.mu.Lock()
-	dead := d.poison != nil && d.poison.at <= it.start
-	d.mu.Unlock()
-	if dead {
-		return
-	}
-	if it.fault == FaultSticky {
-		d.poisonAt(it.finish, cuda.DriverError("kernel", cuda.CodeIllegalAddress, "injected sticky fault in "+it.op+"; the device is poisoned, open a new one"))
-		return
-	}
-	d.execMu.Lock()
-	err := d.execute(it.nodes)
-	d.execMu.Unlock()
-	var ce *cuda.Error
-	if errors.As(err, &ce) && ce.Sticky {
-		d.poisonAt(it.finish, ce)
-	}
-}
-
-// settle waits until the worker has finished every item due by time t.
-func (s *stream) settle(t time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.queue) > 0 && s.queue[0].finish <= t && !s.stopped {
-		s.cond.Wait()
-	}
-}
-
-// waitSeq blocks until the worker has finished item seq, which is due at
-// device time at. In the virtual mode the clock moves to at first, as the
-// host waited that long. Work that never finishes blocks until Close.
-func (s *stream) waitSeq(op string, seq uint64, at time.Duration) error {
-	d := s.dev
-	if d.clock.mode == ClockVirtual && at != never {
-		d.clock.virtual.AdvanceTo(at)
-	}
-	s.mu.Lock()
-	for s.doneSeq < seq && !s.stopped {
-		s.cond.Wait()
-	}
-	s.mu.Unlock()
-	if err := d.Err(); err != nil {
-		return err
-	}
-	if s.doneSeq < seq {
-		return cuda.DriverError(op, cuda.CodeDeinitialized, "the device was closed while the work was still running (a hung kernel?)")
-	}
-	return nil
-}
-
-// wait blocks until all work enqueued so far has finished.
-func (s *stream) wait(op string) error {
-	s.mu.Lock()
-	seq := s.enqSeq
-	s.mu.Unlock()
-	return s.waitSeq(op, seq, time.Duration(s.tail.Load()))
-}
-
-func (s *stream) hung() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stalled || (len(s.queue) > 0 && s.queue[len(s.queue)-1].finish == never)
-}
-
-// stop wakes every waiter after the device closed.
-func (s *stream) stop() {
-	s.mu.Lock()
-	s.stopped = true
-	s.cond.Broadcast()
-	s.mu.Unlock()
-}
-
-// unsupportedDuringCapture invalidates this stream's capture, if any, and
-// returns the error CUDA gives for a synchronizing call during capture.
-func (s *stream) unsupportedDuringCapture(op string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.capture == nil {
-		return nil
-	}
-	s.capture.invalidated = true
-	return cuda.DriverError(op, cuda.CodeStreamCaptureUnsupported, op+" on a capturing stream is not allowed; the capture is invalidated. End the capture first")
-}
-
-// invalidateGlobalCapture invalidates a global-mode capture.
-func (s *stream) invalidateGlobalCapture() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.capture == nil || s.capture.mode != cuda.CaptureGlobal {
-		return false
-	}
-	s.capture.invalidated = true
-	return true
 }
 
 // Record records a timing event after the work enqueued so far.
@@ -453,56 +265,6 @@ func (s *stream) Readback(src cuda.Region, dst []byte) error {
 	copy(dst, a.bytes[src.Offset:src.End()])
 	s.dev.execMu.Unlock()
 	return nil
-}
-
-// BeginCapture starts recording.
-func (s *stream) BeginCapture(mode cuda.CaptureMode) error {
-	const op = "begin capture"
-	if err := s.check(op); err != nil {
-		return err
-	}
-	if mode > cuda.CaptureRelaxed {
-		return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown capture mode %d", mode)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.capture != nil {
-		return cuda.DriverError(op, cuda.CodeIllegalState, "the stream is already capturing; end that capture first")
-	}
-	s.capture = &captureState{mode: mode}
-	return nil
-}
-
-// EndCapture ends the capture and returns its graph.
-func (s *stream) EndCapture() (cuda.Graph, error) {
-	const op = "end capture"
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	c := s.capture
-	s.capture = nil
-	s.mu.Unlock()
-	switch {
-	case c == nil:
-		return nil, cuda.DriverError(op, cuda.CodeIllegalState, "the stream is not capturing; call BeginCapture first")
-	case c.invalidated:
-		return nil, cuda.DriverError(op, cuda.CodeStreamCaptureInvalidated, "a call during the capture invalidated it; no graph was made, capture again")
-	}
-	return &graph{dev: s.dev, nodes: c.nodes}, nil
-}
-
-// Capture reports the capture status.
-func (s *stream) Capture() cuda.CaptureStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.capture == nil:
-		return cuda.CaptureNone
-	case s.capture.invalidated:
-		return cuda.CaptureInvalidated
-	}
-	return cuda.CaptureActive
 }
 
 // Destroy releases the stream once its work completes.

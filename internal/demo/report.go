@@ -1,145 +1,22 @@
-// Aggregating a run's receipts into the per-lane, per-tenant and total
-// report.
+// The run's report: per lane, per tenant and in total, as a table and as
+// JSON, and the live progress line.
 
 package demo
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/lanesched/lanes/actors"
-	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
 )
-
-// aggregate collects every ended submission while the load runs.
-// aggregate collects what the clients see. Each lane's figures have a lock
-// of their own, so clients of different lanes never contend on the way
-// back; the totals are merged when the report is made.
-type aggregate struct {
-	mu       sync.Mutex // refusals
-	lanes    []*laneAgg
-	refusals map[string]int64
-
-	accepted, endedN  atomic.Int64
-	replayedN, eagerN atomic.Int64
-	elapsed           time.Duration
-}
-
-type laneAgg struct {
-	mu                              sync.Mutex
-	hist                            *hdrhistogram.Histogram
-	subs, ok, indeterminate, failed int64
-	replayed, eager                 int64
-	gaps                            map[cache.Reason]int64
-}
-
-// Latencies are recorded in microseconds, from 1 µs to 10 minutes, to three
-// significant digits.
-func newHist() *hdrhistogram.Histogram {
-	return hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
-}
-
-func newAggregate(lanes int) *aggregate {
-	a := &aggregate{refusals: map[string]int64{}}
-	for range lanes + 1 { // one per lane, then the submissions no lane took
-		a.lanes = append(a.lanes, &laneAgg{hist: newHist(), gaps: map[cache.Reason]int64{}})
-	}
-	return a
-}
-
-// tenantAgg is what one tenant's clients saw.
-type tenantAgg struct {
-	mu                    sync.Mutex
-	hist                  *hdrhistogram.Histogram
-	subs, failed, refused int64
-	replayed, eager       int64
-	lane                  int // the lane its last step ran on (-1: none)
-}
-
-func newTenantAgg() *tenantAgg { return &tenantAgg{hist: newHist(), lane: -1} }
-
-func (a *aggregate) refused(tn *tenant, err error) {
-	a.mu.Lock()
-	a.refusals[cuda.Classify(err).Code.String()]++
-	a.mu.Unlock()
-	if tn != nil && tn.stats != nil {
-		tn.stats.mu.Lock()
-		tn.stats.refused++
-		tn.stats.mu.Unlock()
-	}
-}
-
-// ended records one ended submission: its lane, latency, outcome and rows.
-func (a *aggregate) ended(lane int, tn *tenant, lat time.Duration, r lanes.Receipt, err error) {
-	us := max(lat.Microseconds(), 1)
-	var replayed, eager int64
-	if lane < 0 || lane >= len(a.lanes) {
-		lane = len(a.lanes) - 1 // never routed (it waited to move and was refused): the last row is the unrouted one
-	}
-	l := a.lanes[lane]
-	l.mu.Lock()
-	for _, row := range r.Attribution.Rows {
-		if row.Replayed {
-			replayed++
-			continue
-		}
-		eager++
-		if row.Phase == cache.PhaseCompute {
-			l.gaps[row.Reason]++
-		}
-	}
-	l.subs++
-	switch {
-	case err == nil:
-		l.ok++
-	case errors.Is(err, actors.ErrIndeterminate):
-		l.indeterminate++
-	default:
-		l.failed++
-	}
-	_ = l.hist.RecordValue(us)
-	l.replayed += replayed
-	l.eager += eager
-	l.mu.Unlock()
-	a.replayedN.Add(replayed)
-	a.eagerN.Add(eager)
-	a.endedN.Add(1)
-	if tn != nil && tn.stats != nil {
-		t := tn.stats
-		t.mu.Lock()
-		t.subs++
-		if err != nil {
-			t.failed++
-		}
-		_ = t.hist.RecordValue(us)
-		t.replayed += replayed
-		t.eager += eager
-		if r.Lane >= 0 && err == nil {
-			t.lane = r.Lane
-		}
-		t.mu.Unlock()
-	}
-}
-
-// waitEnded waits (bounded) until every accepted submission has ended.
-func (a *aggregate) waitEnded(limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for a.endedN.Load() < a.accepted.Load() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // Latency is a latency summary in microseconds.
 type Latency struct {

@@ -1,0 +1,108 @@
+// Stream capture on the simulated device: CUDA's capture modes and rules,
+// and recording commands into a graph instead of running them.
+
+package sim
+
+import "github.com/lanesched/lanes/cuda"
+
+// record appends n to an active capture. It reports whether the stream was
+// capturing; a rejected command invalidates the capture.
+func (s *stream) record(op string, n node) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.capture
+	if c == nil {
+		return false, nil
+	}
+	if c.invalidated {
+		return true, cuda.DriverError(op, cuda.CodeStreamCaptureInvalidated, "the capture on this stream was invalidated; end it and capture again")
+	}
+	s.dev.mu.Lock()
+	rejected := s.dev.fire(FaultCaptureReject, nodeKernels([]node{n}))
+	s.dev.mu.Unlock()
+	if rejected {
+		c.invalidated = true
+		return true, cuda.DriverError(op, cuda.CodeStreamCaptureUnsupported, "injected capture rejection; the capture is invalidated")
+	}
+	c.nodes = append(c.nodes, n)
+	return true, nil
+}
+
+// unsupportedDuringCapture invalidates this stream's capture, if any, and
+// returns the error CUDA gives for a synchronizing call during capture.
+func (s *stream) unsupportedDuringCapture(op string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.capture == nil {
+		return nil
+	}
+	s.capture.invalidated = true
+	return cuda.DriverError(op, cuda.CodeStreamCaptureUnsupported, op+" on a capturing stream is not allowed; the capture is invalidated. End the capture first")
+}
+
+// invalidateGlobalCapture invalidates a global-mode capture.
+func (s *stream) invalidateGlobalCapture() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.capture == nil || s.capture.mode != cuda.CaptureGlobal {
+		return false
+	}
+	s.capture.invalidated = true
+	return true
+}
+
+// BeginCapture starts recording.
+func (s *stream) BeginCapture(mode cuda.CaptureMode) error {
+	const op = "begin capture"
+	if err := s.check(op); err != nil {
+		return err
+	}
+	if mode > cuda.CaptureRelaxed {
+		return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown capture mode %d", mode)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.capture != nil {
+		return cuda.DriverError(op, cuda.CodeIllegalState, "the stream is already capturing; end that capture first")
+	}
+	s.capture = &captureState{mode: mode}
+	return nil
+}
+
+// EndCapture ends the capture and returns its graph.
+func (s *stream) EndCapture() (cuda.Graph, error) {
+	const op = "end capture"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	c := s.capture
+	s.capture = nil
+	s.mu.Unlock()
+	switch {
+	case c == nil:
+		return nil, cuda.DriverError(op, cuda.CodeIllegalState, "the stream is not capturing; call BeginCapture first")
+	case c.invalidated:
+		return nil, cuda.DriverError(op, cuda.CodeStreamCaptureInvalidated, "a call during the capture invalidated it; no graph was made, capture again")
+	}
+	return &graph{dev: s.dev, nodes: c.nodes}, nil
+}
+
+// Capture reports the capture status.
+func (s *stream) Capture() cuda.CaptureStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.capture == nil:
+		return cuda.CaptureNone
+	case s.capture.invalidated:
+		return cuda.CaptureInvalidated
+	}
+	return cuda.CaptureActive
+}
+
+type captureState struct {
+	mode        cuda.CaptureMode
+	nodes       []node
+	invalidated bool
+}

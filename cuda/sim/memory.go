@@ -1,0 +1,148 @@
+// Device memory of the simulated device: allocations, Free behind the free
+// fence, lookups and the memory stats.
+
+package sim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+type allocation struct {
+	buf   cuda.Buffer
+	bytes []byte
+}
+
+// Alloc allocates a buffer. Like cuMemAlloc's, its memory is not
+// initialized: it holds the byte 0xA5 throughout, so code that forgets to
+// zero or upload before reading fails here as it would on a GPU. Any size
+// beyond the free memory is a typed out-of-memory error.
+func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
+	const op = "alloc"
+	spec, err := spec.Normalize()
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	if err := d.check(op); err != nil {
+		return cuda.Buffer{}, err
+	}
+	if err := d.unsafeDuringCapture(op); err != nil {
+		return cuda.Buffer{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fire(FaultOutOfMemory, nil) {
+		return cuda.Buffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
+	}
+	// Compare before rounding too: a size near 2^64 would round up past
+	// zero.
+	footprint := roundUp(spec.Size, spec.Align)
+	if spec.Size > d.memory.Total || footprint < spec.Size || footprint > d.memory.Free() {
+		return cuda.Buffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory,
+			fmt.Sprintf("cannot allocate %d bytes: %d of %d free; free buffers or wait for other work", spec.Size, d.memory.Free(), d.memory.Total))
+	}
+	bytes, err := hostBytes(op, spec.Size, 0xA5)
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	d.nextBuffer++
+	addr := roundUp(d.nextAddr, spec.Align)
+	d.nextAddr = addr + footprint
+	b := cuda.Buffer{Device: d.info.Instance, ID: d.nextBuffer, Size: spec.Size, Align: spec.Align, Elem: spec.Elem, Addr: addr}
+	d.buffers[b.ID] = &allocation{buf: b, bytes: bytes}
+	d.memory.InUse += footprint
+	d.memory.Allocations++
+	d.memory.Peak = max(d.memory.Peak, d.memory.InUse)
+	return b, nil
+}
+
+// Free releases a buffer after the device's outstanding work, as cuMemFree.
+// From the moment it begins, enqueues that name the buffer are refused
+// (ErrStaleHandle); work enqueued before it finishes first. Like cuMemFree
+// it waits for the whole device: with a kernel that never finishes, it
+// never returns.
+func (d *Device) Free(b cuda.Buffer) error {
+	const op = "free"
+	if _, err := d.lookup(op, b); err != nil {
+		return err
+	}
+	if err := d.unsafeDuringCapture(op); err != nil {
+		return err
+	}
+	if err := d.fence.MarkGoing(op, &d.mu, d.freeing, func() bool { _, ok := d.buffers[b.ID]; return ok }, b.ID); err != nil {
+		return err
+	}
+	err := d.Synchronize()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.freeing, b.ID)
+	if err != nil {
+		return err
+	}
+	delete(d.buffers, b.ID)
+	d.memory.InUse -= roundUp(b.Size, b.Align)
+	d.memory.Allocations--
+	return nil
+}
+
+// Frees counts the frees (Free and FreeHost) begun on the device: a handle
+// CheckBuffer or CheckHost found live stays live while it is unchanged.
+func (d *Device) Frees() uint64 { return d.fence.Frees() }
+
+// lookup checks that b is a live buffer of this device, exactly as it was
+// handed out and not being freed, and returns its allocation.
+func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
+	d.mu.Lock()
+	a, ok := d.buffers[b.ID]
+	if d.freeing[b.ID] {
+		ok = false
+	}
+	d.mu.Unlock()
+	var have cuda.Buffer
+	if ok {
+		have = a.buf
+	}
+	if err := cuda.CheckBuffer(op, d.info.Instance, b, have, ok); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// CheckBuffer reports whether b is a live buffer of this device, exactly as
+// Alloc returned it.
+func (d *Device) CheckBuffer(b cuda.Buffer) error {
+	_, err := d.lookup("check buffer", b)
+	return err
+}
+
+// Memory reports the device's memory accounting.
+func (d *Device) Memory() cuda.MemoryStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.memory
+}
+
+func roundUp(n, align uint64) uint64 { return (n + align - 1) / align * align }
+
+// hostBytes returns n bytes of the pattern, the simulated memory of an
+// allocation, or an out-of-memory error when the host cannot hold them (a
+// size the Go runtime refuses panics in make; that panic never leaves here).
+func hostBytes(op string, n uint64, pattern byte) (b []byte, err error) {
+	defer func() {
+		if recover() != nil {
+			b, err = nil, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("the simulator cannot hold %d bytes in host memory; configure less Memory or allocate less", n))
+		}
+	}()
+	if n > math.MaxInt {
+		panic("size")
+	}
+	b = make([]byte, n)
+	if pattern != 0 {
+		for i := range b {
+			b[i] = pattern
+		}
+	}
+	return b, nil
+}
