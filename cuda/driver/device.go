@@ -1,7 +1,6 @@
 //go:build cuda
 
-// The real Device: opening a GPU's primary context, binding threads,
-// memory, streams and the device's sticky state.
+// The real Device: a GPU's primary context, bound threads, memory, streams.
 
 package driver
 
