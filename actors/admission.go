@@ -6,8 +6,8 @@ package actors
 import "fmt"
 
 // admit admits a batch for a tenant, registers its call, and sends it to the
-// tenant's lane, or parks it until the tenant may move (see the top of this
-// file). It takes the tenant's lock, and a lane's admission count is an
+// tenant's lane, or parks it until the tenant may move (router.go's file
+// comment says why order needs it). It takes the tenant's lock, and a lane's admission count is an
 // atomic, so tenants admit in parallel.
 func (s *Scheduler) admit(ts *tenantState, device uint64, c *call) error {
 	ts, err := s.lock(ts)

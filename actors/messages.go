@@ -49,7 +49,7 @@ func (o adminOp) String() string {
 type adminRequest struct {
 	Call     uint64
 	Op       adminOp
-	Capacity int // for OpConfigure
+	Capacity int // for opConfigure
 }
 
 // pollFences tells a lane to poll its fences.

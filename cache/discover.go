@@ -77,9 +77,12 @@ func Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
 // keeps copies of what it needs longer (the lane plans one batch at a
 // time; the cache and the catalog keep keys and reasons by value).
 func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error) {
-	boundary, err := checkNodes(cmds, eagerBoundaries)
-	if err != nil {
+	if err := checkNodes(cmds, eagerBoundaries); err != nil {
 		return Discovery{}, err
+	}
+	boundary := make(map[int]bool, len(eagerBoundaries))
+	for _, n := range eagerBoundaries {
+		boundary[n] = true
 	}
 	d, keys := m.discovery(len(cmds))
 	for i, c := range cmds {
@@ -114,27 +117,24 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 }
 
 // checkNodes refuses negative eager boundaries and plan nodes below NoNode,
-// and eager boundaries in a batch that attributes no command to a node; it
-// returns the boundaries as a set.
-func checkNodes(cmds []Command, eagerBoundaries []int) (map[int]bool, error) {
-	boundary := make(map[int]bool, len(eagerBoundaries))
+// and eager boundaries in a batch that attributes no command to a node.
+func checkNodes(cmds []Command, eagerBoundaries []int) error {
 	for _, n := range eagerBoundaries {
 		if n < 0 {
-			return nil, fmt.Errorf("cache: eager boundary node %d is negative", n)
+			return fmt.Errorf("cache: eager boundary node %d is negative", n)
 		}
-		boundary[n] = true
 	}
 	attributed := false
 	for i, c := range cmds {
 		if c.Node < NoNode {
-			return nil, fmt.Errorf("cache: command %d names plan node %d; use a node index >= 0 or NoNode", i, c.Node)
+			return fmt.Errorf("cache: command %d names plan node %d; use a node index >= 0 or NoNode", i, c.Node)
 		}
 		attributed = attributed || c.Node != NoNode
 	}
-	if len(boundary) > 0 && len(cmds) > 0 && !attributed {
-		return nil, fmt.Errorf("cache: the batch declares eager boundaries %v but attributes no command to a plan node; set Command.Node", sortedInts(eagerBoundaries))
+	if len(eagerBoundaries) > 0 && len(cmds) > 0 && !attributed {
+		return fmt.Errorf("cache: the batch declares eager boundaries %v but attributes no command to a plan node; set Command.Node", sortedInts(eagerBoundaries))
 	}
-	return boundary, nil
+	return nil
 }
 
 // segment makes the replayable run cmds[i:j] a candidate, or marks it a

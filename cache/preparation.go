@@ -39,7 +39,7 @@ type Preparation struct {
 	Capacity         int // most resident executables; 0 while unconfigured
 	Resident         int
 	Rejected         int // remembered capture rejections
-	Batches          int // batches that captured, or tried to, while open (not those only hits or deferrals)
+	Batches          int // batches prepared while open with a miss to place (captured, rejected or capacity deferred)
 	Captured         int
 	Uploaded         int
 	CapacityDeferred int

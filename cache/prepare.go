@@ -37,23 +37,32 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 		c.markMisses(&r, cands, d, nil)
 		return r, nil
 	}
-	p := preparing{c: c, s: s, owner: owner, cands: cands, enqueue: enqueue, r: &r,
+	err := c.placeMisses(&r, s, owner, cands, misses, enqueue)
+	if err == nil {
+		c.prep.record(r)
+	}
+	return r, err
+}
+
+// placeMisses captures the misses that fit (updating residents in place
+// or evicting them to make room), installs and uploads them, and gives
+// every remaining candidate its disposition. The stream, the report and
+// enqueue are passed along rather than kept in the preparing state, so
+// that a Prepare of hits alone allocates nothing for them.
+func (c *Cache) placeMisses(r *PrepareReport, s cuda.Stream, owner string, cands []Candidate, misses []SegmentKey, enqueue func(i int) error) error {
+	p := preparing{c: c, owner: owner, cands: cands,
 		captured: map[SegmentKey]*Executable{}, updated: map[SegmentKey]bool{}}
 	var admitted []SegmentKey
 	admitted, p.evictable, p.first = c.plan(owner, misses, cands)
-	if err := p.captureAll(admitted); err != nil {
+	if err := p.captureAll(r, s, admitted, enqueue); err != nil {
 		p.destroyCaptured()
-		return r, err
+		return err
 	}
-	p.makeRoom(quiescent)
-	if err := p.install(); err != nil {
-		return r, err
+	p.makeRoom(r)
+	if err := p.install(r, s); err != nil {
+		return err
 	}
-	if err := p.settle(); err != nil {
-		return r, err
-	}
-	c.prep.record(r)
-	return r, nil
+	return p.settle(r)
 }
 
 // lookUp gives hits and remembered rejections their dispositions and
@@ -88,11 +97,8 @@ func (c *Cache) lookUp(r *PrepareReport, cands []Candidate) []SegmentKey {
 // the residents it may evict or update in place to make room for them.
 type preparing struct {
 	c        *Cache
-	s        cuda.Stream
 	owner    string
 	cands    []Candidate
-	enqueue  func(i int) error
-	r        *PrepareReport
 	captured map[SegmentKey]*Executable // nil: capture rejected, eager fallback safe
 	updated  map[SegmentKey]bool        // captured into a resident in place
 	order    []SegmentKey               // the newly instantiated, to install in order
@@ -106,16 +112,16 @@ type preparing struct {
 // its shape in place when the cache is full, else instantiates it. A
 // rejection with eager fallback safe is remembered; any other error ends
 // the preparation.
-func (p *preparing) captureAll(admitted []SegmentKey) error {
+func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []SegmentKey, enqueue func(i int) error) error {
 	c := p.c
 	for _, k := range admitted {
 		cand := p.cands[indexOf(p.cands, k)]
-		graph, exe, err := record(p.s, cand, p.enqueue)
+		graph, exe, err := record(s, cand, enqueue)
 		if err == nil {
 			var done bool
 			full := len(c.entries)+len(p.order) >= c.prep.capacity
 			exe.Owner, exe.Bytes = p.owner, cand.Bytes
-			if done, p.evictable, p.first, err = c.update(p.r, graph, exe, p.evictable, p.first, full); done {
+			if done, p.evictable, p.first, err = c.update(r, graph, exe, p.evictable, p.first, full); done {
 				p.captured[k], p.updated[k] = c.entries[k], true
 				continue
 			}
@@ -126,7 +132,7 @@ func (p *preparing) captureAll(admitted []SegmentKey) error {
 		if err != nil {
 			if re, ok := err.(*ReplayError); ok && re.EagerFallbackSafe {
 				c.remember(k)
-				p.r.Rejections = append(p.r.Rejections, err)
+				r.Rejections = append(r.Rejections, err)
 				p.captured[k] = nil
 				continue
 			}
@@ -153,38 +159,38 @@ func (p *preparing) destroyCaptured() {
 
 // makeRoom evicts evictable residents, in order, until the new executables
 // fit the capacity and the byte bound (or nothing is left to evict).
-func (p *preparing) makeRoom(quiescent bool) {
+func (p *preparing) makeRoom(r *PrepareReport) {
 	c := p.c
 	for len(p.evictable) > 0 && (len(c.entries)+len(p.order) > c.prep.capacity || c.byteLimit > 0 && c.residentBytes()+p.adding > c.byteLimit) {
 		k := p.evictable[0]
 		p.evictable = p.evictable[1:]
-		c.evict(k, quiescent)
-		p.r.Evicted = append(p.r.Evicted, k)
+		c.evict(k, true) // placeMisses runs on a quiescent stream only
+		r.Evicted = append(r.Evicted, k)
 	}
 }
 
 // install makes the new executables resident and uploads them.
-func (p *preparing) install() error {
+func (p *preparing) install(r *PrepareReport, s cuda.Stream) error {
 	c := p.c
 	for _, k := range p.order {
 		c.entries[k] = p.captured[k]
 		c.resident += p.captured[k].Bytes
 	}
 	for _, k := range p.order {
-		if err := c.entries[k].upload(p.s); err != nil {
+		if err := c.entries[k].upload(s); err != nil {
 			return err
 		}
-		p.r.Uploaded++
+		r.Uploaded++
 	}
-	p.r.Captured = len(p.order)
+	r.Captured = len(p.order)
 	return nil
 }
 
 // settle gives every remaining candidate its disposition (captured,
 // updated, capture rejected, or capacity deferred when it did not fit) and
 // fails if one was left without.
-func (p *preparing) settle() error {
-	c, r, cands := p.c, p.r, p.cands
+func (p *preparing) settle(r *PrepareReport) error {
+	c, cands := p.c, p.cands
 	c.markMisses(r, cands, DispositionCapacityDeferred, p.captured)
 	for i, d := range r.Dispositions {
 		if d != 0 {

@@ -1,6 +1,6 @@
 // The Lane: its configuration, states, counters, recovery, and the
-// administrative calls that need a quiescent lane (configure, seal, trim,
-// catalog). None of them blocks.
+// administrative calls (configure, seal, trim, catalog and preparation
+// need a quiescent lane; ForgetTenant does not). None of them blocks.
 
 package lanes
 

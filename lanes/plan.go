@@ -74,8 +74,8 @@ func (l *Lane) newPlan(b *Batch, prelude []cuda.Command) *plan {
 
 // discoveryView is the batch as the cache sees it, in the lane's one
 // reused scratch slice (valid through this call): each entry's command,
-// phase, node and replay key; an invocation is resolved against the
-// catalog and splits discovery.
+// phase and node, and its replay key unless the path is eager only; an
+// invocation is resolved against the catalog and splits discovery.
 func (l *Lane) discoveryView(p *plan) []cache.Command {
 	b := &p.batch
 	if cap(l.scratch) < len(b.Entries) {
@@ -90,7 +90,7 @@ func (l *Lane) discoveryView(p *plan) []cache.Command {
 				p.resolved = make([]programs.Resolved, len(b.Entries))
 			}
 			p.resolved[i], _ = l.catalog.Resolve(*e.Invoke, b.Timing == TimingVerification)
-		} else if e.Replay != nil {
+		} else if e.Replay != nil && b.Path != PathEagerOnly {
 			cmds[i].Key, cmds[i].HasKey, cmds[i].Scopes = e.Replay.Key, true, e.Replay.Scopes
 		}
 	}
@@ -163,8 +163,13 @@ func (l *Lane) observe(d cache.Discovery, r cache.PrepareReport) {
 	c.Evictions += uint64(len(r.Evicted))
 }
 
-// reason is why entry i is not replayed.
+// reason is why entry i is not replayed. A keyed compute entry of an
+// eager-only batch runs eagerly because the batch chose it: its key never
+// reached discovery.
 func (p *plan) reason(i int) cache.Reason {
+	if e := &p.batch.Entries[i]; p.batch.Path == PathEagerOnly && e.Replay != nil && e.Phase == cache.PhaseCompute && e.Invoke == nil {
+		return cache.ReasonEagerPath
+	}
 	if r := p.disc.Reasons[i]; r != cache.ReasonNone {
 		return r
 	}
@@ -173,7 +178,7 @@ func (p *plan) reason(i int) cache.Reason {
 			return p.rep.Dispositions[ci].Reason()
 		}
 	}
-	return cache.ReasonEagerPath // PathEagerOnly dropped its candidate
+	return cache.ReasonOutsidePreparation
 }
 
 // checkPath enforces the batch's compute-path requirement.

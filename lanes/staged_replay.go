@@ -137,13 +137,13 @@ func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) erro
 }
 
 // collectOutputs reads the outputs back from their staging slots, in
-// logical order.
+// logical order; on an error, it returns those read before it.
 func (l *Lane) collectOutputs(hm cuda.HostMemory, st *Staged) ([][]byte, error) {
 	outputs := make([][]byte, len(st.outputs))
 	for slot, s := range st.outputs {
 		b := make([]byte, s.Staging.Length)
 		if err := hm.ReadHost(s.Staging, b); err != nil {
-			return nil, err
+			return outputs, err // those read so far, as the caller may use them
 		}
 		outputs[st.outputMap[slot]] = b
 		l.staged.DeviceToHostBytes += s.Staging.Length
