@@ -70,6 +70,16 @@ func adminCall[T any](ctx context.Context, s *Scheduler, lane int, op adminOp, c
 }
 
 // Configure opens a lane's preparation with a capacity.
+//
+// Configure, Seal, Trim and Catalog need a quiescent lane (nothing in
+// flight, nothing quarantined): a lane with work in flight answers
+// lanes.ErrNotQuiescent, retryable; call them while the lane's tenants are
+// idle (a lane runs what it received before the call first, so a busy
+// lane seldom is). Every administrative call answers an unknown lane with
+// ErrUnknownLane, a nil context with ErrInvalidArgument and a done one with
+// its error, not submitted; if ctx ends while the lane works on the call,
+// it returns ctx's error, not marked not submitted: the operation may
+// still happen on the lane.
 func (s *Scheduler) Configure(ctx context.Context, lane, capacity int) (cache.Preparation, error) {
 	return adminCall[cache.Preparation](ctx, s, lane, opConfigure, capacity)
 }
@@ -81,7 +91,9 @@ func (s *Scheduler) Seal(ctx context.Context, lane int) (cache.Preparation, erro
 
 // Preparation reports a lane's preparation: whether it is open (misses are
 // captured), sealed (misses run eagerly) or unconfigured, its capacity, and
-// how many executables and cached rejections it holds.
+// how many executables and cached rejections it holds. With work in flight
+// the snapshot comes back all the same, with lanes.ErrNotQuiescent: its
+// counts may move before the lane is quiescent.
 func (s *Scheduler) Preparation(ctx context.Context, lane int) (cache.Preparation, error) {
 	return adminCall[cache.Preparation](ctx, s, lane, opPreparation, 0)
 }

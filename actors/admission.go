@@ -3,7 +3,12 @@
 
 package actors
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
+)
 
 // admit admits a batch for a tenant, registers its call, and sends it to the
 // tenant's lane, or parks it until the tenant may move (router.go's file
@@ -143,4 +148,34 @@ func (s *Scheduler) release(c *call, launches int) {
 		}
 	}
 	ts.inflight.Add(-1)
+}
+
+// checkSize refuses a batch beyond the configured bounds and returns its
+// size in commands: an entry that invokes a program segment counts the
+// segment's commands (a lane refuses an invocation whose segment is not
+// the one it holds), patches count as entries (each is a command of the
+// batch's prelude) and their bytes as upload bytes.
+func (s *Scheduler) checkSize(b *lanes.Batch) (int, error) {
+	var bytes, largest int64
+	commands := len(b.Patches)
+	for i := range b.Entries {
+		e := &b.Entries[i]
+		n := int64(len(e.Command.Host))
+		bytes += n
+		largest = max(largest, n)
+		if e.Invoke != nil {
+			commands += min(max(e.Invoke.Segment.Commands, 1), programs.MaxNodes)
+		} else {
+			commands++
+		}
+	}
+	for i := range b.Patches {
+		n := int64(len(b.Patches[i].Bytes))
+		bytes += n
+		largest = max(largest, n)
+	}
+	if commands > s.cfg.MaxBatchEntries || bytes > s.cfg.MaxBatchBytes {
+		return 0, &BatchTooLargeError{Entries: commands, MaxEntries: s.cfg.MaxBatchEntries, Bytes: bytes, MaxBytes: s.cfg.MaxBatchBytes, Largest: largest}
+	}
+	return commands, nil
 }

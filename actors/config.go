@@ -149,13 +149,17 @@ func (s *Scheduler) weight(tenant string) (w int) {
 
 // Recovery is the policy for a lane whose stream failed (a non-sticky
 // device error, a provider panic, a hung kernel): the lane leaves routing,
-// ends what it had in flight, and starts over on a fresh stream and cache
-// after a backoff that doubles with each failure in a row. Only a lane that
+// ends what it had in flight, and starts over on a fresh stream after a
+// backoff that doubles with each failure in a row. Only a lane that
 // keeps failing is taken out for good: MaxFailures failures inside Window
 // with no submission succeeding between them, where the failures one
 // tenant's submissions caused count once (that tenant is the one to stop:
 // see Suspension). A sticky error is the device's, not the lane's: a
-// poisoned device's lanes never come back.
+// poisoned device's lanes never come back. The lane keeps its cache,
+// programs, preparation and counters across a recovery, except after a
+// hang: a hung stream's executables cannot be launched again, so the lane
+// starts with a fresh cache, open for preparation as at Start (an earlier
+// Seal does not carry over: seal it again if capture must stay closed).
 // The zero value recovers with the defaults.
 type Recovery struct {
 	Disabled    bool          // take a failed lane out for good at once

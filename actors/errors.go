@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/programs"
 )
 
 // Errors of the scheduler. Each is a [cuda.Sentinel]: errors.Is finds it
@@ -39,8 +37,9 @@ var (
 	// ErrNotYours: the batch names a buffer, host staging or program that
 	// another tenant owns (or, with StrictOwnership, that no one owns).
 	ErrNotYours = cuda.NewSentinel(cuda.CodeNotYours, "actors: tenant names what another tenant owns")
-	// ErrInvalidTenant: the tenant name is empty, too long, not UTF-8 or
-	// holds control characters.
+	// ErrInvalidTenant: the tenant name is empty, longer than MaxTenantName
+	// bytes, not UTF-8, holds a non-printable character, or begins or ends
+	// with a space.
 	ErrInvalidTenant = cuda.NewSentinel(cuda.CodeTenantInvalid, "actors: invalid tenant name")
 	// ErrSuspended: the tenant's submissions kept failing lanes; it is
 	// refused for a while ([*SuspendedError] says how long).
@@ -48,7 +47,8 @@ var (
 	// ErrTenantBusy: Forget found the tenant with submissions in flight.
 	ErrTenantBusy = cuda.NewSentinel(cuda.CodeTenantBusy, "actors: tenant has submissions in flight")
 	// ErrInvalidArgument: a call's argument or Config is unusable (a nil
-	// context, no devices, a nil staged program).
+	// context, no devices). A nil or malformed staged program is
+	// lanes.ErrStagedInput.
 	ErrInvalidArgument = cuda.NewSentinel(cuda.CodeInvalidArgument, "actors: invalid argument")
 	// ErrBatchTooLarge: the batch has more entries or upload bytes than
 	// Config allows ([*BatchTooLargeError] says which and how to split).
@@ -95,36 +95,6 @@ func (e *BatchTooLargeError) Pieces() int {
 
 // Unwrap makes errors.Is find [ErrBatchTooLarge].
 func (e *BatchTooLargeError) Unwrap() error { return ErrBatchTooLarge }
-
-// checkSize refuses a batch beyond the configured bounds and returns its
-// size in commands: an entry that invokes a program segment counts the
-// segment's commands (a lane refuses an invocation whose segment is not
-// the one it holds), patches count as entries (each is a command of the
-// batch's prelude) and their bytes as upload bytes.
-func (s *Scheduler) checkSize(b *lanes.Batch) (int, error) {
-	var bytes, largest int64
-	commands := len(b.Patches)
-	for i := range b.Entries {
-		e := &b.Entries[i]
-		n := int64(len(e.Command.Host))
-		bytes += n
-		largest = max(largest, n)
-		if e.Invoke != nil {
-			commands += min(max(e.Invoke.Segment.Commands, 1), programs.MaxNodes)
-		} else {
-			commands++
-		}
-	}
-	for i := range b.Patches {
-		n := int64(len(b.Patches[i].Bytes))
-		bytes += n
-		largest = max(largest, n)
-	}
-	if commands > s.cfg.MaxBatchEntries || bytes > s.cfg.MaxBatchBytes {
-		return 0, &BatchTooLargeError{Entries: commands, MaxEntries: s.cfg.MaxBatchEntries, Bytes: bytes, MaxBytes: s.cfg.MaxBatchBytes, Largest: largest}
-	}
-	return commands, nil
-}
 
 var errNilContext = fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", ErrInvalidArgument)
 

@@ -1,7 +1,7 @@
 // The lane's fair queue: how a lane shares its stream among its tenants.
 //
-// A lane keeps at most Config.StreamDepth submissions enqueued on its
-// stream. The batches it receives beyond that wait here, one queue per
+// A lane keeps at most Config.StreamDepth of one tenant's submissions
+// enqueued on its stream (a tenant alone on the lane is exempt). The batches it receives beyond that wait here, one queue per
 // tenant in the order the lane received them (so a tenant's order holds),
 // and the lane takes the next by deficit round robin: each visit gives a
 // tenant Config.Quantum entries of credit per unit of its weight, and the

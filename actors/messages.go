@@ -73,8 +73,8 @@ type stopLane struct{ Call uint64 }
 // another lane): it drains what it can and leaves routing for good.
 type failLane struct{ cause error }
 
-// rebuildLane tells a quarantined lane to start over on a fresh stream and
-// cache, once its device is healthy.
+// rebuildLane tells a recovering lane to start over on a fresh stream (and
+// a fresh cache after a hang), once its device is healthy.
 type rebuildLane struct{}
 
 // stagedRequest asks a lane to prepare or replay a staged program. It

@@ -14,8 +14,8 @@ import (
 	"github.com/lanesched/lanes/lanes"
 )
 
-// failed reacts to the lane's failure (the lane core is Failed, or was
-// never opened): the lane leaves routing, ends what it had in flight (its
+// failed reacts to the lane's failure (the lane core is in
+// lanes.StateFailed, or was never opened): the lane leaves routing, ends what it had in flight (its
 // stream drained within the hang timeout, unless it hung), the tenant whose
 // submission failed it takes a strike, and the blame decides the rest: a
 // device's error takes every lane of the device out for good; a stream's

@@ -14,7 +14,7 @@ const (
 	DispositionCaptureRejected                           // capture failed; eager fallback was safe
 	DispositionCachedRejection                           // capture failed before; not tried again
 	DispositionQuiescenceDeferred                        // a miss, but the stream had work in flight
-	DispositionCapacityDeferred                          // a miss, but the cache is full of executables this batch needs
+	DispositionCapacityDeferred                          // a miss that does not fit: the cache is full of executables this batch needs, or of others' within their share
 	DispositionOutsidePreparation                        // a miss, and the cache is not open for preparation
 )
 
@@ -53,7 +53,7 @@ func (d Disposition) Reason() Reason {
 // PrepareReport is what one Prepare did.
 type PrepareReport struct {
 	Dispositions []Disposition // one per candidate, in order
-	Rejections   []error       // the capture errors behind CaptureRejected, in order
+	Rejections   []error       // the capture errors behind DispositionCaptureRejected, in order
 	Evicted      []SegmentKey  // residents evicted to make room, or re-keyed by an update
 	// Updates are the in-place updates made: each resident executable of
 	// the candidate's shape that now replays the candidate instead.

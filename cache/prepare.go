@@ -16,8 +16,11 @@ import (
 // preparation is open and the stream quiescent, as far as capacity and the
 // byte bound allow after evicting least-recently-used residents this batch
 // does not need, among the owner's own and other owners' beyond their
-// share (see plan). enqueue(i) must
-// enqueue batch command i on s. A capture failure that leaves eager fallback
+// share: each owner with residents, and the batch's owner, has an equal
+// share of the capacity and of the byte bound (the integer part: three
+// owners of a cache of two have a share of none each, and a newcomer then
+// takes only what the others left idle). enqueue(i) must enqueue batch
+// command i on s. A capture failure that leaves eager fallback
 // safe is remembered (bounded by capacity, oldest forgotten first) and
 // reported; any other failure is returned.
 func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enqueue func(i int) error) (PrepareReport, error) {

@@ -31,8 +31,9 @@ const (
 	// ReasonQuiescenceDeferred: the segment would be captured, but the
 	// stream had work in flight.
 	ReasonQuiescenceDeferred
-	// ReasonCapacityDeferred: the cache is full of executables this batch
-	// also needs.
+	// ReasonCapacityDeferred: the segment does not fit: the cache is full
+	// of executables this batch also needs, or of other owners' within
+	// their share.
 	ReasonCapacityDeferred
 	// ReasonOutsidePreparation: the segment is not resident and the cache
 	// is not open for preparation.

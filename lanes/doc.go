@@ -31,11 +31,12 @@
 //  1. [Lane.Submit] a [Batch]. Validation (every handle the batch names
 //     is checked live on the device), discovery, preparation, the
 //     compute-path requirement and program registration happen first; an
-//     error there is the caller's, "definitely not submitted"
-//     ([Error.NotSubmitted]): none of the batch's commands ran (a path
-//     requirement is checked after preparation, so a refused batch may
-//     have captured segments into the cache: capture runs nothing). Then
-//     the batch is
+//     error there is "definitely not submitted" ([Error.NotSubmitted]): none
+//     of the batch's commands ran. It is the caller's, and leaves the lane
+//     as it was (except that the path requirement is checked after
+//     preparation, so a batch it refuses may have captured segments into
+//     the cache: capture runs nothing), unless a capture failed so that
+//     eager fallback is unsafe, which fails the lane. Then the batch is
 //     enqueued (resident segments replayed, the rest eagerly) and its fence
 //     recorded. Every error is an [*Error], classified by cuda.Classify.
 //  2. [Lane.Poll] regularly: it never blocks, and returns the [Receipt] of

@@ -149,7 +149,7 @@ func New(cfg Config) (*Lane, error) {
 }
 
 // Recover moves a failed lane onto a fresh stream of its device and makes
-// it Ready, keeping its executable cache, program catalog, preparation
+// it [StateReady], keeping its executable cache, program catalog, preparation
 // state and counters: executables belong to the device, not to a stream,
 // and a non-sticky stream failure leaves them valid (so a tenant's fault
 // does not cost its neighbours their programs, their replays or the

@@ -2,7 +2,7 @@
 // submission with a child span per replayed segment (and per eager command
 // when the timing mode times them), placed at device time, and metrics.
 //
-// A nil *Telemetry is valid and records nothing, at the cost of one nil
+// A nil *Recorder is valid and records nothing, at the cost of one nil
 // check: the default costs nothing measurable. The lane core never imports
 // this package; the actors feed it finished receipts.
 //

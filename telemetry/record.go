@@ -37,7 +37,7 @@ type Submission struct {
 
 // Submission hands one ended submission to the recorder, which makes its
 // span with a child span per replayed segment and timed eager command, and
-// the metrics. It never blocks: when the recorder is behind by queueLength
+// the metrics. It never blocks: when the recorder is behind by 8192
 // submissions, this one is dropped and counted (lanes.telemetry.dropped).
 func (t *Recorder) Submission(ctx context.Context, s Submission) {
 	if t == nil {

@@ -1,5 +1,7 @@
 //go:build cuda
 
+// With the cuda build tag: lanedemo's --device cuda, the real GPU.
+
 package main
 
 import (

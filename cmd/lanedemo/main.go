@@ -3,7 +3,7 @@
 // what the scheduler did (replayed or eager, and why) and how well (steps
 // per second, latency percentiles per lane).
 //
-//	go run ./cmd/lanedemo                 # the embedded simulated H200, about ten seconds
+//	go run ./cmd/lanedemo                 # the embedded simulated H200, about seven seconds
 //	lanedemo --device cuda --lanes 8      # the real GPU (build with scripts/build-cuda.sh)
 //
 // Exit codes: 0 ok, 1 the run failed its own checks (a submission that
@@ -81,6 +81,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 			fs.SetOutput(stdout)
 			fmt.Fprintln(stdout, "usage: lanedemo [flags]\n\nDrives a scheduler of lanes with multi-tenant decode steps and reports replay, latency and failures.\n\nflags:")
 			fs.PrintDefaults()
+			fmt.Fprintln(stdout, "\nexit status: 0 ok, 1 the run failed its own checks (a submission that never ended), 2 bad flags")
 			f.help = true
 			return f, nil
 		}

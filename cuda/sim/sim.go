@@ -50,7 +50,7 @@ import (
 // model with 16 GiB of memory and the built-in kernels.
 type Config struct {
 	Clock   ClockMode
-	Virtual *VirtualClock    // the clock of the Virtual mode; nil makes one (see Device.Clock)
+	Virtual *VirtualClock    // the clock of ClockVirtual; nil makes one (see Device.Clock)
 	Cost    CostModel        // zero fields take the H200 defaults
 	Memory  uint64           // bytes the device offers; 0 means 16 GiB. The simulator holds them in host memory: offer no more than the host has
 	Kernels kernels.Registry // nil means kernels.Builtin()

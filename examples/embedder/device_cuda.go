@@ -1,5 +1,7 @@
 //go:build cuda
 
+// The device the suite runs on in the cuda build: the real GPU.
+
 package embedder
 
 import (

@@ -1,5 +1,7 @@
 //go:build !cuda
 
+// The device the suite runs on by default: the embedded simulated H200.
+
 package embedder
 
 import (

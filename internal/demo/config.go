@@ -64,8 +64,8 @@ type FaultRates struct {
 
 func (f FaultRates) any() bool { return f.Launch+f.Capture+f.OOM+f.Sticky+f.Hang > 0 }
 
-// Defaults is a run that shows the scheduler in about ten seconds on the
-// simulated device.
+// Defaults is a run that shows the scheduler in about seven seconds (six of
+// load) on the simulated device.
 func Defaults() Config {
 	return Config{Device: "sim", Clock: "real", Devices: 1, Lanes: 4, Tenants: 8, EagerTenants: 2,
 		Duration: 6 * time.Second, Warmup: 4, Mode: "closed", Concurrency: 2, Rate: 2000, Kernels: 16,
