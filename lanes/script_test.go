@@ -33,7 +33,7 @@ package lanes_test
 //	synchronize            Lane.Synchronize
 //	recover                Lane.Recover onto a new stream of the device
 //	fault KIND [nth=N] [kernel=K] [times=N]
-//	                       inject a sim.Fault (launch, capture-reject, sticky, hang, update-reject, out-of-memory)
+//	                       inject a sim.Fault (launch, capture_reject, sticky, hang, update_reject, out_of_memory)
 //	free cN                free counter cN on the device (its handle goes stale)
 //	read cN                Lane.Readback of element 0 of cN (it synchronizes the stream)
 //	counters               every non-zero lane counter
@@ -292,7 +292,7 @@ func init() {
 
 func (s *script) fault(t *testing.T, d *datadriven.TestData, p func(string, ...any)) {
 	if len(d.CmdArgs) == 0 {
-		d.Fatalf(t, "fault: got no kind, want one of launch, capture-reject, sticky, hang, update-reject, out-of-memory")
+		d.Fatalf(t, "fault: got no kind, want one of launch, capture_reject, sticky, hang, update_reject, out_of_memory")
 	}
 	kind, ok := faultKinds[d.CmdArgs[0].Key]
 	if !ok {

@@ -34,21 +34,21 @@ const (
 	FaultUpdateReject
 )
 
-// String names the fault.
+// String names the fault in snake_case, as spans and reports name things.
 func (k FaultKind) String() string {
 	switch k {
 	case FaultLaunch:
 		return "launch"
 	case FaultCaptureReject:
-		return "capture-reject"
+		return "capture_reject"
 	case FaultOutOfMemory:
-		return "out-of-memory"
+		return "out_of_memory"
 	case FaultSticky:
 		return "sticky"
 	case FaultHang:
 		return "hang"
 	case FaultUpdateReject:
-		return "update-reject"
+		return "update_reject"
 	}
 	return fmt.Sprintf("fault(%d)", uint8(k))
 }
