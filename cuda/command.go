@@ -227,6 +227,12 @@ func (c Command) ValidateLaunch(k *KernelSpec) error {
 	if n := c.Config.Threads(); k.MaxThreads > 0 && n > k.MaxThreads {
 		return contractf(op, ErrLaunchConfig, "kernel %s: the launch runs %d threads; this device runs at most %d in one launch", k.Name, n, k.MaxThreads)
 	}
+	if n := c.Config.Block.Count(); k.MaxBlockThreads > 0 && n > uint64(k.MaxBlockThreads) {
+		return contractf(op, ErrLaunchConfig, "kernel %s: block %v has %d threads; this function runs at most %d per block", k.Name, c.Config.Block, n, k.MaxBlockThreads)
+	}
+	if k.MaxSharedBytes > 0 && c.Config.SharedBytes > k.MaxSharedBytes {
+		return contractf(op, ErrLaunchConfig, "kernel %s: %d bytes of dynamic shared memory; this function takes at most %d", k.Name, c.Config.SharedBytes, k.MaxSharedBytes)
+	}
 	if len(c.Args) != len(k.Params) {
 		return contractf(op, ErrKernelArity, "kernel %s takes %d arguments, got %d", k.Name, len(k.Params), len(c.Args))
 	}

@@ -62,6 +62,13 @@ type KernelSpec struct {
 	// simulated device sets it, since it runs every thread's work on the
 	// host.
 	MaxThreads uint64
+	// MaxBlockThreads and MaxSharedBytes, when set, are the function's own
+	// limits (below the device's MaxThreadsPerBlock and MaxSharedBytes):
+	// the real device reads them from the driver when it loads a module
+	// (cuFuncGetAttribute), so a launch beyond them is refused with
+	// ErrLaunchConfig before it reaches the GPU.
+	MaxBlockThreads uint32
+	MaxSharedBytes  uint32
 }
 
 // Kernels resolves kernel names to their specs. A device serves the kernels

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates cuda/kernels/kernels.ptx from kernels.cu with nvcc (on a
-# machine with the CUDA toolkit, e.g. the GPU machine), or, with --check,
-# fails if the committed PTX differs from what nvcc makes now.
+# Regenerates the committed PTX from its CUDA C with nvcc (on a machine with
+# the CUDA toolkit, e.g. the GPU machine), or, with --check, fails if a
+# committed PTX differs from what nvcc makes now:
+#   cuda/kernels/kernels.cu         -> kernels.ptx    (the built-in kernels)
+#   cuda/conformance/usermodule.cu  -> usermodule.ptx (the suite's user module)
 #
 # compute_80 PTX is JIT-compiled by the driver for any newer GPU (the H200 is
 # sm_90). -fmad=false keeps every float operation separately rounded, so the
@@ -9,15 +11,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
-out=cuda/kernels/kernels.ptx
-tmp=$(mktemp)
-"$NVCC" -ptx -arch=compute_80 -fmad=false -O3 -o "$tmp" cuda/kernels/kernels.cu
-if [ "${1:-}" = "--check" ]; then
-  if ! diff -q <(grep -v '^//' "$tmp") <(grep -v '^//' "$out") >/dev/null; then
-    echo "kernels.ptx is stale: run scripts/gen-ptx.sh and commit it"; exit 1
+status=0
+for src in cuda/kernels/kernels.cu cuda/conformance/usermodule.cu; do
+  out=${src%.cu}.ptx
+  tmp=$(mktemp)
+  "$NVCC" -ptx -arch=compute_80 -fmad=false -O3 -o "$tmp" "$src"
+  if [ "${1:-}" = "--check" ]; then
+    if ! diff -q <(grep -v '^//' "$tmp") <(grep -v '^//' "$out") >/dev/null; then
+      echo "$out is stale: run scripts/gen-ptx.sh and commit it"; status=1
+    else
+      echo "$out is current"
+    fi
+    rm -f "$tmp"
+  else
+    mv "$tmp" "$out"
+    echo "wrote $out"
   fi
-  echo "kernels.ptx is current"
-else
-  mv "$tmp" "$out"
-  echo "wrote $out"
-fi
+done
+exit $status

@@ -63,6 +63,8 @@ func Run(t *testing.T, opener Open) {
 	t.Run("out-of-memory", func(t *testing.T) { testOutOfMemory(t, open(t)) })
 	t.Run("ownership", func(t *testing.T) { testOwnership(t, open(t), open(t)) })
 	t.Run("bounds", func(t *testing.T) { testBounds(t, open(t)) })
+	t.Run("user-module", func(t *testing.T) { testUserModule(t, open(t)) })
+	t.Run("user-module-declarations", func(t *testing.T) { testUserModuleDeclarations(t, open(t)) })
 	t.Run("sticky-fault", func(t *testing.T) { testStickyFault(t, open(t)) })
 }
 

@@ -210,6 +210,19 @@ static CUresult lanes_stream_destroy(CUcontext ctx, CUstream s) {
 	CUresult r = lanes_bound(ctx);
 	return r != CUDA_SUCCESS ? r : cuStreamDestroy(s);
 }
+// cuFuncGetParamInfo came with CUDA 12.4: weak, so that a binary built here
+// still starts on an older driver, where the check is skipped.
+#pragma weak cuFuncGetParamInfo
+
+static CUresult lanes_param_info(CUfunction fn, size_t i, size_t *offset, size_t *size) {
+	if (cuFuncGetParamInfo == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+	return cuFuncGetParamInfo(fn, i, offset, size);
+}
+
+static CUresult lanes_func_limits(CUfunction fn, int *threads, int *shared) {
+	CUresult r = cuFuncGetAttribute(threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn);
+	return r != CUDA_SUCCESS ? r : cuFuncGetAttribute(shared, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn);
+}
 */
 import "C"
 
@@ -366,3 +379,20 @@ func createStream(ctx cContext) (cStream, cResult) {
 }
 
 func destroyStream(ctx cContext, s cStream) cResult { return C.lanes_stream_destroy(ctx, s) }
+
+// paramInfo is the driver's view of a function's parameter i: its offset
+// and size; CUDA_ERROR_INVALID_VALUE past the last parameter, and
+// CUDA_ERROR_NOT_SUPPORTED on a driver older than CUDA 12.4.
+func paramInfo(fn cFunction, i int) (offset, size uint64, r cResult) {
+	var o, n C.size_t
+	r = C.lanes_param_info(fn, C.size_t(i), &o, &n)
+	return uint64(o), uint64(n), r
+}
+
+// funcLimits is a function's most threads per block and most dynamic shared
+// memory.
+func funcLimits(fn cFunction) (threads, shared int, r cResult) {
+	var t, s C.int
+	r = C.lanes_func_limits(fn, &t, &s)
+	return int(t), int(s), r
+}

@@ -6,7 +6,6 @@ package driver
 
 import (
 	"fmt"
-	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -29,6 +28,8 @@ type Config struct {
 	// built-in PTX (kernels.PTX); nil means kernels.Builtin(). Tests that
 	// provoke device faults add kernels.FaultInjection() here.
 	Kernels kernels.Registry
+	// Modules are one's own kernels, loaded at open as LoadModule loads them.
+	Modules []kernels.Module
 }
 
 // Device is one device instance on a GPU's primary context. It implements
@@ -39,8 +40,9 @@ type Device struct {
 	ctx     cContext
 	primary cu.CUContext
 	module  cu.Module
-	funcs   map[string]cFunction
-	kernels kernels.Registry
+	table   atomic.Pointer[kernelTable] // replaced whole by LoadModule: launches read it without a lock
+	loadMu  sync.Mutex                  // LoadModule's
+	modules []cu.Module                 // the modules LoadModule loaded (loadMu)
 	staging *arena
 
 	// ctxMu orders event cleanups (readers) against Close releasing the
@@ -97,7 +99,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := &Device{
 		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
-		funcs: map[string]cFunction{}, kernels: cfg.Kernels, buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
+		buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
 		going: map[uint64]bool{}, hostsGo: map[uint64]bool{},
 	}
 	unbind, err := d.BindThread()
@@ -115,18 +117,26 @@ func Open(cfg Config) (*Device, error) {
 	if d.module, err = cu.LoadData(kernels.PTX); err != nil {
 		return nil, driverError(op, err, "load the kernels' PTX")
 	}
-	for _, n := range d.kernels.Names() {
+	builtin := &kernelTable{kernels: cfg.Kernels, funcs: map[string]cFunction{}}
+	for _, n := range cfg.Kernels.Names() {
 		fn, err := d.module.Function(n)
 		if err != nil {
 			return nil, driverError(op, err, "find kernel "+n+" in the PTX")
 		}
-		d.funcs[n] = *(*cFunction)(unsafe.Pointer(&fn))
+		builtin.funcs[n] = *(*cFunction)(unsafe.Pointer(&fn))
 	}
+	d.table.Store(builtin)
 	p, r := hostAlloc(d.ctx, cfg.StagingBytes)
 	if err := d.check(op, r, "allocate the pinned staging arena"); err != nil {
 		return nil, err
 	}
 	d.staging = newArena(p, cfg.StagingBytes)
+	for _, m := range cfg.Modules {
+		if err := d.LoadModule(m); err != nil {
+			_ = d.Close()
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -145,7 +155,7 @@ func (d *Device) BindThread() (func(), error) {
 func (d *Device) Info() cuda.DeviceInfo { return d.info }
 
 // Kernels returns the kernels the device launches.
-func (d *Device) Kernels() cuda.Kernels { return d.kernels }
+func (d *Device) Kernels() cuda.Kernels { return d.table.Load().kernels }
 
 // Err returns the sticky error that poisoned the device, or nil.
 func (d *Device) Err() error {
@@ -204,8 +214,8 @@ func (d *Device) check(op string, r cResult, detail string) error {
 // unexported but an int underneath.
 func driverError(op string, err error, detail string) *cuda.Error {
 	code := cuda.CodeDriverError
-	if v := reflect.ValueOf(err); v.Kind() == reflect.Int {
-		code = cuda.Code(v.Int())
+	if r, ok := resultOf(err); ok {
+		code = cuda.Code(r)
 	}
 	return cuda.DriverError(op, code, detail+": "+err.Error())
 }
@@ -390,6 +400,12 @@ func (d *Device) Close() error {
 	}
 	_ = cu.MemFreeHost(d.staging.base)
 	_ = d.module.Unload()
+	d.loadMu.Lock()
+	for _, m := range d.modules {
+		_ = m.Unload()
+	}
+	d.modules = nil
+	d.loadMu.Unlock()
 	d.ctxMu.Lock()
 	defer d.ctxMu.Unlock()
 	d.ctxReleased = true

@@ -48,7 +48,7 @@ func (s *stream) live(op string) error {
 // validate checks a command against this device: structure, kernel and
 // buffers.
 func (s *stream) validate(op string, cmd cuda.Command) error {
-	return cuda.ValidateFor(op, cmd, s.dev.kernels, func(b cuda.Buffer) error {
+	return cuda.ValidateFor(op, cmd, s.dev.table.Load().kernels, func(b cuda.Buffer) error {
 		_, err := s.dev.lookup(op, b)
 		return err
 	})
@@ -80,7 +80,7 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 				s.argv[i] = a.Bits
 			}
 		}
-		if r := launchKernel(d.ctx, d.funcs[cmd.Kernel], cmd.Config, s.s, s.argv[:n]); r != 0 {
+		if r := launchKernel(d.ctx, d.table.Load().funcs[cmd.Kernel], cmd.Config, s.s, s.argv[:n]); r != 0 {
 			return d.check(op, r, "cuLaunchKernel "+cmd.Kernel)
 		}
 		return nil

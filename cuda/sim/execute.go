@@ -68,7 +68,7 @@ func (d *Device) execute(ns []node) error {
 func (d *Device) executeCommand(c cuda.Command) error {
 	switch c.Kind {
 	case cuda.KindLaunch:
-		k, ok := d.kernels[c.Kernel]
+		k, ok := d.kernels()[c.Kernel]
 		if !ok {
 			return cuda.DriverError("kernel", cuda.CodeNotFound, "kernel "+c.Kernel+" vanished from the registry")
 		}

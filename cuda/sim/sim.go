@@ -40,6 +40,7 @@ import (
 	"math/rand"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
@@ -54,6 +55,7 @@ type Config struct {
 	Cost    CostModel        // zero fields take the H200 defaults
 	Memory  uint64           // bytes the device offers; 0 means 16 GiB. The simulator holds them in host memory: offer no more than the host has
 	Kernels kernels.Registry // nil means kernels.Builtin()
+	Modules []kernels.Module // one's own kernels, loaded at open as LoadModule loads them
 	Seed    int64            // seeds the generator of rate-based faults
 	Faults  []Fault          // fault rules, as InjectFault
 	Ordinal int              // the ordinal the device reports
@@ -79,11 +81,15 @@ const addressBase = 0x7f00_0000_0000
 
 // Device is a simulated CUDA device. It implements [cuda.Device].
 type Device struct {
-	info    cuda.DeviceInfo
-	clock   clock
-	cost    CostModel
-	kernels kernels.Registry
-	closed  chan struct{}
+	info  cuda.DeviceInfo
+	clock clock
+	cost  CostModel
+	// registry holds the kernels the device launches; LoadModule replaces
+	// it whole (under loadMu), so launches read it without a lock.
+	registry   atomic.Pointer[kernels.Registry]
+	loadMu     sync.Mutex
+	maxThreads uint64 // Config.MaxLaunchThreads
+	closed     chan struct{}
 
 	// execMu serializes the bytes of work: workers executing commands and
 	// host reads and writes of buffer memory. Device time is modelled, so
@@ -144,12 +150,12 @@ func New(cfg Config) (*Device, error) {
 			Instance: cuda.NextInstance(), Ordinal: cfg.Ordinal, Name: "sim (H200 model)",
 			Backend: "sim", TotalMemory: cfg.Memory,
 		},
-		clock:   clock{mode: cfg.Clock, origin: time.Now(), virtual: cfg.Virtual},
-		cost:    cfg.Cost.withDefaults(),
-		kernels: cfg.Kernels,
-		closed:  make(chan struct{}),
-		buffers: map[uint64]*allocation{},
-		freeing: map[uint64]bool{}, hostsGoing: map[uint64]bool{},
+		clock:      clock{mode: cfg.Clock, origin: time.Now(), virtual: cfg.Virtual},
+		cost:       cfg.Cost.withDefaults(),
+		maxThreads: cfg.MaxLaunchThreads,
+		closed:     make(chan struct{}),
+		buffers:    map[uint64]*allocation{},
+		freeing:    map[uint64]bool{}, hostsGoing: map[uint64]bool{},
 		hosts:    map[uint64][]byte{},
 		nextAddr: addressBase,
 		streams:  map[uint64]*stream{},
@@ -163,8 +169,14 @@ func New(cfg Config) (*Device, error) {
 	if cfg.Clock == ClockZeroCost {
 		d.cost = CostModel{MemoryBandwidth: math.Inf(1), HostBandwidth: math.Inf(1), StreamParallelism: 1}
 	}
+	d.registry.Store(&cfg.Kernels)
 	for _, f := range cfg.Faults {
 		if err := d.InjectFault(f); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range cfg.Modules {
+		if err := d.LoadModule(m); err != nil {
 			return nil, err
 		}
 	}
@@ -191,10 +203,34 @@ func (d *Device) BindThread() (func(), error) {
 func (d *Device) Info() cuda.DeviceInfo { return d.info }
 
 // Kernels returns the kernels the device launches.
-func (d *Device) Kernels() cuda.Kernels { return d.kernels }
+func (d *Device) Kernels() cuda.Kernels { return d.kernels() }
 
 // Registry returns the device's kernel registry.
-func (d *Device) Registry() kernels.Registry { return d.kernels }
+func (d *Device) Registry() kernels.Registry { return d.kernels() }
+
+// kernels is the current registry.
+func (d *Device) kernels() kernels.Registry { return *d.registry.Load() }
+
+// LoadModule loads a module of one's own kernels (see [kernels.Module]):
+// the simulated device runs each through its Go reference, so a kernel
+// without one is refused, as is a name the device has loaded already;
+// the image is the real device's and is not read here. On an error
+// nothing is loaded.
+func (d *Device) LoadModule(m kernels.Module) error {
+	const op = "load module"
+	if err := d.check(op); err != nil {
+		return err
+	}
+	d.loadMu.Lock()
+	defer d.loadMu.Unlock()
+	cur := d.kernels()
+	if err := m.Check(cur, true); err != nil {
+		return err
+	}
+	next := cur.With(limitLaunches(m.Kernels, d.maxThreads))
+	d.registry.Store(&next)
+	return nil
+}
 
 // check returns the error every call gets once the device is closed or
 // poisoned.
@@ -384,3 +420,5 @@ func limitLaunches(r kernels.Registry, max uint64) kernels.Registry {
 	}
 	return out
 }
+
+var _ kernels.Loader = (*Device)(nil)

@@ -1,0 +1,105 @@
+// Modules: kernels of one's own, compiled for the real device (PTX, cubin
+// or fatbin) and each with a Go reference the simulated device runs, so
+// that one program runs in CI on the simulator and in production on a GPU.
+
+package kernels
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// ErrInvalidModule: a module, or a kernel it declares, cannot be loaded as
+// declared (a missing image or reference, a name already loaded, or a
+// parameter list the driver's view of the function contradicts). It is
+// the caller's error: nothing was loaded.
+var ErrInvalidModule = cuda.NewSentinel(cuda.CodeRuntimeContract, "kernels: invalid module")
+
+// Module is a compiled module of one's own kernels. Image is what nvcc or
+// Triton produced, as cuModuleLoadData takes it: PTX text (NUL-terminated
+// or not), a cubin or a fatbin. Kernels declares each kernel of the image
+// the device may launch, under the name it has in the image (declare it
+// extern "C" so the name is not mangled), with its launch contract
+// (Kernel.Spec: parameters in order, and an extent Check) and its Go
+// reference (Kernel.Body), which the simulated device runs in its place.
+//
+// A kernel's parameters are what the real device checks against the
+// driver's own view of the function when it loads the module (CUDA 12.4
+// and later): a buffer is an 8-byte device pointer, a scalar its element
+// type's size. A declaration the driver contradicts is refused then, never
+// launched with the wrong argument layout.
+type Module struct {
+	Name    string
+	Image   []byte
+	Kernels Registry
+}
+
+// Loader is what every device of lanes can do: load a module of one's own
+// kernels, at open (sim.Config.Modules, driver.Config.Modules) or later.
+// Once loaded, a kernel is launched by name like the built-in ones, and
+// its name may not be loaded again on the device.
+type Loader interface {
+	LoadModule(m Module) error
+}
+
+// Check reports what is wrong with the module before any device sees it:
+// a missing name or image, no kernels, a kernel filed under another name
+// than its spec's, a malformed parameter list, a kernel without a Go
+// reference when needBody is set (the simulated device needs one), or a
+// name that loaded already holds.
+func (m Module) Check(loaded Registry, needBody bool) error {
+	switch {
+	case m.Name == "":
+		return fmt.Errorf("%w: the module has no name; name it so errors can say which module is wrong", ErrInvalidModule)
+	case len(m.Image) == 0:
+		return fmt.Errorf("%w: module %q has no image; give the PTX, cubin or fatbin bytes nvcc produced", ErrInvalidModule, m.Name)
+	case len(m.Kernels) == 0:
+		return fmt.Errorf("%w: module %q declares no kernels; declare each kernel the device may launch", ErrInvalidModule, m.Name)
+	}
+	for _, name := range m.Kernels.Names() {
+		k := m.Kernels[name]
+		if err := checkKernel(m.Name, name, k, needBody); err != nil {
+			return err
+		}
+		if _, dup := loaded[name]; dup {
+			return fmt.Errorf("%w: module %q declares kernel %q, which this device has loaded already; kernel names are unique on a device", ErrInvalidModule, m.Name, name)
+		}
+	}
+	return nil
+}
+
+// checkKernel checks one kernel's declaration.
+func checkKernel(module, name string, k *Kernel, needBody bool) error {
+	switch {
+	case k == nil:
+		return fmt.Errorf("%w: module %q declares kernel %q as nil", ErrInvalidModule, module, name)
+	case k.Spec.Name != name:
+		return fmt.Errorf("%w: module %q files kernel %q under the name %q; file it under its spec's name", ErrInvalidModule, module, k.Spec.Name, name)
+	case len(k.Spec.Params) > 64:
+		return fmt.Errorf("%w: kernel %q of module %q declares %d parameters; at most 64", ErrInvalidModule, name, module, len(k.Spec.Params))
+	case needBody && k.Body == nil:
+		return fmt.Errorf("%w: kernel %q of module %q has no Go reference (Kernel.Body): the simulated device runs every kernel through its reference", ErrInvalidModule, name, module)
+	}
+	for i, p := range k.Spec.Params {
+		switch {
+		case p.Kind != cuda.ParamBuffer && p.Kind != cuda.ParamScalar:
+			return fmt.Errorf("%w: kernel %q parameter %d (%s) has kind %d; use cuda.ParamBuffer or cuda.ParamScalar", ErrInvalidModule, name, i, p.Name, p.Kind)
+		case !p.Elem.Valid():
+			return fmt.Errorf("%w: kernel %q parameter %d (%s) has no valid element type", ErrInvalidModule, name, i, p.Name)
+		case p.Kind == cuda.ParamBuffer && !slices.Contains([]cuda.Access{cuda.AccessRead, cuda.AccessWrite, cuda.AccessReadWrite}, p.Access):
+			return fmt.Errorf("%w: kernel %q buffer parameter %d (%s) declares no access; say cuda.AccessRead, AccessWrite or AccessReadWrite", ErrInvalidModule, name, i, p.Name)
+		}
+	}
+	return nil
+}
+
+// ParamSize is the size in bytes the driver gives a parameter of this
+// declaration: a buffer is a device pointer, a scalar its element's size.
+func ParamSize(p cuda.Param) uint64 {
+	if p.Kind == cuda.ParamBuffer {
+		return 8
+	}
+	return p.Elem.Size()
+}

@@ -1,0 +1,55 @@
+package kernels_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+)
+
+// TestModuleCheck: what a module says of itself is checked before any
+// device sees it, and each refusal says what to fix.
+func TestModuleCheck(t *testing.T) {
+	good := func() kernels.Module {
+		k := &kernels.Kernel{Spec: cuda.KernelSpec{Name: "mine", Params: []cuda.Param{
+			{Name: "x", Kind: cuda.ParamBuffer, Elem: cuda.F32, Access: cuda.AccessReadWrite},
+			{Name: "n", Kind: cuda.ParamScalar, Elem: cuda.I32},
+		}}, Body: func(kernels.Shape, []kernels.Memory, []cuda.Arg) error { return nil }}
+		return kernels.Module{Name: "m", Image: []byte("ptx"), Kernels: kernels.Registry{"mine": k}}
+	}
+	if err := good().Check(kernels.Builtin(), true); err != nil {
+		t.Fatalf("a well-declared module: got err %v, want nil", err)
+	}
+	cases := map[string]struct {
+		edit     func(*kernels.Module)
+		needBody bool
+		want     string
+	}{
+		"no name":       {func(m *kernels.Module) { m.Name = "" }, false, "no name"},
+		"no image":      {func(m *kernels.Module) { m.Image = nil }, false, "no image"},
+		"no kernels":    {func(m *kernels.Module) { m.Kernels = nil }, false, "declares no kernels"},
+		"filed wrongly": {func(m *kernels.Module) { m.Kernels["other"] = m.Kernels["mine"]; delete(m.Kernels, "mine") }, false, "under the name"},
+		"no reference":  {func(m *kernels.Module) { m.Kernels["mine"].Body = nil }, true, "no Go reference"},
+		"bad kind":      {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Kind = 9 }, false, "has kind 9"},
+		"bad element":   {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Elem = 0 }, false, "no valid element type"},
+		"no access":     {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[0].Access = 0 }, false, "declares no access"},
+		"a builtin name": {func(m *kernels.Module) {
+			k := m.Kernels["mine"]
+			k.Spec.Name = kernels.Inc
+			m.Kernels = kernels.Registry{kernels.Inc: k}
+		}, false, "loaded already"},
+	}
+	for name, c := range cases {
+		m := good()
+		c.edit(&m)
+		err := m.Check(kernels.Builtin(), c.needBody)
+		if !errors.Is(err, kernels.ErrInvalidModule) || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: got err %v, want kernels.ErrInvalidModule saying %q", name, err, c.want)
+		}
+		if cl := cuda.Classify(err); cl.Blame != cuda.BlameCaller {
+			t.Fatalf("%s: got blame %v, want the caller's", name, cl.Blame)
+		}
+	}
+}

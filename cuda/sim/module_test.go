@@ -1,0 +1,65 @@
+package sim_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/conformance"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+)
+
+// TestModulesAtOpenAndWhileLaunching: a module given at open is loaded
+// there (a bad one fails New), and modules loaded while streams launch
+// race with nothing (the race detector watches).
+func TestModulesAtOpenAndWhileLaunching(t *testing.T) {
+	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost, Modules: []kernels.Module{conformance.UserModule()}})
+	if _, ok := r.dev.Kernels().Kernel(conformance.UserScale); !ok {
+		t.Fatalf("after sim.New with Modules: got no kernel %s, want it loaded", conformance.UserScale)
+	}
+	bad := conformance.UserModule()
+	bad.Kernels[conformance.UserScale].Body = nil
+	if _, err := sim.New(sim.Config{Modules: []kernels.Module{bad}}); !errors.Is(err, kernels.ErrInvalidModule) {
+		t.Fatalf("sim.New with a module without a Go reference: got err %v, want kernels.ErrInvalidModule", err)
+	}
+
+	s := r.stream()
+	buf, err := r.dev.Alloc(cuda.BufferSpec{Size: 4 * 64, Elem: cuda.F32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	spec, _ := r.dev.Kernels().Kernel(conformance.UserScale)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 20 {
+			m := conformance.UserModule()
+			k := m.Kernels[conformance.UserScale]
+			k.Spec.Name = fmt.Sprintf("copy_%d", i)
+			m.Kernels = kernels.Registry{k.Spec.Name: k}
+			if err := r.dev.LoadModule(m); err != nil {
+				t.Errorf("LoadModule(copy_%d): got err %v, want nil", i, err)
+			}
+		}
+	}()
+	for range 200 {
+		c, err := cuda.Launch(spec, cuda.Linear(64, 64), cuda.BufferArg(buf.Whole()), cuda.F32Arg(1), cuda.I32Arg(64))
+		if err != nil {
+			t.Fatalf("build launch: got err %v, want nil", err)
+		}
+		if err := s.Enqueue(c); err != nil {
+			t.Fatalf("Enqueue: got err %v, want nil", err)
+		}
+	}
+	wg.Wait()
+	if err := s.Synchronize(); err != nil {
+		t.Fatalf("Synchronize: got err %v, want nil", err)
+	}
+	if _, ok := r.dev.Kernels().Kernel("copy_19"); !ok {
+		t.Fatalf("after 20 loads: got no kernel copy_19, want every load kept")
+	}
+}
