@@ -112,6 +112,17 @@ func Launch(k *KernelSpec, cfg LaunchConfig, args ...Arg) (Command, error) {
 	return c, c.ValidateLaunch(k)
 }
 
+// LaunchNamed builds a launch of the kernel a device serves under name
+// (look-up and Launch in one call, on any backend: pass dev.Kernels()). A
+// kernel the device has not loaded is ErrUnknownKernel.
+func LaunchNamed(ks Kernels, name string, cfg LaunchConfig, args ...Arg) (Command, error) {
+	k, ok := ks.Kernel(name)
+	if !ok {
+		return Command{}, contractf("launch", ErrUnknownKernel, "kernel %q is not loaded on this device; load its module first (kernels.Loader)", name)
+	}
+	return Launch(k, cfg, args...)
+}
+
 // Upload builds a host-to-device copy of data into dst. The bytes are copied
 // now and retained by the command, so the caller may reuse data at once.
 func Upload(dst Region, data []byte) (Command, error) {

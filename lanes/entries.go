@@ -1,0 +1,30 @@
+// The common entries in one call each: a compute command keyed for replay,
+// and a command that always runs eagerly.
+
+package lanes
+
+import (
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+)
+
+// Replayed is the common compute entry: cmd, the work of plan node node,
+// keyed for replay by its provider (the provider's fingerprint: a name and
+// version that changes whenever what its commands compute does), every
+// region plan-scoped (the same buffers mean the same thing on every lane).
+// A launch is keyed by cache.LaunchKey (kernel, launch shape, scalar
+// arguments); another command by its kind. Build an Entry yourself for
+// lane-scoped memory, a key of your own, or logical work to attribute.
+func Replayed(provider string, node int, cmd cuda.Command) Entry {
+	key := cache.NewKey(provider, cmd.Kind.String()).Finish()
+	if cmd.Kind == cuda.KindLaunch {
+		key = cache.LaunchKey(provider, cmd)
+	}
+	return Entry{Phase: cache.PhaseCompute, Node: node, Command: cmd, Replay: Replayable(cmd, key, cache.PlanScope())}
+}
+
+// Eager is an entry that always runs eagerly: cmd in phase (initialization
+// or dynamic binding before compute, readout after it), on no plan node.
+func Eager(phase cache.Phase, cmd cuda.Command) Entry {
+	return Entry{Phase: phase, Node: cache.NoNode, Command: cmd}
+}
