@@ -32,6 +32,11 @@ func runExample() error {
 		return err
 	}
 	defer dev.Close()
+	unbind, err := dev.BindThread() // the real device serves a goroutine bound to its context
+	if err != nil {
+		return err
+	}
+	defer unbind()
 	s, err := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2})
 	if err != nil {
 		return err

@@ -132,6 +132,27 @@ func LaunchKey(providerFingerprint string, c cuda.Command) ProviderKey {
 	return b.Finish()
 }
 
+// CallKey is the provider key of a library call that binds its name, its
+// parameters (cuda.LibraryCall.Params) and how it touches each region: what
+// a provider that trusts the call to be a pure function of these declares.
+// The regions themselves are bound by Bind, as a launch's are.
+func CallKey(providerFingerprint string, c cuda.Command) ProviderKey {
+	var scratch [512]byte
+	b := KeyBuilder{buf: scratch[:0]}
+	lc := c.LibraryCall
+	if lc == nil {
+		b.start(providerFingerprint, "call:")
+		return b.Finish()
+	}
+	b.start(providerFingerprint, "call:"+lc.Name)
+	b.Bytes(lc.Params)
+	b.U64(uint64(len(lc.Regions)))
+	for _, t := range lc.Regions {
+		b.U32(uint32(t.Access))
+	}
+	return b.Finish()
+}
+
 // elementTag is the stable one-byte tag of an element type in keys.
 func elementTag(t cuda.ElementType) byte { return byte(t) - 1 }
 
@@ -180,6 +201,13 @@ func bindInput(b []byte, pk ProviderKey, c cuda.Command) []byte {
 	case cuda.KindCopy:
 		b = binary.LittleEndian.AppendUint64(b, 2)
 		b = appendRegion(appendRegion(b, c.Src), c.Dst)
+	case cuda.KindCall:
+		// Its regions in declared order (the provider key covers its name
+		// and parameters: CallKey).
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(c.LibraryCall.Regions)))
+		for _, t := range c.LibraryCall.Regions {
+			b = appendRegion(b, t.Region)
+		}
 	case cuda.KindStageIn, cuda.KindStageOut:
 		// The staging's identity, not its bytes: a replay reads whatever
 		// the host wrote there last (the input key covers the bytes).

@@ -50,10 +50,11 @@ const (
 	KindZero                            // a memset to zero
 	KindStageIn                         // a host-to-device copy from pinned staging, read when it runs
 	KindStageOut                        // a device-to-host copy into pinned staging
+	KindCall                            // a library call: user code that enqueues work on the stream (see LibraryCall)
 )
 
 // String returns the kind's snake_case name: "launch", "upload", "copy", "zero",
-// "stage_in" or "stage_out" ("kind(N)" for any other value).
+// "stage_in", "stage_out" or "call" ("kind(N)" for any other value).
 func (k CommandKind) String() string {
 	switch k {
 	case KindLaunch:
@@ -68,11 +69,13 @@ func (k CommandKind) String() string {
 		return "stage_in"
 	case KindStageOut:
 		return "stage_out"
+	case KindCall:
+		return "call"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-var enqueueOps = [...]string{"enqueue", "enqueue launch", "enqueue upload", "enqueue copy", "enqueue zero", "enqueue stage_in", "enqueue stage_out"}
+var enqueueOps = [...]string{"enqueue", "enqueue launch", "enqueue upload", "enqueue copy", "enqueue zero", "enqueue stage_in", "enqueue stage_out", "enqueue call"}
 
 // EnqueueOp is the operation name a device reports for enqueuing a command
 // of this kind ("enqueue launch"); it allocates nothing.
@@ -99,6 +102,8 @@ type Command struct {
 	// Staging is the pinned host region of a stage_in (source) or a
 	// stage_out (destination).
 	Staging HostRegion
+	// LibraryCall is a call's user code and the regions it touches.
+	LibraryCall *LibraryCall
 }
 
 // Launch builds a kernel launch, checked against the kernel's spec: arity,
@@ -148,6 +153,8 @@ func Zero(dst Region) (Command, error) {
 func (c Command) Validate() error {
 	op := c.Kind.String()
 	switch c.Kind {
+	case KindCall:
+		return c.validateCall()
 	case KindLaunch:
 		if c.Kernel == "" {
 			return contractf(op, ErrUnknownKernel, "launch names no kernel")
@@ -300,6 +307,8 @@ func (c Command) Touches(k *KernelSpec) []Touch {
 		return []Touch{{c.Src, AccessRead}, {c.Dst, AccessWrite}}
 	case KindStageOut:
 		return []Touch{{c.Src, AccessRead}}
+	case KindCall:
+		return append([]Touch(nil), c.LibraryCall.Regions...)
 	case KindUpload, KindZero, KindStageIn:
 		return []Touch{{c.Dst, AccessWrite}}
 	}
@@ -327,6 +336,13 @@ func (c Command) ForRegions(f func(Region) error) error {
 		}
 	case KindStageOut:
 		return f(c.Src)
+	case KindCall:
+		for _, t := range c.LibraryCall.Regions {
+			if err := f(t.Region); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return f(c.Dst)
 }
@@ -354,6 +370,12 @@ func (c Command) Bytes() uint64 {
 		return 2 * c.Dst.Length
 	case KindStageOut:
 		return c.Src.Length
+	case KindCall:
+		var n uint64
+		for _, t := range c.LibraryCall.Regions {
+			n += t.Region.Length
+		}
+		return n
 	}
 	return c.Dst.Length
 }
@@ -373,6 +395,10 @@ func (c Command) String() string {
 		return fmt.Sprintf("stage_in %dB host%d+%d -> buf%d+%d", c.Dst.Length, c.Staging.Buffer.ID, c.Staging.Offset, c.Dst.Buffer.ID, c.Dst.Offset)
 	case KindStageOut:
 		return fmt.Sprintf("stage_out %dB buf%d+%d -> host%d+%d", c.Src.Length, c.Src.Buffer.ID, c.Src.Offset, c.Staging.Buffer.ID, c.Staging.Offset)
+	case KindCall:
+		if c.LibraryCall != nil {
+			return fmt.Sprintf("call %s regions=%d", c.LibraryCall.Name, len(c.LibraryCall.Regions))
+		}
 	}
 	return c.Kind.String()
 }

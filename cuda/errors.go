@@ -18,7 +18,7 @@ type Error struct {
 	Sticky    bool   // the device's context is poisoned; every later call fails
 	Retryable bool   // the same call may succeed later
 	Detail    string // what was wrong and how to fix it
-	Contract  error  // for CodeRuntimeContract: the sentinel that names the violation
+	Contract  error  // what it wraps: for CodeRuntimeContract the sentinel that names the violation; for a library call's failure its *CallError
 }
 
 // Error formats the error as "cuda: op: code: detail" (a code sentinel,
@@ -34,7 +34,7 @@ func (e *Error) Error() string {
 	return msg
 }
 
-// Unwrap returns the contract sentinel, if any.
+// Unwrap returns the contract sentinel or the library call's error, if any.
 func (e *Error) Unwrap() error { return e.Contract }
 
 // Class classifies the error: a contract violation is the caller's and was

@@ -18,10 +18,14 @@ const (
 	MaxArgs       = 64
 )
 
-// MarshalBinary encodes the command in its wire form.
+// MarshalBinary encodes the command in its wire form. A library call is
+// host code of this process: it has none, and is refused.
 func (c Command) MarshalBinary() ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if c.Kind == KindCall {
+		return nil, contractf("encode command", ErrEncoding, "library call %q is code of this process and has no wire form", c.LibraryCall.Name)
 	}
 	b := []byte{wireVersion, byte(c.Kind)}
 	switch c.Kind {

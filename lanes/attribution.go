@@ -14,7 +14,7 @@ import (
 type Row struct {
 	Index      int
 	Node       int
-	Op         string // portable operation id: "launch:gemv_f32", "upload", "copy", "zero", "invoke"
+	Op         string // portable operation id: "launch:gemv_f32", "call:sgemm", "upload", "copy", "zero", "invoke"
 	Work       Work
 	Dispatches int // kernel launches the entry stands for
 	Transfers  int // copies and memsets
@@ -108,14 +108,20 @@ func (p *plan) events() []CacheEvent {
 }
 
 // launchOp is a launch's operation id, built once per kernel name.
-func (l *Lane) launchOp(kernel string) string {
-	op, ok := l.ops[kernel]
+func (l *Lane) launchOp(kernel string) string { return memoOp(&l.ops, "launch:", kernel) }
+
+// callOp is a library call's operation id, built once per call name.
+func (l *Lane) callOp(name string) string { return memoOp(&l.callOps, "call:", name) }
+
+// memoOp returns prefix+name, built once per name in *memo (bounded).
+func memoOp(memo *map[string]string, prefix, name string) string {
+	op, ok := (*memo)[name]
 	if !ok {
-		if l.ops == nil || len(l.ops) >= keyMemoLimit {
-			l.ops = map[string]string{}
+		if *memo == nil || len(*memo) >= keyMemoLimit {
+			*memo = map[string]string{}
 		}
-		op = "launch:" + kernel
-		l.ops[kernel] = op
+		op = prefix + name
+		(*memo)[name] = op
 	}
 	return op
 }
@@ -128,6 +134,8 @@ func (l *Lane) row(i int, e Entry, replayed bool, reason cache.Reason) Row {
 		r.Op, r.Dispatches = "invoke", e.Invoke.Segment.Commands
 	case e.Command.Kind == cuda.KindLaunch:
 		r.Op, r.Dispatches = l.launchOp(e.Command.Kernel), 1
+	case e.Command.Kind == cuda.KindCall:
+		r.Op, r.Dispatches = l.callOp(e.Command.LibraryCall.Name), 1
 	default:
 		r.Op, r.Transfers = e.Command.Kind.String(), 1
 	}

@@ -13,12 +13,18 @@ import (
 // version that changes whenever what its commands compute does), every
 // region plan-scoped (the same buffers mean the same thing on every lane).
 // A launch is keyed by cache.LaunchKey (kernel, launch shape, scalar
-// arguments); another command by its kind. Build an Entry yourself for
+// arguments), a library call by cache.CallKey (name, parameters, accesses),
+// another command by its kind. Build an Entry yourself for
 // lane-scoped memory, a key of your own, or logical work to attribute.
 func Replayed(provider string, node int, cmd cuda.Command) Entry {
-	key := cache.NewKey(provider, cmd.Kind.String()).Finish()
-	if cmd.Kind == cuda.KindLaunch {
+	var key cache.ProviderKey
+	switch cmd.Kind {
+	case cuda.KindLaunch:
 		key = cache.LaunchKey(provider, cmd)
+	case cuda.KindCall:
+		key = cache.CallKey(provider, cmd)
+	default:
+		key = cache.NewKey(provider, cmd.Kind.String()).Finish()
 	}
 	return Entry{Phase: cache.PhaseCompute, Node: node, Command: cmd, Replay: Replayable(cmd, key, cache.PlanScope())}
 }

@@ -114,6 +114,7 @@ type Lane struct {
 	planned    plan              // the plan of the Submit in progress, reused
 	memo       *cache.Memo       // keys of the commands and segments the lane has seen
 	ops        map[string]string // kernel -> its row operation id
+	callOps    map[string]string // library call -> its row operation id
 
 	// Attributions repeat step after step: rows and logical commands are
 	// built in scratch slices and interned (intern.go).

@@ -227,7 +227,7 @@ func (q *enqueuing) eager(i int) (int, error) {
 	}
 	q.rows = append(q.rows, l.row(i, e, false, q.p.reason(i)))
 	l.counters.EagerCommands++
-	if e.Command.Kind == cuda.KindLaunch {
+	if e.Command.Kind == cuda.KindLaunch || e.Command.Kind == cuda.KindCall {
 		q.att.Launches++
 	}
 	return i + 1, nil

@@ -396,3 +396,6 @@ func funcLimits(fn cFunction) (threads, shared int, r cResult) {
 	r = C.lanes_func_limits(fn, &t, &s)
 	return int(t), int(s), r
 }
+
+// bound reports whether the calling thread has ctx current (0) or not.
+func bound(ctx cContext) cResult { return C.lanes_bound(ctx) }

@@ -114,8 +114,27 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 			return err
 		}
 		return d.check(op, copyDtoH(d.ctx, p, cmd.Src.Addr(), cmd.Src.Length, s.s), "cuMemcpyDtoHAsync to staging")
+	case cuda.KindCall:
+		return s.call(op, cmd.LibraryCall)
 	}
 	return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown command kind %d", cmd.Kind)
+}
+
+// call runs a library call's Enqueue on this thread, which must have the
+// device's context current, handing it the raw CUstream: what it enqueues
+// there is the command's work (captured, when the stream captures). Its
+// error or panic comes back as a *cuda.CallError inside a device error
+// (blame stream: the lane recovers, its neighbours do not notice).
+func (s *stream) call(op string, lc *cuda.LibraryCall) error {
+	d := s.dev
+	if lc.Enqueue == nil {
+		return cuda.Contractf(op, cuda.ErrInvalidCommand, "library call %q has no Enqueue: the real device runs a call by letting it enqueue its work", lc.Name)
+	}
+	if err := d.check(op, bound(d.ctx), "library call "+lc.Name); err != nil {
+		return err
+	}
+	stream := uintptr(unsafe.Pointer(s.s))
+	return cuda.RunCall(op, cuda.CodeDriverError, lc.Name, func() error { return lc.Enqueue(stream) })
 }
 
 // pin copies host bytes into the staging arena for the current capture.

@@ -17,7 +17,7 @@ import (
 func (d *Device) commandCost(c cuda.Command, asNode bool) (host, device time.Duration) {
 	cost := d.cost
 	switch c.Kind {
-	case cuda.KindLaunch:
+	case cuda.KindLaunch, cuda.KindCall:
 		host, device = cost.LaunchHost, cost.KernelDevice
 		if asNode {
 			device = cost.GraphNode
@@ -133,8 +133,31 @@ func (d *Device) executeCommand(c cuda.Command) error {
 			copy(staging, m[:c.Src.Length])
 		}
 		return err
+	case cuda.KindCall:
+		return d.executeCall(c.LibraryCall)
 	}
 	return cuda.DriverError("execute", cuda.CodeInvalidValue, "unknown command kind")
+}
+
+// executeCall runs a library call's Reference on its regions' bytes. Its
+// failure is the work failing on the device, as a faulting kernel's is:
+// an access outside an allocation is the sticky illegal address, any other
+// error or a panic a launch failure (sticky too: CUDA cannot tell what the
+// failed work left behind).
+func (d *Device) executeCall(lc *cuda.LibraryCall) error {
+	mem := make([][]byte, len(lc.Regions))
+	for i, t := range lc.Regions {
+		m, err := d.regionMemory(t.Region)
+		if err != nil {
+			return err
+		}
+		mem[i] = m[:t.Region.Length:t.Region.Length]
+	}
+	err := cuda.RunCall("call", cuda.CodeLaunchFailed, lc.Name, func() error { return lc.Reference(mem) })
+	if err != nil && errors.Is(err, kernels.ErrIllegalAddress) {
+		return cuda.DriverError("call", cuda.CodeIllegalAddress, fmt.Sprintf("library call %q touched memory outside its regions' allocations; the device is poisoned", lc.Name))
+	}
+	return err
 }
 
 // regionMemory returns the bytes from r's start to the end of its allocation; a

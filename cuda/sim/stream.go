@@ -71,6 +71,9 @@ func (s *stream) check(op string) error {
 // validate checks a command against this device: its structure, its kernel
 // and every buffer it names.
 func (s *stream) validate(op string, cmd cuda.Command) error {
+	if cmd.Kind == cuda.KindCall && cmd.LibraryCall != nil && cmd.LibraryCall.Reference == nil {
+		return cuda.Contractf(op, cuda.ErrInvalidCommand, "library call %q has no Reference: the simulated device runs a call through its Go reference", cmd.LibraryCall.Name)
+	}
 	if cmd.Kind == cuda.KindStageIn || cmd.Kind == cuda.KindStageOut {
 		if _, err := s.dev.hostLookup(op, cmd.Staging.Buffer); err != nil {
 			return err

@@ -1,0 +1,113 @@
+// Library calls: one command that runs user code which enqueues device
+// work on the stream (a cuBLAS GEMM, an NCCL collective), eagerly or into
+// a capture, with the regions it touches declared like a launch's.
+
+package cuda
+
+import "fmt"
+
+// LibraryCall is user code that enqueues device work on a stream, as one
+// command (build it with [Call]). The device runs it when the command is
+// enqueued: the real device calls Enqueue on the enqueuing thread, with
+// the device's context current, and whatever Enqueue puts on the stream is
+// the command's work (captured into a graph while the stream captures, so
+// it replays like a launch); the simulated device runs Reference, in
+// stream order, on the regions' bytes.
+//
+// Regions must name every byte the work reads or writes: ownership,
+// bounds, address scopes and replay keys are checked against them, never
+// against what the code does. Enqueue must only enqueue on the stream it
+// is given (no synchronization, no allocation: in a capture those
+// invalidate it, and the batch then runs eagerly with the capture's
+// rejection as its reason). An error it returns fails the command as the
+// device's error would; a panic is the caller's code failing, as a
+// provider's panic is.
+type LibraryCall struct {
+	// Name says what the call is, for attribution ("call:sgemm") and
+	// errors.
+	Name string
+	// Regions are every region the work touches, with how.
+	Regions []Touch
+	// Params are the bytes the work depends on besides its regions (sizes,
+	// scalars, transposes): a replay key covers them.
+	Params []byte
+	// Enqueue puts the work on stream, a CUstream, on the real device.
+	Enqueue func(stream uintptr) error
+	// Reference is the work's effect on the regions' bytes, in Regions
+	// order, on the simulated device.
+	Reference func(mem [][]byte) error
+}
+
+// Call builds a library-call command: a name, at least one region, each
+// valid with a declared access, and at least one of Enqueue (the real
+// device needs it) and Reference (the simulated device needs it).
+func Call(lc *LibraryCall) (Command, error) {
+	c := Command{Kind: KindCall, LibraryCall: lc}
+	return c, c.Validate()
+}
+
+// validateCall checks a library call's declaration.
+func (c Command) validateCall() error {
+	const op = "call"
+	lc := c.LibraryCall
+	switch {
+	case lc == nil:
+		return contractf(op, ErrInvalidCommand, "a call command carries no LibraryCall; build it with cuda.Call")
+	case lc.Name == "":
+		return contractf(op, ErrInvalidCommand, "the library call has no name; name it so attribution and errors can say which call it is")
+	case len(lc.Regions) == 0:
+		return contractf(op, ErrInvalidCommand, "library call %q declares no regions; declare every region its work reads or writes", lc.Name)
+	case len(lc.Regions) > 64:
+		return contractf(op, ErrInvalidCommand, "library call %q declares %d regions; at most 64", lc.Name, len(lc.Regions))
+	case lc.Enqueue == nil && lc.Reference == nil:
+		return contractf(op, ErrInvalidCommand, "library call %q has neither Enqueue (the real device's) nor Reference (the simulated device's)", lc.Name)
+	}
+	for i, t := range lc.Regions {
+		if err := t.Region.Validate(); err != nil {
+			return err
+		}
+		if t.Access != AccessRead && t.Access != AccessWrite && t.Access != AccessReadWrite {
+			return contractf(op, ErrInvalidCommand, "library call %q region %d declares no access; say AccessRead, AccessWrite or AccessReadWrite", lc.Name, i)
+		}
+	}
+	return nil
+}
+
+// CallError is a library call's own failure: its Enqueue or Reference
+// returned an error, or panicked. Err is what it returned (or the panic,
+// as an error); errors.As finds the call's name.
+type CallError struct {
+	Name     string
+	Panicked bool
+	Err      error
+}
+
+// Error says which call failed and how.
+func (e *CallError) Error() string {
+	if e.Panicked {
+		return fmt.Sprintf("library call %q panicked: %v", e.Name, e.Err)
+	}
+	return fmt.Sprintf("library call %q failed: %v", e.Name, e.Err)
+}
+
+// Unwrap returns what the call returned.
+func (e *CallError) Unwrap() error { return e.Err }
+
+// RunCall runs f, the call's Enqueue or Reference, turning an error or a
+// panic into a *CallError wrapped in a device error of code: a backend's
+// one way to run user code.
+func RunCall(op string, code Code, name string, f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e := DriverError(op, code, fmt.Sprintf("library call %q panicked: %v", name, p))
+			e.Contract = &CallError{Name: name, Panicked: true, Err: fmt.Errorf("%v", p)}
+			err = e
+		}
+	}()
+	if ce := f(); ce != nil {
+		e := DriverError(op, code, fmt.Sprintf("library call %q failed: %v", name, ce))
+		e.Contract = &CallError{Name: name, Err: ce}
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,21 @@
+//go:build !cuda
+
+// Without the cuda build tag there is no GPU and no cuBLAS: the call's Go
+// reference runs on the simulated device.
+
+package main
+
+import (
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+)
+
+// cublasSgemm is nil here: the simulated device runs the reference.
+func cublasSgemm(a, b, c uint64, m, n, k int) func(stream uintptr) error { return nil }
+
+// syncingCall is nil here: the simulated device has no capture rule a Go
+// reference could break.
+func syncingCall() func(stream uintptr) error { return nil }
+
+// openDevice opens the embedded simulated H200.
+func openDevice() (cuda.Device, error) { return sim.New(sim.Config{}) }

@@ -1,0 +1,113 @@
+// The example's own kernel (RMSNorm, rmsnorm.cu) as a module, and its SGEMM
+// as a library call: each with the Go reference the simulated device runs.
+
+package main
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+)
+
+//go:embed rmsnorm.ptx
+var rmsnormPTX []byte
+
+const rmsnorm = "rmsnorm_f32"
+
+// module is rmsnorm.cu as a lanes module: its parameters in order, the
+// extent check every launch passes, and its Go reference.
+func module() kernels.Module {
+	f32buf := func(name string, a cuda.Access) cuda.Param {
+		return cuda.Param{Name: name, Kind: cuda.ParamBuffer, Elem: cuda.F32, Access: a}
+	}
+	k := &kernels.Kernel{
+		Spec: cuda.KernelSpec{Name: rmsnorm,
+			Params: []cuda.Param{f32buf("y", cuda.AccessWrite), f32buf("x", cuda.AccessRead), f32buf("w", cuda.AccessRead),
+				{Name: "rows", Kind: cuda.ParamScalar, Elem: cuda.I32}, {Name: "cols", Kind: cuda.ParamScalar, Elem: cuda.I32},
+				{Name: "eps", Kind: cuda.ParamScalar, Elem: cuda.F32}},
+			Check: func(a []cuda.Arg) error {
+				rows, cols := uint64(a[3].I32()), uint64(a[4].I32())
+				if a[0].Region.Length < 4*rows*cols || a[1].Region.Length < 4*rows*cols || a[2].Region.Length < 4*cols {
+					return cuda.Contractf("launch", cuda.ErrOutOfBounds, "%s: %dx%d does not fit y, x or w", rmsnorm, rows, cols)
+				}
+				return nil
+			}},
+		Body: func(_ kernels.Shape, m []kernels.Memory, a []cuda.Arg) error {
+			y := f32s(m[0])
+			rmsnormRef(y, f32s(m[1]), f32s(m[2]), int(a[3].I32()), int(a[4].I32()), a[5].F32())
+			putF32s(m[0], y)
+			return nil
+		},
+	}
+	return kernels.Module{Name: "customkernels", Image: rmsnormPTX, Kernels: kernels.Registry{rmsnorm: k}}
+}
+
+// rmsnormRef is the kernel's reference: y = x * w / sqrt(mean(x^2) + eps), per row.
+func rmsnormRef(y, x, w []float32, rows, cols int, eps float32) {
+	for r := range rows {
+		var acc float32
+		for c := range cols {
+			v := x[r*cols+c]
+			acc += v * v
+		}
+		inv := float32(1 / math.Sqrt(float64(acc/float32(cols)+eps)))
+		for c := range cols {
+			y[r*cols+c] = x[r*cols+c] * inv * w[c]
+		}
+	}
+}
+
+// sgemm is C = A(m×k) · B(k×n), row-major, as a library call: cuBLAS on the
+// GPU (loaded at run time, see cublas_cuda.go), its Go reference on the
+// simulated device.
+func sgemm(a, b, c cuda.Region, m, n, k int) (cuda.Command, error) {
+	params := binary.LittleEndian.AppendUint32(nil, uint32(m))
+	params = binary.LittleEndian.AppendUint32(params, uint32(n))
+	params = binary.LittleEndian.AppendUint32(params, uint32(k))
+	return cuda.Call(&cuda.LibraryCall{
+		Name:    "sgemm",
+		Params:  params,
+		Regions: []cuda.Touch{{Region: a, Access: cuda.AccessRead}, {Region: b, Access: cuda.AccessRead}, {Region: c, Access: cuda.AccessWrite}},
+		Enqueue: cublasSgemm(a.Addr(), b.Addr(), c.Addr(), m, n, k),
+		Reference: func(mem [][]byte) error {
+			if len(mem[0]) < 4*m*k || len(mem[1]) < 4*k*n || len(mem[2]) < 4*m*n {
+				return fmt.Errorf("sgemm %dx%dx%d does not fit its regions", m, n, k)
+			}
+			out := make([]float32, m*n)
+			sgemmRef(out, f32s(mem[0]), f32s(mem[1]), m, n, k)
+			putF32s(mem[2], out)
+			return nil
+		},
+	})
+}
+
+// sgemmRef is C = A · B, row-major.
+func sgemmRef(c, a, b []float32, m, n, k int) {
+	for i := range m {
+		for j := range n {
+			var acc float32
+			for p := range k {
+				acc += a[i*k+p] * b[p*n+j]
+			}
+			c[i*n+j] = acc
+		}
+	}
+}
+
+func f32s(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func putF32s(b []byte, v []float32) {
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+}
