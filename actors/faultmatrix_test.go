@@ -2,6 +2,7 @@ package actors_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
@@ -52,6 +53,7 @@ const (
 	pathEager      matrixPath = "eager"
 	pathReplayed   matrixPath = "replayed"
 	pathInvocation matrixPath = "invocation"
+	pathCall       matrixPath = "library-call" // the compute is library calls, replayed
 )
 
 // cell is one fault on one path.
@@ -94,7 +96,7 @@ func (o *outcome) end(r lanes.Receipt, err error) {
 func TestFaultMatrix(t *testing.T) {
 	faults := []string{"launch", "capture", "oom", "sticky", "hang", "panic-capture", "panic-eager", "overload", "cancel", "stop",
 		"freed", "forged", "not-yours", "retain-other"}
-	paths := []matrixPath{pathEager, pathReplayed, pathInvocation}
+	paths := []matrixPath{pathEager, pathReplayed, pathInvocation, pathCall}
 	for _, f := range faults {
 		for _, p := range paths {
 			c := cell{fault: f, path: p}
@@ -121,6 +123,11 @@ func runCell(t *testing.T, c cell) {
 	if c.path == pathEager {
 		for i := range batch.Entries {
 			batch.Entries[i].Replay = nil
+		}
+	}
+	if c.path == pathCall {
+		for i := range batch.Entries {
+			batch.Entries[i] = lanes.Replayed("actors-test", i, incCall(t, faulty.bufs[0]))
 		}
 	}
 	id := programs.ID{Runtime: "lanes/sim", Name: "step"}
@@ -333,7 +340,7 @@ func checkOutcome(t *testing.T, c cell, o *outcome) {
 		signature = "lane_hung"
 	case "panic-capture":
 		allowed["capture_failed"], allowed["lane_unavailable"] = true, true
-		if c.path == pathReplayed {
+		if c.path == pathReplayed || c.path == pathCall {
 			signature = "capture_failed"
 		}
 	case "panic-eager":
@@ -370,7 +377,25 @@ func checkOutcome(t *testing.T, c cell, o *outcome) {
 	if signature != "" && o.codes[signature] == 0 {
 		t.Fatalf("%s on the %s path: got no %s among the ends %v, want at least one", c.fault, c.path, signature, o.codes)
 	}
-	if (c.fault == "capture" || c.fault == "oom") && c.path == pathReplayed && o.reasons[cache.ReasonCaptureRejected] == 0 {
+	if (c.fault == "capture" || c.fault == "oom") && (c.path == pathReplayed || c.path == pathCall) && o.reasons[cache.ReasonCaptureRejected] == 0 {
 		t.Fatalf("%s on the replayed path: got no eager fallback with capture_rejected (reasons %v), want at least one", c.fault, o.reasons)
 	}
+}
+
+// incCall is a library call adding 1 to the first 16 int32 of buf (what
+// the inc kernel does), run through its Go reference on the simulated
+// device.
+func incCall(t *testing.T, buf cuda.Buffer) cuda.Command {
+	t.Helper()
+	c, err := cuda.Call(&cuda.LibraryCall{Name: "inc_call", Regions: []cuda.Touch{{Region: buf.Whole(), Access: cuda.AccessReadWrite}},
+		Reference: func(mem [][]byte) error {
+			for i := 0; i < 64 && i+4 <= len(mem[0]); i += 4 {
+				binary.LittleEndian.PutUint32(mem[0][i:], binary.LittleEndian.Uint32(mem[0][i:])+1)
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatalf("cuda.Call(inc_call): got err %v, want nil", err)
+	}
+	return c
 }

@@ -56,7 +56,8 @@ func (k FaultKind) String() string {
 // Fault is one fault-injection rule. A rule matches operations of its kind
 // (allocations and instantiations for FaultOutOfMemory; commands enqueued
 // during a capture for FaultCaptureReject; eager kernel launches and graph
-// launches with at least one kernel node for the others), narrowed to launches of Kernel when it is set. It fires on
+// launches with at least one kernel node for the others; a library call counts as a launch of its
+// name), narrowed to launches of Kernel when it is set. It fires on
 // the Nth match (1-based) when Nth is set, otherwise on each match with
 // probability Rate drawn from the device's seeded generator, at most Times
 // times (0: once for Nth, unlimited for Rate).

@@ -246,8 +246,11 @@ func (d *Device) ownStream(op string, st cuda.Stream) (*stream, error) {
 func nodeKernels(ns []node) []string {
 	var out []string
 	for _, n := range ns {
-		if n.cmd.Kind == cuda.KindLaunch {
+		switch n.cmd.Kind {
+		case cuda.KindLaunch:
 			out = append(out, n.cmd.Kernel)
+		case cuda.KindCall: // a library call is a launch of its own name
+			out = append(out, n.cmd.LibraryCall.Name)
 		}
 	}
 	return out
