@@ -53,6 +53,10 @@ type Device interface {
 	// Close waits for outstanding work, releases every resource and makes
 	// the device unusable. A second Close returns nil.
 	Close() error
+	// HostMemory is pinned host memory: staging that commands read and
+	// write while they run (staged replays, StageIn and StageOut). Every
+	// backend has it.
+	HostMemory
 }
 
 // DeviceInfo describes a device.

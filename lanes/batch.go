@@ -236,7 +236,6 @@ func (l *Lane) checkHandles(b *Batch) error {
 	if frees := l.dev.Frees(); frees != l.liveFrees {
 		l.live, l.liveFrees = l.live[:0], frees
 	}
-	hm, _ := l.dev.(cuda.HostMemory)
 	return b.ForHandles(func(buf cuda.Buffer) error {
 		for _, s := range l.live {
 			if s == buf {
@@ -252,10 +251,7 @@ func (l *Lane) checkHandles(b *Batch) error {
 		l.live = append(l.live, buf)
 		return nil
 	}, func(h cuda.HostBuffer) error {
-		if hm == nil {
-			return invalid("host staging buffer %d on a device without pinned host memory", h.ID)
-		}
-		if err := hm.CheckHost(h); err != nil {
+		if err := l.dev.CheckHost(h); err != nil {
 			return invalidHandle(err)
 		}
 		return nil

@@ -104,10 +104,7 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 // checkReplay refuses a replay the device cannot stage or whose inputs do
 // not fit the program's slots.
 func (l *Lane) checkReplay(st *Staged, inputs [][]byte) (cuda.HostMemory, error) {
-	hm, ok := l.dev.(cuda.HostMemory)
-	if !ok {
-		return nil, fmt.Errorf("%w: the device offers no pinned host staging", ErrStagedInput)
-	}
+	hm := cuda.HostMemory(l.dev)
 	if len(inputs) != len(st.inputs) {
 		return nil, fmt.Errorf("%w: Fix: the staged program expects %d input(s) but received %d", ErrStagedInput, len(st.inputs), len(inputs))
 	}

@@ -191,15 +191,13 @@ func (d *deviceSetup) newTenant(t int, name string) (*tenant, error) {
 	if err := tn.buildCompute(d.dev, cfg.Kernels); err != nil {
 		return nil, err
 	}
-	if hm, ok := d.dev.(cuda.HostMemory); ok {
-		tn.hm = hm
-		for range max(cfg.Concurrency, 1) {
-			h, err := hm.AllocHost(uint64(4 * tn.cols))
-			if err != nil {
-				return nil, err
-			}
-			tn.staging = append(tn.staging, h)
+	tn.hm = d.dev
+	for range max(cfg.Concurrency, 1) {
+		h, err := d.dev.AllocHost(uint64(4 * tn.cols))
+		if err != nil {
+			return nil, err
 		}
+		tn.staging = append(tn.staging, h)
 	}
 	return tn, nil
 }
