@@ -19,9 +19,18 @@ import "fmt"
 // against what the code does. Enqueue must only enqueue on the stream it
 // is given (no synchronization, no allocation: in a capture those
 // invalidate it, and the batch then runs eagerly with the capture's
-// rejection as its reason). An error it returns fails the command as the
-// device's error would; a panic is the caller's code failing, as a
-// provider's panic is.
+// rejection as its reason).
+//
+// Failures come back as a *CallError (errors.As) inside a device error,
+// and differ by backend as they do in CUDA. Enqueue runs on the host when
+// the command is enqueued: its error or panic fails that enqueue (blame
+// stream: the lane recovers on a fresh stream, its neighbours are not
+// touched). Reference stands for the device work itself: its error or
+// panic is that work faulting on the device, a sticky launch failure that
+// takes the device out, as a faulting kernel's would (run a tenant's
+// untrusted calls on a device of their own). Reference must not block
+// (the simulated device runs every stream's work under one execution
+// lock) and must not keep mem past its return.
 type LibraryCall struct {
 	// Name says what the call is, for attribution ("call:sgemm") and
 	// errors.
@@ -67,7 +76,7 @@ func (c Command) validateCall() error {
 			return err
 		}
 		if t.Access != AccessRead && t.Access != AccessWrite && t.Access != AccessReadWrite {
-			return contractf(op, ErrInvalidCommand, "library call %q region %d declares no access; say AccessRead, AccessWrite or AccessReadWrite", lc.Name, i)
+			return contractf(op, ErrInvalidCommand, "library call %q region %d declares access %d; say AccessRead, AccessWrite or AccessReadWrite", lc.Name, i, t.Access)
 		}
 	}
 	return nil
@@ -93,9 +102,10 @@ func (e *CallError) Error() string {
 // Unwrap returns what the call returned.
 func (e *CallError) Unwrap() error { return e.Err }
 
-// RunCall runs f, the call's Enqueue or Reference, turning an error or a
-// panic into a *CallError wrapped in a device error of code: a backend's
-// one way to run user code.
+// RunCall runs f, user code (a library call's Enqueue or Reference, a
+// kernel's Go reference) named name, turning an error or a panic into a
+// *CallError wrapped in a device error of code: a backend's one way to
+// run user code, so that no panic of it escapes into the device.
 func RunCall(op string, code Code, name string, f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {

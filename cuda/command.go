@@ -4,6 +4,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -272,11 +273,28 @@ func (c Command) ValidateLaunch(k *KernelSpec) error {
 		}
 	}
 	if k.Check != nil {
-		if err := k.Check(c.Args); err != nil {
+		if err := checkExtent(k, c.Args); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkExtent runs a kernel's extent check: a *cuda.Error it returns comes
+// back as it is; any other error, or a panic, is the caller's launch being
+// wrong as the check says (ErrOutOfBounds).
+func checkExtent(k *KernelSpec, args []Arg) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = contractf("launch", ErrOutOfBounds, "kernel %s: its extent check panicked: %v", k.Name, p)
+		}
+	}()
+	err = k.Check(args)
+	var ce *Error
+	if err != nil && !errors.As(err, &ce) {
+		return contractf("launch", ErrOutOfBounds, "kernel %s: %v", k.Name, err)
+	}
+	return err
 }
 
 // Touch is one region a command touches, with how.
@@ -308,6 +326,9 @@ func (c Command) Touches(k *KernelSpec) []Touch {
 	case KindStageOut:
 		return []Touch{{c.Src, AccessRead}}
 	case KindCall:
+		if c.LibraryCall == nil {
+			return nil
+		}
 		return append([]Touch(nil), c.LibraryCall.Regions...)
 	case KindUpload, KindZero, KindStageIn:
 		return []Touch{{c.Dst, AccessWrite}}
@@ -337,6 +358,9 @@ func (c Command) ForRegions(f func(Region) error) error {
 	case KindStageOut:
 		return f(c.Src)
 	case KindCall:
+		if c.LibraryCall == nil { // Validate refuses it
+			return nil
+		}
 		for _, t := range c.LibraryCall.Regions {
 			if err := f(t.Region); err != nil {
 				return err
@@ -372,6 +396,9 @@ func (c Command) Bytes() uint64 {
 		return c.Src.Length
 	case KindCall:
 		var n uint64
+		if c.LibraryCall == nil {
+			return 0
+		}
 		for _, t := range c.LibraryCall.Regions {
 			n += t.Region.Length
 		}

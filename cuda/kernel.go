@@ -56,7 +56,11 @@ type Param struct {
 type KernelSpec struct {
 	Name   string
 	Params []Param
-	Check  func(args []Arg) error
+	// Check is the kernel's extent check, run on every launch built or
+	// enqueued: it returns a contract *Error (Contractf with
+	// ErrOutOfBounds) when the arguments reach outside their regions; any
+	// other error, or a panic, is taken as the same refusal.
+	Check func(args []Arg) error
 	// MaxThreads, when set, is the most threads (grid times block) one
 	// launch may run; a larger launch is refused with ErrLaunchConfig. The
 	// simulated device sets it, since it runs every thread's work on the

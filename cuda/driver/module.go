@@ -94,7 +94,7 @@ func (d *Device) resolve(m kernels.Module, name string, mod cu.Module) (*kernels
 		return nil, nil, driverError("load module", err, fmt.Sprintf("find kernel %q in module %q", name, m.Name))
 	}
 	fn := *(*cFunction)(unsafe.Pointer(&f))
-	k := *m.Kernels[name]
+	k := m.Kernels[name].Clone()
 	if err := checkParams(m.Name, &k.Spec, fn); err != nil {
 		return nil, nil, err
 	}
@@ -103,7 +103,7 @@ func (d *Device) resolve(m kernels.Module, name string, mod cu.Module) (*kernels
 		return nil, nil, err
 	}
 	k.Spec.MaxBlockThreads, k.Spec.MaxSharedBytes = uint32(threads), uint32(shared)
-	return &k, fn, nil
+	return k, fn, nil
 }
 
 // checkParams compares a kernel's declared parameters with the driver's

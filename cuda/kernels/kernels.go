@@ -60,8 +60,21 @@ type Kernel struct {
 	// Body runs the whole launch: mem holds one Memory per buffer parameter,
 	// in order, and args every argument (scalars are read from it). It
 	// returns ErrIllegalAddress if any thread would touch memory outside
-	// its allocation.
+	// its allocation (the sticky illegal address); any other error, or a
+	// panic, is the kernel failing on the device (a sticky launch failure,
+	// the error reachable through errors.As as a *cuda.CallError). It must
+	// not block (the simulated device runs every stream's work under one
+	// execution lock) and must not keep mem past its return.
 	Body func(shape Shape, mem []Memory, args []cuda.Arg) error
+}
+
+// Clone returns a copy of the kernel that shares nothing a caller may
+// change in place: a device keeps clones, so editing a spec after it was
+// loaded (or one a device returned) changes no device's contract.
+func (k *Kernel) Clone() *Kernel {
+	c := *k
+	c.Spec.Params = append([]cuda.Param(nil), k.Spec.Params...)
+	return &c
 }
 
 // Run executes the kernel's reference for a launch.
@@ -72,7 +85,8 @@ func (k *Kernel) Run(cfg cuda.LaunchConfig, mem []Memory, args []cuda.Arg) error
 // Registry maps kernel names to kernels; it implements [cuda.Kernels].
 type Registry map[string]*Kernel
 
-// Kernel returns the spec of the named kernel.
+// Kernel returns the spec of the named kernel. It is the registry's own:
+// read it, do not modify it (Clone a kernel to declare a variant).
 func (r Registry) Kernel(name string) (*cuda.KernelSpec, bool) {
 	k, ok := r[name]
 	if !ok {
@@ -118,7 +132,7 @@ const (
 func Builtin() Registry {
 	r := Registry{}
 	for _, k := range builtin {
-		r[k.Spec.Name] = &k
+		r[k.Spec.Name] = k.Clone()
 	}
 	return r
 }
@@ -131,7 +145,7 @@ func Builtin() Registry {
 func FaultInjection() Registry {
 	r := Registry{}
 	for _, k := range faultInjection {
-		r[k.Spec.Name] = &k
+		r[k.Spec.Name] = k.Clone()
 	}
 	return r
 }

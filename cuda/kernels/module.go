@@ -7,6 +7,7 @@ package kernels
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/lanesched/lanes/cuda"
 )
@@ -75,6 +76,8 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 	switch {
 	case k == nil:
 		return fmt.Errorf("%w: module %q declares kernel %q as nil", ErrInvalidModule, module, name)
+	case name == "" || len(name) > cuda.MaxKernelName || strings.ContainsRune(name, 0):
+		return fmt.Errorf("%w: module %q declares a kernel named %q; a name is 1 to %d bytes without NUL, as the function is named in the image", ErrInvalidModule, module, name, cuda.MaxKernelName)
 	case k.Spec.Name != name:
 		return fmt.Errorf("%w: module %q files kernel %q under the name %q; file it under its spec's name", ErrInvalidModule, module, k.Spec.Name, name)
 	case len(k.Spec.Params) > 64:

@@ -53,3 +53,32 @@ func TestModuleCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistriesShareNothing: a spec edited in one registry (or through a
+// device) leaves every other registry as it was; names a device could not
+// look up are refused; an extent check's plain error or panic is the
+// caller's ErrOutOfBounds.
+func TestRegistriesShareNothing(t *testing.T) {
+	a, b := kernels.Builtin(), kernels.Builtin()
+	spec, _ := a.Kernel(kernels.Inc)
+	spec.Params[1].Elem = cuda.F32
+	if got, _ := b.Kernel(kernels.Inc); got.Params[1].Elem != cuda.I32 {
+		t.Fatalf("Builtin() after editing another Builtin()'s inc: got param 1 %v, want i32", got.Params[1].Elem)
+	}
+	for _, name := range []string{"", "a\x00b", strings.Repeat("k", cuda.MaxKernelName+1)} {
+		k := &kernels.Kernel{Spec: cuda.KernelSpec{Name: name}}
+		m := kernels.Module{Name: "m", Image: []byte("ptx"), Kernels: kernels.Registry{name: k}}
+		if err := m.Check(nil, false); !errors.Is(err, kernels.ErrInvalidModule) {
+			t.Fatalf("a kernel named %q: got err %v, want kernels.ErrInvalidModule", name, err)
+		}
+	}
+	for name, check := range map[string]func([]cuda.Arg) error{
+		"plain error": func([]cuda.Arg) error { return errors.New("too long") },
+		"panic":       func([]cuda.Arg) error { panic("bad check") },
+	} {
+		spec := &cuda.KernelSpec{Name: "k", Check: check}
+		if _, err := cuda.Launch(spec, cuda.Linear(1, 1)); !errors.Is(err, cuda.ErrOutOfBounds) {
+			t.Fatalf("an extent check that returns a %s: got err %v, want cuda.ErrOutOfBounds", name, err)
+		}
+	}
+}

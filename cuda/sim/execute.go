@@ -83,14 +83,12 @@ func (d *Device) executeCommand(c cuda.Command) error {
 			}
 			mem = append(mem, m)
 		}
-		if err := k.Run(c.Config, mem, c.Args); err != nil {
-			if errors.Is(err, kernels.ErrIllegalAddress) {
-				return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
-					fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))
-			}
-			return cuda.DriverError("kernel", cuda.CodeLaunchFailed, fmt.Sprintf("kernel %s: %v", c.Kernel, err))
+		err := cuda.RunCall("kernel", cuda.CodeLaunchFailed, c.Kernel, func() error { return k.Run(c.Config, mem, c.Args) })
+		if errors.Is(err, kernels.ErrIllegalAddress) {
+			return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
+				fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))
 		}
-		return nil
+		return err
 	case cuda.KindUpload:
 		m, err := d.regionMemory(c.Dst)
 		if err == nil {

@@ -412,11 +412,11 @@ func (d *Device) Trace() []TraceEntry {
 func limitLaunches(r kernels.Registry, max uint64) kernels.Registry {
 	out := make(kernels.Registry, len(r))
 	for name, k := range r {
-		c := *k
+		c := k.Clone()
 		if c.Spec.MaxThreads == 0 || c.Spec.MaxThreads > max {
 			c.Spec.MaxThreads = max
 		}
-		out[name] = &c
+		out[name] = c
 	}
 	return out
 }
