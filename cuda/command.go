@@ -289,12 +289,20 @@ func checkExtent(k *KernelSpec, args []Arg) (err error) {
 			err = contractf("launch", ErrOutOfBounds, "kernel %s: its extent check panicked: %v", k.Name, p)
 		}
 	}()
-	err = k.Check(args)
-	var ce *Error
-	if err != nil && !errors.As(err, &ce) {
+	if err = k.Check(args); err != nil && !isDeviceError(err) {
 		return contractf("launch", ErrOutOfBounds, "kernel %s: %v", k.Name, err)
 	}
 	return err
+}
+
+// isDeviceError reports whether err is, or wraps, an *Error. It is kept
+// out of line so that checkExtent's path without an error allocates
+// nothing (errors.As's target escapes).
+//
+//go:noinline
+func isDeviceError(err error) bool {
+	var ce *Error
+	return errors.As(err, &ce)
 }
 
 // Touch is one region a command touches, with how.
