@@ -210,8 +210,7 @@ static CUresult lanes_stream_destroy(CUcontext ctx, CUstream s) {
 	CUresult r = lanes_bound(ctx);
 	return r != CUDA_SUCCESS ? r : cuStreamDestroy(s);
 }
-// cuFuncGetParamInfo came with CUDA 12.4: weak, so that a binary built here
-// still starts on an older driver, where the check is skipped.
+// cuFuncGetParamInfo (CUDA 12.4) is weak: a binary still starts on older drivers.
 #pragma weak cuFuncGetParamInfo
 
 static CUresult lanes_param_info(CUfunction fn, size_t i, size_t *offset, size_t *size) {
