@@ -53,8 +53,7 @@ func (d *device) batch(i, k int) lanes.Batch {
 	var b lanes.Batch
 	for n := range k {
 		c, _ := cuda.Launch(d.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(d.bufs[i].Whole()), cuda.I32Arg(16))
-		b.Entries = append(b.Entries, lanes.Entry{Phase: cache.PhaseCompute, Node: n, Command: c,
-			Replay: lanes.Replayable(c, cache.LaunchKey("actors-test", c), cache.PlanScope())})
+		b.Entries = append(b.Entries, lanes.Replayed("actors-test", n, c))
 	}
 	return b
 }

@@ -101,11 +101,11 @@ func (s *Scheduler) hostKeys(hosts []cuda.HostBuffer) []ownedKey {
 	keys := make([]ownedKey, len(hosts))
 	for i, h := range hosts {
 		keys[i] = ownedKey{handleKey{device: h.Device, id: h.ID, host: true}, func() error {
-			hm, ok := s.device(h.Device).(cuda.HostMemory)
-			if !ok {
+			dev := s.device(h.Device)
+			if dev == nil {
 				return cuda.Contractf("own", cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, which this scheduler does not serve", h.ID, h.Device)
 			}
-			return hm.CheckHost(h)
+			return dev.CheckHost(h)
 		}}
 	}
 	return keys

@@ -48,7 +48,7 @@ func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault)
 // inc is a replayable compute entry incrementing counter buf at node.
 func (r *rig) inc(buf, node int) lanes.Entry {
 	e := r.eagerInc(buf, node)
-	e.Replay = lanes.Replayable(e.Command, cache.LaunchKey("lanes-test", e.Command), cache.PlanScope())
+	e.Replay = lanes.Replayed("lanes-test", node, e.Command).Replay
 	return e
 }
 

@@ -93,7 +93,7 @@ func NewStaged(inputs []Slot, inputMap []int, outputs []Slot, outputMap []int, c
 		if err != nil {
 			return Entry{}, err
 		}
-		return Entry{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: c, Replay: Replayable(c, cache.NewKey("lanes.staged", c.Kind.String()).Finish(), cache.PlanScope())}, nil
+		return Replayed("lanes.staged", cache.NoNode, c), nil
 	}
 	var ins, outs []Entry
 	for i, s := range inputs {

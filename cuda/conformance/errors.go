@@ -23,10 +23,8 @@ func testOutOfMemory(t *testing.T, dev cuda.Device) {
 		if !errors.Is(err, cuda.ErrOutOfMemory) {
 			t.Fatalf("Alloc(%d bytes): %v; want out of memory", size, err)
 		}
-		if hm, ok := dev.(cuda.HostMemory); ok {
-			if _, err := hm.AllocHost(size); !errors.Is(err, cuda.ErrOutOfMemory) {
-				t.Fatalf("AllocHost(%d bytes): %v; want out of memory", size, err)
-			}
+		if _, err := dev.AllocHost(size); !errors.Is(err, cuda.ErrOutOfMemory) {
+			t.Fatalf("AllocHost(%d bytes): %v; want out of memory", size, err)
 		}
 	}
 	if err := dev.Err(); err != nil {

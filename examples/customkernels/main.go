@@ -13,7 +13,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"math"
@@ -290,17 +289,11 @@ func readback(dev cuda.Device, b cuda.Buffer) ([]float32, error) {
 	if err := st.Readback(b.Whole(), out); err != nil {
 		return nil, err
 	}
-	v := make([]float32, len(out)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:]))
-	}
-	return v, nil
+	return f32s(out), nil
 }
 
 func encode(v []float32) []byte {
 	b := make([]byte, 4*len(v))
-	for i, f := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-	}
+	putF32s(b, v)
 	return b
 }

@@ -63,11 +63,7 @@ func (b *Backend) NewTenant(name string, n int) (*Tenant, error) {
 		if t.Input, err = b.Dev.Alloc(spec); err != nil {
 			return err
 		}
-		hm, ok := b.Dev.(cuda.HostMemory)
-		if !ok {
-			return fmt.Errorf("embedder: the device has no pinned host memory")
-		}
-		t.Out, err = hm.AllocHost(uint64(4 * n))
+		t.Out, err = b.Dev.AllocHost(uint64(4 * n))
 		return err
 	})
 	if err != nil {
@@ -132,7 +128,7 @@ func (b *Backend) Step(t *Tenant, input []float32, k int) (lanes.Batch, error) {
 // Result reads the tenant's staged-out state (after a step succeeded).
 func (b *Backend) Result(t *Tenant) ([]float32, error) {
 	buf := make([]byte, 4*t.N)
-	err := b.Do(func() error { return b.Dev.(cuda.HostMemory).ReadHost(t.Out.Whole(), buf) })
+	err := b.Do(func() error { return b.Dev.ReadHost(t.Out.Whole(), buf) })
 	return bytesF32(buf), err
 }
 

@@ -172,7 +172,7 @@ func newCounter(t *testing.T, b *embedder.Backend, name string, slots int) *coun
 		if c.history, err = b.Dev.Alloc(cuda.BufferSpec{Size: uint64(4 * slots), Elem: cuda.I32}); err != nil {
 			return err
 		}
-		c.host, err = b.Dev.(cuda.HostMemory).AllocHost(uint64(4 * slots))
+		c.host, err = b.Dev.AllocHost(uint64(4 * slots))
 		return err
 	})
 	if err != nil {
@@ -227,7 +227,7 @@ func (c *counter) read(t *testing.T) []int32 {
 		t.Fatalf("staging the history out: got err %v, want nil", err)
 	}
 	buf := make([]byte, 4*c.slots)
-	if err := c.backend.Do(func() error { return c.backend.Dev.(cuda.HostMemory).ReadHost(c.host.Whole(), buf) }); err != nil {
+	if err := c.backend.Do(func() error { return c.backend.Dev.ReadHost(c.host.Whole(), buf) }); err != nil {
 		t.Fatalf("ReadHost: got err %v, want nil", err)
 	}
 	h := make([]int32, c.slots)

@@ -43,7 +43,6 @@ type tenant struct {
 	// input is copied from pinned memory (no pageable-copy staging in the
 	// driver). Empty where the device has no pinned staging.
 	staging []cuda.HostBuffer
-	hm      cuda.HostMemory
 	// entries holds one reusable batch per closed-loop worker: a worker
 	// builds its next step only after the previous one ended.
 	entries [][]lanes.Entry
@@ -191,7 +190,6 @@ func (d *deviceSetup) newTenant(t int, name string) (*tenant, error) {
 	if err := tn.buildCompute(d.dev, cfg.Kernels); err != nil {
 		return nil, err
 	}
-	tn.hm = d.dev
 	for range max(cfg.Concurrency, 1) {
 		h, err := d.dev.AllocHost(uint64(4 * tn.cols))
 		if err != nil {
@@ -302,7 +300,7 @@ func (tn *tenant) step(timing lanes.TimingMode, slot int) (lanes.Batch, error) {
 	var up cuda.Command
 	var err error
 	if staged {
-		if err := tn.hm.WriteHost(tn.staging[slot].Whole(), b); err != nil {
+		if err := tn.dev.WriteHost(tn.staging[slot].Whole(), b); err != nil {
 			return lanes.Batch{}, err
 		}
 		up, err = cuda.StageIn(xr, tn.staging[slot].Whole())
