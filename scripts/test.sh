@@ -26,7 +26,7 @@ LANES_TIMING=1 go test -race -count=1 -run "$timing" -v ./actors | grep -E '^(==
 # A count, not a duration: a duration can end mid-input and fail with
 # "context deadline exceeded" on a slow machine.
 fuzz_time=${FUZZ_TIME:-300000x}
-for target in "./cuda FuzzCommandDecode" "./cuda FuzzRegion" "./cuda/sim FuzzEnqueue" "./cache FuzzDiscover" "./lanes FuzzSubmit" "./actors FuzzTenantName" "./cmd/lanedemo FuzzFlags"; do
+for target in "./cuda FuzzCommandDecode" "./cuda FuzzRegion" "./cuda/sim FuzzEnqueue" "./cache FuzzDiscover" "./lanes FuzzSubmit" "./actors FuzzTenantName" "./cmd/lanedemo FuzzFlags" "./internal/demo FuzzManifest"; do
   set -- $target
   go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzz_time" "$1"
 done

@@ -5,6 +5,7 @@
 //
 //	go run ./cmd/lanedemo                 # the embedded simulated H200, about seven seconds
 //	lanedemo --device cuda --lanes 8      # the real GPU (build with scripts/build-cuda.sh)
+//	lanedemo --device cuda --kernels-from examples/customkernels   # your own module
 //
 // Exit codes: 0 ok, 1 the run failed its own checks (a submission that
 // never ended), 2 bad flags.
@@ -75,6 +76,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	fs.StringVar(&f.profiles.block, "blockprofile", "", "write a Go blocking profile of the run to this file")
 	fs.IntVar(&cfg.StreamDepth, "stream-depth", 0, "submissions each lane keeps on its stream before the rest wait in its fair queue (0: the scheduler's default; -1: no bound, first come first served)")
 	fs.StringVar(&cfg.Hostile, "hostile", "", "add a hostile tenant, on the first device, beside the others: flood (keeps its admission full), churn (a new replay key every step, preparation left open) or huge (one 100000-entry batch, refused as too large, then batches of the most commands admitted, 1024); the report lists every tenant's lane, p50/p99 and replay share")
+	fs.StringVar(&cfg.KernelsFrom, "kernels-from", "", "serve steps of your own module instead of the built-in kernels: a directory holding "+demo.ManifestFile+" (the module file, its kernels' parameters, the tenants' buffers, the step's launches; see examples/customkernels) and the module; runs with --device cuda (the simulated device needs Go references, which a manifest cannot carry)")
 	fs.DurationVar(&cfg.Soak, "soak", 0, "soak: run this long, sampling goroutines, heap and device memory, and fail unless they stay flat and every submission ends once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -86,6 +88,11 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 			return f, nil
 		}
 		return f, fmt.Errorf("lanedemo: %v (see --help)", err)
+	}
+	kernelsSet := false
+	fs.Visit(func(fl *flag.Flag) { kernelsSet = kernelsSet || fl.Name == "kernels" })
+	if kernelsSet && cfg.KernelsFrom != "" {
+		return f, fmt.Errorf("lanedemo: give --kernels or --kernels-from, not both: the manifest's step says how many kernels run (see --help)")
 	}
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("lanedemo: unexpected argument %q (see --help)", fs.Arg(0))

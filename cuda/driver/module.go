@@ -121,12 +121,12 @@ func checkParams(module string, spec *cuda.KernelSpec, fn cFunction) error {
 		case r != 0:
 			return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
 		case size != kernels.ParamSize(p):
-			return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d bytes, but the driver sees %d bytes at offset %d",
+			return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s (%d B), but the driver sees %d B at offset %d",
 				kernels.ErrInvalidModule, spec.Name, module, i, p.Name, describeParam(p), kernels.ParamSize(p), size, offset)
 		}
 	}
 	if _, size, r := paramInfo(fn, len(spec.Params)); r == 0 {
-		return fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but the driver sees more (parameter %d: %d bytes); declare every parameter",
+		return fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but the driver sees more (parameter %d: %d B); declare every parameter",
 			kernels.ErrInvalidModule, spec.Name, module, len(spec.Params), len(spec.Params), size)
 	}
 	return nil

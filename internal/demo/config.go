@@ -46,6 +46,10 @@ type Config struct {
 	// Hostile adds a tenant that tries to take the others' share: "flood",
 	// "churn" or "huge" (hostile.go); "" adds none.
 	Hostile string
+	// KernelsFrom, when set, is a directory whose lanedemo.json names a
+	// module of one's own and the step to build from its kernels
+	// (manifest.go); Kernels is then the step's launches.
+	KernelsFrom string
 }
 
 // TelemetryConfig is where traces go.
@@ -115,6 +119,11 @@ func (c Config) Validate() error {
 	}
 	if err := checkHostile(c.Hostile); err != nil {
 		return err
+	}
+	if c.KernelsFrom != "" {
+		if _, err := loadWorkload(c.KernelsFrom); err != nil {
+			return err
+		}
 	}
 	if _, ok := timings[c.Timing]; !ok {
 		return bad("--timing %q: use off, completion, replay, kernel or verification", c.Timing)

@@ -65,6 +65,7 @@ type Report struct {
 	Device           string
 	Lanes, Tenants   int
 	Kernels          int
+	Module           string // --kernels-from's module file; "" for the built-in kernels
 	Mode, Timing     string
 	Seconds          float64
 	Accepted, Ended  int64
@@ -205,8 +206,12 @@ func (r *Report) OK() bool { return r.ExactlyOnce && (r.Soak == nil || r.Soak.OK
 
 // WriteTable prints the report for a person.
 func (r *Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "lanedemo: %s, %s, %s, %d kernels/step, %s loop, timing %s, %.1fs\n\n",
-		r.Device, plural(r.Lanes, "lane"), plural(r.Tenants, "tenant"), r.Kernels, r.Mode, r.Timing, r.Seconds)
+	from := ""
+	if r.Module != "" {
+		from = " from " + r.Module
+	}
+	fmt.Fprintf(w, "lanedemo: %s, %s, %s, %d kernels/step%s, %s loop, timing %s, %.1fs\n\n",
+		r.Device, plural(r.Lanes, "lane"), plural(r.Tenants, "tenant"), r.Kernels, from, r.Mode, r.Timing, r.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "lane\thealth\tsteps\tsteps/s\tp50 µs\tp90 µs\tp99 µs\tmax µs\treplayed\teager\thits\tcaptures\trejections\tevictions\tfailed\t")
 	row := func(name, health string, subs int64, sps float64, l Latency, rep, eag int64, c CacheStats, failed int64) {

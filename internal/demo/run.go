@@ -24,6 +24,10 @@ import (
 type Options struct {
 	Progress io.Writer // nil: no progress
 	Terminal bool      // rewrite one progress line instead of printing lines
+	// References are Go references of --kernels-from kernels, by name:
+	// the simulated device runs them (a manifest carries none, so without
+	// them only --device cuda runs it).
+	References map[string]Reference
 }
 
 // Run runs the demo: it opens the devices, starts a scheduler, warms up
@@ -32,6 +36,17 @@ type Options struct {
 func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	var work *workload
+	if cfg.KernelsFrom != "" {
+		var err error
+		if work, err = loadWorkload(cfg.KernelsFrom); err != nil {
+			return nil, err
+		}
+		if err := work.withReferences(cfg.Device, opt.References); err != nil {
+			return nil, err
+		}
+		cfg.Kernels = len(work.step)
 	}
 	devs, err := openDevices(cfg)
 	if err != nil {
@@ -42,7 +57,10 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 			_ = d.Close()
 		}
 	}()
-	tenants, err := setup(cfg, devs)
+	tenants, err := setup(cfg, work, devs)
+	if errors.Is(err, ErrConfig) {
+		return nil, err // a manifest the device refused says so itself
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lanedemo: set up tenants: %w", err)
 	}
@@ -98,6 +116,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	agg.waitEnded(10 * time.Second)
 	rep := agg.report(cfg, status, devs, tenants)
 	rep.Runtime = rt
+	if work != nil {
+		rep.Module = work.image
+	}
 	if w.soak != nil {
 		rep.Soak = w.soak.report()
 	}

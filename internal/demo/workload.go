@@ -5,6 +5,7 @@ package demo
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
@@ -38,6 +39,12 @@ type tenant struct {
 	owner      cache.Scope
 	compute    []lanes.Entry // the compute chain, built once
 	rng        *rand.Rand
+	// in is where each step's input lands (of element type inElem),
+	// result what readout copies into readout; with --kernels-from, the
+	// manifest's input and output buffers.
+	in, result, readout cuda.Region
+	inElem              cuda.ElementType
+	provider            string // replay keys' provider
 	// staging holds one pinned input buffer per closed-loop worker: a
 	// worker rewrites its own only after its previous step ended, and the
 	// input is copied from pinned memory (no pageable-copy staging in the
@@ -89,10 +96,13 @@ func openDevices(cfg Config) ([]cuda.Device, error) {
 
 // setup allocates and initializes every device's weights and every tenant's
 // buffers, on a bound thread per device.
-func setup(cfg Config, devs []cuda.Device) ([]*tenant, error) {
+func setup(cfg Config, w *workload, devs []cuda.Device) ([]*tenant, error) {
 	var tenants []*tenant
 	for di, dev := range devs {
-		ts, err := setupDevice(cfg, di, len(devs), dev)
+		ts, err := setupDevice(cfg, w, di, len(devs), dev)
+		if errors.Is(err, ErrConfig) {
+			return nil, err // a manifest every device refuses alike
+		}
 		if err != nil {
 			return nil, fmt.Errorf("device %d: %w", di, err)
 		}
@@ -101,7 +111,7 @@ func setup(cfg Config, devs []cuda.Device) ([]*tenant, error) {
 	return tenants, nil
 }
 
-func setupDevice(cfg Config, di, ndev int, dev cuda.Device) ([]*tenant, error) {
+func setupDevice(cfg Config, w *workload, di, ndev int, dev cuda.Device) ([]*tenant, error) {
 	unbind, err := dev.BindThread()
 	if err != nil {
 		return nil, err
@@ -112,20 +122,26 @@ func setupDevice(cfg Config, di, ndev int, dev cuda.Device) ([]*tenant, error) {
 		return nil, err
 	}
 	defer st.Destroy()
-	d := deviceSetup{cfg: cfg, dev: dev, st: st}
-	if d.weights, err = d.sharedWeights(cfg.Seed + int64(di)); err != nil {
+	d := deviceSetup{cfg: cfg, work: w, dev: dev, st: st}
+	newTenant := d.newTenant
+	if w != nil {
+		err, newTenant = d.loadUserModule(cfg.Seed+int64(di)), d.newUserTenant
+	} else {
+		d.weights, err = d.sharedWeights(cfg.Seed + int64(di))
+	}
+	if err != nil {
 		return nil, err
 	}
 	var out []*tenant
 	for t := di; t < cfg.Tenants; t += ndev {
-		tn, err := d.newTenant(t, fmt.Sprintf("tenant-%02d", t))
+		tn, err := newTenant(t, fmt.Sprintf("tenant-%02d", t))
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, tn)
 	}
 	if cfg.Hostile != "" && di == 0 {
-		h, err := d.newTenant(cfg.Tenants, hostileName)
+		h, err := newTenant(cfg.Tenants, hostileName)
 		if err != nil {
 			return nil, err
 		}
@@ -139,9 +155,12 @@ func setupDevice(cfg Config, di, ndev int, dev cuda.Device) ([]*tenant, error) {
 }
 
 // deviceSetup is one device's share of the setup: its stream, and the
-// weights its tenants share.
+// weights (or, with --kernels-from, the manifest's shared buffers) its
+// tenants share.
 type deviceSetup struct {
 	cfg     Config
+	work    *workload     // --kernels-from's, or nil
+	shared  []cuda.Buffer // by manifest buffer index; zero where not shared
 	dev     cuda.Device
 	st      cuda.Stream
 	weights cuda.Buffer
@@ -171,9 +190,8 @@ func (d *deviceSetup) sharedWeights(seed int64) (cuda.Buffer, error) {
 // chain and its pinned staging.
 func (d *deviceSetup) newTenant(t int, name string) (*tenant, error) {
 	cfg := d.cfg
-	tn := &tenant{name: name, dev: d.dev, replay: t >= cfg.EagerTenants,
-		rows: int32(64 + 64*(t%4)), cols: int32(32 + 32*(t%4)), owner: cache.LaneScope(uint64(1 + t)),
-		rng: rand.New(rand.NewSource(cfg.Seed*1000 + int64(t))), stats: newTenantAgg()}
+	tn := d.tenantBase(t, name)
+	tn.rows, tn.cols = int32(64+64*(t%4)), int32(32+32*(t%4))
 	var err error
 	if tn.weights, err = d.weights.Region(0, uint64(4*tn.rows*tn.cols)); err != nil {
 		return nil, err
@@ -187,17 +205,33 @@ func (d *deviceSetup) newTenant(t int, name string) (*tenant, error) {
 			return nil, err
 		}
 	}
+	tn.in, _ = tn.x.Region(0, uint64(4*tn.cols))
+	tn.result, _ = tn.y.Region(0, uint64(4*tn.rows))
+	tn.readout, _ = tn.out.Region(0, uint64(4*tn.rows))
+	tn.inElem, tn.provider = cuda.F32, provider
 	if err := tn.buildCompute(d.dev, cfg.Kernels); err != nil {
 		return nil, err
 	}
-	for range max(cfg.Concurrency, 1) {
-		h, err := d.dev.AllocHost(uint64(4 * tn.cols))
+	return tn, d.allocStaging(tn)
+}
+
+// tenantBase is tenant t before its buffers: its name, whether it
+// replays, its scope and its inputs' seed.
+func (d *deviceSetup) tenantBase(t int, name string) *tenant {
+	return &tenant{name: name, dev: d.dev, replay: t >= d.cfg.EagerTenants, owner: cache.LaneScope(uint64(1 + t)),
+		rng: rand.New(rand.NewSource(d.cfg.Seed*1000 + int64(t))), stats: newTenantAgg()}
+}
+
+// allocStaging gives each closed-loop worker of tn its pinned input.
+func (d *deviceSetup) allocStaging(tn *tenant) error {
+	for range max(d.cfg.Concurrency, 1) {
+		h, err := d.dev.AllocHost(tn.in.Length)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		tn.staging = append(tn.staging, h)
 	}
-	return tn, nil
+	return nil
 }
 
 func upload(st cuda.Stream, r cuda.Region, v []float32) error {
@@ -215,34 +249,18 @@ func upload(st cuda.Stream, r cuda.Region, v []float32) error {
 // buildCompute makes the tenant's decode-like chain of k kernels: h = W·x,
 // y = 0, then y += h/2 and h += y in turn.
 func (tn *tenant) buildCompute(dev cuda.Device, k int) error {
-	reg, ok := dev.Kernels().(kernels.Registry)
-	if !ok {
-		return fmt.Errorf("the device's kernels are not the built-in registry")
-	}
 	r, c := tn.rows, tn.cols
 	hr, _ := tn.h.Region(0, uint64(4*r))
 	yr, _ := tn.y.Region(0, uint64(4*r))
-	xr, _ := tn.x.Region(0, uint64(4*c))
+	xr := tn.in
 	lin := cuda.Linear(uint32(r), 128)
+	shared := func(rg cuda.Region) bool { return rg.Buffer == tn.weights.Buffer }
 	add := func(name string, args ...cuda.Arg) error {
-		cmd, err := cuda.Launch(reg.MustSpec(name), lin, args...)
+		cmd, err := cuda.LaunchNamed(dev.Kernels(), name, lin, args...)
 		if err != nil {
 			return err
 		}
-		e := lanes.Entry{Phase: cache.PhaseCompute, Node: len(tn.compute), Command: cmd,
-			Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 1}}
-		if tn.replay {
-			e.Replay = &lanes.ReplayContract{Key: cache.LaunchKey(provider, cmd)}
-			_ = cmd.ForRegions(func(rg cuda.Region) error {
-				scope := tn.owner
-				if rg.Buffer == tn.weights.Buffer {
-					scope = cache.PlanScope()
-				}
-				e.Replay.Scopes = append(e.Replay.Scopes, scope)
-				return nil
-			})
-		}
-		tn.compute = append(tn.compute, e)
+		tn.addCompute(cmd, shared)
 		return nil
 	}
 	steps := []func() error{
@@ -270,6 +288,27 @@ func (tn *tenant) buildCompute(dev cuda.Device, k int) error {
 	return nil
 }
 
+// addCompute appends cmd to the compute chain: on a plan node of its own,
+// and, for a replaying tenant, keyed by the tenant's provider, the regions
+// shared says the device's tenants share plan-scoped and the rest the
+// tenant's.
+func (tn *tenant) addCompute(cmd cuda.Command, shared func(cuda.Region) bool) {
+	e := lanes.Entry{Phase: cache.PhaseCompute, Node: len(tn.compute), Command: cmd,
+		Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 1}}
+	if tn.replay {
+		e.Replay = &lanes.ReplayContract{Key: cache.LaunchKey(tn.provider, cmd)}
+		_ = cmd.ForRegions(func(rg cuda.Region) error {
+			scope := tn.owner
+			if shared(rg) {
+				scope = cache.PlanScope()
+			}
+			e.Replay.Scopes = append(e.Replay.Scopes, scope)
+			return nil
+		})
+	}
+	tn.compute = append(tn.compute, e)
+}
+
 // step is one decode step: this step's input into the device (dynamic
 // binding), the compute chain, and a readout copy of the output. A worker
 // with a staging slot (>= 0) writes the input into its pinned staging and
@@ -281,38 +320,27 @@ func (tn *tenant) step(timing lanes.TimingMode, slot int) (lanes.Batch, error) {
 		// The bytes only pass through on their way to pinned staging: one
 		// buffer per worker serves every step.
 		for len(tn.inputs) <= slot {
-			tn.inputs = append(tn.inputs, make([]byte, 4*tn.cols))
+			tn.inputs = append(tn.inputs, make([]byte, tn.in.Length))
 		}
 		b = tn.inputs[slot]
 	} else {
-		b = make([]byte, 4*tn.cols) // retained by the upload until the step ends
+		b = make([]byte, tn.in.Length) // retained by the upload until the step ends
 	}
-	var bits uint64
-	for i := range int(tn.cols) {
-		if i%16 == 0 {
-			bits = tn.rng.Uint64() // sixteen inputs from one draw
-		}
-		v := float32(int(bits&15)%9-4) / 8
-		bits >>= 4
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	xr, _ := tn.x.Region(0, uint64(len(b)))
+	fillValues(b, tn.inElem, tn.rng)
 	var up cuda.Command
 	var err error
 	if staged {
 		if err := tn.dev.WriteHost(tn.staging[slot].Whole(), b); err != nil {
 			return lanes.Batch{}, err
 		}
-		up, err = cuda.StageIn(xr, tn.staging[slot].Whole())
+		up, err = cuda.StageIn(tn.in, tn.staging[slot].Whole())
 	} else {
-		up, err = cuda.Upload(xr, b)
+		up, err = cuda.Upload(tn.in, b)
 	}
 	if err != nil {
 		return lanes.Batch{}, err
 	}
-	yr, _ := tn.y.Region(0, uint64(4*tn.rows))
-	outr, _ := tn.out.Region(0, uint64(4*tn.rows))
-	cp, err := cuda.Copy(outr, yr)
+	cp, err := cuda.Copy(tn.readout, tn.result)
 	if err != nil {
 		return lanes.Batch{}, err
 	}

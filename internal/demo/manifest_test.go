@@ -1,0 +1,139 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/demo"
+)
+
+// exampleDir is the manifest the repository ships beside its RMSNorm
+// module.
+const exampleDir = "../../examples/customkernels"
+
+// rmsnormReference is rmsnorm.cu's Go reference: y = x * w / rms(x), per
+// row.
+func rmsnormReference(_ kernels.Shape, m []kernels.Memory, a []cuda.Arg) error {
+	rows, cols, eps := int(a[3].I32()), int(a[4].I32()), a[5].F32()
+	f := func(b []byte, i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
+	for r := range rows {
+		var acc float32
+		for c := range cols {
+			v := f(m[1], r*cols+c)
+			acc += v * v
+		}
+		inv := float32(1 / math.Sqrt(float64(acc/float32(cols)+eps)))
+		for c := range cols {
+			binary.LittleEndian.PutUint32(m[0][4*(r*cols+c):], math.Float32bits(f(m[1], r*cols+c)*inv*f(m[2], c)))
+		}
+	}
+	return nil
+}
+
+// TestKernelsFrom runs the demo on the example's manifest and module, with
+// the kernel's Go reference standing in for the GPU: every step ends, the
+// replaying tenants replay, and the report names the module.
+func TestKernelsFrom(t *testing.T) {
+	cfg := demo.Defaults()
+	cfg.Clock, cfg.Duration, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.KernelsFrom = "zero", 500*time.Millisecond, 2, 3, 1, exampleDir
+	rep, err := demo.Run(context.Background(), cfg, demo.Options{References: map[string]demo.Reference{"rmsnorm_f32": rmsnormReference}})
+	if err != nil {
+		t.Fatalf("demo.Run: got err %v, want nil", err)
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Log("\n" + table.String())
+	if !rep.OK() || rep.Succeeded == 0 || rep.Succeeded != rep.Ended || rep.Kernels != 2 || !strings.Contains(table.String(), "2 kernels/step from "+filepath.Join(exampleDir, "rmsnorm.ptx")) {
+		t.Fatalf("got ok %v, %d of %d ended ok, %d kernels/step, module %q; want ok, all ended ok, 2 kernels/step from the example's rmsnorm.ptx", rep.OK(), rep.Succeeded, rep.Ended, rep.Kernels, rep.Module)
+	}
+	for _, tr := range rep.PerTenant[1:] {
+		if tr.Steps == 0 || tr.ReplayShare < 0.5 {
+			t.Errorf("replaying tenant %s: got %d steps, replay share %.2f; want steps, share at least 0.5 (the launches; input and readout stay eager)", tr.Tenant, tr.Steps, tr.ReplayShare)
+		}
+	}
+}
+
+// TestKernelsFromWithoutReferences: the simulated device cannot run a
+// manifest's kernels by itself, and says so before opening anything.
+func TestKernelsFromWithoutReferences(t *testing.T) {
+	cfg := demo.Defaults()
+	cfg.KernelsFrom = exampleDir
+	_, err := demo.Run(context.Background(), cfg, demo.Options{})
+	if !errors.Is(err, demo.ErrConfig) || !strings.Contains(err.Error(), "--device cuda") || !strings.Contains(err.Error(), "rmsnorm_f32") {
+		t.Fatalf("demo.Run on the sim without references: got err %v, want demo.ErrConfig naming rmsnorm_f32 and --device cuda", err)
+	}
+}
+
+// exampleManifest is the example's lanedemo.json as text.
+func exampleManifest(t testing.TB) string {
+	b, err := os.ReadFile(filepath.Join(exampleDir, demo.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestBadManifests: each mistake in a manifest is a configuration error
+// that names it, found by Validate before any device opens.
+func TestBadManifests(t *testing.T) {
+	good := exampleManifest(t)
+	for _, c := range []struct{ old, new, want string }{
+		{`"lanedemo-kernels/1"`, `"lanedemo-kernels/2"`, `format "lanedemo-kernels/2"`},
+		{`"module": "rmsnorm.ptx"`, `"module": "../rmsnorm.ptx"`, "inside the directory"},
+		{`"module": "rmsnorm.ptx"`, `"module": "missing.ptx"`, "missing.ptx"},
+		{`"module": "rmsnorm.ptx"`, `"modul": "rmsnorm.ptx"`, `unknown field "modul"`},
+		{`"type": "f32*", "access": "write"`, `"type": "f32*"`, `access "": a buffer is read, write or readwrite`},
+		{`{"name": "rows", "type": "i32"}`, `{"name": "rows", "type": "int"}`, `type "int"`},
+		{`{"name": "eps", "type": "f32"}`, `{"name": "eps", "type": "f16"}`, "f16 scalars"},
+		{`{"name": "cols", "type": "i32"}`, `{"name": "rows", "type": "i32"}`, `parameter "rows" declared twice`},
+		{`"count": 256, "shared": true`, `"count": 0, "shared": true`, "count 0"},
+		{`"init": "random"`, `"init": "ones"`, `init "ones"`},
+		{`"input": "x"`, `"input": "w"`, "shared buffer"},
+		{`"output": "y"`, `"output": "z"`, `output "z"`},
+		{`"args": ["h", "x", "w", 16, 256, 1e-5]`, `"args": ["h", "x", "w", 16, 256]`, "5 args for 6 parameters"},
+		{`"args": ["h", "x", "w", 16, 256, 1e-5]`, `"args": ["w", "x", "h", 16, 256, 1e-5]`, `buffer "w" is shared`},
+		{`"args": ["h", "x", "w", 16, 256, 1e-5]`, `"args": ["h", "x", "w", 16.5, 256, 1e-5]`, "16.5 is not a i32"},
+		{`"args": ["h", "x", "w", 16, 256, 1e-5]`, `"args": ["h", "x", "v", 16, 256, 1e-5]`, `buffer "v" is not declared`},
+		{`"args": ["h", "x", "w", 16, 256, 1e-5]`, `"args": [1, "x", "w", 16, 256, 1e-5]`, "give the name of a f32 buffer"},
+		{`"grid": [16], "block": [256], "args": ["h"`, `"grid": [16], "block": [0], "args": ["h"`, "block"},
+		{`"grid": [16], "block": [256], "args": ["h"`, `"grid": [1, 1, 1, 1], "block": [256], "args": ["h"`, "1 to 3 sizes"},
+		{`{"kernel": "rmsnorm_f32", "grid": [16], "block": [256], "args": ["y"`, `{"kernel": "softmax", "grid": [16], "block": [256], "args": ["y"`, `"softmax" is not declared`},
+		{"\n}\n", "\n} {}\n", "data after"},
+	} {
+		bad := strings.Replace(good, c.old, c.new, 1)
+		if bad == good {
+			t.Fatalf("case %q: the example manifest has no %q", c.want, c.old)
+		}
+		dir := t.TempDir()
+		for name, body := range map[string]string{demo.ManifestFile: bad, "rmsnorm.ptx": ".version 8.0\n"} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := demo.Defaults()
+		cfg.KernelsFrom = dir
+		if err := cfg.Validate(); !errors.Is(err, demo.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("manifest with %s: got err %v, want demo.ErrConfig containing %q", c.new, err, c.want)
+		}
+	}
+}
+
+// FuzzManifest: whatever a manifest holds, its parser returns an error
+// or a workload (no panic).
+func FuzzManifest(f *testing.F) {
+	f.Add(exampleManifest(f))
+	f.Add(`{"format":"lanedemo-kernels/1","kernels":[{"name":"k","params":[{"name":"b","type":"bool"},{"name":"u","type":"u8*","access":"readwrite"}]}],"buffers":[{"name":"u","type":"u8","count":3}],"input":"u","output":"u","step":[{"kernel":"k","grid":[1,2,3],"block":[4],"args":[true,"u"]}]}`)
+	f.Fuzz(func(t *testing.T, manifest string) {
+		_ = demo.ParseManifest([]byte(manifest))
+	})
+}
