@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,5 +177,34 @@ func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
 	t.Logf("healthy p99 (median of %d blocks of 100): %v alone, %v beside a quarantined device: ratio %.2f", blocks, base, withQ, ratio)
 	if ratio > 1.2 {
 		t.Fatalf("healthy p99 beside a quarantined device: got %v, %.0f%% above its %v alone; want at most 20%% above", withQ, 100*(ratio-1), base)
+	}
+}
+
+// TestSharedBuffersAreReadOnly: every tenant reads a shared buffer; none
+// writes it, through a kernel parameter declared to write, a library
+// call's region or a copy, and nothing of a refused batch runs.
+func TestSharedBuffersAreReadOnly(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 2)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
+	weights, mine := dev.bufs[0], dev.bufs[1]
+	if err := s.Share(weights); err != nil {
+		t.Fatalf("Share: got err %v, want nil", err)
+	}
+	cp, _ := cuda.Copy(mine.Whole(), weights.Whole())
+	if _, err := s.Submit(context.Background(), "a", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseCompute, cp)}}); err != nil {
+		t.Fatalf("reading the shared buffer: got err %v, want nil", err)
+	}
+	into, _ := cuda.Copy(weights.Whole(), mine.Whole())
+	call, _ := cuda.Call(&cuda.LibraryCall{Name: "scribble", Regions: []cuda.Touch{{Region: weights.Whole(), Access: cuda.AccessReadWrite}},
+		Reference: func([][]byte) error { return nil }})
+	for name, b := range map[string]lanes.Batch{
+		"a launch":       dev.batch(0, 1), // inc writes its buffer
+		"a library call": {Entries: []lanes.Entry{lanes.Eager(cache.PhaseCompute, call)}},
+		"a copy":         {Entries: []lanes.Entry{lanes.Eager(cache.PhaseCompute, into)}},
+	} {
+		r, err := s.Submit(context.Background(), "a", b)
+		if !errors.Is(err, actors.ErrNotYours) || r.Outcome != lanes.OutcomeRefused || !strings.Contains(err.Error(), "shared") {
+			t.Errorf("%s writing the shared buffer: got outcome %v, err %v; want refused, actors.ErrNotYours naming it shared", name, r.Outcome, err)
+		}
 	}
 }

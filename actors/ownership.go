@@ -40,7 +40,11 @@ func (s *Scheduler) Own(tenant string, bufs ...cuda.Buffer) error {
 }
 
 // Share records buffers as shared by every tenant (plan-owned weights),
-// checked as Own checks them.
+// checked as Own checks them. Tenants only read them: a batch that writes
+// one (a launch's parameter declared to write, a library call's region
+// with a write access, a copy, upload or zero into it) is refused
+// ErrNotYours, so no tenant can corrupt what every tenant reads. Write
+// shared buffers before sharing them, or on a stream of your own.
 func (s *Scheduler) Share(bufs ...cuda.Buffer) error {
 	if err := s.refuseStopped("share"); err != nil {
 		return err
@@ -131,6 +135,7 @@ func (s *Scheduler) own(op, owner string, keys []ownedKey) error {
 	}
 	for _, k := range keys {
 		s.owners[k.key] = owner
+		s.anyShared = s.anyShared || owner == shared
 		mine[k.key] = k.check
 	}
 	return nil
@@ -225,7 +230,73 @@ func (s *Scheduler) checkOwnershipLocked(tenant string, b *lanes.Batch) error {
 			}
 		}
 	}
+	if err := s.checkSharedWritesLocked(b); err != nil {
+		return err
+	}
 	return s.checkHandlesLocked(tenant, b.ForHandles)
+}
+
+// checkSharedWritesLocked refuses a batch that writes a shared buffer
+// (ownMu held). It allocates nothing, and checks nothing until something
+// was shared.
+func (s *Scheduler) checkSharedWritesLocked(b *lanes.Batch) error {
+	if !s.anyShared {
+		return nil
+	}
+	check := func(i int, r cuda.Region) error {
+		if owner, ok := s.owners[handleKey{device: r.Buffer.Device, id: r.Buffer.ID}]; ok && owner == shared {
+			return fmt.Errorf("%w: entry %d writes %s, which is shared: tenants only read shared buffers", ErrNotYours, i, describeHandle(handleKey{device: r.Buffer.Device, id: r.Buffer.ID}))
+		}
+		return nil
+	}
+	for i := range b.Entries {
+		c := &b.Entries[i].Command
+		switch c.Kind {
+		case cuda.KindLaunch:
+			var spec cuda.KernelSpec
+			looked := false
+			for j, a := range c.Args {
+				if a.Kind != cuda.ParamBuffer {
+					continue
+				}
+				if !looked {
+					if dev := s.device(a.Region.Buffer.Device); dev != nil {
+						spec, _ = dev.Kernels().Kernel(c.Kernel)
+					}
+					looked = true
+				}
+				if j >= len(spec.Params) || spec.Params[j].Access.Writes() { // unknown: taken as a write
+					if err := check(i, a.Region); err != nil {
+						return err
+					}
+				}
+			}
+		case cuda.KindCall:
+			if c.LibraryCall != nil {
+				for _, t := range c.LibraryCall.Regions {
+					if t.Access.Writes() {
+						if err := check(i, t.Region); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		case cuda.KindCopy, cuda.KindUpload, cuda.KindZero, cuda.KindStageIn:
+			if err := check(i, c.Dst); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range b.Patches {
+		dst := b.Patches[i].Dst
+		if l := b.Patches[i].Layout; l != nil {
+			dst = l.Region
+		}
+		if err := check(-1, dst); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkHandlesLocked checks every handle a walk visits (ownMu held).

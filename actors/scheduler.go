@@ -70,6 +70,7 @@ type Scheduler struct {
 
 	ownMu        sync.RWMutex
 	owners       map[handleKey]string                  // buffer or host buffer -> its tenant, or shared
+	anyShared    bool                                  // something was shared once (ownMu)
 	owned        map[string]map[handleKey]func() error // tenant -> what it owns, with its liveness check (for Forget and sweeps)
 	programs     map[programs.ID]*programClaim         // program -> its owner and registration
 	programCount map[string]int                        // tenant -> its program names in programs

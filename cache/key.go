@@ -112,8 +112,12 @@ func (b *KeyBuilder) Finish() ProviderKey { return sha256.Sum256(b.buf) }
 
 // LaunchKey is the provider key of a kernel launch that binds its kernel,
 // launch configuration and scalar arguments: what a provider that trusts
-// its kernel to be a pure function of these declares.
+// its kernel to be a pure function of these declares. Given a library
+// call, it is CallKey's: each kind is keyed by what it is.
 func LaunchKey(providerFingerprint string, c cuda.Command) ProviderKey {
+	if c.Kind == cuda.KindCall {
+		return CallKey(providerFingerprint, c) // a call's key is its own
+	}
 	var scratch [512]byte
 	b := KeyBuilder{buf: scratch[:0]}
 	b.start(providerFingerprint, c.Kernel)
@@ -135,11 +139,15 @@ func LaunchKey(providerFingerprint string, c cuda.Command) ProviderKey {
 // CallKey is the provider key of a library call that binds its name, its
 // parameters (cuda.LibraryCall.Params) and how it touches each region: what
 // a provider that trusts the call to be a pure function of these declares.
-// The regions themselves are bound by Bind, as a launch's are.
+// The regions themselves are bound by Bind, as a launch's are. Given a
+// launch, it is LaunchKey's.
 func CallKey(providerFingerprint string, c cuda.Command) ProviderKey {
+	lc := c.LibraryCall
+	if c.Kind == cuda.KindLaunch || (lc == nil && c.Kind != cuda.KindCall) {
+		return LaunchKey(providerFingerprint, c) // a launch's key is its own
+	}
 	var scratch [512]byte
 	b := KeyBuilder{buf: scratch[:0]}
-	lc := c.LibraryCall
 	if lc == nil {
 		b.start(providerFingerprint, "call:")
 		return b.Finish()

@@ -144,3 +144,26 @@ func BenchmarkKey(b *testing.B) {
 		}
 	})
 }
+
+// TestKeyFunctionsKeyEachKindByWhatItIs: LaunchKey of a library call and
+// CallKey of a launch key the command by what it is (a call's parameters,
+// a launch's kernel), never by what the other kind would read.
+func TestKeyFunctionsKeyEachKindByWhatItIs(t *testing.T) {
+	reg := cuda.Region{Buffer: buffer(7, cuda.F32, 1<<20), Length: 64}
+	call := func(p byte) cuda.Command {
+		return cuda.Command{Kind: cuda.KindCall, LibraryCall: &cuda.LibraryCall{Name: "gemm", Params: []byte{p},
+			Regions: []cuda.Touch{{Region: reg, Access: cuda.AccessWrite}}}}
+	}
+	launch := func(kernel string) cuda.Command {
+		return cuda.Command{Kind: cuda.KindLaunch, Kernel: kernel, Config: cuda.Linear(16, 16), Args: []cuda.Arg{cuda.BufferArg(reg)}}
+	}
+	if cache.LaunchKey("p", call(1)) == cache.LaunchKey("p", call(2)) {
+		t.Error("LaunchKey of two calls with different Params: got equal keys, want different")
+	}
+	if cache.CallKey("p", launch("inc")) == cache.CallKey("p", launch("fill_f32")) {
+		t.Error("CallKey of launches of two kernels: got equal keys, want different")
+	}
+	if cache.LaunchKey("p", call(1)) != cache.CallKey("p", call(1)) || cache.CallKey("p", launch("inc")) != cache.LaunchKey("p", launch("inc")) {
+		t.Error("a kind's key through the other function: got a different key, want the kind's own")
+	}
+}

@@ -4,7 +4,10 @@
 
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // LibraryCall is user code that enqueues device work on a stream, as one
 // command (build it with [Call]). The device runs it when the command is
@@ -31,6 +34,12 @@ import "fmt"
 // untrusted calls on a device of their own). Reference must not block
 // (the simulated device runs every stream's work under one execution
 // lock) and must not keep mem past its return.
+//
+// A replay runs what was captured: the work the capturing submission's
+// Enqueue put on the stream (on the simulated device, its Reference, as it
+// was then). A later submission whose entry replays that executable does
+// not call its own Enqueue or Reference at all; so key a call (Params) by
+// everything its work depends on, as a launch is keyed by its scalars.
 type LibraryCall struct {
 	// Name says what the call is, for attribution ("call:sgemm") and
 	// errors.
@@ -64,6 +73,8 @@ func (c Command) validateCall() error {
 		return contractf(op, ErrInvalidCommand, "a call command carries no LibraryCall; build it with cuda.Call")
 	case lc.Name == "":
 		return contractf(op, ErrInvalidCommand, "the library call has no name; name it so attribution and errors can say which call it is")
+	case len(lc.Name) > MaxKernelName || strings.ContainsRune(lc.Name, 0):
+		return contractf(op, ErrInvalidCommand, "library call name of %d bytes: a name is 1 to %d bytes without NUL", len(lc.Name), MaxKernelName)
 	case len(lc.Regions) == 0:
 		return contractf(op, ErrInvalidCommand, "library call %q declares no regions; declare every region its work reads or writes", lc.Name)
 	case len(lc.Regions) > 64:
@@ -82,41 +93,50 @@ func (c Command) validateCall() error {
 	return nil
 }
 
-// CallError is a library call's own failure: its Enqueue or Reference
-// returned an error, or panicked. Err is what it returned (or the panic,
-// as an error); errors.As finds the call's name.
+// CallError is user code's own failure: a library call's Enqueue or
+// Reference, or a kernel's Go reference, returned an error or panicked.
+// Kind says which ("library call" or "kernel"), Name its name, Err what it
+// returned (or the panic, as an error). errors.Is reaches Err too, but what
+// the failure means for the lane and the device is the enclosing error's
+// code (cuda.Classify: a sticky launch failure for a reference, a driver
+// error for an Enqueue), whatever Err says: a reference that returns
+// ErrOutOfMemory still poisoned its device.
 type CallError struct {
+	Kind     string
 	Name     string
 	Panicked bool
 	Err      error
 }
 
-// Error says which call failed and how.
+// Error says which code failed and how.
 func (e *CallError) Error() string {
 	if e.Panicked {
-		return fmt.Sprintf("library call %q panicked: %v", e.Name, e.Err)
+		return fmt.Sprintf("%s %q panicked: %v", e.Kind, e.Name, e.Err)
 	}
-	return fmt.Sprintf("library call %q failed: %v", e.Name, e.Err)
+	return fmt.Sprintf("%s %q failed: %v", e.Kind, e.Name, e.Err)
 }
 
 // Unwrap returns what the call returned.
 func (e *CallError) Unwrap() error { return e.Err }
 
-// RunCall runs f, user code (a library call's Enqueue or Reference, a
-// kernel's Go reference) named name, turning an error or a panic into a
-// *CallError wrapped in a device error of code: a backend's one way to
-// run user code, so that no panic of it escapes into the device.
-func RunCall(op string, code Code, name string, f func() error) (err error) {
+// RunCall runs f, user code of kind ("library call" for a call's Enqueue
+// or Reference, "kernel" for a kernel's Go reference) named name, turning
+// an error or a panic into a *CallError wrapped in a device error of code:
+// a backend's one way to run user code, so that no panic of it escapes
+// into the device.
+func RunCall(op string, code Code, kind, name string, f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			e := DriverError(op, code, fmt.Sprintf("library call %q panicked: %v", name, p))
-			e.Contract = &CallError{Name: name, Panicked: true, Err: fmt.Errorf("%v", p)}
+			ce := &CallError{Kind: kind, Name: name, Panicked: true, Err: fmt.Errorf("%v", p)}
+			e := DriverError(op, code, ce.Error())
+			e.Contract = ce
 			err = e
 		}
 	}()
-	if ce := f(); ce != nil {
-		e := DriverError(op, code, fmt.Sprintf("library call %q failed: %v", name, ce))
-		e.Contract = &CallError{Name: name, Err: ce}
+	if fe := f(); fe != nil {
+		ce := &CallError{Kind: kind, Name: name, Err: fe}
+		e := DriverError(op, code, ce.Error())
+		e.Contract = ce
 		return e
 	}
 	return nil

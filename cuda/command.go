@@ -122,11 +122,14 @@ func Launch(k *KernelSpec, cfg LaunchConfig, args ...Arg) (Command, error) {
 // (look-up and Launch in one call, on any backend: pass dev.Kernels()). A
 // kernel the device has not loaded is ErrUnknownKernel.
 func LaunchNamed(ks Kernels, name string, cfg LaunchConfig, args ...Arg) (Command, error) {
+	if ks == nil {
+		return Command{}, contractf("launch", ErrUnknownKernel, "no kernels given to look %q up in; pass the device's (dev.Kernels())", name)
+	}
 	k, ok := ks.Kernel(name)
 	if !ok {
 		return Command{}, contractf("launch", ErrUnknownKernel, "kernel %q is not loaded on this device; load its module first (kernels.Loader)", name)
 	}
-	return Launch(k, cfg, args...)
+	return Launch(&k, cfg, args...)
 }
 
 // Upload builds a host-to-device copy of data into dst. The bytes are copied

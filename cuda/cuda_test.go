@@ -246,7 +246,7 @@ func FuzzCommandDecode(f *testing.F) {
 			t.Fatalf("re-encoding: got %x (err %v), want the decoded bytes %x (nil)", again, err, data)
 		}
 		if spec, ok := kernels.Builtin().Kernel(c.Kernel); ok {
-			_ = c.ValidateLaunch(spec) // must not panic on any argument list
+			_ = c.ValidateLaunch(&spec) // must not panic on any argument list
 		}
 	})
 }

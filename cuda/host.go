@@ -50,8 +50,8 @@ func (r HostRegion) Validate() error {
 // End is one past the region's last byte.
 func (r HostRegion) End() uint64 { return r.Offset + r.Length }
 
-// HostMemory is the pinned host staging a device offers. Both backends
-// implement it; the lane core type-asserts it.
+// HostMemory is the pinned host staging a device offers: part of every
+// [Device] (both backends implement it).
 type HostMemory interface {
 	// AllocHost allocates pinned host memory, zeroed.
 	AllocHost(size uint64) (HostBuffer, error)

@@ -78,7 +78,7 @@ type KernelSpec struct {
 // Kernels resolves kernel names to their specs. A device serves the kernels
 // it can launch through it.
 type Kernels interface {
-	Kernel(name string) (*KernelSpec, bool)
+	Kernel(name string) (KernelSpec, bool)
 }
 
 // Dim3 is a grid or block shape.

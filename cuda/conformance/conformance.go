@@ -123,7 +123,7 @@ func (f fixture) spec(name string) *cuda.KernelSpec {
 	if !ok {
 		f.t.Fatalf("device has no kernel %s", name)
 	}
-	return k
+	return &k
 }
 
 func (f fixture) launch(s cuda.Stream, name string, threads uint32, args ...cuda.Arg) {

@@ -134,7 +134,7 @@ func (s *stream) call(op string, lc *cuda.LibraryCall) error {
 		return err
 	}
 	stream := uintptr(unsafe.Pointer(s.s))
-	return cuda.RunCall(op, cuda.CodeDriverError, lc.Name, func() error { return lc.Enqueue(stream) })
+	return cuda.RunCall(op, cuda.CodeDriverError, "library call", lc.Name, func() error { return lc.Enqueue(stream) })
 }
 
 // pin copies host bytes into the staging arena for the current capture.

@@ -9,6 +9,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/lanesched/lanes/cuda"
@@ -78,21 +79,23 @@ func (k *Kernel) Clone() *Kernel {
 }
 
 // Run executes the kernel's reference for a launch.
+// Body gets a copy of args: what it does to them changes no launch.
 func (k *Kernel) Run(cfg cuda.LaunchConfig, mem []Memory, args []cuda.Arg) error {
-	return k.Body(ShapeOf(cfg), mem, args)
+	return k.Body(ShapeOf(cfg), mem, slices.Clone(args))
 }
 
 // Registry maps kernel names to kernels; it implements [cuda.Kernels].
 type Registry map[string]*Kernel
 
-// Kernel returns the spec of the named kernel. It is the registry's own:
-// read it, do not modify it (Clone a kernel to declare a variant).
-func (r Registry) Kernel(name string) (*cuda.KernelSpec, bool) {
+// Kernel returns a copy of the named kernel's spec: changing its fields
+// changes nothing in the registry (its Params are the registry's: read
+// them; Clone a kernel to declare a variant).
+func (r Registry) Kernel(name string) (cuda.KernelSpec, bool) {
 	k, ok := r[name]
 	if !ok {
-		return nil, false
+		return cuda.KernelSpec{}, false
 	}
-	return &k.Spec, true
+	return k.Spec, true
 }
 
 // Names lists the registered kernels, sorted.
@@ -112,7 +115,7 @@ func (r Registry) MustSpec(name string) *cuda.KernelSpec {
 	if !ok {
 		panic("kernels: no kernel " + name)
 	}
-	return s
+	return &s
 }
 
 // Names of the built-in kernels.

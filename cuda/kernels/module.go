@@ -84,9 +84,16 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 		return fmt.Errorf("%w: kernel %q of module %q declares %d parameters; at most 64", ErrInvalidModule, name, module, len(k.Spec.Params))
 	case needBody && k.Body == nil:
 		return fmt.Errorf("%w: kernel %q of module %q has no Go reference (Kernel.Body): the simulated device runs every kernel through its reference", ErrInvalidModule, name, module)
+	case k.Spec.MaxBlockThreads > maxBlockThreads || k.Spec.MaxSharedBytes > maxSharedBytes:
+		return fmt.Errorf("%w: kernel %q of module %q declares limits of %d threads per block and %d bytes of shared memory; no GPU has more than %d and %d (leave them 0 for the device's)",
+			ErrInvalidModule, name, module, k.Spec.MaxBlockThreads, k.Spec.MaxSharedBytes, maxBlockThreads, maxSharedBytes)
 	}
 	for i, p := range k.Spec.Params {
 		switch {
+		case slices.ContainsFunc(k.Spec.Params[:i], func(q cuda.Param) bool { return q.Name == p.Name }):
+			return fmt.Errorf("%w: kernel %q declares parameter %q twice; each parameter has its own name", ErrInvalidModule, name, p.Name)
+		case p.Kind == cuda.ParamScalar && p.Access != 0:
+			return fmt.Errorf("%w: kernel %q scalar parameter %d (%s) declares access %s; only a buffer has one", ErrInvalidModule, name, i, p.Name, p.Access)
 		case p.Kind != cuda.ParamBuffer && p.Kind != cuda.ParamScalar:
 			return fmt.Errorf("%w: kernel %q parameter %d (%s) has kind %d; use cuda.ParamBuffer or cuda.ParamScalar", ErrInvalidModule, name, i, p.Name, p.Kind)
 		case !p.Elem.Valid():
@@ -96,6 +103,35 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 		}
 	}
 	return nil
+}
+
+// The most any CUDA device allows per block: threads, and shared memory
+// (an H200 opts in to 227 KiB).
+const (
+	maxBlockThreads = 1024
+	maxSharedBytes  = 256 << 10
+)
+
+// Check reports what is wrong with the registry's declarations (as
+// Module.Check does for a module's), a kernel without a Go reference
+// included when needBody is set.
+func (r Registry) Check(needBody bool) error {
+	for _, name := range r.Names() {
+		if err := checkKernel("(registry)", name, r[name], needBody); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Clone is a copy of the registry whose kernels are clones: nothing in it
+// is shared with r.
+func (r Registry) Clone() Registry {
+	out := make(Registry, len(r))
+	for name, k := range r {
+		out[name] = k.Clone()
+	}
+	return out
 }
 
 // ParamSize is the size in bytes the driver gives a parameter of this

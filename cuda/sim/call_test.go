@@ -105,3 +105,69 @@ func TestLibraryCallRefusedAndFailing(t *testing.T) {
 		t.Fatalf("a panicking reference: got code %v sticky %v, want %v, sticky (as a faulting kernel)", cl.Code, cl.Sticky, cuda.CodeLaunchFailed)
 	}
 }
+
+// TestCapturedWorkIsFrozen: as CUDA copies a launch's arguments when it is
+// captured, a command changed after its capture (its scalar, its call's
+// reference) or a kernel body that writes into its arguments changes no
+// replay.
+func TestCapturedWorkIsFrozen(t *testing.T) {
+	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost})
+	s := r.stream()
+	b, err := r.dev.Alloc(cuda.BufferSpec{Size: 256, Elem: cuda.F32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	fill, err := cuda.LaunchNamed(r.dev.Kernels(), "fill_f32", cuda.Linear(64, 64), cuda.BufferArg(b.Whole()), cuda.F32Arg(1), cuda.I32Arg(64))
+	if err != nil {
+		t.Fatalf("LaunchNamed(fill_f32): got err %v, want nil", err)
+	}
+	lc := addOne(b)
+	call, err := cuda.Call(lc)
+	if err != nil {
+		t.Fatalf("cuda.Call: got err %v, want nil", err)
+	}
+	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		t.Fatalf("BeginCapture: got err %v, want nil", err)
+	}
+	r.enqueue(s, fill)
+	r.enqueue(s, call)
+	g, err := s.EndCapture()
+	if err != nil {
+		t.Fatalf("EndCapture: got err %v, want nil", err)
+	}
+	x, err := g.Instantiate()
+	if err != nil {
+		t.Fatalf("Instantiate: got err %v, want nil", err)
+	}
+	fill.Args[1] = cuda.F32Arg(2)
+	lc.Reference = func([][]byte) error { return errors.New("the replaced reference ran") }
+	if err := s.Launch(x); err != nil {
+		t.Fatalf("Launch: got err %v, want nil", err)
+	}
+	host := make([]byte, 4)
+	if err := s.Readback(cuda.Region{Buffer: b, Length: 4}, host); err != nil {
+		t.Fatalf("Readback after the replay: got err %v, want nil (the captured reference)", err)
+	}
+	// fill wrote 1.0f (bits 0x3f800000), then add_one added 1 to its bits.
+	if got := binary.LittleEndian.Uint32(host); got != 0x3f800001 {
+		t.Fatalf("replay after the command changed: got bits %#x, want %#x (fill 1.0, then +1)", got, 0x3f800001)
+	}
+}
+
+// TestCallWithoutReferenceRefusedUpFront: the check a lane runs on every
+// entry before enqueueing any (cuda.ValidateFor with the device's kernels)
+// already refuses a call the simulated device cannot run.
+func TestCallWithoutReferenceRefusedUpFront(t *testing.T) {
+	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost})
+	b := r.counter(r.stream(), 16)
+	lc := addOne(b)
+	lc.Reference, lc.Enqueue = nil, func(uintptr) error { return nil }
+	c, err := cuda.Call(lc)
+	if err != nil {
+		t.Fatalf("cuda.Call(enqueue only): got err %v, want nil", err)
+	}
+	err = cuda.ValidateFor("validate", c, r.dev.Kernels(), func(cuda.Buffer) error { return nil })
+	if !errors.Is(err, cuda.ErrInvalidCommand) || !cuda.Classify(err).NotSubmitted {
+		t.Fatalf("ValidateFor(call without Reference): got err %v, want cuda.ErrInvalidCommand, not submitted", err)
+	}
+}

@@ -83,7 +83,7 @@ func (d *Device) executeCommand(c cuda.Command) error {
 			}
 			mem = append(mem, m)
 		}
-		err := cuda.RunCall("kernel", cuda.CodeLaunchFailed, c.Kernel, func() error { return k.Run(c.Config, mem, c.Args) })
+		err := cuda.RunCall("kernel", cuda.CodeLaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, c.Args) })
 		if errors.Is(err, kernels.ErrIllegalAddress) {
 			return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
 				fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))
@@ -151,7 +151,7 @@ func (d *Device) executeCall(lc *cuda.LibraryCall) error {
 		}
 		mem[i] = m[:t.Region.Length:t.Region.Length]
 	}
-	err := cuda.RunCall("call", cuda.CodeLaunchFailed, lc.Name, func() error { return lc.Reference(mem) })
+	err := cuda.RunCall("call", cuda.CodeLaunchFailed, "library call", lc.Name, func() error { return lc.Reference(mem) })
 	if err != nil && errors.Is(err, kernels.ErrIllegalAddress) {
 		return cuda.DriverError("call", cuda.CodeIllegalAddress, fmt.Sprintf("library call %q touched memory outside its regions' allocations; the device is poisoned", lc.Name))
 	}

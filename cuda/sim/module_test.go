@@ -47,7 +47,7 @@ func TestModulesAtOpenAndWhileLaunching(t *testing.T) {
 		}
 	}()
 	for range 200 {
-		c, err := cuda.Launch(spec, cuda.Linear(64, 64), cuda.BufferArg(buf.Whole()), cuda.F32Arg(1), cuda.I32Arg(64))
+		c, err := cuda.Launch(&spec, cuda.Linear(64, 64), cuda.BufferArg(buf.Whole()), cuda.F32Arg(1), cuda.I32Arg(64))
 		if err != nil {
 			t.Fatalf("build launch: got err %v, want nil", err)
 		}
@@ -87,7 +87,7 @@ func TestUserCodeFailsWithoutCrashing(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: Alloc: got err %v, want nil", name, err)
 		}
-		c, err := cuda.Launch(spec, cuda.Linear(64, 64), cuda.BufferArg(buf.Whole()), cuda.F32Arg(2), cuda.I32Arg(64))
+		c, err := cuda.Launch(&spec, cuda.Linear(64, 64), cuda.BufferArg(buf.Whole()), cuda.F32Arg(2), cuda.I32Arg(64))
 		if err != nil {
 			t.Fatalf("%s: Launch: got err %v, want nil", name, err)
 		}

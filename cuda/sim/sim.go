@@ -169,7 +169,11 @@ func New(cfg Config) (*Device, error) {
 	if cfg.Clock == ClockZeroCost {
 		d.cost = CostModel{MemoryBandwidth: math.Inf(1), HostBandwidth: math.Inf(1), StreamParallelism: 1}
 	}
-	d.registry.Store(&cfg.Kernels)
+	if err := cfg.Kernels.Check(true); err != nil {
+		return nil, err
+	}
+	reg := cfg.Kernels.Clone()
+	d.registry.Store(&reg)
 	for _, f := range cfg.Faults {
 		if err := d.InjectFault(f); err != nil {
 			return nil, err
@@ -202,11 +206,26 @@ func (d *Device) BindThread() (func(), error) {
 // Info describes the device.
 func (d *Device) Info() cuda.DeviceInfo { return d.info }
 
-// Kernels returns the kernels the device launches.
-func (d *Device) Kernels() cuda.Kernels { return d.kernels() }
+// Kernels returns the kernels the device launches. It also refuses, as a
+// [cuda.CallValidator], a library call without the Reference this device
+// runs it through.
+func (d *Device) Kernels() cuda.Kernels { return kernelView{d.kernels()} }
 
-// Registry returns the device's kernel registry.
-func (d *Device) Registry() kernels.Registry { return d.kernels() }
+// kernelView is the device's kernels as Kernels returns them.
+type kernelView struct{ kernels.Registry }
+
+// ValidateCall refuses a library call the device cannot run: one without
+// a Reference.
+func (kernelView) ValidateCall(op string, c *cuda.LibraryCall) error {
+	if c.Reference == nil {
+		return cuda.Contractf(op, cuda.ErrInvalidCommand, "library call %q has no Reference: the simulated device runs a call through its Go reference", c.Name)
+	}
+	return nil
+}
+
+// Registry returns a copy of the device's kernel registry: changing it
+// changes nothing on the device (load a module to add kernels).
+func (d *Device) Registry() kernels.Registry { return d.kernels().Clone() }
 
 // kernels is the current registry.
 func (d *Device) kernels() kernels.Registry { return *d.registry.Load() }

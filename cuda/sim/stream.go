@@ -4,6 +4,7 @@
 package sim
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,23 @@ import (
 // node is one unit of recorded work: a command.
 type node struct {
 	cmd cuda.Command
+}
+
+// frozen is cmd as the device keeps it, as CUDA copies a launch's
+// arguments when it is enqueued or captured: its arguments and its
+// library call's description are its own, so a caller that changes its
+// command afterwards (or a kernel body its arguments) changes no recorded
+// or pending work.
+func frozen(cmd cuda.Command) cuda.Command {
+	if len(cmd.Args) > 0 {
+		cmd.Args = slices.Clone(cmd.Args)
+	}
+	if c := cmd.LibraryCall; c != nil {
+		cp := *c
+		cp.Params, cp.Regions = slices.Clone(c.Params), slices.Clone(c.Regions)
+		cmd.LibraryCall = &cp
+	}
+	return cmd
 }
 
 // item is one scheduled operation of a stream: an eager command, a graph
@@ -71,15 +89,12 @@ func (s *stream) check(op string) error {
 // validate checks a command against this device: its structure, its kernel
 // and every buffer it names.
 func (s *stream) validate(op string, cmd cuda.Command) error {
-	if cmd.Kind == cuda.KindCall && cmd.LibraryCall != nil && cmd.LibraryCall.Reference == nil {
-		return cuda.Contractf(op, cuda.ErrInvalidCommand, "library call %q has no Reference: the simulated device runs a call through its Go reference", cmd.LibraryCall.Name)
-	}
 	if cmd.Kind == cuda.KindStageIn || cmd.Kind == cuda.KindStageOut {
 		if _, err := s.dev.hostLookup(op, cmd.Staging.Buffer); err != nil {
 			return err
 		}
 	}
-	return cuda.ValidateFor(op, cmd, s.dev.kernels(), func(b cuda.Buffer) error {
+	return cuda.ValidateFor(op, cmd, kernelView{s.dev.kernels()}, func(b cuda.Buffer) error {
 		_, err := s.dev.lookup(op, b)
 		return err
 	})
@@ -99,7 +114,7 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 	if err := s.validate(op, cmd); err != nil {
 		return err
 	}
-	n := node{cmd: cmd}
+	n := node{cmd: frozen(cmd)}
 	if recorded, err := s.record(op, n); recorded || err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func (b *Backend) Kernel(name string) (*cuda.KernelSpec, error) {
 	if !ok {
 		return nil, fmt.Errorf("embedder: no kernel %s", name)
 	}
-	return k, nil
+	return &k, nil
 }
 
 // Reset is a batch that zeroes the tenant's state.

@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -31,6 +32,7 @@ const ManifestFormat = "lanedemo-kernels/1"
 // Manifest bounds: a load generator's step, not a model's.
 const (
 	maxManifestBytes   = 1 << 20
+	maxModuleBytes     = 1 << 30
 	maxManifestItems   = 64      // kernels, parameters per kernel, buffers
 	maxStepLaunches    = 4096    // launches per step (--kernels' bound)
 	maxTenantBytes     = 1 << 28 // each tenant's buffers together, and each shared one
@@ -116,8 +118,15 @@ func errManifest(dir, format string, args ...any) error {
 }
 
 // loadWorkload reads dir's manifest and module image and checks them.
+// Both are read through an os.Root of dir: nothing outside it (through
+// .. or a symbolic link) is read.
 func loadWorkload(dir string) (*workload, error) {
-	b, err := readLimited(filepath.Join(dir, ManifestFile))
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, errManifest(dir, "%v (give a directory holding %s and the module it names; see examples/customkernels)", err, ManifestFile)
+	}
+	defer root.Close()
+	b, err := readRegular(root, ManifestFile, maxManifestBytes)
 	if err != nil {
 		return nil, errManifest(dir, "%v (the directory holds %s and the module it names; see examples/customkernels)", err, ManifestFile)
 	}
@@ -126,28 +135,44 @@ func loadWorkload(dir string) (*workload, error) {
 		return nil, errManifest(dir, "%s: %v", ManifestFile, err)
 	}
 	w.dir = dir
-	if w.image, err = findImage(dir, w.image); err != nil {
+	name, err := findImage(dir, w.image)
+	if err != nil {
 		return nil, errManifest(dir, "%v", err)
 	}
-	if w.module.Image, err = os.ReadFile(w.image); err != nil {
-		return nil, errManifest(dir, "%v", err)
+	w.image = filepath.Join(dir, name)
+	if w.module.Image, err = readRegular(root, name, maxModuleBytes); err != nil {
+		return nil, errManifest(dir, "module: %v", err)
 	}
 	sum := sha256.Sum256(w.module.Image)
-	w.module.Name = strings.TrimSuffix(filepath.Base(w.image), filepath.Ext(w.image))
+	w.module.Name = strings.TrimSuffix(name, filepath.Ext(name))
 	w.provider = "lanedemo.user/" + w.module.Name + "@" + hex.EncodeToString(sum[:8])
 	return w, nil
 }
 
-// readLimited reads a file of at most maxManifestBytes.
-func readLimited(path string) ([]byte, error) {
-	f, err := os.Open(path)
+// readRegular reads a regular, non-empty file of at most limit bytes
+// inside root (not a FIFO, device or directory, which could block or
+// never end).
+func readRegular(root *os.Root, name string, limit int64) ([]byte, error) {
+	fi, err := root.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file (%v)", name, fi.Mode().Type())
+	case fi.Size() == 0:
+		return nil, fmt.Errorf("%s is empty", name)
+	case fi.Size() > limit:
+		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", name, fi.Size(), limit)
+	}
+	f, err := root.Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
-	if err == nil && len(b) > maxManifestBytes {
-		err = fmt.Errorf("%s is over %d bytes", path, maxManifestBytes)
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("%s grew over the limit of %d bytes while being read", name, limit)
 	}
 	return b, err
 }
@@ -155,14 +180,17 @@ func readLimited(path string) ([]byte, error) {
 // imageExts are the module images cuModuleLoadData takes.
 var imageExts = []string{".ptx", ".cubin", ".fatbin"}
 
-// findImage is the module file: the one the manifest names, inside dir, or
-// else the directory's only image.
+// findImage is the module file's name inside dir: the one the manifest
+// names, or else the directory's only image.
 func findImage(dir, named string) (string, error) {
 	if named != "" {
 		if !filepath.IsLocal(named) {
 			return "", fmt.Errorf("module %q: name a file inside the directory", named)
 		}
-		return filepath.Join(dir, named), nil
+		if !slices.Contains(imageExts, filepath.Ext(named)) {
+			return "", fmt.Errorf("module %q: name a module image, a file ending in %s", named, strings.Join(imageExts, ", "))
+		}
+		return named, nil
 	}
 	var found []string
 	for _, ext := range imageExts {
@@ -172,7 +200,7 @@ func findImage(dir, named string) (string, error) {
 	if len(found) != 1 {
 		return "", fmt.Errorf("found %d module images (%s) and %s names none: name one in its \"module\" field", len(found), strings.Join(imageExts, ", "), ManifestFile)
 	}
-	return found[0], nil
+	return filepath.Base(found[0]), nil
 }
 
 // parseManifest decodes and checks a manifest (all but the files it
@@ -226,6 +254,9 @@ func (w *workload) parseKernels(ks []manifestKernel) error {
 		if err := checkName("kernel", k.Name); err != nil {
 			return err
 		}
+		if !identifier.MatchString(k.Name) {
+			return fmt.Errorf("kernel %q: a kernel is named as its extern \"C\" function is: letters, digits and _, not starting with a digit", k.Name)
+		}
 		if w.module.Kernels[k.Name] != nil {
 			return fmt.Errorf("kernel %q declared twice", k.Name)
 		}
@@ -247,6 +278,9 @@ func (w *workload) parseKernels(ks []manifestKernel) error {
 	}
 	return nil
 }
+
+// identifier is a C identifier, as an extern "C" kernel is named.
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 var accesses = map[string]cuda.Access{"read": cuda.AccessRead, "write": cuda.AccessWrite, "readwrite": cuda.AccessReadWrite}
 
@@ -404,6 +438,9 @@ var integerRanges = map[cuda.ElementType][2]float64{cuda.U8: {0, math.MaxUint8},
 
 // scalarBits is a JSON value as a scalar of type t, or why it is not one.
 func scalarBits(t cuda.ElementType, raw json.RawMessage) (uint64, error) {
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return 0, fmt.Errorf("got null; give a %s", t)
+	}
 	if t == cuda.Bool {
 		var v bool
 		if err := json.Unmarshal(raw, &v); err != nil {

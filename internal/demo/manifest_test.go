@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,6 +110,9 @@ func TestBadManifests(t *testing.T) {
 		{`"grid": [16], "block": [256], "args": ["h"`, `"grid": [1, 1, 1, 1], "block": [256], "args": ["h"`, "1 to 3 sizes"},
 		{`{"kernel": "rmsnorm_f32", "grid": [16], "block": [256], "args": ["y"`, `{"kernel": "softmax", "grid": [16], "block": [256], "args": ["y"`, `"softmax" is not declared`},
 		{"\n}\n", "\n} {}\n", "data after"},
+		{`16, 256, 1e-5]`, `16, null, 1e-5]`, "got null"},
+		{`"module": "rmsnorm.ptx"`, `"module": "lanedemo.json"`, "ending in .ptx"},
+		{`{"name": "rmsnorm_f32", "params"`, `{"name": "rms norm", "params"`, "letters, digits and _"},
 	} {
 		bad := strings.Replace(good, c.old, c.new, 1)
 		if bad == good {
@@ -124,6 +128,39 @@ func TestBadManifests(t *testing.T) {
 		cfg.KernelsFrom = dir
 		if err := cfg.Validate(); !errors.Is(err, demo.ErrConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("manifest with %s: got err %v, want demo.ErrConfig containing %q", c.new, err, c.want)
+		}
+	}
+}
+
+// TestManifestFilesStayInside: the module is a regular, non-empty file
+// inside the directory: a link out of it, a FIFO (which would block a
+// read) and an empty file are refused, not read.
+func TestManifestFilesStayInside(t *testing.T) {
+	good := exampleManifest(t)
+	for name, setup := range map[string]func(dir string) error{
+		"a link out of the directory": func(dir string) error { return os.Symlink("/etc/hostname", filepath.Join(dir, "rmsnorm.ptx")) },
+		"a FIFO":                      func(dir string) error { return syscall.Mkfifo(filepath.Join(dir, "rmsnorm.ptx"), 0o644) },
+		"an empty file":               func(dir string) error { return os.WriteFile(filepath.Join(dir, "rmsnorm.ptx"), nil, 0o644) },
+		"a directory":                 func(dir string) error { return os.Mkdir(filepath.Join(dir, "rmsnorm.ptx"), 0o755) },
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, demo.ManifestFile), []byte(good), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := setup(dir); err != nil {
+			t.Fatal(err)
+		}
+		cfg := demo.Defaults()
+		cfg.KernelsFrom = dir
+		done := make(chan error, 1)
+		go func() { done <- cfg.Validate() }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, demo.ErrConfig) || !strings.Contains(err.Error(), "module") {
+				t.Errorf("module that is %s: got err %v, want demo.ErrConfig about the module", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("module that is %s: Validate still reading after 5 s", name)
 		}
 	}
 }
