@@ -160,8 +160,8 @@ func testUserModuleDeclarations(t *testing.T, dev cuda.Device) {
 		if c := cuda.Classify(err); c.Blame != cuda.BlameCaller || !c.NotSubmitted {
 			t.Fatalf("%s: got blame %v, not submitted %v; want the caller's, not submitted", name, c.Blame, c.NotSubmitted)
 		}
-		if strings.Contains(name, "buffer") && !strings.Contains(err.Error(), "driver sees 4 bytes") {
-			t.Fatalf("%s: got %q, want the driver's view (4 bytes) in the message", name, err)
+		if strings.Contains(name, "buffer") && !strings.Contains(err.Error(), "driver sees 4 B ") {
+			t.Fatalf("%s: got %q, want the driver's view (4 B) in the message", name, err)
 		}
 		t.Logf("%s: %v", name, err)
 	}

@@ -121,7 +121,7 @@ func checkParams(module string, spec *cuda.KernelSpec, fn cFunction) error {
 		case r != 0:
 			return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
 		case size != kernels.ParamSize(p):
-			return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s (%d B), but the driver sees %d B at offset %d",
+			return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the driver sees %d B at offset %d",
 				kernels.ErrInvalidModule, spec.Name, module, i, p.Name, describeParam(p), kernels.ParamSize(p), size, offset)
 		}
 	}
