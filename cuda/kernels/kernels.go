@@ -9,7 +9,6 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"math"
-	"slices"
 	"sort"
 
 	"github.com/lanesched/lanes/cuda"
@@ -79,9 +78,10 @@ func (k *Kernel) Clone() *Kernel {
 }
 
 // Run executes the kernel's reference for a launch.
-// Body gets a copy of args: what it does to them changes no launch.
+// It passes args as they are: a caller that must keep them (the simulated
+// device, whose captured launches replay) gives Run a copy.
 func (k *Kernel) Run(cfg cuda.LaunchConfig, mem []Memory, args []cuda.Arg) error {
-	return k.Body(ShapeOf(cfg), mem, slices.Clone(args))
+	return k.Body(ShapeOf(cfg), mem, args)
 }
 
 // Registry maps kernel names to kernels; it implements [cuda.Kernels].

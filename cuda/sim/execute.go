@@ -72,7 +72,10 @@ func (d *Device) executeCommand(c cuda.Command) error {
 		if !ok {
 			return cuda.DriverError("kernel", cuda.CodeNotFound, "kernel "+c.Kernel+" vanished from the registry")
 		}
-		var mem []kernels.Memory
+		// The run's memory views and its own copy of the arguments (a body
+		// that writes them changes no replay) reuse the device's scratch:
+		// execMu is held, and a body keeps neither past its return.
+		mem := d.memScratch[:0]
 		for _, a := range c.Args {
 			if a.Kind != cuda.ParamBuffer {
 				continue
@@ -83,7 +86,10 @@ func (d *Device) executeCommand(c cuda.Command) error {
 			}
 			mem = append(mem, m)
 		}
-		err := cuda.RunCall("kernel", cuda.CodeLaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, c.Args) })
+		args := append(d.argScratch[:0], c.Args...)
+		d.memScratch, d.argScratch = mem, args
+		err := cuda.RunCall("kernel", cuda.CodeLaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, args) })
+		clear(mem) // drop the views: the memory may be freed
 		if errors.Is(err, kernels.ErrIllegalAddress) {
 			return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
 				fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))

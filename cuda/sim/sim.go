@@ -96,6 +96,10 @@ type Device struct {
 	// this costs no concurrency of the model, and it keeps the race
 	// detector meaningful.
 	execMu sync.Mutex
+	// memScratch and argScratch are a kernel run's memory views and its
+	// copy of the arguments, reused (execMu).
+	memScratch []kernels.Memory
+	argScratch []cuda.Arg
 
 	// fence orders frees against enqueues and launches (cuda.FreeFence):
 	// Free's wait covers every enqueue that found the buffer live.
