@@ -53,6 +53,9 @@ type waiting struct {
 	call    uint64
 	tenant  string
 	entries int // the batch's entries, while it holds its place on the stream
+	// taken and enqueued are when the lane took the batch and when it had
+	// enqueued it (with telemetry on; else zero).
+	taken, enqueued time.Time
 }
 
 func (a *laneActor) Receive(ctx actor.Context) {

@@ -68,7 +68,7 @@ func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 			}
 			err = indeterminate("fence", r.Err)
 		}
-		a.s.complete(w.call, r, err)
+		a.s.completeStaged(w.call, r, err, w.taken, w.enqueued)
 	}
 	a.ref.inflightFences.Store(int64(len(a.calls)))
 	return culprit

@@ -141,6 +141,10 @@ func (a *laneActor) submit(m *submitRequest) {
 		a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, m.ctx.Err()))
 		return
 	}
+	var taken time.Time
+	if a.s.cfg.Telemetry != nil {
+		taken = time.Now()
+	}
 	sub, err := a.lane.Submit(m.Batch)
 	a.ref.publish(a.lane.Counters())
 	if err != nil && sub.Fence == 0 {
@@ -161,7 +165,11 @@ func (a *laneActor) submit(m *submitRequest) {
 	if len(a.calls) == 0 {
 		a.progressAt = time.Now()
 	}
-	a.calls[sub.Fence] = waiting{call: m.Call, tenant: m.Tenant, entries: m.cost()}
+	w := waiting{call: m.Call, tenant: m.Tenant, entries: m.cost(), taken: taken}
+	if !taken.IsZero() {
+		w.enqueued = time.Now()
+	}
+	a.calls[sub.Fence] = w
 	a.streamEntries += m.cost()
 	a.onStream[m.Tenant]++
 	a.arm(true)

@@ -16,15 +16,15 @@ func (s *Scheduler) registerGauges() error {
 	if m == nil {
 		return nil
 	}
-	health, err := m.Int64ObservableGauge("lanes.lanes", metric.WithDescription("lanes by health"))
+	health, err := m.Int64ObservableGauge("lanes.lanes", metric.WithUnit("{lane}"), metric.WithDescription("lanes by health"))
 	if err != nil {
 		return err
 	}
-	depth, err := m.Int64ObservableGauge("lanes.lane.in_flight", metric.WithDescription("admitted submissions per lane"))
+	depth, err := m.Int64ObservableGauge("lanes.lane.in_flight", metric.WithUnit("{submission}"), metric.WithDescription("admitted submissions per lane"))
 	if err != nil {
 		return err
 	}
-	queued, err := m.Int64ObservableGauge("lanes.lane.queued", metric.WithDescription("batches waiting in a lane's fair queue for room on its stream"))
+	queued, err := m.Int64ObservableGauge("lanes.lane.queued", metric.WithUnit("{batch}"), metric.WithDescription("batches waiting in a lane's fair queue for room on its stream"))
 	if err != nil {
 		return err
 	}
@@ -33,9 +33,16 @@ func (s *Scheduler) registerGauges() error {
 		return err
 	}
 	moved := map[string]metric.Int64ObservableCounter{}
-	for _, name := range []string{"lanes.transfer.h2d_bytes", "lanes.transfer.d2h_bytes", "lanes.transfer.uploads", "lanes.transfer.readbacks",
-		"lanes.graph_launches", "lanes.output_cache.hits", "lanes.sync_points"} {
-		if moved[name], err = m.Int64ObservableCounter(name); err != nil {
+	for _, c := range []struct{ name, unit, desc string }{
+		{"lanes.transfer.h2d", "By", "staged input bytes copied to the device"},
+		{"lanes.transfer.d2h", "By", "staged output bytes read back"},
+		{"lanes.transfer.uploads", "{copy}", "staged input copies"},
+		{"lanes.transfer.readbacks", "{copy}", "staged output reads"},
+		{"lanes.graph_launches", "{launch}", "executables launched"},
+		{"lanes.output_cache.hits", "{replay}", "staged replays answered without a launch"},
+		{"lanes.sync_points", "{wait}", "blocking waits the lane made"},
+	} {
+		if moved[c.name], err = m.Int64ObservableCounter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.desc+", by lane")); err != nil {
 			return err
 		}
 	}
@@ -52,7 +59,7 @@ func (s *Scheduler) registerGauges() error {
 			o.ObserveInt64(queued, int64(l.Queued), lane)
 			o.ObserveInt64(cacheBytes, l.Counters.CacheBytes, lane)
 			st := l.Staged
-			for name, v := range map[string]uint64{"lanes.transfer.h2d_bytes": st.HostToDeviceBytes, "lanes.transfer.d2h_bytes": st.DeviceToHostBytes,
+			for name, v := range map[string]uint64{"lanes.transfer.h2d": st.HostToDeviceBytes, "lanes.transfer.d2h": st.DeviceToHostBytes,
 				"lanes.transfer.uploads": st.Uploads, "lanes.transfer.readbacks": st.Readbacks, "lanes.graph_launches": st.GraphLaunches + l.Counters.ReplayedSegments,
 				"lanes.output_cache.hits": st.OutputCacheHits, "lanes.sync_points": l.Counters.SyncPoints} {
 				o.ObserveInt64(moved[name], int64(v), lane)

@@ -4,7 +4,6 @@
 package actors
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -44,7 +43,7 @@ func (a *laneActor) fail(culprit string, cause error, counts bool) {
 		}
 		a.endRemaining(cause)
 	}
-	a.s.cfg.Telemetry.Quarantine(context.Background(), a.ref.id, cause)
+	a.s.traceQuarantine(a.ref, cause)
 	if culprit != "" {
 		a.s.strike(culprit)
 	}
@@ -97,7 +96,7 @@ func (a *laneActor) retire(cause error) {
 		a.deliver(rs)
 		a.endRemaining(cause)
 	}
-	a.s.cfg.Telemetry.Quarantine(context.Background(), a.ref.id, cause)
+	a.s.traceQuarantine(a.ref, cause)
 }
 
 // failure is one failure of a lane's stream, and the tenant it is struck

@@ -15,6 +15,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -37,7 +38,8 @@ type call struct {
 	cost     int          // the batch's commands (checkSize): its fair queue's cost
 	release  func()       // an administrative call's admission to undo when it ends
 
-	start time.Time // host time the submission was admitted
+	start  time.Time         // host time the submission was admitted
+	parent trace.SpanContext // the caller's span, for the telemetry
 
 	done    chan struct{}
 	receipt lanes.Receipt
@@ -145,6 +147,12 @@ func (s *Scheduler) abort() {
 // complete ends a call exactly once: a second completion of the same call
 // finds nothing and is ignored. The receipt learns its tenant and lane.
 func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
+	s.completeStaged(id, r, err, time.Time{}, time.Time{})
+}
+
+// completeStaged is complete for a submission a lane took at taken and had
+// enqueued at enqueued (the telemetry's stages).
+func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken, enqueued time.Time) {
 	c := s.calls.take(id)
 	if c == nil {
 		return
@@ -174,18 +182,33 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 	}
 	if t := s.cfg.Telemetry; t != nil && !c.admin {
 		// The recorder runs later: hand it copies, not the caller's batch.
-		nodes := make([]int, len(c.batch.Entries))
-		for i, e := range c.batch.Entries {
-			nodes[i] = e.Node
-		}
 		sub := telemetry.Submission{Tenant: c.tenant, Lane: r.Lane, Device: -1, Entries: len(c.batch.Entries), Path: c.batch.Path,
-			Timing: c.batch.Timing, Start: c.start, End: time.Now(), Anchor: s.epoch, Receipt: r, Err: err, Nodes: nodes}
+			Timing: c.batch.Timing, Parent: c.parent, Start: c.start, Taken: taken, Enqueued: enqueued, End: time.Now(),
+			Anchor: s.epoch, Receipt: r, Err: err, SegmentNodes: segmentNodes(c.batch.Entries, r.Attribution.Segments)}
 		if lane != nil {
 			sub.Device, sub.DeviceName = lane.device, lane.dev.Info().Name
 		}
 		t.Submission(context.Background(), sub)
 	}
 	close(c.done)
+}
+
+// segmentNodes is each replayed segment's plan-node range, [first, one
+// past the last), or {-1, -1} where its entries carry none.
+func segmentNodes(entries []lanes.Entry, segs []lanes.SegmentRecord) [][2]int {
+	if len(segs) == 0 {
+		return nil
+	}
+	out := make([][2]int, len(segs))
+	for i, seg := range segs {
+		out[i] = [2]int{-1, -1}
+		if seg.Start < seg.End && seg.End <= len(entries) {
+			if lo, hi := entries[seg.Start].Node, entries[seg.End-1].Node; lo >= 0 && hi >= lo {
+				out[i] = [2]int{lo, hi + 1}
+			}
+		}
+	}
+	return out
 }
 
 // completeAdmin answers an administrative call exactly once.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/telemetry"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Submit routes a batch to the tenant's lane and waits for its receipt.
@@ -73,6 +75,15 @@ func (p *Pending) Lane() int {
 // The batch, with its entries and their slices, belongs to the scheduler
 // until the submission ends: reuse it only after Done is closed.
 func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
+	p, err := s.admitSubmission(ctx, tenant, b)
+	if err != nil {
+		s.traceRefusal(ctx, tenant, &b, err)
+	}
+	return p, err
+}
+
+// admitSubmission is SubmitAsync but for the refusal's trace.
+func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
 	if err := s.refuseStopped("submit"); err != nil {
 		return nil, err
 	}
@@ -94,6 +105,19 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 	return p, nil
 }
 
+// traceRefusal hands a submission refused at admission to the telemetry.
+func (s *Scheduler) traceRefusal(ctx context.Context, tenant string, b *lanes.Batch, err error) {
+	if t := s.cfg.Telemetry; t != nil {
+		var parent trace.SpanContext
+		if ctx != nil {
+			parent = trace.SpanContextFromContext(ctx)
+		}
+		now := time.Now()
+		t.Submission(context.Background(), telemetry.Submission{Tenant: tenant, Lane: -1, Device: -1, Entries: len(b.Entries), Path: b.Path, Timing: b.Timing,
+			Parent: parent, Start: now, End: now, Receipt: lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Lane: -1}, Err: err})
+	}
+}
+
 // submitAsync is SubmitAsync once the tenant's state is found.
 func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch) (*Pending, error) {
 	tenant := ts.name
@@ -110,6 +134,9 @@ func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Ba
 		return nil, lanes.Wrap("submit", true, err)
 	}
 	p := &Pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now(), cost: cost}}
+	if s.cfg.Telemetry != nil {
+		p.c.parent = trace.SpanContextFromContext(ctx)
+	}
 	if claimed {
 		id := b.Program.ID
 		p.c.claim = &id

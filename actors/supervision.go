@@ -6,9 +6,11 @@ package actors
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/telemetry"
 )
 
 // laneStrategy turns a panic in a lane actor (outside the lane core, which
@@ -24,10 +26,16 @@ func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor,
 			ref.dead.Store(true)
 			ref.setState(HealthQuarantined, cause)
 			st.s.endLaneCalls(ref, cause, false)
-			st.s.cfg.Telemetry.Quarantine(context.Background(), ref.id, cause)
+			st.s.traceQuarantine(ref, cause)
 		}
 	}
 	sup.StopChildren(child)
+}
+
+// traceQuarantine hands a lane's quarantine to the telemetry.
+func (s *Scheduler) traceQuarantine(ref *laneRef, cause error) {
+	s.cfg.Telemetry.Quarantine(context.Background(), telemetry.Quarantine{At: time.Now(), Lane: ref.id, Device: ref.device,
+		DeviceName: ref.dev.Info().Name, Cause: cause})
 }
 
 // endLaneCalls ends every call routed to a lane that will not end them

@@ -1,72 +1,118 @@
-// Package telemetry makes lanes visible in OpenTelemetry: a span per
-// submission with a child span per replayed segment (and per eager command
-// when the timing mode times them), placed at device time, and metrics.
+// Package telemetry makes lanes visible in OpenTelemetry: a trace per
+// submission that shows where its time went, metrics an operator slices by
+// lane and tenant, and an honest count of whatever was not exported.
 //
 // A nil *Recorder is valid and records nothing, at the cost of one nil
-// check: the default costs nothing measurable. The lane core never imports
-// this package; the actors feed it finished receipts.
+// check. The lane core never imports this package; the actors feed it
+// ended submissions, refusals and quarantines, off their threads.
 //
-// # Device time
+// # Where it goes
 //
-// When CUDA events timed a submission, its child spans start and end at the
-// device times the events measured, anchored to the host time at which the
-// submission's start event was recorded (device queueing before that point
-// is not visible). When nothing timed them, a child span says so with
-// lanes.device_timing = "unavailable" and carries the enclosing
-// submission's host interval, which is not a device time.
+// Config (or, left empty, the standard OTEL_* variables) picks the traces
+// exporter (OTLP over gRPC or HTTP, the SDK's stdout, or an OTLP JSON file)
+// and the metrics exporter (OTLP pushed every MetricInterval, or Prometheus
+// served by MetricsHandler; actors' Scheduler.OpsHandler mounts it at
+// /metrics beside /healthz, /readyz and /debug/pprof/). Metrics need no
+// traces. An OTLP endpoint's scheme decides TLS (http:// plain, https://
+// TLS; a bare host:port is plain on loopback only). Every failed export is
+// told to Config.OnError as it happens and counted in Stats.
+//
+// # What is traced, what is dropped
+//
+// Because a submission is recorded after it ends, it is sampled by its
+// outcome: every error, refusal, quarantine, eager fallback and cache event
+// is traced, a submission under a caller's sampled span follows its caller,
+// and plain successes are traced by Config.SuccessRatio (the others counted
+// as sampled out). A submission's spans are exported together in one call or
+// dropped together (a full queue, a failed export): no parent leaves without
+// its children. Every drop is counted (Stats, lanes.telemetry.* metrics).
+//
+// # Spans
+//
+//	span                    parent           interval
+//	lanes.submit            caller's, if any submitted to receipt observed (kind internal)
+//	lanes.queue             lanes.submit     submitted to taken by its lane: admission, mailbox, fair queue
+//	lanes.enqueue           lanes.submit     taken to enqueued: planning, capture, launches on the host
+//	lanes.replay            lanes.submit     one replayed segment, at device time
+//	lanes.eager             lanes.submit     one eager command, at device time (timing kernel, verification)
+//	lanes.fence_wait        lanes.submit     the device finished to the receipt observed (timed submissions)
+//	lanes.lane.quarantine   none             a lane leaving routing, linked to the submissions that failed it
+//
+// When CUDA events timed a submission, lanes.replay and lanes.eager start
+// and end at the device times the events measured, anchored to the host
+// time at which the submission's start event was recorded. Untimed, they
+// span the interval in which the device ran the work (enqueued to receipt)
+// with lanes.device_timing = "unavailable", and carry an error status when
+// the submission failed. A submission refused at admission is a lanes.submit
+// span of no duration with lanes.outcome = refused.
 //
 // # Attributes
 //
-//	attribute                     on                   meaning
-//	lanes.tenant                  submission           the tenant that submitted
-//	lanes.lane.id                 submission           the lane that ran it
-//	lanes.device.ordinal          submission           the device's ordinal
-//	lanes.device.name             submission           the device's name
-//	lanes.batch.entries           submission           entries in the batch
-//	lanes.compute_path            submission           adaptive, eager_only, replayed_only, replayed_with_boundaries
-//	lanes.timing_mode             submission           off, completion, replay, kernel, verification
-//	lanes.replayed_segments       submission           segments replayed
-//	lanes.eager_commands          submission           commands run eagerly
-//	lanes.outcome                 submission           succeeded, indeterminate, refused
-//	lanes.error.code              submission           the stable error code, when not succeeded
-//	lanes.device_time_ns          submission           device time from the start event to the fence
-//	lanes.device_timing           segment, command     "events" or "unavailable"
-//	lanes.segment.fingerprint     segment              the executable's segment key (hex)
-//	lanes.program.id              segment              runtime/name, when the segment belongs to a program
-//	lanes.segment.ordinal         segment              its ordinal in that program
-//	lanes.segment.entry_start     segment              first entry of the batch it replays
-//	lanes.segment.entry_end       segment              one past its last entry
-//	lanes.segment.node_start      segment              first plan node
-//	lanes.segment.node_end        segment              one past its last plan node
-//	lanes.segment.logical_commands segment             commands it stands for
-//	lanes.segment.graph_nodes     segment              nodes of its CUDA graph
-//	lanes.command.index           command              the entry's index
-//	lanes.command.op              command              launch:kernel, upload, copy, zero
-//	lanes.command.reason          command              why it was not replayed
+//	attribute                      on                   meaning
+//	lanes.tenant                   submission           the tenant that submitted
+//	lanes.lane.id                  submission, quarantine  the lane (-1: refused before any lane took it)
+//	lanes.device.ordinal           submission, quarantine  the device's ordinal
+//	lanes.device.name              submission, quarantine  the device's name
+//	lanes.batch.entries            submission           entries in the batch
+//	lanes.compute_path             submission           adaptive, eager_only, replayed_only, replayed_with_boundaries
+//	lanes.timing_mode              submission           off, completion, replay, kernel, verification
+//	lanes.replayed_segments        submission           segments replayed
+//	lanes.eager_commands           submission           commands run eagerly
+//	lanes.outcome                  submission           succeeded, indeterminate, refused
+//	error.type                     submission, quarantine  the stable error code (cuda.Code), when not succeeded
+//	lanes.error.blame              submission, quarantine  caller, stream or device
+//	lanes.device.time              submission           seconds of device time, start event to fence
+//	lanes.device_timing            segment, command     "events" or "unavailable"
+//	lanes.segment.fingerprint      segment              the executable's segment key (hex)
+//	lanes.program.id               segment              runtime/name, when the segment belongs to a program
+//	lanes.segment.ordinal          segment              its ordinal in that program
+//	lanes.segment.entry_start      segment              first entry of the batch it replays
+//	lanes.segment.entry_end        segment              one past its last entry
+//	lanes.segment.node_start       segment              first plan node
+//	lanes.segment.node_end         segment              one past its last plan node
+//	lanes.segment.logical_commands segment              commands it stands for
+//	lanes.segment.graph_nodes      segment              nodes of its CUDA graph
+//	lanes.command.index            command              the entry's index
+//	lanes.command.op               command              launch:kernel, upload, copy, zero, call:name
+//	lanes.command.reason           command              why it was not replayed
 //
-// Span events: "lanes.capture_rejected", "lanes.captured", "lanes.updated",
-// "lanes.update_refused" and
-// "lanes.evicted" on the submission span (lanes.segment.fingerprint,
-// lanes.reason); "lanes.quarantined" on a span named lanes.lane.quarantine
-// (lanes.lane.id, lanes.reason).
+// Span events, at the time the lane had enqueued the submission:
+// lanes.capture_rejected, lanes.captured, lanes.updated,
+// lanes.update_refused and lanes.evicted on lanes.submit
+// (lanes.segment.fingerprint, and lanes.reason when there is one);
+// lanes.quarantined on lanes.lane.quarantine (lanes.reason: the cause).
+// The resource carries service.name, service.version, service.instance.id
+// (random per process), telemetry.sdk.*, host.* and process.* (pid,
+// executable, runtime), OTEL_RESOURCE_ATTRIBUTES and Config.Attributes;
+// the scope is ScopeName at ScopeVersion.
 //
 // # Metrics
 //
-//	lanes.submissions           counter    by lanes.outcome
-//	lanes.replayed_segments     counter
-//	lanes.eager_commands        counter
-//	lanes.cache.events          counter    by lanes.event (captured, capture_rejected, evicted)
-//	lanes.gaps                  counter    compute commands run eagerly, by lanes.reason
-//	lanes.quarantines           counter    by lanes.lane.id
-//	lanes.fence.latency         histogram  seconds from submit to receipt
-//	lanes.device.time           histogram  seconds of device time per timed submission
-//	lanes.lanes                 gauge      lanes by lanes.health
-//	lanes.lane.in_flight        gauge      admitted submissions per lane (the mailbox's depth)
-//	lanes.transfer.h2d_bytes    counter    staged input bytes copied to the device, by lane
-//	lanes.transfer.d2h_bytes    counter    staged output bytes read back, by lane
-//	lanes.transfer.uploads      counter    staged input copies
-//	lanes.transfer.readbacks    counter    staged output reads
-//	lanes.graph_launches        counter    executables launched, by lane
-//	lanes.output_cache.hits     counter    staged replays answered without a launch
-//	lanes.sync_points           counter    blocking waits the lane made
+//	metric                     kind       unit          attributes
+//	lanes.submissions          counter    {submission}  lanes.outcome, lanes.tenant, lanes.lane.id
+//	lanes.replayed_segments    counter    {segment}     lanes.lane.id
+//	lanes.eager_commands       counter    {command}     lanes.lane.id
+//	lanes.cache.events         counter    {event}       lanes.event (captured, capture_rejected, ...), lanes.lane.id
+//	lanes.gaps                 counter    {command}     lanes.reason (compute commands run eagerly)
+//	lanes.quarantines          counter    {quarantine}  lanes.lane.id, error.type
+//	lanes.fence.latency        histogram  s             lanes.lane.id, lanes.tenant (LatencyBounds)
+//	lanes.device.time          histogram  s             lanes.lane.id (LatencyBounds)
+//	lanes.lanes                gauge      {lane}        lanes.health
+//	lanes.lane.in_flight       gauge      {submission}  lanes.lane.id
+//	lanes.lane.queued          gauge      {batch}       lanes.lane.id
+//	lanes.cache.bytes          gauge      By            lanes.lane.id
+//	lanes.transfer.h2d         counter    By            lanes.lane.id (staged input copied to the device)
+//	lanes.transfer.d2h         counter    By            lanes.lane.id (staged output read back)
+//	lanes.transfer.uploads     counter    {copy}        lanes.lane.id
+//	lanes.transfer.readbacks   counter    {copy}        lanes.lane.id
+//	lanes.graph_launches       counter    {launch}      lanes.lane.id
+//	lanes.output_cache.hits    counter    {replay}      lanes.lane.id
+//	lanes.sync_points          counter    {wait}        lanes.lane.id
+//	lanes.telemetry.spans      counter    {span}        lanes.disposition: exported, queue_full, export_failed
+//	lanes.telemetry.submissions counter   {submission}  lanes.disposition: sampled_out, behind
+//	lanes.telemetry.export_errors counter {export}      (spans and metrics)
+//
+// lanes.tenant takes the first Config.MaxTenants tenants' names and
+// "other" after them. In Prometheus the names become lanes_submissions_total,
+// lanes_fence_latency_seconds_bucket, lanes_transfer_h2d_bytes_total, ...
 package telemetry

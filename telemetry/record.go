@@ -1,5 +1,6 @@
-// Recording: a submission becomes a lanes.submit span with a lanes.replay
-// child per replayed segment; a quarantine a span of its own.
+// Recording: a submission becomes a lanes.submit span whose children show
+// where its time went; a refusal a lanes.submit span of its own; a
+// quarantine a span linked to the submissions that failed the lane.
 
 package telemetry
 
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesched/lanes/cache"
@@ -17,96 +19,258 @@ import (
 	"github.com/lanesched/lanes/lanes"
 )
 
-// Submission is one ended submission, as the scheduler hands it over.
+// Submission is one ended (or refused) submission, as the scheduler hands
+// it over.
 type Submission struct {
 	Tenant     string
-	Lane       int
+	Lane       int // -1: refused before any lane took it
 	Device     int
 	DeviceName string
 	Entries    int
 	Path       lanes.Path
 	Timing     lanes.TimingMode
-	Start, End time.Time // host: submitted, receipt observed
+	// Parent is the caller's span (from Submit's context), if any: the
+	// submission's span is its child (or linked, with Config.LinkParent).
+	Parent trace.SpanContext
+	// Start: submitted; Taken: the lane took it from its queue; Enqueued:
+	// the lane had planned it and enqueued its work; End: its receipt was
+	// observed. Taken and Enqueued are zero for a submission no lane took.
+	Start, Taken, Enqueued, End time.Time
 	// Anchor maps the lane clock's durations (Receipt.HostStart) to host
 	// time: the lane clock's origin.
 	Anchor  time.Time
 	Receipt lanes.Receipt
 	Err     error
-	Nodes   []int // each entry's plan node, for segments' node ranges; may be nil
+	// SegmentNodes is each replayed segment's plan-node range, [first, one
+	// past the last), in Receipt.Attribution.Segments' order; {-1, -1}
+	// (or a missing range) where the entries carry no plan nodes.
+	SegmentNodes [][2]int
 }
 
-// Submission hands one ended submission to the recorder, which makes its
-// span with a child span per replayed segment and timed eager command, and
-// the metrics. It never blocks: when the recorder is behind by 8192
-// submissions, this one is dropped and counted (lanes.telemetry.dropped).
-func (t *Recorder) Submission(ctx context.Context, s Submission) {
-	if t == nil {
-		return
-	}
-	select {
-	case t.queue <- s:
-	default:
-		t.dropped.Add(ctx, 1)
+// Quarantine is a lane leaving routing: when, which lane of which device,
+// and why.
+type Quarantine struct {
+	At         time.Time
+	Lane       int
+	Device     int
+	DeviceName string
+	Cause      error
+}
+
+// item is one piece of work for the recording goroutine.
+type item struct {
+	sub        Submission // when isSub
+	isSub      bool
+	quarantine *Quarantine
+}
+
+// Submission hands one ended or refused submission to the recorder. It
+// never blocks: when the recorder is behind by 8192 items, this one is
+// dropped and counted (Stats.Behind).
+func (t *Recorder) Submission(_ context.Context, s Submission) {
+	if t != nil {
+		t.hand(item{sub: s, isSub: true})
 	}
 }
 
-func (t *Recorder) submission(ctx context.Context, s Submission) {
-	r := s.Receipt
-	outcome := "succeeded"
+// Quarantine hands a lane's quarantine to the recorder (never blocking, as
+// Submission).
+func (t *Recorder) Quarantine(_ context.Context, q Quarantine) {
+	if t != nil {
+		if q.At.IsZero() {
+			q.At = time.Now()
+		}
+		t.hand(item{quarantine: &q})
+	}
+}
+
+// quarantineWait is how long a quarantine waits for the failed submission
+// it is linked to: a lane can leave routing before its caller's
+// submission ends.
+const quarantineWait = time.Second
+
+func (t *Recorder) recordItem(it item) {
 	switch {
-	case s.Err != nil && r.Outcome == lanes.OutcomeIndeterminate:
-		outcome = "indeterminate"
-	case s.Err != nil:
-		outcome = "refused"
+	case it.isSub:
+		t.submission(it.sub)
+		if q, ok := t.waitingQ[it.sub.Lane]; ok && it.sub.Err != nil {
+			delete(t.waitingQ, it.sub.Lane)
+			t.quarantined(q)
+		}
+	case it.quarantine != nil:
+		q := *it.quarantine
+		if len(t.failing[q.Lane]) == 0 && t.pipe != nil {
+			if old, ok := t.waitingQ[q.Lane]; ok {
+				t.quarantined(old)
+			}
+			t.waitingQ[q.Lane] = q
+		} else {
+			t.quarantined(q)
+		}
 	}
-	replayed, eager := len(r.Attribution.Segments), 0
-	gaps := map[string]int64{}
+	t.flushWaiting(false)
+	if t.pipe != nil {
+		t.pipe.commit()
+	}
+}
+
+// flushWaiting records the quarantines that waited long enough for their
+// submission (all of them when all is set).
+func (t *Recorder) flushWaiting(all bool) {
+	for lane, q := range t.waitingQ {
+		if all || time.Since(q.At) > quarantineWait {
+			delete(t.waitingQ, lane)
+			t.quarantined(q)
+		}
+	}
+}
+
+// outcome names how a submission ended.
+func outcome(s *Submission) string {
+	switch {
+	case s.Err == nil:
+		return "succeeded"
+	case s.Receipt.Outcome == lanes.OutcomeIndeterminate:
+		return "indeterminate"
+	}
+	return "refused"
+}
+
+// byDesign are the reasons a compute command runs eagerly because the
+// batch asked for it (no key, an eager path or boundary): no fallback.
+var byDesign = map[cache.Reason]bool{cache.ReasonProviderKeyMissing: true, cache.ReasonEagerPath: true, cache.ReasonEagerBoundary: true}
+
+// keep decides whether a submission gets spans: every failure,
+// fallback and cache event, what the caller's sampled span asks for, and
+// successes by Config.SuccessRatio.
+func (t *Recorder) keep(s *Submission, fallbacks int) bool {
+	if s.Err != nil || fallbacks > 0 || len(s.Receipt.Attribution.Events) > 0 {
+		return true
+	}
+	if s.Parent.IsValid() && !t.cfg.LinkParent {
+		return s.Parent.IsSampled()
+	}
+	t.sampleAt += t.cfg.SuccessRatio
+	if t.sampleAt >= 1 {
+		t.sampleAt--
+		return true
+	}
+	return false
+}
+
+func (t *Recorder) submission(s Submission) {
+	r := s.Receipt
+	out := outcome(&s)
+	replayed, eager, fallbacks := len(r.Attribution.Segments), 0, 0
 	for _, row := range r.Attribution.Rows {
 		if !row.Replayed {
 			eager++
 			if row.Phase == cache.PhaseCompute {
-				gaps[row.Reason.String()]++
+				if !byDesign[row.Reason] {
+					fallbacks++
+				}
+				t.m.gaps.Add(context.Background(), 1, t.attrs(attrKey{reason: row.Reason, lane: noLane}).add...)
 			}
 		}
 	}
+	t.count(&s, out, replayed, eager)
+	t.recorded.Add(1)
+	if t.pipe == nil {
+		return
+	}
+	if !t.keep(&s, fallbacks) {
+		t.sampledOut.Add(1)
+		return
+	}
+	t.traced.Add(1)
 	attrs := []attribute.KeyValue{
 		attribute.String("lanes.tenant", s.Tenant), attribute.Int("lanes.lane.id", s.Lane),
 		attribute.Int("lanes.device.ordinal", s.Device), attribute.String("lanes.device.name", s.DeviceName),
 		attribute.Int("lanes.batch.entries", s.Entries), attribute.String("lanes.compute_path", s.Path.String()),
 		attribute.String("lanes.timing_mode", s.Timing.String()), attribute.Int("lanes.replayed_segments", replayed),
-		attribute.Int("lanes.eager_commands", eager), attribute.String("lanes.outcome", outcome),
+		attribute.Int("lanes.eager_commands", eager), attribute.String("lanes.outcome", out),
 	}
 	if r.DeviceTime > 0 {
-		attrs = append(attrs, attribute.Int64("lanes.device_time_ns", r.DeviceTime.Nanoseconds()))
+		attrs = append(attrs, attribute.Float64("lanes.device.time", r.DeviceTime.Seconds()))
 	}
-	ctx, span := t.tracer.Start(ctx, "lanes.submit", trace.WithTimestamp(s.Start), trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, opts := context.Background(), []trace.SpanStartOption{trace.WithTimestamp(s.Start), trace.WithSpanKind(trace.SpanKindInternal)}
+	if s.Parent.IsValid() {
+		if t.cfg.LinkParent {
+			opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: s.Parent}))
+		} else {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, s.Parent)
+		}
+	}
+	ctx, span := t.tracer.Start(ctx, "lanes.submit", append(opts, trace.WithAttributes(attrs...))...)
 	if s.Err != nil {
 		c := cuda.Classify(s.Err)
-		span.SetAttributes(attribute.String("lanes.error.code", c.Code.String()), attribute.String("lanes.error.blame", c.Blame.String()))
+		span.SetAttributes(semconv.ErrorTypeKey.String(c.Code.String()), attribute.String("lanes.error.blame", c.Blame.String()))
 		span.SetStatus(codes.Error, s.Err.Error())
+		if s.Lane >= 0 {
+			links := append(t.failing[s.Lane], trace.Link{SpanContext: span.SpanContext()})
+			t.failing[s.Lane] = links[max(0, len(links)-8):]
+		}
+	}
+	at := s.Enqueued
+	if at.IsZero() {
+		at = s.Start
 	}
 	for _, ev := range r.Attribution.Events {
-		span.AddEvent("lanes."+ev.Kind, trace.WithTimestamp(s.Start), trace.WithAttributes(
-			attribute.String("lanes.segment.fingerprint", ev.Key), attribute.String("lanes.reason", ev.Detail)))
-		t.m.cacheEvents.Add(ctx, 1, metric.WithAttributes(attribute.String("lanes.event", ev.Kind)))
+		ea := []attribute.KeyValue{attribute.String("lanes.segment.fingerprint", ev.Key)}
+		if ev.Detail != "" {
+			ea = append(ea, attribute.String("lanes.reason", ev.Detail))
+		}
+		span.AddEvent("lanes."+ev.Kind, trace.WithTimestamp(at), trace.WithAttributes(ea...))
 	}
-	t.children(ctx, s)
+	t.stages(ctx, &s)
+	t.children(ctx, &s)
 	span.End(trace.WithTimestamp(s.End))
+}
 
-	t.m.submissions.Add(ctx, 1, metric.WithAttributes(attribute.String("lanes.outcome", outcome)))
-	t.m.replayed.Add(ctx, int64(replayed))
-	t.m.eager.Add(ctx, int64(eager))
-	for reason, n := range gaps {
-		t.m.gaps.Add(ctx, n, metric.WithAttributes(attribute.String("lanes.reason", reason)))
+// count records a submission's metrics (every submission's, traced or
+// not).
+func (t *Recorder) count(s *Submission, out string, replayed, eager int) {
+	ctx := context.Background()
+	tenant := t.tenant(s.Tenant)
+	t.m.submissions.Add(ctx, 1, t.attrs(attrKey{outcome: out, tenant: tenant, lane: s.Lane}).add...)
+	if s.Lane < 0 {
+		return
 	}
-	t.m.fenceLatency.Record(ctx, s.End.Sub(s.Start).Seconds())
-	if r.DeviceTime > 0 {
-		t.m.deviceTime.Record(ctx, r.DeviceTime.Seconds())
+	byLane := t.attrs(attrKey{lane: s.Lane})
+	t.m.replayed.Add(ctx, int64(replayed), byLane.add...)
+	t.m.eager.Add(ctx, int64(eager), byLane.add...)
+	for _, ev := range s.Receipt.Attribution.Events {
+		t.m.cacheEvents.Add(ctx, 1, t.attrs(attrKey{event: ev.Kind, lane: s.Lane}).add...)
+	}
+	t.m.fenceLatency.Record(ctx, s.End.Sub(s.Start).Seconds(), t.attrs(attrKey{tenant: tenant, lane: s.Lane}).record...)
+	if d := s.Receipt.DeviceTime; d > 0 {
+		t.m.deviceTime.Record(ctx, d.Seconds(), byLane.record...)
 	}
 }
 
-// children records the replayed segments and timed eager commands.
-func (t *Recorder) children(ctx context.Context, s Submission) {
+// stages records the host's part of a submission's time: waiting for its
+// lane (admission, mailbox and the lane's fair queue), then planning and
+// enqueueing its work, and, when device events timed it, the wait between
+// the device finishing and the fence being seen.
+func (t *Recorder) stages(ctx context.Context, s *Submission) {
+	span := func(name string, from, to time.Time, attrs ...attribute.KeyValue) {
+		if from.IsZero() || to.Before(from) {
+			return
+		}
+		_, sp := t.tracer.Start(ctx, name, trace.WithTimestamp(from), trace.WithAttributes(attrs...))
+		sp.End(trace.WithTimestamp(to))
+	}
+	span("lanes.queue", s.Start, s.Taken)
+	span("lanes.enqueue", s.Taken, s.Enqueued)
+	if r := s.Receipt; r.HostTimed && r.DeviceTime > 0 {
+		span("lanes.fence_wait", s.Anchor.Add(r.HostStart+r.DeviceTime), s.End)
+	}
+}
+
+// children records the replayed segments and timed eager commands: at
+// device time when events timed them, else across the interval in which
+// the device ran them (enqueued to receipt), marked untimed.
+func (t *Recorder) children(ctx context.Context, s *Submission) {
 	r := s.Receipt
 	timed := map[[2]int]lanes.SpanTiming{}
 	for _, st := range r.Spans {
@@ -116,71 +280,69 @@ func (t *Recorder) children(ctx context.Context, s Submission) {
 		}
 		timed[key] = st
 	}
-	place := func(key [2]int) (time.Time, time.Time, string) {
+	from := s.Enqueued
+	if from.IsZero() {
+		from = s.Start
+	}
+	start := func(name string, key [2]int, attrs ...attribute.KeyValue) {
 		st, ok := timed[key]
-		if !ok || !r.HostTimed {
-			return s.Start, s.End, "unavailable"
+		b, e, how := from, s.End, "unavailable"
+		if ok && r.HostTimed {
+			b = s.Anchor.Add(r.HostStart + st.Offset)
+			e, how = b.Add(st.Duration), "events"
 		}
-		start := s.Anchor.Add(r.HostStart + st.Offset)
-		return start, start.Add(st.Duration), "events"
+		_, sp := t.tracer.Start(ctx, name, trace.WithTimestamp(b), trace.WithAttributes(append(attrs, attribute.String("lanes.device_timing", how))...))
+		if s.Err != nil && how == "unavailable" {
+			sp.SetStatus(codes.Error, "the submission failed; this work's own end is unknown")
+		}
+		sp.End(trace.WithTimestamp(e))
 	}
 	for i, seg := range r.Attribution.Segments {
-		start, end, how := place([2]int{i, 1})
 		attrs := []attribute.KeyValue{
-			attribute.String("lanes.device_timing", how), attribute.String("lanes.segment.fingerprint", seg.Fingerprint),
+			attribute.String("lanes.segment.fingerprint", seg.Fingerprint),
 			attribute.Int("lanes.segment.entry_start", seg.Start), attribute.Int("lanes.segment.entry_end", seg.End),
 			attribute.Int("lanes.segment.logical_commands", seg.Commands), attribute.Int("lanes.segment.graph_nodes", seg.GraphNodes),
 		}
 		if seg.Program != nil {
 			attrs = append(attrs, attribute.String("lanes.program.id", seg.Program.String()), attribute.Int("lanes.segment.ordinal", seg.Ordinal))
 		}
-		if lo, hi, ok := nodeRange(s.Nodes, seg.Start, seg.End); ok {
-			attrs = append(attrs, attribute.Int("lanes.segment.node_start", lo), attribute.Int("lanes.segment.node_end", hi))
+		if i < len(s.SegmentNodes) && s.SegmentNodes[i][0] >= 0 {
+			attrs = append(attrs, attribute.Int("lanes.segment.node_start", s.SegmentNodes[i][0]), attribute.Int("lanes.segment.node_end", s.SegmentNodes[i][1]))
 		}
-		_, sp := t.tracer.Start(ctx, "lanes.replay", trace.WithTimestamp(start), trace.WithAttributes(attrs...))
-		sp.End(trace.WithTimestamp(end))
+		start("lanes.replay", [2]int{i, 1}, attrs...)
 	}
 	for _, st := range r.Spans {
 		if st.Segment || st.Index >= len(r.Attribution.Rows) {
 			continue
 		}
 		var row lanes.Row // rows are in entry order: row i is entry i
-		if rows := r.Attribution.Rows; st.Index < len(rows) && rows[st.Index].Index == st.Index {
+		if rows := r.Attribution.Rows; rows[st.Index].Index == st.Index {
 			row = rows[st.Index]
 		}
-		start, end, how := place([2]int{st.Index, 0})
-		_, sp := t.tracer.Start(ctx, "lanes.eager", trace.WithTimestamp(start), trace.WithAttributes(
-			attribute.String("lanes.device_timing", how), attribute.Int("lanes.command.index", st.Index),
-			attribute.String("lanes.command.op", row.Op), attribute.String("lanes.command.reason", row.Reason.String())))
-		sp.End(trace.WithTimestamp(end))
+		start("lanes.eager", [2]int{st.Index, 0}, attribute.Int("lanes.command.index", st.Index),
+			attribute.String("lanes.command.op", row.Op), attribute.String("lanes.command.reason", row.Reason.String()))
 	}
 }
 
-// nodeRange is the plan-node range of entries [from, to), when they carry
-// nodes.
-func nodeRange(nodes []int, from, to int) (int, int, bool) {
-	if to > len(nodes) || from >= to {
-		return 0, 0, false
+// quarantined records a lane leaving routing, linked to the submissions
+// that failed on it since its last quarantine.
+func (t *Recorder) quarantined(q Quarantine) {
+	c := cuda.Classify(q.Cause)
+	reason := "unknown"
+	if q.Cause != nil {
+		reason = q.Cause.Error()
 	}
-	lo, hi := nodes[from], nodes[to-1]
-	if lo < 0 || hi < lo {
-		return 0, 0, false
-	}
-	return lo, hi + 1, true
-}
-
-// Quarantine records a lane leaving routing, with its cause.
-func (t *Recorder) Quarantine(ctx context.Context, lane int, cause error) {
-	if t == nil {
+	attrs := []attribute.KeyValue{attribute.Int("lanes.lane.id", q.Lane), attribute.Int("lanes.device.ordinal", q.Device),
+		attribute.String("lanes.device.name", q.DeviceName), semconv.ErrorTypeKey.String(c.Code.String()),
+		attribute.String("lanes.error.blame", c.Blame.String())}
+	t.m.quarantines.Add(context.Background(), 1, metric.WithAttributes(attrs[0], attrs[3]))
+	if t.pipe == nil {
 		return
 	}
-	reason := "unknown"
-	if cause != nil {
-		reason = cause.Error()
-	}
-	_, sp := t.tracer.Start(ctx, "lanes.lane.quarantine", trace.WithAttributes(attribute.Int("lanes.lane.id", lane)))
-	sp.AddEvent("lanes.quarantined", trace.WithAttributes(attribute.Int("lanes.lane.id", lane), attribute.String("lanes.reason", reason)))
+	_, sp := t.tracer.Start(context.Background(), "lanes.lane.quarantine", trace.WithTimestamp(q.At),
+		trace.WithAttributes(attrs...), trace.WithLinks(t.failing[q.Lane]...))
+	delete(t.failing, q.Lane)
+	sp.AddEvent("lanes.quarantined", trace.WithTimestamp(q.At), trace.WithAttributes(attribute.String("lanes.reason", reason)))
 	sp.SetStatus(codes.Error, reason)
-	sp.End()
-	t.m.quarantines.Add(ctx, 1, metric.WithAttributes(attribute.Int("lanes.lane.id", lane)))
+	sp.End(trace.WithTimestamp(q.At))
 }

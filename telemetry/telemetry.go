@@ -1,147 +1,223 @@
-// The Recorder: exporters, the tracer and instruments, and its lifecycle.
+// The Recorder: its pipelines, instruments and lifecycle.
 
 package telemetry
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
-// Exporter kinds.
-const (
-	ExportNone     = "none"
-	ExportOTLPGRPC = "otlp-grpc"
-	ExportOTLPHTTP = "otlp-http"
-	ExportStdout   = "stdout"
-	ExportFile     = "file"
-)
+// ScopeName is the instrumentation scope of lanes' spans and metrics.
+const ScopeName = "github.com/lanesched/lanes"
 
-// Config selects exporters. The zero value exports nothing; New then
-// returns nil, which records nothing.
-type Config struct {
-	// Exporter is one of none, otlp-grpc, otlp-http, stdout, file. The
-	// OTLP exporters honour the standard OTEL_EXPORTER_OTLP_* variables;
-	// Endpoint (host:port, plain text on loopback) overrides them.
-	Exporter string
-	Endpoint string
-	File     string // for file: where spans go, one JSON object each
-	// ServiceName names the service (default "lanes"); Attributes are
-	// added to the resource ("deployment.environment=dev", say).
-	ServiceName string
-	Attributes  map[string]string
-	// SpanExporter and MetricReader replace the exporters (tests use
-	// in-memory ones); spans are then exported synchronously.
-	SpanExporter sdktrace.SpanExporter
-	MetricReader sdkmetric.Reader
-}
+// ScopeVersion is the version of lanes that records them.
+const ScopeVersion = "0.3.0"
 
-// Recorder holds the tracer and instruments. A nil *Recorder records
-// nothing.
+// Recorder records what the scheduler hands it: spans and metrics. A nil
+// *Recorder records nothing.
 type Recorder struct {
-	tp     *sdktrace.TracerProvider
-	mp     *sdkmetric.MeterProvider
-	tracer trace.Tracer
-	m      instruments
-	closer io.Closer
+	cfg     Config
+	tp      *sdktrace.TracerProvider // nil without traces
+	pipe    *pipeline
+	mp      *sdkmetric.MeterProvider
+	tracer  trace.Tracer
+	m       instruments
+	metrics http.Handler // Prometheus's, or nil
 
-	// Submissions are recorded off the caller's goroutine (a lane's bound
-	// thread), by one recorder; a full queue drops and counts.
-	queue   chan Submission
+	// Work is recorded off the caller's goroutine (a lane's bound thread),
+	// in order, by one goroutine; a full queue drops and counts.
+	queue   chan item
 	flush   chan chan struct{}
 	stopped chan struct{}
-	dropped metric.Int64Counter
+	once    sync.Once
+
+	behind        atomic.Uint64 // items dropped before recording
+	recorded      atomic.Uint64 // submissions recorded (traced or sampled out)
+	traced        atomic.Uint64 // submissions given spans
+	sampledOut    atomic.Uint64
+	metricErrors  atomic.Uint64
+	lastMetricErr atomic.Pointer[string]
+
+	// Owned by the recording goroutine.
+	tenants  map[string]bool // the tenants metrics name (Config.MaxTenants)
+	attrSets map[attrKey]attrOptions
+	failing  map[int][]trace.Link // per lane: failed submissions since its last quarantine
+	waitingQ map[int]Quarantine   // per lane: a quarantine waiting for its failed submission
+	sampleAt float64              // success sampling's accumulator
 }
 
-// queueLength bounds the submissions waiting to be recorded.
+// queueLength bounds the work waiting to be recorded.
 const queueLength = 8192
 
-type instruments struct {
-	submissions, replayed, eager, cacheEvents, gaps, quarantines metric.Int64Counter
-	fenceLatency, deviceTime                                     metric.Float64Histogram
-}
-
-// New builds the configured pipeline, or returns nil for none.
+// New builds the configured pipelines, or returns nil when neither traces
+// nor metrics go anywhere.
 func New(ctx context.Context, cfg Config) (*Recorder, error) {
-	if cfg.SpanExporter == nil && (cfg.Exporter == "" || cfg.Exporter == ExportNone) {
+	c, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	traces := c.SpanExporter != nil || (c.Traces != "" && c.Traces != ExportNone)
+	metrics := c.MetricReader != nil || (c.Metrics != "" && c.Metrics != ExportNone)
+	if !traces && !metrics {
 		return nil, nil
 	}
-	name := cfg.ServiceName
-	if name == "" {
-		name = "lanes"
+	res, err := newResource(ctx, c)
+	if err != nil {
+		return nil, err
 	}
-	attrs := []attribute.KeyValue{semconv.ServiceName(name)}
-	for k, v := range cfg.Attributes {
-		attrs = append(attrs, attribute.String(k, v))
-	}
-	res := resource.NewWithAttributes(semconv.SchemaURL, attrs...)
-	t := &Recorder{}
-	var opts []sdktrace.TracerProviderOption
-	switch {
-	case cfg.SpanExporter != nil:
-		opts = append(opts, sdktrace.WithSyncer(cfg.SpanExporter))
-	default:
-		exp, closer, err := exporter(ctx, cfg)
+	t := &Recorder{cfg: c, tenants: map[string]bool{}, attrSets: map[attrKey]attrOptions{}, failing: map[int][]trace.Link{}, waitingQ: map[int]Quarantine{}}
+	if traces {
+		exp, err := spanExporter(ctx, c)
 		if err != nil {
 			return nil, err
 		}
-		t.closer = closer
-		opts = append(opts, sdktrace.WithBatcher(exp))
+		t.pipe = newPipeline(exp, c)
+		t.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(t.pipe), sdktrace.WithResource(res),
+			sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		t.tracer = t.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(ScopeVersion))
+	} else {
+		t.tracer = noop.NewTracerProvider().Tracer(ScopeName)
 	}
-	t.tp = sdktrace.NewTracerProvider(append(opts, sdktrace.WithResource(res))...)
-	t.tracer = t.tp.Tracer("github.com/lanesched/lanes")
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
-	if cfg.MetricReader != nil {
-		mopts = append(mopts, sdkmetric.WithReader(cfg.MetricReader))
+	if metrics {
+		reader, handler, err := metricReader(ctx, c, t.metricFailed)
+		if err != nil {
+			return nil, err
+		}
+		t.metrics = handler
+		mopts = append(mopts, sdkmetric.WithReader(reader))
 	}
 	t.mp = sdkmetric.NewMeterProvider(mopts...)
-	meter := t.mp.Meter("github.com/lanesched/lanes")
-	if err := t.m.init(meter); err != nil {
+	if err := t.m.init(t.Meter(), t); err != nil {
 		return nil, err
 	}
-	var err error
-	if t.dropped, err = meter.Int64Counter("lanes.telemetry.dropped", metric.WithDescription("submissions not traced: the recorder fell behind")); err != nil {
-		return nil, err
-	}
-	t.queue, t.flush, t.stopped = make(chan Submission, queueLength), make(chan chan struct{}), make(chan struct{})
+	t.queue, t.flush, t.stopped = make(chan item, queueLength), make(chan chan struct{}), make(chan struct{})
 	go t.record()
+	if (traces && c.SpanExporter == nil && strings.HasPrefix(c.Traces, "otlp")) || (metrics && c.MetricReader == nil && strings.HasPrefix(c.Metrics, "otlp")) {
+		go t.probe(c)
+	}
 	return t, nil
 }
 
-// record is the recorder goroutine.
+// probe tries the OTLP collector's address once, so that one that is not
+// there is told (Config.OnError) at once, not only when the first export
+// gives up.
+func (t *Recorder) probe(c Config) {
+	target := c.Endpoint
+	if target == "" {
+		target = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
+	if target == "" {
+		target = "localhost:4317"
+		if c.Traces == ExportOTLPHTTP {
+			target = "localhost:4318"
+		}
+	}
+	u, _, err := endpointURL(target)
+	if err != nil {
+		return
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		return
+	}
+	conn, err := net.DialTimeout("tcp", pu.Host, 2*time.Second)
+	if err != nil {
+		if t.cfg.OnError != nil {
+			t.cfg.OnError(fmt.Errorf("telemetry: the OTLP collector at %s cannot be reached (%v): exports will fail until it can", pu.Host, err))
+		}
+		return
+	}
+	_ = conn.Close()
+}
+
+// newResource describes the process: the service (name, version, a
+// random instance id), OTEL_RESOURCE_ATTRIBUTES, the SDK, the host and
+// the process, then Config.Attributes.
+func newResource(ctx context.Context, c Config) (*resource.Resource, error) {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	attrs := []attribute.KeyValue{semconv.ServiceName(c.ServiceName), semconv.ServiceInstanceID(hex.EncodeToString(id))}
+	if c.ServiceVersion != "" {
+		attrs = append(attrs, semconv.ServiceVersion(c.ServiceVersion))
+	}
+	for k, v := range c.Attributes {
+		attrs = append(attrs, attribute.String(k, v))
+	}
+	r, err := resource.New(ctx, resource.WithSchemaURL(semconv.SchemaURL), resource.WithTelemetrySDK(), resource.WithHost(),
+		resource.WithProcessPID(), resource.WithProcessExecutableName(), resource.WithProcessRuntimeName(),
+		resource.WithProcessRuntimeVersion(), resource.WithFromEnv(), resource.WithAttributes(attrs...))
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("%w: resource: %v", ErrConfig, err)
+	}
+	return r, nil
+}
+
+// record is the recording goroutine.
 func (t *Recorder) record() {
 	defer close(t.stopped)
+	tick := time.NewTicker(quarantineWait)
+	defer tick.Stop()
 	for {
 		select {
-		case s, ok := <-t.queue:
+		case <-tick.C:
+			t.flushWaiting(false)
+			if t.pipe != nil {
+				t.pipe.commit()
+			}
+		case it, ok := <-t.queue:
 			if !ok {
+				t.flushWaiting(true)
+				if t.pipe != nil {
+					t.pipe.commit()
+				}
 				return
 			}
-			t.submission(context.Background(), s)
+			t.recordItem(it)
 		case done := <-t.flush:
 			for len(t.queue) > 0 {
-				t.submission(context.Background(), <-t.queue)
+				t.recordItem(<-t.queue)
+			}
+			t.flushWaiting(true)
+			if t.pipe != nil {
+				t.pipe.commit()
 			}
 			close(done)
 		}
 	}
 }
 
-// Flush waits until every submission handed over so far is recorded.
+// hand queues work for the recording goroutine, or drops and counts it.
+func (t *Recorder) hand(it item) {
+	select {
+	case t.queue <- it:
+	default:
+		t.behind.Add(1)
+	}
+}
+
+// Flush waits until everything handed over so far is recorded and its
+// spans exported.
 func (t *Recorder) Flush() {
 	if t == nil {
 		return
@@ -152,81 +228,94 @@ func (t *Recorder) Flush() {
 		<-done
 	case <-t.stopped:
 	}
-}
-
-func exporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, io.Closer, error) {
-	switch cfg.Exporter {
-	case ExportOTLPGRPC:
-		var o []otlptracegrpc.Option
-		if cfg.Endpoint != "" {
-			o = append(o, otlptracegrpc.WithEndpoint(cfg.Endpoint), otlptracegrpc.WithInsecure())
-		}
-		e, err := otlptracegrpc.New(ctx, o...)
-		return e, nil, err
-	case ExportOTLPHTTP:
-		var o []otlptracehttp.Option
-		if cfg.Endpoint != "" {
-			o = append(o, otlptracehttp.WithEndpoint(cfg.Endpoint), otlptracehttp.WithInsecure())
-		}
-		e, err := otlptracehttp.New(ctx, o...)
-		return e, nil, err
-	case ExportStdout:
-		e, err := stdouttrace.New(stdouttrace.WithWriter(os.Stdout))
-		return e, nil, err
-	case ExportFile:
-		if cfg.File == "" {
-			return nil, nil, errors.New("telemetry: the file exporter needs Config.File")
-		}
-		f, err := os.Create(cfg.File)
-		if err != nil {
-			return nil, nil, fmt.Errorf("telemetry: %w", err)
-		}
-		e, err := stdouttrace.New(stdouttrace.WithWriter(f))
-		return e, f, err
+	if t.pipe != nil {
+		_ = t.pipe.flush(context.Background())
 	}
-	return nil, nil, fmt.Errorf("telemetry: unknown exporter %q; use none, otlp-grpc, otlp-http, stdout or file", cfg.Exporter)
 }
 
-func (m *instruments) init(meter metric.Meter) error {
-	var errs []error
-	counter := func(name, desc string) metric.Int64Counter {
-		c, err := meter.Int64Counter(name, metric.WithDescription(desc))
-		errs = append(errs, err)
-		return c
-	}
-	m.submissions = counter("lanes.submissions", "submissions ended, by outcome")
-	m.replayed = counter("lanes.replayed_segments", "segments replayed from captured graphs")
-	m.eager = counter("lanes.eager_commands", "commands enqueued eagerly")
-	m.cacheEvents = counter("lanes.cache.events", "executable cache events, by kind")
-	m.gaps = counter("lanes.gaps", "compute commands run eagerly, by typed reason")
-	m.quarantines = counter("lanes.quarantines", "lanes quarantined")
-	var err error
-	m.fenceLatency, err = meter.Float64Histogram("lanes.fence.latency", metric.WithUnit("s"), metric.WithDescription("submit to receipt"))
-	errs = append(errs, err)
-	m.deviceTime, err = meter.Float64Histogram("lanes.device.time", metric.WithUnit("s"), metric.WithDescription("device time of timed submissions"))
-	errs = append(errs, err)
-	return errors.Join(errs...)
-}
-
-// Meter returns the meter for gauges the scheduler registers (nil-safe).
+// Meter returns the meter for the gauges the scheduler registers
+// (nil-safe).
 func (t *Recorder) Meter() metric.Meter {
 	if t == nil {
 		return nil
 	}
-	return t.mp.Meter("github.com/lanesched/lanes")
+	return t.mp.Meter(ScopeName, metric.WithInstrumentationVersion(ScopeVersion))
 }
 
-// Shutdown flushes and stops the exporters.
+// MetricsHandler serves the metrics in Prometheus's text format when
+// Config.Metrics is prometheus; otherwise (and on a nil Recorder) it is
+// nil.
+func (t *Recorder) MetricsHandler() http.Handler {
+	if t == nil {
+		return nil
+	}
+	return t.metrics
+}
+
+// Stats is what the Recorder did with what it was handed.
+type Stats struct {
+	SpansExported uint64
+	// SpansDroppedQueueFull and SpansDroppedExport are spans lost
+	// because the export queue was full and because an export failed.
+	SpansDroppedQueueFull, SpansDroppedExport uint64
+	// Behind is work (submissions, quarantines) dropped unrecorded because
+	// the recorder was 8192 items behind: neither traced nor counted in
+	// metrics.
+	Behind uint64
+	// Recorded is submissions recorded (in the metrics): Traced of them
+	// got spans, SampledOut are successes Config.SuccessRatio left
+	// untraced.
+	Recorded, Traced, SampledOut uint64
+	// ExportErrors is failed exports, of spans and of metrics; LastError
+	// the latest one's message.
+	ExportErrors uint64
+	LastError    string
+}
+
+// Stats reports what was exported, sampled out and dropped so far.
+func (t *Recorder) Stats() Stats {
+	if t == nil {
+		return Stats{}
+	}
+	s := Stats{Behind: t.behind.Load(), Recorded: t.recorded.Load(), Traced: t.traced.Load(), SampledOut: t.sampledOut.Load(),
+		ExportErrors: t.metricErrors.Load()}
+	if m := t.lastMetricErr.Load(); m != nil {
+		s.LastError = *m
+	}
+	if p := t.pipe; p != nil {
+		s.SpansExported, s.SpansDroppedQueueFull, s.SpansDroppedExport = p.exported.Load(), p.droppedFull.Load(), p.droppedExport.Load()
+		s.ExportErrors += p.exportErrors.Load()
+		if m := p.lastError.Load(); m != nil {
+			s.LastError = *m
+		}
+	}
+	return s
+}
+
+// metricFailed counts a failed metric export and tells Config.OnError.
+func (t *Recorder) metricFailed(err error) {
+	t.metricErrors.Add(1)
+	msg := err.Error()
+	t.lastMetricErr.Store(&msg)
+	if t.cfg.OnError != nil {
+		t.cfg.OnError(err)
+	}
+}
+
+// Shutdown records what is queued, exports it and stops the exporters.
 func (t *Recorder) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	close(t.queue)
-	<-t.stopped
-	err := errors.Join(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx))
-	if t.closer != nil {
-		err = errors.Join(err, t.closer.Close())
-	}
+	var err error
+	t.once.Do(func() {
+		close(t.queue)
+		<-t.stopped
+		if t.tp != nil {
+			err = t.tp.Shutdown(ctx)
+		}
+		err = errors.Join(err, t.mp.Shutdown(ctx))
+	})
 	return err
 }
 

@@ -191,8 +191,16 @@ func TestRejectedAndQuarantinedWork(t *testing.T) {
 		t.Fatalf("got quarantine spans %+v (polled up to 5 s), want one with one lanes.quarantined event", q)
 	}
 	failed := r.spans("lanes.submit")[1]
-	if v, _ := attr(failed.Attributes, "lanes.error.code"); v.AsString() != "cuda_launch_out_of_resources" {
-		t.Fatalf("failed submit span attribute lanes.error.code: got %q, want %q", v.AsString(), "cuda_launch_out_of_resources")
+	if v, _ := attr(failed.Attributes, "error.type"); v.AsString() != "cuda_launch_out_of_resources" {
+		t.Fatalf("failed submit span attribute error.type: got %q, want %q", v.AsString(), "cuda_launch_out_of_resources")
+	}
+	if links := q[0].Links; len(links) != 1 || links[0].SpanContext.SpanID() != failed.SpanContext.SpanID() {
+		t.Fatalf("quarantine span links: got %+v, want one, to the failed submission %v", links, failed.SpanContext.SpanID())
+	}
+	for key, want := range map[string]string{"error.type": "cuda_launch_out_of_resources", "lanes.device.name": r.dev.Info().Name} {
+		if v, _ := attr(q[0].Attributes, key); v.AsString() != want {
+			t.Errorf("quarantine span attribute %s: got %q, want %q", key, v.AsString(), want)
+		}
 	}
 	var rm metricdata.ResourceMetrics
 	if err := r.reader.Collect(context.Background(), &rm); err != nil {
@@ -215,7 +223,7 @@ func TestNilTelemetryRecordsNothing(t *testing.T) {
 	var tel *telemetry.Recorder
 	tel.Submission(context.Background(), telemetry.Submission{})
 	tel.Flush()
-	tel.Quarantine(context.Background(), 0, nil)
+	tel.Quarantine(context.Background(), telemetry.Quarantine{})
 	if m := tel.Meter(); m != nil {
 		t.Fatalf("nil Recorder's Meter: got %v, want nil", m)
 	}
@@ -226,7 +234,7 @@ func TestNilTelemetryRecordsNothing(t *testing.T) {
 	if got != nil || err != nil {
 		t.Fatalf("telemetry.New(zero Config): got (%v, %v), want (nil, nil)", got, err)
 	}
-	if _, err := telemetry.New(context.Background(), telemetry.Config{Exporter: "carrier-pigeon"}); err == nil {
+	if _, err := telemetry.New(context.Background(), telemetry.Config{Traces: "carrier-pigeon"}); err == nil {
 		t.Fatal("telemetry.New with exporter carrier-pigeon: got err nil, want an error")
 	}
 	attrs, err := telemetry.ParseAttributes("a=1, b = two")
@@ -239,3 +247,54 @@ func TestNilTelemetryRecordsNothing(t *testing.T) {
 }
 
 var _ sdktrace.SpanExporter = (*tracetest.InMemoryExporter)(nil)
+
+// TestWhereTheTimeWent: a timed submission's trace shows its wait for the
+// lane, its enqueue, its device work and the wait for its fence, in order
+// and inside it; a refused submission is traced too, with its error type.
+func TestWhereTheTimeWent(t *testing.T) {
+	r := newRig(t)
+	for range 2 {
+		if err := r.submit(r.batch(4, true, lanes.TimingReplay)); err != nil {
+			t.Fatalf("Submit: got err %v, want nil", err)
+		}
+	}
+	subs := r.spans("lanes.submit")
+	last := subs[len(subs)-1]
+	byName := map[string]tracetest.SpanStub{}
+	for _, sp := range r.exp.GetSpans() {
+		if sp.Parent.SpanID() == last.SpanContext.SpanID() {
+			byName[sp.Name] = sp
+		}
+	}
+	order := []string{"lanes.queue", "lanes.enqueue", "lanes.replay", "lanes.fence_wait"}
+	prev := last.StartTime
+	for _, name := range order {
+		sp, ok := byName[name]
+		if !ok {
+			t.Fatalf("children of the submission: got %v, want %v", keys(byName), order)
+		}
+		if sp.StartTime.Before(prev) || sp.EndTime.After(last.EndTime) {
+			t.Fatalf("%s: got [%v, %v], want it after the previous stage (%v) and inside the submission (ends %v)", name, sp.StartTime, sp.EndTime, prev, last.EndTime)
+		}
+		prev = sp.StartTime
+	}
+	if _, err := r.s.Submit(context.Background(), "", r.batch(1, false, lanes.TimingOff)); err == nil {
+		t.Fatal(`Submit for tenant "": got err nil, want a refusal`)
+	}
+	subs = r.spans("lanes.submit")
+	refused := subs[len(subs)-1]
+	if v, _ := attr(refused.Attributes, "lanes.outcome"); v.AsString() != "refused" {
+		t.Fatalf("refused submission's span: got outcome %q, want refused", v.AsString())
+	}
+	if v, _ := attr(refused.Attributes, "error.type"); v.AsString() == "" {
+		t.Fatalf("refused submission's span: got no error.type in %v", refused.Attributes)
+	}
+}
+
+func keys(m map[string]tracetest.SpanStub) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

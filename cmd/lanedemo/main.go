@@ -8,7 +8,8 @@
 //	lanedemo --device cuda --kernels-from examples/customkernels   # your own module
 //
 // Exit codes: 0 ok, 1 the run failed its own checks (a submission that
-// never ended), 2 bad flags.
+// never ended), 2 bad flags, 3 telemetry not delivered (spans dropped or
+// exports failed; the report says which).
 package main
 
 import (
@@ -64,11 +65,14 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	fs.StringVar(&f.jsonPath, "json", "", "also write the report as JSON to this file (- for stdout)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of inputs, arrivals and faults")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line")
-	fs.StringVar(&cfg.Telemetry.OTLPEndpoint, "otlp-endpoint", "", "send OpenTelemetry traces to this OTLP collector, host:port (Jaeger: 127.0.0.1:4317); OTEL_EXPORTER_OTLP_* variables are honoured")
+	fs.StringVar(&cfg.Telemetry.OTLPEndpoint, "otlp-endpoint", "", "send traces (and, with --metrics otlp, metrics) to this OTLP collector: host:port (plain text on loopback, TLS elsewhere) or http(s)://host:port (Jaeger: 127.0.0.1:4317); without it the OTEL_EXPORTER_OTLP_* and OTEL_*_EXPORTER variables are honoured")
 	fs.StringVar(&cfg.Telemetry.OTLPProtocol, "otlp-protocol", cfg.Telemetry.OTLPProtocol, "OTLP protocol: grpc (port 4317) or http (port 4318)")
-	fs.StringVar(&cfg.Telemetry.TraceFile, "trace-file", "", "write OpenTelemetry spans as JSON to this file")
-	fs.StringVar(&cfg.Telemetry.ServiceName, "service-name", cfg.Telemetry.ServiceName, "OpenTelemetry service name")
-	fs.StringVar(&cfg.Telemetry.Resource, "resource", "", "extra OpenTelemetry resource attributes, k=v,k=v")
+	fs.StringVar(&cfg.Telemetry.TraceFile, "trace-file", "", "write spans as OTLP JSON (one export request per line) to this file; Jaeger's UI and the Collector load it")
+	fs.StringVar(&cfg.Telemetry.Metrics, "metrics", "", "metrics: prometheus (served on --ops-addr's /metrics), otlp (to --otlp-endpoint) or none; default OTEL_METRICS_EXPORTER, else prometheus when --ops-addr is given")
+	fs.StringVar(&cfg.Telemetry.OpsAddr, "ops-addr", "", "serve /metrics, /healthz, /readyz and /debug/pprof/ here during the run: host:port, or :port for loopback (off by default)")
+	fs.Float64Var(&cfg.Telemetry.SuccessRatio, "trace-successes", cfg.Telemetry.SuccessRatio, "fraction of plain successes traced (every error, refusal, quarantine, eager fallback and cache event is traced, and every sampled-out one counted)")
+	fs.StringVar(&cfg.Telemetry.ServiceName, "service-name", "", "OpenTelemetry service name (default OTEL_SERVICE_NAME, else lanedemo)")
+	fs.StringVar(&cfg.Telemetry.Resource, "resource", "", "extra OpenTelemetry resource attributes, k=v,k=v (after OTEL_RESOURCE_ATTRIBUTES)")
 	fs.DurationVar(&cfg.Spin, "spin", 0, "how long a lane's thread spins for work while a fence poll is due, instead of parking (0: never)")
 	fs.StringVar(&f.profiles.cpu, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&f.profiles.mutex, "mutexprofile", "", "write a Go mutex-contention profile of the run to this file")
@@ -83,7 +87,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 			fs.SetOutput(stdout)
 			fmt.Fprintln(stdout, "usage: lanedemo [flags]\n\nDrives a scheduler of lanes with multi-tenant decode steps and reports replay, latency and failures.\n\nflags:")
 			fs.PrintDefaults()
-			fmt.Fprintln(stdout, "\nexit status: 0 ok, 1 the run failed its own checks (a submission that never ended), 2 bad flags")
+			fmt.Fprintln(stdout, "\nexit status: 0 ok, 1 the run failed its own checks (a submission that never ended), 2 bad flags, 3 telemetry not delivered (spans dropped or exports failed)")
 			f.help = true
 			return f, nil
 		}
@@ -125,7 +129,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 		}
 	}()
-	opt := demo.Options{}
+	opt := demo.Options{Errors: stderr}
 	if !quiet {
 		opt.Progress, opt.Terminal = stderr, isTerminal(stderr)
 	}
@@ -146,8 +150,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	if !rep.OK() || err != nil {
+	if !rep.OK() || (err != nil && !errors.Is(err, demo.ErrTelemetry)) {
 		return 1
+	}
+	if err != nil {
+		return 3
 	}
 	return 0
 }

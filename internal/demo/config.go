@@ -10,7 +10,6 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/telemetry"
 )
 
 // Config is one run. The zero value is not runnable; Defaults gives the
@@ -52,15 +51,6 @@ type Config struct {
 	KernelsFrom string
 }
 
-// TelemetryConfig is where traces go.
-type TelemetryConfig struct {
-	OTLPEndpoint string // host:port of an OTLP collector (Jaeger, say)
-	OTLPProtocol string // grpc or http
-	TraceFile    string // spans as JSON lines to this file
-	ServiceName  string
-	Resource     string // k=v,k=v resource attributes
-}
-
 // FaultRates are per-operation probabilities of each injected fault.
 type FaultRates struct {
 	Launch, Capture, OOM, Sticky, Hang float64
@@ -73,7 +63,7 @@ func (f FaultRates) any() bool { return f.Launch+f.Capture+f.OOM+f.Sticky+f.Hang
 func Defaults() Config {
 	return Config{Device: "sim", Clock: "real", Devices: 1, Lanes: 4, Tenants: 8, EagerTenants: 2,
 		Duration: 6 * time.Second, Warmup: 4, Mode: "closed", Concurrency: 2, Rate: 2000, Kernels: 16,
-		Capacity: 64, Timing: "replay", Seed: 1, Telemetry: TelemetryConfig{OTLPProtocol: "grpc", ServiceName: "lanedemo"}}
+		Capacity: 64, Timing: "replay", Seed: 1, Telemetry: TelemetryConfig{OTLPProtocol: "grpc", SuccessRatio: 0.1}}
 }
 
 // ErrConfig marks a bad configuration (lanedemo exits 2 on it).
@@ -133,14 +123,8 @@ func (c Config) Validate() error {
 			return bad("--fault-%s %v: a rate is between 0 and 1", name, r)
 		}
 	}
-	if p := c.Telemetry.OTLPProtocol; p != "" && p != "grpc" && p != "http" {
-		return bad("--otlp-protocol %q: use grpc or http", p)
-	}
-	if c.Telemetry.OTLPEndpoint != "" && c.Telemetry.TraceFile != "" {
-		return bad("give --otlp-endpoint or --trace-file, not both")
-	}
-	if _, err := telemetry.ParseAttributes(c.Telemetry.Resource); err != nil {
-		return bad("--resource: %v", err)
+	if err := c.Telemetry.validate(); err != nil {
+		return err
 	}
 	if c.Device == "cuda" && c.Faults.any() {
 		return bad("fault injection needs --device sim; the GPU's own faults are in the conformance suite")
@@ -156,18 +140,3 @@ var backends = map[string]Backend{}
 
 // RegisterBackend makes a device backend available to --device.
 func RegisterBackend(name string, b Backend) { backends[name] = b }
-
-// telemetryConfig turns the flags into an exporter configuration.
-func (c Config) telemetryConfig() telemetry.Config {
-	attrs, _ := telemetry.ParseAttributes(c.Telemetry.Resource)
-	tc := telemetry.Config{ServiceName: c.Telemetry.ServiceName, Attributes: attrs}
-	switch {
-	case c.Telemetry.OTLPEndpoint != "" && c.Telemetry.OTLPProtocol == "http":
-		tc.Exporter, tc.Endpoint = telemetry.ExportOTLPHTTP, c.Telemetry.OTLPEndpoint
-	case c.Telemetry.OTLPEndpoint != "":
-		tc.Exporter, tc.Endpoint = telemetry.ExportOTLPGRPC, c.Telemetry.OTLPEndpoint
-	case c.Telemetry.TraceFile != "":
-		tc.Exporter, tc.File = telemetry.ExportFile, c.Telemetry.TraceFile
-	}
-	return tc
-}

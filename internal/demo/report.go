@@ -65,7 +65,8 @@ type Report struct {
 	Device           string
 	Lanes, Tenants   int
 	Kernels          int
-	Module           string // --kernels-from's module file; "" for the built-in kernels
+	Module           string           // --kernels-from's module file; "" for the built-in kernels
+	Telemetry        *TelemetryReport `json:",omitempty"`
 	Mode, Timing     string
 	Seconds          float64
 	Accepted, Ended  int64
@@ -248,6 +249,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "exactly once: %d accepted, %d ended (%s)\n", r.Accepted, r.Ended, check)
 	r.Runtime.write(w)
+	if r.Telemetry != nil {
+		r.Telemetry.write(w)
+	}
 	if r.Soak != nil && len(r.Soak.Samples) > 0 {
 		r.Soak.write(w)
 	}

@@ -24,6 +24,9 @@ import (
 type Options struct {
 	Progress io.Writer // nil: no progress
 	Terminal bool      // rewrite one progress line instead of printing lines
+	// Errors hears problems during the run that do not stop it (a
+	// telemetry export that failed, at most one a second); nil: Progress.
+	Errors io.Writer
 	// References are Go references of --kernels-from kernels, by name:
 	// the simulated device runs them (a manifest carries none, so without
 	// them only --device cuda runs it).
@@ -68,19 +71,35 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	if capacity == 0 {
 		capacity = -1
 	}
-	tel, err := telemetry.New(ctx, cfg.telemetryConfig())
+	exportErrs := &exportErrors{w: opt.Errors}
+	if exportErrs.w == nil {
+		exportErrs.w = opt.Progress
+	}
+	tel, err := telemetry.New(ctx, cfg.Telemetry.recorderConfig(exportErrs.report))
+	if errors.Is(err, telemetry.ErrConfig) {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	shutdownTelemetry := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = tel.Shutdown(sctx)
-	}()
+		return tel.Shutdown(sctx)
+	}
+	defer func() { _ = shutdownTelemetry() }()
 	s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, CacheCapacity: capacity,
 		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), MaxBatchEntries: maxBatchEntries(cfg), StreamDepth: cfg.StreamDepth, Spin: cfg.Spin, Telemetry: tel})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Telemetry.OpsAddr != "" {
+		stopOps, err := serveOps(cfg.Telemetry.OpsAddr, s, tel)
+		if err != nil {
+			_ = s.Stop(context.Background())
+			return nil, err
+		}
+		defer stopOps()
 	}
 	agg := newAggregate(len(devs) * cfg.Lanes)
 	timing := timings[cfg.Timing]
@@ -121,6 +140,14 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	}
 	if w.soak != nil {
 		rep.Soak = w.soak.report()
+	}
+	if tel != nil {
+		_ = shutdownTelemetry() // what it could not deliver is in the stats
+		rep.Telemetry = telemetryReport(tel.Stats())
+		if !rep.Telemetry.OK() && loadErr == nil {
+			loadErr = fmt.Errorf("%w: %d spans dropped, %d submissions unrecorded, %d export errors", ErrTelemetry,
+				rep.Telemetry.SpansDroppedQueueFull+rep.Telemetry.SpansDroppedExport, rep.Telemetry.Behind, rep.Telemetry.ExportErrors)
+		}
 	}
 	return rep, loadErr
 }

@@ -1,0 +1,115 @@
+// Exporters: the configured span exporter and metric readers, and the
+// Prometheus registry /metrics serves.
+
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// spanExporter builds the configured span exporter, or nil for none.
+func spanExporter(ctx context.Context, c Config) (sdktrace.SpanExporter, error) {
+	if c.SpanExporter != nil {
+		return c.SpanExporter, nil
+	}
+	switch c.Traces {
+	case ExportOTLPGRPC:
+		o := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(c.ExportTimeout),
+			otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
+		if c.Endpoint != "" {
+			u, _, _ := endpointURL(c.Endpoint)
+			o = append(o, otlptracegrpc.WithEndpointURL(u))
+		}
+		return otlptracegrpc.New(ctx, o...)
+	case ExportOTLPHTTP:
+		o := []otlptracehttp.Option{otlptracehttp.WithTimeout(c.ExportTimeout),
+			otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
+		if c.Endpoint != "" {
+			u, _, _ := endpointURL(c.Endpoint)
+			o = append(o, otlptracehttp.WithEndpointURL(u))
+		}
+		return otlptracehttp.New(ctx, o...)
+	case ExportStdout:
+		return stdouttrace.New(stdouttrace.WithWriter(os.Stdout))
+	case ExportFile:
+		f, err := os.Create(c.File)
+		if err != nil {
+			return nil, fmt.Errorf("%w: trace file: %v", ErrConfig, err)
+		}
+		return newOTLPJSONExporter(f), nil
+	}
+	return nil, nil
+}
+
+// metricReader builds the configured metric reader, or nil for none;
+// for Prometheus it also returns the handler that serves it. A pushed
+// export that fails is told to failed.
+func metricReader(ctx context.Context, c Config, failed func(error)) (sdkmetric.Reader, http.Handler, error) {
+	if c.MetricReader != nil {
+		return c.MetricReader, nil, nil
+	}
+	var exp sdkmetric.Exporter
+	var err error
+	switch c.Metrics {
+	case ExportPrometheus:
+		reg := prometheus.NewRegistry()
+		r, err := otelprom.New(otelprom.WithRegisterer(reg))
+		if err != nil {
+			return nil, nil, err
+		}
+		return r, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
+	case ExportOTLPGRPC:
+		o := []otlpmetricgrpc.Option{otlpmetricgrpc.WithTimeout(c.ExportTimeout),
+			otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
+		if c.Endpoint != "" {
+			u, _, _ := endpointURL(c.Endpoint)
+			o = append(o, otlpmetricgrpc.WithEndpointURL(u))
+		}
+		exp, err = otlpmetricgrpc.New(ctx, o...)
+	case ExportOTLPHTTP:
+		o := []otlpmetrichttp.Option{otlpmetrichttp.WithTimeout(c.ExportTimeout),
+			otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
+		if c.Endpoint != "" {
+			u, _, _ := endpointURL(c.Endpoint)
+			o = append(o, otlpmetrichttp.WithEndpointURL(u))
+		}
+		exp, err = otlpmetrichttp.New(ctx, o...)
+	default:
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return sdkmetric.NewPeriodicReader(countingExporter{exp, failed}, sdkmetric.WithInterval(c.MetricInterval)), nil, nil
+}
+
+// countingExporter tells failed about every metric export that fails.
+type countingExporter struct {
+	sdkmetric.Exporter
+	failed func(error)
+}
+
+// Export is the wrapped exporter's, its failure told.
+func (e countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
+	err := e.Exporter.Export(ctx, rm)
+	if err != nil {
+		e.failed(fmt.Errorf("telemetry: metric export failed: %w", err))
+	}
+	return err
+}
