@@ -7,6 +7,7 @@ package cuda
 import (
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // LibraryCall is user code that enqueues device work on a stream, as one
@@ -73,8 +74,8 @@ func (c Command) validateCall() error {
 		return contractf(op, ErrInvalidCommand, "a call command carries no LibraryCall; build it with cuda.Call")
 	case lc.Name == "":
 		return contractf(op, ErrInvalidCommand, "the library call has no name; name it so attribution and errors can say which call it is")
-	case len(lc.Name) > MaxKernelName || strings.ContainsRune(lc.Name, 0):
-		return contractf(op, ErrInvalidCommand, "library call name of %d bytes: a name is 1 to %d bytes without NUL", len(lc.Name), MaxKernelName)
+	case len(lc.Name) > MaxKernelName || strings.ContainsFunc(lc.Name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
+		return contractf(op, ErrInvalidCommand, "library call name %.40q: a name is 1 to %d bytes of printable characters without spaces", lc.Name, MaxKernelName)
 	case len(lc.Regions) == 0:
 		return contractf(op, ErrInvalidCommand, "library call %q declares no regions; declare every region its work reads or writes", lc.Name)
 	case len(lc.Regions) > 64:

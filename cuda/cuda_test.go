@@ -275,3 +275,18 @@ func TestLinear(t *testing.T) {
 		t.Fatalf("Linear(0, 0): got grid.x %d, block.x %d; want 1, 256 (%+v)", c.Grid.X, c.Block.X, c)
 	}
 }
+
+// TestCallDeclarationsChecked: a library call's name is short, printable
+// and without spaces; LaunchNamed without kernels is an error, not a panic.
+func TestCallDeclarationsChecked(t *testing.T) {
+	r := cuda.Region{Buffer: cuda.Buffer{Device: 1, ID: 1, Size: 64, Align: 256, Elem: cuda.F32, Addr: 1 << 20}, Length: 64}
+	for _, name := range []string{"", "two\nlines", "a b", strings.Repeat("n", 300), "zero\u200bwidth"} {
+		_, err := cuda.Call(&cuda.LibraryCall{Name: name, Regions: []cuda.Touch{{Region: r, Access: cuda.AccessRead}}, Reference: func([][]byte) error { return nil }})
+		if !errors.Is(err, cuda.ErrInvalidCommand) {
+			t.Errorf("cuda.Call named %.20q: got err %v, want cuda.ErrInvalidCommand", name, err)
+		}
+	}
+	if _, err := cuda.LaunchNamed(nil, "inc", cuda.Linear(1, 1)); !errors.Is(err, cuda.ErrUnknownKernel) {
+		t.Errorf("LaunchNamed(nil kernels): got err %v, want cuda.ErrUnknownKernel", err)
+	}
+}

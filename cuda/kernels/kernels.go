@@ -88,8 +88,9 @@ func (k *Kernel) Run(cfg cuda.LaunchConfig, mem []Memory, args []cuda.Arg) error
 type Registry map[string]*Kernel
 
 // Kernel returns a copy of the named kernel's spec: changing its fields
-// changes nothing in the registry (its Params are the registry's: read
-// them; Clone a kernel to declare a variant).
+// changes nothing in the registry. Its Params are the registry's, shared
+// with everyone who looks the kernel up: read them (a device enforces its
+// own copy; Clone a kernel to declare a variant).
 func (r Registry) Kernel(name string) (cuda.KernelSpec, bool) {
 	k, ok := r[name]
 	if !ok {

@@ -78,6 +78,8 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 		return fmt.Errorf("%w: module %q declares kernel %q as nil", ErrInvalidModule, module, name)
 	case name == "" || len(name) > cuda.MaxKernelName || strings.ContainsRune(name, 0):
 		return fmt.Errorf("%w: module %q declares a kernel named %q; a name is 1 to %d bytes without NUL, as the function is named in the image", ErrInvalidModule, module, name, cuda.MaxKernelName)
+	case !identifier(name):
+		return fmt.Errorf("%w: module %q declares a kernel named %q; a kernel is named as its extern \"C\" (or mangled) function is: letters, digits, _ and $, not starting with a digit", ErrInvalidModule, module, name)
 	case k.Spec.Name != name:
 		return fmt.Errorf("%w: module %q files kernel %q under the name %q; file it under its spec's name", ErrInvalidModule, module, k.Spec.Name, name)
 	case len(k.Spec.Params) > 64:
@@ -90,6 +92,8 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 	}
 	for i, p := range k.Spec.Params {
 		switch {
+		case p.Name == "":
+			return fmt.Errorf("%w: kernel %q parameter %d has no name; name it so errors can say which is wrong", ErrInvalidModule, name, i)
 		case slices.ContainsFunc(k.Spec.Params[:i], func(q cuda.Param) bool { return q.Name == p.Name }):
 			return fmt.Errorf("%w: kernel %q declares parameter %q twice; each parameter has its own name", ErrInvalidModule, name, p.Name)
 		case p.Kind == cuda.ParamScalar && p.Access != 0:
@@ -103,6 +107,18 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 		}
 	}
 	return nil
+}
+
+// identifier reports whether name is a C identifier (with $, which some
+// compilers' symbols carry).
+func identifier(name string) bool {
+	for i, r := range name {
+		letter := r == '_' || r == '$' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !letter && (i == 0 || r < '0' || r > '9') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // The most any CUDA device allows per block: threads, and shared memory

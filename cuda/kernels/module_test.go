@@ -35,6 +35,15 @@ func TestModuleCheck(t *testing.T) {
 		"bad kind":      {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Kind = 9 }, false, "has kind 9"},
 		"bad element":   {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Elem = 0 }, false, "no valid element type"},
 		"no access":     {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[0].Access = 0 }, false, "declares no access"},
+		"a space in its name": {func(m *kernels.Module) {
+			k := m.Kernels["mine"]
+			k.Spec.Name = "mi ne"
+			m.Kernels = kernels.Registry{"mi ne": k}
+		}, false, "letters, digits"},
+		"a nameless parameter":  {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Name = "" }, false, "has no name"},
+		"a parameter twice":     {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Name = "x" }, false, "twice"},
+		"a scalar with access":  {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Access = cuda.AccessRead }, false, "only a buffer"},
+		"limits beyond any GPU": {func(m *kernels.Module) { m.Kernels["mine"].Spec.MaxBlockThreads = 5000 }, false, "no GPU has more"},
 		"a builtin name": {func(m *kernels.Module) {
 			k := m.Kernels["mine"]
 			k.Spec.Name = kernels.Inc

@@ -171,3 +171,43 @@ func TestCallWithoutReferenceRefusedUpFront(t *testing.T) {
 		t.Fatalf("ValidateFor(call without Reference): got err %v, want cuda.ErrInvalidCommand, not submitted", err)
 	}
 }
+
+// TestPublishedKernelsAreACopy: what a caller changes in the kernels a
+// device publishes (Kernels) changes nothing the device enforces, and an
+// upload's bytes changed after its capture change no replay.
+func TestPublishedKernelsAreACopy(t *testing.T) {
+	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost})
+	s := r.stream()
+	ints := r.counter(s, 16)
+	spec, _ := r.dev.Kernels().Kernel("fill_f32")
+	spec.Params[0].Elem = cuda.I32 // the published Params: shared, but not the device's
+	bad := cuda.Command{Kind: cuda.KindLaunch, Kernel: "fill_f32", Config: cuda.Linear(16, 16),
+		Args: []cuda.Arg{cuda.BufferArg(ints.Whole()), cuda.F32Arg(1), cuda.I32Arg(16)}}
+	if err := s.Enqueue(bad); err == nil || cuda.Classify(err).Blame != cuda.BlameCaller {
+		t.Fatalf("Enqueue of fill_f32 into an i32 buffer after editing the published spec: got err %v, want the device's own refusal (the caller's)", err)
+	}
+
+	up, err := cuda.Upload(ints.Whole(), make([]byte, 64))
+	if err != nil {
+		t.Fatalf("cuda.Upload: got err %v, want nil", err)
+	}
+	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		t.Fatalf("BeginCapture: got err %v, want nil", err)
+	}
+	r.enqueue(s, up)
+	g, err := s.EndCapture()
+	if err != nil {
+		t.Fatalf("EndCapture: got err %v, want nil", err)
+	}
+	x, err := g.Instantiate()
+	if err != nil {
+		t.Fatalf("Instantiate: got err %v, want nil", err)
+	}
+	up.Host[0] = 7
+	if err := s.Launch(x); err != nil {
+		t.Fatalf("Launch: got err %v, want nil", err)
+	}
+	if got := r.first(s, ints); got != 0 {
+		t.Fatalf("replayed upload after its bytes changed: got %d, want 0 (the captured bytes)", got)
+	}
+}

@@ -21,8 +21,7 @@ func (d *Device) LoadModule(m kernels.Module) error {
 	if err := m.Check(cur, true); err != nil {
 		return err
 	}
-	next := cur.With(limitLaunches(m.Kernels, d.maxThreads))
-	d.registry.Store(&next)
+	d.setRegistry(cur.With(limitLaunches(m.Kernels, d.maxThreads)))
 	return nil
 }
 

@@ -87,6 +87,7 @@ type Device struct {
 	// registry holds the kernels the device launches; LoadModule replaces
 	// it whole (under loadMu), so launches read it without a lock.
 	registry   atomic.Pointer[kernels.Registry]
+	public     atomic.Pointer[kernels.Registry] // a clone of registry, for Kernels
 	loadMu     sync.Mutex
 	maxThreads uint64 // Config.MaxLaunchThreads
 	closed     chan struct{}
@@ -148,7 +149,10 @@ func New(cfg Config) (*Device, error) {
 	if cfg.MaxLaunchThreads == 0 {
 		cfg.MaxLaunchThreads = DefaultMaxLaunchThreads
 	}
-	cfg.Kernels = limitLaunches(cfg.Kernels, cfg.MaxLaunchThreads)
+	if err := cfg.Kernels.Check(true); err != nil {
+		return nil, err
+	}
+	cfg.Kernels = limitLaunches(cfg.Kernels, cfg.MaxLaunchThreads) // clones: the device's own
 	d := &Device{
 		info: cuda.DeviceInfo{
 			Instance: cuda.NextInstance(), Ordinal: cfg.Ordinal, Name: "sim (H200 model)",
@@ -173,11 +177,7 @@ func New(cfg Config) (*Device, error) {
 	if cfg.Clock == ClockZeroCost {
 		d.cost = CostModel{MemoryBandwidth: math.Inf(1), HostBandwidth: math.Inf(1), StreamParallelism: 1}
 	}
-	if err := cfg.Kernels.Check(true); err != nil {
-		return nil, err
-	}
-	reg := cfg.Kernels.Clone()
-	d.registry.Store(&reg)
+	d.setRegistry(cfg.Kernels)
 	for _, f := range cfg.Faults {
 		if err := d.InjectFault(f); err != nil {
 			return nil, err
@@ -210,10 +210,11 @@ func (d *Device) BindThread() (func(), error) {
 // Info describes the device.
 func (d *Device) Info() cuda.DeviceInfo { return d.info }
 
-// Kernels returns the kernels the device launches. It also refuses, as a
-// [cuda.CallValidator], a library call without the Reference this device
-// runs it through.
-func (d *Device) Kernels() cuda.Kernels { return kernelView{d.kernels()} }
+// Kernels returns the kernels the device launches, as published: a copy
+// of the device's own (what a caller changes in it changes nothing the
+// device enforces). It also refuses, as a [cuda.CallValidator], a library
+// call without the Reference this device runs it through.
+func (d *Device) Kernels() cuda.Kernels { return kernelView{*d.public.Load()} }
 
 // kernelView is the device's kernels as Kernels returns them.
 type kernelView struct{ kernels.Registry }
@@ -231,8 +232,16 @@ func (kernelView) ValidateCall(op string, c *cuda.LibraryCall) error {
 // changes nothing on the device (load a module to add kernels).
 func (d *Device) Registry() kernels.Registry { return d.kernels().Clone() }
 
-// kernels is the current registry.
+// kernels is the current registry, the device's own.
 func (d *Device) kernels() kernels.Registry { return *d.registry.Load() }
+
+// setRegistry makes r the device's registry, and a clone of it the one
+// Kernels publishes.
+func (d *Device) setRegistry(r kernels.Registry) {
+	pub := r.Clone()
+	d.public.Store(&pub)
+	d.registry.Store(&r)
+}
 
 // check returns the error every call gets once the device is closed or
 // poisoned.

@@ -26,6 +26,9 @@ func frozen(cmd cuda.Command) cuda.Command {
 	if len(cmd.Args) > 0 {
 		cmd.Args = slices.Clone(cmd.Args)
 	}
+	if len(cmd.Host) > 0 {
+		cmd.Host = slices.Clone(cmd.Host) // CUDA stages pageable bytes at the call
+	}
 	if c := cmd.LibraryCall; c != nil {
 		cp := *c
 		cp.Params, cp.Regions = slices.Clone(c.Params), slices.Clone(c.Regions)

@@ -80,14 +80,15 @@ type manifestLaunch struct {
 
 // workload is a checked manifest: what setup allocates and builds.
 type workload struct {
-	dir      string
-	image    string // the module file, as found
-	module   kernels.Module
-	provider string // replay keys' provider: the module's name and image hash
-	buffers  []bufferDecl
-	input    int // index in buffers
-	output   int
-	step     []launchDecl
+	dir       string
+	image     string // the module file, as found
+	imageName string // its name inside dir
+	module    kernels.Module
+	provider  string // replay keys' provider: the module's name and image hash
+	buffers   []bufferDecl
+	input     int // index in buffers
+	output    int
+	step      []launchDecl
 }
 
 // bufferDecl is one manifest buffer.
@@ -139,20 +140,34 @@ func loadWorkload(dir string) (*workload, error) {
 	if err != nil {
 		return nil, errManifest(dir, "%v", err)
 	}
-	w.image = filepath.Join(dir, name)
-	if w.module.Image, err = readRegular(root, name, maxModuleBytes); err != nil {
+	w.image, w.imageName = filepath.Join(dir, name), name
+	if _, err := statRegular(root, name, maxModuleBytes); err != nil {
 		return nil, errManifest(dir, "module: %v", err)
 	}
-	sum := sha256.Sum256(w.module.Image)
 	w.module.Name = strings.TrimSuffix(name, filepath.Ext(name))
-	w.provider = "lanedemo.user/" + w.module.Name + "@" + hex.EncodeToString(sum[:8])
 	return w, nil
 }
 
-// readRegular reads a regular, non-empty file of at most limit bytes
-// inside root (not a FIFO, device or directory, which could block or
-// never end).
-func readRegular(root *os.Root, name string, limit int64) ([]byte, error) {
+// readImage reads the module image, which loadWorkload only looked at,
+// and keys the workload's replays by its hash.
+func (w *workload) readImage() error {
+	root, err := os.OpenRoot(w.dir)
+	if err != nil {
+		return errManifest(w.dir, "%v", err)
+	}
+	defer root.Close()
+	if w.module.Image, err = readRegular(root, w.imageName, maxModuleBytes); err != nil {
+		return errManifest(w.dir, "module: %v", err)
+	}
+	sum := sha256.Sum256(w.module.Image)
+	w.provider = "lanedemo.user/" + w.module.Name + "@" + hex.EncodeToString(sum[:8])
+	return nil
+}
+
+// statRegular checks that name is a regular, non-empty file of at most
+// limit bytes inside root (not a FIFO, device or directory, which could
+// block a read or never end).
+func statRegular(root *os.Root, name string, limit int64) (os.FileInfo, error) {
 	fi, err := root.Stat(name)
 	if err != nil {
 		return nil, err
@@ -164,6 +179,16 @@ func readRegular(root *os.Root, name string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is empty", name)
 	case fi.Size() > limit:
 		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", name, fi.Size(), limit)
+	}
+	return fi, nil
+}
+
+// readRegular reads a regular, non-empty file of at most limit bytes
+// inside root (not a FIFO, device or directory, which could block or
+// never end).
+func readRegular(root *os.Root, name string, limit int64) ([]byte, error) {
+	if _, err := statRegular(root, name, limit); err != nil {
+		return nil, err
 	}
 	f, err := root.Open(name)
 	if err != nil {

@@ -47,6 +47,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 			return nil, err
 		}
 		if err := work.withReferences(cfg.Device, opt.References); err != nil {
+			return nil, err // before reading a module the device cannot run
+		}
+		if err := work.readImage(); err != nil {
 			return nil, err
 		}
 		cfg.Kernels = len(work.step)
