@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,8 +42,7 @@ func spanExporter(ctx context.Context, c Config) (sdktrace.SpanExporter, error) 
 		o := []otlptracehttp.Option{otlptracehttp.WithTimeout(c.ExportTimeout),
 			otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
 		if c.Endpoint != "" {
-			u, _, _ := endpointURL(c.Endpoint)
-			o = append(o, otlptracehttp.WithEndpointURL(u))
+			o = append(o, otlptracehttp.WithEndpointURL(signalURL(c.Endpoint, "/v1/traces")))
 		}
 		return otlptracehttp.New(ctx, o...)
 	case ExportStdout:
@@ -55,6 +55,14 @@ func spanExporter(ctx context.Context, c Config) (sdktrace.SpanExporter, error) 
 		return newOTLPJSONExporter(f), nil
 	}
 	return nil, nil
+}
+
+// signalURL is an OTLP/HTTP signal's URL under a base endpoint, as
+// OTEL_EXPORTER_OTLP_ENDPOINT is read: the signal's path appended to the
+// base's.
+func signalURL(endpoint, path string) string {
+	u, _, _ := endpointURL(endpoint)
+	return strings.TrimSuffix(u, "/") + path
 }
 
 // metricReader builds the configured metric reader, or nil for none;
@@ -86,8 +94,7 @@ func metricReader(ctx context.Context, c Config, failed func(error)) (sdkmetric.
 		o := []otlpmetrichttp.Option{otlpmetrichttp.WithTimeout(c.ExportTimeout),
 			otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
 		if c.Endpoint != "" {
-			u, _, _ := endpointURL(c.Endpoint)
-			o = append(o, otlpmetrichttp.WithEndpointURL(u))
+			o = append(o, otlpmetrichttp.WithEndpointURL(signalURL(c.Endpoint, "/v1/metrics")))
 		}
 		exp, err = otlpmetrichttp.New(ctx, o...)
 	default:

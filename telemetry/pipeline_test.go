@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -293,5 +294,63 @@ func TestBadConfig(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
 	if _, err := telemetry.New(context.Background(), telemetry.Config{}); !errors.Is(err, telemetry.ErrConfig) || !strings.Contains(err.Error(), "zipkin") {
 		t.Errorf("New with OTEL_TRACES_EXPORTER=zipkin: got err %v, want telemetry.ErrConfig naming it", err)
+	}
+}
+
+// TestOTLPMetricsPushed: with metrics to OTLP/HTTP and no traces, the
+// recorder pushes them to the collector's /v1/metrics, and tenants past
+// MaxTenants are counted as "other".
+func TestOTLPMetricsPushed(t *testing.T) {
+	var mu sync.Mutex
+	posts := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/metrics" {
+			mu.Lock()
+			posts++
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer srv.Close()
+	rec, err := telemetry.New(context.Background(), telemetry.Config{Metrics: telemetry.ExportOTLPHTTP, Endpoint: srv.URL, MetricInterval: 20 * time.Millisecond, MaxTenants: 1})
+	if err != nil || rec == nil {
+		t.Fatalf("telemetry.New(OTLP metrics only): got (%v, %v), want a recorder", rec, err)
+	}
+	rec.Submission(context.Background(), replayedSubmission("first"))
+	rec.Submission(context.Background(), replayedSubmission("second"))
+	rec.Flush()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := posts
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no metrics pushed to /v1/metrics within 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := rec.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown: got err %v, want nil", err)
+	}
+	if s := rec.Stats(); s.ExportErrors != 0 {
+		t.Fatalf("stats: got %+v, want no export errors", s)
+	}
+
+	prom, err := telemetry.New(context.Background(), telemetry.Config{Metrics: telemetry.ExportPrometheus, MaxTenants: 1})
+	if err != nil {
+		t.Fatalf("telemetry.New(prometheus): got err %v, want nil", err)
+	}
+	defer prom.Shutdown(context.Background())
+	prom.Submission(context.Background(), replayedSubmission("first"))
+	prom.Submission(context.Background(), replayedSubmission("second"))
+	prom.Flush()
+	w := httptest.NewRecorder()
+	prom.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	body := w.Body.String()
+	if !strings.Contains(body, `lanes_tenant="first"`) || !strings.Contains(body, `lanes_tenant="other"`) || strings.Contains(body, `lanes_tenant="second"`) {
+		t.Fatalf("tenants on metrics with MaxTenants 1: want first and other, not second, in\n%.2000s", body)
 	}
 }
