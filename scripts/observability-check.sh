@@ -13,10 +13,11 @@
 #     lanedemo's own p99;
 #  2. it screenshots a lanes trace and a quarantine in Jaeger's UI and the
 #     latency percentiles in Prometheus's, with headless Chromium;
-#  3. it feeds 100 000 synthetic submissions/s to Jaeger (scripts/tracefeed)
-#     and reports what arrived, what was sampled out and what was dropped;
-#  4. it measures lanedemo's steps/s with the exporter off and on, side by
-#     side, three rounds.
+#  3. it measures lanedemo's steps/s with the exporter off and on, side by
+#     side, three rounds (Jaeger shares the machine's cores: its own work
+#     on the spans counts against "on");
+#  4. it feeds 100 000 synthetic submissions/s to Jaeger (scripts/tracefeed)
+#     and reports what arrived, what was sampled out and what was dropped.
 #
 #   JAEGER_UI=../shared/tools/jaeger-ui scripts/observability-check.sh
 #
@@ -62,10 +63,13 @@ EOF
 "$PROMETHEUS" --config.file="$OUT_DIR/prometheus.yml" --storage.tsdb.path="$OUT_DIR/prometheus-data" \
   --web.listen-address="$PROM" > "$OUT_DIR/prometheus.log" 2>&1 &
 pids+=($!)
+ready=
 for _ in $(seq 100); do
-  curl -sf http://127.0.0.1:16686/api/services >/dev/null && curl -sf "http://$PROM/-/ready" >/dev/null && break
+  curl -sf http://127.0.0.1:16686/api/services >/dev/null && curl -sf http://127.0.0.1:8888/metrics >/dev/null &&
+    curl -sf "http://$PROM/-/ready" >/dev/null && ready=1 && break
   sleep 0.3
 done
+[ -n "$ready" ] || { echo "Jaeger or Prometheus did not start (is something else on ports 4317, 16686, 8888, ${PROM#*:}?); see $OUT_DIR/*.log" >&2; exit 1; }
 accepted() { curl -sf http://127.0.0.1:8888/metrics | awk '/^otelcol_receiver_accepted_spans_total/ {s += $NF} END {print s + 0}'; }
 
 echo "== 1. lanedemo with faults, traces to Jaeger, metrics to Prometheus ($DURATION)"
@@ -158,7 +162,16 @@ q() { python3 -c 'import sys,urllib.parse;print(urllib.parse.quote(sys.argv[1]))
 expr='histogram_quantile(0.99, sum by (le, lanes_lane_id) (rate(lanes_fence_latency_seconds_bucket[5s])))'
 shot "http://$PROM/graph?g0.expr=$(q "$expr")&g0.tab=0&g0.stacked=0&g0.range_input=1m&g0.end_input=$(q "$(date -u -d @"$((end + 15))" '+%Y-%m-%d %H:%M:%S')")" "$OUT_DIR/prometheus-p99.png"
 
-echo "== 3. 100 000 submissions/s into Jaeger, five spans each"
+echo "== 3. overhead: lanedemo's steps/s with the exporter off and on (default --trace-successes), three rounds"
+for round in 1 2 3; do
+  for mode in off on; do
+    args=()
+    [ "$mode" = on ] && args=(--otlp-endpoint 127.0.0.1:4317)
+    "$OUT_DIR/lanedemo" --duration 4s --quiet "${args[@]}" | awk -v m="$mode" -v r="$round" '/^ *total/ {print "round " r " exporter " m ": " $5 " steps/s"}'
+  done
+done | tee "$OUT_DIR/overhead.txt"
+
+echo "== 4. 100 000 submissions/s into Jaeger, five spans each"
 for ratio in 1 0.1; do
   before=$(accepted)
   "$OUT_DIR/tracefeed" --rate 100000 --duration 5s --trace-successes "$ratio" > "$OUT_DIR/tracefeed-$ratio.json"
@@ -175,11 +188,3 @@ print(f"ratio {sys.argv[4]}: {r['submissions']} submissions in {r['seconds']:.1f
 PY
 done
 
-echo "== 4. overhead: lanedemo's steps/s with the exporter off and on (default --trace-successes), three rounds"
-for round in 1 2 3; do
-  for mode in off on; do
-    args=()
-    [ "$mode" = on ] && args=(--otlp-endpoint 127.0.0.1:4317)
-    "$OUT_DIR/lanedemo" --duration 4s --quiet "${args[@]}" | awk -v m="$mode" -v r="$round" '/^ *total/ {print "round " r " exporter " m ": " $5 " steps/s"}'
-  done
-done | tee "$OUT_DIR/overhead.txt"
