@@ -31,16 +31,14 @@ func spanExporter(ctx context.Context, c Config) (sdktrace.SpanExporter, error) 
 	}
 	switch c.Traces {
 	case ExportOTLPGRPC:
-		o := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(c.ExportTimeout),
-			otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
+		o := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(c.ExportTimeout), otlptracegrpc.WithRetry(retryFor[otlptracegrpc.RetryConfig](c))}
 		if c.Endpoint != "" {
 			u, _, _ := endpointURL(c.Endpoint)
 			o = append(o, otlptracegrpc.WithEndpointURL(u))
 		}
 		return otlptracegrpc.New(ctx, o...)
 	case ExportOTLPHTTP:
-		o := []otlptracehttp.Option{otlptracehttp.WithTimeout(c.ExportTimeout),
-			otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
+		o := []otlptracehttp.Option{otlptracehttp.WithTimeout(c.ExportTimeout), otlptracehttp.WithRetry(retryFor[otlptracehttp.RetryConfig](c))}
 		if c.Endpoint != "" {
 			o = append(o, otlptracehttp.WithEndpointURL(signalURL(c.Endpoint, "/v1/traces")))
 		}
@@ -55,6 +53,18 @@ func spanExporter(ctx context.Context, c Config) (sdktrace.SpanExporter, error) 
 		return newOTLPJSONExporter(f), nil
 	}
 	return nil, nil
+}
+
+// retrySettings is the shape every OTLP exporter's RetryConfig has.
+type retrySettings = struct {
+	Enabled                                      bool
+	InitialInterval, MaxInterval, MaxElapsedTime time.Duration
+}
+
+// retryFor is the exporters' retry policy: back off from 100 ms to 1 s,
+// and give up once Config.ExportTimeout has passed.
+func retryFor[T ~retrySettings](c Config) T {
+	return T(retrySettings{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})
 }
 
 // signalURL is an OTLP/HTTP signal's URL under a base endpoint, as
@@ -83,16 +93,14 @@ func metricReader(ctx context.Context, c Config, failed func(error)) (sdkmetric.
 		}
 		return r, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 	case ExportOTLPGRPC:
-		o := []otlpmetricgrpc.Option{otlpmetricgrpc.WithTimeout(c.ExportTimeout),
-			otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
+		o := []otlpmetricgrpc.Option{otlpmetricgrpc.WithTimeout(c.ExportTimeout), otlpmetricgrpc.WithRetry(retryFor[otlpmetricgrpc.RetryConfig](c))}
 		if c.Endpoint != "" {
 			u, _, _ := endpointURL(c.Endpoint)
 			o = append(o, otlpmetricgrpc.WithEndpointURL(u))
 		}
 		exp, err = otlpmetricgrpc.New(ctx, o...)
 	case ExportOTLPHTTP:
-		o := []otlpmetrichttp.Option{otlpmetrichttp.WithTimeout(c.ExportTimeout),
-			otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})}
+		o := []otlpmetrichttp.Option{otlpmetrichttp.WithTimeout(c.ExportTimeout), otlpmetrichttp.WithRetry(retryFor[otlpmetrichttp.RetryConfig](c))}
 		if c.Endpoint != "" {
 			o = append(o, otlpmetrichttp.WithEndpointURL(signalURL(c.Endpoint, "/v1/metrics")))
 		}

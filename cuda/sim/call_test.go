@@ -37,20 +37,9 @@ func TestLibraryCallEagerAndReplayed(t *testing.T) {
 	if got := r.first(s, b); got != 2 {
 		t.Fatalf("after the call and an inc: got %d, want 2", got)
 	}
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		t.Fatalf("BeginCapture: got err %v, want nil", err)
-	}
-	r.enqueue(s, call)
-	g, err := s.EndCapture()
-	if err != nil {
-		t.Fatalf("EndCapture: got err %v, want nil", err)
-	}
+	g, x := r.captured(s, call)
 	if got := g.NodeCount(); got != 1 {
 		t.Fatalf("captured call: got %d graph nodes, want 1", got)
-	}
-	x, err := g.Instantiate()
-	if err != nil {
-		t.Fatalf("Instantiate: got err %v, want nil", err)
 	}
 	if got := r.first(s, b); got != 2 {
 		t.Fatalf("after capturing the call: got %d, want 2 (capture runs nothing)", got)
@@ -126,19 +115,7 @@ func TestCapturedWorkIsFrozen(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cuda.Call: got err %v, want nil", err)
 	}
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		t.Fatalf("BeginCapture: got err %v, want nil", err)
-	}
-	r.enqueue(s, fill)
-	r.enqueue(s, call)
-	g, err := s.EndCapture()
-	if err != nil {
-		t.Fatalf("EndCapture: got err %v, want nil", err)
-	}
-	x, err := g.Instantiate()
-	if err != nil {
-		t.Fatalf("Instantiate: got err %v, want nil", err)
-	}
+	_, x := r.captured(s, fill, call)
 	fill.Args[1] = cuda.F32Arg(2)
 	lc.Reference = func([][]byte) error { return errors.New("the replaced reference ran") }
 	if err := s.Launch(x); err != nil {
@@ -191,18 +168,7 @@ func TestPublishedKernelsAreACopy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cuda.Upload: got err %v, want nil", err)
 	}
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		t.Fatalf("BeginCapture: got err %v, want nil", err)
-	}
-	r.enqueue(s, up)
-	g, err := s.EndCapture()
-	if err != nil {
-		t.Fatalf("EndCapture: got err %v, want nil", err)
-	}
-	x, err := g.Instantiate()
-	if err != nil {
-		t.Fatalf("Instantiate: got err %v, want nil", err)
-	}
+	_, x := r.captured(s, up)
 	up.Host[0] = 7
 	if err := s.Launch(x); err != nil {
 		t.Fatalf("Launch: got err %v, want nil", err)

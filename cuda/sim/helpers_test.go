@@ -92,11 +92,29 @@ func (r rig) first(s cuda.Stream, b cuda.Buffer) int32 {
 // capture records k increments of b into an uploaded executable.
 func (r rig) capture(s cuda.Stream, b cuda.Buffer, k int) cuda.Exec {
 	r.t.Helper()
+	incs := make([]cuda.Command, k)
+	for i := range incs {
+		incs[i] = r.inc(b)
+	}
+	_, x := r.captured(s, incs...)
+	return x
+}
+
+func wantState(t testing.TB, what string, q cuda.FenceQuery, want cuda.FenceState) {
+	t.Helper()
+	if q.State != want {
+		t.Fatalf("%s: got state %v (err %v), want %v", what, q.State, q.Err, want)
+	}
+}
+
+// captured captures cmds on s into an instantiated executable.
+func (r rig) captured(s cuda.Stream, cmds ...cuda.Command) (cuda.Graph, cuda.Exec) {
+	r.t.Helper()
 	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
 		r.t.Fatalf("BeginCapture: got err %v, want nil", err)
 	}
-	for range k {
-		r.enqueue(s, r.inc(b))
+	for _, c := range cmds {
+		r.enqueue(s, c)
 	}
 	g, err := s.EndCapture()
 	if err != nil {
@@ -106,12 +124,5 @@ func (r rig) capture(s cuda.Stream, b cuda.Buffer, k int) cuda.Exec {
 	if err != nil {
 		r.t.Fatalf("Instantiate: got err %v, want nil", err)
 	}
-	return x
-}
-
-func wantState(t testing.TB, what string, q cuda.FenceQuery, want cuda.FenceState) {
-	t.Helper()
-	if q.State != want {
-		t.Fatalf("%s: got state %v (err %v), want %v", what, q.State, q.Err, want)
-	}
+	return g, x
 }
