@@ -5,6 +5,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -123,7 +124,7 @@ type countingExporter struct {
 // Export is the wrapped exporter's, its failure told.
 func (e countingExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
 	err := e.Exporter.Export(ctx, rm)
-	if err != nil {
+	if err != nil && !errors.Is(err, context.Canceled) { // canceled: shutdown exports again, at once
 		e.failed(fmt.Errorf("telemetry: metric export failed: %w", err))
 	}
 	return err

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lanesched/lanes/actors"
@@ -78,6 +79,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	if exportErrs.w == nil {
 		exportErrs.w = opt.Progress
 	}
+	// The SDK's own complaints (an upload that failed, say) join ours, rate
+	// limited, instead of its default log lines.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(exportErrs.report))
 	tel, err := telemetry.New(ctx, cfg.Telemetry.recorderConfig(exportErrs.report))
 	if errors.Is(err, telemetry.ErrConfig) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
