@@ -157,7 +157,11 @@ func (a *laneActor) submit(m *submitRequest) {
 			// Enqueue failed partway: some of the batch may have run.
 			r.Outcome, err = lanes.OutcomeIndeterminate, indeterminate("submit", err)
 		}
-		a.s.complete(m.Call, r, err)
+		var enqueued time.Time
+		if !taken.IsZero() {
+			enqueued = time.Now()
+		}
+		a.s.completeStaged(m.Call, r, err, taken, enqueued)
 		return
 	}
 	// Accepted, or refused partway (the caller's error): it ends at its

@@ -81,6 +81,10 @@ func (s *Scheduler) beginStop() {
 			s.endCall(id, ErrStopped, true)
 		}
 		s.timers.Wait()
+		// The lanes' last values, pushed before their gauges go.
+		pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = s.cfg.Telemetry.PushMetrics(pctx)
+		cancel()
 		if s.gauges != nil {
 			_ = s.gauges.Unregister()
 		}

@@ -68,7 +68,10 @@ type Config struct {
 	CacheBytes int64
 }
 
-// Counters are a lane's replay observations since it was made.
+// Counters are a lane's replay observations since it was made. Evictions
+// are executables removed to make room (the "evicted" cache events); an
+// in-place update, which re-keys an executable, is counted in Updated
+// alone.
 type Counters struct {
 	Submissions, Rejected, Failures                          uint64
 	Candidates, Captured, Uploaded, Hits                     uint64

@@ -160,7 +160,7 @@ func (l *Lane) observe(d cache.Discovery, r cache.PrepareReport) {
 	c.QuiescenceDeferred += uint64(r.QuiescenceDeferred)
 	c.CapacityDeferred += uint64(r.CapacityDeferred)
 	c.OutsidePreparation += uint64(r.OutsidePreparation)
-	c.Evictions += uint64(len(r.Evicted))
+	c.Evictions += uint64(len(r.Evicted) - r.Updated) // an update re-keys, it evicts nothing
 }
 
 // reason is why entry i is not replayed. A keyed compute entry of an

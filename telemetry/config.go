@@ -32,11 +32,14 @@ var ErrConfig = errors.New("telemetry: bad configuration")
 
 // Config selects where traces and metrics go. Each of Traces and Metrics
 // left "" is taken from the environment, as the OpenTelemetry spec says:
-// OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER (otlp, prometheus, console,
-// none), and otlp whenever an OTEL_EXPORTER_OTLP_*ENDPOINT variable is set;
+// OTEL_TRACES_EXPORTER (otlp, console, none) and OTEL_METRICS_EXPORTER
+// (otlp, prometheus, none), and otlp for both whenever an
+// OTEL_EXPORTER_OTLP_*ENDPOINT variable is set (so a collector that takes
+// no metrics, like Jaeger, wants OTEL_METRICS_EXPORTER=none beside it);
 // OTEL_EXPORTER_OTLP_PROTOCOL (grpc, http/protobuf) picks the OTLP
-// transport. With neither Config nor environment naming one, nothing is
-// exported and New returns nil, which records nothing.
+// transport, and the endpoint variables follow Endpoint's rules. With
+// neither Config nor environment naming one, nothing is exported and New
+// returns nil, which records nothing.
 type Config struct {
 	// Traces is none, otlp-grpc, otlp-http, stdout or file.
 	Traces string
@@ -58,10 +61,12 @@ type Config struct {
 	ExportTimeout time.Duration
 
 	// SuccessRatio is the fraction of plain successes traced: submissions
-	// that succeeded with every compute command replayed and no cache
-	// event. Every error, refusal, quarantine, eager fallback and cache
-	// event is traced whatever it says, as is a submission under a sampled
-	// caller's span. 0 means 1: everything. Sampled-out successes are
+	// that succeeded with no cache event and no fallback (a compute
+	// command run eagerly for a reason the batch did not choose; eager by
+	// its own choice, with no replay key, an eager path or boundary, is
+	// plain). Every error, refusal, quarantine, fallback and cache event
+	// is traced whatever it says, as is a submission under a sampled
+	// caller's span (one under an unsampled caller's is not). 0 means 1: everything. Sampled-out successes are
 	// counted (lanes.telemetry.sampled_out) and still feed every metric.
 	SuccessRatio float64
 	// QueueSpans bounds the spans waiting for export (default 65536);
@@ -89,6 +94,9 @@ type Config struct {
 	// in-memory ones).
 	SpanExporter sdktrace.SpanExporter
 	MetricReader sdkmetric.Reader
+
+	// traceURL and metricURL are where OTLP goes, resolved by resolve.
+	traceURL, metricURL string
 }
 
 // Defaults of the zero Config's fields.
@@ -131,9 +139,15 @@ func (c Config) resolve() (Config, error) {
 	default:
 		return bad("metrics exporter %q: use none, otlp-grpc, otlp-http or prometheus", c.Metrics)
 	}
-	if c.Endpoint != "" {
-		if _, _, err := endpointURL(c.Endpoint); err != nil {
-			return bad("%v", err)
+	if c.traceURL, err = otlpURL(c.Endpoint, c.Traces, "TRACES", "/v1/traces"); err != nil {
+		return c, err
+	}
+	if c.metricURL, err = otlpURL(c.Endpoint, c.Metrics, "METRICS", "/v1/metrics"); err != nil {
+		return c, err
+	}
+	if v := os.Getenv("OTEL_RESOURCE_ATTRIBUTES"); v != "" {
+		if _, err := ParseAttributes(v); err != nil {
+			return bad("OTEL_RESOURCE_ATTRIBUTES: %v", err)
 		}
 	}
 	if !(c.SuccessRatio >= 0 && c.SuccessRatio <= 1) {
@@ -154,7 +168,11 @@ func (c Config) resolve() (Config, error) {
 	c.MaxTenants = orDefault(c.MaxTenants, defaultMaxTenants)
 	if c.MetricInterval == 0 {
 		c.MetricInterval = defaultMetricInterval
-		if ms, err := strconv.Atoi(os.Getenv("OTEL_METRIC_EXPORT_INTERVAL")); err == nil && ms > 0 {
+		if v := os.Getenv("OTEL_METRIC_EXPORT_INTERVAL"); v != "" {
+			ms, err := strconv.Atoi(v)
+			if err != nil || ms <= 0 {
+				return bad("OTEL_METRIC_EXPORT_INTERVAL=%q: give a positive number of milliseconds", v)
+			}
 			c.MetricInterval = time.Duration(ms) * time.Millisecond
 		}
 	}
@@ -209,6 +227,42 @@ func fromEnv(variable, signal string) (string, error) {
 	return "", fmt.Errorf("%w: %s=%q is not an exporter lanes has for %s", ErrConfig, variable, v, strings.ToLower(signal))
 }
 
+// otlpURL is where an OTLP signal exported with exporter goes (""
+// unless it is OTLP): Config.Endpoint as a base, else the signal's
+// OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT as it is, else
+// OTEL_EXPORTER_OTLP_ENDPOINT as a base, else the spec's default
+// (http://localhost:4317 for gRPC, :4318 for HTTP). A base gets the
+// signal's path over HTTP. Every form follows endpointURL's rules (with
+// OTEL_EXPORTER_OTLP_INSECURE=true, a bare host:port is plain text
+// everywhere).
+func otlpURL(endpoint, exporter, signal, path string) (string, error) {
+	if exporter != ExportOTLPGRPC && exporter != ExportOTLPHTTP {
+		return "", nil
+	}
+	from, base := "Config.Endpoint", true
+	if endpoint == "" {
+		from = "OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT"
+		if endpoint, base = os.Getenv(from), false; endpoint == "" {
+			from, base = "OTEL_EXPORTER_OTLP_ENDPOINT", true
+			endpoint = os.Getenv(from)
+		}
+	}
+	if endpoint == "" {
+		endpoint = "http://localhost:4317"
+		if exporter == ExportOTLPHTTP {
+			endpoint = "http://localhost:4318"
+		}
+	}
+	u, _, err := endpointURL(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", ErrConfig, from, err)
+	}
+	if base && exporter == ExportOTLPHTTP {
+		u = strings.TrimSuffix(u, "/") + path
+	}
+	return u, nil
+}
+
 // endpointURL reads Config.Endpoint: the URL to export to and whether it
 // is plain text.
 func endpointURL(e string) (string, bool, error) {
@@ -223,9 +277,9 @@ func endpointURL(e string) (string, bool, error) {
 	if err != nil || port == "" {
 		return "", false, fmt.Errorf("endpoint %q: give http://host:port, https://host:port or host:port", e)
 	}
-	plain := host == "localhost"
+	plain := host == "localhost" || strings.EqualFold(os.Getenv("OTEL_EXPORTER_OTLP_INSECURE"), "true")
 	if ip := net.ParseIP(host); ip != nil {
-		plain = ip.IsLoopback()
+		plain = plain || ip.IsLoopback()
 	}
 	scheme := "https://"
 	if plain {

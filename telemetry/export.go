@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,16 +32,11 @@ func spanExporter(ctx context.Context, c Config) (sdktrace.SpanExporter, error) 
 	switch c.Traces {
 	case ExportOTLPGRPC:
 		o := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(c.ExportTimeout), otlptracegrpc.WithRetry(retryFor[otlptracegrpc.RetryConfig](c))}
-		if c.Endpoint != "" {
-			u, _, _ := endpointURL(c.Endpoint)
-			o = append(o, otlptracegrpc.WithEndpointURL(u))
-		}
+		o = append(o, otlptracegrpc.WithEndpointURL(c.traceURL))
 		return otlptracegrpc.New(ctx, o...)
 	case ExportOTLPHTTP:
 		o := []otlptracehttp.Option{otlptracehttp.WithTimeout(c.ExportTimeout), otlptracehttp.WithRetry(retryFor[otlptracehttp.RetryConfig](c))}
-		if c.Endpoint != "" {
-			o = append(o, otlptracehttp.WithEndpointURL(signalURL(c.Endpoint, "/v1/traces")))
-		}
+		o = append(o, otlptracehttp.WithEndpointURL(c.traceURL))
 		return otlptracehttp.New(ctx, o...)
 	case ExportStdout:
 		return stdouttrace.New(stdouttrace.WithWriter(os.Stdout))
@@ -68,14 +62,6 @@ func retryFor[T ~retrySettings](c Config) T {
 	return T(retrySettings{Enabled: true, InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.ExportTimeout})
 }
 
-// signalURL is an OTLP/HTTP signal's URL under a base endpoint, as
-// OTEL_EXPORTER_OTLP_ENDPOINT is read: the signal's path appended to the
-// base's.
-func signalURL(endpoint, path string) string {
-	u, _, _ := endpointURL(endpoint)
-	return strings.TrimSuffix(u, "/") + path
-}
-
 // metricReader builds the configured metric reader, or nil for none;
 // for Prometheus it also returns the handler that serves it. A pushed
 // export that fails is told to failed.
@@ -95,16 +81,11 @@ func metricReader(ctx context.Context, c Config, failed func(error)) (sdkmetric.
 		return r, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 	case ExportOTLPGRPC:
 		o := []otlpmetricgrpc.Option{otlpmetricgrpc.WithTimeout(c.ExportTimeout), otlpmetricgrpc.WithRetry(retryFor[otlpmetricgrpc.RetryConfig](c))}
-		if c.Endpoint != "" {
-			u, _, _ := endpointURL(c.Endpoint)
-			o = append(o, otlpmetricgrpc.WithEndpointURL(u))
-		}
+		o = append(o, otlpmetricgrpc.WithEndpointURL(c.metricURL))
 		exp, err = otlpmetricgrpc.New(ctx, o...)
 	case ExportOTLPHTTP:
 		o := []otlpmetrichttp.Option{otlpmetrichttp.WithTimeout(c.ExportTimeout), otlpmetrichttp.WithRetry(retryFor[otlpmetrichttp.RetryConfig](c))}
-		if c.Endpoint != "" {
-			o = append(o, otlpmetrichttp.WithEndpointURL(signalURL(c.Endpoint, "/v1/metrics")))
-		}
+		o = append(o, otlpmetrichttp.WithEndpointURL(c.metricURL))
 		exp, err = otlpmetrichttp.New(ctx, o...)
 	default:
 		return nil, nil, nil

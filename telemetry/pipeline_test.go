@@ -291,9 +291,14 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("New(%+v): got err %v, want telemetry.ErrConfig", c, err)
 		}
 	}
-	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
-	if _, err := telemetry.New(context.Background(), telemetry.Config{}); !errors.Is(err, telemetry.ErrConfig) || !strings.Contains(err.Error(), "zipkin") {
-		t.Errorf("New with OTEL_TRACES_EXPORTER=zipkin: got err %v, want telemetry.ErrConfig naming it", err)
+	for _, env := range [][2]string{{"OTEL_TRACES_EXPORTER", "zipkin"}, {"OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x:1"},
+		{"OTEL_METRIC_EXPORT_INTERVAL", "abc"}, {"OTEL_RESOURCE_ATTRIBUTES", "novalue"}, {"OTEL_METRICS_EXPORTER", "console"}} {
+		t.Run(env[0], func(t *testing.T) {
+			t.Setenv(env[0], env[1])
+			if _, err := telemetry.New(context.Background(), telemetry.Config{}); !errors.Is(err, telemetry.ErrConfig) || !strings.Contains(err.Error(), env[0][5:]) && !strings.Contains(err.Error(), env[1]) {
+				t.Errorf("New with %s=%s: got err %v, want telemetry.ErrConfig naming it", env[0], env[1], err)
+			}
+		})
 	}
 }
 
@@ -352,5 +357,26 @@ func TestOTLPMetricsPushed(t *testing.T) {
 	body := w.Body.String()
 	if !strings.Contains(body, `lanes_tenant="first"`) || !strings.Contains(body, `lanes_tenant="other"`) || strings.Contains(body, `lanes_tenant="second"`) {
 		t.Fatalf("tenants on metrics with MaxTenants 1: want first and other, not second, in\n%.2000s", body)
+	}
+}
+
+// TestLateWorkIsDropped: work handed to a Recorder after its Shutdown (a
+// scheduler stopped after it) is dropped and counted, never a panic.
+func TestLateWorkIsDropped(t *testing.T) {
+	rec, err := telemetry.New(context.Background(), telemetry.Config{SpanExporter: tracetest.NewInMemoryExporter()})
+	if err != nil {
+		t.Fatalf("telemetry.New: got err %v, want nil", err)
+	}
+	if err := rec.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown: got err %v, want nil", err)
+	}
+	rec.Submission(context.Background(), replayedSubmission("late"))
+	rec.Quarantine(context.Background(), telemetry.Quarantine{Lane: 1})
+	rec.Flush()
+	if err := rec.Shutdown(context.Background()); err != nil {
+		t.Fatalf("second Shutdown: got err %v, want nil", err)
+	}
+	if s := rec.Stats(); s.Behind != 2 {
+		t.Fatalf("stats after late work: got %+v, want Behind 2", s)
 	}
 }

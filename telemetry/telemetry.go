@@ -5,13 +5,13 @@ package telemetry
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +50,8 @@ type Recorder struct {
 	flush   chan chan struct{}
 	stopped chan struct{}
 	once    sync.Once
+	closeMu sync.RWMutex // hand holds it shared; Shutdown closes queue under it
+	closed  bool
 
 	behind        atomic.Uint64 // items dropped before recording
 	recorded      atomic.Uint64 // submissions recorded (traced or sampled out)
@@ -119,36 +121,38 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 	return t, nil
 }
 
-// probe tries the OTLP collector's address once, so that one that is not
-// there is told (Config.OnError) at once, not only when the first export
-// gives up.
+// probe tries each OTLP collector's address once (a TLS handshake for
+// https://), so that one that is not there, or speaks plain text where TLS
+// is asked for, is told (Config.OnError) at once, not only when the first
+// export gives up.
 func (t *Recorder) probe(c Config) {
-	target := c.Endpoint
-	if target == "" {
-		target = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	}
-	if target == "" {
-		target = "localhost:4317"
-		if c.Traces == ExportOTLPHTTP {
-			target = "localhost:4318"
+	seen := map[string]bool{}
+	for _, target := range []string{c.traceURL, c.metricURL} {
+		u, err := url.Parse(target)
+		if target == "" || err != nil || seen[u.Host] {
+			continue
+		}
+		seen[u.Host] = true
+		if err := probeOne(u); err != nil && t.cfg.OnError != nil {
+			t.cfg.OnError(fmt.Errorf("telemetry: the OTLP collector at %s: %v: exports will fail until it answers", target, err))
 		}
 	}
-	u, _, err := endpointURL(target)
-	if err != nil {
-		return
-	}
-	pu, err := url.Parse(u)
-	if err != nil {
-		return
-	}
-	conn, err := net.DialTimeout("tcp", pu.Host, 2*time.Second)
-	if err != nil {
-		if t.cfg.OnError != nil {
-			t.cfg.OnError(fmt.Errorf("telemetry: the OTLP collector at %s cannot be reached (%v): exports will fail until it can", pu.Host, err))
+}
+
+func probeOne(u *url.URL) error {
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	if u.Scheme != "https" {
+		conn, err := d.Dial("tcp", u.Host)
+		if err == nil {
+			_ = conn.Close()
 		}
-		return
+		return err
 	}
-	_ = conn.Close()
+	conn, err := tls.DialWithDialer(d, "tcp", u.Host, &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return fmt.Errorf("TLS handshake failed (%v); if it speaks plain text, give an http:// endpoint", err)
+	}
+	return conn.Close()
 }
 
 // newResource describes the process: the service (name, version, a
@@ -208,12 +212,29 @@ func (t *Recorder) record() {
 }
 
 // hand queues work for the recording goroutine, or drops and counts it.
+// After Shutdown it drops and counts (as Behind): work handed over late,
+// by a scheduler still running, is never a panic.
 func (t *Recorder) hand(it item) {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		t.behind.Add(1)
+		return
+	}
 	select {
 	case t.queue <- it:
 	default:
 		t.behind.Add(1)
 	}
+}
+
+// PushMetrics exports the metrics as they stand now, to OTLP (Prometheus
+// reads them when it scrapes): a scheduler's last values before it stops.
+func (t *Recorder) PushMetrics(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	return t.mp.ForceFlush(ctx)
 }
 
 // Flush waits until everything handed over so far is recorded and its
@@ -309,7 +330,10 @@ func (t *Recorder) Shutdown(ctx context.Context) error {
 	}
 	var err error
 	t.once.Do(func() {
+		t.closeMu.Lock()
+		t.closed = true
 		close(t.queue)
+		t.closeMu.Unlock()
 		<-t.stopped
 		if t.tp != nil {
 			err = t.tp.Shutdown(ctx)

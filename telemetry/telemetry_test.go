@@ -191,6 +191,15 @@ func TestRejectedAndQuarantinedWork(t *testing.T) {
 		t.Fatalf("got quarantine spans %+v (polled up to 5 s), want one with one lanes.quarantined event", q)
 	}
 	failed := r.spans("lanes.submit")[1]
+	stages := 0
+	for _, sp := range r.exp.GetSpans() {
+		if sp.Parent.SpanID() == failed.SpanContext.SpanID() && (sp.Name == "lanes.queue" || sp.Name == "lanes.enqueue") {
+			stages++
+		}
+	}
+	if stages != 2 {
+		t.Errorf("a submission that failed at enqueue: got %d of its queue and enqueue spans, want both", stages)
+	}
 	if v, _ := attr(failed.Attributes, "error.type"); v.AsString() != "cuda_launch_out_of_resources" {
 		t.Fatalf("failed submit span attribute error.type: got %q, want %q", v.AsString(), "cuda_launch_out_of_resources")
 	}

@@ -68,7 +68,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	fs.StringVar(&cfg.Telemetry.OTLPEndpoint, "otlp-endpoint", "", "send traces (and, with --metrics otlp, metrics) to this OTLP collector: host:port (plain text on loopback, TLS elsewhere) or http(s)://host:port (Jaeger: 127.0.0.1:4317); without it the OTEL_EXPORTER_OTLP_* and OTEL_*_EXPORTER variables are honoured")
 	fs.StringVar(&cfg.Telemetry.OTLPProtocol, "otlp-protocol", cfg.Telemetry.OTLPProtocol, "OTLP protocol: grpc (port 4317) or http (port 4318)")
 	fs.StringVar(&cfg.Telemetry.TraceFile, "trace-file", "", "write spans as OTLP JSON (one export request per line) to this file; Jaeger's UI and the Collector load it")
-	fs.StringVar(&cfg.Telemetry.Metrics, "metrics", "", "metrics: prometheus (served on --ops-addr's /metrics), otlp (to --otlp-endpoint) or none; default OTEL_METRICS_EXPORTER, else prometheus when --ops-addr is given")
+	fs.StringVar(&cfg.Telemetry.Metrics, "metrics", "", "metrics: prometheus (served on --ops-addr's /metrics), otlp (to --otlp-endpoint) or none; default OTEL_METRICS_EXPORTER, else prometheus when --ops-addr is given, else otlp when an OTEL_EXPORTER_OTLP_*ENDPOINT variable is set, else none")
 	fs.StringVar(&cfg.Telemetry.OpsAddr, "ops-addr", "", "serve /metrics, /healthz, /readyz and /debug/pprof/ here during the run: host:port, or :port for loopback (off by default)")
 	fs.Float64Var(&cfg.Telemetry.SuccessRatio, "trace-successes", cfg.Telemetry.SuccessRatio, "fraction of plain successes traced (every error, refusal, quarantine, eager fallback and cache event is traced, and every sampled-out one counted)")
 	fs.StringVar(&cfg.Telemetry.ServiceName, "service-name", "", "OpenTelemetry service name (default OTEL_SERVICE_NAME, else lanedemo)")

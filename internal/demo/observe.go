@@ -50,6 +50,8 @@ func (t TelemetryConfig) validate() error {
 		return bad("--metrics %q: use none, prometheus or otlp", t.Metrics)
 	case t.Metrics == "prometheus" && t.OpsAddr == "":
 		return bad("--metrics prometheus is served on --ops-addr's /metrics: give --ops-addr too")
+	case t.Metrics == "" && os.Getenv("OTEL_METRICS_EXPORTER") == "prometheus" && t.OpsAddr == "":
+		return bad("OTEL_METRICS_EXPORTER=prometheus is served on --ops-addr's /metrics: give --ops-addr too")
 	case !(t.SuccessRatio > 0 && t.SuccessRatio <= 1):
 		return bad("--trace-successes %v: give a fraction above 0, up to 1", t.SuccessRatio)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +85,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(exportErrs.report))
 	tel, err := telemetry.New(ctx, cfg.Telemetry.recorderConfig(exportErrs.report))
 	if errors.Is(err, telemetry.ErrConfig) {
-		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), telemetry.ErrConfig.Error()+": "))
 	}
 	if err != nil {
 		return nil, err
