@@ -160,7 +160,8 @@ shot "http://127.0.0.1:16686/trace/$best" "$OUT_DIR/jaeger-trace.png"
 shot "http://127.0.0.1:16686/trace/$qtrace" "$OUT_DIR/jaeger-quarantine.png"
 q() { python3 -c 'import sys,urllib.parse;print(urllib.parse.quote(sys.argv[1]))' "$1"; }
 expr='histogram_quantile(0.99, sum by (le, lanes_lane_id) (rate(lanes_fence_latency_seconds_bucket[5s])))'
-shot "http://$PROM/graph?g0.expr=$(q "$expr")&g0.tab=0&g0.stacked=0&g0.range_input=1m&g0.end_input=$(q "$(date -u -d @"$((end + 15))" '+%Y-%m-%d %H:%M:%S')")" "$OUT_DIR/prometheus-p99.png"
+# The graph's end is read to the minute: the next minute after the run.
+shot "http://$PROM/graph?g0.expr=$(q "$expr")&g0.tab=0&g0.stacked=0&g0.range_input=2m&g0.end_input=$(q "$(date -u -d @"$(((end / 60 + 1) * 60))" '+%Y-%m-%d %H:%M:%S')")" "$OUT_DIR/prometheus-p99.png"
 
 echo "== 3. overhead: lanedemo's steps/s with the exporter off and on (default --trace-successes), three rounds"
 for round in 1 2 3; do
