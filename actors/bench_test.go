@@ -11,17 +11,20 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"golang.org/x/sys/unix"
 )
 
-// BenchmarkScheduler measures the scheduler's own overhead on the zero-cost
-// simulator: closed-loop clients (four per lane, one tenant each) submit
-// one-command batches; it reports submissions per second and the p50 and
-// p99 submit-to-receipt latency.
+// BenchmarkScheduler measures the scheduler's own cost on the simulator
+// that neither models time nor computes bytes (ClockZeroCost, NoData):
+// closed-loop clients (four per lane, one tenant each) submit one-command
+// batches; it reports submissions per second, the p50 and p99
+// submit-to-receipt latency, and the process's CPU time and allocations per
+// submission (clients, lanes, the device's bookkeeping and the runtime).
 func BenchmarkScheduler(b *testing.B) {
 	for _, nl := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("lanes=%d", nl), func(b *testing.B) {
 			clients := 4 * nl
-			dev := newDevice(b, sim.Config{Clock: sim.ClockZeroCost}, clients)
+			dev := newDevice(b, sim.Config{Clock: sim.ClockZeroCost, NoData: true}, clients)
 			s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: nl})
 			if err != nil {
 				b.Fatalf("actors.Start: got err %v, want nil", err)
@@ -30,8 +33,9 @@ func BenchmarkScheduler(b *testing.B) {
 			per := max(b.N/clients, 1)
 			lat := make([][]time.Duration, clients)
 			var wg sync.WaitGroup
+			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu0 := time.Now(), processCPU()
 			for c := range clients {
 				wg.Add(1)
 				go func() {
@@ -49,7 +53,7 @@ func BenchmarkScheduler(b *testing.B) {
 				}()
 			}
 			wg.Wait()
-			elapsed := time.Since(start)
+			elapsed, cpu := time.Since(start), processCPU()-cpu0
 			b.StopTimer()
 			var all []time.Duration
 			for _, l := range lat {
@@ -60,8 +64,18 @@ func BenchmarkScheduler(b *testing.B) {
 				return
 			}
 			b.ReportMetric(float64(len(all))/elapsed.Seconds(), "subs/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(len(all)), "cpu-ns/sub")
 			b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-us")
 			b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-us")
 		})
 	}
+}
+
+// processCPU is the process's user and system time so far.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -43,7 +43,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	fs := flag.NewFlagSet("lanedemo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "device backend: sim (the embedded simulated H200) or cuda (the real GPU; needs a build with the cuda tag)")
-	fs.StringVar(&cfg.Clock, "clock", cfg.Clock, "sim clock: real (the cost model in wall-clock time, feels like a GPU) or zero (no device cost: the scheduler's own overhead)")
+	fs.StringVar(&cfg.Clock, "clock", cfg.Clock, "sim clock: real (the cost model in wall-clock time, feels like a GPU), zero (no device cost; kernels still compute their bytes on the CPU) or none (no device cost and no bytes computed: the scheduler's own cost, as the report's process CPU per step)")
 	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "devices to spread tenants over (sim devices, or GPUs 0..N-1 with --device cuda)")
 	fs.IntVar(&cfg.Lanes, "lanes", cfg.Lanes, "lanes (streams) per device")
 	fs.IntVar(&cfg.Tenants, "tenants", cfg.Tenants, "tenants, each with its own buffers and sizes")

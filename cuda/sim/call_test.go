@@ -177,3 +177,31 @@ func TestPublishedKernelsAreACopy(t *testing.T) {
 		t.Fatalf("replayed upload after its bytes changed: got %d, want 0 (the captured bytes)", got)
 	}
 }
+
+// TestNoDataKeepsSemantics: a device with NoData computes no bytes, but
+// its streams keep their order, capture rules and replays, and an injected
+// sticky fault still poisons it.
+func TestNoDataKeepsSemantics(t *testing.T) {
+	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost, NoData: true, Faults: []sim.Fault{{Kind: sim.FaultSticky, Nth: 3}}})
+	s := r.stream()
+	b := r.counter(s, 16) // its zeroing runs no bytes either
+	before := r.first(s, b)
+	r.enqueue(s, r.inc(b))
+	if got := r.first(s, b); got != before {
+		t.Fatalf("an inc on a NoData device: got %d, want %d, as before it (no bytes computed)", got, before)
+	}
+	_, x := r.captured(s, r.inc(b))
+	if err := s.Launch(x); err != nil {
+		t.Fatalf("Launch: got err %v, want nil", err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatalf("Synchronize after a replay: got err %v, want nil", err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatalf("second Synchronize: got err %v, want nil", err)
+	}
+	r.enqueue(s, r.inc(b)) // the third launch: the injected sticky fault
+	if err := s.Synchronize(); !errors.Is(err, cuda.ErrIllegalAddress) {
+		t.Fatalf("Synchronize after the injected sticky fault: got err %v, want cuda.ErrIllegalAddress", err)
+	}
+}

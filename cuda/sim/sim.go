@@ -66,6 +66,12 @@ type Config struct {
 	// in seconds (tens of billions of threads) would take days; a larger
 	// launch is refused with cuda.ErrLaunchConfig before it is enqueued.
 	MaxLaunchThreads uint64
+	// NoData runs no command's bytes: kernels, library calls, copies and
+	// uploads keep their order, events, capture rules, replays and faults
+	// (an injected sticky fault still poisons the device), but no buffer
+	// changes. With ClockZeroCost it is the scheduler's own cost, measured
+	// on any machine: nothing is computed and no device time modelled.
+	NoData bool
 }
 
 // DefaultMaxLaunchThreads is the launch size limit of a simulated device
@@ -97,6 +103,7 @@ type Device struct {
 	// this costs no concurrency of the model, and it keeps the race
 	// detector meaningful.
 	execMu sync.Mutex
+	noData bool // Config.NoData
 	// memScratch and argScratch are a kernel run's memory views and its
 	// copy of the arguments, reused (execMu).
 	memScratch []kernels.Memory
@@ -161,6 +168,7 @@ func New(cfg Config) (*Device, error) {
 		clock:      clock{mode: cfg.Clock, origin: time.Now(), virtual: cfg.Virtual},
 		cost:       cfg.Cost.withDefaults(),
 		maxThreads: cfg.MaxLaunchThreads,
+		noData:     cfg.NoData,
 		closed:     make(chan struct{}),
 		buffers:    map[uint64]*allocation{},
 		freeing:    map[uint64]bool{}, hostsGoing: map[uint64]bool{},

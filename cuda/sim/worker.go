@@ -83,6 +83,9 @@ func (d *Device) run(it *item) {
 		d.poisonAt(it.finish, cuda.DriverError("kernel", cuda.CodeIllegalAddress, "injected sticky fault in "+it.op+"; the device is poisoned, open a new one"))
 		return
 	}
+	if d.noData {
+		return
+	}
 	d.execMu.Lock()
 	err := d.execute(it.nodes)
 	d.execMu.Unlock()

@@ -80,8 +80,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Device != "sim" && c.Device != "cuda":
 		return bad("--device %q: use sim or cuda", c.Device)
-	case c.Clock != "real" && c.Clock != "zero":
-		return bad("--clock %q: use real or zero", c.Clock)
+	case c.Clock != "real" && c.Clock != "zero" && c.Clock != "none":
+		return bad("--clock %q: use real, zero or none", c.Clock)
 	case c.Devices < 1 || c.Devices > 64:
 		return bad("--devices %d: use 1 to 64", c.Devices)
 	case c.Lanes < 1 || c.Lanes > 256:

@@ -7,6 +7,8 @@ import (
 	"io"
 	"runtime/metrics"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // RuntimeReport is what the Go runtime spent on the measured phase: the
@@ -19,6 +21,11 @@ type RuntimeReport struct {
 	BytesPerStep   float64 // heap bytes allocated per ended step, by the whole process
 	ObjectsPerStep float64 // heap objects allocated per ended step
 	GCCPUShare     float64 // GC CPU time over all CPU time the runtime accounted (an estimate the runtime refreshes each cycle)
+	// CPUPerStep is the process's CPU time (user and system, every
+	// thread) per ended step, in nanoseconds: with --clock none, the
+	// scheduler's own cost (clients, lanes, the simulated device's
+	// bookkeeping and the runtime), as no byte is computed.
+	CPUPerStep float64
 }
 
 // runtimeSample names the runtime metrics a RuntimeReport is made of.
@@ -34,6 +41,16 @@ var runtimeSample = []string{
 // phase and reports the difference at its end.
 type runtimeMeter struct {
 	start []metrics.Sample
+	cpu   time.Duration
+}
+
+// processCPU is the process's user and system time so far.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func readRuntime() []metrics.Sample {
@@ -45,7 +62,7 @@ func readRuntime() []metrics.Sample {
 	return s
 }
 
-func startRuntimeMeter() *runtimeMeter { return &runtimeMeter{start: readRuntime()} }
+func startRuntimeMeter() *runtimeMeter { return &runtimeMeter{start: readRuntime(), cpu: processCPU()} }
 
 // value reads sample i as a float whatever its kind; a metric this runtime
 // does not know reads 0.
@@ -70,7 +87,8 @@ func (m *runtimeMeter) report(steps int64, elapsed time.Duration) RuntimeReport 
 		}
 		return v / float64(steps)
 	}
-	r := RuntimeReport{GCCycles: uint64(delta(0)), BytesPerStep: perStep(delta(1)), ObjectsPerStep: perStep(delta(2))}
+	r := RuntimeReport{GCCycles: uint64(delta(0)), BytesPerStep: perStep(delta(1)), ObjectsPerStep: perStep(delta(2)),
+		CPUPerStep: perStep(float64(processCPU() - m.cpu))}
 	r.GCPerSec = float64(r.GCCycles) / secs
 	if cpu := delta(4); cpu > 0 {
 		r.GCCPUShare = delta(3) / cpu
@@ -79,6 +97,6 @@ func (m *runtimeMeter) report(steps int64, elapsed time.Duration) RuntimeReport 
 }
 
 func (r RuntimeReport) write(w io.Writer) {
-	fmt.Fprintf(w, "go runtime: %.0f B and %.1f objects allocated per step, %d GC cycles (%.0f/s), GC %.1f%% of CPU\n",
-		r.BytesPerStep, r.ObjectsPerStep, r.GCCycles, r.GCPerSec, 100*r.GCCPUShare)
+	fmt.Fprintf(w, "go runtime: %.0f B and %.1f objects allocated per step, %d GC cycles (%.0f/s), GC %.1f%% of CPU; process CPU %.1f µs per step\n",
+		r.BytesPerStep, r.ObjectsPerStep, r.GCCycles, r.GCPerSec, 100*r.GCCPUShare, r.CPUPerStep/1e3)
 }

@@ -70,7 +70,7 @@ func openDevices(cfg Config) ([]cuda.Device, error) {
 		return b(cfg)
 	}
 	clock := sim.ClockRealTime
-	if cfg.Clock == "zero" {
+	if cfg.Clock == "zero" || cfg.Clock == "none" {
 		clock = sim.ClockZeroCost
 	}
 	var faults []sim.Fault
@@ -85,7 +85,7 @@ func openDevices(cfg Config) ([]cuda.Device, error) {
 	}
 	var devs []cuda.Device
 	for i := range cfg.Devices {
-		d, err := sim.New(sim.Config{Clock: clock, Ordinal: i, Seed: cfg.Seed + int64(i), Faults: faults})
+		d, err := sim.New(sim.Config{Clock: clock, NoData: cfg.Clock == "none", Ordinal: i, Seed: cfg.Seed + int64(i), Faults: faults})
 		if err != nil {
 			return nil, err
 		}
