@@ -139,11 +139,15 @@ func (c Config) resolve() (Config, error) {
 	default:
 		return bad("metrics exporter %q: use none, otlp-grpc, otlp-http or prometheus", c.Metrics)
 	}
-	if c.traceURL, err = otlpURL(c.Endpoint, c.Traces, "TRACES", "/v1/traces"); err != nil {
-		return c, err
+	if c.SpanExporter == nil { // else nothing goes to OTLP
+		if c.traceURL, err = otlpURL(c.Endpoint, c.Traces, "TRACES", "/v1/traces"); err != nil {
+			return c, err
+		}
 	}
-	if c.metricURL, err = otlpURL(c.Endpoint, c.Metrics, "METRICS", "/v1/metrics"); err != nil {
-		return c, err
+	if c.MetricReader == nil {
+		if c.metricURL, err = otlpURL(c.Endpoint, c.Metrics, "METRICS", "/v1/metrics"); err != nil {
+			return c, err
+		}
 	}
 	if v := os.Getenv("OTEL_RESOURCE_ATTRIBUTES"); v != "" {
 		if _, err := ParseAttributes(v); err != nil {
@@ -253,7 +257,7 @@ func otlpURL(endpoint, exporter, signal, path string) (string, error) {
 			endpoint = "http://localhost:4318"
 		}
 	}
-	u, _, err := endpointURL(endpoint)
+	u, err := endpointURL(endpoint)
 	if err != nil {
 		return "", fmt.Errorf("%w: %s: %v", ErrConfig, from, err)
 	}
@@ -263,19 +267,20 @@ func otlpURL(endpoint, exporter, signal, path string) (string, error) {
 	return u, nil
 }
 
-// endpointURL reads Config.Endpoint: the URL to export to and whether it
-// is plain text.
-func endpointURL(e string) (string, bool, error) {
+// endpointURL reads an OTLP endpoint as the URL to export to: a URL as it
+// is, a bare host:port as http:// on loopback (or with
+// OTEL_EXPORTER_OTLP_INSECURE) and https:// elsewhere.
+func endpointURL(e string) (string, error) {
 	if strings.Contains(e, "://") {
 		u, err := url.Parse(e)
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return "", false, fmt.Errorf("endpoint %q: give http://host:port, https://host:port or host:port", e)
+			return "", fmt.Errorf("endpoint %q: give http://host:port, https://host:port or host:port", e)
 		}
-		return e, u.Scheme == "http", nil
+		return e, nil
 	}
 	host, port, err := net.SplitHostPort(e)
 	if err != nil || port == "" {
-		return "", false, fmt.Errorf("endpoint %q: give http://host:port, https://host:port or host:port", e)
+		return "", fmt.Errorf("endpoint %q: give http://host:port, https://host:port or host:port", e)
 	}
 	plain := host == "localhost" || strings.EqualFold(os.Getenv("OTEL_EXPORTER_OTLP_INSECURE"), "true")
 	if ip := net.ParseIP(host); ip != nil {
@@ -285,5 +290,5 @@ func endpointURL(e string) (string, bool, error) {
 	if plain {
 		scheme = "http://"
 	}
-	return scheme + e, plain, nil
+	return scheme + e, nil
 }

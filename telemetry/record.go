@@ -108,20 +108,21 @@ func (t *Recorder) recordItem(it item) {
 			t.quarantined(q)
 		}
 	}
-	t.flushWaiting(false)
-	if t.pipe != nil {
-		t.pipe.commit()
-	}
+	t.settle(false)
 }
 
-// flushWaiting records the quarantines that waited long enough for their
-// submission (all of them when all is set).
-func (t *Recorder) flushWaiting(all bool) {
+// settle records the quarantines that waited long enough for their
+// submission (all of them when all is set), then commits the spans made
+// since the last commit as one group.
+func (t *Recorder) settle(all bool) {
 	for lane, q := range t.waitingQ {
 		if all || time.Since(q.At) > quarantineWait {
 			delete(t.waitingQ, lane)
 			t.quarantined(q)
 		}
+	}
+	if t.pipe != nil {
+		t.pipe.commit()
 	}
 }
 

@@ -115,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 	}
 	t.queue, t.flush, t.stopped = make(chan item, queueLength), make(chan chan struct{}), make(chan struct{})
 	go t.record()
-	if (traces && c.SpanExporter == nil && strings.HasPrefix(c.Traces, "otlp")) || (metrics && c.MetricReader == nil && strings.HasPrefix(c.Metrics, "otlp")) {
+	if c.traceURL != "" || c.metricURL != "" { // OTLP somewhere
 		go t.probe(c)
 	}
 	return t, nil
@@ -185,16 +185,10 @@ func (t *Recorder) record() {
 	for {
 		select {
 		case <-tick.C:
-			t.flushWaiting(false)
-			if t.pipe != nil {
-				t.pipe.commit()
-			}
+			t.settle(false)
 		case it, ok := <-t.queue:
 			if !ok {
-				t.flushWaiting(true)
-				if t.pipe != nil {
-					t.pipe.commit()
-				}
+				t.settle(true)
 				return
 			}
 			t.recordItem(it)
@@ -202,10 +196,7 @@ func (t *Recorder) record() {
 			for len(t.queue) > 0 {
 				t.recordItem(<-t.queue)
 			}
-			t.flushWaiting(true)
-			if t.pipe != nil {
-				t.pipe.commit()
-			}
+			t.settle(true)
 			close(done)
 		}
 	}

@@ -103,15 +103,13 @@ func (t TelemetryConfig) recorderConfig(onError func(error)) telemetry.Config {
 }
 
 // exportErrors prints export failures as they happen, at most one a
-// second, and counts them all.
+// second (Recorder.Stats counts them all).
 type exportErrors struct {
 	w    io.Writer
-	n    atomic.Int64
 	last atomic.Int64 // unix ns of the last one printed
 }
 
 func (e *exportErrors) report(err error) {
-	e.n.Add(1)
 	now := time.Now().UnixNano()
 	if last := e.last.Load(); now-last > int64(time.Second) && e.last.CompareAndSwap(last, now) && e.w != nil {
 		fmt.Fprintf(e.w, "lanedemo: %v\n", err)
