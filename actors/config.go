@@ -96,13 +96,14 @@ type Config struct {
 	QuickPolls       int           // default 4
 	PollMin, PollMax time.Duration // default 20µs, 2ms
 	Throughput       int           // messages per mailbox run; default 64
-	// Spin is how long a lane's thread spins for work, rather than park,
-	// while a fence poll is due within it, so that short GPU work ends
-	// without a thread wake-up. Default 0: never. On the H200 with 4 lanes
-	// per GPU, spinning lanes were not faster than parking ones (the
-	// dispatcher's own poll timer already saves the wake-ups that
-	// mattered), and spinning costs a core per busy lane; try it where
-	// polls are frequent and cores plentiful.
+	// Spin is how long a lane's thread keeps spinning after a fence ended
+	// (or work began on an idle lane): meanwhile it polls its oldest fence
+	// every couple of microseconds and runs new work as it arrives,
+	// instead of parking between timed polls, so a short step's end is
+	// seen within microseconds, as a hand-written loop spinning on its
+	// event sees it. It costs a core per busy lane; after Spin without a
+	// fence ending, the lane backs off to timed polls (PollMin to
+	// PollMax). Default 0: never spin (timed polls only).
 	Spin time.Duration
 	// HangTimeout is how long a lane may go without any of its submissions
 	// ending, while it has some in flight or waits on its stream, before

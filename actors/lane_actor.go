@@ -66,7 +66,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.self = ctx.Self()
 		self, root := a.self, a.s.system.Root
-		a.ref.disp.poll = func() { root.Send(self, pollFences{}) }
+		a.ref.disp.poll = func() { a.pollDirect(root, self) }
 		a.waiter = hangWaiter{lane: a.ref.id, timeout: a.s.cfg.HangTimeout}
 		if err := a.open(); err != nil {
 			a.failed("", fmt.Errorf("%w: open lane %d: %w", lanes.ErrFailed, a.ref.id, err))

@@ -6,6 +6,8 @@ package cache
 import (
 	"fmt"
 	"sort"
+
+	"github.com/lanesched/lanes/cuda"
 )
 
 // Scope kinds. The zero value is no scope: a region nobody vouched for.
@@ -57,9 +59,26 @@ type Discovery struct {
 	Reasons []Reason
 }
 
+// StableTransfer reports whether commands of kind k move bytes between
+// addresses that stay put (pinned staging and device memory: stage in,
+// stage out, device-to-device copy, zero), so that a graph node made of one
+// does at every replay what the command does: a copy from pinned staging
+// reads the staging when it runs. An upload is not one: its host bytes
+// would be baked into the graph.
+func StableTransfer(k cuda.CommandKind) bool {
+	switch k {
+	case cuda.KindStageIn, cuda.KindStageOut, cuda.KindCopy, cuda.KindZero:
+		return true
+	}
+	return false
+}
+
 // Discover finds the replay candidates of a batch: maximal contiguous runs
 // of compute-phase commands that are replayable (a key and a scope for every
-// region) and not on a declared eager-boundary node. A run whose commands'
+// region) and not on a declared eager-boundary node. A transfer of another
+// phase (a step's input staged in, its readout copied out) joins the run
+// beside it when it carries a key and is a [StableTransfer]: the replayed
+// graph then moves the step's bytes too, so a step is one graph launch. A run whose commands'
 // scopes name two different lanes is no candidate, and each of its commands
 // gets ReasonAddressScopeConflict.
 //
@@ -89,7 +108,7 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 		b := m.bindCommand(c)
 		d.Bindings[i] = b
 		switch {
-		case c.Phase != PhaseCompute:
+		case c.Phase != PhaseCompute && !(c.HasKey && StableTransfer(c.Cmd.Kind)):
 			d.Reasons[i] = ReasonNotCompute
 		case c.Node != NoNode && boundary[c.Node]:
 			d.Reasons[i] = ReasonEagerBoundary

@@ -33,6 +33,12 @@ func TestDiscoverReasons(t *testing.T) {
 	noScopes.Scopes = nil
 	input := zeroCmd(9, 1, plan)
 	input.Phase = cache.PhaseDynamicBinding
+	inputNoKey := input
+	inputNoKey.HasKey = false
+	inputUpload := cache.Command{Cmd: cuda.Command{Kind: cuda.KindUpload, Dst: cuda.Region{Buffer: buffer(9, cuda.F32, 0x9000), Length: 4}, Host: make([]byte, 4)},
+		Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Key: cache.NewKey("t", "upload").Finish(), HasKey: true, Scopes: []cache.Scope{plan}}
+	readout := cache.Command{Cmd: cuda.Command{Kind: cuda.KindCopy, Dst: buffer(7, cuda.F32, 0x7000).Whole(), Src: buffer(8, cuda.F32, 0x8000).Whole()},
+		Phase: cache.PhaseReadout, Node: cache.NoNode, Key: cache.NewKey("t", "copy").Finish(), HasKey: true, Scopes: []cache.Scope{lane1, lane1}}
 	mixed := cache.Command{Cmd: cuda.Command{Kind: cuda.KindCopy, Dst: buffer(1, cuda.F32, 0x1000).Whole(), Src: buffer(2, cuda.F32, 0x9000).Whole()},
 		Key: cache.NewKey("t", "copy").Finish(), HasKey: true, Node: 1, Scopes: []cache.Scope{lane1, lane2}}
 
@@ -52,8 +58,12 @@ func TestDiscoverReasons(t *testing.T) {
 		{"command mixes two lanes", []cache.Command{mixed}, nil, []cache.Reason{cache.ReasonAddressScopeConflict}, nil},
 		{"run mixes two lanes", []cache.Command{zeroCmd(1, 0, lane1), zeroCmd(2, 1, plan), zeroCmd(3, 2, lane2)}, nil,
 			[]cache.Reason{cache.ReasonAddressScopeConflict, cache.ReasonAddressScopeConflict, cache.ReasonAddressScopeConflict}, nil},
-		{"input phase is a barrier", []cache.Command{zeroCmd(1, 0, plan), input, zeroCmd(3, 2, plan)}, nil,
+		{"unkeyed input is a barrier", []cache.Command{zeroCmd(1, 0, plan), inputNoKey, zeroCmd(3, 2, plan)}, nil,
 			[]cache.Reason{0, cache.ReasonNotCompute, 0}, [][2]int{{0, 1}, {2, 3}}},
+		{"keyed upload input is a barrier (its bytes would be baked in)", []cache.Command{zeroCmd(1, 0, plan), inputUpload, zeroCmd(3, 2, plan)}, nil,
+			[]cache.Reason{0, cache.ReasonNotCompute, 0}, [][2]int{{0, 1}, {2, 3}}},
+		{"keyed stable input and readout join the segment", []cache.Command{input, zeroCmd(1, 0, lane1), zeroCmd(3, 2, plan), readout}, nil,
+			[]cache.Reason{0, 0, 0, 0}, [][2]int{{0, 4}}},
 		{"eager boundary splits", []cache.Command{zeroCmd(1, 0, plan), zeroCmd(2, 1, plan), zeroCmd(3, 2, plan)}, []int{1},
 			[]cache.Reason{0, cache.ReasonEagerBoundary, 0}, [][2]int{{0, 1}, {2, 3}}},
 	}

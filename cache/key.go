@@ -113,13 +113,19 @@ func (b *KeyBuilder) Finish() ProviderKey { return sha256.Sum256(b.buf) }
 // LaunchKey is the provider key of a kernel launch that binds its kernel,
 // launch configuration and scalar arguments: what a provider that trusts
 // its kernel to be a pure function of these declares. Given a library
-// call, it is CallKey's: each kind is keyed by what it is.
+// call, it is CallKey's; given a transfer (a copy, a zero, a stage in or
+// out), it keys the transfer's kind, and Bind binds its regions and
+// staging: each kind is keyed by what it is.
 func LaunchKey(providerFingerprint string, c cuda.Command) ProviderKey {
 	if c.Kind == cuda.KindCall {
 		return CallKey(providerFingerprint, c) // a call's key is its own
 	}
 	var scratch [512]byte
 	b := KeyBuilder{buf: scratch[:0]}
+	if c.Kind != cuda.KindLaunch {
+		b.start(providerFingerprint, "transfer:"+c.Kind.String())
+		return b.Finish()
+	}
 	b.start(providerFingerprint, c.Kernel)
 	g, bl := c.Config.Grid, c.Config.Block
 	for _, v := range []uint32{g.X, g.Y, g.Z, bl.X, bl.Y, bl.Z, c.Config.SharedBytes} {

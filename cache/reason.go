@@ -43,7 +43,8 @@ const (
 	// ReasonEagerBoundary: the plan declared the node eager.
 	ReasonEagerBoundary
 	// ReasonNotCompute: the command is an input or output transfer, an
-	// eager barrier between compute segments.
+	// eager barrier between compute segments (a keyed StableTransfer joins
+	// the segment instead).
 	ReasonNotCompute
 	// ReasonEagerPath: the batch's compute path (eager only) asked for
 	// eager execution.

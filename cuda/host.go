@@ -68,6 +68,16 @@ type HostMemory interface {
 	ReadHost(src HostRegion, dst []byte) error
 }
 
+// HostView is pinned host memory the host addresses in place: both
+// backends implement it beside [HostMemory]. HostBytes returns a region's
+// bytes with no copy, to fill before the commands that read them run, or
+// read after those that write them ended; no such command may be in flight
+// while the slice is used, and it is valid only while the host buffer
+// lives.
+type HostView interface {
+	HostBytes(r HostRegion) ([]byte, error)
+}
+
 // StageIn copies a host staging region into device memory when it runs
 // (a host-to-device memcpy node in a graph, reading the staging at every
 // replay).

@@ -29,7 +29,10 @@
 // The owner, on the lane's bound OS thread:
 //
 //  1. [Lane.Submit] a [Batch]. Validation (every handle the batch names
-//     is checked live on the device), discovery, preparation, the
+//     is checked live on the device; a batch equal to one the lane
+//     planned before reuses that plan's validation and discovery, and has
+//     its handles checked again only after the device freed something:
+//     [Counters].RememberedPlans), discovery, preparation, the
 //     compute-path requirement and program registration happen first; an
 //     error there is "definitely not submitted" ([Error.NotSubmitted]): none
 //     of the batch's commands ran. It is the caller's, and leaves the lane

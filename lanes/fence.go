@@ -55,9 +55,13 @@ type Receipt struct {
 	Err error
 	// Tenant and Lane say where it ran: the lane's Config.ID, and the
 	// tenant a scheduler submitted it for ("" for a lane driven directly).
-	Tenant     string
-	Lane       int
-	DeviceTime time.Duration // from the start event to the fence; 0 without timing
+	Tenant string
+	Lane   int
+	// DeviceTime is from the point of the stream where the submission
+	// began (its start event, or the previous timed submission's fence
+	// when that was still pending: the same point, one event fewer) to its
+	// fence; 0 without timing.
+	DeviceTime time.Duration
 	Spans      []SpanTiming
 	// HostStart is the host time (on Config.Now's clock) at which the
 	// submission's start event was recorded: the anchor that places device
@@ -72,23 +76,49 @@ type Receipt struct {
 	Released []cuda.Buffer
 }
 
+// span is an event pair around one timed enqueue. Where nothing was
+// enqueued between the submission's start event and the span's start, the
+// span starts at that event (startShared); where the span's enqueue is the
+// batch's last, it ends at the submission's timed fence (endAtFence): a
+// one-segment step is timed by two events, not four.
 type span struct {
-	index      int
-	segment    bool
-	start, end cuda.Event
+	index       int
+	segment     bool
+	start, end  cuda.Event
+	startShared bool
+	endAtFence  bool
+}
+
+// events are the span's start and end: its own, or the submission's it
+// shares (nil when the submission's start was dropped, by a refusal).
+func (s *span) events(p *pending) (start, end cuda.Event) {
+	start, end = s.start, s.end
+	if s.startShared {
+		start = p.start
+	}
+	if s.endAtFence {
+		end = p.end
+	}
+	return start, end
 }
 
 // pending is an accepted submission whose fence is not terminal.
 type pending struct {
 	fence      uint64
 	start, end cuda.Event
-	spans      []span
-	timing     TimingMode
-	hostStart  time.Duration
-	hostTimed  bool
-	retain     []cuda.Buffer
-	att        Attribution
-	refused    *Error // set when the caller's error stopped the batch partway
+	// endLent: the next submission's start is this one's end event (see
+	// Lane.borrowStart), so the next one releases it. lender is whom start
+	// was borrowed from (its fence in lenderFence, records being reused).
+	endLent     bool
+	lender      *pending
+	lenderFence uint64
+	spans       []span
+	timing      TimingMode
+	hostStart   time.Duration
+	hostTimed   bool
+	retain      []cuda.Buffer
+	att         Attribution
+	refused     *Error // set when the caller's error stopped the batch partway
 }
 
 // collect retires every pending submission whose fence is terminal, in
@@ -128,13 +158,19 @@ func (l *Lane) collect() error {
 // collector: a failed device's events are never recorded again.
 func (p *pending) release() {
 	for _, s := range p.spans {
-		s.start.Release()
-		s.end.Release()
+		if !s.startShared {
+			s.start.Release()
+		}
+		if !s.endAtFence {
+			s.end.Release()
+		}
 	}
 	if p.start != nil {
-		p.start.Release()
+		p.start.Release() // its own, or borrowed: then its lender let it go
 	}
-	p.end.Release()
+	if !p.endLent {
+		p.end.Release()
+	}
 }
 
 // maxSpare bounds the completed submissions' records a lane keeps for
@@ -191,11 +227,18 @@ func (l *Lane) receipt(p *pending) Receipt {
 		r.DeviceTime, _ = p.end.Elapsed(p.start)
 		r.HostStart, r.HostTimed = p.hostStart, p.hostTimed
 	}
-	for _, s := range p.spans {
-		d, _ := s.end.Elapsed(s.start)
-		st := SpanTiming{Index: s.index, Segment: s.segment, Duration: d}
-		if p.start != nil {
-			st.Offset, _ = s.start.Elapsed(p.start)
+	for i := range p.spans {
+		s := &p.spans[i]
+		start, end := s.events(p)
+		st := SpanTiming{Index: s.index, Segment: s.segment}
+		switch {
+		case s.startShared && s.endAtFence && p.start != nil:
+			st.Duration = r.DeviceTime // the submission's own pair: measured once
+		case start != nil && end != nil:
+			st.Duration, _ = end.Elapsed(start)
+		}
+		if p.start != nil && start != nil && !s.startShared {
+			st.Offset, _ = start.Elapsed(p.start)
 		}
 		r.Spans = append(r.Spans, st)
 	}

@@ -79,6 +79,10 @@ type Counters struct {
 	QuiescenceDeferred, CapacityDeferred, OutsidePreparation uint64
 	Evictions, ReplayedSegments, EagerCommands               uint64
 	Invocations, Updated, UpdateRefusals                     uint64
+	// RememberedPlans are submissions equal to a batch the lane planned
+	// before: they skipped validating their commands and discovering their
+	// segments again (their handles are checked again after any free).
+	RememberedPlans uint64
 	// SyncPoints are blocking waits made; SpeculativeHits the waits a
 	// non-blocking query made unnecessary.
 	SyncPoints, SpeculativeHits uint64
@@ -116,6 +120,8 @@ type Lane struct {
 	liveFrees  uint64            // the device's free count when live was filled
 	planned    plan              // the plan of the Submit in progress, reused
 	memo       *cache.Memo       // keys of the commands and segments the lane has seen
+	steps      stepMemo          // batches planned before, and what planning found (stepmemo.go)
+	tailFence  uint64            // the submission whose timed fence was the stream's last work, or 0 (borrowStart)
 	ops        map[string]string // kernel -> its row operation id
 	callOps    map[string]string // library call -> its row operation id
 
@@ -172,7 +178,7 @@ func (l *Lane) Recover(st cuda.Stream) error {
 		return rejected("recover", fmt.Errorf("%w: the new stream is not of the lane's device", ErrInvalidBatch))
 	}
 	l.s = st
-	l.state, l.failure = StateReady, nil
+	l.state, l.failure, l.tailFence = StateReady, nil, 0
 	clear(l.quarantine)
 	l.quarantine = l.quarantine[:0]
 	return nil

@@ -29,6 +29,14 @@ type plan struct {
 // path requirement and program registration.
 func (l *Lane) plan(b *Batch) (*plan, error) {
 	const op = "submit"
+	remembered := !l.steps.off && memoizable(b)
+	var fp uint64
+	if remembered {
+		fp = fingerprint(b)
+		if s := l.steps.lookup(b, fp); s != nil {
+			return l.planRemembered(b, s)
+		}
+	}
 	if err := l.validate(b); err != nil {
 		return nil, rejected(op, err)
 	}
@@ -42,6 +50,34 @@ func (l *Lane) plan(b *Batch) (*plan, error) {
 	if p.disc, err = l.memo.Discover(cmds, b.EagerBoundaries); err != nil {
 		return nil, rejected(op, fmt.Errorf("%w: %w", ErrInvalidBatch, err))
 	}
+	if remembered {
+		l.steps.remember(b, fp, p.disc, l.liveFrees)
+	}
+	return l.finishPlan(p, cmds)
+}
+
+// planRemembered plans a batch equal to the remembered step s
+// (stepmemo.go): its handles checked again only if the device freed
+// something since, its discovery reused; then preparation and the path
+// requirement as always.
+func (l *Lane) planRemembered(b *Batch, s *memoStep) (*plan, error) {
+	if frees := l.dev.Frees(); frees != s.frees {
+		if err := l.checkHandles(b); err != nil {
+			return nil, rejected("submit", err)
+		}
+		s.frees = l.liveFrees
+	}
+	l.counters.RememberedPlans++
+	p := l.newPlan(b, nil)
+	p.disc = s.disc // read only: the plan's Candidates may be dropped below, never written
+	return l.finishPlan(p, nil)
+}
+
+// finishPlan is the part of planning every batch goes through: the path's
+// candidates, preparation, the path requirement and program registration.
+func (l *Lane) finishPlan(p *plan, cmds []cache.Command) (*plan, error) {
+	const op = "submit"
+	b := &p.batch
 	if b.Path == PathEagerOnly {
 		p.disc.Candidates = nil
 	}
@@ -107,6 +143,9 @@ func (l *Lane) prepare(p *plan) error {
 	var err error
 	p.rep, err = l.cache.Prepare(l.s, b.Tenant, p.disc.Candidates, l.quiescent(), enqueue)
 	l.observe(p.disc, p.rep)
+	if p.rep.Captured+p.rep.Updated+p.rep.Uploaded > 0 {
+		l.tailFence = 0 // graph uploads went onto the stream after the last fence
+	}
 	if err != nil {
 		// Capture failed in a way that leaves eager fallback unsafe.
 		l.fail(err)

@@ -34,10 +34,10 @@ type Staged struct {
 	inputs, outputs       []Slot
 	inputMap, outputMap   []int // slot -> logical index
 	full, resident        Batch
-	key                   [32]byte
-	lastInputs            [][]byte // logical order, as staged
+	lastLens              []int    // logical order: the lengths of the inputs last staged by Replay
+	lastInputs            [][]byte // their bytes, kept only where the host cannot read the staging (cuda.HostView)
 	initialized, outValid bool
-	outputsCache          [][]byte
+	outputsCache          [][]byte // logical order, reused
 }
 
 // StagedCounters are the data-movement counters of staged replays.
@@ -53,8 +53,7 @@ type StagedResult struct {
 	DeviceTime  time.Duration
 	TimeKnown   bool // DeviceTime is a measurement (exactly 0 for an output-cache hit)
 	OutputCache bool
-	Resident    bool     // the resident-input variant ran (no input copies)
-	InputKey    [32]byte // the exact key over the inputs' bytes
+	Resident    bool // the resident-input variant ran (no input copies)
 	Receipt     Receipt
 }
 

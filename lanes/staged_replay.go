@@ -30,46 +30,85 @@ func (l *Lane) Prepare(st *Staged) error {
 	return nil
 }
 
-// inputKey is the exact key over the inputs' bytes, in logical order.
-func inputKey(inputs [][]byte) [32]byte {
-	h := sha256.New()
-	var n [8]byte
-	binary.LittleEndian.PutUint64(n[:], uint64(len(inputs)))
-	h.Write(n[:])
-	for _, in := range inputs {
-		binary.LittleEndian.PutUint64(n[:], uint64(len(in)))
-		h.Write(n[:])
-		h.Write(in)
-	}
-	var k [32]byte
-	h.Sum(k[:0])
-	return k
-}
-
 // Replay runs a staged program with inputs in logical order and waits for
 // it: it blocks (see Wait). With collect, the outputs are read back
 // (logical order) and kept for the output cache. The inputs are staged with
 // zero padding up to each slot's length.
+//
+// What it costs on the host: the inputs are compared with the last staged
+// ones once (a memcmp, against the staging itself where the device lets
+// the host address it, cuda.HostView), and new ones copied into the staging
+// once; no hash. An output-cache hit costs that comparison and a copy of
+// the outputs; it launches nothing. Inputs written in place skip both
+// (StagedInputs, ReplayWritten).
 func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, error) {
 	const op = "staged replay"
 	hm, err := l.checkReplay(st, inputs)
 	if err != nil {
 		return StagedResult{}, rejected(op, err)
 	}
-	// Identical inputs are recognized by their bytes (a memcmp, cheaper than
-	// hashing them again); the exact input key is computed when new inputs
-	// are staged, and a stored key never stands in for the bytes.
-	same := st.initialized && equalInputs(st.lastInputs, inputs)
+	same := st.initialized && l.sameInputs(hm, st, inputs)
 	if same && st.outValid && collect {
 		l.staged.OutputCacheHits++
-		return StagedResult{Outputs: cloneAll(st.outputsCache), TimeKnown: true, OutputCache: true, InputKey: st.key}, nil
+		return StagedResult{Outputs: cloneAll(st.outputsCache), TimeKnown: true, OutputCache: true}, nil
 	}
-	batch := st.full
 	if same {
-		batch = st.resident
 		l.staged.ResidentInputReplays++
 	} else if err := l.stageInputs(hm, st, inputs); err != nil {
 		return StagedResult{}, rejected(op, err)
+	}
+	res, err := l.runStaged(st, same, collect)
+	if err == nil && !same {
+		st.rememberInputs(hm, inputs)
+		st.initialized = true
+	}
+	return res, err
+}
+
+// StagedInputs returns the program's input staging in logical order, to
+// fill in place: the zero-copy way to stage inputs, then ReplayWritten.
+// Each slice is the slot's whole pinned staging (bytes past an input's own
+// length are the caller's to zero). Write them only between replays: no
+// replay of the program may be in flight, which a lane's blocking Replay
+// and ReplayWritten guarantee. The device must let the host address its
+// pinned memory (cuda.HostView; both backends do).
+func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
+	hv, ok := l.dev.(cuda.HostView)
+	if !ok {
+		return nil, rejected("staged inputs", fmt.Errorf("%w: Fix: this device does not let the host address its pinned memory (cuda.HostView); pass the inputs to Replay", ErrStagedInput))
+	}
+	views := make([][]byte, len(st.inputs))
+	for slot, s := range st.inputs {
+		b, err := hv.HostBytes(s.Staging)
+		if err != nil {
+			return nil, rejected("staged inputs", err)
+		}
+		views[st.inputMap[slot]] = b
+	}
+	return views, nil
+}
+
+// ReplayWritten runs a staged program on the inputs written in place
+// through StagedInputs, and waits for it (it blocks, as Replay). It always
+// launches the full graph (the lane does not look at what was written), so
+// the input copies run at the link's speed with no host copy before them.
+func (l *Lane) ReplayWritten(st *Staged, collect bool) (StagedResult, error) {
+	st.initialized = false // the staging holds inputs the lane never saw
+	st.lastLens = st.lastLens[:0]
+	l.staged.Uploads += uint64(len(st.inputs))
+	for _, s := range st.inputs {
+		l.staged.HostToDeviceBytes += s.Staging.Length
+	}
+	return l.runStaged(st, false, collect)
+}
+
+// runStaged submits the full or resident-input variant and waits for it;
+// with collect, it reads the outputs back into the output cache.
+func (l *Lane) runStaged(st *Staged, resident, collect bool) (StagedResult, error) {
+	const op = "staged replay"
+	batch := st.full
+	if resident {
+		batch = st.resident
 	}
 	st.initialized, st.outValid = false, false // until this replay ends well
 	sub, err := l.Submit(batch)
@@ -84,21 +123,112 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 	if r.Outcome != OutcomeSucceeded {
 		return StagedResult{Receipt: r}, failed(op, r.Err)
 	}
-	res := StagedResult{DeviceTime: r.DeviceTime, TimeKnown: r.DeviceTime > 0, Resident: same, Receipt: r}
-	if !same {
-		st.key = inputKey(inputs)
-		st.lastInputs = cloneAll(inputs)
-	}
-	st.initialized = true
-	res.InputKey = st.key
+	res := StagedResult{DeviceTime: r.DeviceTime, TimeKnown: r.DeviceTime > 0, Resident: resident, Receipt: r}
+	st.initialized = resident // Replay marks new inputs once it noted them
 	if collect {
-		if res.Outputs, err = l.collectOutputs(hm, st); err != nil {
+		if err := l.collectOutputs(cuda.HostMemory(l.dev), st); err != nil {
 			return res, failed(op, err)
 		}
-		st.outputsCache, st.outValid = res.Outputs, true
-		res.Outputs = cloneAll(res.Outputs)
+		st.outValid = true
+		res.Outputs = cloneAll(st.outputsCache)
 	}
 	return res, nil
+}
+
+// StagedInputKey is the exact key (SHA-256) over the inputs now staged for
+// st, in logical order, each as its length and bytes as last passed to
+// Replay: computed when asked, never on the replay path. It fails when
+// the staging holds inputs written in place (ReplayWritten), whose
+// lengths the lane does not know.
+func (l *Lane) StagedInputKey(st *Staged) ([32]byte, error) {
+	if !st.initialized || len(st.lastLens) != len(st.inputs) {
+		return [32]byte{}, fmt.Errorf("%w: Fix: no inputs passed to Replay are staged (none yet, a failed replay, or inputs written in place)", ErrStagedInput)
+	}
+	inputs, err := l.stagedBytes(st)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	h := sha256.New()
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(inputs)))
+	h.Write(n[:])
+	for _, in := range inputs {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(in)))
+		h.Write(n[:])
+		h.Write(in)
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k, nil
+}
+
+// stagedBytes is the last staged inputs, logical order, trimmed to their
+// lengths.
+func (l *Lane) stagedBytes(st *Staged) ([][]byte, error) {
+	if st.lastInputs != nil {
+		return st.lastInputs, nil
+	}
+	out := make([][]byte, len(st.inputs))
+	for slot, s := range st.inputs {
+		logical := st.inputMap[slot]
+		b := make([]byte, st.lastLens[logical])
+		r, _ := s.Staging.Buffer.Region(s.Staging.Offset, s.Staging.Length)
+		full := make([]byte, r.Length)
+		if err := cuda.HostMemory(l.dev).ReadHost(r, full); err != nil {
+			return nil, err
+		}
+		copy(b, full)
+		out[logical] = b
+	}
+	return out, nil
+}
+
+// sameInputs reports whether inputs are the ones last staged: their
+// lengths, then their bytes, compared once (with the staging itself where
+// the host addresses it, else with the lane's copy).
+func (l *Lane) sameInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) bool {
+	if len(st.lastLens) != len(inputs) {
+		return false
+	}
+	for i, in := range inputs {
+		if len(in) != st.lastLens[i] {
+			return false
+		}
+	}
+	if st.lastInputs != nil {
+		return equalInputs(st.lastInputs, inputs)
+	}
+	hv, ok := hm.(cuda.HostView)
+	if !ok {
+		return false
+	}
+	for slot, s := range st.inputs {
+		in := inputs[st.inputMap[slot]]
+		b, err := hv.HostBytes(s.Staging)
+		if err != nil || !bytes.Equal(b[:len(in)], in) {
+			return false
+		}
+	}
+	return true
+}
+
+// rememberInputs notes what was staged: the inputs' lengths, and a copy
+// of their bytes only where the host cannot read the staging in place.
+func (st *Staged) rememberInputs(hm cuda.HostMemory, inputs [][]byte) {
+	st.lastLens = st.lastLens[:0]
+	for _, in := range inputs {
+		st.lastLens = append(st.lastLens, len(in))
+	}
+	if _, ok := hm.(cuda.HostView); ok {
+		st.lastInputs = nil
+		return
+	}
+	if len(st.lastInputs) != len(inputs) {
+		st.lastInputs = make([][]byte, len(inputs))
+	}
+	for i, in := range inputs {
+		st.lastInputs[i] = append(st.lastInputs[i][:0], in...)
+	}
 }
 
 // checkReplay refuses a replay the device cannot stage or whose inputs do
@@ -119,13 +249,24 @@ func (l *Lane) checkReplay(st *Staged, inputs [][]byte) (cuda.HostMemory, error)
 }
 
 // stageInputs writes new inputs into their pinned staging slots, zero
-// padded.
+// padded: in place where the host addresses the staging (one copy, and
+// zeroes only past the input), else through WriteHost.
 func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) error {
+	hv, direct := hm.(cuda.HostView)
 	for slot, s := range st.inputs {
-		padded := make([]byte, s.Staging.Length)
-		copy(padded, inputs[st.inputMap[slot]])
-		if err := hm.WriteHost(s.Staging, padded); err != nil {
-			return err
+		in := inputs[st.inputMap[slot]]
+		if direct {
+			b, err := hv.HostBytes(s.Staging)
+			if err != nil {
+				return err
+			}
+			clear(b[copy(b, in):])
+		} else {
+			padded := make([]byte, s.Staging.Length)
+			copy(padded, in)
+			if err := hm.WriteHost(s.Staging, padded); err != nil {
+				return err
+			}
 		}
 		l.staged.HostToDeviceBytes += s.Staging.Length
 		l.staged.Uploads++
@@ -133,20 +274,27 @@ func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) erro
 	return nil
 }
 
-// collectOutputs reads the outputs back from their staging slots, in
-// logical order; on an error, it returns those read before it.
-func (l *Lane) collectOutputs(hm cuda.HostMemory, st *Staged) ([][]byte, error) {
-	outputs := make([][]byte, len(st.outputs))
+// collectOutputs reads the outputs back from their staging slots into the
+// program's output cache (logical order, reusing its buffers).
+func (l *Lane) collectOutputs(hm cuda.HostMemory, st *Staged) error {
+	if len(st.outputsCache) != len(st.outputs) {
+		st.outputsCache = make([][]byte, len(st.outputs))
+	}
 	for slot, s := range st.outputs {
-		b := make([]byte, s.Staging.Length)
-		if err := hm.ReadHost(s.Staging, b); err != nil {
-			return outputs, err // those read so far, as the caller may use them
+		logical := st.outputMap[slot]
+		b := st.outputsCache[logical]
+		if uint64(cap(b)) < s.Staging.Length {
+			b = make([]byte, s.Staging.Length)
 		}
-		outputs[st.outputMap[slot]] = b
+		b = b[:s.Staging.Length]
+		if err := hm.ReadHost(s.Staging, b); err != nil {
+			return err
+		}
+		st.outputsCache[logical] = b
 		l.staged.DeviceToHostBytes += s.Staging.Length
 		l.staged.Readbacks++
 	}
-	return outputs, nil
+	return nil
 }
 
 func equalInputs(a, b [][]byte) bool {
@@ -168,3 +316,10 @@ func cloneAll(in [][]byte) [][]byte {
 	}
 	return out
 }
+
+// ForgetOutputs drops the program's output cache: the next replay launches
+// even with the same inputs. Call it when something other than the inputs
+// changed what the program computes (device memory it reads, written by
+// other work): the output cache assumes the outputs are a function of the
+// inputs alone.
+func (st *Staged) ForgetOutputs() { st.outValid = false }

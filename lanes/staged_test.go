@@ -1,6 +1,7 @@
 package lanes_test
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -149,5 +150,58 @@ func TestStagedErrorsSayHowToFix(t *testing.T) {
 			t.Fatalf("Replay with a wrong input %s: got err %v, want one wrapping lanes.ErrStagedInput that says %q", name, err, "Fix:")
 		}
 		t.Logf("%s: %v", name, err)
+	}
+}
+
+// TestStagedInputsWrittenInPlace: inputs written through StagedInputs are
+// what ReplayWritten computes on (the full graph, no comparison); the next
+// Replay stages its inputs again (the lane never saw those bytes), a
+// shorter input after a longer one is zero-padded, and the input key is
+// computed only when asked, over the inputs Replay staged.
+func TestStagedInputsWrittenInPlace(t *testing.T) {
+	s := newStagedRig(t, []int{1, 0}) // slot 0 reads logical input 1
+	views, err := s.lane.StagedInputs(s.st)
+	if err != nil || len(views) != 2 || len(views[0]) != 16 || len(views[1]) != 16 {
+		t.Fatalf("StagedInputs: got %d views, err %v; want 2 views of 16 bytes, nil", len(views), err)
+	}
+	copy(views[0], f32s(1, 2, 3, 4))
+	copy(views[1], f32s(10, 20, 30, 40))
+	res, err := s.lane.ReplayWritten(s.st, true)
+	if err != nil || res.Resident || res.OutputCache || string(res.Outputs[0]) != string(f32s(11, 22, 33, 44)) {
+		t.Fatalf("ReplayWritten: got %v, resident %v, output cache %v, err %v; want %v from the full graph", res.Outputs, res.Resident, res.OutputCache, err, f32s(11, 22, 33, 44))
+	}
+	if _, err := s.lane.StagedInputKey(s.st); !errors.Is(err, lanes.ErrStagedInput) {
+		t.Fatalf("StagedInputKey after ReplayWritten: got err %v, want lanes.ErrStagedInput (the lane never saw those inputs)", err)
+	}
+	// The same bytes through Replay: not taken for the staged ones.
+	res = s.replay(true, f32s(1, 2, 3, 4), f32s(10, 20, 30, 40))
+	if res.Resident || res.OutputCache || string(res.Outputs[0]) != string(f32s(11, 22, 33, 44)) {
+		t.Fatalf("Replay after ReplayWritten: got %v, resident %v, output cache %v; want a full replay giving %v", res.Outputs, res.Resident, res.OutputCache, f32s(11, 22, 33, 44))
+	}
+	// A shorter input: the staging's old tail must read as zeros.
+	res = s.replay(true, f32s(5, 6), f32s(10, 20, 30, 40))
+	if string(res.Outputs[0]) != string(f32s(15, 26, 30, 40)) {
+		t.Fatalf("short input after a long one: got %v, want %v (zero-padded)", res.Outputs[0], f32s(15, 26, 30, 40))
+	}
+	// A prefix-equal input of another length is new inputs, not the same.
+	res = s.replay(true, f32s(5, 6, 0), f32s(10, 20, 30, 40))
+	if res.OutputCache || res.Resident {
+		t.Fatalf("an input one element longer, same bytes after padding: got output cache %v, resident %v; want a full replay", res.OutputCache, res.Resident)
+	}
+	key, err := s.lane.StagedInputKey(s.st)
+	if err != nil {
+		t.Fatalf("StagedInputKey: got err %v, want nil", err)
+	}
+	h := sha256.New()
+	for _, v := range [][]byte{{2, 0, 0, 0, 0, 0, 0, 0}, {12, 0, 0, 0, 0, 0, 0, 0}, f32s(5, 6, 0), {16, 0, 0, 0, 0, 0, 0, 0}, f32s(10, 20, 30, 40)} {
+		h.Write(v)
+	}
+	if want := h.Sum(nil); string(key[:]) != string(want) {
+		t.Fatalf("StagedInputKey: got %x, want the SHA-256 of the count and each input's length and bytes, %x", key, want)
+	}
+	// ForgetOutputs: the same inputs launch again.
+	s.st.ForgetOutputs()
+	if res = s.replay(true, f32s(5, 6, 0), f32s(10, 20, 30, 40)); res.OutputCache || !res.Resident {
+		t.Fatalf("after ForgetOutputs: got output cache %v, resident %v; want the resident-input replay", res.OutputCache, res.Resident)
 	}
 }

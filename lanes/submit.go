@@ -5,6 +5,7 @@ package lanes
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -87,6 +88,10 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	}
 	l.stage(StageRecordFence, t)
 	pd.att = q.att
+	l.tailFence = 0
+	if pd.start != nil {
+		l.tailFence = pd.fence // its timed fence is the stream's last event
+	}
 	l.pending = append(l.pending, pd)
 	l.state = StateSubmitted
 	l.counters.Submissions++
@@ -102,6 +107,7 @@ type enqueuing struct {
 	att        Attribution
 	rows       []Row
 	segOrdinal int // the next replayed segment's ordinal in the batch's program
+	enqueued   int // commands and launches enqueued since the start event
 }
 
 // fail ends an enqueue that went wrong: the caller's error with the stream
@@ -127,9 +133,47 @@ func (q *enqueuing) beginTiming() error {
 	if q.l.now != nil {
 		q.pd.hostStart, q.pd.hostTimed = q.l.now(), true
 	}
+	if q.l.borrowStart(q.pd) {
+		return nil
+	}
 	var err error
 	q.pd.start, err = q.l.s.Record()
 	return err
+}
+
+// borrowStart makes the previous submission's timed fence pd's start event
+// when it is the last thing on the stream and still pending: pd's work
+// then begins exactly where that event completes, so one timed event (a
+// cuEventRecord with timing costs several times one without) serves both.
+// A fence that already completed is not borrowed: the stream may have
+// idled since.
+func (l *Lane) borrowStart(pd *pending) bool {
+	n := len(l.pending)
+	if n == 0 || l.tailFence == 0 {
+		return false
+	}
+	prev := l.pending[n-1]
+	if prev.fence != l.tailFence || prev.start == nil || prev.endLent {
+		return false
+	}
+	if q := prev.end.Query(); q.State != cuda.FencePending || q.Err != nil {
+		return false
+	}
+	prev.endLent = true
+	pd.start, pd.lender, pd.lenderFence = prev.end, prev, prev.fence
+	return true
+}
+
+// returnStart undoes borrowStart for a submission that will not use its
+// start event: back to its lender while that still waits for it, else
+// released.
+func (l *Lane) returnStart(pd *pending) {
+	if pd.lender != nil && pd.lender.fence == pd.lenderFence && pd.lender.endLent && slices.Contains(l.pending, pd.lender) {
+		pd.lender.endLent = false
+	} else {
+		pd.start.Release()
+	}
+	pd.start, pd.lender = nil, nil
 }
 
 // entries enqueues the prelude, then every entry: a resident candidate's
@@ -137,6 +181,7 @@ func (q *enqueuing) beginTiming() error {
 // the rest one eager command each.
 func (q *enqueuing) entries() error {
 	for _, c := range q.p.prelude {
+		q.enqueued++
 		if err := q.l.s.Enqueue(c); err != nil {
 			return err
 		}
@@ -169,7 +214,7 @@ func (q *enqueuing) replay(i int) (int, error) {
 		rec.Program, rec.Ordinal = p.program, q.segOrdinal
 	}
 	q.segOrdinal++
-	exe, err := l.timed(q.pd, p.batch.Timing >= TimingReplay, len(q.att.Segments), true, func() (*cache.Executable, error) {
+	exe, err := q.timed(p.batch.Timing >= TimingReplay, len(q.att.Segments), cand.End, true, func() (*cache.Executable, error) {
 		return l.cache.Launch(l.s, cand.Key)
 	})
 	if err != nil {
@@ -198,7 +243,7 @@ func (q *enqueuing) replay(i int) (int, error) {
 // invoke launches the program segment entry i invokes by reference.
 func (q *enqueuing) invoke(i int) (int, error) {
 	l, e, res := q.l, q.p.batch.Entries[i], q.p.resolved[i]
-	exe, err := l.timed(q.pd, q.p.batch.Timing >= TimingReplay, len(q.att.Segments), true, func() (*cache.Executable, error) {
+	exe, err := q.timed(q.p.batch.Timing >= TimingReplay, len(q.att.Segments), i+1, true, func() (*cache.Executable, error) {
 		return l.cache.Launch(l.s, res.Key)
 	})
 	if err != nil {
@@ -220,7 +265,7 @@ func (q *enqueuing) invoke(i int) (int, error) {
 // was not replayed.
 func (q *enqueuing) eager(i int) (int, error) {
 	l, e := q.l, q.p.batch.Entries[i]
-	if _, err := l.timed(q.pd, q.p.batch.Timing >= TimingKernel, i, false, func() (*cache.Executable, error) {
+	if _, err := q.timed(q.p.batch.Timing >= TimingKernel, i, i+1, false, func() (*cache.Executable, error) {
 		return nil, l.s.Enqueue(e.Command)
 	}); err != nil {
 		return i, err
@@ -255,9 +300,9 @@ func (l *Lane) refuseMidway(pd *pending, att Attribution, rows []Row, cause erro
 		return Submission{}, false
 	}
 	if pd.start != nil { // the start event's pair: the fence is untimed
-		pd.start.Release()
-		pd.start = nil
+		l.returnStart(pd)
 	}
+	l.tailFence = 0
 	l.rowScratch = rows
 	att.Rows = append([]Row(nil), rows...)
 	pd.end, pd.att, pd.refused = end, att, failed("submit", cause)
@@ -267,23 +312,35 @@ func (l *Lane) refuseMidway(pd *pending, att Attribution, rows []Row, cause erro
 	return Submission{Fence: pd.fence, Attribution: att}, true
 }
 
-// timed runs one enqueue, bracketed by an event pair when on.
-func (l *Lane) timed(pd *pending, on bool, index int, segment bool, run func() (*cache.Executable, error)) (*cache.Executable, error) {
+// timed runs one enqueue, entries [index, next) of the batch, bracketed by
+// an event pair when on: the submission's start event when nothing was
+// enqueued since it, and its timed fence when the batch ends with this
+// enqueue (see span).
+func (q *enqueuing) timed(on bool, index, next int, segment bool, run func() (*cache.Executable, error)) (*cache.Executable, error) {
 	if !on {
+		q.enqueued++
 		return run()
 	}
-	start, err := l.s.Record()
-	if err != nil {
-		return nil, err
+	l, pd := q.l, q.pd
+	sp := span{index: index, segment: segment}
+	sp.startShared = pd.start != nil && q.enqueued == 0
+	if !sp.startShared {
+		var err error
+		if sp.start, err = l.s.Record(); err != nil {
+			return nil, err
+		}
 	}
+	q.enqueued++
 	exe, err := run()
 	if err != nil {
 		return nil, err
 	}
-	end, err := l.s.Record()
-	if err != nil {
-		return nil, err
+	sp.endAtFence = pd.start != nil && next == len(q.p.batch.Entries)
+	if !sp.endAtFence {
+		if sp.end, err = l.s.Record(); err != nil {
+			return nil, err
+		}
 	}
-	pd.spans = append(pd.spans, span{index: index, segment: segment, start: start, end: end})
+	pd.spans = append(pd.spans, sp)
 	return exe, nil
 }

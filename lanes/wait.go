@@ -156,6 +156,7 @@ func (l *Lane) Readback(src cuda.Region, layout ReadbackLayout, dst []byte) erro
 	if err := l.awaitStream(); err != nil {
 		return failed(op, err)
 	}
+	l.tailFence = 0 // the copy comes after the last fence
 	if err := l.s.Readback(src, dst); err != nil {
 		l.fail(err)
 		l.collect()

@@ -56,6 +56,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "open loop: steps per second, all tenants together")
 	fs.IntVar(&cfg.Kernels, "kernels", cfg.Kernels, "kernels per step (the compute chain that is captured and replayed)")
 	fs.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "executables each lane's cache may hold (0: never capture)")
+	fs.StringVar(&cfg.Transfers, "transfers", cfg.Transfers, "where a replaying tenant's staged input copy and readout copy run: graph (nodes of its replayed graph: one graph launch per step) or eager (their own driver calls around the graph launch, as a hand-written loop makes them)")
 	fs.StringVar(&cfg.Timing, "timing", cfg.Timing, "device timing: off, completion, replay, kernel or verification")
 	fs.Float64Var(&cfg.Faults.Launch, "fault-launch", 0, "sim: probability a launch fails synchronously (the lane is quarantined)")
 	fs.Float64Var(&cfg.Faults.Capture, "fault-capture", 0, "sim: probability a command is rejected during capture (eager fallback)")
@@ -73,7 +74,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	fs.Float64Var(&cfg.Telemetry.SuccessRatio, "trace-successes", cfg.Telemetry.SuccessRatio, "fraction of plain successes traced (every error, refusal, quarantine, eager fallback and cache event is traced, and every sampled-out one counted)")
 	fs.StringVar(&cfg.Telemetry.ServiceName, "service-name", "", "OpenTelemetry service name (default OTEL_SERVICE_NAME, else lanedemo)")
 	fs.StringVar(&cfg.Telemetry.Resource, "resource", "", "extra OpenTelemetry resource attributes, k=v,k=v (after OTEL_RESOURCE_ATTRIBUTES)")
-	fs.DurationVar(&cfg.Spin, "spin", 0, "how long a lane's thread spins for work while a fence poll is due, instead of parking (0: never)")
+	fs.DurationVar(&cfg.Spin, "spin", 0, "how long a lane's thread keeps polling its fences and spinning for work after a fence ended, instead of parking between timed polls (a core per busy lane; 0: never); default "+demo.GPUSpin.String()+" with --device cuda, 0 on the sim")
 	fs.StringVar(&f.profiles.cpu, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&f.profiles.mutex, "mutexprofile", "", "write a Go mutex-contention profile of the run to this file")
 	fs.StringVar(&f.profiles.allocs, "memprofile", "", "write a Go allocation profile of the run to this file")
@@ -93,8 +94,14 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 		}
 		return f, fmt.Errorf("lanedemo: %v (see --help)", err)
 	}
-	kernelsSet := false
-	fs.Visit(func(fl *flag.Flag) { kernelsSet = kernelsSet || fl.Name == "kernels" })
+	kernelsSet, spinSet := false, false
+	fs.Visit(func(fl *flag.Flag) {
+		kernelsSet = kernelsSet || fl.Name == "kernels"
+		spinSet = spinSet || fl.Name == "spin"
+	})
+	if !spinSet && cfg.Device == "cuda" {
+		cfg.Spin = demo.GPUSpin
+	}
 	if kernelsSet && cfg.KernelsFrom != "" {
 		return f, fmt.Errorf("lanedemo: give --kernels or --kernels-from, not both: the manifest's step says how many kernels run (see --help)")
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 func TestBadFlagsExit2WithOneLine(t *testing.T) {
-	for _, args := range [][]string{{"--lanes", "x"}, {"--nope"}, {"--mode", "spiral"}, {"--fault-sticky", "3"}, {"extra"}, {"--device", "cuda"}} {
+	for _, args := range [][]string{{"--lanes", "x"}, {"--nope"}, {"--mode", "spiral"}, {"--fault-sticky", "3"}, {"extra"}, {"--device", "cuda"}, {"--spin", "-1s"}, {"--transfers", "bogus"}} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 {
 			t.Errorf("%v: got exit %d, want 2 (%s)", args, code, errb.String())

@@ -130,3 +130,12 @@ func (d *Device) stagingPointer(op string, r cuda.HostRegion) (unsafe.Pointer, e
 	}
 	return unsafe.Add(a.p, r.Offset), nil
 }
+
+// HostBytes returns a pinned host region's bytes to fill or read in place
+// (cuda.HostView), with no copy: valid while the host buffer lives, and
+// only while no command that reads or writes the region is in flight.
+func (d *Device) HostBytes(r cuda.HostRegion) ([]byte, error) {
+	return d.hostBytes("host view", r, int(min(r.Length, 1<<62)))
+}
+
+var _ cuda.HostView = (*Device)(nil)

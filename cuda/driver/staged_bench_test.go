@@ -12,13 +12,18 @@ import (
 	"github.com/lanesched/lanes/lanes"
 )
 
-// BenchmarkStagedReplay compares a staged replay (inputs copied into pinned
-// staging and up to the device inside the graph, output read back) with a
-// resident-input replay (the same graph without the input copies) and an
-// output-cache hit (no launch), for out = a + b over n float32.
+// BenchmarkStagedReplay compares a staged replay (new inputs copied into
+// pinned staging and up to the device inside the graph), an in-place one
+// (the caller writes its inputs into the staging, StagedInputs, here one
+// byte each time, and ReplayWritten launches the full graph) with a
+// resident-input replay (the same graph without the input copies), with and
+// without collecting the output, an output-cache hit (no launch; it saves a
+// collecting resident replay), for out = a + b over n float32, and with
+// plain pinned copies of the same bytes (both inputs in, the output out,
+// then a stream synchronize): the link's speed in the same run.
 func BenchmarkStagedReplay(b *testing.B) {
 	for _, n := range []int{1 << 12, 1 << 20} {
-		for _, mode := range []string{"staged", "resident", "output-cache"} {
+		for _, mode := range []string{"pinned-copy", "staged", "in-place", "resident", "resident-collect", "output-cache"} {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				dev := bindOpen(b)
 				st, err := dev.NewStream()
@@ -45,6 +50,10 @@ func BenchmarkStagedReplay(b *testing.B) {
 					return h.Whole()
 				}
 				a, bb, out := alloc(), alloc(), alloc()
+				if mode == "pinned-copy" {
+					benchPinnedCopy(b, st, []cuda.Region{a.Whole(), bb.Whole()}, []cuda.HostRegion{host(), host()}, out.Whole(), host())
+					return
+				}
 				add, err := cuda.Launch(dev.Kernels().(kernels.Registry).MustSpec(kernels.Add), cuda.Linear(uint32(n), 256),
 					cuda.BufferArg(out.Whole()), cuda.BufferArg(a.Whole()), cuda.BufferArg(bb.Whole()), cuda.I32Arg(int32(n)))
 				if err != nil {
@@ -64,9 +73,13 @@ func BenchmarkStagedReplay(b *testing.B) {
 				}
 				inputs := [2][][]byte{{make([]byte, size), make([]byte, size)}, {make([]byte, size), make([]byte, size)}}
 				inputs[1][0][0] = 1
-				collect := mode == "output-cache"
+				collect := mode == "output-cache" || mode == "resident-collect"
 				if _, err := l.Replay(program, inputs[0], collect); err != nil {
 					b.Fatalf("first Replay: got err %v, want nil", err)
+				}
+				if mode == "in-place" {
+					benchInPlace(b, l, program)
+					return
 				}
 				b.ResetTimer()
 				for i := range b.N {
@@ -74,12 +87,16 @@ func BenchmarkStagedReplay(b *testing.B) {
 					if mode == "staged" {
 						in = inputs[(i+1)%2]
 					}
+					if mode == "resident-collect" {
+						program.ForgetOutputs() // every replay launches, as an output-cache miss would
+					}
 					res, err := l.Replay(program, in, collect)
 					if err != nil {
 						b.Fatalf("Replay %d: got err %v, want nil", i, err)
 					}
-					if (mode == "resident") != res.Resident || (mode == "output-cache") != res.OutputCache {
-						b.Fatalf("%s replay: got Resident %v, OutputCache %v; want %v, %v (%+v)", mode, res.Resident, res.OutputCache, mode == "resident", mode == "output-cache", res)
+					resident := mode == "resident" || mode == "resident-collect"
+					if resident != res.Resident || (mode == "output-cache") != res.OutputCache {
+						b.Fatalf("%s replay: got Resident %v, OutputCache %v; want %v, %v", mode, res.Resident, res.OutputCache, resident, mode == "output-cache")
 					}
 				}
 				b.StopTimer()
@@ -89,4 +106,59 @@ func BenchmarkStagedReplay(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchPinnedCopy times plain copies of the bytes a staged replay moves,
+// per op: each input from its pinned staging to the device
+// (cuMemcpyHtoDAsync) and the output back into pinned staging
+// (cuMemcpyDtoHAsync), then a synchronize: the link's speed for the same
+// bytes, with no kernel and no graph.
+func benchPinnedCopy(b *testing.B, st cuda.Stream, dst []cuda.Region, src []cuda.HostRegion, out cuda.Region, outStaging cuda.HostRegion) {
+	cmds := make([]cuda.Command, 0, len(dst)+1)
+	for i := range dst {
+		c, err := cuda.StageIn(dst[i], src[i])
+		if err != nil {
+			b.Fatalf("cuda.StageIn: got err %v, want nil", err)
+		}
+		cmds = append(cmds, c)
+	}
+	c, err := cuda.StageOut(outStaging, out)
+	if err != nil {
+		b.Fatalf("cuda.StageOut: got err %v, want nil", err)
+	}
+	cmds = append(cmds, c)
+	b.ResetTimer()
+	for range b.N {
+		for _, c := range cmds {
+			if err := st.Enqueue(c); err != nil {
+				b.Fatalf("Enqueue(%v): got err %v, want nil", c.Kind, err)
+			}
+		}
+		if err := st.Synchronize(); err != nil {
+			b.Fatalf("Synchronize: got err %v, want nil", err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/replay")
+}
+
+// benchInPlace times replays of inputs written into the program's staging
+// in place: one byte changes per replay, and the full graph runs.
+func benchInPlace(b *testing.B, l *lanes.Lane, program *lanes.Staged) {
+	views, err := l.StagedInputs(program)
+	if err != nil {
+		b.Fatalf("StagedInputs: got err %v, want nil", err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		views[0][0] = byte(i)
+		res, err := l.ReplayWritten(program, false)
+		if err != nil || res.Resident {
+			b.Fatalf("ReplayWritten %d: got resident %v, err %v; want the full graph, nil", i, res.Resident, err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/replay")
+	c := l.StagedCounters()
+	b.ReportMetric(float64(c.HostToDeviceBytes)/float64(b.N+1), "h2d-B/replay")
 }

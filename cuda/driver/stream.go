@@ -31,6 +31,38 @@ type stream struct {
 	capHandles cuda.Handles
 
 	events eventPool // released events, reused by the next records
+
+	last checkedLaunch // the launch validated last (see checkedLaunch)
+}
+
+// checkedLaunch is the launch a stream validated last, with what made it
+// valid: the kernel table it was checked against and the device's free
+// count then. A stream that launches one command over and over (an eager
+// step, a capture) checks it once: the same command against the same
+// table, while nothing was freed (the count is read under the stream's use
+// lock, which every free takes, cuda.FreeFence), is still valid, so it
+// skips the spec look-up, the argument checks and the buffer look-ups.
+type checkedLaunch struct {
+	cmd   cuda.Command // Args copied: the caller may reuse its slice
+	table *kernelTable
+	fn    cFunction
+	frees uint64
+}
+
+// matches reports whether cmd is the launch checked last, against table,
+// with nothing freed since.
+func (c *checkedLaunch) matches(cmd *cuda.Command, table *kernelTable, frees uint64) bool {
+	return c.table == table && c.frees == frees && c.cmd.Kernel == cmd.Kernel && c.cmd.Config == cmd.Config &&
+		len(c.cmd.Args) == len(cmd.Args) && equalArgs(c.cmd.Args, cmd.Args)
+}
+
+func equalArgs(a, b []cuda.Arg) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 var _ cuda.Stream = (*stream)(nil)
@@ -43,6 +75,36 @@ func (s *stream) live(op string) error {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "stream %d was destroyed; create a new one", s.id)
 	}
 	return s.dev.live(op)
+}
+
+// launch validates a kernel launch (unless it is the one checked last,
+// still valid: checkedLaunch) and issues it. The caller holds the use lock.
+func (s *stream) launch(op string, cmd *cuda.Command) error {
+	d := s.dev
+	table := d.table.Load()
+	if frees := d.Frees(); !s.last.matches(cmd, table, frees) {
+		if err := s.validate(op, *cmd); err != nil {
+			return err
+		}
+		args := append(s.last.cmd.Args[:0], cmd.Args...) // the stream's own copy, reused
+		s.last = checkedLaunch{cmd: *cmd, table: table, fn: table.funcs[cmd.Kernel], frees: frees}
+		s.last.cmd.Args = args
+	}
+	if s.capturing {
+		s.capHandles.Add(*cmd)
+	}
+	n := len(cmd.Args)
+	for i, a := range cmd.Args {
+		if a.Kind == cuda.ParamBuffer {
+			s.argv[i] = a.Region.Addr()
+		} else {
+			s.argv[i] = a.Bits
+		}
+	}
+	if r := launchKernel(d.ctx, s.last.fn, cmd.Config, s.s, s.argv[:n]); r != 0 {
+		return d.check(op, r, "cuLaunchKernel "+cmd.Kernel)
+	}
+	return nil
 }
 
 // validate checks a command against this device: structure, kernel and
@@ -64,6 +126,9 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 	d := s.dev
 	s.use.Lock() // see cuda.FreeFence
 	defer s.use.Unlock()
+	if cmd.Kind == cuda.KindLaunch {
+		return s.launch(op, &cmd)
+	}
 	if err := s.validate(op, cmd); err != nil {
 		return err
 	}
@@ -71,19 +136,6 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 		s.capHandles.Add(cmd)
 	}
 	switch cmd.Kind {
-	case cuda.KindLaunch:
-		n := len(cmd.Args)
-		for i, a := range cmd.Args {
-			if a.Kind == cuda.ParamBuffer {
-				s.argv[i] = a.Region.Addr()
-			} else {
-				s.argv[i] = a.Bits
-			}
-		}
-		if r := launchKernel(d.ctx, d.table.Load().funcs[cmd.Kernel], cmd.Config, s.s, s.argv[:n]); r != 0 {
-			return d.check(op, r, "cuLaunchKernel "+cmd.Kernel)
-		}
-		return nil
 	case cuda.KindUpload:
 		src := unsafe.Pointer(&cmd.Host[0])
 		if st, r := captureStatus(d.ctx, s.s); r == 0 && st != cuda.CaptureNone {

@@ -121,3 +121,12 @@ func (d *Device) hostRegion(op string, r cuda.HostRegion, n int) ([]byte, error)
 	}
 	return b[r.Offset:r.End()], nil
 }
+
+// HostBytes returns a pinned host region's bytes to fill or read in place
+// (cuda.HostView), with no copy: valid while the host buffer lives, and
+// only while no command that reads or writes the region is in flight.
+func (d *Device) HostBytes(r cuda.HostRegion) ([]byte, error) {
+	return d.hostRegion("host view", r, int(min(r.Length, 1<<62)))
+}
+
+var _ cuda.HostView = (*Device)(nil)

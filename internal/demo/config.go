@@ -30,9 +30,14 @@ type Config struct {
 	Kernels      int           // kernels per step
 	Capacity     int           // executables per lane
 	Timing       string        // off, completion, replay, kernel, verification
-	Faults       FaultRates    // sim fault injection
-	Seed         int64
-	Telemetry    TelemetryConfig
+	// Transfers is where a replaying tenant's staged input copy and readout
+	// copy run: "graph" (nodes of its replayed graph, so a step is one
+	// graph launch) or "eager" (their own driver calls around the graph
+	// launch, as a hand-written loop makes them).
+	Transfers string
+	Faults    FaultRates // sim fault injection
+	Seed      int64
+	Telemetry TelemetryConfig
 	// Soak, when set, runs the load this long instead of Duration, samples
 	// goroutines, heap and device memory, and fails the run unless they
 	// stay flat.
@@ -63,8 +68,13 @@ func (f FaultRates) any() bool { return f.Launch+f.Capture+f.OOM+f.Sticky+f.Hang
 func Defaults() Config {
 	return Config{Device: "sim", Clock: "real", Devices: 1, Lanes: 4, Tenants: 8, EagerTenants: 2,
 		Duration: 6 * time.Second, Warmup: 4, Mode: "closed", Concurrency: 2, Rate: 2000, Kernels: 16,
-		Capacity: 64, Timing: "replay", Seed: 1, Telemetry: TelemetryConfig{OTLPProtocol: "grpc", SuccessRatio: 0.1}}
+		Capacity: 64, Timing: "replay", Transfers: "graph", Seed: 1, Telemetry: TelemetryConfig{OTLPProtocol: "grpc", SuccessRatio: 0.1}}
 }
+
+// GPUSpin is lanedemo's spin window on a GPU (Config.Spin): a closed
+// serving loop's steps end every few microseconds, and a lane that polls
+// on timers sees each end late.
+const GPUSpin = 50 * time.Microsecond
 
 // ErrConfig marks a bad configuration (lanedemo exits 2 on it).
 var ErrConfig = errors.New("lanedemo: bad configuration")
@@ -102,6 +112,8 @@ func (c Config) Validate() error {
 		return bad("--rate %v: give a positive rate of steps per second", c.Rate)
 	case c.Kernels < 1 || c.Kernels > 4096:
 		return bad("--kernels %d: use 1 to 4096", c.Kernels)
+	case c.Spin < 0:
+		return bad("--spin %v: give 0 (never spin) or a positive duration", c.Spin)
 	case c.Soak < 0:
 		return bad("--soak %v: give a positive duration", c.Soak)
 	case c.Capacity < 0:
@@ -114,6 +126,9 @@ func (c Config) Validate() error {
 		if _, err := loadWorkload(c.KernelsFrom); err != nil {
 			return err
 		}
+	}
+	if c.Transfers != "graph" && c.Transfers != "eager" {
+		return bad("--transfers %q: use graph or eager", c.Transfers)
 	}
 	if _, ok := timings[c.Timing]; !ok {
 		return bad("--timing %q: use off, completion, replay, kernel or verification", c.Timing)

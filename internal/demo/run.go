@@ -207,16 +207,24 @@ func (w *watchers) stop() {
 }
 
 // warmup runs a few steps per tenant while preparation is open, one at a
-// time, so every tenant's chain is captured before the cache is sealed.
+// time, so every tenant's chain is captured before the cache is sealed:
+// each worker's whose copies are graph nodes (its staging is baked in),
+// else the first's.
 func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode) error {
 	for range cfg.Warmup {
 		for _, tn := range tenants {
-			b, err := tn.step(timing, 0)
-			if err != nil {
-				return err
+			slots := 1
+			if tn.fused {
+				slots = min(len(tn.staging), fusedSlots)
 			}
-			if _, err := s.Submit(ctx, tn.name, b); err != nil && !faultError(cfg, err) {
-				return fmt.Errorf("lanedemo: warm-up of %s: %w", tn.name, err)
+			for slot := range max(slots, 1) {
+				b, err := tn.step(timing, slot)
+				if err != nil {
+					return err
+				}
+				if _, err := s.Submit(ctx, tn.name, b); err != nil && !faultError(cfg, err) {
+					return fmt.Errorf("lanedemo: warm-up of %s: %w", tn.name, err)
+				}
 			}
 		}
 	}

@@ -54,6 +54,11 @@ type tenant struct {
 	// builds its next step only after the previous one ended.
 	entries [][]lanes.Entry
 	inputs  [][]byte // one input buffer per worker with staging
+	// fused: the staged input and readout copies of the first fusedSlots
+	// workers carry replay contracts (--transfers graph), so they are nodes
+	// of the replayed graph.
+	fused                 bool
+	stageReplay, cpReplay *lanes.ReplayContract
 
 	stats   *tenantAgg  // what its clients saw
 	hostile bool        // the --hostile tenant
@@ -218,7 +223,8 @@ func (d *deviceSetup) newTenant(t int, name string) (*tenant, error) {
 // tenantBase is tenant t before its buffers: its name, whether it
 // replays, its scope and its inputs' seed.
 func (d *deviceSetup) tenantBase(t int, name string) *tenant {
-	return &tenant{name: name, dev: d.dev, replay: t >= d.cfg.EagerTenants, owner: cache.LaneScope(uint64(1 + t)),
+	replay := t >= d.cfg.EagerTenants
+	return &tenant{name: name, dev: d.dev, replay: replay, fused: replay && d.cfg.Transfers == "graph", owner: cache.LaneScope(uint64(1 + t)),
 		rng: rand.New(rand.NewSource(d.cfg.Seed*1000 + int64(t))), stats: newTenantAgg()}
 }
 
@@ -309,6 +315,12 @@ func (tn *tenant) addCompute(cmd cuda.Command, shared func(cuda.Region) bool) {
 	tn.compute = append(tn.compute, e)
 }
 
+// fusedSlots is how many of a tenant's closed-loop workers have their
+// input and readout copies in the replayed graph: a graph bakes in its
+// staging's address, so each such worker's step is an executable of its
+// own (warmed up and cached); the others' copies run eagerly.
+const fusedSlots = 4
+
 // step is one decode step: this step's input into the device (dynamic
 // binding), the compute chain, and a readout copy of the output. A worker
 // with a staging slot (>= 0) writes the input into its pinned staging and
@@ -353,8 +365,19 @@ func (tn *tenant) step(timing lanes.TimingMode, slot int) (lanes.Batch, error) {
 	} else {
 		entries = make([]lanes.Entry, 0, len(tn.compute)+2)
 	}
-	entries = append(entries, lanes.Entry{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: up})
+	in := lanes.Entry{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: up}
+	out := lanes.Entry{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: cp}
+	if staged && tn.fused && slot < fusedSlots {
+		// Copies between fixed addresses (pinned staging, device memory):
+		// keyed, they join the compute chain's graph.
+		if tn.stageReplay == nil {
+			tn.stageReplay = lanes.Replayable(up, cache.LaunchKey(tn.provider, up), tn.owner)
+			tn.cpReplay = lanes.Replayable(cp, cache.LaunchKey(tn.provider, cp), tn.owner)
+		}
+		in.Replay, out.Replay = tn.stageReplay, tn.cpReplay
+	}
+	entries = append(entries, in)
 	entries = append(entries, tn.compute...)
-	entries = append(entries, lanes.Entry{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: cp})
+	entries = append(entries, out)
 	return lanes.Batch{Entries: entries, Timing: timing}, nil
 }
