@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -379,4 +380,21 @@ func (d *device) count(t *testing.T, i int) int32 {
 		t.Fatalf("device Synchronize: got err %v, want nil", err)
 	}
 	return cachetest.ReadCounter(t, st, d.bufs[i])
+}
+
+// TestStartRefusesAnUnboundedSpin: a spin window past a second would hold a
+// core per busy lane for no gain; Start says so instead of starting.
+func TestStartRefusesAnUnboundedSpin(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatalf("sim.New: got err %v, want nil", err)
+	}
+	defer dev.Close()
+	s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, Spin: time.Hour})
+	if err == nil {
+		_ = s.Stop(context.Background())
+	}
+	if !errors.Is(err, actors.ErrInvalidArgument) || !strings.Contains(err.Error(), "Spin") {
+		t.Fatalf("Start with Spin 1h: got err %v, want actors.ErrInvalidArgument naming Spin", err)
+	}
 }

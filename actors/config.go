@@ -103,7 +103,8 @@ type Config struct {
 	// seen within microseconds, as a hand-written loop spinning on its
 	// event sees it. It costs a core per busy lane; after Spin without a
 	// fence ending, the lane backs off to timed polls (PollMin to
-	// PollMax). Default 0: never spin (timed polls only).
+	// PollMax). Default 0 (or negative): never spin, timed polls only;
+	// Start refuses more than a second.
 	Spin time.Duration
 	// HangTimeout is how long a lane may go without any of its submissions
 	// ending, while it has some in flight or waits on its stream, before
@@ -209,12 +210,18 @@ func (c *Config) defaults() error {
 			return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is nil", ErrInvalidArgument, i))
 		}
 	}
+	if c.Spin > maxSpin {
+		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (never) to %v (tens of microseconds suit GPU steps)", ErrInvalidArgument, c.Spin, maxSpin))
+	}
 	c.admissionDefaults()
 	c.laneDefaults()
 	c.Recovery.defaults()
 	c.Suspension.defaults()
 	return nil
 }
+
+// maxSpin is the longest spin window Start accepts.
+const maxSpin = time.Second
 
 // orInt sets *p to v when it is zero or negative.
 func orInt(p *int, v int) {

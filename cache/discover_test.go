@@ -122,7 +122,8 @@ func TestSegmentKeyIsOrderSensitive(t *testing.T) {
 
 // FuzzDiscover decodes bytes into a command sequence and boundaries:
 // discovery never panics, and no candidate straddles a boundary node or a
-// non-replayable command.
+// non-replayable command (an unkeyed one, or a transfer of another phase
+// that is no keyed stable transfer).
 func FuzzDiscover(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, []byte{2})
 	f.Add([]byte{255, 0, 17, 34, 51}, []byte{})
@@ -136,9 +137,12 @@ func FuzzDiscover(f *testing.F) {
 			case 2:
 				c.Scopes = []cache.Scope{cache.LaneScope(uint64(b % 3))}
 			case 3:
-				c.Phase = cache.PhaseReadout
+				c.Phase = cache.PhaseReadout // a keyed zero: a stable transfer, it may join
 			case 4:
 				c.Scopes = []cache.Scope{{}}
+			case 5: // an upload in the binding phase: never joins
+				c.Phase = cache.PhaseDynamicBinding
+				c.Cmd = cuda.Command{Kind: cuda.KindUpload, Dst: cuda.Region{Buffer: c.Cmd.Dst.Buffer, Length: 4}, Host: make([]byte, 4)}
 			}
 			if i%11 == 10 {
 				c.Node = cache.NoNode
@@ -167,9 +171,10 @@ func FuzzDiscover(f *testing.F) {
 					t.Fatalf("command %d: got it in two candidates, want at most one", i)
 				}
 				covered[i] = true
-				if cmds[i].Phase != cache.PhaseCompute || isBoundary[cmds[i].Node] || d.Bindings[i].Reason != cache.ReasonNone {
-					t.Fatalf("candidate %d..%d holds command %d with phase %v, boundary node %v, reason %v; want only compute commands off boundaries with reason %v",
-						c.Start, c.End, i, cmds[i].Phase, isBoundary[cmds[i].Node], d.Bindings[i].Reason, cache.ReasonNone)
+				joins := cmds[i].Phase == cache.PhaseCompute || cmds[i].HasKey && cache.StableTransfer(cmds[i].Cmd.Kind)
+				if !joins || isBoundary[cmds[i].Node] || d.Bindings[i].Reason != cache.ReasonNone {
+					t.Fatalf("candidate %d..%d holds command %d (%v) with phase %v, boundary node %v, reason %v; want only compute commands and keyed stable transfers, off boundaries, with reason %v",
+						c.Start, c.End, i, cmds[i].Cmd.Kind, cmds[i].Phase, isBoundary[cmds[i].Node], d.Bindings[i].Reason, cache.ReasonNone)
 				}
 			}
 			if c.Start > 0 && d.Reasons[c.Start-1] == cache.ReasonNone || c.End < len(cmds) && d.Reasons[c.End] == cache.ReasonNone {

@@ -5,6 +5,7 @@ package lanes
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/lanesched/lanes/cache"
@@ -29,15 +30,28 @@ type Slot struct {
 // Replaying identical inputs is cheaper twice over: when the outputs of the
 // last replay were collected, they are returned without a launch (device
 // time exactly zero); when they were not, the resident-input variant (the
-// same graph without the input copies) runs.
+// same graph without the input copies) runs, unless the compute writes an
+// input slot's device region (then the full graph runs again).
+//
+// A program serves one lane: the one it was prepared on (Lane.Prepare),
+// which alone may replay it; a lane rebuilt under the same ID may prepare
+// it again. Its replays run one at a time on that lane.
 type Staged struct {
 	inputs, outputs       []Slot
 	inputMap, outputMap   []int // slot -> logical index
 	full, resident        Batch
+	compute               []Entry
 	lastLens              []int    // logical order: the lengths of the inputs last staged by Replay
-	lastInputs            [][]byte // their bytes, kept only where the host cannot read the staging (cuda.HostView)
+	lastInputs            [][]byte // their bytes, kept where the staging cannot stand for them (viewsOut, or no cuda.HostView)
 	initialized, outValid bool
 	outputsCache          [][]byte // logical order, reused
+	// home is the lane the program was prepared on, the only one that may
+	// replay it; writesInputs: its compute writes an input slot's device
+	// region, so the resident-input variant would compute on changed
+	// inputs; viewsOut: StagedInputs handed out the staging, which the
+	// caller may write at any time from then on.
+	home                   atomic.Pointer[Lane]
+	writesInputs, viewsOut bool
 }
 
 // StagedCounters are the data-movement counters of staged replays.
@@ -87,7 +101,7 @@ func NewStaged(inputs []Slot, inputMap []int, outputs []Slot, outputMap []int, c
 	if err := checkIndexMap("output", len(outputs), outputMap); err != nil {
 		return nil, err
 	}
-	st := &Staged{inputs: inputs, outputs: outputs, inputMap: inputMap, outputMap: outputMap}
+	st := &Staged{inputs: inputs, outputs: outputs, inputMap: inputMap, outputMap: outputMap, compute: append([]Entry(nil), compute...)}
 	copyEntry := func(c cuda.Command, err error) (Entry, error) {
 		if err != nil {
 			return Entry{}, err
@@ -145,3 +159,50 @@ func (st *Staged) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.Host
 
 // StagedCounters returns the lane's staged-replay counters.
 func (l *Lane) StagedCounters() StagedCounters { return l.staged }
+
+// writesInputsOn reports whether any compute entry may write a region that
+// overlaps an input slot's device region, by the kernels' declared access
+// (a launch of a kernel the device does not know, or a parameter with no
+// declared access, counts as writing), a library call's declared regions,
+// and a transfer's destination.
+func (st *Staged) writesInputsOn(ks cuda.Kernels) bool {
+	overlaps := func(r cuda.Region) bool {
+		for _, s := range st.inputs {
+			d := s.Device
+			if d.Buffer.ID == r.Buffer.ID && r.Offset < d.Offset+d.Length && d.Offset < r.Offset+r.Length {
+				return true
+			}
+		}
+		return false
+	}
+	for _, e := range st.compute {
+		c := &e.Command
+		switch c.Kind {
+		case cuda.KindLaunch:
+			spec, known := ks.Kernel(c.Kernel)
+			for i, a := range c.Args {
+				if a.Kind != cuda.ParamBuffer {
+					continue
+				}
+				writes := !known || i >= len(spec.Params) || spec.Params[i].Access == 0 || spec.Params[i].Access.Writes()
+				if writes && overlaps(a.Region) {
+					return true
+				}
+			}
+		case cuda.KindCall:
+			if c.LibraryCall != nil {
+				for _, t := range c.LibraryCall.Regions {
+					if t.Access.Writes() && overlaps(t.Region) {
+						return true
+					}
+				}
+			}
+		case cuda.KindStageOut:
+		default:
+			if overlaps(c.Dst) {
+				return true
+			}
+		}
+	}
+	return false
+}

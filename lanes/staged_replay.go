@@ -14,8 +14,20 @@ import (
 
 // Prepare captures both variants of a staged program (the lane's cache must
 // be open and quiescent): the full graph and the resident-input graph. It
-// runs each once; the staging's current bytes are the inputs.
+// runs each once; the staging's current bytes are the inputs. It makes
+// this lane the program's home: a program prepared on another lane is
+// refused (build one per lane with NewStaged), unless that lane had this
+// one's ID (the same lane, rebuilt).
 func (l *Lane) Prepare(st *Staged) error {
+	const op = "staged prepare"
+	if err := checkBuilt(st); err != nil {
+		return rejected(op, err)
+	}
+	if home := st.home.Load(); home != nil && home != l && home.id != l.id {
+		return rejected(op, fmt.Errorf("%w: Fix: the staged program was prepared on lane %d and serves that lane alone; build another with lanes.NewStaged for lane %d", ErrStagedInput, home.id, l.id))
+	}
+	st.home.Store(l)
+	st.writesInputs = st.writesInputsOn(l.dev.Kernels())
 	for _, b := range []Batch{st.full, st.resident} {
 		b.Path = PathAdaptive
 		sub, err := l.Submit(b)
@@ -39,10 +51,14 @@ func (l *Lane) Prepare(st *Staged) error {
 // ones once (a memcmp, against the staging itself where the device lets
 // the host address it, cuda.HostView), and new ones copied into the staging
 // once; no hash. An output-cache hit costs that comparison and a copy of
-// the outputs; it launches nothing. Inputs written in place skip both
+// the outputs; it launches nothing and touches no device or staging memory
+// (it answers even after the program's buffers were freed). Inputs written in place skip both
 // (StagedInputs, ReplayWritten).
 func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, error) {
 	const op = "staged replay"
+	if err := l.checkHome(st); err != nil {
+		return StagedResult{}, rejected(op, err)
+	}
 	hm, err := l.checkReplay(st, inputs)
 	if err != nil {
 		return StagedResult{}, rejected(op, err)
@@ -52,12 +68,13 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 		l.staged.OutputCacheHits++
 		return StagedResult{Outputs: cloneAll(st.outputsCache), TimeKnown: true, OutputCache: true}, nil
 	}
-	if same {
+	resident := same && !st.writesInputs
+	if resident {
 		l.staged.ResidentInputReplays++
 	} else if err := l.stageInputs(hm, st, inputs); err != nil {
 		return StagedResult{}, rejected(op, err)
 	}
-	res, err := l.runStaged(st, same, collect)
+	res, err := l.runStaged(st, resident, collect)
 	if err == nil && !same {
 		st.rememberInputs(hm, inputs)
 		st.initialized = true
@@ -73,6 +90,9 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 // and ReplayWritten guarantee. The device must let the host address its
 // pinned memory (cuda.HostView; both backends do).
 func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
+	if err := l.checkHome(st); err != nil {
+		return nil, rejected("staged inputs", err)
+	}
 	hv, ok := l.dev.(cuda.HostView)
 	if !ok {
 		return nil, rejected("staged inputs", fmt.Errorf("%w: Fix: this device does not let the host address its pinned memory (cuda.HostView); pass the inputs to Replay", ErrStagedInput))
@@ -85,7 +105,32 @@ func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
 		}
 		views[st.inputMap[slot]] = b
 	}
+	// The caller may write the staging at any time from now on: it no
+	// longer stands for the inputs Replay staged last.
+	st.viewsOut, st.initialized = true, false
 	return views, nil
+}
+
+// checkBuilt refuses a nil program or one not built by NewStaged.
+func checkBuilt(st *Staged) error {
+	if st == nil || len(st.full.Entries) == 0 {
+		return fmt.Errorf("%w: Fix: the staged program is nil or was not built by lanes.NewStaged; build it with lanes.NewStaged", ErrStagedInput)
+	}
+	return nil
+}
+
+// checkHome refuses a program this lane did not prepare.
+func (l *Lane) checkHome(st *Staged) error {
+	if err := checkBuilt(st); err != nil {
+		return err
+	}
+	switch home := st.home.Load(); {
+	case home == nil:
+		return fmt.Errorf("%w: Fix: the staged program was never prepared; call Prepare on this lane (%d) first", ErrStagedInput, l.id)
+	case home != l:
+		return fmt.Errorf("%w: Fix: the staged program was prepared on lane %d, which alone replays it; replay it there, or build another with lanes.NewStaged and prepare it on lane %d", ErrStagedInput, home.id, l.id)
+	}
+	return nil
 }
 
 // ReplayWritten runs a staged program on the inputs written in place
@@ -93,6 +138,9 @@ func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
 // launches the full graph (the lane does not look at what was written), so
 // the input copies run at the link's speed with no host copy before them.
 func (l *Lane) ReplayWritten(st *Staged, collect bool) (StagedResult, error) {
+	if err := l.checkHome(st); err != nil {
+		return StagedResult{}, rejected("staged replay", err)
+	}
 	st.initialized = false // the staging holds inputs the lane never saw
 	st.lastLens = st.lastLens[:0]
 	l.staged.Uploads += uint64(len(st.inputs))
@@ -135,12 +183,17 @@ func (l *Lane) runStaged(st *Staged, resident, collect bool) (StagedResult, erro
 	return res, nil
 }
 
-// StagedInputKey is the exact key (SHA-256) over the inputs now staged for
-// st, in logical order, each as its length and bytes as last passed to
-// Replay: computed when asked, never on the replay path. It fails when
+// StagedInputKey is the exact key over the inputs now staged for st, as
+// last passed to Replay: the SHA-256 of the number of inputs, then, for
+// each input in logical order, its length and its bytes (counts and lengths
+// as 8-byte little-endian integers; the bytes unpadded). Computed when
+// asked, never on the replay path. It fails when
 // the staging holds inputs written in place (ReplayWritten), whose
 // lengths the lane does not know.
 func (l *Lane) StagedInputKey(st *Staged) ([32]byte, error) {
+	if err := l.checkHome(st); err != nil {
+		return [32]byte{}, rejected("staged input key", err)
+	}
 	if !st.initialized || len(st.lastLens) != len(st.inputs) {
 		return [32]byte{}, fmt.Errorf("%w: Fix: no inputs passed to Replay are staged (none yet, a failed replay, or inputs written in place)", ErrStagedInput)
 	}
@@ -219,8 +272,8 @@ func (st *Staged) rememberInputs(hm cuda.HostMemory, inputs [][]byte) {
 	for _, in := range inputs {
 		st.lastLens = append(st.lastLens, len(in))
 	}
-	if _, ok := hm.(cuda.HostView); ok {
-		st.lastInputs = nil
+	if _, ok := hm.(cuda.HostView); ok && !st.viewsOut {
+		st.lastInputs = nil // the staging itself holds them
 		return
 	}
 	if len(st.lastInputs) != len(inputs) {
@@ -322,4 +375,8 @@ func cloneAll(in [][]byte) [][]byte {
 // changed what the program computes (device memory it reads, written by
 // other work): the output cache assumes the outputs are a function of the
 // inputs alone.
-func (st *Staged) ForgetOutputs() { st.outValid = false }
+func (st *Staged) ForgetOutputs() {
+	if st != nil {
+		st.outValid = false
+	}
+}

@@ -205,3 +205,130 @@ func TestStagedInputsWrittenInPlace(t *testing.T) {
 		t.Fatalf("after ForgetOutputs: got output cache %v, resident %v; want the resident-input replay", res.OutputCache, res.Resident)
 	}
 }
+
+// TestStagedComputeWritingItsInputs: a compute that writes an input slot's
+// device region (out = a + a into a itself) must not take the
+// resident-input variant, which would compute on the changed inputs.
+func TestStagedComputeWritingItsInputs(t *testing.T) {
+	r := newRig(t, sim.ClockVirtual, 0)
+	a, err := r.dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.F32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	in, err := r.dev.AllocHost(16)
+	if err != nil {
+		t.Fatalf("AllocHost: got err %v, want nil", err)
+	}
+	out, err := r.dev.AllocHost(16)
+	if err != nil {
+		t.Fatalf("AllocHost: got err %v, want nil", err)
+	}
+	add, err := cuda.Launch(r.dev.Registry().MustSpec(kernels.Add), cuda.Linear(4, 4), cuda.BufferArg(a.Whole()), cuda.BufferArg(a.Whole()), cuda.BufferArg(a.Whole()), cuda.I32Arg(4))
+	if err != nil {
+		t.Fatalf("cuda.Launch(add): got err %v, want nil", err)
+	}
+	st, err := lanes.NewStaged([]lanes.Slot{{Staging: in.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: out.Whole(), Device: a.Whole()}}, []int{0},
+		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged-test", add), cache.PlanScope())}})
+	if err != nil {
+		t.Fatalf("NewStaged: got err %v, want nil", err)
+	}
+	if _, err := r.lane.Configure(8); err != nil {
+		t.Fatalf("Configure: got err %v, want nil", err)
+	}
+	if err := r.lane.Prepare(st); err != nil {
+		t.Fatalf("Prepare: got err %v, want nil", err)
+	}
+	s := &stagedRig{r, st}
+	for i, collect := range []bool{false, true, true} {
+		res := s.replay(collect, f32s(1, 2, 3, 4))
+		if res.Resident {
+			t.Fatalf("replay %d of the same inputs: got the resident-input variant, want the full graph (the compute writes its input)", i)
+		}
+		if collect && string(res.Outputs[0]) != string(f32s(2, 4, 6, 8)) {
+			t.Fatalf("replay %d: got %v, want %v (a + a of the staged inputs)", i, res.Outputs[0], f32s(2, 4, 6, 8))
+		}
+	}
+}
+
+// TestStagedInputsThenReplay: once the staging was handed out, it no
+// longer stands for the inputs Replay staged: new bytes passed to Replay
+// are new inputs even if the caller wrote them into the staging already.
+func TestStagedInputsThenReplay(t *testing.T) {
+	s := newStagedRig(t, []int{0, 1})
+	if res := s.replay(true, f32s(1, 1, 1, 1), f32s(1, 1, 1, 1)); string(res.Outputs[0]) != string(f32s(2, 2, 2, 2)) {
+		t.Fatalf("first replay: got %v, want %v", res.Outputs[0], f32s(2, 2, 2, 2))
+	}
+	views, err := s.lane.StagedInputs(s.st)
+	if err != nil {
+		t.Fatalf("StagedInputs: got err %v, want nil", err)
+	}
+	copy(views[0], f32s(2, 2, 2, 2))
+	res := s.replay(true, f32s(2, 2, 2, 2), f32s(1, 1, 1, 1))
+	if res.OutputCache || res.Resident || string(res.Outputs[0]) != string(f32s(3, 3, 3, 3)) {
+		t.Fatalf("Replay of the bytes written into the view: got %v, output cache %v, resident %v; want %v from the full graph", res.Outputs[0], res.OutputCache, res.Resident, f32s(3, 3, 3, 3))
+	}
+	copy(views[0], f32s(9, 9, 9, 9)) // the caller writes its view again: Replay's inputs still decide
+	if res = s.replay(true, f32s(2, 2, 2, 2), f32s(1, 1, 1, 1)); !res.OutputCache || string(res.Outputs[0]) != string(f32s(3, 3, 3, 3)) {
+		t.Fatalf("Replay of the same inputs again: got %v, output cache %v; want the cached %v", res.Outputs[0], res.OutputCache, f32s(3, 3, 3, 3))
+	}
+	s.st.ForgetOutputs()
+	if res = s.replay(true, f32s(2, 2, 2, 2), f32s(1, 1, 1, 1)); string(res.Outputs[0]) != string(f32s(3, 3, 3, 3)) {
+		t.Fatalf("Replay after ForgetOutputs, the view rewritten: got %v, want %v (resident inputs on the device)", res.Outputs[0], f32s(3, 3, 3, 3))
+	}
+}
+
+// TestStagedProgramServesOneLane: a program is replayed only by the lane
+// it was prepared on; another lane, a nil program or one not built by
+// NewStaged is refused with ErrStagedInput and a fix, never a panic.
+func TestStagedProgramServesOneLane(t *testing.T) {
+	s := newStagedRig(t, []int{0, 1})
+	st2, err := s.dev.NewStream()
+	if err != nil {
+		t.Fatalf("NewStream: got err %v, want nil", err)
+	}
+	other, err := lanes.New(lanes.Config{ID: 2, Device: s.dev, Stream: st2, Runtime: "lanes-test"})
+	if err != nil {
+		t.Fatalf("lanes.New: got err %v, want nil", err)
+	}
+	if _, err := other.Configure(8); err != nil {
+		t.Fatalf("Configure: got err %v, want nil", err)
+	}
+	in := [][]byte{f32s(1), f32s(2)}
+	checks := map[string]func() error{
+		"Replay on another lane":   func() error { _, err := other.Replay(s.st, in, true); return err },
+		"ReplayWritten on another": func() error { _, err := other.ReplayWritten(s.st, true); return err },
+		"StagedInputs on another":  func() error { _, err := other.StagedInputs(s.st); return err },
+		"Prepare on another lane":  func() error { return other.Prepare(s.st) },
+		"Replay of nil":            func() error { _, err := s.lane.Replay(nil, in, true); return err },
+		"Prepare of nil":           func() error { return s.lane.Prepare(nil) },
+		"StagedInputKey of nil":    func() error { _, err := s.lane.StagedInputKey(nil); return err },
+		"Replay of a zero Staged":  func() error { _, err := s.lane.Replay(&lanes.Staged{}, in, true); return err },
+		"Replay of an unprepared one": func() error {
+			buf, err := s.dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+			if err != nil {
+				return err
+			}
+			inc, err := cuda.Launch(s.dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(buf.Whole()), cuda.I32Arg(16))
+			if err != nil {
+				return err
+			}
+			fresh, err := lanes.NewStaged(nil, nil, nil, nil, []lanes.Entry{lanes.Replayed("staged-test", 0, inc)})
+			if err != nil {
+				return err
+			}
+			_, err = s.lane.Replay(fresh, nil, false)
+			return err
+		},
+	}
+	for name, call := range checks {
+		err := call()
+		if !errors.Is(err, lanes.ErrStagedInput) || !strings.Contains(err.Error(), "Fix:") {
+			t.Errorf("%s: got err %v, want lanes.ErrStagedInput with a fix", name, err)
+		}
+	}
+	var nilStaged *lanes.Staged
+	nilStaged.ForgetOutputs() // no panic
+	if res := s.replay(true, f32s(1, 1, 1, 1), f32s(2, 2, 2, 2)); string(res.Outputs[0]) != string(f32s(3, 3, 3, 3)) {
+		t.Fatalf("Replay on its own lane after the refusals: got %v, want %v", res.Outputs[0], f32s(3, 3, 3, 3))
+	}
+}

@@ -112,8 +112,8 @@ func (c Config) Validate() error {
 		return bad("--rate %v: give a positive rate of steps per second", c.Rate)
 	case c.Kernels < 1 || c.Kernels > 4096:
 		return bad("--kernels %d: use 1 to 4096", c.Kernels)
-	case c.Spin < 0:
-		return bad("--spin %v: give 0 (never spin) or a positive duration", c.Spin)
+	case c.Spin < 0 || c.Spin > time.Second:
+		return bad("--spin %v: give 0 (never spin) to 1s; a spinning lane holds a core while it is busy", c.Spin)
 	case c.Soak < 0:
 		return bad("--soak %v: give a positive duration", c.Soak)
 	case c.Capacity < 0:
