@@ -207,4 +207,35 @@ func TestSharedBuffersAreReadOnly(t *testing.T) {
 			t.Errorf("%s writing the shared buffer: got outcome %v, err %v; want refused, actors.ErrNotYours naming it shared", name, r.Outcome, err)
 		}
 	}
+	// A staged program writes its input slots (the copies in) and what its
+	// compute writes: neither may be a shared buffer.
+	staging, err := dev.AllocHost(weights.Size)
+	if err != nil {
+		t.Fatalf("AllocHost: got err %v, want nil", err)
+	}
+	out, err := dev.AllocHost(mine.Size)
+	if err != nil {
+		t.Fatalf("AllocHost: got err %v, want nil", err)
+	}
+	read, _ := cuda.Copy(mine.Whole(), weights.Whole())
+	inc := dev.batch(0, 1).Entries[0] // inc writes the shared buffer
+	for name, prog := range map[string]struct {
+		in      cuda.Region
+		compute lanes.Entry
+	}{
+		"an input slot on it":      {weights.Whole(), lanes.Replayed("t", 0, read)},
+		"a compute that writes it": {mine.Whole(), inc},
+	} {
+		st, err := lanes.NewStaged([]lanes.Slot{{Staging: staging.Whole(), Device: prog.in}}, []int{0},
+			[]lanes.Slot{{Staging: out.Whole(), Device: mine.Whole()}}, []int{0}, []lanes.Entry{prog.compute})
+		if err != nil {
+			t.Fatalf("%s: NewStaged: got err %v, want nil", name, err)
+		}
+		if err := s.PrepareStaged(context.Background(), "a", 0, st); !errors.Is(err, actors.ErrNotYours) || !strings.Contains(err.Error(), "shared") {
+			t.Errorf("a staged program with %s: PrepareStaged got err %v, want actors.ErrNotYours naming it shared", name, err)
+		}
+		if _, err := s.Replay(context.Background(), "a", 0, st, [][]byte{make([]byte, 4)}, true); !errors.Is(err, actors.ErrNotYours) {
+			t.Errorf("a staged program with %s: Replay got err %v, want actors.ErrNotYours", name, err)
+		}
+	}
 }

@@ -332,5 +332,9 @@ func (s *Scheduler) checkStaged(tenant string, st *lanes.Staged) error {
 	}
 	s.ownMu.RLock()
 	defer s.ownMu.RUnlock()
-	return s.checkHandlesLocked(tenant, st.ForHandles)
+	if err := s.checkHandlesLocked(tenant, st.ForHandles); err != nil {
+		return err
+	}
+	full := st.FullBatch() // its input copies and compute write device memory: never a shared buffer
+	return s.checkSharedWritesLocked(&full)
 }

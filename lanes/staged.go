@@ -42,16 +42,16 @@ type Staged struct {
 	full, resident        Batch
 	compute               []Entry
 	lastLens              []int    // logical order: the lengths of the inputs last staged by Replay
-	lastInputs            [][]byte // their bytes, kept where the staging cannot stand for them (viewsOut, or no cuda.HostView)
+	lastInputs            [][]byte // their bytes: the lane's copy, compared with the next inputs
 	initialized, outValid bool
 	outputsCache          [][]byte // logical order, reused
 	// home is the lane the program was prepared on, the only one that may
 	// replay it; writesInputs: its compute writes an input slot's device
 	// region, so the resident-input variant would compute on changed
-	// inputs; viewsOut: StagedInputs handed out the staging, which the
-	// caller may write at any time from then on.
-	home                   atomic.Pointer[Lane]
-	writesInputs, viewsOut bool
+	// inputs; forget: ForgetOutputs was called, applied at the next replay.
+	home         atomic.Pointer[Lane]
+	writesInputs bool
+	forget       atomic.Bool
 }
 
 // StagedCounters are the data-movement counters of staged replays.
@@ -205,4 +205,13 @@ func (st *Staged) writesInputsOn(ks cuda.Kernels) bool {
 		}
 	}
 	return false
+}
+
+// FullBatch is a copy of the batch a full replay submits (the input copies,
+// the compute, the output copies): what a scheduler checks before it lets a
+// tenant replay the program on its lanes.
+func (st *Staged) FullBatch() Batch {
+	b := st.full
+	b.Entries = append([]Entry(nil), st.full.Entries...)
+	return b
 }

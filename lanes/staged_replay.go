@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -25,6 +26,9 @@ func (l *Lane) Prepare(st *Staged) error {
 	}
 	if home := st.home.Load(); home != nil && home != l && home.id != l.id {
 		return rejected(op, fmt.Errorf("%w: Fix: the staged program was prepared on lane %d and serves that lane alone; build another with lanes.NewStaged for lane %d", ErrStagedInput, home.id, l.id))
+	}
+	if p := l.cache.Preparation(); p.State != cache.PrepOpen {
+		return rejected(op, fmt.Errorf("%w: Fix: lane %d's preparation is %v, so nothing would be captured; open it (Configure) before Prepare", ErrStagedInput, l.id, p.State))
 	}
 	st.home.Store(l)
 	st.writesInputs = st.writesInputsOn(l.dev.Kernels())
@@ -48,9 +52,8 @@ func (l *Lane) Prepare(st *Staged) error {
 // zero padding up to each slot's length.
 //
 // What it costs on the host: the inputs are compared with the last staged
-// ones once (a memcmp, against the staging itself where the device lets
-// the host address it, cuda.HostView), and new ones copied into the staging
-// once; no hash. An output-cache hit costs that comparison and a copy of
+// ones once (a memcmp against the lane's copy of them), and new ones copied
+// into the staging and into that copy; no hash. An output-cache hit costs that comparison and a copy of
 // the outputs; it launches nothing and touches no device or staging memory
 // (it answers even after the program's buffers were freed). Inputs written in place skip both
 // (StagedInputs, ReplayWritten).
@@ -63,7 +66,8 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 	if err != nil {
 		return StagedResult{}, rejected(op, err)
 	}
-	same := st.initialized && l.sameInputs(hm, st, inputs)
+	st.takeForget()
+	same := st.initialized && l.sameInputs(st, inputs)
 	if same && st.outValid && collect {
 		l.staged.OutputCacheHits++
 		return StagedResult{Outputs: cloneAll(st.outputsCache), TimeKnown: true, OutputCache: true}, nil
@@ -76,7 +80,7 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 	}
 	res, err := l.runStaged(st, resident, collect)
 	if err == nil && !same {
-		st.rememberInputs(hm, inputs)
+		st.rememberInputs(inputs)
 		st.initialized = true
 	}
 	return res, err
@@ -105,9 +109,6 @@ func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
 		}
 		views[st.inputMap[slot]] = b
 	}
-	// The caller may write the staging at any time from now on: it no
-	// longer stands for the inputs Replay staged last.
-	st.viewsOut, st.initialized = true, false
 	return views, nil
 }
 
@@ -127,6 +128,8 @@ func (l *Lane) checkHome(st *Staged) error {
 	switch home := st.home.Load(); {
 	case home == nil:
 		return fmt.Errorf("%w: Fix: the staged program was never prepared; call Prepare on this lane (%d) first", ErrStagedInput, l.id)
+	case home != l && home.id == l.id:
+		return fmt.Errorf("%w: Fix: lane %d was rebuilt since the staged program was prepared on it; prepare it again", ErrStagedInput, l.id)
 	case home != l:
 		return fmt.Errorf("%w: Fix: the staged program was prepared on lane %d, which alone replays it; replay it there, or build another with lanes.NewStaged and prepare it on lane %d", ErrStagedInput, home.id, l.id)
 	}
@@ -141,6 +144,7 @@ func (l *Lane) ReplayWritten(st *Staged, collect bool) (StagedResult, error) {
 	if err := l.checkHome(st); err != nil {
 		return StagedResult{}, rejected("staged replay", err)
 	}
+	st.takeForget()
 	st.initialized = false // the staging holds inputs the lane never saw
 	st.lastLens = st.lastLens[:0]
 	l.staged.Uploads += uint64(len(st.inputs))
@@ -197,10 +201,7 @@ func (l *Lane) StagedInputKey(st *Staged) ([32]byte, error) {
 	if !st.initialized || len(st.lastLens) != len(st.inputs) {
 		return [32]byte{}, fmt.Errorf("%w: Fix: no inputs passed to Replay are staged (none yet, a failed replay, or inputs written in place)", ErrStagedInput)
 	}
-	inputs, err := l.stagedBytes(st)
-	if err != nil {
-		return [32]byte{}, err
-	}
+	inputs := st.lastInputs
 	h := sha256.New()
 	var n [8]byte
 	binary.LittleEndian.PutUint64(n[:], uint64(len(inputs)))
@@ -215,31 +216,11 @@ func (l *Lane) StagedInputKey(st *Staged) ([32]byte, error) {
 	return k, nil
 }
 
-// stagedBytes is the last staged inputs, logical order, trimmed to their
-// lengths.
-func (l *Lane) stagedBytes(st *Staged) ([][]byte, error) {
-	if st.lastInputs != nil {
-		return st.lastInputs, nil
-	}
-	out := make([][]byte, len(st.inputs))
-	for slot, s := range st.inputs {
-		logical := st.inputMap[slot]
-		b := make([]byte, st.lastLens[logical])
-		r, _ := s.Staging.Buffer.Region(s.Staging.Offset, s.Staging.Length)
-		full := make([]byte, r.Length)
-		if err := cuda.HostMemory(l.dev).ReadHost(r, full); err != nil {
-			return nil, err
-		}
-		copy(b, full)
-		out[logical] = b
-	}
-	return out, nil
-}
-
 // sameInputs reports whether inputs are the ones last staged: their
-// lengths, then their bytes, compared once (with the staging itself where
-// the host addresses it, else with the lane's copy).
-func (l *Lane) sameInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) bool {
+// lengths, then their bytes, compared once with the lane's copy (the
+// staging itself cannot stand for them: a caller's view, or another
+// program's output copy into the same pinned memory, may have changed it).
+func (l *Lane) sameInputs(st *Staged, inputs [][]byte) bool {
 	if len(st.lastLens) != len(inputs) {
 		return false
 	}
@@ -248,33 +229,14 @@ func (l *Lane) sameInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) bool 
 			return false
 		}
 	}
-	if st.lastInputs != nil {
-		return equalInputs(st.lastInputs, inputs)
-	}
-	hv, ok := hm.(cuda.HostView)
-	if !ok {
-		return false
-	}
-	for slot, s := range st.inputs {
-		in := inputs[st.inputMap[slot]]
-		b, err := hv.HostBytes(s.Staging)
-		if err != nil || !bytes.Equal(b[:len(in)], in) {
-			return false
-		}
-	}
-	return true
+	return equalInputs(st.lastInputs, inputs)
 }
 
-// rememberInputs notes what was staged: the inputs' lengths, and a copy
-// of their bytes only where the host cannot read the staging in place.
-func (st *Staged) rememberInputs(hm cuda.HostMemory, inputs [][]byte) {
+// rememberInputs keeps a copy of what was staged, reusing its buffers.
+func (st *Staged) rememberInputs(inputs [][]byte) {
 	st.lastLens = st.lastLens[:0]
 	for _, in := range inputs {
 		st.lastLens = append(st.lastLens, len(in))
-	}
-	if _, ok := hm.(cuda.HostView); ok && !st.viewsOut {
-		st.lastInputs = nil // the staging itself holds them
-		return
 	}
 	if len(st.lastInputs) != len(inputs) {
 		st.lastInputs = make([][]byte, len(inputs))
@@ -300,6 +262,9 @@ func (l *Lane) checkReplay(st *Staged, inputs [][]byte) (cuda.HostMemory, error)
 	}
 	return hm, nil
 }
+
+// stageInputs writes new inputs into their pinned staging slots, zero
+// padded: in place where the host addresses the staging (one copy, and
 
 // stageInputs writes new inputs into their pinned staging slots, zero
 // padded: in place where the host addresses the staging (one copy, and
@@ -370,13 +335,24 @@ func cloneAll(in [][]byte) [][]byte {
 	return out
 }
 
-// ForgetOutputs drops the program's output cache: the next replay launches
-// even with the same inputs. Call it when something other than the inputs
-// changed what the program computes (device memory it reads, written by
-// other work): the output cache assumes the outputs are a function of the
-// inputs alone.
+// ForgetOutputs drops the program's output cache and its record of the
+// inputs on the device: the next replay stages its inputs and runs the
+// full graph even when they are the same. Call it when something other
+// than Replay's inputs changed what the program computes (device memory it
+// reads, its input regions included, written by other work): the output
+// cache and the resident-input variant assume the outputs are a function
+// of the inputs alone. It is safe to call from any goroutine, also while
+// the program replays (it applies from the next replay).
 func (st *Staged) ForgetOutputs() {
 	if st != nil {
-		st.outValid = false
+		st.forget.Store(true)
+	}
+}
+
+// takeForget applies a ForgetOutputs: no output cache, and the inputs on
+// the device no longer stand for the last staged ones.
+func (st *Staged) takeForget() {
+	if st.forget.Swap(false) {
+		st.outValid, st.initialized = false, false
 	}
 }

@@ -199,10 +199,10 @@ func TestStagedInputsWrittenInPlace(t *testing.T) {
 	if want := h.Sum(nil); string(key[:]) != string(want) {
 		t.Fatalf("StagedInputKey: got %x, want the SHA-256 of the count and each input's length and bytes, %x", key, want)
 	}
-	// ForgetOutputs: the same inputs launch again.
+	// ForgetOutputs: the same inputs are staged and run again in full.
 	s.st.ForgetOutputs()
-	if res = s.replay(true, f32s(5, 6, 0), f32s(10, 20, 30, 40)); res.OutputCache || !res.Resident {
-		t.Fatalf("after ForgetOutputs: got output cache %v, resident %v; want the resident-input replay", res.OutputCache, res.Resident)
+	if res = s.replay(true, f32s(5, 6, 0), f32s(10, 20, 30, 40)); res.OutputCache || res.Resident {
+		t.Fatalf("after ForgetOutputs: got output cache %v, resident %v; want the full graph", res.OutputCache, res.Resident)
 	}
 }
 
@@ -330,5 +330,46 @@ func TestStagedProgramServesOneLane(t *testing.T) {
 	nilStaged.ForgetOutputs() // no panic
 	if res := s.replay(true, f32s(1, 1, 1, 1), f32s(2, 2, 2, 2)); string(res.Outputs[0]) != string(f32s(3, 3, 3, 3)) {
 		t.Fatalf("Replay on its own lane after the refusals: got %v, want %v", res.Outputs[0], f32s(3, 3, 3, 3))
+	}
+}
+
+// TestStagedChainedAndForgotten: a program's input staging written by
+// other work (another program's output copy into the same pinned memory)
+// does not make Replay take new inputs for the last ones; ForgetOutputs
+// after other work wrote an input's device region runs the full graph; a
+// sealed lane refuses Prepare instead of capturing nothing.
+func TestStagedChainedAndForgotten(t *testing.T) {
+	s := newStagedRig(t, []int{0, 1})
+	x := f32s(1, 2, 3, 4)
+	res := s.replay(true, x, x)
+	if string(res.Outputs[0]) != string(f32s(2, 4, 6, 8)) {
+		t.Fatalf("first replay: got %v, want %v", res.Outputs[0], f32s(2, 4, 6, 8))
+	}
+	// Other work writes the program's first input staging (as a chained
+	// program's output copy would): the lane's own copy decides.
+	views, err := s.lane.StagedInputs(s.st)
+	if err != nil {
+		t.Fatalf("StagedInputs: got err %v, want nil", err)
+	}
+	copy(views[0], f32s(9, 9, 9, 9))
+	if res = s.replay(true, f32s(9, 9, 9, 9), x); res.OutputCache || string(res.Outputs[0]) != string(f32s(10, 11, 12, 13)) {
+		t.Fatalf("inputs equal to what other work left in the staging: got %v, output cache %v; want %v computed", res.Outputs[0], res.OutputCache, f32s(10, 11, 12, 13))
+	}
+	// Other work overwrites an input's device region: ForgetOutputs makes
+	// the same inputs run in full again.
+	s.replay(false, x, x)
+	zero, _ := cuda.Zero(s.st.FullBatch().Entries[0].Command.Dst)
+	if _, err := s.lane.Submit(lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseCompute, zero)}}); err != nil {
+		t.Fatalf("Submit(zero an input region): got err %v, want nil", err)
+	}
+	s.st.ForgetOutputs()
+	if res = s.replay(true, x, x); res.Resident || res.OutputCache || string(res.Outputs[0]) != string(f32s(2, 4, 6, 8)) {
+		t.Fatalf("after other work zeroed an input region and ForgetOutputs: got %v, resident %v, output cache %v; want %v from the full graph", res.Outputs[0], res.Resident, res.OutputCache, f32s(2, 4, 6, 8))
+	}
+	if _, err := s.lane.Seal(); err != nil {
+		t.Fatalf("Seal: got err %v, want nil", err)
+	}
+	if err := s.lane.Prepare(s.st); !errors.Is(err, lanes.ErrStagedInput) || !strings.Contains(err.Error(), "sealed") {
+		t.Fatalf("Prepare on a sealed lane: got err %v, want lanes.ErrStagedInput saying the preparation is sealed", err)
 	}
 }
