@@ -23,10 +23,11 @@ def demo(name):
         d = json.load(open(os.path.join(out, name)))
     except Exception as e:  # a run that wrote no report
         return None, None, f"no report ({e.__class__.__name__})"
-    sps = d.get("StepsPerSec", d.get("steps_per_second"))
-    lat = d.get("Latency") or {}
-    p50 = lat.get("P50", d.get("latency_p50_us"))
-    acc, end = d.get("Accepted", d.get("accepted")), d.get("Ended", d.get("ended"))
+    # lanedemo-report/1 (snake_case); the older PascalCase reports too
+    sps = d.get("steps_per_s", d.get("StepsPerSec"))
+    lat = d.get("latency") or d.get("Latency") or {}
+    p50 = lat.get("p50_us", lat.get("P50"))
+    acc, end = d.get("accepted", d.get("Accepted")), d.get("ended", d.get("Ended"))
     return sps, p50, ("ok" if acc == end else f"BROKEN accepted {acc} ended {end}")
 
 

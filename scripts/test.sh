@@ -24,9 +24,15 @@ timing='^TestQuarantineDoesNotRaiseHealthyP99$'
 LANES_TIMING=1 go test -race -count=1 -run "$timing" -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
 
 # A count, not a duration: a duration can end mid-input and fail with
-# "context deadline exceeded" on a slow machine.
-fuzz_time=${FUZZ_TIME:-300000x}
-for target in "./cuda FuzzCommandDecode" "./cuda FuzzRegion" "./cuda/sim FuzzEnqueue" "./cache FuzzDiscover" "./lanes FuzzSubmit" "./actors FuzzTenantName" "./cmd/lanedemo FuzzFlags" "./internal/demo FuzzManifest"; do
+# "context deadline exceeded" on a slow machine. Each target's count keeps
+# it near ten seconds on a 2-core machine (the slow ones run the lane core
+# or the scheduler per input), and -fuzzminimizetime bounds the minimizing
+# of each new interesting input (by default up to 60 s, which showed as a
+# target stalled at 0 execs/sec): the whole step stays under two minutes.
+# FUZZ_SCALE multiplies every count (FUZZ_SCALE=10 for a longer run).
+scale=${FUZZ_SCALE:-1}
+for target in "./cuda FuzzCommandDecode 300000" "./cuda FuzzRegion 300000" "./cuda/sim FuzzEnqueue 200000" "./cache FuzzDiscover 100000" \
+  "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 30000" "./cmd/lanedemo FuzzFlags 40000" "./internal/demo FuzzManifest 40000"; do
   set -- $target
-  go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzz_time" "$1"
+  go test -run '^$' -fuzz "^$2\$" -fuzztime "$(($3 * scale))x" -fuzzminimizetime 100x "$1"
 done

@@ -2,35 +2,240 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
+// TestMain lets a test run this package's binary as lanedemo itself: with
+// LANEDEMO_CHILD_ARGS set, the test binary is lanedemo with those
+// arguments (the signal tests send it signals).
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv("LANEDEMO_CHILD_ARGS"); ok {
+		os.Exit(run(strings.Fields(args), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
 func TestBadFlagsExit2WithOneLine(t *testing.T) {
-	for _, args := range [][]string{{"--lanes", "x"}, {"--nope"}, {"--mode", "spiral"}, {"--fault-sticky", "3"}, {"extra"}, {"--device", "cuda"}, {"--spin", "-1s"}, {"--transfers", "bogus"}} {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"--lanes", "x"}, {"--nope"}, {"--mode", "spiral"}, {"--fault-sticky", "3"}, {"extra"}, {"--device", "cuda"},
+		{"--spin", "-1s"}, {"--spin", "1h"}, {"--transfers", "bogus"}, {"--fault-hang", "NaN"}, {"--fault-sticky", "NaN"}, {"--warmup", "1000000000"},
+		{"--concurrency", "1024", "--tenants", "10000"}, {"--json", "/nonexistent/dir/x.json"}, {"--trace-file", "/nonexistent/dir/t.json"},
+		{"--cpuprofile", dir}, {"--duration", "-1s"}, {"--hang-timeout", "-1s"}, {"--rebuild-window", "-1s"}, {"--rebuild-max-failures", "-2"},
+		{"--mode", "open", "--rate", "NaN"}, {"--trace-successes", "NaN"}} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 {
 			t.Errorf("%v: got exit %d, want 2 (%s)", args, code, errb.String())
 		}
-		if lines := strings.Count(strings.TrimSpace(errb.String()), "\n"); lines != 0 || errb.Len() == 0 {
-			t.Errorf("%v: got stderr %q, want one error line", args, errb.String())
+		msg := strings.TrimSpace(errb.String())
+		if lines := strings.Count(msg, "\n"); lines != 0 || !strings.HasPrefix(msg, "lanedemo") {
+			t.Errorf("%v: got stderr %q, want one error line starting lanedemo", args, msg)
+		}
+		named := !strings.HasPrefix(args[0], "-") // a stray argument names itself
+		for _, a := range args {
+			named = named || strings.HasPrefix(a, "--") && strings.Contains(msg, a)
+		}
+		if !named {
+			t.Errorf("%v: got %q, want the message to name the flag", args, msg)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("checking output paths: got %d files created, want none before a run", len(entries))
+	}
+}
+
+func TestHelpListsExitCodesTimingsAndClocks(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--help"}, &out, &errb); code != 0 {
+		t.Fatalf("--help: got exit %d, want 0", code)
+	}
+	for _, want := range []string{"-eager-tenants", "exit status", "130, 143", "  4  the run ended early", "completion (the step's device time)",
+		"verification (", "zero costs nothing", "none computes no byte", "SIGTERM"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help: got no %q in:\n%s", want, out.String())
 		}
 	}
 }
 
-func TestHelp(t *testing.T) {
+// reportSchema compiles docs/lanedemo-report.schema.json.
+func reportSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	sch, err := c.Compile(filepath.Join("..", "..", "docs", "lanedemo-report.schema.json"))
+	if err != nil {
+		t.Fatalf("compiling the report's JSON Schema: got err %v, want nil", err)
+	}
+	return sch
+}
+
+// checkReport parses a JSON report and validates it against the schema.
+func checkReport(t *testing.T, sch *jsonschema.Schema, raw []byte) map[string]any {
+	t.Helper()
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("the JSON report: got err %v parsing it, want JSON alone:\n%s", err, raw)
+	}
+	if err := sch.Validate(v); err != nil {
+		t.Fatalf("the JSON report against docs/lanedemo-report.schema.json: got %v", err)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	return m
+}
+
+// TestJSONReportFollowsItsSchema: --json - writes the JSON alone to stdout
+// (the table to stderr), and it, a hostile run's and a run that ended
+// early all follow the schema in docs/, with the run's settings in them.
+func TestJSONReportFollowsItsSchema(t *testing.T) {
+	sch := reportSchema(t)
 	var out, errb bytes.Buffer
-	if code := run([]string{"--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "--eager-tenants") && !strings.Contains(out.String(), "-eager-tenants") {
-		t.Fatalf("--help: got exit %d and this output, want exit 0 and the -eager-tenants flag listed:\n%s", code, out.String())
+	code := run([]string{"--clock", "zero", "--duration", "300ms", "--tenants", "2", "--eager-tenants", "1", "--lanes", "2", "--quiet", "--json", "-", "--seed", "7"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("a short run with --json -: got exit %d, want 0:\n%s", code, errb.String())
+	}
+	m := checkReport(t, sch, out.Bytes())
+	if m["exactly_once"] != true || m["settings"].(map[string]any)["seed"] != 7.0 || !strings.Contains(errb.String(), "exactly once:") {
+		t.Fatalf("got exactly_once %v, settings.seed %v, the table on stderr %v; want true, 7, true", m["exactly_once"], m["settings"].(map[string]any)["seed"], strings.Contains(errb.String(), "exactly once:"))
+	}
+	path := filepath.Join(t.TempDir(), "r.json")
+	code = run([]string{"--clock", "zero", "--duration", "300ms", "--tenants", "2", "--lanes", "2", "--hostile", "flood", "--quiet", "--json", path}, io.Discard, io.Discard)
+	raw, _ := os.ReadFile(path)
+	if code != 0 {
+		t.Fatalf("a hostile run: got exit %d, want 0", code)
+	}
+	checkReport(t, sch, raw)
+	out.Reset()
+	code = run([]string{"--clock", "zero", "--duration", "2s", "--fault-launch", "0.05", "--no-rebuild", "--quiet", "--json", "-"}, &out, io.Discard)
+	m = checkReport(t, sch, out.Bytes())
+	if code != 4 || !strings.Contains(m["ended_early"].(string), "every lane was out") {
+		t.Fatalf("every lane out: got exit %d, ended_early %q; want 4 and why", code, m["ended_early"])
 	}
 }
 
-func TestShortRunJSON(t *testing.T) {
+// child starts this test binary as lanedemo with args.
+func child(t *testing.T, args string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "LANEDEMO_CHILD_ARGS="+args)
 	var out, errb bytes.Buffer
-	code := run([]string{"--clock", "zero", "--duration", "300ms", "--tenants", "2", "--eager-tenants", "1", "--lanes", "2", "--quiet", "--json", "-"}, &out, &errb)
-	if code != 0 || !strings.Contains(out.String(), `"ExactlyOnce": true`) {
-		t.Fatalf("a short run with --json -: got exit %d and this output, want exit 0 and \"ExactlyOnce\": true:\n%s\n%s", code, out.String(), errb.String())
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting lanedemo: got err %v, want nil", err)
+	}
+	return cmd, &out, &errb
+}
+
+// waitFor waits until the child's stderr shows s.
+func waitFor(t *testing.T, errb *bytes.Buffer, s string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(errb.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lanedemo never printed %q; stderr:\n%s", s, errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSignalsStopTheRunAndReport: SIGTERM in the measured phase and SIGINT
+// in the warm-up both end the run with its report (saying so, exactly once
+// held) and exit 128+signal; a second signal exits at once.
+func TestSignalsStopTheRunAndReport(t *testing.T) {
+	sch := reportSchema(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		sig    syscall.Signal
+		args   string
+		when   string // the progress line's words before the signal
+		during string
+	}{
+		{syscall.SIGTERM, "--clock zero --duration 60s --tenants 4 --lanes 2", "steps/s", "the measured phase"},
+		{syscall.SIGINT, "--clock zero --duration 60s --tenants 3000 --lanes 2 --warmup 50", "warm-up:", "the warm-up"},
+	} {
+		path := filepath.Join(dir, tc.sig.String()+".json")
+		cmd, out, errb := child(t, tc.args+" --json "+path)
+		waitFor(t, errb, tc.when)
+		_ = cmd.Process.Signal(tc.sig)
+		err := cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		if code != 128+int(tc.sig) {
+			t.Fatalf("%v: got exit %d (%v), want %d; stderr:\n%s", tc.sig, code, err, 128+int(tc.sig), errb.String())
+		}
+		want := "ENDED EARLY: interrupted by " + map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT"}[tc.sig] + " during " + tc.during
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "exactly once:") || strings.Contains(out.String(), "(FAILED)") {
+			t.Fatalf("%v: got this report, want %q and exactly once held:\n%s", tc.sig, want, out.String())
+		}
+		raw, _ := os.ReadFile(path)
+		m := checkReport(t, sch, raw)
+		if !strings.Contains(m["ended_early"].(string), tc.during) || m["exactly_once"] != true {
+			t.Fatalf("%v: the JSON report says ended_early %q, exactly_once %v; want %q, true", tc.sig, m["ended_early"], m["exactly_once"], tc.during)
+		}
+	}
+	cmd, _, errb := child(t, "--clock zero --duration 60s --tenants 3000 --lanes 2 --warmup 50")
+	waitFor(t, errb, "warm-up:")
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, errb, "stopping")
+	start := time.Now()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 143 || time.Since(start) > 5*time.Second {
+		t.Fatalf("a second SIGTERM: got exit %d after %v, want 143 at once", code, time.Since(start))
+	}
+}
+
+// TestReadmeCommandsParse: every lanedemo command line the README shows
+// parses (its flags exist and their values have the flags' types).
+func TestReadmeCommandsParse(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatalf("reading README.md: got err %v, want nil", err)
+	}
+	var texts, prose []string
+	fenced := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```"):
+			fenced = !fenced
+		case fenced || strings.HasPrefix(line, "    "): // a code block's line
+			texts = append(texts, line)
+		default:
+			prose = append(prose, line)
+		}
+	}
+	for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(strings.Join(prose, " "), -1) {
+		texts = append(texts, m[1])
+	}
+	checked := 0
+	for _, text := range texts {
+		i := strings.LastIndex(text, "lanedemo ")
+		if i < 0 {
+			continue
+		}
+		rest := text[i+len("lanedemo "):]
+		if j := strings.Index(rest, "#"); j >= 0 {
+			rest = rest[:j]
+		}
+		args := strings.Fields(rest)
+		if len(args) == 0 || !strings.HasPrefix(args[0], "-") {
+			continue
+		}
+		if _, _, err := parseArgs(args, io.Discard); err != nil {
+			t.Errorf("README's %q: got %v, want it to parse", "lanedemo "+rest, err)
+		}
+		checked++
+	}
+	if checked < 10 {
+		t.Fatalf("got %d lanedemo command lines in the README, want at least 10 (is the extraction broken?)", checked)
 	}
 }
 

@@ -27,13 +27,19 @@ type aggregate struct {
 
 	accepted, endedN  atomic.Int64
 	replayedN, eagerN atomic.Int64
-	elapsed           time.Duration
+	elapsed           time.Duration // the measured phase
+	// measuredEnded is how many submissions had ended when the measured
+	// phase ended (freeze): its rates' numerator.
+	measuredEnded int64
+	frozen        bool
+	tenants       []*tenant
 }
 
 type laneAgg struct {
 	mu                              sync.Mutex
 	hist                            *hdrhistogram.Histogram
 	subs, ok, indeterminate, failed int64
+	measured                        int64 // subs when the measured phase ended
 	replayed, eager                 int64
 	gaps                            map[cache.Reason]int64
 }
@@ -57,6 +63,7 @@ type tenantAgg struct {
 	mu                    sync.Mutex
 	hist                  *hdrhistogram.Histogram
 	subs, failed, refused int64
+	measured              int64 // subs when the measured phase ended
 	replayed, eager       int64
 	lane                  int // the lane its last step ran on (-1: none)
 }
@@ -124,6 +131,25 @@ func (a *aggregate) ended(lane int, tn *tenant, lat time.Duration, r lanes.Recei
 		}
 		t.mu.Unlock()
 	}
+}
+
+// freeze records the counts the measured phase's rates are made of: every
+// lane's and tenant's ended submissions at its end.
+func (a *aggregate) freeze() {
+	for _, l := range a.lanes {
+		l.mu.Lock()
+		l.measured = l.subs
+		l.mu.Unlock()
+	}
+	for _, tn := range a.tenants {
+		if t := tn.stats; t != nil {
+			t.mu.Lock()
+			t.measured = t.subs
+			t.mu.Unlock()
+		}
+	}
+	a.measuredEnded = a.endedN.Load()
+	a.frozen = true
 }
 
 // waitEnded waits (bounded) until every accepted submission has ended.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -50,6 +51,12 @@ type Config struct {
 	// Hostile adds a tenant that tries to take the others' share: "flood",
 	// "churn" or "huge" (hostile.go); "" adds none.
 	Hostile string
+	// HangTimeout is how long a lane may go without a submission ending
+	// before it is declared hung (actors.Config.HangTimeout; 0: its
+	// default), and Recovery the lanes' rebuild policy after failures
+	// (actors.Config.Recovery; zero fields: its defaults).
+	HangTimeout time.Duration
+	Recovery    actors.Recovery
 	// KernelsFrom, when set, is a directory whose lanedemo.json names a
 	// module of one's own and the step to build from its kernels
 	// (manifest.go); Kernels is then the step's launches.
@@ -58,7 +65,11 @@ type Config struct {
 
 // FaultRates are per-operation probabilities of each injected fault.
 type FaultRates struct {
-	Launch, Capture, OOM, Sticky, Hang float64
+	Launch  float64 `json:"launch"`
+	Capture float64 `json:"capture"`
+	OOM     float64 `json:"oom"`
+	Sticky  float64 `json:"sticky"`
+	Hang    float64 `json:"hang"`
 }
 
 func (f FaultRates) any() bool { return f.Launch+f.Capture+f.OOM+f.Sticky+f.Hang > 0 }
@@ -70,6 +81,14 @@ func Defaults() Config {
 		Duration: 6 * time.Second, Warmup: 4, Mode: "closed", Concurrency: 2, Rate: 2000, Kernels: 16,
 		Capacity: 64, Timing: "replay", Transfers: "graph", Seed: 1, Telemetry: TelemetryConfig{OTLPProtocol: "grpc", SuccessRatio: 0.1}}
 }
+
+// maxWarmup bounds the warm-up steps per tenant, and maxClients the
+// closed loop's clients (tenants times concurrency), each of which has
+// pinned staging of its own.
+const (
+	maxWarmup  = 1000
+	maxClients = 65536
+)
 
 // GPUSpin is lanedemo's spin window on a GPU (Config.Spin): a closed
 // serving loop's steps end every few microseconds, and a lane that polls
@@ -102,14 +121,22 @@ func (c Config) Validate() error {
 		return bad("--eager-tenants %d: use 0 to --tenants (%d)", c.EagerTenants, c.Tenants)
 	case c.Steps < 0 || (c.Steps == 0 && c.Duration <= 0):
 		return bad("give a positive --duration or --steps")
-	case c.Warmup < 0:
-		return bad("--warmup %d: use 0 or more steps", c.Warmup)
+	case c.Warmup < 0 || c.Warmup > maxWarmup:
+		return bad("--warmup %d: use 0 to %d steps per tenant", c.Warmup, maxWarmup)
+	case c.Mode == "closed" && c.Tenants*c.Concurrency > maxClients:
+		return bad("--tenants %d with --concurrency %d is %d closed-loop clients, each with pinned staging of its own; use at most %d in all", c.Tenants, c.Concurrency, c.Tenants*c.Concurrency, maxClients)
+	case c.Duration < 0:
+		return bad("--duration %v: give a positive duration", c.Duration)
+	case c.HangTimeout < 0:
+		return bad("--hang-timeout %v: give 0 (the scheduler's default, 10s) or a positive duration", c.HangTimeout)
+	case c.Recovery.MaxFailures < 0 || c.Recovery.Window < 0 || c.Recovery.Backoff < 0 || c.Recovery.MaxBackoff < 0:
+		return bad("--rebuild-max-failures, --rebuild-window, --rebuild-backoff and --rebuild-max-backoff take 0 (the default) or positive values")
 	case c.Mode != "closed" && c.Mode != "open":
 		return bad("--mode %q: use closed or open", c.Mode)
 	case c.Mode == "closed" && (c.Concurrency < 1 || c.Concurrency > 1024):
 		return bad("--concurrency %d: use 1 to 1024", c.Concurrency)
-	case c.Mode == "open" && !(c.Rate > 0):
-		return bad("--rate %v: give a positive rate of steps per second", c.Rate)
+	case c.Mode == "open" && !(c.Rate > 0 && c.Rate <= 1e7):
+		return bad("--rate %v: give a positive rate of steps per second, at most 1e7", c.Rate)
 	case c.Kernels < 1 || c.Kernels > 4096:
 		return bad("--kernels %d: use 1 to 4096", c.Kernels)
 	case c.Spin < 0 || c.Spin > time.Second:
@@ -134,7 +161,7 @@ func (c Config) Validate() error {
 		return bad("--timing %q: use off, completion, replay, kernel or verification", c.Timing)
 	}
 	for name, r := range map[string]float64{"launch": c.Faults.Launch, "capture": c.Faults.Capture, "oom": c.Faults.OOM, "sticky": c.Faults.Sticky, "hang": c.Faults.Hang} {
-		if r < 0 || r > 1 {
+		if !(r >= 0 && r <= 1) { // NaN too
 			return bad("--fault-%s %v: a rate is between 0 and 1", name, r)
 		}
 	}

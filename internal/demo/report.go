@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
@@ -18,9 +17,16 @@ import (
 	"github.com/lanesched/lanes/cuda"
 )
 
+// ReportSchema names the JSON report's format: a consumer checks it, and
+// docs/lanedemo-report.schema.json describes it.
+const ReportSchema = "lanedemo-report/1"
+
 // Latency is a latency summary in microseconds.
 type Latency struct {
-	P50, P90, P99, Max int64
+	P50 int64 `json:"p50_us"`
+	P90 int64 `json:"p90_us"`
+	P99 int64 `json:"p99_us"`
+	Max int64 `json:"max_us"`
 }
 
 func latency(h *hdrhistogram.Histogram) Latency {
@@ -29,67 +35,90 @@ func latency(h *hdrhistogram.Histogram) Latency {
 
 // CacheStats are a lane's (or all lanes') cache observations.
 type CacheStats struct {
-	Hits, Captures, Rejections, Evictions uint64
+	Hits       uint64 `json:"hits"`
+	Captures   uint64 `json:"captures"`
+	Rejections uint64 `json:"rejections"`
+	Evictions  uint64 `json:"evictions"`
 }
 
-// LaneReport is one lane's part of the run.
+// LaneReport is one lane's part of the run. Steps counts every submission
+// the lane ended; StepsPerSec those ended in the measured phase, over it.
 type LaneReport struct {
-	Lane, Device             int
-	Health                   string
-	Cause                    string `json:",omitempty"` // its last failure
-	Submissions              int64
-	StepsPerSec              float64
-	Latency                  Latency
-	Replayed, Eager          int64
-	Cache                    CacheStats
-	Succeeded, Indeterminate int64
-	Failed                   int64
-	Recoveries               int // times the lane recovered on a fresh stream
+	Lane          int        `json:"lane"`
+	Device        int        `json:"device"`
+	Health        string     `json:"health"`
+	Cause         string     `json:"cause,omitempty"` // its last failure
+	Submissions   int64      `json:"steps"`
+	StepsPerSec   float64    `json:"steps_per_s"`
+	Latency       Latency    `json:"latency"`
+	Replayed      int64      `json:"replayed_commands"`
+	Eager         int64      `json:"eager_commands"`
+	Cache         CacheStats `json:"cache"`
+	Succeeded     int64      `json:"succeeded"`
+	Indeterminate int64      `json:"indeterminate"`
+	Failed        int64      `json:"failed"`
+	Recoveries    int        `json:"recoveries"` // times the lane recovered on a fresh stream
 }
 
 // TenantReport is what one tenant's clients saw.
 type TenantReport struct {
-	Tenant      string
-	Hostile     bool `json:",omitempty"` // the --hostile tenant
-	Lane        int  // the lane its last step ran on (-1: none ran)
-	Steps       int64
-	StepsPerSec float64
-	Latency     Latency
-	ReplayShare float64 // of its commands
-	Failed      int64
-	Refused     int64 // refused at admission
+	Tenant      string  `json:"tenant"`
+	Hostile     bool    `json:"hostile,omitempty"` // the --hostile tenant
+	Lane        int     `json:"lane"`              // the lane its last step ran on (-1: none ran)
+	Steps       int64   `json:"steps"`
+	StepsPerSec float64 `json:"steps_per_s"`
+	Latency     Latency `json:"latency"`
+	ReplayShare float64 `json:"replay_share"` // of its commands
+	Failed      int64   `json:"failed"`
+	Refused     int64   `json:"refused"` // refused at admission
 }
 
-// Report is the outcome of a run, as the table and as JSON.
+// Report is the outcome of a run, as the table and as JSON. Rates are over
+// the measured phase alone; the counts (and exactly-once) cover every
+// submission, the ones that ended while the run drained too.
 type Report struct {
-	Device           string
-	Lanes, Tenants   int
-	Kernels          int
-	Module           string           // --kernels-from's module file; "" for the built-in kernels
-	Telemetry        *TelemetryReport `json:",omitempty"`
-	Mode, Timing     string
-	Seconds          float64
-	Accepted, Ended  int64
-	Succeeded        int64
-	Indeterminate    int64
-	Failed           int64
-	Refused          map[string]int64
-	StepsPerSec      float64
-	Latency          Latency
-	ReplayedCommands int64
-	EagerCommands    int64
-	ReplayShare      float64
-	Cache            CacheStats
-	Gaps             map[string]int64 // compute commands run eagerly, by typed reason
-	Quarantined      int
-	Recoveries       int   // lane recoveries, all lanes
-	Unrouted         int64 // admitted, then ended before any lane took them
-	ExactlyOnce      bool  // accepted == ended
-	PerLane          []LaneReport
-	Hostile          string `json:",omitempty"` // the --hostile mode
-	PerTenant        []TenantReport
-	Runtime          RuntimeReport
-	Soak             *SoakReport `json:",omitempty"`
+	Schema    string           `json:"schema"` // ReportSchema
+	Settings  Settings         `json:"settings"`
+	Device    string           `json:"device"`
+	Lanes     int              `json:"lanes"`
+	Tenants   int              `json:"tenants"`
+	Kernels   int              `json:"kernels_per_step"`
+	Module    string           `json:"module,omitempty"` // --kernels-from's module file; "" for the built-in kernels
+	Telemetry *TelemetryReport `json:"telemetry,omitempty"`
+	Mode      string           `json:"mode"`
+	Timing    string           `json:"timing"`
+	Seconds   float64          `json:"measured_s"` // the measured phase
+	// WarmupSeconds is the warm-up's length; DrainSeconds how long the run
+	// waited after the measured phase for its submissions to end, and
+	// Drained how many ended then.
+	WarmupSeconds float64 `json:"warmup_s"`
+	DrainSeconds  float64 `json:"drain_s"`
+	Drained       int64   `json:"drained_steps"`
+	// EndedEarly says why the run stopped before its end ("" when it ran
+	// its course): a signal, every lane out, a failure of the load.
+	EndedEarly       string           `json:"ended_early,omitempty"`
+	Accepted         int64            `json:"accepted"`
+	Ended            int64            `json:"ended"`
+	Succeeded        int64            `json:"succeeded"`
+	Indeterminate    int64            `json:"indeterminate"`
+	Failed           int64            `json:"failed"`
+	Refused          map[string]int64 `json:"refused_by_code"`
+	StepsPerSec      float64          `json:"steps_per_s"`
+	Latency          Latency          `json:"latency"`
+	ReplayedCommands int64            `json:"replayed_commands"`
+	EagerCommands    int64            `json:"eager_commands"`
+	ReplayShare      float64          `json:"replay_share"`
+	Cache            CacheStats       `json:"cache"`
+	Gaps             map[string]int64 `json:"eager_compute_by_reason"` // compute commands run eagerly, by typed reason
+	Quarantined      int              `json:"lanes_out"`
+	Recoveries       int              `json:"lane_recoveries"` // all lanes
+	Unrouted         int64            `json:"unrouted"`        // admitted, then ended before any lane took them
+	ExactlyOnce      bool             `json:"exactly_once"`    // accepted == ended
+	PerLane          []LaneReport     `json:"per_lane"`
+	Hostile          string           `json:"hostile,omitempty"` // the --hostile mode
+	PerTenant        []TenantReport   `json:"per_tenant"`
+	Runtime          RuntimeReport    `json:"go_runtime"`
+	Soak             *SoakReport      `json:"soak,omitempty"`
 }
 
 func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.Device, tenants []*tenant) *Report {
@@ -105,13 +134,13 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 		}
 	}
 	secs := max(a.elapsed.Seconds(), 1e-9)
-	r := &Report{Device: devs[0].Info().Name, Lanes: len(status), Tenants: cfg.Tenants, Kernels: cfg.Kernels,
+	r := &Report{Schema: ReportSchema, Settings: cfg.settings(), Device: deviceName(cfg, devs), Lanes: len(status), Tenants: cfg.Tenants, Kernels: cfg.Kernels,
 		Mode: cfg.Mode, Timing: cfg.Timing, Seconds: secs, Accepted: a.accepted.Load(), Ended: a.endedN.Load(),
 		Refused: a.refusals, Latency: latency(total), Gaps: gaps}
 	for i, st := range status {
 		l := a.lanes[i]
 		lr := LaneReport{Lane: st.ID, Device: st.Device, Health: st.Health.String(), Submissions: l.subs,
-			StepsPerSec: float64(l.subs) / secs, Latency: latency(l.hist), Replayed: l.replayed, Eager: l.eager,
+			StepsPerSec: float64(l.measured) / secs, Latency: latency(l.hist), Replayed: l.replayed, Eager: l.eager,
 			Cache: CacheStats{Hits: st.Counters.Hits, Captures: st.Counters.Captured,
 				Rejections: st.Counters.CaptureRejections + st.Counters.CachedRejections, Evictions: st.Counters.Evictions},
 			Succeeded: l.ok, Indeterminate: l.indeterminate, Failed: l.failed, Recoveries: st.Recoveries}
@@ -139,7 +168,8 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 		r.Indeterminate += u.indeterminate
 		r.Failed += u.failed
 	}
-	r.StepsPerSec = float64(r.Ended) / secs
+	r.StepsPerSec = float64(a.measuredEnded) / secs
+	r.Drained = r.Ended - a.measuredEnded
 	if n := r.ReplayedCommands + r.EagerCommands; n > 0 {
 		r.ReplayShare = float64(r.ReplayedCommands) / float64(n)
 	}
@@ -148,7 +178,7 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 	for _, tn := range tenants {
 		t := tn.stats
 		t.mu.Lock()
-		tr := TenantReport{Tenant: tn.name, Hostile: tn.hostile, Lane: t.lane, Steps: t.subs, StepsPerSec: float64(t.subs) / secs,
+		tr := TenantReport{Tenant: tn.name, Hostile: tn.hostile, Lane: t.lane, Steps: t.subs, StepsPerSec: float64(t.measured) / secs,
 			Latency: latency(t.hist), Failed: t.failed, Refused: t.refused}
 		if n := t.replayed + t.eager; n > 0 {
 			tr.ReplayShare = float64(t.replayed) / float64(n)
@@ -157,6 +187,21 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 		r.PerTenant = append(r.PerTenant, tr)
 	}
 	return r
+}
+
+// deviceName is the device as the report names it: the simulator says
+// which clock it ran on.
+func deviceName(cfg Config, devs []cuda.Device) string {
+	name := devs[0].Info().Name
+	if cfg.Device == "sim" {
+		switch cfg.Clock {
+		case "zero":
+			name += ", zero-cost clock"
+		case "none":
+			name += ", no time and no bytes"
+		}
+	}
+	return name
 }
 
 // maxTenantRows is the most tenants the table lists one by one.
@@ -211,8 +256,15 @@ func (r *Report) WriteTable(w io.Writer) {
 	if r.Module != "" {
 		from = " from " + r.Module
 	}
-	fmt.Fprintf(w, "lanedemo: %s, %s, %s, %d kernels/step%s, %s loop, timing %s, %.1fs\n\n",
-		r.Device, plural(r.Lanes, "lane"), plural(r.Tenants, "tenant"), r.Kernels, from, r.Mode, r.Timing, r.Seconds)
+	fmt.Fprintf(w, "lanedemo: %s, %s, %s, %d kernels/step%s, %s loop, timing %s, %.1fs measured (warm-up %.1fs, drain %.1fs)\n",
+		r.Device, plural(r.Lanes, "lane"), plural(r.Tenants, "tenant"), r.Kernels, from, r.Mode, r.Timing, r.Seconds, r.WarmupSeconds, r.DrainSeconds)
+	if r.EndedEarly != "" {
+		fmt.Fprintf(w, "ENDED EARLY: %s\n", r.EndedEarly)
+	}
+	if r.Drained > 0 && r.DrainSeconds >= 0.1 {
+		fmt.Fprintf(w, "draining: %d submissions ended in the %.1fs after the measured phase (counted below, not in its rates)\n", r.Drained, r.DrainSeconds)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "lane\thealth\tsteps\tsteps/s\tp50 µs\tp90 µs\tp99 µs\tmax µs\treplayed\teager\thits\tcaptures\trejections\tevictions\tfailed\t")
 	row := func(name, health string, subs int64, sps float64, l Latency, rep, eag int64, c CacheStats, failed int64) {
@@ -276,45 +328,4 @@ func counts(m map[string]int64) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
-}
-
-// showProgress prints the live progress line until done.
-func showProgress(opt Options, s *actors.Scheduler, a *aggregate, start time.Time, done <-chan struct{}) {
-	period := time.Second
-	if opt.Terminal {
-		period = 250 * time.Millisecond
-	}
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	last, lastT := int64(0), start
-	for {
-		select {
-		case <-done:
-			if opt.Terminal {
-				fmt.Fprint(opt.Progress, "\r\033[K")
-			}
-			return
-		case now := <-tick.C:
-			n := a.endedN.Load()
-			rate := float64(n-last) / now.Sub(lastT).Seconds()
-			last, lastT = n, now
-			rep, eag := a.replayedN.Load(), a.eagerN.Load()
-			share := 0.0
-			if rep+eag > 0 {
-				share = 100 * float64(rep) / float64(rep+eag)
-			}
-			q, lanes := 0, s.Lanes()
-			for _, l := range lanes {
-				if l.Health == actors.HealthQuarantined {
-					q++
-				}
-			}
-			line := fmt.Sprintf("%5.1fs  %7.0f steps/s  replay %5.1f%%  quarantined %d/%d", now.Sub(start).Seconds(), rate, share, q, len(lanes))
-			if opt.Terminal {
-				fmt.Fprint(opt.Progress, "\r\033[K"+line)
-			} else {
-				fmt.Fprintln(opt.Progress, line)
-			}
-		}
-	}
 }

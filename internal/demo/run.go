@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lanesched/lanes/actors"
-	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
 )
@@ -97,7 +96,8 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	}
 	defer func() { _ = shutdownTelemetry() }()
 	s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, CacheCapacity: capacity,
-		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), MaxBatchEntries: maxBatchEntries(cfg), StreamDepth: cfg.StreamDepth, Spin: cfg.Spin, Telemetry: tel})
+		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), MaxBatchEntries: maxBatchEntries(cfg), StreamDepth: cfg.StreamDepth, Spin: cfg.Spin, Telemetry: tel,
+		HangTimeout: cfg.HangTimeout, Recovery: cfg.Recovery})
 	if err != nil {
 		return nil, err
 	}
@@ -110,39 +110,31 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		defer stopOps()
 	}
 	agg := newAggregate(len(devs) * cfg.Lanes)
+	agg.tenants = tenants
 	timing := timings[cfg.Timing]
 	stopErr := func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		return s.Stop(sctx)
 	}
-	if err := warmup(ctx, cfg, s, tenants, timing); err != nil {
-		_ = stopErr()
-		return nil, err
-	}
-	if capacity > 0 && cfg.Hostile != "churn" { // churn: preparation stays open, so each new key is captured
-		if err := sealAll(ctx, s, len(devs)*cfg.Lanes); err != nil {
-			_ = stopErr()
-			return nil, err
-		}
-	}
-	if cfg.Soak > 0 {
-		cfg.Duration, cfg.Steps = cfg.Soak, 0
-	}
-	start := time.Now()
-	meter := startRuntimeMeter()
-	w := startWatchers(cfg, opt, s, devs, agg, start)
-	loadErr := drive(ctx, cfg, s, tenants, timing, agg)
-	agg.elapsed = time.Since(start)
-	rt := meter.report(agg.endedN.Load(), agg.elapsed)
-	w.stop()
+	lc := &lifecycle{warmStart: time.Now()}
+	w := startWatchers(cfg, opt, s, devs, agg, lc)
+	loadErr := phases(ctx, cfg, s, tenants, timing, agg, lc, w, capacity)
 	status := s.Lanes() // before Stop, which stops every lane
 	if err := stopErr(); err != nil {
+		w.stop()
 		return nil, fmt.Errorf("lanedemo: stop: %w", err)
 	}
 	agg.waitEnded(10 * time.Second)
+	lc.mu.Lock()
+	lc.drainEnd = time.Now()
+	lc.mu.Unlock()
+	w.stop()
+	warm, measured, drain := lc.durations()
+	agg.elapsed = measured
 	rep := agg.report(cfg, status, devs, tenants)
-	rep.Runtime = rt
+	rep.Runtime = w.runtime
+	rep.WarmupSeconds, rep.DrainSeconds, rep.EndedEarly = warm.Seconds(), drain.Seconds(), lc.endedEarly
 	if work != nil {
 		rep.Module = work.image
 	}
@@ -157,67 +149,86 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 				rep.Telemetry.SpansDroppedQueueFull+rep.Telemetry.SpansDroppedExport, rep.Telemetry.Behind, rep.Telemetry.ExportErrors)
 		}
 	}
+	if loadErr == nil && rep.EndedEarly != "" {
+		loadErr = fmt.Errorf("%w: %s", ErrEndedEarly, rep.EndedEarly)
+	}
 	return rep, loadErr
 }
 
-// sealAll seals every lane's preparation (a lane that failed is skipped).
+// ErrEndedEarly marks a run that stopped before its end (a signal, every
+// lane out for good, a failed warm-up): its report is true, and says why.
+var ErrEndedEarly = errors.New("lanedemo: the run ended early")
+
+// phases runs warm-up, sealing and the measured phase, and ends the
+// measured phase (the run drains after it). An interruption or a lane
+// that cannot be sealed ends the run early, with a report; an error of
+// the load itself is returned.
+func phases(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, agg *aggregate, lc *lifecycle, w *watchers, capacity int) error {
+	if err := warmup(ctx, cfg, s, tenants, timing, lc); err != nil {
+		if lc.interrupted(ctx, "the warm-up") {
+			return nil
+		}
+		lc.endEarly("the warm-up failed: %v", err)
+		return err
+	}
+	if capacity > 0 && cfg.Hostile != "churn" { // churn: preparation stays open, so each new key is captured
+		if err := sealAll(ctx, s, len(s.Lanes())); err != nil {
+			if lc.interrupted(ctx, "sealing") {
+				return nil
+			}
+			return err
+		}
+	}
+	if cfg.Soak > 0 {
+		cfg.Duration, cfg.Steps = cfg.Soak, 0
+	}
+	lc.beginMeasured()
+	w.measuring(cfg, s, agg, lc)
+	loadErr := drive(ctx, cfg, s, tenants, timing, agg, lc)
+	lc.endMeasured(agg) // Steps mode: the last step ended; else it ended at the deadline
+	_, measured, _ := lc.durations()
+	w.measured(agg, measured)
+	if !lc.interrupted(ctx, "the measured phase") {
+		lc.noteAllOut(s, cfg)
+	}
+	return loadErr
+}
+
+// sealAll seals every lane's preparation. A lane that failed or hung is
+// skipped (it rebuilds with its preparation open, and the report shows
+// its health); only a cancelled context stops it.
 func sealAll(ctx context.Context, s *actors.Scheduler, lanesN int) error {
 	for lane := range lanesN {
-		if _, err := s.Seal(ctx, lane); err != nil && !errors.Is(err, lanes.ErrFailed) {
+		if _, err := s.Seal(ctx, lane); err != nil && ctx.Err() != nil {
 			return fmt.Errorf("lanedemo: seal lane %d: %w", lane, err)
 		}
 	}
 	return nil
 }
 
-// watchers are what runs beside the load: the soak sampler and the
-// progress line.
-type watchers struct {
-	done chan struct{}
-	wg   sync.WaitGroup
-	soak *soaker
-}
-
-// startWatchers starts the soak sampler (with --soak) and the progress
-// line (when the options ask for one).
-func startWatchers(cfg Config, opt Options, s *actors.Scheduler, devs []cuda.Device, agg *aggregate, start time.Time) *watchers {
-	w := &watchers{done: make(chan struct{})}
-	if cfg.Soak > 0 {
-		w.soak = &soaker{devs: devs, agg: agg, start: start}
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			w.soak.run(max(cfg.Soak/30, time.Second), w.done)
-		}()
-	}
-	if opt.Progress != nil {
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			showProgress(opt, s, agg, start, w.done)
-		}()
-	}
-	return w
-}
-
-// stop ends the watchers and waits for them.
-func (w *watchers) stop() {
-	close(w.done)
-	w.wg.Wait()
-}
-
 // warmup runs a few steps per tenant while preparation is open, one at a
 // time, so every tenant's chain is captured before the cache is sealed:
 // each worker's whose copies are graph nodes (its staging is baked in),
 // else the first's.
-func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode) error {
+func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, lc *lifecycle) error {
+	slotsOf := func(tn *tenant) int {
+		if tn.fused {
+			return max(min(len(tn.staging), fusedSlots), 1)
+		}
+		return 1
+	}
+	var total int64
+	for _, tn := range tenants {
+		total += int64(cfg.Warmup * slotsOf(tn))
+	}
+	lc.warmTotal.Store(total)
 	for range cfg.Warmup {
 		for _, tn := range tenants {
-			slots := 1
-			if tn.fused {
-				slots = min(len(tn.staging), fusedSlots)
-			}
-			for slot := range max(slots, 1) {
+			for slot := range slotsOf(tn) {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				lc.warmDone.Add(1)
 				b, err := tn.step(timing, slot)
 				if err != nil {
 					return err
@@ -237,7 +248,7 @@ func faultError(cfg Config, err error) bool {
 }
 
 // drive runs the measured phase.
-func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, agg *aggregate) error {
+func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, agg *aggregate, lc *lifecycle) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Steps == 0 {
@@ -245,6 +256,12 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 		ctx, stop = context.WithTimeout(ctx, cfg.Duration)
 		defer stop()
 	}
+	// The measured phase ends at the deadline (or an interruption): what
+	// ends after it is drained, not measured.
+	go func() {
+		<-ctx.Done()
+		lc.endMeasured(agg)
+	}()
 	g, ctx := errgroup.WithContext(ctx)
 	var served []*tenant
 	for _, tn := range tenants {

@@ -16,16 +16,16 @@ import (
 // and allocation per step is what drives it (README: "Tuning a serving
 // process").
 type RuntimeReport struct {
-	GCCycles       uint64
-	GCPerSec       float64
-	BytesPerStep   float64 // heap bytes allocated per ended step, by the whole process
-	ObjectsPerStep float64 // heap objects allocated per ended step
-	GCCPUShare     float64 // GC CPU time over all CPU time the runtime accounted (an estimate the runtime refreshes each cycle)
+	GCCycles       uint64  `json:"gc_cycles"`
+	GCPerSec       float64 `json:"gc_cycles_per_s"`
+	BytesPerStep   float64 `json:"heap_bytes_per_step"`   // heap bytes allocated per ended step, by the whole process
+	ObjectsPerStep float64 `json:"heap_objects_per_step"` // heap objects allocated per ended step
+	GCCPUShare     float64 `json:"gc_cpu_share"`          // GC CPU time over all CPU time the runtime accounted (an estimate the runtime refreshes each cycle)
 	// CPUPerStep is the process's CPU time (user and system, every
 	// thread) per ended step, in nanoseconds: with --clock none, the
 	// scheduler's own cost (clients, lanes, the simulated device's
 	// bookkeeping and the runtime), as no byte is computed.
-	CPUPerStep float64
+	CPUPerStep float64 `json:"cpu_ns_per_step"`
 }
 
 // runtimeSample names the runtime metrics a RuntimeReport is made of.

@@ -14,17 +14,19 @@ import (
 
 // SoakSample is one soak measurement.
 type SoakSample struct {
-	Seconds      float64
-	Goroutines   int
-	HeapBytes    uint64 // live heap after a collection
-	DeviceMemory uint64 // bytes allocated on the devices
-	Ended        int64  // submissions ended so far
+	Seconds      float64 `json:"at_s"`
+	Goroutines   int     `json:"goroutines"`
+	HeapBytes    uint64  `json:"heap_bytes"`          // live heap after a collection
+	DeviceMemory uint64  `json:"device_memory_bytes"` // bytes allocated on the devices
+	Ended        int64   `json:"ended"`               // submissions ended so far
 }
 
 // SoakReport says whether resources stayed flat over a soak.
 type SoakReport struct {
-	Samples                              []SoakSample
-	GoroutinesFlat, HeapFlat, MemoryFlat bool
+	Samples        []SoakSample `json:"samples"`
+	GoroutinesFlat bool         `json:"goroutines_flat"`
+	HeapFlat       bool         `json:"heap_flat"`
+	MemoryFlat     bool         `json:"device_memory_flat"`
 }
 
 // OK reports whether everything stayed flat.
