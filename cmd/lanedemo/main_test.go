@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -122,21 +123,40 @@ func TestJSONReportFollowsItsSchema(t *testing.T) {
 	}
 }
 
+// syncBuffer is a buffer the child's output goroutine writes while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // child starts this test binary as lanedemo with args.
-func child(t *testing.T, args string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+func child(t *testing.T, args string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "LANEDEMO_CHILD_ARGS="+args)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting lanedemo: got err %v, want nil", err)
 	}
-	return cmd, &out, &errb
+	return cmd, out, errb
 }
 
 // waitFor waits until the child's stderr shows s.
-func waitFor(t *testing.T, errb *bytes.Buffer, s string) {
+func waitFor(t *testing.T, errb *syncBuffer, s string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(errb.String(), s) {

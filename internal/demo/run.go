@@ -258,8 +258,9 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 	}
 	// The measured phase ends at the deadline (or an interruption): what
 	// ends after it is drained, not measured.
+	measured := ctx
 	go func() {
-		<-ctx.Done()
+		<-measured.Done()
 		lc.endMeasured(agg)
 	}()
 	g, ctx := errgroup.WithContext(ctx)
