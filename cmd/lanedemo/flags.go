@@ -46,10 +46,21 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	if err := cfg.Validate(); err != nil {
 		return f, fmt.Errorf("%v (see --help)", err)
 	}
+	seen := map[string]string{}
 	for _, out := range []struct{ flag, path string }{{"json", f.jsonPath}, {"trace-file", cfg.Telemetry.TraceFile},
 		{"cpuprofile", f.profiles.cpu}, {"memprofile", f.profiles.allocs}, {"mutexprofile", f.profiles.mutex}, {"blockprofile", f.profiles.block}} {
+		if out.path == "-" && out.flag != "json" {
+			return f, fmt.Errorf("lanedemo: --%s -: only --json writes to stdout; name a file (see --help)", out.flag)
+		}
 		if err := writable(out.path); err != nil {
 			return f, fmt.Errorf("lanedemo: --%s %s: %v (see --help)", out.flag, out.path, err)
+		}
+		if out.path != "" && out.path != "-" {
+			abs, _ := filepath.Abs(out.path)
+			if other, dup := seen[abs]; dup {
+				return f, fmt.Errorf("lanedemo: --%s and --%s both write %s; give each its own file (see --help)", other, out.flag, out.path)
+			}
+			seen[abs] = out.flag
 		}
 	}
 	return f, nil
@@ -108,6 +119,7 @@ func parseArgs(args []string, stdout io.Writer) (flags, *flag.FlagSet, error) {
 	fs.DurationVar(&cfg.Recovery.Window, "rebuild-window", 0, "the window --rebuild-max-failures counts in (0: the default, 1m)")
 	fs.DurationVar(&cfg.Recovery.Backoff, "rebuild-backoff", 0, "the wait before a failed lane's first rebuild, doubling after each failure in a row (0: the default, 1ms)")
 	fs.DurationVar(&cfg.Recovery.MaxBackoff, "rebuild-max-backoff", 0, "the longest wait between rebuilds (0: the default, 1s)")
+	fs.DurationVar(&cfg.WarmupTimeout, "warmup-timeout", 0, "the longest the warm-up may take; a warm-up that does not finish in time ends the run early, with its report (0: a minute)")
 	noRebuild := fs.Bool("no-rebuild", false, "take a failed lane out for good at once instead of rebuilding it")
 	fs.DurationVar(&cfg.Soak, "soak", 0, "soak: run this long, sampling goroutines, heap and device memory, and fail unless they stay flat and every submission ends once")
 	if err := fs.Parse(args); err != nil {

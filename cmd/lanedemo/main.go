@@ -30,7 +30,7 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) (code int) {
 	f, err := parseFlags(args, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -48,8 +48,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer func() {
-		if err := finish(); err != nil {
+		if err := finish(); err != nil { // a profile that could not be written fails the run
 			fmt.Fprintln(stderr, err)
+			if code == 0 {
+				code = 1
+			}
 		}
 	}()
 	opt := demo.Options{Errors: stderr}
@@ -80,7 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	return exitCode(rep, err, signalled())
+	code = exitCode(rep, err, signalled())
+	return code
 }
 
 // exitCode is the run's exit status (see usageTail): a failed check first,

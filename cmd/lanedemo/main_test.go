@@ -33,7 +33,9 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"--spin", "-1s"}, {"--spin", "1h"}, {"--transfers", "bogus"}, {"--fault-hang", "NaN"}, {"--fault-sticky", "NaN"}, {"--warmup", "1000000000"},
 		{"--concurrency", "1024", "--tenants", "10000"}, {"--json", "/nonexistent/dir/x.json"}, {"--trace-file", "/nonexistent/dir/t.json"},
 		{"--cpuprofile", dir}, {"--duration", "-1s"}, {"--hang-timeout", "-1s"}, {"--rebuild-window", "-1s"}, {"--rebuild-max-failures", "-2"},
-		{"--mode", "open", "--rate", "NaN"}, {"--trace-successes", "NaN"}} {
+		{"--mode", "open", "--rate", "NaN"}, {"--rate", "Inf"}, {"--rate", "-5"}, {"--trace-successes", "NaN"}, {"--stream-depth", "-2"},
+		{"--rebuild-backoff", "2s", "--rebuild-max-backoff", "1s"}, {"--warmup-timeout", "-1s"}, {"--trace-file", "-"},
+		{"--json", filepath.Join(dir, "a.json"), "--cpuprofile", filepath.Join(dir, "a.json")}} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 {
 			t.Errorf("%v: got exit %d, want 2 (%s)", args, code, errb.String())

@@ -33,6 +33,16 @@ type aggregate struct {
 	measuredEnded int64
 	frozen        bool
 	tenants       []*tenant
+	// The warm-up's submissions, counted apart from the load's.
+	warmAccepted, warmEndedN, warmFailed atomic.Int64
+}
+
+// warmEnded counts a warm-up submission's end (it waits for it).
+func (a *aggregate) warmEnded(p *actors.Pending) {
+	if _, err := p.Result(); err != nil {
+		a.warmFailed.Add(1)
+	}
+	a.warmEndedN.Add(1)
 }
 
 type laneAgg struct {
@@ -155,7 +165,7 @@ func (a *aggregate) freeze() {
 // waitEnded waits (bounded) until every accepted submission has ended.
 func (a *aggregate) waitEnded(limit time.Duration) {
 	deadline := time.Now().Add(limit)
-	for a.endedN.Load() < a.accepted.Load() && time.Now().Before(deadline) {
+	for (a.endedN.Load() < a.accepted.Load() || a.warmEndedN.Load() < a.warmAccepted.Load()) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 }

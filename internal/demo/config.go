@@ -57,6 +57,9 @@ type Config struct {
 	// (actors.Config.Recovery; zero fields: its defaults).
 	HangTimeout time.Duration
 	Recovery    actors.Recovery
+	// WarmupTimeout bounds the warm-up (0: a minute); a warm-up that does
+	// not finish in time ends the run early.
+	WarmupTimeout time.Duration
 	// KernelsFrom, when set, is a directory whose lanedemo.json names a
 	// module of one's own and the step to build from its kernels
 	// (manifest.go); Kernels is then the step's launches.
@@ -95,6 +98,14 @@ const (
 // on timers sees each end late.
 const GPUSpin = 50 * time.Microsecond
 
+// warmupTimeout is the warm-up's bound.
+func (c Config) warmupTimeout() time.Duration {
+	if c.WarmupTimeout <= 0 {
+		return time.Minute
+	}
+	return c.WarmupTimeout
+}
+
 // ErrConfig marks a bad configuration (lanedemo exits 2 on it).
 var ErrConfig = errors.New("lanedemo: bad configuration")
 
@@ -127,6 +138,12 @@ func (c Config) Validate() error {
 		return bad("--tenants %d with --concurrency %d is %d closed-loop clients, each with pinned staging of its own; use at most %d in all", c.Tenants, c.Concurrency, c.Tenants*c.Concurrency, maxClients)
 	case c.Duration < 0:
 		return bad("--duration %v: give a positive duration", c.Duration)
+	case c.WarmupTimeout < 0:
+		return bad("--warmup-timeout %v: give 0 (a minute) or a positive duration", c.WarmupTimeout)
+	case c.StreamDepth < -1:
+		return bad("--stream-depth %d: give -1 (no bound), 0 (the default) or more", c.StreamDepth)
+	case c.Recovery.Backoff > 0 && c.Recovery.MaxBackoff > 0 && c.Recovery.Backoff > c.Recovery.MaxBackoff:
+		return bad("--rebuild-backoff %v is above --rebuild-max-backoff %v", c.Recovery.Backoff, c.Recovery.MaxBackoff)
 	case c.HangTimeout < 0:
 		return bad("--hang-timeout %v: give 0 (the scheduler's default, 10s) or a positive duration", c.HangTimeout)
 	case c.Recovery.MaxFailures < 0 || c.Recovery.Window < 0 || c.Recovery.Backoff < 0 || c.Recovery.MaxBackoff < 0:
@@ -135,7 +152,7 @@ func (c Config) Validate() error {
 		return bad("--mode %q: use closed or open", c.Mode)
 	case c.Mode == "closed" && (c.Concurrency < 1 || c.Concurrency > 1024):
 		return bad("--concurrency %d: use 1 to 1024", c.Concurrency)
-	case c.Mode == "open" && !(c.Rate > 0 && c.Rate <= 1e7):
+	case !(c.Rate > 0 && c.Rate <= 1e7): // NaN too, whatever the mode (the report records it)
 		return bad("--rate %v: give a positive rate of steps per second, at most 1e7", c.Rate)
 	case c.Kernels < 1 || c.Kernels > 4096:
 		return bad("--kernels %d: use 1 to 4096", c.Kernels)

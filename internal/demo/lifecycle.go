@@ -14,18 +14,23 @@ import (
 	"github.com/lanesched/lanes/actors"
 )
 
-// Phases of a run, as the progress line shows them.
+// Phases of a run, as the progress line and an interruption name them.
 const (
-	phaseWarmup int32 = iota
+	phaseSetup int32 = iota
+	phaseWarmup
 	phaseMeasured
 	phaseDraining
 )
+
+var phaseNames = [...]string{"the set-up", "the warm-up", "the measured phase", "the draining"}
 
 // lifecycle is when each phase began and ended, and why the run ended
 // early, if it did. The measured phase's end freezes the counts its rates
 // are made of (aggregate.freeze).
 type lifecycle struct {
 	phase                atomic.Int32
+	signalPhase          atomic.Int32 // the phase the run's context ended in, plus one (0: it has not)
+	runCtx               context.Context
 	warmDone, warmTotal  atomic.Int64 // warm-up steps submitted, and planned
 	mu                   sync.Mutex
 	warmStart, measStart time.Time
@@ -51,6 +56,9 @@ func (lc *lifecycle) endMeasured(agg *aggregate) {
 	}
 	lc.measEnd = time.Now()
 	agg.freeze()
+	if lc.runCtx != nil && lc.runCtx.Err() != nil { // the signal ended the measured phase: say so before draining
+		lc.signalPhase.CompareAndSwap(0, phaseMeasured+1)
+	}
 	lc.phase.Store(phaseDraining)
 }
 
@@ -64,15 +72,27 @@ func (lc *lifecycle) endEarly(format string, args ...any) {
 	}
 }
 
-// interrupted records a cancelled run context as an early end, in the
+// watch records the phase the run's context ends in (a signal arrives
+// during the set-up, the warm-up, the measured phase or the draining); its
+// stop function ends the watch.
+func (lc *lifecycle) watch(ctx context.Context) (stop func() bool) {
+	lc.runCtx = ctx
+	return context.AfterFunc(ctx, func() { lc.signalPhase.CompareAndSwap(0, lc.phase.Load()+1) })
+}
+
+// interrupted records a cancelled run context as an early end, naming the
 // phase it came in, and reports whether it was one.
-func (lc *lifecycle) interrupted(ctx context.Context, during string) bool {
+func (lc *lifecycle) interrupted(ctx context.Context) bool {
 	if ctx.Err() == nil {
 		return false
 	}
 	cause := context.Cause(ctx)
 	if errors.Is(cause, context.Canceled) || cause == nil {
 		cause = errors.New("interrupted")
+	}
+	during := phaseNames[lc.phase.Load()]
+	if p := lc.signalPhase.Load(); p > 0 {
+		during = phaseNames[p-1]
 	}
 	lc.endEarly("%v during %s", cause, during)
 	return true
@@ -87,6 +107,8 @@ func (lc *lifecycle) durations() (warm, measured, drain time.Duration) {
 		end = time.Now()
 	}
 	switch {
+	case lc.warmStart.IsZero(): // it never got past the set-up
+		return 0, 0, 0
 	case lc.measStart.IsZero(): // it never got past warm-up
 		return end.Sub(lc.warmStart), 0, 0
 	case lc.measEnd.IsZero():
@@ -96,7 +118,7 @@ func (lc *lifecycle) durations() (warm, measured, drain time.Duration) {
 }
 
 // noteAllOut records a measured phase that ended because every lane was
-// out for good.
+// out for good, with the first lane's cause.
 func (lc *lifecycle) noteAllOut(s *actors.Scheduler, cfg Config) {
 	if !allOut(s) {
 		return
@@ -104,13 +126,20 @@ func (lc *lifecycle) noteAllOut(s *actors.Scheduler, cfg Config) {
 	lc.mu.Lock()
 	at := time.Since(lc.measStart)
 	lc.mu.Unlock()
-	why := "--no-rebuild: a failed lane leaves at once"
+	cause := ""
+	for _, l := range s.Lanes() {
+		if l.Cause != nil {
+			cause = fmt.Sprintf("; lane %d: %v", l.ID, l.Cause)
+			break
+		}
+	}
+	policy := "--no-rebuild"
 	if !cfg.Recovery.Disabled {
 		n := cfg.Recovery.MaxFailures
 		if n <= 0 {
 			n = 5
 		}
-		why = fmt.Sprintf("a lane leaves after %d failures within --rebuild-window; see --rebuild-*", n)
+		policy = fmt.Sprintf("a lane leaves after %d failures within --rebuild-window, or at once on a device-wide fault", n)
 	}
-	lc.endEarly("every lane was out for good %.1fs into the measured phase (%s)", at.Seconds(), why)
+	lc.endEarly("every lane was out for good %.1fs into the measured phase (%s)%s", at.Seconds(), policy, cause)
 }

@@ -94,6 +94,10 @@ type Report struct {
 	WarmupSeconds float64 `json:"warmup_s"`
 	DrainSeconds  float64 `json:"drain_s"`
 	Drained       int64   `json:"drained_steps"`
+	// The warm-up's own submissions, apart from the load's counts below.
+	WarmupAccepted int64 `json:"warmup_accepted"`
+	WarmupEnded    int64 `json:"warmup_ended"`
+	WarmupFailed   int64 `json:"warmup_failed"`
 	// EndedEarly says why the run stopped before its end ("" when it ran
 	// its course): a signal, every lane out, a failure of the load.
 	EndedEarly       string           `json:"ended_early,omitempty"`
@@ -133,9 +137,9 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 			gaps[reason.String()] += n
 		}
 	}
-	secs := max(a.elapsed.Seconds(), 1e-9)
+	secs := max(a.elapsed.Seconds(), 1e-9) // a divisor; the report says 0 when nothing was measured
 	r := &Report{Schema: ReportSchema, Settings: cfg.settings(), Device: deviceName(cfg, devs), Lanes: len(status), Tenants: cfg.Tenants, Kernels: cfg.Kernels,
-		Mode: cfg.Mode, Timing: cfg.Timing, Seconds: secs, Accepted: a.accepted.Load(), Ended: a.endedN.Load(),
+		Mode: cfg.Mode, Timing: cfg.Timing, Seconds: a.elapsed.Seconds(), Accepted: a.accepted.Load(), Ended: a.endedN.Load(),
 		Refused: a.refusals, Latency: latency(total), Gaps: gaps}
 	for i, st := range status {
 		l := a.lanes[i]
@@ -173,7 +177,8 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 	if n := r.ReplayedCommands + r.EagerCommands; n > 0 {
 		r.ReplayShare = float64(r.ReplayedCommands) / float64(n)
 	}
-	r.ExactlyOnce = r.Accepted == r.Ended
+	r.WarmupAccepted, r.WarmupEnded, r.WarmupFailed = a.warmAccepted.Load(), a.warmEndedN.Load(), a.warmFailed.Load()
+	r.ExactlyOnce = r.Accepted == r.Ended && r.WarmupAccepted == r.WarmupEnded
 	r.Hostile = cfg.Hostile
 	for _, tn := range tenants {
 		t := tn.stats
@@ -195,6 +200,8 @@ func deviceName(cfg Config, devs []cuda.Device) string {
 	name := devs[0].Info().Name
 	if cfg.Device == "sim" {
 		switch cfg.Clock {
+		case "real":
+			name += ", real-time clock"
 		case "zero":
 			name += ", zero-cost clock"
 		case "none":
@@ -256,8 +263,16 @@ func (r *Report) WriteTable(w io.Writer) {
 	if r.Module != "" {
 		from = " from " + r.Module
 	}
+	tenants := plural(r.Tenants, "tenant")
+	if r.Hostile != "" {
+		tenants += " and a hostile one (" + r.Hostile + ")"
+	}
+	lanes := plural(r.Lanes, "lane")
+	if d := r.Settings.Devices; d > 1 {
+		lanes = fmt.Sprintf("%d devices x %s", d, plural(r.Settings.Lanes, "lane"))
+	}
 	fmt.Fprintf(w, "lanedemo: %s, %s, %s, %d kernels/step%s, %s loop, timing %s, %.1fs measured (warm-up %.1fs, drain %.1fs)\n",
-		r.Device, plural(r.Lanes, "lane"), plural(r.Tenants, "tenant"), r.Kernels, from, r.Mode, r.Timing, r.Seconds, r.WarmupSeconds, r.DrainSeconds)
+		r.Device, lanes, tenants, r.Kernels, from, r.Mode, r.Timing, r.Seconds, r.WarmupSeconds, r.DrainSeconds)
 	if r.EndedEarly != "" {
 		fmt.Fprintf(w, "ENDED EARLY: %s\n", r.EndedEarly)
 	}
@@ -274,7 +289,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, l := range r.PerLane {
 		row(fmt.Sprint(l.Lane), l.Health, l.Submissions, l.StepsPerSec, l.Latency, l.Replayed, l.Eager, l.Cache, l.Failed+l.Indeterminate)
 	}
-	row("total", fmt.Sprintf("%d/%d ok", r.Lanes-r.Quarantined, r.Lanes), r.Ended, r.StepsPerSec, r.Latency,
+	row("total", r.healthSummary(), r.Ended, r.StepsPerSec, r.Latency,
 		r.ReplayedCommands, r.EagerCommands, r.Cache, r.Failed+r.Indeterminate)
 	tw.Flush()
 	r.writeTenants(w)
@@ -299,7 +314,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	if !r.ExactlyOnce {
 		check = "FAILED"
 	}
-	fmt.Fprintf(w, "exactly once: %d accepted, %d ended (%s)\n", r.Accepted, r.Ended, check)
+	fmt.Fprintf(w, "exactly once: %d accepted, %d ended; warm-up %d accepted, %d ended, %d failed (%s)\n", r.Accepted, r.Ended,
+		r.WarmupAccepted, r.WarmupEnded, r.WarmupFailed, check)
 	r.Runtime.write(w)
 	if r.Telemetry != nil {
 		r.Telemetry.write(w)
@@ -307,6 +323,28 @@ func (r *Report) WriteTable(w io.Writer) {
 	if r.Soak != nil && len(r.Soak.Samples) > 0 {
 		r.Soak.write(w)
 	}
+}
+
+// healthSummary is how many lanes are healthy, recovering or out: "4/4
+// healthy", or "2/4 healthy, 1 recovering, 1 out".
+func (r *Report) healthSummary() string {
+	healthy, out := 0, 0
+	for _, l := range r.PerLane {
+		switch l.Health {
+		case "healthy":
+			healthy++
+		case "quarantined", "stopped":
+			out++
+		}
+	}
+	s := fmt.Sprintf("%d/%d healthy", healthy, len(r.PerLane))
+	if rec := len(r.PerLane) - healthy - out; rec > 0 {
+		s += fmt.Sprintf(", %d recovering", rec)
+	}
+	if out > 0 {
+		s += fmt.Sprintf(", %d out", out)
+	}
+	return s
 }
 
 // plural is n and the noun, in the plural unless n is 1.

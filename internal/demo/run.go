@@ -41,6 +41,11 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// The set-up runs to its end even when ctx ends meanwhile (a signal):
+	// the run then stops before its warm-up, with a report that says so.
+	lc := &lifecycle{}
+	defer lc.watch(ctx)()
+	runCtx, ctx := ctx, context.WithoutCancel(ctx)
 	var work *workload
 	if cfg.KernelsFrom != "" {
 		var err error
@@ -117,9 +122,8 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		defer cancel()
 		return s.Stop(sctx)
 	}
-	lc := &lifecycle{warmStart: time.Now()}
 	w := startWatchers(cfg, opt, s, devs, agg, lc)
-	loadErr := phases(ctx, cfg, s, tenants, timing, agg, lc, w, capacity)
+	loadErr := phases(runCtx, cfg, s, tenants, timing, agg, lc, w, capacity)
 	status := s.Lanes() // before Stop, which stops every lane
 	if err := stopErr(); err != nil {
 		w.stop()
@@ -164,16 +168,31 @@ var ErrEndedEarly = errors.New("lanedemo: the run ended early")
 // that cannot be sealed ends the run early, with a report; an error of
 // the load itself is returned.
 func phases(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, agg *aggregate, lc *lifecycle, w *watchers, capacity int) error {
-	if err := warmup(ctx, cfg, s, tenants, timing, lc); err != nil {
-		if lc.interrupted(ctx, "the warm-up") {
+	if lc.interrupted(ctx) {
+		return nil
+	}
+	lc.mu.Lock()
+	lc.warmStart = time.Now()
+	lc.mu.Unlock()
+	lc.phase.Store(phaseWarmup)
+	wctx, cancel := context.WithTimeout(ctx, cfg.warmupTimeout())
+	err := warmup(wctx, cfg, s, tenants, timing, lc, agg)
+	cancel()
+	if err != nil {
+		switch {
+		case lc.interrupted(ctx):
+			return nil
+		case wctx.Err() != nil:
+			lc.endEarly("the warm-up did not finish within --warmup-timeout %v (%d of %d steps submitted; a lane that does not come back keeps it waiting)",
+				cfg.warmupTimeout(), lc.warmDone.Load(), lc.warmTotal.Load())
 			return nil
 		}
 		lc.endEarly("the warm-up failed: %v", err)
-		return err
+		return nil
 	}
 	if capacity > 0 && cfg.Hostile != "churn" { // churn: preparation stays open, so each new key is captured
 		if err := sealAll(ctx, s, len(s.Lanes())); err != nil {
-			if lc.interrupted(ctx, "sealing") {
+			if lc.interrupted(ctx) {
 				return nil
 			}
 			return err
@@ -188,7 +207,7 @@ func phases(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*ten
 	lc.endMeasured(agg) // Steps mode: the last step ended; else it ended at the deadline
 	_, measured, _ := lc.durations()
 	w.measured(agg, measured)
-	if !lc.interrupted(ctx, "the measured phase") {
+	if !lc.interrupted(ctx) {
 		lc.noteAllOut(s, cfg)
 	}
 	return loadErr
@@ -210,21 +229,24 @@ func sealAll(ctx context.Context, s *actors.Scheduler, lanesN int) error {
 // time, so every tenant's chain is captured before the cache is sealed:
 // each worker's whose copies are graph nodes (its staging is baked in),
 // else the first's.
-func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, lc *lifecycle) error {
-	slotsOf := func(tn *tenant) int {
-		if tn.fused {
-			return max(min(len(tn.staging), fusedSlots), 1)
+func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tenant, timing lanes.TimingMode, lc *lifecycle, agg *aggregate) error {
+	slotsOf := func(tn *tenant) []int {
+		switch {
+		case cfg.Mode == "open":
+			return []int{-1} // open-loop steps upload their input: that step's shape is the one to capture
+		case tn.fused:
+			return []int{0, 1, 2, 3}[:max(min(len(tn.staging), fusedSlots), 1)]
 		}
-		return 1
+		return []int{0}
 	}
 	var total int64
 	for _, tn := range tenants {
-		total += int64(cfg.Warmup * slotsOf(tn))
+		total += int64(cfg.Warmup * len(slotsOf(tn)))
 	}
 	lc.warmTotal.Store(total)
 	for range cfg.Warmup {
 		for _, tn := range tenants {
-			for slot := range slotsOf(tn) {
+			for _, slot := range slotsOf(tn) {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -233,8 +255,22 @@ func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*ten
 				if err != nil {
 					return err
 				}
-				if _, err := s.Submit(ctx, tn.name, b); err != nil && !faultError(cfg, err) {
+				// Admitted, a step is the run's: it ends on its own, and is
+				// counted, even when the warm-up stops waiting for it.
+				p, err := s.SubmitAsync(context.Background(), tn.name, b)
+				if err != nil {
+					if faultError(cfg, err) {
+						continue
+					}
 					return fmt.Errorf("lanedemo: warm-up of %s: %w", tn.name, err)
+				}
+				agg.warmAccepted.Add(1)
+				select {
+				case <-p.Done():
+					agg.warmEnded(p)
+				case <-ctx.Done():
+					go agg.warmEnded(p)
+					return ctx.Err()
 				}
 			}
 		}

@@ -32,6 +32,7 @@ type Settings struct {
 	KernelsFrom     string     `json:"kernels_from,omitempty"`
 	SoakSeconds     float64    `json:"soak_s,omitempty"`
 	HangSeconds     float64    `json:"hang_timeout_s"`
+	WarmupTimeout   float64    `json:"warmup_timeout_s"`
 	Rebuild         Rebuild    `json:"rebuild"`
 	TraceFile       string     `json:"trace_file,omitempty"`
 	OTLPEndpoint    string     `json:"otlp_endpoint,omitempty"`
@@ -58,7 +59,7 @@ func (c Config) settings() Settings {
 		DurationSeconds: c.Duration.Seconds(), Steps: c.Steps, Warmup: c.Warmup, Mode: c.Mode, Concurrency: c.Concurrency, Rate: c.Rate,
 		Kernels: c.Kernels, Capacity: c.Capacity, Timing: c.Timing, Transfers: c.Transfers, Faults: c.Faults, Seed: c.Seed,
 		SpinSeconds: c.Spin.Seconds(), StreamDepth: c.StreamDepth, Hostile: c.Hostile, KernelsFrom: c.KernelsFrom,
-		SoakSeconds: c.Soak.Seconds(), HangSeconds: orDur(c.HangTimeout, 10*time.Second), Rebuild: rebuild,
+		SoakSeconds: c.Soak.Seconds(), HangSeconds: orDur(c.HangTimeout, 10*time.Second), WarmupTimeout: c.warmupTimeout().Seconds(), Rebuild: rebuild,
 		TraceFile: c.Telemetry.TraceFile, OTLPEndpoint: c.Telemetry.OTLPEndpoint, Metrics: c.Telemetry.Metrics,
 		TraceSuccesses: c.Telemetry.SuccessRatio}
 }
