@@ -179,7 +179,9 @@ Drives a scheduler of lanes with multi-tenant decode steps and reports replay,
 latency and failures. A run warms up (preparation open: the first steps are
 captured), seals every lane, runs the measured phase (--duration or --steps),
 then drains what is still in flight; rates cover the measured phase alone.
-SIGINT or SIGTERM stops the run and still reports; a second one exits at once.
+Draining waits for every submission in flight to end (a hung one ends at
+--hang-timeout, indeterminate). SIGINT or SIGTERM stops the run and still
+reports (after the draining); a second one exits at once, without a report.
 
 Clocks of the simulated device (--clock): real models each command's cost in
 wall-clock time (it feels like a GPU); zero costs nothing but still computes
