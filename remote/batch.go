@@ -1,0 +1,152 @@
+// Batches on the wire: lanes.Batch to wirepb.Batch and back, checked.
+
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// Wire limits: a decoder refuses more than these, so a message never makes
+// the receiver allocate more than its own size justifies.
+const (
+	MaxEntries    = 1 << 16
+	MaxBoundaries = 1 << 16
+	MaxRetain     = 1 << 16
+	MaxHostBytes  = 64 << 20 // one upload's bytes
+)
+
+// ErrWire marks a message that cannot cross the wire or that arrived
+// malformed: errors.Is finds it, and the message says what was wrong.
+var ErrWire = errors.New("remote: bad wire message")
+
+func wireErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrWire}, args...)...)
+}
+
+// BatchToWire encodes a batch. An entry that invokes a program, or a
+// library call, has no wire form and is refused.
+func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
+	if b.Program != nil || len(b.Patches) > 0 {
+		return nil, wireErr("a batch with a program declaration or patches has no wire form yet; send its commands")
+	}
+	w := &wirepb.Batch{Tenant: b.Tenant, Path: uint32(b.Path), Timing: uint32(b.Timing), Entries: make([]*wirepb.Entry, len(b.Entries))}
+	for _, n := range b.EagerBoundaries {
+		w.EagerBoundaries = append(w.EagerBoundaries, int64(n))
+	}
+	for _, r := range b.Retain {
+		w.Retain = append(w.Retain, bufferToWire(r))
+	}
+	for i, e := range b.Entries {
+		if e.Invoke != nil {
+			return nil, wireErr("entry %d invokes a program: references of this process have no wire form", i)
+		}
+		if e.Command.Kind == cuda.KindCall {
+			return nil, wireErr("entry %d is a library call: code of this process has no wire form", i)
+		}
+		we := &wirepb.Entry{Phase: uint32(e.Phase), Node: int64(e.Node), Command: commandToWire(e.Command),
+			Work: &wirepb.Work{Form: uint32(e.Work.Form), ParticipantStart: e.Work.ParticipantStart, ParticipantCount: e.Work.ParticipantCount, Tokens: e.Work.Tokens}}
+		if e.Replay != nil {
+			we.Replay = &wirepb.Replay{Key: append([]byte(nil), e.Replay.Key[:]...)}
+			for _, s := range e.Replay.Scopes {
+				we.Replay.Scopes = append(we.Replay.Scopes, &wirepb.Scope{Kind: uint32(s.Kind), Lane: s.Lane})
+			}
+		}
+		w.Entries[i] = we
+	}
+	return w, nil
+}
+
+// BatchFromWire decodes a batch, checking the wire's limits and every
+// field's range; the receiving lane validates the result against its
+// device.
+func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) {
+	if w == nil {
+		return lanes.Batch{}, wireErr("no batch")
+	}
+	switch {
+	case len(w.Entries) > MaxEntries:
+		return lanes.Batch{}, wireErr("%d entries; at most %d cross the wire", len(w.Entries), MaxEntries)
+	case len(w.EagerBoundaries) > MaxBoundaries || len(w.Retain) > MaxRetain:
+		return lanes.Batch{}, wireErr("%d eager boundaries and %d retained buffers; at most %d and %d", len(w.EagerBoundaries), len(w.Retain), MaxBoundaries, MaxRetain)
+	case w.Path > math.MaxUint8 || w.Timing > math.MaxUint8:
+		return lanes.Batch{}, wireErr("path %d, timing %d: out of range", w.Path, w.Timing)
+	}
+	b := lanes.Batch{Tenant: w.Tenant, Path: lanes.Path(w.Path), Timing: lanes.TimingMode(w.Timing), Entries: make([]lanes.Entry, len(w.Entries))}
+	for _, n := range w.EagerBoundaries {
+		v, err := toInt(n, "eager boundary")
+		if err != nil {
+			return lanes.Batch{}, err
+		}
+		b.EagerBoundaries = append(b.EagerBoundaries, v)
+	}
+	for _, r := range w.Retain {
+		buf, err := bufferFromWire(r)
+		if err != nil {
+			return lanes.Batch{}, err
+		}
+		b.Retain = append(b.Retain, buf)
+	}
+	for i, we := range w.Entries {
+		e, err := entryFromWire(we)
+		if err != nil {
+			return lanes.Batch{}, fmt.Errorf("entry %d: %w", i, err)
+		}
+		b.Entries[i] = e
+	}
+	return b, nil
+}
+
+func entryFromWire(we *wirepb.Entry) (lanes.Entry, error) {
+	if we == nil || we.Command == nil {
+		return lanes.Entry{}, wireErr("no command")
+	}
+	if we.Phase > math.MaxUint8 {
+		return lanes.Entry{}, wireErr("phase %d out of range", we.Phase)
+	}
+	node, err := toInt(we.Node, "node")
+	if err != nil {
+		return lanes.Entry{}, err
+	}
+	e := lanes.Entry{Phase: cache.Phase(we.Phase), Node: node}
+	if w := we.Work; w != nil {
+		if w.Form > math.MaxUint8 {
+			return lanes.Entry{}, wireErr("work form %d out of range", w.Form)
+		}
+		e.Work = lanes.Work{Form: lanes.Form(w.Form), ParticipantStart: w.ParticipantStart, ParticipantCount: w.ParticipantCount, Tokens: w.Tokens}
+	}
+	if e.Command, err = commandFromWire(we.Command); err != nil {
+		return lanes.Entry{}, err
+	}
+	if r := we.Replay; r != nil {
+		if len(r.Key) != len(cache.ProviderKey{}) {
+			return lanes.Entry{}, wireErr("replay key of %d bytes; keys are %d", len(r.Key), len(cache.ProviderKey{}))
+		}
+		if len(r.Scopes) > cuda.MaxArgs+2 {
+			return lanes.Entry{}, wireErr("%d scopes; a command has at most %d regions", len(r.Scopes), cuda.MaxArgs+2)
+		}
+		e.Replay = &lanes.ReplayContract{}
+		copy(e.Replay.Key[:], r.Key)
+		for _, s := range r.Scopes {
+			if s == nil || s.Kind > math.MaxUint8 {
+				return lanes.Entry{}, wireErr("bad scope")
+			}
+			e.Replay.Scopes = append(e.Replay.Scopes, cache.Scope{Kind: cache.ScopeKind(s.Kind), Lane: s.Lane})
+		}
+	}
+	return e, nil
+}
+
+// toInt narrows a wire integer to an int, refusing what does not fit.
+func toInt(v int64, what string) (int, error) {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		return 0, wireErr("%s %d out of range", what, v)
+	}
+	return int(v), nil
+}

@@ -1,0 +1,192 @@
+package remote_test
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
+	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// sample is a batch with every kind of command that crosses the wire, replay
+// contracts, work, boundaries and retained buffers, made on a simulator.
+func sample(t testing.TB) lanes.Batch {
+	t.Helper()
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatalf("sim.New: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = dev.Close() })
+	a, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.F32})
+	b, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.F32})
+	h, _ := dev.AllocHost(64)
+	add, err := cuda.Launch(dev.Registry().MustSpec(kernels.Add), cuda.Linear(16, 16), cuda.BufferArg(a.Whole()), cuda.BufferArg(a.Whole()), cuda.BufferArg(b.Whole()), cuda.I32Arg(16))
+	if err != nil {
+		t.Fatalf("cuda.Launch: got err %v, want nil", err)
+	}
+	up, _ := cuda.Upload(b.Whole(), make([]byte, 64))
+	cp, _ := cuda.Copy(b.Whole(), a.Whole())
+	z, _ := cuda.Zero(a.Whole())
+	in, _ := cuda.StageIn(a.Whole(), h.Whole())
+	out, _ := cuda.StageOut(h.Whole(), b.Whole())
+	return lanes.Batch{Tenant: "t", Path: lanes.PathReplayedWithBoundaries, Timing: lanes.TimingReplay, EagerBoundaries: []int{2}, Retain: []cuda.Buffer{b},
+		Entries: []lanes.Entry{
+			{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: in, Replay: lanes.Replayable(in, cache.LaunchKey("p", in), cache.LaneScope(3))},
+			{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("p", add), cache.PlanScope()),
+				Work: lanes.Work{Form: lanes.FormBatched, ParticipantStart: 2, ParticipantCount: 5, Tokens: 9}},
+			{Phase: cache.PhaseCompute, Node: 1, Command: up},
+			{Phase: cache.PhaseCompute, Node: 2, Command: cp},
+			{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: z},
+			{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: out},
+		}}
+}
+
+// roundTrip encodes b, marshals the message, and decodes it back.
+func roundTrip(t testing.TB, b lanes.Batch) lanes.Batch {
+	t.Helper()
+	w, err := remote.BatchToWire(b)
+	if err != nil {
+		t.Fatalf("BatchToWire: got err %v, want nil", err)
+	}
+	raw, err := proto.Marshal(w)
+	if err != nil {
+		t.Fatalf("proto.Marshal: got err %v, want nil", err)
+	}
+	var back wirepb.Batch
+	if err := proto.Unmarshal(raw, &back); err != nil {
+		t.Fatalf("proto.Unmarshal: got err %v, want nil", err)
+	}
+	got, err := remote.BatchFromWire(&back)
+	if err != nil {
+		t.Fatalf("BatchFromWire: got err %v, want nil", err)
+	}
+	return got
+}
+
+// TestBatchRoundTrip: a batch comes back from the wire equal to itself,
+// field by field, upload bytes included.
+func TestBatchRoundTrip(t *testing.T) {
+	b := sample(t)
+	if got := roundTrip(t, b); !reflect.DeepEqual(got, b) {
+		t.Fatalf("after the wire:\n got %+v\nwant %+v", got, b)
+	}
+}
+
+// TestBatchesWithoutAWireForm: a library call, a program invocation, a
+// program declaration and patches are this process's code and references:
+// refused with ErrWire, saying which entry.
+func TestBatchesWithoutAWireForm(t *testing.T) {
+	call, _ := cuda.Call(&cuda.LibraryCall{Name: "f", Reference: func([][]byte) error { return nil }})
+	for name, b := range map[string]lanes.Batch{
+		"a library call": {Entries: []lanes.Entry{{Command: call}}},
+		"an invocation":  {Entries: []lanes.Entry{{Invoke: &programs.Invocation{}}}},
+		"a program":      {Program: &programs.Capture{}},
+		"patches":        {Patches: []lanes.Patch{{}}},
+	} {
+		if _, err := remote.BatchToWire(b); !errors.Is(err, remote.ErrWire) {
+			t.Errorf("%s: got err %v, want remote.ErrWire", name, err)
+		}
+	}
+}
+
+// TestMalformedBatchesRefused: what a peer may send that breaks the wire's
+// limits or ranges is refused with ErrWire, before any lane sees it.
+func TestMalformedBatchesRefused(t *testing.T) {
+	ok, err := remote.BatchToWire(sample(t))
+	if err != nil {
+		t.Fatalf("BatchToWire: got err %v, want nil", err)
+	}
+	for name, change := range map[string]func(*wirepb.Batch){
+		"a nil entry":           func(w *wirepb.Batch) { w.Entries[0] = nil },
+		"no command":            func(w *wirepb.Batch) { w.Entries[0].Command = nil },
+		"a library call":        func(w *wirepb.Batch) { w.Entries[0].Command.Kind = uint32(cuda.KindCall) },
+		"kind zero":             func(w *wirepb.Batch) { w.Entries[0].Command.Kind = 0 },
+		"a huge phase":          func(w *wirepb.Batch) { w.Entries[0].Phase = 1 << 20 },
+		"a node past int32":     func(w *wirepb.Batch) { w.Entries[1].Node = 1 << 40 },
+		"a short replay key":    func(w *wirepb.Batch) { w.Entries[1].Replay.Key = []byte{1} },
+		"too many arguments":    func(w *wirepb.Batch) { w.Entries[1].Command.Args = make([]*wirepb.Arg, cuda.MaxArgs+1) },
+		"a nil argument":        func(w *wirepb.Batch) { w.Entries[1].Command.Args[0] = nil },
+		"a long kernel name":    func(w *wirepb.Batch) { w.Entries[1].Command.Kernel = string(make([]byte, cuda.MaxKernelName+1)) },
+		"an element type":       func(w *wirepb.Batch) { w.Retain[0].Elem = 1 << 9 },
+		"a path out of range":   func(w *wirepb.Batch) { w.Path = 1 << 9 },
+		"too many boundaries":   func(w *wirepb.Batch) { w.EagerBoundaries = make([]int64, remote.MaxBoundaries+1) },
+		"a boundary past int":   func(w *wirepb.Batch) { w.EagerBoundaries = []int64{-1 << 40} },
+		"too many entries":      func(w *wirepb.Batch) { w.Entries = make([]*wirepb.Entry, remote.MaxEntries+1) },
+		"too many upload bytes": func(w *wirepb.Batch) { w.Entries[2].Command.Host = make([]byte, remote.MaxHostBytes+1) },
+	} {
+		w := proto.Clone(ok).(*wirepb.Batch)
+		change(w)
+		if _, err := remote.BatchFromWire(w); !errors.Is(err, remote.ErrWire) {
+			t.Errorf("%s: got err %v, want remote.ErrWire", name, err)
+		}
+	}
+	if _, err := remote.BatchFromWire(nil); !errors.Is(err, remote.ErrWire) {
+		t.Errorf("a nil batch: got err %v, want remote.ErrWire", err)
+	}
+}
+
+// FuzzBatchFromWire decodes arbitrary bytes as a wire batch: never a
+// panic; a batch that decodes comes back the same from another round trip.
+func FuzzBatchFromWire(f *testing.F) {
+	w, err := remote.BatchToWire(sample(f))
+	if err != nil {
+		f.Fatalf("BatchToWire: got err %v, want nil", err)
+	}
+	seed, _ := proto.Marshal(w)
+	f.Add(seed)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var w wirepb.Batch
+		if proto.Unmarshal(raw, &w) != nil {
+			return
+		}
+		b, err := remote.BatchFromWire(&w)
+		if err != nil {
+			return
+		}
+		if b.Program != nil || len(b.Patches) > 0 {
+			t.Fatalf("a decoded batch carries a program or patches: %+v", b)
+		}
+		for _, e := range b.Entries {
+			if e.Command.Kind == cuda.KindCall {
+				t.Fatalf("a decoded batch carries a library call")
+			}
+		}
+		again := roundTrip(t, b)
+		if !reflect.DeepEqual(normalize(again), normalize(b)) {
+			t.Fatalf("a second round trip changed the batch:\n got %+v\nwant %+v", again, b)
+		}
+	})
+}
+
+// normalize makes empty and nil slices alike, as the wire does.
+func normalize(b lanes.Batch) lanes.Batch {
+	if len(b.EagerBoundaries) == 0 {
+		b.EagerBoundaries = nil
+	}
+	if len(b.Retain) == 0 {
+		b.Retain = nil
+	}
+	for i := range b.Entries {
+		c := &b.Entries[i].Command
+		if len(c.Args) == 0 {
+			c.Args = nil
+		}
+		if len(c.Host) == 0 {
+			c.Host = nil
+		}
+		if r := b.Entries[i].Replay; r != nil && len(r.Scopes) == 0 {
+			r.Scopes = nil
+		}
+	}
+	return b
+}

@@ -1,0 +1,100 @@
+// Commands, buffers and regions on the wire.
+
+package remote
+
+import (
+	"math"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+func commandToWire(c cuda.Command) *wirepb.Command {
+	w := &wirepb.Command{Kind: uint32(c.Kind), Kernel: c.Kernel, SharedBytes: c.Config.SharedBytes,
+		Grid:  &wirepb.Dim3{X: c.Config.Grid.X, Y: c.Config.Grid.Y, Z: c.Config.Grid.Z},
+		Block: &wirepb.Dim3{X: c.Config.Block.X, Y: c.Config.Block.Y, Z: c.Config.Block.Z},
+		Dst:   regionToWire(c.Dst), Src: regionToWire(c.Src), Host: c.Host,
+		Staging: &wirepb.HostRegion{Device: c.Staging.Buffer.Device, Id: c.Staging.Buffer.ID, Size: c.Staging.Buffer.Size,
+			Offset: c.Staging.Offset, Length: c.Staging.Length}}
+	for _, a := range c.Args {
+		w.Args = append(w.Args, &wirepb.Arg{Kind: uint32(a.Kind), Region: regionToWire(a.Region), Elem: uint32(a.Elem), Bits: a.Bits})
+	}
+	return w
+}
+
+func commandFromWire(w *wirepb.Command) (cuda.Command, error) {
+	switch {
+	case w.Kind == 0 || w.Kind > math.MaxUint8 || cuda.CommandKind(w.Kind) == cuda.KindCall:
+		return cuda.Command{}, wireErr("command kind %d has no wire form", w.Kind)
+	case len(w.Kernel) > cuda.MaxKernelName:
+		return cuda.Command{}, wireErr("kernel name of %d bytes; at most %d", len(w.Kernel), cuda.MaxKernelName)
+	case len(w.Args) > cuda.MaxArgs:
+		return cuda.Command{}, wireErr("%d arguments; at most %d", len(w.Args), cuda.MaxArgs)
+	case len(w.Host) > MaxHostBytes:
+		return cuda.Command{}, wireErr("%d upload bytes; at most %d in one command", len(w.Host), MaxHostBytes)
+	}
+	c := cuda.Command{Kind: cuda.CommandKind(w.Kind), Kernel: w.Kernel, Config: cuda.LaunchConfig{Grid: dim3(w.Grid), Block: dim3(w.Block), SharedBytes: w.SharedBytes}}
+	var err error
+	if c.Dst, err = regionFromWire(w.Dst); err != nil {
+		return cuda.Command{}, err
+	}
+	if c.Src, err = regionFromWire(w.Src); err != nil {
+		return cuda.Command{}, err
+	}
+	if len(w.Host) > 0 {
+		c.Host = append([]byte(nil), w.Host...)
+	}
+	if s := w.Staging; s != nil {
+		c.Staging = cuda.HostRegion{Buffer: cuda.HostBuffer{Device: s.Device, ID: s.Id, Size: s.Size}, Offset: s.Offset, Length: s.Length}
+	}
+	for _, a := range w.Args {
+		if a == nil || a.Kind > math.MaxUint8 || a.Elem > math.MaxUint8 {
+			return cuda.Command{}, wireErr("bad argument")
+		}
+		r, err := regionFromWire(a.Region)
+		if err != nil {
+			return cuda.Command{}, err
+		}
+		c.Args = append(c.Args, cuda.Arg{Kind: cuda.ParamKind(a.Kind), Region: r, Elem: cuda.ElementType(a.Elem), Bits: a.Bits})
+	}
+	return c, nil
+}
+
+func dim3(d *wirepb.Dim3) cuda.Dim3 {
+	if d == nil {
+		return cuda.Dim3{}
+	}
+	return cuda.Dim3{X: d.X, Y: d.Y, Z: d.Z}
+}
+
+func bufferToWire(b cuda.Buffer) *wirepb.Buffer {
+	return &wirepb.Buffer{Device: b.Device, Id: b.ID, Size: b.Size, Align: b.Align, Elem: uint32(b.Elem), Addr: b.Addr}
+}
+
+func bufferFromWire(w *wirepb.Buffer) (cuda.Buffer, error) {
+	if w == nil {
+		return cuda.Buffer{}, nil
+	}
+	if w.Elem > math.MaxUint8 {
+		return cuda.Buffer{}, wireErr("element type %d out of range", w.Elem)
+	}
+	return cuda.Buffer{Device: w.Device, ID: w.Id, Size: w.Size, Align: w.Align, Elem: cuda.ElementType(w.Elem), Addr: w.Addr}, nil
+}
+
+func regionToWire(r cuda.Region) *wirepb.Region {
+	if r == (cuda.Region{}) {
+		return nil
+	}
+	return &wirepb.Region{Buffer: bufferToWire(r.Buffer), Offset: r.Offset, Length: r.Length}
+}
+
+func regionFromWire(w *wirepb.Region) (cuda.Region, error) {
+	if w == nil {
+		return cuda.Region{}, nil
+	}
+	b, err := bufferFromWire(w.Buffer)
+	if err != nil {
+		return cuda.Region{}, err
+	}
+	return cuda.Region{Buffer: b, Offset: w.Offset, Length: w.Length}, nil
+}
