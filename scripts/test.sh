@@ -33,7 +33,7 @@ LANES_TIMING=1 go test -race -count=1 -run "$timing" -v ./actors | grep -E '^(==
 scale=${FUZZ_SCALE:-1}
 for target in "./cuda FuzzCommandDecode 300000" "./cuda FuzzRegion 300000" "./cuda/sim FuzzEnqueue 200000" "./cache FuzzDiscover 100000" \
   "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 30000" "./cmd/lanedemo FuzzFlags 40000" "./internal/demo FuzzManifest 40000" \
-  "./remote FuzzBatchFromWire 100000"; do
+  "./remote FuzzBatchFromWire 100000" "./remote FuzzReceiptFromWire 50000"; do
   set -- $target
   go test -run '^$' -fuzz "^$2\$" -fuzztime "$(($3 * scale))x" -fuzzminimizetime 100x "$1"
 done

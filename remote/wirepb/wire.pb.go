@@ -1214,15 +1214,20 @@ func (x *Submits) GetSubmits() []*Submit {
 	return nil
 }
 
-// Row is one entry's attribution in a receipt.
+// Row is one entry's attribution in a receipt (enum values as lanes numbers
+// them; the protocol version pins them).
 type Row struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	Node          int64                  `protobuf:"varint,2,opt,name=node,proto3" json:"node,omitempty"`
 	Op            string                 `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
 	Replayed      bool                   `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason        uint32                 `protobuf:"varint,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	GraphNodes    uint32                 `protobuf:"varint,6,opt,name=graph_nodes,json=graphNodes,proto3" json:"graph_nodes,omitempty"`
+	Phase         uint32                 `protobuf:"varint,7,opt,name=phase,proto3" json:"phase,omitempty"`
+	Dispatches    uint32                 `protobuf:"varint,8,opt,name=dispatches,proto3" json:"dispatches,omitempty"`
+	Transfers     uint32                 `protobuf:"varint,9,opt,name=transfers,proto3" json:"transfers,omitempty"`
+	Work          *Work                  `protobuf:"bytes,10,opt,name=work,proto3" json:"work,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1285,11 +1290,11 @@ func (x *Row) GetReplayed() bool {
 	return false
 }
 
-func (x *Row) GetReason() string {
+func (x *Row) GetReason() uint32 {
 	if x != nil {
 		return x.Reason
 	}
-	return ""
+	return 0
 }
 
 func (x *Row) GetGraphNodes() uint32 {
@@ -1299,6 +1304,34 @@ func (x *Row) GetGraphNodes() uint32 {
 	return 0
 }
 
+func (x *Row) GetPhase() uint32 {
+	if x != nil {
+		return x.Phase
+	}
+	return 0
+}
+
+func (x *Row) GetDispatches() uint32 {
+	if x != nil {
+		return x.Dispatches
+	}
+	return 0
+}
+
+func (x *Row) GetTransfers() uint32 {
+	if x != nil {
+		return x.Transfers
+	}
+	return 0
+}
+
+func (x *Row) GetWork() *Work {
+	if x != nil {
+		return x.Work
+	}
+	return nil
+}
+
 // Receipt is one submission's end.
 type Receipt struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1306,13 +1339,15 @@ type Receipt struct {
 	Call    uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
 	Fence   uint64                 `protobuf:"varint,3,opt,name=fence,proto3" json:"fence,omitempty"`
 	Outcome uint32                 `protobuf:"varint,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	// The error's code, message and blame when it did not succeed.
-	ErrorCode     string `protobuf:"bytes,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// The error's code (cuda.Code) and message when it did not succeed.
+	ErrorCode     int32  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	DeviceTimeNs  int64  `protobuf:"varint,7,opt,name=device_time_ns,json=deviceTimeNs,proto3" json:"device_time_ns,omitempty"`
 	Rows          []*Row `protobuf:"bytes,8,rep,name=rows,proto3" json:"rows,omitempty"`
 	Launches      uint32 `protobuf:"varint,9,opt,name=launches,proto3" json:"launches,omitempty"`
 	Readback      []byte `protobuf:"bytes,10,opt,name=readback,proto3" json:"readback,omitempty"`
+	Lane          int32  `protobuf:"varint,11,opt,name=lane,proto3" json:"lane,omitempty"`
+	Tenant        string `protobuf:"bytes,12,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1375,11 +1410,11 @@ func (x *Receipt) GetOutcome() uint32 {
 	return 0
 }
 
-func (x *Receipt) GetErrorCode() string {
+func (x *Receipt) GetErrorCode() int32 {
 	if x != nil {
 		return x.ErrorCode
 	}
-	return ""
+	return 0
 }
 
 func (x *Receipt) GetError() string {
@@ -1415,6 +1450,20 @@ func (x *Receipt) GetReadback() []byte {
 		return x.Readback
 	}
 	return nil
+}
+
+func (x *Receipt) GetLane() int32 {
+	if x != nil {
+		return x.Lane
+	}
+	return 0
+}
+
+func (x *Receipt) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 // Receipts carries many receipts in one remote message.
@@ -1554,28 +1603,37 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04lane\x18\x03 \x01(\rR\x04lane\x12,\n" +
 	"\x05batch\x18\x04 \x01(\v2\x16.lanes.remote.v1.BatchR\x05batch\"<\n" +
 	"\aSubmits\x121\n" +
-	"\asubmits\x18\x01 \x03(\v2\x17.lanes.remote.v1.SubmitR\asubmits\"\x94\x01\n" +
+	"\asubmits\x18\x01 \x03(\v2\x17.lanes.remote.v1.SubmitR\asubmits\"\x93\x02\n" +
 	"\x03Row\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\x03R\x04node\x12\x0e\n" +
 	"\x02op\x18\x03 \x01(\tR\x02op\x12\x1a\n" +
 	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1f\n" +
+	"\x06reason\x18\x05 \x01(\rR\x06reason\x12\x1f\n" +
 	"\vgraph_nodes\x18\x06 \x01(\rR\n" +
-	"graphNodes\"\xa0\x02\n" +
+	"graphNodes\x12\x14\n" +
+	"\x05phase\x18\a \x01(\rR\x05phase\x12\x1e\n" +
+	"\n" +
+	"dispatches\x18\b \x01(\rR\n" +
+	"dispatches\x12\x1c\n" +
+	"\ttransfers\x18\t \x01(\rR\ttransfers\x12)\n" +
+	"\x04work\x18\n" +
+	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xcc\x02\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x14\n" +
 	"\x05fence\x18\x03 \x01(\x04R\x05fence\x12\x18\n" +
 	"\aoutcome\x18\x04 \x01(\rR\aoutcome\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x05 \x01(\tR\terrorCode\x12\x14\n" +
+	"error_code\x18\x05 \x01(\x05R\terrorCode\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12$\n" +
 	"\x0edevice_time_ns\x18\a \x01(\x03R\fdeviceTimeNs\x12(\n" +
 	"\x04rows\x18\b \x03(\v2\x14.lanes.remote.v1.RowR\x04rows\x12\x1a\n" +
 	"\blaunches\x18\t \x01(\rR\blaunches\x12\x1a\n" +
 	"\breadback\x18\n" +
-	" \x01(\fR\breadback\"@\n" +
+	" \x01(\fR\breadback\x12\x12\n" +
+	"\x04lane\x18\v \x01(\x05R\x04lane\x12\x16\n" +
+	"\x06tenant\x18\f \x01(\tR\x06tenant\"@\n" +
 	"\bReceipts\x124\n" +
 	"\breceipts\x18\x01 \x03(\v2\x18.lanes.remote.v1.ReceiptR\breceiptsB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
 
@@ -1632,13 +1690,14 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	4,  // 14: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
 	14, // 15: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
 	15, // 16: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
-	17, // 17: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	18, // 18: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	12, // 17: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
+	17, // 18: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	18, // 19: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }

@@ -1,0 +1,111 @@
+// Receipts on the wire: a lane host's lanes.Receipt to wirepb.Receipt and
+// back, with the error as its code and message.
+
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// MaxRows bounds a receipt's attribution rows on the wire (a batch's
+// entries).
+const MaxRows = MaxEntries
+
+// PeerError is an error a lane host reported: its code and message, as the
+// host's own error classified them. cuda.Classify classifies it by its
+// code, and errors.Is matches the sentinel of that code (a lost step's
+// indeterminate outcome stays errors.Is-able across the wire).
+type PeerError struct {
+	Code cuda.Code
+	Msg  string
+}
+
+// Error is the host's message.
+func (e *PeerError) Error() string { return e.Msg }
+
+// Class is the class of the host's code.
+func (e *PeerError) Class() cuda.Class { return e.Code.Class() }
+
+// Is reports whether target is the sentinel of the same code.
+func (e *PeerError) Is(target error) bool {
+	var s *cuda.Sentinel
+	return errors.As(target, &s) && s.Code() == e.Code
+}
+
+// ReceiptToWire encodes a receipt of the host's epoch for the front's call,
+// with the bytes it read back, if any.
+func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb.Receipt {
+	w := &wirepb.Receipt{Epoch: epoch, Call: call, Fence: r.Fence, Outcome: uint32(r.Outcome), DeviceTimeNs: r.DeviceTime.Nanoseconds(),
+		Launches: uint32(max(r.Attribution.Launches, 0)), Readback: readback, Lane: int32(r.Lane), Tenant: r.Tenant}
+	if r.Err != nil {
+		w.ErrorCode, w.Error = int32(cuda.Classify(r.Err).Code), r.Err.Error()
+	}
+	for _, row := range r.Attribution.Rows {
+		w.Rows = append(w.Rows, &wirepb.Row{Index: uint32(row.Index), Node: int64(row.Node), Op: row.Op, Replayed: row.Replayed,
+			Reason: uint32(row.Reason), GraphNodes: uint32(row.GraphNodes), Phase: uint32(row.Phase), Dispatches: uint32(row.Dispatches),
+			Transfers: uint32(row.Transfers), Work: &wirepb.Work{Form: uint32(row.Work.Form), ParticipantStart: row.Work.ParticipantStart,
+				ParticipantCount: row.Work.ParticipantCount, Tokens: row.Work.Tokens}})
+	}
+	return w
+}
+
+// ReceiptFromWire decodes a receipt: its epoch and call (the front checks
+// both against its in-flight table), the receipt with a *PeerError for an
+// error, and the read-back bytes.
+func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, readback []byte, err error) {
+	if w == nil {
+		return 0, 0, lanes.Receipt{}, nil, wireErr("no receipt")
+	}
+	switch {
+	case w.Outcome == 0 || w.Outcome > math.MaxUint8:
+		return 0, 0, lanes.Receipt{}, nil, wireErr("outcome %d out of range", w.Outcome)
+	case len(w.Rows) > MaxRows:
+		return 0, 0, lanes.Receipt{}, nil, wireErr("%d rows; at most %d", len(w.Rows), MaxRows)
+	case len(w.Readback) > MaxHostBytes:
+		return 0, 0, lanes.Receipt{}, nil, wireErr("%d read-back bytes; at most %d", len(w.Readback), MaxHostBytes)
+	case w.DeviceTimeNs < 0:
+		return 0, 0, lanes.Receipt{}, nil, wireErr("negative device time")
+	case lanes.Outcome(w.Outcome) == lanes.OutcomeSucceeded && w.ErrorCode != 0:
+		return 0, 0, lanes.Receipt{}, nil, wireErr("a success with error code %d", w.ErrorCode)
+	}
+	r = lanes.Receipt{Fence: w.Fence, Outcome: lanes.Outcome(w.Outcome), Lane: int(w.Lane), Tenant: w.Tenant,
+		DeviceTime: time.Duration(w.DeviceTimeNs)}
+	r.Attribution.Launches = int(w.Launches)
+	if lanes.Outcome(w.Outcome) != lanes.OutcomeSucceeded {
+		msg := w.Error
+		if msg == "" {
+			msg = fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(w.ErrorCode))
+		}
+		r.Err = &PeerError{Code: cuda.Code(w.ErrorCode), Msg: msg}
+	}
+	for _, row := range w.Rows {
+		if row == nil || row.Reason > math.MaxUint8 || row.Phase > math.MaxUint8 {
+			return 0, 0, lanes.Receipt{}, nil, wireErr("bad row")
+		}
+		node, err := toInt(row.Node, "row node")
+		if err != nil {
+			return 0, 0, lanes.Receipt{}, nil, err
+		}
+		lr := lanes.Row{Index: int(row.Index), Node: node, Op: row.Op, Replayed: row.Replayed, Reason: cache.Reason(row.Reason),
+			GraphNodes: int(row.GraphNodes), Phase: cache.Phase(row.Phase), Dispatches: int(row.Dispatches), Transfers: int(row.Transfers)}
+		if wk := row.Work; wk != nil {
+			if wk.Form > math.MaxUint8 {
+				return 0, 0, lanes.Receipt{}, nil, wireErr("bad row work form")
+			}
+			lr.Work = lanes.Work{Form: lanes.Form(wk.Form), ParticipantStart: wk.ParticipantStart, ParticipantCount: wk.ParticipantCount, Tokens: wk.Tokens}
+		}
+		r.Attribution.Rows = append(r.Attribution.Rows, lr)
+	}
+	if len(w.Readback) > 0 {
+		readback = append([]byte(nil), w.Readback...)
+	}
+	return w.Epoch, w.Call, r, readback, nil
+}

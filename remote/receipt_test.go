@@ -1,0 +1,99 @@
+package remote_test
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// TestReceiptRoundTrip: a success comes back with its rows, device time,
+// launches and read-back bytes; an indeterminate end comes back with an
+// error that keeps its code, so errors.Is and cuda.Classify work across the
+// wire; epoch and call are the front's to check.
+func TestReceiptRoundTrip(t *testing.T) {
+	ok := lanes.Receipt{Fence: 7, Outcome: lanes.OutcomeSucceeded, Lane: 2, Tenant: "t", DeviceTime: 12 * time.Microsecond,
+		Attribution: lanes.Attribution{Launches: 1, Rows: []lanes.Row{
+			{Index: 0, Node: cache.NoNode, Op: "stage_in", Transfers: 1, GraphNodes: 1, Phase: cache.PhaseDynamicBinding, Replayed: true},
+			{Index: 1, Node: 0, Op: "launch:add_f32", Dispatches: 1, Phase: cache.PhaseCompute, Reason: cache.ReasonProviderKeyMissing,
+				Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 3}},
+		}}}
+	bad := lanes.Receipt{Fence: 8, Outcome: lanes.OutcomeIndeterminate, Lane: 2, Tenant: "t",
+		Err: lanes.Wrap("fence", false, actors.ErrIndeterminate)}
+	for _, tc := range []struct {
+		r        lanes.Receipt
+		readback []byte
+	}{{ok, []byte{1, 2, 3}}, {bad, nil}} {
+		raw, err := proto.Marshal(remote.ReceiptToWire(5, 99, tc.r, tc.readback))
+		if err != nil {
+			t.Fatalf("proto.Marshal: got err %v, want nil", err)
+		}
+		var w wirepb.Receipt
+		if err := proto.Unmarshal(raw, &w); err != nil {
+			t.Fatalf("proto.Unmarshal: got err %v, want nil", err)
+		}
+		epoch, call, got, readback, err := remote.ReceiptFromWire(&w)
+		if err != nil || epoch != 5 || call != 99 || !reflect.DeepEqual(readback, tc.readback) {
+			t.Fatalf("ReceiptFromWire: got epoch %d, call %d, read-back %v, err %v; want 5, 99, %v, nil", epoch, call, readback, err, tc.readback)
+		}
+		want := tc.r
+		if want.Err != nil {
+			if !errors.Is(got.Err, actors.ErrIndeterminate) || cuda.Classify(got.Err).Code != cuda.CodeIndeterminate || got.Err.Error() != want.Err.Error() {
+				t.Fatalf("the error after the wire: got %v (code %v), want errors.Is actors.ErrIndeterminate, code indeterminate, message %q", got.Err, cuda.Classify(got.Err).Code, want.Err.Error())
+			}
+			var pe *remote.PeerError
+			if !errors.As(got.Err, &pe) {
+				t.Fatalf("the error after the wire: got %T, want *remote.PeerError", got.Err)
+			}
+			got.Err, want.Err = nil, nil
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after the wire:\n got %+v\nwant %+v", got, want)
+		}
+	}
+}
+
+// TestMalformedReceiptsRefused: a receipt a host may send malformed is
+// refused with ErrWire.
+func TestMalformedReceiptsRefused(t *testing.T) {
+	for name, w := range map[string]*wirepb.Receipt{
+		"nil":                      nil,
+		"no outcome":               {},
+		"an outcome out of range":  {Outcome: 1 << 9},
+		"a success with an error":  {Outcome: uint32(lanes.OutcomeSucceeded), ErrorCode: int32(cuda.CodeIndeterminate)},
+		"negative device time":     {Outcome: uint32(lanes.OutcomeSucceeded), DeviceTimeNs: -1},
+		"a nil row":                {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{nil}},
+		"a row node past int32":    {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{{Node: 1 << 40}}},
+		"too many read-back bytes": {Outcome: uint32(lanes.OutcomeSucceeded), Readback: make([]byte, remote.MaxHostBytes+1)},
+	} {
+		if _, _, _, _, err := remote.ReceiptFromWire(w); !errors.Is(err, remote.ErrWire) {
+			t.Errorf("%s: got err %v, want remote.ErrWire", name, err)
+		}
+	}
+}
+
+// FuzzReceiptFromWire decodes arbitrary bytes as a wire receipt: never a
+// panic, and an error of a failed receipt always classifies.
+func FuzzReceiptFromWire(f *testing.F) {
+	seed, _ := proto.Marshal(remote.ReceiptToWire(1, 2, lanes.Receipt{Fence: 3, Outcome: lanes.OutcomeIndeterminate, Err: actors.ErrIndeterminate}, nil))
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var w wirepb.Receipt
+		if proto.Unmarshal(raw, &w) != nil {
+			return
+		}
+		_, _, r, _, err := remote.ReceiptFromWire(&w)
+		if err == nil && (r.Outcome == lanes.OutcomeSucceeded) != (r.Err == nil) {
+			t.Fatalf("outcome %v with err %v: a success has no error, every other outcome one", r.Outcome, r.Err)
+		}
+	})
+}
