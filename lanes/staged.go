@@ -41,8 +41,7 @@ type Staged struct {
 	inputMap, outputMap   []int // slot -> logical index
 	full, resident        Batch
 	compute               []Entry
-	lastLens              []int    // logical order: the lengths of the inputs last staged by Replay
-	lastInputs            [][]byte // their bytes: the lane's copy, compared with the next inputs
+	lastInputs            [][]byte // logical order: the lane's copy of the inputs Replay staged last, compared with the next
 	initialized, outValid bool
 	outputsCache          [][]byte // logical order, reused
 	// home is the lane the program was prepared on, the only one that may

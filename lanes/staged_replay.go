@@ -67,7 +67,10 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 		return StagedResult{}, rejected(op, err)
 	}
 	st.takeForget()
-	same := st.initialized && l.sameInputs(st, inputs)
+	// The lane's own copy decides, never the staging: a caller's view, or
+	// another program's output copy into the same pinned memory, may have
+	// changed that.
+	same := st.initialized && equalInputs(st.lastInputs, inputs)
 	if same && st.outValid && collect {
 		l.staged.OutputCacheHits++
 		return StagedResult{Outputs: cloneAll(st.outputsCache), TimeKnown: true, OutputCache: true}, nil
@@ -145,8 +148,8 @@ func (l *Lane) ReplayWritten(st *Staged, collect bool) (StagedResult, error) {
 		return StagedResult{}, rejected("staged replay", err)
 	}
 	st.takeForget()
-	st.initialized = false // the staging holds inputs the lane never saw
-	st.lastLens = st.lastLens[:0]
+	// runStaged leaves no inputs remembered: the staging holds ones the
+	// lane never saw.
 	l.staged.Uploads += uint64(len(st.inputs))
 	for _, s := range st.inputs {
 		l.staged.HostToDeviceBytes += s.Staging.Length
@@ -198,7 +201,7 @@ func (l *Lane) StagedInputKey(st *Staged) ([32]byte, error) {
 	if err := l.checkHome(st); err != nil {
 		return [32]byte{}, rejected("staged input key", err)
 	}
-	if !st.initialized || len(st.lastLens) != len(st.inputs) {
+	if !st.initialized {
 		return [32]byte{}, fmt.Errorf("%w: Fix: no inputs passed to Replay are staged (none yet, a failed replay, or inputs written in place)", ErrStagedInput)
 	}
 	inputs := st.lastInputs
@@ -216,28 +219,8 @@ func (l *Lane) StagedInputKey(st *Staged) ([32]byte, error) {
 	return k, nil
 }
 
-// sameInputs reports whether inputs are the ones last staged: their
-// lengths, then their bytes, compared once with the lane's copy (the
-// staging itself cannot stand for them: a caller's view, or another
-// program's output copy into the same pinned memory, may have changed it).
-func (l *Lane) sameInputs(st *Staged, inputs [][]byte) bool {
-	if len(st.lastLens) != len(inputs) {
-		return false
-	}
-	for i, in := range inputs {
-		if len(in) != st.lastLens[i] {
-			return false
-		}
-	}
-	return equalInputs(st.lastInputs, inputs)
-}
-
 // rememberInputs keeps a copy of what was staged, reusing its buffers.
 func (st *Staged) rememberInputs(inputs [][]byte) {
-	st.lastLens = st.lastLens[:0]
-	for _, in := range inputs {
-		st.lastLens = append(st.lastLens, len(in))
-	}
 	if len(st.lastInputs) != len(inputs) {
 		st.lastInputs = make([][]byte, len(inputs))
 	}
