@@ -31,7 +31,6 @@ type aggregate struct {
 	// measuredEnded is how many submissions had ended when the measured
 	// phase ended (freeze): its rates' numerator.
 	measuredEnded int64
-	frozen        bool
 	tenants       []*tenant
 	// The warm-up's submissions, counted apart from the load's.
 	warmAccepted, warmEndedN, warmFailed atomic.Int64
@@ -159,7 +158,6 @@ func (a *aggregate) freeze() {
 		}
 	}
 	a.measuredEnded = a.endedN.Load()
-	a.frozen = true
 }
 
 // waitEnded waits (bounded) until every accepted submission has ended.

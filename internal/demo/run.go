@@ -235,7 +235,11 @@ func warmup(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*ten
 		case cfg.Mode == "open":
 			return []int{-1} // open-loop steps upload their input: that step's shape is the one to capture
 		case tn.fused:
-			return []int{0, 1, 2, 3}[:max(min(len(tn.staging), fusedSlots), 1)]
+			slots := []int{0}
+			for slot := 1; slot < min(len(tn.staging), fusedSlots); slot++ {
+				slots = append(slots, slot)
+			}
+			return slots
 		}
 		return []int{0}
 	}
