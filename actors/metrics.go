@@ -16,21 +16,17 @@ func (s *Scheduler) registerGauges() error {
 	if m == nil {
 		return nil
 	}
-	health, err := m.Int64ObservableGauge("lanes.lanes", metric.WithUnit("{lane}"), metric.WithDescription("lanes by health"))
-	if err != nil {
-		return err
-	}
-	depth, err := m.Int64ObservableGauge("lanes.lane.in_flight", metric.WithUnit("{submission}"), metric.WithDescription("admitted submissions per lane"))
-	if err != nil {
-		return err
-	}
-	queued, err := m.Int64ObservableGauge("lanes.lane.queued", metric.WithUnit("{batch}"), metric.WithDescription("batches waiting in a lane's fair queue for room on its stream"))
-	if err != nil {
-		return err
-	}
-	cacheBytes, err := m.Int64ObservableGauge("lanes.cache.bytes", metric.WithUnit("By"), metric.WithDescription("host memory a lane's executables retain (the uploads they captured)"))
-	if err != nil {
-		return err
+	gauges := map[string]metric.Int64ObservableGauge{}
+	for _, g := range []struct{ name, unit, desc string }{
+		{"lanes.lanes", "{lane}", "lanes by health"},
+		{"lanes.lane.in_flight", "{submission}", "admitted submissions per lane"},
+		{"lanes.lane.queued", "{batch}", "batches waiting in a lane's fair queue for room on its stream"},
+		{"lanes.cache.bytes", "By", "host memory a lane's executables retain (the uploads they captured)"},
+	} {
+		var err error
+		if gauges[g.name], err = m.Int64ObservableGauge(g.name, metric.WithUnit(g.unit), metric.WithDescription(g.desc)); err != nil {
+			return err
+		}
 	}
 	moved := map[string]metric.Int64ObservableCounter{}
 	for _, c := range []struct{ name, unit, desc string }{
@@ -42,33 +38,44 @@ func (s *Scheduler) registerGauges() error {
 		{"lanes.output_cache.hits", "{replay}", "staged replays answered without a launch"},
 		{"lanes.sync_points", "{wait}", "blocking waits the lane made"},
 	} {
+		var err error
 		if moved[c.name], err = m.Int64ObservableCounter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.desc+", by lane")); err != nil {
 			return err
 		}
 	}
-	observables := []metric.Observable{health, depth, queued, cacheBytes}
+	var observables []metric.Observable
+	for _, g := range gauges {
+		observables = append(observables, g)
+	}
 	for _, c := range moved {
 		observables = append(observables, c)
 	}
+	var err error
 	s.gauges, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		byHealth := map[Health]int64{}
-		for _, l := range s.Lanes() {
-			byHealth[l.Health]++
-			lane := metric.WithAttributes(attribute.Int("lanes.lane.id", l.ID))
-			o.ObserveInt64(depth, int64(l.InFlight), lane)
-			o.ObserveInt64(queued, int64(l.Queued), lane)
-			o.ObserveInt64(cacheBytes, l.Counters.CacheBytes, lane)
-			st := l.Staged
-			for name, v := range map[string]uint64{"lanes.transfer.h2d": st.HostToDeviceBytes, "lanes.transfer.d2h": st.DeviceToHostBytes,
-				"lanes.transfer.uploads": st.Uploads, "lanes.transfer.readbacks": st.Readbacks, "lanes.graph_launches": st.GraphLaunches + l.Counters.ReplayedSegments,
-				"lanes.output_cache.hits": st.OutputCacheHits, "lanes.sync_points": l.Counters.SyncPoints} {
-				o.ObserveInt64(moved[name], int64(v), lane)
-			}
-		}
-		for h, n := range byHealth {
-			o.ObserveInt64(health, n, metric.WithAttributes(attribute.String("lanes.health", h.String())))
-		}
+		s.observeLanes(o, gauges, moved)
 		return nil
 	}, observables...)
 	return err
+}
+
+// observeLanes reports every lane's gauges and counters, and the lanes by
+// health, to one metrics collection.
+func (s *Scheduler) observeLanes(o metric.Observer, gauges map[string]metric.Int64ObservableGauge, moved map[string]metric.Int64ObservableCounter) {
+	byHealth := map[Health]int64{}
+	for _, l := range s.Lanes() {
+		byHealth[l.Health]++
+		lane := metric.WithAttributes(attribute.Int("lanes.lane.id", l.ID))
+		o.ObserveInt64(gauges["lanes.lane.in_flight"], int64(l.InFlight), lane)
+		o.ObserveInt64(gauges["lanes.lane.queued"], int64(l.Queued), lane)
+		o.ObserveInt64(gauges["lanes.cache.bytes"], l.Counters.CacheBytes, lane)
+		st := l.Staged
+		for name, v := range map[string]uint64{"lanes.transfer.h2d": st.HostToDeviceBytes, "lanes.transfer.d2h": st.DeviceToHostBytes,
+			"lanes.transfer.uploads": st.Uploads, "lanes.transfer.readbacks": st.Readbacks, "lanes.graph_launches": st.GraphLaunches + l.Counters.ReplayedSegments,
+			"lanes.output_cache.hits": st.OutputCacheHits, "lanes.sync_points": l.Counters.SyncPoints} {
+			o.ObserveInt64(moved[name], int64(v), lane)
+		}
+	}
+	for h, n := range byHealth {
+		o.ObserveInt64(gauges["lanes.lanes"], n, metric.WithAttributes(attribute.String("lanes.health", h.String())))
+	}
 }

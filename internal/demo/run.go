@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
 )
@@ -46,19 +47,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	lc := &lifecycle{}
 	defer lc.watch(ctx)()
 	runCtx, ctx := ctx, context.WithoutCancel(ctx)
-	var work *workload
-	if cfg.KernelsFrom != "" {
-		var err error
-		if work, err = loadWorkload(cfg.KernelsFrom); err != nil {
-			return nil, err
-		}
-		if err := work.withReferences(cfg.Device, opt.References); err != nil {
-			return nil, err // before reading a module the device cannot run
-		}
-		if err := work.readImage(); err != nil {
-			return nil, err
-		}
-		cfg.Kernels = len(work.step)
+	work, err := userWorkload(&cfg, opt)
+	if err != nil {
+		return nil, err
 	}
 	devs, err := openDevices(cfg)
 	if err != nil {
@@ -80,24 +71,9 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	if capacity == 0 {
 		capacity = -1
 	}
-	exportErrs := &exportErrors{w: opt.Errors}
-	if exportErrs.w == nil {
-		exportErrs.w = opt.Progress
-	}
-	// The SDK's own complaints (an upload that failed, say) join ours, rate
-	// limited, instead of its default log lines.
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(exportErrs.report))
-	tel, err := telemetry.New(ctx, cfg.Telemetry.recorderConfig(exportErrs.report))
-	if errors.Is(err, telemetry.ErrConfig) {
-		return nil, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), telemetry.ErrConfig.Error()+": "))
-	}
+	tel, shutdownTelemetry, err := startTelemetry(ctx, cfg, opt)
 	if err != nil {
 		return nil, err
-	}
-	shutdownTelemetry := func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return tel.Shutdown(sctx)
 	}
 	defer func() { _ = shutdownTelemetry() }()
 	s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, CacheCapacity: capacity,
@@ -134,17 +110,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	lc.drainEnd = time.Now()
 	lc.mu.Unlock()
 	w.stop()
-	warm, measured, drain := lc.durations()
-	agg.elapsed = measured
-	rep := agg.report(cfg, status, devs, tenants)
-	rep.Runtime = w.runtime
-	rep.WarmupSeconds, rep.DrainSeconds, rep.EndedEarly = warm.Seconds(), drain.Seconds(), lc.endedEarly
-	if work != nil {
-		rep.Module = work.image
-	}
-	if w.soak != nil {
-		rep.Soak = w.soak.report()
-	}
+	rep := finalReport(cfg, agg, status, devs, tenants, lc, w, work)
 	if tel != nil {
 		_ = shutdownTelemetry() // what it could not deliver is in the stats
 		rep.Telemetry = telemetryReport(tel.Stats())
@@ -157,6 +123,68 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 		loadErr = fmt.Errorf("%w: %s", ErrEndedEarly, rep.EndedEarly)
 	}
 	return rep, loadErr
+}
+
+// finalReport composes the run's report once every lane stopped: the
+// aggregate's rows, the phases' durations, the module, the soak.
+func finalReport(cfg Config, agg *aggregate, status []actors.LaneStatus, devs []cuda.Device, tenants []*tenant, lc *lifecycle, w *watchers, work *workload) *Report {
+	warm, measured, drain := lc.durations()
+	agg.elapsed = measured
+	rep := agg.report(cfg, status, devs, tenants)
+	rep.Runtime = w.runtime
+	rep.WarmupSeconds, rep.DrainSeconds, rep.EndedEarly = warm.Seconds(), drain.Seconds(), lc.endedEarly
+	if work != nil {
+		rep.Module = work.image
+	}
+	if w.soak != nil {
+		rep.Soak = w.soak.report()
+	}
+	return rep
+}
+
+// userWorkload reads the --kernels-from manifest and module, if any, and
+// sets the step's kernel count from it; nil without one.
+func userWorkload(cfg *Config, opt Options) (*workload, error) {
+	if cfg.KernelsFrom == "" {
+		return nil, nil
+	}
+	work, err := loadWorkload(cfg.KernelsFrom)
+	if err != nil {
+		return nil, err
+	}
+	if err := work.withReferences(cfg.Device, opt.References); err != nil {
+		return nil, err // before reading a module the device cannot run
+	}
+	if err := work.readImage(); err != nil {
+		return nil, err
+	}
+	cfg.Kernels = len(work.step)
+	return work, nil
+}
+
+// startTelemetry starts the run's recorder (nil when the run exports
+// nothing) with the SDK's own complaints routed, rate limited, to
+// opt.Errors; shutdown flushes it within 5 s.
+func startTelemetry(ctx context.Context, cfg Config, opt Options) (tel *telemetry.Recorder, shutdown func() error, err error) {
+	exportErrs := &exportErrors{w: opt.Errors}
+	if exportErrs.w == nil {
+		exportErrs.w = opt.Progress
+	}
+	// The SDK's own complaints (an upload that failed, say) join ours, rate
+	// limited, instead of its default log lines.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(exportErrs.report))
+	tel, err = telemetry.New(ctx, cfg.Telemetry.recorderConfig(exportErrs.report))
+	if errors.Is(err, telemetry.ErrConfig) {
+		return nil, nil, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), telemetry.ErrConfig.Error()+": "))
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return tel, func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return tel.Shutdown(sctx)
+	}, nil
 }
 
 // ErrEndedEarly marks a run that stopped before its end (a signal, every
