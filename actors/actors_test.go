@@ -398,3 +398,39 @@ func TestStartRefusesAnUnboundedSpin(t *testing.T) {
 		t.Fatalf("Start with Spin 1h: got err %v, want actors.ErrInvalidArgument naming Spin", err)
 	}
 }
+
+// panickyDevice panics when a lane opens its stream.
+type panickyDevice struct{ cuda.Device }
+
+func (panickyDevice) NewStream() (cuda.Stream, error) { panic("no streams today") }
+
+// TestStartReturnsWhenALaneActorPanicsWhileOpening: a panic while a lane
+// opens takes that lane out for good; Start returns at once with the lane
+// quarantined, instead of waiting for its context.
+func TestStartReturnsWhenALaneActorPanicsWhileOpening(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatalf("sim.New: got err %v, want nil", err)
+	}
+	defer dev.Close()
+	done := make(chan struct{})
+	var s *actors.Scheduler
+	go func() {
+		defer close(done)
+		s, err = actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{panickyDevice{dev}}, LanesPerDevice: 2})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start with lanes panicking while opening: got no return in 10s, want it to return")
+	}
+	if err != nil {
+		t.Fatalf("Start: got err %v, want nil (the lanes are out, the scheduler up)", err)
+	}
+	defer s.Stop(context.Background())
+	for _, l := range s.Lanes() {
+		if l.Health != actors.HealthQuarantined {
+			t.Errorf("lane %d: got health %v, want %v", l.ID, l.Health, actors.HealthQuarantined)
+		}
+	}
+}

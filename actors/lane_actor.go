@@ -71,7 +71,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		if err := a.open(); err != nil {
 			a.failed("", fmt.Errorf("%w: open lane %d: %w", lanes.ErrFailed, a.ref.id, err))
 		}
-		close(a.ref.opened)
+		a.ref.markOpened() // after a panic in open, the supervisor marks it (laneStrategy)
 	case *submitRequest:
 		a.receive(m)
 	case pollFences:

@@ -40,7 +40,8 @@ type laneRef struct {
 	pid      *actor.PID
 	disp     *threadDispatcher
 	stream   cuda.Stream   // owned by the actor
-	opened   chan struct{} // closed once the lane first opened its stream (or failed to)
+	opened   chan struct{} // closed once the lane first opened its stream (or failed to, or panicked): markOpened
+	openOnce sync.Once
 
 	health atomic.Uint32 // a Health; written under mu with cause
 	mu     sync.Mutex
@@ -128,3 +129,7 @@ func (r *laneRef) status() LaneStatus {
 	}
 	return st
 }
+
+// markOpened tells Start the lane's opening is over (opened, failed, or
+// its actor panicked), once.
+func (r *laneRef) markOpened() { r.openOnce.Do(func() { close(r.opened) }) }

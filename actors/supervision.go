@@ -27,6 +27,7 @@ func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor,
 			ref.setState(HealthQuarantined, cause)
 			st.s.endLaneCalls(ref, cause, false)
 			st.s.traceQuarantine(ref, cause)
+			ref.markOpened() // Start does not wait for a lane whose actor panicked while opening
 		}
 	}
 	sup.StopChildren(child)

@@ -12,6 +12,13 @@ import (
 // ScopeKind says who owns the addresses a command touches.
 type ScopeKind uint8
 
+// Scope kinds. The zero value is no scope: a region nobody vouched for.
+const (
+	ScopeNone ScopeKind = iota
+	ScopePlan           // owned by the plan: the same on every lane and every replay
+	ScopeLane           // owned by one lane: valid only on that lane's stream
+)
+
 // Scope is the reusable address scope of a region or a command.
 type Scope struct {
 	Kind ScopeKind
@@ -50,6 +57,14 @@ func combine(a, b Scope) (Scope, bool) {
 // sees it. Only compute commands are ever replayed; the others run eagerly
 // and are barriers between replay segments.
 type Phase uint8
+
+// Phases.
+const (
+	PhaseCompute        Phase = iota // the plan's device work
+	PhaseInitialization              // one-time setup before compute (weights, zeroing)
+	PhaseDynamicBinding              // per-request input and binding writes
+	PhaseReadout                     // moving results out after compute
+)
 
 // String names the phase.
 func (p Phase) String() string {

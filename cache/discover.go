@@ -10,21 +10,6 @@ import (
 	"github.com/lanesched/lanes/cuda"
 )
 
-// Scope kinds. The zero value is no scope: a region nobody vouched for.
-const (
-	ScopeNone ScopeKind = iota
-	ScopePlan           // owned by the plan: the same on every lane and every replay
-	ScopeLane           // owned by one lane: valid only on that lane's stream
-)
-
-// Phases.
-const (
-	PhaseCompute        Phase = iota // the plan's device work
-	PhaseInitialization              // one-time setup before compute (weights, zeroing)
-	PhaseDynamicBinding              // per-request input and binding writes
-	PhaseReadout                     // moving results out after compute
-)
-
 // Candidate is a contiguous run of replayable compute commands, [Start,
 // End) in the batch, that may be captured and replayed as one executable.
 type Candidate struct {

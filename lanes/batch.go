@@ -24,7 +24,7 @@ const (
 
 // String names the form.
 func (f Form) String() string {
-	return [...]string{"none", "single", "batched", "wave"}[min(int(f), 3)]
+	return [...]string{"none", "single", "batched", "wave", "unknown"}[min(int(f), 4)]
 }
 
 // Work is the logical work an entry stands for: who it serves. The lane

@@ -3,7 +3,7 @@
 // and [github.com/lanesched/lanes/programs].
 //
 // A [Lane] owns its stream's submission pipeline, its executable cache, its
-// program catalog, its fences and its quarantine. It has no goroutines, no
+// program catalog, its fences and the failed batches it holds. It has no goroutines, no
 // locks and no clock of its own (the stage sink's clock is injected): it is
 // shaped like etcd/raft's RawNode, and the lane actor is its node.
 //
@@ -13,13 +13,16 @@
 // [Lane.Recover] and the administrative calls ([Lane.Configure],
 // [Lane.Seal], [Lane.Trim], [Lane.ForgetTenant], [Lane.Catalog],
 // [Lane.Preparation]) never wait for the device: they enqueue, query or
-// give back, and return. (A real device's enqueue can itself stall when
-// CUDA's launch queue is full; the lane adds no wait of its own.)
+// give back, and return. (A real device's enqueue can itself stall: when
+// CUDA's launch queue is full, and for an eager upload or a program's
+// patch, which copy from ordinary Go memory with cuMemcpyHtoDAsync, a copy
+// CUDA may complete before it returns. The lane adds no wait of its own.)
 //
-// Five calls wait for the device, and only they: [Lane.Wait] (one fence),
+// Six calls wait for the device, and only they: [Lane.Wait] (one fence),
 // [Lane.Synchronize] (the whole stream) and [Lane.Readback] (the stream,
-// then a copy), in wait.go; [Lane.Prepare] and [Lane.Replay] of a [Staged]
-// program, which are Submit then Wait, in staged_replay.go. Given a
+// then a copy), in wait.go; [Lane.Prepare], [Lane.Replay] and
+// [Lane.ReplayWritten] of a [Staged] program, which are Submit then Wait,
+// in staged_replay.go. Given a
 // [Waiter], they query without blocking and pause in the Waiter between
 // queries, so the owner decides how long is too long (the scheduler gives
 // up after its hang timeout); without one they block in the device's call.
@@ -49,11 +52,11 @@
 //     [Lane.Recover] gives it a fresh stream), its in-flight work ends when
 //     its fence does (Indeterminate if the device failed under it; a
 //     submission enqueued before a non-sticky failure may still succeed),
-//     and the failed batch is quarantined until [Lane.Synchronize]
+//     and the failed batch is held until [Lane.Synchronize]
 //     succeeds.
 //
 // Configure, seal, trim, catalog and preparation snapshots need a quiescent
-// lane: nothing in flight, nothing quarantined.
+// lane: nothing in flight, nothing held.
 //
 // # Concurrency properties
 //

@@ -25,8 +25,8 @@ func TestFailureMidBatchQuarantines(t *testing.T) {
 	if le.NotSubmitted || !errors.Is(err, cuda.ErrLaunchResources) {
 		t.Fatalf("failure after enqueue began: got err %v, NotSubmitted %v; want one wrapping cuda.ErrLaunchResources, NotSubmitted false", err, le.NotSubmitted)
 	}
-	if st, q := r.lane.State(), r.lane.Quarantined(); st != lanes.StateFailed || q != 1 {
-		t.Fatalf("after the failure: got state %v, %d quarantined; want %v, 1", st, q, lanes.StateFailed)
+	if st, q := r.lane.State(), r.lane.Held(); st != lanes.StateFailed || q != 1 {
+		t.Fatalf("after the failure: got state %v, %d held; want %v, 1", st, q, lanes.StateFailed)
 	}
 	if c := cuda.Classify(err); c.Code != cuda.CodeLaunchOutOfResources || c.Blame != cuda.BlameStream || c.Retryable || c.NotSubmitted {
 		t.Fatalf("Classify: got Code %v, Blame %v, Retryable %v, NotSubmitted %v; want %v, %v, false, false", c.Code, c.Blame, c.Retryable, c.NotSubmitted, cuda.CodeLaunchOutOfResources, cuda.BlameStream)
@@ -38,8 +38,8 @@ func TestFailureMidBatchQuarantines(t *testing.T) {
 		t.Fatalf("Configure on a failed lane: got err %v, want one wrapping lanes.ErrFailed", err)
 	}
 	receipts, released, err := r.lane.Synchronize()
-	if q := r.lane.Quarantined(); err != nil || len(receipts) != 0 || len(released) != 1 || released[0] != scratch || q != 0 {
-		t.Fatalf("Synchronize: got receipts %+v, released %v, err %v, %d quarantined; want no receipts, released [%v], nil, 0", receipts, released, err, q, scratch)
+	if q := r.lane.Held(); err != nil || len(receipts) != 0 || len(released) != 1 || released[0] != scratch || q != 0 {
+		t.Fatalf("Synchronize: got receipts %+v, released %v, err %v, %d held; want no receipts, released [%v], nil, 0", receipts, released, err, q, scratch)
 	}
 }
 

@@ -72,7 +72,7 @@ type Receipt struct {
 	Attribution Attribution
 	// Released are the batch's retained buffers, now free to reuse. An
 	// indeterminate submission releases nothing: its buffers stay
-	// quarantined until the stream is synchronized.
+	// held until the stream is synchronized.
 	Released []cuda.Buffer
 }
 
@@ -190,7 +190,7 @@ func (l *Lane) newPending() *pending {
 }
 
 // recycle keeps a completed submission's record for the next one. Only a
-// completed one: a failed submission's record stays in quarantine. Its
+// completed one: a failed submission's record stays held. Its
 // receipt has copied what it needs (the attribution's slices are the
 // receipt's now; the span slice's array is the only thing reused).
 func (l *Lane) recycle(p *pending) {
@@ -207,12 +207,12 @@ func (l *Lane) recycle(p *pending) {
 }
 
 // endIndeterminate ends every pending submission with an indeterminate
-// receipt; their buffers move to quarantine.
+// receipt; their buffers are held with it.
 func (l *Lane) endIndeterminate(err error) {
 	for _, p := range l.pending {
 		r := Receipt{Fence: p.fence, Outcome: OutcomeIndeterminate, Err: failed("fence", err), Lane: int(l.id), Attribution: p.att}
 		l.ready = append(l.ready, r)
-		l.quarantine = append(l.quarantine, p)
+		l.held = append(l.held, p)
 	}
 	l.pending = nil
 }

@@ -61,7 +61,8 @@ type Config struct {
 	Stages  StageSink
 	Now     func() time.Duration
 	// Waiter paces every wait on the device (Wait, Synchronize, Readback,
-	// staged Replay); nil blocks in the device's calls.
+	// and the staged Prepare, Replay and ReplayWritten); nil blocks in the
+	// device's calls.
 	Waiter Waiter
 	// CacheBytes bounds the host memory the lane's executables retain (the
 	// uploads they captured); 0: no bound.
@@ -73,7 +74,7 @@ type Config struct {
 // in-place update, which re-keys an executable, is counted in Updated
 // alone.
 type Counters struct {
-	Submissions, Rejected, Failures                          uint64
+	Submissions, Refused, Failures                           uint64
 	Candidates, Captured, Uploaded, Hits                     uint64
 	CaptureRejections, CachedRejections                      uint64
 	QuiescenceDeferred, CapacityDeferred, OutsidePreparation uint64
@@ -92,7 +93,7 @@ type Counters struct {
 }
 
 // Lane is the single-owner core of one stream: its submission pipeline,
-// fences, quarantine, executable cache and program catalog. It is the
+// fences, held failed batches, executable cache and program catalog. It is the
 // project's raft RawNode: no goroutines, no locks, no clock of its own; the
 // lane actor owns it, feeds it submissions and polls, and takes what it
 // produced. Not safe for concurrent use.
@@ -106,24 +107,24 @@ type Lane struct {
 	now     func() time.Duration
 	waiter  Waiter
 
-	state      State
-	failure    error
-	nextFence  uint64
-	pending    []*pending
-	quarantine []*pending
-	spare      []*pending // completed submissions' records, reused by the next ones
-	ready      []Receipt
-	counters   Counters
-	staged     StagedCounters
-	scratch    []cache.Command   // plan's view of a batch, reused
-	live       []cuda.Buffer     // handles found live while the device freed nothing (batch.go)
-	liveFrees  uint64            // the device's free count when live was filled
-	planned    plan              // the plan of the Submit in progress, reused
-	memo       *cache.Memo       // keys of the commands and segments the lane has seen
-	steps      stepMemo          // batches planned before, and what planning found (stepmemo.go)
-	tailFence  uint64            // the submission whose timed fence was the stream's last work, or 0 (borrowStart)
-	ops        map[string]string // kernel -> its row operation id
-	callOps    map[string]string // library call -> its row operation id
+	state     State
+	failure   error
+	nextFence uint64
+	pending   []*pending
+	held      []*pending
+	spare     []*pending // completed submissions' records, reused by the next ones
+	ready     []Receipt
+	counters  Counters
+	staged    StagedCounters
+	scratch   []cache.Command   // plan's view of a batch, reused
+	live      []cuda.Buffer     // handles found live while the device freed nothing (batch.go)
+	liveFrees uint64            // the device's free count when live was filled
+	planned   plan              // the plan of the Submit in progress, reused
+	memo      *cache.Memo       // keys of the commands and segments the lane has seen
+	steps     stepMemo          // batches planned before, and what planning found (stepmemo.go)
+	tailFence uint64            // the submission whose timed fence was the stream's last work, or 0 (borrowStart)
+	ops       map[string]string // kernel -> its row operation id
+	callOps   map[string]string // library call -> its row operation id
 
 	// Attributions repeat step after step: rows and logical commands are
 	// built in scratch slices and interned (intern.go).
@@ -164,7 +165,7 @@ func New(cfg Config) (*Lane, error) {
 // and a non-sticky stream failure leaves them valid (so a tenant's fault
 // does not cost its neighbours their programs, their replays or the
 // operator's seal). Everything in flight must have ended first
-// (Synchronize, or Abandon); the quarantined batches are dropped with the
+// (Synchronize, or Abandon); the held batches are dropped with the
 // old stream. Do not recover a lane whose stream hung: launches of an
 // executable are ordered after its earlier launches on any stream, so the
 // hung stream's executables would hang the new one too; start a new Lane.
@@ -179,8 +180,8 @@ func (l *Lane) Recover(st cuda.Stream) error {
 	}
 	l.s = st
 	l.state, l.failure, l.tailFence = StateReady, nil, 0
-	clear(l.quarantine)
-	l.quarantine = l.quarantine[:0]
+	clear(l.held)
+	l.held = l.held[:0]
 	return nil
 }
 
@@ -198,7 +199,7 @@ func (l *Lane) InFlight() int { return len(l.pending) }
 
 // Quarantined is the number of failed submissions held until the stream is
 // synchronized.
-func (l *Lane) Quarantined() int { return len(l.quarantine) }
+func (l *Lane) Held() int { return len(l.held) }
 
 // Counters returns the lane's observation counters.
 func (l *Lane) Counters() Counters {
@@ -239,7 +240,7 @@ func (l *Lane) fail(err error) {
 
 // quiescent reports whether the stream has no work of this lane in flight.
 func (l *Lane) quiescent() bool {
-	return l.state != StateFailed && len(l.pending) == 0 && len(l.quarantine) == 0
+	return l.state != StateFailed && len(l.pending) == 0 && len(l.held) == 0
 }
 
 // requireQuiescent retires finished fences and fails if work remains.
@@ -249,7 +250,7 @@ func (l *Lane) requireQuiescent(op string) error {
 		return rejected(op, fmt.Errorf("%w: %w", ErrFailed, l.failure))
 	}
 	if !l.quiescent() {
-		return rejected(op, fmt.Errorf("%w: %d submissions in flight and %d quarantined; poll or synchronize first", ErrNotQuiescent, len(l.pending), len(l.quarantine)))
+		return rejected(op, fmt.Errorf("%w: %d submissions in flight and %d failed ones held; poll or synchronize first", ErrNotQuiescent, len(l.pending), len(l.held)))
 	}
 	l.cache.ReleaseRetired(true)
 	return nil

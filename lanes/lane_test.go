@@ -126,7 +126,7 @@ func TestReplayedOnlyRefusedBeforeEnqueue(t *testing.T) {
 		t.Fatalf("replayed-only without a resident segment: got err %v (%+v), want a not-submitted *lanes.Error wrapping lanes.ErrPathRequired", err, cuda.Classify(err))
 	}
 	t.Log(err)
-	if n, st, rej := r.traceLen()-before, r.lane.State(), r.lane.Counters().Rejected; n != 0 || st != lanes.StateReady || rej != 1 {
+	if n, st, rej := r.traceLen()-before, r.lane.State(), r.lane.Counters().Refused; n != 0 || st != lanes.StateReady || rej != 1 {
 		t.Fatalf("after the refusal: got %d new device operations, state %v, Rejected %d; want 0, %v, 1", n, st, rej, lanes.StateReady)
 	}
 	// Once resident, the same batch is accepted.

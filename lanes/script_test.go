@@ -160,7 +160,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		rcs, released, err := lane.Synchronize()
 		s.printReceipts(p, rcs)
 		if len(released) > 0 {
-			p("released from quarantine: %s", s.bufNames(released))
+			p("released (held no more): %s", s.bufNames(released))
 		}
 		if err != nil {
 			s.printErr(p, err)
@@ -227,7 +227,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		now := lane.Counters()
 		s.printCounters(p, s.counters, now, "counters: ")
 		s.counters = now
-		p("lane: %v, in flight %d, quarantined %d", lane.State(), lane.InFlight(), lane.Quarantined())
+		p("lane: %v, in flight %d, held %d", lane.State(), lane.InFlight(), lane.Held())
 	}
 	return out.String()
 }

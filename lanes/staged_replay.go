@@ -248,9 +248,6 @@ func (l *Lane) checkReplay(st *Staged, inputs [][]byte) (cuda.HostMemory, error)
 
 // stageInputs writes new inputs into their pinned staging slots, zero
 // padded: in place where the host addresses the staging (one copy, and
-
-// stageInputs writes new inputs into their pinned staging slots, zero
-// padded: in place where the host addresses the staging (one copy, and
 // zeroes only past the input), else through WriteHost.
 func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) error {
 	hv, direct := hm.(cuda.HostView)

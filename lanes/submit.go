@@ -15,7 +15,7 @@ import (
 // Submit validates, prepares and enqueues a batch and records its fence.
 // An error before anything was enqueued is NotSubmitted and leaves the lane
 // as it was. A device error after enqueue began fails the lane and
-// quarantines the batch. A panic in a provider is recovered and fails the
+// holds the batch (Lane.Held) until Synchronize. A panic in a provider is recovered and fails the
 // lane.
 //
 // One case is neither: the caller's error found after part of the batch was
@@ -32,14 +32,14 @@ func (l *Lane) Submit(b Batch) (sub Submission, err error) {
 		}
 	}()
 	if l.state == StateFailed {
-		l.counters.Rejected++
+		l.counters.Refused++
 		return Submission{}, rejected("submit", fmt.Errorf("%w: %w", ErrFailed, l.failure))
 	}
 	t := l.stamp()
 	l.collect()
 	p, err := l.plan(&b)
 	if err != nil {
-		l.counters.Rejected++
+		l.counters.Refused++
 		return Submission{}, err
 	}
 	l.stage(StageValidatePrepare, t)
@@ -112,7 +112,7 @@ type enqueuing struct {
 
 // fail ends an enqueue that went wrong: the caller's error with the stream
 // still outside capture is refused midway (the lane stays healthy);
-// anything else fails the lane and quarantines the batch.
+// anything else fails the lane and holds the batch (Lane.Held) until Synchronize.
 func (q *enqueuing) fail(err error) (Submission, error) {
 	l := q.l
 	if cuda.Classify(err).Blame == cuda.BlameCaller && l.s.Capture() == cuda.CaptureNone {
@@ -121,7 +121,7 @@ func (q *enqueuing) fail(err error) (Submission, error) {
 		}
 	}
 	l.fail(err)
-	l.quarantine = append(l.quarantine, q.pd)
+	l.held = append(l.held, q.pd)
 	return Submission{}, failed("submit", err)
 }
 
@@ -308,7 +308,7 @@ func (l *Lane) refuseMidway(pd *pending, att Attribution, rows []Row, cause erro
 	pd.end, pd.att, pd.refused = end, att, failed("submit", cause)
 	l.pending = append(l.pending, pd)
 	l.state = StateSubmitted
-	l.counters.Rejected++
+	l.counters.Refused++
 	return Submission{Fence: pd.fence, Attribution: att}, true
 }
 

@@ -57,19 +57,19 @@ func (l *Lane) Wait(fence uint64) (Receipt, error) {
 }
 
 // Synchronize blocks until the stream is idle. On success every pending
-// submission ends and the quarantine is released: the returned buffers are
+// submission ends and the held batches are released: the returned buffers are
 // free to reuse. On failure the lane fails and every pending submission
-// ends indeterminate; the quarantine stays.
+// ends indeterminate; the held batches stay.
 func (l *Lane) Synchronize() ([]Receipt, []cuda.Buffer, error) {
 	if err := l.awaitStream(); err != nil {
 		return l.drain(nil), nil, failed("synchronize", err)
 	}
 	l.collect()
 	var released []cuda.Buffer
-	for _, p := range l.quarantine {
+	for _, p := range l.held {
 		released = append(released, p.retain...)
 	}
-	l.quarantine = nil
+	l.held = nil
 	return l.drain(nil), released, nil
 }
 

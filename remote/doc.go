@@ -1,5 +1,5 @@
 // Package remote is the wire between a front (the scheduler) and lane host
-// processes, one per GPU ([W2 8/9], in progress): the protobuf messages of
+// processes, one per GPU: the protobuf messages of
 // remote/wirepb, generated from proto/lanes/remote/v1 by
 // scripts/gen-proto.sh, and their conversion from and to lanes' own types.
 //

@@ -47,8 +47,10 @@ type Submission struct {
 	SegmentNodes [][2]int
 }
 
-// Quarantine is a lane leaving routing: when, which lane of which device,
-// and why.
+// Quarantine is a lane leaving routing because it failed, whether it then
+// recovers onto a fresh stream or stays out for good (the scheduler's
+// HealthRecovering and HealthQuarantined): when, which lane of which
+// device, and why.
 type Quarantine struct {
 	At         time.Time
 	Lane       int
