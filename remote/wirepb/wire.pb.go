@@ -32,11 +32,14 @@ const (
 // mismatch is refused, not crashed on), who it is and the epoch of this
 // registration (a restarted host registers with a new one).
 type Hello struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Protocol      uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	Host          string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Devices       []*Device              `protobuf:"bytes,4,rep,name=devices,proto3" json:"devices,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Protocol uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Host     string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Epoch    uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Devices  []*Device              `protobuf:"bytes,4,rep,name=devices,proto3" json:"devices,omitempty"`
+	// The Join this Hello answers: a front ignores the answer to a Join it
+	// gave up on.
+	Attempt       uint64 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -99,12 +102,21 @@ func (x *Hello) GetDevices() []*Device {
 	return nil
 }
 
+func (x *Hello) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
 // Welcome is the front's answer to a Hello: accepted, or why not.
 type Welcome struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Accepted      bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	Refusal       string                 `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
-	Protocol      uint32                 `protobuf:"varint,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accepted bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Refusal  string                 `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	Protocol uint32                 `protobuf:"varint,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// The epoch of the Hello it answers.
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +168,13 @@ func (x *Welcome) GetRefusal() string {
 func (x *Welcome) GetProtocol() uint32 {
 	if x != nil {
 		return x.Protocol
+	}
+	return 0
+}
+
+func (x *Welcome) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -1511,20 +1530,467 @@ func (x *Receipts) GetReceipts() []*Receipt {
 	return nil
 }
 
+// Join asks a lane host to register with the front that sends it; the
+// host answers with a Hello under a new epoch. A host already registered
+// starts a new epoch: what it held for tenants under the old one is
+// dropped (the front told them it was lost).
+type Join struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Protocol uint32                 `protobuf:"varint,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Front    string                 `protobuf:"bytes,2,opt,name=front,proto3" json:"front,omitempty"`
+	// Names this attempt to join: the same attempt sent again gets the same
+	// epoch back, a new one a new epoch.
+	Attempt       uint64 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Join) Reset() {
+	*x = Join{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Join) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Join) ProtoMessage() {}
+
+func (x *Join) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Join.ProtoReflect.Descriptor instead.
+func (*Join) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Join) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+func (x *Join) GetFront() string {
+	if x != nil {
+		return x.Front
+	}
+	return ""
+}
+
+func (x *Join) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+// Alloc allocates device memory on one device of the host for a tenant,
+// who then owns it there.
+type Alloc struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Device        uint32                 `protobuf:"varint,4,opt,name=device,proto3" json:"device,omitempty"`
+	Size          uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	Elem          uint32                 `protobuf:"varint,6,opt,name=elem,proto3" json:"elem,omitempty"`
+	Align         uint64                 `protobuf:"varint,7,opt,name=align,proto3" json:"align,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Alloc) Reset() {
+	*x = Alloc{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Alloc) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Alloc) ProtoMessage() {}
+
+func (x *Alloc) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
+func (*Alloc) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Alloc) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Alloc) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *Alloc) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Alloc) GetDevice() uint32 {
+	if x != nil {
+		return x.Device
+	}
+	return 0
+}
+
+func (x *Alloc) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Alloc) GetElem() uint32 {
+	if x != nil {
+		return x.Elem
+	}
+	return 0
+}
+
+func (x *Alloc) GetAlign() uint64 {
+	if x != nil {
+		return x.Align
+	}
+	return 0
+}
+
+// Free frees a buffer the tenant owns on the host.
+type Free struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Buffer        *Buffer                `protobuf:"bytes,4,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Free) Reset() {
+	*x = Free{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Free) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Free) ProtoMessage() {}
+
+func (x *Free) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Free.ProtoReflect.Descriptor instead.
+func (*Free) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Free) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Free) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *Free) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Free) GetBuffer() *Buffer {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+// Read copies a region of a buffer the tenant owns back to the front,
+// after the tenant's submissions that reached the host before it.
+type Read struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Region        *Region                `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Read) Reset() {
+	*x = Read{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Read) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Read) ProtoMessage() {}
+
+func (x *Read) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Read.ProtoReflect.Descriptor instead.
+func (*Read) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Read) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Read) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *Read) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Read) GetRegion() *Region {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+// Forget drops a tenant from the host: its buffers are freed.
+type Forget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Forget) Reset() {
+	*x = Forget{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forget) ProtoMessage() {}
+
+func (x *Forget) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forget.ProtoReflect.Descriptor instead.
+func (*Forget) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Forget) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Forget) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *Forget) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// OpResult answers an Alloc (buffer), a Read (data), a Free or a Forget.
+type OpResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Buffer        *Buffer                `protobuf:"bytes,3,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	ErrorCode     int32                  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpResult) Reset() {
+	*x = OpResult{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpResult) ProtoMessage() {}
+
+func (x *OpResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
+func (*OpResult) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *OpResult) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *OpResult) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *OpResult) GetBuffer() *Buffer {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+func (x *OpResult) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *OpResult) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *OpResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\x80\x01\n" +
+	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\x9a\x01\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x121\n" +
-	"\adevices\x18\x04 \x03(\v2\x17.lanes.remote.v1.DeviceR\adevices\"[\n" +
+	"\adevices\x18\x04 \x03(\v2\x17.lanes.remote.v1.DeviceR\adevices\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\x04R\aattempt\"q\n" +
 	"\aWelcome\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\arefusal\x18\x02 \x01(\tR\arefusal\x12\x1a\n" +
-	"\bprotocol\x18\x03 \x01(\rR\bprotocol\"h\n" +
+	"\bprotocol\x18\x03 \x01(\rR\bprotocol\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"h\n" +
 	"\x06Device\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\x04R\binstance\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -1635,7 +2101,41 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04lane\x18\v \x01(\x05R\x04lane\x12\x16\n" +
 	"\x06tenant\x18\f \x01(\tR\x06tenant\"@\n" +
 	"\bReceipts\x124\n" +
-	"\breceipts\x18\x01 \x03(\v2\x18.lanes.remote.v1.ReceiptR\breceiptsB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
+	"\breceipts\x18\x01 \x03(\v2\x18.lanes.remote.v1.ReceiptR\breceipts\"R\n" +
+	"\x04Join\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x14\n" +
+	"\x05front\x18\x02 \x01(\tR\x05front\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x04R\aattempt\"\x9f\x01\n" +
+	"\x05Alloc\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06device\x18\x04 \x01(\rR\x06device\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04elem\x18\x06 \x01(\rR\x04elem\x12\x14\n" +
+	"\x05align\x18\a \x01(\x04R\x05align\"y\n" +
+	"\x04Free\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12/\n" +
+	"\x06buffer\x18\x04 \x01(\v2\x17.lanes.remote.v1.BufferR\x06buffer\"y\n" +
+	"\x04Read\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12/\n" +
+	"\x06region\x18\x04 \x01(\v2\x17.lanes.remote.v1.RegionR\x06region\"J\n" +
+	"\x06Forget\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\xae\x01\n" +
+	"\bOpResult\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12/\n" +
+	"\x06buffer\x18\x03 \x01(\v2\x17.lanes.remote.v1.BufferR\x06buffer\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x05 \x01(\x05R\terrorCode\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05errorB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
 
 var (
 	file_lanes_remote_v1_wire_proto_rawDescOnce sync.Once
@@ -1649,7 +2149,7 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),      // 0: lanes.remote.v1.Hello
 	(*Welcome)(nil),    // 1: lanes.remote.v1.Welcome
@@ -1671,6 +2171,12 @@ var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Row)(nil),        // 17: lanes.remote.v1.Row
 	(*Receipt)(nil),    // 18: lanes.remote.v1.Receipt
 	(*Receipts)(nil),   // 19: lanes.remote.v1.Receipts
+	(*Join)(nil),       // 20: lanes.remote.v1.Join
+	(*Alloc)(nil),      // 21: lanes.remote.v1.Alloc
+	(*Free)(nil),       // 22: lanes.remote.v1.Free
+	(*Read)(nil),       // 23: lanes.remote.v1.Read
+	(*Forget)(nil),     // 24: lanes.remote.v1.Forget
+	(*OpResult)(nil),   // 25: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	2,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -1693,11 +2199,14 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	12, // 17: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
 	17, // 18: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
 	18, // 19: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 20: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	5,  // 21: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	4,  // 22: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -1711,7 +2220,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

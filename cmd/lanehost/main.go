@@ -1,0 +1,154 @@
+// Command lanehost serves one device's lanes to a lanes front through
+// protoactor-go's remote: run one per GPU, so a GPU's sticky fault costs
+// only that GPU's process.
+//
+//	lanehost [flags]
+//
+// It prints "lanehost: listening on ADDRESS" as its first line, then serves
+// until SIGINT or SIGTERM (or, with --exit-with-stdin, until its standard
+// input closes: a front that launched it died or stopped it). Exit status:
+// 0 stopped, 1 failed while serving, 2 bad flags or a device that would
+// not open.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/remote"
+)
+
+// options are lanehost's flags.
+type options struct {
+	device, listen, name, clock string
+	ordinal, lanes              int
+	heartbeat, spin             time.Duration
+	tlsCert, tlsKey, tlsCA      string
+	exitWithStdin               bool
+	protocol                    uint
+}
+
+// openers open a device by --device name; the cuda build tag adds "cuda".
+var openers = map[string]func(o options) (cuda.Device, error){
+	"sim": func(o options) (cuda.Device, error) {
+		clock := sim.ClockRealTime
+		if o.clock == "zero" {
+			clock = sim.ClockZeroCost
+		}
+		return sim.New(sim.Config{Clock: clock, Ordinal: o.ordinal})
+	},
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "lanehost: %v (see --help)\n", err)
+		return 2
+	}
+	open, ok := openers[o.device]
+	if !ok {
+		fmt.Fprintf(stderr, "lanehost: --device %s: this build serves %s (the cuda device needs a build with the cuda tag: scripts/build-cuda.sh)\n", o.device, names())
+		return 2
+	}
+	dev, err := open(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "lanehost: open the %s device %d: %v\n", o.device, o.ordinal, err)
+		return 2
+	}
+	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol),
+		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin},
+		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
+	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
+		if cfg.TLS, err = remote.LoadTLS(o.tlsCert, o.tlsKey, o.tlsCA); err != nil {
+			_ = dev.Close()
+			fmt.Fprintf(stderr, "lanehost: %v\n", err)
+			return 2
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	h, err := remote.Serve(ctx, cfg)
+	if err != nil {
+		_ = dev.Close()
+		fmt.Fprintf(stderr, "lanehost: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "lanehost: listening on %s\n", h.Address())
+	if o.exitWithStdin {
+		go func() {
+			_, _ = io.Copy(io.Discard, stdin)
+			stop()
+		}()
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Stop(sctx); err != nil {
+		fmt.Fprintf(stderr, "lanehost: stop: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func names() string {
+	var n []string
+	for k := range openers {
+		n = append(n, k)
+	}
+	return strings.Join(n, ", ")
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("lanehost", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.device, "device", "sim", "the device to serve: sim, or cuda (a build with the cuda tag)")
+	fs.IntVar(&o.ordinal, "ordinal", 0, "the GPU's ordinal (cuda), or the simulated device's")
+	fs.StringVar(&o.listen, "listen", remote.DefaultAddress, "the address to serve on; any address not loopback needs --tls-cert, --tls-key and --tls-ca")
+	fs.StringVar(&o.name, "name", "", "the host's name in its front's reports (default host-PID)")
+	fs.IntVar(&o.lanes, "lanes", 4, "lanes (streams) on the device")
+	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive")
+	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences after progress (0: timed polls)")
+	fs.StringVar(&o.clock, "sim-clock", "real", "the simulated device's clock: real (kernels take modelled time) or zero")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "its key (PEM)")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "the CA that signed the fronts' certificates (PEM)")
+	fs.BoolVar(&o.exitWithStdin, "exit-with-stdin", false, "stop when standard input closes (a front that launched the host adds it)")
+	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first. Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case o.lanes < 1 || o.lanes > 64:
+		return o, fmt.Errorf("--lanes %d: give 1 to 64", o.lanes)
+	case o.ordinal < 0:
+		return o, fmt.Errorf("--ordinal %d: give 0 or more", o.ordinal)
+	case o.clock != "real" && o.clock != "zero":
+		return o, fmt.Errorf("--sim-clock %q: give real or zero", o.clock)
+	case o.protocol > 1<<31:
+		return o, fmt.Errorf("--protocol %d: too large", o.protocol)
+	}
+	return o, nil
+}

@@ -1,0 +1,68 @@
+// What a front answers when a lane host is not there to serve: a host
+// lost, a tenant whose device state went with it, no host to place on, a
+// host refused at registration.
+
+package remote
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/lanesched/lanes/actors"
+)
+
+// ErrHostLost marks a call that a lane host did not answer because the
+// host was lost (killed, crashed, hung past the heartbeat bound, or cut
+// off). A submission in flight on it ends with a *HostLostError that is
+// also errors.Is actors.ErrIndeterminate: it may or may not have run.
+var ErrHostLost = errors.New("remote: lane host lost")
+
+// HostLostError is the end of a call in flight on a host that was lost.
+type HostLostError struct {
+	Host  string // the host's name
+	Epoch uint64 // the registration the call was sent under
+	Cause string // how the front learned it: heartbeat, exit, terminated, stopped
+}
+
+// Error says which host, and that the outcome is unknown.
+func (e *HostLostError) Error() string {
+	return fmt.Sprintf("remote: lane host %s (epoch %d) lost (%s) with the call in flight: it may or may not have run; the tenant's device state there is gone", e.Host, e.Epoch, e.Cause)
+}
+
+// Unwrap makes it errors.Is ErrHostLost and actors.ErrIndeterminate.
+func (e *HostLostError) Unwrap() []error { return []error{ErrHostLost, actors.ErrIndeterminate} }
+
+// ErrDeviceStateLost marks a tenant's call refused because the host that
+// held its device state (its buffers, what it uploaded) was lost. Nothing
+// is replayed elsewhere: the tenant calls Front.Forget, then sets itself up
+// again (allocates and uploads), and is placed on a serving host.
+var ErrDeviceStateLost = errors.New("remote: the tenant's device state was lost with its host")
+
+// DeviceStateLostError is the refusal of a tenant's call after its host
+// was lost; definitely not submitted.
+type DeviceStateLostError struct {
+	Tenant string
+	Host   string
+	Epoch  uint64 // the registration that held the tenant's state
+}
+
+// Error says what was lost and what to do.
+func (e *DeviceStateLostError) Error() string {
+	return fmt.Sprintf("remote: tenant %q: its device state on lane host %s (epoch %d) was lost with the host; call Forget, then allocate and upload again (definitely not submitted)",
+		e.Tenant, e.Host, e.Epoch)
+}
+
+// Unwrap makes it errors.Is ErrDeviceStateLost.
+func (e *DeviceStateLostError) Unwrap() error { return ErrDeviceStateLost }
+
+// ErrNoHost marks a call refused because no lane host is serving now (all
+// lost, restarting or not yet registered): retry later; definitely not
+// submitted.
+var ErrNoHost = errors.New("remote: no lane host is serving")
+
+// ErrRefused marks a host the front refused at registration, or that
+// refused the front: another protocol version, a malformed hello.
+var ErrRefused = errors.New("remote: registration refused")
+
+// ErrStopped marks a call on a front that was stopped.
+var ErrStopped = errors.New("remote: front stopped")

@@ -1,0 +1,111 @@
+// The front's actor: what its hosts say (hellos, heartbeats, receipts,
+// operation results) and the remote's word that a host's address went
+// away.
+
+package remote
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// frontActor receives every message hosts send the front. Hosts send with
+// their own actor as the sender, so the sender's address names the link.
+type frontActor struct{ f *Front }
+
+// Receive dispatches one message.
+func (a *frontActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Terminated:
+		if l := a.f.linkAt(m.Who.GetAddress()); l != nil {
+			st := l.status()
+			l.lose(st.Epoch, "its address terminated (the remote's watch)")
+		}
+		return
+	case *wirepb.Hello:
+		a.hello(ctx, m)
+		return
+	}
+	l := a.f.linkAt(ctx.Sender().GetAddress())
+	if l == nil {
+		return // not one of ours
+	}
+	switch m := ctx.Message().(type) {
+	case *wirepb.Heartbeat:
+		l.heardFrom(m.Epoch)
+	case *wirepb.Receipts:
+		a.receipts(l, m)
+	case *wirepb.OpResult:
+		if !l.heardFrom(m.Epoch) {
+			return
+		}
+		if p, ok := a.f.calls.Settle(l.name, m.Epoch, m.Call); ok {
+			p.end(p.r, opError(m), m)
+		} else {
+			l.stale.Add(1)
+		}
+	}
+}
+
+// hello checks a host's registration and answers it.
+func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
+	sender := ctx.Sender()
+	l := a.f.linkAt(sender.GetAddress())
+	if l == nil {
+		return
+	}
+	if !l.joining(m.Attempt) {
+		return // the answer to a join given up on, or a second answer
+	}
+	w := CheckHello(m)
+	w.Epoch = m.Epoch
+	a.f.sys.actors.Root.Send(sender, w)
+	if !w.Accepted {
+		l.refused(w.Refusal)
+		return
+	}
+	if l.registered(m.Epoch) {
+		ctx.Watch(sender)
+	}
+}
+
+// receipts ends each call its receipt answers; a receipt of another epoch,
+// or of a call already ended (lost, say), is dropped.
+func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
+	for _, w := range m.Receipts {
+		epoch, call, r, _, err := ReceiptFromWire(w)
+		if err != nil {
+			// Malformed: the call still ends, once, with what is known.
+			if w != nil && l.heardFrom(w.Epoch) {
+				if p, ok := a.f.calls.Settle(l.name, w.Epoch, w.Call); ok {
+					p.end(lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: err, Tenant: p.tenant, Lane: -1}, err, nil)
+				}
+			}
+			continue
+		}
+		if !l.heardFrom(epoch) {
+			continue
+		}
+		p, ok := a.f.calls.Settle(l.name, epoch, call)
+		if !ok {
+			l.stale.Add(1)
+			continue
+		}
+		p.end(r, r.Err, nil)
+	}
+}
+
+// linkAt is the link of the host at address, if any.
+func (f *Front) linkAt(address string) *link {
+	for _, l := range f.links {
+		l.mu.Lock()
+		at := l.addr
+		l.mu.Unlock()
+		if at == address && address != "" {
+			return l
+		}
+	}
+	return nil
+}

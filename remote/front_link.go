@@ -1,0 +1,470 @@
+// A front's link to one lane host: its registration and epoch, its loss,
+// its restart (for a host the front launched), and the sender that packs
+// many submissions into one message.
+
+package remote
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// HostState is a host's standing with a front.
+type HostState uint8
+
+// Host states.
+const (
+	HostJoining HostState = iota // started or asked to join; not registered yet
+	HostServing                  // registered under its epoch: routed to
+	HostLost                     // lost: its calls ended, its tenants' state gone; rejoining or restarting
+	HostRefused                  // registration refused (another protocol version): never routed to
+	HostStopped                  // the front stopped
+)
+
+// String names the state.
+func (s HostState) String() string {
+	return [...]string{"joining", "serving", "lost", "refused", "stopped", "unknown"}[min(int(s), 5)]
+}
+
+// HostStatus is a host as its front sees it.
+type HostStatus struct {
+	Name     string
+	Address  string
+	State    HostState
+	Epoch    uint64 // the current (or last) registration
+	Tenants  int    // tenants placed on it under its current epoch
+	InFlight int    // calls in flight on it
+	Losses   int    // times it was lost
+	Restarts int    // times the front started it again
+	Stale    uint64 // messages dropped for carrying an epoch not current
+	Refusal  string // why its registration was refused
+	LostHow  string // how it was last lost
+	PID      int    // the launched host's process id; 0 for a host at a fixed address
+}
+
+// Hosts reports every host of the front.
+func (f *Front) Hosts() []HostStatus {
+	out := make([]HostStatus, len(f.links))
+	for i, l := range f.links {
+		out[i] = l.status()
+		out[i].InFlight = f.calls.InFlight(l.name, out[i].Epoch)
+	}
+	return out
+}
+
+// link is the front's side of one host.
+type link struct {
+	f      *Front
+	name   string
+	launch *Launch // nil: a host at a fixed address
+
+	mu       sync.Mutex
+	state    HostState
+	addr     string
+	pid      *actor.PID
+	epoch    uint64
+	heard    time.Time // the last message of the current epoch
+	tenants  int
+	losses   int
+	restarts int
+	refusal  string
+	lostHow  string
+	attempt  uint64 // the join in progress
+	proc     *os.Process
+	stdin    io.Closer
+	exited   chan struct{} // closed when the launched process exited
+
+	stale       atomic.Uint64
+	out         chan *wirepb.Submit
+	events      chan string   // "registered", "refused", "lost": to the supervisor
+	firstAnswer chan struct{} // closed at the first registration or refusal
+	answerOnce  sync.Once
+}
+
+func newLink(f *Front, name string, launch *Launch) *link {
+	l := &link{f: f, name: name, launch: launch, out: make(chan *wirepb.Submit, 8192), events: make(chan string, 4), firstAnswer: make(chan struct{})}
+	if launch == nil {
+		l.addr, l.pid = name, actor.NewPID(name, HostActor)
+	}
+	return l
+}
+
+func (l *link) status() HostStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := HostStatus{Name: l.name, Address: l.addr, State: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
+		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow}
+	if l.proc != nil {
+		st.PID = l.proc.Pid
+	}
+	return st
+}
+
+func (l *link) event(e string) {
+	select {
+	case l.events <- e:
+	default: // the supervisor has one waiting already
+	}
+}
+
+// registered takes a host's accepted Hello: serving under epoch.
+func (l *link) registered(epoch uint64) bool {
+	l.mu.Lock()
+	if l.state != HostJoining {
+		l.mu.Unlock()
+		return false
+	}
+	l.state, l.epoch, l.heard, l.tenants = HostServing, epoch, time.Now(), 0
+	l.mu.Unlock()
+	l.answerOnce.Do(func() { close(l.firstAnswer) })
+	l.event("registered")
+	return true
+}
+
+// joining reports whether a Hello answering attempt is the one awaited.
+func (l *link) joining(attempt uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == HostJoining && attempt == l.attempt
+}
+
+// refused records a refused registration: never routed to.
+func (l *link) refused(why string) {
+	l.mu.Lock()
+	l.state, l.refusal = HostRefused, why
+	l.mu.Unlock()
+	l.f.cfg.Logf("host %s refused: %s", l.name, why)
+	l.answerOnce.Do(func() { close(l.firstAnswer) })
+	l.event("refused")
+}
+
+// heardFrom notes a message of epoch from the host; false: not its
+// current epoch (drop the message).
+func (l *link) heardFrom(epoch uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != HostServing || epoch != l.epoch {
+		l.stale.Add(1)
+		return false
+	}
+	l.heard = time.Now()
+	return true
+}
+
+// lose takes the host out of routing at once and ends every call in
+// flight on it under epoch indeterminate, exactly once (the in-flight
+// table hands each to Lose or to a receipt, never both).
+func (l *link) lose(epoch uint64, how string) {
+	l.mu.Lock()
+	if l.state != HostServing || l.epoch != epoch {
+		l.mu.Unlock()
+		return
+	}
+	l.state, l.lostHow = HostLost, how
+	l.losses++
+	l.mu.Unlock()
+	calls := l.f.calls.Lose(l.name, epoch)
+	l.f.cfg.Logf("host %s (epoch %d) lost: %s; %d calls in flight end indeterminate", l.name, epoch, how, len(calls))
+	e := &HostLostError{Host: l.name, Epoch: epoch, Cause: how}
+	for _, p := range calls {
+		p.lost(e)
+	}
+	l.event("lost")
+}
+
+// enqueue queues a submission for the sender.
+func (l *link) enqueue(ctx context.Context, s *wirepb.Submit) error {
+	select {
+	case l.out <- s:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.f.quit:
+		return ErrStopped
+	}
+}
+
+// sendLoop sends queued submissions of the current epoch, as many to a
+// message as are waiting (up to 512).
+func (l *link) sendLoop() {
+	defer l.f.wg.Done()
+	for {
+		var first *wirepb.Submit
+		select {
+		case first = <-l.out:
+		case <-l.f.quit:
+			return
+		}
+		batch := []*wirepb.Submit{first}
+	drain:
+		for len(batch) < 512 {
+			select {
+			case s := <-l.out:
+				batch = append(batch, s)
+			default:
+				break drain
+			}
+		}
+		l.mu.Lock()
+		pid, epoch, serving := l.pid, l.epoch, l.state == HostServing
+		l.mu.Unlock()
+		keep := batch[:0]
+		for _, s := range batch {
+			if serving && s.Epoch == epoch {
+				keep = append(keep, s)
+			} // else: its call ended with the host's loss
+		}
+		if len(keep) > 0 {
+			l.f.sys.actors.Root.Send(pid, &wirepb.Submits{Submits: keep})
+		}
+	}
+}
+
+// watchSilence loses a host silent for longer than LostAfter.
+func (f *Front) watchSilence() {
+	defer f.wg.Done()
+	t := time.NewTicker(max(f.cfg.LostAfter/5, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-f.quit:
+			return
+		}
+		for _, l := range f.links {
+			l.mu.Lock()
+			serving, epoch, silent := l.state == HostServing, l.epoch, time.Since(l.heard)
+			l.mu.Unlock()
+			if serving && silent > f.cfg.LostAfter {
+				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), f.cfg.LostAfter))
+			}
+		}
+	}
+}
+
+// supervise keeps the host registered: it joins (launching the process
+// first for a launched host), waits while it serves, and after a loss
+// joins again (killing and restarting a launched host, with backoff).
+func (l *link) supervise() {
+	defer l.f.wg.Done()
+	backoff := l.f.cfg.RestartBackoff
+	for first := true; ; first = false {
+		if !first && !l.pause(backoff) {
+			return
+		}
+		if l.launch != nil {
+			if !first {
+				l.mu.Lock()
+				l.restarts++
+				l.mu.Unlock()
+			}
+			if err := l.start(); err != nil {
+				l.f.cfg.Logf("host %s: start: %v", l.name, err)
+				backoff = min(2*backoff, 5*time.Second)
+				continue
+			}
+		}
+		switch l.join() {
+		case "stopped":
+			return
+		case "refused":
+			l.kill()
+			return
+		case "registered":
+			backoff = l.f.cfg.RestartBackoff
+			if !l.serve() {
+				return
+			}
+		default: // no answer in time
+			backoff = min(2*backoff, 5*time.Second)
+		}
+		l.kill()
+	}
+}
+
+// pause waits d unless the front stops (false).
+func (l *link) pause(d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-l.f.quit:
+		return false
+	}
+}
+
+// join asks the host to register, again every second, until it answers,
+// the join times out or the front stops.
+func (l *link) join() string {
+	l.mu.Lock()
+	l.state = HostJoining
+	l.attempt = joinAttempts.Add(1)
+	pid, attempt := l.pid, l.attempt
+	l.mu.Unlock()
+	deadline := time.After(l.f.cfg.JoinTimeout)
+	for {
+		l.f.sys.actors.Root.Send(pid, &wirepb.Join{Protocol: Protocol, Front: l.f.sys.addr, Attempt: attempt})
+		select {
+		case e := <-l.events:
+			if e == "registered" || e == "refused" || e == "exited" && l.processExited() {
+				return e
+			}
+		case <-time.After(time.Second):
+		case <-deadline:
+			if l.launch == nil {
+				deadline = time.After(l.f.cfg.JoinTimeout) // a fixed host: keep asking
+				continue
+			}
+			return "timeout"
+		case <-l.f.quit:
+			return "stopped"
+		}
+	}
+}
+
+// joinAttempts numbers joins across the process's fronts.
+var joinAttempts atomic.Uint64
+
+// serve waits while the host serves; false when the front stops.
+func (l *link) serve() bool {
+	for {
+		select {
+		case e := <-l.events:
+			if e == "lost" || e == "exited" && l.processExited() {
+				return true
+			}
+		case <-l.f.quit:
+			return false
+		}
+	}
+}
+
+// processExited reports whether the launched process of now has exited
+// (an "exited" event may be a previous process's, seen late).
+func (l *link) processExited() bool {
+	l.mu.Lock()
+	ch := l.exited
+	l.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// start launches the host process and learns its address from its first
+// line.
+func (l *link) start() error {
+	args := append(append([]string(nil), l.launch.Args...), "--name", l.launch.Name, "--exit-with-stdin")
+	cmd := exec.Command(l.launch.Path, args...)
+	cmd.Env = append(os.Environ(), l.launch.Env...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(stdout)
+		line, _ := r.ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(l.f.cfg.JoinTimeout):
+	}
+	const prefix = "lanehost: listening on "
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
+	if !ok {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("its first line was %q, want %q and an address", strings.TrimSpace(line), prefix+"ADDRESS")
+	}
+	exited := make(chan struct{})
+	l.mu.Lock()
+	l.addr, l.pid, l.proc, l.stdin, l.exited = addr, actor.NewPID(addr, HostActor), cmd.Process, stdin, exited
+	l.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		l.mu.Lock()
+		mine, epoch := l.proc == cmd.Process, l.epoch
+		l.mu.Unlock()
+		if mine {
+			how := "the process exited"
+			if err != nil {
+				how = "the process exited: " + err.Error()
+			}
+			l.lose(epoch, how)
+			l.event("exited")
+		}
+	}()
+	return nil
+}
+
+// kill ends a launched host's process (a hung one may not answer
+// anything else).
+func (l *link) kill() {
+	l.mu.Lock()
+	proc, stdin := l.proc, l.stdin
+	l.proc, l.stdin = nil, nil
+	l.mu.Unlock()
+	if proc != nil {
+		_ = stdin.Close()
+		_ = proc.Kill()
+	}
+}
+
+// stopLink ends every call still in flight on the host and stops a
+// launched host.
+func (l *link) stopLink() {
+	l.mu.Lock()
+	epoch, was := l.epoch, l.state
+	l.state = HostStopped
+	l.mu.Unlock()
+	if was == HostServing {
+		e := &HostLostError{Host: l.name, Epoch: epoch, Cause: "the front stopped"}
+		for _, p := range l.f.calls.Lose(l.name, epoch) {
+			p.lost(e)
+		}
+	}
+	if l.launch != nil {
+		l.mu.Lock()
+		proc, stdin, exited := l.proc, l.stdin, l.exited
+		l.proc = nil // its exit is no loss
+		l.mu.Unlock()
+		if proc != nil {
+			_ = stdin.Close() // --exit-with-stdin: it stops itself
+			select {
+			case <-exited:
+			case <-time.After(3 * time.Second):
+				_ = proc.Kill()
+				<-exited
+			}
+		}
+	}
+}

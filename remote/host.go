@@ -1,0 +1,385 @@
+// The lane host: one process's devices and lane actors, served to a front
+// through protoactor-go's remote.
+
+package remote
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// HostActor is the name of a lane host's actor: a front reaches a host at
+// its address and this name.
+const HostActor = "lanehost"
+
+// HostConfig configures a lane host.
+type HostConfig struct {
+	// Name is the host's name in its front's reports and errors; empty:
+	// "host-" and the process id.
+	Name string
+	// Address is where the host listens (host:port); empty: DefaultAddress
+	// (loopback, a port the system picks: Host.Address says which). Any
+	// address that is not loopback requires TLS.
+	Address string
+	// TLS secures the connections both ways (LoadTLS); nil: plain, loopback
+	// only.
+	TLS *tls.Config
+	// Scheduler configures the host's lanes, exactly as a local scheduler:
+	// Devices are the devices this host owns (one GPU, usually).
+	Scheduler actors.Config
+	// Heartbeat is how often the host tells its front it is alive; 0:
+	// DefaultHeartbeat. A front's LostAfter must be a few of these.
+	Heartbeat time.Duration
+	// Protocol is the wire protocol the host claims at registration; 0 is
+	// Protocol. Set another only to see a front refuse a host of another
+	// version.
+	Protocol uint32
+	// Logf hears what the host does not answer anyone (a refused
+	// registration, a malformed message); nil: standard error.
+	Logf func(format string, args ...any)
+}
+
+// DefaultHeartbeat is how often a host proves itself alive by default.
+const DefaultHeartbeat = 100 * time.Millisecond
+
+// Host is a running lane host: a scheduler over its devices, served to the
+// front that joins it. It serves one front at a time: a Join starts a new
+// epoch, and what the host held for tenants under the old one is dropped.
+type Host struct {
+	cfg   HostConfig
+	sys   *system
+	sched *actors.Scheduler
+	pid   *actor.PID
+	ops   *hostOps
+
+	mu        sync.Mutex
+	epoch     uint64     // the current registration; 0 before the first Join
+	front     *actor.PID // who joined
+	attempt   uint64     // the Join attempt the current epoch answers
+	hello     *wirepb.Hello
+	welcomed  bool
+	heartbeat uint64
+
+	out  chan outgoing
+	quit chan struct{}
+	wg   sync.WaitGroup
+
+	staleSubmits atomic.Uint64
+}
+
+// outgoing is a message the host sends its front: a receipt (batched with
+// others) or an op's result.
+type outgoing struct {
+	receipt *wirepb.Receipt
+	result  *wirepb.OpResult
+}
+
+// Serve starts a lane host: its scheduler over cfg.Scheduler's devices
+// (which the host closes when it stops) and its actor on the process's
+// remote endpoint. A process serves one host (and at most one front) at a
+// time, on one endpoint it keeps for its life: the first front or host
+// started sets its address and TLS.
+func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.Heartbeat < time.Millisecond || cfg.Heartbeat > 10*time.Second {
+		return nil, fmt.Errorf("%w: heartbeat %v: give 1ms to 10s", ErrConfig, cfg.Heartbeat)
+	}
+	if cfg.Name == "" {
+		cfg.Name = fmt.Sprintf("host-%d", os.Getpid())
+	}
+	if len(cfg.Name) > 256 {
+		return nil, fmt.Errorf("%w: host name of %d bytes: give at most 256", ErrConfig, len(cfg.Name))
+	}
+	if cfg.Protocol == 0 {
+		cfg.Protocol = Protocol
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanehost: "+format+"\n", args...) }
+	}
+	sched, err := actors.Start(ctx, cfg.Scheduler)
+	if err != nil {
+		return nil, err
+	}
+	sys, err := acquireSystem(cfg.Address, cfg.TLS, HostActor)
+	if err != nil {
+		_ = sched.Stop(context.Background())
+		return nil, err
+	}
+	h := &Host{cfg: cfg, sys: sys, sched: sched, out: make(chan outgoing, 4096), quit: make(chan struct{})}
+	h.ops, err = startHostOps(h)
+	if err != nil {
+		releaseSystem(sys, HostActor, nil)
+		_ = sched.Stop(context.Background())
+		return nil, err
+	}
+	h.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return h }), HostActor)
+	if err != nil {
+		h.ops.stop()
+		releaseSystem(sys, HostActor, nil)
+		_ = sched.Stop(context.Background())
+		return nil, fmt.Errorf("%w: spawn the host actor: %v", ErrConfig, err)
+	}
+	h.wg.Add(2)
+	go h.sendLoop()
+	go h.heartbeatLoop()
+	return h, nil
+}
+
+// Address is where the host listens: what a front's Hosts names.
+func (h *Host) Address() string { return h.sys.addr }
+
+// Scheduler is the host's own scheduler (its lanes' status, say).
+func (h *Host) Scheduler() *actors.Scheduler { return h.sched }
+
+// serving is the current epoch, and whether a front welcomed it.
+func (h *Host) serving() (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.epoch, h.welcomed
+}
+
+// Epoch is the host's current registration, 0 before a front joined.
+func (h *Host) Epoch() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.epoch
+}
+
+// Stop stops serving: the host's actor first (the front hears no more
+// heartbeats and loses it within its bound), then the scheduler (every
+// submission in flight ends), then the devices. The process's endpoint
+// stays (see Serve).
+func (h *Host) Stop(ctx context.Context) error {
+	close(h.quit)
+	h.wg.Wait()
+	releaseSystem(h.sys, HostActor, h.pid)
+	err := h.sched.Stop(ctx)
+	h.ops.stop()
+	for _, d := range h.cfg.Scheduler.Devices {
+		_ = d.Close()
+	}
+	return err
+}
+
+// Receive is the host actor: registration, submissions, device-state ops.
+func (h *Host) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *wirepb.Join:
+		h.join(m)
+	case *wirepb.Welcome:
+		h.welcome(m)
+	case *wirepb.Submits:
+		h.submits(m)
+	case *wirepb.Alloc:
+		h.ops.enqueue(m.Epoch, m.Call, m)
+	case *wirepb.Free:
+		h.ops.enqueue(m.Epoch, m.Call, m)
+	case *wirepb.Read:
+		h.ops.enqueue(m.Epoch, m.Call, m)
+	case *wirepb.Forget:
+		h.ops.enqueue(m.Epoch, m.Call, m)
+	}
+}
+
+// join answers a front's Join with a Hello under a new epoch. A front of
+// another protocol hears this host's protocol and refuses it; the host
+// serves nothing to it.
+func (h *Host) join(m *wirepb.Join) {
+	if m.Front == "" {
+		h.cfg.Logf("a join names no front: ignored")
+		return
+	}
+	front := actor.NewPID(m.Front, FrontActor)
+	h.mu.Lock()
+	if h.hello != nil && h.front.Equal(front) && h.attempt == m.Attempt {
+		hello := h.hello // the same attempt asked again: the same answer
+		h.mu.Unlock()
+		h.tell(front, hello)
+		return
+	}
+	old := h.epoch
+	h.epoch = max(uint64(time.Now().UnixNano()), h.epoch+1)
+	h.front, h.welcomed, h.attempt = front, false, m.Attempt
+	epoch := h.epoch
+	h.mu.Unlock()
+	if old != 0 {
+		h.ops.retire() // the old epoch's tenants: the front told them their state was lost
+	}
+	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: epoch, Attempt: m.Attempt}
+	for _, d := range h.cfg.Scheduler.Devices {
+		info := d.Info()
+		hello.Devices = append(hello.Devices, &wirepb.Device{Instance: info.Instance, Name: info.Name, Backend: info.Backend,
+			Lanes: uint32(max(h.cfg.Scheduler.LanesPerDevice, 1))})
+	}
+	if m.Protocol != h.cfg.Protocol {
+		h.cfg.Logf("front %s speaks protocol %d, this host %d: answering with this host's protocol (the front refuses it)", m.Front, m.Protocol, h.cfg.Protocol)
+	}
+	h.mu.Lock()
+	h.hello = hello
+	h.mu.Unlock()
+	h.tell(front, hello)
+}
+
+// tell sends the front a message from the host's actor: the front knows
+// the host by the sender's address.
+func (h *Host) tell(front *actor.PID, msg any) {
+	h.sys.actors.Root.RequestWithCustomSender(front, msg, h.pid)
+}
+
+// welcome takes the front's answer to the Hello: accepted, heartbeats
+// begin; refused, the host says why and waits for another Join.
+func (h *Host) welcome(m *wirepb.Welcome) {
+	if m.Epoch != h.Epoch() {
+		return // the answer to a Hello of an epoch since replaced
+	}
+	if !m.Accepted {
+		h.cfg.Logf("the front refused this host: %s", m.Refusal)
+		return
+	}
+	h.mu.Lock()
+	h.welcomed = true
+	h.mu.Unlock()
+	h.beat()
+}
+
+// submits hands each submission of the current epoch to the scheduler; a
+// receipt answers each, now for one refused, at its end for one accepted.
+func (h *Host) submits(m *wirepb.Submits) {
+	epoch, ok := h.serving()
+	if !ok {
+		h.staleSubmits.Add(uint64(len(m.Submits))) // no front welcomed this host
+		return
+	}
+	for _, s := range m.Submits {
+		if s == nil {
+			continue
+		}
+		if s.Epoch != epoch {
+			h.staleSubmits.Add(1) // sent to a registration the front has since dropped
+			continue
+		}
+		h.submit(epoch, s)
+	}
+}
+
+func (h *Host) submit(epoch uint64, s *wirepb.Submit) {
+	b, err := BatchFromWire(s.Batch)
+	if err != nil {
+		h.refuse(epoch, s.Call, tenantOf(s), err)
+		return
+	}
+	p, err := h.sched.SubmitAsync(context.Background(), b.Tenant, b)
+	if err != nil {
+		h.refuse(epoch, s.Call, b.Tenant, err)
+		return
+	}
+	go func() {
+		<-p.Done()
+		r, _ := p.Result()
+		h.send(outgoing{receipt: ReceiptToWire(epoch, s.Call, r, nil)})
+	}()
+}
+
+func tenantOf(s *wirepb.Submit) string {
+	if s.Batch == nil {
+		return ""
+	}
+	return s.Batch.Tenant
+}
+
+// refuse answers a submission the host turned away before any device work.
+func (h *Host) refuse(epoch, call uint64, tenant string, err error) {
+	h.send(outgoing{receipt: refusedReceipt(epoch, call, tenant, err)})
+}
+
+// send queues a message for the front; after Stop it is dropped.
+func (h *Host) send(o outgoing) {
+	select {
+	case h.out <- o:
+	case <-h.quit:
+	}
+}
+
+// sendLoop sends what is queued, many receipts to a message.
+func (h *Host) sendLoop() {
+	defer h.wg.Done()
+	const most = 1024
+	for {
+		var first outgoing
+		select {
+		case first = <-h.out:
+		case <-h.quit:
+			return
+		}
+		var rs wirepb.Receipts
+		var results []*wirepb.OpResult
+		add := func(o outgoing) {
+			if o.receipt != nil {
+				rs.Receipts = append(rs.Receipts, o.receipt)
+			} else {
+				results = append(results, o.result)
+			}
+		}
+		add(first)
+	drain:
+		for len(rs.Receipts)+len(results) < most {
+			select {
+			case o := <-h.out:
+				add(o)
+			default:
+				break drain
+			}
+		}
+		h.mu.Lock()
+		front := h.front
+		h.mu.Unlock()
+		if front == nil {
+			continue
+		}
+		if len(rs.Receipts) > 0 {
+			h.tell(front, &rs)
+		}
+		for _, r := range results {
+			h.tell(front, r)
+		}
+	}
+}
+
+// heartbeatLoop proves the host alive to its front every Heartbeat.
+func (h *Host) heartbeatLoop() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			h.beat()
+		case <-h.quit:
+			return
+		}
+	}
+}
+
+// beat sends one heartbeat, once a front welcomed this host.
+func (h *Host) beat() {
+	h.mu.Lock()
+	front, epoch, ok := h.front, h.epoch, h.welcomed
+	h.heartbeat++
+	seq := h.heartbeat
+	h.mu.Unlock()
+	if ok {
+		h.tell(front, &wirepb.Heartbeat{Epoch: epoch, Seq: seq, SentUnixNano: time.Now().UnixNano()})
+	}
+}

@@ -1,0 +1,228 @@
+// A lane host's device-state operations: allocations, frees, read-backs
+// and forgetting, for tenants, on one goroutine bound to the devices.
+
+package remote
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// MaxReadBytes bounds one Read's bytes (a receipt's read-back).
+const MaxReadBytes = MaxHostBytes
+
+// hostOps runs the operations in order on a goroutine bound to the host's
+// devices (the real device wants its context current on the calling
+// thread), and keeps which buffers each tenant allocated here.
+type hostOps struct {
+	h       *Host
+	work    chan hostOp
+	done    chan struct{}
+	tenants map[string]map[uint64]cuda.Buffer // by tenant, by buffer id: only the goroutine touches it
+}
+
+// hostOp is one operation of the epoch it came under, or a retirement of
+// every tenant (msg nil).
+type hostOp struct {
+	epoch, call uint64
+	msg         any
+}
+
+func startHostOps(h *Host) (*hostOps, error) {
+	o := &hostOps{h: h, work: make(chan hostOp, 1024), done: make(chan struct{}), tenants: map[string]map[uint64]cuda.Buffer{}}
+	bound := make(chan error, 1)
+	go func() {
+		defer close(o.done)
+		var unbinds []func()
+		for _, d := range h.cfg.Scheduler.Devices {
+			unbind, err := d.BindThread()
+			if err != nil {
+				bound <- fmt.Errorf("%w: bind the host's operations to device %s: %v", ErrConfig, d.Info().Name, err)
+				return
+			}
+			unbinds = append(unbinds, unbind)
+		}
+		bound <- nil
+		defer func() {
+			for _, u := range unbinds {
+				u()
+			}
+		}()
+		for op := range o.work {
+			o.run(op)
+		}
+	}()
+	if err := <-bound; err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *hostOps) enqueue(epoch, call uint64, msg any) {
+	o.work <- hostOp{epoch: epoch, call: call, msg: msg}
+}
+
+// retire drops every tenant of the epoch that ended: frees their buffers
+// and forgets them in the scheduler.
+func (o *hostOps) retire() { o.work <- hostOp{} }
+
+func (o *hostOps) stop() {
+	close(o.work)
+	<-o.done
+}
+
+func (o *hostOps) run(op hostOp) {
+	if op.msg == nil {
+		for t := range o.tenants {
+			o.forget(t)
+		}
+		return
+	}
+	res := &wirepb.OpResult{Epoch: op.epoch, Call: op.call}
+	if epoch, ok := o.h.serving(); !ok || op.epoch != epoch {
+		return // sent to a registration the front has dropped, or never welcomed
+	}
+	var err error
+	switch m := op.msg.(type) {
+	case *wirepb.Alloc:
+		var b cuda.Buffer
+		if b, err = o.alloc(m); err == nil {
+			res.Buffer = bufferToWire(b)
+		}
+	case *wirepb.Free:
+		err = o.free(m)
+	case *wirepb.Read:
+		res.Data, err = o.read(m)
+	case *wirepb.Forget:
+		err = o.forget(m.Tenant)
+	}
+	if err != nil {
+		res.ErrorCode, res.Error = int32(cuda.Classify(err).Code), err.Error()
+	}
+	o.h.send(outgoing{result: res})
+}
+
+func (o *hostOps) device(i uint32) (cuda.Device, error) {
+	devs := o.h.cfg.Scheduler.Devices
+	if int(i) >= len(devs) {
+		return nil, cuda.Contractf("alloc", cuda.ErrInvalidCommand, "device %d: this host serves devices 0 to %d", i, len(devs)-1)
+	}
+	return devs[i], nil
+}
+
+func (o *hostOps) alloc(m *wirepb.Alloc) (cuda.Buffer, error) {
+	if m.Elem > math.MaxUint8 {
+		return cuda.Buffer{}, cuda.Contractf("alloc", cuda.ErrInvalidCommand, "element type %d out of range", m.Elem)
+	}
+	dev, err := o.device(m.Device)
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	b, err := dev.Alloc(cuda.BufferSpec{Size: m.Size, Align: m.Align, Elem: cuda.ElementType(m.Elem)})
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	if err := o.h.sched.Own(m.Tenant, b); err != nil {
+		_ = dev.Free(b)
+		return cuda.Buffer{}, err
+	}
+	if o.tenants[m.Tenant] == nil {
+		o.tenants[m.Tenant] = map[uint64]cuda.Buffer{}
+	}
+	o.tenants[m.Tenant][b.ID] = b
+	return b, nil
+}
+
+// owned is the tenant's buffer w names, exactly as allocated here.
+func (o *hostOps) owned(tenant string, w *wirepb.Buffer) (cuda.Buffer, error) {
+	b, err := bufferFromWire(w)
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	if mine, ok := o.tenants[tenant][b.ID]; !ok || mine != b {
+		return cuda.Buffer{}, cuda.Contractf("remote", cuda.ErrStaleHandle, "buffer %d is not one tenant %q allocated on this host (or it was freed)", b.ID, tenant)
+	}
+	return b, nil
+}
+
+func (o *hostOps) deviceOf(b cuda.Buffer) cuda.Device {
+	for _, d := range o.h.cfg.Scheduler.Devices {
+		if d.Info().Instance == b.Device {
+			return d
+		}
+	}
+	return nil
+}
+
+func (o *hostOps) free(m *wirepb.Free) error {
+	b, err := o.owned(m.Tenant, m.Buffer)
+	if err != nil {
+		return err
+	}
+	delete(o.tenants[m.Tenant], b.ID)
+	return o.deviceOf(b).Free(b)
+}
+
+// read copies a region of the tenant's buffer out through the tenant's own
+// lane (so after its earlier submissions): a stage-out into pinned memory
+// of the host, read back and freed.
+func (o *hostOps) read(m *wirepb.Read) ([]byte, error) {
+	if m.Region == nil {
+		return nil, wireErr("a read names no region")
+	}
+	b, err := o.owned(m.Tenant, m.Region.Buffer)
+	if err != nil {
+		return nil, err
+	}
+	r := cuda.Region{Buffer: b, Offset: m.Region.Offset, Length: m.Region.Length}
+	if r.Length == 0 || r.Length > MaxReadBytes {
+		return nil, cuda.Contractf("read", cuda.ErrInvalidCommand, "%d bytes: read 1 to %d at a time", r.Length, uint64(MaxReadBytes))
+	}
+	dev := o.deviceOf(b)
+	hb, err := dev.AllocHost(r.Length)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = dev.FreeHost(hb) }()
+	hr := cuda.HostRegion{Buffer: hb, Length: r.Length}
+	cmd, err := cuda.StageOut(hr, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.h.sched.OwnHost(m.Tenant, hb); err != nil {
+		return nil, err
+	}
+	rc, err := o.h.sched.Submit(context.Background(), m.Tenant, lanes.Batch{Tenant: m.Tenant, Entries: []lanes.Entry{{Command: cmd}}})
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, r.Length)
+	if err := dev.ReadHost(hr, data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// forget frees every buffer the tenant allocated here and forgets it in
+// the scheduler.
+func (o *hostOps) forget(tenant string) error {
+	var first error
+	for _, b := range o.tenants[tenant] {
+		if err := o.deviceOf(b).Free(b); err != nil && first == nil {
+			first = err
+		}
+	}
+	delete(o.tenants, tenant)
+	if err := o.h.sched.Forget(tenant); err != nil && first == nil {
+		first = err
+	}
+	return first
+}

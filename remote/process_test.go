@@ -1,0 +1,339 @@
+package remote_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/remote"
+)
+
+// startHostProcess runs lanehost as a process of the test's own (not
+// launched by a front) and returns it with its address.
+func startHostProcess(t *testing.T, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(lanehostBin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &syncWriter{b: &stderr}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("StdoutPipe: got err %v, want nil", err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start lanehost: got err %v, want nil", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "lanehost: listening on ")
+	if err != nil || !ok {
+		t.Fatalf("lanehost's first line: got %q (err %v), want \"lanehost: listening on ADDRESS\"; stderr: %s", line, err, stderr.String())
+	}
+	return cmd, addr
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// loop is one tenant's closed loop of steps: every submission's end, each
+// recorded once.
+type loop struct {
+	c         counter
+	latencies []time.Duration
+	ends      []end
+}
+
+type end struct {
+	at  time.Time
+	err error
+}
+
+// run submits steps until stop closes or the tenant's state is lost; depth
+// submissions in flight at a time.
+func (lp *loop) run(t *testing.T, f *remote.Front, stop <-chan struct{}, depth int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range depth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				p, err := f.SubmitAsync(context.Background(), lp.c.tenant, lp.c.step(t, 4))
+				if err != nil {
+					if !errors.Is(err, remote.ErrDeviceStateLost) && !errors.Is(err, remote.ErrNoHost) {
+						t.Errorf("%s: SubmitAsync: got err %v, want nil, ErrDeviceStateLost or ErrNoHost", lp.c.tenant, err)
+					}
+					return
+				}
+				<-p.Done()
+				_, err = p.Result()
+				mu.Lock()
+				lp.ends = append(lp.ends, end{at: time.Now(), err: err})
+				if err == nil {
+					lp.latencies = append(lp.latencies, time.Since(start))
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)*99/100]
+}
+
+// runLoad runs every loop for d and returns when all stopped.
+func runLoad(t *testing.T, f *remote.Front, loops []*loop, d time.Duration, during func()) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, lp := range loops {
+		wg.Add(1)
+		go func() { defer wg.Done(); lp.run(t, f, stop, 2) }()
+	}
+	if during != nil {
+		during()
+	}
+	time.Sleep(d)
+	close(stop)
+	wg.Wait()
+}
+
+// waitServing waits until host name serves again with a new epoch.
+func waitServing(t *testing.T, f *remote.Front, name string, oldEpoch uint64, within time.Duration) remote.HostStatus {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		for _, h := range f.Hosts() {
+			if h.Name == name && h.State == remote.HostServing && h.Epoch != oldEpoch {
+				return h
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("host %s: got %+v, want serving again under a new epoch within %v", name, f.Hosts(), within)
+	return remote.HostStatus{}
+}
+
+func hostNamed(f *remote.Front, name string) remote.HostStatus {
+	for _, h := range f.Hosts() {
+		if h.Name == name {
+			return h
+		}
+	}
+	return remote.HostStatus{}
+}
+
+// startOver is what a tenant does after its host was lost: refused as
+// lost, it forgets, sets up again and serves.
+func startOver(t *testing.T, f *remote.Front, c counter) {
+	t.Helper()
+	_, err := f.Submit(context.Background(), c.tenant, c.step(t, 1))
+	var lost *remote.DeviceStateLostError
+	if !errors.As(err, &lost) {
+		t.Fatalf("%s's step after its host was lost: got err %v, want a *remote.DeviceStateLostError", c.tenant, err)
+	}
+	if err := f.Forget(context.Background(), c.tenant); err != nil {
+		t.Fatalf("Forget %s: got err %v, want nil", c.tenant, err)
+	}
+	again := setUp(t, f, c.tenant)
+	if _, err := f.Submit(context.Background(), c.tenant, again.step(t, 4)); err != nil {
+		t.Fatalf("%s's first step after starting over: got err %v, want nil", c.tenant, err)
+	}
+	if got := again.value(t, f); got != 4 {
+		t.Fatalf("%s's counter after starting over: got %d, want 4", c.tenant, got)
+	}
+}
+
+// TestKillNineEndsInFlightOnceAndRestartsTheHost: two launched hosts under
+// load; kill -9 of one ends every submission in flight on it
+// indeterminate, exactly once, within the bound, while the other host's
+// tenants are served throughout; the front restarts the killed host and
+// its tenants, told their state was lost, start over on it.
+func TestKillNineEndsInFlightOnceAndRestartsTheHost(t *testing.T) {
+	const lostAfter = 500 * time.Millisecond
+	args := []string{"--lanes", "2", "--heartbeat", "50ms"}
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{LostAfter: lostAfter, Logf: t.Logf,
+		Launch: []remote.Launch{{Name: "a", Path: lanehostBin, Args: args}, {Name: "b", Path: lanehostBin, Args: args}}})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(context.Background())
+	var loops []*loop
+	for i := range 4 {
+		loops = append(loops, &loop{c: setUp(t, f, fmt.Sprintf("tenant-%d", i))})
+	}
+	on := func(host string) (out []*loop) {
+		for _, lp := range loops {
+			if h, _ := f.Placement(lp.c.tenant); h == host {
+				out = append(out, lp)
+			}
+		}
+		return out
+	}
+	if len(on("a")) != 2 || len(on("b")) != 2 {
+		t.Fatalf("placement: got %d tenants on a, %d on b, want 2 and 2", len(on("a")), len(on("b")))
+	}
+	runLoad(t, f, loops, 1500*time.Millisecond, nil) // both hosts serving: the baseline
+	var before []time.Duration
+	for _, lp := range loops {
+		if h, _ := f.Placement(lp.c.tenant); h == "b" {
+			before = append(before, lp.latencies...)
+		}
+		lp.latencies, lp.ends = nil, nil
+	}
+	victim := hostNamed(f, "a")
+	var killed time.Time
+	runLoad(t, f, loops, 1500*time.Millisecond, func() {
+		time.Sleep(300 * time.Millisecond)
+		killed = time.Now()
+		if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
+			t.Errorf("kill -9 %d: got err %v, want nil", victim.PID, err)
+		}
+	})
+	bound := lostAfter + lostAfter/5
+	indeterminate := 0
+	for _, lp := range on("a") {
+		for _, e := range lp.ends {
+			if e.err == nil {
+				continue
+			}
+			var lost *remote.HostLostError
+			if !errors.As(e.err, &lost) || !errors.Is(e.err, actors.ErrIndeterminate) {
+				t.Errorf("%s: a submission in flight on the killed host: got err %v, want a *remote.HostLostError, errors.Is actors.ErrIndeterminate", lp.c.tenant, e.err)
+			}
+			if after := e.at.Sub(killed); after > bound {
+				t.Errorf("%s: a submission in flight on the killed host ended %v after the kill, want within %v", lp.c.tenant, after, bound)
+			}
+			indeterminate++
+		}
+	}
+	if indeterminate == 0 {
+		t.Errorf("got no submission in flight on the killed host ending indeterminate, want those in flight (2 tenants x 2)")
+	}
+	var during []time.Duration
+	for _, lp := range on("b") {
+		during = append(during, lp.latencies...)
+		for _, e := range lp.ends {
+			if e.err != nil {
+				t.Errorf("%s on the other host: got err %v, want every step served", lp.c.tenant, e.err)
+			}
+		}
+	}
+	t.Logf("the other host's tenants: p99 %v before (%d steps), %v while the host was killed and restarted (%d steps); %d in flight on the killed host ended indeterminate",
+		p99(before), len(before), p99(during), len(during), indeterminate)
+	if p99(during) > p99(before)*6/5+2*time.Millisecond {
+		t.Errorf("the other host's p99: got %v beside the kill, %v before; want within 1.2x (+2ms for this machine's scheduling)", p99(during), p99(before))
+	}
+	st := waitServing(t, f, "a", victim.Epoch, 20*time.Second)
+	if st.Restarts != 1 || st.Losses != 1 {
+		t.Errorf("host a: got %d restarts, %d losses, want 1 and 1", st.Restarts, st.Losses)
+	}
+	for _, lp := range on("a") {
+		startOver(t, f, lp.c)
+	}
+}
+
+// TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped: a host that
+// stops answering (SIGSTOP) is lost within LostAfter and a fifth; its
+// submissions in flight end indeterminate; after SIGCONT its late receipts
+// and heartbeats carry the old epoch and are dropped (none ends a call
+// twice), and it registers again under a new epoch and serves.
+func TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped(t *testing.T) {
+	const lostAfter = 400 * time.Millisecond
+	cmd, addr := startHostProcess(t, "--lanes", "2", "--heartbeat", "50ms")
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, LostAfter: lostAfter, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(context.Background())
+	lp := &loop{c: setUp(t, f, "tenant")}
+	before := hostNamed(f, addr)
+	var stopped time.Time
+	runLoad(t, f, []*loop{lp}, 1200*time.Millisecond, func() {
+		time.Sleep(200 * time.Millisecond)
+		stopped = time.Now()
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Errorf("SIGSTOP: got err %v, want nil", err)
+		}
+	})
+	bound := lostAfter + lostAfter/5 + 100*time.Millisecond // + the test's own scheduling
+	lostEnds := 0
+	for _, e := range lp.ends {
+		if e.err == nil {
+			continue
+		}
+		if !errors.Is(e.err, remote.ErrHostLost) || !errors.Is(e.err, actors.ErrIndeterminate) {
+			t.Errorf("a submission in flight on the stopped host: got err %v, want ErrHostLost and actors.ErrIndeterminate", e.err)
+		}
+		if after := e.at.Sub(stopped); after > bound || after < lostAfter {
+			t.Errorf("a submission in flight on the stopped host ended %v after SIGSTOP, want between %v and %v", after, lostAfter, bound)
+		}
+		lostEnds++
+	}
+	if lostEnds == 0 {
+		t.Fatalf("got no submission ending with the stopped host, want those in flight")
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT: got err %v, want nil", err)
+	}
+	st := waitServing(t, f, addr, before.Epoch, 10*time.Second)
+	if st.Stale == 0 {
+		t.Errorf("after SIGCONT: got no stale message dropped, want the old epoch's late answers and heartbeats dropped")
+	}
+	t.Logf("SIGSTOP: %d in flight ended indeterminate; after SIGCONT %d stale messages dropped, serving again under epoch %d", lostEnds, st.Stale, st.Epoch)
+	startOver(t, f, lp.c)
+}
+
+// TestAnotherProtocolIsRefusedWithoutACrash: a host that speaks another
+// protocol version is refused at registration, with the reason, and keeps
+// running; so does the front.
+func TestAnotherProtocolIsRefusedWithoutACrash(t *testing.T) {
+	cmd, addr := startHostProcess(t, "--protocol", "2")
+	for range 2 {
+		f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, JoinTimeout: 5 * time.Second, Logf: t.Logf})
+		if err == nil {
+			_ = f.Stop(context.Background())
+		}
+		if !errors.Is(err, remote.ErrRefused) || !strings.Contains(err.Error(), "protocol 2") {
+			t.Fatalf("StartFront with a protocol-2 host: got err %v, want remote.ErrRefused naming protocol 2", err)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the refused host: got %v, want it still running", err)
+	}
+}

@@ -1,0 +1,177 @@
+// The actor system under a front or a lane host: protoactor-go's remote on
+// an address, loopback unless mutual TLS is configured.
+
+package remote
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	premote "github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// ErrConfig marks a front's or a host's configuration refused before
+// anything started: errors.Is finds it, the message says what to fix.
+var ErrConfig = errors.New("remote: bad configuration")
+
+// DefaultAddress is where fronts and hosts listen unless told otherwise:
+// loopback, a port the system picks.
+const DefaultAddress = "127.0.0.1:0"
+
+// The process's endpoint. protoactor-go's remote sets gRPC's process-wide
+// logger each time one starts, and its graceful shutdown races with its
+// own endpoint writers, so a process runs one endpoint, started by its
+// first front or host and kept for the life of the process: a front or a
+// host that stops only stops its actor, and the next one in the process
+// serves on the same endpoint (at the same address and TLS).
+var endpoint struct {
+	mu      sync.Mutex
+	sys     *system
+	address string      // as first asked
+	tls     *tls.Config // as first given
+	names   map[string]bool
+}
+
+// system is the process's actor system and its remote endpoint.
+type system struct {
+	actors *actor.ActorSystem
+	remote *premote.Remote
+	addr   string // the address peers reach it at
+}
+
+// acquireSystem returns the process's endpoint for an actor named name,
+// starting it on address (DefaultAddress when empty) the first time. A
+// non-loopback address needs tlsCfg, whose certificates then secure every
+// connection both ways. Release it with releaseSystem(name).
+func acquireSystem(address string, tlsCfg *tls.Config, name string) (*system, error) {
+	if address == "" {
+		address = DefaultAddress
+	}
+	host, port, err := splitAddress(address)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg == nil && !isLoopback(host) {
+		return nil, fmt.Errorf("%w: address %s is not loopback: give a mutual TLS configuration (LoadTLS) to listen on it, or listen on 127.0.0.1", ErrConfig, address)
+	}
+	endpoint.mu.Lock()
+	defer endpoint.mu.Unlock()
+	if s := endpoint.sys; s != nil {
+		switch {
+		case endpoint.names[name]:
+			return nil, fmt.Errorf("%w: a %s already serves in this process: run one front and one lane host per process at most", ErrConfig, name)
+		case address != DefaultAddress && address != endpoint.address && address != s.addr:
+			return nil, fmt.Errorf("%w: this process serves on %s already; its fronts and hosts share that one address (asked %s)", ErrConfig, s.addr, address)
+		case tlsCfg != endpoint.tls:
+			return nil, fmt.Errorf("%w: this process's endpoint was started with another TLS configuration; give every front and host of a process the same one", ErrConfig)
+		}
+		endpoint.names[name] = true
+		return s, nil
+	}
+	s, err := startSystem(host, port, tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	endpoint.sys, endpoint.address, endpoint.tls, endpoint.names = s, address, tlsCfg, map[string]bool{name: true}
+	return s, nil
+}
+
+// releaseSystem stops the actor of that name; the endpoint stays for the
+// next front or host of the process.
+func releaseSystem(s *system, name string, pid *actor.PID) {
+	if pid != nil {
+		_ = s.actors.Root.StopFuture(pid).Wait()
+	}
+	endpoint.mu.Lock()
+	delete(endpoint.names, name)
+	endpoint.mu.Unlock()
+}
+
+func startSystem(host string, port int, tlsCfg *tls.Config) (sys *system, err error) {
+	address := net.JoinHostPort(host, strconv.Itoa(port))
+	// Listen once ourselves first: remote.Start panics on a port in use.
+	probe, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("%w: listen on %s: %v", ErrConfig, address, err)
+	}
+	if port == 0 {
+		port = probe.Addr().(*net.TCPAddr).Port
+	}
+	_ = probe.Close()
+	opts := []premote.ConfigOption{premote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+	if tlsCfg != nil {
+		creds := credentials.NewTLS(tlsCfg)
+		opts = []premote.ConfigOption{premote.WithServerOptions(grpc.Creds(creds)), premote.WithDialOptions(grpc.WithTransportCredentials(creds))}
+	}
+	// The remote logs a lost connection at error level each time a peer
+	// goes; fronts and hosts say what a loss means themselves (Logf).
+	logger := slog.New(slog.DiscardHandler)
+	as := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	r := premote.NewRemote(as, premote.Configure(host, port, opts...))
+	defer func() {
+		if p := recover(); p != nil {
+			as.Shutdown()
+			sys, err = nil, fmt.Errorf("%w: start remote on %s: %v", ErrConfig, address, p)
+		}
+	}()
+	r.Start()
+	return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address}, nil
+}
+
+func splitAddress(address string) (string, int, error) {
+	host, p, err := net.SplitHostPort(address)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: address %q: %v; give host:port", ErrConfig, address, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%w: address %q: port %q is not 0 to 65535", ErrConfig, address, p)
+	}
+	if host == "" {
+		return "", 0, fmt.Errorf("%w: address %q names no host: give 127.0.0.1 (or a host with TLS)", ErrConfig, address)
+	}
+	return host, port, nil
+}
+
+// isLoopback reports whether host is a loopback name or address.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// LoadTLS builds the mutual TLS configuration fronts and hosts use off
+// loopback: this process's certificate and key, and the CA that signed its
+// peers' (every connection checks the other side's certificate, both
+// ways; TLS 1.3 only). The certificate must name the addresses peers dial
+// (its SANs).
+func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: TLS certificate %s and key %s: %v", ErrConfig, certFile, keyFile, err)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: TLS CA %s: %v", ErrConfig, caFile, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: TLS CA %s holds no PEM certificate", ErrConfig, caFile)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}, nil
+}
