@@ -34,7 +34,9 @@ func (a *frontActor) Receive(ctx actor.Context) {
 	}
 	switch m := ctx.Message().(type) {
 	case *wirepb.Heartbeat:
-		l.heardFrom(m.Epoch)
+		if l.heardFrom(m.Epoch) && m.DeviceFault != "" {
+			l.lose(m.Epoch, "its device is poisoned: "+m.DeviceFault)
+		}
 	case *wirepb.Receipts:
 		a.receipts(l, m)
 	case *wirepb.OpResult:

@@ -43,15 +43,16 @@ type HostStatus struct {
 	Name     string
 	Address  string
 	State    HostState
-	Epoch    uint64 // the current (or last) registration
-	Tenants  int    // tenants placed on it under its current epoch
-	InFlight int    // calls in flight on it
-	Losses   int    // times it was lost
-	Restarts int    // times the front started it again
-	Stale    uint64 // messages dropped for carrying an epoch not current
-	Refusal  string // why its registration was refused
-	LostHow  string // how it was last lost
-	PID      int    // the launched host's process id; 0 for a host at a fixed address
+	Epoch    uint64    // the current (or last) registration
+	Tenants  int       // tenants placed on it under its current epoch
+	InFlight int       // calls in flight on it
+	Losses   int       // times it was lost
+	Restarts int       // times the front started it again
+	Stale    uint64    // messages dropped for carrying an epoch not current
+	Refusal  string    // why its registration was refused
+	LostHow  string    // how it was last lost
+	PID      int       // the launched host's process id; 0 for a host at a fixed address
+	Since    time.Time // when it entered State
 }
 
 // Hosts reports every host of the front.
@@ -81,7 +82,8 @@ type link struct {
 	restarts int
 	refusal  string
 	lostHow  string
-	attempt  uint64 // the join in progress
+	since    time.Time // when state last changed
+	attempt  uint64    // the join in progress
 	proc     *os.Process
 	stdin    io.Closer
 	exited   chan struct{} // closed when the launched process exited
@@ -105,7 +107,7 @@ func (l *link) status() HostStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := HostStatus{Name: l.name, Address: l.addr, State: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
-		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow}
+		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since}
 	if l.proc != nil {
 		st.PID = l.proc.Pid
 	}
@@ -126,7 +128,7 @@ func (l *link) registered(epoch uint64) bool {
 		l.mu.Unlock()
 		return false
 	}
-	l.state, l.epoch, l.heard, l.tenants = HostServing, epoch, time.Now(), 0
+	l.state, l.epoch, l.heard, l.tenants, l.since = HostServing, epoch, time.Now(), 0, time.Now()
 	l.mu.Unlock()
 	l.answerOnce.Do(func() { close(l.firstAnswer) })
 	l.event("registered")
@@ -143,7 +145,7 @@ func (l *link) joining(attempt uint64) bool {
 // refused records a refused registration: never routed to.
 func (l *link) refused(why string) {
 	l.mu.Lock()
-	l.state, l.refusal = HostRefused, why
+	l.state, l.refusal, l.since = HostRefused, why, time.Now()
 	l.mu.Unlock()
 	l.f.cfg.Logf("host %s refused: %s", l.name, why)
 	l.answerOnce.Do(func() { close(l.firstAnswer) })
@@ -172,7 +174,7 @@ func (l *link) lose(epoch uint64, how string) {
 		l.mu.Unlock()
 		return
 	}
-	l.state, l.lostHow = HostLost, how
+	l.state, l.lostHow, l.since = HostLost, how, time.Now()
 	l.losses++
 	l.mu.Unlock()
 	calls := l.f.calls.Lose(l.name, epoch)
@@ -308,6 +310,9 @@ func (l *link) pause(d time.Duration) bool {
 // the join times out or the front stops.
 func (l *link) join() string {
 	l.mu.Lock()
+	if l.state != HostLost {
+		l.since = time.Now() // a lost host stays lost, to the eye, until it serves again
+	}
 	l.state = HostJoining
 	l.attempt = joinAttempts.Add(1)
 	pid, attempt := l.pid, l.attempt
@@ -444,7 +449,7 @@ func (l *link) kill() {
 func (l *link) stopLink() {
 	l.mu.Lock()
 	epoch, was := l.epoch, l.state
-	l.state = HostStopped
+	l.state, l.since = HostStopped, time.Now()
 	l.mu.Unlock()
 	if was == HostServing {
 		e := &HostLostError{Host: l.name, Epoch: epoch, Cause: "the front stopped"}

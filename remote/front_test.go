@@ -24,6 +24,9 @@ import (
 var lanehostBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("LANES_TLS_CHILD") == "1" {
+		os.Exit(tlsFrontChild())
+	}
 	dir, err := os.MkdirTemp("", "lanehost")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -186,3 +189,7 @@ func TestStartFrontRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+func cudaSpec64() cuda.BufferSpec { return cuda.BufferSpec{Size: 64, Elem: cuda.I32} }
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }

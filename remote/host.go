@@ -380,6 +380,23 @@ func (h *Host) beat() {
 	seq := h.heartbeat
 	h.mu.Unlock()
 	if ok {
-		h.tell(front, &wirepb.Heartbeat{Epoch: epoch, Seq: seq, SentUnixNano: time.Now().UnixNano()})
+		hb := &wirepb.Heartbeat{Epoch: epoch, Seq: seq, SentUnixNano: time.Now().UnixNano()}
+		if err := h.DeviceFault(); err != nil {
+			hb.DeviceFault = err.Error()
+		}
+		h.tell(front, hb)
 	}
+}
+
+// DeviceFault is the sticky error that poisoned one of the host's devices,
+// or nil. A poisoned device stays poisoned for the life of its process: a
+// host that reports one is replaced (lanehost exits; a front that launched
+// it starts another).
+func (h *Host) DeviceFault() error {
+	for _, d := range h.cfg.Scheduler.Devices {
+		if err := d.Err(); err != nil {
+			return fmt.Errorf("device %d (%s): %w", d.Info().Ordinal, d.Info().Name, err)
+		}
+	}
+	return nil
 }

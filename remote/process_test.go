@@ -14,6 +14,10 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -335,5 +339,64 @@ func TestAnotherProtocolIsRefusedWithoutACrash(t *testing.T) {
 	}
 	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Fatalf("the refused host: got %v, want it still running", err)
+	}
+}
+
+// TestStickyFaultCostsOnlyItsHost: a tenant's out-of-bounds kernel poisons
+// its host's device. Only that host's tenants see errors; the other host's
+// are served throughout; the poisoned host reports it in its heartbeat, is
+// replaced by a new process and serves again.
+func TestStickyFaultCostsOnlyItsHost(t *testing.T) {
+	args := []string{"--lanes", "2", "--heartbeat", "50ms", "--fault-kernels"}
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{LostAfter: 500 * time.Millisecond, Logf: t.Logf,
+		Launch: []remote.Launch{{Name: "a", Path: lanehostBin, Args: args}, {Name: "b", Path: lanehostBin, Args: args}}})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(context.Background())
+	var loops []*loop
+	for i := range 4 {
+		loops = append(loops, &loop{c: setUp(t, f, fmt.Sprintf("tenant-%d", i))})
+	}
+	var onA, onB []*loop
+	for _, lp := range loops {
+		if h, _ := f.Placement(lp.c.tenant); h == "a" {
+			onA = append(onA, lp)
+		} else {
+			onB = append(onB, lp)
+		}
+	}
+	victim := hostNamed(f, "a")
+	poke := kernels.Builtin().With(kernels.FaultInjection()).MustSpec(kernels.Poke)
+	var poisoned time.Time
+	runLoad(t, f, loops, 1500*time.Millisecond, func() {
+		time.Sleep(300 * time.Millisecond)
+		cmd, err := cuda.Launch(poke, cuda.Linear(1, 1), cuda.BufferArg(onA[0].c.buf.Whole()), cuda.U32Arg(1<<30), cuda.I32Arg(7))
+		if err != nil {
+			t.Errorf("poke launch: got err %v, want nil", err)
+			return
+		}
+		poisoned = time.Now()
+		if _, err := f.Submit(context.Background(), onA[0].c.tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseCompute, cmd)}}); err == nil {
+			t.Errorf("an out-of-bounds kernel: got nil err, want the device's illegal address (or the host's loss)")
+		}
+	})
+	for _, lp := range onB {
+		for _, e := range lp.ends {
+			if e.err != nil {
+				t.Errorf("%s on the healthy host: got err %v, want every step served", lp.c.tenant, e.err)
+			}
+		}
+		if len(lp.latencies) == 0 {
+			t.Errorf("%s on the healthy host: got no step served", lp.c.tenant)
+		}
+	}
+	st := waitServing(t, f, "a", victim.Epoch, 20*time.Second)
+	t.Logf("host a poisoned: lost (%s), replaced and serving again %v after the faulting kernel was submitted", st.LostHow, st.Since.Sub(poisoned).Round(time.Millisecond))
+	if !strings.Contains(st.LostHow, "poisoned") && !strings.Contains(st.LostHow, "exited") {
+		t.Errorf("host a: got lost %q, want it lost for its poisoned device", st.LostHow)
+	}
+	for _, lp := range onA {
+		startOver(t, f, lp.c)
 	}
 }

@@ -8,7 +8,8 @@
 // until SIGINT or SIGTERM (or, with --exit-with-stdin, until its standard
 // input closes: a front that launched it died or stopped it). Exit status:
 // 0 stopped, 1 failed while serving, 2 bad flags or a device that would
-// not open.
+// not open, 3 its device was poisoned by a sticky fault (a new process
+// must replace it).
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/remote"
 )
@@ -35,7 +37,8 @@ type options struct {
 	ordinal, lanes              int
 	heartbeat, spin             time.Duration
 	tlsCert, tlsKey, tlsCA      string
-	exitWithStdin               bool
+	exitWithStdin, faultKernels bool
+	keepPoisoned                bool
 	protocol                    uint
 }
 
@@ -46,7 +49,11 @@ var openers = map[string]func(o options) (cuda.Device, error){
 		if o.clock == "zero" {
 			clock = sim.ClockZeroCost
 		}
-		return sim.New(sim.Config{Clock: clock, Ordinal: o.ordinal})
+		var ks kernels.Registry
+		if o.faultKernels {
+			ks = kernels.Builtin().With(kernels.FaultInjection())
+		}
+		return sim.New(sim.Config{Clock: clock, Ordinal: o.ordinal, Kernels: ks})
 	},
 }
 
@@ -96,14 +103,37 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			stop()
 		}()
 	}
+	status := 0
+	if !o.keepPoisoned {
+		go func() {
+			// A poisoned device stays poisoned for the life of the process:
+			// report it in a heartbeat or two, then leave, to be replaced.
+			t := time.NewTicker(o.heartbeat)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return
+				}
+				if err := h.DeviceFault(); err != nil {
+					fmt.Fprintf(stderr, "lanehost: %v: exiting (status 3) to be replaced\n", err)
+					time.Sleep(2 * o.heartbeat)
+					status = 3
+					stop()
+					return
+				}
+			}
+		}()
+	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.Stop(sctx); err != nil {
+	if err := h.Stop(sctx); err != nil && status == 0 {
 		fmt.Fprintf(stderr, "lanehost: stop: %v\n", err)
 		return 1
 	}
-	return 0
+	return status
 }
 
 func names() string {
@@ -130,9 +160,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "its key (PEM)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "the CA that signed the fronts' certificates (PEM)")
 	fs.BoolVar(&o.exitWithStdin, "exit-with-stdin", false, "stop when standard input closes (a front that launched the host adds it)")
+	fs.BoolVar(&o.faultKernels, "fault-kernels", false, "also serve kernels that skip their bounds checks (poke_i32), to provoke a real device fault; never where tenants you do not control reach the host")
+	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first. Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device.\n\n")
+		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first. Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

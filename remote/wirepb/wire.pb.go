@@ -250,10 +250,13 @@ func (x *Device) GetLanes() uint32 {
 
 // Heartbeat proves a host alive (and not stopped) within the front's bound.
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	SentUnixNano  int64                  `protobuf:"varint,3,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Epoch        uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq          uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	SentUnixNano int64                  `protobuf:"varint,3,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	// The sticky error that poisoned one of the host's devices, if any: the
+	// front takes the host out at once (its process must be replaced).
+	DeviceFault   string `protobuf:"bytes,4,opt,name=device_fault,json=deviceFault,proto3" json:"device_fault,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -307,6 +310,13 @@ func (x *Heartbeat) GetSentUnixNano() int64 {
 		return x.SentUnixNano
 	}
 	return 0
+}
+
+func (x *Heartbeat) GetDeviceFault() string {
+	if x != nil {
+		return x.DeviceFault
+	}
+	return ""
 }
 
 // Buffer names device memory of one device instance.
@@ -1995,11 +2005,12 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\binstance\x18\x01 \x01(\x04R\binstance\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x03 \x01(\tR\abackend\x12\x14\n" +
-	"\x05lanes\x18\x04 \x01(\rR\x05lanes\"Y\n" +
+	"\x05lanes\x18\x04 \x01(\rR\x05lanes\"|\n" +
 	"\tHeartbeat\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12$\n" +
-	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\"\x82\x01\n" +
+	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x12!\n" +
+	"\fdevice_fault\x18\x04 \x01(\tR\vdeviceFault\"\x82\x01\n" +
 	"\x06Buffer\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\x04R\x06device\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +
