@@ -66,6 +66,18 @@ func (c *Calls[T]) Settle(host string, epoch, id uint64) (T, bool) {
 	return hc.v, true
 }
 
+// Get is call id's value while it is in flight on host under epoch.
+func (c *Calls[T]) Get(host string, epoch, id uint64) (T, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hc, ok := c.calls[id]
+	if !ok || hc.at != (hostEpoch{host, epoch}) {
+		var zero T
+		return zero, false
+	}
+	return hc.v, true
+}
+
 // Lose ends every call in flight on host under epoch and returns their
 // values, for the front to end indeterminate; each is returned once, by
 // this call or by Settle, never both.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -79,6 +80,7 @@ type Front struct {
 
 	mu      sync.Mutex
 	tenants map[string]*placement
+	last    map[string]*link // where a forgotten tenant was: placed there again while it serves
 	stopped bool
 
 	quit chan struct{}
@@ -104,7 +106,7 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{cfg: cfg, sys: sys, tenants: map[string]*placement{}, quit: make(chan struct{})}
+	f := &Front{cfg: cfg, sys: sys, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
 	for _, a := range cfg.Hosts {
 		f.links = append(f.links, newLink(f, a, nil))
 	}
@@ -117,9 +119,8 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 		return nil, fmt.Errorf("%w: spawn the front actor: %v", ErrConfig, err)
 	}
 	for _, l := range f.links {
-		f.wg.Add(2)
+		f.wg.Add(1)
 		go l.supervise()
-		go l.sendLoop()
 	}
 	f.wg.Add(1)
 	go f.watchSilence()
@@ -213,12 +214,51 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 	if err != nil {
 		return nil, err
 	}
-	if err := l.enqueue(ctx, &wirepb.Submit{Epoch: epoch, Call: id, Batch: w}); err != nil {
-		if _, ok := f.calls.Settle(l.name, epoch, id); ok {
-			return nil, err // never queued: not submitted
-		}
-		// Lost meanwhile: it ended indeterminate; return it ended.
+	l.enqueue(&wirepb.Submit{Epoch: epoch, Call: id, Batch: w})
+	return p, nil
+}
+
+// Encoded is a batch encoded once for the wire, to submit many times
+// (SubmitEncoded): a serving loop's step. Each host receives it whole
+// once per registration and by its id after that, and leaves out the rows
+// of a receipt equal to the previous one's.
+type Encoded struct {
+	id   uint64
+	wire *wirepb.Batch
+}
+
+var encodedIDs atomic.Uint64
+
+// Encode encodes a batch for SubmitEncoded. The batch's Tenant is ignored
+// (each submission names its tenant); a batch with no wire form is
+// refused (ErrWire).
+func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
+	b.Tenant = ""
+	w, err := BatchToWire(b)
+	if err != nil {
+		return nil, err
 	}
+	return &Encoded{id: encodedIDs.Add(1), wire: w}, nil
+}
+
+// SubmitEncoded is SubmitAsync of an encoded batch.
+func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded) (*Pending, error) {
+	if e == nil || e.wire == nil {
+		return nil, fmt.Errorf("%w: a nil or zero Encoded: make one with Front.Encode", ErrConfig)
+	}
+	if err := f.admit(ctx, tenant); err != nil {
+		return nil, err
+	}
+	p, l, epoch, id, err := f.register(tenant)
+	if err != nil {
+		return nil, err
+	}
+	p.enc = e
+	s := &wirepb.Submit{Epoch: epoch, Call: id, Template: e.id, Tenant: tenant}
+	if !l.holds(epoch, e.id) {
+		s.Batch = e.wire
+	}
+	l.enqueue(s)
 	return p, nil
 }
 
@@ -270,8 +310,13 @@ func (f *Front) register(tenant string) (*Pending, *link, uint64, uint64, error)
 	return p, l, epoch, f.calls.Add(l.name, epoch, p), nil
 }
 
+// maxRemembered bounds the forgotten tenants whose host the front
+// remembers.
+const maxRemembered = 1 << 16
+
 // place is the tenant's host and epoch: where it was placed, or, for a
-// new tenant, the serving host with the fewest tenants.
+// new tenant, the host it was on before it was forgotten if that host
+// serves, else the serving host with the fewest tenants.
 func (f *Front) place(tenant string) (*link, uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -285,7 +330,15 @@ func (f *Front) place(tenant string) (*link, uint64, error) {
 	var best *link
 	var bestEpoch uint64
 	bestTenants := 0
+	if l, ok := f.last[tenant]; ok {
+		if st := l.status(); st.State == HostServing {
+			best, bestEpoch, bestTenants = l, st.Epoch, -1 // a tenant that starts over stays where it was
+		}
+	}
 	for _, l := range f.links {
+		if bestTenants < 0 {
+			break
+		}
 		st := l.status()
 		if st.State != HostServing {
 			continue
@@ -298,6 +351,7 @@ func (f *Front) place(tenant string) (*link, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: every host is lost, restarting or not yet registered; retry (definitely not submitted)", ErrNoHost)
 	}
 	f.tenants[tenant] = &placement{link: best, epoch: bestEpoch}
+	delete(f.last, tenant)
 	best.mu.Lock()
 	best.tenants++
 	best.mu.Unlock()
@@ -326,6 +380,9 @@ func (f *Front) Forget(ctx context.Context, tenant string) error {
 	pl, ok := f.tenants[tenant]
 	if ok {
 		delete(f.tenants, tenant)
+		if len(f.last) < maxRemembered {
+			f.last[tenant] = pl.link
+		}
 		pl.link.mu.Lock()
 		pl.link.tenants--
 		pl.link.mu.Unlock()
@@ -447,6 +504,7 @@ func (f *Front) Stop(ctx context.Context) error {
 
 // Pending is a call in flight on a lane host.
 type Pending struct {
+	enc    *Encoded // the template, if it was submitted encoded
 	done   chan struct{}
 	tenant string
 	host   string

@@ -5,6 +5,8 @@
 package remote
 
 import (
+	"slices"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lanesched/lanes/lanes"
@@ -77,10 +79,17 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 // or of a call already ended (lost, say), is dropped.
 func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
 	for _, w := range m.Receipts {
+		if w == nil {
+			continue
+		}
+		if w.TemplateUnknown {
+			a.resend(l, w)
+			continue
+		}
 		epoch, call, r, _, err := ReceiptFromWire(w)
 		if err != nil {
 			// Malformed: the call still ends, once, with what is known.
-			if w != nil && l.heardFrom(w.Epoch) {
+			if l.heardFrom(w.Epoch) {
 				if p, ok := a.f.calls.Settle(l.name, w.Epoch, w.Call); ok {
 					p.end(lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: err, Tenant: p.tenant, Lane: -1}, err, nil)
 				}
@@ -90,6 +99,7 @@ func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
 		if !l.heardFrom(epoch) {
 			continue
 		}
+		a.templateRows(l, w, &r)
 		p, ok := a.f.calls.Settle(l.name, epoch, call)
 		if !ok {
 			l.stale.Add(1)
@@ -97,6 +107,39 @@ func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
 		}
 		p.end(r, r.Err, nil)
 	}
+}
+
+// templateRows fills in the rows a host left out as the same as the
+// template's previous receipt's, and remembers a template's rows.
+func (a *frontActor) templateRows(l *link, w *wirepb.Receipt, r *lanes.Receipt) {
+	if w.Template == 0 {
+		return
+	}
+	if l.rowsAt != w.Epoch || l.lastRows == nil {
+		l.rowsAt, l.lastRows = w.Epoch, map[uint64][]lanes.Row{}
+	}
+	if w.RowsAsBefore {
+		r.Attribution.Rows = slices.Clone(l.lastRows[w.Template])
+		return
+	}
+	if len(l.lastRows) < MaxTemplates {
+		l.lastRows[w.Template] = slices.Clone(r.Attribution.Rows)
+	}
+}
+
+// resend sends a templated submission again, whole, to a host that did not
+// hold its template (under the same call: it ends once either way).
+func (a *frontActor) resend(l *link, w *wirepb.Receipt) {
+	if !l.heardFrom(w.Epoch) {
+		return
+	}
+	p, ok := a.f.calls.Get(l.name, w.Epoch, w.Call)
+	if !ok || p.enc == nil {
+		return
+	}
+	l.forgetTemplate(w.Epoch, w.Template)
+	// From another goroutine: the actor must not send (and so wait) itself.
+	go l.enqueue(&wirepb.Submit{Epoch: w.Epoch, Call: w.Call, Template: p.enc.id, Tenant: p.tenant, Batch: p.enc.wire})
 }
 
 // linkAt is the link of the host at address, if any.

@@ -6,7 +6,6 @@ package remote
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -88,15 +88,20 @@ type link struct {
 	stdin    io.Closer
 	exited   chan struct{} // closed when the launched process exited
 
+	known    map[uint64]bool        // templates the host holds under epoch (mu)
+	lastRows map[uint64][]lanes.Row // the rows of each template's last receipt (the front actor's)
+	rowsAt   uint64                 // the epoch lastRows belongs to
+
 	stale       atomic.Uint64
-	out         chan *wirepb.Submit
+	out         combiner[*wirepb.Submit]
 	events      chan string   // "registered", "refused", "lost": to the supervisor
 	firstAnswer chan struct{} // closed at the first registration or refusal
 	answerOnce  sync.Once
 }
 
 func newLink(f *Front, name string, launch *Launch) *link {
-	l := &link{f: f, name: name, launch: launch, out: make(chan *wirepb.Submit, 8192), events: make(chan string, 4), firstAnswer: make(chan struct{})}
+	l := &link{f: f, name: name, launch: launch, events: make(chan string, 4), firstAnswer: make(chan struct{})}
+	l.out = combiner[*wirepb.Submit]{most: 512, send: l.sendBatch}
 	if launch == nil {
 		l.addr, l.pid = name, actor.NewPID(name, HostActor)
 	}
@@ -129,10 +134,37 @@ func (l *link) registered(epoch uint64) bool {
 		return false
 	}
 	l.state, l.epoch, l.heard, l.tenants, l.since = HostServing, epoch, time.Now(), 0, time.Now()
+	l.known = map[uint64]bool{}
 	l.mu.Unlock()
 	l.answerOnce.Do(func() { close(l.firstAnswer) })
 	l.event("registered")
 	return true
+}
+
+// holds reports whether the host holds template id under epoch, and
+// from now on counts it as held (the Submit about to go carries it).
+func (l *link) holds(epoch, id uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch != epoch || l.known == nil {
+		return false
+	}
+	if l.known[id] {
+		return true
+	}
+	if len(l.known) < MaxTemplates {
+		l.known[id] = true
+	}
+	return false
+}
+
+// forgetTemplate records that the host does not hold template id.
+func (l *link) forgetTemplate(epoch, id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch == epoch {
+		delete(l.known, id)
+	}
 }
 
 // joining reports whether a Hello answering attempt is the one awaited.
@@ -186,51 +218,24 @@ func (l *link) lose(epoch uint64, how string) {
 	l.event("lost")
 }
 
-// enqueue queues a submission for the sender.
-func (l *link) enqueue(ctx context.Context, s *wirepb.Submit) error {
-	select {
-	case l.out <- s:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.f.quit:
-		return ErrStopped
-	}
-}
+// enqueue sends a submission, in one message with any others queued
+// meanwhile.
+func (l *link) enqueue(s *wirepb.Submit) { l.out.add(s) }
 
-// sendLoop sends queued submissions of the current epoch, as many to a
-// message as are waiting (up to 512).
-func (l *link) sendLoop() {
-	defer l.f.wg.Done()
-	for {
-		var first *wirepb.Submit
-		select {
-		case first = <-l.out:
-		case <-l.f.quit:
-			return
+// sendBatch sends submissions of the current epoch as one message; the
+// others' calls ended with the host's loss.
+func (l *link) sendBatch(batch []*wirepb.Submit) {
+	l.mu.Lock()
+	pid, epoch, serving := l.pid, l.epoch, l.state == HostServing
+	l.mu.Unlock()
+	keep := batch[:0]
+	for _, s := range batch {
+		if serving && s.Epoch == epoch {
+			keep = append(keep, s)
 		}
-		batch := []*wirepb.Submit{first}
-	drain:
-		for len(batch) < 512 {
-			select {
-			case s := <-l.out:
-				batch = append(batch, s)
-			default:
-				break drain
-			}
-		}
-		l.mu.Lock()
-		pid, epoch, serving := l.pid, l.epoch, l.state == HostServing
-		l.mu.Unlock()
-		keep := batch[:0]
-		for _, s := range batch {
-			if serving && s.Epoch == epoch {
-				keep = append(keep, s)
-			} // else: its call ended with the host's loss
-		}
-		if len(keep) > 0 {
-			l.f.sys.actors.Root.Send(pid, &wirepb.Submits{Submits: keep})
-		}
+	}
+	if len(keep) > 0 {
+		l.f.sys.actors.Root.Send(pid, &wirepb.Submits{Submits: keep})
 	}
 }
 

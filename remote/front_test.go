@@ -49,7 +49,7 @@ type counter struct {
 }
 
 // setUp allocates the tenant's counter and zeroes it.
-func setUp(t *testing.T, f *remote.Front, tenant string) counter {
+func setUp(t testing.TB, f *remote.Front, tenant string) counter {
 	t.Helper()
 	ctx := context.Background()
 	b, err := f.Alloc(ctx, tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
@@ -67,7 +67,7 @@ func setUp(t *testing.T, f *remote.Front, tenant string) counter {
 }
 
 // step is k launches adding 1 to every element of the counter, replayed.
-func (c counter) step(t *testing.T, k int) lanes.Batch {
+func (c counter) step(t testing.TB, k int) lanes.Batch {
 	t.Helper()
 	spec := kernels.Builtin().MustSpec(kernels.Inc)
 	var b lanes.Batch
@@ -82,7 +82,7 @@ func (c counter) step(t *testing.T, k int) lanes.Batch {
 }
 
 // value reads element 0 of the counter back.
-func (c counter) value(t *testing.T, f *remote.Front) int32 {
+func (c counter) value(t testing.TB, f *remote.Front) int32 {
 	t.Helper()
 	data, err := f.Read(context.Background(), c.tenant, c.buf.Whole())
 	if err != nil {
@@ -193,3 +193,50 @@ func TestStartFrontRefusesBadConfig(t *testing.T) {
 func cudaSpec64() cuda.BufferSpec { return cuda.BufferSpec{Size: 64, Elem: cuda.I32} }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// TestEncodedBatches: encoded steps reach the host whole once, by id after
+// that; a host that could not keep a template (it keeps one here) says so
+// and gets it whole again; every step runs once, and the receipts' rows
+// (left out when unchanged) are the full rows each time.
+func TestEncodedBatches(t *testing.T) {
+	_, addr := startHostProcess(t, "--max-templates", "1")
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(context.Background())
+	c := setUp(t, f, "tenant")
+	one, err := f.Encode(c.step(t, 1))
+	if err != nil {
+		t.Fatalf("Encode: got err %v, want nil", err)
+	}
+	three, err := f.Encode(c.step(t, 3))
+	if err != nil {
+		t.Fatalf("Encode: got err %v, want nil", err)
+	}
+	want := int32(0)
+	for i := range 20 {
+		e, n := one, 1
+		if i%2 == 1 {
+			e, n = three, 3
+		}
+		p, err := f.SubmitEncoded(context.Background(), "tenant", e)
+		if err != nil {
+			t.Fatalf("SubmitEncoded %d: got err %v, want nil", i, err)
+		}
+		r, err := p.Result()
+		if err != nil {
+			t.Fatalf("step %d: got err %v, want nil", i, err)
+		}
+		if len(r.Attribution.Rows) != n {
+			t.Fatalf("step %d: got %d rows, want %d", i, len(r.Attribution.Rows), n)
+		}
+		want += int32(n)
+	}
+	if got := c.value(t, f); got != want {
+		t.Fatalf("counter: got %d, want %d (every step once)", got, want)
+	}
+	if _, err := f.SubmitEncoded(context.Background(), "tenant", nil); !errors.Is(err, remote.ErrConfig) {
+		t.Fatalf("SubmitEncoded(nil): got err %v, want remote.ErrConfig", err)
+	}
+}

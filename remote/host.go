@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -44,6 +47,10 @@ type HostConfig struct {
 	// Protocol. Set another only to see a front refuse a host of another
 	// version.
 	Protocol uint32
+	// MaxTemplates bounds the templated batches kept per epoch (0:
+	// MaxTemplates); a template past it is answered TemplateUnknown when a
+	// Submit names it without its batch, and the front sends it whole.
+	MaxTemplates int
 	// Logf hears what the host does not answer anyone (a refused
 	// registration, a malformed message); nil: standard error.
 	Logf func(format string, args ...any)
@@ -70,19 +77,30 @@ type Host struct {
 	welcomed  bool
 	heartbeat uint64
 
-	out  chan outgoing
-	quit chan struct{}
-	wg   sync.WaitGroup
+	templates map[uint64]lanes.Batch // the current epoch's, by the front's id: only the actor touches it
+
+	out       combiner[outgoing]
+	rowsEpoch uint64                 // the epoch lastRows belongs to (the sender's)
+	lastRows  map[uint64][]lanes.Row // by template: the rows the front holds (the sender's)
+	quit      chan struct{}
+	wg        sync.WaitGroup
 
 	staleSubmits atomic.Uint64
 }
 
 // outgoing is a message the host sends its front: a receipt (batched with
-// others) or an op's result.
+// others; the rows of a templated one are encoded by the sender, which
+// leaves out rows equal to the template's previous) or an op's result.
 type outgoing struct {
-	receipt *wirepb.Receipt
-	result  *wirepb.OpResult
+	receipt  *wirepb.Receipt
+	rows     []lanes.Row
+	template uint64
+	result   *wirepb.OpResult
 }
+
+// MaxTemplates bounds the templated batches a host keeps per epoch; past
+// it, a template is decoded for each submission that carries it.
+const MaxTemplates = 1 << 14
 
 // Serve starts a lane host: its scheduler over cfg.Scheduler's devices
 // (which the host closes when it stops) and its actor on the process's
@@ -105,6 +123,9 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.Protocol == 0 {
 		cfg.Protocol = Protocol
 	}
+	if cfg.MaxTemplates <= 0 {
+		cfg.MaxTemplates = MaxTemplates
+	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanehost: "+format+"\n", args...) }
 	}
@@ -117,7 +138,8 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		_ = sched.Stop(context.Background())
 		return nil, err
 	}
-	h := &Host{cfg: cfg, sys: sys, sched: sched, out: make(chan outgoing, 4096), quit: make(chan struct{})}
+	h := &Host{cfg: cfg, sys: sys, sched: sched, quit: make(chan struct{})}
+	h.out = combiner[outgoing]{most: 1024, send: h.sendBatch}
 	h.ops, err = startHostOps(h)
 	if err != nil {
 		releaseSystem(sys, HostActor, nil)
@@ -131,8 +153,7 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		_ = sched.Stop(context.Background())
 		return nil, fmt.Errorf("%w: spawn the host actor: %v", ErrConfig, err)
 	}
-	h.wg.Add(2)
-	go h.sendLoop()
+	h.wg.Add(1)
 	go h.heartbeatLoop()
 	return h, nil
 }
@@ -211,6 +232,7 @@ func (h *Host) join(m *wirepb.Join) {
 	}
 	old := h.epoch
 	h.epoch = max(uint64(time.Now().UnixNano()), h.epoch+1)
+	h.templates = map[uint64]lanes.Batch{}
 	h.front, h.welcomed, h.attempt = front, false, m.Attempt
 	epoch := h.epoch
 	h.mu.Unlock()
@@ -275,9 +297,8 @@ func (h *Host) submits(m *wirepb.Submits) {
 }
 
 func (h *Host) submit(epoch uint64, s *wirepb.Submit) {
-	b, err := BatchFromWire(s.Batch)
-	if err != nil {
-		h.refuse(epoch, s.Call, tenantOf(s), err)
+	b, ok := h.batchOf(epoch, s)
+	if !ok {
 		return
 	}
 	p, err := h.sched.SubmitAsync(context.Background(), b.Tenant, b)
@@ -288,13 +309,49 @@ func (h *Host) submit(epoch uint64, s *wirepb.Submit) {
 	go func() {
 		<-p.Done()
 		r, _ := p.Result()
-		h.send(outgoing{receipt: ReceiptToWire(epoch, s.Call, r, nil)})
+		rows := r.Attribution.Rows
+		r.Attribution.Rows = nil
+		h.send(outgoing{receipt: ReceiptToWire(epoch, s.Call, r, nil), rows: rows, template: s.Template})
 	}()
 }
 
+// batchOf is the submission's batch: inline, or its template (kept from
+// an earlier Submit that carried it). A template the host does not hold is
+// answered with TemplateUnknown (the front sends it again, whole).
+func (h *Host) batchOf(epoch uint64, s *wirepb.Submit) (lanes.Batch, bool) {
+	if s.Template == 0 {
+		b, err := BatchFromWire(s.Batch)
+		if err != nil {
+			h.refuse(epoch, s.Call, tenantOf(s), err)
+			return b, false
+		}
+		return b, true
+	}
+	b, ok := h.templates[s.Template]
+	if s.Batch != nil {
+		var err error
+		if b, err = BatchFromWire(s.Batch); err != nil {
+			h.refuse(epoch, s.Call, s.Tenant, err)
+			return b, false
+		}
+		if len(h.templates) < h.cfg.MaxTemplates {
+			h.templates[s.Template] = b
+		}
+	} else if !ok {
+		h.send(outgoing{receipt: &wirepb.Receipt{Epoch: epoch, Call: s.Call, Outcome: uint32(lanes.OutcomeRefused), Tenant: s.Tenant,
+			Lane: -1, Template: s.Template, TemplateUnknown: true, ErrorCode: int32(cuda.Classify(errTemplate).Code), Error: errTemplate.Error()}})
+		return b, false
+	}
+	b.Tenant = s.Tenant // the entries are shared, read-only, by every submission of the template
+	return b, true
+}
+
+// errTemplate is a templated submission the host does not hold.
+var errTemplate = fmt.Errorf("%w: the host does not hold this submission's template", ErrWire)
+
 func tenantOf(s *wirepb.Submit) string {
-	if s.Batch == nil {
-		return ""
+	if s.Batch == nil || s.Tenant != "" {
+		return s.Tenant
 	}
 	return s.Batch.Tenant
 }
@@ -304,56 +361,58 @@ func (h *Host) refuse(epoch, call uint64, tenant string, err error) {
 	h.send(outgoing{receipt: refusedReceipt(epoch, call, tenant, err)})
 }
 
-// send queues a message for the front; after Stop it is dropped.
+// send sends a message to the front, with any others queued meanwhile;
+// after Stop it is dropped.
 func (h *Host) send(o outgoing) {
 	select {
-	case h.out <- o:
 	case <-h.quit:
+		return
+	default:
+	}
+	h.out.add(o)
+}
+
+// sendBatch sends queued receipts as one message, and op results each
+// on its own (one sender at a time: it owns the rows the front holds).
+func (h *Host) sendBatch(batch []outgoing) {
+	h.mu.Lock()
+	front := h.front
+	h.mu.Unlock()
+	if front == nil {
+		return
+	}
+	var rs wirepb.Receipts
+	for _, o := range batch {
+		if o.receipt == nil {
+			h.tell(front, o.result)
+			continue
+		}
+		if o.receipt.Epoch != h.rowsEpoch || h.lastRows == nil {
+			h.rowsEpoch, h.lastRows = o.receipt.Epoch, map[uint64][]lanes.Row{}
+		}
+		encodeRows(o, h.lastRows)
+		rs.Receipts = append(rs.Receipts, o.receipt)
+	}
+	if len(rs.Receipts) > 0 {
+		h.tell(front, &rs)
 	}
 }
 
-// sendLoop sends what is queued, many receipts to a message.
-func (h *Host) sendLoop() {
-	defer h.wg.Done()
-	const most = 1024
-	for {
-		var first outgoing
-		select {
-		case first = <-h.out:
-		case <-h.quit:
-			return
-		}
-		var rs wirepb.Receipts
-		var results []*wirepb.OpResult
-		add := func(o outgoing) {
-			if o.receipt != nil {
-				rs.Receipts = append(rs.Receipts, o.receipt)
-			} else {
-				results = append(results, o.result)
-			}
-		}
-		add(first)
-	drain:
-		for len(rs.Receipts)+len(results) < most {
-			select {
-			case o := <-h.out:
-				add(o)
-			default:
-				break drain
-			}
-		}
-		h.mu.Lock()
-		front := h.front
-		h.mu.Unlock()
-		if front == nil {
-			continue
-		}
-		if len(rs.Receipts) > 0 {
-			h.tell(front, &rs)
-		}
-		for _, r := range results {
-			h.tell(front, r)
-		}
+// encodeRows puts a receipt's rows on it, or, for a template whose
+// previous receipt had the same rows, says so instead.
+func encodeRows(o outgoing, last map[uint64][]lanes.Row) {
+	if o.template == 0 {
+		o.receipt.Rows = RowsToWire(o.rows)
+		return
+	}
+	o.receipt.Template = o.template
+	if prev, ok := last[o.template]; ok && slices.Equal(prev, o.rows) {
+		o.receipt.RowsAsBefore = true
+		return
+	}
+	o.receipt.Rows = RowsToWire(o.rows)
+	if len(last) < MaxTemplates {
+		last[o.template] = o.rows
 	}
 }
 

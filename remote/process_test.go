@@ -23,7 +23,7 @@ import (
 
 // startHostProcess runs lanehost as a process of the test's own (not
 // launched by a front) and returns it with its address.
-func startHostProcess(t *testing.T, args ...string) (*exec.Cmd, string) {
+func startHostProcess(t testing.TB, args ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(lanehostBin, args...)
 	var stderr strings.Builder

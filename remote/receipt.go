@@ -48,13 +48,20 @@ func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb
 	if r.Err != nil {
 		w.ErrorCode, w.Error = int32(cuda.Classify(r.Err).Code), r.Err.Error()
 	}
-	for _, row := range r.Attribution.Rows {
-		w.Rows = append(w.Rows, &wirepb.Row{Index: uint32(row.Index), Node: int64(row.Node), Op: row.Op, Replayed: row.Replayed,
+	w.Rows = RowsToWire(r.Attribution.Rows)
+	return w
+}
+
+// RowsToWire encodes a receipt's attribution rows.
+func RowsToWire(rows []lanes.Row) []*wirepb.Row {
+	out := make([]*wirepb.Row, 0, len(rows))
+	for _, row := range rows {
+		out = append(out, &wirepb.Row{Index: uint32(row.Index), Node: int64(row.Node), Op: row.Op, Replayed: row.Replayed,
 			Reason: uint32(row.Reason), GraphNodes: uint32(row.GraphNodes), Phase: uint32(row.Phase), Dispatches: uint32(row.Dispatches),
 			Transfers: uint32(row.Transfers), Work: &wirepb.Work{Form: uint32(row.Work.Form), ParticipantStart: row.Work.ParticipantStart,
 				ParticipantCount: row.Work.ParticipantCount, Tokens: row.Work.Tokens}})
 	}
-	return w
+	return out
 }
 
 // ReceiptFromWire decodes a receipt: its epoch and call (the front checks

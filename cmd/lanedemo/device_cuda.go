@@ -7,6 +7,7 @@ package main
 import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/driver"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/demo"
 )
 
@@ -16,7 +17,11 @@ func init() {
 	demo.RegisterBackend("cuda", func(cfg demo.Config) ([]cuda.Device, error) {
 		var devs []cuda.Device
 		for i := range cfg.Devices {
-			d, err := driver.Open(driver.Config{Ordinal: i})
+			var ks kernels.Registry
+			if cfg.Hosts.FaultAt > 0 {
+				ks = kernels.Builtin().With(kernels.FaultInjection()) // the out-of-bounds kernel --fault-host-at runs
+			}
+			d, err := driver.Open(driver.Config{Ordinal: cfg.Ordinal(i), Kernels: ks})
 			if err != nil {
 				for _, o := range devs {
 					_ = o.Close()

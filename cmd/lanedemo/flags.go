@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -45,6 +46,9 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return f, fmt.Errorf("%v (see --help)", err)
+	}
+	if err := checkHostMode(fs, cfg); err != nil {
+		return f, err
 	}
 	seen := map[string]string{}
 	for _, out := range []struct{ flag, path string }{{"json", f.jsonPath}, {"trace-file", cfg.Telemetry.TraceFile},
@@ -122,6 +126,7 @@ func parseArgs(args []string, stdout io.Writer) (flags, *flag.FlagSet, error) {
 	fs.DurationVar(&cfg.WarmupTimeout, "warmup-timeout", 0, "the longest the warm-up may take; a warm-up that does not finish in time ends the run early, with its report (0: a minute)")
 	noRebuild := fs.Bool("no-rebuild", false, "take a failed lane out for good at once instead of rebuilding it")
 	fs.DurationVar(&cfg.Soak, "soak", 0, "soak: run this long, sampling goroutines, heap and device memory, and fail unless they stay flat and every submission ends once")
+	hostFlags(fs, cfg)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
@@ -200,3 +205,59 @@ exit status:
   4  the run ended early: every lane out for good, or the warm-up failed
      (the report says why)
   130, 143  stopped by SIGINT or SIGTERM (after the report)`
+
+// hostFlags are the --host-per-gpu mode's flags.
+func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
+	fs.BoolVar(&cfg.Hosts.PerGPU, "host-per-gpu", false, "run a lane host process per device (cmd/lanehost) behind a front, so a GPU's sticky fault costs only its own process; each tenant's step is --kernels replayed launches on its own buffer, --concurrency in flight, and the report is per host")
+	fs.BoolVar(&cfg.Hosts.InProcess, "in-process", false, "with --host-per-gpu: run the very same loop on one in-process scheduler over every device instead (the same work, for the ratio)")
+	fs.StringVar(&cfg.Hosts.Lanehost, "lanehost", "", "with --host-per-gpu: the lanehost binary (default: next to this executable, then $PATH)")
+	fs.Func("lanehost-args", "with --host-per-gpu: more flags for every lanehost, space-separated (e.g. \"--heartbeat 50ms --cpuprofile /tmp/host-%p.prof\")", func(v string) error {
+		cfg.Hosts.Args = strings.Fields(v)
+		return nil
+	})
+	fs.Func("ordinals", "with --device cuda: the GPU ordinals of the devices, comma-separated, one per --devices (default 0,1,...); a repeated ordinal puts two devices on one GPU", func(v string) error {
+		cfg.Ordinals = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 || n > 1024 {
+				return fmt.Errorf("%q is not a GPU ordinal (0 to 1024)", f)
+			}
+			cfg.Ordinals = append(cfg.Ordinals, n)
+		}
+		return nil
+	})
+	fs.DurationVar(&cfg.Hosts.FaultAt, "fault-host-at", 0, "with --host-per-gpu: submit an out-of-bounds kernel as the first tenant this far into the measured phase: its device is poisoned (0: none)")
+}
+
+// hostModeFlags are the flags --host-per-gpu reads.
+var hostModeFlags = map[string]bool{"device": true, "ordinals": true, "devices": true, "lanes": true, "tenants": true, "kernels": true, "duration": true,
+	"concurrency": true, "warmup": true, "spin": true, "clock": true, "seed": true, "json": true, "quiet": true,
+	"host-per-gpu": true, "in-process": true, "lanehost": true, "fault-host-at": true, "lanehost-args": true, "cpuprofile": true}
+
+// checkHostMode refuses a flag --host-per-gpu does not read, and its own
+// flags without it.
+func checkHostMode(fs *flag.FlagSet, cfg *demo.Config) error {
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		switch {
+		case err != nil:
+		case cfg.Hosts.PerGPU && !hostModeFlags[fl.Name]:
+			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --lanehost --fault-host-at, --lanehost-args and --cpuprofile (see --help)", fl.Name)
+		case !cfg.Hosts.PerGPU && (fl.Name == "in-process" || fl.Name == "lanehost" || fl.Name == "fault-host-at" || fl.Name == "lanehost-args"):
+			err = fmt.Errorf("lanedemo: --%s needs --host-per-gpu (see --help)", fl.Name)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	h := cfg.Hosts
+	switch {
+	case cfg.Ordinals != nil && len(cfg.Ordinals) != cfg.Devices:
+		return fmt.Errorf("lanedemo: --ordinals names %d GPUs for --devices %d; give one per device (see --help)", len(cfg.Ordinals), cfg.Devices)
+	case h.FaultAt < 0 || h.PerGPU && h.FaultAt >= cfg.Duration:
+		return fmt.Errorf("lanedemo: --fault-host-at %v: give a time within --duration %v (see --help)", h.FaultAt, cfg.Duration)
+	case h.PerGPU && cfg.Devices > 16:
+		return fmt.Errorf("lanedemo: --devices %d with --host-per-gpu: at most 16 host processes (see --help)", cfg.Devices)
+	}
+	return nil
+}

@@ -55,6 +55,9 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			}
 		}
 	}()
+	if cfg.Hosts.PerGPU {
+		return runHosts(ctx, cfg, jsonPath, stdout, stderr, signalled)
+	}
 	opt := demo.Options{Errors: stderr}
 	if !quiet {
 		opt.Progress, opt.Terminal = stderr, isTerminal(stderr)
@@ -169,4 +172,43 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// runHosts runs the --host-per-gpu mode and prints its report.
+func runHosts(ctx context.Context, cfg demo.Config, jsonPath string, stdout, stderr io.Writer, signalled func() int) int {
+	rep, err := demo.RunHosts(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		if errors.Is(err, demo.ErrConfig) {
+			return 2
+		}
+		if sig := signalled(); sig != 0 {
+			return 128 + sig
+		}
+		return 1
+	}
+	table := stdout
+	if jsonPath == "-" {
+		table = stderr
+	}
+	rep.WriteTable(table)
+	if jsonPath != "" {
+		out, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			if jsonPath == "-" {
+				_, err = stdout.Write(append(out, '\n'))
+			} else {
+				err = os.WriteFile(jsonPath, append(out, '\n'), 0o644)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "lanedemo: --json %s: %v\n", jsonPath, err)
+			return 1
+		}
+	}
+	if !rep.ExactlyOnce {
+		fmt.Fprintln(stderr, "lanedemo: a submission did not end exactly once")
+		return 1
+	}
+	return 0
 }

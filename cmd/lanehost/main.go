@@ -20,6 +20,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,9 +39,11 @@ type options struct {
 	ordinal, lanes              int
 	heartbeat, spin             time.Duration
 	tlsCert, tlsKey, tlsCA      string
+	cpuProfile                  string
 	exitWithStdin, faultKernels bool
 	keepPoisoned                bool
 	protocol                    uint
+	maxTemplates                int
 }
 
 // openers open a device by --device name; the cuda build tag adds "cuda".
@@ -78,7 +82,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lanehost: open the %s device %d: %v\n", o.device, o.ordinal, err)
 		return 2
 	}
-	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol),
+	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
 		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin},
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
 	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
@@ -87,6 +91,21 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "lanehost: %v\n", err)
 			return 2
 		}
+	}
+	if o.cpuProfile != "" {
+		pf, err := os.Create(strings.ReplaceAll(o.cpuProfile, "%p", strconv.Itoa(os.Getpid())))
+		if err == nil {
+			err = pprof.StartCPUProfile(pf)
+		}
+		if err != nil {
+			_ = dev.Close()
+			fmt.Fprintf(stderr, "lanehost: --cpuprofile %s: %v\n", o.cpuProfile, err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = pf.Close()
+		}()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -162,6 +181,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.exitWithStdin, "exit-with-stdin", false, "stop when standard input closes (a front that launched the host adds it)")
 	fs.BoolVar(&o.faultKernels, "fault-kernels", false, "also serve kernels that skip their bounds checks (poke_i32), to provoke a real device fault; never where tenants you do not control reach the host")
 	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
+	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: remote.MaxTemplates)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first. Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")

@@ -64,6 +64,21 @@ type Config struct {
 	// module of one's own and the step to build from its kernels
 	// (manifest.go); Kernels is then the step's launches.
 	KernelsFrom string
+	// Hosts is the --host-per-gpu mode (hosts.go): a lane host process per
+	// device behind a front, or the same loop in process.
+	Hosts HostsConfig
+	// Ordinals are the GPU ordinals of the devices, one per device (with
+	// --device cuda); nil: 0 .. Devices-1. Two devices on one ordinal share
+	// its GPU (and, in one process, its context).
+	Ordinals []int
+}
+
+// Ordinal is the GPU ordinal of device i.
+func (c Config) Ordinal(i int) int {
+	if i < len(c.Ordinals) {
+		return c.Ordinals[i]
+	}
+	return i
 }
 
 // FaultRates are per-operation probabilities of each injected fault.

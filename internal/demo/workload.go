@@ -90,7 +90,11 @@ func openDevices(cfg Config) ([]cuda.Device, error) {
 	}
 	var devs []cuda.Device
 	for i := range cfg.Devices {
-		d, err := sim.New(sim.Config{Clock: clock, NoData: cfg.Clock == "none", Ordinal: i, Seed: cfg.Seed + int64(i), Faults: faults})
+		var ks kernels.Registry
+		if cfg.Hosts.FaultAt > 0 {
+			ks = kernels.Builtin().With(kernels.FaultInjection()) // the out-of-bounds kernel --fault-host-at runs
+		}
+		d, err := sim.New(sim.Config{Clock: clock, NoData: cfg.Clock == "none", Ordinal: i, Seed: cfg.Seed + int64(i), Faults: faults, Kernels: ks})
 		if err != nil {
 			return nil, err
 		}

@@ -1131,11 +1131,17 @@ func (x *Batch) GetRetain() []*Buffer {
 // Submit is a batch for one lane of the host, under the host's epoch; call
 // is the front's id of the submission, echoed by its receipt.
 type Submit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
-	Lane          uint32                 `protobuf:"varint,3,opt,name=lane,proto3" json:"lane,omitempty"`
-	Batch         *Batch                 `protobuf:"bytes,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call  uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Lane  uint32                 `protobuf:"varint,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	Batch *Batch                 `protobuf:"bytes,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	// A batch the front encoded once and submits many times: the host keeps
+	// it under this id for the epoch, and a Submit that names it may leave
+	// batch out (0: no template; batch is the whole submission).
+	Template uint64 `protobuf:"varint,5,opt,name=template,proto3" json:"template,omitempty"`
+	// The submitting tenant, for a templated batch (a template binds none).
+	Tenant        string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1196,6 +1202,20 @@ func (x *Submit) GetBatch() *Batch {
 		return x.Batch
 	}
 	return nil
+}
+
+func (x *Submit) GetTemplate() uint64 {
+	if x != nil {
+		return x.Template
+	}
+	return 0
+}
+
+func (x *Submit) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 // Submits carries many submissions in one remote message.
@@ -1369,16 +1389,24 @@ type Receipt struct {
 	Fence   uint64                 `protobuf:"varint,3,opt,name=fence,proto3" json:"fence,omitempty"`
 	Outcome uint32                 `protobuf:"varint,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// The error's code (cuda.Code) and message when it did not succeed.
-	ErrorCode     int32  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	DeviceTimeNs  int64  `protobuf:"varint,7,opt,name=device_time_ns,json=deviceTimeNs,proto3" json:"device_time_ns,omitempty"`
-	Rows          []*Row `protobuf:"bytes,8,rep,name=rows,proto3" json:"rows,omitempty"`
-	Launches      uint32 `protobuf:"varint,9,opt,name=launches,proto3" json:"launches,omitempty"`
-	Readback      []byte `protobuf:"bytes,10,opt,name=readback,proto3" json:"readback,omitempty"`
-	Lane          int32  `protobuf:"varint,11,opt,name=lane,proto3" json:"lane,omitempty"`
-	Tenant        string `protobuf:"bytes,12,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ErrorCode    int32  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error        string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	DeviceTimeNs int64  `protobuf:"varint,7,opt,name=device_time_ns,json=deviceTimeNs,proto3" json:"device_time_ns,omitempty"`
+	Rows         []*Row `protobuf:"bytes,8,rep,name=rows,proto3" json:"rows,omitempty"`
+	Launches     uint32 `protobuf:"varint,9,opt,name=launches,proto3" json:"launches,omitempty"`
+	Readback     []byte `protobuf:"bytes,10,opt,name=readback,proto3" json:"readback,omitempty"`
+	Lane         int32  `protobuf:"varint,11,opt,name=lane,proto3" json:"lane,omitempty"`
+	Tenant       string `protobuf:"bytes,12,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The template of the submission; with rows_as_before, the rows are the
+	// same as the previous receipt of that template sent to this front
+	// under this epoch, and left out.
+	Template     uint64 `protobuf:"varint,13,opt,name=template,proto3" json:"template,omitempty"`
+	RowsAsBefore bool   `protobuf:"varint,14,opt,name=rows_as_before,json=rowsAsBefore,proto3" json:"rows_as_before,omitempty"`
+	// The host does not hold the submission's template (it left the batch
+	// out): the front sends it again, whole, under the same call.
+	TemplateUnknown bool `protobuf:"varint,15,opt,name=template_unknown,json=templateUnknown,proto3" json:"template_unknown,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Receipt) Reset() {
@@ -1493,6 +1521,27 @@ func (x *Receipt) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *Receipt) GetTemplate() uint64 {
+	if x != nil {
+		return x.Template
+	}
+	return 0
+}
+
+func (x *Receipt) GetRowsAsBefore() bool {
+	if x != nil {
+		return x.RowsAsBefore
+	}
+	return false
+}
+
+func (x *Receipt) GetTemplateUnknown() bool {
+	if x != nil {
+		return x.TemplateUnknown
+	}
+	return false
 }
 
 // Receipts carries many receipts in one remote message.
@@ -2073,12 +2122,14 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\rR\x04path\x12\x16\n" +
 	"\x06timing\x18\x04 \x01(\rR\x06timing\x12)\n" +
 	"\x10eager_boundaries\x18\x05 \x03(\x03R\x0feagerBoundaries\x12/\n" +
-	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\"t\n" +
+	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\"\xa8\x01\n" +
 	"\x06Submit\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x12\n" +
 	"\x04lane\x18\x03 \x01(\rR\x04lane\x12,\n" +
-	"\x05batch\x18\x04 \x01(\v2\x16.lanes.remote.v1.BatchR\x05batch\"<\n" +
+	"\x05batch\x18\x04 \x01(\v2\x16.lanes.remote.v1.BatchR\x05batch\x12\x1a\n" +
+	"\btemplate\x18\x05 \x01(\x04R\btemplate\x12\x16\n" +
+	"\x06tenant\x18\x06 \x01(\tR\x06tenant\"<\n" +
 	"\aSubmits\x121\n" +
 	"\asubmits\x18\x01 \x03(\v2\x17.lanes.remote.v1.SubmitR\asubmits\"\x93\x02\n" +
 	"\x03Row\x12\x14\n" +
@@ -2095,7 +2146,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"dispatches\x12\x1c\n" +
 	"\ttransfers\x18\t \x01(\rR\ttransfers\x12)\n" +
 	"\x04work\x18\n" +
-	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xcc\x02\n" +
+	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xb9\x03\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x14\n" +
@@ -2110,7 +2161,10 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\breadback\x18\n" +
 	" \x01(\fR\breadback\x12\x12\n" +
 	"\x04lane\x18\v \x01(\x05R\x04lane\x12\x16\n" +
-	"\x06tenant\x18\f \x01(\tR\x06tenant\"@\n" +
+	"\x06tenant\x18\f \x01(\tR\x06tenant\x12\x1a\n" +
+	"\btemplate\x18\r \x01(\x04R\btemplate\x12$\n" +
+	"\x0erows_as_before\x18\x0e \x01(\bR\frowsAsBefore\x12)\n" +
+	"\x10template_unknown\x18\x0f \x01(\bR\x0ftemplateUnknown\"@\n" +
 	"\bReceipts\x124\n" +
 	"\breceipts\x18\x01 \x03(\v2\x18.lanes.remote.v1.ReceiptR\breceipts\"R\n" +
 	"\x04Join\x12\x1a\n" +

@@ -1,0 +1,253 @@
+// The --host-per-gpu loop and its report: closed-loop clients per tenant,
+// every step's end counted once, rates per host before and after a fault.
+
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote"
+)
+
+// HostsReport is what a --host-per-gpu run did, per host (or per device
+// in process).
+type HostsReport struct {
+	Mode        string     `json:"mode"` // "lane host per device" or "one process"
+	Device      string     `json:"device"`
+	MeasuredS   float64    `json:"measured_s"`
+	FaultAtS    float64    `json:"fault_at_s,omitempty"`
+	Hosts       []HostsRow `json:"hosts"`
+	Total       HostsRow   `json:"total"`
+	Submitted   uint64     `json:"submitted"`
+	Ended       uint64     `json:"ended"`
+	ExactlyOnce bool       `json:"exactly_once"`
+}
+
+// HostsRow is one host's (or device's) share of the run.
+type HostsRow struct {
+	Name           string  `json:"name"`
+	Tenants        int     `json:"tenants"`
+	Steps          uint64  `json:"steps"`
+	StepsPerS      float64 `json:"steps_per_s"`
+	BeforeFaultPS  float64 `json:"steps_per_s_before_fault,omitempty"`
+	AfterFaultPS   float64 `json:"steps_per_s_after_fault,omitempty"`
+	P50us          float64 `json:"p50_us"`
+	P99us          float64 `json:"p99_us"`
+	Errors         uint64  `json:"errors"`
+	Indeterminate  uint64  `json:"indeterminate"`
+	StartOvers     uint64  `json:"start_overs"`
+	Losses         int     `json:"losses"`
+	Restarts       int     `json:"restarts"`
+	ServingAgainMS float64 `json:"serving_again_ms,omitempty"` // after the fault's submission
+}
+
+// hostSample is one ended step.
+type hostSample struct {
+	host string
+	at   time.Time
+	lat  time.Duration
+	err  error
+}
+
+// RunHosts runs the --host-per-gpu mode: set up, warm up, then cfg.Duration
+// of closed-loop steps (cfg.Concurrency per tenant, cfg.Kernels replayed
+// launches each), with the fault midway when asked.
+func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
+	api, err := startHostsAPI(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer api.stop()
+	tenants := make([]*hostsTenant, cfg.Tenants)
+	for i := range tenants {
+		tenants[i] = &hostsTenant{name: fmt.Sprintf("tenant-%02d", i), index: i}
+		if err := tenants[i].setUp(ctx, api, cfg.Kernels); err != nil {
+			return nil, fmt.Errorf("lanedemo: set up %s: %w", tenants[i].name, err)
+		}
+		for range cfg.Warmup {
+			if err := api.submitStep(ctx, tenants[i], tenants[i].step, tenants[i].enc); err != nil {
+				return nil, fmt.Errorf("lanedemo: warm up %s: %w", tenants[i].name, err)
+			}
+		}
+	}
+	var (
+		mu                  sync.Mutex
+		samples             []hostSample
+		submitted, ended    atomic.Uint64
+		startOvers          sync.Map // host -> *atomic.Uint64
+		faultSent           time.Time
+		faultHost           string
+		start               = time.Now()
+		runCtx, stopClients = context.WithTimeout(ctx, cfg.Duration)
+	)
+	defer stopClients()
+	var wg sync.WaitGroup
+	for _, t := range tenants {
+		for range cfg.Concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for runCtx.Err() == nil {
+					step, enc, gen := t.current()
+					host := api.hostOf(t.name, t.index)
+					begin := time.Now()
+					submitted.Add(1)
+					err := api.submitStep(context.WithoutCancel(runCtx), t, step, enc)
+					ended.Add(1)
+					mu.Lock()
+					samples = append(samples, hostSample{host: host, at: time.Now(), lat: time.Since(begin), err: err})
+					mu.Unlock()
+					if errors.Is(err, remote.ErrDeviceStateLost) || errors.Is(err, remote.ErrHostLost) {
+						v, _ := startOvers.LoadOrStore(host, new(atomic.Uint64))
+						v.(*atomic.Uint64).Add(1)
+						if err := t.startOver(runCtx, api, cfg.Kernels, gen); err != nil && runCtx.Err() == nil {
+							return
+						}
+					} else if err != nil && cfg.Hosts.InProcess {
+						time.Sleep(time.Millisecond) // a poisoned process answers at once: do not spin
+					}
+				}
+			}()
+		}
+	}
+	if cfg.Hosts.FaultAt > 0 && cfg.Hosts.FaultAt < cfg.Duration {
+		select {
+		case <-time.After(cfg.Hosts.FaultAt):
+			faultHost, faultSent = injectFault(runCtx, api, tenants[0])
+		case <-runCtx.Done():
+		}
+	}
+	wg.Wait()
+	measured := time.Since(start)
+	rep := &HostsReport{Mode: "lane host per device", Device: cfg.Device, MeasuredS: measured.Seconds(), Submitted: submitted.Load(), Ended: ended.Load()}
+	if cfg.Hosts.InProcess {
+		rep.Mode = "one process"
+	}
+	rep.ExactlyOnce = rep.Submitted == rep.Ended
+	if !faultSent.IsZero() {
+		rep.FaultAtS = faultSent.Sub(start).Seconds()
+	}
+	rep.rows(cfg, api, tenants, samples, start, faultSent, faultHost, &startOvers)
+	return rep, nil
+}
+
+// injectFault submits an out-of-bounds kernel as the tenant: its device
+// is poisoned. It returns the tenant's host and when.
+func injectFault(ctx context.Context, api hostsAPI, t *hostsTenant) (string, time.Time) {
+	host := api.hostOf(t.name, t.index)
+	t.mu.Lock()
+	buf := t.buf
+	t.mu.Unlock()
+	cmd, err := cuda.Launch(kernels.Builtin().With(kernels.FaultInjection()).MustSpec(kernels.Poke), cuda.Linear(1, 1),
+		cuda.BufferArg(buf.Whole()), cuda.U32Arg(1<<30), cuda.I32Arg(7))
+	if err != nil {
+		return host, time.Time{}
+	}
+	at := time.Now()
+	_ = api.submit(ctx, t.name, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseCompute, cmd)}})
+	return host, at
+}
+
+// rows fills the per-host rows.
+func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, samples []hostSample, start, fault time.Time, faultHost string, startOvers *sync.Map) {
+	status := api.status()
+	by := map[string]*HostsRow{}
+	lat := map[string][]time.Duration{}
+	before, after := map[string]uint64{}, map[string]uint64{}
+	row := func(h string) *HostsRow {
+		if by[h] == nil {
+			by[h] = &HostsRow{Name: h}
+		}
+		return by[h]
+	}
+	for _, t := range tenants {
+		row(api.hostOf(t.name, t.index)).Tenants++
+	}
+	for _, s := range samples {
+		r := row(s.host)
+		switch {
+		case s.err == nil:
+			r.Steps++
+			lat[s.host] = append(lat[s.host], s.lat)
+			if !fault.IsZero() && s.at.Before(fault) {
+				before[s.host]++
+			} else if !fault.IsZero() {
+				after[s.host]++
+			}
+		case errors.Is(s.err, actors.ErrIndeterminate):
+			r.Indeterminate++
+		default:
+			r.Errors++
+		}
+	}
+	end := start.Add(time.Duration(rep.MeasuredS * float64(time.Second)))
+	for h, r := range by {
+		r.StepsPerS = float64(r.Steps) / rep.MeasuredS
+		r.P50us, r.P99us = quantileUS(lat[h], .5), quantileUS(lat[h], .99)
+		if !fault.IsZero() {
+			r.BeforeFaultPS = float64(before[h]) / fault.Sub(start).Seconds()
+			r.AfterFaultPS = float64(after[h]) / end.Sub(fault).Seconds()
+		}
+		if v, ok := startOvers.Load(h); ok {
+			r.StartOvers = v.(*atomic.Uint64).Load()
+		}
+		if st, ok := status[h]; ok {
+			r.Losses, r.Restarts = st.Losses, st.Restarts
+			if h == faultHost && !fault.IsZero() && st.State == remote.HostServing && st.Since.After(fault) {
+				r.ServingAgainMS = float64(st.Since.Sub(fault).Microseconds()) / 1000
+			}
+		}
+		rep.Hosts = append(rep.Hosts, *r)
+		rep.Total.Tenants += r.Tenants
+		rep.Total.Steps += r.Steps
+		rep.Total.Errors += r.Errors
+		rep.Total.Indeterminate += r.Indeterminate
+		rep.Total.StartOvers += r.StartOvers
+	}
+	sort.Slice(rep.Hosts, func(i, j int) bool { return rep.Hosts[i].Name < rep.Hosts[j].Name })
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	rep.Total.Name = "total"
+	rep.Total.StepsPerS = float64(rep.Total.Steps) / rep.MeasuredS
+	rep.Total.P50us, rep.Total.P99us = quantileUS(all, .5), quantileUS(all, .99)
+}
+
+func quantileUS(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[min(len(s)-1, int(q*float64(len(s))))].Nanoseconds()) / 1000
+}
+
+// WriteTable prints the report.
+func (rep *HostsReport) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "lanedemo --host-per-gpu: %s, %s device, %.1fs measured", rep.Mode, rep.Device, rep.MeasuredS)
+	if rep.FaultAtS > 0 {
+		fmt.Fprintf(w, ", an out-of-bounds kernel at %.2fs", rep.FaultAtS)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-8s %7s %9s %9s %9s %9s %9s %9s %7s %7s %7s %6s %8s %10s\n", "host", "tenants", "steps", "steps/s", "before", "after",
+		"p50 µs", "p99 µs", "errors", "indet", "restart", "losses", "re-setup", "back (ms)")
+	for _, r := range append(rep.Hosts, rep.Total) {
+		fmt.Fprintf(w, "%-8s %7d %9d %9.0f %9.0f %9.0f %9.1f %9.1f %7d %7d %7d %6d %8d %10.0f\n", r.Name, r.Tenants, r.Steps, r.StepsPerS,
+			r.BeforeFaultPS, r.AfterFaultPS, r.P50us, r.P99us, r.Errors, r.Indeterminate, r.Restarts, r.Losses, r.StartOvers, r.ServingAgainMS)
+	}
+	fmt.Fprintf(w, "submitted %d, ended %d: exactly once %v\n", rep.Submitted, rep.Ended, rep.ExactlyOnce)
+}

@@ -1,0 +1,45 @@
+package demo
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestRunHostsInProcessAndRemote: the --host-per-gpu loop runs on one
+// in-process scheduler and through lane host processes, every tenant
+// served, every step ended once; a fault on the first host midway costs
+// that host's tenants only, and the host serves again.
+func TestRunHostsInProcessAndRemote(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "lanehost")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lanesched/lanes/cmd/lanehost").CombinedOutput(); err != nil {
+		t.Fatalf("build lanehost: got err %v, want nil\n%s", err, out)
+	}
+	for _, inProcess := range []bool{true, false} {
+		cfg := Defaults()
+		cfg.Devices, cfg.Tenants, cfg.Kernels, cfg.Duration, cfg.Concurrency, cfg.Warmup = 2, 4, 4, 1500*time.Millisecond, 1, 1
+		cfg.Hosts = HostsConfig{PerGPU: true, InProcess: inProcess, Lanehost: bin, FaultAt: 500 * time.Millisecond}
+		rep, err := RunHosts(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("RunHosts (in process %v): got err %v, want nil", inProcess, err)
+		}
+		if !rep.ExactlyOnce || len(rep.Hosts) != 2 {
+			t.Fatalf("RunHosts (in process %v): got %d hosts, exactly once %v, want 2 and true", inProcess, len(rep.Hosts), rep.ExactlyOnce)
+		}
+		healthy := rep.Hosts[1]
+		if healthy.Steps == 0 || healthy.Errors+healthy.Indeterminate != 0 {
+			t.Errorf("in process %v: the second device: got %d steps, %d errors, %d indeterminate; want steps and no errors (the sim poisons one device)",
+				inProcess, healthy.Steps, healthy.Errors, healthy.Indeterminate)
+		}
+		if faulty := rep.Hosts[0]; faulty.Errors+faulty.Indeterminate == 0 {
+			t.Errorf("in process %v: the faulted device: got no error, want its tenants to see the fault", inProcess)
+		}
+		if !inProcess && (rep.Hosts[0].Restarts != 1 || rep.Hosts[0].ServingAgainMS == 0) {
+			t.Errorf("the faulted host: got %d restarts, serving again after %.0f ms; want 1 restart and a time", rep.Hosts[0].Restarts, rep.Hosts[0].ServingAgainMS)
+		}
+		t.Logf("%s: %.0f steps/s; faulted %s: %d errors, %d indeterminate, back after %.0f ms", rep.Mode, rep.Total.StepsPerS,
+			rep.Hosts[0].Name, rep.Hosts[0].Errors, rep.Hosts[0].Indeterminate, rep.Hosts[0].ServingAgainMS)
+	}
+}
