@@ -358,6 +358,10 @@ func (f *Front) place(tenant string) (*link, uint64, error) {
 	return best, bestEpoch, nil
 }
 
+// InFlight is the number of calls in flight on every host: each ends once,
+// by its host's answer or by the host's loss.
+func (f *Front) InFlight() int { return f.calls.Len() }
+
 // Placement names the host a tenant was placed on, if it was.
 func (f *Front) Placement(tenant string) (host string, ok bool) {
 	f.mu.Lock()

@@ -79,6 +79,7 @@ type Host struct {
 
 	templates map[uint64]lanes.Batch // the current epoch's, by the front's id: only the actor touches it
 
+	shards    []chan hostJob // submissions by tenant: each shard keeps its tenants' order
 	out       combiner[outgoing]
 	rowsEpoch uint64                 // the epoch lastRows belongs to (the sender's)
 	lastRows  map[uint64][]lanes.Row // by template: the rows the front holds (the sender's)
@@ -97,6 +98,16 @@ type outgoing struct {
 	template uint64
 	result   *wirepb.OpResult
 }
+
+// hostJob is a decoded submission on its way to the scheduler.
+type hostJob struct {
+	epoch, call, template uint64
+	b                     lanes.Batch
+}
+
+// hostShards is how many goroutines hand submissions to the scheduler:
+// admission costs microseconds, and one goroutine would cap a host's rate.
+const hostShards = 4
 
 // MaxTemplates bounds the templated batches a host keeps per epoch; past
 // it, a template is decoded for each submission that carries it.
@@ -153,8 +164,13 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		_ = sched.Stop(context.Background())
 		return nil, fmt.Errorf("%w: spawn the host actor: %v", ErrConfig, err)
 	}
-	h.wg.Add(1)
+	h.wg.Add(1 + hostShards)
 	go h.heartbeatLoop()
+	for range hostShards {
+		jobs := make(chan hostJob, 4096)
+		h.shards = append(h.shards, jobs)
+		go h.shardLoop(jobs)
+	}
 	return h, nil
 }
 
@@ -301,18 +317,45 @@ func (h *Host) submit(epoch uint64, s *wirepb.Submit) {
 	if !ok {
 		return
 	}
-	p, err := h.sched.SubmitAsync(context.Background(), b.Tenant, b)
-	if err != nil {
-		h.refuse(epoch, s.Call, b.Tenant, err)
-		return
+	select {
+	case h.shards[shardOf(b.Tenant)] <- hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b}:
+	case <-h.quit:
 	}
-	go func() {
-		<-p.Done()
-		r, _ := p.Result()
-		rows := r.Attribution.Rows
-		r.Attribution.Rows = nil
-		h.send(outgoing{receipt: ReceiptToWire(epoch, s.Call, r, nil), rows: rows, template: s.Template})
-	}()
+}
+
+// shardOf is the shard of a tenant (FNV-1a of its name).
+func shardOf(tenant string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(tenant); i++ {
+		h = (h ^ uint32(tenant[i])) * 16777619
+	}
+	return int(h % hostShards)
+}
+
+// shardLoop hands its tenants' submissions to the scheduler in order, and
+// answers each at its end.
+func (h *Host) shardLoop(jobs chan hostJob) {
+	defer h.wg.Done()
+	for {
+		var j hostJob
+		select {
+		case j = <-jobs:
+		case <-h.quit:
+			return
+		}
+		p, err := h.sched.SubmitAsync(context.Background(), j.b.Tenant, j.b)
+		if err != nil {
+			h.refuse(j.epoch, j.call, j.b.Tenant, err)
+			continue
+		}
+		go func() {
+			<-p.Done()
+			r, _ := p.Result()
+			rows := r.Attribution.Rows
+			r.Attribution.Rows = nil
+			h.send(outgoing{receipt: ReceiptToWire(j.epoch, j.call, r, nil), rows: rows, template: j.template})
+		}()
+	}
 }
 
 // batchOf is the submission's batch: inline, or its template (kept from

@@ -46,6 +46,7 @@ type hostsAPI interface {
 	hostOf(tenant string, index int) string
 	status() map[string]remote.HostStatus // by host; empty in process
 	awaitServing(ctx context.Context, host string, within time.Duration)
+	inFlight() int // submissions not yet ended
 	stop()
 }
 
@@ -80,7 +81,8 @@ func (r remoteAPI) status() map[string]remote.HostStatus {
 	}
 	return out
 }
-func (r remoteAPI) stop() { _ = r.f.Stop(context.Background()) }
+func (r remoteAPI) stop()         { _ = r.f.Stop(context.Background()) }
+func (r remoteAPI) inFlight() int { return r.f.InFlight() }
 func (r remoteAPI) awaitServing(ctx context.Context, host string, within time.Duration) {
 	deadline := time.Now().Add(within)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
@@ -124,6 +126,12 @@ func (l localAPI) hostOf(_ string, index int) string {
 }
 func (l localAPI) status() map[string]remote.HostStatus                { return nil }
 func (l localAPI) awaitServing(context.Context, string, time.Duration) {}
+func (l localAPI) inFlight() (n int) {
+	for _, st := range l.s.Lanes() {
+		n += st.InFlight
+	}
+	return n
+}
 func (l localAPI) stop() {
 	_ = l.s.Stop(context.Background())
 	for _, d := range l.devs {

@@ -25,15 +25,18 @@ import (
 // HostsReport is what a --host-per-gpu run did, per host (or per device
 // in process).
 type HostsReport struct {
-	Mode        string     `json:"mode"` // "lane host per device" or "one process"
-	Device      string     `json:"device"`
-	MeasuredS   float64    `json:"measured_s"`
-	FaultAtS    float64    `json:"fault_at_s,omitempty"`
-	Hosts       []HostsRow `json:"hosts"`
-	Total       HostsRow   `json:"total"`
-	Submitted   uint64     `json:"submitted"`
-	Ended       uint64     `json:"ended"`
-	ExactlyOnce bool       `json:"exactly_once"`
+	Mode      string     `json:"mode"` // "lane host per device" or "one process"
+	Device    string     `json:"device"`
+	MeasuredS float64    `json:"measured_s"`
+	FaultAtS  float64    `json:"fault_at_s,omitempty"`
+	Hosts     []HostsRow `json:"hosts"`
+	Total     HostsRow   `json:"total"`
+	Submitted uint64     `json:"submitted"`
+	Ended     uint64     `json:"ended"`
+	// InFlightAtEnd is what the front's in-flight table (or the lanes)
+	// still held once every client returned: 0 when every call ended once.
+	InFlightAtEnd int  `json:"in_flight_at_end"`
+	ExactlyOnce   bool `json:"exactly_once"`
 }
 
 // HostsRow is one host's (or device's) share of the run.
@@ -136,7 +139,8 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 	if cfg.Hosts.InProcess {
 		rep.Mode = "one process"
 	}
-	rep.ExactlyOnce = rep.Submitted == rep.Ended
+	rep.InFlightAtEnd = api.inFlight()
+	rep.ExactlyOnce = rep.Submitted == rep.Ended && rep.InFlightAtEnd == 0
 	if !faultSent.IsZero() {
 		rep.FaultAtS = faultSent.Sub(start).Seconds()
 	}
@@ -249,5 +253,5 @@ func (rep *HostsReport) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "%-8s %7d %9d %9.0f %9.0f %9.0f %9.1f %9.1f %7d %7d %7d %6d %8d %10.0f\n", r.Name, r.Tenants, r.Steps, r.StepsPerS,
 			r.BeforeFaultPS, r.AfterFaultPS, r.P50us, r.P99us, r.Errors, r.Indeterminate, r.Restarts, r.Losses, r.StartOvers, r.ServingAgainMS)
 	}
-	fmt.Fprintf(w, "submitted %d, ended %d: exactly once %v\n", rep.Submitted, rep.Ended, rep.ExactlyOnce)
+	fmt.Fprintf(w, "submitted %d, ended %d, still in flight %d: exactly once %v\n", rep.Submitted, rep.Ended, rep.InFlightAtEnd, rep.ExactlyOnce)
 }
