@@ -4,6 +4,8 @@
 package cuda
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"sync/atomic"
 	"time"
 )
@@ -222,10 +224,20 @@ type Exec interface {
 	Destroy() error
 }
 
-var instances atomic.Uint64
+// instances counts device instances from a random base, so that two
+// processes (lane hosts of one front, say, or a host and its restart)
+// hand out different ids and a handle of one is refused by the other.
+var instances = func() *atomic.Uint64 {
+	var base [8]byte
+	_, _ = rand.Read(base[:])
+	a := new(atomic.Uint64)
+	a.Store(binary.LittleEndian.Uint64(base[:]) >> 20 << 8) // 44 random bits, room for 256 devices each
+	return a
+}()
 
-// NextInstance returns a process-unique device instance id; backends call it
-// once per device they open.
+// NextInstance returns a device instance id unique in the process, and,
+// with overwhelming probability, among processes (it counts from a random
+// base); backends call it once per device they open.
 func NextInstance() uint64 { return instances.Add(1) }
 
 // UnwrapStream returns the stream a decorator wraps: a stream that embeds

@@ -99,6 +99,9 @@ type placement struct {
 // protocol version) fails the start with ErrRefused; one that does not
 // register within JoinTimeout fails it with ErrNoHost.
 func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: a nil context", ErrConfig)
+	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -162,6 +165,9 @@ func (c *FrontConfig) check() error {
 		if c.TLS == nil && !isLoopback(host) {
 			return fmt.Errorf("%w: host %s is not loopback: give a mutual TLS configuration (LoadTLS) to reach it", ErrConfig, a)
 		}
+		if names[a] {
+			return fmt.Errorf("%w: host %s listed twice: a host serves one front, once", ErrConfig, a)
+		}
 		names[a] = true
 	}
 	for _, l := range c.Launch {
@@ -189,6 +195,9 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 		if st := l.status(); st.State == HostRefused {
 			return fmt.Errorf("%w: host %s: %s", ErrRefused, l.name, st.Refusal)
 		}
+		if err := l.launchFailure(); err != nil {
+			return fmt.Errorf("%w: host %s would not start: %v", ErrConfig, l.name, err)
+		}
 	}
 	return nil
 }
@@ -210,7 +219,7 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 	if err != nil {
 		return nil, err
 	}
-	p, l, epoch, id, err := f.register(tenant)
+	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b))
 	if err != nil {
 		return nil, err
 	}
@@ -223,8 +232,9 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 // once per registration and by its id after that, and leaves out the rows
 // of a receipt equal to the previous one's.
 type Encoded struct {
-	id   uint64
-	wire *wirepb.Batch
+	id    uint64
+	wire  *wirepb.Batch
+	bytes int64 // its upload bytes
 }
 
 var encodedIDs atomic.Uint64
@@ -234,11 +244,14 @@ var encodedIDs atomic.Uint64
 // refused (ErrWire).
 func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
 	b.Tenant = ""
+	if len(b.Entries) == 0 {
+		return nil, wireErr("a batch with no entries: give it the step's commands")
+	}
 	w, err := BatchToWire(b)
 	if err != nil {
 		return nil, err
 	}
-	return &Encoded{id: encodedIDs.Add(1), wire: w}, nil
+	return &Encoded{id: encodedIDs.Add(1), wire: w, bytes: uploadBytes(b)}, nil
 }
 
 // SubmitEncoded is SubmitAsync of an encoded batch.
@@ -249,7 +262,7 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded) (*
 	if err := f.admit(ctx, tenant); err != nil {
 		return nil, err
 	}
-	p, l, epoch, id, err := f.register(tenant)
+	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +299,9 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	case tenant == "" || len(tenant) > 256:
 		return fmt.Errorf("%w: tenant name of %d bytes: give 1 to 256", ErrConfig, len(tenant))
 	}
+	if f == nil || f.quit == nil {
+		return ErrStopped // not a front StartFront returned
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
@@ -294,20 +310,41 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	return nil
 }
 
-// register places the tenant and records a call to its host: the call's
-// Pending, the host, its epoch and the call's id.
-func (f *Front) register(tenant string) (*Pending, *link, uint64, uint64, error) {
+// register places the tenant, waits for room for the call's bytes on the
+// way to its host, and records the call: its Pending, the host, its epoch
+// and the call's id.
+func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pending, *link, uint64, uint64, error) {
+	if bytes > maxBytesInFlight {
+		return nil, nil, 0, 0, wireErr("%d bytes of uploads in one call; at most %d: split it (definitely not submitted)", bytes, maxBytesInFlight)
+	}
 	l, epoch, err := f.place(tenant)
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
+	if err := l.bytes.Acquire(ctx, bytes); err != nil {
+		return nil, nil, 0, 0, fmt.Errorf("remote: waiting for room for %d bytes to host %s: %w (definitely not submitted)", bytes, l.name, err)
+	}
 	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
+	if bytes > 0 {
+		p.release = func() { l.bytes.Release(bytes) }
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != HostServing || l.epoch != epoch {
+		if p.release != nil {
+			p.release()
+		}
 		return nil, nil, 0, 0, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
 	}
 	return p, l, epoch, f.calls.Add(l.name, epoch, p), nil
+}
+
+// uploadBytes is the bytes a batch's uploads carry.
+func uploadBytes(b lanes.Batch) (n int64) {
+	for _, e := range b.Entries {
+		n += int64(len(e.Command.Host))
+	}
+	return n
 }
 
 // maxRemembered bounds the forgotten tenants whose host the front
@@ -399,7 +436,7 @@ func (f *Front) Forget(ctx context.Context, tenant string) error {
 	if st.State != HostServing || st.Epoch != pl.epoch {
 		return nil // its state went with the host
 	}
-	_, err := f.op(ctx, pl.link, pl.epoch, tenant, func(call uint64) any {
+	_, err := f.op(ctx, pl.link, pl.epoch, tenant, 0, func(call uint64) any {
 		return &wirepb.Forget{Epoch: pl.epoch, Call: call, Tenant: tenant}
 	})
 	return err
@@ -415,7 +452,7 @@ func (f *Front) Alloc(ctx context.Context, tenant string, spec cuda.BufferSpec) 
 	if err != nil {
 		return cuda.Buffer{}, err
 	}
-	res, err := f.op(ctx, l, epoch, tenant, func(call uint64) any {
+	res, err := f.op(ctx, l, epoch, tenant, 0, func(call uint64) any {
 		return &wirepb.Alloc{Epoch: epoch, Call: call, Tenant: tenant, Size: spec.Size, Align: spec.Align, Elem: uint32(spec.Elem)}
 	})
 	if err != nil {
@@ -433,7 +470,7 @@ func (f *Front) Free(ctx context.Context, tenant string, b cuda.Buffer) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.op(ctx, l, epoch, tenant, func(call uint64) any {
+	_, err = f.op(ctx, l, epoch, tenant, 0, func(call uint64) any {
 		return &wirepb.Free{Epoch: epoch, Call: call, Tenant: tenant, Buffer: bufferToWire(b)}
 	})
 	return err
@@ -445,11 +482,14 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 	if err := f.admit(ctx, tenant); err != nil {
 		return nil, err
 	}
+	if r.Length == 0 || r.Length > MaxReadBytes {
+		return nil, wireErr("a read of %d bytes: read 1 to %d at a time", r.Length, uint64(MaxReadBytes))
+	}
 	l, epoch, err := f.place(tenant)
 	if err != nil {
 		return nil, err
 	}
-	res, err := f.op(ctx, l, epoch, tenant, func(call uint64) any {
+	res, err := f.op(ctx, l, epoch, tenant, int64(r.Length), func(call uint64) any {
 		return &wirepb.Read{Epoch: epoch, Call: call, Tenant: tenant, Region: regionToWire(r)}
 	})
 	if err != nil {
@@ -460,11 +500,20 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 
 // op sends one device-state operation to the tenant's host and waits for
 // its result (or the host's loss, or ctx).
-func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, msg func(call uint64) any) (*wirepb.OpResult, error) {
+func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, msg func(call uint64) any) (*wirepb.OpResult, error) {
+	if err := l.bytes.Acquire(ctx, bytes); err != nil {
+		return nil, fmt.Errorf("remote: waiting for room for %d bytes from host %s: %w (definitely not submitted)", bytes, l.name, err)
+	}
 	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
+	if bytes > 0 {
+		p.release = func() { l.bytes.Release(bytes) }
+	}
 	l.mu.Lock()
 	if l.state != HostServing || l.epoch != epoch {
 		l.mu.Unlock()
+		if p.release != nil {
+			p.release()
+		}
 		return nil, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
 	}
 	id := f.calls.Add(l.name, epoch, p)
@@ -484,6 +533,9 @@ func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, ms
 // flight get until ctx ends to finish, then end indeterminate; launched
 // hosts are stopped.
 func (f *Front) Stop(ctx context.Context) error {
+	if f == nil || f.quit == nil {
+		return ErrStopped // not a front StartFront returned
+	}
 	f.mu.Lock()
 	if f.stopped {
 		f.mu.Unlock()
@@ -508,13 +560,14 @@ func (f *Front) Stop(ctx context.Context) error {
 
 // Pending is a call in flight on a lane host.
 type Pending struct {
-	enc    *Encoded // the template, if it was submitted encoded
-	done   chan struct{}
-	tenant string
-	host   string
-	r      lanes.Receipt
-	err    error
-	result *wirepb.OpResult
+	enc     *Encoded // the template, if it was submitted encoded
+	release func()   // gives back the call's bytes in flight
+	done    chan struct{}
+	tenant  string
+	host    string
+	r       lanes.Receipt
+	err     error
+	result  *wirepb.OpResult
 }
 
 // Done is closed when the call ended.
@@ -546,6 +599,9 @@ func (p *Pending) wait(ctx context.Context) error {
 
 // end ends the call; the in-flight table makes it once.
 func (p *Pending) end(r lanes.Receipt, err error, res *wirepb.OpResult) {
+	if p.release != nil {
+		p.release()
+	}
 	p.r, p.err, p.result = r, err, res
 	close(p.done)
 }

@@ -70,7 +70,7 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 		l.refused(w.Refusal)
 		return
 	}
-	if l.registered(m.Epoch) {
+	if l.registered(m.Epoch, m.Host) {
 		ctx.Watch(sender)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -53,10 +55,14 @@ type HostStatus struct {
 	LostHow  string    // how it was last lost
 	PID      int       // the launched host's process id; 0 for a host at a fixed address
 	Since    time.Time // when it entered State
+	HostName string    // the name the host gave itself (lanehost --name)
 }
 
 // Hosts reports every host of the front.
 func (f *Front) Hosts() []HostStatus {
+	if f == nil {
+		return nil
+	}
 	out := make([]HostStatus, len(f.links))
 	for i, l := range f.links {
 		out[i] = l.status()
@@ -84,6 +90,8 @@ type link struct {
 	lostHow  string
 	since    time.Time // when state last changed
 	attempt  uint64    // the join in progress
+	hostName string    // the name the host gave
+	startErr error     // why the first launch failed, if it did
 	proc     *os.Process
 	stdin    io.Closer
 	exited   chan struct{} // closed when the launched process exited
@@ -92,6 +100,7 @@ type link struct {
 	lastRows map[uint64][]lanes.Row // the rows of each template's last receipt (the front actor's)
 	rowsAt   uint64                 // the epoch lastRows belongs to
 
+	bytes       *semaphore.Weighted // upload and read bytes in flight (maxBytesInFlight)
 	stale       atomic.Uint64
 	out         combiner[*wirepb.Submit]
 	events      chan string   // "registered", "refused", "lost": to the supervisor
@@ -100,7 +109,8 @@ type link struct {
 }
 
 func newLink(f *Front, name string, launch *Launch) *link {
-	l := &link{f: f, name: name, launch: launch, events: make(chan string, 4), firstAnswer: make(chan struct{})}
+	l := &link{f: f, name: name, launch: launch, events: make(chan string, 4), firstAnswer: make(chan struct{}),
+		bytes: semaphore.NewWeighted(maxBytesInFlight)}
 	l.out = combiner[*wirepb.Submit]{most: 512, send: l.sendBatch}
 	if launch == nil {
 		l.addr, l.pid = name, actor.NewPID(name, HostActor)
@@ -112,7 +122,7 @@ func (l *link) status() HostStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := HostStatus{Name: l.name, Address: l.addr, State: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
-		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since}
+		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName}
 	if l.proc != nil {
 		st.PID = l.proc.Pid
 	}
@@ -127,7 +137,7 @@ func (l *link) event(e string) {
 }
 
 // registered takes a host's accepted Hello: serving under epoch.
-func (l *link) registered(epoch uint64) bool {
+func (l *link) registered(epoch uint64, hostName string) bool {
 	l.mu.Lock()
 	if l.state != HostJoining {
 		l.mu.Unlock()
@@ -135,6 +145,7 @@ func (l *link) registered(epoch uint64) bool {
 	}
 	l.state, l.epoch, l.heard, l.tenants, l.since = HostServing, epoch, time.Now(), 0, time.Now()
 	l.known = map[uint64]bool{}
+	l.hostName = hostName
 	l.mu.Unlock()
 	l.answerOnce.Do(func() { close(l.firstAnswer) })
 	l.event("registered")
@@ -279,6 +290,12 @@ func (l *link) supervise() {
 			}
 			if err := l.start(); err != nil {
 				l.f.cfg.Logf("host %s: start: %v", l.name, err)
+				if first {
+					l.mu.Lock()
+					l.startErr = err
+					l.mu.Unlock()
+					l.answerOnce.Do(func() { close(l.firstAnswer) }) // StartFront says why at once
+				}
 				backoff = min(2*backoff, 5*time.Second)
 				continue
 			}
@@ -360,6 +377,16 @@ func (l *link) serve() bool {
 	}
 }
 
+// launchFailure is why the host's first launch failed, if it did.
+func (l *link) launchFailure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == HostServing {
+		return nil
+	}
+	return l.startErr
+}
+
 // processExited reports whether the launched process of now has exited
 // (an "exited" event may be a previous process's, seen late).
 func (l *link) processExited() bool {
@@ -411,8 +438,9 @@ func (l *link) start() error {
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
 	if !ok {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return fmt.Errorf("its first line was %q, want %q and an address", strings.TrimSpace(line), prefix+"ADDRESS")
+		err := cmd.Wait()
+		return fmt.Errorf("%s %s: its first line was %q, want %q and an address (its exit: %v; its standard error says why)",
+			l.launch.Path, strings.Join(args, " "), strings.TrimSpace(line), prefix+"ADDRESS", err)
 	}
 	exited := make(chan struct{})
 	l.mu.Lock()
@@ -453,10 +481,12 @@ func (l *link) kill() {
 // launched host.
 func (l *link) stopLink() {
 	l.mu.Lock()
-	epoch, was := l.epoch, l.state
+	epoch, was, pid := l.epoch, l.state, l.pid
 	l.state, l.since = HostStopped, time.Now()
 	l.mu.Unlock()
 	if was == HostServing {
+		// Let the host go: it may serve another front now.
+		l.f.sys.actors.Root.Send(pid, &wirepb.Welcome{Refusal: "the front stopped", Protocol: Protocol, Epoch: epoch})
 		e := &HostLostError{Host: l.name, Epoch: epoch, Cause: "the front stopped"}
 		for _, p := range l.f.calls.Lose(l.name, epoch) {
 			p.lost(e)

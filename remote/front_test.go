@@ -1,6 +1,8 @@
 package remote_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +29,18 @@ var lanehostBin string
 func TestMain(m *testing.M) {
 	if os.Getenv("LANES_TLS_CHILD") == "1" {
 		os.Exit(tlsFrontChild())
+	}
+	switch os.Getenv("LANES_CHILD") {
+	case "front":
+		os.Exit(frontChild())
+	case "front-hold":
+		if _, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}}); err != nil {
+			fmt.Println("StartFront:", err)
+			os.Exit(1)
+		}
+		time.Sleep(300 * time.Millisecond) // the host has the Welcome: it serves this front
+		fmt.Println("joined")
+		select {} // until killed
 	}
 	dir, err := os.MkdirTemp("", "lanehost")
 	if err != nil {
@@ -172,6 +187,10 @@ func TestFrontRefusesBadCalls(t *testing.T) {
 
 // TestStartFrontRefusesBadConfig: refused before anything starts.
 func TestStartFrontRefusesBadConfig(t *testing.T) {
+	//lint:ignore SA1012 a nil context is what is being refused
+	if _, err := remote.StartFront(nil, remote.FrontConfig{Hosts: []string{"127.0.0.1:1"}}); !errors.Is(err, remote.ErrConfig) {
+		t.Errorf("StartFront(nil, ...): got err %v, want remote.ErrConfig", err)
+	}
 	for _, cfg := range []remote.FrontConfig{
 		{},
 		{Hosts: []string{"10.1.2.3:9000"}},
@@ -179,6 +198,7 @@ func TestStartFrontRefusesBadConfig(t *testing.T) {
 		{Hosts: []string{"127.0.0.1:1"}, Address: "0.0.0.0:0"},
 		{Hosts: []string{"127.0.0.1:1"}, LostAfter: time.Millisecond},
 		{Launch: []remote.Launch{{Name: "x"}}},
+		{Hosts: []string{"127.0.0.1:1", "127.0.0.1:1"}},
 	} {
 		f, err := remote.StartFront(context.Background(), cfg)
 		if err == nil {
@@ -239,4 +259,164 @@ func TestEncodedBatches(t *testing.T) {
 	if _, err := f.SubmitEncoded(context.Background(), "tenant", nil); !errors.Is(err, remote.ErrConfig) {
 		t.Fatalf("SubmitEncoded(nil): got err %v, want remote.ErrConfig", err)
 	}
+}
+
+// TestLargeUploadsAndReads: uploads and reads of several MiB (past gRPC's
+// default 4 MiB message) cross the wire, and many at once wait for room
+// instead of breaking the connection.
+func TestLargeUploadsAndReads(t *testing.T) {
+	_, addr := startHostProcess(t, "--sim-clock", "zero")
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(context.Background())
+	ctx := context.Background()
+	const size = 8 << 20
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tenant := fmt.Sprintf("big-%d", i)
+			b, err := f.Alloc(ctx, tenant, cuda.BufferSpec{Size: size, Elem: cuda.U8})
+			if err != nil {
+				t.Errorf("Alloc 8 MiB: got err %v, want nil", err)
+				return
+			}
+			data := make([]byte, size)
+			for j := range data {
+				data[j] = byte(i + j)
+			}
+			up, err := cuda.Upload(b.Whole(), data)
+			if err != nil {
+				t.Errorf("Upload: got err %v, want nil", err)
+				return
+			}
+			if _, err := f.Submit(ctx, tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseDynamicBinding, up)}}); err != nil {
+				t.Errorf("an 8 MiB upload: got err %v, want nil", err)
+				return
+			}
+			back, err := f.Read(ctx, tenant, b.Whole())
+			if err != nil || !bytes.Equal(back, data) {
+				t.Errorf("an 8 MiB read: got %d bytes (equal %v), err %v; want the bytes uploaded", len(back), bytes.Equal(back, data), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if h := f.Hosts()[0]; h.Losses != 0 {
+		t.Fatalf("host after large messages: got %d losses (%s), want none", h.Losses, h.LostHow)
+	}
+}
+
+// TestOneFrontPerHost: a host serving a front refuses another (in another
+// process), which StartFront reports as ErrRefused; the first front keeps
+// serving. Once the first front stops, the host lets it go and the other
+// may join.
+func TestOneFrontPerHost(t *testing.T) {
+	_, addr := startHostProcess(t)
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = f.Stop(context.Background()) })
+	c := setUp(t, f, "tenant")
+	out, _ := childFront(t, addr)
+	if !strings.Contains(out, "registration refused") || !strings.Contains(out, "serves the front") {
+		t.Fatalf("a second front on a served host: got %q, want ErrRefused saying the host serves another front", out)
+	}
+	if _, err := f.Submit(context.Background(), "tenant", c.step(t, 1)); err != nil {
+		t.Fatalf("the first front after the second was refused: got err %v, want nil", err)
+	}
+	if err := f.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: got err %v, want nil", err)
+	}
+	if out, _ := childFront(t, addr); !strings.Contains(out, "joined") {
+		t.Fatalf("another front once the first stopped: got %q, want it to join", out)
+	}
+}
+
+// childFront runs a front in a child test process (one endpoint per
+// process) against the host at addr, and returns what it printed.
+func childFront(t *testing.T, addr string) (string, error) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_CHILD=front", "LANES_HOST="+addr)
+	out, err := child.CombinedOutput()
+	return string(out), err
+}
+
+// frontChild is the child's front: it joins LANES_HOST and says how it went.
+func frontChild() int {
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}, JoinTimeout: 5 * time.Second})
+	if err != nil {
+		fmt.Println("StartFront:", err)
+		return 1
+	}
+	fmt.Println("joined")
+	_ = f.Stop(context.Background())
+	return 0
+}
+
+// TestBadLaunchFailsAtOnce: a host that will not start fails StartFront at
+// once with why, not after the join timeout.
+func TestBadLaunchFailsAtOnce(t *testing.T) {
+	for _, l := range []remote.Launch{{Name: "missing", Path: "/nonexistent/lanehost"}, {Name: "bad-flag", Path: lanehostBin, Args: []string{"--bogus"}}} {
+		start := time.Now()
+		f, err := remote.StartFront(context.Background(), remote.FrontConfig{Launch: []remote.Launch{l}, Logf: t.Logf})
+		if err == nil {
+			_ = f.Stop(context.Background())
+		}
+		if !errors.Is(err, remote.ErrConfig) || time.Since(start) > 5*time.Second {
+			t.Errorf("StartFront with %s: got err %v after %v, want remote.ErrConfig at once", l.Name, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
+// TestHandlesDifferAcrossHosts: two hosts' devices are different
+// instances, so a buffer of one is never a buffer of the other.
+func TestHandlesDifferAcrossHosts(t *testing.T) {
+	_, a := startHostProcess(t)
+	_, b := startHostProcess(t)
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{a, b}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(context.Background())
+	x, y := setUp(t, f, "x"), setUp(t, f, "y")
+	if hx, _ := f.Placement("x"); hx == func() string { h, _ := f.Placement("y"); return h }() {
+		t.Fatalf("placement: got both tenants on %s, want one per host", hx)
+	}
+	if x.buf.Device == y.buf.Device {
+		t.Fatalf("buffers of two hosts: got device instance %d for both, want different instances", x.buf.Device)
+	}
+}
+
+// TestHostLetsADeadFrontGo: when the connection to its front breaks (here
+// the front's process is killed), a host drops that registration, so
+// another front joins it at once instead of being refused as busy.
+func TestHostLetsADeadFrontGo(t *testing.T) {
+	_, addr := startHostProcess(t)
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_CHILD=front-hold", "LANES_HOST="+addr)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatalf("StdoutPipe: got err %v, want nil", err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatalf("start the child front: got err %v, want nil", err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if !strings.Contains(line, "joined") {
+		_ = child.Process.Kill()
+		_ = child.Wait()
+		t.Fatalf("the child front: got %q, want it joined", line)
+	}
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, JoinTimeout: 5 * time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("a front after the host's front was killed: got err %v, want it to join", err)
+	}
+	_ = f.Stop(context.Background())
 }

@@ -28,6 +28,8 @@ func CheckHello(h *wirepb.Hello) *wirepb.Welcome {
 	switch {
 	case h == nil:
 		return refuse("no hello")
+	case h.Refusal != "":
+		return refuse("the host refused: %s", h.Refusal)
 	case h.Protocol != Protocol:
 		return refuse("protocol %d: this front speaks protocol %d; run a lane host of the same build", h.Protocol, Protocol)
 	case h.Host == "" || len(h.Host) > 256:

@@ -140,6 +140,9 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanehost: "+format+"\n", args...) }
 	}
+	if len(cfg.Scheduler.Devices) == 0 {
+		return nil, fmt.Errorf("%w: a host with no devices: give Scheduler.Devices (one GPU, usually)", ErrConfig)
+	}
 	sched, err := actors.Start(ctx, cfg.Scheduler)
 	if err != nil {
 		return nil, err
@@ -213,10 +216,14 @@ func (h *Host) Stop(ctx context.Context) error {
 // Receive is the host actor: registration, submissions, device-state ops.
 func (h *Host) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Terminated:
+		h.frontGone(m.Who)
 	case *wirepb.Join:
 		h.join(m)
 	case *wirepb.Welcome:
-		h.welcome(m)
+		if h.welcome(m) {
+			ctx.Watch(h.frontPID())
+		}
 	case *wirepb.Submits:
 		h.submits(m)
 	case *wirepb.Alloc:
@@ -240,6 +247,15 @@ func (h *Host) join(m *wirepb.Join) {
 	}
 	front := actor.NewPID(m.Front, FrontActor)
 	h.mu.Lock()
+	if h.welcomed && h.front != nil && !h.front.Equal(front) {
+		// Epoch 0: the other front's refusal of this Hello must not reach
+		// the registration that serves.
+		busy := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt,
+			Refusal: fmt.Sprintf("it serves the front at %s; a host serves one front at a time", h.front.Address)}
+		h.mu.Unlock()
+		h.tell(front, busy)
+		return
+	}
 	if h.hello != nil && h.front.Equal(front) && h.attempt == m.Attempt {
 		hello := h.hello // the same attempt asked again: the same answer
 		h.mu.Unlock()
@@ -277,19 +293,44 @@ func (h *Host) tell(front *actor.PID, msg any) {
 }
 
 // welcome takes the front's answer to the Hello: accepted, heartbeats
-// begin; refused, the host says why and waits for another Join.
-func (h *Host) welcome(m *wirepb.Welcome) {
+// begin (true: watch the front); refused, the host says why and waits for
+// another Join.
+func (h *Host) welcome(m *wirepb.Welcome) bool {
 	if m.Epoch != h.Epoch() {
-		return // the answer to a Hello of an epoch since replaced
+		return false // the answer to a Hello of an epoch since replaced
 	}
 	if !m.Accepted {
-		h.cfg.Logf("the front refused this host: %s", m.Refusal)
-		return
+		h.mu.Lock()
+		h.welcomed = false // refused, or let go by a front that stops: another front may join
+		h.mu.Unlock()
+		h.cfg.Logf("the front let this host go: %s", m.Refusal)
+		return false
 	}
 	h.mu.Lock()
 	h.welcomed = true
 	h.mu.Unlock()
 	h.beat()
+	return true
+}
+
+func (h *Host) frontPID() *actor.PID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.front
+}
+
+// frontGone: the remote lost the connection to the front (it died, or a
+// message on the way broke it), so answers may have been lost. The host
+// drops its registration: no more heartbeats or service under this epoch,
+// so the front, if alive, loses it within its bound (every call in flight
+// ends indeterminate, once) and joins it again.
+func (h *Host) frontGone(who *actor.PID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.front != nil && who.Equal(h.front) && h.welcomed {
+		h.welcomed = false
+		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front rejoins)", who.Address, h.epoch)
+	}
 }
 
 // submits hands each submission of the current epoch to the scheduler; a

@@ -30,6 +30,16 @@ var ErrConfig = errors.New("remote: bad configuration")
 // loopback, a port the system picks.
 const DefaultAddress = "127.0.0.1:0"
 
+// maxMessage is the largest gRPC message fronts and hosts accept; the
+// remote packs many messages into one, and a front keeps at most
+// maxBytesInFlight of uploads and reads in flight to a host.
+const maxMessage = 768 << 20
+
+// maxBytesInFlight bounds the upload bytes (of batches sent whole) and
+// read bytes a front has in flight to one host; a call that would pass it
+// waits for room.
+const maxBytesInFlight = 256 << 20
+
 // The process's endpoint. protoactor-go's remote sets gRPC's process-wide
 // logger each time one starts, and its graceful shutdown races with its
 // own endpoint writers, so a process runs one endpoint, started by its
@@ -110,11 +120,18 @@ func startSystem(host string, port int, tlsCfg *tls.Config) (sys *system, err er
 		port = probe.Addr().(*net.TCPAddr).Port
 	}
 	_ = probe.Close()
-	opts := []premote.ConfigOption{premote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+	// gRPC refuses messages over 4 MiB by default, and a refused message
+	// breaks the connection; a front bounds the bytes it has in flight to a
+	// host (maxBytesInFlight), so no message comes near this.
+	sizes := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage))
+	server := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage)}
+	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
-		creds := credentials.NewTLS(tlsCfg)
-		opts = []premote.ConfigOption{premote.WithServerOptions(grpc.Creds(creds)), premote.WithDialOptions(grpc.WithTransportCredentials(creds))}
+		creds = credentials.NewTLS(tlsCfg)
+		server = append(server, grpc.Creds(creds))
 	}
+	opts := []premote.ConfigOption{premote.WithServerOptions(server...), premote.WithDialOptions(grpc.WithTransportCredentials(creds), sizes),
+		premote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage))}
 	// The remote logs a lost connection at error level each time a peer
 	// goes; fronts and hosts say what a loss means themselves (Logf).
 	logger := slog.New(slog.DiscardHandler)

@@ -256,8 +256,16 @@ func checkHostMode(fs *flag.FlagSet, cfg *demo.Config) error {
 		return fmt.Errorf("lanedemo: --ordinals names %d GPUs for --devices %d; give one per device (see --help)", len(cfg.Ordinals), cfg.Devices)
 	case h.FaultAt < 0 || h.PerGPU && h.FaultAt >= cfg.Duration:
 		return fmt.Errorf("lanedemo: --fault-host-at %v: give a time within --duration %v (see --help)", h.FaultAt, cfg.Duration)
+	case h.PerGPU && !h.InProcess && h.Lanehost != "" && !isExecutable(h.Lanehost):
+		return fmt.Errorf("lanedemo: --lanehost %s: not an executable file (build it: go build -o bin/lanehost ./cmd/lanehost) (see --help)", h.Lanehost)
 	case h.PerGPU && cfg.Devices > 16:
 		return fmt.Errorf("lanedemo: --devices %d with --host-per-gpu: at most 16 host processes (see --help)", cfg.Devices)
 	}
 	return nil
+}
+
+// isExecutable reports whether path is a regular file the process may run.
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && unix.Access(path, unix.X_OK) == nil
 }

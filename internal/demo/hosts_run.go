@@ -220,6 +220,10 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 		rep.Total.Errors += r.Errors
 		rep.Total.Indeterminate += r.Indeterminate
 		rep.Total.StartOvers += r.StartOvers
+		rep.Total.BeforeFaultPS += r.BeforeFaultPS
+		rep.Total.AfterFaultPS += r.AfterFaultPS
+		rep.Total.Restarts += r.Restarts
+		rep.Total.Losses += r.Losses
 	}
 	sort.Slice(rep.Hosts, func(i, j int) bool { return rep.Hosts[i].Name < rep.Hosts[j].Name })
 	var all []time.Duration

@@ -39,7 +39,9 @@ type Hello struct {
 	Devices  []*Device              `protobuf:"bytes,4,rep,name=devices,proto3" json:"devices,omitempty"`
 	// The Join this Hello answers: a front ignores the answer to a Join it
 	// gave up on.
-	Attempt       uint64 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt uint64 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Why the host will not serve this front (it serves another), if so.
+	Refusal       string `protobuf:"bytes,6,opt,name=refusal,proto3" json:"refusal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -107,6 +109,13 @@ func (x *Hello) GetAttempt() uint64 {
 		return x.Attempt
 	}
 	return 0
+}
+
+func (x *Hello) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
 }
 
 // Welcome is the front's answer to a Hello: accepted, or why not.
@@ -2038,13 +2047,14 @@ var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\x9a\x01\n" +
+	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xb4\x01\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x121\n" +
 	"\adevices\x18\x04 \x03(\v2\x17.lanes.remote.v1.DeviceR\adevices\x12\x18\n" +
-	"\aattempt\x18\x05 \x01(\x04R\aattempt\"q\n" +
+	"\aattempt\x18\x05 \x01(\x04R\aattempt\x12\x18\n" +
+	"\arefusal\x18\x06 \x01(\tR\arefusal\"q\n" +
 	"\aWelcome\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\arefusal\x18\x02 \x01(\tR\arefusal\x12\x1a\n" +
