@@ -34,6 +34,7 @@ func (h Health) String() string {
 // reads, shared with the actor through atomics and a small lock.
 type laneRef struct {
 	id       int
+	name     string // its actor's name, set before the actor starts
 	device   int
 	dev      cuda.Device
 	instance uint64 // the device instance; batches are routed to lanes of their buffers' device

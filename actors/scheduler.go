@@ -104,20 +104,31 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]func() error{}, programs: map[programs.ID]*programClaim{}, programCount: map[string]int{}}
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
+	// Every lane is made before any actor starts: the supervisor (a panic
+	// while a lane opens) reads s.lanes, and finds a lane by its actor's
+	// name, set before the actor runs.
 	for di, dev := range cfg.Devices {
 		for range cfg.LanesPerDevice {
-			ref := &laneRef{id: len(s.lanes), device: di, dev: dev, instance: dev.Info().Instance, opened: make(chan struct{})}
+			id := len(s.lanes)
+			ref := &laneRef{id: id, name: fmt.Sprintf("lane-%d", id), device: di, dev: dev, instance: dev.Info().Instance, opened: make(chan struct{})}
 			disp, err := newThreadDispatcher(dev, cfg.Throughput, cfg.Spin)
 			if err != nil {
 				s.abort()
 				return nil, lanes.Wrap("start", true, fmt.Errorf("%w: bind lane %d to device %d: %w", lanes.ErrFailed, ref.id, di, err))
 			}
 			ref.disp = disp
-			props := actor.PropsFromProducer(func() actor.Actor { return &laneActor{s: s, ref: ref, queue: fairQueue{quantum: s.cfg.Quantum}} },
-				actor.WithDispatcher(disp), actor.WithMailbox(actor.Unbounded()))
-			ref.pid = root.Spawn(props)
 			s.lanes = append(s.lanes, ref)
 		}
+	}
+	for _, ref := range s.lanes {
+		props := actor.PropsFromProducer(func() actor.Actor { return &laneActor{s: s, ref: ref, queue: fairQueue{quantum: s.cfg.Quantum}} },
+			actor.WithDispatcher(ref.disp), actor.WithMailbox(actor.Unbounded()))
+		pid, err := root.SpawnNamed(props, ref.name)
+		if err != nil {
+			s.abort()
+			return nil, lanes.Wrap("start", true, fmt.Errorf("%w: spawn lane %d: %w", lanes.ErrFailed, ref.id, err))
+		}
+		ref.pid = pid
 	}
 	if err := s.registerGauges(); err != nil {
 		s.abort()
@@ -138,7 +149,9 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 // abort tears down a half-started scheduler.
 func (s *Scheduler) abort() {
 	for _, ref := range s.lanes {
-		_ = s.system.Root.StopFuture(ref.pid).Wait()
+		if ref.pid != nil {
+			_ = s.system.Root.StopFuture(ref.pid).Wait()
+		}
 		ref.disp.stop()
 	}
 	s.system.Shutdown()

@@ -21,7 +21,7 @@ type laneStrategy struct{ s *Scheduler }
 
 func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {
 	for _, ref := range st.s.lanes {
-		if ref.pid.Equal(child) {
+		if ref.name == child.GetId() {
 			cause := fmt.Errorf("%w: lane %d's actor panicked: %v", lanes.ErrFailed, ref.id, reason)
 			ref.dead.Store(true)
 			ref.setState(HealthQuarantined, cause)

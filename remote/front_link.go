@@ -14,8 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sync/semaphore"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/asynkron/protoactor-go/actor"
 

@@ -23,6 +23,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -92,21 +93,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if o.cpuProfile != "" {
-		pf, err := os.Create(strings.ReplaceAll(o.cpuProfile, "%p", strconv.Itoa(os.Getpid())))
-		if err == nil {
-			err = pprof.StartCPUProfile(pf)
-		}
-		if err != nil {
-			_ = dev.Close()
-			fmt.Fprintf(stderr, "lanehost: --cpuprofile %s: %v\n", o.cpuProfile, err)
-			return 2
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = pf.Close()
-		}()
+	stopProfile, err := startProfile(o.cpuProfile)
+	if err != nil {
+		_ = dev.Close()
+		fmt.Fprintf(stderr, "lanehost: %v\n", err)
+		return 2
 	}
+	defer stopProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	h, err := remote.Serve(ctx, cfg)
@@ -122,37 +115,58 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			stop()
 		}()
 	}
-	status := 0
+	var status atomic.Int32
 	if !o.keepPoisoned {
-		go func() {
-			// A poisoned device stays poisoned for the life of the process:
-			// report it in a heartbeat or two, then leave, to be replaced.
-			t := time.NewTicker(o.heartbeat)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					return
-				}
-				if err := h.DeviceFault(); err != nil {
-					fmt.Fprintf(stderr, "lanehost: %v: exiting (status 3) to be replaced\n", err)
-					time.Sleep(2 * o.heartbeat)
-					status = 3
-					stop()
-					return
-				}
-			}
-		}()
+		go leaveWhenPoisoned(ctx, h, o.heartbeat, stderr, func() { status.Store(3); stop() })
 	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.Stop(sctx); err != nil && status == 0 {
+	if err := h.Stop(sctx); err != nil && status.Load() == 0 {
 		fmt.Fprintf(stderr, "lanehost: stop: %v\n", err)
 		return 1
 	}
-	return status
+	return int(status.Load())
+}
+
+// startProfile starts a CPU profile into path (%p: the process id), if
+// one is asked for; the returned function writes it.
+func startProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
+	if err == nil {
+		err = pprof.StartCPUProfile(pf)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile %s: %v", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = pf.Close()
+	}, nil
+}
+
+// leaveWhenPoisoned checks the host's devices every heartbeat: a poisoned
+// device stays poisoned for the life of the process, so the host reports
+// it in a heartbeat or two, then leaves (status 3), to be replaced.
+func leaveWhenPoisoned(ctx context.Context, h *remote.Host, every time.Duration, stderr io.Writer, leave func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		if err := h.DeviceFault(); err != nil {
+			fmt.Fprintf(stderr, "lanehost: %v: exiting (status 3) to be replaced\n", err)
+			time.Sleep(2 * every)
+			leave()
+			return
+		}
+	}
 }
 
 func names() string {

@@ -86,46 +86,18 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 			}
 		}
 	}
-	var (
-		mu                  sync.Mutex
-		samples             []hostSample
-		submitted, ended    atomic.Uint64
-		startOvers          sync.Map // host -> *atomic.Uint64
-		faultSent           time.Time
-		faultHost           string
-		start               = time.Now()
-		runCtx, stopClients = context.WithTimeout(ctx, cfg.Duration)
-	)
+	l := &hostsLoad{cfg: cfg, api: api, start: time.Now()}
+	runCtx, stopClients := context.WithTimeout(ctx, cfg.Duration)
 	defer stopClients()
 	var wg sync.WaitGroup
 	for _, t := range tenants {
 		for range cfg.Concurrency {
 			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for runCtx.Err() == nil {
-					step, enc, gen := t.current()
-					host := api.hostOf(t.name, t.index)
-					begin := time.Now()
-					submitted.Add(1)
-					err := api.submitStep(context.WithoutCancel(runCtx), t, step, enc)
-					ended.Add(1)
-					mu.Lock()
-					samples = append(samples, hostSample{host: host, at: time.Now(), lat: time.Since(begin), err: err})
-					mu.Unlock()
-					if errors.Is(err, remote.ErrDeviceStateLost) || errors.Is(err, remote.ErrHostLost) {
-						v, _ := startOvers.LoadOrStore(host, new(atomic.Uint64))
-						v.(*atomic.Uint64).Add(1)
-						if err := t.startOver(runCtx, api, cfg.Kernels, gen); err != nil && runCtx.Err() == nil {
-							return
-						}
-					} else if err != nil && cfg.Hosts.InProcess {
-						time.Sleep(time.Millisecond) // a poisoned process answers at once: do not spin
-					}
-				}
-			}()
+			go func() { defer wg.Done(); l.client(runCtx, t) }()
 		}
 	}
+	var faultSent time.Time
+	var faultHost string
 	if cfg.Hosts.FaultAt > 0 && cfg.Hosts.FaultAt < cfg.Duration {
 		select {
 		case <-time.After(cfg.Hosts.FaultAt):
@@ -134,18 +106,54 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 		}
 	}
 	wg.Wait()
-	measured := time.Since(start)
-	rep := &HostsReport{Mode: "lane host per device", Device: cfg.Device, MeasuredS: measured.Seconds(), Submitted: submitted.Load(), Ended: ended.Load()}
+	rep := &HostsReport{Mode: "lane host per device", Device: cfg.Device, MeasuredS: time.Since(l.start).Seconds(), Submitted: l.submitted.Load(), Ended: l.ended.Load()}
 	if cfg.Hosts.InProcess {
 		rep.Mode = "one process"
 	}
 	rep.InFlightAtEnd = api.inFlight()
 	rep.ExactlyOnce = rep.Submitted == rep.Ended && rep.InFlightAtEnd == 0
 	if !faultSent.IsZero() {
-		rep.FaultAtS = faultSent.Sub(start).Seconds()
+		rep.FaultAtS = faultSent.Sub(l.start).Seconds()
 	}
-	rep.rows(cfg, api, tenants, samples, start, faultSent, faultHost, &startOvers)
+	rep.rows(cfg, api, tenants, l.samples, l.start, faultSent, faultHost, &l.startOvers)
 	return rep, nil
+}
+
+// hostsLoad is the measured phase's shared state.
+type hostsLoad struct {
+	cfg              Config
+	api              hostsAPI
+	start            time.Time
+	mu               sync.Mutex
+	samples          []hostSample
+	submitted, ended atomic.Uint64
+	startOvers       sync.Map // host -> *atomic.Uint64
+}
+
+// client is one closed-loop client of a tenant: a step, its end recorded,
+// the next; a tenant told its state was lost starts over.
+func (l *hostsLoad) client(ctx context.Context, t *hostsTenant) {
+	for ctx.Err() == nil {
+		step, enc, gen := t.current()
+		host := l.api.hostOf(t.name, t.index)
+		begin := time.Now()
+		l.submitted.Add(1)
+		err := l.api.submitStep(context.WithoutCancel(ctx), t, step, enc)
+		l.ended.Add(1)
+		l.mu.Lock()
+		l.samples = append(l.samples, hostSample{host: host, at: time.Now(), lat: time.Since(begin), err: err})
+		l.mu.Unlock()
+		switch {
+		case errors.Is(err, remote.ErrDeviceStateLost) || errors.Is(err, remote.ErrHostLost):
+			v, _ := l.startOvers.LoadOrStore(host, new(atomic.Uint64))
+			v.(*atomic.Uint64).Add(1)
+			if err := t.startOver(ctx, l.api, l.cfg.Kernels, gen); err != nil && ctx.Err() == nil {
+				return
+			}
+		case err != nil && l.cfg.Hosts.InProcess:
+			time.Sleep(time.Millisecond) // a poisoned process answers at once: do not spin
+		}
+	}
 }
 
 // injectFault submits an out-of-bounds kernel as the tenant: its device

@@ -1,0 +1,131 @@
+// A tenant's device state through the front: allocations, frees,
+// read-backs and forgetting, each one call to the tenant's host.
+
+package remote
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// Forget drops a tenant: on its host (its buffers freed) if the host still
+// holds its state, and its placement here, so its next call places it
+// afresh. After a lost host this is how a tenant starts over.
+func (f *Front) Forget(ctx context.Context, tenant string) error {
+	if err := f.admit(ctx, tenant); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	pl, ok := f.tenants[tenant]
+	if ok {
+		delete(f.tenants, tenant)
+		if len(f.last) < maxRemembered {
+			f.last[tenant] = pl.link
+		}
+		pl.link.mu.Lock()
+		pl.link.tenants--
+		pl.link.mu.Unlock()
+	}
+	f.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	st := pl.link.status()
+	if st.State != HostServing || st.Epoch != pl.epoch {
+		return nil // its state went with the host
+	}
+	_, err := f.op(ctx, pl.link, pl.epoch, tenant, 0, func(call uint64) any {
+		return &wirepb.Forget{Epoch: pl.epoch, Call: call, Tenant: tenant}
+	})
+	return err
+}
+
+// Alloc allocates device memory for the tenant on its host (placing a new
+// tenant), owned by the tenant there.
+func (f *Front) Alloc(ctx context.Context, tenant string, spec cuda.BufferSpec) (cuda.Buffer, error) {
+	if err := f.admit(ctx, tenant); err != nil {
+		return cuda.Buffer{}, err
+	}
+	l, epoch, err := f.place(tenant)
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	res, err := f.op(ctx, l, epoch, tenant, 0, func(call uint64) any {
+		return &wirepb.Alloc{Epoch: epoch, Call: call, Tenant: tenant, Size: spec.Size, Align: spec.Align, Elem: uint32(spec.Elem)}
+	})
+	if err != nil {
+		return cuda.Buffer{}, err
+	}
+	return bufferFromWire(res.Buffer)
+}
+
+// Free frees a buffer the tenant allocated through Alloc.
+func (f *Front) Free(ctx context.Context, tenant string, b cuda.Buffer) error {
+	if err := f.admit(ctx, tenant); err != nil {
+		return err
+	}
+	l, epoch, err := f.place(tenant)
+	if err != nil {
+		return err
+	}
+	_, err = f.op(ctx, l, epoch, tenant, 0, func(call uint64) any {
+		return &wirepb.Free{Epoch: epoch, Call: call, Tenant: tenant, Buffer: bufferToWire(b)}
+	})
+	return err
+}
+
+// Read copies a region of the tenant's buffer back, after the tenant's
+// submissions the host received before it.
+func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte, error) {
+	if err := f.admit(ctx, tenant); err != nil {
+		return nil, err
+	}
+	if r.Length == 0 || r.Length > MaxReadBytes {
+		return nil, wireErr("a read of %d bytes: read 1 to %d at a time", r.Length, uint64(MaxReadBytes))
+	}
+	l, epoch, err := f.place(tenant)
+	if err != nil {
+		return nil, err
+	}
+	res, err := f.op(ctx, l, epoch, tenant, int64(r.Length), func(call uint64) any {
+		return &wirepb.Read{Epoch: epoch, Call: call, Tenant: tenant, Region: regionToWire(r)}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.Data, nil
+}
+
+// op sends one device-state operation to the tenant's host and waits for
+// its result (or the host's loss, or ctx).
+func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, msg func(call uint64) any) (*wirepb.OpResult, error) {
+	if err := l.bytes.Acquire(ctx, bytes); err != nil {
+		return nil, fmt.Errorf("remote: waiting for room for %d bytes from host %s: %w (definitely not submitted)", bytes, l.name, err)
+	}
+	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
+	if bytes > 0 {
+		p.release = func() { l.bytes.Release(bytes) }
+	}
+	l.mu.Lock()
+	if l.state != HostServing || l.epoch != epoch {
+		l.mu.Unlock()
+		if p.release != nil {
+			p.release()
+		}
+		return nil, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
+	}
+	id := f.calls.Add(l.name, epoch, p)
+	pid := l.pid
+	l.mu.Unlock()
+	f.sys.actors.Root.Send(pid, msg(id))
+	if err := p.wait(ctx); err != nil {
+		return nil, err
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	return p.result, nil
+}

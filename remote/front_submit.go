@@ -1,0 +1,204 @@
+// A front's submissions: batches (whole, or encoded once and sent by id),
+// the room they wait for on the way to their host, and where a tenant is
+// placed.
+
+package remote
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// SubmitAsync sends a tenant's batch to the tenant's host (placing a new
+// tenant on the serving host with the fewest tenants) and returns its
+// Pending. A refusal here is definitely not submitted: a batch with no
+// wire form (ErrWire), no host serving (ErrNoHost), or a tenant whose host
+// was lost (*DeviceStateLostError until it calls Forget).
+func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
+	if err := f.admit(ctx, tenant); err != nil {
+		return nil, err
+	}
+	b.Tenant = tenant
+	w, err := BatchToWire(b)
+	if err != nil {
+		return nil, err
+	}
+	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b))
+	if err != nil {
+		return nil, err
+	}
+	l.enqueue(&wirepb.Submit{Epoch: epoch, Call: id, Batch: w})
+	return p, nil
+}
+
+// Encoded is a batch encoded once for the wire, to submit many times
+// (SubmitEncoded): a serving loop's step. Each host receives it whole
+// once per registration and by its id after that, and leaves out the rows
+// of a receipt equal to the previous one's.
+type Encoded struct {
+	id    uint64
+	wire  *wirepb.Batch
+	bytes int64 // its upload bytes
+}
+
+var encodedIDs atomic.Uint64
+
+// Encode encodes a batch for SubmitEncoded. The batch's Tenant is ignored
+// (each submission names its tenant); a batch with no wire form is
+// refused (ErrWire).
+func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
+	b.Tenant = ""
+	if len(b.Entries) == 0 {
+		return nil, wireErr("a batch with no entries: give it the step's commands")
+	}
+	w, err := BatchToWire(b)
+	if err != nil {
+		return nil, err
+	}
+	return &Encoded{id: encodedIDs.Add(1), wire: w, bytes: uploadBytes(b)}, nil
+}
+
+// SubmitEncoded is SubmitAsync of an encoded batch.
+func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded) (*Pending, error) {
+	if e == nil || e.wire == nil {
+		return nil, fmt.Errorf("%w: a nil or zero Encoded: make one with Front.Encode", ErrConfig)
+	}
+	if err := f.admit(ctx, tenant); err != nil {
+		return nil, err
+	}
+	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes)
+	if err != nil {
+		return nil, err
+	}
+	p.enc = e
+	s := &wirepb.Submit{Epoch: epoch, Call: id, Template: e.id, Tenant: tenant}
+	if !l.holds(epoch, e.id) {
+		s.Batch = e.wire
+	}
+	l.enqueue(s)
+	return p, nil
+}
+
+// Submit is SubmitAsync, then waiting for its end (or ctx). It returns the
+// receipt and its error: a host's error as a *PeerError with its code, a
+// host lost with the batch in flight as a *HostLostError (errors.Is
+// actors.ErrIndeterminate).
+func (f *Front) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes.Receipt, error) {
+	p, err := f.SubmitAsync(ctx, tenant, b)
+	if err != nil {
+		return lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Tenant: tenant, Lane: -1}, err
+	}
+	if err := p.wait(ctx); err != nil {
+		return lanes.Receipt{Tenant: tenant, Lane: -1}, err
+	}
+	return p.Result()
+}
+
+func (f *Front) admit(ctx context.Context, tenant string) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: a nil context", ErrConfig)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case tenant == "" || len(tenant) > 256:
+		return fmt.Errorf("%w: tenant name of %d bytes: give 1 to 256", ErrConfig, len(tenant))
+	}
+	if f == nil || f.quit == nil {
+		return ErrStopped // not a front StartFront returned
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return ErrStopped
+	}
+	return nil
+}
+
+// register places the tenant, waits for room for the call's bytes on the
+// way to its host, and records the call: its Pending, the host, its epoch
+// and the call's id.
+func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pending, *link, uint64, uint64, error) {
+	if bytes > maxBytesInFlight {
+		return nil, nil, 0, 0, wireErr("%d bytes of uploads in one call; at most %d: split it (definitely not submitted)", bytes, maxBytesInFlight)
+	}
+	l, epoch, err := f.place(tenant)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	if err := l.bytes.Acquire(ctx, bytes); err != nil {
+		return nil, nil, 0, 0, fmt.Errorf("remote: waiting for room for %d bytes to host %s: %w (definitely not submitted)", bytes, l.name, err)
+	}
+	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
+	if bytes > 0 {
+		p.release = func() { l.bytes.Release(bytes) }
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != HostServing || l.epoch != epoch {
+		if p.release != nil {
+			p.release()
+		}
+		return nil, nil, 0, 0, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
+	}
+	return p, l, epoch, f.calls.Add(l.name, epoch, p), nil
+}
+
+// uploadBytes is the bytes a batch's uploads carry.
+func uploadBytes(b lanes.Batch) (n int64) {
+	for _, e := range b.Entries {
+		n += int64(len(e.Command.Host))
+	}
+	return n
+}
+
+// maxRemembered bounds the forgotten tenants whose host the front
+// remembers.
+const maxRemembered = 1 << 16
+
+// place is the tenant's host and epoch: where it was placed, or, for a
+// new tenant, the host it was on before it was forgotten if that host
+// serves, else the serving host with the fewest tenants.
+func (f *Front) place(tenant string) (*link, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if pl, ok := f.tenants[tenant]; ok {
+		st := pl.link.status()
+		if st.State != HostServing || st.Epoch != pl.epoch {
+			return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: pl.link.name, Epoch: pl.epoch}
+		}
+		return pl.link, pl.epoch, nil
+	}
+	var best *link
+	var bestEpoch uint64
+	bestTenants := 0
+	if l, ok := f.last[tenant]; ok {
+		if st := l.status(); st.State == HostServing {
+			best, bestEpoch, bestTenants = l, st.Epoch, -1 // a tenant that starts over stays where it was
+		}
+	}
+	for _, l := range f.links {
+		if bestTenants < 0 {
+			break
+		}
+		st := l.status()
+		if st.State != HostServing {
+			continue
+		}
+		if best == nil || st.Tenants < bestTenants {
+			best, bestEpoch, bestTenants = l, st.Epoch, st.Tenants
+		}
+	}
+	if best == nil {
+		return nil, 0, fmt.Errorf("%w: every host is lost, restarting or not yet registered; retry (definitely not submitted)", ErrNoHost)
+	}
+	f.tenants[tenant] = &placement{link: best, epoch: bestEpoch}
+	delete(f.last, tenant)
+	best.mu.Lock()
+	best.tenants++
+	best.mu.Unlock()
+	return best, bestEpoch, nil
+}

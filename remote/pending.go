@@ -1,0 +1,77 @@
+// Pending: one call in flight on a lane host, ended exactly once.
+
+package remote
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// Pending is a call in flight on a lane host.
+type Pending struct {
+	enc     *Encoded // the template, if it was submitted encoded
+	release func()   // gives back the call's bytes in flight
+	done    chan struct{}
+	tenant  string
+	host    string
+	r       lanes.Receipt
+	err     error
+	result  *wirepb.OpResult
+}
+
+// Done is closed when the call ended.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// Host is the name of the host the call went to.
+func (p *Pending) Host() string { return p.host }
+
+// Result is the call's receipt and error, once Done is closed.
+func (p *Pending) Result() (lanes.Receipt, error) {
+	<-p.done
+	return p.r, p.err
+}
+
+// wait waits for the end or ctx; a ctx that ends first detaches.
+func (p *Pending) wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-p.done:
+			return nil
+		default:
+		}
+		return fmt.Errorf("remote: stopped waiting (the call is still in flight on %s): %w", p.host, ctx.Err())
+	}
+}
+
+// end ends the call; the in-flight table makes it once.
+func (p *Pending) end(r lanes.Receipt, err error, res *wirepb.OpResult) {
+	if p.release != nil {
+		p.release()
+	}
+	p.r, p.err, p.result = r, err, res
+	close(p.done)
+}
+
+// lost ends a call whose host was lost.
+func (p *Pending) lost(e *HostLostError) {
+	p.end(lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: e, Tenant: p.tenant, Lane: -1}, e, nil)
+}
+
+// opError is the error of an op's result, or nil.
+func opError(res *wirepb.OpResult) error {
+	if res.ErrorCode == 0 && res.Error == "" {
+		return nil
+	}
+	msg := res.Error
+	if msg == "" {
+		msg = fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(res.ErrorCode))
+	}
+	return &PeerError{Code: cuda.Code(res.ErrorCode), Msg: msg}
+}
