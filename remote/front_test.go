@@ -266,7 +266,9 @@ func TestEncodedBatches(t *testing.T) {
 // instead of breaking the connection.
 func TestLargeUploadsAndReads(t *testing.T) {
 	_, addr := startHostProcess(t, "--sim-clock", "zero")
-	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	// Heartbeats queue behind up to 64 MiB of bulk bytes on the connection:
+	// under the race detector the front reads them slowly.
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, LostAfter: 5 * time.Second, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("StartFront: got err %v, want nil", err)
 	}

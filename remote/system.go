@@ -37,8 +37,9 @@ const maxMessage = 768 << 20
 
 // maxBytesInFlight bounds the upload bytes (of batches sent whole) and
 // read bytes a front has in flight to one host; a call that would pass it
-// waits for room.
-const maxBytesInFlight = 256 << 20
+// waits for room. Heartbeats share the connection with them, so it also
+// bounds how long a heartbeat can queue behind bulk bytes.
+const maxBytesInFlight = 64 << 20
 
 // The process's endpoint. protoactor-go's remote sets gRPC's process-wide
 // logger each time one starts, and its graceful shutdown races with its
