@@ -53,10 +53,9 @@ func (c *Calls[T]) Add(host string, epoch uint64, v T) uint64 {
 func (c *Calls[T]) Settle(host string, epoch, id uint64) (T, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	hc, ok := c.calls[id]
-	if !ok || hc.at != (hostEpoch{host, epoch}) {
-		var zero T
-		return zero, false
+	hc, ok := c.find(host, epoch, id)
+	if !ok {
+		return hc.v, false
 	}
 	delete(c.calls, id)
 	delete(c.byHost[hc.at], id)
@@ -70,12 +69,17 @@ func (c *Calls[T]) Settle(host string, epoch, id uint64) (T, bool) {
 func (c *Calls[T]) Get(host string, epoch, id uint64) (T, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	hc, ok := c.find(host, epoch, id)
+	return hc.v, ok
+}
+
+// find is call id if it is in flight on host under epoch (c.mu held).
+func (c *Calls[T]) find(host string, epoch, id uint64) (hostCall[T], bool) {
 	hc, ok := c.calls[id]
 	if !ok || hc.at != (hostEpoch{host, epoch}) {
-		var zero T
-		return zero, false
+		return hostCall[T]{}, false
 	}
-	return hc.v, true
+	return hc, true
 }
 
 // Lose ends every call in flight on host under epoch and returns their

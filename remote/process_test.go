@@ -183,6 +183,25 @@ func startOver(t *testing.T, f *remote.Front, c counter) {
 	}
 }
 
+// launchTwo starts a front that launches hosts a and b (two lanes, 50 ms
+// heartbeats, and more flags), stopped when the test ends, and sets up
+// four tenants' loops on them.
+func launchTwo(t *testing.T, lostAfter time.Duration, more ...string) (*remote.Front, []*loop) {
+	t.Helper()
+	args := append([]string{"--lanes", "2", "--heartbeat", "50ms"}, more...)
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{LostAfter: lostAfter, Logf: t.Logf,
+		Launch: []remote.Launch{{Name: "a", Path: lanehostBin, Args: args}, {Name: "b", Path: lanehostBin, Args: args}}})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = f.Stop(context.Background()) })
+	var loops []*loop
+	for i := range 4 {
+		loops = append(loops, &loop{c: setUp(t, f, fmt.Sprintf("tenant-%d", i))})
+	}
+	return f, loops
+}
+
 // TestKillNineEndsInFlightOnceAndRestartsTheHost: two launched hosts under
 // load; kill -9 of one ends every submission in flight on it
 // indeterminate, exactly once, within the bound, while the other host's
@@ -190,17 +209,7 @@ func startOver(t *testing.T, f *remote.Front, c counter) {
 // its tenants, told their state was lost, start over on it.
 func TestKillNineEndsInFlightOnceAndRestartsTheHost(t *testing.T) {
 	const lostAfter = 500 * time.Millisecond
-	args := []string{"--lanes", "2", "--heartbeat", "50ms"}
-	f, err := remote.StartFront(context.Background(), remote.FrontConfig{LostAfter: lostAfter, Logf: t.Logf,
-		Launch: []remote.Launch{{Name: "a", Path: lanehostBin, Args: args}, {Name: "b", Path: lanehostBin, Args: args}}})
-	if err != nil {
-		t.Fatalf("StartFront: got err %v, want nil", err)
-	}
-	defer f.Stop(context.Background())
-	var loops []*loop
-	for i := range 4 {
-		loops = append(loops, &loop{c: setUp(t, f, fmt.Sprintf("tenant-%d", i))})
-	}
+	f, loops := launchTwo(t, lostAfter)
 	on := func(host string) (out []*loop) {
 		for _, lp := range loops {
 			if h, _ := f.Placement(lp.c.tenant); h == host {
@@ -347,17 +356,7 @@ func TestAnotherProtocolIsRefusedWithoutACrash(t *testing.T) {
 // are served throughout; the poisoned host reports it in its heartbeat, is
 // replaced by a new process and serves again.
 func TestStickyFaultCostsOnlyItsHost(t *testing.T) {
-	args := []string{"--lanes", "2", "--heartbeat", "50ms", "--fault-kernels"}
-	f, err := remote.StartFront(context.Background(), remote.FrontConfig{LostAfter: 500 * time.Millisecond, Logf: t.Logf,
-		Launch: []remote.Launch{{Name: "a", Path: lanehostBin, Args: args}, {Name: "b", Path: lanehostBin, Args: args}}})
-	if err != nil {
-		t.Fatalf("StartFront: got err %v, want nil", err)
-	}
-	defer f.Stop(context.Background())
-	var loops []*loop
-	for i := range 4 {
-		loops = append(loops, &loop{c: setUp(t, f, fmt.Sprintf("tenant-%d", i))})
-	}
+	f, loops := launchTwo(t, 500*time.Millisecond, "--fault-kernels")
 	var onA, onB []*loop
 	for _, lp := range loops {
 		if h, _ := f.Placement(lp.c.tenant); h == "a" {
