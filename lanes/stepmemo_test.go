@@ -127,12 +127,12 @@ func TestRememberedPlansChangeNothing(t *testing.T) {
 			dead[victim] = true
 		}
 		if a, b := rigs[0].outcomes[i], rigs[1].outcomes[i]; a != b {
-			t.Fatalf("step %d: planned afresh %s; remembered %s", i, a, b)
+			t.Fatalf("step %d: got remembered %s, want what planning afresh gave: %s", i, b, a)
 		}
 	}
 	ta, tb := rigs[0].dev.Trace(), rigs[1].dev.Trace()
 	if !slices.EqualFunc(ta, tb, func(x, y sim.TraceEntry) bool { return fmt.Sprint(x) == fmt.Sprint(y) }) {
-		t.Fatalf("device operations differ: %d planned afresh, %d remembered", len(ta), len(tb))
+		t.Fatalf("device operations: got %d remembered, want the %d planned afresh", len(tb), len(ta))
 	}
 	if got := rigs[1].lane.Counters().RememberedPlans; got < steps/2 {
 		t.Fatalf("remembered plans: got %d of %d steps, want at least half", got, steps)

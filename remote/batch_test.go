@@ -154,11 +154,11 @@ func FuzzBatchFromWire(f *testing.F) {
 			return
 		}
 		if b.Program != nil || len(b.Patches) > 0 {
-			t.Fatalf("a decoded batch carries a program or patches: %+v", b)
+			t.Fatalf("a decoded batch: got %+v, want no program or patches", b)
 		}
 		for _, e := range b.Entries {
 			if e.Command.Kind == cuda.KindCall {
-				t.Fatalf("a decoded batch carries a library call")
+				t.Fatalf("a decoded batch: got a library call, want none")
 			}
 		}
 		again := roundTrip(t, b)

@@ -35,7 +35,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	for _, c := range cs {
 		step, err := f.Encode(c.step(b, 16))
 		if err != nil {
-			b.Fatalf("Encode: %v", err)
+			b.Fatalf("Encode: got err %v, want nil", err)
 		}
 		wg.Add(1)
 		go func() {
@@ -46,7 +46,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 					_, err = p.Result()
 				}
 				if err != nil {
-					b.Errorf("Submit: %v", err)
+					b.Errorf("Submit: got err %v, want nil", err)
 					return
 				}
 			}

@@ -387,7 +387,7 @@ func TestStickyFaultCostsOnlyItsHost(t *testing.T) {
 			}
 		}
 		if len(lp.latencies) == 0 {
-			t.Errorf("%s on the healthy host: got no step served", lp.c.tenant)
+			t.Errorf("%s on the healthy host: got no step served, want steps served throughout", lp.c.tenant)
 		}
 	}
 	st := waitServing(t, f, "a", victim.Epoch, 20*time.Second)

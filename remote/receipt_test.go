@@ -93,7 +93,7 @@ func FuzzReceiptFromWire(f *testing.F) {
 		}
 		_, _, r, _, err := remote.ReceiptFromWire(&w)
 		if err == nil && (r.Outcome == lanes.OutcomeSucceeded) != (r.Err == nil) {
-			t.Fatalf("outcome %v with err %v: a success has no error, every other outcome one", r.Outcome, r.Err)
+			t.Fatalf("outcome %v with err %v: want no error for a success and one for every other outcome", r.Outcome, r.Err)
 		}
 	})
 }

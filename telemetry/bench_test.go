@@ -36,7 +36,7 @@ func BenchmarkRecordSubmission(b *testing.B) {
 			}
 			rec.Flush()
 			if st := rec.Stats(); st.Behind+st.SpansDroppedQueueFull > 0 {
-				b.Fatalf("dropped: %+v", st)
+				b.Fatalf("stats: got %+v, want nothing dropped", st)
 			}
 		})
 	}

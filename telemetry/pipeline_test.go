@@ -203,7 +203,7 @@ func TestOTLPJSONFile(t *testing.T) {
 			}
 		}
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			t.Fatalf("line %q: not JSON: %v", sc.Text(), err)
+			t.Fatalf("line %q: got JSON error %v, want a JSON line", sc.Text(), err)
 		}
 		for _, rs := range req.ResourceSpans {
 			for _, a := range rs.Resource.Attributes {

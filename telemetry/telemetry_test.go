@@ -296,7 +296,7 @@ func TestWhereTheTimeWent(t *testing.T) {
 		t.Fatalf("refused submission's span: got outcome %q, want refused", v.AsString())
 	}
 	if v, _ := attr(refused.Attributes, "error.type"); v.AsString() == "" {
-		t.Fatalf("refused submission's span: got no error.type in %v", refused.Attributes)
+		t.Fatalf("refused submission's span: got no error.type in %v, want one", refused.Attributes)
 	}
 }
 

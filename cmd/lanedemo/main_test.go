@@ -89,7 +89,7 @@ func checkReport(t *testing.T, sch *jsonschema.Schema, raw []byte) map[string]an
 		t.Fatalf("the JSON report: got err %v parsing it, want JSON alone:\n%s", err, raw)
 	}
 	if err := sch.Validate(v); err != nil {
-		t.Fatalf("the JSON report against docs/lanedemo-report.schema.json: got %v", err)
+		t.Fatalf("the JSON report against docs/lanedemo-report.schema.json: got %v, want it valid", err)
 	}
 	var m map[string]any
 	_ = json.Unmarshal(raw, &m)
@@ -163,7 +163,7 @@ func waitFor(t *testing.T, errb *syncBuffer, s string) {
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(errb.String(), s) {
 		if time.Now().After(deadline) {
-			t.Fatalf("lanedemo never printed %q; stderr:\n%s", s, errb.String())
+			t.Fatalf("lanedemo: got no %q on stderr, want it printed; stderr:\n%s", s, errb.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

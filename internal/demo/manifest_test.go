@@ -160,7 +160,7 @@ func TestManifestFilesStayInside(t *testing.T) {
 				t.Errorf("module that is %s: got err %v, want demo.ErrConfig about the module", name, err)
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatalf("module that is %s: Validate still reading after 5 s", name)
+			t.Fatalf("module that is %s: got Validate still reading after 5 s, want it refused", name)
 		}
 	}
 }
