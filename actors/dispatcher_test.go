@@ -136,3 +136,40 @@ func TestDispatcherPolls(t *testing.T) {
 		})
 	}
 }
+
+// TestAPollDueIsNotStarvedByMailboxRuns: a due poll fires between mailbox
+// runs even while runs keep arriving (a flooding tenant keeps the
+// mailbox busy): fences are seen ended on time, everyone's.
+func TestAPollDueIsNotStarvedByMailboxRuns(t *testing.T) {
+	d, polls := newTestDispatcher(t, 0)
+	// Keep the work channel full: each run queues two more (without
+	// waiting: it runs on the dispatcher's own goroutine) before it ends.
+	stop := make(chan struct{})
+	var runs atomic.Int64
+	var run func()
+	run = func() {
+		if runs.Add(1) == 1 {
+			d.requestPoll(0) // due at once, with the mailbox busy from now on
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		for range 2 {
+			select {
+			case d.work <- run:
+			default:
+			}
+		}
+	}
+	d.Schedule(run)
+	deadline := time.Now().Add(5 * time.Second)
+	for polls.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	close(stop)
+	if polls.Load() == 0 {
+		t.Fatalf("a due poll under %d mailbox runs: got none fired in 5s, want it fired between runs", runs.Load())
+	}
+}
