@@ -69,14 +69,6 @@ func (d *threadDispatcher) loop() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		// A poll that is due goes first: under a steady stream of mailbox
-		// runs (a tenant flooding the lane) it would otherwise wait until
-		// the mailbox ran dry, and every fence's end, the other tenants'
-		// among them, would be seen that much later.
-		if due := d.pollAt; due != 0 && d.now() >= due {
-			d.pollAt = 0
-			d.poll()
-		}
 		select {
 		case fn := <-d.work:
 			fn()
