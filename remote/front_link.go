@@ -148,7 +148,7 @@ func (l *link) registered(epoch uint64, hostName string) bool {
 	l.known = map[uint64]bool{}
 	l.hostName = hostName
 	l.mu.Unlock()
-	l.answerOnce.Do(func() { close(l.firstAnswer) })
+	l.answered()
 	l.event("registered")
 	return true
 }
@@ -192,7 +192,7 @@ func (l *link) refused(why string) {
 	l.state, l.refusal, l.since = HostRefused, why, time.Now()
 	l.mu.Unlock()
 	l.f.cfg.Logf("host %s refused: %s", l.name, why)
-	l.answerOnce.Do(func() { close(l.firstAnswer) })
+	l.answered()
 	l.event("refused")
 }
 
@@ -221,14 +221,25 @@ func (l *link) lose(epoch uint64, how string) {
 	l.state, l.lostHow, l.since = HostLost, how, time.Now()
 	l.losses++
 	l.mu.Unlock()
+	n := l.endInFlight(epoch, how)
+	l.f.cfg.Logf("host %s (epoch %d) lost: %s; %d calls in flight end indeterminate", l.name, epoch, how, n)
+	l.event("lost")
+}
+
+// endInFlight ends every call in flight on the host under epoch with a
+// HostLostError saying how, and returns how many it ended.
+func (l *link) endInFlight(epoch uint64, how string) int {
 	calls := l.f.calls.Lose(l.name, epoch)
-	l.f.cfg.Logf("host %s (epoch %d) lost: %s; %d calls in flight end indeterminate", l.name, epoch, how, len(calls))
 	e := &HostLostError{Host: l.name, Epoch: epoch, Cause: how}
 	for _, p := range calls {
 		p.lost(e)
 	}
-	l.event("lost")
+	return len(calls)
 }
+
+// answered lets StartFront see the host's first answer (registered,
+// refused, or a launch that failed).
+func (l *link) answered() { l.answerOnce.Do(func() { close(l.firstAnswer) }) }
 
 // enqueue sends a submission, in one message with any others queued
 // meanwhile.
@@ -295,7 +306,7 @@ func (l *link) supervise() {
 					l.mu.Lock()
 					l.startErr = err
 					l.mu.Unlock()
-					l.answerOnce.Do(func() { close(l.firstAnswer) }) // StartFront says why at once
+					l.answered() // StartFront says why at once
 				}
 				backoff = min(2*backoff, 5*time.Second)
 				continue
@@ -488,10 +499,7 @@ func (l *link) stopLink() {
 	if was == HostServing {
 		// Let the host go: it may serve another front now.
 		l.f.sys.actors.Root.Send(pid, &wirepb.Welcome{Refusal: "the front stopped", Protocol: Protocol, Epoch: epoch})
-		e := &HostLostError{Host: l.name, Epoch: epoch, Cause: "the front stopped"}
-		for _, p := range l.f.calls.Lose(l.name, epoch) {
-			p.lost(e)
-		}
+		l.endInFlight(epoch, "the front stopped")
 	}
 	if l.launch != nil {
 		l.mu.Lock()

@@ -5,7 +5,6 @@ package remote
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -102,24 +101,10 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 // op sends one device-state operation to the tenant's host and waits for
 // its result (or the host's loss, or ctx).
 func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, msg func(call uint64) any) (*wirepb.OpResult, error) {
-	if err := l.bytes.Acquire(ctx, bytes); err != nil {
-		return nil, fmt.Errorf("remote: waiting for room for %d bytes from host %s: %w (definitely not submitted)", bytes, l.name, err)
+	p, id, pid, err := f.newCall(ctx, l, epoch, tenant, bytes)
+	if err != nil {
+		return nil, err
 	}
-	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
-	if bytes > 0 {
-		p.release = func() { l.bytes.Release(bytes) }
-	}
-	l.mu.Lock()
-	if l.state != HostServing || l.epoch != epoch {
-		l.mu.Unlock()
-		if p.release != nil {
-			p.release()
-		}
-		return nil, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
-	}
-	id := f.calls.Add(l.name, epoch, p)
-	pid := l.pid
-	l.mu.Unlock()
 	f.sys.actors.Root.Send(pid, msg(id))
 	if err := p.wait(ctx); err != nil {
 		return nil, err

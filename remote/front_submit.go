@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -118,8 +120,8 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	return nil
 }
 
-// register places the tenant, waits for room for the call's bytes on the
-// way to its host, and records the call: its Pending, the host, its epoch
+// register places the tenant and opens a call to its host for a
+// submission of that many upload bytes: its Pending, the host, its epoch
 // and the call's id.
 func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pending, *link, uint64, uint64, error) {
 	if bytes > maxBytesInFlight {
@@ -129,8 +131,20 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
+	p, id, _, err := f.newCall(ctx, l, epoch, tenant, bytes)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	return p, l, epoch, id, nil
+}
+
+// newCall waits for room for the call's bytes on the way to or from the
+// host, and records the call in flight on the host under epoch: its
+// Pending, its id, and the host's actor to send it to. A host no longer
+// serving that epoch means the tenant's state is gone.
+func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64) (*Pending, uint64, *actor.PID, error) {
 	if err := l.bytes.Acquire(ctx, bytes); err != nil {
-		return nil, nil, 0, 0, fmt.Errorf("remote: waiting for room for %d bytes to host %s: %w (definitely not submitted)", bytes, l.name, err)
+		return nil, 0, nil, fmt.Errorf("remote: waiting for room for %d bytes on the way to or from host %s: %w (definitely not submitted)", bytes, l.name, err)
 	}
 	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
 	if bytes > 0 {
@@ -142,9 +156,9 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 		if p.release != nil {
 			p.release()
 		}
-		return nil, nil, 0, 0, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
+		return nil, 0, nil, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
 	}
-	return p, l, epoch, f.calls.Add(l.name, epoch, p), nil
+	return p, f.calls.Add(l.name, epoch, p), l.pid, nil
 }
 
 // uploadBytes is the bytes a batch's uploads carry.

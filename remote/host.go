@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -85,8 +84,6 @@ type Host struct {
 	lastRows  map[uint64][]lanes.Row // by template: the rows the front holds (the sender's)
 	quit      chan struct{}
 	wg        sync.WaitGroup
-
-	staleSubmits atomic.Uint64
 }
 
 // outgoing is a message the host sends its front: a receipt (batched with
@@ -338,16 +335,14 @@ func (h *Host) frontGone(who *actor.PID) {
 func (h *Host) submits(m *wirepb.Submits) {
 	epoch, ok := h.serving()
 	if !ok {
-		h.staleSubmits.Add(uint64(len(m.Submits))) // no front welcomed this host
-		return
+		return // no front welcomed this host: the front's calls end with its loss
 	}
 	for _, s := range m.Submits {
 		if s == nil {
 			continue
 		}
 		if s.Epoch != epoch {
-			h.staleSubmits.Add(1) // sent to a registration the front has since dropped
-			continue
+			continue // sent to a registration the front has since dropped
 		}
 		h.submit(epoch, s)
 	}
