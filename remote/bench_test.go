@@ -17,6 +17,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 	if p := os.Getenv("LANEHOST_CPUPROFILE"); p != "" {
 		args = append(args, "--cpuprofile", p)
 	}
+	if p := os.Getenv("LANEHOST_TRACE"); p != "" {
+		args = append(args, "--exectrace", p)
+	}
 	cmd, addr := startHostProcess(b, args...)
 	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
 	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, Logf: b.Logf})

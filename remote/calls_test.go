@@ -11,26 +11,33 @@ import (
 
 // TestCallsEndExactlyOnce: calls to two hosts, settled by receipts (some
 // duplicated, some of a stale epoch, some unknown) while one host is lost
-// and comes back under a new epoch, from many goroutines at once: every
-// call ends exactly once, by its receipt or by its host's loss, and
-// nothing is left.
+// and more calls are added to it, from many goroutines at once: every
+// call ends exactly once, by its receipt, by its host's loss, or by Add
+// refusing it (its epoch was lost first), and nothing is left.
 func TestCallsEndExactlyOnce(t *testing.T) {
 	var c remote.Calls[int]
-	const n = 20000
-	ended := make([]atomic.Int32, n)
+	const n, late = 20000, 5000
+	ended := make([]atomic.Int32, n+late)
 	ids := make([]uint64, n)
 	hosts := []string{"gpu0", "gpu1"}
-	epochs := [2]atomic.Uint64{}
-	epochs[0].Store(1)
-	epochs[1].Store(1)
-	var mu sync.Mutex // orders Add with a host's loss, as a front's routing would
 	for i := range n {
-		h := i % 2
-		mu.Lock()
-		ids[i] = c.Add(hosts[h], epochs[h].Load(), i)
-		mu.Unlock()
+		var ok bool
+		if ids[i], ok = c.Add(hosts[i%2], 1, i); !ok {
+			t.Fatalf("Add %d before any loss: got refused, want added", i)
+		}
 	}
 	var wg sync.WaitGroup
+	refused := atomic.Int32{}
+	wg.Add(1)
+	go func() { // calls still being added to gpu1 while it is lost
+		defer wg.Done()
+		for i := n; i < n+late; i++ {
+			if _, ok := c.Add("gpu1", 1, i); !ok {
+				ended[i].Add(1)
+				refused.Add(1)
+			}
+		}
+	}()
 	for w := range 8 {
 		wg.Add(1)
 		go func() {
@@ -54,12 +61,9 @@ func TestCallsEndExactlyOnce(t *testing.T) {
 		}()
 	}
 	wg.Add(1)
-	go func() { // gpu1 is lost midway and comes back under epoch 2
+	go func() { // gpu1 is lost midway
 		defer wg.Done()
-		mu.Lock()
 		lost := c.Lose("gpu1", 1)
-		epochs[1].Store(2)
-		mu.Unlock()
 		for _, v := range lost {
 			ended[v].Add(1)
 		}
@@ -80,6 +84,10 @@ func TestCallsEndExactlyOnce(t *testing.T) {
 	if c.Len() != 0 {
 		t.Fatalf("after every call ended: got %d left in the table, want 0", c.Len())
 	}
+	if _, ok := c.Add("gpu1", 1, 0); ok {
+		t.Fatalf("Add under an epoch lost: got added, want refused")
+	}
+	t.Logf("%d of %d late calls refused by the loss", refused.Load(), late)
 }
 
 // TestCallsDropLateReceipts: after a host is lost, its calls' receipts
@@ -87,7 +95,7 @@ func TestCallsEndExactlyOnce(t *testing.T) {
 // settles only its own calls.
 func TestCallsDropLateReceipts(t *testing.T) {
 	var c remote.Calls[string]
-	old := c.Add("gpu0", 1, "old")
+	old, _ := c.Add("gpu0", 1, "old")
 	if got := c.InFlight("gpu0", 1); got != 1 {
 		t.Fatalf("InFlight: got %d, want 1", got)
 	}
@@ -97,7 +105,10 @@ func TestCallsDropLateReceipts(t *testing.T) {
 	if _, ok := c.Settle("gpu0", 1, old); ok {
 		t.Fatalf("a receipt after its host was lost: got it settled, want it dropped")
 	}
-	fresh := c.Add("gpu0", 2, "new")
+	fresh, ok := c.Add("gpu0", 2, "new")
+	if !ok {
+		t.Fatalf("Add under a new epoch: got refused, want added")
+	}
 	if _, ok := c.Settle("gpu0", 1, fresh); ok {
 		t.Fatalf("a receipt of the old epoch for a new call: got it settled, want it dropped")
 	}

@@ -1,40 +1,64 @@
 // A combining sender: whoever queues a message while no one is sending
 // sends it, with everything others queued meanwhile, as one remote
 // message. Under load many ride in one message; alone, a message goes at
-// once, with no hand-off to a sender goroutine.
+// once, with no hand-off to a sender goroutine. Queuing takes no lock (a
+// compare-and-swap onto a list), so many callers queuing at once do not
+// wait on each other.
 
 package remote
 
-import "sync"
+import "sync/atomic"
 
-// combiner queues items and has one caller at a time send them in batches.
+// combiner queues items and has one caller at a time send them in
+// batches, in the order they were queued.
 type combiner[T any] struct {
-	mu      sync.Mutex
-	queued  []T
-	sending bool
+	queued  atomic.Pointer[queuedItem[T]] // newest first
+	sending atomic.Bool
 	most    int             // items per batch
-	send    func(batch []T) // called by one caller at a time, never under mu
+	send    func(batch []T) // called by one caller at a time
+}
+
+type queuedItem[T any] struct {
+	v    T
+	next *queuedItem[T]
 }
 
 // add queues item; if no one is sending, the caller sends until the
 // queue is empty.
 func (c *combiner[T]) add(item T) {
-	c.mu.Lock()
-	c.queued = append(c.queued, item)
-	if c.sending {
-		c.mu.Unlock()
-		return
+	q := &queuedItem[T]{v: item}
+	for {
+		q.next = c.queued.Load()
+		if c.queued.CompareAndSwap(q.next, q) {
+			break
+		}
 	}
-	c.sending = true
-	for len(c.queued) > 0 {
-		n := min(len(c.queued), c.most)
-		batch := make([]T, n)
-		copy(batch, c.queued)
-		c.queued = append(c.queued[:0], c.queued[n:]...)
-		c.mu.Unlock()
-		c.send(batch)
-		c.mu.Lock()
+	// A caller that finds another sending leaves its item to that sender,
+	// which looks again after it stops sending: nothing is left behind.
+	for c.sending.CompareAndSwap(false, true) {
+		for list := c.queued.Swap(nil); list != nil; list = c.queued.Swap(nil) {
+			c.sendList(list)
+		}
+		c.sending.Store(false)
+		if c.queued.Load() == nil {
+			return
+		}
 	}
-	c.sending = false
-	c.mu.Unlock()
+}
+
+// sendList sends a list taken off the queue (newest first) oldest first,
+// in batches of at most c.most.
+func (c *combiner[T]) sendList(list *queuedItem[T]) {
+	var items []T
+	for q := list; q != nil; q = q.next {
+		items = append(items, q.v)
+	}
+	for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+		items[i], items[j] = items[j], items[i]
+	}
+	for len(items) > 0 {
+		n := min(len(items), c.most)
+		c.send(items[:n:n])
+		items = items[n:]
+	}
 }

@@ -15,6 +15,11 @@
 // tenants' calls answer [DeviceStateLostError] until they Forget and set up
 // again.
 //
+// A round trip costs a fixed time through the remote (about a dozen
+// goroutine hand-offs in two processes); [HostStatus.RoundTrip] says how
+// much, beside the lane's own time, from one call in [SampleEvery]. Keep
+// many calls in flight per host, and [Front.Encode] a repeated step.
+//
 // The wire form is the protobuf messages of remote/wirepb, generated from
 // proto/lanes/remote/v1 by scripts/gen-proto.sh. Decoding is a boundary: a
 // batch that arrives from another process is checked for the wire's limits

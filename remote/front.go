@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -73,10 +74,11 @@ type Front struct {
 	calls Calls[*Pending]
 	links []*link
 
-	mu      sync.Mutex
+	stopped atomic.Bool
+
+	mu      sync.RWMutex
 	tenants map[string]*placement
 	last    map[string]*link // where a forgotten tenant was: placed there again while it serves
-	stopped bool
 
 	quit chan struct{}
 	wg   sync.WaitGroup
@@ -206,8 +208,8 @@ func (f *Front) InFlight() int { return f.calls.Len() }
 
 // Placement names the host a tenant was placed on, if it was.
 func (f *Front) Placement(tenant string) (host string, ok bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	pl, ok := f.tenants[tenant]
 	if !ok {
 		return "", false
@@ -222,13 +224,9 @@ func (f *Front) Stop(ctx context.Context) error {
 	if f == nil || f.quit == nil {
 		return ErrStopped // not a front StartFront returned
 	}
-	f.mu.Lock()
-	if f.stopped {
-		f.mu.Unlock()
+	if f.stopped.Swap(true) {
 		return nil
 	}
-	f.stopped = true
-	f.mu.Unlock()
 	for f.calls.Len() > 0 && ctx.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}

@@ -5,7 +5,7 @@
 package remote
 
 import (
-	"slices"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -99,32 +99,41 @@ func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
 		if !l.heardFrom(epoch) {
 			continue
 		}
-		a.templateRows(l, w, &r)
+		shared := a.templateRows(l, w, &r)
 		p, ok := a.f.calls.Settle(l.name, epoch, call)
 		if !ok {
 			l.stale.Add(1)
 			continue
+		}
+		p.sharedRows = shared
+		if p.sentAt != 0 {
+			l.trips.note(p.sentAt, time.Now().UnixNano(), w.Timing)
 		}
 		p.end(r, r.Err, nil)
 	}
 }
 
 // templateRows fills in the rows a host left out as the same as the
-// template's previous receipt's, and remembers a template's rows.
-func (a *frontActor) templateRows(l *link, w *wirepb.Receipt, r *lanes.Receipt) {
+// template's previous receipt's, and remembers a template's rows. The
+// rows are then shared with other receipts of the template (true): each
+// caller gets its own copy from Pending.Result, made on its goroutine,
+// not on the actor every receipt passes through.
+func (a *frontActor) templateRows(l *link, w *wirepb.Receipt, r *lanes.Receipt) bool {
 	if w.Template == 0 {
-		return
+		return false
 	}
 	if l.rowsAt != w.Epoch || l.lastRows == nil {
 		l.rowsAt, l.lastRows = w.Epoch, map[uint64][]lanes.Row{}
 	}
 	if w.RowsAsBefore {
-		r.Attribution.Rows = slices.Clone(l.lastRows[w.Template])
-		return
+		r.Attribution.Rows = l.lastRows[w.Template]
+		return true
 	}
 	if len(l.lastRows) < MaxTemplates {
-		l.lastRows[w.Template] = slices.Clone(r.Attribution.Rows)
+		l.lastRows[w.Template] = r.Attribution.Rows
+		return true
 	}
+	return false
 }
 
 // resend sends a templated submission again, whole, to a host that did not
@@ -145,10 +154,7 @@ func (a *frontActor) resend(l *link, w *wirepb.Receipt) {
 // linkAt is the link of the host at address, if any.
 func (f *Front) linkAt(address string) *link {
 	for _, l := range f.links {
-		l.mu.Lock()
-		at := l.addr
-		l.mu.Unlock()
-		if at == address && address != "" {
+		if at := l.at.Load(); at != nil && *at == address && address != "" {
 			return l
 		}
 	}

@@ -57,6 +57,9 @@ type HostStatus struct {
 	PID      int       // the launched host's process id; 0 for a host at a fixed address
 	Since    time.Time // when it entered State
 	HostName string    // the name the host gave itself (lanehost --name)
+	// RoundTrip is where sampled calls' time went since the host last
+	// registered: the remote's cost beside the lanes' own.
+	RoundTrip RoundTrip
 }
 
 // Hosts reports every host of the front.
@@ -78,12 +81,18 @@ type link struct {
 	name   string
 	launch *Launch // nil: a host at a fixed address
 
+	// The hot path's lock-free view of the link, written under mu with
+	// what it mirrors: the epoch the host serves under (0 while it does
+	// not), when its last message of that epoch came, and its address.
+	serving atomic.Uint64
+	heardAt atomic.Int64 // unix nanoseconds
+	at      atomic.Pointer[string]
+
 	mu       sync.Mutex
 	state    HostState
 	addr     string
 	pid      *actor.PID
 	epoch    uint64
-	heard    time.Time // the last message of the current epoch
 	tenants  int
 	losses   int
 	restarts int
@@ -97,12 +106,14 @@ type link struct {
 	stdin    io.Closer
 	exited   chan struct{} // closed when the launched process exited
 
-	known    map[uint64]bool        // templates the host holds under epoch (mu)
+	knownMu  sync.RWMutex
+	known    map[uint64]bool        // templates the host holds under epoch (knownMu)
 	lastRows map[uint64][]lanes.Row // the rows of each template's last receipt (the front actor's)
 	rowsAt   uint64                 // the epoch lastRows belongs to
 
 	bytes       *semaphore.Weighted // upload and read bytes in flight (maxBytesInFlight)
 	stale       atomic.Uint64
+	trips       roundTrips
 	out         combiner[*wirepb.Submit]
 	events      chan string   // "registered", "refused", "lost": to the supervisor
 	firstAnswer chan struct{} // closed at the first registration or refusal
@@ -114,16 +125,39 @@ func newLink(f *Front, name string, launch *Launch) *link {
 		bytes: semaphore.NewWeighted(maxBytesInFlight)}
 	l.out = combiner[*wirepb.Submit]{most: 512, send: l.sendBatch}
 	if launch == nil {
-		l.addr, l.pid = name, actor.NewPID(name, HostActor)
+		l.setAddress(name)
 	}
 	return l
 }
+
+// setState changes the host's state (l.mu held), and the lock-free view
+// of whether and under which epoch it serves.
+func (l *link) setState(s HostState) {
+	l.state, l.since = s, time.Now()
+	if s == HostServing {
+		l.serving.Store(l.epoch)
+	} else {
+		l.serving.Store(0)
+	}
+}
+
+// setAddress is where the host listens now (l.mu held, or before the link
+// is shared).
+func (l *link) setAddress(addr string) {
+	l.addr, l.pid = addr, actor.NewPID(addr, HostActor)
+	l.at.Store(&addr)
+}
+
+// servingUnder reports whether the host serves under epoch now, without
+// a lock.
+func (l *link) servingUnder(epoch uint64) bool { return epoch != 0 && l.serving.Load() == epoch }
 
 func (l *link) status() HostStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := HostStatus{Name: l.name, Address: l.addr, State: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
-		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName}
+		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName,
+		RoundTrip: l.trips.means()}
 	if l.proc != nil {
 		st.PID = l.proc.Pid
 	}
@@ -144,9 +178,13 @@ func (l *link) registered(epoch uint64, hostName string) bool {
 		l.mu.Unlock()
 		return false
 	}
-	l.state, l.epoch, l.heard, l.tenants, l.since = HostServing, epoch, time.Now(), 0, time.Now()
+	l.knownMu.Lock()
 	l.known = map[uint64]bool{}
-	l.hostName = hostName
+	l.knownMu.Unlock()
+	l.epoch, l.tenants, l.hostName = epoch, 0, hostName
+	l.trips.reset()
+	l.heardAt.Store(time.Now().UnixNano())
+	l.setState(HostServing)
 	l.mu.Unlock()
 	l.answered()
 	l.event("registered")
@@ -156,25 +194,32 @@ func (l *link) registered(epoch uint64, hostName string) bool {
 // holds reports whether the host holds template id under epoch, and
 // from now on counts it as held (the Submit about to go carries it).
 func (l *link) holds(epoch, id uint64) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.epoch != epoch || l.known == nil {
+	if !l.servingUnder(epoch) {
 		return false
 	}
-	if l.known[id] {
+	l.knownMu.RLock()
+	held := l.known[id]
+	l.knownMu.RUnlock()
+	if held {
 		return true
 	}
+	l.knownMu.Lock()
+	defer l.knownMu.Unlock()
+	if l.known == nil || !l.servingUnder(epoch) {
+		return false
+	}
+	held = l.known[id]
 	if len(l.known) < MaxTemplates {
 		l.known[id] = true
 	}
-	return false
+	return held
 }
 
 // forgetTemplate records that the host does not hold template id.
 func (l *link) forgetTemplate(epoch, id uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.epoch == epoch {
+	l.knownMu.Lock()
+	defer l.knownMu.Unlock()
+	if l.servingUnder(epoch) {
 		delete(l.known, id)
 	}
 }
@@ -189,7 +234,8 @@ func (l *link) joining(attempt uint64) bool {
 // refused records a refused registration: never routed to.
 func (l *link) refused(why string) {
 	l.mu.Lock()
-	l.state, l.refusal, l.since = HostRefused, why, time.Now()
+	l.refusal = why
+	l.setState(HostRefused)
 	l.mu.Unlock()
 	l.f.cfg.Logf("host %s refused: %s", l.name, why)
 	l.answered()
@@ -199,13 +245,11 @@ func (l *link) refused(why string) {
 // heardFrom notes a message of epoch from the host; false: not its
 // current epoch (drop the message).
 func (l *link) heardFrom(epoch uint64) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != HostServing || epoch != l.epoch {
+	if !l.servingUnder(epoch) {
 		l.stale.Add(1)
 		return false
 	}
-	l.heard = time.Now()
+	l.heardAt.Store(time.Now().UnixNano())
 	return true
 }
 
@@ -218,7 +262,8 @@ func (l *link) lose(epoch uint64, how string) {
 		l.mu.Unlock()
 		return
 	}
-	l.state, l.lostHow, l.since = HostLost, how, time.Now()
+	l.lostHow = how
+	l.setState(HostLost)
 	l.losses++
 	l.mu.Unlock()
 	n := l.endInFlight(epoch, how)
@@ -249,11 +294,11 @@ func (l *link) enqueue(s *wirepb.Submit) { l.out.add(s) }
 // others' calls ended with the host's loss.
 func (l *link) sendBatch(batch []*wirepb.Submit) {
 	l.mu.Lock()
-	pid, epoch, serving := l.pid, l.epoch, l.state == HostServing
+	pid := l.pid
 	l.mu.Unlock()
 	keep := batch[:0]
 	for _, s := range batch {
-		if serving && s.Epoch == epoch {
+		if l.servingUnder(s.Epoch) {
 			keep = append(keep, s)
 		}
 	}
@@ -274,10 +319,9 @@ func (f *Front) watchSilence() {
 			return
 		}
 		for _, l := range f.links {
-			l.mu.Lock()
-			serving, epoch, silent := l.state == HostServing, l.epoch, time.Since(l.heard)
-			l.mu.Unlock()
-			if serving && silent > f.cfg.LostAfter {
+			epoch := l.serving.Load()
+			silent := time.Since(time.Unix(0, l.heardAt.Load()))
+			if epoch != 0 && silent > f.cfg.LostAfter {
 				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), f.cfg.LostAfter))
 			}
 		}
@@ -344,10 +388,11 @@ func (l *link) pause(d time.Duration) bool {
 // the join times out or the front stops.
 func (l *link) join() string {
 	l.mu.Lock()
-	if l.state != HostLost {
-		l.since = time.Now() // a lost host stays lost, to the eye, until it serves again
+	since, was := l.since, l.state
+	l.setState(HostJoining)
+	if was == HostLost {
+		l.since = since // a lost host stays lost, to the eye, until it serves again
 	}
-	l.state = HostJoining
 	l.attempt = joinAttempts.Add(1)
 	pid, attempt := l.pid, l.attempt
 	l.mu.Unlock()
@@ -456,7 +501,8 @@ func (l *link) start() error {
 	}
 	exited := make(chan struct{})
 	l.mu.Lock()
-	l.addr, l.pid, l.proc, l.stdin, l.exited = addr, actor.NewPID(addr, HostActor), cmd.Process, stdin, exited
+	l.setAddress(addr)
+	l.proc, l.stdin, l.exited = cmd.Process, stdin, exited
 	l.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -494,7 +540,7 @@ func (l *link) kill() {
 func (l *link) stopLink() {
 	l.mu.Lock()
 	epoch, was, pid := l.epoch, l.state, l.pid
-	l.state, l.since = HostStopped, time.Now()
+	l.setState(HostStopped)
 	l.mu.Unlock()
 	if was == HostServing {
 		// Let the host go: it may serve another front now.

@@ -101,10 +101,13 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 // op sends one device-state operation to the tenant's host and waits for
 // its result (or the host's loss, or ctx).
 func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, msg func(call uint64) any) (*wirepb.OpResult, error) {
-	p, id, pid, err := f.newCall(ctx, l, epoch, tenant, bytes)
+	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes)
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	pid := l.pid
+	l.mu.Unlock()
 	f.sys.actors.Root.Send(pid, msg(id))
 	if err := p.wait(ctx); err != nil {
 		return nil, err

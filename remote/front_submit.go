@@ -8,8 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-
-	"github.com/asynkron/protoactor-go/actor"
+	"time"
 
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -33,7 +32,7 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 	if err != nil {
 		return nil, err
 	}
-	l.enqueue(&wirepb.Submit{Epoch: epoch, Call: id, Batch: w})
+	l.enqueue(p.sample(&wirepb.Submit{Epoch: epoch, Call: id, Batch: w}))
 	return p, nil
 }
 
@@ -81,8 +80,18 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded) (*
 	if !l.holds(epoch, e.id) {
 		s.Batch = e.wire
 	}
-	l.enqueue(s)
+	l.enqueue(p.sample(s))
 	return p, nil
+}
+
+// sample marks one submission in SampleEvery to carry its times there
+// and back (HostStatus.RoundTrip).
+func (p *Pending) sample(s *wirepb.Submit) *wirepb.Submit {
+	if s.Call%SampleEvery == 0 {
+		p.sentAt = time.Now().UnixNano()
+		s.SentUnixNano = p.sentAt
+	}
+	return s
 }
 
 // Submit is SubmitAsync, then waiting for its end (or ctx). It returns the
@@ -112,9 +121,7 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	if f == nil || f.quit == nil {
 		return ErrStopped // not a front StartFront returned
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopped {
+	if f.stopped.Load() {
 		return ErrStopped
 	}
 	return nil
@@ -131,7 +138,7 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	p, id, _, err := f.newCall(ctx, l, epoch, tenant, bytes)
+	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes)
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
@@ -140,25 +147,34 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 
 // newCall waits for room for the call's bytes on the way to or from the
 // host, and records the call in flight on the host under epoch: its
-// Pending, its id, and the host's actor to send it to. A host no longer
-// serving that epoch means the tenant's state is gone.
-func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64) (*Pending, uint64, *actor.PID, error) {
-	if err := l.bytes.Acquire(ctx, bytes); err != nil {
-		return nil, 0, nil, fmt.Errorf("remote: waiting for room for %d bytes on the way to or from host %s: %w (definitely not submitted)", bytes, l.name, err)
+// Pending and its id. A host no longer serving that epoch means the
+// tenant's state is gone. No lock is shared by every call here: the
+// in-flight table refuses an epoch lost (and ends what it holds of it), so
+// a call is either recorded before the loss and ended by it, or refused.
+func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64) (*Pending, uint64, error) {
+	if !l.servingUnder(epoch) {
+		return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
 	}
 	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
 	if bytes > 0 {
+		if err := l.bytes.Acquire(ctx, bytes); err != nil {
+			return nil, 0, fmt.Errorf("remote: waiting for room for %d bytes on the way to or from host %s: %w (definitely not submitted)", bytes, l.name, err)
+		}
 		p.release = func() { l.bytes.Release(bytes) }
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != HostServing || l.epoch != epoch {
+	id, ok := f.calls.Add(l.name, epoch, p)
+	if !ok || !l.servingUnder(epoch) {
+		if ok {
+			if _, mine := f.calls.Settle(l.name, epoch, id); !mine {
+				return p, id, nil // the loss took it first: it ends with the loss
+			}
+		}
 		if p.release != nil {
 			p.release()
 		}
-		return nil, 0, nil, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
+		return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
 	}
-	return p, f.calls.Add(l.name, epoch, p), l.pid, nil
+	return p, id, nil
 }
 
 // uploadBytes is the bytes a batch's uploads carry.
@@ -169,6 +185,14 @@ func uploadBytes(b lanes.Batch) (n int64) {
 	return n
 }
 
+// placed is a placed tenant's host and epoch, while that host serves it.
+func placed(tenant string, pl *placement) (*link, uint64, error) {
+	if !pl.link.servingUnder(pl.epoch) {
+		return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: pl.link.name, Epoch: pl.epoch}
+	}
+	return pl.link, pl.epoch, nil
+}
+
 // maxRemembered bounds the forgotten tenants whose host the front
 // remembers.
 const maxRemembered = 1 << 16
@@ -177,14 +201,16 @@ const maxRemembered = 1 << 16
 // new tenant, the host it was on before it was forgotten if that host
 // serves, else the serving host with the fewest tenants.
 func (f *Front) place(tenant string) (*link, uint64, error) {
+	f.mu.RLock()
+	pl, ok := f.tenants[tenant]
+	f.mu.RUnlock()
+	if ok {
+		return placed(tenant, pl)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if pl, ok := f.tenants[tenant]; ok {
-		st := pl.link.status()
-		if st.State != HostServing || st.Epoch != pl.epoch {
-			return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: pl.link.name, Epoch: pl.epoch}
-		}
-		return pl.link, pl.epoch, nil
+		return placed(tenant, pl)
 	}
 	var best *link
 	var bestEpoch uint64

@@ -90,7 +90,7 @@ type Host struct {
 // others; the rows of a templated one are encoded by the sender, which
 // leaves out rows equal to the template's previous) or an op's result.
 type outgoing struct {
-	receipt  *wirepb.Receipt
+	receipt  *wirepb.Receipt // with its Timing, for a sampled call: Sent is set as it goes
 	rows     []lanes.Row
 	template uint64
 	result   *wirepb.OpResult
@@ -100,6 +100,7 @@ type outgoing struct {
 type hostJob struct {
 	epoch, call, template uint64
 	b                     lanes.Batch
+	timing                *wirepb.Timing // a sampled call's times; nil for most
 }
 
 // hostShards is how many goroutines hand submissions to the scheduler:
@@ -349,12 +350,16 @@ func (h *Host) submits(m *wirepb.Submits) {
 }
 
 func (h *Host) submit(epoch uint64, s *wirepb.Submit) {
+	var timing *wirepb.Timing
+	if s.SentUnixNano != 0 {
+		timing = &wirepb.Timing{Received: time.Now().UnixNano()}
+	}
 	b, ok := h.batchOf(epoch, s)
 	if !ok {
 		return
 	}
 	select {
-	case h.shards[shardOf(b.Tenant)] <- hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b}:
+	case h.shards[shardOf(b.Tenant)] <- hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, timing: timing}:
 	case <-h.quit:
 	}
 }
@@ -384,12 +389,20 @@ func (h *Host) shardLoop(jobs chan hostJob) {
 			h.refuse(j.epoch, j.call, j.b.Tenant, err)
 			continue
 		}
+		if j.timing != nil {
+			j.timing.Admitted = time.Now().UnixNano()
+		}
 		go func() {
 			<-p.Done()
+			if j.timing != nil {
+				j.timing.Ended = time.Now().UnixNano()
+			}
 			r, _ := p.Result()
 			rows := r.Attribution.Rows
 			r.Attribution.Rows = nil
-			h.send(outgoing{receipt: ReceiptToWire(j.epoch, j.call, r, nil), rows: rows, template: j.template})
+			w := ReceiptToWire(j.epoch, j.call, r, nil)
+			w.Timing = j.timing
+			h.send(outgoing{receipt: w, rows: rows, template: j.template})
 		}()
 	}
 }
@@ -473,6 +486,12 @@ func (h *Host) sendBatch(batch []outgoing) {
 		rs.Receipts = append(rs.Receipts, o.receipt)
 	}
 	if len(rs.Receipts) > 0 {
+		now := time.Now().UnixNano()
+		for _, r := range rs.Receipts {
+			if r.Timing != nil {
+				r.Timing.Sent = now
+			}
+		}
 		h.tell(front, &rs)
 	}
 }

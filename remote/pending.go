@@ -5,6 +5,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -16,11 +17,15 @@ type Pending struct {
 	enc     *Encoded // the template, if it was submitted encoded
 	release func()   // gives back the call's bytes in flight
 	done    chan struct{}
-	tenant  string
-	host    string
-	r       lanes.Receipt
-	err     error
-	result  *wirepb.OpResult
+	sentAt  int64 // a sampled call's queuing, Unix nanoseconds; 0 for most
+	// sharedRows: r's rows are a template's, shared with its other
+	// receipts; Result hands out a copy.
+	sharedRows bool
+	tenant     string
+	host       string
+	r          lanes.Receipt
+	err        error
+	result     *wirepb.OpResult
 }
 
 // Done is closed when the call ended.
@@ -29,10 +34,15 @@ func (p *Pending) Done() <-chan struct{} { return p.done }
 // Host is the name of the host the call went to.
 func (p *Pending) Host() string { return p.host }
 
-// Result is the call's receipt and error, once Done is closed.
+// Result is the call's receipt and error, once Done is closed. The
+// receipt's rows are the caller's own.
 func (p *Pending) Result() (lanes.Receipt, error) {
 	<-p.done
-	return p.r, p.err
+	r := p.r
+	if p.sharedRows {
+		r.Attribution.Rows = slices.Clone(r.Attribution.Rows)
+	}
+	return r, p.err
 }
 
 // wait waits for the end or ctx; a ctx that ends first detaches.

@@ -52,7 +52,7 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 	}
 	seen := map[string]string{}
 	for _, out := range []struct{ flag, path string }{{"json", f.jsonPath}, {"trace-file", cfg.Telemetry.TraceFile},
-		{"cpuprofile", f.profiles.cpu}, {"memprofile", f.profiles.allocs}, {"mutexprofile", f.profiles.mutex}, {"blockprofile", f.profiles.block}} {
+		{"cpuprofile", f.profiles.cpu}, {"memprofile", f.profiles.allocs}, {"mutexprofile", f.profiles.mutex}, {"blockprofile", f.profiles.block}, {"exectrace", f.profiles.exec}} {
 		if out.path == "-" && out.flag != "json" {
 			return f, fmt.Errorf("lanedemo: --%s -: only --json writes to stdout; name a file (see --help)", out.flag)
 		}
@@ -115,6 +115,7 @@ func parseArgs(args []string, stdout io.Writer) (flags, *flag.FlagSet, error) {
 	fs.StringVar(&f.profiles.mutex, "mutexprofile", "", "write a Go mutex-contention profile of the run to this file")
 	fs.StringVar(&f.profiles.allocs, "memprofile", "", "write a Go allocation profile of the run to this file")
 	fs.StringVar(&f.profiles.block, "blockprofile", "", "write a Go blocking profile of the run to this file")
+	fs.StringVar(&f.profiles.exec, "exectrace", "", "write a Go execution trace of the run to this file (go tool trace: which goroutine waits on which)")
 	fs.IntVar(&cfg.StreamDepth, "stream-depth", 0, "submissions each lane keeps on its stream before the rest wait in its fair queue (0: the scheduler's default; -1: no bound, first come first served)")
 	fs.StringVar(&cfg.Hostile, "hostile", "", "add a hostile tenant, on the first device, beside the others: flood (keeps its admission full), churn (a new replay key every step, preparation left open) or huge (one 100000-entry batch, refused as too large, then batches of the most commands admitted, 1024); the report lists every tenant's lane, p50/p99 and replay share")
 	fs.StringVar(&cfg.KernelsFrom, "kernels-from", "", "serve steps of your own module instead of the built-in kernels: a directory holding "+demo.ManifestFile+" (the module file, its kernels' parameters, the tenants' buffers, the step's launches; see examples/customkernels) and the module; runs with --device cuda (the simulated device needs Go references, which a manifest cannot carry)")
@@ -232,7 +233,8 @@ func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
 // hostModeFlags are the flags --host-per-gpu reads.
 var hostModeFlags = map[string]bool{"device": true, "ordinals": true, "devices": true, "lanes": true, "tenants": true, "kernels": true, "duration": true,
 	"concurrency": true, "warmup": true, "spin": true, "clock": true, "seed": true, "json": true, "quiet": true,
-	"host-per-gpu": true, "in-process": true, "lanehost": true, "fault-host-at": true, "lanehost-args": true, "cpuprofile": true}
+	"host-per-gpu": true, "in-process": true, "lanehost": true, "fault-host-at": true, "lanehost-args": true, "cpuprofile": true, "exectrace": true,
+	"memprofile": true, "mutexprofile": true, "blockprofile": true}
 
 // checkHostMode refuses a flag --host-per-gpu does not read, and its own
 // flags without it.
@@ -242,7 +244,7 @@ func checkHostMode(fs *flag.FlagSet, cfg *demo.Config) error {
 		switch {
 		case err != nil:
 		case cfg.Hosts.PerGPU && !hostModeFlags[fl.Name]:
-			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --lanehost --fault-host-at, --lanehost-args and --cpuprofile (see --help)", fl.Name)
+			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --lanehost --fault-host-at, --lanehost-args and the profiles (--cpuprofile, --memprofile, --mutexprofile, --blockprofile, --exectrace; see --help)", fl.Name)
 		case !cfg.Hosts.PerGPU && (fl.Name == "in-process" || fl.Name == "lanehost" || fl.Name == "fault-host-at" || fl.Name == "lanehost-args"):
 			err = fmt.Errorf("lanedemo: --%s needs --host-per-gpu (see --help)", fl.Name)
 		}

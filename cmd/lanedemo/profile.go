@@ -1,4 +1,5 @@
-// CPU, heap and trace profiles of a lanedemo run (--cpuprofile and friends).
+// CPU, heap and blocking profiles and an execution trace of a lanedemo run
+// (--cpuprofile and friends).
 
 package main
 
@@ -8,13 +9,14 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // profiles are the Go profiles a run writes: where the host's time goes,
 // which is what bounds a lane's throughput once replay has removed launch
 // overhead.
 type profiles struct {
-	cpu, mutex, block, allocs string
+	cpu, mutex, block, allocs, exec string
 }
 
 // start begins the requested profiles; finish stops them and writes every
@@ -30,6 +32,21 @@ func (p profiles) start() (finish func() error, err error) {
 			return nil, fmt.Errorf("lanedemo: --cpuprofile: %w", err)
 		}
 	}
+	var exec *os.File
+	if p.exec != "" {
+		if exec, err = os.Create(p.exec); err == nil {
+			if err = trace.Start(exec); err != nil {
+				_ = exec.Close()
+			}
+		}
+		if err != nil {
+			if cpu != nil {
+				pprof.StopCPUProfile()
+				_ = cpu.Close()
+			}
+			return nil, fmt.Errorf("lanedemo: --exectrace: %w", err)
+		}
+	}
 	if p.mutex != "" {
 		runtime.SetMutexProfileFraction(5)
 	}
@@ -41,6 +58,10 @@ func (p profiles) start() (finish func() error, err error) {
 		if cpu != nil {
 			pprof.StopCPUProfile()
 			errs = append(errs, cpu.Close())
+		}
+		if exec != nil {
+			trace.Stop()
+			errs = append(errs, exec.Close())
 		}
 		for _, w := range []struct{ flag, name, path string }{
 			{"mutexprofile", "mutex", p.mutex}, {"blockprofile", "block", p.block}, {"memprofile", "allocs", p.allocs}} {

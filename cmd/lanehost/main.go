@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -41,6 +42,7 @@ type options struct {
 	heartbeat, spin             time.Duration
 	tlsCert, tlsKey, tlsCA      string
 	cpuProfile                  string
+	execTrace                   string
 	exitWithStdin, faultKernels bool
 	keepPoisoned                bool
 	protocol                    uint
@@ -93,7 +95,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	stopProfile, err := startProfile(o.cpuProfile)
+	stopProfile, err := startProfile(o.cpuProfile, o.execTrace)
 	if err != nil {
 		_ = dev.Close()
 		fmt.Fprintf(stderr, "lanehost: %v\n", err)
@@ -129,23 +131,40 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return int(status.Load())
 }
 
-// startProfile starts a CPU profile into path (%p: the process id), if
-// one is asked for; the returned function writes it.
-func startProfile(path string) (func(), error) {
-	if path == "" {
-		return func() {}, nil
+// startProfile starts a CPU profile and an execution trace (runtime/trace)
+// into their paths (%p: the process id), if asked for; the returned
+// function writes them.
+func startProfile(cpuPath, tracePath string) (func(), error) {
+	var stops []func()
+	stopAll := func() {
+		for _, s := range stops {
+			s()
+		}
 	}
-	pf, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
-	if err == nil {
-		err = pprof.StartCPUProfile(pf)
+	for _, p := range []struct {
+		flag, path string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{"--cpuprofile", cpuPath, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{"--exectrace", tracePath, trace.Start, trace.Stop},
+	} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(strings.ReplaceAll(p.path, "%p", strconv.Itoa(os.Getpid())))
+		if err == nil {
+			if err = p.start(f); err != nil {
+				_ = f.Close()
+			}
+		}
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("%s %s: %v", p.flag, p.path, err)
+		}
+		stops = append(stops, func() { p.stop(); _ = f.Close() })
 	}
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile %s: %v", path, err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = pf.Close()
-	}, nil
+	return stopAll, nil
 }
 
 // leaveWhenPoisoned checks the host's devices every heartbeat: a poisoned
@@ -197,6 +216,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
 	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: remote.MaxTemplates)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")
+	fs.StringVar(&o.execTrace, "exectrace", "", "write a Go execution trace of the whole run to this file (go tool trace); %p in the name is the process id")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first. Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")

@@ -55,6 +55,27 @@ type HostsRow struct {
 	Losses         int     `json:"losses"`
 	Restarts       int     `json:"restarts"`
 	ServingAgainMS float64 `json:"serving_again_ms,omitempty"` // after the fault's submission
+	// RoundTrip is where sampled steps' time went (remote.HostStatus's
+	// RoundTrip, means in µs); absent in process and in the total.
+	RoundTrip *RoundTripUS `json:"round_trip_us,omitempty"`
+}
+
+// RoundTripUS is a host's remote.RoundTrip in microseconds.
+type RoundTripUS struct {
+	Samples   uint64  `json:"samples"`
+	Total     float64 `json:"total"`
+	Wire      float64 `json:"wire"`
+	HostQueue float64 `json:"host_queue"`
+	Lane      float64 `json:"lane"`
+	HostReply float64 `json:"host_reply"`
+}
+
+func roundTripUS(rt remote.RoundTrip) *RoundTripUS {
+	if rt.Samples == 0 {
+		return nil
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+	return &RoundTripUS{Samples: rt.Samples, Total: us(rt.Total), Wire: us(rt.Wire), HostQueue: us(rt.HostQueue), Lane: us(rt.Lane), HostReply: us(rt.HostReply)}
 }
 
 // hostSample is one ended step.
@@ -93,7 +114,13 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 	for _, t := range tenants {
 		for range cfg.Concurrency {
 			wg.Add(1)
-			go func() { defer wg.Done(); l.client(runCtx, t) }()
+			go func() {
+				defer wg.Done()
+				samples := l.client(runCtx, t)
+				l.mu.Lock()
+				l.samples = append(l.samples, samples...)
+				l.mu.Unlock()
+			}()
 		}
 	}
 	var faultSent time.Time
@@ -125,14 +152,17 @@ type hostsLoad struct {
 	api              hostsAPI
 	start            time.Time
 	mu               sync.Mutex
-	samples          []hostSample
+	samples          []hostSample // every client's, once it stopped
 	submitted, ended atomic.Uint64
 	startOvers       sync.Map // host -> *atomic.Uint64
 }
 
 // client is one closed-loop client of a tenant: a step, its end recorded,
-// the next; a tenant told its state was lost starts over.
-func (l *hostsLoad) client(ctx context.Context, t *hostsTenant) {
+// the next; a tenant told its state was lost starts over. It returns its
+// samples: a lock shared by every client, taken at each step, queued
+// them up on each other (the load generator's own cost, on both sides of
+// a comparison).
+func (l *hostsLoad) client(ctx context.Context, t *hostsTenant) (samples []hostSample) {
 	for ctx.Err() == nil {
 		step, enc, gen := t.current()
 		host := l.api.hostOf(t.name, t.index)
@@ -140,20 +170,19 @@ func (l *hostsLoad) client(ctx context.Context, t *hostsTenant) {
 		l.submitted.Add(1)
 		err := l.api.submitStep(context.WithoutCancel(ctx), t, step, enc)
 		l.ended.Add(1)
-		l.mu.Lock()
-		l.samples = append(l.samples, hostSample{host: host, at: time.Now(), lat: time.Since(begin), err: err})
-		l.mu.Unlock()
+		samples = append(samples, hostSample{host: host, at: time.Now(), lat: time.Since(begin), err: err})
 		switch {
 		case errors.Is(err, remote.ErrDeviceStateLost) || errors.Is(err, remote.ErrHostLost):
 			v, _ := l.startOvers.LoadOrStore(host, new(atomic.Uint64))
 			v.(*atomic.Uint64).Add(1)
 			if err := t.startOver(ctx, l.api, l.cfg.Kernels, gen); err != nil && ctx.Err() == nil {
-				return
+				return samples
 			}
 		case err != nil && l.cfg.Hosts.InProcess:
 			time.Sleep(time.Millisecond) // a poisoned process answers at once: do not spin
 		}
 	}
+	return samples
 }
 
 // injectFault submits an out-of-bounds kernel as the tenant: its device
@@ -218,6 +247,7 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 		}
 		if st, ok := status[h]; ok {
 			r.Losses, r.Restarts = st.Losses, st.Restarts
+			r.RoundTrip = roundTripUS(st.RoundTrip)
 			if h == faultHost && !fault.IsZero() && st.State == remote.HostServing && st.Since.After(fault) {
 				r.ServingAgainMS = float64(st.Since.Sub(fault).Microseconds()) / 1000
 			}
@@ -266,4 +296,10 @@ func (rep *HostsReport) WriteTable(w io.Writer) {
 			r.BeforeFaultPS, r.AfterFaultPS, r.P50us, r.P99us, r.Errors, r.Indeterminate, r.Restarts, r.Losses, r.StartOvers, r.ServingAgainMS)
 	}
 	fmt.Fprintf(w, "submitted %d, ended %d, still in flight %d: exactly once %v\n", rep.Submitted, rep.Ended, rep.InFlightAtEnd, rep.ExactlyOnce)
+	for _, r := range rep.Hosts {
+		if rt := r.RoundTrip; rt != nil {
+			fmt.Fprintf(w, "%s round trip (means of %d sampled steps since it registered): %.0f µs = wire both ways %.0f + host queue %.0f + lane %.0f + host reply %.0f\n",
+				r.Name, rt.Samples, rt.Total, rt.Wire, rt.HostQueue, rt.Lane, rt.HostReply)
+		}
+	}
 }

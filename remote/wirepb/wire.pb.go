@@ -1150,7 +1150,11 @@ type Submit struct {
 	// batch out (0: no template; batch is the whole submission).
 	Template uint64 `protobuf:"varint,5,opt,name=template,proto3" json:"template,omitempty"`
 	// The submitting tenant, for a templated batch (a template binds none).
-	Tenant        string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Set on a sampled call (one in SampleEvery): the front's clock, in Unix
+	// nanoseconds, when it queued the submission. The host answers a sampled
+	// call with its own times (Receipt.timing).
+	SentUnixNano  int64 `protobuf:"varint,7,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1225,6 +1229,13 @@ func (x *Submit) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *Submit) GetSentUnixNano() int64 {
+	if x != nil {
+		return x.SentUnixNano
+	}
+	return 0
 }
 
 // Submits carries many submissions in one remote message.
@@ -1414,8 +1425,10 @@ type Receipt struct {
 	// The host does not hold the submission's template (it left the batch
 	// out): the front sends it again, whole, under the same call.
 	TemplateUnknown bool `protobuf:"varint,15,opt,name=template_unknown,json=templateUnknown,proto3" json:"template_unknown,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The host's times for a sampled call (Submit.sent_unix_nano set).
+	Timing        *Timing `protobuf:"bytes,16,opt,name=timing,proto3" json:"timing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Receipt) Reset() {
@@ -1553,6 +1566,87 @@ func (x *Receipt) GetTemplateUnknown() bool {
 	return false
 }
 
+func (x *Receipt) GetTiming() *Timing {
+	if x != nil {
+		return x.Timing
+	}
+	return nil
+}
+
+// Timing is where a sampled call spent its time in its host, each a Unix
+// time in nanoseconds on the host's clock.
+type Timing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The host's actor took the submission off the wire.
+	Received int64 `protobuf:"varint,1,opt,name=received,proto3" json:"received,omitempty"`
+	// The host's scheduler admitted it (SubmitAsync returned).
+	Admitted int64 `protobuf:"varint,2,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// It ended on its lane.
+	Ended int64 `protobuf:"varint,3,opt,name=ended,proto3" json:"ended,omitempty"`
+	// Its receipt was handed to the remote to send.
+	Sent          int64 `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Timing) Reset() {
+	*x = Timing{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Timing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Timing) ProtoMessage() {}
+
+func (x *Timing) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Timing.ProtoReflect.Descriptor instead.
+func (*Timing) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Timing) GetReceived() int64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *Timing) GetAdmitted() int64 {
+	if x != nil {
+		return x.Admitted
+	}
+	return 0
+}
+
+func (x *Timing) GetEnded() int64 {
+	if x != nil {
+		return x.Ended
+	}
+	return 0
+}
+
+func (x *Timing) GetSent() int64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
 // Receipts carries many receipts in one remote message.
 type Receipts struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1563,7 +1657,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1669,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1682,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -1615,7 +1709,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1721,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1734,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -1681,7 +1775,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1787,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1800,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -1771,7 +1865,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1877,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1890,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -1841,7 +1935,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1947,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1960,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -1909,7 +2003,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2015,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2028,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -1973,7 +2067,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2079,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2092,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -2132,14 +2226,15 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\rR\x04path\x12\x16\n" +
 	"\x06timing\x18\x04 \x01(\rR\x06timing\x12)\n" +
 	"\x10eager_boundaries\x18\x05 \x03(\x03R\x0feagerBoundaries\x12/\n" +
-	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\"\xa8\x01\n" +
+	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\"\xce\x01\n" +
 	"\x06Submit\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x12\n" +
 	"\x04lane\x18\x03 \x01(\rR\x04lane\x12,\n" +
 	"\x05batch\x18\x04 \x01(\v2\x16.lanes.remote.v1.BatchR\x05batch\x12\x1a\n" +
 	"\btemplate\x18\x05 \x01(\x04R\btemplate\x12\x16\n" +
-	"\x06tenant\x18\x06 \x01(\tR\x06tenant\"<\n" +
+	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12$\n" +
+	"\x0esent_unix_nano\x18\a \x01(\x03R\fsentUnixNano\"<\n" +
 	"\aSubmits\x121\n" +
 	"\asubmits\x18\x01 \x03(\v2\x17.lanes.remote.v1.SubmitR\asubmits\"\x93\x02\n" +
 	"\x03Row\x12\x14\n" +
@@ -2156,7 +2251,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"dispatches\x12\x1c\n" +
 	"\ttransfers\x18\t \x01(\rR\ttransfers\x12)\n" +
 	"\x04work\x18\n" +
-	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xb9\x03\n" +
+	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xea\x03\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x14\n" +
@@ -2174,7 +2269,13 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x06tenant\x18\f \x01(\tR\x06tenant\x12\x1a\n" +
 	"\btemplate\x18\r \x01(\x04R\btemplate\x12$\n" +
 	"\x0erows_as_before\x18\x0e \x01(\bR\frowsAsBefore\x12)\n" +
-	"\x10template_unknown\x18\x0f \x01(\bR\x0ftemplateUnknown\"@\n" +
+	"\x10template_unknown\x18\x0f \x01(\bR\x0ftemplateUnknown\x12/\n" +
+	"\x06timing\x18\x10 \x01(\v2\x17.lanes.remote.v1.TimingR\x06timing\"j\n" +
+	"\x06Timing\x12\x1a\n" +
+	"\breceived\x18\x01 \x01(\x03R\breceived\x12\x1a\n" +
+	"\badmitted\x18\x02 \x01(\x03R\badmitted\x12\x14\n" +
+	"\x05ended\x18\x03 \x01(\x03R\x05ended\x12\x12\n" +
+	"\x04sent\x18\x04 \x01(\x03R\x04sent\"@\n" +
 	"\bReceipts\x124\n" +
 	"\breceipts\x18\x01 \x03(\v2\x18.lanes.remote.v1.ReceiptR\breceipts\"R\n" +
 	"\x04Join\x12\x1a\n" +
@@ -2224,7 +2325,7 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),      // 0: lanes.remote.v1.Hello
 	(*Welcome)(nil),    // 1: lanes.remote.v1.Welcome
@@ -2245,13 +2346,14 @@ var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Submits)(nil),    // 16: lanes.remote.v1.Submits
 	(*Row)(nil),        // 17: lanes.remote.v1.Row
 	(*Receipt)(nil),    // 18: lanes.remote.v1.Receipt
-	(*Receipts)(nil),   // 19: lanes.remote.v1.Receipts
-	(*Join)(nil),       // 20: lanes.remote.v1.Join
-	(*Alloc)(nil),      // 21: lanes.remote.v1.Alloc
-	(*Free)(nil),       // 22: lanes.remote.v1.Free
-	(*Read)(nil),       // 23: lanes.remote.v1.Read
-	(*Forget)(nil),     // 24: lanes.remote.v1.Forget
-	(*OpResult)(nil),   // 25: lanes.remote.v1.OpResult
+	(*Timing)(nil),     // 19: lanes.remote.v1.Timing
+	(*Receipts)(nil),   // 20: lanes.remote.v1.Receipts
+	(*Join)(nil),       // 21: lanes.remote.v1.Join
+	(*Alloc)(nil),      // 22: lanes.remote.v1.Alloc
+	(*Free)(nil),       // 23: lanes.remote.v1.Free
+	(*Read)(nil),       // 24: lanes.remote.v1.Read
+	(*Forget)(nil),     // 25: lanes.remote.v1.Forget
+	(*OpResult)(nil),   // 26: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	2,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -2273,15 +2375,16 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	15, // 16: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
 	12, // 17: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
 	17, // 18: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	18, // 19: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	4,  // 20: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	5,  // 21: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	4,  // 22: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 19: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	18, // 20: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	4,  // 21: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	5,  // 22: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	4,  // 23: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -2295,7 +2398,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
