@@ -199,8 +199,14 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 	return nil
 }
 
-// Address is where the front listens for its hosts.
-func (f *Front) Address() string { return f.sys.addr }
+// Address is where the front listens for its hosts ("" for a Front
+// StartFront did not return).
+func (f *Front) Address() string {
+	if f == nil || f.sys == nil {
+		return ""
+	}
+	return f.sys.addr
+}
 
 // InFlight is the number of calls in flight on every host: each ends once,
 // by its host's answer or by the host's loss.
@@ -234,7 +240,12 @@ func (f *Front) Stop(ctx context.Context) error {
 	for _, l := range f.links {
 		l.stopLink()
 	}
-	f.wg.Wait()
+	f.wg.Wait() // the supervisors: no host process is started after this
+	var procs sync.WaitGroup
+	for _, l := range f.links {
+		procs.Go(func() { l.stopProcess(ctx) })
+	}
+	procs.Wait()
 	releaseSystem(f.sys, FrontActor, f.pid)
 	if ctx.Err() != nil {
 		return fmt.Errorf("remote: stop: %w (calls still in flight ended indeterminate)", ctx.Err())

@@ -6,6 +6,8 @@ package remote
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -113,6 +115,7 @@ type link struct {
 
 	bytes       *semaphore.Weighted // upload and read bytes in flight (maxBytesInFlight)
 	stale       atomic.Uint64
+	readBytes   atomic.Int64 // read-back bytes in flight from the host
 	trips       roundTrips
 	out         combiner[*wirepb.Submit]
 	events      chan string   // "registered", "refused", "lost": to the supervisor
@@ -294,11 +297,11 @@ func (l *link) enqueue(s *wirepb.Submit) { l.out.add(s) }
 // others' calls ended with the host's loss.
 func (l *link) sendBatch(batch []*wirepb.Submit) {
 	l.mu.Lock()
-	pid := l.pid
+	pid, epoch, serving := l.pid, l.epoch, l.state == HostServing // the address of the epoch sent to
 	l.mu.Unlock()
 	keep := batch[:0]
 	for _, s := range batch {
-		if l.servingUnder(s.Epoch) {
+		if serving && s.Epoch == epoch {
 			keep = append(keep, s)
 		}
 	}
@@ -321,11 +324,22 @@ func (f *Front) watchSilence() {
 		for _, l := range f.links {
 			epoch := l.serving.Load()
 			silent := time.Since(time.Unix(0, l.heardAt.Load()))
-			if epoch != 0 && silent > f.cfg.LostAfter {
-				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), f.cfg.LostAfter))
+			if bound := f.cfg.LostAfter + readAllowance(l.readBytes.Load()); epoch != 0 && silent > bound {
+				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), bound))
 			}
 		}
 	}
+}
+
+// ReadRate is the slowest a host's read-back bytes are assumed to cross
+// to the front: while reads are in flight, a host's heartbeats queue
+// behind their bytes on the one connection, so a host is given LostAfter
+// plus the time its reads in flight take at this rate before its silence
+// counts (a 64 MiB read: 4 s more).
+const ReadRate = 16 << 20 // bytes a second
+
+func readAllowance(bytes int64) time.Duration {
+	return time.Duration(float64(max(bytes, 0)) / ReadRate * float64(time.Second))
 }
 
 // supervise keeps the host registered: it joins (launching the process
@@ -490,6 +504,10 @@ func (l *link) start() error {
 	select {
 	case line = <-lines:
 	case <-time.After(l.f.cfg.JoinTimeout):
+	case <-l.f.quit:
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return errors.New("the front stopped while the host started")
 	}
 	const prefix = "lanehost: listening on "
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
@@ -535,8 +553,8 @@ func (l *link) kill() {
 	}
 }
 
-// stopLink ends every call still in flight on the host and stops a
-// launched host.
+// stopLink ends every call still in flight on the host and lets the
+// host go; a launched host's process is stopped after (stopProcess).
 func (l *link) stopLink() {
 	l.mu.Lock()
 	epoch, was, pid := l.epoch, l.state, l.pid
@@ -547,19 +565,29 @@ func (l *link) stopLink() {
 		l.f.sys.actors.Root.Send(pid, &wirepb.Welcome{Refusal: "the front stopped", Protocol: Protocol, Epoch: epoch})
 		l.endInFlight(epoch, "the front stopped")
 	}
-	if l.launch != nil {
-		l.mu.Lock()
-		proc, stdin, exited := l.proc, l.stdin, l.exited
-		l.proc = nil // its exit is no loss
-		l.mu.Unlock()
-		if proc != nil {
-			_ = stdin.Close() // --exit-with-stdin: it stops itself
-			select {
-			case <-exited:
-			case <-time.After(3 * time.Second):
-				_ = proc.Kill()
-				<-exited
-			}
-		}
+}
+
+// stopProcess stops a launched host's process once its supervisor is
+// done (none is started after): its standard input closed (lanehost
+// --exit-with-stdin stops itself), killed if it has not exited within 3 s
+// or by the end of ctx.
+func (l *link) stopProcess(ctx context.Context) {
+	l.mu.Lock()
+	proc, stdin, exited := l.proc, l.stdin, l.exited
+	l.proc, l.stdin = nil, nil // its exit is no loss
+	l.mu.Unlock()
+	if proc == nil {
+		return
 	}
+	_ = stdin.Close()
+	grace := time.NewTimer(3 * time.Second)
+	defer grace.Stop()
+	select {
+	case <-exited:
+		return
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	_ = proc.Kill()
+	<-exited
 }

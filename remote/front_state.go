@@ -25,7 +25,9 @@ func (f *Front) Forget(ctx context.Context, tenant string) error {
 			f.last[tenant] = pl.link
 		}
 		pl.link.mu.Lock()
-		pl.link.tenants--
+		if pl.link.epoch == pl.epoch {
+			pl.link.tenants-- // counted under this registration (a new one counts afresh)
+		}
 		pl.link.mu.Unlock()
 	}
 	f.mu.Unlock()
@@ -101,7 +103,7 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 // op sends one device-state operation to the tenant's host and waits for
 // its result (or the host's loss, or ctx).
 func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, msg func(call uint64) any) (*wirepb.OpResult, error) {
-	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes)
+	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, bytes > 0) // an op's bytes are a read's
 	if err != nil {
 		return nil, err
 	}

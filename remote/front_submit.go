@@ -138,7 +138,7 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes)
+	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false)
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
@@ -148,10 +148,12 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 // newCall waits for room for the call's bytes on the way to or from the
 // host, and records the call in flight on the host under epoch: its
 // Pending and its id. A host no longer serving that epoch means the
-// tenant's state is gone. No lock is shared by every call here: the
+// tenant's state is gone. A read's bytes (reading) come back ahead of the
+// host's heartbeats: the host's silence bound grows by them
+// (readAllowance). No lock is shared by every call here: the
 // in-flight table refuses an epoch lost (and ends what it holds of it), so
 // a call is either recorded before the loss and ended by it, or refused.
-func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64) (*Pending, uint64, error) {
+func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, reading bool) (*Pending, uint64, error) {
 	if !l.servingUnder(epoch) {
 		return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
 	}
@@ -161,6 +163,10 @@ func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant strin
 			return nil, 0, fmt.Errorf("remote: waiting for room for %d bytes on the way to or from host %s: %w (definitely not submitted)", bytes, l.name, err)
 		}
 		p.release = func() { l.bytes.Release(bytes) }
+		if reading {
+			l.readBytes.Add(bytes)
+			p.release = func() { l.readBytes.Add(-bytes); l.bytes.Release(bytes) }
+		}
 	}
 	id, ok := f.calls.Add(l.name, epoch, p)
 	if !ok || !l.servingUnder(epoch) {

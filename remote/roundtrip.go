@@ -19,12 +19,16 @@ const SampleEvery = 64
 // less the host's own time, so it holds across machines whose clocks
 // differ; the rest are on the host's clock.
 type RoundTrip struct {
+	// Samples is how many sampled calls the means hold: 0 while none
+	// ended, or with a host that sets no times (one older than the
+	// front), when every field is 0.
 	Samples uint64
 	// Total is from the front queuing the submission to the front
 	// taking its receipt off the wire.
 	Total time.Duration
-	// Wire is both ways through the remote (the front's and the host's
-	// endpoints, gRPC and the network): Total less the host's time.
+	// Wire is both ways through the remote (the front's sender queue, the
+	// front's and the host's endpoints and actors' mailboxes, gRPC and the
+	// network): Total less the host's time.
 	Wire time.Duration
 	// HostQueue is from the host's actor taking the submission off the
 	// wire to its scheduler admitting it.

@@ -209,7 +209,7 @@ exit status:
 
 // hostFlags are the --host-per-gpu mode's flags.
 func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
-	fs.BoolVar(&cfg.Hosts.PerGPU, "host-per-gpu", false, "run a lane host process per device (cmd/lanehost) behind a front, so a GPU's sticky fault costs only its own process; each tenant's step is --kernels replayed launches on its own buffer, --concurrency in flight, and the report is per host")
+	fs.BoolVar(&cfg.Hosts.PerGPU, "host-per-gpu", false, "run a lane host process per device (cmd/lanehost) behind a front, so a GPU's sticky fault costs only its own process; each tenant's step is --kernels replayed launches on its own buffer, --concurrency in flight, and the report is per host (its --json is that report: mode, hosts, total, round_trip_us; not "+demo.ReportSchema+"); the profile flags cover the front's process")
 	fs.BoolVar(&cfg.Hosts.InProcess, "in-process", false, "with --host-per-gpu: run the very same loop on one in-process scheduler over every device instead (the same work, for the ratio)")
 	fs.StringVar(&cfg.Hosts.Lanehost, "lanehost", "", "with --host-per-gpu: the lanehost binary (default: next to this executable, then $PATH)")
 	fs.Func("lanehost-args", "with --host-per-gpu: more flags for every lanehost, space-separated (e.g. \"--heartbeat 50ms --cpuprofile /tmp/host-%p.prof\")", func(v string) error {

@@ -187,6 +187,10 @@ func runHosts(ctx context.Context, cfg demo.Config, jsonPath string, stdout, std
 		}
 		return 1
 	}
+	sig := signalled()
+	if sig != 0 {
+		rep.EndedEarly = fmt.Sprintf("stopped by signal %d after %.1fs of the %v asked", sig, rep.MeasuredS, cfg.Duration)
+	}
 	table := stdout
 	if jsonPath == "-" {
 		table = stderr
@@ -209,6 +213,9 @@ func runHosts(ctx context.Context, cfg demo.Config, jsonPath string, stdout, std
 	if !rep.ExactlyOnce {
 		fmt.Fprintln(stderr, "lanedemo: a submission did not end exactly once")
 		return 1
+	}
+	if sig != 0 {
+		return 128 + sig
 	}
 	return 0
 }

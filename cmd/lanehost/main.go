@@ -236,6 +236,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--sim-clock %q: give real or zero", o.clock)
 	case o.protocol > 1<<31:
 		return o, fmt.Errorf("--protocol %d: too large", o.protocol)
+	case o.cpuProfile == "-" || o.execTrace == "-":
+		return o, fmt.Errorf("--cpuprofile and --exectrace write files: name one, not -")
+	case o.cpuProfile != "" && o.cpuProfile == o.execTrace:
+		return o, fmt.Errorf("--cpuprofile and --exectrace both write %s: give each its own file", o.cpuProfile)
 	}
 	return o, nil
 }

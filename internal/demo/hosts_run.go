@@ -37,6 +37,9 @@ type HostsReport struct {
 	// still held once every client returned: 0 when every call ended once.
 	InFlightAtEnd int  `json:"in_flight_at_end"`
 	ExactlyOnce   bool `json:"exactly_once"`
+	// EndedEarly says why the run stopped before its duration ("" when it
+	// ran it all): a signal, say.
+	EndedEarly string `json:"ended_early,omitempty"`
 }
 
 // HostsRow is one host's (or device's) share of the run.
@@ -289,6 +292,9 @@ func (rep *HostsReport) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, ", an out-of-bounds kernel at %.2fs", rep.FaultAtS)
 	}
 	fmt.Fprintln(w)
+	if rep.EndedEarly != "" {
+		fmt.Fprintf(w, "ENDED EARLY: %s\n", rep.EndedEarly)
+	}
 	fmt.Fprintf(w, "%-8s %7s %9s %9s %9s %9s %9s %9s %7s %7s %7s %6s %8s %10s\n", "host", "tenants", "steps", "steps/s", "before", "after",
 		"p50 µs", "p99 µs", "errors", "indet", "restart", "losses", "re-setup", "back (ms)")
 	for _, r := range append(rep.Hosts, rep.Total) {
@@ -298,7 +304,7 @@ func (rep *HostsReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "submitted %d, ended %d, still in flight %d: exactly once %v\n", rep.Submitted, rep.Ended, rep.InFlightAtEnd, rep.ExactlyOnce)
 	for _, r := range rep.Hosts {
 		if rt := r.RoundTrip; rt != nil {
-			fmt.Fprintf(w, "%s round trip (means of %d sampled steps since it registered): %.0f µs = wire both ways %.0f + host queue %.0f + lane %.0f + host reply %.0f\n",
+			fmt.Fprintf(w, "%s round trip (means of %d sampled steps since it registered): %.0f µs: wire both ways %.0f + host queue %.0f + lane %.0f + host reply %.0f\n",
 				r.Name, rt.Samples, rt.Total, rt.Wire, rt.HostQueue, rt.Lane, rt.HostReply)
 		}
 	}

@@ -1,0 +1,121 @@
+package remote_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/remote"
+)
+
+// TestStopKeepsItsDeadlineAndLeavesNoProcess: Stop with a short context
+// returns near its end even when launched hosts are stopped (SIGSTOP) and
+// cannot stop themselves, and a Stop while a killed host is being
+// restarted leaves no host process behind.
+func TestStopKeepsItsDeadlineAndLeavesNoProcess(t *testing.T) {
+	f, _ := launchTwo(t, time.Second)
+	var pids []int
+	for _, h := range f.Hosts() {
+		pids = append(pids, h.PID)
+		if err := syscall.Kill(h.PID, syscall.SIGSTOP); err != nil {
+			t.Fatalf("SIGSTOP %d: got err %v, want nil", h.PID, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	_ = f.Stop(ctx)
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Fatalf("Stop with a 100 ms context and two stopped hosts: took %v, want it near 100 ms (each host killed at the context's end)", took)
+	}
+	for _, pid := range pids {
+		assertGone(t, pid)
+	}
+
+	g, err := remote.StartFront(context.Background(), remote.FrontConfig{Logf: t.Logf, RestartBackoff: 50 * time.Millisecond,
+		Launch: []remote.Launch{{Name: "r", Path: lanehostBin, Args: []string{"--heartbeat", "50ms"}}}})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	first := g.Hosts()[0].PID
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: got err %v, want nil", first, err)
+	}
+	var restarted int
+	deadline := time.Now().Add(10 * time.Second)
+	for restarted == 0 || restarted == first {
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed host was not started again within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+		restarted = g.Hosts()[0].PID
+	}
+	_ = g.Stop(context.Background()) // while the new process starts and joins
+	if st := g.Hosts()[0]; st.State != remote.HostStopped {
+		t.Fatalf("after Stop: got state %v, want stopped", st.State)
+	}
+	assertGone(t, restarted)
+}
+
+// assertGone fails unless process pid is gone within a second (reaped by
+// its parent: a zombie counts as gone only once reaped).
+func assertGone(t *testing.T, pid int) {
+	t.Helper()
+	for range 100 {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("host process %d still runs after Stop: want it stopped", pid)
+}
+
+// TestForgetAfterARestartKeepsTheCount: tenants of a host that was lost
+// and came back forget and set up again; the host's tenant count is that
+// of the tenants on it now, never negative, and new tenants are placed on
+// the host with fewer.
+func TestForgetAfterARestartKeepsTheCount(t *testing.T) {
+	f, _ := launchTwo(t, time.Second) // tenant-0..3, two on each host
+	var killed remote.HostStatus
+	for _, h := range f.Hosts() {
+		if h.Name == "a" {
+			killed = h
+		}
+	}
+	if err := syscall.Kill(killed.PID, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9: got err %v, want nil", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := hostNamed(f, "a")
+		if st.State == remote.HostServing && st.Epoch != killed.Epoch {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("host a did not serve again within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range 4 {
+		tenant := fmt.Sprintf("tenant-%d", i)
+		if h, _ := f.Placement(tenant); h == "a" {
+			if err := f.Forget(context.Background(), tenant); err != nil {
+				t.Fatalf("Forget %s: got err %v, want nil", tenant, err)
+			}
+			setUp(t, f, tenant)
+		}
+	}
+	if got := hostNamed(f, "a").Tenants; got != 2 {
+		t.Fatalf("host a's tenants after its two set up again: got %d, want 2", got)
+	}
+	for i := range 4 {
+		setUp(t, f, fmt.Sprintf("new-%d", i))
+	}
+	a, b := hostNamed(f, "a").Tenants, hostNamed(f, "b").Tenants
+	if a != 4 || b != 4 {
+		t.Fatalf("tenants after four new ones: got a %d, b %d; want 4 and 4 (placed on the host with fewer)", a, b)
+	}
+}
