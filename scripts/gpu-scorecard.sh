@@ -29,6 +29,13 @@
 #   recapture  BenchmarkRecapture beside scripts/anchors/recapture_bench.cu,
 #              the same recapture written on the driver API alone.
 #   multi      lanedemo on every GPU against one GPU (two or more GPUs).
+#   hosts      a lane host per GPU (lanedemo --host-per-gpu) against the same
+#              loop in one process (--in-process), on every GPU, at 8, 32
+#              and 64 steps in flight per tenant, ROUNDS interleaved rounds,
+#              then an out-of-bounds kernel on GPU 0's host at 3 s of 8 s
+#              (and the same fault in one process): prints each run's total
+#              and round-trip lines and the ratios (issue 23's must-show on
+#              the H200 pair; on one GPU, one host against one device).
 set -uo pipefail
 bin=${1:?usage: gpu-scorecard.sh BIN_DIR ANCHORS_DIR [OUT_DIR]}
 anchors=${2:?usage: gpu-scorecard.sh BIN_DIR ANCHORS_DIR [OUT_DIR]}
@@ -37,7 +44,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 bin=$(cd "$bin" && pwd)
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-sections=${SECTIONS:-serve profile launch staged recapture multi}
+sections=${SECTIONS:-serve profile launch staged recapture multi hosts}
 rounds=${ROUNDS:-2}
 want() { [[ " $sections " == *" $1 "* ]]; }
 work=$(mktemp -d)
@@ -92,5 +99,22 @@ if want multi && [ "$gpus" -ge 2 ]; then
     done
     wait
   done
+fi
+if want hosts && [ "$gpus" -ge 1 ]; then
+  hdemo() { "$bin/lanedemo" --device cuda --devices "$gpus" --host-per-gpu --tenants $((8 * gpus)) --kernels 16 --lanehost "$bin/lanehost" "$@"; }
+  total() { awk '/^total/ {print $4}' "$1"; }
+  for ((round = 1; round <= rounds; round++)); do
+    for conc in 8 32 64; do
+      hdemo --duration 5s --concurrency $conc --in-process > "$out/hosts-inproc-c$conc-$round.txt" 2>&1
+      hdemo --duration 5s --concurrency $conc > "$out/hosts-c$conc-$round.txt" 2>&1
+      a=$(total "$out/hosts-c$conc-$round.txt"); b=$(total "$out/hosts-inproc-c$conc-$round.txt")
+      echo "hosts round $round, $conc in flight per tenant, $gpus GPUs: hosts ${a:-?} vs one process ${b:-?} steps/s, ratio $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "?"}')"
+      grep 'round trip' "$out/hosts-c$conc-$round.txt"
+    done
+  done
+  hdemo --duration 8s --concurrency 8 --fault-host-at 3s > "$out/hosts-fault.txt" 2>&1
+  hdemo --duration 8s --concurrency 8 --fault-host-at 3s --in-process > "$out/hosts-fault-inproc.txt" 2>&1
+  echo "an out-of-bounds kernel on GPU 0's host at 3 s:"; cat "$out/hosts-fault.txt"
+  echo "the same in one process:"; cat "$out/hosts-fault-inproc.txt"
 fi
 python3 "$here/scorecard.py" "$out" "$gpus" "$rounds"
