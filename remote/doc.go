@@ -4,8 +4,10 @@
 // GPU. Every message goes through protoactor-go's remote.
 //
 // A host ([Serve], cmd/lanehost) runs an actors.Scheduler over its
-// devices. A front ([StartFront]) joins hosts at addresses it is given, or
-// launches host processes itself and restarts them. Registration agrees on
+// devices, for up to [HostConfig.MaxFronts] fronts at once, and enforces
+// its lanes' admission across them. A front ([StartFront]) joins hosts at
+// addresses it is given, or launches host processes itself and restarts
+// them. Registration agrees on
 // a protocol version ([Protocol]; a mismatch is refused, not crashed on)
 // and gives the host an epoch that every later message carries: what a
 // lost host says late is dropped. Hosts send heartbeats; a host silent for

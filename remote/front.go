@@ -163,7 +163,7 @@ func (c *FrontConfig) check() error {
 			return fmt.Errorf("%w: host %s is not loopback: give a mutual TLS configuration (LoadTLS) to reach it", ErrConfig, a)
 		}
 		if names[a] {
-			return fmt.Errorf("%w: host %s listed twice: a host serves one front, once", ErrConfig, a)
+			return fmt.Errorf("%w: host %s listed twice: a front joins a host once", ErrConfig, a)
 		}
 		names[a] = true
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
@@ -33,6 +35,8 @@ func TestMain(m *testing.M) {
 	switch os.Getenv("LANES_CHILD") {
 	case "front":
 		os.Exit(frontChild())
+	case "front-load":
+		os.Exit(loadChild())
 	case "front-hold":
 		if _, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}}); err != nil {
 			fmt.Println("StartFront:", err)
@@ -315,31 +319,165 @@ func TestLargeUploadsAndReads(t *testing.T) {
 	}
 }
 
-// TestOneFrontPerHost: a host serving a front refuses another (in another
-// process), which StartFront reports as ErrRefused; the first front keeps
-// serving. Once the first front stops, the host lets it go and the other
-// may join.
-func TestOneFrontPerHost(t *testing.T) {
-	_, addr := startHostProcess(t)
+// TestFrontsShareAHost: two fronts in two processes serve their tenants
+// on one host at once; the host, not either front, enforces its lanes'
+// admission across both (each front alone stays under it; together they
+// are answered overloaded, retryably, by the host); every call each front
+// accepted ends once and each tenant's counter holds exactly its steps; a
+// front past the host's --max-fronts is refused with the reason.
+func TestFrontsShareAHost(t *testing.T) {
+	_, addr := startHostProcess(t, "--lanes", "1", "--max-in-flight-per-lane", "8", "--max-fronts", "2")
 	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("StartFront: got err %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = f.Stop(context.Background()) })
-	c := setUp(t, f, "tenant")
-	out, _ := childFront(t, addr)
-	if !strings.Contains(out, "registration refused") || !strings.Contains(out, "serves the front") {
-		t.Fatalf("a second front on a served host: got %q, want ErrRefused saying the host serves another front", out)
+	alone := runSharedLoad(f, "alone", 6, 300)
+	if alone.err != nil || alone.overloaded != 0 {
+		t.Fatalf("one front alone, 6 in flight under the lane's 8: got %+v, want no refusal", alone)
 	}
-	if _, err := f.Submit(context.Background(), "tenant", c.step(t, 1)); err != nil {
-		t.Fatalf("the first front after the second was refused: got err %v, want nil", err)
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_CHILD=front-load", "LANES_HOST="+addr)
+	childPipe, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatalf("start the other front: got err %v, want nil", err)
 	}
-	if err := f.Stop(context.Background()); err != nil {
-		t.Fatalf("Stop: got err %v, want nil", err)
+	childLines := bufio.NewReader(childPipe)
+	if line, _ := childLines.ReadString('\n'); !strings.Contains(line, "loading") {
+		_ = child.Process.Kill()
+		_ = child.Wait()
+		t.Fatalf("the other front: got %q, want it loading", line)
 	}
-	if out, _ := childFront(t, addr); !strings.Contains(out, "joined") {
-		t.Fatalf("another front once the first stopped: got %q, want it to join", out)
+	mine := runSharedLoad(f, "parent", 6, 1500) // while the other front loads the same lane
+	childOut, _ := io.ReadAll(childLines)
+	if err := child.Wait(); err != nil {
+		t.Fatalf("the other front's process: got err %v, want it to finish (%s)", err, childOut)
 	}
+	if mine.err != nil {
+		t.Fatalf("this front beside the other: got %v, want every accepted call ended and its counter right", mine.err)
+	}
+	var theirs loadResult
+	if _, err := fmt.Sscanf(string(childOut[strings.Index(string(childOut), "load "):]), "load ok=%d overloaded=%d", &theirs.ok, &theirs.overloaded); err != nil {
+		t.Fatalf("the other front's report: got %q, want \"load ok=N overloaded=N\"", childOut)
+	}
+	t.Logf("this front: %d ended, %d refused overloaded; the other: %d ended, %d refused overloaded", mine.ok, mine.overloaded, theirs.ok, theirs.overloaded)
+	if mine.overloaded+theirs.overloaded == 0 {
+		t.Fatalf("12 in flight from two fronts on a lane that admits 8: got no overload refusal, want the host to answer overload")
+	}
+	hold := exec.Command(os.Args[0], "-test.run", "^$")
+	hold.Env = append(os.Environ(), "LANES_CHILD=front-hold", "LANES_HOST="+addr)
+	holdOut, _ := hold.StdoutPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatalf("start a holding front: got err %v, want nil", err)
+	}
+	defer func() { _ = hold.Process.Kill(); _ = hold.Wait() }()
+	if line, _ := bufio.NewReader(holdOut).ReadString('\n'); !strings.Contains(line, "joined") {
+		t.Fatalf("a second front once the other stopped: got %q, want it joined", line)
+	}
+	if out, _ := childFront(t, addr); !strings.Contains(out, "registration refused") || !strings.Contains(out, "serves 2 fronts") {
+		t.Fatalf("a third front on a host of --max-fronts 2: got %q, want ErrRefused saying it serves its most", out)
+	}
+	if after := runSharedLoad(f, "after", 2, 20); after.err != nil {
+		t.Fatalf("the first front after a third was refused: got %v, want it served still", after.err)
+	}
+}
+
+// loadResult is what a closed-loop load on one tenant saw.
+type loadResult struct {
+	ok, overloaded int
+	err            error // a call that did not end once, or a counter that is not its steps
+}
+
+// runSharedLoad sets up tenant on f and keeps inFlight steps of 4 increments in
+// flight until total were accepted; refusals for overload are retried. It
+// checks that every accepted step ended once and the counter holds them.
+func runSharedLoad(f *remote.Front, tenant string, inFlight, total int) loadResult {
+	ctx := context.Background()
+	var res loadResult
+	b, err := f.Alloc(ctx, tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	if err != nil {
+		return loadResult{err: fmt.Errorf("Alloc: %w", err)}
+	}
+	up, _ := cuda.Upload(b.Whole(), make([]byte, 64))
+	if _, err := f.Submit(ctx, tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseDynamicBinding, up)}}); err != nil {
+		return loadResult{err: fmt.Errorf("zero: %w", err)}
+	}
+	spec := kernels.Builtin().MustSpec(kernels.Inc)
+	var step lanes.Batch
+	for i := range 4 {
+		cmd, _ := cuda.Launch(spec, cuda.Linear(16, 16), cuda.BufferArg(b.Whole()), cuda.I32Arg(16))
+		step.Entries = append(step.Entries, lanes.Replayed("share", i, cmd))
+	}
+	enc, err := f.Encode(step)
+	if err != nil {
+		return loadResult{err: err}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	accepted := 0
+	for range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if accepted >= total || res.err != nil {
+					mu.Unlock()
+					return
+				}
+				accepted++
+				mu.Unlock()
+				p, err := f.SubmitEncoded(ctx, tenant, enc)
+				if err == nil {
+					_, err = p.Result()
+				}
+				mu.Lock()
+				switch {
+				case err == nil:
+					res.ok++
+				case errors.Is(err, actors.ErrOverloaded):
+					res.overloaded++
+					accepted--
+				default:
+					res.err = fmt.Errorf("step: %w", err)
+				}
+				mu.Unlock()
+				if errors.Is(err, actors.ErrOverloaded) {
+					time.Sleep(200 * time.Microsecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if res.err != nil {
+		return res
+	}
+	data, err := f.Read(ctx, tenant, b.Whole())
+	if err != nil {
+		return loadResult{err: fmt.Errorf("Read: %w", err)}
+	}
+	if got := int(int32(binary.LittleEndian.Uint32(data))); got != 4*res.ok {
+		res.err = fmt.Errorf("counter %d after %d steps of 4: want %d (each step once)", got, res.ok, 4*res.ok)
+	}
+	return res
+}
+
+// loadChild is the other front's process in TestFrontsShareAHost.
+func loadChild() int {
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}})
+	if err != nil {
+		fmt.Println("StartFront:", err)
+		return 1
+	}
+	defer f.Stop(context.Background())
+	fmt.Println("loading")
+	res := runSharedLoad(f, "child", 6, 1500)
+	if res.err != nil {
+		fmt.Println("load:", res.err)
+		return 1
+	}
+	fmt.Printf("load ok=%d overloaded=%d\n", res.ok, res.overloaded)
+	return 0
 }
 
 // childFront runs a front in a child test process (one endpoint per

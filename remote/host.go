@@ -50,6 +50,9 @@ type HostConfig struct {
 	// MaxTemplates); a template past it is answered TemplateUnknown when a
 	// Submit names it without its batch, and the front sends it whole.
 	MaxTemplates int
+	// MaxFronts bounds the fronts the host serves at once (0:
+	// DefaultMaxFronts); one more is refused with the reason.
+	MaxFronts int
 	// Logf hears what the host does not answer anyone (a refused
 	// registration, a malformed message); nil: standard error.
 	Logf func(format string, args ...any)
@@ -58,9 +61,14 @@ type HostConfig struct {
 // DefaultHeartbeat is how often a host proves itself alive by default.
 const DefaultHeartbeat = 100 * time.Millisecond
 
-// Host is a running lane host: a scheduler over its devices, served to the
-// front that joins it. It serves one front at a time: a Join starts a new
-// epoch, and what the host held for tenants under the old one is dropped.
+// DefaultMaxFronts is how many fronts a host serves at once by default.
+const DefaultMaxFronts = 8
+
+// Host is a running lane host: a scheduler over its devices, served to
+// the fronts that join it (up to MaxFronts at once), each under an epoch
+// of its own. A front's Join starts a new epoch for that front, and what
+// the host held for tenants set up under its old one is dropped; other
+// fronts' registrations go on.
 type Host struct {
 	cfg   HostConfig
 	sys   *system
@@ -69,21 +77,27 @@ type Host struct {
 	ops   *hostOps
 
 	mu        sync.Mutex
-	epoch     uint64     // the current registration; 0 before the first Join
-	front     *actor.PID // who joined
-	attempt   uint64     // the Join attempt the current epoch answers
-	hello     *wirepb.Hello
-	welcomed  bool
+	regs      map[uint64]*registration // by epoch
+	byFront   map[string]*registration // by the front's address
+	lastEpoch uint64
 	heartbeat uint64
 
-	templates map[uint64]lanes.Batch // the current epoch's, by the front's id: only the actor touches it
+	shards []chan hostJob // submissions by tenant: each shard keeps its tenants' order
+	quit   chan struct{}
+	wg     sync.WaitGroup
+}
 
-	shards    []chan hostJob // submissions by tenant: each shard keeps its tenants' order
+// registration is one front's registration with the host.
+type registration struct {
+	front    *actor.PID
+	epoch    uint64
+	attempt  uint64 // the Join attempt it answers
+	hello    *wirepb.Hello
+	welcomed bool // under Host.mu
+
+	templates map[uint64]lanes.Batch // by the front's id: only the host's actor touches it
 	out       combiner[outgoing]
-	rowsEpoch uint64                 // the epoch lastRows belongs to (the sender's)
 	lastRows  map[uint64][]lanes.Row // by template: the rows the front holds (the sender's)
-	quit      chan struct{}
-	wg        sync.WaitGroup
 }
 
 // outgoing is a message the host sends its front: a receipt (batched with
@@ -113,7 +127,7 @@ const MaxTemplates = 1 << 14
 
 // Serve starts a lane host: its scheduler over cfg.Scheduler's devices
 // (which the host closes when it stops) and its actor on the process's
-// remote endpoint. A process serves one host (and at most one front) at a
+// remote endpoint. A process runs one host (and at most one front) at a
 // time, on one endpoint it keeps for its life: the first front or host
 // started sets its address and TLS.
 func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
@@ -135,6 +149,9 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.MaxTemplates <= 0 {
 		cfg.MaxTemplates = MaxTemplates
 	}
+	if cfg.MaxFronts <= 0 {
+		cfg.MaxFronts = DefaultMaxFronts
+	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanehost: "+format+"\n", args...) }
 	}
@@ -150,8 +167,7 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		_ = sched.Stop(context.Background())
 		return nil, err
 	}
-	h := &Host{cfg: cfg, sys: sys, sched: sched, quit: make(chan struct{})}
-	h.out = combiner[outgoing]{most: 1024, send: h.sendBatch}
+	h := &Host{cfg: cfg, sys: sys, sched: sched, quit: make(chan struct{}), regs: map[uint64]*registration{}, byFront: map[string]*registration{}}
 	h.ops, err = startHostOps(h)
 	if err != nil {
 		releaseSystem(sys, HostActor, nil)
@@ -181,18 +197,33 @@ func (h *Host) Address() string { return h.sys.addr }
 // Scheduler is the host's own scheduler (its lanes' status, say).
 func (h *Host) Scheduler() *actors.Scheduler { return h.sched }
 
-// serving is the current epoch, and whether a front welcomed it.
-func (h *Host) serving() (uint64, bool) {
+// serving is the registration of epoch, if a front welcomed it and it
+// was not dropped since.
+func (h *Host) serving(epoch uint64) (*registration, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.epoch, h.welcomed
+	r, ok := h.regs[epoch]
+	return r, ok && r.welcomed
 }
 
-// Epoch is the host's current registration, 0 before a front joined.
+// Epoch is the host's newest registration, 0 before a front joined.
 func (h *Host) Epoch() uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.epoch
+	return h.lastEpoch
+}
+
+// Fronts is how many fronts the host serves now (registered and welcomed).
+func (h *Host) Fronts() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.regs {
+		if r.welcomed {
+			n++
+		}
+	}
+	return n
 }
 
 // Stop stops serving: the host's actor first (the front hears no more
@@ -219,8 +250,8 @@ func (h *Host) Receive(ctx actor.Context) {
 	case *wirepb.Join:
 		h.join(m)
 	case *wirepb.Welcome:
-		if h.welcome(m) {
-			ctx.Watch(h.frontPID())
+		if front := h.welcome(m); front != nil {
+			ctx.Watch(front)
 		}
 	case *wirepb.Submits:
 		h.submits(m)
@@ -235,9 +266,10 @@ func (h *Host) Receive(ctx actor.Context) {
 	}
 }
 
-// join answers a front's Join with a Hello under a new epoch. A front of
-// another protocol hears this host's protocol and refuses it; the host
-// serves nothing to it.
+// join answers a front's Join with a Hello under a new epoch for that
+// front. A front of another protocol hears this host's protocol and
+// refuses it; the host serves nothing to it. A front past MaxFronts is
+// refused with the reason.
 func (h *Host) join(m *wirepb.Join) {
 	if m.Front == "" {
 		h.cfg.Logf("a join names no front: ignored")
@@ -245,31 +277,33 @@ func (h *Host) join(m *wirepb.Join) {
 	}
 	front := actor.NewPID(m.Front, FrontActor)
 	h.mu.Lock()
-	if h.welcomed && h.front != nil && !h.front.Equal(front) {
-		// Epoch 0: the other front's refusal of this Hello must not reach
-		// the registration that serves.
-		busy := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt,
-			Refusal: fmt.Sprintf("it serves the front at %s; a host serves one front at a time", h.front.Address)}
-		h.mu.Unlock()
-		h.tell(front, busy)
-		return
-	}
-	if h.hello != nil && h.front.Equal(front) && h.attempt == m.Attempt {
-		hello := h.hello // the same attempt asked again: the same answer
+	old := h.byFront[m.Front]
+	if old != nil && old.hello != nil && old.attempt == m.Attempt {
+		hello := old.hello // the same attempt asked again: the same answer
 		h.mu.Unlock()
 		h.tell(front, hello)
 		return
 	}
-	old := h.epoch
-	h.epoch = max(uint64(time.Now().UnixNano()), h.epoch+1)
-	h.templates = map[uint64]lanes.Batch{}
-	h.front, h.welcomed, h.attempt = front, false, m.Attempt
-	epoch := h.epoch
-	h.mu.Unlock()
-	if old != 0 {
-		h.ops.retire() // the old epoch's tenants: the front told them their state was lost
+	if old == nil && len(h.byFront) >= h.cfg.MaxFronts {
+		// Epoch 0: the refusal of this Hello must not reach a registration.
+		busy := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt,
+			Refusal: fmt.Sprintf("it serves %d fronts, its most (lanehost --max-fronts, HostConfig.MaxFronts)", len(h.byFront))}
+		h.mu.Unlock()
+		h.tell(front, busy)
+		return
 	}
-	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: epoch, Attempt: m.Attempt}
+	h.lastEpoch = max(uint64(time.Now().UnixNano()), h.lastEpoch+1)
+	r := &registration{front: front, epoch: h.lastEpoch, attempt: m.Attempt, templates: map[uint64]lanes.Batch{}}
+	r.out = combiner[outgoing]{most: 1024, send: func(batch []outgoing) { h.sendBatch(r, batch) }}
+	if old != nil {
+		delete(h.regs, old.epoch)
+	}
+	h.regs[r.epoch], h.byFront[m.Front] = r, r
+	h.mu.Unlock()
+	if old != nil {
+		h.ops.retire(old.epoch) // its tenants: the front told them their state was lost
+	}
+	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt}
 	for _, d := range h.cfg.Scheduler.Devices {
 		info := d.Info()
 		hello.Devices = append(hello.Devices, &wirepb.Device{Instance: info.Instance, Name: info.Name, Backend: info.Backend,
@@ -279,7 +313,7 @@ func (h *Host) join(m *wirepb.Join) {
 		h.cfg.Logf("front %s speaks protocol %d, this host %d: answering with this host's protocol (the front refuses it)", m.Front, m.Protocol, h.cfg.Protocol)
 	}
 	h.mu.Lock()
-	h.hello = hello
+	r.hello = hello
 	h.mu.Unlock()
 	h.tell(front, hello)
 }
@@ -291,70 +325,82 @@ func (h *Host) tell(front *actor.PID, msg any) {
 }
 
 // welcome takes the front's answer to the Hello: accepted, heartbeats
-// begin (true: watch the front); refused, the host says why and waits for
-// another Join.
-func (h *Host) welcome(m *wirepb.Welcome) bool {
-	if m.Epoch != h.Epoch() {
-		return false // the answer to a Hello of an epoch since replaced
+// begin (the front returned: watch it); refused, or let go by a front
+// that stops, the registration is dropped (its tenants with it).
+func (h *Host) welcome(m *wirepb.Welcome) *actor.PID {
+	h.mu.Lock()
+	r, ok := h.regs[m.Epoch]
+	if !ok {
+		h.mu.Unlock()
+		return nil // the answer to a Hello of an epoch since replaced
 	}
 	if !m.Accepted {
-		h.mu.Lock()
-		h.welcomed = false // refused, or let go by a front that stops: another front may join
+		h.dropLocked(r)
 		h.mu.Unlock()
-		h.cfg.Logf("the front let this host go: %s", m.Refusal)
-		return false
+		h.ops.retire(r.epoch)
+		h.cfg.Logf("the front at %s let this host go: %s", r.front.Address, m.Refusal)
+		return nil
 	}
-	h.mu.Lock()
-	h.welcomed = true
+	r.welcomed = true
 	h.mu.Unlock()
 	h.beat()
-	return true
+	return r.front
 }
 
-func (h *Host) frontPID() *actor.PID {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.front
+// dropLocked forgets a registration (h.mu held).
+func (h *Host) dropLocked(r *registration) {
+	delete(h.regs, r.epoch)
+	if h.byFront[r.front.Address] == r {
+		delete(h.byFront, r.front.Address)
+	}
 }
 
-// frontGone: the remote lost the connection to the front (it died, or a
+// frontGone: the remote lost the connection to a front (it died, or a
 // message on the way broke it), so answers may have been lost. The host
-// drops its registration: no more heartbeats or service under this epoch,
-// so the front, if alive, loses it within its bound (every call in flight
-// ends indeterminate, once) and joins it again.
+// drops that front's registration and the tenants it set up: no more
+// heartbeats or service under its epoch, so the front, if alive, loses it
+// within its bound (every call in flight ends indeterminate, once, and its
+// tenants are told their state was lost) and joins it again; a dead front
+// leaves its place to another.
 func (h *Host) frontGone(who *actor.PID) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.front != nil && who.Equal(h.front) && h.welcomed {
-		h.welcomed = false
-		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front rejoins)", who.Address, h.epoch)
+	r, ok := h.byFront[who.Address]
+	if ok {
+		h.dropLocked(r)
+	}
+	h.mu.Unlock()
+	if ok {
+		h.ops.retire(r.epoch)
+		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front rejoins)", who.Address, r.epoch)
 	}
 }
 
 // submits hands each submission of the current epoch to the scheduler; a
 // receipt answers each, now for one refused, at its end for one accepted.
 func (h *Host) submits(m *wirepb.Submits) {
-	epoch, ok := h.serving()
-	if !ok {
-		return // no front welcomed this host: the front's calls end with its loss
-	}
+	var r *registration
 	for _, s := range m.Submits {
 		if s == nil {
 			continue
 		}
-		if s.Epoch != epoch {
-			continue // sent to a registration the front has since dropped
+		if r == nil || s.Epoch != r.epoch {
+			var ok bool
+			if r, ok = h.serving(s.Epoch); !ok {
+				r = nil
+				continue // sent to a registration since dropped: the front's calls end with its loss
+			}
 		}
-		h.submit(epoch, s)
+		h.submit(r, s)
 	}
 }
 
-func (h *Host) submit(epoch uint64, s *wirepb.Submit) {
+func (h *Host) submit(r *registration, s *wirepb.Submit) {
+	epoch := r.epoch
 	var timing *wirepb.Timing
 	if s.SentUnixNano != 0 {
 		timing = &wirepb.Timing{Received: time.Now().UnixNano()}
 	}
-	b, ok := h.batchOf(epoch, s)
+	b, ok := h.batchOf(r, s)
 	if !ok {
 		return
 	}
@@ -410,7 +456,8 @@ func (h *Host) shardLoop(jobs chan hostJob) {
 // batchOf is the submission's batch: inline, or its template (kept from
 // an earlier Submit that carried it). A template the host does not hold is
 // answered with TemplateUnknown (the front sends it again, whole).
-func (h *Host) batchOf(epoch uint64, s *wirepb.Submit) (lanes.Batch, bool) {
+func (h *Host) batchOf(r *registration, s *wirepb.Submit) (lanes.Batch, bool) {
+	epoch := r.epoch
 	if s.Template == 0 {
 		b, err := BatchFromWire(s.Batch)
 		if err != nil {
@@ -419,15 +466,15 @@ func (h *Host) batchOf(epoch uint64, s *wirepb.Submit) (lanes.Batch, bool) {
 		}
 		return b, true
 	}
-	b, ok := h.templates[s.Template]
+	b, ok := r.templates[s.Template]
 	if s.Batch != nil {
 		var err error
 		if b, err = BatchFromWire(s.Batch); err != nil {
 			h.refuse(epoch, s.Call, s.Tenant, err)
 			return b, false
 		}
-		if len(h.templates) < h.cfg.MaxTemplates {
-			h.templates[s.Template] = b
+		if len(r.templates) < h.cfg.MaxTemplates {
+			r.templates[s.Template] = b
 		}
 	} else if !ok {
 		h.send(outgoing{receipt: &wirepb.Receipt{Epoch: epoch, Call: s.Call, Outcome: uint32(lanes.OutcomeRefused), Tenant: s.Tenant,
@@ -453,36 +500,40 @@ func (h *Host) refuse(epoch, call uint64, tenant string, err error) {
 	h.send(outgoing{receipt: refusedReceipt(epoch, call, tenant, err)})
 }
 
-// send sends a message to the front, with any others queued meanwhile;
-// after Stop it is dropped.
+// send sends a message to the front of its epoch, with any others queued
+// meanwhile; after Stop, or for a registration dropped, it is dropped.
 func (h *Host) send(o outgoing) {
 	select {
 	case <-h.quit:
 		return
 	default:
 	}
-	h.out.add(o)
+	epoch := o.result.GetEpoch()
+	if o.receipt != nil {
+		epoch = o.receipt.Epoch
+	}
+	h.mu.Lock()
+	r, ok := h.regs[epoch]
+	h.mu.Unlock()
+	if ok {
+		r.out.add(o)
+	}
 }
 
-// sendBatch sends queued receipts as one message, and op results each
-// on its own (one sender at a time: it owns the rows the front holds).
-func (h *Host) sendBatch(batch []outgoing) {
-	h.mu.Lock()
-	front := h.front
-	h.mu.Unlock()
-	if front == nil {
-		return
-	}
+// sendBatch sends a registration's queued receipts as one message, and op
+// results each on its own (one sender at a time: it owns the rows the
+// front holds).
+func (h *Host) sendBatch(r *registration, batch []outgoing) {
 	var rs wirepb.Receipts
 	for _, o := range batch {
 		if o.receipt == nil {
-			h.tell(front, o.result)
+			h.tell(r.front, o.result)
 			continue
 		}
-		if o.receipt.Epoch != h.rowsEpoch || h.lastRows == nil {
-			h.rowsEpoch, h.lastRows = o.receipt.Epoch, map[uint64][]lanes.Row{}
+		if r.lastRows == nil {
+			r.lastRows = map[uint64][]lanes.Row{}
 		}
-		encodeRows(o, h.lastRows)
+		encodeRows(o, r.lastRows)
 		rs.Receipts = append(rs.Receipts, o.receipt)
 	}
 	if len(rs.Receipts) > 0 {
@@ -492,7 +543,7 @@ func (h *Host) sendBatch(batch []outgoing) {
 				r.Timing.Sent = now
 			}
 		}
-		h.tell(front, &rs)
+		h.tell(r.front, &rs)
 	}
 }
 
@@ -529,19 +580,31 @@ func (h *Host) heartbeatLoop() {
 	}
 }
 
-// beat sends one heartbeat, once a front welcomed this host.
+// beat sends one heartbeat to every front that welcomed this host.
 func (h *Host) beat() {
+	type to struct {
+		front *actor.PID
+		epoch uint64
+	}
+	var fronts []to
 	h.mu.Lock()
-	front, epoch, ok := h.front, h.epoch, h.welcomed
+	for _, r := range h.regs {
+		if r.welcomed {
+			fronts = append(fronts, to{r.front, r.epoch})
+		}
+	}
 	h.heartbeat++
 	seq := h.heartbeat
 	h.mu.Unlock()
-	if ok {
-		hb := &wirepb.Heartbeat{Epoch: epoch, Seq: seq, SentUnixNano: time.Now().UnixNano()}
-		if err := h.DeviceFault(); err != nil {
-			hb.DeviceFault = err.Error()
-		}
-		h.tell(front, hb)
+	if len(fronts) == 0 {
+		return
+	}
+	fault := ""
+	if err := h.DeviceFault(); err != nil {
+		fault = err.Error()
+	}
+	for _, f := range fronts {
+		h.tell(f.front, &wirepb.Heartbeat{Epoch: f.epoch, Seq: seq, SentUnixNano: time.Now().UnixNano(), DeviceFault: fault})
 	}
 }
 

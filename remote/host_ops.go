@@ -24,17 +24,18 @@ type hostOps struct {
 	work    chan hostOp
 	done    chan struct{}
 	tenants map[string]map[uint64]cuda.Buffer // by tenant, by buffer id: only the goroutine touches it
+	owner   map[string]uint64                 // the registration (epoch) that last allocated for each tenant
 }
 
-// hostOp is one operation of the epoch it came under, or a retirement of
-// every tenant (msg nil).
+// hostOp is one operation of the epoch it came under, or the retirement
+// of that epoch's tenants (msg nil).
 type hostOp struct {
 	epoch, call uint64
 	msg         any
 }
 
 func startHostOps(h *Host) (*hostOps, error) {
-	o := &hostOps{h: h, work: make(chan hostOp, 1024), done: make(chan struct{}), tenants: map[string]map[uint64]cuda.Buffer{}}
+	o := &hostOps{h: h, work: make(chan hostOp, 1024), done: make(chan struct{}), tenants: map[string]map[uint64]cuda.Buffer{}, owner: map[string]uint64{}}
 	bound := make(chan error, 1)
 	go func() {
 		defer close(o.done)
@@ -67,9 +68,10 @@ func (o *hostOps) enqueue(epoch, call uint64, msg any) {
 	o.work <- hostOp{epoch: epoch, call: call, msg: msg}
 }
 
-// retire drops every tenant of the epoch that ended: frees their buffers
-// and forgets them in the scheduler.
-func (o *hostOps) retire() { o.work <- hostOp{} }
+// retire drops the tenants of a registration that ended (the tenants it
+// last allocated for): frees their buffers and forgets them in the
+// scheduler. Other fronts' tenants stay.
+func (o *hostOps) retire(epoch uint64) { o.work <- hostOp{epoch: epoch} }
 
 func (o *hostOps) stop() {
 	close(o.work)
@@ -78,13 +80,15 @@ func (o *hostOps) stop() {
 
 func (o *hostOps) run(op hostOp) {
 	if op.msg == nil {
-		for t := range o.tenants {
-			o.forget(t)
+		for t, e := range o.owner {
+			if e == op.epoch {
+				_ = o.forget(t)
+			}
 		}
 		return
 	}
 	res := &wirepb.OpResult{Epoch: op.epoch, Call: op.call}
-	if epoch, ok := o.h.serving(); !ok || op.epoch != epoch {
+	if _, ok := o.h.serving(op.epoch); !ok {
 		return // sent to a registration the front has dropped, or never welcomed
 	}
 	var err error
@@ -93,6 +97,7 @@ func (o *hostOps) run(op hostOp) {
 		var b cuda.Buffer
 		if b, err = o.alloc(m); err == nil {
 			res.Buffer = bufferToWire(b)
+			o.owner[m.Tenant] = op.epoch
 		}
 	case *wirepb.Free:
 		err = o.free(m)
@@ -221,6 +226,7 @@ func (o *hostOps) forget(tenant string) error {
 		}
 	}
 	delete(o.tenants, tenant)
+	delete(o.owner, tenant)
 	if err := o.h.sched.Forget(tenant); err != nil && first == nil {
 		first = err
 	}

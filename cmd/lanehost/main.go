@@ -42,6 +42,7 @@ type options struct {
 	heartbeat, spin             time.Duration
 	tlsCert, tlsKey, tlsCA      string
 	cpuProfile                  string
+	maxFronts, maxInFlight      int
 	execTrace                   string
 	exitWithStdin, faultKernels bool
 	keepPoisoned                bool
@@ -86,7 +87,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
-		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin},
+		MaxFronts: o.maxFronts,
+		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin, MaxInFlightPerLane: o.maxInFlight},
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
 	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
 		if cfg.TLS, err = remote.LoadTLS(o.tlsCert, o.tlsKey, o.tlsCA); err != nil {
@@ -215,6 +217,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.faultKernels, "fault-kernels", false, "also serve kernels that skip their bounds checks (poke_i32), to provoke a real device fault; never where tenants you do not control reach the host")
 	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
 	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: remote.MaxTemplates)")
+	fs.IntVar(&o.maxFronts, "max-fronts", remote.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
+	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission: submissions in flight per lane, across every front (0: the scheduler's default, 256); past it a submission is refused as overloaded")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")
 	fs.StringVar(&o.execTrace, "exectrace", "", "write a Go execution trace of the whole run to this file (go tool trace); %p in the name is the process id")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
@@ -236,6 +240,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--sim-clock %q: give real or zero", o.clock)
 	case o.protocol > 1<<31:
 		return o, fmt.Errorf("--protocol %d: too large", o.protocol)
+	case o.maxFronts < 1 || o.maxFronts > 1024:
+		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
+	case o.maxInFlight < 0:
+		return o, fmt.Errorf("--max-in-flight-per-lane %d: give 0 (the default) or more", o.maxInFlight)
 	case o.cpuProfile == "-" || o.execTrace == "-":
 		return o, fmt.Errorf("--cpuprofile and --exectrace write files: name one, not -")
 	case o.cpuProfile != "" && o.cpuProfile == o.execTrace:
