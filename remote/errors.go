@@ -39,21 +39,50 @@ func (e *HostLostError) Unwrap() []error { return []error{ErrHostLost, actors.Er
 var ErrDeviceStateLost = errors.New("remote: the tenant's device state was lost with its host")
 
 // DeviceStateLostError is the refusal of a tenant's call after its host
-// was lost; definitely not submitted.
+// was lost, or left; definitely not submitted.
 type DeviceStateLostError struct {
 	Tenant string
 	Host   string
 	Epoch  uint64 // the registration that held the tenant's state
+	// Left: the host left when asked to (Host.Leave, lanehost on SIGTERM)
+	// after its last submission ended: nothing of the tenant's was lost
+	// in flight; it moves to another host.
+	Left bool
 }
 
 // Error says what was lost and what to do.
 func (e *DeviceStateLostError) Error() string {
+	if e.Left {
+		return fmt.Sprintf("remote: tenant %q: lane host %s (epoch %d) left, its work done; move: call Forget, then allocate and upload again on another host (definitely not submitted)",
+			e.Tenant, e.Host, e.Epoch)
+	}
 	return fmt.Sprintf("remote: tenant %q: its device state on lane host %s (epoch %d) was lost with the host; call Forget, then allocate and upload again (definitely not submitted)",
 		e.Tenant, e.Host, e.Epoch)
 }
 
 // Unwrap makes it errors.Is ErrDeviceStateLost.
 func (e *DeviceStateLostError) Unwrap() error { return ErrDeviceStateLost }
+
+// ErrHostLeaving marks a submission refused because its tenant's host is
+// leaving (asked to: Host.Leave, lanehost on SIGTERM): the host finishes
+// the submissions it has and takes no new ones; definitely not submitted.
+// Reads and the tenant's other device-state calls still work until the
+// host left; then its calls answer *DeviceStateLostError with Left set.
+var ErrHostLeaving = errors.New("remote: lane host leaving")
+
+// HostLeavingError is the refusal of a submission to a leaving host.
+type HostLeavingError struct {
+	Tenant string
+	Host   string
+}
+
+// Error says what happened and what comes next.
+func (e *HostLeavingError) Error() string {
+	return fmt.Sprintf("remote: tenant %q: lane host %s is leaving and takes no new submissions (definitely not submitted); read what you need back, then move once it left", e.Tenant, e.Host)
+}
+
+// Unwrap makes it errors.Is ErrHostLeaving.
+func (e *HostLeavingError) Unwrap() error { return ErrHostLeaving }
 
 // ErrNoHost marks a call refused because no lane host is serving now (all
 // lost, restarting or not yet registered): retry later; definitely not

@@ -41,6 +41,16 @@ func (a *frontActor) Receive(ctx actor.Context) {
 		}
 	case *wirepb.Receipts:
 		a.receipts(l, m)
+	case *wirepb.Leaving:
+		if !l.heardFrom(m.Epoch) {
+			return
+		}
+		if m.Drained {
+			l.hasLeft(m.Epoch)
+			return
+		}
+		l.leaving.Store(m.Epoch)
+		a.f.cfg.Logf("host %s (epoch %d) is leaving: no new tenants or submissions; it finishes what it has", l.name, m.Epoch)
 	case *wirepb.OpResult:
 		if !l.heardFrom(m.Epoch) {
 			return
@@ -108,6 +118,11 @@ func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
 		p.sharedRows = shared
 		if p.sentAt != 0 {
 			l.trips.note(p.sentAt, time.Now().UnixNano(), w.Timing)
+		}
+		if w.HostLeaving {
+			e := &HostLeavingError{Tenant: p.tenant, Host: l.name}
+			p.end(lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: e, Tenant: p.tenant, Lane: -1}, e, nil)
+			continue
 		}
 		p.end(r, r.Err, nil)
 	}

@@ -36,11 +36,12 @@ const (
 	HostLost                     // lost: its calls ended, its tenants' state gone; rejoining or restarting
 	HostRefused                  // registration refused (another protocol version): never routed to
 	HostStopped                  // the front stopped
+	HostLeft                     // left when asked to, its work done: its tenants move; a host at an address is asked to join again
 )
 
 // String names the state.
 func (s HostState) String() string {
-	return [...]string{"joining", "serving", "lost", "refused", "stopped", "unknown"}[min(int(s), 5)]
+	return [...]string{"joining", "serving", "lost", "refused", "stopped", "left", "unknown"}[min(int(s), 6)]
 }
 
 // HostStatus is a host as its front sees it.
@@ -89,6 +90,8 @@ type link struct {
 	serving atomic.Uint64
 	heardAt atomic.Int64 // unix nanoseconds
 	at      atomic.Pointer[string]
+	leaving atomic.Uint64 // the epoch under which the host said it is leaving
+	left    atomic.Uint64 // the epoch under which it left
 
 	mu       sync.Mutex
 	state    HostState
@@ -154,6 +157,58 @@ func (l *link) setAddress(addr string) {
 // servingUnder reports whether the host serves under epoch now, without
 // a lock.
 func (l *link) servingUnder(epoch uint64) bool { return epoch != 0 && l.serving.Load() == epoch }
+
+// leavingUnder reports whether the host said, under epoch, that it is
+// leaving.
+func (l *link) leavingUnder(epoch uint64) bool { return epoch != 0 && l.leaving.Load() == epoch }
+
+// stateLost is the refusal of a tenant whose state was on the host under
+// epoch, which no longer serves: lost, or left.
+func (l *link) stateLost(tenant string, epoch uint64) error {
+	return &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch, Left: l.left.Load() == epoch}
+}
+
+// hasLeft takes the host's word that it left under epoch, its last
+// submission answered: out of routing, its tenants move. Calls still in
+// flight (sent before the front heard it was leaving) end by the host's
+// refusals while it lingers, or indeterminate if it goes first
+// (awaitGone).
+func (l *link) hasLeft(epoch uint64) {
+	l.mu.Lock()
+	if l.state != HostServing || l.epoch != epoch {
+		l.mu.Unlock()
+		return
+	}
+	l.left.Store(epoch)
+	l.lostHow = "it left"
+	l.setState(HostLeft)
+	l.mu.Unlock()
+	l.f.cfg.Logf("host %s (epoch %d) left", l.name, epoch)
+	l.event("left")
+}
+
+// awaitGone waits, after the host left under epoch, for its process to
+// go (or its address to terminate), or for two of its heartbeat bounds,
+// then ends whatever is still in flight on it indeterminate.
+func (l *link) awaitGone(epoch uint64) {
+	limit := time.After(2 * l.f.cfg.LostAfter)
+	how := "it left and did not answer"
+wait:
+	for {
+		select {
+		case e := <-l.events:
+			if e == "lost" || e == "exited" {
+				how = "it left and went"
+				break wait
+			}
+		case <-limit:
+			break wait
+		case <-l.f.quit:
+			return
+		}
+	}
+	l.endInFlight(epoch, how) // and closes the epoch to new calls
+}
 
 func (l *link) status() HostStatus {
 	l.mu.Lock()
@@ -245,10 +300,14 @@ func (l *link) refused(why string) {
 	l.event("refused")
 }
 
-// heardFrom notes a message of epoch from the host; false: not its
+// heardFrom notes a message of epoch from the host (or, once it left,
+// an answer under the epoch it left under); false: not its
 // current epoch (drop the message).
 func (l *link) heardFrom(epoch uint64) bool {
 	if !l.servingUnder(epoch) {
+		if epoch != 0 && l.left.Load() == epoch {
+			return true // a host that left answers what it was sent before
+		}
 		l.stale.Add(1)
 		return false
 	}
@@ -261,6 +320,11 @@ func (l *link) heardFrom(epoch uint64) bool {
 // table hands each to Lose or to a receipt, never both).
 func (l *link) lose(epoch uint64, how string) {
 	l.mu.Lock()
+	if l.state == HostLeft && l.epoch == epoch {
+		l.mu.Unlock()
+		l.event("lost") // gone after it left: awaitGone ends what is left
+		return
+	}
 	if l.state != HostServing || l.epoch != epoch {
 		l.mu.Unlock()
 		return
@@ -381,6 +445,12 @@ func (l *link) supervise() {
 			if !l.serve() {
 				return
 			}
+			if st := l.status(); st.State == HostLeft {
+				l.awaitGone(st.Epoch)
+				if l.launch != nil {
+					return // asked to leave (SIGTERM, say): it stops itself, and stays out
+				}
+			}
 		default: // no answer in time
 			backoff = min(2*backoff, 5*time.Second)
 		}
@@ -439,7 +509,7 @@ func (l *link) serve() bool {
 	for {
 		select {
 		case e := <-l.events:
-			if e == "lost" || e == "exited" && l.processExited() {
+			if e == "lost" || e == "left" || e == "exited" && l.processExited() {
 				return true
 			}
 		case <-l.f.quit:

@@ -54,6 +54,9 @@ func (f *Front) Alloc(ctx context.Context, tenant string, spec cuda.BufferSpec) 
 	if err != nil {
 		return cuda.Buffer{}, err
 	}
+	if err := refuseLeaving(tenant, l, epoch); err != nil {
+		return cuda.Buffer{}, err
+	}
 	res, err := f.op(ctx, l, epoch, tenant, 0, func(call uint64) any {
 		return &wirepb.Alloc{Epoch: epoch, Call: call, Tenant: tenant, Size: spec.Size, Align: spec.Align, Elem: uint32(spec.Elem)}
 	})

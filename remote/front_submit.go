@@ -138,6 +138,9 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
+	if err := refuseLeaving(tenant, l, epoch); err != nil {
+		return nil, nil, 0, 0, err
+	}
 	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false)
 	if err != nil {
 		return nil, nil, 0, 0, err
@@ -155,7 +158,7 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 // a call is either recorded before the loss and ended by it, or refused.
 func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, reading bool) (*Pending, uint64, error) {
 	if !l.servingUnder(epoch) {
-		return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
+		return nil, 0, l.stateLost(tenant, epoch)
 	}
 	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
 	if bytes > 0 {
@@ -178,7 +181,7 @@ func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant strin
 		if p.release != nil {
 			p.release()
 		}
-		return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: l.name, Epoch: epoch}
+		return nil, 0, l.stateLost(tenant, epoch)
 	}
 	return p, id, nil
 }
@@ -194,9 +197,18 @@ func uploadBytes(b lanes.Batch) (n int64) {
 // placed is a placed tenant's host and epoch, while that host serves it.
 func placed(tenant string, pl *placement) (*link, uint64, error) {
 	if !pl.link.servingUnder(pl.epoch) {
-		return nil, 0, &DeviceStateLostError{Tenant: tenant, Host: pl.link.name, Epoch: pl.epoch}
+		return nil, 0, pl.link.stateLost(tenant, pl.epoch)
 	}
 	return pl.link, pl.epoch, nil
+}
+
+// refuseLeaving refuses new work (a submission, an allocation) for a
+// tenant whose host is leaving.
+func refuseLeaving(tenant string, l *link, epoch uint64) error {
+	if l.leavingUnder(epoch) {
+		return &HostLeavingError{Tenant: tenant, Host: l.name}
+	}
+	return nil
 }
 
 // maxRemembered bounds the forgotten tenants whose host the front
@@ -222,7 +234,7 @@ func (f *Front) place(tenant string) (*link, uint64, error) {
 	var bestEpoch uint64
 	bestTenants := 0
 	if l, ok := f.last[tenant]; ok {
-		if st := l.status(); st.State == HostServing {
+		if st := l.status(); st.State == HostServing && !l.leavingUnder(st.Epoch) {
 			best, bestEpoch, bestTenants = l, st.Epoch, -1 // a tenant that starts over stays where it was
 		}
 	}
@@ -231,8 +243,8 @@ func (f *Front) place(tenant string) (*link, uint64, error) {
 			break
 		}
 		st := l.status()
-		if st.State != HostServing {
-			continue
+		if st.State != HostServing || l.leavingUnder(st.Epoch) {
+			continue // a leaving host takes no new tenants
 		}
 		if best == nil || st.Tenants < bestTenants {
 			best, bestEpoch, bestTenants = l, st.Epoch, st.Tenants

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -85,7 +86,13 @@ type Host struct {
 	shards []chan hostJob // submissions by tenant: each shard keeps its tenants' order
 	quit   chan struct{}
 	wg     sync.WaitGroup
+
+	leaving  bool         // asked to leave: only the actor touches it
+	inFlight atomic.Int64 // submissions handed to the scheduler and not yet answered
 }
+
+// leaveNow asks the host's actor to stop taking submissions (Leave).
+type leaveNow struct{ done chan struct{} }
 
 // registration is one front's registration with the host.
 type registration struct {
@@ -108,6 +115,7 @@ type outgoing struct {
 	rows     []lanes.Row
 	template uint64
 	result   *wirepb.OpResult
+	leaving  *wirepb.Leaving // that the host left: after every receipt before it
 }
 
 // hostJob is a decoded submission on its way to the scheduler.
@@ -255,7 +263,14 @@ func (h *Host) Receive(ctx actor.Context) {
 		}
 	case *wirepb.Submits:
 		h.submits(m)
+	case *leaveNow:
+		h.startLeaving()
+		close(m.done)
 	case *wirepb.Alloc:
+		if h.leaving {
+			h.send(outgoing{result: &wirepb.OpResult{Epoch: m.Epoch, Call: m.Call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
+			return
+		}
 		h.ops.enqueue(m.Epoch, m.Call, m)
 	case *wirepb.Free:
 		h.ops.enqueue(m.Epoch, m.Call, m)
@@ -282,6 +297,11 @@ func (h *Host) join(m *wirepb.Join) {
 		hello := old.hello // the same attempt asked again: the same answer
 		h.mu.Unlock()
 		h.tell(front, hello)
+		return
+	}
+	if h.leaving {
+		h.mu.Unlock()
+		h.tell(front, &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt, Refusal: "it is leaving"})
 		return
 	}
 	if old == nil && len(h.byFront) >= h.cfg.MaxFronts {
@@ -396,6 +416,11 @@ func (h *Host) submits(m *wirepb.Submits) {
 
 func (h *Host) submit(r *registration, s *wirepb.Submit) {
 	epoch := r.epoch
+	if h.leaving {
+		h.send(outgoing{receipt: &wirepb.Receipt{Epoch: epoch, Call: s.Call, Outcome: uint32(lanes.OutcomeRefused), Tenant: tenantOf(s), Lane: -1,
+			HostLeaving: true, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
+		return
+	}
 	var timing *wirepb.Timing
 	if s.SentUnixNano != 0 {
 		timing = &wirepb.Timing{Received: time.Now().UnixNano()}
@@ -404,9 +429,11 @@ func (h *Host) submit(r *registration, s *wirepb.Submit) {
 	if !ok {
 		return
 	}
+	h.inFlight.Add(1)
 	select {
 	case h.shards[shardOf(b.Tenant)] <- hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, timing: timing}:
 	case <-h.quit:
+		h.inFlight.Add(-1)
 	}
 }
 
@@ -433,6 +460,7 @@ func (h *Host) shardLoop(jobs chan hostJob) {
 		p, err := h.sched.SubmitAsync(context.Background(), j.b.Tenant, j.b)
 		if err != nil {
 			h.refuse(j.epoch, j.call, j.b.Tenant, err)
+			h.inFlight.Add(-1)
 			continue
 		}
 		if j.timing != nil {
@@ -449,6 +477,7 @@ func (h *Host) shardLoop(jobs chan hostJob) {
 			w := ReceiptToWire(j.epoch, j.call, r, nil)
 			w.Timing = j.timing
 			h.send(outgoing{receipt: w, rows: rows, template: j.template})
+			h.inFlight.Add(-1)
 		}()
 	}
 }
@@ -509,8 +538,11 @@ func (h *Host) send(o outgoing) {
 	default:
 	}
 	epoch := o.result.GetEpoch()
-	if o.receipt != nil {
+	switch {
+	case o.receipt != nil:
 		epoch = o.receipt.Epoch
+	case o.leaving != nil:
+		epoch = o.leaving.Epoch
 	}
 	h.mu.Lock()
 	r, ok := h.regs[epoch]
@@ -524,27 +556,36 @@ func (h *Host) send(o outgoing) {
 // results each on its own (one sender at a time: it owns the rows the
 // front holds).
 func (h *Host) sendBatch(r *registration, batch []outgoing) {
-	var rs wirepb.Receipts
-	for _, o := range batch {
-		if o.receipt == nil {
-			h.tell(r.front, o.result)
-			continue
+	var rs []*wirepb.Receipt
+	flush := func() {
+		if len(rs) == 0 {
+			return
 		}
-		if r.lastRows == nil {
-			r.lastRows = map[uint64][]lanes.Row{}
-		}
-		encodeRows(o, r.lastRows)
-		rs.Receipts = append(rs.Receipts, o.receipt)
-	}
-	if len(rs.Receipts) > 0 {
 		now := time.Now().UnixNano()
-		for _, r := range rs.Receipts {
-			if r.Timing != nil {
-				r.Timing.Sent = now
+		for _, w := range rs {
+			if w.Timing != nil {
+				w.Timing.Sent = now
 			}
 		}
-		h.tell(r.front, &rs)
+		h.tell(r.front, &wirepb.Receipts{Receipts: rs})
+		rs = nil
 	}
+	for _, o := range batch {
+		switch {
+		case o.receipt != nil:
+			if r.lastRows == nil {
+				r.lastRows = map[uint64][]lanes.Row{}
+			}
+			encodeRows(o, r.lastRows)
+			rs = append(rs, o.receipt)
+		case o.leaving != nil:
+			flush() // the receipts before it arrive first
+			h.tell(r.front, o.leaving)
+		default:
+			h.tell(r.front, o.result)
+		}
+	}
+	flush()
 }
 
 // encodeRows puts a receipt's rows on it, or, for a template whose
@@ -562,6 +603,75 @@ func encodeRows(o outgoing, last map[uint64][]lanes.Row) {
 	o.receipt.Rows = RowsToWire(o.rows)
 	if len(last) < MaxTemplates {
 		last[o.template] = o.rows
+	}
+}
+
+// errLeaving is a submission (or allocation) refused by a leaving host.
+var errLeaving = fmt.Errorf("%w: the host is leaving: it takes no new work", ErrHostLeaving)
+
+// Leave asks the host to leave well: from now on it refuses new
+// submissions and allocations (the fronts hear it is leaving and place no
+// new tenants on it), finishes every submission it has, then tells its
+// fronts it left, whose tenants then move (DeviceStateLostError with
+// Left). Reads, frees and forgets still run meanwhile. It returns when
+// the last submission ended, or with ctx's error (the host still leaves:
+// Stop ends what is left). Keep serving a moment after (lanehost lingers
+// 500 ms) so submissions fronts sent before they heard are refused, not
+// left to end indeterminate; then Stop.
+func (h *Host) Leave(ctx context.Context) error {
+	done := make(chan struct{})
+	h.sys.actors.Root.Send(h.pid, &leaveNow{done: done})
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for h.inFlight.Load() > 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("remote: leave: %d submissions still in flight: %w", h.inFlight.Load(), ctx.Err())
+		}
+	}
+	h.mu.Lock()
+	var epochs []uint64
+	for e, r := range h.regs {
+		if r.welcomed {
+			epochs = append(epochs, e)
+		}
+	}
+	h.mu.Unlock()
+	for _, e := range epochs { // behind every receipt of the registration
+		h.send(outgoing{leaving: &wirepb.Leaving{Epoch: e, Drained: true}})
+	}
+	return nil
+}
+
+// startLeaving refuses new work from now on and tells the fronts (the
+// host's actor, so no submission it took is missed).
+func (h *Host) startLeaving() {
+	if h.leaving {
+		return
+	}
+	h.leaving = true
+	h.cfg.Logf("leaving: no new submissions; finishing %d in flight", h.inFlight.Load())
+	h.tellFronts(func(epoch uint64) any { return &wirepb.Leaving{Epoch: epoch} })
+}
+
+// tellFronts sends every welcomed front a message of its epoch.
+func (h *Host) tellFronts(msg func(epoch uint64) any) {
+	h.mu.Lock()
+	var regs []*registration
+	for _, r := range h.regs {
+		if r.welcomed {
+			regs = append(regs, r)
+		}
+	}
+	h.mu.Unlock()
+	for _, r := range regs {
+		h.tell(r.front, msg(r.epoch))
 	}
 }
 

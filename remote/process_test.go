@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -336,7 +337,7 @@ func TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped(t *testing.T) {
 // protocol version is refused at registration, with the reason, and keeps
 // running; so does the front.
 func TestAnotherProtocolIsRefusedWithoutACrash(t *testing.T) {
-	cmd, addr := startHostProcess(t, "--protocol", "2")
+	cmd, addr := startHostProcess(t, "--protocol", strconv.Itoa(remote.Protocol+1))
 	for range 2 {
 		f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, JoinTimeout: 5 * time.Second, Logf: t.Logf})
 		if err == nil {

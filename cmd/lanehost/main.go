@@ -43,6 +43,7 @@ type options struct {
 	tlsCert, tlsKey, tlsCA      string
 	cpuProfile                  string
 	maxFronts, maxInFlight      int
+	leaveTimeout                time.Duration
 	execTrace                   string
 	exitWithStdin, faultKernels bool
 	keepPoisoned                bool
@@ -124,6 +125,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		go leaveWhenPoisoned(ctx, h, o.heartbeat, stderr, func() { status.Store(3); stop() })
 	}
 	<-ctx.Done()
+	if status.Load() == 0 && o.leaveTimeout > 0 {
+		leave(h, o.leaveTimeout, stderr)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := h.Stop(sctx); err != nil && status.Load() == 0 {
@@ -132,6 +136,38 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	return int(status.Load())
 }
+
+// leave leaves well (remote.Host.Leave): no new work, what is in flight
+// finished, the fronts told; a second signal, or the timeout, cuts it
+// short.
+func leave(h *remote.Host, timeout time.Duration, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	go func() {
+		select {
+		case <-again:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := h.Leave(ctx); err != nil {
+		fmt.Fprintf(stderr, "lanehost: leave: %v (stopping anyway: what is left ends indeterminate)\n", err)
+		return
+	}
+	// Submissions a front sent before it heard the host was leaving are
+	// still on the wire: answer them (refused) before going.
+	select {
+	case <-time.After(leaveLinger):
+	case <-ctx.Done():
+	}
+}
+
+// leaveLinger is how long a host that left keeps answering (refusing)
+// submissions already on their way.
+const leaveLinger = 500 * time.Millisecond
 
 // startProfile starts a CPU profile and an execution trace (runtime/trace)
 // into their paths (%p: the process id), if asked for; the returned
@@ -217,6 +253,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.faultKernels, "fault-kernels", false, "also serve kernels that skip their bounds checks (poke_i32), to provoke a real device fault; never where tenants you do not control reach the host")
 	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
 	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: remote.MaxTemplates)")
+	fs.DurationVar(&o.leaveTimeout, "leave-timeout", 30*time.Second, "on SIGINT, SIGTERM or (with --exit-with-stdin) standard input closed: leave well first, taking no new work and finishing what is in flight, for at most this long (a second signal cuts it short; 0: stop at once)")
 	fs.IntVar(&o.maxFronts, "max-fronts", remote.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
 	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission: submissions in flight per lane, across every front (0: the scheduler's default, 256); past it a submission is refused as overloaded")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")
@@ -240,6 +277,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--sim-clock %q: give real or zero", o.clock)
 	case o.protocol > 1<<31:
 		return o, fmt.Errorf("--protocol %d: too large", o.protocol)
+	case o.leaveTimeout < 0:
+		return o, fmt.Errorf("--leave-timeout %v: give 0 (stop at once) or more", o.leaveTimeout)
 	case o.maxFronts < 1 || o.maxFronts > 1024:
 		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
 	case o.maxInFlight < 0:

@@ -1426,7 +1426,10 @@ type Receipt struct {
 	// out): the front sends it again, whole, under the same call.
 	TemplateUnknown bool `protobuf:"varint,15,opt,name=template_unknown,json=templateUnknown,proto3" json:"template_unknown,omitempty"`
 	// The host's times for a sampled call (Submit.sent_unix_nano set).
-	Timing        *Timing `protobuf:"bytes,16,opt,name=timing,proto3" json:"timing,omitempty"`
+	Timing *Timing `protobuf:"bytes,16,opt,name=timing,proto3" json:"timing,omitempty"`
+	// Refused because the host is leaving (Leaving): definitely not
+	// submitted.
+	HostLeaving   bool `protobuf:"varint,17,opt,name=host_leaving,json=hostLeaving,proto3" json:"host_leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1573,6 +1576,69 @@ func (x *Receipt) GetTiming() *Timing {
 	return nil
 }
 
+func (x *Receipt) GetHostLeaving() bool {
+	if x != nil {
+		return x.HostLeaving
+	}
+	return false
+}
+
+// Leaving tells a front the host was asked to leave. Not drained: it takes
+// no new submissions and finishes the ones it has (device-state operations
+// still run, so tenants can read their results). Drained: its last
+// submission ended; it is gone, and its tenants move to other hosts.
+type Leaving struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Drained       bool                   `protobuf:"varint,2,opt,name=drained,proto3" json:"drained,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Leaving) Reset() {
+	*x = Leaving{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Leaving) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Leaving) ProtoMessage() {}
+
+func (x *Leaving) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
+func (*Leaving) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Leaving) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Leaving) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
 // Timing is where a sampled call spent its time in its host, each a Unix
 // time in nanoseconds on the host's clock.
 type Timing struct {
@@ -1591,7 +1657,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1669,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1682,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -1657,7 +1723,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1735,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1748,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -1709,7 +1775,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1787,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1800,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -1775,7 +1841,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1853,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1866,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -1865,7 +1931,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +1943,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +1956,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -1935,7 +2001,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2013,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2026,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -2003,7 +2069,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2081,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2094,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -2067,7 +2133,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2145,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2158,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -2251,7 +2317,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"dispatches\x12\x1c\n" +
 	"\ttransfers\x18\t \x01(\rR\ttransfers\x12)\n" +
 	"\x04work\x18\n" +
-	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xea\x03\n" +
+	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\x8d\x04\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x14\n" +
@@ -2270,7 +2336,11 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\btemplate\x18\r \x01(\x04R\btemplate\x12$\n" +
 	"\x0erows_as_before\x18\x0e \x01(\bR\frowsAsBefore\x12)\n" +
 	"\x10template_unknown\x18\x0f \x01(\bR\x0ftemplateUnknown\x12/\n" +
-	"\x06timing\x18\x10 \x01(\v2\x17.lanes.remote.v1.TimingR\x06timing\"j\n" +
+	"\x06timing\x18\x10 \x01(\v2\x17.lanes.remote.v1.TimingR\x06timing\x12!\n" +
+	"\fhost_leaving\x18\x11 \x01(\bR\vhostLeaving\"9\n" +
+	"\aLeaving\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\adrained\x18\x02 \x01(\bR\adrained\"j\n" +
 	"\x06Timing\x12\x1a\n" +
 	"\breceived\x18\x01 \x01(\x03R\breceived\x12\x1a\n" +
 	"\badmitted\x18\x02 \x01(\x03R\badmitted\x12\x14\n" +
@@ -2325,7 +2395,7 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),      // 0: lanes.remote.v1.Hello
 	(*Welcome)(nil),    // 1: lanes.remote.v1.Welcome
@@ -2346,14 +2416,15 @@ var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Submits)(nil),    // 16: lanes.remote.v1.Submits
 	(*Row)(nil),        // 17: lanes.remote.v1.Row
 	(*Receipt)(nil),    // 18: lanes.remote.v1.Receipt
-	(*Timing)(nil),     // 19: lanes.remote.v1.Timing
-	(*Receipts)(nil),   // 20: lanes.remote.v1.Receipts
-	(*Join)(nil),       // 21: lanes.remote.v1.Join
-	(*Alloc)(nil),      // 22: lanes.remote.v1.Alloc
-	(*Free)(nil),       // 23: lanes.remote.v1.Free
-	(*Read)(nil),       // 24: lanes.remote.v1.Read
-	(*Forget)(nil),     // 25: lanes.remote.v1.Forget
-	(*OpResult)(nil),   // 26: lanes.remote.v1.OpResult
+	(*Leaving)(nil),    // 19: lanes.remote.v1.Leaving
+	(*Timing)(nil),     // 20: lanes.remote.v1.Timing
+	(*Receipts)(nil),   // 21: lanes.remote.v1.Receipts
+	(*Join)(nil),       // 22: lanes.remote.v1.Join
+	(*Alloc)(nil),      // 23: lanes.remote.v1.Alloc
+	(*Free)(nil),       // 24: lanes.remote.v1.Free
+	(*Read)(nil),       // 25: lanes.remote.v1.Read
+	(*Forget)(nil),     // 26: lanes.remote.v1.Forget
+	(*OpResult)(nil),   // 27: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	2,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -2375,7 +2446,7 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	15, // 16: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
 	12, // 17: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
 	17, // 18: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	19, // 19: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	20, // 19: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
 	18, // 20: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
 	4,  // 21: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
 	5,  // 22: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
@@ -2398,7 +2469,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
