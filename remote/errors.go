@@ -89,8 +89,10 @@ func (e *HostLeavingError) Unwrap() error { return ErrHostLeaving }
 // submitted.
 var ErrNoHost = errors.New("remote: no lane host is serving")
 
-// ErrRefused marks a host the front refused at registration, or that
-// refused the front: another protocol version, a malformed hello.
+// ErrRefused marks a host the front refused at registration (another
+// protocol version, a malformed hello: for good), or that refused the
+// front for now (it serves its most fronts, or it is leaving: a running
+// front asks it again).
 var ErrRefused = errors.New("remote: registration refused")
 
 // ErrStopped marks a call on a front that was stopped.

@@ -77,7 +77,7 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	w.Epoch = m.Epoch
 	a.f.sys.actors.Root.Send(sender, w)
 	if !w.Accepted {
-		l.refused(w.Refusal)
+		l.refused(w.Refusal, m.Refusal != "") // the host's own refusal (full, leaving) passes; others do not
 		return
 	}
 	if l.registered(m.Epoch, m.Host) {

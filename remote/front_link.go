@@ -34,7 +34,7 @@ const (
 	HostJoining HostState = iota // started or asked to join; not registered yet
 	HostServing                  // registered under its epoch: routed to
 	HostLost                     // lost: its calls ended, its tenants' state gone; rejoining or restarting
-	HostRefused                  // registration refused (another protocol version): never routed to
+	HostRefused                  // registration refused: another protocol version (for good), or the host is full or leaving (asked again)
 	HostStopped                  // the front stopped
 	HostLeft                     // left when asked to, its work done: its tenants move; a host at an address is asked to join again
 )
@@ -289,14 +289,21 @@ func (l *link) joining(attempt uint64) bool {
 	return l.state == HostJoining && attempt == l.attempt
 }
 
-// refused records a refused registration: never routed to.
-func (l *link) refused(why string) {
+// refused records a refused registration: not routed to. A refusal the
+// host passes itself (it serves its most fronts, it is leaving) is for
+// now: the host is asked again (passing); the front's own (another
+// protocol, a malformed hello) is for good.
+func (l *link) refused(why string, passing bool) {
 	l.mu.Lock()
 	l.refusal = why
 	l.setState(HostRefused)
 	l.mu.Unlock()
 	l.f.cfg.Logf("host %s refused: %s", l.name, why)
 	l.answered()
+	if passing {
+		l.event("busy")
+		return
+	}
 	l.event("refused")
 }
 
@@ -440,6 +447,15 @@ func (l *link) supervise() {
 		case "refused":
 			l.kill()
 			return
+		case "busy":
+			// The host refused for now (it serves its most fronts, or it
+			// is leaving): ask again after a while (a launched one:
+			// start another). StartFront already reported a first refusal.
+			if l.launch != nil {
+				l.kill()
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
 		case "registered":
 			backoff = l.f.cfg.RestartBackoff
 			if !l.serve() {
@@ -485,7 +501,7 @@ func (l *link) join() string {
 		l.f.sys.actors.Root.Send(pid, &wirepb.Join{Protocol: Protocol, Front: l.f.sys.addr, Attempt: attempt})
 		select {
 		case e := <-l.events:
-			if e == "registered" || e == "refused" || e == "exited" && l.processExited() {
+			if e == "registered" || e == "refused" || e == "busy" || e == "exited" && l.processExited() {
 				return e
 			}
 		case <-time.After(time.Second):

@@ -100,7 +100,8 @@ type registration struct {
 	epoch    uint64
 	attempt  uint64 // the Join attempt it answers
 	hello    *wirepb.Hello
-	welcomed bool // under Host.mu
+	welcomed bool      // under Host.mu
+	joined   time.Time // when the front joined
 
 	templates map[uint64]lanes.Batch // by the front's id: only the host's actor touches it
 	out       combiner[outgoing]
@@ -256,11 +257,11 @@ func (h *Host) Receive(ctx actor.Context) {
 	case *actor.Terminated:
 		h.frontGone(m.Who)
 	case *wirepb.Join:
-		h.join(m)
-	case *wirepb.Welcome:
-		if front := h.welcome(m); front != nil {
-			ctx.Watch(front)
+		if front := h.join(m); front != nil {
+			ctx.Watch(front) // a front that dies before it welcomes the host frees its place
 		}
+	case *wirepb.Welcome:
+		h.welcome(m) // the front is watched since it joined
 	case *wirepb.Submits:
 		h.submits(m)
 	case *leaveNow:
@@ -285,10 +286,10 @@ func (h *Host) Receive(ctx actor.Context) {
 // front. A front of another protocol hears this host's protocol and
 // refuses it; the host serves nothing to it. A front past MaxFronts is
 // refused with the reason.
-func (h *Host) join(m *wirepb.Join) {
+func (h *Host) join(m *wirepb.Join) *actor.PID {
 	if m.Front == "" {
 		h.cfg.Logf("a join names no front: ignored")
-		return
+		return nil
 	}
 	front := actor.NewPID(m.Front, FrontActor)
 	h.mu.Lock()
@@ -297,23 +298,24 @@ func (h *Host) join(m *wirepb.Join) {
 		hello := old.hello // the same attempt asked again: the same answer
 		h.mu.Unlock()
 		h.tell(front, hello)
-		return
+		return nil
 	}
 	if h.leaving {
 		h.mu.Unlock()
 		h.tell(front, &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt, Refusal: "it is leaving"})
-		return
+		return nil
 	}
+	h.pruneLocked()
 	if old == nil && len(h.byFront) >= h.cfg.MaxFronts {
 		// Epoch 0: the refusal of this Hello must not reach a registration.
 		busy := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt,
 			Refusal: fmt.Sprintf("it serves %d fronts, its most (lanehost --max-fronts, HostConfig.MaxFronts)", len(h.byFront))}
 		h.mu.Unlock()
 		h.tell(front, busy)
-		return
+		return nil
 	}
 	h.lastEpoch = max(uint64(time.Now().UnixNano()), h.lastEpoch+1)
-	r := &registration{front: front, epoch: h.lastEpoch, attempt: m.Attempt, templates: map[uint64]lanes.Batch{}}
+	r := &registration{front: front, epoch: h.lastEpoch, attempt: m.Attempt, templates: map[uint64]lanes.Batch{}, joined: time.Now()}
 	r.out = combiner[outgoing]{most: 1024, send: func(batch []outgoing) { h.sendBatch(r, batch) }}
 	if old != nil {
 		delete(h.regs, old.epoch)
@@ -336,6 +338,24 @@ func (h *Host) join(m *wirepb.Join) {
 	r.hello = hello
 	h.mu.Unlock()
 	h.tell(front, hello)
+	return front
+}
+
+// unwelcomedFor is how long a registration may wait for its front's
+// Welcome before another front may take its place.
+const unwelcomedFor = 30 * time.Second
+
+// pruneLocked drops registrations whose front never welcomed the host
+// within unwelcomedFor (h.mu held): a front that died while it joined
+// leaves no place taken. The remote's watch of the front usually drops
+// them sooner.
+func (h *Host) pruneLocked() {
+	for _, r := range h.byFront {
+		if !r.welcomed && time.Since(r.joined) > unwelcomedFor {
+			h.dropLocked(r)
+			go h.ops.retire(r.epoch)
+		}
+	}
 }
 
 // tell sends the front a message from the host's actor: the front knows

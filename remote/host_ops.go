@@ -5,9 +5,13 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"time"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -25,6 +29,9 @@ type hostOps struct {
 	done    chan struct{}
 	tenants map[string]map[uint64]cuda.Buffer // by tenant, by buffer id: only the goroutine touches it
 	owner   map[string]uint64                 // the registration (epoch) that last allocated for each tenant
+
+	mu     sync.Mutex // orders later retirements with stop
+	closed bool
 }
 
 // hostOp is one operation of the epoch it came under, or the retirement
@@ -71,19 +78,47 @@ func (o *hostOps) enqueue(epoch, call uint64, msg any) {
 // retire drops the tenants of a registration that ended (the tenants it
 // last allocated for): frees their buffers and forgets them in the
 // scheduler. Other fronts' tenants stay.
-func (o *hostOps) retire(epoch uint64) { o.work <- hostOp{epoch: epoch} }
+func (o *hostOps) retire(epoch uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.closed {
+		o.work <- hostOp{epoch: epoch}
+	}
+}
 
 func (o *hostOps) stop() {
+	o.mu.Lock()
+	o.closed = true
 	close(o.work)
+	o.mu.Unlock()
 	<-o.done
+}
+
+// retireLater retires epoch's tenants again in a while: one still busy
+// (submissions in flight through another front) is freed once they end.
+func (o *hostOps) retireLater(epoch uint64) {
+	time.AfterFunc(100*time.Millisecond, func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if !o.closed {
+			select {
+			case o.work <- hostOp{epoch: epoch}:
+			default: // the queue is full: the next retirement of epoch, or Stop, frees it
+			}
+		}
+	})
 }
 
 func (o *hostOps) run(op hostOp) {
 	if op.msg == nil {
+		busy := false
 		for t, e := range o.owner {
-			if e == op.epoch {
-				_ = o.forget(t)
+			if e == op.epoch && errors.Is(o.forget(t), actors.ErrTenantBusy) {
+				busy = true
 			}
+		}
+		if busy {
+			o.retireLater(op.epoch)
 		}
 		return
 	}
@@ -219,6 +254,11 @@ func (o *hostOps) read(m *wirepb.Read) ([]byte, error) {
 // forget frees every buffer the tenant allocated here and forgets it in
 // the scheduler.
 func (o *hostOps) forget(tenant string) error {
+	// The scheduler first: a tenant with work in flight is refused
+	// (busy), and then nothing of it is freed.
+	if err := o.h.sched.Forget(tenant); err != nil {
+		return err
+	}
 	var first error
 	for _, b := range o.tenants[tenant] {
 		if err := o.deviceOf(b).Free(b); err != nil && first == nil {
@@ -227,8 +267,5 @@ func (o *hostOps) forget(tenant string) error {
 	}
 	delete(o.tenants, tenant)
 	delete(o.owner, tenant)
-	if err := o.h.sched.Forget(tenant); err != nil && first == nil {
-		first = err
-	}
 	return first
 }

@@ -1,13 +1,18 @@
 package remote_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -118,4 +123,56 @@ func TestForgetAfterARestartKeepsTheCount(t *testing.T) {
 	if a != 4 || b != 4 {
 		t.Fatalf("tenants after four new ones: got a %d, b %d; want 4 and 4 (placed on the host with fewer)", a, b)
 	}
+}
+
+// TestARefusedFrontAsksAgain: a host restarted at its address takes
+// another front first and is full (--max-fronts 1): the front that served
+// it before is refused for now, asks again, and serves once the other
+// front is gone.
+func TestARefusedFrontAsksAgain(t *testing.T) {
+	host, addr := startHostProcess(t, "--max-fronts", "1", "--heartbeat", "50ms")
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, LostAfter: 300 * time.Millisecond, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = f.Stop(context.Background()) })
+	first := hostNamed(f, addr)
+	_ = host.Process.Kill()
+	_ = host.Wait()
+	for hostNamed(f, addr).State == remote.HostServing {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // its first join went to no one: the next is a second away
+	startHostProcess(t, "--max-fronts", "1", "--heartbeat", "50ms", "--listen", addr)
+	other := holdFront(t, addr) // takes the one place before f asks again
+	deadline := time.Now().Add(10 * time.Second)
+	for hostNamed(f, addr).State != remote.HostRefused {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first front while another holds the host: got %+v, want refused for now", hostNamed(f, addr))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = other.Process.Kill()
+	_ = other.Wait()
+	st := waitServing(t, f, addr, first.Epoch, 15*time.Second)
+	if _, err := f.Alloc(context.Background(), "after", cuda.BufferSpec{Size: 64, Elem: cuda.I32}); err != nil {
+		t.Fatalf("Alloc once the first front serves again (%+v): got err %v, want nil", st, err)
+	}
+}
+
+// holdFront starts a front in a child process that joins addr and holds
+// it until killed.
+func holdFront(t *testing.T, addr string) *exec.Cmd {
+	t.Helper()
+	hold := exec.Command(os.Args[0], "-test.run", "^$")
+	hold.Env = append(os.Environ(), "LANES_CHILD=front-hold", "LANES_HOST="+addr)
+	out, _ := hold.StdoutPipe()
+	if err := hold.Start(); err != nil {
+		t.Fatalf("start a holding front: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = hold.Process.Kill(); _ = hold.Wait() })
+	if line, _ := bufio.NewReader(out).ReadString('\n'); !strings.Contains(line, "joined") {
+		t.Fatalf("the holding front: got %q, want it joined", line)
+	}
+	return hold
 }
