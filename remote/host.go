@@ -80,6 +80,7 @@ type Host struct {
 	mu        sync.Mutex
 	regs      map[uint64]*registration // by epoch
 	byFront   map[string]*registration // by the front's address
+	replaced  map[uint64]*registration // registrations a front's new Join replaced, by epoch (a few)
 	lastEpoch uint64
 	heartbeat uint64
 
@@ -176,7 +177,8 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		_ = sched.Stop(context.Background())
 		return nil, err
 	}
-	h := &Host{cfg: cfg, sys: sys, sched: sched, quit: make(chan struct{}), regs: map[uint64]*registration{}, byFront: map[string]*registration{}}
+	h := &Host{cfg: cfg, sys: sys, sched: sched, quit: make(chan struct{}), regs: map[uint64]*registration{}, byFront: map[string]*registration{},
+		replaced: map[uint64]*registration{}}
 	h.ops, err = startHostOps(h)
 	if err != nil {
 		releaseSystem(sys, HostActor, nil)
@@ -319,6 +321,10 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 	r.out = combiner[outgoing]{most: 1024, send: func(batch []outgoing) { h.sendBatch(r, batch) }}
 	if old != nil {
 		delete(h.regs, old.epoch)
+		if len(h.replaced) >= maxReplaced {
+			clear(h.replaced)
+		}
+		h.replaced[old.epoch] = old
 	}
 	h.regs[r.epoch], h.byFront[m.Front] = r, r
 	h.mu.Unlock()
@@ -566,11 +572,20 @@ func (h *Host) send(o outgoing) {
 	}
 	h.mu.Lock()
 	r, ok := h.regs[epoch]
+	if !ok {
+		// Answers of a registration its front replaced (it lost the host
+		// and joined again) still go to it: the front drops them by epoch,
+		// the check that keeps every call ending once.
+		r, ok = h.replaced[epoch]
+	}
 	h.mu.Unlock()
 	if ok {
 		r.out.add(o)
 	}
 }
+
+// maxReplaced bounds the replaced registrations a host still answers for.
+const maxReplaced = 16
 
 // sendBatch sends a registration's queued receipts as one message, and op
 // results each on its own (one sender at a time: it owns the rows the
