@@ -89,12 +89,15 @@ type Front struct {
 type placement struct {
 	link  *link
 	epoch uint64
+	calls atomic.Int64 // submissions in flight: Forget refuses while there are any
 }
 
 // StartFront starts a front, joins (or launches) its hosts and returns
 // once every host registered. A host that refuses or is refused (another
-// protocol version) fails the start with ErrRefused; one that does not
-// register within JoinTimeout fails it with ErrNoHost.
+// protocol version; a host full of fronts, or leaving) fails the start
+// with ErrRefused, even when the others serve: start it again, or leave
+// a host out while it drains; one that does not register within
+// JoinTimeout fails it with ErrNoHost.
 func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: a nil context", ErrConfig)

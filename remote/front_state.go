@@ -5,20 +5,31 @@ package remote
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
 // Forget drops a tenant: on its host (its buffers freed) if the host still
 // holds its state, and its placement here, so its next call places it
-// afresh. After a lost host this is how a tenant starts over.
+// afresh. After a lost host this is how a tenant starts over. While the
+// tenant has submissions in flight (through this front, or through
+// another front on its host) it is refused, actors.ErrTenantBusy
+// (retryable), and frees nothing.
 func (f *Front) Forget(ctx context.Context, tenant string) error {
 	if err := f.admit(ctx, tenant); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	pl, ok := f.tenants[tenant]
+	if ok && pl.calls.Load() > 0 && pl.link.servingUnder(pl.epoch) {
+		n := pl.calls.Load()
+		f.mu.Unlock()
+		return lanes.Wrap("forget", true, fmt.Errorf("%w: tenant %q has %d submissions in flight through this front; wait for them to end", actors.ErrTenantBusy, tenant, n))
+	}
 	if ok {
 		delete(f.tenants, tenant)
 		if len(f.last) < maxRemembered {
@@ -50,10 +61,11 @@ func (f *Front) Alloc(ctx context.Context, tenant string, spec cuda.BufferSpec) 
 	if err := f.admit(ctx, tenant); err != nil {
 		return cuda.Buffer{}, err
 	}
-	l, epoch, err := f.place(tenant)
+	pl, err := f.place(tenant)
 	if err != nil {
 		return cuda.Buffer{}, err
 	}
+	l, epoch := pl.link, pl.epoch
 	if err := refuseLeaving(tenant, l, epoch); err != nil {
 		return cuda.Buffer{}, err
 	}
@@ -71,10 +83,11 @@ func (f *Front) Free(ctx context.Context, tenant string, b cuda.Buffer) error {
 	if err := f.admit(ctx, tenant); err != nil {
 		return err
 	}
-	l, epoch, err := f.place(tenant)
+	pl, err := f.place(tenant)
 	if err != nil {
 		return err
 	}
+	l, epoch := pl.link, pl.epoch
 	_, err = f.op(ctx, l, epoch, tenant, 0, func(call uint64) any {
 		return &wirepb.Free{Epoch: epoch, Call: call, Tenant: tenant, Buffer: bufferToWire(b)}
 	})
@@ -90,10 +103,11 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 	if r.Length == 0 || r.Length > MaxReadBytes {
 		return nil, wireErr("a read of %d bytes: read 1 to %d at a time", r.Length, uint64(MaxReadBytes))
 	}
-	l, epoch, err := f.place(tenant)
+	pl, err := f.place(tenant)
 	if err != nil {
 		return nil, err
 	}
+	l, epoch := pl.link, pl.epoch
 	res, err := f.op(ctx, l, epoch, tenant, int64(r.Length), func(call uint64) any {
 		return &wirepb.Read{Epoch: epoch, Call: call, Tenant: tenant, Region: regionToWire(r)}
 	})

@@ -134,17 +134,21 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 	if bytes > maxBytesInFlight {
 		return nil, nil, 0, 0, wireErr("%d bytes of uploads in one call; at most %d: split it (definitely not submitted)", bytes, maxBytesInFlight)
 	}
-	l, epoch, err := f.place(tenant)
+	pl, err := f.place(tenant)
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
+	l, epoch := pl.link, pl.epoch
 	if err := refuseLeaving(tenant, l, epoch); err != nil {
 		return nil, nil, 0, 0, err
 	}
+	pl.calls.Add(1) // before the call exists: Forget refuses from here on
 	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false)
 	if err != nil {
+		pl.calls.Add(-1)
 		return nil, nil, 0, 0, err
 	}
+	p.placed = pl
 	return p, l, epoch, id, nil
 }
 
@@ -194,12 +198,12 @@ func uploadBytes(b lanes.Batch) (n int64) {
 	return n
 }
 
-// placed is a placed tenant's host and epoch, while that host serves it.
-func placed(tenant string, pl *placement) (*link, uint64, error) {
+// placed is a placed tenant's placement, while its host serves it.
+func placed(tenant string, pl *placement) (*placement, error) {
 	if !pl.link.servingUnder(pl.epoch) {
-		return nil, 0, pl.link.stateLost(tenant, pl.epoch)
+		return nil, pl.link.stateLost(tenant, pl.epoch)
 	}
-	return pl.link, pl.epoch, nil
+	return pl, nil
 }
 
 // refuseLeaving refuses new work (a submission, an allocation) for a
@@ -218,7 +222,7 @@ const maxRemembered = 1 << 16
 // place is the tenant's host and epoch: where it was placed, or, for a
 // new tenant, the host it was on before it was forgotten if that host
 // serves, else the serving host with the fewest tenants.
-func (f *Front) place(tenant string) (*link, uint64, error) {
+func (f *Front) place(tenant string) (*placement, error) {
 	f.mu.RLock()
 	pl, ok := f.tenants[tenant]
 	f.mu.RUnlock()
@@ -251,12 +255,13 @@ func (f *Front) place(tenant string) (*link, uint64, error) {
 		}
 	}
 	if best == nil {
-		return nil, 0, fmt.Errorf("%w: every host is lost, restarting or not yet registered; retry (definitely not submitted)", ErrNoHost)
+		return nil, fmt.Errorf("%w: every host is lost, restarting or not yet registered; retry (definitely not submitted)", ErrNoHost)
 	}
-	f.tenants[tenant] = &placement{link: best, epoch: bestEpoch}
+	pl = &placement{link: best, epoch: bestEpoch}
+	f.tenants[tenant] = pl
 	delete(f.last, tenant)
 	best.mu.Lock()
 	best.tenants++
 	best.mu.Unlock()
-	return best, bestEpoch, nil
+	return pl, nil
 }

@@ -6,6 +6,7 @@ package remote
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -90,6 +91,7 @@ type Host struct {
 
 	leaving  bool         // asked to leave: only the actor touches it
 	inFlight atomic.Int64 // submissions handed to the scheduler and not yet answered
+	stopped  atomic.Bool
 }
 
 // leaveNow asks the host's actor to stop taking submissions (Leave).
@@ -242,6 +244,9 @@ func (h *Host) Fronts() int {
 // submission in flight ends), then the devices. The process's endpoint
 // stays (see Serve).
 func (h *Host) Stop(ctx context.Context) error {
+	if h.stopped.Swap(true) {
+		return nil // stopped already
+	}
 	close(h.quit)
 	h.wg.Wait()
 	releaseSystem(h.sys, HostActor, h.pid)
@@ -349,12 +354,14 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 
 // unwelcomedFor is how long a registration may wait for its front's
 // Welcome before another front may take its place.
-const unwelcomedFor = 30 * time.Second
+const unwelcomedFor = 3 * time.Second
 
 // pruneLocked drops registrations whose front never welcomed the host
 // within unwelcomedFor (h.mu held): a front that died while it joined
-// leaves no place taken. The remote's watch of the front usually drops
-// them sooner.
+// leaves no place taken for long (the remote's watch of the front drops
+// it too, in up to ~10 s when the connection to it never came up). A live
+// front answers in milliseconds; one pruned all the same loses the host
+// within its bound and joins again.
 func (h *Host) pruneLocked() {
 	for _, r := range h.byFront {
 		if !r.welcomed && time.Since(r.joined) > unwelcomedFor {
@@ -641,6 +648,9 @@ func encodeRows(o outgoing, last map[uint64][]lanes.Row) {
 	}
 }
 
+// errHostStopped is a Leave of a host Stop stopped (or stops meanwhile).
+var errHostStopped = errors.New("remote: the host was stopped")
+
 // errLeaving is a submission (or allocation) refused by a leaving host.
 var errLeaving = fmt.Errorf("%w: the host is leaving: it takes no new work", ErrHostLeaving)
 
@@ -654,12 +664,17 @@ var errLeaving = fmt.Errorf("%w: the host is leaving: it takes no new work", Err
 // 500 ms) so submissions fronts sent before they heard are refused, not
 // left to end indeterminate; then Stop.
 func (h *Host) Leave(ctx context.Context) error {
+	if h.stopped.Load() {
+		return errHostStopped
+	}
 	done := make(chan struct{})
 	h.sys.actors.Root.Send(h.pid, &leaveNow{done: done})
 	select {
 	case <-done:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-h.quit:
+		return errHostStopped
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
@@ -668,6 +683,8 @@ func (h *Host) Leave(ctx context.Context) error {
 		case <-t.C:
 		case <-ctx.Done():
 			return fmt.Errorf("remote: leave: %d submissions still in flight: %w", h.inFlight.Load(), ctx.Err())
+		case <-h.quit:
+			return fmt.Errorf("remote: leave: %w before %d submissions ended (they end indeterminate at their fronts)", errHostStopped, h.inFlight.Load())
 		}
 	}
 	h.mu.Lock()

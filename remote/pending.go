@@ -14,8 +14,9 @@ import (
 
 // Pending is a call in flight on a lane host.
 type Pending struct {
-	enc     *Encoded // the template, if it was submitted encoded
-	release func()   // gives back the call's bytes in flight
+	enc     *Encoded   // the template, if it was submitted encoded
+	release func()     // gives back the call's bytes in flight
+	placed  *placement // a submission's tenant placement, whose calls it counts
 	done    chan struct{}
 	sentAt  int64 // a sampled call's queuing, Unix nanoseconds; 0 for most
 	// sharedRows: r's rows are a template's, shared with its other
@@ -64,6 +65,9 @@ func (p *Pending) wait(ctx context.Context) error {
 func (p *Pending) end(r lanes.Receipt, err error, res *wirepb.OpResult) {
 	if p.release != nil {
 		p.release()
+	}
+	if p.placed != nil {
+		p.placed.calls.Add(-1)
 	}
 	p.r, p.err, p.result = r, err, res
 	close(p.done)

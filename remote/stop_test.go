@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/remote"
 )
@@ -175,4 +176,45 @@ func holdFront(t *testing.T, addr string) *exec.Cmd {
 		t.Fatalf("the holding front: got %q, want it joined", line)
 	}
 	return hold
+}
+
+// TestForgetWaitsForTheTenantsSubmissions: Forget right after SubmitAsync
+// is refused as busy (retryable) and frees nothing: the submission runs
+// on its buffers and ends well; once it ended, Forget goes through.
+func TestForgetWaitsForTheTenantsSubmissions(t *testing.T) {
+	_, addr := startHostProcess(t)
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = f.Stop(context.Background()) })
+	refused := 0
+	for i := range 50 {
+		tenant := fmt.Sprintf("tenant-%d", i)
+		c := setUp(t, f, tenant)
+		p, err := f.SubmitAsync(context.Background(), tenant, c.step(t, 4))
+		if err != nil {
+			t.Fatalf("SubmitAsync: got err %v, want nil", err)
+		}
+		busy := f.Forget(context.Background(), tenant)
+		if _, err := p.Result(); err != nil {
+			t.Fatalf("%s's step beside a Forget (Forget said %v): got err %v, want nil (its buffers kept)", tenant, busy, err)
+		}
+		if busy == nil {
+			continue // the step ended before Forget came (a descheduled test): nothing to check
+		}
+		refused++
+		if !errors.Is(busy, actors.ErrTenantBusy) {
+			t.Fatalf("%s: Forget with a submission in flight: got %v, want actors.ErrTenantBusy", tenant, busy)
+		}
+		if got := c.value(t, f); got != 4 {
+			t.Fatalf("%s's counter: got %d, want 4", tenant, got)
+		}
+		if err := f.Forget(context.Background(), tenant); err != nil {
+			t.Fatalf("%s: Forget once its step ended: got %v, want nil", tenant, err)
+		}
+	}
+	if refused < 25 {
+		t.Fatalf("Forget right after SubmitAsync: got %d of 50 refused as busy, want most (the step takes a round trip)", refused)
+	}
 }
