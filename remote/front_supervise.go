@@ -1,0 +1,339 @@
+// A front's supervision of its hosts: joining them (launching and
+// restarting the ones it starts), noticing silence, and stopping them.
+
+package remote
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// awaitGone waits, after the host left under epoch, for its process to
+// go (or its address to terminate), or for two of its heartbeat bounds,
+// then ends whatever is still in flight on it indeterminate.
+func (l *link) awaitGone(epoch uint64) {
+	limit := time.After(2 * l.f.cfg.LostAfter)
+	how := "it left and did not answer"
+wait:
+	for {
+		select {
+		case e := <-l.events:
+			if e == "lost" || e == "exited" {
+				how = "it left and went"
+				break wait
+			}
+		case <-limit:
+			break wait
+		case <-l.f.quit:
+			return
+		}
+	}
+	l.endInFlight(epoch, how) // and closes the epoch to new calls
+}
+
+// watchSilence loses a host silent for longer than LostAfter.
+func (f *Front) watchSilence() {
+	defer f.wg.Done()
+	t := time.NewTicker(max(f.cfg.LostAfter/5, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-f.quit:
+			return
+		}
+		for _, l := range f.links {
+			epoch := l.serving.Load()
+			silent := time.Since(time.Unix(0, l.heardAt.Load()))
+			if bound := f.cfg.LostAfter + readAllowance(l.readBytes.Load()); epoch != 0 && silent > bound {
+				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), bound))
+			}
+		}
+	}
+}
+
+// ReadRate is the slowest a host's read-back bytes are assumed to cross
+// to the front: while reads are in flight, a host's heartbeats queue
+// behind their bytes on the one connection, so a host is given LostAfter
+// plus the time its reads in flight take at this rate before its silence
+// counts (a 64 MiB read: 4 s more).
+const ReadRate = 16 << 20 // bytes a second
+
+func readAllowance(bytes int64) time.Duration {
+	return time.Duration(float64(max(bytes, 0)) / ReadRate * float64(time.Second))
+}
+
+// supervise keeps the host registered: it joins (launching the process
+// first for a launched host), waits while it serves, and after a loss
+// joins again (killing and restarting a launched host, with backoff).
+func (l *link) supervise() {
+	defer l.f.wg.Done()
+	backoff := l.f.cfg.RestartBackoff
+	for first := true; ; first = false {
+		if !first && !l.pause(backoff) {
+			return
+		}
+		if l.launch != nil {
+			if !first {
+				l.mu.Lock()
+				l.restarts++
+				l.mu.Unlock()
+			}
+			if err := l.start(); err != nil {
+				l.f.cfg.Logf("host %s: start: %v", l.name, err)
+				if first {
+					l.mu.Lock()
+					l.startErr = err
+					l.mu.Unlock()
+					l.answered() // StartFront says why at once
+				}
+				backoff = min(2*backoff, 5*time.Second)
+				continue
+			}
+		}
+		switch l.join() {
+		case "stopped":
+			return
+		case "refused":
+			l.kill()
+			return
+		case "busy":
+			// The host refused for now (it serves its most fronts, or it
+			// is leaving): ask again after a while (a launched one:
+			// start another). StartFront already reported a first refusal.
+			if l.launch != nil {
+				l.kill()
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		case "registered":
+			backoff = l.f.cfg.RestartBackoff
+			if !l.serve() {
+				return
+			}
+			if st := l.status(); st.State == HostLeft {
+				l.awaitGone(st.Epoch)
+				if l.launch != nil {
+					return // asked to leave (SIGTERM, say): it stops itself, and stays out
+				}
+			}
+		default: // no answer in time
+			backoff = min(2*backoff, 5*time.Second)
+		}
+		l.kill()
+	}
+}
+
+// pause waits d unless the front stops (false).
+func (l *link) pause(d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-l.f.quit:
+		return false
+	}
+}
+
+// join asks the host to register, again every second, until it answers,
+// the join times out or the front stops.
+func (l *link) join() string {
+	l.mu.Lock()
+	since, was := l.since, l.state
+	l.setState(HostJoining)
+	if was == HostLost {
+		l.since = since // a lost host stays lost, to the eye, until it serves again
+	}
+	l.attempt = joinAttempts.Add(1)
+	pid, attempt := l.pid, l.attempt
+	l.mu.Unlock()
+	deadline := time.After(l.f.cfg.JoinTimeout)
+	for {
+		l.f.sys.actors.Root.Send(pid, &wirepb.Join{Protocol: Protocol, Front: l.f.sys.addr, Attempt: attempt})
+		select {
+		case e := <-l.events:
+			if e == "registered" || e == "refused" || e == "busy" || e == "exited" && l.processExited() {
+				return e
+			}
+		case <-time.After(time.Second):
+		case <-deadline:
+			if l.launch == nil {
+				deadline = time.After(l.f.cfg.JoinTimeout) // a fixed host: keep asking
+				continue
+			}
+			return "timeout"
+		case <-l.f.quit:
+			return "stopped"
+		}
+	}
+}
+
+// joinAttempts numbers joins across the process's fronts.
+var joinAttempts atomic.Uint64
+
+// serve waits while the host serves; false when the front stops.
+func (l *link) serve() bool {
+	for {
+		select {
+		case e := <-l.events:
+			if e == "lost" || e == "left" || e == "exited" && l.processExited() {
+				return true
+			}
+		case <-l.f.quit:
+			return false
+		}
+	}
+}
+
+// launchFailure is why the host's first launch failed, if it did.
+func (l *link) launchFailure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == HostServing {
+		return nil
+	}
+	return l.startErr
+}
+
+// processExited reports whether the launched process of now has exited
+// (an "exited" event may be a previous process's, seen late).
+func (l *link) processExited() bool {
+	l.mu.Lock()
+	ch := l.exited
+	l.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// start launches the host process and learns its address from its first
+// line.
+func (l *link) start() error {
+	args := append(append([]string(nil), l.launch.Args...), "--name", l.launch.Name, "--exit-with-stdin")
+	cmd := exec.Command(l.launch.Path, args...)
+	cmd.Env = append(os.Environ(), l.launch.Env...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(stdout)
+		line, _ := r.ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(l.f.cfg.JoinTimeout):
+	case <-l.f.quit:
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return errors.New("the front stopped while the host started")
+	}
+	const prefix = "lanehost: listening on "
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
+	if !ok {
+		_ = cmd.Process.Kill()
+		err := cmd.Wait()
+		return fmt.Errorf("%s %s: its first line was %q, want %q and an address (its exit: %v; its standard error says why)",
+			l.launch.Path, strings.Join(args, " "), strings.TrimSpace(line), prefix+"ADDRESS", err)
+	}
+	exited := make(chan struct{})
+	l.mu.Lock()
+	l.setAddress(addr)
+	l.proc, l.stdin, l.exited = cmd.Process, stdin, exited
+	l.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		l.mu.Lock()
+		mine, epoch := l.proc == cmd.Process, l.epoch
+		l.mu.Unlock()
+		if mine {
+			how := "the process exited"
+			if err != nil {
+				how = "the process exited: " + err.Error()
+			}
+			l.lose(epoch, how)
+			l.event("exited")
+		}
+	}()
+	return nil
+}
+
+// kill ends a launched host's process (a hung one may not answer
+// anything else).
+func (l *link) kill() {
+	l.mu.Lock()
+	proc, stdin := l.proc, l.stdin
+	l.proc, l.stdin = nil, nil
+	l.mu.Unlock()
+	if proc != nil {
+		_ = stdin.Close()
+		_ = proc.Kill()
+	}
+}
+
+// stopLink ends every call still in flight on the host and lets the
+// host go; a launched host's process is stopped after (stopProcess).
+func (l *link) stopLink() {
+	l.mu.Lock()
+	epoch, was, pid := l.epoch, l.state, l.pid
+	l.setState(HostStopped)
+	l.mu.Unlock()
+	if was == HostServing {
+		// Let the host go: it may serve another front now.
+		l.f.sys.actors.Root.Send(pid, &wirepb.Welcome{Refusal: "the front stopped", Protocol: Protocol, Epoch: epoch})
+		l.endInFlight(epoch, "the front stopped")
+	}
+}
+
+// stopProcess stops a launched host's process once its supervisor is
+// done (none is started after): its standard input closed (lanehost
+// --exit-with-stdin stops itself), killed if it has not exited within 3 s
+// or by the end of ctx.
+func (l *link) stopProcess(ctx context.Context) {
+	l.mu.Lock()
+	proc, stdin, exited := l.proc, l.stdin, l.exited
+	l.proc, l.stdin = nil, nil // its exit is no loss
+	l.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	_ = stdin.Close()
+	grace := time.NewTimer(3 * time.Second)
+	defer grace.Stop()
+	select {
+	case <-exited:
+		return
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	_ = proc.Kill()
+	<-exited
+}

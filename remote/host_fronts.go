@@ -1,0 +1,209 @@
+// A lane host's fronts: registration (a Join, a Hello under a new epoch, a
+// Welcome), a front gone, and the heartbeats that prove the host alive to
+// each.
+
+package remote
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// join answers a front's Join with a Hello under a new epoch for that
+// front. A front of another protocol hears this host's protocol and
+// refuses it; the host serves nothing to it. A front past MaxFronts is
+// refused with the reason.
+func (h *Host) join(m *wirepb.Join) *actor.PID {
+	if m.Front == "" {
+		h.cfg.Logf("a join names no front: ignored")
+		return nil
+	}
+	front := actor.NewPID(m.Front, FrontActor)
+	h.mu.Lock()
+	old := h.byFront[m.Front]
+	if old != nil && old.hello != nil && old.attempt == m.Attempt {
+		hello := old.hello // the same attempt asked again: the same answer
+		h.mu.Unlock()
+		h.tell(front, hello)
+		return nil
+	}
+	if h.leaving {
+		h.mu.Unlock()
+		h.tell(front, &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt, Refusal: "it is leaving"})
+		return nil
+	}
+	h.pruneLocked()
+	if old == nil && len(h.byFront) >= h.cfg.MaxFronts {
+		// Epoch 0: the refusal of this Hello must not reach a registration.
+		busy := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt,
+			Refusal: fmt.Sprintf("it serves %d fronts, its most (lanehost --max-fronts, HostConfig.MaxFronts)", len(h.byFront))}
+		h.mu.Unlock()
+		h.tell(front, busy)
+		return nil
+	}
+	h.lastEpoch = max(uint64(time.Now().UnixNano()), h.lastEpoch+1)
+	r := &registration{front: front, epoch: h.lastEpoch, attempt: m.Attempt, templates: map[uint64]lanes.Batch{}, joined: time.Now()}
+	r.out = combiner[outgoing]{most: 1024, send: func(batch []outgoing) { h.sendBatch(r, batch) }}
+	if old != nil {
+		delete(h.regs, old.epoch)
+		if len(h.replaced) >= maxReplaced {
+			clear(h.replaced)
+		}
+		h.replaced[old.epoch] = old
+	}
+	h.regs[r.epoch], h.byFront[m.Front] = r, r
+	h.mu.Unlock()
+	if old != nil {
+		h.ops.retire(old.epoch) // its tenants: the front told them their state was lost
+	}
+	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt}
+	for _, d := range h.cfg.Scheduler.Devices {
+		info := d.Info()
+		hello.Devices = append(hello.Devices, &wirepb.Device{Instance: info.Instance, Name: info.Name, Backend: info.Backend,
+			Lanes: uint32(max(h.cfg.Scheduler.LanesPerDevice, 1))})
+	}
+	if m.Protocol != h.cfg.Protocol {
+		h.cfg.Logf("front %s speaks protocol %d, this host %d: answering with this host's protocol (the front refuses it)", m.Front, m.Protocol, h.cfg.Protocol)
+	}
+	h.mu.Lock()
+	r.hello = hello
+	h.mu.Unlock()
+	h.tell(front, hello)
+	return front
+}
+
+// unwelcomedFor is how long a registration may wait for its front's
+// Welcome before another front may take its place.
+const unwelcomedFor = 3 * time.Second
+
+// pruneLocked drops registrations whose front never welcomed the host
+// within unwelcomedFor (h.mu held): a front that died while it joined
+// leaves no place taken for long (the remote's watch of the front drops
+// it too, in up to ~10 s when the connection to it never came up). A live
+// front answers in milliseconds; one pruned all the same loses the host
+// within its bound and joins again.
+func (h *Host) pruneLocked() {
+	for _, r := range h.byFront {
+		if !r.welcomed && time.Since(r.joined) > unwelcomedFor {
+			h.dropLocked(r)
+			go h.ops.retire(r.epoch)
+		}
+	}
+}
+
+// tell sends the front a message from the host's actor: the front knows
+// the host by the sender's address.
+func (h *Host) tell(front *actor.PID, msg any) {
+	h.sys.actors.Root.RequestWithCustomSender(front, msg, h.pid)
+}
+
+// welcome takes the front's answer to the Hello: accepted, heartbeats
+// begin (the front returned: watch it); refused, or let go by a front
+// that stops, the registration is dropped (its tenants with it).
+func (h *Host) welcome(m *wirepb.Welcome) *actor.PID {
+	h.mu.Lock()
+	r, ok := h.regs[m.Epoch]
+	if !ok {
+		h.mu.Unlock()
+		return nil // the answer to a Hello of an epoch since replaced
+	}
+	if !m.Accepted {
+		h.dropLocked(r)
+		h.mu.Unlock()
+		h.ops.retire(r.epoch)
+		h.cfg.Logf("the front at %s let this host go: %s", r.front.Address, m.Refusal)
+		return nil
+	}
+	r.welcomed = true
+	h.mu.Unlock()
+	h.beat()
+	return r.front
+}
+
+// dropLocked forgets a registration (h.mu held).
+func (h *Host) dropLocked(r *registration) {
+	delete(h.regs, r.epoch)
+	if h.byFront[r.front.Address] == r {
+		delete(h.byFront, r.front.Address)
+	}
+}
+
+// frontGone: the remote lost the connection to a front (it died, or a
+// message on the way broke it), so answers may have been lost. The host
+// drops that front's registration and the tenants it set up: no more
+// heartbeats or service under its epoch, so the front, if alive, loses it
+// within its bound (every call in flight ends indeterminate, once, and its
+// tenants are told their state was lost) and joins it again; a dead front
+// leaves its place to another.
+func (h *Host) frontGone(who *actor.PID) {
+	h.mu.Lock()
+	r, ok := h.byFront[who.Address]
+	if ok {
+		h.dropLocked(r)
+	}
+	h.mu.Unlock()
+	if ok {
+		h.ops.retire(r.epoch)
+		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front rejoins)", who.Address, r.epoch)
+	}
+}
+
+// heartbeatLoop proves the host alive to its front every Heartbeat.
+func (h *Host) heartbeatLoop() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			h.beat()
+		case <-h.quit:
+			return
+		}
+	}
+}
+
+// beat sends one heartbeat to every front that welcomed this host.
+func (h *Host) beat() {
+	type to struct {
+		front *actor.PID
+		epoch uint64
+	}
+	var fronts []to
+	h.mu.Lock()
+	for _, r := range h.regs {
+		if r.welcomed {
+			fronts = append(fronts, to{r.front, r.epoch})
+		}
+	}
+	h.heartbeat++
+	seq := h.heartbeat
+	h.mu.Unlock()
+	if len(fronts) == 0 {
+		return
+	}
+	fault := ""
+	if err := h.DeviceFault(); err != nil {
+		fault = err.Error()
+	}
+	for _, f := range fronts {
+		h.tell(f.front, &wirepb.Heartbeat{Epoch: f.epoch, Seq: seq, SentUnixNano: time.Now().UnixNano(), DeviceFault: fault})
+	}
+}
+
+// DeviceFault is the sticky error that poisoned one of the host's devices,
+// or nil. A poisoned device stays poisoned for the life of its process: a
+// host that reports one is replaced (lanehost exits; a front that launched
+// it starts another).
+func (h *Host) DeviceFault() error {
+	for _, d := range h.cfg.Scheduler.Devices {
+		if err := d.Err(); err != nil {
+			return fmt.Errorf("device %d (%s): %w", d.Info().Ordinal, d.Info().Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+// A lane host that leaves well: no new work, what it has finished, then
+// its fronts told.
+
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// errHostStopped is a Leave of a host Stop stopped (or stops meanwhile).
+var errHostStopped = errors.New("remote: the host was stopped")
+
+// errLeaving is a submission (or allocation) refused by a leaving host.
+var errLeaving = fmt.Errorf("%w: the host is leaving: it takes no new work", ErrHostLeaving)
+
+// Leave asks the host to leave well: from now on it refuses new
+// submissions and allocations (the fronts hear it is leaving and place no
+// new tenants on it), finishes every submission it has, then tells its
+// fronts it left, whose tenants then move (DeviceStateLostError with
+// Left). Reads, frees and forgets still run meanwhile. It returns when
+// the last submission ended, or with ctx's error (the host still leaves:
+// Stop ends what is left). Keep serving a moment after (lanehost lingers
+// 500 ms) so submissions fronts sent before they heard are refused, not
+// left to end indeterminate; then Stop.
+func (h *Host) Leave(ctx context.Context) error {
+	if h.stopped.Load() {
+		return errHostStopped
+	}
+	done := make(chan struct{})
+	h.sys.actors.Root.Send(h.pid, &leaveNow{done: done})
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.quit:
+		return errHostStopped
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for h.inFlight.Load() > 0 {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("remote: leave: %d submissions still in flight: %w", h.inFlight.Load(), ctx.Err())
+		case <-h.quit:
+			return fmt.Errorf("remote: leave: %w before %d submissions ended (they end indeterminate at their fronts)", errHostStopped, h.inFlight.Load())
+		}
+	}
+	h.mu.Lock()
+	var epochs []uint64
+	for e, r := range h.regs {
+		if r.welcomed {
+			epochs = append(epochs, e)
+		}
+	}
+	h.mu.Unlock()
+	for _, e := range epochs { // behind every receipt of the registration
+		h.send(outgoing{leaving: &wirepb.Leaving{Epoch: e, Drained: true}})
+	}
+	return nil
+}
+
+// startLeaving refuses new work from now on and tells the fronts (the
+// host's actor, so no submission it took is missed).
+func (h *Host) startLeaving() {
+	if h.leaving {
+		return
+	}
+	h.leaving = true
+	h.cfg.Logf("leaving: no new submissions; finishing %d in flight", h.inFlight.Load())
+	h.tellFronts(func(epoch uint64) any { return &wirepb.Leaving{Epoch: epoch} })
+}
+
+// tellFronts sends every welcomed front a message of its epoch.
+func (h *Host) tellFronts(msg func(epoch uint64) any) {
+	h.mu.Lock()
+	var regs []*registration
+	for _, r := range h.regs {
+		if r.welcomed {
+			regs = append(regs, r)
+		}
+	}
+	h.mu.Unlock()
+	for _, r := range regs {
+		h.tell(r.front, msg(r.epoch))
+	}
+}
