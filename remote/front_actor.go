@@ -80,7 +80,11 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 		l.refused(w.Refusal, m.Refusal != "") // the host's own refusal (full, leaving) passes; others do not
 		return
 	}
-	if l.registered(m.Epoch, m.Host) {
+	lanes := 0
+	for _, d := range m.Devices {
+		lanes += int(d.Lanes)
+	}
+	if l.registered(m.Epoch, m.Host, lanes) {
 		ctx.Watch(sender)
 	}
 }

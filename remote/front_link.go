@@ -54,6 +54,7 @@ type HostStatus struct {
 	PID      int       // the launched host's process id; 0 for a host at a fixed address
 	Since    time.Time // when it entered State
 	HostName string    // the name the host gave itself (lanehost --name)
+	Lanes    int       // the lanes it serves (its devices' together): its share of new tenants
 	// RoundTrip is where sampled calls' time went since the host last
 	// registered: the remote's cost beside the lanes' own.
 	RoundTrip RoundTrip
@@ -99,6 +100,7 @@ type link struct {
 	lostHow  string
 	since    time.Time // when state last changed
 	attempt  uint64    // the join in progress
+	lanes    int       // the lanes the host serves, from its Hello
 	hostName string    // the name the host gave
 	startErr error     // why the first launch failed, if it did
 	proc     *os.Process
@@ -185,7 +187,7 @@ func (l *link) status() HostStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := HostStatus{Name: l.name, Address: l.addr, State: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
-		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName,
+		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName, Lanes: l.lanes,
 		RoundTrip: l.trips.means()}
 	if l.proc != nil {
 		st.PID = l.proc.Pid
@@ -201,7 +203,7 @@ func (l *link) event(e string) {
 }
 
 // registered takes a host's accepted Hello: serving under epoch.
-func (l *link) registered(epoch uint64, hostName string) bool {
+func (l *link) registered(epoch uint64, hostName string, lanes int) bool {
 	l.mu.Lock()
 	if l.state != HostJoining {
 		l.mu.Unlock()
@@ -210,7 +212,7 @@ func (l *link) registered(epoch uint64, hostName string) bool {
 	l.knownMu.Lock()
 	l.known = map[uint64]bool{}
 	l.knownMu.Unlock()
-	l.epoch, l.tenants, l.hostName = epoch, 0, hostName
+	l.epoch, l.tenants, l.hostName, l.lanes = epoch, 0, hostName, max(lanes, 1)
 	l.trips.reset()
 	l.heardAt.Store(time.Now().UnixNano())
 	l.setState(HostServing)

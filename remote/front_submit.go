@@ -198,6 +198,16 @@ func uploadBytes(b lanes.Batch) (n int64) {
 	return n
 }
 
+// roomier reports whether host a has more headroom for a new tenant than
+// b: fewer tenants per lane, then fewer calls in flight per lane.
+func roomier(a, b HostStatus) bool {
+	al, bl := max(a.Lanes, 1), max(b.Lanes, 1)
+	if x, y := a.Tenants*bl, b.Tenants*al; x != y {
+		return x < y
+	}
+	return a.InFlight*bl < b.InFlight*al
+}
+
 // placed is a placed tenant's placement, while its host serves it.
 func placed(tenant string, pl *placement) (*placement, error) {
 	if !pl.link.servingUnder(pl.epoch) {
@@ -219,9 +229,10 @@ func refuseLeaving(tenant string, l *link, epoch uint64) error {
 // remembers.
 const maxRemembered = 1 << 16
 
-// place is the tenant's host and epoch: where it was placed, or, for a
-// new tenant, the host it was on before it was forgotten if that host
-// serves, else the serving host with the fewest tenants.
+// place is the tenant's placement: where it was placed, or, for a new
+// tenant, the host it was on before it was forgotten if that host serves
+// (a tenant does not wander), else the serving host with the most
+// headroom (roomier). A host that registers takes new tenants at once.
 func (f *Front) place(tenant string) (*placement, error) {
 	f.mu.RLock()
 	pl, ok := f.tenants[tenant]
@@ -235,25 +246,26 @@ func (f *Front) place(tenant string) (*placement, error) {
 		return placed(tenant, pl)
 	}
 	var best *link
-	var bestEpoch uint64
-	bestTenants := 0
+	var bestSt HostStatus
 	if l, ok := f.last[tenant]; ok {
 		if st := l.status(); st.State == HostServing && !l.leavingUnder(st.Epoch) {
-			best, bestEpoch, bestTenants = l, st.Epoch, -1 // a tenant that starts over stays where it was
+			best, bestSt = l, st // a tenant that starts over stays where it was
 		}
 	}
 	for _, l := range f.links {
-		if bestTenants < 0 {
+		if best != nil && f.last[tenant] == best {
 			break
 		}
 		st := l.status()
 		if st.State != HostServing || l.leavingUnder(st.Epoch) {
 			continue // a leaving host takes no new tenants
 		}
-		if best == nil || st.Tenants < bestTenants {
-			best, bestEpoch, bestTenants = l, st.Epoch, st.Tenants
+		st.InFlight = f.calls.InFlight(l.name, st.Epoch)
+		if best == nil || roomier(st, bestSt) {
+			best, bestSt = l, st
 		}
 	}
+	bestEpoch := bestSt.Epoch
 	if best == nil {
 		return nil, fmt.Errorf("%w: every host is lost, restarting or not yet registered; retry (definitely not submitted)", ErrNoHost)
 	}

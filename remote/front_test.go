@@ -382,6 +382,37 @@ func TestFrontsShareAHost(t *testing.T) {
 	}
 }
 
+// TestPlacementFollowsLanes: new tenants go to the host with the fewest
+// tenants per lane: a host of three lanes takes three times the tenants
+// of a host of one; a tenant that starts over stays where it was.
+func TestPlacementFollowsLanes(t *testing.T) {
+	_, one := startHostProcess(t, "--lanes", "1")
+	_, three := startHostProcess(t, "--lanes", "3")
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{one, three}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = f.Stop(context.Background()) })
+	for i := range 8 {
+		setUp(t, f, fmt.Sprintf("tenant-%d", i))
+	}
+	got := map[string]int{}
+	for _, h := range f.Hosts() {
+		got[h.Address] = h.Tenants
+	}
+	if got[one] != 2 || got[three] != 6 {
+		t.Fatalf("8 tenants on hosts of 1 and 3 lanes: got %d and %d, want 2 and 6", got[one], got[three])
+	}
+	host, _ := f.Placement("tenant-0")
+	if err := f.Forget(context.Background(), "tenant-0"); err != nil {
+		t.Fatalf("Forget: got err %v, want nil", err)
+	}
+	setUp(t, f, "tenant-0")
+	if again, _ := f.Placement("tenant-0"); again != host {
+		t.Fatalf("a tenant that starts over: got placed on %s, want %s where it was", again, host)
+	}
+}
+
 // loadResult is what a closed-loop load on one tenant saw.
 type loadResult struct {
 	ok, overloaded int
