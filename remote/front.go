@@ -32,6 +32,10 @@ type FrontConfig struct {
 	// Address is where the front listens for its hosts' answers; empty:
 	// DefaultAddress. Any address that is not loopback requires TLS.
 	Address string
+	// Advertise is the address hosts reach the front at when it is not
+	// Address (a NAT, a port mapping, a proxy); empty: Address. Not
+	// loopback requires TLS.
+	Advertise string
 	// TLS secures every connection both ways (LoadTLS); nil: plain, and
 	// every host address must then be loopback.
 	TLS *tls.Config
@@ -105,7 +109,7 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	sys, err := acquireSystem(cfg.Address, cfg.TLS, FrontActor)
+	sys, err := acquireSystem(cfg.Address, cfg.Advertise, cfg.TLS, FrontActor)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,10 @@ type HostConfig struct {
 	// (loopback, a port the system picks: Host.Address says which). Any
 	// address that is not loopback requires TLS.
 	Address string
+	// Advertise is the address fronts reach the host at when it is not
+	// Address (a NAT, a container's port mapping, a proxy); empty:
+	// Address. Not loopback requires TLS.
+	Advertise string
 	// TLS secures the connections both ways (LoadTLS); nil: plain, loopback
 	// only.
 	TLS *tls.Config
@@ -172,7 +176,7 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	sys, err := acquireSystem(cfg.Address, cfg.TLS, HostActor)
+	sys, err := acquireSystem(cfg.Address, cfg.Advertise, cfg.TLS, HostActor)
 	if err != nil {
 		_ = sched.Stop(context.Background())
 		return nil, err

@@ -50,8 +50,9 @@ const maxBytesInFlight = 64 << 20
 var endpoint struct {
 	mu      sync.Mutex
 	sys     *system
-	address string      // as first asked
-	tls     *tls.Config // as first given
+	address   string      // as first asked
+	advertise string      // as first asked
+	tls       *tls.Config // as first given
 	names   map[string]bool
 }
 
@@ -66,7 +67,7 @@ type system struct {
 // starting it on address (DefaultAddress when empty) the first time. A
 // non-loopback address needs tlsCfg, whose certificates then secure every
 // connection both ways. Release it with releaseSystem(name).
-func acquireSystem(address string, tlsCfg *tls.Config, name string) (*system, error) {
+func acquireSystem(address, advertise string, tlsCfg *tls.Config, name string) (*system, error) {
 	if address == "" {
 		address = DefaultAddress
 	}
@@ -77,6 +78,18 @@ func acquireSystem(address string, tlsCfg *tls.Config, name string) (*system, er
 	if tlsCfg == nil && !isLoopback(host) {
 		return nil, fmt.Errorf("%w: address %s is not loopback: give a mutual TLS configuration (LoadTLS) to listen on it, or listen on 127.0.0.1", ErrConfig, address)
 	}
+	if advertise != "" {
+		ahost, aport, err := splitAddress(advertise)
+		if err != nil {
+			return nil, fmt.Errorf("advertised address: %w", err)
+		}
+		if aport == 0 {
+			return nil, fmt.Errorf("%w: advertised address %s: give the port peers dial", ErrConfig, advertise)
+		}
+		if tlsCfg == nil && !isLoopback(ahost) {
+			return nil, fmt.Errorf("%w: advertised address %s is not loopback: give a mutual TLS configuration (LoadTLS)", ErrConfig, advertise)
+		}
+	}
 	endpoint.mu.Lock()
 	defer endpoint.mu.Unlock()
 	if s := endpoint.sys; s != nil {
@@ -85,17 +98,19 @@ func acquireSystem(address string, tlsCfg *tls.Config, name string) (*system, er
 			return nil, fmt.Errorf("%w: a %s already serves in this process: run one front and one lane host per process at most", ErrConfig, name)
 		case address != DefaultAddress && address != endpoint.address && address != s.addr:
 			return nil, fmt.Errorf("%w: this process serves on %s already; its fronts and hosts share that one address (asked %s)", ErrConfig, s.addr, address)
+		case advertise != endpoint.advertise:
+			return nil, fmt.Errorf("%w: this process's endpoint advertises %q already; its fronts and hosts share it (asked %q)", ErrConfig, endpoint.advertise, advertise)
 		case tlsCfg != endpoint.tls:
 			return nil, fmt.Errorf("%w: this process's endpoint was started with another TLS configuration; give every front and host of a process the same one", ErrConfig)
 		}
 		endpoint.names[name] = true
 		return s, nil
 	}
-	s, err := startSystem(host, port, tlsCfg)
+	s, err := startSystem(host, port, advertise, tlsCfg)
 	if err != nil {
 		return nil, err
 	}
-	endpoint.sys, endpoint.address, endpoint.tls, endpoint.names = s, address, tlsCfg, map[string]bool{name: true}
+	endpoint.sys, endpoint.address, endpoint.advertise, endpoint.tls, endpoint.names = s, address, advertise, tlsCfg, map[string]bool{name: true}
 	return s, nil
 }
 
@@ -110,7 +125,7 @@ func releaseSystem(s *system, name string, pid *actor.PID) {
 	endpoint.mu.Unlock()
 }
 
-func startSystem(host string, port int, tlsCfg *tls.Config) (sys *system, err error) {
+func startSystem(host string, port int, advertise string, tlsCfg *tls.Config) (sys *system, err error) {
 	address := net.JoinHostPort(host, strconv.Itoa(port))
 	// Listen once ourselves first: remote.Start panics on a port in use.
 	probe, err := net.Listen("tcp", address)
@@ -133,6 +148,9 @@ func startSystem(host string, port int, tlsCfg *tls.Config) (sys *system, err er
 	}
 	opts := []premote.ConfigOption{premote.WithServerOptions(server...), premote.WithDialOptions(grpc.WithTransportCredentials(creds), sizes),
 		premote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage))}
+	if advertise != "" {
+		opts = append(opts, premote.WithAdvertisedHost(advertise))
+	}
 	// The remote logs a lost connection at error level each time a peer
 	// goes; fronts and hosts say what a loss means themselves (Logf).
 	logger := slog.New(slog.DiscardHandler)

@@ -44,6 +44,7 @@ type options struct {
 	cpuProfile                  string
 	maxFronts, maxInFlight      int
 	leaveTimeout                time.Duration
+	advertise                   string
 	execTrace                   string
 	exitWithStdin, faultKernels bool
 	keepPoisoned                bool
@@ -88,7 +89,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
-		MaxFronts: o.maxFronts,
+		MaxFronts: o.maxFronts, Advertise: o.advertise,
 		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin, MaxInFlightPerLane: o.maxInFlight},
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
 	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
@@ -254,6 +255,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
 	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: remote.MaxTemplates)")
 	fs.DurationVar(&o.leaveTimeout, "leave-timeout", 30*time.Second, "on SIGINT, SIGTERM or (with --exit-with-stdin) standard input closed: leave well first, taking no new work and finishing what is in flight, for at most this long (a second signal cuts it short; 0: stop at once)")
+	fs.StringVar(&o.advertise, "advertise", "", "the address fronts reach this host at, when it is not --listen (a NAT, a port mapping, a proxy); not loopback requires TLS")
 	fs.IntVar(&o.maxFronts, "max-fronts", remote.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
 	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission: submissions in flight per lane, across every front (0: the scheduler's default, 256); past it a submission is refused as overloaded")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")

@@ -1,0 +1,270 @@
+package remote_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote"
+)
+
+// proxy forwards TCP connections on loopback to an address; cut drops
+// every byte both ways from then on (the peers hear silence, no error),
+// heal forwards again on new connections (the old ones are closed, as a
+// partition that heals leaves them broken).
+type proxy struct {
+	ln    net.Listener
+	to    string
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func startProxy(t *testing.T, to string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy: listen: got err %v, want nil", err)
+	}
+	p := &proxy{ln: ln, to: to}
+	t.Cleanup(func() { _ = ln.Close(); p.closeAll() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			d, err := net.Dial("tcp", to)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, d)
+			p.mu.Unlock()
+			go p.pipe(c, d)
+			go p.pipe(d, c)
+		}
+	}()
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) pipe(from, to net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			cut := p.cut
+			p.mu.Unlock()
+			if !cut {
+				if _, err := to.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			_ = to.Close()
+			return
+		}
+	}
+}
+
+func (p *proxy) setCut(cut bool) {
+	p.mu.Lock()
+	p.cut = cut
+	p.mu.Unlock()
+	if !cut {
+		p.closeAll()
+	}
+}
+
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+// freePort is a loopback address no one listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: got err %v, want nil", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestAPartitionThatHeals: a front (in a process of its own) reaches its
+// host, and the host the front, only through proxies; cutting both under
+// load, the front loses the host within its bound (every call in flight
+// ends indeterminate, once); healing, the host registers again under a new
+// epoch and the tenants start over and serve.
+func TestAPartitionThatHeals(t *testing.T) {
+	hostListen, frontListen := freePort(t), freePort(t)
+	toHost, toFront := startProxy(t, hostListen), startProxy(t, frontListen)
+	startHostProcess(t, "--heartbeat", "50ms", "--listen", hostListen, "--advertise", toHost.addr())
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_CHILD=front-partition", "LANES_HOST="+toHost.addr(), "LANES_LISTEN="+frontListen, "LANES_ADVERTISE="+toFront.addr())
+	var stderr strings.Builder
+	child.Stderr = &syncWriter{b: &stderr}
+	out, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatalf("start the front's process: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	lines := bufio.NewReader(out)
+	expect := func(prefix string, within time.Duration) string {
+		t.Helper()
+		got := make(chan string, 1)
+		go func() { line, _ := lines.ReadString('\n'); got <- strings.TrimSpace(line) }()
+		select {
+		case line := <-got:
+			if !strings.HasPrefix(line, prefix) {
+				t.Fatalf("the front's process: got %q, want %q… (stderr: %s)", line, prefix, stderr.String())
+			}
+			return line
+		case <-time.After(within):
+			t.Fatalf("the front's process said nothing within %v, want %q… (stderr: %s)", within, prefix, stderr.String())
+			return ""
+		}
+	}
+	expect("serving", 30*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	toHost.setCut(true)
+	toFront.setCut(true)
+	cutAt := time.Now()
+	expect("lost", 5*time.Second)
+	if took := time.Since(cutAt); took > 500*time.Millisecond+100*time.Millisecond+300*time.Millisecond {
+		t.Errorf("the front lost the host %v after the cut, want within LostAfter 500ms + 1/5 (+ scheduling)", took)
+	}
+	time.Sleep(time.Second)
+	toHost.setCut(false)
+	toFront.setCut(false)
+	t.Log(expect("ok", 30*time.Second))
+	if err := child.Wait(); err != nil {
+		t.Fatalf("the front's process: got %v, want exit 0 (stderr: %s)", err, stderr.String())
+	}
+}
+
+// partitionChild is TestAPartitionThatHeals's front: load until the host is
+// lost, then wait for it and start over. It prints serving, lost, and ok
+// with its counts, and exits 1 on any broken promise.
+func partitionChild() int {
+	fail := func(format string, a ...any) int { fmt.Fprintf(os.Stderr, format+"\n", a...); return 1 }
+	ctx := context.Background()
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}, Address: os.Getenv("LANES_LISTEN"),
+		Advertise: os.Getenv("LANES_ADVERTISE"), LostAfter: 500 * time.Millisecond, Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }})
+	if err != nil {
+		return fail("StartFront: %v", err)
+	}
+	defer f.Stop(ctx)
+	first := f.Hosts()[0].Epoch
+	setUp := func(tenant string) (cuda.Buffer, *remote.Encoded, error) {
+		b, err := f.Alloc(ctx, tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+		if err != nil {
+			return b, nil, err
+		}
+		up, _ := cuda.Upload(b.Whole(), make([]byte, 64))
+		if _, err := f.Submit(ctx, tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseDynamicBinding, up)}}); err != nil {
+			return b, nil, err
+		}
+		cmd, _ := cuda.Launch(kernels.Builtin().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(b.Whole()), cuda.I32Arg(16))
+		enc, err := f.Encode(lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("partition", 0, cmd)}})
+		return b, enc, err
+	}
+	var accepted, ended, ok, indeterminate atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 2 {
+		tenant := fmt.Sprintf("tenant-%d", i)
+		_, enc, err := setUp(tenant)
+		if err != nil {
+			return fail("set up %s: %v", tenant, err)
+		}
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					p, err := f.SubmitEncoded(ctx, tenant, enc)
+					if err != nil {
+						return // refused (the host lost): definitely not submitted
+					}
+					accepted.Add(1)
+					_, err = p.Result()
+					ended.Add(1)
+					switch {
+					case err == nil:
+						ok.Add(1)
+					case errors.Is(err, remote.ErrHostLost) && errors.Is(err, actors.ErrIndeterminate):
+						indeterminate.Add(1)
+						return
+					default:
+						fmt.Fprintf(os.Stderr, "a step: %v\n", err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	fmt.Println("serving")
+	wg.Wait()
+	fmt.Println("lost")
+	if accepted.Load() != ended.Load() || f.InFlight() != 0 {
+		return fail("accepted %d, ended %d, in flight %d: want every call ended once", accepted.Load(), ended.Load(), f.InFlight())
+	}
+	deadline := time.Now().Add(25 * time.Second)
+	for st := f.Hosts()[0]; st.State != remote.HostServing || st.Epoch == first; st = f.Hosts()[0] {
+		if time.Now().After(deadline) {
+			return fail("the host after the partition healed: %+v, want serving under a new epoch", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 2 {
+		tenant := fmt.Sprintf("tenant-%d", i)
+		if _, err := f.SubmitEncoded(ctx, tenant, nil); err == nil {
+			return fail("a nil step: want refused")
+		}
+		_ = f.Forget(ctx, tenant)
+		b, enc, err := setUp(tenant)
+		if err != nil {
+			return fail("%s starting over: %v", tenant, err)
+		}
+		p, err := f.SubmitEncoded(ctx, tenant, enc)
+		if err == nil {
+			_, err = p.Result()
+		}
+		if err != nil {
+			return fail("%s's step after starting over: %v", tenant, err)
+		}
+		data, err := f.Read(ctx, tenant, b.Whole())
+		if err != nil || int32(binary.LittleEndian.Uint32(data)) != 1 {
+			return fail("%s's counter after one step: %v %v, want 1", tenant, data, err)
+		}
+	}
+	st := f.Hosts()[0]
+	fmt.Printf("ok: %d steps, %d ended indeterminate with the cut, %d stale dropped, epoch %d -> %d\n", ok.Load(), indeterminate.Load(), st.Stale, first, st.Epoch)
+	return 0
+}
