@@ -48,12 +48,12 @@ const maxBytesInFlight = 64 << 20
 // host that stops only stops its actor, and the next one in the process
 // serves on the same endpoint (at the same address and TLS).
 var endpoint struct {
-	mu      sync.Mutex
-	sys     *system
+	mu        sync.Mutex
+	sys       *system
 	address   string      // as first asked
 	advertise string      // as first asked
 	tls       *tls.Config // as first given
-	names   map[string]bool
+	names     map[string]bool
 }
 
 // system is the process's actor system and its remote endpoint.
