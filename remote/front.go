@@ -194,7 +194,7 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			return fmt.Errorf("%w: host %s did not register within %v", ErrNoHost, l.name, f.cfg.JoinTimeout)
+			return fmt.Errorf("%w: host %s did not register within %v (is it up at that address, and can it reach this front at %s? see Advertise on both sides)", ErrNoHost, l.name, f.cfg.JoinTimeout, f.sys.addr)
 		}
 		if st := l.status(); st.State == HostRefused {
 			return fmt.Errorf("%w: host %s: %s", ErrRefused, l.name, st.Refusal)
@@ -206,8 +206,8 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 	return nil
 }
 
-// Address is where the front listens for its hosts ("" for a Front
-// StartFront did not return).
+// Address is where hosts reach the front: FrontConfig.Advertise if given,
+// else where it listens ("" for a Front StartFront did not return).
 func (f *Front) Address() string {
 	if f == nil || f.sys == nil {
 		return ""

@@ -36,7 +36,13 @@ func (a *frontActor) Receive(ctx actor.Context) {
 	}
 	switch m := ctx.Message().(type) {
 	case *wirepb.Heartbeat:
-		if l.heardFrom(m.Epoch) && m.DeviceFault != "" {
+		if !l.heardFrom(m.Epoch) {
+			return
+		}
+		if m.ProbeEcho > l.echoed.Load() && m.ProbeEcho <= l.probeSeq.Load() {
+			l.echoed.Store(m.ProbeEcho)
+		}
+		if m.DeviceFault != "" {
 			l.lose(m.Epoch, "its device is poisoned: "+m.DeviceFault)
 		}
 	case *wirepb.Receipts:

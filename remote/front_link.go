@@ -87,6 +87,12 @@ type link struct {
 	at      atomic.Pointer[string]
 	leaving atomic.Uint64 // the epoch under which the host said it is leaving
 	left    atomic.Uint64 // the epoch under which it left
+	// The way to the host: probes sent (and when, by seq, the last few),
+	// and the newest it echoed.
+	probeSeq    atomic.Uint64
+	probeSent   [64]atomic.Int64 // unix nanoseconds, by seq % 64
+	echoed      atomic.Uint64
+	uploadBytes atomic.Int64 // upload bytes in flight to the host: probes queue behind them
 
 	mu       sync.Mutex
 	state    HostState
@@ -148,6 +154,27 @@ func (l *link) setState(s HostState) {
 func (l *link) setAddress(addr string) {
 	l.addr, l.pid = addr, actor.NewPID(addr, HostActor)
 	l.at.Store(&addr)
+}
+
+// deaf is how long the oldest probe the host has not echoed has been on
+// its way (0: every probe echoed).
+func (l *link) deaf() time.Duration {
+	sent, echoed := l.probeSeq.Load(), l.echoed.Load()
+	if sent <= echoed {
+		return 0
+	}
+	return time.Since(time.Unix(0, l.probeSent[(echoed+1)%uint64(len(l.probeSent))].Load()))
+}
+
+// probe sends the host the next probe of epoch.
+func (l *link) probe(epoch uint64) {
+	seq := l.probeSeq.Load() + 1
+	l.probeSent[seq%uint64(len(l.probeSent))].Store(time.Now().UnixNano())
+	l.probeSeq.Store(seq) // the time first: deaf never reads a probe without one
+	l.mu.Lock()
+	pid := l.pid
+	l.mu.Unlock()
+	l.f.sys.actors.Root.Send(pid, &wirepb.Probe{Epoch: epoch, Seq: seq})
 }
 
 // servingUnder reports whether the host serves under epoch now, without
@@ -215,6 +242,8 @@ func (l *link) registered(epoch uint64, hostName string, lanes int) bool {
 	l.epoch, l.tenants, l.hostName, l.lanes = epoch, 0, hostName, max(lanes, 1)
 	l.trips.reset()
 	l.heardAt.Store(time.Now().UnixNano())
+	l.probeSeq.Store(0)
+	l.echoed.Store(0)
 	l.setState(HostServing)
 	l.mu.Unlock()
 	l.answered()

@@ -169,11 +169,12 @@ func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant strin
 		if err := l.bytes.Acquire(ctx, bytes); err != nil {
 			return nil, 0, fmt.Errorf("remote: waiting for room for %d bytes on the way to or from host %s: %w (definitely not submitted)", bytes, l.name, err)
 		}
-		p.release = func() { l.bytes.Release(bytes) }
+		counted := &l.uploadBytes // the bytes' way: uploads to the host, reads from it
 		if reading {
-			l.readBytes.Add(bytes)
-			p.release = func() { l.readBytes.Add(-bytes); l.bytes.Release(bytes) }
+			counted = &l.readBytes
 		}
+		counted.Add(bytes)
+		p.release = func() { counted.Add(-bytes); l.bytes.Release(bytes) }
 	}
 	id, ok := f.calls.Add(l.name, epoch, p)
 	if !ok || !l.servingUnder(epoch) {

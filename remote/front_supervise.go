@@ -54,10 +54,24 @@ func (f *Front) watchSilence() {
 		}
 		for _, l := range f.links {
 			epoch := l.serving.Load()
-			silent := time.Since(time.Unix(0, l.heardAt.Load()))
-			if bound := f.cfg.LostAfter + readAllowance(l.readBytes.Load()); epoch != 0 && silent > bound {
-				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), bound))
+			if epoch == 0 {
+				continue
 			}
+			silent := time.Since(time.Unix(0, l.heardAt.Load()))
+			if bound := f.cfg.LostAfter + readAllowance(l.readBytes.Load()); silent > bound {
+				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), bound))
+				continue
+			}
+			// The other way: the host echoes the front's probes in its
+			// heartbeats; one unechoed for LostAfter plus a probe's period
+			// (a hung host is lost by its silence first) means the way to
+			// it is cut.
+			deaf := l.deaf()
+			if bound := f.cfg.LostAfter + f.cfg.LostAfter/5 + readAllowance(l.uploadBytes.Load()); deaf > bound {
+				l.lose(epoch, fmt.Sprintf("its heartbeats arrive but it has not heard the front for %v (bound %v): the way to it is cut", deaf.Round(time.Millisecond), bound))
+				continue
+			}
+			l.probe(epoch)
 		}
 	}
 }

@@ -105,8 +105,9 @@ type registration struct {
 	epoch    uint64
 	attempt  uint64 // the Join attempt it answers
 	hello    *wirepb.Hello
-	welcomed bool      // under Host.mu
-	joined   time.Time // when the front joined
+	welcomed bool          // under Host.mu
+	joined   time.Time     // when the front joined
+	probed   atomic.Uint64 // the newest Probe from the front (the actor writes, heartbeats read)
 
 	templates map[uint64]lanes.Batch // by the front's id: only the host's actor touches it
 	out       combiner[outgoing]
@@ -206,7 +207,8 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	return h, nil
 }
 
-// Address is where the host listens: what a front's Hosts names.
+// Address is where fronts reach the host (what a front's Hosts names):
+// HostConfig.Advertise if given, else where it listens.
 func (h *Host) Address() string { return h.sys.addr }
 
 // Scheduler is the host's own scheduler (its lanes' status, say).
@@ -288,5 +290,9 @@ func (h *Host) Receive(ctx actor.Context) {
 		h.ops.enqueue(m.Epoch, m.Call, m)
 	case *wirepb.Forget:
 		h.ops.enqueue(m.Epoch, m.Call, m)
+	case *wirepb.Probe:
+		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() {
+			r.probed.Store(m.Seq) // echoed in the next heartbeat
+		}
 	}
 }

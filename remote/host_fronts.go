@@ -169,29 +169,25 @@ func (h *Host) heartbeatLoop() {
 
 // beat sends one heartbeat to every front that welcomed this host.
 func (h *Host) beat() {
-	type to struct {
-		front *actor.PID
-		epoch uint64
-	}
-	var fronts []to
+	var regs []*registration
 	h.mu.Lock()
 	for _, r := range h.regs {
 		if r.welcomed {
-			fronts = append(fronts, to{r.front, r.epoch})
+			regs = append(regs, r)
 		}
 	}
 	h.heartbeat++
 	seq := h.heartbeat
 	h.mu.Unlock()
-	if len(fronts) == 0 {
+	if len(regs) == 0 {
 		return
 	}
 	fault := ""
 	if err := h.DeviceFault(); err != nil {
 		fault = err.Error()
 	}
-	for _, f := range fronts {
-		h.tell(f.front, &wirepb.Heartbeat{Epoch: f.epoch, Seq: seq, SentUnixNano: time.Now().UnixNano(), DeviceFault: fault})
+	for _, r := range regs {
+		h.tell(r.front, &wirepb.Heartbeat{Epoch: r.epoch, Seq: seq, SentUnixNano: time.Now().UnixNano(), DeviceFault: fault, ProbeEcho: r.probed.Load()})
 	}
 }
 

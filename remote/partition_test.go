@@ -23,16 +23,16 @@ import (
 	"github.com/lanesched/lanes/remote"
 )
 
-// proxy forwards TCP connections on loopback to an address; cut drops
-// every byte both ways from then on (the peers hear silence, no error),
-// heal forwards again on new connections (the old ones are closed, as a
-// partition that heals leaves them broken).
+// proxy forwards TCP connections on loopback to an address; a cut drops
+// every byte one way (from the dialler, or to it) from then on (the peers
+// hear silence, no error); heal forwards again on new connections (the
+// old ones are closed, as a partition that heals leaves them broken).
 type proxy struct {
-	ln    net.Listener
-	to    string
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
+	ln              net.Listener
+	to              string
+	mu              sync.Mutex
+	cutOut, cutBack bool // bytes from the dialler, bytes to it
+	conns           []net.Conn
 }
 
 func startProxy(t *testing.T, to string) *proxy {
@@ -57,8 +57,8 @@ func startProxy(t *testing.T, to string) *proxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, d)
 			p.mu.Unlock()
-			go p.pipe(c, d)
-			go p.pipe(d, c)
+			go p.pipe(c, d, true)
+			go p.pipe(d, c, false)
 		}
 	}()
 	return p
@@ -66,13 +66,16 @@ func startProxy(t *testing.T, to string) *proxy {
 
 func (p *proxy) addr() string { return p.ln.Addr().String() }
 
-func (p *proxy) pipe(from, to net.Conn) {
+func (p *proxy) pipe(from, to net.Conn, out bool) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := from.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			cut := p.cut
+			cut := p.cutBack
+			if out {
+				cut = p.cutOut
+			}
 			p.mu.Unlock()
 			if !cut {
 				if _, err := to.Write(buf[:n]); err != nil {
@@ -87,13 +90,15 @@ func (p *proxy) pipe(from, to net.Conn) {
 	}
 }
 
-func (p *proxy) setCut(cut bool) {
+func (p *proxy) cut(out, back bool) {
 	p.mu.Lock()
-	p.cut = cut
+	p.cutOut, p.cutBack = out, back
 	p.mu.Unlock()
-	if !cut {
-		p.closeAll()
-	}
+}
+
+func (p *proxy) heal() {
+	p.cut(false, false)
+	p.closeAll()
 }
 
 func (p *proxy) closeAll() {
@@ -118,11 +123,22 @@ func freePort(t *testing.T) string {
 }
 
 // TestAPartitionThatHeals: a front (in a process of its own) reaches its
-// host, and the host the front, only through proxies; cutting both under
-// load, the front loses the host within its bound (every call in flight
-// ends indeterminate, once); healing, the host registers again under a new
-// epoch and the tenants start over and serve.
+// host, and the host the front, only through proxies; cutting both ways,
+// or either one, under load, the front loses the host within its bound
+// (every call in flight ends indeterminate, once: a cut towards the host
+// is seen by the host's heartbeats no longer echoing the front's probes);
+// healing, the host registers again under a new epoch and the tenants
+// start over and serve.
 func TestAPartitionThatHeals(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		toHost, toFront bool
+	}{{"both ways", true, true}, {"towards the host", true, false}, {"towards the front", false, true}} {
+		t.Run(c.name, func(t *testing.T) { partition(t, c.toHost, c.toFront) })
+	}
+}
+
+func partition(t *testing.T, cutToHost, cutToFront bool) {
 	hostListen, frontListen := freePort(t), freePort(t)
 	toHost, toFront := startProxy(t, hostListen), startProxy(t, frontListen)
 	startHostProcess(t, "--heartbeat", "50ms", "--listen", hostListen, "--advertise", toHost.addr())
@@ -153,16 +169,18 @@ func TestAPartitionThatHeals(t *testing.T) {
 	}
 	expect("serving", 30*time.Second)
 	time.Sleep(300 * time.Millisecond)
-	toHost.setCut(true)
-	toFront.setCut(true)
+	// Bytes towards the host: out on the front's connection to it, back on
+	// the host's connection to the front; towards the front the other two.
+	toHost.cut(cutToHost, cutToFront)
+	toFront.cut(cutToFront, cutToHost)
 	cutAt := time.Now()
 	expect("lost", 5*time.Second)
 	if took := time.Since(cutAt); took > 500*time.Millisecond+100*time.Millisecond+300*time.Millisecond {
 		t.Errorf("the front lost the host %v after the cut, want within LostAfter 500ms + 1/5 (+ scheduling)", took)
 	}
 	time.Sleep(time.Second)
-	toHost.setCut(false)
-	toFront.setCut(false)
+	toHost.heal()
+	toFront.heal()
 	t.Log(expect("ok", 30*time.Second))
 	if err := child.Wait(); err != nil {
 		t.Fatalf("the front's process: got %v, want exit 0 (stderr: %s)", err, stderr.String())

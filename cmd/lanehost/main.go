@@ -262,7 +262,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.execTrace, "exectrace", "", "write a Go execution trace of the whole run to this file (go tool trace); %p in the name is the process id")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first. Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")
+		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first (the address fronts dial: --advertise if given). Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -265,7 +265,10 @@ type Heartbeat struct {
 	SentUnixNano int64                  `protobuf:"varint,3,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
 	// The sticky error that poisoned one of the host's devices, if any: the
 	// front takes the host out at once (its process must be replaced).
-	DeviceFault   string `protobuf:"bytes,4,opt,name=device_fault,json=deviceFault,proto3" json:"device_fault,omitempty"`
+	DeviceFault string `protobuf:"bytes,4,opt,name=device_fault,json=deviceFault,proto3" json:"device_fault,omitempty"`
+	// The newest Probe of this registration the host received: proof that
+	// the way from the front to the host works too.
+	ProbeEcho     uint64 `protobuf:"varint,5,opt,name=probe_echo,json=probeEcho,proto3" json:"probe_echo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +331,69 @@ func (x *Heartbeat) GetDeviceFault() string {
 	return ""
 }
 
+func (x *Heartbeat) GetProbeEcho() uint64 {
+	if x != nil {
+		return x.ProbeEcho
+	}
+	return 0
+}
+
+// Probe is the front's own heartbeat to a host (every LostAfter/5); the
+// host echoes the newest in its heartbeats. A front whose probes go
+// unechoed for LostAfter loses the host even while its heartbeats arrive:
+// the way to it is cut.
+type Probe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Probe) Reset() {
+	*x = Probe{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Probe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Probe) ProtoMessage() {}
+
+func (x *Probe) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Probe.ProtoReflect.Descriptor instead.
+func (*Probe) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Probe) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Probe) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // Buffer names device memory of one device instance.
 type Buffer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -343,7 +409,7 @@ type Buffer struct {
 
 func (x *Buffer) Reset() {
 	*x = Buffer{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +421,7 @@ func (x *Buffer) String() string {
 func (*Buffer) ProtoMessage() {}
 
 func (x *Buffer) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +434,7 @@ func (x *Buffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Buffer.ProtoReflect.Descriptor instead.
 func (*Buffer) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{4}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Buffer) GetDevice() uint64 {
@@ -425,7 +491,7 @@ type Region struct {
 
 func (x *Region) Reset() {
 	*x = Region{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +503,7 @@ func (x *Region) String() string {
 func (*Region) ProtoMessage() {}
 
 func (x *Region) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +516,7 @@ func (x *Region) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Region.ProtoReflect.Descriptor instead.
 func (*Region) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{5}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Region) GetBuffer() *Buffer {
@@ -488,7 +554,7 @@ type HostRegion struct {
 
 func (x *HostRegion) Reset() {
 	*x = HostRegion{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +566,7 @@ func (x *HostRegion) String() string {
 func (*HostRegion) ProtoMessage() {}
 
 func (x *HostRegion) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +579,7 @@ func (x *HostRegion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRegion.ProtoReflect.Descriptor instead.
 func (*HostRegion) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{6}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HostRegion) GetDevice() uint64 {
@@ -564,7 +630,7 @@ type Arg struct {
 
 func (x *Arg) Reset() {
 	*x = Arg{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +642,7 @@ func (x *Arg) String() string {
 func (*Arg) ProtoMessage() {}
 
 func (x *Arg) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +655,7 @@ func (x *Arg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arg.ProtoReflect.Descriptor instead.
 func (*Arg) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{7}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Arg) GetKind() uint32 {
@@ -632,7 +698,7 @@ type Dim3 struct {
 
 func (x *Dim3) Reset() {
 	*x = Dim3{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +710,7 @@ func (x *Dim3) String() string {
 func (*Dim3) ProtoMessage() {}
 
 func (x *Dim3) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +723,7 @@ func (x *Dim3) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dim3.ProtoReflect.Descriptor instead.
 func (*Dim3) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{8}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Dim3) GetX() uint32 {
@@ -701,7 +767,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +779,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +792,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{9}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Command) GetKind() uint32 {
@@ -810,7 +876,7 @@ type Scope struct {
 
 func (x *Scope) Reset() {
 	*x = Scope{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +888,7 @@ func (x *Scope) String() string {
 func (*Scope) ProtoMessage() {}
 
 func (x *Scope) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +901,7 @@ func (x *Scope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scope.ProtoReflect.Descriptor instead.
 func (*Scope) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{10}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Scope) GetKind() uint32 {
@@ -864,7 +930,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +942,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +955,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{11}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Replay) GetKey() []byte {
@@ -919,7 +985,7 @@ type Work struct {
 
 func (x *Work) Reset() {
 	*x = Work{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +997,7 @@ func (x *Work) String() string {
 func (*Work) ProtoMessage() {}
 
 func (x *Work) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1010,7 @@ func (x *Work) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Work.ProtoReflect.Descriptor instead.
 func (*Work) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Work) GetForm() uint32 {
@@ -989,7 +1055,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1067,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1080,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Entry) GetPhase() uint32 {
@@ -1067,7 +1133,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1145,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1158,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Batch) GetTenant() string {
@@ -1161,7 +1227,7 @@ type Submit struct {
 
 func (x *Submit) Reset() {
 	*x = Submit{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1239,7 @@ func (x *Submit) String() string {
 func (*Submit) ProtoMessage() {}
 
 func (x *Submit) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1252,7 @@ func (x *Submit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submit.ProtoReflect.Descriptor instead.
 func (*Submit) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Submit) GetEpoch() uint64 {
@@ -1248,7 +1314,7 @@ type Submits struct {
 
 func (x *Submits) Reset() {
 	*x = Submits{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1326,7 @@ func (x *Submits) String() string {
 func (*Submits) ProtoMessage() {}
 
 func (x *Submits) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1339,7 @@ func (x *Submits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submits.ProtoReflect.Descriptor instead.
 func (*Submits) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Submits) GetSubmits() []*Submit {
@@ -1303,7 +1369,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1381,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1394,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Row) GetIndex() uint32 {
@@ -1436,7 +1502,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1514,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1527,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Receipt) GetEpoch() uint64 {
@@ -1597,7 +1663,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1675,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1688,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -1657,7 +1723,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1735,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1748,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -1723,7 +1789,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1801,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1814,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -1775,7 +1841,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1853,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1866,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -1841,7 +1907,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1919,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1932,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -1931,7 +1997,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2009,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2022,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -2001,7 +2067,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2079,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2092,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -2069,7 +2135,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2147,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2160,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -2133,7 +2199,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2211,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2224,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -2224,12 +2290,17 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\binstance\x18\x01 \x01(\x04R\binstance\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x03 \x01(\tR\abackend\x12\x14\n" +
-	"\x05lanes\x18\x04 \x01(\rR\x05lanes\"|\n" +
+	"\x05lanes\x18\x04 \x01(\rR\x05lanes\"\x9b\x01\n" +
 	"\tHeartbeat\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x12!\n" +
-	"\fdevice_fault\x18\x04 \x01(\tR\vdeviceFault\"\x82\x01\n" +
+	"\fdevice_fault\x18\x04 \x01(\tR\vdeviceFault\x12\x1d\n" +
+	"\n" +
+	"probe_echo\x18\x05 \x01(\x04R\tprobeEcho\"/\n" +
+	"\x05Probe\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x82\x01\n" +
 	"\x06Buffer\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\x04R\x06device\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +
@@ -2395,62 +2466,63 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),      // 0: lanes.remote.v1.Hello
 	(*Welcome)(nil),    // 1: lanes.remote.v1.Welcome
 	(*Device)(nil),     // 2: lanes.remote.v1.Device
 	(*Heartbeat)(nil),  // 3: lanes.remote.v1.Heartbeat
-	(*Buffer)(nil),     // 4: lanes.remote.v1.Buffer
-	(*Region)(nil),     // 5: lanes.remote.v1.Region
-	(*HostRegion)(nil), // 6: lanes.remote.v1.HostRegion
-	(*Arg)(nil),        // 7: lanes.remote.v1.Arg
-	(*Dim3)(nil),       // 8: lanes.remote.v1.Dim3
-	(*Command)(nil),    // 9: lanes.remote.v1.Command
-	(*Scope)(nil),      // 10: lanes.remote.v1.Scope
-	(*Replay)(nil),     // 11: lanes.remote.v1.Replay
-	(*Work)(nil),       // 12: lanes.remote.v1.Work
-	(*Entry)(nil),      // 13: lanes.remote.v1.Entry
-	(*Batch)(nil),      // 14: lanes.remote.v1.Batch
-	(*Submit)(nil),     // 15: lanes.remote.v1.Submit
-	(*Submits)(nil),    // 16: lanes.remote.v1.Submits
-	(*Row)(nil),        // 17: lanes.remote.v1.Row
-	(*Receipt)(nil),    // 18: lanes.remote.v1.Receipt
-	(*Leaving)(nil),    // 19: lanes.remote.v1.Leaving
-	(*Timing)(nil),     // 20: lanes.remote.v1.Timing
-	(*Receipts)(nil),   // 21: lanes.remote.v1.Receipts
-	(*Join)(nil),       // 22: lanes.remote.v1.Join
-	(*Alloc)(nil),      // 23: lanes.remote.v1.Alloc
-	(*Free)(nil),       // 24: lanes.remote.v1.Free
-	(*Read)(nil),       // 25: lanes.remote.v1.Read
-	(*Forget)(nil),     // 26: lanes.remote.v1.Forget
-	(*OpResult)(nil),   // 27: lanes.remote.v1.OpResult
+	(*Probe)(nil),      // 4: lanes.remote.v1.Probe
+	(*Buffer)(nil),     // 5: lanes.remote.v1.Buffer
+	(*Region)(nil),     // 6: lanes.remote.v1.Region
+	(*HostRegion)(nil), // 7: lanes.remote.v1.HostRegion
+	(*Arg)(nil),        // 8: lanes.remote.v1.Arg
+	(*Dim3)(nil),       // 9: lanes.remote.v1.Dim3
+	(*Command)(nil),    // 10: lanes.remote.v1.Command
+	(*Scope)(nil),      // 11: lanes.remote.v1.Scope
+	(*Replay)(nil),     // 12: lanes.remote.v1.Replay
+	(*Work)(nil),       // 13: lanes.remote.v1.Work
+	(*Entry)(nil),      // 14: lanes.remote.v1.Entry
+	(*Batch)(nil),      // 15: lanes.remote.v1.Batch
+	(*Submit)(nil),     // 16: lanes.remote.v1.Submit
+	(*Submits)(nil),    // 17: lanes.remote.v1.Submits
+	(*Row)(nil),        // 18: lanes.remote.v1.Row
+	(*Receipt)(nil),    // 19: lanes.remote.v1.Receipt
+	(*Leaving)(nil),    // 20: lanes.remote.v1.Leaving
+	(*Timing)(nil),     // 21: lanes.remote.v1.Timing
+	(*Receipts)(nil),   // 22: lanes.remote.v1.Receipts
+	(*Join)(nil),       // 23: lanes.remote.v1.Join
+	(*Alloc)(nil),      // 24: lanes.remote.v1.Alloc
+	(*Free)(nil),       // 25: lanes.remote.v1.Free
+	(*Read)(nil),       // 26: lanes.remote.v1.Read
+	(*Forget)(nil),     // 27: lanes.remote.v1.Forget
+	(*OpResult)(nil),   // 28: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	2,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
-	4,  // 1: lanes.remote.v1.Region.buffer:type_name -> lanes.remote.v1.Buffer
-	5,  // 2: lanes.remote.v1.Arg.region:type_name -> lanes.remote.v1.Region
-	8,  // 3: lanes.remote.v1.Command.grid:type_name -> lanes.remote.v1.Dim3
-	8,  // 4: lanes.remote.v1.Command.block:type_name -> lanes.remote.v1.Dim3
-	7,  // 5: lanes.remote.v1.Command.args:type_name -> lanes.remote.v1.Arg
-	5,  // 6: lanes.remote.v1.Command.dst:type_name -> lanes.remote.v1.Region
-	5,  // 7: lanes.remote.v1.Command.src:type_name -> lanes.remote.v1.Region
-	6,  // 8: lanes.remote.v1.Command.staging:type_name -> lanes.remote.v1.HostRegion
-	10, // 9: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
-	12, // 10: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
-	9,  // 11: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
-	11, // 12: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
-	13, // 13: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
-	4,  // 14: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
-	14, // 15: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
-	15, // 16: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
-	12, // 17: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
-	17, // 18: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	20, // 19: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	18, // 20: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	4,  // 21: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	5,  // 22: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	4,  // 23: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	5,  // 1: lanes.remote.v1.Region.buffer:type_name -> lanes.remote.v1.Buffer
+	6,  // 2: lanes.remote.v1.Arg.region:type_name -> lanes.remote.v1.Region
+	9,  // 3: lanes.remote.v1.Command.grid:type_name -> lanes.remote.v1.Dim3
+	9,  // 4: lanes.remote.v1.Command.block:type_name -> lanes.remote.v1.Dim3
+	8,  // 5: lanes.remote.v1.Command.args:type_name -> lanes.remote.v1.Arg
+	6,  // 6: lanes.remote.v1.Command.dst:type_name -> lanes.remote.v1.Region
+	6,  // 7: lanes.remote.v1.Command.src:type_name -> lanes.remote.v1.Region
+	7,  // 8: lanes.remote.v1.Command.staging:type_name -> lanes.remote.v1.HostRegion
+	11, // 9: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
+	13, // 10: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
+	10, // 11: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
+	12, // 12: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
+	14, // 13: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
+	5,  // 14: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
+	15, // 15: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
+	16, // 16: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
+	13, // 17: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
+	18, // 18: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	21, // 19: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	19, // 20: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	5,  // 21: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	6,  // 22: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	5,  // 23: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
 	24, // [24:24] is the sub-list for method output_type
 	24, // [24:24] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
@@ -2469,7 +2541,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
