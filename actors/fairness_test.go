@@ -66,6 +66,16 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 	if _, err := s.SubmitAsync(ctx, "flood", dev.batch(0, 16)); !errors.Is(err, actors.ErrOverloaded) {
 		t.Fatalf("the flood, over its share: got err %v, want actors.ErrOverloaded", err)
 	}
+	// Every submission must reach the lane's fair queue before the clock
+	// moves: a lane that took light4's late (a starved CI machine) would
+	// run the others' second round first, as it should.
+	received := time.Now().Add(10 * time.Second)
+	for st := s.Lanes()[0]; st.Queued+depth+1 < len(pending); st = s.Lanes()[0] {
+		if time.Now().After(received) {
+			t.Fatalf("the lane after 10s: got %d queued of %d admitted, want all but the stream's %d", st.Queued, len(pending), depth+1)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for i, p := range pending {
 		for {
