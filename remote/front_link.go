@@ -123,7 +123,7 @@ type link struct {
 	readBytes   atomic.Int64 // read-back bytes in flight from the host
 	trips       roundTrips
 	out         combiner[*wirepb.Submit]
-	events      chan string   // "registered", "refused", "lost": to the supervisor
+	events      chan string   // "registered", "refused", "busy", "lost", "left", "exited": to the supervisor
 	firstAnswer chan struct{} // closed at the first registration or refusal
 	answerOnce  sync.Once
 }

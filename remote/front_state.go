@@ -45,8 +45,7 @@ func (f *Front) Forget(ctx context.Context, tenant string) error {
 	if !ok {
 		return nil
 	}
-	st := pl.link.status()
-	if st.State != HostServing || st.Epoch != pl.epoch {
+	if !pl.link.servingUnder(pl.epoch) {
 		return nil // its state went with the host
 	}
 	_, err := f.op(ctx, pl.link, pl.epoch, tenant, 0, func(call uint64) any {

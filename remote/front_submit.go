@@ -15,7 +15,7 @@ import (
 )
 
 // SubmitAsync sends a tenant's batch to the tenant's host (placing a new
-// tenant on the serving host with the fewest tenants) and returns its
+// tenant on the serving host with the most headroom) and returns its
 // Pending. A refusal here is definitely not submitted: a batch with no
 // wire form (ErrWire), no host serving (ErrNoHost), or a tenant whose host
 // was lost (*DeviceStateLostError until it calls Forget).
@@ -253,24 +253,22 @@ func (f *Front) place(tenant string) (*placement, error) {
 			best, bestSt = l, st // a tenant that starts over stays where it was
 		}
 	}
-	for _, l := range f.links {
-		if best != nil && f.last[tenant] == best {
-			break
-		}
-		st := l.status()
-		if st.State != HostServing || l.leavingUnder(st.Epoch) {
-			continue // a leaving host takes no new tenants
-		}
-		st.InFlight = f.calls.InFlight(l.name, st.Epoch)
-		if best == nil || roomier(st, bestSt) {
-			best, bestSt = l, st
+	if best == nil {
+		for _, l := range f.links {
+			st := l.status()
+			if st.State != HostServing || l.leavingUnder(st.Epoch) {
+				continue // a leaving host takes no new tenants
+			}
+			st.InFlight = f.calls.InFlight(l.name, st.Epoch)
+			if best == nil || roomier(st, bestSt) {
+				best, bestSt = l, st
+			}
 		}
 	}
-	bestEpoch := bestSt.Epoch
 	if best == nil {
 		return nil, fmt.Errorf("%w: every host is lost, restarting or not yet registered; retry (definitely not submitted)", ErrNoHost)
 	}
-	pl = &placement{link: best, epoch: bestEpoch}
+	pl = &placement{link: best, epoch: bestSt.Epoch}
 	f.tenants[tenant] = pl
 	delete(f.last, tenant)
 	best.mu.Lock()

@@ -102,26 +102,38 @@ func (h *Host) tell(front *actor.PID, msg any) {
 }
 
 // welcome takes the front's answer to the Hello: accepted, heartbeats
-// begin (the front returned: watch it); refused, or let go by a front
-// that stops, the registration is dropped (its tenants with it).
-func (h *Host) welcome(m *wirepb.Welcome) *actor.PID {
+// begin; refused, or let go by a front that stops, the registration is
+// dropped (its tenants with it).
+func (h *Host) welcome(m *wirepb.Welcome) {
 	h.mu.Lock()
 	r, ok := h.regs[m.Epoch]
 	if !ok {
 		h.mu.Unlock()
-		return nil // the answer to a Hello of an epoch since replaced
+		return // the answer to a Hello of an epoch since replaced
 	}
 	if !m.Accepted {
 		h.dropLocked(r)
 		h.mu.Unlock()
 		h.ops.retire(r.epoch)
 		h.cfg.Logf("the front at %s let this host go: %s", r.front.Address, m.Refusal)
-		return nil
+		return
 	}
 	r.welcomed = true
 	h.mu.Unlock()
 	h.beat()
-	return r.front
+}
+
+// welcomed is the registrations whose fronts welcomed the host.
+func (h *Host) welcomed() []*registration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var regs []*registration
+	for _, r := range h.regs {
+		if r.welcomed {
+			regs = append(regs, r)
+		}
+	}
+	return regs
 }
 
 // dropLocked forgets a registration (h.mu held).
@@ -169,16 +181,11 @@ func (h *Host) heartbeatLoop() {
 
 // beat sends one heartbeat to every front that welcomed this host.
 func (h *Host) beat() {
-	var regs []*registration
 	h.mu.Lock()
-	for _, r := range h.regs {
-		if r.welcomed {
-			regs = append(regs, r)
-		}
-	}
 	h.heartbeat++
 	seq := h.heartbeat
 	h.mu.Unlock()
+	regs := h.welcomed()
 	if len(regs) == 0 {
 		return
 	}

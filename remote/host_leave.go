@@ -51,16 +51,8 @@ func (h *Host) Leave(ctx context.Context) error {
 			return fmt.Errorf("remote: leave: %w before %d submissions ended (they end indeterminate at their fronts)", errHostStopped, h.inFlight.Load())
 		}
 	}
-	h.mu.Lock()
-	var epochs []uint64
-	for e, r := range h.regs {
-		if r.welcomed {
-			epochs = append(epochs, e)
-		}
-	}
-	h.mu.Unlock()
-	for _, e := range epochs { // behind every receipt of the registration
-		h.send(outgoing{leaving: &wirepb.Leaving{Epoch: e, Drained: true}})
+	for _, r := range h.welcomed() { // behind every receipt of the registration
+		h.send(outgoing{leaving: &wirepb.Leaving{Epoch: r.epoch, Drained: true}})
 	}
 	return nil
 }
@@ -73,20 +65,7 @@ func (h *Host) startLeaving() {
 	}
 	h.leaving = true
 	h.cfg.Logf("leaving: no new submissions; finishing %d in flight", h.inFlight.Load())
-	h.tellFronts(func(epoch uint64) any { return &wirepb.Leaving{Epoch: epoch} })
-}
-
-// tellFronts sends every welcomed front a message of its epoch.
-func (h *Host) tellFronts(msg func(epoch uint64) any) {
-	h.mu.Lock()
-	var regs []*registration
-	for _, r := range h.regs {
-		if r.welcomed {
-			regs = append(regs, r)
-		}
-	}
-	h.mu.Unlock()
-	for _, r := range regs {
-		h.tell(r.front, msg(r.epoch))
+	for _, r := range h.welcomed() {
+		h.tell(r.front, &wirepb.Leaving{Epoch: r.epoch})
 	}
 }

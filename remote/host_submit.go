@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -36,8 +35,9 @@ func (h *Host) submits(m *wirepb.Submits) {
 func (h *Host) submit(r *registration, s *wirepb.Submit) {
 	epoch := r.epoch
 	if h.leaving {
-		h.send(outgoing{receipt: &wirepb.Receipt{Epoch: epoch, Call: s.Call, Outcome: uint32(lanes.OutcomeRefused), Tenant: tenantOf(s), Lane: -1,
-			HostLeaving: true, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
+		w := refusedReceipt(epoch, s.Call, tenantOf(s), errLeaving)
+		w.HostLeaving = true
+		h.send(outgoing{receipt: w})
 		return
 	}
 	var timing *wirepb.Timing
@@ -125,8 +125,9 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (lanes.Batch, bool) {
 			r.templates[s.Template] = b
 		}
 	} else if !ok {
-		h.send(outgoing{receipt: &wirepb.Receipt{Epoch: epoch, Call: s.Call, Outcome: uint32(lanes.OutcomeRefused), Tenant: s.Tenant,
-			Lane: -1, Template: s.Template, TemplateUnknown: true, ErrorCode: int32(cuda.Classify(errTemplate).Code), Error: errTemplate.Error()}})
+		w := refusedReceipt(epoch, s.Call, s.Tenant, errTemplate)
+		w.Template, w.TemplateUnknown = s.Template, true
+		h.send(outgoing{receipt: w})
 		return b, false
 	}
 	b.Tenant = s.Tenant // the entries are shared, read-only, by every submission of the template
