@@ -116,11 +116,12 @@ func (s *stream) waitSeq(op string, seq uint64, at time.Duration) error {
 	for s.doneSeq < seq && !s.stopped {
 		s.cond.Wait()
 	}
+	done := s.doneSeq >= seq // read under the lock: the worker writes it
 	s.mu.Unlock()
 	if err := d.Err(); err != nil {
 		return err
 	}
-	if s.doneSeq < seq {
+	if !done {
 		return cuda.DriverError(op, cuda.CodeDeinitialized, "the device was closed while the work was still running (a hung kernel?)")
 	}
 	return nil
