@@ -17,6 +17,14 @@
 // tenants' calls answer [DeviceStateLostError] until they Forget and set up
 // again.
 //
+// Past one machine, hosts join a named cluster ([HostConfig.Cluster]:
+// protoactor-go's cluster package, the automanaged provider or any other)
+// and fronts find them there ([FrontConfig.Cluster]): a host that becomes
+// a member is joined and takes new tenants at once, one that leaves the
+// membership takes none. Membership only says who is there: the messages
+// go by plain remote, and a member is routed to only while the front's own
+// heartbeats say it serves.
+//
 // A round trip costs a fixed time through the remote (about a dozen
 // goroutine hand-offs in two processes); [HostStatus.RoundTrip] says how
 // much, beside the lane's own time, from one call in [SampleEvery]. Keep

@@ -29,6 +29,14 @@ type FrontConfig struct {
 	// Launch are lane host processes the front starts itself, one per
 	// entry, and restarts when they die or hang.
 	Launch []Launch
+	// Cluster names a cluster whose hosts the front finds itself: it joins
+	// each host that becomes a member (which takes new tenants at once),
+	// places no new tenants on a host that left the membership, and
+	// rejoins a lost host only while it is a member. The cluster's word
+	// is checked by the front's own: a member is routed to only while its
+	// heartbeats say it serves. May be given alone or with Hosts and
+	// Launch.
+	Cluster *ClusterConfig
 	// Address is where the front listens for its hosts' answers; empty:
 	// DefaultAddress. Any address that is not loopback requires TLS.
 	Address string
@@ -76,7 +84,11 @@ type Front struct {
 	sys   *system
 	pid   *actor.PID
 	calls Calls[*Pending]
-	links []*link
+
+	linksMu sync.Mutex              // adding links (the cluster's hosts)
+	links   atomic.Pointer[[]*link] // every host, fixed, launched or the cluster's: copied on add
+	member  *membership             // the cluster it follows; nil: none
+	unwatch func()                  // stops hearing the cluster's topology
 
 	stopped atomic.Bool
 
@@ -109,28 +121,46 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	sys, err := acquireSystem(cfg.Address, cfg.Advertise, cfg.TLS, FrontActor)
+	var member *membership
+	if cfg.Cluster != nil {
+		var err error
+		if member, err = followCluster(cfg.Cluster); err != nil {
+			return nil, err
+		}
+	}
+	sys, err := acquireSystem(cfg.Address, cfg.Advertise, cfg.TLS, nil, FrontActor)
 	if err != nil {
+		if member != nil {
+			unfollow(member)
+		}
 		return nil, err
 	}
-	f := &Front{cfg: cfg, sys: sys, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
+	f := &Front{cfg: cfg, sys: sys, member: member, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
+	var fixed []*link
 	for _, a := range cfg.Hosts {
-		f.links = append(f.links, newLink(f, a, nil))
+		fixed = append(fixed, newLink(f, a, nil))
 	}
 	for i := range cfg.Launch {
-		f.links = append(f.links, newLink(f, cfg.Launch[i].Name, &cfg.Launch[i]))
+		fixed = append(fixed, newLink(f, cfg.Launch[i].Name, &cfg.Launch[i]))
 	}
+	f.links.Store(&fixed)
 	f.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &frontActor{f: f} }), FrontActor)
 	if err != nil {
 		releaseSystem(sys, FrontActor, nil)
+		if member != nil {
+			unfollow(member)
+		}
 		return nil, fmt.Errorf("%w: spawn the front actor: %v", ErrConfig, err)
 	}
-	for _, l := range f.links {
+	for _, l := range fixed {
 		f.wg.Add(1)
 		go l.supervise()
 	}
 	f.wg.Add(1)
 	go f.watchSilence()
+	if cfg.Cluster != nil {
+		f.unwatch = member.watch(f.clusterHosts)
+	}
 	if err := f.awaitRegistration(ctx); err != nil {
 		_ = f.Stop(context.Background())
 		return nil, err
@@ -139,8 +169,15 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 }
 
 func (c *FrontConfig) check() error {
-	if len(c.Hosts)+len(c.Launch) == 0 {
-		return fmt.Errorf("%w: no hosts: give host addresses or processes to launch", ErrConfig)
+	if len(c.Hosts)+len(c.Launch) == 0 && c.Cluster == nil {
+		return fmt.Errorf("%w: no hosts: give host addresses, processes to launch or a cluster", ErrConfig)
+	}
+	if c.Cluster != nil {
+		cl := *c.Cluster
+		if err := cl.check(false, c.TLS != nil); err != nil {
+			return err
+		}
+		c.Cluster = &cl
 	}
 	if c.LostAfter == 0 {
 		c.LostAfter = DefaultLostAfter
@@ -184,11 +221,20 @@ func (c *FrontConfig) check() error {
 }
 
 // awaitRegistration waits until every host registered, one refused, or
-// JoinTimeout passed.
+// JoinTimeout passed; with a cluster, until a host of it serves and every
+// member known by then answered.
 func (f *Front) awaitRegistration(ctx context.Context) error {
 	deadline := time.NewTimer(f.cfg.JoinTimeout)
 	defer deadline.Stop()
-	for _, l := range f.links {
+	if f.cfg.Cluster != nil {
+		if err := f.awaitCluster(ctx, deadline.C); err != nil {
+			return err
+		}
+	}
+	for _, l := range f.allLinks() {
+		if l.fromCluster {
+			continue
+		}
 		select {
 		case <-l.firstAnswer:
 		case <-ctx.Done():
@@ -243,13 +289,21 @@ func (f *Front) Stop(ctx context.Context) error {
 	for f.calls.Len() > 0 && ctx.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}
+	if f.unwatch != nil {
+		// Under linksMu: a topology being taken ends first, and none adds
+		// a link after (stopped).
+		f.linksMu.Lock()
+		f.unwatch()
+		f.linksMu.Unlock()
+		unfollow(f.member)
+	}
 	close(f.quit)
-	for _, l := range f.links {
+	for _, l := range f.allLinks() {
 		l.stopLink()
 	}
 	f.wg.Wait() // the supervisors: no host process is started after this
 	var procs sync.WaitGroup
-	for _, l := range f.links {
+	for _, l := range f.allLinks() {
 		procs.Go(func() { l.stopProcess(ctx) })
 	}
 	procs.Wait()

@@ -178,7 +178,7 @@ func (a *frontActor) resend(l *link, w *wirepb.Receipt) {
 
 // linkAt is the link of the host at address, if any.
 func (f *Front) linkAt(address string) *link {
-	for _, l := range f.links {
+	for _, l := range f.allLinks() {
 		if at := l.at.Load(); at != nil && *at == address && address != "" {
 			return l
 		}

@@ -58,6 +58,10 @@ type HostStatus struct {
 	// RoundTrip is where sampled calls' time went since the host last
 	// registered: the remote's cost beside the lanes' own.
 	RoundTrip RoundTrip
+	// FromCluster: the front found the host in its cluster; Member: the
+	// host is a member now (a host that left the membership takes no new
+	// tenants, and is not joined again until it is one again).
+	FromCluster, Member bool
 }
 
 // Hosts reports every host of the front.
@@ -65,8 +69,9 @@ func (f *Front) Hosts() []HostStatus {
 	if f == nil {
 		return nil
 	}
-	out := make([]HostStatus, len(f.links))
-	for i, l := range f.links {
+	links := f.allLinks()
+	out := make([]HostStatus, len(links))
+	for i, l := range links {
 		out[i] = l.status()
 		out[i].InFlight = f.calls.InFlight(l.name, out[i].Epoch)
 	}
@@ -78,6 +83,9 @@ type link struct {
 	f      *Front
 	name   string
 	launch *Launch // nil: a host at a fixed address
+
+	fromCluster bool        // found in the front's cluster
+	listed      atomic.Bool // a member of the cluster now (fromCluster)
 
 	// The hot path's lock-free view of the link, written under mu with
 	// what it mirrors: the epoch the host serves under (0 while it does
@@ -215,7 +223,7 @@ func (l *link) status() HostStatus {
 	defer l.mu.Unlock()
 	st := HostStatus{Name: l.name, Address: l.addr, State: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
 		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName, Lanes: l.lanes,
-		RoundTrip: l.trips.means()}
+		RoundTrip: l.trips.means(), FromCluster: l.fromCluster, Member: l.listed.Load()}
 	if l.proc != nil {
 		st.PID = l.proc.Pid
 	}

@@ -249,15 +249,15 @@ func (f *Front) place(tenant string) (*placement, error) {
 	var best *link
 	var bestSt HostStatus
 	if l, ok := f.last[tenant]; ok {
-		if st := l.status(); st.State == HostServing && !l.leavingUnder(st.Epoch) {
+		if st := l.status(); st.State == HostServing && !l.leavingUnder(st.Epoch) && !l.unlisted() {
 			best, bestSt = l, st // a tenant that starts over stays where it was
 		}
 	}
 	if best == nil {
-		for _, l := range f.links {
+		for _, l := range f.allLinks() {
 			st := l.status()
-			if st.State != HostServing || l.leavingUnder(st.Epoch) {
-				continue // a leaving host takes no new tenants
+			if st.State != HostServing || l.leavingUnder(st.Epoch) || l.unlisted() {
+				continue // a leaving host, or one that left its cluster, takes no new tenants
 			}
 			st.InFlight = f.calls.InFlight(l.name, st.Epoch)
 			if best == nil || roomier(st, bestSt) {

@@ -52,7 +52,7 @@ func (f *Front) watchSilence() {
 		case <-f.quit:
 			return
 		}
-		for _, l := range f.links {
+		for _, l := range f.allLinks() {
 			epoch := l.serving.Load()
 			if epoch == 0 {
 				continue
@@ -97,6 +97,9 @@ func (l *link) supervise() {
 		if !first && !l.pause(backoff) {
 			return
 		}
+		if l.unlisted() && !l.awaitListed() {
+			return // a host of the cluster is joined again only while it is a member
+		}
 		if l.launch != nil {
 			if !first {
 				l.mu.Lock()
@@ -118,6 +121,8 @@ func (l *link) supervise() {
 		switch l.join() {
 		case "stopped":
 			return
+		case "unlisted":
+			continue // it left the membership before it registered
 		case "refused":
 			l.kill()
 			return
@@ -158,8 +163,9 @@ func (l *link) pause(d time.Duration) bool {
 	}
 }
 
-// join asks the host to register, again every second, until it answers,
-// the join times out or the front stops.
+// join asks the host to register, again every second (a cluster's host:
+// every 250 ms, while it is a member), until it answers, the join times
+// out or the front stops.
 func (l *link) join() string {
 	l.mu.Lock()
 	since, was := l.since, l.state
@@ -171,6 +177,10 @@ func (l *link) join() string {
 	pid, attempt := l.pid, l.attempt
 	l.mu.Unlock()
 	deadline := time.After(l.f.cfg.JoinTimeout)
+	retry := time.Second
+	if l.fromCluster {
+		retry = 250 * time.Millisecond // a new member's host actor may start a moment after its membership
+	}
 	for {
 		l.f.sys.actors.Root.Send(pid, &wirepb.Join{Protocol: Protocol, Front: l.f.sys.addr, Attempt: attempt})
 		select {
@@ -178,7 +188,15 @@ func (l *link) join() string {
 			if e == "registered" || e == "refused" || e == "busy" || e == "exited" && l.processExited() {
 				return e
 			}
-		case <-time.After(time.Second):
+		case <-time.After(retry):
+			if l.unlisted() {
+				l.mu.Lock()
+				if l.attempt == attempt && l.state == HostJoining {
+					l.state, l.since = was, since // gone from the cluster: it stays lost (or left) to the eye
+				}
+				l.mu.Unlock()
+				return "unlisted"
+			}
 		case <-deadline:
 			if l.launch == nil {
 				deadline = time.After(l.f.cfg.JoinTimeout) // a fixed host: keep asking

@@ -39,6 +39,8 @@ func TestMain(m *testing.M) {
 		os.Exit(loadChild())
 	case "front-partition":
 		os.Exit(partitionChild())
+	case "front-fleet":
+		os.Exit(fleetChild())
 	case "front-hold":
 		if _, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}}); err != nil {
 			fmt.Println("StartFront:", err)

@@ -57,6 +57,10 @@ type HostConfig struct {
 	// MaxFronts bounds the fronts the host serves at once (0:
 	// DefaultMaxFronts); one more is refused with the reason.
 	MaxFronts int
+	// Cluster makes the host a member of a named cluster, whose fronts
+	// find it there (they need not name its address); it leaves the
+	// membership when it stops. nil: fronts name its address.
+	Cluster *ClusterConfig
 	// Logf hears what the host does not answer anyone (a refused
 	// registration, a malformed message); nil: standard error.
 	Logf func(format string, args ...any)
@@ -173,11 +177,18 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if len(cfg.Scheduler.Devices) == 0 {
 		return nil, fmt.Errorf("%w: a host with no devices: give Scheduler.Devices (one GPU, usually)", ErrConfig)
 	}
+	if cfg.Cluster != nil {
+		c := *cfg.Cluster
+		if err := c.check(true, cfg.TLS != nil); err != nil {
+			return nil, err
+		}
+		cfg.Cluster = &c
+	}
 	sched, err := actors.Start(ctx, cfg.Scheduler)
 	if err != nil {
 		return nil, err
 	}
-	sys, err := acquireSystem(cfg.Address, cfg.Advertise, cfg.TLS, HostActor)
+	sys, err := acquireSystem(cfg.Address, cfg.Advertise, cfg.TLS, cfg.Cluster, HostActor)
 	if err != nil {
 		_ = sched.Stop(context.Background())
 		return nil, err
@@ -253,6 +264,9 @@ func (h *Host) Stop(ctx context.Context) error {
 	}
 	close(h.quit)
 	h.wg.Wait()
+	if h.sys.member != nil {
+		h.sys.member.leave() // fronts see it go from the membership too
+	}
 	releaseSystem(h.sys, HostActor, h.pid)
 	err := h.sched.Stop(ctx)
 	h.ops.stop()

@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -53,6 +52,7 @@ var endpoint struct {
 	address   string      // as first asked
 	advertise string      // as first asked
 	tls       *tls.Config // as first given
+	cluster   *ClusterConfig
 	names     map[string]bool
 }
 
@@ -60,14 +60,16 @@ var endpoint struct {
 type system struct {
 	actors *actor.ActorSystem
 	remote *premote.Remote
-	addr   string // the address peers reach it at
+	addr   string      // the address peers reach it at
+	member *membership // the cluster it joined; nil: none
 }
 
 // acquireSystem returns the process's endpoint for an actor named name,
 // starting it on address (DefaultAddress when empty) the first time. A
 // non-loopback address needs tlsCfg, whose certificates then secure every
-// connection both ways. Release it with releaseSystem(name).
-func acquireSystem(address, advertise string, tlsCfg *tls.Config, name string) (*system, error) {
+// connection both ways. With a cluster (a host's), the endpoint joins it as
+// a member. Release it with releaseSystem(name).
+func acquireSystem(address, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig, name string) (*system, error) {
 	if address == "" {
 		address = DefaultAddress
 	}
@@ -102,15 +104,19 @@ func acquireSystem(address, advertise string, tlsCfg *tls.Config, name string) (
 			return nil, fmt.Errorf("%w: this process's endpoint advertises %q already; its fronts and hosts share it (asked %q)", ErrConfig, endpoint.advertise, advertise)
 		case tlsCfg != endpoint.tls:
 			return nil, fmt.Errorf("%w: this process's endpoint was started with another TLS configuration; give every front and host of a process the same one", ErrConfig)
+		case clusterCfg != nil && !clusterCfg.same(endpoint.cluster):
+			return nil, fmt.Errorf("%w: this process's endpoint joined %s already; a host of it joins that one (asked %s)", ErrConfig, clusterName(endpoint.cluster), clusterName(clusterCfg))
+		case clusterCfg != nil && s.member.hasLeft():
+			return nil, fmt.Errorf("%w: %v", ErrConfig, errLeftCluster)
 		}
 		endpoint.names[name] = true
 		return s, nil
 	}
-	s, err := startSystem(host, port, advertise, tlsCfg)
+	s, err := startSystem(host, port, advertise, tlsCfg, clusterCfg)
 	if err != nil {
 		return nil, err
 	}
-	endpoint.sys, endpoint.address, endpoint.advertise, endpoint.tls, endpoint.names = s, address, advertise, tlsCfg, map[string]bool{name: true}
+	endpoint.sys, endpoint.address, endpoint.advertise, endpoint.tls, endpoint.cluster, endpoint.names = s, address, advertise, tlsCfg, clusterCfg, map[string]bool{name: true}
 	return s, nil
 }
 
@@ -125,7 +131,15 @@ func releaseSystem(s *system, name string, pid *actor.PID) {
 	endpoint.mu.Unlock()
 }
 
-func startSystem(host string, port int, advertise string, tlsCfg *tls.Config) (sys *system, err error) {
+// clusterName names a cluster configuration in errors.
+func clusterName(c *ClusterConfig) string {
+	if c == nil {
+		return "no cluster"
+	}
+	return "cluster " + strconv.Quote(c.Name)
+}
+
+func startSystem(host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (sys *system, err error) {
 	address := net.JoinHostPort(host, strconv.Itoa(port))
 	// Listen once ourselves first: remote.Start panics on a port in use.
 	probe, err := net.Listen("tcp", address)
@@ -153,9 +167,18 @@ func startSystem(host string, port int, advertise string, tlsCfg *tls.Config) (s
 	}
 	// The remote logs a lost connection at error level each time a peer
 	// goes; fronts and hosts say what a loss means themselves (Logf).
-	logger := slog.New(slog.DiscardHandler)
-	as := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-	r := premote.NewRemote(as, premote.Configure(host, port, opts...))
+	as := quietActorSystem()
+	remoteCfg := premote.Configure(host, port, opts...)
+	if clusterCfg != nil {
+		// The cluster starts the remote itself, on the same configuration.
+		m, r, err := startCluster(as, remoteCfg, clusterCfg, true)
+		if err != nil {
+			as.Shutdown()
+			return nil, err
+		}
+		return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, member: m}, nil
+	}
+	r := premote.NewRemote(as, remoteCfg)
 	defer func() {
 		if p := recover(); p != nil {
 			as.Shutdown()

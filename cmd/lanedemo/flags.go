@@ -227,6 +227,10 @@ func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
 		}
 		return nil
 	})
+	fs.BoolVar(&cfg.Hosts.Cluster, "cluster", false, "the --host-per-gpu loop with its lane hosts (one per --devices) members of a cluster on loopback (the automanaged provider), which the front finds there rather than launching them; with --join-at, --leave-at and --kill-at the fleet changes under load, and the report says when the front saw each change (implies --host-per-gpu)")
+	fs.DurationVar(&cfg.Hosts.JoinAt, "join-at", 0, "with --cluster: start one more lane host this far into the measured phase; it joins the cluster and takes new tenants (the ones that move)")
+	fs.DurationVar(&cfg.Hosts.LeaveAt, "leave-at", 0, "with --cluster: ask host0 to leave well (SIGTERM) this far into the measured phase: it finishes what it has, its tenants move")
+	fs.DurationVar(&cfg.Hosts.KillAt, "kill-at", 0, "with --cluster: kill host1 (host0 with --devices 1) this far into the measured phase: its steps in flight end indeterminate, its tenants move")
 	fs.DurationVar(&cfg.Hosts.FaultAt, "fault-host-at", 0, "with --host-per-gpu: submit an out-of-bounds kernel as the first tenant this far into the measured phase: its device is poisoned (0: none)")
 }
 
@@ -234,17 +238,27 @@ func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
 var hostModeFlags = map[string]bool{"device": true, "ordinals": true, "devices": true, "lanes": true, "tenants": true, "kernels": true, "duration": true,
 	"concurrency": true, "warmup": true, "spin": true, "clock": true, "seed": true, "json": true, "quiet": true,
 	"host-per-gpu": true, "in-process": true, "lanehost": true, "fault-host-at": true, "lanehost-args": true, "cpuprofile": true, "exectrace": true,
-	"memprofile": true, "mutexprofile": true, "blockprofile": true}
+	"memprofile": true, "mutexprofile": true, "blockprofile": true, "cluster": true, "join-at": true, "leave-at": true, "kill-at": true}
+
+// clusterOnlyFlags need --cluster.
+var clusterOnlyFlags = map[string]bool{"join-at": true, "leave-at": true, "kill-at": true}
 
 // checkHostMode refuses a flag --host-per-gpu does not read, and its own
 // flags without it.
 func checkHostMode(fs *flag.FlagSet, cfg *demo.Config) error {
+	if cfg.Hosts.Cluster {
+		cfg.Hosts.PerGPU = true
+	}
 	var err error
 	fs.Visit(func(fl *flag.Flag) {
 		switch {
 		case err != nil:
 		case cfg.Hosts.PerGPU && !hostModeFlags[fl.Name]:
-			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --lanehost --fault-host-at, --lanehost-args and the profiles (--cpuprofile, --memprofile, --mutexprofile, --blockprofile, --exectrace; see --help)", fl.Name)
+			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --lanehost, --fault-host-at, --lanehost-args, --cluster, --join-at, --leave-at, --kill-at and the profiles (--cpuprofile, --memprofile, --mutexprofile, --blockprofile, --exectrace; see --help)", fl.Name)
+		case !cfg.Hosts.Cluster && clusterOnlyFlags[fl.Name]:
+			err = fmt.Errorf("lanedemo: --%s needs --cluster (see --help)", fl.Name)
+		case cfg.Hosts.Cluster && fl.Name == "in-process":
+			err = fmt.Errorf("lanedemo: --in-process runs no hosts: give it without --cluster, with --host-per-gpu (see --help)")
 		case !cfg.Hosts.PerGPU && (fl.Name == "in-process" || fl.Name == "lanehost" || fl.Name == "fault-host-at" || fl.Name == "lanehost-args"):
 			err = fmt.Errorf("lanedemo: --%s needs --host-per-gpu (see --help)", fl.Name)
 		}
@@ -258,6 +272,10 @@ func checkHostMode(fs *flag.FlagSet, cfg *demo.Config) error {
 		return fmt.Errorf("lanedemo: --ordinals names %d GPUs for --devices %d; give one per device (see --help)", len(cfg.Ordinals), cfg.Devices)
 	case h.FaultAt < 0 || h.PerGPU && h.FaultAt >= cfg.Duration:
 		return fmt.Errorf("lanedemo: --fault-host-at %v: give a time within --duration %v (see --help)", h.FaultAt, cfg.Duration)
+	case h.JoinAt < 0 || h.JoinAt >= cfg.Duration && h.JoinAt > 0, h.LeaveAt < 0 || h.LeaveAt >= cfg.Duration && h.LeaveAt > 0, h.KillAt < 0 || h.KillAt >= cfg.Duration && h.KillAt > 0:
+		return fmt.Errorf("lanedemo: --join-at %v, --leave-at %v, --kill-at %v: give each a time within --duration %v, or 0 for none (see --help)", h.JoinAt, h.LeaveAt, h.KillAt, cfg.Duration)
+	case h.Cluster && h.LeaveAt > 0 && h.KillAt > 0 && cfg.Devices < 2:
+		return fmt.Errorf("lanedemo: --leave-at and --kill-at with --devices 1 would take the one host twice: give --devices 2 or more (see --help)")
 	case h.PerGPU && !h.InProcess && h.Lanehost != "" && !isExecutable(h.Lanehost):
 		return fmt.Errorf("lanedemo: --lanehost %s: not an executable file (build it: go build -o bin/lanehost ./cmd/lanehost) (see --help)", h.Lanehost)
 	case h.PerGPU && cfg.Devices > 16:

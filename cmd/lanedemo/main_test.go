@@ -35,7 +35,9 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"--cpuprofile", dir}, {"--duration", "-1s"}, {"--hang-timeout", "-1s"}, {"--rebuild-window", "-1s"}, {"--rebuild-max-failures", "-2"},
 		{"--mode", "open", "--rate", "NaN"}, {"--rate", "Inf"}, {"--rate", "-5"}, {"--trace-successes", "NaN"}, {"--stream-depth", "-2"},
 		{"--rebuild-backoff", "2s", "--rebuild-max-backoff", "1s"}, {"--warmup-timeout", "-1s"}, {"--trace-file", "-"},
-		{"--json", filepath.Join(dir, "a.json"), "--cpuprofile", filepath.Join(dir, "a.json")}} {
+		{"--json", filepath.Join(dir, "a.json"), "--cpuprofile", filepath.Join(dir, "a.json")},
+		{"--join-at", "1s"}, {"--cluster", "--in-process"}, {"--cluster", "--duration", "2s", "--leave-at", "3s"}, {"--cluster", "--kill-at", "-1s"},
+		{"--cluster", "--devices", "1", "--leave-at", "1s", "--kill-at", "2s"}, {"--cluster", "--mode", "open"}} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 {
 			t.Errorf("%v: got exit %d, want 2 (%s)", args, code, errb.String())

@@ -4,6 +4,10 @@
 //
 //	lanehost [flags]
 //
+// With --cluster NAME, --membership and --seeds it is a member of a cluster
+// where fronts find it (remote.ClusterConfig), and leaves the membership
+// when it stops.
+//
 // It prints "lanehost: listening on ADDRESS" as its first line, then serves
 // until SIGINT or SIGTERM (or, with --exit-with-stdin, until its standard
 // input closes: a front that launched it died or stopped it). Exit status:
@@ -50,6 +54,9 @@ type options struct {
 	keepPoisoned                bool
 	protocol                    uint
 	maxTemplates                int
+	clusterName, membership     string
+	seeds                       []string
+	clusterRefresh              time.Duration
 }
 
 // openers open a device by --device name; the cuda build tag adds "cuda".
@@ -92,6 +99,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		MaxFronts: o.maxFronts, Advertise: o.advertise,
 		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin, MaxInFlightPerLane: o.maxInFlight},
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
+	if o.clusterName != "" {
+		cfg.Cluster = &remote.ClusterConfig{Name: o.clusterName, Seeds: o.seeds, Membership: o.membership, Refresh: o.clusterRefresh}
+	}
 	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
 		if cfg.TLS, err = remote.LoadTLS(o.tlsCert, o.tlsKey, o.tlsCA); err != nil {
 			_ = dev.Close()
@@ -260,6 +270,17 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission: submissions in flight per lane, across every front (0: the scheduler's default, 256); past it a submission is refused as overloaded")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")
 	fs.StringVar(&o.execTrace, "exectrace", "", "write a Go execution trace of the whole run to this file (go tool trace); %p in the name is the process id")
+	fs.StringVar(&o.clusterName, "cluster", "", "join the named cluster (the automanaged provider), where fronts find this host; with --membership and --seeds")
+	fs.StringVar(&o.membership, "membership", "", "with --cluster: this host's membership endpoint (host:port, plain HTTP that says who the host is; loopback unless TLS); one of --seeds")
+	fs.Func("seeds", "with --cluster: every host's membership endpoint, comma-separated (host:port,...), this one's included; fronts are given the same list", func(v string) error {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				o.seeds = append(o.seeds, s)
+			}
+		}
+		return nil
+	})
+	fs.DurationVar(&o.clusterRefresh, "cluster-refresh", remote.DefaultRefresh, "with --cluster: how often the membership endpoints are checked")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first (the address fronts dial: --advertise if given). Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")
@@ -285,6 +306,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
 	case o.maxInFlight < 0:
 		return o, fmt.Errorf("--max-in-flight-per-lane %d: give 0 (the default) or more", o.maxInFlight)
+	case o.clusterName == "" && (o.membership != "" || len(o.seeds) > 0):
+		return o, fmt.Errorf("--membership and --seeds need --cluster NAME")
+	case o.clusterName != "" && (o.membership == "" || len(o.seeds) == 0):
+		return o, fmt.Errorf("--cluster %s: give --membership (this host's membership endpoint, host:port) and --seeds (every host's, this one's included)", o.clusterName)
 	case o.cpuProfile == "-" || o.execTrace == "-":
 		return o, fmt.Errorf("--cpuprofile and --exectrace write files: name one, not -")
 	case o.cpuProfile != "" && o.cpuProfile == o.execTrace:

@@ -32,6 +32,12 @@ type HostsConfig struct {
 	Lanehost  string        // the lanehost binary; empty: next to this executable, then $PATH
 	FaultAt   time.Duration // an out-of-bounds kernel on the first device this far into the measured phase; 0: none
 	Args      []string      // more lanehost flags, for every host
+	// Cluster: the hosts join a cluster on loopback and the front finds
+	// them there; JoinAt starts one more host, LeaveAt asks the first to
+	// leave well, KillAt kills the second, that far into the measured
+	// phase (0: not).
+	Cluster                 bool
+	JoinAt, LeaveAt, KillAt time.Duration
 }
 
 // hostsAPI is what the loop needs of either side: a tenant's buffer, its
@@ -50,8 +56,11 @@ type hostsAPI interface {
 	stop()
 }
 
-// remoteAPI is the front.
-type remoteAPI struct{ f *remote.Front }
+// remoteAPI is the front (and, with --cluster, its hosts' processes).
+type remoteAPI struct {
+	f     *remote.Front
+	fleet *fleet
+}
 
 func (r remoteAPI) alloc(ctx context.Context, tenant string, _ int) (cuda.Buffer, error) {
 	return r.f.Alloc(ctx, tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
@@ -81,13 +90,18 @@ func (r remoteAPI) status() map[string]remote.HostStatus {
 	}
 	return out
 }
-func (r remoteAPI) stop()         { _ = r.f.Stop(context.Background()) }
+func (r remoteAPI) stop() {
+	_ = r.f.Stop(context.Background())
+	if r.fleet != nil {
+		r.fleet.stop()
+	}
+}
 func (r remoteAPI) inFlight() int { return r.f.InFlight() }
 func (r remoteAPI) awaitServing(ctx context.Context, host string, within time.Duration) {
 	deadline := time.Now().Add(within)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if st, ok := r.status()[host]; !ok || st.State == remote.HostServing {
-			return
+		if st, ok := r.status()[host]; !ok || st.State == remote.HostServing || st.FromCluster && !st.Member {
+			return // serving again, or gone from the cluster: placed elsewhere
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -191,25 +205,40 @@ func startHostsAPI(ctx context.Context, cfg Config) (hostsAPI, error) {
 	if err != nil {
 		return nil, err
 	}
-	var launch []remote.Launch
-	for i := range cfg.Devices {
-		args := []string{"--device", cfg.Device, "--ordinal", strconv.Itoa(cfg.Ordinal(i)), "--lanes", strconv.Itoa(cfg.Lanes), "--spin", cfg.Spin.String()}
+	hostArgs := func(i int) []string {
+		ordinal := cfg.Ordinal(i)
+		if i >= cfg.Devices && len(cfg.Ordinals) <= i {
+			ordinal = cfg.Ordinal(i % cfg.Devices) // a host that joins later shares a device's GPU
+		}
+		args := []string{"--device", cfg.Device, "--ordinal", strconv.Itoa(ordinal), "--lanes", strconv.Itoa(cfg.Lanes), "--spin", cfg.Spin.String()}
 		if cfg.Device == "sim" && cfg.Clock != "real" {
 			args = append(args, "--sim-clock", "zero")
 		}
 		if cfg.Hosts.FaultAt > 0 {
 			args = append(args, "--fault-kernels")
 		}
-		args = append(args, cfg.Hosts.Args...)
-		launch = append(launch, remote.Launch{Name: fmt.Sprintf("gpu%d", i), Path: path, Args: args})
+		return append(args, cfg.Hosts.Args...)
 	}
-	f, err := remote.StartFront(ctx, remote.FrontConfig{Launch: launch, Logf: func(format string, a ...any) {
-		fmt.Fprintf(os.Stderr, "lanedemo: "+format+"\n", a...)
-	}})
+	fc := remote.FrontConfig{Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "lanedemo: "+format+"\n", a...) }}
+	var fl *fleet
+	if cfg.Hosts.Cluster {
+		if fl, err = startFleet(cfg, path, hostArgs); err != nil {
+			return nil, err
+		}
+		fc.Cluster = &remote.ClusterConfig{Name: fl.cluster, Seeds: fl.seeds}
+	} else {
+		for i := range cfg.Devices {
+			fc.Launch = append(fc.Launch, remote.Launch{Name: fmt.Sprintf("gpu%d", i), Path: path, Args: hostArgs(i)})
+		}
+	}
+	f, err := remote.StartFront(ctx, fc)
 	if err != nil {
+		if fl != nil {
+			fl.stop()
+		}
 		return nil, err
 	}
-	return remoteAPI{f: f}, nil
+	return remoteAPI{f: f, fleet: fl}, nil
 }
 
 // hostsTenant is one tenant of the loop.

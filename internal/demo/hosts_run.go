@@ -40,6 +40,9 @@ type HostsReport struct {
 	// EndedEarly says why the run stopped before its duration ("" when it
 	// ran it all): a signal, say.
 	EndedEarly string `json:"ended_early,omitempty"`
+	// Events are what happened to the cluster's hosts (--cluster), and
+	// when the front saw it, in seconds into the measured phase.
+	Events []string `json:"events,omitempty"`
 }
 
 // HostsRow is one host's (or device's) share of the run.
@@ -53,6 +56,7 @@ type HostsRow struct {
 	P50us          float64 `json:"p50_us"`
 	P99us          float64 `json:"p99_us"`
 	Errors         uint64  `json:"errors"`
+	RefusedLeaving uint64  `json:"refused_leaving,omitempty"` // steps a leaving host refused (not submitted; the tenant moves once it left)
 	Indeterminate  uint64  `json:"indeterminate"`
 	StartOvers     uint64  `json:"start_overs"`
 	Losses         int     `json:"losses"`
@@ -126,6 +130,10 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 			}()
 		}
 	}
+	var events sync.WaitGroup
+	if r, ok := api.(remoteAPI); ok && r.fleet != nil {
+		events.Go(func() { r.fleet.schedule(runCtx, cfg, r.f, l.start) })
+	}
 	var faultSent time.Time
 	var faultHost string
 	if cfg.Hosts.FaultAt > 0 && cfg.Hosts.FaultAt < cfg.Duration {
@@ -136,6 +144,7 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 		}
 	}
 	wg.Wait()
+	events.Wait()
 	rep := &HostsReport{Mode: "lane host per device", Device: cfg.Device, MeasuredS: time.Since(l.start).Seconds(), Submitted: l.submitted.Load(), Ended: l.ended.Load()}
 	if cfg.Hosts.InProcess {
 		rep.Mode = "one process"
@@ -146,6 +155,12 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 		rep.FaultAtS = faultSent.Sub(l.start).Seconds()
 	}
 	rep.rows(cfg, api, tenants, l.samples, l.start, faultSent, faultHost, &l.startOvers)
+	if r, ok := api.(remoteAPI); ok && r.fleet != nil {
+		rep.Mode = "lane hosts in a cluster"
+		r.fleet.mu.Lock()
+		rep.Events = r.fleet.events
+		r.fleet.mu.Unlock()
+	}
 	return rep, nil
 }
 
@@ -175,6 +190,8 @@ func (l *hostsLoad) client(ctx context.Context, t *hostsTenant) (samples []hostS
 		l.ended.Add(1)
 		samples = append(samples, hostSample{host: host, at: time.Now(), lat: time.Since(begin), err: err})
 		switch {
+		case errors.Is(err, remote.ErrHostLeaving):
+			time.Sleep(5 * time.Millisecond) // it finishes what it has, then says it left: the tenant moves then
 		case errors.Is(err, remote.ErrDeviceStateLost) || errors.Is(err, remote.ErrHostLost):
 			v, _ := l.startOvers.LoadOrStore(host, new(atomic.Uint64))
 			v.(*atomic.Uint64).Add(1)
@@ -233,6 +250,8 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 			}
 		case errors.Is(s.err, actors.ErrIndeterminate):
 			r.Indeterminate++
+		case errors.Is(s.err, remote.ErrHostLeaving):
+			r.RefusedLeaving++
 		default:
 			r.Errors++
 		}
@@ -249,6 +268,9 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 			r.StartOvers = v.(*atomic.Uint64).Load()
 		}
 		if st, ok := status[h]; ok {
+			if st.HostName != "" {
+				r.Name = st.HostName // a cluster's host is found by its address: name it as it names itself
+			}
 			r.Losses, r.Restarts = st.Losses, st.Restarts
 			r.RoundTrip = roundTripUS(st.RoundTrip)
 			if h == faultHost && !fault.IsZero() && st.State == remote.HostServing && st.Since.After(fault) {
@@ -259,6 +281,7 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 		rep.Total.Tenants += r.Tenants
 		rep.Total.Steps += r.Steps
 		rep.Total.Errors += r.Errors
+		rep.Total.RefusedLeaving += r.RefusedLeaving
 		rep.Total.Indeterminate += r.Indeterminate
 		rep.Total.StartOvers += r.StartOvers
 		rep.Total.BeforeFaultPS += r.BeforeFaultPS
@@ -287,7 +310,7 @@ func quantileUS(ds []time.Duration, q float64) float64 {
 
 // WriteTable prints the report.
 func (rep *HostsReport) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "lanedemo --host-per-gpu: %s, %s device, %.1fs measured", rep.Mode, rep.Device, rep.MeasuredS)
+	fmt.Fprintf(w, "lanedemo: %s, %s device, %.1fs measured", rep.Mode, rep.Device, rep.MeasuredS)
 	if rep.FaultAtS > 0 {
 		fmt.Fprintf(w, ", an out-of-bounds kernel at %.2fs", rep.FaultAtS)
 	}
@@ -302,6 +325,12 @@ func (rep *HostsReport) WriteTable(w io.Writer) {
 			r.BeforeFaultPS, r.AfterFaultPS, r.P50us, r.P99us, r.Errors, r.Indeterminate, r.Restarts, r.Losses, r.StartOvers, r.ServingAgainMS)
 	}
 	fmt.Fprintf(w, "submitted %d, ended %d, still in flight %d: exactly once %v\n", rep.Submitted, rep.Ended, rep.InFlightAtEnd, rep.ExactlyOnce)
+	if rep.Total.RefusedLeaving > 0 {
+		fmt.Fprintf(w, "refused by a leaving host (not submitted; its tenants moved once it left): %d\n", rep.Total.RefusedLeaving)
+	}
+	for _, e := range rep.Events {
+		fmt.Fprintf(w, "cluster: %s\n", e)
+	}
 	for _, r := range rep.Hosts {
 		if rt := r.RoundTrip; rt != nil {
 			fmt.Fprintf(w, "%s round trip (means of %d sampled steps since it registered): %.0f µs: wire both ways %.0f + host queue %.0f + lane %.0f + host reply %.0f\n",

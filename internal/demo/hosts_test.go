@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,5 +42,42 @@ func TestRunHostsInProcessAndRemote(t *testing.T) {
 		}
 		t.Logf("%s: %.0f steps/s; faulted %s: %d errors, %d indeterminate, back after %.0f ms", rep.Mode, rep.Total.StepsPerS,
 			rep.Hosts[0].Name, rep.Hosts[0].Errors, rep.Hosts[0].Indeterminate, rep.Hosts[0].ServingAgainMS)
+	}
+}
+
+// TestRunHostsInACluster: --cluster's hosts are found in the cluster; one
+// joins, one leaves well (nothing of it indeterminate), one is killed, all
+// under the loop's load; every step ends once and the tenants end on the
+// host that joined, which the report names.
+func TestRunHostsInACluster(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "lanehost")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lanesched/lanes/cmd/lanehost").CombinedOutput(); err != nil {
+		t.Fatalf("build lanehost: got err %v, want nil\n%s", err, out)
+	}
+	cfg := Defaults()
+	cfg.Devices, cfg.Tenants, cfg.Kernels, cfg.Duration, cfg.Concurrency, cfg.Warmup = 2, 4, 4, 4*time.Second, 2, 1
+	cfg.Hosts = HostsConfig{PerGPU: true, Cluster: true, Lanehost: bin, JoinAt: 300 * time.Millisecond, LeaveAt: 2 * time.Second, KillAt: 3 * time.Second}
+	rep, err := RunHosts(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("RunHosts: got err %v, want nil", err)
+	}
+	var b strings.Builder
+	rep.WriteTable(&b)
+	t.Log("\n" + b.String())
+	if !rep.ExactlyOnce || len(rep.Hosts) != 3 {
+		t.Fatalf("got %d hosts, exactly once %v, want 3 and true", len(rep.Hosts), rep.ExactlyOnce)
+	}
+	byName := map[string]HostsRow{}
+	for _, h := range rep.Hosts {
+		byName[h.Name] = h
+	}
+	if h := byName["host0"]; h.Indeterminate != 0 || h.StartOvers == 0 {
+		t.Errorf("host0, which left well: got %d indeterminate, %d tenants started over; want none indeterminate, its tenants moved", h.Indeterminate, h.StartOvers)
+	}
+	if h := byName["host2"]; h.Tenants != cfg.Tenants || h.Steps == 0 {
+		t.Errorf("host2, which joined: got %d tenants and %d steps, want all %d tenants at the end (the others gone) and steps", h.Tenants, h.Steps, cfg.Tenants)
+	}
+	if len(rep.Events) < 5 {
+		t.Errorf("events: got %q, want the join, the leave and the kill, each seen", rep.Events)
 	}
 }

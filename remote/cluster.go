@@ -1,0 +1,404 @@
+// Membership: lane hosts and fronts of one named cluster, through
+// protoactor-go's cluster package. The cluster only says who is there;
+// the messages go by plain remote as before, and the cluster's word is
+// checked by the front's own heartbeats, epochs and in-flight table.
+
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	premote "github.com/asynkron/protoactor-go/remote"
+	"github.com/labstack/echo"
+)
+
+// HostKind is the cluster kind a lane host registers: fronts route to
+// the members that have it.
+const HostKind = "lanes.host"
+
+// DefaultRefresh is how often the automanaged provider checks the
+// cluster's membership endpoints by default.
+const DefaultRefresh = 500 * time.Millisecond
+
+// ClusterConfig makes a host a member of a named cluster, and a front a
+// client that learns the cluster's hosts from it: hosts that join are
+// joined (and take new tenants at once), hosts that leave the membership
+// take none. Give every host and front of a cluster the same Name and
+// Seeds (or provider).
+type ClusterConfig struct {
+	// Name is the cluster's; members of other clusters are ignored.
+	Name string
+	// Provider finds the members: any protoactor-go cluster provider
+	// (etcd, Consul, Kubernetes; see the README). nil: the automanaged
+	// provider over Seeds, which needs no service of its own.
+	Provider cluster.ClusterProvider
+	// Seeds are the automanaged membership endpoints (host:port) of every
+	// host that may join, its own included: a provider checks each every
+	// Refresh, and a host is a member while its endpoint answers.
+	Seeds []string
+	// Membership is a host's own automanaged endpoint (host:port, one of
+	// Seeds): plain HTTP that says who the host is (not the work's
+	// connection, which stays mutual TLS off loopback). Loopback unless
+	// the host has TLS. Fronts leave it empty.
+	Membership string
+	// Refresh is how often the automanaged provider checks the Seeds; 0:
+	// DefaultRefresh. A killed host leaves the membership within about
+	// Refresh (a hung one within Refresh and 2 s).
+	Refresh time.Duration
+}
+
+// check validates the configuration for a host (member) or a front.
+func (c *ClusterConfig) check(member bool, tlsOn bool) error {
+	if c.Name == "" {
+		return fmt.Errorf("%w: cluster: give it a name (every host and front of a cluster the same one)", ErrConfig)
+	}
+	if c.Refresh == 0 {
+		c.Refresh = DefaultRefresh
+	}
+	if c.Refresh < 10*time.Millisecond || c.Refresh > time.Minute {
+		return fmt.Errorf("%w: cluster %s: Refresh %v: give 10ms to 1m", ErrConfig, c.Name, c.Refresh)
+	}
+	if c.Provider != nil {
+		return nil
+	}
+	if len(c.Seeds) == 0 {
+		return fmt.Errorf("%w: cluster %s: give the automanaged provider its Seeds (every host's membership endpoint, host:port) or another Provider", ErrConfig, c.Name)
+	}
+	for _, s := range c.Seeds {
+		host, port, err := splitAddress(s)
+		if err != nil {
+			return fmt.Errorf("cluster %s: seed: %w", c.Name, err)
+		}
+		if port == 0 {
+			return fmt.Errorf("%w: cluster %s: seed %s: give the port its host's membership endpoint listens on", ErrConfig, c.Name, s)
+		}
+		if !tlsOn && !isLoopback(host) {
+			return fmt.Errorf("%w: cluster %s: seed %s is not loopback: give a mutual TLS configuration (LoadTLS) to reach hosts off this machine", ErrConfig, c.Name, s)
+		}
+	}
+	if !member {
+		return nil
+	}
+	host, port, err := splitAddress(c.Membership)
+	if err != nil {
+		return fmt.Errorf("cluster %s: membership endpoint: %w", c.Name, err)
+	}
+	if port == 0 || !slices.Contains(c.Seeds, c.Membership) {
+		return fmt.Errorf("%w: cluster %s: membership endpoint %q: give a port, and list it in Seeds (%v) so fronts and other hosts check it", ErrConfig, c.Name, c.Membership, c.Seeds)
+	}
+	if !tlsOn && !isLoopback(host) {
+		return fmt.Errorf("%w: cluster %s: membership endpoint %s is not loopback: give the host a mutual TLS configuration (LoadTLS)", ErrConfig, c.Name, c.Membership)
+	}
+	return nil
+}
+
+// same reports whether two processes' worth of configuration name the
+// same cluster the same way (one endpoint per process joins one cluster).
+func (c *ClusterConfig) same(o *ClusterConfig) bool {
+	if c == nil || o == nil {
+		return c == o
+	}
+	return c.Name == o.Name && c.Provider == o.Provider && slices.Equal(c.Seeds, o.Seeds) && c.Refresh == o.Refresh
+}
+
+// membership is a view of a cluster: the latest members, and who wants to
+// hear of changes. A host's is its endpoint's (a member); fronts follow
+// their cluster through one of their own (followCluster).
+type membership struct {
+	cfg    *ClusterConfig
+	member bool // a host joined as a member; else a client
+
+	mu       sync.Mutex
+	c        *cluster.Cluster // the current one: a follower starts a new one to forget whom the old one blocked
+	provider cluster.ClusterProvider
+	gen      int // of c: events of an older one are dropped
+	renewing bool
+	hosts    []string // the members of HostKind, by address
+	watchers map[int]func(hosts []string)
+	next     int
+	left     bool
+}
+
+// startCluster starts the process's remote as a cluster member (a host)
+// or client (a front) on the actor system, with remoteCfg.
+func startCluster(as *actor.ActorSystem, remoteCfg *premote.Config, cfg *ClusterConfig, member bool) (*membership, *premote.Remote, error) {
+	m := &membership{cfg: cfg, member: member, watchers: map[int]func([]string){}}
+	c, p, err := m.join(as, remoteCfg, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	m.c, m.provider = c, p
+	m.mu.Unlock()
+	return m, c.Remote, nil
+}
+
+// join starts a cluster of generation gen on the actor system.
+func (m *membership) join(as *actor.ActorSystem, remoteCfg *premote.Config, gen int) (c *cluster.Cluster, provider cluster.ClusterProvider, err error) {
+	cfg := m.cfg
+	provider = cfg.Provider
+	var server *echo.Echo
+	if provider == nil {
+		if m.member {
+			// The provider's own server listens on every interface;
+			// ours listens on the configured endpoint only.
+			ln, err := net.Listen("tcp", cfg.Membership)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: cluster %s: membership endpoint %s: %v", ErrConfig, cfg.Name, cfg.Membership, err)
+			}
+			server = echo.New()
+			server.HideBanner, server.HidePort, server.Listener = true, true, ln
+			server.Logger.SetOutput(discard{})
+			server.GET("/_health", func(ctx echo.Context) error { return ctx.JSON(http.StatusOK, m.node()) })
+			provider = automanaged.NewWithTesting(cfg.Refresh, ln.Addr().(*net.TCPAddr).Port, server, cfg.Seeds...)
+		} else {
+			// An idle server, so that the provider can be shut down.
+			provider = automanaged.NewWithTesting(cfg.Refresh, 0, echo.New(), cfg.Seeds...)
+		}
+	}
+	config := cluster.Configure(cfg.Name, provider, disthash.New(), remoteCfg)
+	if m.member {
+		config.Kinds[HostKind] = cluster.NewKind(HostKind, actor.PropsFromFunc(func(actor.Context) {}))
+	}
+	as.EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*cluster.ClusterTopology); ok {
+			m.topology(gen, t)
+		}
+	})
+	defer func() {
+		if p := recover(); p != nil {
+			if server != nil {
+				_ = server.Close()
+			}
+			c, provider, err = nil, nil, fmt.Errorf("%w: join cluster %s: %v", ErrConfig, cfg.Name, p)
+		}
+	}()
+	c = cluster.New(as, config)
+	if m.member {
+		m.mu.Lock()
+		m.c = c // the membership endpoint may answer before StartMember returns
+		m.mu.Unlock()
+		c.StartMember()
+		return c, provider, nil
+	}
+	// A follower only hears the provider: no remote of its own is started
+	// (a second one in the process would race with the first over gRPC's
+	// process-wide logger, and no one needs to reach it); the member list
+	// keeps its block list in one that is never started.
+	c.Remote = premote.NewRemote(as, remoteCfg)
+	if err := provider.StartClient(c); err != nil {
+		return nil, nil, fmt.Errorf("%w: follow cluster %s: %v", ErrConfig, cfg.Name, err)
+	}
+	return c, provider, nil
+}
+
+// The process's fronts' view of their cluster: a client on an actor
+// system of its own (with no remote), so that what the cluster package decides (it ends
+// the connection to a member it drops, and refuses that member's
+// connections for good) touches none of the work's connections: a host the
+// membership drops takes no new tenants, and is lost only when the
+// front's own heartbeats, probes or the remote's watch say so.
+var following struct {
+	mu    sync.Mutex
+	m     *membership
+	users int // fronts following it: the last to stop stops it
+}
+
+// followCluster is the process's view of cfg's cluster, started by the
+// first front that follows it and stopped with the last (unfollow).
+func followCluster(cfg *ClusterConfig) (*membership, error) {
+	following.mu.Lock()
+	defer following.mu.Unlock()
+	if m := following.m; m != nil {
+		if !m.cfg.same(cfg) {
+			return nil, fmt.Errorf("%w: this process's fronts follow %s already (asked %s): one cluster per process at a time", ErrConfig, clusterName(m.cfg), clusterName(cfg))
+		}
+		following.users++
+		return m, nil
+	}
+	as := quietActorSystem()
+	m, _, err := startCluster(as, premote.Configure("127.0.0.1", 0), cfg, false)
+	if err != nil {
+		as.Shutdown()
+		return nil, err
+	}
+	following.m, following.users = m, 1
+	return m, nil
+}
+
+// unfollow is a front that stopped following m: the last one stops it.
+func unfollow(m *membership) {
+	following.mu.Lock()
+	defer following.mu.Unlock()
+	if following.m != m {
+		return
+	}
+	if following.users--; following.users > 0 {
+		return
+	}
+	following.m = nil
+	m.mu.Lock()
+	m.left = true // a renewal under way stops
+	c, p := m.c, m.provider
+	m.mu.Unlock()
+	retire(c, p)
+}
+
+// retire stops a follower's cluster client: its provider, its actor
+// system.
+func retire(c *cluster.Cluster, p cluster.ClusterProvider) {
+	defer func() { _ = recover() }() // an alpha package's shutdown: whatever is left goes with the process
+	_ = p.Shutdown(false)
+	c.ActorSystem.Shutdown()
+}
+
+// node is what the host's membership endpoint answers.
+func (m *membership) node() *automanaged.NodeModel {
+	m.mu.Lock()
+	c := m.c
+	m.mu.Unlock()
+	host, port, _ := c.ActorSystem.GetHostPort()
+	_, own, _ := net.SplitHostPort(m.cfg.Membership)
+	ownPort, _ := strconv.Atoi(own)
+	return automanaged.NewNode(m.cfg.Name, c.ActorSystem.ID, host, port, ownPort, c.GetClusterKinds())
+}
+
+// topology records the members of generation gen's cluster and tells the
+// watchers. A follower whose cluster saw a member leave starts a new one a
+// while after: the cluster package blocks a member that left for good,
+// and a host whose membership only blinked is to be listed again.
+func (m *membership) topology(gen int, t *cluster.ClusterTopology) {
+	var hosts []string
+	for _, mb := range t.Members {
+		if mb.HasKind(HostKind) {
+			hosts = append(hosts, mb.Address())
+		}
+	}
+	slices.Sort(hosts)
+	m.mu.Lock()
+	if gen != m.gen {
+		m.mu.Unlock()
+		return
+	}
+	m.hosts = hosts
+	watchers := make([]func([]string), 0, len(m.watchers))
+	for _, w := range m.watchers {
+		watchers = append(watchers, w)
+	}
+	renew := !m.member && m.cfg.Provider == nil && len(t.Left) > 0 && !m.renewing
+	if renew {
+		m.renewing = true
+	}
+	m.mu.Unlock()
+	for _, w := range watchers {
+		w(hosts)
+	}
+	if renew {
+		go m.renew()
+	}
+}
+
+// renewAfter is how many refreshes a follower waits, after its cluster saw
+// a member leave, before it starts a new one.
+const renewAfter = 5
+
+// renew starts the follower's next cluster client (a new actor system, a
+// new automanaged provider: nobody blocked) and retires the current one.
+func (m *membership) renew() {
+	time.Sleep(renewAfter * m.cfg.Refresh)
+	m.mu.Lock()
+	if m.left {
+		m.renewing = false
+		m.mu.Unlock()
+		return // no front follows it any more
+	}
+	m.gen++ // from now on the new one's events, its first among them, are heard
+	gen := m.gen
+	m.mu.Unlock()
+	as := quietActorSystem()
+	c, p, err := m.join(as, premote.Configure("127.0.0.1", 0), gen)
+	m.mu.Lock()
+	m.renewing = false
+	if err != nil {
+		m.gen-- // the current one goes on
+		m.mu.Unlock()
+		as.Shutdown()
+		return
+	}
+	old, oldProvider := m.c, m.provider
+	m.c, m.provider = c, p
+	if m.left { // the last front stopped meanwhile
+		old, oldProvider = c, p
+	}
+	m.mu.Unlock()
+	retire(old, oldProvider)
+}
+
+// quietActorSystem is an actor system that logs nothing: fronts and hosts
+// say what matters themselves (Logf).
+func quietActorSystem() *actor.ActorSystem {
+	logger := slog.New(slog.DiscardHandler)
+	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+}
+
+// watch calls fn with the cluster's hosts now and after every change,
+// until the returned function is called.
+func (m *membership) watch(fn func(hosts []string)) (stop func()) {
+	m.mu.Lock()
+	id := m.next
+	m.next++
+	m.watchers[id] = fn
+	hosts := m.hosts
+	m.mu.Unlock()
+	fn(hosts)
+	return func() {
+		m.mu.Lock()
+		delete(m.watchers, id)
+		m.mu.Unlock()
+	}
+}
+
+// leave takes a member host out of the cluster (its provider stops
+// answering for it); the process cannot join again.
+func (m *membership) leave() {
+	m.mu.Lock()
+	left := m.left
+	m.left = true
+	m.mu.Unlock()
+	if left || !m.member {
+		return
+	}
+	defer func() { _ = recover() }() // a provider that fails to leave: the process's end does
+	m.mu.Lock()
+	p := m.provider
+	m.mu.Unlock()
+	_ = p.Shutdown(true)
+}
+
+// hasLeft reports whether the process left its cluster.
+func (m *membership) hasLeft() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.left
+}
+
+// errLeftCluster is a host started in a process whose host left the
+// cluster.
+var errLeftCluster = errors.New("this process's host left its cluster; start the next host in a new process")
+
+// discard is a writer that drops what the provider's HTTP server logs.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }

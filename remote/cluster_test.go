@@ -1,0 +1,163 @@
+package remote_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/remote"
+)
+
+// clusterHost starts lanehost as a member of the cluster name, at its
+// membership endpoint, with every seed; more are lanehost's flags.
+func clusterHost(t *testing.T, name, cluster, membership string, seeds []string, more ...string) (*exec.Cmd, string) {
+	t.Helper()
+	args := append([]string{"--name", name, "--cluster", cluster, "--membership", membership, "--seeds", strings.Join(seeds, ","),
+		"--cluster-refresh", "100ms", "--heartbeat", "50ms", "--lanes", "2"}, more...)
+	return startHostProcess(t, args...)
+}
+
+// hostByName is the front's status of the host that calls itself name.
+func hostByName(f *remote.Front, name string) (remote.HostStatus, bool) {
+	for _, h := range f.Hosts() {
+		if h.HostName == name {
+			return h, true
+		}
+	}
+	return remote.HostStatus{}, false
+}
+
+// awaitHost waits until ok holds for the host that calls itself name.
+func awaitHost(t *testing.T, f *remote.Front, name string, within time.Duration, ok func(remote.HostStatus) bool) remote.HostStatus {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st, found := hostByName(f, name)
+		if found && ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("host %s: got %+v (found %v) after %v, want otherwise", name, st, found, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestClusterConfigIsChecked: a cluster configuration that cannot work is
+// refused before anything starts, saying what to fix.
+func TestClusterConfigIsChecked(t *testing.T) {
+	seeds := []string{"127.0.0.1:7001", "127.0.0.1:7002"}
+	for _, c := range []struct {
+		name string
+		cfg  remote.ClusterConfig
+		want string
+	}{
+		{"no name", remote.ClusterConfig{Seeds: seeds}, "give it a name"},
+		{"no seeds", remote.ClusterConfig{Name: "c"}, "Seeds"},
+		{"a seed with no port", remote.ClusterConfig{Name: "c", Seeds: []string{"127.0.0.1:0"}}, "give the port"},
+		{"a seed off loopback", remote.ClusterConfig{Name: "c", Seeds: []string{"10.0.0.1:7001"}}, "not loopback"},
+		{"a seed that is no address", remote.ClusterConfig{Name: "c", Seeds: []string{"nowhere"}}, "give host:port"},
+		{"refresh too short", remote.ClusterConfig{Name: "c", Seeds: seeds, Refresh: time.Millisecond}, "Refresh"},
+	} {
+		_, err := remote.StartFront(context.Background(), remote.FrontConfig{Cluster: &c.cfg})
+		if !errors.Is(err, remote.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: StartFront: got err %v, want ErrConfig saying %q", c.name, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		name, membership string
+		want             string
+	}{
+		{"no membership endpoint", "", "give host:port"},
+		{"a membership endpoint not in the seeds", "127.0.0.1:7003", "list it in Seeds"},
+		{"a membership endpoint off loopback", "10.0.0.1:7001", "list it in Seeds"},
+	} {
+		dev, err := sim.New(sim.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = remote.Serve(context.Background(), remote.HostConfig{Scheduler: actors.Config{Devices: []cuda.Device{dev}},
+			Cluster: &remote.ClusterConfig{Name: "c", Seeds: seeds, Membership: c.membership}})
+		_ = dev.Close()
+		if !errors.Is(err, remote.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Serve: got err %v, want ErrConfig saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestAMembershipBlipCostsNothing: a host whose membership endpoint the
+// front cannot reach for a while (its work's connection fine) takes no
+// new tenants meanwhile, but is not lost: its tenant's steps go on without
+// an error; once the endpoint answers again it is listed again (the
+// cluster package blocks a member that left for good: the front's view
+// starts over to forget it) and takes new tenants.
+func TestAMembershipBlipCostsNothing(t *testing.T) {
+	a, b := freePort(t), freePort(t)
+	clusterHost(t, "A", "blip", a, []string{a, b})
+	clusterHost(t, "B", "blip", b, []string{a, b})
+	toA := startProxy(t, a)
+	ctx := context.Background()
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "blip", Seeds: []string{toA.addr(), b}, Refresh: 100 * time.Millisecond},
+		LostAfter: 500 * time.Millisecond, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(ctx)
+	var onA counter
+	for i := range 2 {
+		c := setUp(t, f, fmt.Sprintf("t%d", i))
+		if st, _ := hostByName(f, "A"); at(f, c.tenant) == st.Name {
+			onA = c
+		}
+	}
+	if onA.tenant == "" {
+		t.Fatalf("no tenant of two placed on A: %+v", f.Hosts())
+	}
+	toA.cut(true, true)
+	steps := 0
+	deadline := time.Now().Add(6 * time.Second)
+	for st, _ := hostByName(f, "A"); st.Member; st, _ = hostByName(f, "A") {
+		if time.Now().After(deadline) {
+			t.Fatalf("A, its membership endpoint cut: still a member after 6 s")
+		}
+		if _, err := f.Submit(ctx, onA.tenant, onA.step(t, 1)); err != nil {
+			t.Fatalf("a step on A before the blip was seen: got err %v, want nil", err)
+		}
+		steps++
+	}
+	c := setUp(t, f, "during")
+	if st, _ := hostByName(f, "A"); at(f, c.tenant) == st.Name {
+		t.Errorf("a tenant set up while A is out of the membership: placed on A, want B")
+	}
+	for range 20 {
+		if _, err := f.Submit(ctx, onA.tenant, onA.step(t, 1)); err != nil {
+			t.Fatalf("a step on A while it is out of the membership: got err %v, want nil (not lost)", err)
+		}
+		steps++
+	}
+	toA.heal()
+	st := awaitHost(t, f, "A", 10*time.Second, func(st remote.HostStatus) bool { return st.Member })
+	if st.State != remote.HostServing || st.Losses != 0 {
+		t.Errorf("A after the blip: got %v with %d losses, want serving, never lost", st.State, st.Losses)
+	}
+	if got := onA.value(t, f); got != int32(steps) {
+		t.Errorf("A's tenant's counter: got %d, want %d (each step once)", got, steps)
+	}
+	c = setUp(t, f, "after")
+	if at(f, c.tenant) != st.Name {
+		t.Errorf("a tenant set up after A is listed again: placed on %s, want A (the most headroom)", at(f, c.tenant))
+	}
+}
+
+// at is where the tenant is placed.
+func at(f *remote.Front, tenant string) string {
+	h, _ := f.Placement(tenant)
+	return h
+}

@@ -1,0 +1,128 @@
+// A front's hosts from its cluster: a member joined as it appears, left
+// out of placement when it leaves the membership, rejoined only while it
+// is a member.
+
+package remote
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// allLinks is every host the front knows now.
+func (f *Front) allLinks() []*link {
+	if p := f.links.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// clusterHosts takes the cluster's hosts now: a new member gets a link
+// (and is joined at once), a known one is marked listed or not.
+func (f *Front) clusterHosts(hosts []string) {
+	f.linksMu.Lock()
+	defer f.linksMu.Unlock()
+	if f.stopped.Load() {
+		return
+	}
+	now := f.allLinks()
+	listed := make(map[string]bool, len(hosts))
+	for _, a := range hosts {
+		listed[a] = true
+	}
+	known := map[string]bool{}
+	for _, l := range now {
+		at := l.at.Load()
+		if at == nil || *at == "" {
+			continue
+		}
+		known[*at] = true
+		if l.fromCluster {
+			if was := l.listed.Swap(listed[*at]); was != listed[*at] {
+				l.event("membership")
+				if listed[*at] {
+					f.cfg.Logf("host %s is a member of cluster %s again", l.name, f.cfg.Cluster.Name)
+				} else {
+					f.cfg.Logf("host %s left cluster %s: no new tenants go to it", l.name, f.cfg.Cluster.Name)
+				}
+			}
+		}
+	}
+	var added []*link
+	for _, a := range hosts {
+		if known[a] {
+			continue // a fixed or launched host that is a member too
+		}
+		l := newLink(f, a, nil)
+		l.fromCluster = true
+		l.listed.Store(true)
+		added = append(added, l)
+	}
+	if len(added) == 0 {
+		return
+	}
+	next := append(append(make([]*link, 0, len(now)+len(added)), now...), added...)
+	f.links.Store(&next)
+	for _, l := range added {
+		f.wg.Add(1)
+		go l.supervise()
+	}
+}
+
+// awaitCluster waits until a host of the cluster serves and every member
+// known then answered (registered or refused), or until deadline fires.
+func (f *Front) awaitCluster(ctx context.Context, deadline <-chan time.Time) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		serving, waiting := 0, 0
+		for _, l := range f.allLinks() {
+			if !l.fromCluster || !l.listed.Load() {
+				continue
+			}
+			select {
+			case <-l.firstAnswer:
+				if l.status().State == HostServing {
+					serving++
+				}
+			default:
+				waiting++
+			}
+		}
+		if serving > 0 && waiting == 0 {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			if serving > 0 {
+				return nil // the slow ones join when they can
+			}
+			return fmt.Errorf("%w: no host of cluster %s registered within %v (are hosts up and members, with this cluster's name and seeds %v? can they reach this front at %s? see Advertise on both sides)",
+				ErrNoHost, f.cfg.Cluster.Name, f.cfg.JoinTimeout, f.cfg.Cluster.Seeds, f.sys.addr)
+		}
+	}
+}
+
+// awaitListed waits while a cluster's host is not a member; false when
+// the front stops.
+func (l *link) awaitListed() bool {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !l.listed.Load() {
+		select {
+		case <-l.events:
+		case <-tick.C:
+		case <-l.f.quit:
+			return false
+		}
+	}
+	return true
+}
+
+// unlisted reports whether the link is the cluster's and its host is not
+// a member now.
+func (l *link) unlisted() bool { return l.fromCluster && !l.listed.Load() }
