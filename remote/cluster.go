@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,8 +62,11 @@ type ClusterConfig struct {
 
 // check validates the configuration for a host (member) or a front.
 func (c *ClusterConfig) check(member bool, tlsOn bool) error {
-	if c.Name == "" {
-		return fmt.Errorf("%w: cluster: give it a name (every host and front of a cluster the same one)", ErrConfig)
+	if strings.TrimSpace(c.Name) != c.Name || c.Name == "" {
+		return fmt.Errorf("%w: cluster name %q: give it a name without leading or trailing spaces (every host and front of a cluster the same one)", ErrConfig, c.Name)
+	}
+	if !member && c.Membership != "" {
+		return fmt.Errorf("%w: cluster %s: Membership %s on a front: a front is no member (leave it empty; only hosts answer membership checks)", ErrConfig, c.Name, c.Membership)
 	}
 	if c.Refresh == 0 {
 		c.Refresh = DefaultRefresh
@@ -71,15 +75,21 @@ func (c *ClusterConfig) check(member bool, tlsOn bool) error {
 		return fmt.Errorf("%w: cluster %s: Refresh %v: give 10ms to 1m", ErrConfig, c.Name, c.Refresh)
 	}
 	if c.Provider != nil {
+		if len(c.Seeds) > 0 || c.Membership != "" {
+			return fmt.Errorf("%w: cluster %s: Seeds and Membership are the automanaged provider's: give them or a Provider, not both", ErrConfig, c.Name)
+		}
 		return nil
 	}
 	if len(c.Seeds) == 0 {
 		return fmt.Errorf("%w: cluster %s: give the automanaged provider its Seeds (every host's membership endpoint, host:port) or another Provider", ErrConfig, c.Name)
 	}
-	for _, s := range c.Seeds {
+	for i, s := range c.Seeds {
+		if slices.Contains(c.Seeds[:i], s) {
+			return fmt.Errorf("%w: cluster %s: seed %s listed twice", ErrConfig, c.Name, s)
+		}
 		host, port, err := splitAddress(s)
 		if err != nil {
-			return fmt.Errorf("cluster %s: seed: %w", c.Name, err)
+			return fmt.Errorf("%w: cluster %s: seed: %s", ErrConfig, c.Name, strings.TrimPrefix(err.Error(), ErrConfig.Error()+": "))
 		}
 		if port == 0 {
 			return fmt.Errorf("%w: cluster %s: seed %s: give the port its host's membership endpoint listens on", ErrConfig, c.Name, s)
@@ -93,10 +103,13 @@ func (c *ClusterConfig) check(member bool, tlsOn bool) error {
 	}
 	host, port, err := splitAddress(c.Membership)
 	if err != nil {
-		return fmt.Errorf("cluster %s: membership endpoint: %w", c.Name, err)
+		return fmt.Errorf("%w: cluster %s: membership endpoint: %s", ErrConfig, c.Name, strings.TrimPrefix(err.Error(), ErrConfig.Error()+": "))
 	}
-	if port == 0 || !slices.Contains(c.Seeds, c.Membership) {
-		return fmt.Errorf("%w: cluster %s: membership endpoint %q: give a port, and list it in Seeds (%v) so fronts and other hosts check it", ErrConfig, c.Name, c.Membership, c.Seeds)
+	if port == 0 {
+		return fmt.Errorf("%w: cluster %s: membership endpoint %s: give the port it listens on (others check it there)", ErrConfig, c.Name, c.Membership)
+	}
+	if !slices.Contains(c.Seeds, c.Membership) {
+		return fmt.Errorf("%w: cluster %s: membership endpoint %s is not in Seeds %v: list it there, written the same way, so fronts and other hosts check it", ErrConfig, c.Name, c.Membership, c.Seeds)
 	}
 	if !tlsOn && !isLoopback(host) {
 		return fmt.Errorf("%w: cluster %s: membership endpoint %s is not loopback: give the host a mutual TLS configuration (LoadTLS)", ErrConfig, c.Name, c.Membership)
@@ -223,7 +236,7 @@ func followCluster(cfg *ClusterConfig) (*membership, error) {
 	defer following.mu.Unlock()
 	if m := following.m; m != nil {
 		if !m.cfg.same(cfg) {
-			return nil, fmt.Errorf("%w: this process's fronts follow %s already (asked %s): one cluster per process at a time", ErrConfig, clusterName(m.cfg), clusterName(cfg))
+			return nil, fmt.Errorf("%w: this process's fronts follow cluster %q already (asked %q, or the same with other seeds or refresh): one cluster per process at a time", ErrConfig, m.cfg.Name, cfg.Name)
 		}
 		following.users++
 		return m, nil

@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -65,6 +71,10 @@ func TestClusterConfigIsChecked(t *testing.T) {
 		{"a seed off loopback", remote.ClusterConfig{Name: "c", Seeds: []string{"10.0.0.1:7001"}}, "not loopback"},
 		{"a seed that is no address", remote.ClusterConfig{Name: "c", Seeds: []string{"nowhere"}}, "give host:port"},
 		{"refresh too short", remote.ClusterConfig{Name: "c", Seeds: seeds, Refresh: time.Millisecond}, "Refresh"},
+		{"a blank name", remote.ClusterConfig{Name: "  ", Seeds: seeds}, "without leading or trailing spaces"},
+		{"a front with a membership endpoint", remote.ClusterConfig{Name: "c", Seeds: seeds, Membership: seeds[0]}, "a front is no member"},
+		{"a seed twice", remote.ClusterConfig{Name: "c", Seeds: []string{seeds[0], seeds[0]}}, "listed twice"},
+		{"seeds and a provider", remote.ClusterConfig{Name: "c", Seeds: seeds, Provider: automanaged.New()}, "not both"},
 	} {
 		_, err := remote.StartFront(context.Background(), remote.FrontConfig{Cluster: &c.cfg})
 		if !errors.Is(err, remote.ErrConfig) || !strings.Contains(err.Error(), c.want) {
@@ -76,8 +86,8 @@ func TestClusterConfigIsChecked(t *testing.T) {
 		want             string
 	}{
 		{"no membership endpoint", "", "give host:port"},
-		{"a membership endpoint not in the seeds", "127.0.0.1:7003", "list it in Seeds"},
-		{"a membership endpoint off loopback", "10.0.0.1:7001", "list it in Seeds"},
+		{"a membership endpoint not in the seeds", "127.0.0.1:7003", "is not in Seeds"},
+		{"a membership endpoint off loopback", "10.0.0.1:7001", "is not in Seeds"},
 	} {
 		dev, err := sim.New(sim.Config{})
 		if err != nil {
@@ -160,4 +170,82 @@ func TestAMembershipBlipCostsNothing(t *testing.T) {
 func at(f *remote.Front, tenant string) string {
 	h, _ := f.Placement(tenant)
 	return h
+}
+
+// TestAPoisonedMemberIsNotJoinedAgain: a member whose device a kernel
+// poisoned is lost once, refuses to register again while it lives (no
+// tenant goes to it before it leaves the membership), and once it left
+// the membership and holds no tenant the front forgets it (PruneAfter).
+func TestAPoisonedMemberIsNotJoinedAgain(t *testing.T) {
+	a, b := freePort(t), freePort(t)
+	clusterHost(t, "A", "poison", a, []string{a, b}, "--fault-kernels")
+	clusterHost(t, "B", "poison", b, []string{a, b})
+	ctx := context.Background()
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "poison", Seeds: []string{a, b}, Refresh: 100 * time.Millisecond},
+		LostAfter: 500 * time.Millisecond, PruneAfter: time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(ctx)
+	var victim counter
+	for i := range 2 {
+		c := setUp(t, f, fmt.Sprintf("t%d", i))
+		if st, _ := hostByName(f, "A"); at(f, c.tenant) == st.Name {
+			victim = c
+		}
+	}
+	cmd, err := cuda.Launch(kernels.Builtin().With(kernels.FaultInjection()).MustSpec(kernels.Poke), cuda.Linear(1, 1), cuda.BufferArg(victim.buf.Whole()), cuda.U32Arg(1<<30), cuda.I32Arg(7))
+	if err != nil {
+		t.Fatalf("poke launch: got err %v, want nil", err)
+	}
+	_, _ = f.Submit(ctx, victim.tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseCompute, cmd)}})
+	st := awaitHost(t, f, "A", 10*time.Second, func(st remote.HostStatus) bool { return !st.Member })
+	if st.Losses != 1 || st.State == remote.HostServing {
+		t.Errorf("A, poisoned, out of the membership: got %v after %d losses (%s), want lost once, never registered again", st.State, st.Losses, st.LostHow)
+	}
+	if err := f.Forget(ctx, victim.tenant); err != nil {
+		t.Fatalf("Forget: got err %v, want nil", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, found := hostByName(f, "A"); !found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A, gone from the cluster and holding no tenant: still in Hosts after PruneAfter (1 s) and more: %+v", f.Hosts())
+		}
+	}
+	if c := setUp(t, f, victim.tenant); c.value(t, f) != 0 {
+		t.Errorf("the tenant set up again: want a zeroed counter on B")
+	}
+}
+
+// TestAMemberOffLoopbackIsNotJoinedWithoutTLS: a membership endpoint that
+// names a host off this machine is not followed by a front without TLS
+// (which would otherwise dial it in the clear).
+func TestAMemberOffLoopbackIsNotJoinedWithoutTLS(t *testing.T) {
+	a := freePort(t)
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"id":"fake","address":"192.0.2.2","port":7009,"auto_manage_port":1,"kinds":["lanes.host"],"cluster_name":"offsite"}`))
+	}))
+	defer fake.Close()
+	seeds := []string{a, strings.TrimPrefix(fake.URL, "http://")}
+	clusterHost(t, "A", "offsite", a, seeds)
+	var logs syncWriter
+	logs.b = &strings.Builder{}
+	ctx := context.Background()
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "offsite", Seeds: seeds, Refresh: 100 * time.Millisecond},
+		Logf: func(format string, a ...any) { fmt.Fprintf(&logs, format+"\n", a...) }})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(ctx)
+	time.Sleep(300 * time.Millisecond)
+	for _, h := range f.Hosts() {
+		if strings.HasPrefix(h.Name, "192.0.2.2") {
+			t.Errorf("a member at 192.0.2.2:7009 without TLS: got it in Hosts (%v), want it not joined", h.State)
+		}
+	}
+	if got := logs.b.String(); !strings.Contains(got, "192.0.2.2:7009: not joined") || !strings.Contains(got, "FrontConfig.TLS") {
+		t.Errorf("the front's log: got %q, want it to say the member was not joined and why", got)
+	}
 }

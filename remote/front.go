@@ -37,6 +37,12 @@ type FrontConfig struct {
 	// heartbeats say it serves. May be given alone or with Hosts and
 	// Launch.
 	Cluster *ClusterConfig
+	// PruneAfter is how long a host found in the cluster stays in Hosts
+	// after it left the membership, while it serves no one and holds no
+	// tenant of the front's (Forget frees a tenant's place): then the
+	// front forgets it, so a fleet whose hosts come and go at new
+	// addresses does not grow the front. 0: DefaultPruneAfter.
+	PruneAfter time.Duration
 	// Address is where the front listens for its hosts' answers; empty:
 	// DefaultAddress. Any address that is not loopback requires TLS.
 	Address string
@@ -85,10 +91,11 @@ type Front struct {
 	pid   *actor.PID
 	calls Calls[*Pending]
 
-	linksMu sync.Mutex              // adding links (the cluster's hosts)
-	links   atomic.Pointer[[]*link] // every host, fixed, launched or the cluster's: copied on add
-	member  *membership             // the cluster it follows; nil: none
-	unwatch func()                  // stops hearing the cluster's topology
+	linksMu        sync.Mutex              // adding links (the cluster's hosts)
+	links          atomic.Pointer[[]*link] // every host, fixed, launched or the cluster's: copied on add
+	member         *membership             // the cluster it follows; nil: none
+	refusedMembers map[string]bool         // members not joined, said once (under linksMu)
+	unwatch        func()                  // stops hearing the cluster's topology
 
 	stopped atomic.Bool
 
@@ -135,7 +142,7 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 		}
 		return nil, err
 	}
-	f := &Front{cfg: cfg, sys: sys, member: member, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
+	f := &Front{cfg: cfg, sys: sys, member: member, refusedMembers: map[string]bool{}, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
 	var fixed []*link
 	for _, a := range cfg.Hosts {
 		fixed = append(fixed, newLink(f, a, nil))
@@ -188,14 +195,17 @@ func (c *FrontConfig) check() error {
 	if c.RestartBackoff == 0 {
 		c.RestartBackoff = 100 * time.Millisecond
 	}
+	if c.PruneAfter == 0 {
+		c.PruneAfter = DefaultPruneAfter
+	}
 	if c.Logf == nil {
 		c.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanes front: "+format+"\n", args...) }
 	}
 	switch {
 	case c.LostAfter < 10*time.Millisecond || c.LostAfter > time.Minute:
 		return fmt.Errorf("%w: LostAfter %v: give 10ms to 1m (a few of the hosts' heartbeats)", ErrConfig, c.LostAfter)
-	case c.JoinTimeout < 0 || c.RestartBackoff < 0:
-		return fmt.Errorf("%w: negative JoinTimeout or RestartBackoff", ErrConfig)
+	case c.JoinTimeout < 0 || c.RestartBackoff < 0 || c.PruneAfter < 0:
+		return fmt.Errorf("%w: negative JoinTimeout, RestartBackoff or PruneAfter", ErrConfig)
 	}
 	names := map[string]bool{}
 	for _, a := range c.Hosts {
@@ -224,13 +234,14 @@ func (c *FrontConfig) check() error {
 // JoinTimeout passed; with a cluster, until a host of it serves and every
 // member known by then answered.
 func (f *Front) awaitRegistration(ctx context.Context) error {
-	deadline := time.NewTimer(f.cfg.JoinTimeout)
-	defer deadline.Stop()
+	until := time.Now().Add(f.cfg.JoinTimeout)
 	if f.cfg.Cluster != nil {
-		if err := f.awaitCluster(ctx, deadline.C); err != nil {
+		if err := f.awaitCluster(ctx, until); err != nil {
 			return err
 		}
 	}
+	deadline := time.NewTimer(time.Until(until))
+	defer deadline.Stop()
 	for _, l := range f.allLinks() {
 		if l.fromCluster {
 			continue

@@ -7,6 +7,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -40,6 +41,9 @@ func (f *Front) clusterHosts(hosts []string) {
 		known[*at] = true
 		if l.fromCluster {
 			if was := l.listed.Swap(listed[*at]); was != listed[*at] {
+				if !listed[*at] {
+					l.unlistedAt.Store(time.Now().UnixNano())
+				}
 				l.event("membership")
 				if listed[*at] {
 					f.cfg.Logf("host %s is a member of cluster %s again", l.name, f.cfg.Cluster.Name)
@@ -53,6 +57,14 @@ func (f *Front) clusterHosts(hosts []string) {
 	for _, a := range hosts {
 		if known[a] {
 			continue // a fixed or launched host that is a member too
+		}
+		if host, _, err := splitAddress(a); err != nil || f.cfg.TLS == nil && !isLoopback(host) {
+			if !f.refusedMembers[a] {
+				f.refusedMembers[a] = true
+				f.cfg.Logf("cluster %s lists a host at %s: not joined (%s)", f.cfg.Cluster.Name, a,
+					map[bool]string{true: "not a host:port address", false: "not loopback, and this front has no TLS: give FrontConfig.TLS (LoadTLS) to reach hosts off this machine"}[err != nil])
+			}
+			continue
 		}
 		l := newLink(f, a, nil)
 		l.fromCluster = true
@@ -72,9 +84,10 @@ func (f *Front) clusterHosts(hosts []string) {
 
 // awaitCluster waits until a host of the cluster serves and every member
 // known then answered (registered or refused), or until deadline fires.
-func (f *Front) awaitCluster(ctx context.Context, deadline <-chan time.Time) error {
+func (f *Front) awaitCluster(ctx context.Context, until time.Time) error {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
+	deadline := time.After(time.Until(until))
 	for {
 		serving, waiting := 0, 0
 		for _, l := range f.allLinks() {
@@ -101,8 +114,12 @@ func (f *Front) awaitCluster(ctx context.Context, deadline <-chan time.Time) err
 			if serving > 0 {
 				return nil // the slow ones join when they can
 			}
-			return fmt.Errorf("%w: no host of cluster %s registered within %v (are hosts up and members, with this cluster's name and seeds %v? can they reach this front at %s? see Advertise on both sides)",
-				ErrNoHost, f.cfg.Cluster.Name, f.cfg.JoinTimeout, f.cfg.Cluster.Seeds, f.sys.addr)
+			where := fmt.Sprintf("seeds %v", f.cfg.Cluster.Seeds)
+			if f.cfg.Cluster.Provider != nil {
+				where = "its provider"
+			}
+			return fmt.Errorf("%w: no host of cluster %s registered within %v (are hosts up and members, with this cluster's name and %s? can they reach this front at %s? see Advertise on both sides)",
+				ErrNoHost, f.cfg.Cluster.Name, f.cfg.JoinTimeout, where, f.sys.addr)
 		}
 	}
 }
@@ -113,6 +130,9 @@ func (l *link) awaitListed() bool {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for !l.listed.Load() {
+		if l.pruned.Load() {
+			return false
+		}
 		select {
 		case <-l.events:
 		case <-tick.C:
@@ -126,3 +146,44 @@ func (l *link) awaitListed() bool {
 // unlisted reports whether the link is the cluster's and its host is not
 // a member now.
 func (l *link) unlisted() bool { return l.fromCluster && !l.listed.Load() }
+
+// DefaultPruneAfter is FrontConfig.PruneAfter's default.
+const DefaultPruneAfter = 30 * time.Second
+
+// pruneGone forgets the cluster's hosts gone for PruneAfter: not members,
+// not serving, no tenant placed there (Forget frees a tenant's place).
+func (f *Front) pruneGone() {
+	now := time.Now().UnixNano()
+	var gone []*link
+	for _, l := range f.allLinks() {
+		if l.unlisted() && l.serving.Load() == 0 && now-l.unlistedAt.Load() > int64(f.cfg.PruneAfter) {
+			gone = append(gone, l)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	f.linksMu.Lock()
+	defer f.linksMu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	held := map[*link]bool{}
+	for _, pl := range f.tenants {
+		held[pl.link] = true
+	}
+	keep := make([]*link, 0, len(f.allLinks()))
+	for _, l := range f.allLinks() {
+		if slices.Contains(gone, l) && !held[l] && l.unlisted() {
+			l.pruned.Store(true)
+			l.event("pruned") // its supervisor, waiting for it to be a member again, ends
+			for t, was := range f.last {
+				if was == l {
+					delete(f.last, t)
+				}
+			}
+			continue
+		}
+		keep = append(keep, l)
+	}
+	f.links.Store(&keep)
+}

@@ -84,8 +84,10 @@ type link struct {
 	name   string
 	launch *Launch // nil: a host at a fixed address
 
-	fromCluster bool        // found in the front's cluster
-	listed      atomic.Bool // a member of the cluster now (fromCluster)
+	fromCluster bool         // found in the front's cluster
+	listed      atomic.Bool  // a member of the cluster now (fromCluster)
+	unlistedAt  atomic.Int64 // when it last left the membership (unix nanoseconds)
+	pruned      atomic.Bool  // forgotten by the front (pruneGone)
 
 	// The hot path's lock-free view of the link, written under mu with
 	// what it mirrors: the epoch the host serves under (0 while it does

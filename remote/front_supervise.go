@@ -52,6 +52,9 @@ func (f *Front) watchSilence() {
 		case <-f.quit:
 			return
 		}
+		if f.cfg.Cluster != nil {
+			f.pruneGone()
+		}
 		for _, l := range f.allLinks() {
 			epoch := l.serving.Load()
 			if epoch == 0 {
@@ -199,6 +202,10 @@ func (l *link) join() string {
 			}
 		case <-deadline:
 			if l.launch == nil {
+				if l.fromCluster {
+					l.f.cfg.Logf("host %s, a member of cluster %s, has not registered within %v: is it up at that address, and can it reach this front at %s? (asking on)",
+						l.name, l.f.cfg.Cluster.Name, l.f.cfg.JoinTimeout, l.f.sys.addr)
+				}
 				deadline = time.After(l.f.cfg.JoinTimeout) // a fixed host: keep asking
 				continue
 			}

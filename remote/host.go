@@ -148,7 +148,10 @@ const MaxTemplates = 1 << 14
 // (which the host closes when it stops) and its actor on the process's
 // remote endpoint. A process runs one host (and at most one front) at a
 // time, on one endpoint it keeps for its life: the first front or host
-// started sets its address and TLS.
+// started sets its address and TLS. A host with a Cluster makes that
+// endpoint a member, which leaves the cluster when the host stops: a
+// process serves at most one cluster host in its life (start the next in
+// a new process).
 func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -181,6 +184,9 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		c := *cfg.Cluster
 		if err := c.check(true, cfg.TLS != nil); err != nil {
 			return nil, err
+		}
+		if c.Membership == cfg.Address || c.Membership == cfg.Advertise {
+			return nil, fmt.Errorf("%w: cluster %s: membership endpoint %s is the host's own address: give it a port of its own", ErrConfig, c.Name, c.Membership)
 		}
 		cfg.Cluster = &c
 	}

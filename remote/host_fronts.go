@@ -23,6 +23,12 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 		return nil
 	}
 	front := actor.NewPID(m.Front, FrontActor)
+	if err := h.DeviceFault(); err != nil {
+		// A poisoned process serves no one again (lanehost exits to be
+		// replaced); its fronts ask again, and find its replacement.
+		h.tell(front, &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt, Refusal: "its device is poisoned: " + err.Error()})
+		return nil
+	}
 	h.mu.Lock()
 	old := h.byFront[m.Front]
 	if old != nil && old.hello != nil && old.attempt == m.Attempt {

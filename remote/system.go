@@ -104,10 +104,10 @@ func acquireSystem(address, advertise string, tlsCfg *tls.Config, clusterCfg *Cl
 			return nil, fmt.Errorf("%w: this process's endpoint advertises %q already; its fronts and hosts share it (asked %q)", ErrConfig, endpoint.advertise, advertise)
 		case tlsCfg != endpoint.tls:
 			return nil, fmt.Errorf("%w: this process's endpoint was started with another TLS configuration; give every front and host of a process the same one", ErrConfig)
-		case clusterCfg != nil && !clusterCfg.same(endpoint.cluster):
-			return nil, fmt.Errorf("%w: this process's endpoint joined %s already; a host of it joins that one (asked %s)", ErrConfig, clusterName(endpoint.cluster), clusterName(clusterCfg))
-		case clusterCfg != nil && s.member.hasLeft():
+		case clusterCfg != nil && s.member != nil && s.member.hasLeft():
 			return nil, fmt.Errorf("%w: %v", ErrConfig, errLeftCluster)
+		case clusterCfg != nil && !clusterCfg.same(endpoint.cluster):
+			return nil, fmt.Errorf("%w: this process's endpoint is %s already; a host started in it joins that one, with the same seeds and refresh (asked cluster %q)", ErrConfig, clusterName(endpoint.cluster), clusterCfg.Name)
 		}
 		endpoint.names[name] = true
 		return s, nil
@@ -134,9 +134,9 @@ func releaseSystem(s *system, name string, pid *actor.PID) {
 // clusterName names a cluster configuration in errors.
 func clusterName(c *ClusterConfig) string {
 	if c == nil {
-		return "no cluster"
+		return "in no cluster"
 	}
-	return "cluster " + strconv.Quote(c.Name)
+	return "a member of cluster " + strconv.Quote(c.Name)
 }
 
 func startSystem(host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (sys *system, err error) {

@@ -36,6 +36,12 @@
 #              (and the same fault in one process): prints each run's total
 #              and round-trip lines and the ratios (issue 23's must-show on
 #              the H200 pair; on one GPU, one host against one device).
+#   cluster    lane hosts found in a cluster (lanedemo --cluster): a host
+#              per GPU (each GPU standing for a machine) against one GPU's
+#              host, at 32 and 64 steps in flight per tenant, ROUNDS rounds;
+#              then the fleet changing under load: one more host joins at
+#              2 s, host0 leaves well at 4 s, host1 is killed at 6 s
+#              (issue 24's figure on the H200 pair).
 set -uo pipefail
 bin=${1:?usage: gpu-scorecard.sh BIN_DIR ANCHORS_DIR [OUT_DIR]}
 anchors=${2:?usage: gpu-scorecard.sh BIN_DIR ANCHORS_DIR [OUT_DIR]}
@@ -44,7 +50,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 bin=$(cd "$bin" && pwd)
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-sections=${SECTIONS:-serve profile launch staged recapture multi hosts}
+sections=${SECTIONS:-serve profile launch staged recapture multi hosts cluster}
 rounds=${ROUNDS:-2}
 want() { [[ " $sections " == *" $1 "* ]]; }
 work=$(mktemp -d)
@@ -116,5 +122,20 @@ if want hosts && [ "$gpus" -ge 1 ]; then
   hdemo --duration 8s --concurrency 8 --fault-host-at 3s --in-process > "$out/hosts-fault-inproc.txt" 2>&1
   echo "an out-of-bounds kernel on GPU 0's host at 3 s:"; cat "$out/hosts-fault.txt"
   echo "the same in one process:"; cat "$out/hosts-fault-inproc.txt"
+fi
+if want cluster && [ "$gpus" -ge 1 ]; then
+  cdemo() { "$bin/lanedemo" --device cuda --cluster --kernels 16 --lanehost "$bin/lanehost" "$@"; }
+  ctotal() { awk '/^total/ {print $4}' "$1"; }
+  for ((round = 1; round <= rounds; round++)); do
+    for conc in 32 64; do
+      cdemo --devices 1 --tenants $((8 * gpus)) --duration 5s --concurrency $conc > "$out/cluster-one-c$conc-$round.txt" 2>&1
+      cdemo --devices "$gpus" --tenants $((8 * gpus)) --duration 5s --concurrency $conc > "$out/cluster-all-c$conc-$round.txt" 2>&1
+      a=$(ctotal "$out/cluster-all-c$conc-$round.txt"); b=$(ctotal "$out/cluster-one-c$conc-$round.txt")
+      echo "cluster round $round, $conc in flight per tenant: a host per GPU ($gpus) ${a:-?} vs one GPU's host ${b:-?} steps/s, ratio $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "?"}')"
+    done
+  done
+  ords=$(seq -s, 0 $((gpus - 1))); [ "$gpus" -eq 1 ] && ords=0,0
+  cdemo --devices 2 --ordinals "$ords" --tenants 16 --duration 8s --concurrency 8 --join-at 2s --leave-at 4s --kill-at 6s > "$out/cluster-fleet.txt" 2>&1
+  echo "the fleet changing under load:"; grep -v '^lanehost: \|^lanedemo: host' "$out/cluster-fleet.txt"
 fi
 python3 "$here/scorecard.py" "$out" "$gpus" "$rounds"

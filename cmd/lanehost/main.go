@@ -289,6 +289,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -306,8 +308,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
 	case o.maxInFlight < 0:
 		return o, fmt.Errorf("--max-in-flight-per-lane %d: give 0 (the default) or more", o.maxInFlight)
-	case o.clusterName == "" && (o.membership != "" || len(o.seeds) > 0):
-		return o, fmt.Errorf("--membership and --seeds need --cluster NAME")
+	case o.clusterName == "" && (o.membership != "" || len(o.seeds) > 0 || set["cluster-refresh"]):
+		return o, fmt.Errorf("--membership, --seeds and --cluster-refresh need --cluster NAME")
 	case o.clusterName != "" && (o.membership == "" || len(o.seeds) == 0):
 		return o, fmt.Errorf("--cluster %s: give --membership (this host's membership endpoint, host:port) and --seeds (every host's, this one's included)", o.clusterName)
 	case o.cpuProfile == "-" || o.execTrace == "-":

@@ -231,6 +231,9 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 	row := func(h string) *HostsRow {
 		if by[h] == nil {
 			by[h] = &HostsRow{Name: h}
+			if h == "" {
+				by[h].Name = "unplaced" // tenants no host holds at the end: theirs left or was lost, and none took them yet
+			}
 		}
 		return by[h]
 	}
