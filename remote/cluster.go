@@ -300,6 +300,7 @@ func (m *membership) topology(gen int, t *cluster.ClusterTopology) {
 		}
 	}
 	slices.Sort(hosts)
+	hosts = slices.Compact(hosts) // members of other ids at one address (an endpoint under two names, a false answer) are one host
 	m.mu.Lock()
 	if gen != m.gen {
 		m.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -247,5 +248,42 @@ func TestAMemberOffLoopbackIsNotJoinedWithoutTLS(t *testing.T) {
 	}
 	if got := logs.b.String(); !strings.Contains(got, "192.0.2.2:7009: not joined") || !strings.Contains(got, "FrontConfig.TLS") {
 		t.Errorf("the front's log: got %q, want it to say the member was not joined and why", got)
+	}
+}
+
+// TestTwoMembersAtOneAddressAreOneHost: a host's membership endpoint
+// listed under two names, or a false answer naming a host's address, is
+// one host to the front: joined once, never lost for it.
+func TestTwoMembersAtOneAddressAreOneHost(t *testing.T) {
+	a := freePort(t)
+	_, addr := clusterHost(t, "A", "alias", a, []string{a})
+	host, port, _ := net.SplitHostPort(addr)
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"id":"not-A","address":%q,"port":%s,"auto_manage_port":1,"kinds":["lanes.host"],"cluster_name":"alias"}`, host, port)
+	}))
+	defer fake.Close()
+	_, aPort, _ := net.SplitHostPort(a)
+	seeds := []string{a, "localhost:" + aPort, strings.TrimPrefix(fake.URL, "http://")}
+	ctx := context.Background()
+	began := time.Now()
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "alias", Seeds: seeds, Refresh: 100 * time.Millisecond},
+		LostAfter: 500 * time.Millisecond, JoinTimeout: 10 * time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(ctx)
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("StartFront took %v, want it to return once the host serves", took)
+	}
+	c := setUp(t, f, "t")
+	for range 40 {
+		if _, err := f.Submit(ctx, "t", c.step(t, 1)); err != nil {
+			t.Fatalf("a step: got err %v, want nil", err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	hosts := f.Hosts()
+	if len(hosts) != 1 || hosts[0].State != remote.HostServing || hosts[0].Losses != 0 {
+		t.Errorf("Hosts: got %+v, want one host, serving, never lost", hosts)
 	}
 }

@@ -66,6 +66,7 @@ func (f *Front) clusterHosts(hosts []string) {
 			}
 			continue
 		}
+		known[a] = true // one link an address, however many members name it
 		l := newLink(f, a, nil)
 		l.fromCluster = true
 		l.listed.Store(true)

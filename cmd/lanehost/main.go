@@ -274,9 +274,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.membership, "membership", "", "with --cluster: this host's membership endpoint (host:port, plain HTTP that says who the host is; loopback unless TLS); one of --seeds")
 	fs.Func("seeds", "with --cluster: every host's membership endpoint, comma-separated (host:port,...), this one's included; fronts are given the same list", func(v string) error {
 		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				o.seeds = append(o.seeds, s)
+			if s = strings.TrimSpace(s); s == "" {
+				return fmt.Errorf("an empty entry in %q: give host:port,host:port and so on", v)
 			}
+			o.seeds = append(o.seeds, s)
 		}
 		return nil
 	})

@@ -240,6 +240,9 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 	for _, t := range tenants {
 		row(api.hostOf(t.name, t.index)).Tenants++
 	}
+	for h := range status {
+		row(h) // a host that served no step (one that joined late, say) is in the report too
+	}
 	for _, s := range samples {
 		r := row(s.host)
 		switch {
