@@ -218,11 +218,11 @@ func (m *membership) join(as *actor.ActorSystem, remoteCfg *premote.Config, gen 
 }
 
 // The process's fronts' view of their cluster: a client on an actor
-// system of its own (with no remote), so that what the cluster package decides (it ends
-// the connection to a member it drops, and refuses that member's
-// connections for good) touches none of the work's connections: a host the
-// membership drops takes no new tenants, and is lost only when the
-// front's own heartbeats, probes or the remote's watch say so.
+// system of its own (with no remote), so that what the cluster package
+// decides (it ends the connection to a member it drops, and refuses that
+// member's connections for good) touches none of the work's connections:
+// a host the membership drops takes no new tenants, and is lost only when
+// the front's own heartbeats, probes or the remote's watch say so.
 var following struct {
 	mu    sync.Mutex
 	m     *membership
