@@ -115,22 +115,8 @@ func TestAMembershipBlipCostsNothing(t *testing.T) {
 	clusterHost(t, "B", "blip", b, []string{a, b})
 	toA := startProxy(t, a)
 	ctx := context.Background()
-	f, err := remote.StartFront(ctx, remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "blip", Seeds: []string{toA.addr(), b}, Refresh: 100 * time.Millisecond},
-		LostAfter: 500 * time.Millisecond, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("StartFront: got err %v, want nil", err)
-	}
-	defer f.Stop(ctx)
-	var onA counter
-	for i := range 2 {
-		c := setUp(t, f, fmt.Sprintf("t%d", i))
-		if st, _ := hostByName(f, "A"); at(f, c.tenant) == st.Name {
-			onA = c
-		}
-	}
-	if onA.tenant == "" {
-		t.Fatalf("no tenant of two placed on A: %+v", f.Hosts())
-	}
+	f := clusterFront(t, "blip", []string{toA.addr(), b}, 0)
+	onA := twoTenantsOneOnA(t, f)
 	toA.cut(true, true)
 	steps := 0
 	deadline := time.Now().Add(6 * time.Second)
@@ -182,19 +168,8 @@ func TestAPoisonedMemberIsNotJoinedAgain(t *testing.T) {
 	clusterHost(t, "A", "poison", a, []string{a, b}, "--fault-kernels")
 	clusterHost(t, "B", "poison", b, []string{a, b})
 	ctx := context.Background()
-	f, err := remote.StartFront(ctx, remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "poison", Seeds: []string{a, b}, Refresh: 100 * time.Millisecond},
-		LostAfter: 500 * time.Millisecond, PruneAfter: time.Second, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("StartFront: got err %v, want nil", err)
-	}
-	defer f.Stop(ctx)
-	var victim counter
-	for i := range 2 {
-		c := setUp(t, f, fmt.Sprintf("t%d", i))
-		if st, _ := hostByName(f, "A"); at(f, c.tenant) == st.Name {
-			victim = c
-		}
-	}
+	f := clusterFront(t, "poison", []string{a, b}, time.Second)
+	victim := twoTenantsOneOnA(t, f)
 	cmd, err := cuda.Launch(kernels.Builtin().With(kernels.FaultInjection()).MustSpec(kernels.Poke), cuda.Linear(1, 1), cuda.BufferArg(victim.buf.Whole()), cuda.U32Arg(1<<30), cuda.I32Arg(7))
 	if err != nil {
 		t.Fatalf("poke launch: got err %v, want nil", err)
@@ -286,4 +261,35 @@ func TestTwoMembersAtOneAddressAreOneHost(t *testing.T) {
 	if len(hosts) != 1 || hosts[0].State != remote.HostServing || hosts[0].Losses != 0 {
 		t.Errorf("Hosts: got %+v, want one host, serving, never lost", hosts)
 	}
+}
+
+// clusterFront starts a front following the cluster name over seeds
+// (refreshed every 100 ms, hosts lost after 500 ms), stopped at the
+// test's end.
+func clusterFront(t *testing.T, name string, seeds []string, pruneAfter time.Duration) *remote.Front {
+	t.Helper()
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: name, Seeds: seeds, Refresh: 100 * time.Millisecond},
+		LostAfter: 500 * time.Millisecond, PruneAfter: pruneAfter, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = f.Stop(context.Background()) })
+	return f
+}
+
+// twoTenantsOneOnA sets up two tenants (one a host, by headroom)
+// and returns the one on the host that calls itself A.
+func twoTenantsOneOnA(t *testing.T, f *remote.Front) counter {
+	t.Helper()
+	var onA counter
+	for i := range 2 {
+		c := setUp(t, f, fmt.Sprintf("t%d", i))
+		if st, _ := hostByName(f, "A"); at(f, c.tenant) == st.Name {
+			onA = c
+		}
+	}
+	if onA.tenant == "" {
+		t.Fatalf("no tenant of two placed on A: %+v", f.Hosts())
+	}
+	return onA
 }
