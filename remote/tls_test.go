@@ -64,7 +64,13 @@ func tlsFrontChild() int {
 		fmt.Println("LoadTLS:", err)
 		return 1
 	}
-	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{os.Getenv("LANES_TLS_HOST")}, TLS: cfg, JoinTimeout: 10 * time.Second})
+	fc := remote.FrontConfig{TLS: cfg, JoinTimeout: 10 * time.Second}
+	if name := os.Getenv("LANES_TLS_CLUSTER"); name != "" {
+		fc.Cluster = &remote.ClusterConfig{Name: name, Seeds: strings.Split(os.Getenv("LANES_TLS_SEEDS"), ","), Refresh: 100 * time.Millisecond}
+	} else {
+		fc.Hosts = []string{os.Getenv("LANES_TLS_HOST")}
+	}
+	f, err := remote.StartFront(context.Background(), fc)
 	if err != nil {
 		fmt.Println("StartFront:", err)
 		return 1
@@ -96,6 +102,23 @@ func TestMutualTLS(t *testing.T) {
 	if err == nil {
 		_ = f.Stop(context.Background())
 		t.Fatalf("a front without TLS: got registered, want no registration from a TLS host")
+	}
+}
+
+// TestMutualTLSInACluster: a host with mutual TLS that is a member of a
+// cluster is found there and served by a front with TLS (the README's
+// across-machines setup, on loopback).
+func TestMutualTLSInACluster(t *testing.T) {
+	dir := t.TempDir()
+	writeCerts(t, dir)
+	m := freePort(t)
+	startHostProcess(t, "--tls-cert", filepath.Join(dir, "host.pem"), "--tls-key", filepath.Join(dir, "host-key.pem"), "--tls-ca", filepath.Join(dir, "ca.pem"),
+		"--cluster", "tls", "--membership", m, "--seeds", m)
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_TLS_CHILD=1", "LANES_TLS_DIR="+dir, "LANES_TLS_CLUSTER=tls", "LANES_TLS_SEEDS="+m)
+	out, err := child.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "served over mutual TLS") {
+		t.Fatalf("a front with mutual TLS following the cluster: got err %v, output %q; want it served", err, out)
 	}
 }
 
