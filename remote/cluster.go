@@ -6,6 +6,7 @@
 package remote
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -146,9 +147,9 @@ type membership struct {
 
 // startCluster starts the process's remote as a cluster member (a host)
 // or client (a front) on the actor system, with remoteCfg.
-func startCluster(as *actor.ActorSystem, remoteCfg *premote.Config, cfg *ClusterConfig, member bool) (*membership, *premote.Remote, error) {
+func startCluster(ctx context.Context, as *actor.ActorSystem, remoteCfg *premote.Config, cfg *ClusterConfig, member bool) (*membership, *premote.Remote, error) {
 	m := &membership{cfg: cfg, member: member, watchers: map[int]func([]string){}}
-	c, p, err := m.join(as, remoteCfg, 0)
+	c, p, err := m.join(ctx, as, remoteCfg, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -159,7 +160,7 @@ func startCluster(as *actor.ActorSystem, remoteCfg *premote.Config, cfg *Cluster
 }
 
 // join starts a cluster of generation gen on the actor system.
-func (m *membership) join(as *actor.ActorSystem, remoteCfg *premote.Config, gen int) (c *cluster.Cluster, provider cluster.ClusterProvider, err error) {
+func (m *membership) join(ctx context.Context, as *actor.ActorSystem, remoteCfg *premote.Config, gen int) (c *cluster.Cluster, provider cluster.ClusterProvider, err error) {
 	cfg := m.cfg
 	provider = cfg.Provider
 	var server *echo.Echo
@@ -190,32 +191,78 @@ func (m *membership) join(as *actor.ActorSystem, remoteCfg *premote.Config, gen 
 			m.topology(gen, t)
 		}
 	})
-	defer func() {
-		if p := recover(); p != nil {
-			if server != nil {
-				_ = server.Close()
-			}
-			c, provider, err = nil, nil, fmt.Errorf("%w: join cluster %s: %v", ErrConfig, cfg.Name, p)
+	if c, err = newCluster(as, config); err != nil {
+		if server != nil {
+			_ = server.Close()
 		}
-	}()
-	c = cluster.New(as, config)
+		return nil, nil, err
+	}
 	if m.member {
 		m.mu.Lock()
 		m.c = c // the membership endpoint may answer before StartMember returns
 		m.mu.Unlock()
-		c.StartMember()
-		return c, provider, nil
+	} else {
+		// A follower only hears the provider: no remote of its own is
+		// started (a second one in the process would race with the first
+		// over gRPC's process-wide logger, and no one needs to reach it);
+		// the member list keeps its block list in one never started.
+		c.Remote = premote.NewRemote(as, remoteCfg)
 	}
-	// A follower only hears the provider: no remote of its own is started
-	// (a second one in the process would race with the first over gRPC's
-	// process-wide logger, and no one needs to reach it); the member list
-	// keeps its block list in one that is never started.
-	c.Remote = premote.NewRemote(as, remoteCfg)
-	if err := provider.StartClient(c); err != nil {
-		return nil, nil, fmt.Errorf("%w: follow cluster %s: %v", ErrConfig, cfg.Name, err)
+	// A provider may wait for its service (etcd, Consul, the Kubernetes
+	// API) for as long as it is down: ctx bounds the wait; a start that
+	// ends after it was given up is undone.
+	started := make(chan error, 1)
+	cl, prov := c, provider // the results are cleared if the start is given up
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				started <- fmt.Errorf("%v", p)
+			}
+		}()
+		if m.member {
+			cl.StartMember()
+			started <- nil
+		} else {
+			started <- prov.StartClient(cl)
+		}
+	}()
+	select {
+	case err = <-started:
+	case <-ctx.Done():
+		go func() {
+			if <-started == nil {
+				func() { defer func() { _ = recover() }(); _ = prov.Shutdown(false) }()
+			}
+			if server != nil {
+				_ = server.Close()
+			}
+			if !m.member {
+				as.Shutdown() // a member's is the process's endpoint, given up
+			}
+		}()
+		return nil, nil, fmt.Errorf("%w: cluster %s: its provider did not start (%w): is its service (etcd, Consul, the Kubernetes API; the automanaged seeds) reachable?", errProviderLate, cfg.Name, ctx.Err())
+	}
+	if err != nil {
+		if server != nil {
+			_ = server.Close()
+		}
+		return nil, nil, fmt.Errorf("%w: join cluster %s: %v", ErrConfig, cfg.Name, err)
 	}
 	return c, provider, nil
 }
+
+// newCluster is cluster.New, whose failures are panics.
+func newCluster(as *actor.ActorSystem, config *cluster.Config) (c *cluster.Cluster, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c, err = nil, fmt.Errorf("%w: cluster %s: %v", ErrConfig, config.Name, p)
+		}
+	}()
+	return cluster.New(as, config), nil
+}
+
+// errProviderLate is a cluster provider that did not start in time.
+var errProviderLate = errors.New("remote: cluster provider late")
 
 // The process's fronts' view of their cluster: a client on an actor
 // system of its own (with no remote), so that what the cluster package
@@ -231,7 +278,7 @@ var following struct {
 
 // followCluster is the process's view of cfg's cluster, started by the
 // first front that follows it and stopped with the last (unfollow).
-func followCluster(cfg *ClusterConfig) (*membership, error) {
+func followCluster(ctx context.Context, cfg *ClusterConfig) (*membership, error) {
 	following.mu.Lock()
 	defer following.mu.Unlock()
 	if m := following.m; m != nil {
@@ -242,9 +289,11 @@ func followCluster(cfg *ClusterConfig) (*membership, error) {
 		return m, nil
 	}
 	as := quietActorSystem()
-	m, _, err := startCluster(as, premote.Configure("127.0.0.1", 0), cfg, false)
+	m, _, err := startCluster(ctx, as, premote.Configure("127.0.0.1", 0), cfg, false)
 	if err != nil {
-		as.Shutdown()
+		if !errors.Is(err, errProviderLate) {
+			as.Shutdown() // a late one is shut down when it starts
+		}
 		return nil, err
 	}
 	following.m, following.users = m, 1
@@ -342,7 +391,7 @@ func (m *membership) renew() {
 	gen := m.gen
 	m.mu.Unlock()
 	as := quietActorSystem()
-	c, p, err := m.join(as, premote.Configure("127.0.0.1", 0), gen)
+	c, p, err := m.join(context.Background(), as, premote.Configure("127.0.0.1", 0), gen)
 	m.mu.Lock()
 	m.renewing = false
 	if err != nil {

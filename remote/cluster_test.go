@@ -1,17 +1,21 @@
 package remote_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
@@ -292,4 +296,130 @@ func twoTenantsOneOnA(t *testing.T, f *remote.Front) counter {
 		t.Fatalf("no tenant of two placed on A: %+v", f.Hosts())
 	}
 	return onA
+}
+
+// stuckProvider is a cluster provider whose service never answers (etcd
+// down, say): its starts wait until it is shut down.
+type stuckProvider struct{ done chan struct{} }
+
+func (p *stuckProvider) StartMember(*cluster.Cluster) error { <-p.done; return nil }
+func (p *stuckProvider) StartClient(*cluster.Cluster) error { <-p.done; return nil }
+func (p *stuckProvider) Shutdown(bool) error {
+	select {
+	case <-p.done:
+	default:
+		close(p.done)
+	}
+	return nil
+}
+
+// TestAProviderThatNeverAnswersIsBounded: a front whose cluster provider
+// waits for its service forever fails StartFront with ErrNoHost within
+// JoinTimeout, saying what to check, and a front with another cluster
+// starts in the same process after it.
+func TestAProviderThatNeverAnswersIsBounded(t *testing.T) {
+	p := &stuckProvider{done: make(chan struct{})}
+	defer p.Shutdown(false)
+	began := time.Now()
+	_, err := remote.StartFront(context.Background(), remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "stuck", Provider: p}, JoinTimeout: 300 * time.Millisecond})
+	if !errors.Is(err, remote.ErrNoHost) || !strings.Contains(err.Error(), "provider did not start") {
+		t.Errorf("StartFront with a provider that never answers: got err %v, want ErrNoHost saying its provider did not start", err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("StartFront took %v, want about JoinTimeout (300ms)", took)
+	}
+	a := freePort(t)
+	clusterHost(t, "A", "after-stuck", a, []string{a})
+	f := clusterFront(t, "after-stuck", []string{a}, 0)
+	setUp(t, f, "t")
+}
+
+// children are the test binary's child processes by LANES_CHILD (TestMain
+// runs them).
+var children = map[string]func() int{"front-fleet": fleetChild, "serve-stuck": serveStuckChild, "serve-provider": serveProviderChild}
+
+// serveStuckChild serves a cluster host whose provider never answers,
+// with a deadline: Serve must give up then, and the process's endpoint
+// with it.
+func serveStuckChild() int {
+	dev, err := sim.New(sim.Config{})
+	if err != nil {
+		return 1
+	}
+	p := &stuckProvider{done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	cfg := remote.HostConfig{Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Cluster: &remote.ClusterConfig{Name: "stuck", Provider: p}}
+	began := time.Now()
+	_, err = remote.Serve(ctx, cfg)
+	fmt.Printf("serve: %v after %v\n", err, time.Since(began).Round(100*time.Millisecond))
+	dev2, _ := sim.New(sim.Config{})
+	cfg.Scheduler.Devices = []cuda.Device{dev2}
+	_, err = remote.Serve(context.Background(), cfg)
+	fmt.Printf("again: %v\n", err)
+	return 0
+}
+
+// TestServeWithAProviderThatNeverAnswersIsBounded: Serve gives up at its
+// context's end when its cluster provider never answers, and refuses a
+// second host in that process (its endpoint may still start).
+func TestServeWithAProviderThatNeverAnswersIsBounded(t *testing.T) {
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_CHILD=serve-stuck")
+	out, err := child.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "serve: remote: cluster provider late") || !strings.Contains(string(out), "context deadline exceeded") ||
+		!strings.Contains(string(out), "again: remote: bad configuration: a cluster host's start was given up") {
+		t.Fatalf("Serve with a provider that never answers: got %q (%v), want it given up at the deadline, then a second Serve refused", out, err)
+	}
+	t.Log(strings.TrimSpace(string(out)))
+}
+
+// serveProviderChild serves a cluster host with a provider of the caller's
+// own (protoactor-go's automanaged, built by hand as one would build etcd's)
+// until killed.
+func serveProviderChild() int {
+	dev, err := sim.New(sim.Config{})
+	if err != nil {
+		return 1
+	}
+	_, port, _ := net.SplitHostPort(os.Getenv("LANES_MEMBERSHIP"))
+	n, _ := strconv.Atoi(port)
+	p := automanaged.NewWithConfig(100*time.Millisecond, n, os.Getenv("LANES_MEMBERSHIP"))
+	h, err := remote.Serve(context.Background(), remote.HostConfig{Name: "P", Scheduler: actors.Config{Devices: []cuda.Device{dev}},
+		Cluster: &remote.ClusterConfig{Name: "own", Provider: p}})
+	if err != nil {
+		fmt.Println("Serve:", err)
+		return 1
+	}
+	fmt.Println("lanehost: listening on", h.Address())
+	select {}
+}
+
+// TestAHostWithAProviderOfItsOwn: a host given any protoactor-go provider
+// (ClusterConfig.Provider) is a member that a front finds and is served by.
+func TestAHostWithAProviderOfItsOwn(t *testing.T) {
+	m := freePort(t)
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_CHILD=serve-provider", "LANES_MEMBERSHIP="+m)
+	out, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	r := bufio.NewReader(out)
+	line, _ := r.ReadString('\n')
+	for strings.Contains(line, "http server started") { // the stock automanaged provider's echo says so on standard output
+		line, _ = r.ReadString('\n')
+	}
+	if !strings.HasPrefix(line, "lanehost: listening on") {
+		t.Fatalf("the host's process: got %q, want it serving", line)
+	}
+	f := clusterFront(t, "own", []string{m}, 0)
+	c := setUp(t, f, "t")
+	if _, err := f.Submit(context.Background(), "t", c.step(t, 3)); err != nil || c.value(t, f) != 3 {
+		t.Fatalf("a step on the host with a provider of its own: got err %v, want it served", err)
+	}
+	if st, _ := hostByName(f, "P"); !st.FromCluster || !st.Member {
+		t.Errorf("the host: got %+v, want found in the cluster, a member", st)
+	}
 }

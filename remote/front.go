@@ -8,6 +8,7 @@ package remote
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -131,11 +132,17 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	var member *membership
 	if cfg.Cluster != nil {
 		var err error
-		if member, err = followCluster(cfg.Cluster); err != nil {
+		joinCtx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+		member, err = followCluster(joinCtx, cfg.Cluster)
+		cancel()
+		if errors.Is(err, errProviderLate) {
+			return nil, fmt.Errorf("%w: %w", ErrNoHost, err)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
-	sys, err := acquireSystem(cfg.Address, cfg.Advertise, cfg.TLS, nil, FrontActor)
+	sys, err := acquireSystem(ctx, cfg.Address, cfg.Advertise, cfg.TLS, nil, FrontActor)
 	if err != nil {
 		if member != nil {
 			unfollow(member)

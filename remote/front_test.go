@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("LANES_TLS_CHILD") == "1" {
 		os.Exit(tlsFrontChild())
 	}
+	if child, ok := children[os.Getenv("LANES_CHILD")]; ok {
+		os.Exit(child())
+	}
 	switch os.Getenv("LANES_CHILD") {
 	case "front":
 		os.Exit(frontChild())
@@ -39,8 +42,6 @@ func TestMain(m *testing.M) {
 		os.Exit(loadChild())
 	case "front-partition":
 		os.Exit(partitionChild())
-	case "front-fleet":
-		os.Exit(fleetChild())
 	case "front-hold":
 		if _, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}}); err != nil {
 			fmt.Println("StartFront:", err)

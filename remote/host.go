@@ -185,7 +185,7 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		if err := c.check(true, cfg.TLS != nil); err != nil {
 			return nil, err
 		}
-		if c.Membership == cfg.Address || c.Membership == cfg.Advertise {
+		if c.Membership != "" && (c.Membership == cfg.Address || c.Membership == cfg.Advertise) {
 			return nil, fmt.Errorf("%w: cluster %s: membership endpoint %s is the host's own address: give it a port of its own", ErrConfig, c.Name, c.Membership)
 		}
 		cfg.Cluster = &c
@@ -194,7 +194,7 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	sys, err := acquireSystem(cfg.Address, cfg.Advertise, cfg.TLS, cfg.Cluster, HostActor)
+	sys, err := acquireSystem(ctx, cfg.Address, cfg.Advertise, cfg.TLS, cfg.Cluster, HostActor)
 	if err != nil {
 		_ = sched.Stop(context.Background())
 		return nil, err

@@ -4,6 +4,7 @@
 package remote
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -53,6 +54,7 @@ var endpoint struct {
 	advertise string      // as first asked
 	tls       *tls.Config // as first given
 	cluster   *ClusterConfig
+	abandoned bool // a cluster host's start given up while its provider waited
 	names     map[string]bool
 }
 
@@ -69,7 +71,7 @@ type system struct {
 // non-loopback address needs tlsCfg, whose certificates then secure every
 // connection both ways. With a cluster (a host's), the endpoint joins it as
 // a member. Release it with releaseSystem(name).
-func acquireSystem(address, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig, name string) (*system, error) {
+func acquireSystem(ctx context.Context, address, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig, name string) (*system, error) {
 	if address == "" {
 		address = DefaultAddress
 	}
@@ -94,6 +96,9 @@ func acquireSystem(address, advertise string, tlsCfg *tls.Config, clusterCfg *Cl
 	}
 	endpoint.mu.Lock()
 	defer endpoint.mu.Unlock()
+	if endpoint.abandoned {
+		return nil, fmt.Errorf("%w: a cluster host's start was given up in this process while its provider waited (its remote may still start): start the host in a new process", ErrConfig)
+	}
 	if s := endpoint.sys; s != nil {
 		switch {
 		case endpoint.names[name]:
@@ -112,8 +117,9 @@ func acquireSystem(address, advertise string, tlsCfg *tls.Config, clusterCfg *Cl
 		endpoint.names[name] = true
 		return s, nil
 	}
-	s, err := startSystem(host, port, advertise, tlsCfg, clusterCfg)
+	s, err := startSystem(ctx, host, port, advertise, tlsCfg, clusterCfg)
 	if err != nil {
+		endpoint.abandoned = errors.Is(err, errProviderLate)
 		return nil, err
 	}
 	endpoint.sys, endpoint.address, endpoint.advertise, endpoint.tls, endpoint.cluster, endpoint.names = s, address, advertise, tlsCfg, clusterCfg, map[string]bool{name: true}
@@ -139,7 +145,7 @@ func clusterName(c *ClusterConfig) string {
 	return "a member of cluster " + strconv.Quote(c.Name)
 }
 
-func startSystem(host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (sys *system, err error) {
+func startSystem(ctx context.Context, host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (sys *system, err error) {
 	address := net.JoinHostPort(host, strconv.Itoa(port))
 	// Listen once ourselves first: remote.Start panics on a port in use.
 	probe, err := net.Listen("tcp", address)
@@ -171,9 +177,11 @@ func startSystem(host string, port int, advertise string, tlsCfg *tls.Config, cl
 	remoteCfg := premote.Configure(host, port, opts...)
 	if clusterCfg != nil {
 		// The cluster starts the remote itself, on the same configuration.
-		m, r, err := startCluster(as, remoteCfg, clusterCfg, true)
+		m, r, err := startCluster(ctx, as, remoteCfg, clusterCfg, true)
 		if err != nil {
-			as.Shutdown()
+			if !errors.Is(err, errProviderLate) {
+				as.Shutdown() // a late one goes on starting: the process's endpoint is given up
+			}
 			return nil, err
 		}
 		return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, member: m}, nil
