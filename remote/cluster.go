@@ -164,6 +164,11 @@ func (m *membership) join(ctx context.Context, as *actor.ActorSystem, remoteCfg 
 	cfg := m.cfg
 	provider = cfg.Provider
 	var server *echo.Echo
+	defer func() {
+		if err != nil && server != nil {
+			_ = server.Close() // the membership endpoint of a host that did not join
+		}
+	}()
 	if provider == nil {
 		if m.member {
 			// The provider's own server listens on every interface;
@@ -192,9 +197,6 @@ func (m *membership) join(ctx context.Context, as *actor.ActorSystem, remoteCfg 
 		}
 	})
 	if c, err = newCluster(as, config); err != nil {
-		if server != nil {
-			_ = server.Close()
-		}
 		return nil, nil, err
 	}
 	if m.member {
@@ -231,10 +233,7 @@ func (m *membership) join(ctx context.Context, as *actor.ActorSystem, remoteCfg 
 	case <-ctx.Done():
 		go func() {
 			if <-started == nil {
-				func() { defer func() { _ = recover() }(); _ = prov.Shutdown(false) }()
-			}
-			if server != nil {
-				_ = server.Close()
+				stopProvider(prov, false)
 			}
 			if !m.member {
 				as.Shutdown() // a member's is the process's endpoint, given up
@@ -243,9 +242,6 @@ func (m *membership) join(ctx context.Context, as *actor.ActorSystem, remoteCfg 
 		return nil, nil, fmt.Errorf("%w: cluster %s: its provider did not start (%w): is its service (etcd, Consul, the Kubernetes API; the automanaged seeds) reachable?", errProviderLate, cfg.Name, ctx.Err())
 	}
 	if err != nil {
-		if server != nil {
-			_ = server.Close()
-		}
 		return nil, nil, fmt.Errorf("%w: join cluster %s: %v", ErrConfig, cfg.Name, err)
 	}
 	return c, provider, nil
@@ -321,9 +317,17 @@ func unfollow(m *membership) {
 // retire stops a follower's cluster client: its provider, its actor
 // system.
 func retire(c *cluster.Cluster, p cluster.ClusterProvider) {
-	defer func() { _ = recover() }() // an alpha package's shutdown: whatever is left goes with the process
-	_ = p.Shutdown(false)
+	defer func() { _ = recover() }() // whatever is left goes with the process
+	stopProvider(p, false)
 	c.ActorSystem.Shutdown()
+}
+
+// stopProvider shuts a cluster provider down; one that fails or panics
+// doing so (an alpha package's shutdown) leaves what is left to the
+// process's end.
+func stopProvider(p cluster.ClusterProvider, graceful bool) {
+	defer func() { _ = recover() }()
+	_ = p.Shutdown(graceful)
 }
 
 // node is what the host's membership endpoint answers.
@@ -443,11 +447,10 @@ func (m *membership) leave() {
 	if left || !m.member {
 		return
 	}
-	defer func() { _ = recover() }() // a provider that fails to leave: the process's end does
 	m.mu.Lock()
 	p := m.provider
 	m.mu.Unlock()
-	_ = p.Shutdown(true)
+	stopProvider(p, true)
 }
 
 // hasLeft reports whether the process left its cluster.

@@ -72,7 +72,7 @@ type FrontConfig struct {
 
 // Launch is a lane host process a front starts: Path with Args, to which
 // the front adds --name Name and --exit-with-stdin. The process must print
-// "lanehost: listening on ADDRESS" as its first line on standard output
+// ListeningLine and its address as its first line on standard output
 // (cmd/lanehost does).
 type Launch struct {
 	Name string
@@ -80,6 +80,11 @@ type Launch struct {
 	Args []string
 	Env  []string // added to the front's environment
 }
+
+// ListeningLine begins a lane host process's first line on standard
+// output, followed by the address fronts dial ("lanehost: listening on
+// 127.0.0.1:7001"): how whoever starts the process learns where it serves.
+const ListeningLine = "lanehost: listening on "
 
 // DefaultLostAfter is how long a host may stay silent by default: ten of
 // its default heartbeats.

@@ -226,6 +226,12 @@ func refuseLeaving(tenant string, l *link, epoch uint64) error {
 	return nil
 }
 
+// takesTenants reports whether the host, st its status, takes new
+// tenants: it serves, and is neither leaving nor gone from its cluster.
+func (l *link) takesTenants(st HostStatus) bool {
+	return st.State == HostServing && !l.leavingUnder(st.Epoch) && !l.unlisted()
+}
+
 // maxRemembered bounds the forgotten tenants whose host the front
 // remembers.
 const maxRemembered = 1 << 16
@@ -249,15 +255,15 @@ func (f *Front) place(tenant string) (*placement, error) {
 	var best *link
 	var bestSt HostStatus
 	if l, ok := f.last[tenant]; ok {
-		if st := l.status(); st.State == HostServing && !l.leavingUnder(st.Epoch) && !l.unlisted() {
+		if st := l.status(); l.takesTenants(st) {
 			best, bestSt = l, st // a tenant that starts over stays where it was
 		}
 	}
 	if best == nil {
 		for _, l := range f.allLinks() {
 			st := l.status()
-			if st.State != HostServing || l.leavingUnder(st.Epoch) || l.unlisted() {
-				continue // a leaving host, or one that left its cluster, takes no new tenants
+			if !l.takesTenants(st) {
+				continue
 			}
 			st.InFlight = f.calls.InFlight(l.name, st.Epoch)
 			if best == nil || roomier(st, bestSt) {

@@ -294,13 +294,12 @@ func (l *link) start() error {
 		_ = cmd.Wait()
 		return errors.New("the front stopped while the host started")
 	}
-	const prefix = "lanehost: listening on "
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), ListeningLine)
 	if !ok {
 		_ = cmd.Process.Kill()
 		err := cmd.Wait()
 		return fmt.Errorf("%s %s: its first line was %q, want %q and an address (its exit: %v; its standard error says why)",
-			l.launch.Path, strings.Join(args, " "), strings.TrimSpace(line), prefix+"ADDRESS", err)
+			l.launch.Path, strings.Join(args, " "), strings.TrimSpace(line), ListeningLine+"ADDRESS", err)
 	}
 	exited := make(chan struct{})
 	l.mu.Lock()

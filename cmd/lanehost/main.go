@@ -124,7 +124,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lanehost: %v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stdout, "lanehost: listening on %s\n", h.Address())
+	fmt.Fprintf(stdout, "%s%s\n", remote.ListeningLine, h.Address())
 	if o.exitWithStdin {
 		go func() {
 			_, _ = io.Copy(io.Discard, stdin)

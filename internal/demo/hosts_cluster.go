@@ -63,6 +63,10 @@ func startFleet(cfg Config, path string, args func(i int) []string) (*fleet, err
 	return fl, nil
 }
 
+// hostStartWithin bounds how long a host may take to say where it
+// listens (a front waits as long for a host it launches: JoinTimeout).
+const hostStartWithin = 30 * time.Second
+
 // hostName names the i-th host.
 func hostName(i int) string { return "host" + strconv.Itoa(i) }
 
@@ -83,10 +87,21 @@ func (fl *fleet) startHost(i int) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("lanedemo: start %s: %w", fl.path, err)
 	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if !strings.HasPrefix(line, "lanehost: listening on ") {
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		lines <- line
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(hostStartWithin):
+	}
+	if !strings.HasPrefix(line, remote.ListeningLine) {
 		_ = cmd.Process.Kill()
-		return fmt.Errorf("lanedemo: %s %s: its first line was %q, want \"lanehost: listening on ADDRESS\" (its standard error says why)", fl.path, strings.Join(args, " "), strings.TrimSpace(line))
+		_ = cmd.Wait()
+		return fmt.Errorf("lanedemo: %s %s: its first line within %v was %q, want %q (its standard error says why)", fl.path, strings.Join(args, " "),
+			hostStartWithin, strings.TrimSpace(line), remote.ListeningLine+"ADDRESS")
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
