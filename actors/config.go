@@ -26,7 +26,10 @@ type Config struct {
 	// Submit answers ErrOverloaded (retryable) instead of queueing without
 	// bound. A lane admits anyone below MaxInFlightPerLane; beyond it, up
 	// to twice that, only tenants under their fair share of the lane (its
-	// limit split by weight among the tenants with work on it). A tenant
+	// limit split by weight among the tenants with work on it), and up to
+	// three times that a tenant with nothing in flight: so it is the most
+	// one tenant fills a lane with, not a cap on the lane, which holds up
+	// to 3 x MaxInFlightPerLane submissions from many tenants. A tenant
 	// stays on its lane while it has work in flight (that is how its order
 	// holds), so MaxInFlightPerTenant is at most MaxInFlightPerLane.
 	MaxInFlightPerLane   int // default 256
@@ -80,7 +83,11 @@ type Config struct {
 	// buffers, no registered programs (unless reserved program names reach
 	// nine tenths of MaxPrograms), no suspension and no recent faults is
 	// kept before the scheduler forgets it on its own (as Forget does).
-	// Default 1m; negative: never.
+	// Default 1m; negative: never. The scheduler sweeps every TenantIdle/2
+	// (10 ms to 10 s; every 10 s when negative, for the ownership of freed
+	// buffers), so a tenant goes between TenantIdle and 1.5 x TenantIdle
+	// after its last work ended, and a freed buffer's ownership row at the
+	// first sweep after the free.
 	TenantIdle time.Duration
 	// CacheBytes bounds each lane's executable cache by the host memory
 	// its executables hold (the uploads they captured), as CacheCapacity

@@ -66,9 +66,10 @@
 //     submissions in flight. Beyond that, up to twice the limit, it admits
 //     only a tenant under its fair share (the limit split by weight,
 //     Config.Weight, among the tenants with work on the lane), and up to
-//     three times the limit a tenant with nothing in flight. So a flooding
-//     tenant fills a lane to its limit and is then refused ErrOverloaded,
-//     while the others are still admitted. MaxInFlightPerTenant is at most
+//     three times the limit a tenant with nothing in flight: the limit is
+//     what one tenant can take, and a lane holds up to three times it in
+//     all. So a flooding tenant fills a lane to its limit and is then
+//     refused ErrOverloaded, while the others are still admitted. MaxInFlightPerTenant is at most
 //     MaxInFlightPerLane (a tenant's work is on one lane).
 //   - Lane time. A lane keeps at most Config.StreamDepth of one tenant's
 //     submissions on its stream (and, unless it is empty, less than one
@@ -103,7 +104,12 @@
 //     lane forgot its programs). A forgotten tenant's executables leave
 //     lanes whose preparation is open; a sealed lane keeps them. Nothing
 //     the scheduler keeps grows with the number of tenants or buffers it
-//     has ever seen.
+//     has ever seen. The forgetting is a sweep, not done at once: the
+//     scheduler looks every TenantIdle/2 (at least 10 ms and at most 10 s
+//     apart; every 10 s when TenantIdle is negative), so an idle tenant
+//     goes between TenantIdle and one and a half TenantIdle after its
+//     last work ended, and a freed buffer's ownership stays until the
+//     first sweep after the free (Forget drops a tenant's at once).
 //
 // # Order per tenant
 //

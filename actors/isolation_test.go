@@ -180,6 +180,59 @@ func TestQuarantineDoesNotRaiseHealthyP99(t *testing.T) {
 	}
 }
 
+// TestQuarantineLeavesHealthyLanesTheirWork is the quarantine test's
+// counterpart that judges no clock: beside a device quarantined by a
+// sticky fault, a healthy tenant's steps on the other device all succeed
+// on that device's lanes, are never refused or moved, and cost its lanes
+// exactly the work they cost beside a healthy device (the same replayed
+// segments, eager commands, graph work, host waits), counted, not timed.
+// TestQuarantineDoesNotRaiseHealthyP99 measures what that leaves of the
+// latency where timing is asked for.
+func TestQuarantineLeavesHealthyLanesTheirWork(t *testing.T) {
+	ctx := context.Background()
+	const steps = 200
+	work := func(quarantine bool) lanes.Counters {
+		bad := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
+		good := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 2)
+		s := start(t, actors.Config{Devices: []cuda.Device{bad, good}, LanesPerDevice: 2})
+		if quarantine {
+			_ = bad.InjectFault(sim.Fault{Kind: sim.FaultSticky, Nth: 1})
+			_, _ = s.Submit(ctx, "bad", bad.batch(0, 1))
+			waitHealth(t, s, 0, actors.HealthQuarantined)
+			waitHealth(t, s, 1, actors.HealthQuarantined)
+		}
+		for i := range steps {
+			r, err := s.Submit(ctx, "good", good.batch(0, 4))
+			if err != nil || r.Outcome != lanes.OutcomeSucceeded || r.Lane < 2 {
+				t.Fatalf("quarantine %v: the healthy tenant's step %d: got lane %d, outcome %v, err %v; want succeeded on the healthy device's lanes 2 or 3", quarantine, i, r.Lane, r.Outcome, err)
+			}
+		}
+		var sum lanes.Counters
+		for _, l := range s.Lanes()[2:] {
+			if l.Health != actors.HealthHealthy || l.Recoveries != 0 {
+				t.Fatalf("quarantine %v: healthy device's lane %d: got %v after %d recoveries, want healthy, never recovered", quarantine, l.ID, l.Health, l.Recoveries)
+			}
+			c := l.Counters
+			sum.Submissions += c.Submissions
+			sum.Refused += c.Refused
+			sum.Failures += c.Failures
+			sum.ReplayedSegments += c.ReplayedSegments
+			sum.EagerCommands += c.EagerCommands
+			sum.Captured += c.Captured
+			sum.Hits += c.Hits
+			sum.SyncPoints += c.SyncPoints
+		}
+		return sum
+	}
+	alone, beside := work(false), work(true)
+	if alone != beside {
+		t.Errorf("the healthy device's lanes for %d steps: got %+v beside a quarantined device, want exactly the work alone: %+v", steps, beside, alone)
+	}
+	if alone.Submissions != steps || alone.ReplayedSegments == 0 {
+		t.Errorf("the healthy device's lanes alone: got %+v, want %d submissions, replayed", alone, steps)
+	}
+}
+
 // TestSharedBuffersAreReadOnly: every tenant reads a shared buffer; none
 // writes it, through a kernel parameter declared to write, a library
 // call's region or a copy, and nothing of a refused batch runs.

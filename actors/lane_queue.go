@@ -13,6 +13,7 @@ import (
 // receive takes a batch sent to the lane: it goes to the stream now when
 // the stream has room and no batch waits, else into the fair queue.
 func (a *laneActor) receive(m *submitRequest) {
+	a.ref.received.Add(1)
 	if !a.serving() {
 		// Not submitted: the scheduler moves it with its tenant.
 		a.s.reroute(m, a.ref)
@@ -59,6 +60,7 @@ func (a *laneActor) shared() bool { return time.Now().Before(a.sharedUntil) }
 // (serveQueue): batches that arrived meanwhile queue beside the next
 // replays instead of waiting behind all of them.
 func (a *laneActor) receiveStaged(m *stagedRequest) {
+	a.ref.received.Add(1)
 	if m.Prepare || !a.serving() {
 		a.dispatch(true)
 		a.staged(m)

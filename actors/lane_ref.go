@@ -49,12 +49,13 @@ type laneRef struct {
 	cause  error
 	tids   map[int]bool
 
-	dead           atomic.Bool  // the actor panicked and was stopped
-	inflight       atomic.Int64 // admitted, not ended
-	activeWeight   atomic.Int64 // the weights of the tenants with work sent here
-	stagedWeight   atomic.Int64 // the weights of the tenants with staged replays admitted here
-	queued         atomic.Int64 // received, waiting in the fair queue
-	pinned         int          // tenants pinned here (Scheduler.routeMu)
+	dead           atomic.Bool   // the actor panicked and was stopped
+	inflight       atomic.Int64  // admitted, not ended
+	activeWeight   atomic.Int64  // the weights of the tenants with work sent here
+	stagedWeight   atomic.Int64  // the weights of the tenants with staged replays admitted here
+	queued         atomic.Int64  // received, waiting in the fair queue
+	received       atomic.Uint64 // batches and staged replays the mailbox delivered
+	pinned         int           // tenants pinned here (Scheduler.routeMu)
 	inflightFences atomic.Int64
 	recoveries     atomic.Int64 // times the lane was rebuilt
 	// lastEnd is when a submission of the lane last ended, and hungAt when
@@ -108,8 +109,13 @@ type LaneStatus struct {
 	Recoveries int   // times it recovered from a stream failure on a fresh stream
 	InFlight   int   // admitted submissions not yet ended
 	Queued     int   // of those, received and waiting in its fair queue for room on its stream
-	Counters   lanes.Counters
-	Staged     lanes.StagedCounters // data movement of staged replays
+	// Received counts the batches and staged replays its mailbox delivered
+	// to it since the scheduler started (one moved to another lane counts
+	// on each): what was admitted to a lane and is not yet Received waits
+	// in its mailbox.
+	Received uint64
+	Counters lanes.Counters
+	Staged   lanes.StagedCounters // data movement of staged replays
 	// Threads are the OS thread ids its Receive ran on (with
 	// Config.ThreadCheck): always exactly one.
 	Threads []int
@@ -118,7 +124,8 @@ type LaneStatus struct {
 func (r *laneRef) status() LaneStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := LaneStatus{ID: r.id, Device: r.device, Health: r.State(), Cause: r.cause, Recoveries: int(r.recoveries.Load()), InFlight: int(r.inflight.Load()), Queued: int(r.queued.Load())}
+	st := LaneStatus{ID: r.id, Device: r.device, Health: r.State(), Cause: r.cause, Recoveries: int(r.recoveries.Load()), InFlight: int(r.inflight.Load()), Queued: int(r.queued.Load()),
+		Received: r.received.Load()}
 	r.statsMu.Lock()
 	st.Counters = r.stats
 	r.statsMu.Unlock()

@@ -28,7 +28,9 @@ const shared = ""
 // them. Each must be a live buffer of one of the scheduler's devices, as
 // Alloc returned it (no one can claim an id before it is handed out); one
 // owned by another tenant, or shared, is refused, and then none is
-// recorded.
+// recorded. The ownership lasts until Forget, or until the buffer is
+// freed: then its row is dropped at the scheduler's next sweep
+// (Config.TenantIdle says when).
 func (s *Scheduler) Own(tenant string, bufs ...cuda.Buffer) error {
 	if err := s.refuseStopped("own"); err != nil {
 		return err

@@ -197,8 +197,8 @@ func (l *Lane) Err() error { return l.failure }
 // InFlight is the number of submissions whose fences are not yet terminal.
 func (l *Lane) InFlight() int { return len(l.pending) }
 
-// Quarantined is the number of failed submissions held until the stream is
-// synchronized.
+// Held is the number of failed submissions held until the stream is
+// synchronized (their buffers are not released before).
 func (l *Lane) Held() int { return len(l.held) }
 
 // Counters returns the lane's observation counters.

@@ -55,6 +55,14 @@ type ClusterConfig struct {
 	// connection, which stays mutual TLS off loopback). Loopback unless
 	// the host has TLS. Fronts leave it empty.
 	Membership string
+	// MembershipListener, if set, is the listener a host's membership
+	// endpoint serves on, opened by the caller and held since before the
+	// Seeds were handed out (inherited from whoever started the process,
+	// systemd's socket activation, a test), so that no one else can take
+	// its port meanwhile; Serve takes it over (it closes it when the
+	// process's endpoint goes, or when Serve fails). Membership
+	// then defaults to its address. nil: the host listens on Membership.
+	MembershipListener net.Listener
 	// Refresh is how often the automanaged provider checks the Seeds; 0:
 	// DefaultRefresh. A killed host leaves the membership within about
 	// Refresh (a hung one within Refresh and 2 s).
@@ -100,7 +108,22 @@ func (c *ClusterConfig) check(member bool, tlsOn bool) error {
 		}
 	}
 	if !member {
+		if c.MembershipListener != nil {
+			return fmt.Errorf("%w: cluster %s: a MembershipListener on a front: a front is no member (leave it nil)", ErrConfig, c.Name)
+		}
 		return nil
+	}
+	if ln := c.MembershipListener; ln != nil {
+		if _, ok := ln.Addr().(*net.TCPAddr); !ok {
+			return fmt.Errorf("%w: cluster %s: the membership listener is on %s %s: give a TCP listener", ErrConfig, c.Name, ln.Addr().Network(), ln.Addr())
+		}
+		at := ln.Addr().String()
+		if c.Membership == "" {
+			c.Membership = at
+		}
+		if lhost, _, err := net.SplitHostPort(at); err != nil || (!tlsOn && !isLoopback(lhost)) {
+			return fmt.Errorf("%w: cluster %s: the membership listener is on %s, not loopback: give the host a mutual TLS configuration (LoadTLS), or listen on 127.0.0.1", ErrConfig, c.Name, at)
+		}
 	}
 	host, port, err := splitAddress(c.Membership)
 	if err != nil {
@@ -166,16 +189,19 @@ func (m *membership) join(ctx context.Context, as *actor.ActorSystem, remoteCfg 
 	var server *echo.Echo
 	defer func() {
 		if err != nil && server != nil {
-			_ = server.Close() // the membership endpoint of a host that did not join
+			_ = server.Close()          // the membership endpoint of a host that did not join
+			_ = server.Listener.Close() // which Close leaves open when it never served
 		}
 	}()
 	if provider == nil {
 		if m.member {
 			// The provider's own server listens on every interface;
 			// ours listens on the configured endpoint only.
-			ln, err := net.Listen("tcp", cfg.Membership)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: cluster %s: membership endpoint %s: %v", ErrConfig, cfg.Name, cfg.Membership, err)
+			ln := cfg.MembershipListener
+			if ln == nil {
+				if ln, err = net.Listen("tcp", cfg.Membership); err != nil {
+					return nil, nil, fmt.Errorf("%w: cluster %s: membership endpoint %s: %v", ErrConfig, cfg.Name, cfg.Membership, err)
+				}
 			}
 			server = echo.New()
 			server.HideBanner, server.HidePort, server.Listener = true, true, ln

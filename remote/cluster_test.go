@@ -12,11 +12,13 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
+	"github.com/labstack/echo"
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -26,13 +28,14 @@ import (
 	"github.com/lanesched/lanes/remote"
 )
 
-// clusterHost starts lanehost as a member of the cluster name, at its
-// membership endpoint, with every seed; more are lanehost's flags.
-func clusterHost(t *testing.T, name, cluster, membership string, seeds []string, more ...string) (*exec.Cmd, string) {
+// clusterHost starts lanehost as a member of the cluster name, serving
+// its membership endpoint on a socket the test held, with every seed; more
+// are lanehost's flags.
+func clusterHost(t *testing.T, name, cluster string, membership *heldSocket, seeds []string, more ...string) (*exec.Cmd, remote.Listening) {
 	t.Helper()
-	args := append([]string{"--name", name, "--cluster", cluster, "--membership", membership, "--seeds", strings.Join(seeds, ","),
+	args := append([]string{"--name", name, "--cluster", cluster, "--membership", membership.addr, "--membership-fd", "3", "--seeds", strings.Join(seeds, ","),
 		"--cluster-refresh", "100ms", "--heartbeat", "50ms", "--lanes", "2"}, more...)
-	return startHostProcess(t, args...)
+	return startHostWith(t, []*os.File{membership.file}, args...)
 }
 
 // hostByName is the front's status of the host that calls itself name.
@@ -114,12 +117,12 @@ func TestClusterConfigIsChecked(t *testing.T) {
 // cluster package blocks a member that left for good: the front's view
 // starts over to forget it) and takes new tenants.
 func TestAMembershipBlipCostsNothing(t *testing.T) {
-	a, b := freePort(t), freePort(t)
-	clusterHost(t, "A", "blip", a, []string{a, b})
-	clusterHost(t, "B", "blip", b, []string{a, b})
-	toA := startProxy(t, a)
+	a, b := holdSocket(t), holdSocket(t)
+	clusterHost(t, "A", "blip", a, addrs(a, b))
+	clusterHost(t, "B", "blip", b, addrs(a, b))
+	toA := startProxy(t, a.addr)
 	ctx := context.Background()
-	f := clusterFront(t, "blip", []string{toA.addr(), b}, 0)
+	f := clusterFront(t, "blip", []string{toA.addr(), b.addr}, 0)
 	onA := twoTenantsOneOnA(t, f)
 	toA.cut(true, true)
 	steps := 0
@@ -168,11 +171,11 @@ func at(f *remote.Front, tenant string) string {
 // tenant goes to it before it leaves the membership), and once it left
 // the membership and holds no tenant the front forgets it (PruneAfter).
 func TestAPoisonedMemberIsNotJoinedAgain(t *testing.T) {
-	a, b := freePort(t), freePort(t)
-	clusterHost(t, "A", "poison", a, []string{a, b}, "--fault-kernels")
-	clusterHost(t, "B", "poison", b, []string{a, b})
+	a, b := holdSocket(t), holdSocket(t)
+	clusterHost(t, "A", "poison", a, addrs(a, b), "--fault-kernels")
+	clusterHost(t, "B", "poison", b, addrs(a, b))
 	ctx := context.Background()
-	f := clusterFront(t, "poison", []string{a, b}, time.Second)
+	f := clusterFront(t, "poison", addrs(a, b), time.Second)
 	victim := twoTenantsOneOnA(t, f)
 	cmd, err := cuda.Launch(kernels.Builtin().With(kernels.FaultInjection()).MustSpec(kernels.Poke), cuda.Linear(1, 1), cuda.BufferArg(victim.buf.Whole()), cuda.U32Arg(1<<30), cuda.I32Arg(7))
 	if err != nil {
@@ -203,12 +206,12 @@ func TestAPoisonedMemberIsNotJoinedAgain(t *testing.T) {
 // names a host off this machine is not followed by a front without TLS
 // (which would otherwise dial it in the clear).
 func TestAMemberOffLoopbackIsNotJoinedWithoutTLS(t *testing.T) {
-	a := freePort(t)
+	a := holdSocket(t)
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(`{"id":"fake","address":"192.0.2.2","port":7009,"auto_manage_port":1,"kinds":["lanes.host"],"cluster_name":"offsite"}`))
 	}))
 	defer fake.Close()
-	seeds := []string{a, strings.TrimPrefix(fake.URL, "http://")}
+	seeds := []string{a.addr, strings.TrimPrefix(fake.URL, "http://")}
 	clusterHost(t, "A", "offsite", a, seeds)
 	var logs syncWriter
 	logs.b = &strings.Builder{}
@@ -234,15 +237,15 @@ func TestAMemberOffLoopbackIsNotJoinedWithoutTLS(t *testing.T) {
 // listed under two names, or a false answer naming a host's address, is
 // one host to the front: joined once, never lost for it.
 func TestTwoMembersAtOneAddressAreOneHost(t *testing.T) {
-	a := freePort(t)
-	_, addr := clusterHost(t, "A", "alias", a, []string{a})
-	host, port, _ := net.SplitHostPort(addr)
+	a := holdSocket(t)
+	_, said := clusterHost(t, "A", "alias", a, addrs(a))
+	host, port, _ := net.SplitHostPort(said.Address)
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, `{"id":"not-A","address":%q,"port":%s,"auto_manage_port":1,"kinds":["lanes.host"],"cluster_name":"alias"}`, host, port)
 	}))
 	defer fake.Close()
-	_, aPort, _ := net.SplitHostPort(a)
-	seeds := []string{a, "localhost:" + aPort, strings.TrimPrefix(fake.URL, "http://")}
+	_, aPort, _ := net.SplitHostPort(a.addr)
+	seeds := []string{a.addr, "localhost:" + aPort, strings.TrimPrefix(fake.URL, "http://")}
 	ctx := context.Background()
 	began := time.Now()
 	f, err := remote.StartFront(ctx, remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "alias", Seeds: seeds, Refresh: 100 * time.Millisecond},
@@ -328,9 +331,9 @@ func TestAProviderThatNeverAnswersIsBounded(t *testing.T) {
 	if took := time.Since(began); took > 2*time.Second {
 		t.Errorf("StartFront took %v, want about JoinTimeout (300ms)", took)
 	}
-	a := freePort(t)
-	clusterHost(t, "A", "after-stuck", a, []string{a})
-	f := clusterFront(t, "after-stuck", []string{a}, 0)
+	a := holdSocket(t)
+	clusterHost(t, "A", "after-stuck", a, addrs(a))
+	f := clusterFront(t, "after-stuck", addrs(a), 0)
 	setUp(t, f, "t")
 }
 
@@ -375,46 +378,63 @@ func TestServeWithAProviderThatNeverAnswersIsBounded(t *testing.T) {
 }
 
 // serveProviderChild serves a cluster host with a provider of the caller's
-// own (protoactor-go's automanaged, built by hand as one would build etcd's)
-// until killed.
+// own (protoactor-go's automanaged, built by hand as one would build
+// etcd's, serving its membership endpoint on the socket the test held,
+// descriptor 3) until killed.
 func serveProviderChild() int {
 	dev, err := sim.New(sim.Config{})
 	if err != nil {
 		return 1
 	}
-	_, port, _ := net.SplitHostPort(os.Getenv("LANES_MEMBERSHIP"))
-	n, _ := strconv.Atoi(port)
-	p := automanaged.NewWithConfig(100*time.Millisecond, n, os.Getenv("LANES_MEMBERSHIP"))
+	f := os.NewFile(3, "membership")
+	ln, err := net.FileListener(f)
+	if err != nil {
+		fmt.Println("membership socket:", err)
+		return 1
+	}
+	var node atomic.Pointer[automanaged.NodeModel]
+	e := echo.New()
+	e.HideBanner, e.HidePort, e.Listener = true, true, ln
+	e.GET("/_health", func(c echo.Context) error {
+		if n := node.Load(); n != nil {
+			return c.JSON(http.StatusOK, n)
+		}
+		return c.NoContent(http.StatusServiceUnavailable)
+	})
+	port := ln.Addr().(*net.TCPAddr).Port
+	p := automanaged.NewWithTesting(100*time.Millisecond, port, e, ln.Addr().String())
 	h, err := remote.Serve(context.Background(), remote.HostConfig{Name: "P", Scheduler: actors.Config{Devices: []cuda.Device{dev}},
 		Cluster: &remote.ClusterConfig{Name: "own", Provider: p}})
 	if err != nil {
 		fmt.Println("Serve:", err)
 		return 1
 	}
-	fmt.Println("lanehost: listening on", h.Address())
+	host, wport, _ := net.SplitHostPort(h.Address())
+	n, _ := strconv.Atoi(wport)
+	node.Store(automanaged.NewNode("own", "P", host, n, port, []string{remote.HostKind}))
+	fmt.Println(h.Listening())
 	select {}
 }
 
 // TestAHostWithAProviderOfItsOwn: a host given any protoactor-go provider
 // (ClusterConfig.Provider) is a member that a front finds and is served by.
 func TestAHostWithAProviderOfItsOwn(t *testing.T) {
-	m := freePort(t)
+	m := holdSocket(t)
 	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "LANES_CHILD=serve-provider", "LANES_MEMBERSHIP="+m)
+	child.Env = append(os.Environ(), "LANES_CHILD=serve-provider")
+	child.ExtraFiles = []*os.File{m.file}
 	out, _ := child.StdoutPipe()
-	if err := child.Start(); err != nil {
+	err := child.Start()
+	_ = m.file.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	r := bufio.NewReader(out)
-	line, _ := r.ReadString('\n')
-	for strings.Contains(line, "http server started") { // the stock automanaged provider's echo says so on standard output
-		line, _ = r.ReadString('\n')
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if _, err := remote.ParseListening(line); err != nil {
+		t.Fatalf("the host's process: got %v, want it serving", err)
 	}
-	if !strings.HasPrefix(line, "lanehost: listening on") {
-		t.Fatalf("the host's process: got %q, want it serving", line)
-	}
-	f := clusterFront(t, "own", []string{m}, 0)
+	f := clusterFront(t, "own", addrs(m), 0)
 	c := setUp(t, f, "t")
 	if _, err := f.Submit(context.Background(), "t", c.step(t, 3)); err != nil || c.value(t, f) != 3 {
 		t.Fatalf("a step on the host with a provider of its own: got err %v, want it served", err)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,9 +78,34 @@ func (ff *fleetFront) expect(prefix string, within time.Duration) string {
 
 func (ff *fleetFront) say(cmd string) { _, _ = fmt.Fprintln(ff.in, cmd) }
 
-// fleetEnd is one error a tenant's loop met, in the phase it met it.
+// fleetEnd is one error a tenant's loop met: the phases its step lived
+// through (the one it was submitted in, the one it ended in), on which
+// host, of which kind.
 type fleetEnd struct {
-	Phase, Host, Kind string // Kind: indeterminate, state-lost, left, leaving
+	From, To, Host, Kind string // Kind: indeterminate, state-lost, left, leaving
+}
+
+// fleetPhases are TestAFleetUnderLoad's phases in their order.
+var fleetPhases = []string{"start", "load", "join", "after-join", "cut", "heal", "after-heal", "leave", "after-leave", "kill", "after-kill"}
+
+// fleetFails are the phases in which each host is failed: an error from
+// it is charged to the first of them that its step lived through, and an
+// error from a host in no phase of its own is a broken promise. Phases
+// are told to both fronts, and acknowledged, before the test acts, so an
+// error a host's failure caused ends in or after that failure's phase
+// however slowly the machine runs.
+var fleetFails = map[string][]string{"C": {"cut"}, "B": {"leave", "after-leave"}, "A": {"kill", "after-kill"}}
+
+// charged is the phase an error is charged to: the first phase of its
+// window in which its host failed; "" if none.
+func (e fleetEnd) charged() string {
+	from, to := slices.Index(fleetPhases, e.From), slices.Index(fleetPhases, e.To)
+	for _, p := range fleetPhases[max(from, 0) : max(to, from, 0)+1] {
+		if slices.Contains(fleetFails[e.Host], p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // fleetResult is what a front's process reports when stopped.
@@ -98,19 +124,35 @@ type fleetResult struct {
 // (its calls in flight end indeterminate once, the others' unaffected);
 // accepted = ended at every front, every counter exact.
 func TestAFleetUnderLoad(t *testing.T) {
-	seeds := []string{freePort(t), freePort(t), freePort(t)}
+	seeds := []*heldSocket{holdSocket(t), holdSocket(t), holdSocket(t)}
 	const cluster = "fleet"
-	a, _ := clusterHost(t, "A", cluster, seeds[0], seeds)
-	b, _ := clusterHost(t, "B", cluster, seeds[1], seeds)
-	fronts := []*fleetFront{startFleetFront(t, "F1", cluster, seeds), startFleetFront(t, "F2", cluster, seeds)}
+	a, _ := clusterHost(t, "A", cluster, seeds[0], addrs(seeds...))
+	b, _ := clusterHost(t, "B", cluster, seeds[1], addrs(seeds...))
+	fronts := []*fleetFront{startFleetFront(t, "F1", cluster, addrs(seeds...)), startFleetFront(t, "F2", cluster, addrs(seeds...))}
 	for _, ff := range fronts {
 		ff.expect("serving", 30*time.Second)
 	}
+	// Each phase is acknowledged by both fronts before the test acts.
 	phase := func(p string, d time.Duration) {
+		t.Helper()
 		for _, ff := range fronts {
 			ff.say("phase " + p)
 		}
-		time.Sleep(d)
+		for _, ff := range fronts {
+			ff.expect("phase "+p, 20*time.Second)
+		}
+		time.Sleep(d) // load in this phase; nothing is charged by the clock
+	}
+	// await waits until both fronts see the host in that state.
+	await := func(host, state string, member bool) {
+		t.Helper()
+		want := fmt.Sprintf("%s %s %v", host, state, member)
+		for _, ff := range fronts {
+			ff.say("await " + want)
+		}
+		for _, ff := range fronts {
+			ff.expect("reached "+want, 60*time.Second)
+		}
 	}
 	add := func(want string) {
 		t.Helper()
@@ -127,20 +169,20 @@ func TestAFleetUnderLoad(t *testing.T) {
 	}
 	phase("load", 500*time.Millisecond)
 
-	// C joins (reached through a proxy, for the cut) and takes the new tenants.
-	cListen := freePort(t)
-	toC := startProxy(t, cListen)
-	clusterHost(t, "C", cluster, seeds[2], seeds, "--listen", cListen, "--advertise", toC.addr())
+	// C joins (its work reached through a proxy, for the cut) and takes
+	// the new tenants.
+	toC := startProxy(t, "")
+	_, said := clusterHost(t, "C", cluster, seeds[2], addrs(seeds...), "--advertise", toC.addr())
+	toC.forward(said.Bound)
 	phase("join", 0)
 	add("C")
 	phase("after-join", 700*time.Millisecond)
 
-	// Cut the way to C under load, then heal it: lost at both fronts
-	// (its heartbeats still come, its echoes of their probes do not),
-	// registered again, new tenants back on it.
+	// Cut the way to C under load until both fronts lost it, then heal
+	// it: registered again, new tenants back on it.
 	phase("cut", 0)
 	toC.cut(true, true)
-	time.Sleep(1500 * time.Millisecond)
+	await("C", "lost", true)
 	toC.heal()
 	phase("heal", 0)
 	add("C")
@@ -152,12 +194,13 @@ func TestAFleetUnderLoad(t *testing.T) {
 	if err := waitExit(b, 10*time.Second); err != nil {
 		t.Errorf("B, asked to leave: got %v, want exit 0", err)
 	}
+	await("B", "left", false)
 	phase("after-leave", 500*time.Millisecond)
 
 	// A is killed: its calls in flight end indeterminate, once.
 	phase("kill", 0)
 	_ = a.Process.Signal(syscall.SIGKILL)
-	time.Sleep(1500 * time.Millisecond)
+	await("A", "lost", false)
 	phase("after-kill", 700*time.Millisecond)
 
 	for _, ff := range fronts {
@@ -183,11 +226,11 @@ func checkFleetFront(t *testing.T, name string, r fleetResult) {
 	}
 	count := map[string]int{}
 	for _, e := range r.Ends {
-		count[e.Phase+" "+e.Host+" "+e.Kind]++
-		allowed := map[string]string{"cut": "C", "leave": "B", "after-leave": "B", "kill": "A", "after-kill": "A"}[e.Phase]
+		phase := e.charged()
+		count[phase+" "+e.Host+" "+e.Kind]++
 		switch {
-		case allowed == "" || e.Host != allowed:
-			t.Errorf("front %s: in phase %s a tenant on %s met %s: want errors only from the host the phase fails", name, e.Phase, e.Host, e.Kind)
+		case phase == "":
+			t.Errorf("front %s: a step submitted in phase %s and ended in %s met %s on %s: want errors only from the host a phase it lived through fails", name, e.From, e.To, e.Kind, e.Host)
 		case e.Host == "B" && e.Kind != "left" && e.Kind != "leaving":
 			t.Errorf("front %s: a tenant on B, which left well, met %s: want only refusals while it left, then left", name, e.Kind)
 		case e.Host != "B" && (e.Kind == "left" || e.Kind == "leaving"):
@@ -268,6 +311,9 @@ func fleetChild() int {
 		switch {
 		case len(words) == 2 && words[0] == "phase":
 			fl.phase.Store(&words[1])
+			fmt.Println("phase", words[1])
+		case len(words) == 4 && words[0] == "await":
+			fmt.Println(fl.await(words[1], words[2], words[3]))
 		case len(words) == 3 && words[0] == "add":
 			n, _ := strconv.Atoi(words[1])
 			fmt.Println("added", fl.add(n, words[2]))
@@ -343,6 +389,19 @@ func (fl *fleet) add(n int, host string) string {
 	return strings.Join(placed, " ")
 }
 
+// await answers once the front sees the host in that state, membership
+// as given ("true" or "false"), or after a minute, saying what it saw.
+func (fl *fleet) await(host, state, member string) string {
+	var st remote.HostStatus
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		st, _ = hostByName(fl.f, host)
+		if st.State.String() == state && strconv.FormatBool(st.Member) == member {
+			return fmt.Sprintf("reached %s %s %s", host, state, member)
+		}
+	}
+	return fmt.Sprintf("gave up waiting for %s %s member=%s: got %+v", host, state, member, st)
+}
+
 func hostServing(f *remote.Front, name string) (remote.HostStatus, bool) {
 	h, ok := hostByName(f, name)
 	return h, ok && h.State == remote.HostServing
@@ -387,7 +446,7 @@ func (fl *fleet) loop(t *fleetTenant) {
 			return
 		default:
 		}
-		host := fl.hostOf(t.name)
+		host, from := fl.hostOf(t.name), *fl.phase.Load()
 		p, err := fl.f.SubmitEncoded(ctx, t.name, t.enc)
 		if err == nil {
 			fl.mu.Lock()
@@ -425,7 +484,7 @@ func (fl *fleet) loop(t *fleetTenant) {
 			return
 		}
 		fl.mu.Lock()
-		fl.ends = append(fl.ends, fleetEnd{Phase: *fl.phase.Load(), Host: host, Kind: kind})
+		fl.ends = append(fl.ends, fleetEnd{From: from, To: *fl.phase.Load(), Host: host, Kind: kind})
 		fl.mu.Unlock()
 		if kind == "leaving" {
 			time.Sleep(5 * time.Millisecond) // it finishes what it has, then says it left

@@ -81,11 +81,6 @@ type Launch struct {
 	Env  []string // added to the front's environment
 }
 
-// ListeningLine begins a lane host process's first line on standard
-// output, followed by the address fronts dial ("lanehost: listening on
-// 127.0.0.1:7001"): how whoever starts the process learns where it serves.
-const ListeningLine = "lanehost: listening on "
-
 // DefaultLostAfter is how long a host may stay silent by default: ten of
 // its default heartbeats.
 const DefaultLostAfter = time.Second
@@ -153,6 +148,10 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 			unfollow(member)
 		}
 		return nil, err
+	}
+	if sys.bound != sys.addr {
+		// Whoever maps the advertised address here needs the port.
+		cfg.Logf("listening on %s, advertised to hosts as %s", sys.bound, sys.addr)
 	}
 	f := &Front{cfg: cfg, sys: sys, member: member, refusedMembers: map[string]bool{}, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
 	var fixed []*link
@@ -282,6 +281,15 @@ func (f *Front) Address() string {
 		return ""
 	}
 	return f.sys.addr
+}
+
+// ListenAddress is where the front listens: Address, unless it advertises
+// another ("" for a Front StartFront did not return).
+func (f *Front) ListenAddress() string {
+	if f == nil || f.sys == nil {
+		return ""
+	}
+	return f.sys.bound
 }
 
 // InFlight is the number of calls in flight on every host: each ends once,

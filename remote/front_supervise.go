@@ -294,16 +294,15 @@ func (l *link) start() error {
 		_ = cmd.Wait()
 		return errors.New("the front stopped while the host started")
 	}
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), ListeningLine)
-	if !ok {
+	said, err := ParseListening(line)
+	if err != nil {
 		_ = cmd.Process.Kill()
-		err := cmd.Wait()
-		return fmt.Errorf("%s %s: its first line was %q, want %q and an address (its exit: %v; its standard error says why)",
-			l.launch.Path, strings.Join(args, " "), strings.TrimSpace(line), ListeningLine+"ADDRESS", err)
+		exit := cmd.Wait()
+		return fmt.Errorf("%s %s: %v (its exit: %v; its standard error says why)", l.launch.Path, strings.Join(args, " "), err, exit)
 	}
 	exited := make(chan struct{})
 	l.mu.Lock()
-	l.setAddress(addr)
+	l.setAddress(said.Address)
 	l.proc, l.stdin, l.exited = cmd.Process, stdin, exited
 	l.mu.Unlock()
 	go func() {

@@ -153,6 +153,14 @@ const MaxTemplates = 1 << 14
 // process serves at most one cluster host in its life (start the next in
 // a new process).
 func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
+	h, err := serve(ctx, cfg)
+	if err != nil && cfg.Cluster != nil && cfg.Cluster.MembershipListener != nil {
+		_ = cfg.Cluster.MembershipListener.Close() // taken over, as its doc says, also by a Serve that fails
+	}
+	return h, err
+}
+
+func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = DefaultHeartbeat
 	}
@@ -227,6 +235,20 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 // Address is where fronts reach the host (what a front's Hosts names):
 // HostConfig.Advertise if given, else where it listens.
 func (h *Host) Address() string { return h.sys.addr }
+
+// Listening is where the host serves, as its process's first line says
+// it (cmd/lanehost prints it): its address, where it is bound when it
+// advertises another, and its membership endpoint in a cluster.
+func (h *Host) Listening() Listening {
+	l := Listening{Address: h.sys.addr}
+	if h.sys.bound != h.sys.addr {
+		l.Bound = h.sys.bound
+	}
+	if m := h.sys.member; m != nil {
+		l.Membership = m.cfg.Membership
+	}
+	return l
+}
 
 // Scheduler is the host's own scheduler (its lanes' status, say).
 func (h *Host) Scheduler() *actors.Scheduler { return h.sched }

@@ -23,14 +23,18 @@ import (
 	"github.com/lanesched/lanes/remote"
 )
 
-// proxy forwards TCP connections on loopback to an address; a cut drops
-// every byte one way (from the dialler, or to it) from then on (the peers
-// hear silence, no error); heal forwards again on new connections (the
-// old ones are closed, as a partition that heals leaves them broken).
+// proxy forwards TCP connections on loopback to an address, given at its
+// start or later by forward (a proxy listens before the process it
+// forwards to has said where it listens: connections wait for it); a
+// cut drops every byte one way (from the dialler, or to it) from then on
+// (the peers hear silence, no error); heal forwards again on new
+// connections (the old ones are closed, as a partition that heals leaves
+// them broken).
 type proxy struct {
 	ln              net.Listener
-	to              string
+	known           chan struct{} // closed once to is set
 	mu              sync.Mutex
+	to              string
 	cutOut, cutBack bool // bytes from the dialler, bytes to it
 	conns           []net.Conn
 }
@@ -41,30 +45,54 @@ func startProxy(t *testing.T, to string) *proxy {
 	if err != nil {
 		t.Fatalf("proxy: listen: got err %v, want nil", err)
 	}
-	p := &proxy{ln: ln, to: to}
-	t.Cleanup(func() { _ = ln.Close(); p.closeAll() })
+	p := &proxy{ln: ln, known: make(chan struct{})}
+	if to != "" {
+		p.forward(to)
+	}
+	closed := make(chan struct{})
+	t.Cleanup(func() { _ = ln.Close(); close(closed); p.closeAll() })
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			d, err := net.Dial("tcp", to)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, d)
-			p.mu.Unlock()
-			go p.pipe(c, d, true)
-			go p.pipe(d, c, false)
+			go func() {
+				select {
+				case <-p.known:
+				case <-closed:
+					_ = c.Close()
+					return
+				}
+				p.mu.Lock()
+				to := p.to
+				p.mu.Unlock()
+				d, err := net.Dial("tcp", to)
+				if err != nil {
+					_ = c.Close()
+					return
+				}
+				p.mu.Lock()
+				p.conns = append(p.conns, c, d)
+				p.mu.Unlock()
+				go p.pipe(c, d, true)
+				go p.pipe(d, c, false)
+			}()
 		}
 	}()
 	return p
 }
 
 func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+// forward sends the connections accepted from now on, and those waiting,
+// to addr; it is given once.
+func (p *proxy) forward(addr string) {
+	p.mu.Lock()
+	p.to = addr
+	p.mu.Unlock()
+	close(p.known)
+}
 
 func (p *proxy) pipe(from, to net.Conn, out bool) {
 	buf := make([]byte, 64<<10)
@@ -111,17 +139,6 @@ func (p *proxy) closeAll() {
 	}
 }
 
-// freePort is a loopback address no one listens on now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: got err %v, want nil", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestAPartitionThatHeals: a front (in a process of its own) reaches its
 // host, and the host the front, only through proxies; cutting both ways,
 // or either one, under load, the front loses the host within its bound
@@ -139,11 +156,11 @@ func TestAPartitionThatHeals(t *testing.T) {
 }
 
 func partition(t *testing.T, cutToHost, cutToFront bool) {
-	hostListen, frontListen := freePort(t), freePort(t)
-	toHost, toFront := startProxy(t, hostListen), startProxy(t, frontListen)
-	startHostProcess(t, "--heartbeat", "50ms", "--listen", hostListen, "--advertise", toHost.addr())
+	toHost, toFront := startProxy(t, ""), startProxy(t, "")
+	_, said := startHostWith(t, nil, "--heartbeat", "50ms", "--advertise", toHost.addr())
+	toHost.forward(said.Bound)
 	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "LANES_CHILD=front-partition", "LANES_HOST="+toHost.addr(), "LANES_LISTEN="+frontListen, "LANES_ADVERTISE="+toFront.addr())
+	child.Env = append(os.Environ(), "LANES_CHILD=front-partition", "LANES_HOST="+toHost.addr(), "LANES_ADVERTISE="+toFront.addr())
 	var stderr strings.Builder
 	child.Stderr = &syncWriter{b: &stderr}
 	out, _ := child.StdoutPipe()
@@ -167,6 +184,7 @@ func partition(t *testing.T, cutToHost, cutToFront bool) {
 			return ""
 		}
 	}
+	toFront.forward(strings.TrimPrefix(expect("bound ", 30*time.Second), "bound "))
 	expect("serving", 30*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	// Bytes towards the host: out on the front's connection to it, back on
@@ -174,8 +192,10 @@ func partition(t *testing.T, cutToHost, cutToFront bool) {
 	toHost.cut(cutToHost, cutToFront)
 	toFront.cut(cutToFront, cutToHost)
 	cutAt := time.Now()
-	expect("lost", 5*time.Second)
-	if took := time.Since(cutAt); took > 500*time.Millisecond+100*time.Millisecond+300*time.Millisecond {
+	expect("lost", 20*time.Second)
+	// A bound in wall-clock time holds on a quiet machine only: checked
+	// where scripts/test.sh runs the timing tests (LANES_TIMING=1).
+	if took := time.Since(cutAt); os.Getenv("LANES_TIMING") != "" && took > 500*time.Millisecond+100*time.Millisecond+300*time.Millisecond {
 		t.Errorf("the front lost the host %v after the cut, want within LostAfter 500ms + 1/5 (+ scheduling)", took)
 	}
 	time.Sleep(time.Second)
@@ -193,8 +213,15 @@ func partition(t *testing.T, cutToHost, cutToFront bool) {
 func partitionChild() int {
 	fail := func(format string, a ...any) int { fmt.Fprintf(os.Stderr, format+"\n", a...); return 1 }
 	ctx := context.Background()
-	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}, Address: os.Getenv("LANES_LISTEN"),
-		Advertise: os.Getenv("LANES_ADVERTISE"), LostAfter: 500 * time.Millisecond, Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }})
+	logf := func(format string, a ...any) {
+		msg := fmt.Sprintf(format, a...)
+		if addr, ok := strings.CutPrefix(msg, "listening on "); ok { // where the proxy to the front forwards
+			fmt.Println("bound", strings.TrimSuffix(strings.Fields(addr)[0], ","))
+		}
+		fmt.Fprintln(os.Stderr, msg)
+	}
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{os.Getenv("LANES_HOST")}, Advertise: os.Getenv("LANES_ADVERTISE"),
+		LostAfter: 500 * time.Millisecond, Logf: logf})
 	if err != nil {
 		return fail("StartFront: %v", err)
 	}

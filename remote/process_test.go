@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -26,14 +28,28 @@ import (
 // launched by a front) and returns it with its address.
 func startHostProcess(t testing.TB, args ...string) (*exec.Cmd, string) {
 	t.Helper()
+	cmd, said := startHostWith(t, nil, args...)
+	return cmd, said.Address
+}
+
+// startHostWith runs lanehost with inherited sockets (files, descriptors
+// 3 on) and returns it with what its first line says. The parent's copies
+// of the files are closed once the process has them.
+func startHostWith(t testing.TB, files []*os.File, args ...string) (*exec.Cmd, remote.Listening) {
+	t.Helper()
 	cmd := exec.Command(lanehostBin, args...)
+	cmd.ExtraFiles = files
 	var stderr strings.Builder
 	cmd.Stderr = &syncWriter{b: &stderr}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatalf("StdoutPipe: got err %v, want nil", err)
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	for _, f := range files {
+		_ = f.Close()
+	}
+	if err != nil {
 		t.Fatalf("start lanehost: got err %v, want nil", err)
 	}
 	t.Cleanup(func() {
@@ -42,11 +58,43 @@ func startHostProcess(t testing.TB, args ...string) (*exec.Cmd, string) {
 		_ = cmd.Wait()
 	})
 	line, err := bufio.NewReader(out).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "lanehost: listening on ")
-	if err != nil || !ok {
-		t.Fatalf("lanehost's first line: got %q (err %v), want \"lanehost: listening on ADDRESS\"; stderr: %s", line, err, stderr.String())
+	said, perr := remote.ParseListening(line)
+	if err != nil || perr != nil {
+		t.Fatalf("lanehost's first line: got %q (err %v, %v); stderr: %s", line, err, perr, stderr.String())
 	}
-	return cmd, addr
+	return cmd, said
+}
+
+// heldSocket is a listening socket on loopback (port 0: the system picks)
+// that the test holds until a process inherits it, so its address can be
+// handed out first (a cluster's seeds) and no one else takes the port.
+type heldSocket struct {
+	addr string
+	file *os.File
+}
+
+func holdSocket(t testing.TB) *heldSocket {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: got err %v, want nil", err)
+	}
+	f, err := ln.(*net.TCPListener).File()
+	_ = ln.Close() // the file is a copy of its own
+	if err != nil {
+		t.Fatalf("the listener's file: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return &heldSocket{addr: ln.Addr().String(), file: f}
+}
+
+// addrs are the sockets' addresses.
+func addrs(socks ...*heldSocket) []string {
+	var out []string
+	for _, s := range socks {
+		out = append(out, s.addr)
+	}
+	return out
 }
 
 type syncWriter struct {

@@ -63,6 +63,7 @@ type system struct {
 	actors *actor.ActorSystem
 	remote *premote.Remote
 	addr   string      // the address peers reach it at
+	bound  string      // the address it listens on (addr, unless advertised)
 	member *membership // the cluster it joined; nil: none
 }
 
@@ -145,9 +146,30 @@ func clusterName(c *ClusterConfig) string {
 	return "a member of cluster " + strconv.Quote(c.Name)
 }
 
-func startSystem(ctx context.Context, host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (sys *system, err error) {
+// portAttempts bounds the tries of an endpoint on port 0: the port the
+// system picked is free when probed, and taken back only if another
+// process binds it before the remote does (it then picks another).
+const portAttempts = 4
+
+func startSystem(ctx context.Context, host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (*system, error) {
+	for attempt := 1; ; attempt++ {
+		sys, err := startSystemOn(ctx, host, port, advertise, tlsCfg, clusterCfg)
+		if port != 0 || attempt == portAttempts || !errors.Is(err, errPortTaken) {
+			return sys, err
+		}
+	}
+}
+
+// errPortTaken marks a remote that could not listen on the port it was
+// given because another process took it meanwhile.
+var errPortTaken = errors.New("remote: port taken")
+
+// startSystemOn starts the endpoint once: a probe finds the port (one the
+// system picks for port 0) and says at once when it is in use, since
+// protoactor-go's remote panics on a port it cannot listen on and says
+// nothing of the port it picked when an address is advertised.
+func startSystemOn(ctx context.Context, host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (sys *system, err error) {
 	address := net.JoinHostPort(host, strconv.Itoa(port))
-	// Listen once ourselves first: remote.Start panics on a port in use.
 	probe, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("%w: listen on %s: %v", ErrConfig, address, err)
@@ -155,6 +177,7 @@ func startSystem(ctx context.Context, host string, port int, advertise string, t
 	if port == 0 {
 		port = probe.Addr().(*net.TCPAddr).Port
 	}
+	bound := net.JoinHostPort(host, strconv.Itoa(port))
 	_ = probe.Close()
 	// gRPC refuses messages over 4 MiB by default, and a refused message
 	// breaks the connection; a front bounds the bytes it has in flight to a
@@ -182,19 +205,29 @@ func startSystem(ctx context.Context, host string, port int, advertise string, t
 			if !errors.Is(err, errProviderLate) {
 				as.Shutdown() // a late one goes on starting: the process's endpoint is given up
 			}
-			return nil, err
+			return nil, portTaken(err)
 		}
-		return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, member: m}, nil
+		return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, bound: bound, member: m}, nil
 	}
 	r := premote.NewRemote(as, remoteCfg)
 	defer func() {
 		if p := recover(); p != nil {
 			as.Shutdown()
-			sys, err = nil, fmt.Errorf("%w: start remote on %s: %v", ErrConfig, address, p)
+			sys, err = nil, portTaken(fmt.Errorf("%w: start remote on %s: %v", ErrConfig, address, p))
 		}
 	}()
 	r.Start()
-	return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address}, nil
+	return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, bound: bound}, nil
+}
+
+// portTaken marks err with errPortTaken when it is the remote's failure
+// to listen on a port in use (its panic carries the listener's error as
+// text only; a membership endpoint's own failure is not retried).
+func portTaken(err error) error {
+	if err != nil && strings.Contains(err.Error(), "failed to listen") && strings.Contains(err.Error(), "address already in use") {
+		return fmt.Errorf("%w (%w)", err, errPortTaken)
+	}
+	return err
 }
 
 func splitAddress(address string) (string, int, error) {

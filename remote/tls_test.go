@@ -111,11 +111,11 @@ func TestMutualTLS(t *testing.T) {
 func TestMutualTLSInACluster(t *testing.T) {
 	dir := t.TempDir()
 	writeCerts(t, dir)
-	m := freePort(t)
-	startHostProcess(t, "--tls-cert", filepath.Join(dir, "host.pem"), "--tls-key", filepath.Join(dir, "host-key.pem"), "--tls-ca", filepath.Join(dir, "ca.pem"),
-		"--cluster", "tls", "--membership", m, "--seeds", m)
+	m := holdSocket(t)
+	startHostWith(t, []*os.File{m.file}, "--tls-cert", filepath.Join(dir, "host.pem"), "--tls-key", filepath.Join(dir, "host-key.pem"), "--tls-ca", filepath.Join(dir, "ca.pem"),
+		"--cluster", "tls", "--membership-fd", "3", "--seeds", m.addr)
 	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "LANES_TLS_CHILD=1", "LANES_TLS_DIR="+dir, "LANES_TLS_CLUSTER=tls", "LANES_TLS_SEEDS="+m)
+	child.Env = append(os.Environ(), "LANES_TLS_CHILD=1", "LANES_TLS_DIR="+dir, "LANES_TLS_CLUSTER=tls", "LANES_TLS_SEEDS="+m.addr)
 	out, err := child.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "served over mutual TLS") {
 		t.Fatalf("a front with mutual TLS following the cluster: got err %v, output %q; want it served", err, out)

@@ -181,7 +181,7 @@ for ratio in 1 0.1; do
   python3 - "$OUT_DIR/tracefeed-$ratio.json" "$before" "$after" "$ratio" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); s = r["stats"]; got = float(sys.argv[3]) - float(sys.argv[2])
-made = (r["submissions"] - s["Behind"] - s["SampledOut"]) * r["spans_per_submission"]
+made = (r["submissions"] - s["Behind"] - s["SampledOut"] - s.get("Summarised", 0)) * r["spans_per_submission"]
 print(f"ratio {sys.argv[4]}: {r['submissions']} submissions in {r['seconds']:.1f} s ({r['rate']:.0f}/s): "
       f"{s['SampledOut']} sampled out, {s['Behind']} unrecorded (recorder behind); {made} spans made, "
       f"{s['SpansExported']} exported, {s['SpansDroppedQueueFull']} dropped (queue full), {s['SpansDroppedExport']} (export failed); "

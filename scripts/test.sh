@@ -9,19 +9,26 @@ go test -race -count=1 ./...
 # The embedder suite: a serving backend in a module of its own
 # (examples/embedder) that uses the public API alone, with careless and
 # malicious tenants beside healthy ones. EMBEDDER_RUN sets its long run.
-# Its device-wide stall test declares hangs in wall-clock time, and its
-# hostile-tenant tests assert latency and heap figures, which the race
-# detector's slowdown makes meaningless: they skip those checks there and
-# run here once more without the detector.
+# Its device-wide stall test declares hangs in wall-clock time and its
+# hostile-tenant tests assert heap figures, which the race detector's
+# slowdown and shadow memory make meaningless: they skip those checks
+# there and run here once more without it.
 (cd examples/embedder && go vet ./... && go test -race -count=1 ./... &&
-  go test -count=1 -v -run '^(TestDeviceWideStallBlamesItsCause|TestFloodLeavesLightTenantsTheirLatency|TestHugeBatch|TestKeyChurnLeavesNeighboursReplayed|TestNothingGrowsWithHistory)$' ./... |
+  go test -count=1 -v -run '^(TestDeviceWideStallBlamesItsCause|TestHugeBatch|TestKeyChurnLeavesNeighboursReplayed|TestNothingGrowsWithHistory)$' ./... |
   grep -E '^(=== RUN|--- |ok|FAIL)|hostile_test|faults_test')
 
-# The p99 isolation test measures latency on the sim's real-time clock, so
-# plain `go test` skips it: it runs alone here, after the rest (beside other
-# packages' tests on two cores its ratio read 0.57-1.73; alone, 0.94-1.06).
-timing='^TestQuarantineDoesNotRaiseHealthyP99$'
-LANES_TIMING=1 go test -race -count=1 -run "$timing" -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
+# Wall-clock figures (a latency ratio, a detection time) mean something
+# on a quiet machine only, so the default run proves the same isolation
+# with counts and the virtual clock, and judges no figure of time; with
+# LANES_TIMING=1 (on a machine doing nothing else) this step judges them
+# too: the quarantine's cost to healthy tenants' p99, light tenants' p99
+# beside a flood, a partition's detection within its bound.
+if [ -n "${LANES_TIMING:-}" ]; then
+  echo "== timing (LANES_TIMING=1): wall-clock figures judged"
+  LANES_TIMING=1 go test -race -count=1 -run '^TestQuarantineDoesNotRaiseHealthyP99$' -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
+  (cd examples/embedder && LANES_TIMING=1 go test -count=1 -v -run '^TestFloodLeavesLightTenantsTheirLatency$' ./... | grep -E '^(=== RUN|--- |ok|FAIL)|hostile_test')
+  LANES_TIMING=1 go test -count=1 -run '^TestAPartitionThatHeals$' ./remote
+fi
 
 # A count, not a duration: a duration can end mid-input and fail with
 # "context deadline exceeded" on a slow machine. Each target's count keeps

@@ -27,6 +27,31 @@
 // dropped together (a full queue, a failed export): no parent leaves without
 // its children. Every drop is counted (Stats, lanes.telemetry.* metrics).
 //
+// # Fair shares
+//
+// One tenant's flood never blinds telemetry for the others. Work waits to
+// be recorded, and spans to be exported, in a queue per tenant, taken in
+// turns, lane quarantines ahead of every tenant's (a quarantine is what
+// an operator must see). When a queue is full (8192 items waiting to be
+// recorded; Config.QueueSpans spans waiting for export), the tenant that
+// holds the most of it gives up its oldest to make room, and when the new
+// work is that tenant's own, the new work is dropped instead; a quiet
+// tenant's error, and a lane's quarantine, still get their spans. What is lost is counted per tenant
+// (Stats.ByTenant, and lanes.tenant on lanes.telemetry.spans and
+// lanes.telemetry.submissions).
+//
+// Refusals come in bursts: a tenant over its share is refused as fast as
+// it can ask. A refusal handed over while the same tenant's previous
+// refusal of the same kind (error.type) is still waiting to be recorded is
+// summarised into that one: a single lanes.submit span from the first
+// refusal to the last, with lanes.refusals saying how many it stands for,
+// while lanes.submissions counts every one of them (Stats.Summarised says
+// how many were folded). This costs nothing while the recorder keeps up
+// (every refusal is then a span of its own), and under a flood it turns
+// thousands of identical spans into a few, which is what lets the flood's
+// own spans, and everyone else's, through. A refusal under a caller's
+// span is never summarised: its caller's trace shows it.
+//
 // # Spans
 //
 //	span                    parent           interval
@@ -59,6 +84,7 @@
 //	lanes.replayed_segments        submission           segments replayed
 //	lanes.eager_commands           submission           commands run eagerly
 //	lanes.outcome                  submission           succeeded, indeterminate, refused
+//	lanes.refusals                 submission           refusals a summarised refusal stands for (when more than one)
 //	error.type                     submission, quarantine  the stable error code (cuda.Code), when not succeeded
 //	lanes.error.blame              submission, quarantine  caller, stream or device
 //	lanes.device.time              submission           seconds of device time, start event to fence
@@ -108,11 +134,12 @@
 //	lanes.graph_launches       counter    {launch}      lanes.lane.id
 //	lanes.output_cache.hits    counter    {replay}      lanes.lane.id
 //	lanes.sync_points          counter    {wait}        lanes.lane.id
-//	lanes.telemetry.spans      counter    {span}        lanes.disposition: exported, queue_full, export_failed
-//	lanes.telemetry.submissions counter   {submission}  lanes.disposition: sampled_out, behind
+//	lanes.telemetry.spans      counter    {span}        lanes.disposition: exported, queue_full, export_failed; lanes.tenant on drops
+//	lanes.telemetry.submissions counter   {submission}  lanes.disposition: sampled_out, behind, summarised; lanes.tenant but on sampled_out
 //	lanes.telemetry.export_errors counter {export}      (spans and metrics)
 //
 // lanes.tenant takes the first Config.MaxTenants tenants' names and
-// "other" after them. In Prometheus the names become lanes_submissions_total,
+// "other" after them; a drop of no tenant's (a lane quarantine's) carries
+// no lanes.tenant. In Prometheus the names become lanes_submissions_total,
 // lanes_fence_latency_seconds_bucket, lanes_transfer_h2d_bytes_total, ...
 package telemetry

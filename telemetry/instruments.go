@@ -59,24 +59,35 @@ func (m *instruments) init(meter metric.Meter, t *Recorder) error {
 // out and dropped.
 func (t *Recorder) selfMetrics(meter metric.Meter) error {
 	spans, err1 := meter.Int64ObservableCounter("lanes.telemetry.spans", metric.WithUnit("{span}"),
-		metric.WithDescription("spans exported, and dropped by reason (queue_full, export_failed)"))
+		metric.WithDescription("spans exported, and dropped by reason (queue_full, export_failed) and tenant"))
 	subs, err2 := meter.Int64ObservableCounter("lanes.telemetry.submissions", metric.WithUnit("{submission}"),
-		metric.WithDescription("work not traced: sampled_out (a success Config.SuccessRatio left out), behind (dropped unrecorded)"))
+		metric.WithDescription("work not traced: sampled_out (a success Config.SuccessRatio left out), behind (dropped unrecorded), summarised (a refusal folded into an earlier one's span), by tenant"))
 	errs, err3 := meter.Int64ObservableCounter("lanes.telemetry.export_errors", metric.WithUnit("{export}"),
 		metric.WithDescription("exports of spans or metrics that failed"))
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
-	disposition := func(v string) metric.ObserveOption {
-		return metric.WithAttributes(attribute.String("lanes.disposition", v))
+	disposition := func(v, tenant string) metric.ObserveOption {
+		if tenant == "" {
+			return metric.WithAttributes(attribute.String("lanes.disposition", v))
+		}
+		return metric.WithAttributes(attribute.String("lanes.disposition", v), attribute.String("lanes.tenant", tenant))
 	}
 	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := t.Stats()
-		o.ObserveInt64(spans, int64(s.SpansExported), disposition("exported"))
-		o.ObserveInt64(spans, int64(s.SpansDroppedQueueFull), disposition("queue_full"))
-		o.ObserveInt64(spans, int64(s.SpansDroppedExport), disposition("export_failed"))
-		o.ObserveInt64(subs, int64(s.SampledOut), disposition("sampled_out"))
-		o.ObserveInt64(subs, int64(s.Behind), disposition("behind"))
+		o.ObserveInt64(spans, int64(s.SpansExported), disposition("exported", ""))
+		o.ObserveInt64(subs, int64(s.SampledOut), disposition("sampled_out", ""))
+		// What was lost, by whose it was: a tenant's, or no tenant's (""):
+		// lane quarantines', always reported, so the series exist at 0.
+		if _, ok := s.ByTenant[""]; !ok {
+			s.ByTenant[""] = TenantDrops{}
+		}
+		for tenant, d := range s.ByTenant {
+			o.ObserveInt64(spans, int64(d.SpansQueueFull), disposition("queue_full", tenant))
+			o.ObserveInt64(spans, int64(d.SpansExport), disposition("export_failed", tenant))
+			o.ObserveInt64(subs, int64(d.Behind), disposition("behind", tenant))
+			o.ObserveInt64(subs, int64(d.Summarised), disposition("summarised", tenant))
+		}
 		o.ObserveInt64(errs, int64(s.ExportErrors))
 		return nil
 	}, spans, subs, errs)
@@ -127,18 +138,4 @@ func (t *Recorder) attrs(k attrKey) attrOptions {
 	o := attrOptions{add: []metric.AddOption{m}, record: []metric.RecordOption{m}}
 	t.attrSets[k] = o
 	return o
-}
-
-// tenant is the lanes.tenant value metrics carry for name: itself for the
-// first Config.MaxTenants tenants seen, "other" after (called on the
-// recording goroutine only).
-func (t *Recorder) tenant(name string) string {
-	if t.tenants[name] {
-		return name
-	}
-	if len(t.tenants) < t.cfg.MaxTenants {
-		t.tenants[name] = true
-		return name
-	}
-	return "other"
 }

@@ -63,12 +63,14 @@ type Quarantine struct {
 type item struct {
 	sub        Submission // when isSub
 	isSub      bool
+	refusals   int // refusals summarised into sub (0 and 1: sub alone)
 	quarantine *Quarantine
 }
 
 // Submission hands one ended or refused submission to the recorder. It
-// never blocks: when the recorder is behind by 8192 items, this one is
-// dropped and counted (Stats.Behind).
+// never blocks: when the recorder is behind by 8192 items, the tenant
+// with the most waiting loses its oldest (or this one, if it is that
+// tenant's), counted (Stats.Behind, Stats.ByTenant).
 func (t *Recorder) Submission(_ context.Context, s Submission) {
 	if t != nil {
 		t.hand(item{sub: s, isSub: true})
@@ -94,7 +96,7 @@ const quarantineWait = time.Second
 func (t *Recorder) recordItem(it item) {
 	switch {
 	case it.isSub:
-		t.submission(it.sub)
+		t.submission(it.sub, max(it.refusals, 1))
 		if q, ok := t.waitingQ[it.sub.Lane]; ok && it.sub.Err != nil {
 			delete(t.waitingQ, it.sub.Lane)
 			t.quarantined(q)
@@ -114,17 +116,13 @@ func (t *Recorder) recordItem(it item) {
 }
 
 // settle records the quarantines that waited long enough for their
-// submission (all of them when all is set), then commits the spans made
-// since the last commit as one group.
+// submission (all of them when all is set).
 func (t *Recorder) settle(all bool) {
 	for lane, q := range t.waitingQ {
 		if all || time.Since(q.At) > quarantineWait {
 			delete(t.waitingQ, lane)
 			t.quarantined(q)
 		}
-	}
-	if t.pipe != nil {
-		t.pipe.commit()
 	}
 }
 
@@ -161,7 +159,9 @@ func (t *Recorder) keep(s *Submission, fallbacks int) bool {
 	return false
 }
 
-func (t *Recorder) submission(s Submission) {
+// submission records one submission, or refusals summarised into one
+// (n of them, refused alike): every one counted in the metrics, one span.
+func (t *Recorder) submission(s Submission, n int) {
 	r := s.Receipt
 	out := outcome(&s)
 	replayed, eager, fallbacks := len(r.Attribution.Segments), 0, 0
@@ -176,8 +176,8 @@ func (t *Recorder) submission(s Submission) {
 			}
 		}
 	}
-	t.count(&s, out, replayed, eager)
-	t.recorded.Add(1)
+	t.count(&s, out, replayed, eager, n)
+	t.recorded.Add(uint64(n))
 	if t.pipe == nil {
 		return
 	}
@@ -185,7 +185,7 @@ func (t *Recorder) submission(s Submission) {
 		t.sampledOut.Add(1)
 		return
 	}
-	t.traced.Add(1)
+	t.traced.Add(uint64(n))
 	attrs := []attribute.KeyValue{
 		attribute.String("lanes.tenant", s.Tenant), attribute.Int("lanes.lane.id", s.Lane),
 		attribute.Int("lanes.device.ordinal", s.Device), attribute.String("lanes.device.name", s.DeviceName),
@@ -195,6 +195,9 @@ func (t *Recorder) submission(s Submission) {
 	}
 	if r.DeviceTime > 0 {
 		attrs = append(attrs, attribute.Float64("lanes.device.time", r.DeviceTime.Seconds()))
+	}
+	if n > 1 {
+		attrs = append(attrs, attribute.Int("lanes.refusals", n))
 	}
 	ctx, opts := context.Background(), []trace.SpanStartOption{trace.WithTimestamp(s.Start), trace.WithSpanKind(trace.SpanKindInternal)}
 	if s.Parent.IsValid() {
@@ -228,14 +231,15 @@ func (t *Recorder) submission(s Submission) {
 	t.stages(ctx, &s)
 	t.children(ctx, &s)
 	span.End(trace.WithTimestamp(s.End))
+	t.pipe.commit(s.Tenant, false)
 }
 
 // count records a submission's metrics (every submission's, traced or
 // not).
-func (t *Recorder) count(s *Submission, out string, replayed, eager int) {
+func (t *Recorder) count(s *Submission, out string, replayed, eager, n int) {
 	ctx := context.Background()
-	tenant := t.tenant(s.Tenant)
-	t.m.submissions.Add(ctx, 1, t.attrs(attrKey{outcome: out, tenant: tenant, lane: s.Lane}).add...)
+	tenant := t.names.of(s.Tenant)
+	t.m.submissions.Add(ctx, int64(n), t.attrs(attrKey{outcome: out, tenant: tenant, lane: s.Lane}).add...)
 	if s.Lane < 0 {
 		return
 	}
@@ -348,4 +352,5 @@ func (t *Recorder) quarantined(q Quarantine) {
 	sp.AddEvent("lanes.quarantined", trace.WithTimestamp(q.At), trace.WithAttributes(attribute.String("lanes.reason", reason)))
 	sp.SetStatus(codes.Error, reason)
 	sp.End(trace.WithTimestamp(q.At))
+	t.pipe.commit("", true)
 }

@@ -45,15 +45,15 @@ type Recorder struct {
 	metrics http.Handler // Prometheus's, or nil
 
 	// Work is recorded off the caller's goroutine (a lane's bound thread),
-	// in order, by one goroutine; a full queue drops and counts.
-	queue   chan item
+	// by one goroutine, from an intake served fairly across tenants; a full
+	// intake drops and counts, the flooding tenant's work first.
+	in      *intake
+	names   *tenantNames
+	drops   *dropCounts
 	flush   chan chan struct{}
 	stopped chan struct{}
 	once    sync.Once
-	closeMu sync.RWMutex // hand holds it shared; Shutdown closes queue under it
-	closed  bool
 
-	behind        atomic.Uint64 // items dropped before recording
 	recorded      atomic.Uint64 // submissions recorded (traced or sampled out)
 	traced        atomic.Uint64 // submissions given spans
 	sampledOut    atomic.Uint64
@@ -61,14 +61,14 @@ type Recorder struct {
 	lastMetricErr atomic.Pointer[string]
 
 	// Owned by the recording goroutine.
-	tenants  map[string]bool // the tenants metrics name (Config.MaxTenants)
 	attrSets map[attrKey]attrOptions
 	failing  map[int][]trace.Link // per lane: failed submissions since its last quarantine
 	waitingQ map[int]Quarantine   // per lane: a quarantine waiting for its failed submission
 	sampleAt float64              // success sampling's accumulator
 }
 
-// queueLength bounds the work waiting to be recorded.
+// queueLength bounds the work waiting to be recorded, all tenants'
+// together.
 const queueLength = 8192
 
 // New builds the configured pipelines, or returns nil when neither traces
@@ -87,13 +87,14 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Recorder{cfg: c, tenants: map[string]bool{}, attrSets: map[attrKey]attrOptions{}, failing: map[int][]trace.Link{}, waitingQ: map[int]Quarantine{}}
+	names := &tenantNames{max: c.MaxTenants}
+	t := &Recorder{cfg: c, names: names, drops: &dropCounts{names: names}, attrSets: map[attrKey]attrOptions{}, failing: map[int][]trace.Link{}, waitingQ: map[int]Quarantine{}}
 	if traces {
 		exp, err := spanExporter(ctx, c)
 		if err != nil {
 			return nil, err
 		}
-		t.pipe = newPipeline(exp, c)
+		t.pipe = newPipeline(exp, c, t.drops)
 		t.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(t.pipe), sdktrace.WithResource(res),
 			sdktrace.WithSampler(sdktrace.AlwaysSample()))
 		t.tracer = t.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(ScopeVersion))
@@ -113,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 	if err := t.m.init(t.Meter(), t); err != nil {
 		return nil, err
 	}
-	t.queue, t.flush, t.stopped = make(chan item, queueLength), make(chan chan struct{}), make(chan struct{})
+	t.in, t.flush, t.stopped = newIntake(queueLength, t.drops), make(chan chan struct{}), make(chan struct{})
 	go t.record()
 	if c.traceURL != "" || c.metricURL != "" { // OTLP somewhere
 		go t.probe(c)
@@ -177,25 +178,30 @@ func newResource(ctx context.Context, c Config) (*resource.Resource, error) {
 	return r, nil
 }
 
-// record is the recording goroutine.
+// record is the recording goroutine: it records what the intake holds,
+// fairly across tenants, until the intake closes and empties.
 func (t *Recorder) record() {
 	defer close(t.stopped)
 	tick := time.NewTicker(quarantineWait)
 	defer tick.Stop()
+	drain := func() {
+		for it, ok := t.in.take(); ok; it, ok = t.in.take() {
+			t.recordItem(it)
+		}
+	}
 	for {
 		select {
 		case <-tick.C:
 			t.settle(false)
-		case it, ok := <-t.queue:
-			if !ok {
+		case <-t.in.wake:
+			drain()
+			if t.in.isClosed() {
+				drain() // what was put while it closed
 				t.settle(true)
 				return
 			}
-			t.recordItem(it)
 		case done := <-t.flush:
-			for len(t.queue) > 0 {
-				t.recordItem(<-t.queue)
-			}
+			drain()
 			t.settle(true)
 			close(done)
 		}
@@ -205,19 +211,7 @@ func (t *Recorder) record() {
 // hand queues work for the recording goroutine, or drops and counts it.
 // After Shutdown it drops and counts (as Behind): work handed over late,
 // by a scheduler still running, is never a panic.
-func (t *Recorder) hand(it item) {
-	t.closeMu.RLock()
-	defer t.closeMu.RUnlock()
-	if t.closed {
-		t.behind.Add(1)
-		return
-	}
-	select {
-	case t.queue <- it:
-	default:
-		t.behind.Add(1)
-	}
-}
+func (t *Recorder) hand(it item) { t.in.put(it) }
 
 // PushMetrics exports the metrics as they stand now, to OTLP (Prometheus
 // reads them when it scrapes): a scheduler's last values before it stops.
@@ -272,8 +266,16 @@ type Stats struct {
 	SpansDroppedQueueFull, SpansDroppedExport uint64
 	// Behind is work (submissions, quarantines) dropped unrecorded because
 	// the recorder was 8192 items behind: neither traced nor counted in
-	// metrics.
+	// metrics. The tenant with the most waiting loses its own first
+	// (ByTenant says whose).
 	Behind uint64
+	// Summarised is refusals folded into an earlier refusal's span (see
+	// the package documentation): recorded and counted, not a span each.
+	Summarised uint64
+	// ByTenant is what each tenant lost (and had summarised), by its
+	// lanes.tenant value: "other" for the tenants past Config.MaxTenants,
+	// "" for lane quarantines. Only tenants that lost something appear.
+	ByTenant map[string]TenantDrops
 	// Recorded is submissions recorded (in the metrics): Traced of them
 	// got spans, SampledOut are successes Config.SuccessRatio left
 	// untraced.
@@ -289,8 +291,12 @@ func (t *Recorder) Stats() Stats {
 	if t == nil {
 		return Stats{}
 	}
-	s := Stats{Behind: t.behind.Load(), Recorded: t.recorded.Load(), Traced: t.traced.Load(), SampledOut: t.sampledOut.Load(),
-		ExportErrors: t.metricErrors.Load()}
+	s := Stats{Recorded: t.recorded.Load(), Traced: t.traced.Load(), SampledOut: t.sampledOut.Load(),
+		ExportErrors: t.metricErrors.Load(), ByTenant: t.drops.snapshot()}
+	for _, d := range s.ByTenant {
+		s.Behind += d.Behind
+		s.Summarised += d.Summarised
+	}
 	if m := t.lastMetricErr.Load(); m != nil {
 		s.LastError = *m
 	}
@@ -321,10 +327,7 @@ func (t *Recorder) Shutdown(ctx context.Context) error {
 	}
 	var err error
 	t.once.Do(func() {
-		t.closeMu.Lock()
-		t.closed = true
-		close(t.queue)
-		t.closeMu.Unlock()
+		t.in.close()
 		<-t.stopped
 		if t.tp != nil {
 			err = t.tp.Shutdown(ctx)

@@ -8,7 +8,9 @@
 // where fronts find it (remote.ClusterConfig), and leaves the membership
 // when it stops.
 //
-// It prints "lanehost: listening on ADDRESS" as its first line, then serves
+// It prints "lanehost: listening on ADDRESS" as its first line (followed
+// by "bound ADDRESS" when it advertises another address, and "membership
+// ADDRESS" in a cluster: remote.Listening), then serves
 // until SIGINT or SIGTERM (or, with --exit-with-stdin, until its standard
 // input closes: a front that launched it died or stopped it). Exit status:
 // 0 stopped, 1 failed while serving, 2 bad flags or a device that would
@@ -22,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -55,6 +58,7 @@ type options struct {
 	protocol                    uint
 	maxTemplates                int
 	clusterName, membership     string
+	membershipFD                int
 	seeds                       []string
 	clusterRefresh              time.Duration
 }
@@ -101,6 +105,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
 	if o.clusterName != "" {
 		cfg.Cluster = &remote.ClusterConfig{Name: o.clusterName, Seeds: o.seeds, Membership: o.membership, Refresh: o.clusterRefresh}
+		if o.membershipFD > 0 {
+			f := os.NewFile(uintptr(o.membershipFD), "membership")
+			ln, err := net.FileListener(f)
+			_ = f.Close() // FileListener keeps a copy of its own
+			if err != nil {
+				_ = dev.Close()
+				fmt.Fprintf(stderr, "lanehost: --membership-fd %d: not a listening socket this process inherited: %v\n", o.membershipFD, err)
+				return 2
+			}
+			cfg.Cluster.MembershipListener = ln
+		}
 	}
 	if o.tlsCert != "" || o.tlsKey != "" || o.tlsCA != "" {
 		if cfg.TLS, err = remote.LoadTLS(o.tlsCert, o.tlsKey, o.tlsCA); err != nil {
@@ -124,7 +139,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lanehost: %v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stdout, "%s%s\n", remote.ListeningLine, h.Address())
+	fmt.Fprintln(stdout, h.Listening())
 	if o.exitWithStdin {
 		go func() {
 			_, _ = io.Copy(io.Discard, stdin)
@@ -272,6 +287,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.execTrace, "exectrace", "", "write a Go execution trace of the whole run to this file (go tool trace); %p in the name is the process id")
 	fs.StringVar(&o.clusterName, "cluster", "", "join the named cluster (the automanaged provider), where fronts find this host; with --membership and --seeds")
 	fs.StringVar(&o.membership, "membership", "", "with --cluster: this host's membership endpoint (host:port, plain HTTP that says who the host is; loopback unless TLS); one of --seeds")
+	fs.IntVar(&o.membershipFD, "membership-fd", 0, "with --cluster: serve the membership endpoint on this inherited listening socket (a file descriptor, 3 or more: from systemd's socket activation, or a supervisor that holds the port since it handed out the seeds); --membership then defaults to its address")
 	fs.Func("seeds", "with --cluster: every host's membership endpoint, comma-separated (host:port,...), this one's included; fronts are given the same list", func(v string) error {
 		for _, s := range strings.Split(v, ",") {
 			if s = strings.TrimSpace(s); s == "" {
@@ -284,7 +300,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.clusterRefresh, "cluster-refresh", remote.DefaultRefresh, "with --cluster: how often the membership endpoints are checked")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS\" first (the address fronts dial: --advertise if given). Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")
+		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS [bound ADDRESS] [membership ADDRESS]\" first (the address fronts dial: --advertise if given; where it is bound when that differs; its membership endpoint with --cluster). Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -309,10 +325,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
 	case o.maxInFlight < 0:
 		return o, fmt.Errorf("--max-in-flight-per-lane %d: give 0 (the default) or more", o.maxInFlight)
-	case o.clusterName == "" && (o.membership != "" || len(o.seeds) > 0 || set["cluster-refresh"]):
-		return o, fmt.Errorf("--membership, --seeds and --cluster-refresh need --cluster NAME")
-	case o.clusterName != "" && (o.membership == "" || len(o.seeds) == 0):
-		return o, fmt.Errorf("--cluster %s: give --membership (this host's membership endpoint, host:port) and --seeds (every host's, this one's included)", o.clusterName)
+	case o.clusterName == "" && (o.membership != "" || len(o.seeds) > 0 || set["cluster-refresh"] || set["membership-fd"]):
+		return o, fmt.Errorf("--membership, --membership-fd, --seeds and --cluster-refresh need --cluster NAME")
+	case set["membership-fd"] && o.membershipFD < 3:
+		return o, fmt.Errorf("--membership-fd %d: give an inherited descriptor, 3 or more (0 to 2 are standard input, output and error)", o.membershipFD)
+	case o.clusterName != "" && ((o.membership == "" && o.membershipFD == 0) || len(o.seeds) == 0):
+		return o, fmt.Errorf("--cluster %s: give --membership (this host's membership endpoint, host:port) or --membership-fd, and --seeds (every host's, this one's included)", o.clusterName)
 	case o.cpuProfile == "-" || o.execTrace == "-":
 		return o, fmt.Errorf("--cpuprofile and --exectrace write files: name one, not -")
 	case o.cpuProfile != "" && o.cpuProfile == o.execTrace:

@@ -119,7 +119,7 @@ func (r Registry) MustSpec(name string) *cuda.KernelSpec {
 	return &s
 }
 
-// Names of the built-in kernels.
+// Names of the built-in kernels: every one is in Builtin().
 const (
 	Fill   = "fill_f32"
 	Axpy   = "axpy_f32"
@@ -127,8 +127,13 @@ const (
 	RowSum = "row_sum_f32"
 	Gemv   = "gemv_f32"
 	Inc    = "inc_i32"
-	Poke   = "poke_i32"
 )
+
+// Poke names the fault-injection kernel that writes any index of its
+// buffer, unchecked. It is in FaultInjection(), never in Builtin(): look
+// it up in Builtin().With(FaultInjection()) (Builtin().MustSpec(Poke)
+// panics, as MustSpec does for any name its registry lacks).
+const Poke = "poke_i32"
 
 // Builtin returns a fresh registry of the built-in kernels. Every one of
 // them checks its extent at the boundary (cuda.KernelSpec.Check), so no

@@ -3,6 +3,7 @@ package embedder_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -12,6 +13,12 @@ import (
 	"github.com/lanesched/lanes/examples/embedder"
 	"github.com/lanesched/lanes/lanes"
 )
+
+// timed reports whether wall-clock latency figures are judged: only where
+// scripts/test.sh's timing step asks (LANES_TIMING=1), without the race
+// detector, on a machine quiet enough for a ratio of two latencies to
+// mean something. Elsewhere they are measured and logged.
+var timed = os.Getenv("LANES_TIMING") != "" && !raceOn
 
 // start opens a device with open, starts a scheduler on it with cfg, and
 // stops both when the test ends.

@@ -151,9 +151,13 @@ func flood(t *testing.T, b *embedder.Backend, tn *embedder.Tenant, k int, stop <
 }
 
 // TestFloodLeavesLightTenantsTheirLatency: one tenant keeps its admission
-// full on a lane four light tenants share. The light tenants are never
-// refused, and their p99 stays within twice their p99 alone (a flooded
-// window over that is measured once more, the machine being noisy).
+// full on a lane four light tenants share, in real time. The light
+// tenants are never refused, and, where timing is asked for
+// (LANES_TIMING=1, without the race detector: scripts/test.sh's timing
+// step on a quiet machine), their p99 stays within twice their p99 alone
+// (a flooded window over that is measured once more, the machine being
+// noisy). TestFloodLeavesLightTenantsTheirTurn holds the same isolation
+// on the virtual clock, counted in batches, on any machine.
 func TestFloodLeavesLightTenantsTheirLatency(t *testing.T) {
 	for _, lanesN := range []int{1, 4} {
 		t.Run(fmt.Sprintf("lanes=%d", lanesN), func(t *testing.T) {
@@ -188,7 +192,7 @@ func TestFloodLeavesLightTenantsTheirLatency(t *testing.T) {
 				t.Fatalf("the flood: got no refusal as overloaded in 10s (%d admitted), want its admission full before the light tenants run", floodAdmitted)
 			}
 			beside, refused := lights(t, b, light, d, k)
-			if !raceOn && quantile(beside, .99) > 2*quantile(alone, .99) {
+			if timed && quantile(beside, .99) > 2*quantile(alone, .99) {
 				// One window on this 2-core machine can take a host hiccup
 				// (ratios run 1.5-1.7x; one CI run read 2.02x): measure the
 				// flooded window once more, and judge that one.
@@ -209,7 +213,7 @@ func TestFloodLeavesLightTenantsTheirLatency(t *testing.T) {
 			if floodAdmitted == 0 || len(beside) == 0 {
 				t.Fatalf("got %d flood submissions admitted and %d light steps beside them, want some of each", floodAdmitted, len(beside))
 			}
-			if !raceOn && p99f > 2*p99a {
+			if timed && p99f > 2*p99a {
 				t.Errorf("light tenants' p99 beside the flood: got %v, %.2fx their p99 alone (%v); want at most 2x", p99f, float64(p99f)/float64(p99a), p99a)
 			}
 		})

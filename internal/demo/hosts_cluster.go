@@ -25,7 +25,8 @@ import (
 // fleet is the --cluster mode's lane host processes.
 type fleet struct {
 	cluster string
-	seeds   []string // every host's membership endpoint, by index
+	seeds   []string   // every host's membership endpoint, by index
+	sockets []*os.File // each one's listening socket, held until its host inherits it
 	path    string
 	args    func(i int) []string
 
@@ -46,13 +47,22 @@ func startFleet(cfg Config, path string, args func(i int) []string) (*fleet, err
 	}
 	fl := &fleet{cluster: fmt.Sprintf("lanedemo-%d", os.Getpid()), path: path, args: args, procs: map[int]*exec.Cmd{},
 		stdins: map[int]io.WriteCloser{}, exited: map[int]chan error{}}
+	// Every membership endpoint listens before any host starts (the seeds
+	// name them all), held here until its host inherits it: a port picked
+	// and let go could be someone else's by then.
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
+			fl.stop()
 			return nil, err
 		}
-		fl.seeds = append(fl.seeds, ln.Addr().String())
-		_ = ln.Close()
+		f, err := ln.(*net.TCPListener).File()
+		_ = ln.Close() // the file holds the socket
+		if err != nil {
+			fl.stop()
+			return nil, err
+		}
+		fl.seeds, fl.sockets = append(fl.seeds, ln.Addr().String()), append(fl.sockets, f)
 	}
 	for i := range cfg.Devices {
 		if err := fl.startHost(i); err != nil {
@@ -72,9 +82,12 @@ func hostName(i int) string { return "host" + strconv.Itoa(i) }
 
 // startHost starts the i-th host as a member of the cluster.
 func (fl *fleet) startHost(i int) error {
-	args := append(fl.args(i), "--name", hostName(i), "--cluster", fl.cluster, "--membership", fl.seeds[i],
+	args := append(fl.args(i), "--name", hostName(i), "--cluster", fl.cluster, "--membership", fl.seeds[i], "--membership-fd", "3",
 		"--seeds", strings.Join(fl.seeds, ","), "--exit-with-stdin")
 	cmd := exec.Command(fl.path, args...)
+	fl.mu.Lock()
+	cmd.ExtraFiles = []*os.File{fl.sockets[i]}
+	fl.mu.Unlock()
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -84,7 +97,11 @@ func (fl *fleet) startHost(i int) error {
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	fl.mu.Lock()
+	_ = fl.sockets[i].Close() // the host has its own copy
+	fl.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("lanedemo: start %s: %w", fl.path, err)
 	}
 	lines := make(chan string, 1)
@@ -97,11 +114,10 @@ func (fl *fleet) startHost(i int) error {
 	case line = <-lines:
 	case <-time.After(hostStartWithin):
 	}
-	if !strings.HasPrefix(line, remote.ListeningLine) {
+	if _, err := remote.ParseListening(line); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return fmt.Errorf("lanedemo: %s %s: its first line within %v was %q, want %q (its standard error says why)", fl.path, strings.Join(args, " "),
-			hostStartWithin, strings.TrimSpace(line), remote.ListeningLine+"ADDRESS")
+		return fmt.Errorf("lanedemo: %s %s: within %v: %v (its standard error says why)", fl.path, strings.Join(args, " "), hostStartWithin, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -202,6 +218,9 @@ func (fl *fleet) signal(i int, sig os.Signal) {
 func (fl *fleet) stop() {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
+	for _, f := range fl.sockets {
+		_ = f.Close() // a joiner's that never joined; closing twice is harmless
+	}
 	for _, in := range fl.stdins {
 		_ = in.Close()
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -139,7 +140,21 @@ type TelemetryReport struct {
 	Traced                uint64 `json:"submissions_traced"`
 	SampledOut            uint64 `json:"successes_sampled_out"`
 	ExportErrors          uint64 `json:"export_errors"`
-	LastError             string `json:"last_error,omitempty"`
+	// Summarised are refusals folded into an earlier refusal's span
+	// (counted in the metrics, not a span each).
+	Summarised uint64 `json:"refusals_summarised"`
+	// LostByTenant is what each tenant's telemetry lost, for the tenants
+	// that lost something ("": lane quarantines').
+	LostByTenant map[string]TenantTelemetry `json:"lost_by_tenant,omitempty"`
+	LastError    string                     `json:"last_error,omitempty"`
+}
+
+// TenantTelemetry is what one tenant's telemetry lost.
+type TenantTelemetry struct {
+	Behind     uint64 `json:"submissions_dropped_unrecorded"`
+	QueueFull  uint64 `json:"spans_dropped_queue_full"`
+	Export     uint64 `json:"spans_dropped_export_failed"`
+	Summarised uint64 `json:"refusals_summarised"`
 }
 
 // OK reports whether everything made was delivered.
@@ -148,13 +163,38 @@ func (t *TelemetryReport) OK() bool {
 }
 
 func telemetryReport(s telemetry.Stats) *TelemetryReport {
-	return &TelemetryReport{SpansExported: s.SpansExported, SpansDroppedQueueFull: s.SpansDroppedQueueFull, SpansDroppedExport: s.SpansDroppedExport,
-		Behind: s.Behind, Recorded: s.Recorded, Traced: s.Traced, SampledOut: s.SampledOut, ExportErrors: s.ExportErrors, LastError: s.LastError}
+	r := &TelemetryReport{SpansExported: s.SpansExported, SpansDroppedQueueFull: s.SpansDroppedQueueFull, SpansDroppedExport: s.SpansDroppedExport,
+		Behind: s.Behind, Recorded: s.Recorded, Traced: s.Traced, SampledOut: s.SampledOut, ExportErrors: s.ExportErrors, Summarised: s.Summarised,
+		LastError: s.LastError}
+	for tenant, d := range s.ByTenant {
+		if d.Behind+d.SpansQueueFull+d.SpansExport+d.Summarised == 0 {
+			continue
+		}
+		if r.LostByTenant == nil {
+			r.LostByTenant = map[string]TenantTelemetry{}
+		}
+		r.LostByTenant[tenant] = TenantTelemetry{Behind: d.Behind, QueueFull: d.SpansQueueFull, Export: d.SpansExport, Summarised: d.Summarised}
+	}
+	return r
 }
 
 func (t *TelemetryReport) write(w io.Writer) {
-	fmt.Fprintf(w, "telemetry: %d spans exported, %d dropped (queue full %d, export failed %d), %d submissions unrecorded, %d successes sampled out, %d export errors\n",
-		t.SpansExported, t.SpansDroppedQueueFull+t.SpansDroppedExport, t.SpansDroppedQueueFull, t.SpansDroppedExport, t.Behind, t.SampledOut, t.ExportErrors)
+	fmt.Fprintf(w, "telemetry: %d spans exported, %d dropped (queue full %d, export failed %d), %d submissions unrecorded, %d successes sampled out, %d refusals summarised, %d export errors\n",
+		t.SpansExported, t.SpansDroppedQueueFull+t.SpansDroppedExport, t.SpansDroppedQueueFull, t.SpansDroppedExport, t.Behind, t.SampledOut, t.Summarised, t.ExportErrors)
+	tenants := make([]string, 0, len(t.LostByTenant))
+	for tenant, d := range t.LostByTenant {
+		if d.Behind+d.QueueFull+d.Export > 0 {
+			tenants = append(tenants, tenant)
+		}
+	}
+	sort.Strings(tenants)
+	for _, tenant := range tenants {
+		d, who := t.LostByTenant[tenant], tenant
+		if who == "" {
+			who = "lane quarantines"
+		}
+		fmt.Fprintf(w, "telemetry: %s lost %d spans (queue full %d, export failed %d) and %d submissions unrecorded\n", who, d.QueueFull+d.Export, d.QueueFull, d.Export, d.Behind)
+	}
 	if t.LastError != "" {
 		fmt.Fprintf(w, "telemetry: last export error: %s\n", t.LastError)
 	}
