@@ -32,15 +32,15 @@ fi
 
 # A count, not a duration: a duration can end mid-input and fail with
 # "context deadline exceeded" on a slow machine. Each target's count keeps
-# it near ten seconds on a 2-core machine (the slow ones run the lane core
+# it near ten seconds on a quiet 2-core machine, building it included (the slow ones run the lane core
 # or the scheduler per input), and -fuzzminimizetime bounds the minimizing
 # of each new interesting input (by default up to 60 s, which showed as a
 # target stalled at 0 execs/sec): the whole step stays under two minutes.
 # FUZZ_SCALE multiplies every count (FUZZ_SCALE=10 for a longer run).
 scale=${FUZZ_SCALE:-1}
-for target in "./cuda FuzzCommandDecode 300000" "./cuda FuzzRegion 300000" "./cuda/sim FuzzEnqueue 200000" "./cache FuzzDiscover 100000" \
-  "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 30000" "./cmd/lanedemo FuzzFlags 40000" "./internal/demo FuzzManifest 40000" \
-  "./remote FuzzBatchFromWire 100000" "./remote FuzzReceiptFromWire 50000"; do
+for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./cache FuzzDiscover 100000" \
+  "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 15000" "./cmd/lanedemo FuzzFlags 12000" "./internal/demo FuzzManifest 15000" \
+  "./remote FuzzBatchFromWire 15000" "./remote FuzzReceiptFromWire 12000"; do
   set -- $target
   go test -run '^$' -fuzz "^$2\$" -fuzztime "$(($3 * scale))x" -fuzzminimizetime 100x "$1"
 done
