@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== go test -race ./..."
 go test -race -count=1 ./...
 
 # The embedder suite: a serving backend in a module of its own
@@ -13,6 +14,7 @@ go test -race -count=1 ./...
 # hostile-tenant tests assert heap figures, which the race detector's
 # slowdown and shadow memory make meaningless: they skip those checks
 # there and run here once more without it.
+echo "== the embedder suite (at ${SECONDS}s)"
 (cd examples/embedder && go vet ./... && go test -race -count=1 ./... &&
   go test -count=1 -v -run '^(TestDeviceWideStallBlamesItsCause|TestHugeBatch|TestKeyChurnLeavesNeighboursReplayed|TestNothingGrowsWithHistory)$' ./... |
   grep -E '^(=== RUN|--- |ok|FAIL)|hostile_test|faults_test')
@@ -38,9 +40,11 @@ fi
 # target stalled at 0 execs/sec): the whole step stays under two minutes.
 # FUZZ_SCALE multiplies every count (FUZZ_SCALE=10 for a longer run).
 scale=${FUZZ_SCALE:-1}
+echo "== fuzz targets (at ${SECONDS}s)"
 for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./cache FuzzDiscover 100000" \
   "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 15000" "./cmd/lanedemo FuzzFlags 12000" "./internal/demo FuzzManifest 15000" \
   "./remote FuzzBatchFromWire 15000" "./remote FuzzReceiptFromWire 12000"; do
   set -- $target
   go test -run '^$' -fuzz "^$2\$" -fuzztime "$(($3 * scale))x" -fuzzminimizetime 100x "$1"
 done
+echo "== done in ${SECONDS}s"
