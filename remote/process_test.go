@@ -24,6 +24,24 @@ import (
 	"github.com/lanesched/lanes/remote"
 )
 
+// timed reports whether wall-clock figures are judged to the letter: only
+// where scripts/test.sh's timing step asks (LANES_TIMING=1, a quiet
+// machine). Elsewhere a bound in time is held loosely (within) and a
+// latency ratio is logged, not judged: a loaded machine delays everything,
+// and what these tests prove is that each thing happens, once, for the
+// right cause.
+var timed = os.Getenv("LANES_TIMING") != ""
+
+// within is a bound in wall-clock time as judged: itself where timed,
+// else ten times it (at least 5 s), which a loaded machine still keeps
+// while a hang or a missed detection does not.
+func within(bound time.Duration) time.Duration {
+	if timed {
+		return bound
+	}
+	return max(10*bound, 5*time.Second)
+}
+
 // startHostProcess runs lanehost as a process of the test's own (not
 // launched by a front) and returns it with its address.
 func startHostProcess(t testing.TB, args ...string) (*exec.Cmd, string) {
@@ -298,8 +316,8 @@ func TestKillNineEndsInFlightOnceAndRestartsTheHost(t *testing.T) {
 			if !errors.As(e.err, &lost) || !errors.Is(e.err, actors.ErrIndeterminate) {
 				t.Errorf("%s: a submission in flight on the killed host: got err %v, want a *remote.HostLostError, errors.Is actors.ErrIndeterminate", lp.c.tenant, e.err)
 			}
-			if after := e.at.Sub(killed); after > bound {
-				t.Errorf("%s: a submission in flight on the killed host ended %v after the kill, want within %v", lp.c.tenant, after, bound)
+			if after := e.at.Sub(killed); after > within(bound) {
+				t.Errorf("%s: a submission in flight on the killed host ended %v after the kill, want within %v", lp.c.tenant, after, within(bound))
 			}
 			indeterminate++
 		}
@@ -318,7 +336,7 @@ func TestKillNineEndsInFlightOnceAndRestartsTheHost(t *testing.T) {
 	}
 	t.Logf("the other host's tenants: p99 %v before (%d steps), %v while the host was killed and restarted (%d steps); %d in flight on the killed host ended indeterminate",
 		p99(before), len(before), p99(during), len(during), indeterminate)
-	if p99(during) > p99(before)*6/5+2*time.Millisecond {
+	if timed && p99(during) > p99(before)*6/5+2*time.Millisecond {
 		t.Errorf("the other host's p99: got %v beside the kill, %v before; want within 1.2x (+2ms for this machine's scheduling)", p99(during), p99(before))
 	}
 	st := waitServing(t, f, "a", victim.Epoch, 20*time.Second)
@@ -362,8 +380,8 @@ func TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped(t *testing.T) {
 		if !errors.Is(e.err, remote.ErrHostLost) || !errors.Is(e.err, actors.ErrIndeterminate) {
 			t.Errorf("a submission in flight on the stopped host: got err %v, want ErrHostLost and actors.ErrIndeterminate", e.err)
 		}
-		if after := e.at.Sub(stopped); after > bound || after < lostAfter {
-			t.Errorf("a submission in flight on the stopped host ended %v after SIGSTOP, want between %v and %v", after, lostAfter, bound)
+		if after := e.at.Sub(stopped); after > within(bound) || after < lostAfter {
+			t.Errorf("a submission in flight on the stopped host ended %v after SIGSTOP, want between %v and %v", after, lostAfter, within(bound))
 		}
 		lostEnds++
 	}

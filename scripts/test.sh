@@ -24,12 +24,13 @@ echo "== the embedder suite (at ${SECONDS}s)"
 # with counts and the virtual clock, and judges no figure of time; with
 # LANES_TIMING=1 (on a machine doing nothing else) this step judges them
 # too: the quarantine's cost to healthy tenants' p99, light tenants' p99
-# beside a flood, a partition's detection within its bound.
+# beside a flood, a lost host's detection within its bound (a partition,
+# kill -9, SIGSTOP) and the other host's p99 meanwhile.
 if [ -n "${LANES_TIMING:-}" ]; then
   echo "== timing (LANES_TIMING=1): wall-clock figures judged"
   LANES_TIMING=1 go test -race -count=1 -run '^TestQuarantineDoesNotRaiseHealthyP99$' -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
   (cd examples/embedder && LANES_TIMING=1 go test -count=1 -v -run '^TestFloodLeavesLightTenantsTheirLatency$' ./... | grep -E '^(=== RUN|--- |ok|FAIL)|hostile_test')
-  LANES_TIMING=1 go test -count=1 -run '^TestAPartitionThatHeals$' ./remote
+  LANES_TIMING=1 go test -count=1 -run '^(TestAPartitionThatHeals|TestKillNineEndsInFlightOnceAndRestartsTheHost|TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped)$' ./remote
 fi
 
 # A count, not a duration: a duration can end mid-input and fail with
