@@ -86,7 +86,7 @@ type Config struct {
 	// Default 1m; negative: never. The scheduler sweeps every TenantIdle/2
 	// (10 ms to 10 s; every 10 s when negative, for the ownership of freed
 	// buffers), so a tenant goes between TenantIdle and 1.5 x TenantIdle
-	// after its last work ended, and a freed buffer's ownership row at the
+	// (TenantIdle and 10 ms, below 20 ms) after its last work ended, and a freed buffer's ownership row at the
 	// first sweep after the free.
 	TenantIdle time.Duration
 	// CacheBytes bounds each lane's executable cache by the host memory

@@ -97,7 +97,8 @@
 //   - History. A tenant idle for Config.TenantIdle with nothing in flight,
 //     no owned buffers, no registered programs, no suspension and no recent
 //     fault is forgotten (as Forget would); a name whose every submission
-//     was refused leaves nothing; the ownership of a freed buffer is
+//     was refused at admission leaves nothing (one its lane refused, an
+//     invalid batch, is forgotten at the next sweep); the ownership of a freed buffer is
 //     dropped; tenant and program names are at most 256 bytes, and program
 //     names reserved at most Config.MaxProgramsPerTenant per tenant and
 //     Config.MaxPrograms in all (Forget releases a tenant's, after every
@@ -108,7 +109,7 @@
 //     scheduler looks every TenantIdle/2 (at least 10 ms and at most 10 s
 //     apart; every 10 s when TenantIdle is negative), so an idle tenant
 //     goes between TenantIdle and one and a half TenantIdle after its
-//     last work ended, and a freed buffer's ownership stays until the
+//     last work ended (TenantIdle and 10 ms, below 20 ms), and a freed buffer's ownership stays until the
 //     first sweep after the free (Forget drops a tenant's at once).
 //
 // # Order per tenant

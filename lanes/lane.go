@@ -198,7 +198,8 @@ func (l *Lane) Err() error { return l.failure }
 func (l *Lane) InFlight() int { return len(l.pending) }
 
 // Held is the number of failed submissions held until the stream is
-// synchronized (their buffers are not released before).
+// synchronized (their buffers are not released before), or dropped with
+// it by Recover.
 func (l *Lane) Held() int { return len(l.held) }
 
 // Counters returns the lane's observation counters.

@@ -118,9 +118,19 @@ func (c *ClusterConfig) check(member bool, tlsOn bool) error {
 			return fmt.Errorf("%w: cluster %s: the membership listener is on %s %s: give a TCP listener", ErrConfig, c.Name, ln.Addr().Network(), ln.Addr())
 		}
 		at := ln.Addr().String()
-		if c.Membership == "" {
+		switch {
+		case c.Membership == "":
 			c.Membership = at
+		case c.Membership != at:
+			return fmt.Errorf("%w: cluster %s: membership endpoint %s, but the membership listener is on %s: leave Membership empty (it is the listener's), or name the listener's address", ErrConfig, c.Name, c.Membership, at)
 		}
+		// A socket that was never listened on, or one closed already, is
+		// accepted by every check above and answers no one: try it.
+		conn, err := net.DialTimeout("tcp", at, 2*time.Second)
+		if err != nil {
+			return fmt.Errorf("%w: cluster %s: the membership listener on %s takes no connection (%v): hand over a listening TCP socket, open", ErrConfig, c.Name, at, err)
+		}
+		_ = conn.Close()
 		if lhost, _, err := net.SplitHostPort(at); err != nil || (!tlsOn && !isLoopback(lhost)) {
 			return fmt.Errorf("%w: cluster %s: the membership listener is on %s, not loopback: give the host a mutual TLS configuration (LoadTLS), or listen on 127.0.0.1", ErrConfig, c.Name, at)
 		}

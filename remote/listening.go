@@ -5,6 +5,8 @@ package remote
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 )
 
@@ -52,13 +54,31 @@ func ParseListening(line string) (Listening, error) {
 	if !ok || len(words) == 0 || len(words)%2 == 0 {
 		return Listening{}, fmt.Errorf("remote: a lane host's first line %q: want %q", strings.TrimSpace(line), ListeningLine+"ADDRESS [bound ADDRESS] [membership ADDRESS]")
 	}
+	bad := func(format string, args ...any) (Listening, error) {
+		return Listening{}, fmt.Errorf("remote: a lane host's first line %q: %s", strings.TrimSpace(line), fmt.Sprintf(format, args...))
+	}
 	l := Listening{Address: words[0]}
 	for i := 1; i < len(words); i += 2 {
 		field := map[string]*string{"bound": &l.Bound, "membership": &l.Membership}[words[i]]
-		if field == nil || *field != "" {
-			return Listening{}, fmt.Errorf("remote: a lane host's first line %q: %q is not bound or membership, or comes twice", strings.TrimSpace(line), words[i])
+		switch {
+		case field == nil:
+			return bad("unknown field %q: a host says bound and membership, no other", words[i])
+		case *field != "":
+			return bad("%s given twice", words[i])
 		}
 		*field = words[i+1]
+	}
+	for _, a := range []struct{ name, addr string }{{"address", l.Address}, {"bound", l.Bound}, {"membership", l.Membership}} {
+		if a.addr == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a.addr)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			return bad("its %s %q is not host:port (a port 1 to 65535)", a.name, a.addr)
+		}
+	}
+	if l.Bound == l.Address {
+		l.Bound = "" // bound where it is reached: nothing to say
 	}
 	return l, nil
 }

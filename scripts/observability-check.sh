@@ -131,9 +131,9 @@ for t in traces:
     if best is None and {"lanes.replay", "lanes.queue", "lanes.enqueue", "lanes.fence_wait"} <= names:
         best = t["traceID"]
 ended, warm = rep["Ended"], 4 * tenants  # --warmup 4 steps of each tenant
-check(tel["submissions_recorded"] == ended + refused + warm and tel["submissions_traced"] + tel["successes_sampled_out"] == tel["submissions_recorded"],
+check(tel["submissions_recorded"] == ended + refused + warm and tel["submissions_traced"] + tel["successes_sampled_out"] + tel.get("refusals_summarised", 0) == tel["submissions_recorded"],
       f"every submission recorded: {tel['submissions_recorded']} = {ended} ended + {refused} refused + {warm} warm-up; "
-      f"{tel['submissions_traced']} traced + {tel['successes_sampled_out']} sampled out")
+      f"{tel['submissions_traced']} traced + {tel['successes_sampled_out']} sampled out + {tel.get('refusals_summarised', 0)} refusals summarised")
 check(submits == tel["submissions_traced"], f"every traced submission is a trace in Jaeger: {submits} of {tel['submissions_traced']}")
 check(replays > 0 and inside == replays, f"every replay span under its submission and inside it: {inside} of {replays}")
 check(errors > 0 and typed == errors, f"error spans carry error.type: {typed} of {errors}")

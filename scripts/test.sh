@@ -4,6 +4,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# LANES_TIMING=1 adds the timing step below; no other step sees it (the
+# timing tests judge wall-clock figures only where they run alone).
+timing=${LANES_TIMING:-}
+unset LANES_TIMING
+case $timing in
+  "" | 0) timing= ;;
+  1) ;;
+  *) echo "LANES_TIMING=$timing: give 1 (judge wall-clock figures too) or leave it unset" >&2; exit 2 ;;
+esac
+scale=${FUZZ_SCALE:-1}
+if ! [[ $scale =~ ^[1-9][0-9]*$ ]]; then
+  echo "FUZZ_SCALE=$scale: give a whole number of times each fuzz target's count (1 by default)" >&2
+  exit 2
+fi
+
 echo "== go test -race ./..."
 go test -race -count=1 ./...
 
@@ -27,7 +42,7 @@ echo "== the embedder suite (at ${SECONDS}s)"
 # hangs declared in wall-clock time, a lost host's detection within its
 # bound (a partition,
 # kill -9, SIGSTOP) and the other host's p99 meanwhile.
-if [ -n "${LANES_TIMING:-}" ]; then
+if [ -n "$timing" ]; then
   echo "== timing (LANES_TIMING=1): wall-clock figures judged"
   LANES_TIMING=1 go test -race -count=1 -run '^TestQuarantineDoesNotRaiseHealthyP99$' -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
   (cd examples/embedder && LANES_TIMING=1 go test -count=1 -v -run '^(TestFloodLeavesLightTenantsTheirLatency|TestDeviceWideStallBlamesItsCause)$' ./... |
@@ -42,7 +57,6 @@ fi
 # of each new interesting input (by default up to 60 s, which showed as a
 # target stalled at 0 execs/sec): the whole step stays under two minutes.
 # FUZZ_SCALE multiplies every count (FUZZ_SCALE=10 for a longer run).
-scale=${FUZZ_SCALE:-1}
 echo "== fuzz targets (at ${SECONDS}s)"
 for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./cache FuzzDiscover 100000" \
   "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 15000" "./cmd/lanedemo FuzzFlags 12000" "./internal/demo FuzzManifest 15000" \

@@ -66,8 +66,10 @@ type Config struct {
 	// its own choice, with no replay key, an eager path or boundary, is
 	// plain). Every error, refusal, quarantine, fallback and cache event
 	// is traced whatever it says, as is a submission under a sampled
-	// caller's span (one under an unsampled caller's is not). 0 means 1: everything. Sampled-out successes are
-	// counted (lanes.telemetry.sampled_out) and still feed every metric.
+	// caller's span (one under an unsampled caller's is not). 0 means 1:
+	// everything. Sampled-out successes are counted
+	// (lanes.telemetry.submissions with lanes.disposition sampled_out) and
+	// still feed every metric.
 	SuccessRatio float64
 	// QueueSpans bounds the spans waiting for export (default 65536);
 	// BatchSpans is the most spans one export sends (default 4096). A

@@ -3,11 +3,40 @@
 
 package telemetry
 
-import "sync"
+import (
+	"sync"
+	"unicode"
+	"unicode/utf8"
+)
 
 // otherTenants is the lanes.tenant value of every tenant past
 // Config.MaxTenants.
 const otherTenants = "other"
+
+// invalidTenant is the lanes.tenant value of a name no tenant may have
+// (refused as such by the scheduler): telemetry never carries bytes a
+// caller chose that are not a valid name (a label Prometheus refuses, a
+// megabyte attribute), and they take no place among MaxTenants.
+const invalidTenant = "invalid"
+
+// maxTenantName is the longest tenant name (actors.MaxTenantName: this
+// package sits below actors, which feeds it).
+const maxTenantName = 256
+
+// label is the value a tenant's name takes in telemetry: itself when it is
+// a name a tenant may have (as actors checks it: 1 to 256 bytes of
+// printable UTF-8, no space at either end), else invalidTenant.
+func label(name string) string {
+	if name == "" || len(name) > maxTenantName || !utf8.ValidString(name) || name[0] == ' ' || name[len(name)-1] == ' ' {
+		return invalidTenant
+	}
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return invalidTenant
+		}
+	}
+	return name
+}
 
 // tenantNames gives each tenant the lanes.tenant value metrics carry: its
 // own name for the first max tenants seen, "other" after them. Safe for
@@ -19,6 +48,9 @@ type tenantNames struct {
 }
 
 func (n *tenantNames) of(name string) string {
+	if name = label(name); name == invalidTenant {
+		return name
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.seen[name] {

@@ -3,6 +3,8 @@ package telemetry_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
@@ -241,4 +244,108 @@ func sum(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue)
 		}
 	}
 	return total
+}
+
+// refusedUnder is a refusal under a caller's sampled span: never
+// summarised, so a flood of them keeps the recorder busy.
+func refusedUnder(tenant string, i int) telemetry.Submission {
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, byte(i)}, SpanID: trace.SpanID{byte(i), 1}, TraceFlags: trace.FlagsSampled})
+	now := time.Now()
+	return telemetry.Submission{Tenant: tenant, Lane: -1, Start: now, End: now, Parent: parent, Err: actors.ErrOverloaded}
+}
+
+// TestFlushReturnsDuringAFlood: Flush waits for what was handed over
+// before it, not for a flood that goes on meanwhile.
+func TestFlushReturnsDuringAFlood(t *testing.T) {
+	exp := &slowExporter{gate: make(chan struct{}), delay: time.Millisecond}
+	close(exp.gate)
+	rec, err := telemetry.New(context.Background(), telemetry.Config{SpanExporter: exp})
+	if err != nil {
+		t.Fatalf("telemetry.New: got err %v, want nil", err)
+	}
+	defer rec.Shutdown(context.Background())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rec.Submission(context.Background(), refusedUnder("flood", i))
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	for rec.Stats().Behind == 0 {
+		time.Sleep(time.Millisecond) // until the recorder is behind the flood
+	}
+	done := make(chan struct{})
+	go func() { rec.Flush(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Flush during a flood: not returned after 30 s, want it to return once what came before it was recorded")
+	}
+}
+
+// stuckExporter never returns from an export, whatever its context says.
+type stuckExporter struct{ calls atomic.Int64 }
+
+func (e *stuckExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error {
+	e.calls.Add(1)
+	select {}
+}
+
+func (e *stuckExporter) Shutdown(context.Context) error { return nil }
+
+// TestAStuckExporterIsCountedNotWaitedFor: an exporter that ignores its
+// deadline fails that export, and the ones after it are dropped and
+// counted until it returns; Flush and Shutdown come back.
+func TestAStuckExporterIsCountedNotWaitedFor(t *testing.T) {
+	exp := &stuckExporter{}
+	var told atomic.Int64
+	rec, err := telemetry.New(context.Background(), telemetry.Config{SpanExporter: exp, ExportTimeout: 50 * time.Millisecond, BatchSpans: 5,
+		OnError: func(error) { told.Add(1) }})
+	if err != nil {
+		t.Fatalf("telemetry.New: got err %v, want nil", err)
+	}
+	for range 20 {
+		rec.Submission(context.Background(), replayedSubmission("a"))
+	}
+	done := make(chan struct{})
+	go func() { rec.Flush(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Flush with a stuck exporter: not returned after 30 s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = rec.Shutdown(ctx)
+	s := rec.Stats()
+	if s.SpansDroppedExport != 100 || s.SpansExported != 0 || s.ExportErrors == 0 || told.Load() == 0 || exp.calls.Load() != 1 {
+		t.Errorf("stats: got %+v, %d errors told, %d exports begun; want all 100 spans dropped as export failures, told, one export begun", s, told.Load(), exp.calls.Load())
+	}
+}
+
+// TestAnInvalidTenantNameStaysOutOfTheMetrics: a name no tenant may have
+// (refused as such) is "invalid" in the metrics, and Prometheus can still
+// read them.
+func TestAnInvalidTenantNameStaysOutOfTheMetrics(t *testing.T) {
+	rec, err := telemetry.New(context.Background(), telemetry.Config{Metrics: telemetry.ExportPrometheus, Traces: telemetry.ExportNone})
+	if err != nil {
+		t.Fatalf("telemetry.New: got err %v, want nil", err)
+	}
+	defer rec.Shutdown(context.Background())
+	now := time.Now()
+	rec.Submission(context.Background(), telemetry.Submission{Tenant: "\xff\xfe", Lane: -1, Start: now, End: now, Err: actors.ErrInvalidTenant})
+	rec.Submission(context.Background(), telemetry.Submission{Tenant: strings.Repeat("x", 1<<20), Lane: -1, Start: now, End: now, Err: actors.ErrInvalidTenant})
+	rec.Flush()
+	w := httptest.NewRecorder()
+	rec.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	body := w.Body.String()
+	if w.Code != 200 || !strings.Contains(body, `lanes_tenant="invalid"`) || len(body) > 1<<20 {
+		t.Fatalf("/metrics after invalid tenant names: got status %d, %d bytes (invalid label present: %v), want 200, small, lanes_tenant=\"invalid\"", w.Code, len(body), strings.Contains(body, `lanes_tenant="invalid"`))
+	}
 }

@@ -14,10 +14,11 @@ import (
 // goroutine takes it: lane quarantines first (they are few, and each is
 // what an operator must see), then the tenants' work in turns, one item
 // each. It holds limit items at most; when full, the tenant with the most
-// waiting loses its oldest (or, being the one that hands more, the new
-// one), so a flood drops its own work, never a quiet tenant's. A refusal
-// handed while the same tenant's previous refusal of the same kind still
-// waits is summarised into it. Safe for concurrent use.
+// waiting loses its oldest (or, when the new work's own tenant would hold
+// as many, the new work is dropped), so a flood drops its own work, never
+// a quiet tenant's. A refusal handed over while the same tenant's previous
+// refusal of the same kind still waits is summarised into that one. Safe
+// for concurrent use.
 type intake struct {
 	limit int
 	drops *dropCounts
@@ -25,21 +26,36 @@ type intake struct {
 
 	mu          sync.Mutex
 	waiting     int
-	quarantines []*Quarantine
-	queues      map[string]*tenantItems
-	turns       []*tenantItems // the tenants with work waiting, in turn
+	seq         uint64 // of the last item put
+	quarantines []item
+	queues      map[string]*tenantItems // by label(tenant)
+	turns       []*tenantItems          // the tenants with work waiting, in turn
 	turn        int
 	closed      bool
+	flushMark   uint64 // a flush waits for the items put up to this one
+	flushLeft   int    // of those, the ones still waiting
 }
 
-// tenantItems is one tenant's waiting work, oldest first.
+// tenantItems is one tenant's waiting work, oldest first. Positions are
+// absolute (items[i] is position off+i), so a refusal's place survives
+// the slice's compaction.
 type tenantItems struct {
-	tenant string
-	items  []item
-	head   int
+	key      string
+	items    []item
+	head     int // items[:head] are taken
+	off      uint64
+	refusals map[cuda.Code]uint64 // the position of the newest waiting refusal of each kind
 }
 
 func (q *tenantItems) len() int { return len(q.items) - q.head }
+
+// at is the waiting item at absolute position p, or nil.
+func (q *tenantItems) at(p uint64) *item {
+	if p < q.off+uint64(q.head) || p >= q.off+uint64(len(q.items)) {
+		return nil
+	}
+	return &q.items[p-q.off]
+}
 
 // pop removes the oldest item, keeping the slice from growing without
 // bound under a queue that never empties.
@@ -47,13 +63,10 @@ func (q *tenantItems) pop() item {
 	it := q.items[q.head]
 	q.items[q.head] = item{}
 	q.head++
-	switch {
-	case q.head == len(q.items):
-		q.items, q.head = q.items[:0], 0
-	case q.head >= 256 && 2*q.head >= len(q.items):
+	if q.head >= 256 && 2*q.head >= len(q.items) {
 		n := copy(q.items, q.items[q.head:])
 		clear(q.items[n:])
-		q.items, q.head = q.items[:n], 0
+		q.items, q.off, q.head = q.items[:n], q.off+uint64(q.head), 0
 	}
 	return it
 }
@@ -70,18 +83,20 @@ func (in *intake) signal() {
 	}
 }
 
-// put queues an item, summarises it into its tenant's last refusal, or
-// drops and counts it (or another tenant's oldest, to make room). After
-// close it drops and counts everything.
+// put queues an item, summarises it into its tenant's waiting refusal of
+// the same kind, or drops and counts it (or another tenant's oldest, to
+// make room). After close it drops and counts everything.
 func (in *intake) put(it item) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	in.seq++
+	it.seq = in.seq
 	if in.closed {
 		in.dropBehind(it)
 		return
 	}
 	if it.quarantine != nil {
-		in.quarantines = append(in.quarantines, it.quarantine)
+		in.quarantines = append(in.quarantines, it)
 		in.waiting++
 		if in.waiting > in.limit {
 			in.evictFrom(in.largest())
@@ -89,51 +104,63 @@ func (in *intake) put(it item) {
 		in.signal()
 		return
 	}
-	q := in.queues[it.sub.Tenant]
-	if q != nil && q.len() > 0 && summarises(&q.items[len(q.items)-1], &it) {
-		last := &q.items[len(q.items)-1]
-		last.refusals = max(last.refusals, 1) + 1
-		last.sub.End = it.sub.End
-		in.drops.add(it.sub.Tenant, func(d *TenantDrops) { d.Summarised++ })
-		return
+	key := label(it.sub.Tenant)
+	q := in.queues[key]
+	code, refusal := summarisable(&it)
+	if refusal && q != nil {
+		if p, ok := q.refusals[code]; ok {
+			if last := q.at(p); last != nil {
+				last.refusals = max(last.refusals, 1) + 1
+				last.sub.End = it.sub.End
+				in.drops.add(it.sub.Tenant, func(d *TenantDrops) { d.Summarised++ })
+				return
+			}
+		}
 	}
 	if in.waiting >= in.limit {
 		big, mine := in.largest(), 0
 		if q != nil {
 			mine = q.len()
 		}
-		if big == nil || big.len() <= mine {
-			in.dropBehind(it) // the one that hands the most loses the new work
+		if big == nil || big == q || big.len() <= mine+1 {
+			// Making room would leave the new work's tenant with as many as
+			// the largest: the new work is the one dropped.
+			in.dropBehind(it)
 			return
 		}
 		in.evictFrom(big)
 	}
 	if q == nil {
-		q = &tenantItems{tenant: it.sub.Tenant}
-		in.queues[it.sub.Tenant] = q
+		q = &tenantItems{key: key, refusals: map[cuda.Code]uint64{}}
+		in.queues[key] = q
 		in.turns = append(in.turns, q)
 	}
 	q.items = append(q.items, it)
+	if refusal {
+		q.refusals[code] = q.off + uint64(len(q.items)-1)
+	}
 	in.waiting++
 	in.signal()
 }
 
-// summarises reports whether a refusal summarises into the one before it:
-// both refused at admission (no lane took them), for the same reason,
-// neither under a caller's span (that one is its caller's to see).
-func summarises(last, next *item) bool {
-	a, b := &last.sub, &next.sub
-	if !last.isSub || !next.isSub || a.Lane >= 0 || b.Lane >= 0 || a.Err == nil || b.Err == nil || a.Parent.IsValid() || b.Parent.IsValid() {
-		return false
+// summarisable reports whether an item is a refusal that may be
+// summarised, and its kind: refused at admission (no lane took it), not
+// under a caller's span (that one is its caller's to see).
+func summarisable(it *item) (cuda.Code, bool) {
+	s := &it.sub
+	if !it.isSub || s.Lane >= 0 || s.Err == nil || s.Parent.IsValid() {
+		return 0, false
 	}
-	return cuda.Classify(a.Err).Code == cuda.Classify(b.Err).Code
+	return cuda.Classify(s.Err).Code, true
 }
 
-// largest is the tenant with the most waiting (nil: none waits).
+// largest is the tenant with the most waiting; of those that hold as
+// many, the one that came last (its oldest is the newest): a burst of new
+// names loses to the tenants that waited. nil: none waits.
 func (in *intake) largest() *tenantItems {
 	var big *tenantItems
 	for _, q := range in.turns {
-		if big == nil || q.len() > big.len() {
+		if big == nil || q.len() > big.len() || (q.len() == big.len() && q.items[q.head].seq > big.items[big.head].seq) {
 			big = q
 		}
 	}
@@ -152,14 +179,22 @@ func (in *intake) evictFrom(q *tenantItems) {
 }
 
 // dropBehind counts an item dropped unrecorded, as the submissions it
-// stands for.
+// stands for, and as settled for a flush waiting on it.
 func (in *intake) dropBehind(it item) {
 	n := uint64(max(it.refusals, 1))
 	tenant := it.sub.Tenant
 	if it.quarantine != nil {
 		tenant = ""
 	}
+	in.settled(it)
 	in.drops.add(tenant, func(d *TenantDrops) { d.Behind += n })
+}
+
+// settled counts an item taken or dropped for a flush that waits on it.
+func (in *intake) settled(it item) {
+	if in.flushLeft > 0 && it.seq <= in.flushMark {
+		in.flushLeft--
+	}
 }
 
 // tidy forgets a tenant whose queue emptied.
@@ -167,7 +202,7 @@ func (in *intake) tidy(q *tenantItems) {
 	if q.len() > 0 {
 		return
 	}
-	delete(in.queues, q.tenant)
+	delete(in.queues, q.key)
 	for i, t := range in.turns {
 		if t == q {
 			in.turns = append(in.turns[:i], in.turns[i+1:]...)
@@ -185,23 +220,39 @@ func (in *intake) take() (it item, ok bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if len(in.quarantines) > 0 {
-		q := in.quarantines[0]
+		it = in.quarantines[0]
+		in.quarantines[0] = item{}
 		in.quarantines = in.quarantines[1:]
-		in.waiting--
-		return item{quarantine: q}, true
+	} else {
+		if len(in.turns) == 0 {
+			return item{}, false
+		}
+		if in.turn >= len(in.turns) {
+			in.turn = 0
+		}
+		q := in.turns[in.turn]
+		it = q.pop()
+		in.turn++
+		in.tidy(q)
 	}
-	if len(in.turns) == 0 {
-		return item{}, false
-	}
-	if in.turn >= len(in.turns) {
-		in.turn = 0
-	}
-	q := in.turns[in.turn]
-	it = q.pop()
 	in.waiting--
-	in.turn++
-	in.tidy(q)
+	in.settled(it)
 	return it, true
+}
+
+// markFlush makes the items waiting now the ones a flush waits for.
+func (in *intake) markFlush() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.flushMark, in.flushLeft = in.seq, in.waiting
+}
+
+// flushed reports whether every item a flush waits for was taken or
+// dropped.
+func (in *intake) flushed() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.flushLeft == 0
 }
 
 // close makes every later put drop and count, and wakes the recording

@@ -76,9 +76,9 @@ func TestIntakeFloodLosesItsOwn(t *testing.T) {
 }
 
 // TestIntakeSummarisesRefusals: a refusal handed over while the tenant's
-// last waiting item is a refusal of the same kind folds into it; another
-// kind, another tenant, a caller's span or an ended submission between
-// them does not.
+// newest waiting refusal of the same kind waits folds into it, whatever
+// came between; one of another kind, another tenant's, or one under a
+// caller's span does not.
 func TestIntakeSummarisesRefusals(t *testing.T) {
 	in, drops := newTestIntake(100)
 	over := cuda.NewSentinel(cuda.CodeOverloaded, "test: overloaded")
@@ -99,11 +99,11 @@ func TestIntakeSummarisesRefusals(t *testing.T) {
 			got = append(got, max(it.refusals, 1))
 		}
 	}
-	if fmt.Sprint(got) != "[5 1 1 1 1 1]" {
-		t.Errorf("tenant a's items, as the refusals each stands for: got %v, want [5 1 1 1 1 1]", got)
+	if fmt.Sprint(got) != "[7 1 1 1]" {
+		t.Errorf("tenant a's items, as the refusals each stands for: got %v, want [7 1 1 1] (the overloaded ones, the canceled one, the ended one, the one under a span)", got)
 	}
-	if d := drops.snapshot()["a"]; d.Summarised != 4 || d.Behind != 0 {
-		t.Errorf("tenant a's counts: got %+v, want 4 summarised, nothing lost", d)
+	if d := drops.snapshot()["a"]; d.Summarised != 6 || d.Behind != 0 {
+		t.Errorf("tenant a's counts: got %+v, want 6 summarised, nothing lost", d)
 	}
 }
 
@@ -151,5 +151,72 @@ func TestIntakeAgainstAModel(t *testing.T) {
 		if d["quiet"].Behind != 0 && limit > 2 {
 			t.Fatalf("trial %d (limit %d): the quiet tenant lost %d of %d, want nothing", trial, limit, d["quiet"].Behind, quiet)
 		}
+	}
+}
+
+// TestIntakeNewNamesLoseToTenantsThatWaited: a burst of names never seen
+// before, one item each, fills the intake; a tenant that was waiting
+// before them keeps its work, and the burst loses its own.
+func TestIntakeNewNamesLoseToTenantsThatWaited(t *testing.T) {
+	in, drops := newTestIntake(10)
+	in.put(ended("quiet"))
+	for i := range 100 {
+		in.put(ended(fmt.Sprintf("one-shot-%d", i)))
+	}
+	kept := map[string]bool{}
+	for it, ok := in.take(); ok; it, ok = in.take() {
+		kept[it.sub.Tenant] = true
+	}
+	if !kept["quiet"] || len(kept) != 10 {
+		t.Errorf("kept: got %d tenants' work (quiet's: %v), want 10, quiet's among them", len(kept), kept["quiet"])
+	}
+	if d := drops.snapshot()["quiet"]; d.Behind != 0 {
+		t.Errorf("the quiet tenant: got %d lost, want none", d.Behind)
+	}
+}
+
+// TestIntakeFlushWaitsForWhatCameBefore: a flush is settled once what was
+// waiting when it began is taken or dropped, however much comes after.
+func TestIntakeFlushWaitsForWhatCameBefore(t *testing.T) {
+	in, _ := newTestIntake(100)
+	for range 5 {
+		in.put(ended("a"))
+	}
+	in.put(ended("b"))
+	in.markFlush()
+	old := 0
+	for i := 0; !in.flushed(); i++ {
+		if i > 100 {
+			t.Fatalf("after %d takes: the flush not settled, want it settled once the 6 before it were taken", i)
+		}
+		in.put(ended("a")) // the flood goes on
+		in.put(ended("c"))
+		it, ok := in.take()
+		if !ok {
+			t.Fatalf("take %d: got nothing, want work", i)
+		}
+		if it.seq <= 6 {
+			old++
+		}
+	}
+	if old != 6 {
+		t.Errorf("the flush settled after %d of the 6 items before it were taken, want all 6", old)
+	}
+}
+
+// TestLabelKeepsBadNamesOut: a name no tenant may have becomes "invalid"
+// in telemetry, and takes no place among Config.MaxTenants.
+func TestLabelKeepsBadNamesOut(t *testing.T) {
+	n := &tenantNames{max: 1}
+	for _, bad := range []string{"", "\xff\xfe", " pad", "pad ", "tab\there", string(make([]byte, 300))} {
+		if got := n.of(bad); got != invalidTenant {
+			t.Errorf("of(%q): got %q, want %q", bad, got, invalidTenant)
+		}
+	}
+	if got := n.of("alice"); got != "alice" {
+		t.Errorf("of(alice) after only invalid names: got %q, want alice (invalid names take no place)", got)
+	}
+	if got := n.of("bob"); got != otherTenants {
+		t.Errorf("of(bob) past MaxTenants 1: got %q, want %q", got, otherTenants)
 	}
 }

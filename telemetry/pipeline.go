@@ -41,6 +41,7 @@ type pipeline struct {
 	queue   spanQueue
 
 	failing       atomic.Bool // the last export failed
+	stuck         atomic.Bool // an export has not returned past its deadline
 	closing       atomic.Bool // Shutdown began
 	exported      atomic.Uint64
 	droppedFull   atomic.Uint64
@@ -53,6 +54,7 @@ type pipeline struct {
 type group struct {
 	tenant string // "" for a lane quarantine
 	spans  []sdktrace.ReadOnlySpan
+	seq    uint64 // its place in the order of commits
 }
 
 // spanQueue is the groups waiting for export: lane quarantines, and each
@@ -63,6 +65,7 @@ type spanQueue struct {
 	turns       []*tenantGroups
 	turn        int
 	spans       int
+	seq         uint64 // of the last group committed
 }
 
 // tenantGroups is one tenant's queued groups.
@@ -113,10 +116,18 @@ func (p *pipeline) commit(tenant string, quarantine bool) {
 		p.dropFull(g) // fits nowhere: empty no one else's turn for it
 		return
 	}
-	mine := q.tenants[tenant]
+	mine, held := q.tenants[tenant], 0
+	if mine != nil {
+		held = mine.spans
+	}
+	q.seq++
+	g.seq = q.seq
 	for q.spans+n > p.limit {
+		// Room is made from the tenant holding the most, unless that would
+		// leave the new group's tenant holding as much: then the new group
+		// is the one dropped. A quarantine takes room from any tenant.
 		big := q.largest()
-		if big == nil || (!quarantine && (big == mine || (mine != nil && big.spans <= mine.spans))) {
+		if big == nil || (!quarantine && (big == mine || big.spans <= held+n)) {
 			p.mu.Unlock()
 			p.dropFull(g)
 			return
@@ -150,11 +161,12 @@ func (p *pipeline) dropFull(g group) {
 	p.drops.add(g.tenant, func(d *TenantDrops) { d.SpansQueueFull += n })
 }
 
-// largest is the tenant holding the most queued spans (nil: none).
+// largest is the tenant holding the most queued spans; of those that hold
+// as many, the one whose oldest group came last (nil: none).
 func (q *spanQueue) largest() *tenantGroups {
 	var big *tenantGroups
 	for _, tg := range q.turns {
-		if big == nil || tg.spans > big.spans {
+		if big == nil || tg.spans > big.spans || (tg.spans == big.spans && tg.groups[0].seq > big.groups[0].seq) {
 			big = tg
 		}
 	}
@@ -286,9 +298,28 @@ func (p *pipeline) export(batch []group, n int) {
 	for _, g := range batch {
 		spans = append(spans, g.spans...)
 	}
+	if p.stuck.Load() {
+		dropped() // the exporter has not returned from an earlier export
+		p.failing.Store(true)
+		p.failed(fmt.Errorf("telemetry: export of %d spans dropped: the exporter has not returned from an export %v past its deadline", n, p.timeout))
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout+time.Second)
 	defer cancel()
-	if err := p.exp.ExportSpans(ctx, spans); err != nil {
+	// An exporter that ignores its context would hold every later export
+	// (and Flush) for as long as it hangs: past the deadline the export
+	// has failed, and later ones are dropped, counted, until it returns.
+	done := make(chan error, 1)
+	go func() { done <- p.exp.ExportSpans(ctx, spans) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(p.timeout + 2*time.Second):
+		p.stuck.Store(true)
+		go func() { <-done; p.stuck.Store(false) }()
+		err = fmt.Errorf("the exporter did not return %v past its deadline (it ignores its context)", 2*time.Second)
+	}
+	if err != nil {
 		dropped()
 		p.failing.Store(true)
 		p.failed(fmt.Errorf("telemetry: export of %d spans failed: %w", n, err))

@@ -63,7 +63,8 @@ type Quarantine struct {
 type item struct {
 	sub        Submission // when isSub
 	isSub      bool
-	refusals   int // refusals summarised into sub (0 and 1: sub alone)
+	refusals   int    // refusals summarised into sub (0 and 1: sub alone)
+	seq        uint64 // its place in the order things were handed over
 	quarantine *Quarantine
 }
 
@@ -185,9 +186,9 @@ func (t *Recorder) submission(s Submission, n int) {
 		t.sampledOut.Add(1)
 		return
 	}
-	t.traced.Add(uint64(n))
+	t.traced.Add(1)
 	attrs := []attribute.KeyValue{
-		attribute.String("lanes.tenant", s.Tenant), attribute.Int("lanes.lane.id", s.Lane),
+		attribute.String("lanes.tenant", label(s.Tenant)), attribute.Int("lanes.lane.id", s.Lane),
 		attribute.Int("lanes.device.ordinal", s.Device), attribute.String("lanes.device.name", s.DeviceName),
 		attribute.Int("lanes.batch.entries", s.Entries), attribute.String("lanes.compute_path", s.Path.String()),
 		attribute.String("lanes.timing_mode", s.Timing.String()), attribute.Int("lanes.replayed_segments", replayed),

@@ -179,34 +179,56 @@ func newResource(ctx context.Context, c Config) (*resource.Resource, error) {
 }
 
 // record is the recording goroutine: it records what the intake holds,
-// fairly across tenants, until the intake closes and empties.
+// fairly across tenants, until the intake closes and empties. It takes a
+// bounded number of items at a time, so that a flood that never lets the
+// intake empty still leaves room for ticks and flushes.
 func (t *Recorder) record() {
 	defer close(t.stopped)
 	tick := time.NewTicker(quarantineWait)
 	defer tick.Stop()
-	drain := func() {
-		for it, ok := t.in.take(); ok; it, ok = t.in.take() {
+	var flushes []chan struct{} // flushes waiting for what was handed over before them
+	some := func() bool {
+		for range drainBatch {
+			it, ok := t.in.take()
+			if !ok {
+				return false
+			}
 			t.recordItem(it)
 		}
+		t.in.signal() // more waits: come back after the select
+		return true
 	}
 	for {
 		select {
 		case <-tick.C:
 			t.settle(false)
 		case <-t.in.wake:
-			drain()
-			if t.in.isClosed() {
-				drain() // what was put while it closed
+			more := some()
+			if !more && t.in.isClosed() {
 				t.settle(true)
+				for _, done := range flushes {
+					close(done)
+				}
 				return
 			}
 		case done := <-t.flush:
-			drain()
+			t.in.markFlush()
+			flushes = append(flushes, done)
+			t.in.signal()
+		}
+		if len(flushes) > 0 && t.in.flushed() {
 			t.settle(true)
-			close(done)
+			for _, done := range flushes {
+				close(done)
+			}
+			flushes = nil
 		}
 	}
 }
+
+// drainBatch is how many items the recording goroutine records between
+// looks at its ticks and flushes.
+const drainBatch = 256
 
 // hand queues work for the recording goroutine, or drops and counts it.
 // After Shutdown it drops and counts (as Behind): work handed over late,
@@ -265,9 +287,9 @@ type Stats struct {
 	// because the export queue was full and because an export failed.
 	SpansDroppedQueueFull, SpansDroppedExport uint64
 	// Behind is work (submissions, quarantines) dropped unrecorded because
-	// the recorder was 8192 items behind: neither traced nor counted in
-	// metrics. The tenant with the most waiting loses its own first
-	// (ByTenant says whose).
+	// the recorder was 8192 items behind, or handed over after Shutdown:
+	// neither traced nor counted in metrics. The tenant with the most
+	// waiting loses its own first (ByTenant says whose).
 	Behind uint64
 	// Summarised is refusals folded into an earlier refusal's span (see
 	// the package documentation): recorded and counted, not a span each.
@@ -276,9 +298,10 @@ type Stats struct {
 	// lanes.tenant value: "other" for the tenants past Config.MaxTenants,
 	// "" for lane quarantines. Only tenants that lost something appear.
 	ByTenant map[string]TenantDrops
-	// Recorded is submissions recorded (in the metrics): Traced of them
-	// got spans, SampledOut are successes Config.SuccessRatio left
-	// untraced.
+	// Recorded is submissions recorded (in the metrics, each refusal of a
+	// summarised span too). Traced is the lanes.submit spans made for
+	// them: one a submission, one for each summarised run of refusals.
+	// SampledOut are successes Config.SuccessRatio left untraced.
 	Recorded, Traced, SampledOut uint64
 	// ExportErrors is failed exports, of spans and of metrics; LastError
 	// the latest one's message.

@@ -282,7 +282,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.leaveTimeout, "leave-timeout", 30*time.Second, "on SIGINT, SIGTERM or (with --exit-with-stdin) standard input closed: leave well first, taking no new work and finishing what is in flight, for at most this long (a second signal cuts it short; 0: stop at once)")
 	fs.StringVar(&o.advertise, "advertise", "", "the address fronts reach this host at, when it is not --listen (a NAT, a port mapping, a proxy); not loopback requires TLS")
 	fs.IntVar(&o.maxFronts, "max-fronts", remote.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
-	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission: submissions in flight per lane, across every front (0: the scheduler's default, 256); past it a submission is refused as overloaded")
+	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission, across every front: the submissions in flight one tenant may fill a lane with (0: the scheduler's default, 256); past its share a submission is refused as overloaded, and a lane holds up to three times this from many tenants (actors.Config.MaxInFlightPerLane)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")
 	fs.StringVar(&o.execTrace, "exectrace", "", "write a Go execution trace of the whole run to this file (go tool trace); %p in the name is the process id")
 	fs.StringVar(&o.clusterName, "cluster", "", "join the named cluster (the automanaged provider), where fronts find this host; with --membership and --seeds")
