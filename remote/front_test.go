@@ -57,13 +57,27 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	lanehostBin = filepath.Join(dir, "lanehost")
-	if out, err := exec.Command("go", "build", "-o", lanehostBin, "github.com/lanesched/lanes/cmd/lanehost").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build lanehost: %v\n%s", err, out)
-		os.Exit(1)
+	if !fuzzing() {
+		if out, err := exec.Command("go", "build", "-o", lanehostBin, "github.com/lanesched/lanes/cmd/lanehost").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build lanehost: %v\n%s", err, out)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// fuzzing reports whether this process fuzzes (the coordinator or one of
+// its workers, each of which runs TestMain): no test of this package runs
+// then, so no lanehost is built (it took ten seconds a worker).
+func fuzzing() bool {
+	for _, a := range os.Args[1:] {
+		if strings.HasPrefix(a, "-test.fuzzworker") || strings.HasPrefix(a, "-test.fuzz=") {
+			return true
+		}
+	}
+	return false
 }
 
 // counter is a tenant's buffer of 16 int32 on its host.
