@@ -125,6 +125,13 @@ type Config struct {
 	// and that is not shared (Scheduler.Own, Scheduler.Share); without it
 	// only buffers owned by another tenant are rejected.
 	StrictOwnership bool
+	// Scope, when set, parts tenants into scopes that never learn of each
+	// other's buffers (a lane host gives each front's tenants a scope of
+	// their own): a handle that is neither the tenant's, nor shared, nor
+	// another tenant's of its scope is refused as a buffer this device
+	// never handed out (errors.Is cuda.ErrStaleHandle), whoever holds it,
+	// so that probing handles tells nothing of another scope.
+	Scope func(tenant string) string
 	// ThreadCheck records the OS thread of every Receive (LaneStatus.Threads).
 	ThreadCheck bool
 	// Logger receives protoactor's logs and the scheduler's own warnings; nil

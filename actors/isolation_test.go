@@ -3,6 +3,7 @@ package actors_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -60,6 +61,33 @@ func TestTenantsCannotNameEachOthers(t *testing.T) {
 
 // TestFloodCannotStarve: one tenant floods far past its in-flight bound;
 // the others keep being admitted and served.
+// TestScopesDoNotSeeEachOther: with Config.Scope, a tenant naming another
+// scope's buffer is told what it is told of a buffer never handed out
+// (cuda.ErrStaleHandle, the same words), while within a scope the owner
+// is named as before (ErrNotYours).
+func TestScopesDoNotSeeEachOther(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 3)
+	scope := func(tenant string) string { return tenant[strings.LastIndexByte(tenant, '@')+1:] }
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, Scope: scope})
+	ctx := context.Background()
+	for i, owner := range []string{"a@1", "b@1"} {
+		if err := s.Own(owner, dev.bufs[i]); err != nil {
+			t.Fatalf("Own(%s): got err %v, want nil", owner, err)
+		}
+	}
+	if _, err := s.Submit(ctx, "c@1", dev.batch(0, 1)); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("a tenant naming its scope's other tenant's buffer: got err %v, want actors.ErrNotYours", err)
+	}
+	_, err := s.Submit(ctx, "a@2", dev.batch(0, 1))
+	_, none := s.Submit(ctx, "a@2", dev.batch(2, 1))
+	if !errors.Is(err, cuda.ErrStaleHandle) || !errors.Is(none, cuda.ErrStaleHandle) || errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("naming another scope's buffer, and one no one owns: got %v and %v, want both cuda.ErrStaleHandle", err, none)
+	}
+	if a, b := strings.ReplaceAll(err.Error(), fmt.Sprint(dev.bufs[0].ID), "N"), strings.ReplaceAll(none.Error(), fmt.Sprint(dev.bufs[2].ID), "N"); a != b {
+		t.Fatalf("another scope's buffer and one never owned: told %q and %q, want the same words", a, b)
+	}
+}
+
 func TestFloodCannotStarve(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 2)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2, MaxInFlightPerTenant: 8})

@@ -222,13 +222,13 @@ func (s *Scheduler) settleClaim(id programs.ID, succeeded bool) {
 func (s *Scheduler) checkOwnershipLocked(tenant string, b *lanes.Batch) error {
 	if b.Program != nil {
 		if c, ok := s.programs[b.Program.ID]; ok && c.owner != tenant {
-			return fmt.Errorf("%w: program %s was registered by tenant %q; register your own under another name", ErrNotYours, b.Program.ID, c.owner)
+			return fmt.Errorf("%w: program %s was registered by another tenant; register your own under another name", ErrNotYours, b.Program.ID)
 		}
 	}
 	for i, e := range b.Entries {
 		if e.Invoke != nil {
 			if c, ok := s.programs[e.Invoke.Program]; ok && c.owner != tenant {
-				return fmt.Errorf("%w: entry %d invokes program %s of tenant %q", ErrNotYours, i, e.Invoke.Program, c.owner)
+				return fmt.Errorf("%w: entry %d invokes program %s, another tenant's", ErrNotYours, i, e.Invoke.Program)
 			}
 		}
 	}
@@ -303,14 +303,18 @@ func (s *Scheduler) checkSharedWritesLocked(b *lanes.Batch) error {
 
 // checkHandlesLocked checks every handle a walk visits (ownMu held).
 func (s *Scheduler) checkHandlesLocked(tenant string, walk func(func(cuda.Buffer) error, func(cuda.HostBuffer) error) error) error {
-	if len(s.owners) == 0 && !s.cfg.StrictOwnership {
+	if len(s.owners) == 0 && !s.cfg.StrictOwnership && s.cfg.Scope == nil {
 		return nil // nothing is owned: nothing can be another tenant's
 	}
 	check := func(k handleKey) error {
 		owner, ok := s.owners[k]
 		switch {
+		case ok && (owner == tenant || owner == shared):
+			return nil
+		case s.cfg.Scope != nil && (!ok || s.cfg.Scope(owner) != s.cfg.Scope(tenant)):
+			return fmt.Errorf("%w: the batch names %s, which is not allocated (freed, or never handed out by this device)", cuda.ErrStaleHandle, describeHandle(k))
 		case ok && owner != shared && owner != tenant:
-			return fmt.Errorf("%w: the batch names %s, owned by tenant %q; a tenant may use only its own buffers and shared ones", ErrNotYours, describeHandle(k), owner)
+			return fmt.Errorf("%w: the batch names %s, another tenant's; a tenant may use only its own buffers and shared ones", ErrNotYours, describeHandle(k))
 		case !ok && s.cfg.StrictOwnership:
 			return fmt.Errorf("%w: the batch names %s, which no tenant owns and is not shared; Own or Share it first", ErrNotYours, describeHandle(k))
 		}

@@ -94,6 +94,17 @@ const (
 	CodeProgramLimit    Code = -213 // the tenant, or the scheduler, holds as many program names as allowed
 )
 
+// The lane hosts' codes (package remote): a front and its hosts.
+const (
+	CodeHostLost            Code = -400 // the lane host was lost with the work in flight: it may or may not have run
+	CodeDeviceStateLost     Code = -401 // the tenant's device state went with its host: set up again
+	CodeNoHost              Code = -402 // no lane host serves now; retry later
+	CodeHostLeaving         Code = -403 // the tenant's host is leaving; move once it left
+	CodeRegistrationRefused Code = -404 // a host and a front refused each other at registration
+	CodeWireUnsupported     Code = -405 // what the batch carries does not cross to a lane host
+	CodeUnauthenticated     Code = -406 // the peer did not hold the credential (token, certificate)
+)
+
 // Codes of errors from outside lanes.
 const (
 	CodeCanceled         Code = -300 // the caller's context was canceled
@@ -210,6 +221,14 @@ var codes = map[Code]codeInfo{
 	CodeInvalidArgument: {"invalid_argument", BlameCaller, false, true},
 	CodeBatchTooLarge:   {"batch_too_large", BlameCaller, false, true},
 	CodeProgramLimit:    {"program_limit", BlameCaller, false, true},
+
+	CodeHostLost:            {"host_lost", BlameStream, false, false},
+	CodeDeviceStateLost:     {"device_state_lost", BlameNone, false, true},
+	CodeNoHost:              {"no_host", BlameNone, true, true},
+	CodeHostLeaving:         {"host_leaving", BlameNone, true, true},
+	CodeRegistrationRefused: {"registration_refused", BlameNone, false, true},
+	CodeWireUnsupported:     {"wire_unsupported", BlameCaller, false, true},
+	CodeUnauthenticated:     {"unauthenticated", BlameCaller, false, true},
 
 	CodeCanceled:         {"canceled", BlameNone, false, false},
 	CodeDeadlineExceeded: {"deadline_exceeded", BlameNone, false, false},

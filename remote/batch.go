@@ -3,7 +3,6 @@
 package remote
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
@@ -24,7 +23,7 @@ const (
 
 // ErrWire marks a message that cannot cross the wire or that arrived
 // malformed: errors.Is finds it, and the message says what was wrong.
-var ErrWire = errors.New("remote: bad wire message")
+var ErrWire = cuda.NewSentinel(cuda.CodeWireUnsupported, "remote: bad wire message")
 
 func wireErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrWire}, args...)...)

@@ -30,6 +30,31 @@
 // much, beside the lane's own time, from one call in [SampleEvery]. Keep
 // many calls in flight per host, and [Front.Encode] a repeated step.
 //
+// # Security
+//
+// Every connection, both ways and on every address, is mutual TLS: by
+// certificates of the user's CA ([LoadTLS], required off loopback), else
+// rooted in a token of a file only the user can read ([DefaultTokenFile],
+// [FrontConfig.TokenFile], [HostConfig.TokenFile]): every process derives
+// the same authority from the token and shows a fresh certificate of its
+// own, so the token is never sent, and a listener that does not hold it
+// learns nothing. A connection that does not prove itself within 5 s is
+// refused before any message of its is read (counted in
+// [WireStats].Handshakes; [ErrUnauthenticated] at a front so refused, or
+// facing something that does not speak TLS). A peer speaks only for itself: the address it says it is must
+// be where it listens with the same certificate. Then a guard checks
+// every batch before protoactor-go's handlers see it: a malformed batch
+// ends the connection; a system message about an actor not the sender's
+// own, one no peer may send, one for no actor here, or one from a sender
+// that is not the connection's is dropped; a panic in the remote's
+// handler ends the connection alone ([WireStats] counts each). A host
+// takes a registration's messages only from the front that registered
+// it, and tenants belong to the front that set them up: the same name
+// through another front is another tenant on the host, and another front's
+// buffers are, to a front, buffers never handed out. A front that sends
+// nothing for [HostConfig].SilentFront gives its place to a new front that
+// finds the host full.
+//
 // The wire form is the protobuf messages of remote/wirepb, generated from
 // proto/lanes/remote/v1 by scripts/gen-proto.sh. Decoding is a boundary: a
 // batch that arrives from another process is checked for the wire's limits

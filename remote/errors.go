@@ -5,17 +5,17 @@
 package remote
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
 )
 
 // ErrHostLost marks a call that a lane host did not answer because the
 // host was lost (killed, crashed, hung past the heartbeat bound, or cut
 // off). A submission in flight on it ends with a *HostLostError that is
 // also errors.Is actors.ErrIndeterminate: it may or may not have run.
-var ErrHostLost = errors.New("remote: lane host lost")
+var ErrHostLost = cuda.NewSentinel(cuda.CodeHostLost, "remote: lane host lost")
 
 // HostLostError is the end of a call in flight on a host that was lost.
 type HostLostError struct {
@@ -32,11 +32,15 @@ func (e *HostLostError) Error() string {
 // Unwrap makes it errors.Is ErrHostLost and actors.ErrIndeterminate.
 func (e *HostLostError) Unwrap() []error { return []error{ErrHostLost, actors.ErrIndeterminate} }
 
+// Class is host_lost: not retryable as it stands (its effect is unknown),
+// maybe submitted.
+func (e *HostLostError) Class() cuda.Class { return cuda.CodeHostLost.Class() }
+
 // ErrDeviceStateLost marks a tenant's call refused because the host that
 // held its device state (its buffers, what it uploaded) was lost. Nothing
 // is replayed elsewhere: the tenant calls Front.Forget, then sets itself up
 // again (allocates and uploads), and is placed on a serving host.
-var ErrDeviceStateLost = errors.New("remote: the tenant's device state was lost with its host")
+var ErrDeviceStateLost = cuda.NewSentinel(cuda.CodeDeviceStateLost, "remote: the tenant's device state was lost with its host")
 
 // DeviceStateLostError is the refusal of a tenant's call after its host
 // was lost, or left; definitely not submitted.
@@ -68,7 +72,7 @@ func (e *DeviceStateLostError) Unwrap() error { return ErrDeviceStateLost }
 // the submissions it has and takes no new ones; definitely not submitted.
 // Reads and the tenant's other device-state calls still work until the
 // host left; then its calls answer *DeviceStateLostError with Left set.
-var ErrHostLeaving = errors.New("remote: lane host leaving")
+var ErrHostLeaving = cuda.NewSentinel(cuda.CodeHostLeaving, "remote: lane host leaving")
 
 // HostLeavingError is the refusal of a submission to a leaving host.
 type HostLeavingError struct {
@@ -87,13 +91,41 @@ func (e *HostLeavingError) Unwrap() error { return ErrHostLeaving }
 // ErrNoHost marks a call refused because no lane host is serving now (all
 // lost, restarting or not yet registered): retry later; definitely not
 // submitted.
-var ErrNoHost = errors.New("remote: no lane host is serving")
+var ErrNoHost = cuda.NewSentinel(cuda.CodeNoHost, "remote: no lane host is serving")
 
 // ErrRefused marks a host the front refused at registration (another
 // protocol version, a malformed hello: for good), or that refused the
 // front for now (it serves its most fronts, or it is leaving: a running
 // front asks it again).
-var ErrRefused = errors.New("remote: registration refused")
+var ErrRefused = cuda.NewSentinel(cuda.CodeRegistrationRefused, "remote: registration refused")
+
+// RefusedError is a registration refused, errors.Is ErrRefused: by the
+// front for good (another protocol, a malformed hello: not retryable), or
+// by the host for now (it serves its most fronts, or it is leaving:
+// ForNow, retryable: a front that runs asks again on its own).
+type RefusedError struct {
+	Host   string
+	Reason string
+	ForNow bool
+}
+
+// Error says which host refused, and why.
+func (e *RefusedError) Error() string {
+	if e.ForNow {
+		return fmt.Sprintf("%v: host %s refused for now: %s (retry later)", ErrRefused, e.Host, e.Reason)
+	}
+	return fmt.Sprintf("%v: host %s: %s", ErrRefused, e.Host, e.Reason)
+}
+
+// Unwrap makes it errors.Is ErrRefused.
+func (e *RefusedError) Unwrap() error { return ErrRefused }
+
+// Class is registration_refused, retryable when the host refused for now.
+func (e *RefusedError) Class() cuda.Class {
+	c := cuda.CodeRegistrationRefused.Class()
+	c.Retryable = e.ForNow
+	return c
+}
 
 // ErrStopped marks a call on a front that was stopped.
-var ErrStopped = errors.New("remote: front stopped")
+var ErrStopped = cuda.NewSentinel(cuda.CodeStopped, "remote: front stopped")

@@ -51,9 +51,15 @@ type FrontConfig struct {
 	// Address (a NAT, a port mapping, a proxy); empty: Address. Not
 	// loopback requires TLS.
 	Advertise string
-	// TLS secures every connection both ways (LoadTLS); nil: plain, and
-	// every host address must then be loopback.
+	// TLS secures and authenticates every connection both ways with the
+	// certificates of your CA (LoadTLS); nil: with certificates rooted in
+	// the token (TokenFile), and every host address must be loopback.
 	TLS *tls.Config
+	// TokenFile is the token this front and its hosts derive their
+	// credentials from when TLS is nil: a file only this user can read
+	// (DefaultTokenFile when empty; created when missing). It is never
+	// sent. A launched host is given the same file.
+	TokenFile string
 	// LostAfter is how long a registered host may stay silent (no
 	// heartbeat, no answer) before the front treats it as lost; 0:
 	// DefaultLostAfter. Detection takes at most LostAfter plus a fifth of it.
@@ -87,10 +93,11 @@ const DefaultLostAfter = time.Second
 
 // Front routes tenants' work to lane hosts. It is safe for concurrent use.
 type Front struct {
-	cfg   FrontConfig
-	sys   *system
-	pid   *actor.PID
-	calls Calls[*Pending]
+	cfg       FrontConfig
+	sys       *system
+	pid       *actor.PID
+	calls     Calls[*Pending]
+	tokenFile string // the token's file, for the hosts it launches
 
 	linksMu        sync.Mutex              // adding links (the cluster's hosts)
 	links          atomic.Pointer[[]*link] // every host, fixed, launched or the cluster's: copied on add
@@ -142,7 +149,7 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 			return nil, err
 		}
 	}
-	sys, err := acquireSystem(ctx, cfg.Address, cfg.Advertise, cfg.TLS, nil, FrontActor)
+	sys, err := acquireSystem(ctx, endpointConfig{address: cfg.Address, advertise: cfg.Advertise, tls: cfg.TLS, tokenFile: cfg.TokenFile, logf: cfg.Logf}, FrontActor)
 	if err != nil {
 		if member != nil {
 			unfollow(member)
@@ -153,7 +160,11 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 		// Whoever maps the advertised address here needs the port.
 		cfg.Logf("listening on %s, advertised to hosts as %s", sys.bound, sys.addr)
 	}
-	f := &Front{cfg: cfg, sys: sys, member: member, refusedMembers: map[string]bool{}, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
+	tokenFile := cfg.TokenFile
+	if tokenFile == "" {
+		tokenFile, _ = DefaultTokenFile() // the endpoint found it already
+	}
+	f := &Front{cfg: cfg, sys: sys, tokenFile: tokenFile, member: member, refusedMembers: map[string]bool{}, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
 	var fixed []*link
 	for _, a := range cfg.Hosts {
 		fixed = append(fixed, newLink(f, a, nil))
@@ -257,15 +268,35 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 		if l.fromCluster {
 			continue
 		}
-		select {
-		case <-l.firstAnswer:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("%w: host %s did not register within %v (is it up at that address, and can it reach this front at %s? see Advertise on both sides)", ErrNoHost, l.name, f.cfg.JoinTimeout, f.sys.addr)
+		// A host slow to answer is asked whether the two admit each other:
+		// one that refuses this front's credential (or has none of its own)
+		// fails the start now, not at JoinTimeout.
+		ask := time.NewTicker(250 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case <-l.firstAnswer:
+				break wait
+			case <-ctx.Done():
+				ask.Stop()
+				return ctx.Err()
+			case <-ask.C:
+				l.checkCredential() // its verdict by the next tick: the deadline is kept
+				if err := l.credentialRefused(); err != nil {
+					ask.Stop()
+					return fmt.Errorf("host %s: %w", l.name, err)
+				}
+			case <-deadline.C:
+				ask.Stop()
+				return fmt.Errorf("%w: host %s did not register within %v (is it up at that address, and can it reach this front at %s? see Advertise on both sides)", ErrNoHost, l.name, f.cfg.JoinTimeout, f.sys.addr)
+			}
 		}
+		ask.Stop()
 		if st := l.status(); st.State == HostRefused {
-			return fmt.Errorf("%w: host %s: %s", ErrRefused, l.name, st.Refusal)
+			l.mu.Lock()
+			forNow := l.refusedForNow
+			l.mu.Unlock()
+			return &RefusedError{Host: l.name, Reason: st.Refusal, ForNow: forNow}
 		}
 		if err := l.launchFailure(); err != nil {
 			return fmt.Errorf("%w: host %s would not start: %v", ErrConfig, l.name, err)
@@ -281,6 +312,23 @@ func (f *Front) Address() string {
 		return ""
 	}
 	return f.sys.addr
+}
+
+// tell sends a host a message from the front's actor: the host takes a
+// registration's messages only from the front that registered (the
+// sender's address), and the endpoint's guard drops a sender that is not
+// the connection's own.
+func (f *Front) tell(host *actor.PID, msg any) {
+	f.sys.actors.Root.RequestWithCustomSender(host, msg, f.pid)
+}
+
+// Wire is what the process's endpoint refused (see WireStats); zero for
+// a Front StartFront did not return.
+func (f *Front) Wire() WireStats {
+	if f == nil || f.sys == nil {
+		return WireStats{}
+	}
+	return f.sys.guard.stats()
 }
 
 // ListenAddress is where the front listens: Address, unless it advertises

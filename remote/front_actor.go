@@ -81,7 +81,7 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	}
 	w := CheckHello(m)
 	w.Epoch = m.Epoch
-	a.f.sys.actors.Root.Send(sender, w)
+	a.f.tell(sender, w)
 	if !w.Accepted {
 		l.refused(w.Refusal, m.Refusal != "") // the host's own refusal (full, leaving) passes; others do not
 		return

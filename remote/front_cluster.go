@@ -101,7 +101,9 @@ func (f *Front) awaitCluster(ctx context.Context, until time.Time) error {
 					serving++
 				}
 			default:
-				waiting++
+				if l.credentialRefused() == nil {
+					waiting++ // one whose address refuses this front's credential will not answer
+				}
 			}
 		}
 		if serving > 0 && waiting == 0 {

@@ -102,26 +102,29 @@ type link struct {
 	probeSeq    atomic.Uint64
 	probeSent   [64]atomic.Int64 // unix nanoseconds, by seq % 64
 	echoed      atomic.Uint64
-	uploadBytes atomic.Int64 // upload bytes in flight to the host: probes queue behind them
+	uploadBytes atomic.Int64          // upload bytes in flight to the host: probes queue behind them
+	credErr     atomic.Pointer[error] // why the host's address and this front do not admit each other, if they do not (checkCredential)
+	checking    atomic.Bool
 
-	mu       sync.Mutex
-	state    HostState
-	addr     string
-	pid      *actor.PID
-	epoch    uint64
-	tenants  int
-	losses   int
-	restarts int
-	refusal  string
-	lostHow  string
-	since    time.Time // when state last changed
-	attempt  uint64    // the join in progress
-	lanes    int       // the lanes the host serves, from its Hello
-	hostName string    // the name the host gave
-	startErr error     // why the first launch failed, if it did
-	proc     *os.Process
-	stdin    io.Closer
-	exited   chan struct{} // closed when the launched process exited
+	mu            sync.Mutex
+	state         HostState
+	addr          string
+	pid           *actor.PID
+	epoch         uint64
+	tenants       int
+	losses        int
+	restarts      int
+	refusal       string
+	refusedForNow bool // the host's own refusal (full, leaving): it may take the front later
+	lostHow       string
+	since         time.Time // when state last changed
+	attempt       uint64    // the join in progress
+	lanes         int       // the lanes the host serves, from its Hello
+	hostName      string    // the name the host gave
+	startErr      error     // why the first launch failed, if it did
+	proc          *os.Process
+	stdin         io.Closer
+	exited        chan struct{} // closed when the launched process exited
 
 	knownMu  sync.RWMutex
 	known    map[uint64]bool        // templates the host holds under epoch (knownMu)
@@ -184,7 +187,7 @@ func (l *link) probe(epoch uint64) {
 	l.mu.Lock()
 	pid := l.pid
 	l.mu.Unlock()
-	l.f.sys.actors.Root.Send(pid, &wirepb.Probe{Epoch: epoch, Seq: seq})
+	l.f.tell(pid, &wirepb.Probe{Epoch: epoch, Seq: seq})
 }
 
 // servingUnder reports whether the host serves under epoch now, without
@@ -307,7 +310,7 @@ func (l *link) joining(attempt uint64) bool {
 // protocol, a malformed hello) is for good.
 func (l *link) refused(why string, passing bool) {
 	l.mu.Lock()
-	l.refusal = why
+	l.refusal, l.refusedForNow = why, passing
 	l.setState(HostRefused)
 	l.mu.Unlock()
 	l.f.cfg.Logf("host %s refused: %s", l.name, why)
@@ -368,6 +371,35 @@ func (l *link) endInFlight(epoch uint64, how string) int {
 	return len(calls)
 }
 
+// checkCredential asks, off the caller's goroutine, whether what listens
+// at the host's address and this front admit each other (a TLS handshake
+// of their credentials); the verdict lands in credErr for
+// credentialRefused. One check at a time.
+func (l *link) checkCredential() {
+	at := l.at.Load()
+	if at == nil || *at == "" || !l.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer l.checking.Store(false)
+		if err := l.f.sys.guard.admittedBy(*at); err != nil {
+			l.credErr.Store(&err)
+			return
+		}
+		l.credErr.Store(nil)
+	}()
+}
+
+// credentialRefused is why the host's address refused this front's
+// credential (or showed none of its own) at the last check; nil if it did
+// not, or was not checked.
+func (l *link) credentialRefused() error {
+	if p := l.credErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // answered lets StartFront see the host's first answer (registered,
 // refused, or a launch that failed).
 func (l *link) answered() { l.answerOnce.Do(func() { close(l.firstAnswer) }) }
@@ -389,6 +421,6 @@ func (l *link) sendBatch(batch []*wirepb.Submit) {
 		}
 	}
 	if len(keep) > 0 {
-		l.f.sys.actors.Root.Send(pid, &wirepb.Submits{Submits: keep})
+		l.f.tell(pid, &wirepb.Submits{Submits: keep})
 	}
 }

@@ -126,7 +126,7 @@ func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, by
 	l.mu.Lock()
 	pid := l.pid
 	l.mu.Unlock()
-	f.sys.actors.Root.Send(pid, msg(id))
+	f.tell(pid, msg(id))
 	if err := p.wait(ctx); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -114,9 +115,12 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	case ctx == nil:
 		return fmt.Errorf("%w: a nil context", ErrConfig)
 	case ctx.Err() != nil:
-		return ctx.Err()
-	case tenant == "" || len(tenant) > 256:
-		return fmt.Errorf("%w: tenant name of %d bytes: give 1 to 256", ErrConfig, len(tenant))
+		return lanes.Wrap("remote", true, ctx.Err()) // nothing was sent
+	case tenant == "" || len(tenant) > MaxTenantName:
+		return fmt.Errorf("%w: tenant name of %d bytes: give 1 to %d", ErrConfig, len(tenant), MaxTenantName)
+	}
+	if err := actors.CheckTenant(tenant); err != nil {
+		return lanes.Wrap("remote", true, err) // the host would refuse it, naming it as it scopes it
 	}
 	if f == nil || f.quit == nil {
 		return ErrStopped // not a front StartFront returned

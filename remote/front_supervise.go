@@ -185,13 +185,14 @@ func (l *link) join() string {
 		retry = 250 * time.Millisecond // a new member's host actor may start a moment after its membership
 	}
 	for {
-		l.f.sys.actors.Root.Send(pid, &wirepb.Join{Protocol: Protocol, Front: l.f.sys.addr, Attempt: attempt})
+		l.f.tell(pid, &wirepb.Join{Protocol: Protocol, Front: l.f.sys.addr, Attempt: attempt})
 		select {
 		case e := <-l.events:
 			if e == "registered" || e == "refused" || e == "busy" || e == "exited" && l.processExited() {
 				return e
 			}
 		case <-time.After(retry):
+			l.checkCredential() // a stranger on the address never answers: say why
 			if l.unlisted() {
 				l.mu.Lock()
 				if l.attempt == attempt && l.state == HostJoining {
@@ -202,7 +203,9 @@ func (l *link) join() string {
 			}
 		case <-deadline:
 			if l.launch == nil {
-				if l.fromCluster {
+				if err := l.credentialRefused(); err != nil {
+					l.f.cfg.Logf("host %s has not registered within %v: %v (asking on)", l.name, l.f.cfg.JoinTimeout, err)
+				} else if l.fromCluster {
 					l.f.cfg.Logf("host %s, a member of cluster %s, has not registered within %v: is it up at that address, and can it reach this front at %s? (asking on)",
 						l.name, l.f.cfg.Cluster.Name, l.f.cfg.JoinTimeout, l.f.sys.addr)
 				}
@@ -265,7 +268,7 @@ func (l *link) processExited() bool {
 func (l *link) start() error {
 	args := append(append([]string(nil), l.launch.Args...), "--name", l.launch.Name, "--exit-with-stdin")
 	cmd := exec.Command(l.launch.Path, args...)
-	cmd.Env = append(os.Environ(), l.launch.Env...)
+	cmd.Env = append(append(os.Environ(), l.launch.Env...), TokenFileEnv+"="+l.f.tokenFile) // the host admits this front
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -345,7 +348,7 @@ func (l *link) stopLink() {
 	l.mu.Unlock()
 	if was == HostServing {
 		// Let the host go: it may serve another front now.
-		l.f.sys.actors.Root.Send(pid, &wirepb.Welcome{Refusal: "the front stopped", Protocol: Protocol, Epoch: epoch})
+		l.f.tell(pid, &wirepb.Welcome{Refusal: "the front stopped", Protocol: Protocol, Epoch: epoch})
 		l.endInFlight(epoch, "the front stopped")
 	}
 }

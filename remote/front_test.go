@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// One token for this test binary, its children and their hosts (every
+	// front and host it starts reads it), kept out of the user's own.
+	_ = os.Setenv(remote.TokenFileEnv, filepath.Join(dir, "token"))
 	lanehostBin = filepath.Join(dir, "lanehost")
 	if !fuzzing() {
 		if out, err := exec.Command("go", "build", "-o", lanehostBin, "github.com/lanesched/lanes/cmd/lanehost").CombinedOutput(); err != nil {
@@ -205,6 +208,17 @@ func TestFrontRefusesBadCalls(t *testing.T) {
 	}
 	if err := f.Free(ctx, "t", c.buf); err == nil {
 		t.Errorf("second Free: got nil err, want a refusal")
+	}
+	// A name no tenant may have is refused by the front, named as given.
+	if _, err := f.Alloc(ctx, "a\nb", cudaSpec64()); !errors.Is(err, actors.ErrInvalidTenant) || !cuda.Classify(err).NotSubmitted ||
+		strings.Contains(err.Error(), "@") {
+		t.Errorf(`Alloc for "a\nb": got %v, want actors.ErrInvalidTenant, not submitted, naming it as given`, err)
+	}
+	// A call whose context ended before it was made: nothing was sent.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := f.Read(done, "u", other.buf.Whole()); !errors.Is(err, context.Canceled) || !cuda.Classify(err).NotSubmitted {
+		t.Errorf("Read with a context ended: got %v (not submitted %v), want context.Canceled, not submitted", err, cuda.Classify(err).NotSubmitted)
 	}
 }
 

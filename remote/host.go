@@ -37,9 +37,16 @@ type HostConfig struct {
 	// Address (a NAT, a container's port mapping, a proxy); empty:
 	// Address. Not loopback requires TLS.
 	Advertise string
-	// TLS secures the connections both ways (LoadTLS); nil: plain, loopback
-	// only.
+	// TLS secures and authenticates the connections both ways with the
+	// certificates of your CA (LoadTLS); nil: with certificates rooted in
+	// the token (TokenFile), loopback only.
 	TLS *tls.Config
+	// TokenFile is the token the host and its fronts derive their
+	// credentials from when TLS is nil: a file only this user can read
+	// (DefaultTokenFile when empty; created when missing). It is never
+	// sent; a connection that does not prove it holds it is refused before
+	// any of its messages is read.
+	TokenFile string
 	// Scheduler configures the host's lanes, exactly as a local scheduler:
 	// Devices are the devices this host owns (one GPU, usually).
 	Scheduler actors.Config
@@ -57,6 +64,10 @@ type HostConfig struct {
 	// MaxFronts bounds the fronts the host serves at once (0:
 	// DefaultMaxFronts); one more is refused with the reason.
 	MaxFronts int
+	// SilentFront is how long a front may send nothing (no probe) before
+	// its place goes to a new front that finds the host full (0:
+	// DefaultSilentFront).
+	SilentFront time.Duration
 	// Cluster makes the host a member of a named cluster, whose fronts
 	// find it there (they need not name its address); it leaves the
 	// membership when it stops. nil: fronts name its address.
@@ -112,6 +123,7 @@ type registration struct {
 	welcomed bool          // under Host.mu
 	joined   time.Time     // when the front joined
 	probed   atomic.Uint64 // the newest Probe from the front (the actor writes, heartbeats read)
+	heardAt  atomic.Int64  // when the front's last probe came (unix nanoseconds)
 
 	templates map[uint64]lanes.Batch // by the front's id: only the host's actor touches it
 	out       combiner[outgoing]
@@ -132,7 +144,8 @@ type outgoing struct {
 // hostJob is a decoded submission on its way to the scheduler.
 type hostJob struct {
 	epoch, call, template uint64
-	b                     lanes.Batch
+	b                     lanes.Batch    // its Tenant scoped to the epoch (scoped)
+	tenant                string         // as the front named it
 	timing                *wirepb.Timing // a sampled call's times; nil for most
 }
 
@@ -179,6 +192,9 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.MaxTemplates <= 0 {
 		cfg.MaxTemplates = MaxTemplates
 	}
+	if cfg.SilentFront <= 0 {
+		cfg.SilentFront = DefaultSilentFront
+	}
 	if cfg.MaxFronts <= 0 {
 		cfg.MaxFronts = DefaultMaxFronts
 	}
@@ -198,11 +214,14 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		}
 		cfg.Cluster = &c
 	}
+	// Each front's tenants are a scope of their own: another front's
+	// buffers are, to them, buffers never handed out.
+	cfg.Scheduler.Scope = scopeOf
 	sched, err := actors.Start(ctx, cfg.Scheduler)
 	if err != nil {
 		return nil, err
 	}
-	sys, err := acquireSystem(ctx, cfg.Address, cfg.Advertise, cfg.TLS, cfg.Cluster, HostActor)
+	sys, err := acquireSystem(ctx, endpointConfig{address: cfg.Address, advertise: cfg.Advertise, tls: cfg.TLS, tokenFile: cfg.TokenFile, cluster: cfg.Cluster, logf: cfg.Logf}, HostActor)
 	if err != nil {
 		_ = sched.Stop(context.Background())
 		return nil, err
@@ -222,6 +241,10 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		_ = sched.Stop(context.Background())
 		return nil, fmt.Errorf("%w: spawn the host actor: %v", ErrConfig, err)
 	}
+	// A front's connection that ends frees its place at once: its process
+	// ended (or the way to it broke, and it joins again).
+	gone := func(addr string) { h.frontGone(actor.NewPID(addr, FrontActor)) }
+	sys.guard.peerGone.Store(&gone)
 	h.wg.Add(1 + hostShards)
 	go h.heartbeatLoop()
 	for range hostShards {
@@ -249,6 +272,11 @@ func (h *Host) Listening() Listening {
 	}
 	return l
 }
+
+// Wire is what the process's endpoint refused: connections that did not
+// authenticate, malformed ones, messages dropped unread, panics of the
+// remote's handler recovered. A front and a host of one process share it.
+func (h *Host) Wire() WireStats { return h.sys.guard.stats() }
 
 // Scheduler is the host's own scheduler (its lanes' status, say).
 func (h *Host) Scheduler() *actors.Scheduler { return h.sched }
@@ -291,6 +319,7 @@ func (h *Host) Stop(ctx context.Context) error {
 		return nil // stopped already
 	}
 	close(h.quit)
+	h.sys.guard.peerGone.Store(nil)
 	h.wg.Wait()
 	if h.sys.member != nil {
 		h.sys.member.leave() // fronts see it go from the membership too
@@ -310,31 +339,66 @@ func (h *Host) Receive(ctx actor.Context) {
 	case *actor.Terminated:
 		h.frontGone(m.Who)
 	case *wirepb.Join:
+		if s := ctx.Sender(); s == nil || s.Address != m.Front {
+			h.sys.guard.dropped.Add(1) // a Join for a front that did not send it
+			return
+		}
 		if front := h.join(m); front != nil {
 			ctx.Watch(front) // a front that dies before it welcomes the host frees its place
 		}
 	case *wirepb.Welcome:
-		h.welcome(m) // the front is watched since it joined
+		if h.sentBy(ctx, m.Epoch) {
+			h.welcome(m) // the front is watched since it joined
+		}
 	case *wirepb.Submits:
-		h.submits(m)
+		h.submits(m, ctx.Sender())
 	case *leaveNow:
 		h.startLeaving()
 		close(m.done)
 	case *wirepb.Alloc:
+		if !h.sentBy(ctx, m.Epoch) {
+			return
+		}
 		if h.leaving {
 			h.send(outgoing{result: &wirepb.OpResult{Epoch: m.Epoch, Call: m.Call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
 			return
 		}
 		h.ops.enqueue(m.Epoch, m.Call, m)
 	case *wirepb.Free:
-		h.ops.enqueue(m.Epoch, m.Call, m)
+		if h.sentBy(ctx, m.Epoch) {
+			h.ops.enqueue(m.Epoch, m.Call, m)
+		}
 	case *wirepb.Read:
-		h.ops.enqueue(m.Epoch, m.Call, m)
+		if h.sentBy(ctx, m.Epoch) {
+			h.ops.enqueue(m.Epoch, m.Call, m)
+		}
 	case *wirepb.Forget:
-		h.ops.enqueue(m.Epoch, m.Call, m)
+		if h.sentBy(ctx, m.Epoch) {
+			h.ops.enqueue(m.Epoch, m.Call, m)
+		}
 	case *wirepb.Probe:
-		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() {
+		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() && h.sentBy(ctx, m.Epoch) {
 			r.probed.Store(m.Seq) // echoed in the next heartbeat
+			r.heardAt.Store(time.Now().UnixNano())
 		}
 	}
+}
+
+// sentBy reports whether a message under epoch came from the front that
+// registered it: a registration's epoch is no password, and another
+// front's message naming it (or one with no sender) is dropped and
+// counted. An epoch the host does not hold is answered as before (the
+// front's calls end with its loss of the host).
+func (h *Host) sentBy(ctx actor.Context, epoch uint64) bool {
+	h.mu.Lock()
+	r, ok := h.regs[epoch]
+	h.mu.Unlock()
+	if !ok {
+		return true // not a registration: the rest drops it as stale
+	}
+	if s := ctx.Sender(); s == nil || s.Address != r.front.Address {
+		h.sys.guard.dropped.Add(1)
+		return false
+	}
+	return true
 }

@@ -44,6 +44,9 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 	}
 	h.pruneLocked()
 	if old == nil && len(h.byFront) >= h.cfg.MaxFronts {
+		h.evictSilentLocked()
+	}
+	if old == nil && len(h.byFront) >= h.cfg.MaxFronts {
 		// Epoch 0: the refusal of this Hello must not reach a registration.
 		busy := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt,
 			Refusal: fmt.Sprintf("it serves %d fronts, its most (lanehost --max-fronts, HostConfig.MaxFronts)", len(h.byFront))}
@@ -140,6 +143,32 @@ func (h *Host) welcomed() []*registration {
 		}
 	}
 	return regs
+}
+
+// DefaultSilentFront is how long a front may send a host nothing before
+// its place goes to a new front that finds the host full
+// (HostConfig.SilentFront): a front probes its hosts several times a
+// second, so one silent this long is stopped (SIGSTOP), hung or cut off,
+// and loses the host by its own bound before it hears from it again.
+const DefaultSilentFront = 10 * time.Second
+
+// evictSilentLocked drops the registration of the front silent the
+// longest, if one has been silent for SilentFront (h.mu held): a stopped
+// front holds no place for good.
+func (h *Host) evictSilentLocked() {
+	var quiet *registration
+	for _, r := range h.byFront {
+		heard := max(r.heardAt.Load(), r.joined.UnixNano())
+		if r.welcomed && time.Since(time.Unix(0, heard)) > h.cfg.SilentFront && (quiet == nil || heard < max(quiet.heardAt.Load(), quiet.joined.UnixNano())) {
+			quiet = r
+		}
+	}
+	if quiet == nil {
+		return
+	}
+	h.dropLocked(quiet)
+	go h.ops.retire(quiet.epoch)
+	h.cfg.Logf("the front at %s has sent nothing for over %v: its place goes to a new front (registration %d dropped)", quiet.front.Address, h.cfg.SilentFront, quiet.epoch)
 }
 
 // dropLocked forgets a registration (h.mu held).

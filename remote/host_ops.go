@@ -127,22 +127,27 @@ func (o *hostOps) run(op hostOp) {
 		return // sent to a registration the front has dropped, or never welcomed
 	}
 	var err error
+	var named, tenant string // the front's name of the tenant, and the host's
 	switch m := op.msg.(type) {
 	case *wirepb.Alloc:
 		var b cuda.Buffer
-		if b, err = o.alloc(m); err == nil {
+		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
+		if b, err = o.alloc(tenant, m); err == nil {
 			res.Buffer = bufferToWire(b)
-			o.owner[m.Tenant] = op.epoch
+			o.owner[tenant] = op.epoch
 		}
 	case *wirepb.Free:
-		err = o.free(m)
+		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
+		err = o.free(tenant, m)
 	case *wirepb.Read:
-		res.Data, err = o.read(m)
+		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
+		res.Data, err = o.read(tenant, m)
 	case *wirepb.Forget:
-		err = o.forget(m.Tenant)
+		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
+		err = o.forget(tenant)
 	}
 	if err != nil {
-		res.ErrorCode, res.Error = int32(cuda.Classify(err).Code), err.Error()
+		res.ErrorCode, res.Error = int32(cuda.Classify(err).Code), unscoped(err.Error(), tenant, named)
 	}
 	o.h.send(outgoing{result: res})
 }
@@ -155,7 +160,7 @@ func (o *hostOps) device(i uint32) (cuda.Device, error) {
 	return devs[i], nil
 }
 
-func (o *hostOps) alloc(m *wirepb.Alloc) (cuda.Buffer, error) {
+func (o *hostOps) alloc(tenant string, m *wirepb.Alloc) (cuda.Buffer, error) {
 	if m.Elem > math.MaxUint8 {
 		return cuda.Buffer{}, cuda.Contractf("alloc", cuda.ErrInvalidCommand, "element type %d out of range", m.Elem)
 	}
@@ -167,14 +172,14 @@ func (o *hostOps) alloc(m *wirepb.Alloc) (cuda.Buffer, error) {
 	if err != nil {
 		return cuda.Buffer{}, err
 	}
-	if err := o.h.sched.Own(m.Tenant, b); err != nil {
+	if err := o.h.sched.Own(tenant, b); err != nil {
 		_ = dev.Free(b)
 		return cuda.Buffer{}, err
 	}
-	if o.tenants[m.Tenant] == nil {
-		o.tenants[m.Tenant] = map[uint64]cuda.Buffer{}
+	if o.tenants[tenant] == nil {
+		o.tenants[tenant] = map[uint64]cuda.Buffer{}
 	}
-	o.tenants[m.Tenant][b.ID] = b
+	o.tenants[tenant][b.ID] = b
 	return b, nil
 }
 
@@ -199,23 +204,23 @@ func (o *hostOps) deviceOf(b cuda.Buffer) cuda.Device {
 	return nil
 }
 
-func (o *hostOps) free(m *wirepb.Free) error {
-	b, err := o.owned(m.Tenant, m.Buffer)
+func (o *hostOps) free(tenant string, m *wirepb.Free) error {
+	b, err := o.owned(tenant, m.Buffer)
 	if err != nil {
 		return err
 	}
-	delete(o.tenants[m.Tenant], b.ID)
+	delete(o.tenants[tenant], b.ID)
 	return o.deviceOf(b).Free(b)
 }
 
 // read copies a region of the tenant's buffer out through the tenant's own
 // lane (so after its earlier submissions): a stage-out into pinned memory
 // of the host, read back and freed.
-func (o *hostOps) read(m *wirepb.Read) ([]byte, error) {
+func (o *hostOps) read(tenant string, m *wirepb.Read) ([]byte, error) {
 	if m.Region == nil {
 		return nil, wireErr("a read names no region")
 	}
-	b, err := o.owned(m.Tenant, m.Region.Buffer)
+	b, err := o.owned(tenant, m.Region.Buffer)
 	if err != nil {
 		return nil, err
 	}
@@ -234,10 +239,10 @@ func (o *hostOps) read(m *wirepb.Read) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := o.h.sched.OwnHost(m.Tenant, hb); err != nil {
+	if err := o.h.sched.OwnHost(tenant, hb); err != nil {
 		return nil, err
 	}
-	rc, err := o.h.sched.Submit(context.Background(), m.Tenant, lanes.Batch{Tenant: m.Tenant, Entries: []lanes.Entry{{Command: cmd}}})
+	rc, err := o.h.sched.Submit(context.Background(), tenant, lanes.Batch{Tenant: tenant, Entries: []lanes.Entry{{Command: cmd}}})
 	if err == nil {
 		err = rc.Err
 	}

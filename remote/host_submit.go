@@ -7,15 +7,22 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
 // submits hands each submission of the current epoch to the scheduler; a
 // receipt answers each, now for one refused, at its end for one accepted.
-func (h *Host) submits(m *wirepb.Submits) {
+// Each must come from the front of its registration (sender), as sentBy
+// says.
+func (h *Host) submits(m *wirepb.Submits, sender *actor.PID) {
 	var r *registration
 	for _, s := range m.Submits {
 		if s == nil {
@@ -26,6 +33,11 @@ func (h *Host) submits(m *wirepb.Submits) {
 			if r, ok = h.serving(s.Epoch); !ok {
 				r = nil
 				continue // sent to a registration since dropped: the front's calls end with its loss
+			}
+			if sender == nil || sender.Address != r.front.Address {
+				h.sys.guard.dropped.Add(1) // another front's registration
+				r = nil
+				continue
 			}
 		}
 		h.submit(r, s)
@@ -48,12 +60,36 @@ func (h *Host) submit(r *registration, s *wirepb.Submit) {
 	if !ok {
 		return
 	}
+	tenant := b.Tenant
+	b.Tenant = scoped(epoch, tenant)
 	h.inFlight.Add(1)
 	select {
-	case h.shards[shardOf(b.Tenant)] <- hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, timing: timing}:
+	case h.shards[shardOf(b.Tenant)] <- hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, tenant: tenant, timing: timing}:
 	case <-h.quit:
 		h.inFlight.Add(-1)
 	}
+}
+
+// MaxTenantName is the longest tenant name a front takes, in bytes: a
+// host scopes each to its front (scoped), within actors.MaxTenantName.
+const MaxTenantName = actors.MaxTenantName - 16
+
+// scoped is a tenant's name in the host's scheduler: the front's name of
+// it, in the namespace of the registration (epoch) that set it up. Tenants
+// belong to the front that set them up: another front that names the same
+// tenant has one of its own, with its own buffers, admission share and
+// faults, and a front's Forget frees its own alone. The host's errors and
+// logs show a tenant as NAME@EPOCH (base 36).
+func scoped(epoch uint64, tenant string) string {
+	return tenant + "@" + strconv.FormatUint(epoch, 36)
+}
+
+// scopeOf is the registration a scoped tenant name belongs to.
+func scopeOf(tenant string) string {
+	if i := strings.LastIndexByte(tenant, '@'); i >= 0 {
+		return tenant[i+1:]
+	}
+	return ""
 }
 
 // shardOf is the shard of a tenant (FNV-1a of its name).
@@ -78,7 +114,7 @@ func (h *Host) shardLoop(jobs chan hostJob) {
 		}
 		p, err := h.sched.SubmitAsync(context.Background(), j.b.Tenant, j.b)
 		if err != nil {
-			h.refuse(j.epoch, j.call, j.b.Tenant, err)
+			h.refuse(j.epoch, j.call, j.tenant, err)
 			h.inFlight.Add(-1)
 			continue
 		}
@@ -91,9 +127,11 @@ func (h *Host) shardLoop(jobs chan hostJob) {
 				j.timing.Ended = time.Now().UnixNano()
 			}
 			r, _ := p.Result()
+			r.Tenant = j.tenant
 			rows := r.Attribution.Rows
 			r.Attribution.Rows = nil
 			w := ReceiptToWire(j.epoch, j.call, r, nil)
+			w.Error = unscoped(w.Error, j.b.Tenant, j.tenant)
 			w.Timing = j.timing
 			h.send(outgoing{receipt: w, rows: rows, template: j.template})
 			h.inFlight.Add(-1)
@@ -146,7 +184,18 @@ func tenantOf(s *wirepb.Submit) string {
 
 // refuse answers a submission the host turned away before any device work.
 func (h *Host) refuse(epoch, call uint64, tenant string, err error) {
-	h.send(outgoing{receipt: refusedReceipt(epoch, call, tenant, err)})
+	w := refusedReceipt(epoch, call, tenant, err)
+	w.Error = unscoped(w.Error, scoped(epoch, tenant), tenant)
+	h.send(outgoing{receipt: w})
+}
+
+// unscoped is an error's text as its front reads it: the tenant by the
+// front's own name for it.
+func unscoped(msg, scopedName, tenant string) string {
+	if msg == "" || scopedName == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, scopedName, tenant)
 }
 
 // send sends a message to the front of its epoch, with any others queued

@@ -17,14 +17,14 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	premote "github.com/asynkron/protoactor-go/remote"
+	"github.com/lanesched/lanes/cuda"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // ErrConfig marks a front's or a host's configuration refused before
 // anything started: errors.Is finds it, the message says what to fix.
-var ErrConfig = errors.New("remote: bad configuration")
+var ErrConfig = cuda.NewSentinel(cuda.CodeInvalidArgument, "remote: bad configuration")
 
 // DefaultAddress is where fronts and hosts listen unless told otherwise:
 // loopback, a port the system picks.
@@ -53,6 +53,7 @@ var endpoint struct {
 	address   string      // as first asked
 	advertise string      // as first asked
 	tls       *tls.Config // as first given
+	token     token       // as first loaded (nil with TLS)
 	cluster   *ClusterConfig
 	abandoned bool // a cluster host's start given up while its provider waited
 	names     map[string]bool
@@ -65,14 +66,26 @@ type system struct {
 	addr   string      // the address peers reach it at
 	bound  string      // the address it listens on (addr, unless advertised)
 	member *membership // the cluster it joined; nil: none
+	guard  *guard      // what it admits, and what it refused
+}
+
+// endpointConfig is what a front or a host asks of the process's endpoint.
+type endpointConfig struct {
+	address, advertise string
+	tls                *tls.Config
+	tokenFile          string // without TLS: the token's file ("" the default)
+	cluster            *ClusterConfig
+	logf               func(format string, args ...any)
 }
 
 // acquireSystem returns the process's endpoint for an actor named name,
 // starting it on address (DefaultAddress when empty) the first time. A
 // non-loopback address needs tlsCfg, whose certificates then secure every
-// connection both ways. With a cluster (a host's), the endpoint joins it as
-// a member. Release it with releaseSystem(name).
-func acquireSystem(ctx context.Context, address, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig, name string) (*system, error) {
+// connection both ways; without TLS the token authenticates every
+// connection, loopback included. With a cluster (a host's), the endpoint
+// joins it as a member. Release it with releaseSystem(name).
+func acquireSystem(ctx context.Context, ec endpointConfig, name string) (*system, error) {
+	address, advertise, tlsCfg, clusterCfg := ec.address, ec.advertise, ec.tls, ec.cluster
 	if address == "" {
 		address = DefaultAddress
 	}
@@ -95,6 +108,12 @@ func acquireSystem(ctx context.Context, address, advertise string, tlsCfg *tls.C
 			return nil, fmt.Errorf("%w: advertised address %s is not loopback: give a mutual TLS configuration (LoadTLS)", ErrConfig, advertise)
 		}
 	}
+	var tok token
+	if tlsCfg == nil {
+		if tok, err = loadToken(ec.tokenFile); err != nil {
+			return nil, err
+		}
+	}
 	endpoint.mu.Lock()
 	defer endpoint.mu.Unlock()
 	if endpoint.abandoned {
@@ -110,6 +129,8 @@ func acquireSystem(ctx context.Context, address, advertise string, tlsCfg *tls.C
 			return nil, fmt.Errorf("%w: this process's endpoint advertises %q already; its fronts and hosts share it (asked %q)", ErrConfig, endpoint.advertise, advertise)
 		case tlsCfg != endpoint.tls:
 			return nil, fmt.Errorf("%w: this process's endpoint was started with another TLS configuration; give every front and host of a process the same one", ErrConfig)
+		case !tok.equal(endpoint.token):
+			return nil, fmt.Errorf("%w: this process's endpoint was started with another token; give every front and host of a process the same token file", ErrConfig)
 		case clusterCfg != nil && s.member != nil && s.member.hasLeft():
 			return nil, fmt.Errorf("%w: %v", ErrConfig, errLeftCluster)
 		case clusterCfg != nil && !clusterCfg.same(endpoint.cluster):
@@ -118,12 +139,19 @@ func acquireSystem(ctx context.Context, address, advertise string, tlsCfg *tls.C
 		endpoint.names[name] = true
 		return s, nil
 	}
-	s, err := startSystem(ctx, host, port, advertise, tlsCfg, clusterCfg)
+	wireTLS, local := tlsCfg, tlsCfg == nil
+	if local {
+		if wireTLS, err = localTLS(tok); err != nil {
+			return nil, err
+		}
+	}
+	g := newGuard(wireTLS, local, ec.logf)
+	s, err := startSystem(ctx, host, port, advertise, wireTLS, clusterCfg, g)
 	if err != nil {
 		endpoint.abandoned = errors.Is(err, errProviderLate)
 		return nil, err
 	}
-	endpoint.sys, endpoint.address, endpoint.advertise, endpoint.tls, endpoint.cluster, endpoint.names = s, address, advertise, tlsCfg, clusterCfg, map[string]bool{name: true}
+	endpoint.sys, endpoint.address, endpoint.advertise, endpoint.tls, endpoint.token, endpoint.cluster, endpoint.names = s, address, advertise, tlsCfg, tok, clusterCfg, map[string]bool{name: true}
 	return s, nil
 }
 
@@ -151,9 +179,9 @@ func clusterName(c *ClusterConfig) string {
 // process binds it before the remote does (it then picks another).
 const portAttempts = 4
 
-func startSystem(ctx context.Context, host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (*system, error) {
+func startSystem(ctx context.Context, host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig, g *guard) (*system, error) {
 	for attempt := 1; ; attempt++ {
-		sys, err := startSystemOn(ctx, host, port, advertise, tlsCfg, clusterCfg)
+		sys, err := startSystemOn(ctx, host, port, advertise, tlsCfg, clusterCfg, g)
 		if port != 0 || attempt == portAttempts || !errors.Is(err, errPortTaken) {
 			return sys, err
 		}
@@ -168,7 +196,7 @@ var errPortTaken = errors.New("remote: port taken")
 // system picks for port 0) and says at once when it is in use, since
 // protoactor-go's remote panics on a port it cannot listen on and says
 // nothing of the port it picked when an address is advertised.
-func startSystemOn(ctx context.Context, host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig) (sys *system, err error) {
+func startSystemOn(ctx context.Context, host string, port int, advertise string, tlsCfg *tls.Config, clusterCfg *ClusterConfig, g *guard) (sys *system, err error) {
 	address := net.JoinHostPort(host, strconv.Itoa(port))
 	probe, err := net.Listen("tcp", address)
 	if err != nil {
@@ -183,12 +211,10 @@ func startSystemOn(ctx context.Context, host string, port int, advertise string,
 	// breaks the connection; a front bounds the bytes it has in flight to a
 	// host (maxBytesInFlight), so no message comes near this.
 	sizes := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage))
-	server := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage)}
-	creds := insecure.NewCredentials()
-	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
-		server = append(server, grpc.Creds(creds))
-	}
+	server := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage)}, g.serverOptions()...)
+	// Always TLS: the user's mutual TLS, or the token's (localTLS).
+	creds := credentials.NewTLS(tlsCfg)
+	server = append(server, grpc.Creds(g.counted(creds)), grpc.ConnectionTimeout(handshakeWithin))
 	opts := []premote.ConfigOption{premote.WithServerOptions(server...), premote.WithDialOptions(grpc.WithTransportCredentials(creds), sizes),
 		premote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage))}
 	if advertise != "" {
@@ -197,6 +223,7 @@ func startSystemOn(ctx context.Context, host string, port int, advertise string,
 	// The remote logs a lost connection at error level each time a peer
 	// goes; fronts and hosts say what a loss means themselves (Logf).
 	as := quietActorSystem()
+	g.sys.Store(as)
 	remoteCfg := premote.Configure(host, port, opts...)
 	if clusterCfg != nil {
 		// The cluster starts the remote itself, on the same configuration.
@@ -207,7 +234,7 @@ func startSystemOn(ctx context.Context, host string, port int, advertise string,
 			}
 			return nil, portTaken(err)
 		}
-		return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, bound: bound, member: m}, nil
+		return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, bound: bound, member: m, guard: g}, nil
 	}
 	r := premote.NewRemote(as, remoteCfg)
 	defer func() {
@@ -217,7 +244,7 @@ func startSystemOn(ctx context.Context, host string, port int, advertise string,
 		}
 	}()
 	r.Start()
-	return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, bound: bound}, nil
+	return &system{actors: as, remote: r, addr: as.ProcessRegistry.Address, bound: bound, guard: g}, nil
 }
 
 // portTaken marks err with errPortTaken when it is the remote's failure

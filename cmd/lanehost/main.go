@@ -48,9 +48,10 @@ type options struct {
 	ordinal, lanes              int
 	heartbeat, spin             time.Duration
 	tlsCert, tlsKey, tlsCA      string
+	tokenFile                   string
 	cpuProfile                  string
 	maxFronts, maxInFlight      int
-	leaveTimeout                time.Duration
+	leaveTimeout, silentFront   time.Duration
 	advertise                   string
 	execTrace                   string
 	exitWithStdin, faultKernels bool
@@ -99,8 +100,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lanehost: open the %s device %d: %v\n", o.device, o.ordinal, err)
 		return 2
 	}
-	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
-		MaxFronts: o.maxFronts, Advertise: o.advertise,
+	cfg := remote.HostConfig{Name: o.name, Address: o.listen, TokenFile: o.tokenFile, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
+		MaxFronts: o.maxFronts, SilentFront: o.silentFront, Advertise: o.advertise,
 		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin, MaxInFlightPerLane: o.maxInFlight},
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
 	if o.clusterName != "" {
@@ -275,6 +276,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "its key (PEM)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "the CA that signed the fronts' certificates (PEM)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "without TLS: the token this host and its fronts derive their credentials from (never sent), a file only this user may read (default $LANES_TOKEN_FILE, else $XDG_RUNTIME_DIR/lanes/token, else ~/.config/lanes/token; made when missing)")
 	fs.BoolVar(&o.exitWithStdin, "exit-with-stdin", false, "stop when standard input closes (a front that launched the host adds it)")
 	fs.BoolVar(&o.faultKernels, "fault-kernels", false, "also serve kernels that skip their bounds checks (poke_i32), to provoke a real device fault; never where tenants you do not control reach the host")
 	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
@@ -282,6 +284,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.leaveTimeout, "leave-timeout", 30*time.Second, "on SIGINT, SIGTERM or (with --exit-with-stdin) standard input closed: leave well first, taking no new work and finishing what is in flight, for at most this long (a second signal cuts it short; 0: stop at once)")
 	fs.StringVar(&o.advertise, "advertise", "", "the address fronts reach this host at, when it is not --listen (a NAT, a port mapping, a proxy); not loopback requires TLS")
 	fs.IntVar(&o.maxFronts, "max-fronts", remote.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
+	fs.DurationVar(&o.silentFront, "silent-front", remote.DefaultSilentFront, "a front that sent nothing for this long (stopped, hung) gives its place to a new front that finds the host full")
 	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission, across every front: the submissions in flight one tenant may fill a lane with (0: the scheduler's default, 256); past its share a submission is refused as overloaded, and a lane holds up to three times this from many tenants (actors.Config.MaxInFlightPerLane)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")
 	fs.StringVar(&o.execTrace, "exectrace", "", "write a Go execution trace of the whole run to this file (go tool trace); %p in the name is the process id")
@@ -321,6 +324,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--protocol %d: too large", o.protocol)
 	case o.leaveTimeout < 0:
 		return o, fmt.Errorf("--leave-timeout %v: give 0 (stop at once) or more", o.leaveTimeout)
+	case o.silentFront < 100*time.Millisecond || o.silentFront > time.Hour:
+		return o, fmt.Errorf("--silent-front %v: give 100ms to 1h", o.silentFront)
 	case o.maxFronts < 1 || o.maxFronts > 1024:
 		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
 	case o.maxInFlight < 0:
@@ -331,6 +336,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--membership-fd %d: give an inherited descriptor, 3 or more (0 to 2 are standard input, output and error)", o.membershipFD)
 	case o.clusterName != "" && ((o.membership == "" && o.membershipFD == 0) || len(o.seeds) == 0):
 		return o, fmt.Errorf("--cluster %s: give --membership (this host's membership endpoint, host:port) or --membership-fd, and --seeds (every host's, this one's included)", o.clusterName)
+	case o.tokenFile != "" && o.tlsCert != "":
+		return o, fmt.Errorf("--token-file and --tls-cert: with TLS the certificates authenticate every connection; give one of them")
 	case o.cpuProfile == "-" || o.execTrace == "-":
 		return o, fmt.Errorf("--cpuprofile and --exectrace write files: name one, not -")
 	case o.cpuProfile != "" && o.cpuProfile == o.execTrace:
