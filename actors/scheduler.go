@@ -42,6 +42,7 @@ type call struct {
 	parent trace.SpanContext // the caller's span, for the telemetry
 
 	done    chan struct{}
+	ended   func() // SubmitNotify's, after done is closed
 	receipt lanes.Receipt
 	result  any
 	err     error
@@ -204,6 +205,9 @@ func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken,
 		t.Submission(context.Background(), sub)
 	}
 	close(c.done)
+	if c.ended != nil {
+		c.ended()
+	}
 }
 
 // segmentNodes is each replayed segment's plan-node range, [first, one

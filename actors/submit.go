@@ -75,15 +75,26 @@ func (p *Pending) Lane() int {
 // The batch, with its entries and their slices, belongs to the scheduler
 // until the submission ends: reuse it only after Done is closed.
 func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
-	p, err := s.admitSubmission(ctx, tenant, b)
+	return s.SubmitNotify(ctx, tenant, b, nil)
+}
+
+// SubmitNotify is SubmitAsync that also calls ended once when a submission
+// it admitted ends (after Done is closed), on the goroutine that ended it:
+// often a lane's own thread, so ended must return at once (hand the
+// Pending to a goroutine of yours; a channel send that may block is too
+// much). It spares a caller with many submissions in flight a goroutine
+// waiting on each one's Done. A refused submission is not notified: its
+// error comes back here. nil ended is SubmitAsync.
+func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
+	p, err := s.admitSubmission(ctx, tenant, b, ended)
 	if err != nil {
 		s.traceRefusal(ctx, tenant, &b, err)
 	}
 	return p, err
 }
 
-// admitSubmission is SubmitAsync but for the refusal's trace.
-func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
+// admitSubmission is SubmitNotify but for the refusal's trace.
+func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
 	if err := s.refuseStopped("submit"); err != nil {
 		return nil, err
 	}
@@ -97,7 +108,7 @@ func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.
 	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
-	p, err := s.submitAsync(ctx, ts, b)
+	p, err := s.submitAsync(ctx, ts, b, ended)
 	if err != nil {
 		s.dropIfFresh(ts) // a name only ever refused leaves nothing behind
 		return nil, err
@@ -119,7 +130,7 @@ func (s *Scheduler) traceRefusal(ctx context.Context, tenant string, b *lanes.Ba
 }
 
 // submitAsync is SubmitAsync once the tenant's state is found.
-func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch) (*Pending, error) {
+func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
 	tenant := ts.name
 	cost, err := s.checkSize(&b)
 	if err != nil {
@@ -134,6 +145,9 @@ func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Ba
 		return nil, lanes.Wrap("submit", true, err)
 	}
 	p := &Pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now(), cost: cost}}
+	if ended != nil {
+		p.c.ended = func() { ended(p) }
+	}
 	if s.cfg.Telemetry != nil {
 		p.c.parent = trace.SpanContextFromContext(ctx)
 	}

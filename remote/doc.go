@@ -55,6 +55,22 @@
 // nothing for [HostConfig].SilentFront gives its place to a new front that
 // finds the host full.
 //
+// # Same-host data plane
+//
+// A host offers each front on its machine a data plane: an anonymous,
+// sealed shared-memory segment (a memfd) of two rings, one each way, named
+// in its Hello (which only an authenticated front reads) by its /proc
+// entry and a nonce. A front that can open it (the same machine and user)
+// and finds the seals, size and nonce right maps it and says so in its
+// Welcome; from then on every message of the registration but heartbeats
+// and probes crosses the rings: submissions, receipts, operations and
+// their results, leaving. Nothing read from a ring is trusted: a record
+// that makes no sense ends the registration; messages are checked as on
+// the wire. A side that stops reading holds up no one (a backlog waits for
+// room). [HostStatus].DataPlane says which path a host takes;
+// [FrontConfig].NoDataPlane and [HostConfig].NoDataPlane keep to the
+// remote.
+//
 // The wire form is the protobuf messages of remote/wirepb, generated from
 // proto/lanes/remote/v1 by scripts/gen-proto.sh. Decoding is a boundary: a
 // batch that arrives from another process is checked for the wire's limits

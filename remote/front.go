@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/internal/shmring"
 )
 
 // FrontActor is the name of a front's actor: hosts answer it at the
@@ -71,6 +73,10 @@ type FrontConfig struct {
 	// RestartBackoff is the first wait before a launched host is started
 	// again; it doubles to 5 s while restarts keep failing. 0: 100 ms.
 	RestartBackoff time.Duration
+	// NoDataPlane keeps the front's traffic on the remote even with a
+	// host on this machine that offers a same-host data plane (to compare
+	// the two, or where shared memory misbehaves).
+	NoDataPlane bool
 	// Logf hears what no call answers (a host lost, restarted, refused);
 	// nil: standard error.
 	Logf func(format string, args ...any)
@@ -135,6 +141,9 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
+	}
+	if err := shmring.CheckSpinEnv(); err != nil && !cfg.NoDataPlane {
+		cfg.Logf("%v", err)
 	}
 	var member *membership
 	if cfg.Cluster != nil {

@@ -45,6 +45,15 @@ func (a *frontActor) Receive(ctx actor.Context) {
 		if m.DeviceFault != "" {
 			l.lose(m.Epoch, "its device is poisoned: "+m.DeviceFault)
 		}
+	default:
+		a.fromHost(l, m)
+	}
+}
+
+// fromHost takes a host's answer to the front, from the remote or the
+// link's data plane: receipts, op results, that it is leaving or left.
+func (a *frontActor) fromHost(l *link, msg any) {
+	switch m := msg.(type) {
 	case *wirepb.Receipts:
 		a.receipts(l, m)
 	case *wirepb.Leaving:
@@ -81,6 +90,11 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	}
 	w := CheckHello(m)
 	w.Epoch = m.Epoch
+	var plane *dataPlane
+	if w.Accepted && m.DataPlane != nil {
+		plane, w.DataPlaneRefusal = a.f.attach(l, m.DataPlane)
+		w.DataPlane = plane != nil
+	}
 	a.f.tell(sender, w)
 	if !w.Accepted {
 		l.refused(w.Refusal, m.Refusal != "") // the host's own refusal (full, leaving) passes; others do not
@@ -90,8 +104,13 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	for _, d := range m.Devices {
 		lanes += int(d.Lanes)
 	}
+	if plane != nil {
+		l.startPlane(a, m.Epoch, plane) // before it serves: the first submission goes through it
+	}
 	if l.registered(m.Epoch, m.Host, lanes) {
 		ctx.Watch(sender)
+	} else if plane != nil {
+		l.closePlane(m.Epoch)
 	}
 }
 

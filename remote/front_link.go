@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -62,6 +63,13 @@ type HostStatus struct {
 	// host is a member now (a host that left the membership takes no new
 	// tenants, and is not joined again until it is one again).
 	FromCluster, Member bool
+	// DataPlane: the registration's traffic goes (for a host lost or
+	// left, went) through a same-host data plane (shared memory), not the
+	// remote; DataPlaneSent and
+	// DataPlaneRead count its
+	// records each way.
+	DataPlane                    bool
+	DataPlaneSent, DataPlaneRead uint64
 }
 
 // Hosts reports every host of the front.
@@ -105,6 +113,7 @@ type link struct {
 	uploadBytes atomic.Int64          // upload bytes in flight to the host: probes queue behind them
 	credErr     atomic.Pointer[error] // why the host's address and this front do not admit each other, if they do not (checkCredential)
 	checking    atomic.Bool
+	plane       atomic.Pointer[linkPlane] // the same-host data plane of an epoch, if the host offered one
 
 	mu            sync.Mutex
 	state         HostState
@@ -135,16 +144,16 @@ type link struct {
 	stale       atomic.Uint64
 	readBytes   atomic.Int64 // read-back bytes in flight from the host
 	trips       roundTrips
-	out         combiner[*wirepb.Submit]
-	events      chan string   // "registered", "refused", "busy", "lost", "left", "exited": to the supervisor
-	firstAnswer chan struct{} // closed at the first registration or refusal
+	out         combiner[frontOut] // submissions and operations, in the order callers made them
+	events      chan string        // "registered", "refused", "busy", "lost", "left", "exited": to the supervisor
+	firstAnswer chan struct{}      // closed at the first registration or refusal
 	answerOnce  sync.Once
 }
 
 func newLink(f *Front, name string, launch *Launch) *link {
 	l := &link{f: f, name: name, launch: launch, events: make(chan string, 4), firstAnswer: make(chan struct{}),
 		bytes: semaphore.NewWeighted(maxBytesInFlight)}
-	l.out = combiner[*wirepb.Submit]{most: 512, send: l.sendBatch}
+	l.out = combiner[frontOut]{most: 512, send: l.sendBatch}
 	if launch == nil {
 		l.setAddress(name)
 	}
@@ -219,6 +228,8 @@ func (l *link) hasLeft(epoch uint64) {
 	l.lostHow = "it left"
 	l.setState(HostLeft)
 	l.mu.Unlock()
+	// The plane stays until the host is gone: it still refuses what was
+	// sent before this was heard (lanehost lingers for it).
 	l.f.cfg.Logf("host %s (epoch %d) left", l.name, epoch)
 	l.event("left")
 }
@@ -231,6 +242,10 @@ func (l *link) status() HostStatus {
 		RoundTrip: l.trips.means(), FromCluster: l.fromCluster, Member: l.listed.Load()}
 	if l.proc != nil {
 		st.PID = l.proc.Pid
+	}
+	if lp := l.plane.Load(); lp != nil && lp.epoch == l.epoch {
+		st.DataPlane = true
+		st.DataPlaneSent, st.DataPlaneRead = lp.p.sent.Load(), lp.p.received.Load()
 	}
 	return st
 }
@@ -344,6 +359,7 @@ func (l *link) lose(epoch uint64, how string) {
 	l.mu.Lock()
 	if l.state == HostLeft && l.epoch == epoch {
 		l.mu.Unlock()
+		l.closePlane(epoch)
 		l.event("lost") // gone after it left: awaitGone ends what is left
 		return
 	}
@@ -355,6 +371,7 @@ func (l *link) lose(epoch uint64, how string) {
 	l.setState(HostLost)
 	l.losses++
 	l.mu.Unlock()
+	l.closePlane(epoch)
 	n := l.endInFlight(epoch, how)
 	l.f.cfg.Logf("host %s (epoch %d) lost: %s; %d calls in flight end indeterminate", l.name, epoch, how, n)
 	l.event("lost")
@@ -406,21 +423,41 @@ func (l *link) answered() { l.answerOnce.Do(func() { close(l.firstAnswer) }) }
 
 // enqueue sends a submission, in one message with any others queued
 // meanwhile.
-func (l *link) enqueue(s *wirepb.Submit) { l.out.add(s) }
+func (l *link) enqueue(s *wirepb.Submit) { l.out.add(frontOut{submit: s}) }
 
-// sendBatch sends submissions of the current epoch as one message; the
-// others' calls ended with the host's loss.
-func (l *link) sendBatch(batch []*wirepb.Submit) {
+// frontOut is a message on its way to the host: a submission (batched
+// with the submissions next to it) or an operation, each after what its
+// callers queued before it (a Read after the submissions that returned
+// before it was called).
+type frontOut struct {
+	submit *wirepb.Submit
+	op     proto.Message // an Alloc, Free, Read or Forget, of epoch
+	epoch  uint64
+}
+
+// sendBatch sends what was queued, in order: runs of submissions of the
+// current epoch as one message each, operations on their own; what was
+// queued under an epoch since lost is dropped (its calls ended with the
+// host's loss).
+func (l *link) sendBatch(batch []frontOut) {
 	l.mu.Lock()
 	pid, epoch, serving := l.pid, l.epoch, l.state == HostServing // the address of the epoch sent to
 	l.mu.Unlock()
-	keep := batch[:0]
-	for _, s := range batch {
-		if serving && s.Epoch == epoch {
-			keep = append(keep, s)
+	var run []*wirepb.Submit
+	flush := func() {
+		if len(run) > 0 {
+			l.toHost(pid, epoch, planeSubmits, &wirepb.Submits{Submits: run})
+			run = nil
 		}
 	}
-	if len(keep) > 0 {
-		l.f.tell(pid, &wirepb.Submits{Submits: keep})
+	for _, o := range batch {
+		switch {
+		case o.submit != nil && serving && o.submit.Epoch == epoch:
+			run = append(run, o.submit)
+		case o.op != nil && o.epoch == epoch:
+			flush()
+			l.toHost(pid, epoch, planeKindOf(o.op), o.op)
+		}
 	}
+	flush()
 }

@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -48,7 +50,7 @@ func (f *Front) Forget(ctx context.Context, tenant string) error {
 	if !pl.link.servingUnder(pl.epoch) {
 		return nil // its state went with the host
 	}
-	_, err := f.op(ctx, pl.link, pl.epoch, tenant, 0, func(call uint64) any {
+	_, err := f.op(ctx, pl.link, pl.epoch, tenant, 0, func(call uint64) proto.Message {
 		return &wirepb.Forget{Epoch: pl.epoch, Call: call, Tenant: tenant}
 	})
 	return err
@@ -68,7 +70,7 @@ func (f *Front) Alloc(ctx context.Context, tenant string, spec cuda.BufferSpec) 
 	if err := refuseLeaving(tenant, l, epoch); err != nil {
 		return cuda.Buffer{}, err
 	}
-	res, err := f.op(ctx, l, epoch, tenant, 0, func(call uint64) any {
+	res, err := f.op(ctx, l, epoch, tenant, 0, func(call uint64) proto.Message {
 		return &wirepb.Alloc{Epoch: epoch, Call: call, Tenant: tenant, Size: spec.Size, Align: spec.Align, Elem: uint32(spec.Elem)}
 	})
 	if err != nil {
@@ -87,7 +89,7 @@ func (f *Front) Free(ctx context.Context, tenant string, b cuda.Buffer) error {
 		return err
 	}
 	l, epoch := pl.link, pl.epoch
-	_, err = f.op(ctx, l, epoch, tenant, 0, func(call uint64) any {
+	_, err = f.op(ctx, l, epoch, tenant, 0, func(call uint64) proto.Message {
 		return &wirepb.Free{Epoch: epoch, Call: call, Tenant: tenant, Buffer: bufferToWire(b)}
 	})
 	return err
@@ -107,7 +109,7 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 		return nil, err
 	}
 	l, epoch := pl.link, pl.epoch
-	res, err := f.op(ctx, l, epoch, tenant, int64(r.Length), func(call uint64) any {
+	res, err := f.op(ctx, l, epoch, tenant, int64(r.Length), func(call uint64) proto.Message {
 		return &wirepb.Read{Epoch: epoch, Call: call, Tenant: tenant, Region: regionToWire(r)}
 	})
 	if err != nil {
@@ -118,15 +120,12 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 
 // op sends one device-state operation to the tenant's host and waits for
 // its result (or the host's loss, or ctx).
-func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, msg func(call uint64) any) (*wirepb.OpResult, error) {
+func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, msg func(call uint64) proto.Message) (*wirepb.OpResult, error) {
 	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, bytes > 0) // an op's bytes are a read's
 	if err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	pid := l.pid
-	l.mu.Unlock()
-	f.tell(pid, msg(id))
+	l.out.add(frontOut{op: msg(id), epoch: epoch}) // after the submissions queued before it
 	if err := p.wait(ctx); err != nil {
 		return nil, err
 	}

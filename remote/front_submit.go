@@ -117,7 +117,7 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	case ctx.Err() != nil:
 		return lanes.Wrap("remote", true, ctx.Err()) // nothing was sent
 	case tenant == "" || len(tenant) > MaxTenantName:
-		return fmt.Errorf("%w: tenant name of %d bytes: give 1 to %d", ErrConfig, len(tenant), MaxTenantName)
+		return lanes.Wrap("remote", true, fmt.Errorf("%w: the name is %d bytes; a front takes 1 to %d (remote.MaxTenantName)", actors.ErrInvalidTenant, len(tenant), MaxTenantName))
 	}
 	if err := actors.CheckTenant(tenant); err != nil {
 		return lanes.Wrap("remote", true, err) // the host would refuse it, naming it as it scopes it

@@ -351,6 +351,7 @@ func (l *link) stopLink() {
 		l.f.tell(pid, &wirepb.Welcome{Refusal: "the front stopped", Protocol: Protocol, Epoch: epoch})
 		l.endInFlight(epoch, "the front stopped")
 	}
+	l.closePlane(epoch)
 }
 
 // stopProcess stops a launched host's process once its supervisor is

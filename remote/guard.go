@@ -79,6 +79,7 @@ type guard struct {
 
 	unauthenticated, malformed, dropped, panics, handshakes atomic.Uint64
 	lastSaid                                                atomic.Int64 // unix nanos of the last line logged
+	summing                                                 atomic.Bool  // a summary line is due
 
 	mu       sync.Mutex
 	peers    map[string]int    // live connections by the address each said it is
@@ -101,6 +102,16 @@ func (g *guard) say(format string, args ...any) {
 	now := time.Now().UnixNano()
 	last := g.lastSaid.Load()
 	if now-last < int64(time.Second) || !g.lastSaid.CompareAndSwap(last, now) {
+		// Held back: a line a second from now gives the counts then, so a
+		// burst is not reported as its first refusal alone.
+		if g.summing.CompareAndSwap(false, true) {
+			time.AfterFunc(time.Second, func() {
+				g.summing.Store(false)
+				if g.logf != nil {
+					g.logf("more refused in the last second (%s)", g.stats().String())
+				}
+			})
+		}
 		return
 	}
 	if g.logf != nil {

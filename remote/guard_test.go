@@ -129,17 +129,7 @@ func listenAs(t *testing.T, cfg *tls.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = c.(*tls.Conn).Handshake(); _ = c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
+	return acceptEach(t, ln, func(c net.Conn) { _ = c.(*tls.Conn).Handshake(); _ = c.Close() })
 }
 
 // connect says who the raw peer is, as the remote does first.
@@ -491,16 +481,7 @@ func neighbourChild() int {
 // registers at once.
 func TestARestartedFrontIsServedAtOnce(t *testing.T) {
 	_, addr := startHostProcess(t, "--max-fronts", "1", "--heartbeat", "50ms")
-	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "LANES_CHILD=front-hold", "LANES_HOST="+addr)
-	out, _ := child.StdoutPipe()
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); !strings.HasPrefix(line, "joined") {
-		t.Fatalf("the first front: got %q, want joined", line)
-	}
+	child := holdingFront(t, addr)
 	_ = child.Process.Kill()
 	_ = child.Wait()
 	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, JoinTimeout: 3 * time.Second, Logf: t.Logf})
@@ -520,16 +501,7 @@ func TestARestartedFrontIsServedAtOnce(t *testing.T) {
 // --silent-front, then takes its place.
 func TestAStoppedFrontGivesItsPlaceUp(t *testing.T) {
 	_, addr := startHostProcess(t, "--max-fronts", "1", "--heartbeat", "50ms", "--silent-front", "1s")
-	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "LANES_CHILD=front-hold", "LANES_HOST="+addr)
-	out, _ := child.StdoutPipe()
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	if line, _ := bufio.NewReader(out).ReadString('\n'); !strings.HasPrefix(line, "joined") {
-		t.Fatalf("the first front: got %q, want joined", line)
-	}
+	child := holdingFront(t, addr)
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -559,4 +531,37 @@ func TestAStoppedFrontGivesItsPlaceUp(t *testing.T) {
 	if _, err := f.Submit(context.Background(), "t", c.step(t, 2)); err != nil || c.value(t, f) != 2 {
 		t.Fatalf("a step through the new front: got err %v, want it served", err)
 	}
+}
+
+// holdingFront starts a front process registered with the host at addr
+// (it holds its place until killed).
+func holdingFront(t *testing.T, addr string) *exec.Cmd {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_CHILD=front-hold", "LANES_HOST="+addr)
+	out, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	if line, _ := bufio.NewReader(out).ReadString('\n'); !strings.HasPrefix(line, "joined") {
+		t.Fatalf("the first front: got %q, want joined", line)
+	}
+	return child
+}
+
+// acceptEach listens on loopback and hands each connection to answer.
+func acceptEach(t *testing.T, ln net.Listener, answer func(net.Conn)) string {
+	t.Helper()
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go answer(c)
+		}
+	}()
+	return ln.Addr().String()
 }

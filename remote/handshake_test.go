@@ -66,17 +66,7 @@ func TestAnAddressThatIsNoLaneHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go answer(c)
-			}
-		}()
-		return ln.Addr().String()
+		return acceptEach(t, ln, answer)
 	}
 	const join = 3 * time.Second
 	for name, answer := range map[string]func(net.Conn){

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -68,6 +69,13 @@ type HostConfig struct {
 	// its place goes to a new front that finds the host full (0:
 	// DefaultSilentFront).
 	SilentFront time.Duration
+	// NoDataPlane keeps every front's traffic on the remote: no
+	// same-host data plane is offered (see "Same-host data plane" in the
+	// package doc).
+	NoDataPlane bool
+	// RingBytes is the data area of each ring of a data plane (0:
+	// DefaultRingBytes; a power of two, 4 KiB to 64 MiB).
+	RingBytes int
 	// Cluster makes the host a member of a named cluster, whose fronts
 	// find it there (they need not name its address); it leaves the
 	// membership when it stops. nil: fronts name its address.
@@ -102,11 +110,12 @@ type Host struct {
 	lastEpoch uint64
 	heartbeat uint64
 
-	shards []chan hostJob // submissions by tenant: each shard keeps its tenants' order
-	quit   chan struct{}
-	wg     sync.WaitGroup
+	shards  []chan hostJob // submissions by tenant: each shard keeps its tenants' order
+	replies []*replyQueue  // each shard's ended submissions, answered by its replier
+	quit    chan struct{}
+	wg      sync.WaitGroup
 
-	leaving  bool         // asked to leave: only the actor touches it
+	leaving  atomic.Bool  // asked to leave (the actor sets it; data planes read it too)
 	inFlight atomic.Int64 // submissions handed to the scheduler and not yet answered
 	stopped  atomic.Bool
 }
@@ -125,7 +134,9 @@ type registration struct {
 	probed   atomic.Uint64 // the newest Probe from the front (the actor writes, heartbeats read)
 	heardAt  atomic.Int64  // when the front's last probe came (unix nanoseconds)
 
-	templates map[uint64]lanes.Batch // by the front's id: only the host's actor touches it
+	templates map[uint64]lanes.Batch    // by the front's id: only the reader of its submissions touches it (the actor, or the data plane's reader)
+	offered   atomic.Pointer[dataPlane] // the data plane offered in its Hello, until the Welcome
+	plane     atomic.Pointer[dataPlane] // the data plane the front took: every message of the registration but heartbeats goes through it
 	out       combiner[outgoing]
 	lastRows  map[uint64][]lanes.Row // by template: the rows the front holds (the sender's)
 }
@@ -147,6 +158,8 @@ type hostJob struct {
 	b                     lanes.Batch    // its Tenant scoped to the epoch (scoped)
 	tenant                string         // as the front named it
 	timing                *wirepb.Timing // a sampled call's times; nil for most
+	viaPlane              bool           // came through the registration's data plane
+	op                    any            // or an operation of the tenant's, to run after its submissions before it
 }
 
 // hostShards is how many goroutines hand submissions to the scheduler:
@@ -195,11 +208,20 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.SilentFront <= 0 {
 		cfg.SilentFront = DefaultSilentFront
 	}
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = DefaultRingBytes
+	}
+	if err := checkRingBytes(cfg.RingBytes); err != nil {
+		return nil, err
+	}
 	if cfg.MaxFronts <= 0 {
 		cfg.MaxFronts = DefaultMaxFronts
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanehost: "+format+"\n", args...) }
+	}
+	if err := shmring.CheckSpinEnv(); err != nil && !cfg.NoDataPlane {
+		cfg.Logf("%v", err)
 	}
 	if len(cfg.Scheduler.Devices) == 0 {
 		return nil, fmt.Errorf("%w: a host with no devices: give Scheduler.Devices (one GPU, usually)", ErrConfig)
@@ -245,12 +267,14 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	// ended (or the way to it broke, and it joins again).
 	gone := func(addr string) { h.frontGone(actor.NewPID(addr, FrontActor)) }
 	sys.guard.peerGone.Store(&gone)
-	h.wg.Add(1 + hostShards)
+	h.wg.Add(1 + 2*hostShards)
 	go h.heartbeatLoop()
-	for range hostShards {
+	for i := range hostShards {
 		jobs := make(chan hostJob, 4096)
 		h.shards = append(h.shards, jobs)
-		go h.shardLoop(jobs)
+		h.replies = append(h.replies, newReplyQueue())
+		go h.shardLoop(i, jobs)
+		go h.replyLoop(h.replies[i])
 	}
 	return h, nil
 }
@@ -321,6 +345,7 @@ func (h *Host) Stop(ctx context.Context) error {
 	close(h.quit)
 	h.sys.guard.peerGone.Store(nil)
 	h.wg.Wait()
+	h.closePlanes()
 	if h.sys.member != nil {
 		h.sys.member.leave() // fronts see it go from the membership too
 	}
@@ -351,30 +376,30 @@ func (h *Host) Receive(ctx actor.Context) {
 			h.welcome(m) // the front is watched since it joined
 		}
 	case *wirepb.Submits:
-		h.submits(m, ctx.Sender())
+		h.submits(m, ctx.Sender(), false)
 	case *leaveNow:
 		h.startLeaving()
 		close(m.done)
 	case *wirepb.Alloc:
-		if !h.sentBy(ctx, m.Epoch) {
+		if !h.opSentBy(ctx, m.Epoch) {
 			return
 		}
-		if h.leaving {
+		if h.leaving.Load() {
 			h.send(outgoing{result: &wirepb.OpResult{Epoch: m.Epoch, Call: m.Call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
 			return
 		}
-		h.ops.enqueue(m.Epoch, m.Call, m)
+		h.opAfterSubmits(m.Epoch, m.Call, m.Tenant, m)
 	case *wirepb.Free:
-		if h.sentBy(ctx, m.Epoch) {
-			h.ops.enqueue(m.Epoch, m.Call, m)
+		if h.opSentBy(ctx, m.Epoch) {
+			h.opAfterSubmits(m.Epoch, m.Call, m.Tenant, m)
 		}
 	case *wirepb.Read:
-		if h.sentBy(ctx, m.Epoch) {
-			h.ops.enqueue(m.Epoch, m.Call, m)
+		if h.opSentBy(ctx, m.Epoch) {
+			h.opAfterSubmits(m.Epoch, m.Call, m.Tenant, m)
 		}
 	case *wirepb.Forget:
-		if h.sentBy(ctx, m.Epoch) {
-			h.ops.enqueue(m.Epoch, m.Call, m)
+		if h.opSentBy(ctx, m.Epoch) {
+			h.opAfterSubmits(m.Epoch, m.Call, m.Tenant, m)
 		}
 	case *wirepb.Probe:
 		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() && h.sentBy(ctx, m.Epoch) {
@@ -401,4 +426,14 @@ func (h *Host) sentBy(ctx actor.Context, epoch uint64) bool {
 		return false
 	}
 	return true
+}
+
+// opSentBy is sentBy for a registration's operations, which come through
+// its data plane when it has one (the plane's reader takes them there).
+func (h *Host) opSentBy(ctx actor.Context, epoch uint64) bool {
+	if r, ok := h.serving(epoch); ok && r.planeFor() != nil {
+		h.sys.guard.dropped.Add(1) // sent around the registration's data plane
+		return false
+	}
+	return h.sentBy(ctx, epoch)
 }

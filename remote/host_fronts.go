@@ -37,7 +37,7 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 		h.tell(front, hello)
 		return nil
 	}
-	if h.leaving {
+	if h.leaving.Load() {
 		h.mu.Unlock()
 		h.tell(front, &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt, Refusal: "it is leaving"})
 		return nil
@@ -63,6 +63,7 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 			clear(h.replaced)
 		}
 		h.replaced[old.epoch] = old
+		go old.closePlane() // its front dropped the epoch: answers through the plane would go nowhere
 	}
 	h.regs[r.epoch], h.byFront[m.Front] = r, r
 	h.mu.Unlock()
@@ -78,6 +79,7 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 	if m.Protocol != h.cfg.Protocol {
 		h.cfg.Logf("front %s speaks protocol %d, this host %d: answering with this host's protocol (the front refuses it)", m.Front, m.Protocol, h.cfg.Protocol)
 	}
+	h.offerPlane(r, hello)
 	h.mu.Lock()
 	r.hello = hello
 	h.mu.Unlock()
@@ -99,6 +101,7 @@ func (h *Host) pruneLocked() {
 	for _, r := range h.byFront {
 		if !r.welcomed && time.Since(r.joined) > unwelcomedFor {
 			h.dropLocked(r)
+			go r.closePlane()
 			go h.ops.retire(r.epoch)
 		}
 	}
@@ -123,12 +126,14 @@ func (h *Host) welcome(m *wirepb.Welcome) {
 	if !m.Accepted {
 		h.dropLocked(r)
 		h.mu.Unlock()
+		r.closePlane()
 		h.ops.retire(r.epoch)
 		h.cfg.Logf("the front at %s let this host go: %s", r.front.Address, m.Refusal)
 		return
 	}
 	r.welcomed = true
 	h.mu.Unlock()
+	h.takePlane(r, m)
 	h.beat()
 }
 
@@ -167,6 +172,7 @@ func (h *Host) evictSilentLocked() {
 		return
 	}
 	h.dropLocked(quiet)
+	go quiet.closePlane()
 	go h.ops.retire(quiet.epoch)
 	h.cfg.Logf("the front at %s has sent nothing for over %v: its place goes to a new front (registration %d dropped)", quiet.front.Address, h.cfg.SilentFront, quiet.epoch)
 }
@@ -194,6 +200,7 @@ func (h *Host) frontGone(who *actor.PID) {
 	}
 	h.mu.Unlock()
 	if ok {
+		r.closePlane()
 		h.ops.retire(r.epoch)
 		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front rejoins)", who.Address, r.epoch)
 	}

@@ -60,12 +60,12 @@ func (h *Host) Leave(ctx context.Context) error {
 // startLeaving refuses new work from now on and tells the fronts (the
 // host's actor, so no submission it took is missed).
 func (h *Host) startLeaving() {
-	if h.leaving {
+	if h.leaving.Load() {
 		return
 	}
-	h.leaving = true
+	h.leaving.Store(true)
 	h.cfg.Logf("leaving: no new submissions; finishing %d in flight", h.inFlight.Load())
 	for _, r := range h.welcomed() {
-		h.tell(r.front, &wirepb.Leaving{Epoch: r.epoch})
+		h.toFront(r, planeLeaving, &wirepb.Leaving{Epoch: r.epoch})
 	}
 }

@@ -392,7 +392,10 @@ func TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped(t *testing.T) {
 		t.Fatalf("SIGCONT: got err %v, want nil", err)
 	}
 	st := waitServing(t, f, addr, before.Epoch, 10*time.Second)
-	if st.Stale == 0 {
+	// Through the remote, the old epoch's late answers arrive and are
+	// dropped by epoch; through a data plane the front shut at the loss,
+	// they never arrive at all.
+	if st.Stale == 0 && !before.DataPlane {
 		t.Errorf("after SIGCONT: got no stale message dropped, want the old epoch's late answers and heartbeats dropped")
 	}
 	t.Logf("SIGSTOP: %d in flight ended indeterminate; after SIGCONT %d stale messages dropped, serving again under epoch %d", lostEnds, st.Stale, st.Epoch)
@@ -409,8 +412,8 @@ func TestAnotherProtocolIsRefusedWithoutACrash(t *testing.T) {
 		if err == nil {
 			_ = f.Stop(context.Background())
 		}
-		if !errors.Is(err, remote.ErrRefused) || !strings.Contains(err.Error(), "protocol 2") {
-			t.Fatalf("StartFront with a protocol-2 host: got err %v, want remote.ErrRefused naming protocol 2", err)
+		if other := fmt.Sprintf("protocol %d", remote.Protocol+1); !errors.Is(err, remote.ErrRefused) || !strings.Contains(err.Error(), other) {
+			t.Fatalf("StartFront with a host of %s: got err %v, want remote.ErrRefused naming it", other, err)
 		}
 	}
 	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {

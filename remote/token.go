@@ -4,6 +4,7 @@
 package remote
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -132,16 +133,36 @@ func readToken(path string) (token, error) {
 	if err != nil || len(t) != tokenBytes {
 		return nil, fmt.Errorf("%w: token file %s does not hold a token (%d hex digits): remove it, and the next front or host makes a new one", ErrConfig, path, 2*tokenBytes)
 	}
-	if weak(t) {
-		return nil, fmt.Errorf("%w: token file %s holds a token anyone could guess (%d distinct bytes of %d): remove it, and the next front or host makes a random one", ErrConfig, path, distinct(t), tokenBytes)
+	if why := weak(t); why != "" {
+		return nil, fmt.Errorf("%w: token file %s holds a token anyone could guess (%s): remove it, and the next front or host makes a random one", ErrConfig, path, why)
 	}
 	return t, nil
 }
 
-// weak reports whether a token is no secret: one written by hand (zeros,
-// a repeated pattern) rather than drawn at random. 32 random bytes have
-// fewer than 16 distinct values with probability below 1e-9.
-func weak(t token) bool { return distinct(t) < 16 }
+// weak says why a token is no secret, or "": one written by hand rather
+// than drawn at random: few distinct bytes (zeros, a short pattern), a
+// pattern repeated (a period of up to half its length), or a sequence of
+// equal steps (00 01 02 ..., ff fe fd ...). 32 random bytes have fewer
+// than 16 distinct values, a period, or equal steps with probability below
+// 1e-9.
+func weak(t token) string {
+	if n := distinct(t); n < 16 {
+		return fmt.Sprintf("%d distinct bytes of %d", n, len(t))
+	}
+	for period := 1; period <= len(t)/2; period++ {
+		if bytes.Equal(t[period:], t[:len(t)-period]) {
+			return fmt.Sprintf("a pattern of %d bytes repeated", period)
+		}
+	}
+	step, steady := t[1]-t[0], true
+	for i := 2; i < len(t) && steady; i++ {
+		steady = t[i]-t[i-1] == step
+	}
+	if steady {
+		return fmt.Sprintf("bytes in steps of %d", int8(step))
+	}
+	return ""
+}
 
 func distinct(t token) int {
 	var seen [256]bool

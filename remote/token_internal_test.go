@@ -2,6 +2,7 @@ package remote
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +55,14 @@ func TestTokenFileChecks(t *testing.T) {
 	bad("made in a directory others may change", "may be changed by others", func(p string) { _ = os.Chmod(filepath.Dir(p), 0o777) })
 	bad("a token anyone could guess", "anyone could guess", func(p string) { write(p, 0o600) })
 	bad("all zeros", "anyone could guess", func(p string) { _ = os.WriteFile(p, []byte(strings.Repeat("00", tokenBytes)), 0o600) })
+	hexOf := func(b []byte) string { return fmt.Sprintf("%x", b) }
+	var up, down, twice []byte
+	for i := range tokenBytes {
+		up, down, twice = append(up, byte(i)), append(down, byte(255-i)), append(twice, byte(i%16*17))
+	}
+	for name, tok := range map[string][]byte{"00 01 02 ...": up, "ff fe fd ...": down, "16 bytes twice": twice} {
+		bad(name, "anyone could guess", func(p string) { _ = os.WriteFile(p, []byte(hexOf(tok)), 0o600) })
+	}
 	if os.Geteuid() == 0 {
 		bad("owned by another user", "owned by another user", func(p string) { write(p, 0o600); _ = os.Chown(p, 65534, 65534) })
 		bad("in another user's directory", "belongs to another user", func(p string) { _ = os.Chown(filepath.Dir(p), 65534, 65534) })

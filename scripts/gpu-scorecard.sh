@@ -30,8 +30,11 @@
 #              the same recapture written on the driver API alone.
 #   multi      lanedemo on every GPU against one GPU (two or more GPUs).
 #   hosts      a lane host per GPU (lanedemo --host-per-gpu) against the same
-#              loop in one process (--in-process), on every GPU, at 8, 32
-#              and 64 steps in flight per tenant, ROUNDS interleaved rounds,
+#              loop in one process (--in-process), through the same-host data
+#              plane and through the remote alone (--data-plane=false), on
+#              every GPU, at 2, 8, 32 and 64 steps in flight per tenant,
+#              ROUNDS interleaved rounds, then 2 and 8 with the readers
+#              parking at once (LANES_SHM_SPIN=0s),
 #              then an out-of-bounds kernel on GPU 0's host at 3 s of 8 s
 #              (and the same fault in one process): prints each run's total
 #              and round-trip lines and the ratios (issue 23's must-show on
@@ -109,14 +112,23 @@ fi
 if want hosts && [ "$gpus" -ge 1 ]; then
   hdemo() { "$bin/lanedemo" --device cuda --devices "$gpus" --host-per-gpu --tenants $((8 * gpus)) --kernels 16 --lanehost "$bin/lanehost" "$@"; }
   total() { awk '/^total/ {print $4}' "$1"; }
+  ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "?"}'; }
   for ((round = 1; round <= rounds; round++)); do
-    for conc in 8 32 64; do
+    for conc in 2 8 32 64; do
       hdemo --duration 5s --concurrency $conc --in-process > "$out/hosts-inproc-c$conc-$round.txt" 2>&1
       hdemo --duration 5s --concurrency $conc > "$out/hosts-c$conc-$round.txt" 2>&1
-      a=$(total "$out/hosts-c$conc-$round.txt"); b=$(total "$out/hosts-inproc-c$conc-$round.txt")
-      echo "hosts round $round, $conc in flight per tenant, $gpus GPUs: hosts ${a:-?} vs one process ${b:-?} steps/s, ratio $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "?"}')"
-      grep 'round trip' "$out/hosts-c$conc-$round.txt"
+      hdemo --duration 5s --concurrency $conc --data-plane=false > "$out/hosts-remote-c$conc-$round.txt" 2>&1
+      a=$(total "$out/hosts-c$conc-$round.txt"); b=$(total "$out/hosts-inproc-c$conc-$round.txt"); r=$(total "$out/hosts-remote-c$conc-$round.txt")
+      echo "hosts round $round, $conc in flight per tenant, $gpus GPUs: hosts through the data plane ${a:-?} vs one process ${b:-?} steps/s, ratio $(ratio "$a" "$b"); through the remote ${r:-?}, ratio $(ratio "$r" "$b")"
+      grep 'round trip' "$out/hosts-c$conc-$round.txt" "$out/hosts-remote-c$conc-$round.txt" | sed 's/^[^:]*://'
     done
+  done
+  # The data plane's readers spin 20 µs before they park on a machine of 8
+  # CPUs or more: the same at 2 and 8 in flight parking at once.
+  for conc in 2 8; do
+    LANES_SHM_SPIN=0s hdemo --duration 5s --concurrency $conc > "$out/hosts-nospin-c$conc.txt" 2>&1
+    echo "hosts, $conc in flight, LANES_SHM_SPIN=0s: $(total "$out/hosts-nospin-c$conc.txt") steps/s"
+    grep 'round trip' "$out/hosts-nospin-c$conc.txt"
   done
   hdemo --duration 8s --concurrency 8 --fault-host-at 3s > "$out/hosts-fault.txt" 2>&1
   hdemo --duration 8s --concurrency 8 --fault-host-at 3s --in-process > "$out/hosts-fault-inproc.txt" 2>&1

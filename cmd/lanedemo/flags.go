@@ -211,6 +211,14 @@ exit status:
 func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
 	fs.BoolVar(&cfg.Hosts.PerGPU, "host-per-gpu", false, "run a lane host process per device (cmd/lanehost) behind a front, so a GPU's sticky fault costs only its own process; each tenant's step is --kernels replayed launches on its own buffer, --concurrency in flight, and the report is per host (its --json is that report: mode, hosts, total, round_trip_us; not "+demo.ReportSchema+"); the profile flags cover the front's process")
 	fs.BoolVar(&cfg.Hosts.InProcess, "in-process", false, "with --host-per-gpu: run the very same loop on one in-process scheduler over every device instead (the same work, for the ratio)")
+	fs.Func("data-plane", "with --host-per-gpu: true (default): a host on this machine and the front exchange steps, receipts, uploads and read-backs through shared memory (the same-host data plane); false: all through protoactor-go's remote (gRPC), to compare", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q: give true or false", v)
+		}
+		cfg.Hosts.NoDataPlane = !on
+		return nil
+	})
 	fs.StringVar(&cfg.Hosts.Lanehost, "lanehost", "", "with --host-per-gpu: the lanehost binary (default: next to this executable, then $PATH)")
 	fs.Func("lanehost-args", "with --host-per-gpu: more flags for every lanehost, space-separated (e.g. \"--heartbeat 50ms --cpuprofile /tmp/host-%p.prof\")", func(v string) error {
 		cfg.Hosts.Args = strings.Fields(v)
@@ -237,7 +245,7 @@ func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
 // hostModeFlags are the flags --host-per-gpu reads.
 var hostModeFlags = map[string]bool{"device": true, "ordinals": true, "devices": true, "lanes": true, "tenants": true, "kernels": true, "duration": true,
 	"concurrency": true, "warmup": true, "spin": true, "clock": true, "seed": true, "json": true, "quiet": true,
-	"host-per-gpu": true, "in-process": true, "lanehost": true, "fault-host-at": true, "lanehost-args": true, "cpuprofile": true, "exectrace": true,
+	"host-per-gpu": true, "in-process": true, "data-plane": true, "lanehost": true, "fault-host-at": true, "lanehost-args": true, "cpuprofile": true, "exectrace": true,
 	"memprofile": true, "mutexprofile": true, "blockprofile": true, "cluster": true, "join-at": true, "leave-at": true, "kill-at": true}
 
 // clusterOnlyFlags need --cluster.
@@ -254,12 +262,12 @@ func checkHostMode(fs *flag.FlagSet, cfg *demo.Config) error {
 		switch {
 		case err != nil:
 		case cfg.Hosts.PerGPU && !hostModeFlags[fl.Name]:
-			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --lanehost, --fault-host-at, --lanehost-args, --cluster, --join-at, --leave-at, --kill-at and the profiles (--cpuprofile, --memprofile, --mutexprofile, --blockprofile, --exectrace; see --help)", fl.Name)
+			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --data-plane, --lanehost, --fault-host-at, --lanehost-args, --cluster, --join-at, --leave-at, --kill-at and the profiles (--cpuprofile, --memprofile, --mutexprofile, --blockprofile, --exectrace; see --help)", fl.Name)
 		case !cfg.Hosts.Cluster && clusterOnlyFlags[fl.Name]:
 			err = fmt.Errorf("lanedemo: --%s needs --cluster (see --help)", fl.Name)
 		case cfg.Hosts.Cluster && fl.Name == "in-process":
 			err = fmt.Errorf("lanedemo: --in-process runs no hosts: give it without --cluster, with --host-per-gpu (see --help)")
-		case !cfg.Hosts.PerGPU && (fl.Name == "in-process" || fl.Name == "lanehost" || fl.Name == "fault-host-at" || fl.Name == "lanehost-args"):
+		case !cfg.Hosts.PerGPU && (fl.Name == "in-process" || fl.Name == "data-plane" || fl.Name == "lanehost" || fl.Name == "fault-host-at" || fl.Name == "lanehost-args"):
 			err = fmt.Errorf("lanedemo: --%s needs --host-per-gpu (see --help)", fl.Name)
 		}
 	})

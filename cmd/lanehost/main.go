@@ -55,6 +55,7 @@ type options struct {
 	advertise                   string
 	execTrace                   string
 	exitWithStdin, faultKernels bool
+	noDataPlane                 bool
 	keepPoisoned                bool
 	protocol                    uint
 	maxTemplates                int
@@ -101,7 +102,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := remote.HostConfig{Name: o.name, Address: o.listen, TokenFile: o.tokenFile, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
-		MaxFronts: o.maxFronts, SilentFront: o.silentFront, Advertise: o.advertise,
+		MaxFronts: o.maxFronts, SilentFront: o.silentFront, Advertise: o.advertise, NoDataPlane: o.noDataPlane,
 		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin, MaxInFlightPerLane: o.maxInFlight},
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
 	if o.clusterName != "" {
@@ -284,6 +285,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.leaveTimeout, "leave-timeout", 30*time.Second, "on SIGINT, SIGTERM or (with --exit-with-stdin) standard input closed: leave well first, taking no new work and finishing what is in flight, for at most this long (a second signal cuts it short; 0: stop at once)")
 	fs.StringVar(&o.advertise, "advertise", "", "the address fronts reach this host at, when it is not --listen (a NAT, a port mapping, a proxy); not loopback requires TLS")
 	fs.IntVar(&o.maxFronts, "max-fronts", remote.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
+	fs.BoolVar(&o.noDataPlane, "no-data-plane", false, "offer fronts on this machine no shared-memory data plane: all traffic through the remote (gRPC), to compare")
 	fs.DurationVar(&o.silentFront, "silent-front", remote.DefaultSilentFront, "a front that sent nothing for this long (stopped, hung) gives its place to a new front that finds the host full")
 	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission, across every front: the submissions in flight one tenant may fill a lane with (0: the scheduler's default, 256); past its share a submission is refused as overloaded, and a lane holds up to three times this from many tenants (actors.Config.MaxInFlightPerLane)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")

@@ -32,6 +32,9 @@ type HostsConfig struct {
 	Lanehost  string        // the lanehost binary; empty: next to this executable, then $PATH
 	FaultAt   time.Duration // an out-of-bounds kernel on the first device this far into the measured phase; 0: none
 	Args      []string      // more lanehost flags, for every host
+	// NoDataPlane keeps the front's traffic with its hosts on the remote
+	// (no same-host data plane), to compare the two.
+	NoDataPlane bool
 	// Cluster: the hosts join a cluster on loopback and the front finds
 	// them there; JoinAt starts one more host, LeaveAt asks the first to
 	// leave well, KillAt kills the second, that far into the measured
@@ -219,7 +222,7 @@ func startHostsAPI(ctx context.Context, cfg Config) (hostsAPI, error) {
 		}
 		return append(args, cfg.Hosts.Args...)
 	}
-	fc := remote.FrontConfig{Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "lanedemo: "+format+"\n", a...) }}
+	fc := remote.FrontConfig{NoDataPlane: cfg.Hosts.NoDataPlane, Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "lanedemo: "+format+"\n", a...) }}
 	var fl *fleet
 	if cfg.Hosts.Cluster {
 		if fl, err = startFleet(cfg, path, hostArgs); err != nil {

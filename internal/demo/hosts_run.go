@@ -65,6 +65,9 @@ type HostsRow struct {
 	// RoundTrip is where sampled steps' time went (remote.HostStatus's
 	// RoundTrip, means in µs); absent in process and in the total.
 	RoundTrip *RoundTripUS `json:"round_trip_us,omitempty"`
+	// DataPlane: the front and the host exchanged the run's traffic
+	// through shared memory (the same-host data plane), not the remote.
+	DataPlane bool `json:"data_plane,omitempty"`
 }
 
 // RoundTripUS is a host's remote.RoundTrip in microseconds.
@@ -279,6 +282,7 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 			}
 			r.Losses, r.Restarts = st.Losses, st.Restarts
 			r.RoundTrip = roundTripUS(st.RoundTrip)
+			r.DataPlane = st.DataPlane
 			if h == faultHost && !fault.IsZero() && st.State == remote.HostServing && st.Since.After(fault) {
 				r.ServingAgainMS = float64(st.Since.Sub(fault).Microseconds()) / 1000
 			}
@@ -338,9 +342,13 @@ func (rep *HostsReport) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "cluster: %s\n", e)
 	}
 	for _, r := range rep.Hosts {
+		way := "the remote"
+		if r.DataPlane {
+			way = "the data plane"
+		}
 		if rt := r.RoundTrip; rt != nil {
-			fmt.Fprintf(w, "%s round trip (means of %d sampled steps since it registered): %.0f µs: wire both ways %.0f + host queue %.0f + lane %.0f + host reply %.0f\n",
-				r.Name, rt.Samples, rt.Total, rt.Wire, rt.HostQueue, rt.Lane, rt.HostReply)
+			fmt.Fprintf(w, "%s round trip through %s (means of %d sampled steps since it registered): %.0f µs: wire both ways %.0f + host queue %.0f + lane %.0f + host reply %.0f\n",
+				r.Name, way, rt.Samples, rt.Total, rt.Wire, rt.HostQueue, rt.Lane, rt.HostReply)
 		}
 	}
 }

@@ -41,7 +41,11 @@ type Hello struct {
 	// gave up on.
 	Attempt uint64 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// Why the host will not serve this front (it serves another), if so.
-	Refusal       string `protobuf:"bytes,6,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	Refusal string `protobuf:"bytes,6,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// The same-host data plane the host offers this registration: a front
+	// on the same machine maps it and sends the registration's traffic
+	// through it (see DataPlane).
+	DataPlane     *DataPlane `protobuf:"bytes,7,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,6 +122,78 @@ func (x *Hello) GetRefusal() string {
 	return ""
 }
 
+func (x *Hello) GetDataPlane() *DataPlane {
+	if x != nil {
+		return x.DataPlane
+	}
+	return nil
+}
+
+// DataPlane is a shared-memory segment a host made for one registration:
+// a file of the host's user (mode 0600), holding a header with the nonce
+// and a ring of records each way. Only a front that can open the file (the
+// same machine, the same user) and finds the nonce in it uses it.
+type DataPlane struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Nonce []byte                 `protobuf:"bytes,2,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	// The data area of each ring, in bytes (a power of two).
+	RingBytes     uint64 `protobuf:"varint,3,opt,name=ring_bytes,json=ringBytes,proto3" json:"ring_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataPlane) Reset() {
+	*x = DataPlane{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataPlane) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataPlane) ProtoMessage() {}
+
+func (x *DataPlane) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataPlane.ProtoReflect.Descriptor instead.
+func (*DataPlane) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DataPlane) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DataPlane) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *DataPlane) GetRingBytes() uint64 {
+	if x != nil {
+		return x.RingBytes
+	}
+	return 0
+}
+
 // Welcome is the front's answer to a Hello: accepted, or why not.
 type Welcome struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -125,14 +201,19 @@ type Welcome struct {
 	Refusal  string                 `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
 	Protocol uint32                 `protobuf:"varint,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// The epoch of the Hello it answers.
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The front mapped the Hello's data plane: from now on every message of
+	// the registration but heartbeats and probes goes through it, both ways.
+	DataPlane bool `protobuf:"varint,5,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
+	// Why the front did not take an offered data plane, if it did not.
+	DataPlaneRefusal string `protobuf:"bytes,6,opt,name=data_plane_refusal,json=dataPlaneRefusal,proto3" json:"data_plane_refusal,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[1]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -144,7 +225,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[1]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -157,7 +238,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{1}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Welcome) GetAccepted() bool {
@@ -188,6 +269,20 @@ func (x *Welcome) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *Welcome) GetDataPlane() bool {
+	if x != nil {
+		return x.DataPlane
+	}
+	return false
+}
+
+func (x *Welcome) GetDataPlaneRefusal() string {
+	if x != nil {
+		return x.DataPlaneRefusal
+	}
+	return ""
+}
+
 // Device is one device a host serves.
 type Device struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -201,7 +296,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[2]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -213,7 +308,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[2]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -226,7 +321,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{2}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Device) GetInstance() uint64 {
@@ -275,7 +370,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[3]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +382,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[3]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +395,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{3}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Heartbeat) GetEpoch() uint64 {
@@ -352,7 +447,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +459,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +472,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{4}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Probe) GetEpoch() uint64 {
@@ -409,7 +504,7 @@ type Buffer struct {
 
 func (x *Buffer) Reset() {
 	*x = Buffer{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +516,7 @@ func (x *Buffer) String() string {
 func (*Buffer) ProtoMessage() {}
 
 func (x *Buffer) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +529,7 @@ func (x *Buffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Buffer.ProtoReflect.Descriptor instead.
 func (*Buffer) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{5}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Buffer) GetDevice() uint64 {
@@ -491,7 +586,7 @@ type Region struct {
 
 func (x *Region) Reset() {
 	*x = Region{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +598,7 @@ func (x *Region) String() string {
 func (*Region) ProtoMessage() {}
 
 func (x *Region) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +611,7 @@ func (x *Region) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Region.ProtoReflect.Descriptor instead.
 func (*Region) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{6}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Region) GetBuffer() *Buffer {
@@ -554,7 +649,7 @@ type HostRegion struct {
 
 func (x *HostRegion) Reset() {
 	*x = HostRegion{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +661,7 @@ func (x *HostRegion) String() string {
 func (*HostRegion) ProtoMessage() {}
 
 func (x *HostRegion) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +674,7 @@ func (x *HostRegion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRegion.ProtoReflect.Descriptor instead.
 func (*HostRegion) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{7}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HostRegion) GetDevice() uint64 {
@@ -630,7 +725,7 @@ type Arg struct {
 
 func (x *Arg) Reset() {
 	*x = Arg{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +737,7 @@ func (x *Arg) String() string {
 func (*Arg) ProtoMessage() {}
 
 func (x *Arg) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +750,7 @@ func (x *Arg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arg.ProtoReflect.Descriptor instead.
 func (*Arg) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{8}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Arg) GetKind() uint32 {
@@ -698,7 +793,7 @@ type Dim3 struct {
 
 func (x *Dim3) Reset() {
 	*x = Dim3{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +805,7 @@ func (x *Dim3) String() string {
 func (*Dim3) ProtoMessage() {}
 
 func (x *Dim3) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +818,7 @@ func (x *Dim3) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dim3.ProtoReflect.Descriptor instead.
 func (*Dim3) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{9}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Dim3) GetX() uint32 {
@@ -767,7 +862,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +874,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +887,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{10}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Command) GetKind() uint32 {
@@ -876,7 +971,7 @@ type Scope struct {
 
 func (x *Scope) Reset() {
 	*x = Scope{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +983,7 @@ func (x *Scope) String() string {
 func (*Scope) ProtoMessage() {}
 
 func (x *Scope) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +996,7 @@ func (x *Scope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scope.ProtoReflect.Descriptor instead.
 func (*Scope) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{11}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Scope) GetKind() uint32 {
@@ -930,7 +1025,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1037,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1050,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Replay) GetKey() []byte {
@@ -985,7 +1080,7 @@ type Work struct {
 
 func (x *Work) Reset() {
 	*x = Work{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1092,7 @@ func (x *Work) String() string {
 func (*Work) ProtoMessage() {}
 
 func (x *Work) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1105,7 @@ func (x *Work) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Work.ProtoReflect.Descriptor instead.
 func (*Work) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Work) GetForm() uint32 {
@@ -1055,7 +1150,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1162,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1175,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Entry) GetPhase() uint32 {
@@ -1133,7 +1228,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1240,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1253,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Batch) GetTenant() string {
@@ -1227,7 +1322,7 @@ type Submit struct {
 
 func (x *Submit) Reset() {
 	*x = Submit{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1334,7 @@ func (x *Submit) String() string {
 func (*Submit) ProtoMessage() {}
 
 func (x *Submit) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1347,7 @@ func (x *Submit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submit.ProtoReflect.Descriptor instead.
 func (*Submit) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Submit) GetEpoch() uint64 {
@@ -1314,7 +1409,7 @@ type Submits struct {
 
 func (x *Submits) Reset() {
 	*x = Submits{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1421,7 @@ func (x *Submits) String() string {
 func (*Submits) ProtoMessage() {}
 
 func (x *Submits) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1434,7 @@ func (x *Submits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submits.ProtoReflect.Descriptor instead.
 func (*Submits) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Submits) GetSubmits() []*Submit {
@@ -1369,7 +1464,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1476,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1489,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Row) GetIndex() uint32 {
@@ -1502,7 +1597,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1609,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1622,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Receipt) GetEpoch() uint64 {
@@ -1663,7 +1758,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1770,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1783,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -1723,7 +1818,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1830,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1843,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -1789,7 +1884,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1896,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1909,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -1841,7 +1936,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1948,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1961,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -1907,7 +2002,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2014,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2027,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -1997,7 +2092,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2104,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2117,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -2067,7 +2162,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2174,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2187,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -2135,7 +2230,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2242,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2255,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -2199,7 +2294,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2306,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2319,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -2273,19 +2368,29 @@ var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xb4\x01\n" +
+	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xef\x01\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x121\n" +
 	"\adevices\x18\x04 \x03(\v2\x17.lanes.remote.v1.DeviceR\adevices\x12\x18\n" +
 	"\aattempt\x18\x05 \x01(\x04R\aattempt\x12\x18\n" +
-	"\arefusal\x18\x06 \x01(\tR\arefusal\"q\n" +
+	"\arefusal\x18\x06 \x01(\tR\arefusal\x129\n" +
+	"\n" +
+	"data_plane\x18\a \x01(\v2\x1a.lanes.remote.v1.DataPlaneR\tdataPlane\"T\n" +
+	"\tDataPlane\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x1d\n" +
+	"\n" +
+	"ring_bytes\x18\x03 \x01(\x04R\tringBytes\"\xbe\x01\n" +
 	"\aWelcome\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\arefusal\x18\x02 \x01(\tR\arefusal\x12\x1a\n" +
 	"\bprotocol\x18\x03 \x01(\rR\bprotocol\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"h\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"data_plane\x18\x05 \x01(\bR\tdataPlane\x12,\n" +
+	"\x12data_plane_refusal\x18\x06 \x01(\tR\x10dataPlaneRefusal\"h\n" +
 	"\x06Device\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\x04R\binstance\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -2466,68 +2571,70 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),      // 0: lanes.remote.v1.Hello
-	(*Welcome)(nil),    // 1: lanes.remote.v1.Welcome
-	(*Device)(nil),     // 2: lanes.remote.v1.Device
-	(*Heartbeat)(nil),  // 3: lanes.remote.v1.Heartbeat
-	(*Probe)(nil),      // 4: lanes.remote.v1.Probe
-	(*Buffer)(nil),     // 5: lanes.remote.v1.Buffer
-	(*Region)(nil),     // 6: lanes.remote.v1.Region
-	(*HostRegion)(nil), // 7: lanes.remote.v1.HostRegion
-	(*Arg)(nil),        // 8: lanes.remote.v1.Arg
-	(*Dim3)(nil),       // 9: lanes.remote.v1.Dim3
-	(*Command)(nil),    // 10: lanes.remote.v1.Command
-	(*Scope)(nil),      // 11: lanes.remote.v1.Scope
-	(*Replay)(nil),     // 12: lanes.remote.v1.Replay
-	(*Work)(nil),       // 13: lanes.remote.v1.Work
-	(*Entry)(nil),      // 14: lanes.remote.v1.Entry
-	(*Batch)(nil),      // 15: lanes.remote.v1.Batch
-	(*Submit)(nil),     // 16: lanes.remote.v1.Submit
-	(*Submits)(nil),    // 17: lanes.remote.v1.Submits
-	(*Row)(nil),        // 18: lanes.remote.v1.Row
-	(*Receipt)(nil),    // 19: lanes.remote.v1.Receipt
-	(*Leaving)(nil),    // 20: lanes.remote.v1.Leaving
-	(*Timing)(nil),     // 21: lanes.remote.v1.Timing
-	(*Receipts)(nil),   // 22: lanes.remote.v1.Receipts
-	(*Join)(nil),       // 23: lanes.remote.v1.Join
-	(*Alloc)(nil),      // 24: lanes.remote.v1.Alloc
-	(*Free)(nil),       // 25: lanes.remote.v1.Free
-	(*Read)(nil),       // 26: lanes.remote.v1.Read
-	(*Forget)(nil),     // 27: lanes.remote.v1.Forget
-	(*OpResult)(nil),   // 28: lanes.remote.v1.OpResult
+	(*DataPlane)(nil),  // 1: lanes.remote.v1.DataPlane
+	(*Welcome)(nil),    // 2: lanes.remote.v1.Welcome
+	(*Device)(nil),     // 3: lanes.remote.v1.Device
+	(*Heartbeat)(nil),  // 4: lanes.remote.v1.Heartbeat
+	(*Probe)(nil),      // 5: lanes.remote.v1.Probe
+	(*Buffer)(nil),     // 6: lanes.remote.v1.Buffer
+	(*Region)(nil),     // 7: lanes.remote.v1.Region
+	(*HostRegion)(nil), // 8: lanes.remote.v1.HostRegion
+	(*Arg)(nil),        // 9: lanes.remote.v1.Arg
+	(*Dim3)(nil),       // 10: lanes.remote.v1.Dim3
+	(*Command)(nil),    // 11: lanes.remote.v1.Command
+	(*Scope)(nil),      // 12: lanes.remote.v1.Scope
+	(*Replay)(nil),     // 13: lanes.remote.v1.Replay
+	(*Work)(nil),       // 14: lanes.remote.v1.Work
+	(*Entry)(nil),      // 15: lanes.remote.v1.Entry
+	(*Batch)(nil),      // 16: lanes.remote.v1.Batch
+	(*Submit)(nil),     // 17: lanes.remote.v1.Submit
+	(*Submits)(nil),    // 18: lanes.remote.v1.Submits
+	(*Row)(nil),        // 19: lanes.remote.v1.Row
+	(*Receipt)(nil),    // 20: lanes.remote.v1.Receipt
+	(*Leaving)(nil),    // 21: lanes.remote.v1.Leaving
+	(*Timing)(nil),     // 22: lanes.remote.v1.Timing
+	(*Receipts)(nil),   // 23: lanes.remote.v1.Receipts
+	(*Join)(nil),       // 24: lanes.remote.v1.Join
+	(*Alloc)(nil),      // 25: lanes.remote.v1.Alloc
+	(*Free)(nil),       // 26: lanes.remote.v1.Free
+	(*Read)(nil),       // 27: lanes.remote.v1.Read
+	(*Forget)(nil),     // 28: lanes.remote.v1.Forget
+	(*OpResult)(nil),   // 29: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
-	2,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
-	5,  // 1: lanes.remote.v1.Region.buffer:type_name -> lanes.remote.v1.Buffer
-	6,  // 2: lanes.remote.v1.Arg.region:type_name -> lanes.remote.v1.Region
-	9,  // 3: lanes.remote.v1.Command.grid:type_name -> lanes.remote.v1.Dim3
-	9,  // 4: lanes.remote.v1.Command.block:type_name -> lanes.remote.v1.Dim3
-	8,  // 5: lanes.remote.v1.Command.args:type_name -> lanes.remote.v1.Arg
-	6,  // 6: lanes.remote.v1.Command.dst:type_name -> lanes.remote.v1.Region
-	6,  // 7: lanes.remote.v1.Command.src:type_name -> lanes.remote.v1.Region
-	7,  // 8: lanes.remote.v1.Command.staging:type_name -> lanes.remote.v1.HostRegion
-	11, // 9: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
-	13, // 10: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
-	10, // 11: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
-	12, // 12: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
-	14, // 13: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
-	5,  // 14: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
-	15, // 15: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
-	16, // 16: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
-	13, // 17: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
-	18, // 18: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	21, // 19: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	19, // 20: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	5,  // 21: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	6,  // 22: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	5,  // 23: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	3,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
+	1,  // 1: lanes.remote.v1.Hello.data_plane:type_name -> lanes.remote.v1.DataPlane
+	6,  // 2: lanes.remote.v1.Region.buffer:type_name -> lanes.remote.v1.Buffer
+	7,  // 3: lanes.remote.v1.Arg.region:type_name -> lanes.remote.v1.Region
+	10, // 4: lanes.remote.v1.Command.grid:type_name -> lanes.remote.v1.Dim3
+	10, // 5: lanes.remote.v1.Command.block:type_name -> lanes.remote.v1.Dim3
+	9,  // 6: lanes.remote.v1.Command.args:type_name -> lanes.remote.v1.Arg
+	7,  // 7: lanes.remote.v1.Command.dst:type_name -> lanes.remote.v1.Region
+	7,  // 8: lanes.remote.v1.Command.src:type_name -> lanes.remote.v1.Region
+	8,  // 9: lanes.remote.v1.Command.staging:type_name -> lanes.remote.v1.HostRegion
+	12, // 10: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
+	14, // 11: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
+	11, // 12: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
+	13, // 13: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
+	15, // 14: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
+	6,  // 15: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
+	16, // 16: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
+	17, // 17: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
+	14, // 18: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
+	19, // 19: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	22, // 20: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	20, // 21: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	6,  // 22: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	7,  // 23: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	6,  // 24: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -2541,7 +2648,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

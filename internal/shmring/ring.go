@@ -1,0 +1,394 @@
+// Package shmring is a single-producer, single-consumer ring of records in
+// memory that two processes share: one writes, the other reads, with no
+// system call while both are busy (the reader spins a while before it
+// parks on a futex, and the writer wakes it only when it parked).
+//
+// A ring is a region of bytes (Size(capacity) of them, mapped by both
+// processes at any address) laid out as a header of counters and the
+// records after it. Records are a kind and a payload; a payload larger
+// than a quarter of the ring crosses in fragments, reassembled by the
+// reader. Nothing the other side wrote is trusted: a header out of range
+// is an error (ErrCorrupt), never a crash, and never read past the
+// region.
+//
+// # Concurrency properties
+//
+// A Writer belongs to one goroutine, a Reader to one goroutine, each in
+// its own process (or the same one, in tests). Both block only in Write
+// (the ring full) and Read (the ring empty), each bounded by its timeout.
+package shmring
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// The header: each counter on a cache line of its own.
+const (
+	offHead       = 0   // uint64: bytes the writer has published
+	offTail       = 64  // uint64: bytes the reader has consumed
+	offReaderSeq  = 128 // uint32: the reader's futex word, bumped by the writer to wake it
+	offReaderPark = 132 // uint32: 1 while the reader is parked (or about to)
+	offWriterSeq  = 192 // uint32: the writer's futex word, bumped by the reader
+	offWriterPark = 196 // uint32: 1 while the writer waits for room
+	offClosed     = 256 // uint32: nonzero once either side closed the ring
+	offCapacity   = 264 // uint64: the data area's size, written by whoever made the ring
+	headerSize    = 320
+)
+
+// A record's header: its payload's length, its kind, its flags.
+const (
+	recordHeader = 8
+	flagPad      = 1 // skip to the start of the data area
+	flagMore     = 2 // a fragment: the record goes on in the next
+)
+
+// MinCapacity and MaxCapacity bound a ring's data area.
+const (
+	MinCapacity = 4 << 10
+	MaxCapacity = 1 << 30
+)
+
+// Errors.
+var (
+	// ErrCorrupt is a ring whose counters or records do not make sense:
+	// the other side is broken or hostile; stop using the ring.
+	ErrCorrupt = errors.New("shmring: corrupt ring")
+	// ErrTimeout is a Read or Write that waited its timeout out.
+	ErrTimeout = errors.New("shmring: timed out")
+	// ErrClosed is a ring that either side closed.
+	ErrClosed = errors.New("shmring: closed")
+	// ErrTooLarge is a record longer than MaxRecord.
+	ErrTooLarge = errors.New("shmring: record too large")
+)
+
+// MaxRecord is the longest payload one record may carry (in fragments).
+const MaxRecord = 256 << 20
+
+// Size is the bytes a ring of capacity (a power of two, MinCapacity to
+// MaxCapacity) takes.
+func Size(capacity int) int { return headerSize + capacity }
+
+// ring is one side's view of a region.
+type ring struct {
+	mem      []byte
+	data     []byte
+	capacity uint64
+	mask     uint64
+}
+
+func (r *ring) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
+func (r *ring) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&r.mem[off])) }
+
+// Init lays a new ring out in mem (Size(capacity) bytes, zeroed, 8-byte
+// aligned): the side that makes the region calls it once, before the other
+// side attaches.
+func Init(mem []byte, capacity int) error {
+	if capacity < MinCapacity || capacity > MaxCapacity || bits.OnesCount(uint(capacity)) != 1 {
+		return fmt.Errorf("shmring: capacity %d: give a power of two, %d to %d", capacity, MinCapacity, MaxCapacity)
+	}
+	if len(mem) < Size(capacity) || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+		return fmt.Errorf("shmring: %d bytes for a ring of capacity %d: give %d, 8-byte aligned", len(mem), capacity, Size(capacity))
+	}
+	r := &ring{mem: mem}
+	atomic.StoreUint64(r.u64(offCapacity), uint64(capacity))
+	return nil
+}
+
+// attach reads a region's layout, checking it against the region's size.
+func attach(mem []byte) (*ring, error) {
+	if len(mem) < headerSize || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+		return nil, fmt.Errorf("%w: a region of %d bytes", ErrCorrupt, len(mem))
+	}
+	r := &ring{mem: mem}
+	c := atomic.LoadUint64(r.u64(offCapacity))
+	if c < MinCapacity || c > MaxCapacity || bits.OnesCount64(c) != 1 || uint64(len(mem)) < uint64(headerSize)+c {
+		return nil, fmt.Errorf("%w: capacity %d in a region of %d bytes", ErrCorrupt, c, len(mem))
+	}
+	r.capacity, r.mask = c, c-1
+	r.data = mem[headerSize : headerSize+int(c)]
+	return r, nil
+}
+
+// Close marks the ring closed: the other side's Read and Write end with
+// ErrClosed once they see it (a parked one is woken).
+func (r *ring) close() {
+	atomic.StoreUint32(r.u32(offClosed), 1)
+	atomic.AddUint32(r.u32(offReaderSeq), 1)
+	atomic.AddUint32(r.u32(offWriterSeq), 1)
+	futexWake(r.u32(offReaderSeq))
+	futexWake(r.u32(offWriterSeq))
+}
+
+func (r *ring) closed() bool { return atomic.LoadUint32(r.u32(offClosed)) != 0 }
+
+// SpinEnv names the variable that sets how long a side spins on the
+// other's counter before it parks on the futex (a Go duration: "0s",
+// "20us"). By default it spins only on a machine of 8 CPUs or more: on
+// fewer, a spinning reader takes the core the other side needs (measured
+// on 2 cores: spinning 50 µs cost a fifth of the throughput).
+const SpinEnv = "LANES_SHM_SPIN"
+
+// spin is how long a side spins before it parks.
+var spin = func() time.Duration {
+	if d, err := spinFromEnv(); err == nil && os.Getenv(SpinEnv) != "" {
+		return d
+	}
+	if runtime.NumCPU() >= 8 {
+		return 20 * time.Microsecond
+	}
+	return 0
+}()
+
+func spinFromEnv() (time.Duration, error) {
+	v := os.Getenv(SpinEnv)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > time.Second {
+		return 0, fmt.Errorf("shmring: %s=%q is not a duration from 0s to 1s: ignored (the default spin is used)", SpinEnv, v)
+	}
+	return d, nil
+}
+
+// CheckSpinEnv says why SpinEnv's value was ignored, if it was: a caller
+// that starts a ring's side logs it.
+func CheckSpinEnv() error {
+	_, err := spinFromEnv()
+	return err
+}
+
+// wait waits until ready reports true: spinning a while, then parked on
+// the futex word seq with the park flag up (so that the other side knows
+// to wake it), within timeout. It re-checks after raising the flag, so a
+// wake between the check and the park is never lost.
+func (r *ring) wait(ready func() bool, seqOff, parkOff int, timeout time.Duration) error {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if ready() {
+			return nil
+		}
+		if r.closed() {
+			return ErrClosed
+		}
+		if i%64 == 63 && time.Since(start) > spin {
+			break
+		}
+	}
+	deadline := start.Add(timeout)
+	for {
+		seq := atomic.LoadUint32(r.u32(seqOff))
+		atomic.StoreUint32(r.u32(parkOff), 1)
+		if ready() {
+			atomic.StoreUint32(r.u32(parkOff), 0)
+			return nil
+		}
+		if r.closed() {
+			atomic.StoreUint32(r.u32(parkOff), 0)
+			return ErrClosed
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			atomic.StoreUint32(r.u32(parkOff), 0)
+			return ErrTimeout
+		}
+		futexWait(r.u32(seqOff), seq, min(left, 10*time.Millisecond))
+		atomic.StoreUint32(r.u32(parkOff), 0)
+	}
+}
+
+// wake bumps the other side's futex word and wakes it if it parked.
+func (r *ring) wake(seqOff, parkOff int) {
+	if atomic.LoadUint32(r.u32(parkOff)) != 0 {
+		atomic.AddUint32(r.u32(seqOff), 1)
+		futexWake(r.u32(seqOff))
+	}
+}
+
+// Writer writes records into a ring.
+type Writer struct {
+	r    *ring
+	head uint64 // its own copy of the published head
+}
+
+// NewWriter attaches the writing side to a ring region.
+func NewWriter(mem []byte) (*Writer, error) {
+	r, err := attach(mem)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{r: r, head: atomic.LoadUint64(r.u64(offHead))}, nil
+}
+
+// Close closes the ring (see ErrClosed).
+func (w *Writer) Close() { w.r.close() }
+
+// maxFragment is the most payload one record of this ring holds.
+func (w *Writer) maxFragment() int { return int(w.r.capacity/4) - recordHeader }
+
+// Write writes one record: the payload (at most MaxRecord bytes, in
+// fragments when it is long) under kind, waiting for room for its first
+// fragment at most timeout. It returns ErrTimeout when the reader took
+// nothing for that long (it may be dead or stopped: the caller decides),
+// the ring as it was. Once the first fragment is written the record is
+// finished whatever it takes: Write waits for room for the rest until the
+// ring is closed (ErrClosed), so a record is never cut.
+func (w *Writer) Write(kind uint16, payload []byte, timeout time.Duration) error {
+	if len(payload) > MaxRecord {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(payload), MaxRecord)
+	}
+	for first := true; ; first = false {
+		n := min(len(payload), w.maxFragment())
+		flags := uint16(0)
+		if n < len(payload) {
+			flags = flagMore
+		}
+		wait := timeout
+		if !first {
+			wait = time.Duration(math.MaxInt64)
+		}
+		if err := w.record(kind, flags, payload[:n], wait); err != nil {
+			return err
+		}
+		payload = payload[n:]
+		if len(payload) == 0 {
+			return nil
+		}
+	}
+}
+
+// Whole reports whether a payload of n bytes crosses in one record of
+// this ring, not in fragments (a Write of it waits at most its timeout).
+func (w *Writer) Whole(n int) bool { return n <= w.maxFragment() }
+
+// record writes one record (a fragment).
+func (w *Writer) record(kind, flags uint16, payload []byte, timeout time.Duration) error {
+	r := w.r
+	need := uint64(recordHeader + (len(payload)+7)&^7)
+	at := w.head & r.mask
+	pad := uint64(0)
+	if at+need > r.capacity {
+		pad = r.capacity - at // to the end of the data area, then the record at its start
+	}
+	room := func() bool {
+		tail := atomic.LoadUint64(r.u64(offTail))
+		return w.head+pad+need-tail <= r.capacity
+	}
+	if err := r.wait(room, offWriterSeq, offWriterPark, timeout); err != nil {
+		return err
+	}
+	if pad > 0 {
+		putHeader(r.data[at:], uint32(pad-recordHeader), 0, flagPad)
+		at = 0
+	}
+	putHeader(r.data[at:], uint32(len(payload)), kind, flags)
+	copy(r.data[at+recordHeader:], payload)
+	w.head += pad + need
+	atomic.StoreUint64(r.u64(offHead), w.head)
+	r.wake(offReaderSeq, offReaderPark)
+	return nil
+}
+
+func putHeader(b []byte, length uint32, kind, flags uint16) {
+	binary.LittleEndian.PutUint32(b, length)
+	binary.LittleEndian.PutUint16(b[4:], kind)
+	binary.LittleEndian.PutUint16(b[6:], flags)
+}
+
+// Reader reads records from a ring.
+type Reader struct {
+	r    *ring
+	tail uint64
+	buf  []byte // a record being reassembled from fragments
+}
+
+// NewReader attaches the reading side to a ring region.
+func NewReader(mem []byte) (*Reader, error) {
+	r, err := attach(mem)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{r: r, tail: atomic.LoadUint64(r.u64(offTail))}, nil
+}
+
+// Close closes the ring (see ErrClosed).
+func (rd *Reader) Close() { rd.r.close() }
+
+// Read returns the next record, waiting at most timeout for it to begin
+// (ErrTimeout: nothing came; the writer may be dead or stopped: the
+// caller decides). The payload is valid until the next Read. A record
+// that does not make sense is ErrCorrupt: stop reading the ring.
+func (rd *Reader) Read(timeout time.Duration) (kind uint16, payload []byte, err error) {
+	r := rd.r
+	rd.buf = rd.buf[:0]
+	fragments := 0
+	for {
+		head := uint64(0)
+		ready := func() bool {
+			head = atomic.LoadUint64(r.u64(offHead))
+			return head != rd.tail
+		}
+		if err := r.wait(ready, offReaderSeq, offReaderPark, timeout); err != nil {
+			if fragments > 0 && errors.Is(err, ErrTimeout) {
+				return 0, nil, fmt.Errorf("%w: a record cut off after %d fragments", ErrCorrupt, fragments)
+			}
+			return 0, nil, err
+		}
+		if head-rd.tail > r.capacity || head < rd.tail {
+			return 0, nil, fmt.Errorf("%w: head %d, tail %d, capacity %d", ErrCorrupt, head, rd.tail, r.capacity)
+		}
+		at := rd.tail & r.mask
+		if at+recordHeader > r.capacity || head-rd.tail < recordHeader {
+			return 0, nil, fmt.Errorf("%w: a record header past the data", ErrCorrupt)
+		}
+		h := r.data[at : at+recordHeader]
+		length, k, flags := binary.LittleEndian.Uint32(h), binary.LittleEndian.Uint16(h[4:]), binary.LittleEndian.Uint16(h[6:])
+		size := uint64(recordHeader) + (uint64(length)+7)&^7
+		if flags&^(flagPad|flagMore) != 0 || at+size > r.capacity || rd.tail+size > head || (flags&flagPad == 0 && size > r.capacity/4) {
+			return 0, nil, fmt.Errorf("%w: a record of %d bytes, flags %#x, at %d of %d", ErrCorrupt, length, flags, at, r.capacity)
+		}
+		if flags&flagPad != 0 {
+			if at+size != r.capacity {
+				return 0, nil, fmt.Errorf("%w: padding that does not reach the end", ErrCorrupt)
+			}
+			rd.consume(size)
+			continue
+		}
+		if fragments > 0 && k != kind {
+			return 0, nil, fmt.Errorf("%w: a fragment of kind %d in a record of kind %d", ErrCorrupt, k, kind)
+		}
+		kind = k
+		body := r.data[at+recordHeader : at+recordHeader+uint64(length)]
+		if flags&flagMore == 0 && fragments == 0 {
+			// One record: copied out, so that the writer may reuse its room.
+			rd.buf = append(rd.buf, body...)
+			rd.consume(size)
+			return kind, rd.buf, nil
+		}
+		if len(rd.buf)+len(body) > MaxRecord {
+			return 0, nil, fmt.Errorf("%w: a record past %d bytes", ErrCorrupt, MaxRecord)
+		}
+		rd.buf = append(rd.buf, body...)
+		rd.consume(size)
+		fragments++
+		if flags&flagMore == 0 {
+			return kind, rd.buf, nil
+		}
+	}
+}
+
+// consume gives a record's room back to the writer.
+func (rd *Reader) consume(size uint64) {
+	rd.tail += size
+	atomic.StoreUint64(rd.r.u64(offTail), rd.tail)
+	rd.r.wake(offWriterSeq, offWriterPark)
+}

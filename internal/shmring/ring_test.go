@@ -1,0 +1,151 @@
+package shmring
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// region is a zeroed, 8-byte aligned ring region of capacity.
+func region(t testing.TB, capacity int) []byte {
+	t.Helper()
+	words := make([]uint64, (Size(capacity)+7)/8)
+	mem := unsafeBytes(words)[:Size(capacity)]
+	if err := Init(mem, capacity); err != nil {
+		t.Fatal(err)
+	}
+	return mem
+}
+
+// TestRingAgainstAModel: records of every size, fragments included, come
+// out in order and whole, as a plain queue would give them, over many
+// wraps of the ring, with writer and reader on their own goroutines.
+func TestRingAgainstAModel(t *testing.T) {
+	for _, capacity := range []int{MinCapacity, 64 << 10} {
+		mem := region(t, capacity)
+		w, err := NewWriter(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd, err := NewReader(mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(uint64(capacity), 1))
+		var model [][]byte
+		for range 3000 {
+			n := r.IntN(64)
+			switch r.IntN(10) {
+			case 0:
+				n = r.IntN(3 * capacity) // fragments
+			case 1:
+				n = capacity/4 - recordHeader - r.IntN(16)
+			}
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(r.Uint32())
+			}
+			model = append(model, p)
+		}
+		done := make(chan error, 1)
+		go func() {
+			for i, p := range model {
+				if err := w.Write(uint16(i%7+1), p, 10*time.Second); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		for i, want := range model {
+			kind, got, err := rd.Read(10 * time.Second)
+			if err != nil {
+				t.Fatalf("capacity %d: record %d: got err %v, want it", capacity, i, err)
+			}
+			if kind != uint16(i%7+1) || !bytes.Equal(got, want) {
+				t.Fatalf("capacity %d: record %d: got kind %d, %d bytes; want kind %d, %d bytes, the same", capacity, i, kind, len(got), i%7+1, len(want))
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("capacity %d: the writer: got err %v, want nil", capacity, err)
+		}
+	}
+}
+
+// TestRingTimesOutAndCloses: a reader with nothing to read, and a writer
+// with no room, wait their timeout and no longer; a closed ring ends both.
+func TestRingTimesOutAndCloses(t *testing.T) {
+	mem := region(t, MinCapacity)
+	w, _ := NewWriter(mem)
+	rd, _ := NewReader(mem)
+	start := time.Now()
+	if _, _, err := rd.Read(20 * time.Millisecond); !errors.Is(err, ErrTimeout) || time.Since(start) > 5*time.Second {
+		t.Fatalf("Read of an empty ring: got %v after %v, want ErrTimeout after about 20ms", err, time.Since(start))
+	}
+	for w.Write(1, make([]byte, 512), time.Millisecond) == nil {
+	}
+	if err := w.Write(1, make([]byte, 512), 20*time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Write to a full ring: got %v, want ErrTimeout", err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := w.Write(1, make([]byte, 512), 10*time.Second); !errors.Is(err, ErrClosed) {
+			t.Errorf("a Write waiting for room when the ring closes: got %v, want ErrClosed", err)
+		}
+	})
+	time.Sleep(20 * time.Millisecond)
+	rd.Close()
+	wg.Wait()
+	if _, _, err := rd.Read(time.Second); !errors.Is(err, ErrClosed) && err != nil {
+		t.Fatalf("Read of a closed ring: got %v, want a record left or ErrClosed", err)
+	}
+}
+
+// TestRingRefusesBadLayouts: Init and attaching check what they are given.
+func TestRingRefusesBadLayouts(t *testing.T) {
+	for _, c := range []int{0, 1000, MinCapacity / 2, MaxCapacity * 2} {
+		if err := Init(make([]byte, Size(MinCapacity)), c); err == nil {
+			t.Errorf("Init with capacity %d: got nil, want an error", c)
+		}
+	}
+	mem := region(t, MinCapacity)
+	if _, err := NewReader(mem[:Size(MinCapacity)-8]); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a region shorter than its capacity says: got %v, want ErrCorrupt", err)
+	}
+	binary.LittleEndian.PutUint64(mem[offCapacity:], 12345)
+	if _, err := NewWriter(mem); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a capacity that is not a power of two: got %v, want ErrCorrupt", err)
+	}
+}
+
+// FuzzReader: whatever the other side wrote into the region, reading it
+// gives records within it, or an error: never a panic, never a read
+// past the region.
+func FuzzReader(f *testing.F) {
+	f.Add([]byte{}, uint64(0), uint64(16))
+	f.Add([]byte{16, 0, 0, 0, 1, 0, 0, 0}, uint64(0), uint64(24))
+	f.Add([]byte{255, 255, 255, 255, 1, 0, 2, 0}, uint64(0), uint64(4096))
+	f.Fuzz(func(t *testing.T, data []byte, tail, head uint64) {
+		mem := region(t, MinCapacity)
+		copy(mem[headerSize:], data)
+		binary.LittleEndian.PutUint64(mem[offTail:], tail)
+		binary.LittleEndian.PutUint64(mem[offHead:], head)
+		rd, err := NewReader(mem)
+		if err != nil {
+			return
+		}
+		for range 8 {
+			_, p, err := rd.Read(time.Millisecond)
+			if err != nil {
+				return
+			}
+			if len(p) > MaxRecord {
+				t.Fatalf("a record of %d bytes, past MaxRecord", len(p))
+			}
+		}
+	})
+}

@@ -1,0 +1,312 @@
+// The same-host data plane: a segment of shared memory a host makes for
+// one registration, holding a ring of records each way, through which the
+// registration's traffic goes instead of protoactor-go's remote when the
+// front runs on the same machine.
+
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lanesched/lanes/internal/shmring"
+)
+
+// DefaultRingBytes is the data area of each of a data plane's two rings
+// (HostConfig.RingBytes): a record longer than a quarter of it crosses in
+// fragments.
+const DefaultRingBytes = 4 << 20
+
+// The records of a data plane, by kind: the wire messages of a
+// registration but the Join, Hello, Welcome, heartbeats and probes, which
+// stay on the remote.
+const (
+	planeSubmits  uint16 = 1 // front to host
+	planeAlloc    uint16 = 2
+	planeFree     uint16 = 3
+	planeRead     uint16 = 4
+	planeForget   uint16 = 5
+	planeReceipts uint16 = 11 // host to front
+	planeResult   uint16 = 12
+	planeLeaving  uint16 = 13
+)
+
+// The segment: a page of header, the front's ring (front to host), the
+// host's ring (host to front).
+const (
+	planeMagic   = "lanesdp1"
+	planeHeader  = 4096
+	planeNonce   = 32
+	offPlaneRing = 16 // uint64: the data area of each ring
+	offNonce     = 32 // the nonce, planeNonce bytes
+)
+
+// errPlaneClosed is a write to a data plane that was shut.
+var errPlaneClosed = errors.New("remote: the data plane is shut")
+
+// errPeerClosed is a data plane the other side closed (it stopped, let
+// the registration go, or found the ring corrupt).
+var errPeerClosed = errors.New("remote: the other side closed the data plane")
+
+// planeStall bounds how long a record may wait for room while both sides
+// live: a ring that does not move for this long (a reader stuck, its
+// counters scribbled) is a broken plane, not a wait.
+var planeStall = 5 * time.Second
+
+// ringSpan is the bytes a ring of ringBytes takes in the segment, whole
+// pages.
+func ringSpan(ringBytes int) int { return (shmring.Size(ringBytes) + 4095) &^ 4095 }
+
+func planeSize(ringBytes int) int { return planeHeader + 2*ringSpan(ringBytes) }
+
+// checkRingBytes says what is wrong with a ring size, if anything.
+func checkRingBytes(n int) error {
+	if n < shmring.MinCapacity || n > 64<<20 || n&(n-1) != 0 {
+		return fmt.Errorf("%w: RingBytes %d: give a power of two from %d to %d", ErrConfig, n, shmring.MinCapacity, 64<<20)
+	}
+	return nil
+}
+
+// dataPlane is one side's view of a segment: it writes its own ring (any
+// goroutine, one at a time) and one goroutine reads the other's.
+type dataPlane struct {
+	mem []byte
+	fd  atomic.Int64 // the host's memfd, open until the front opened it too (-1 after)
+
+	qmu      sync.Mutex // orders sends: the backlog, and whether it drains
+	backlog  []planeRecord
+	draining bool
+
+	wmu      sync.Mutex   // writers, one at a time
+	mapMu    sync.RWMutex // held to touch the segment (read) and to unmap it
+	w        *shmring.Writer
+	unmapped bool // under mapMu
+	reading  bool // a reader goroutine runs: it unmaps when it ends (under mapMu)
+	rd       *shmring.Reader
+	shut     atomic.Bool
+	done     chan struct{} // closed when the segment is unmapped
+
+	stalled        func(error)   // called once the ring to the other side stopped moving (set before use)
+	stallAfter     time.Duration // planeStall when it was made
+	sent, received atomic.Uint64 // records
+	order          atomic.Uint64 // bumped before each record is written, read after each is read
+}
+
+// planeRings is the front's ring (front to host) and the host's.
+func planeRings(mem []byte, ringBytes int) (toHost, toFront []byte) {
+	span := ringSpan(ringBytes)
+	return mem[planeHeader : planeHeader+shmring.Size(ringBytes)], mem[planeHeader+span : planeHeader+span+shmring.Size(ringBytes)]
+}
+
+func newPlane(mem, mine, theirs []byte) (*dataPlane, error) {
+	w, err := shmring.NewWriter(mine)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := shmring.NewReader(theirs)
+	if err != nil {
+		return nil, err
+	}
+	p := &dataPlane{mem: mem, w: w, rd: rd, done: make(chan struct{}), stallAfter: planeStall}
+	p.fd.Store(-1)
+	return p, nil
+}
+
+// send sends one message through the plane, in order, and never waits
+// for room: a record that does not fit now (the other side stopped
+// reading: SIGSTOP, or a burst) waits in a backlog that a goroutine of
+// the plane writes as room comes, while alive says the other side is
+// still held (its loss, seen by heartbeats, shuts the plane and drops the
+// backlog). So a stopped peer holds up no one else's answers.
+func (p *dataPlane) send(kind uint16, msg proto.Message, alive func() bool) error {
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	if p.draining || !p.w.Whole(len(b)) {
+		// Behind a backlog, or in fragments (which, once begun, wait for
+		// room): the plane's goroutine writes it.
+		p.backlog = append(p.backlog, planeRecord{kind: kind, b: b})
+		if !p.draining {
+			p.draining = true
+			go p.drain(alive)
+		}
+		return nil
+	}
+	err = p.write(kind, b, 0, nil)
+	if errors.Is(err, shmring.ErrTimeout) {
+		p.draining = true
+		p.backlog = append(p.backlog, planeRecord{kind: kind, b: b})
+		go p.drain(alive)
+		return nil
+	}
+	return err
+}
+
+// planeRecord is a record waiting for room.
+type planeRecord struct {
+	kind uint16
+	b    []byte
+}
+
+// drain writes the backlog in order as room comes, until it is empty (or
+// the plane is shut: what is left is dropped, its calls ended by the
+// loss).
+func (p *dataPlane) drain(alive func() bool) {
+	for {
+		p.qmu.Lock()
+		batch := p.backlog
+		p.backlog = nil
+		if len(batch) == 0 {
+			p.draining = false
+			p.qmu.Unlock()
+			return
+		}
+		p.qmu.Unlock()
+		for _, r := range batch {
+			stalled := time.AfterFunc(p.stallAfter, func() {
+				p.close() // the write waiting for room ends
+				if p.stalled != nil {
+					p.stalled(fmt.Errorf("a record waited %v for room in the ring: the other side reads nothing", p.stallAfter))
+				}
+			})
+			_ = p.write(r.kind, r.b, 100*time.Millisecond, alive)
+			stalled.Stop()
+		}
+	}
+}
+
+// write writes one record, waiting for room in steps of wait while alive
+// says so (nil: one attempt, ErrTimeout when there is no room).
+func (p *dataPlane) write(kind uint16, b []byte, wait time.Duration, alive func() bool) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.mapMu.RLock()
+	defer p.mapMu.RUnlock()
+	for {
+		if p.unmapped || p.shut.Load() {
+			return errPlaneClosed
+		}
+		p.order.Add(1) // before the record is published: see read
+		err := p.w.Write(kind, b, wait)
+		switch {
+		case err == nil:
+			p.sent.Add(1)
+			return nil
+		case errors.Is(err, shmring.ErrTimeout) && alive == nil:
+			return err
+		case errors.Is(err, shmring.ErrTimeout) && alive():
+			continue
+		case errors.Is(err, shmring.ErrTimeout), errors.Is(err, shmring.ErrClosed):
+			return errPlaneClosed
+		default:
+			return err
+		}
+	}
+}
+
+// read runs the reading side until the plane is shut, the other side
+// closes it, or alive says it is no longer held: each record goes to
+// handle (which may keep nothing of its payload). It returns why it ended
+// (nil for a shut plane) and unmaps the segment.
+func (p *dataPlane) read(handle func(kind uint16, payload []byte) error, alive func() bool) error {
+	defer func() {
+		// Rings closed first: a writer waiting for room leaves the segment.
+		p.shut.Store(true)
+		p.closeRings()
+		p.unmap()
+	}()
+	for {
+		kind, payload, err := p.rd.Read(time.Second)
+		switch {
+		case err == nil:
+			p.received.Add(1)
+			// An answer comes after what this process did before it
+			// wrote the question, in fact; the race detector, which cannot
+			// see through the other process, sees it through order.
+			p.order.Load()
+			if err := handle(kind, payload); err != nil {
+				p.close()
+				return err
+			}
+		case errors.Is(err, shmring.ErrTimeout) && alive() && !p.shut.Load():
+		case errors.Is(err, shmring.ErrClosed) && !p.shut.Load():
+			return errPeerClosed
+		case errors.Is(err, shmring.ErrTimeout), errors.Is(err, shmring.ErrClosed):
+			return nil
+		default:
+			p.close()
+			return err
+		}
+	}
+}
+
+// startReading marks the plane read by a goroutine (which unmaps it when
+// it ends): false if it was shut already.
+func (p *dataPlane) startReading() bool {
+	p.mapMu.Lock()
+	defer p.mapMu.Unlock()
+	if p.unmapped || p.shut.Load() {
+		return false
+	}
+	p.reading = true
+	return true
+}
+
+// close shuts both rings (the other side's reads and writes end) and,
+// with no reader to do it, unmaps the segment.
+func (p *dataPlane) close() {
+	if !p.shut.CompareAndSwap(false, true) {
+		return
+	}
+	if !p.closeRings() {
+		p.unmap()
+	}
+	p.release()
+}
+
+// closeRings closes both rings, waking a writer that waits for room
+// (under the mapping's read lock, not the writers' lock, which that writer
+// holds), and reports whether a reader goroutine will unmap the segment.
+func (p *dataPlane) closeRings() (reading bool) {
+	p.mapMu.RLock()
+	defer p.mapMu.RUnlock()
+	if !p.unmapped {
+		p.w.Close()
+		p.rd.Close()
+	}
+	return p.reading
+}
+
+func (p *dataPlane) unmap() {
+	p.mapMu.Lock() // after any writer left the segment
+	defer p.mapMu.Unlock()
+	if p.unmapped {
+		return
+	}
+	p.unmapped = true
+	_ = unix.Munmap(p.mem)
+	p.mem = nil
+	close(p.done)
+}
+
+// decodePlane decodes a record of a kind the side reads.
+func decodePlane(kind uint16, payload []byte, kinds map[uint16]func() proto.Message) (proto.Message, error) {
+	mk, ok := kinds[kind]
+	if !ok {
+		return nil, fmt.Errorf("a record of kind %d", kind)
+	}
+	m := mk()
+	if err := proto.Unmarshal(payload, m); err != nil {
+		return nil, fmt.Errorf("a record of kind %d: %w", kind, err)
+	}
+	return m, nil
+}

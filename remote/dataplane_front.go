@@ -1,0 +1,130 @@
+// A front's side of the same-host data plane: mapped when a host's Hello
+// offers one, read by a goroutine of the link's, written by every caller
+// that sends the host a registration's message.
+
+package remote
+
+import (
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// frontReads are the records a front reads from a host.
+var frontReads = map[uint16]func() proto.Message{
+	planeReceipts: func() proto.Message { return &wirepb.Receipts{} },
+	planeResult:   func() proto.Message { return &wirepb.OpResult{} },
+	planeLeaving:  func() proto.Message { return &wirepb.Leaving{} },
+}
+
+// linkPlane is a link's data plane under one epoch.
+type linkPlane struct {
+	epoch uint64
+	p     *dataPlane
+}
+
+// attach maps a host's offered data plane, unless the front keeps its
+// traffic on the remote: the plane, or why not (the Welcome says it).
+func (f *Front) attach(l *link, offer *wirepb.DataPlane) (*dataPlane, string) {
+	if f.cfg.NoDataPlane {
+		return nil, "the front keeps its traffic on the remote (FrontConfig.NoDataPlane)"
+	}
+	p, err := attachPlane(offer)
+	if err != nil {
+		f.cfg.Logf("host %s: no data plane (its traffic goes through the remote): %v", l.name, err)
+		return nil, err.Error()
+	}
+	return p, ""
+}
+
+// startPlane makes p the link's way to the host under epoch, and reads
+// the host's answers from it until it is shut.
+func (l *link) startPlane(a *frontActor, epoch uint64, p *dataPlane) {
+	if old := l.plane.Swap(&linkPlane{epoch: epoch, p: p}); old != nil {
+		old.p.close()
+	}
+	p.stalled = func(err error) { l.lose(epoch, "its data plane stalled: "+err.Error()) }
+	if !p.startReading() {
+		return
+	}
+	go func() {
+		alive := func() bool { return l.servingUnder(epoch) || l.leavingUnder(epoch) }
+		err := p.read(func(kind uint16, b []byte) error {
+			msg, err := decodePlane(kind, b, frontReads)
+			if err != nil {
+				return err
+			}
+			a.fromHost(l, msg)
+			return nil
+		}, alive)
+		switch {
+		case errors.Is(err, errPeerClosed):
+			// The host let the registration go (it stopped, or found a
+			// record it could not take): lost now, not at its silence.
+			l.lose(epoch, "it closed its data plane")
+		case err != nil:
+			l.f.cfg.Logf("host %s: the data plane (epoch %d) broke: %v", l.name, epoch, err)
+			l.lose(epoch, "its data plane broke: "+err.Error())
+		}
+	}()
+}
+
+// planeKindOf is the record kind of a front's op message.
+func planeKindOf(m proto.Message) uint16 {
+	switch m.(type) {
+	case *wirepb.Alloc:
+		return planeAlloc
+	case *wirepb.Free:
+		return planeFree
+	case *wirepb.Read:
+		return planeRead
+	default:
+		return planeForget
+	}
+}
+
+// planeUnder is the link's data plane under epoch, or nil.
+func (l *link) planeUnder(epoch uint64) *dataPlane {
+	if lp := l.plane.Load(); lp != nil && lp.epoch == epoch {
+		return lp.p
+	}
+	return nil
+}
+
+// closePlane lets the link's data plane under epoch go (it stays the
+// link's record of the path that epoch took), once its reader took what
+// the host wrote before: a host's loss is seen on the remote (its address
+// terminated, its heartbeats stopped), which may overtake its last
+// answers in the ring, and those end their calls as they say, not
+// indeterminate. The wait is bounded: a reader stuck on a call's end does
+// not hold the loss up.
+func (l *link) closePlane(epoch uint64) {
+	if lp := l.plane.Load(); lp != nil && lp.epoch == epoch {
+		lp.p.close() // the reader takes what is left, then ends
+		select {
+		case <-lp.p.done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// toHost sends a registration's message to the host under epoch: through
+// the data plane of the epoch when there is one (a plane shut drops it:
+// the host was lost, and its calls ended so), else through the remote.
+func (l *link) toHost(pid *actor.PID, epoch uint64, kind uint16, msg proto.Message) {
+	p := l.planeUnder(epoch)
+	if p == nil {
+		l.f.tell(pid, msg)
+		return
+	}
+	alive := func() bool { return l.servingUnder(epoch) || l.leavingUnder(epoch) }
+	if err := p.send(kind, msg, alive); err != nil && err != errPlaneClosed {
+		l.f.cfg.Logf("host %s: the data plane (epoch %d): %v", l.name, epoch, err)
+		l.lose(epoch, "its data plane broke: "+err.Error())
+	}
+}

@@ -1,0 +1,189 @@
+// A lane host's side of the same-host data plane: offered in a Hello,
+// taken when the front's Welcome says it mapped it, read by a goroutine
+// of its own, and written by whoever answers the registration.
+
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// hostReads are the records a host reads from a front.
+var hostReads = map[uint16]func() proto.Message{
+	planeSubmits: func() proto.Message { return &wirepb.Submits{} },
+	planeAlloc:   func() proto.Message { return &wirepb.Alloc{} },
+	planeFree:    func() proto.Message { return &wirepb.Free{} },
+	planeRead:    func() proto.Message { return &wirepb.Read{} },
+	planeForget:  func() proto.Message { return &wirepb.Forget{} },
+}
+
+// onThisMachine reports whether a front's address is on this machine as
+// far as the host can tell (loopback, or the host's own address): only
+// such a front is offered a data plane. One that cannot open it declines.
+func onThisMachine(front, own string) bool {
+	host, _, err := net.SplitHostPort(front)
+	if err != nil {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	if host == "localhost" {
+		return true
+	}
+	ownHost, _, err := net.SplitHostPort(own)
+	return err == nil && ownHost == host
+}
+
+// offerPlane makes a data plane for a new registration and puts it in its
+// Hello, for a front on this machine; a host that cannot make one (no room
+// in /dev/shm, say) offers none and says why once.
+func (h *Host) offerPlane(r *registration, hello *wirepb.Hello) {
+	if h.cfg.NoDataPlane || !onThisMachine(r.front.Address, h.sys.addr) {
+		return
+	}
+	p, offer, err := makePlane(h.cfg.RingBytes)
+	if err != nil {
+		h.cfg.Logf("no data plane for the front at %s (its traffic goes through the remote): %v", r.front.Address, err)
+		return
+	}
+	r.offered.Store(p)
+	hello.DataPlane = offer
+}
+
+// takePlane starts the registration's data plane when the front's Welcome
+// says it mapped it; otherwise the plane offered is let go.
+func (h *Host) takePlane(r *registration, m *wirepb.Welcome) {
+	p := r.offered.Swap(nil)
+	if p == nil {
+		return
+	}
+	p.release() // the front opened it, or never will
+	if !m.DataPlane {
+		p.close()
+		if m.DataPlaneRefusal != "" {
+			h.cfg.Logf("the front at %s declined the data plane (its traffic goes through the remote): %s", r.front.Address, m.DataPlaneRefusal)
+		}
+		return
+	}
+	drop := func(why string, err error) {
+		h.mu.Lock()
+		held := h.regs[r.epoch] == r
+		if held {
+			h.dropLocked(r)
+		}
+		h.mu.Unlock()
+		if held {
+			h.ops.retire(r.epoch)
+			h.cfg.Logf("the data plane of the front at %s (epoch %d) %s: %v; registration dropped (the front joins again)", r.front.Address, r.epoch, why, err)
+		}
+	}
+	p.stalled = func(err error) { drop("stalled", err) }
+	if !p.startReading() {
+		return
+	}
+	r.plane.Store(p)
+	go func() {
+		alive := func() bool { _, ok := h.serving(r.epoch); return ok }
+		switch err := p.read(func(kind uint16, b []byte) error { return h.fromPlane(r, kind, b) }, alive); {
+		case errors.Is(err, errPeerClosed):
+			drop("was closed by the front", err)
+		case err != nil:
+			drop("broke", err)
+		}
+	}()
+}
+
+// fromPlane takes one record of a front's data plane as the actor takes
+// the same message from the remote: it is the registration's own.
+func (h *Host) fromPlane(r *registration, kind uint16, b []byte) error {
+	msg, err := decodePlane(kind, b, hostReads)
+	if err != nil {
+		return err
+	}
+	type epoched interface{ GetEpoch() uint64 }
+	if m, ok := msg.(*wirepb.Submits); ok {
+		h.submits(m, r.front, true)
+		return nil
+	}
+	m := msg.(epoched)
+	if m.GetEpoch() != r.epoch {
+		h.sys.guard.dropped.Add(1) // another registration's message on this one's plane
+		return nil
+	}
+	switch m := msg.(type) {
+	case *wirepb.Alloc:
+		if h.leaving.Load() {
+			h.send(outgoing{result: &wirepb.OpResult{Epoch: m.Epoch, Call: m.Call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
+			return nil
+		}
+		h.ops.enqueue(m.Epoch, m.Call, m)
+	case *wirepb.Free:
+		h.ops.enqueue(m.Epoch, m.Call, m)
+	case *wirepb.Read:
+		h.ops.enqueue(m.Epoch, m.Call, m)
+	case *wirepb.Forget:
+		h.ops.enqueue(m.Epoch, m.Call, m)
+	}
+	return nil
+}
+
+// planeFor is the registration's data plane, or nil: its messages go
+// through the remote.
+func (r *registration) planeFor() *dataPlane { return r.plane.Load() }
+
+// closePlane lets the registration's data plane go (offered or taken).
+func (r *registration) closePlane() {
+	for _, p := range []*dataPlane{r.offered.Swap(nil), r.plane.Swap(nil)} {
+		if p != nil {
+			p.close()
+		}
+	}
+}
+
+// toFront sends a registration's message to its front: through its data
+// plane when it has one (a plane shut drops it: the front dropped the
+// epoch), else through the remote.
+func (h *Host) toFront(r *registration, kind uint16, msg proto.Message) {
+	p := r.planeFor()
+	if p == nil {
+		h.tell(r.front, msg)
+		return
+	}
+	alive := func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.regs[r.epoch] == r || h.replaced[r.epoch] == r
+	}
+	if err := p.send(kind, msg, alive); err != nil && err != errPlaneClosed {
+		h.cfg.Logf("the data plane of the front at %s (epoch %d): %v", r.front.Address, r.epoch, fmt.Sprint(err))
+	}
+}
+
+// closePlanes lets every registration's data plane go (the host stops),
+// and waits for their readers to end.
+func (h *Host) closePlanes() {
+	h.mu.Lock()
+	var regs []*registration
+	for _, r := range h.regs {
+		regs = append(regs, r)
+	}
+	for _, r := range h.replaced {
+		regs = append(regs, r)
+	}
+	h.mu.Unlock()
+	for _, r := range regs {
+		p := r.plane.Load()
+		r.closePlane()
+		if p != nil {
+			<-p.done // its reader hands nothing to the host from now on
+		}
+	}
+}

@@ -1,0 +1,139 @@
+// A data plane's segment: anonymous shared memory (a memfd) the host makes
+// and seals, which the front opens through the host's /proc entry for it.
+// It has no name: nothing is left behind on the machine when either side
+// dies, and only a process of the same user (which may open another's
+// /proc/PID/fd) can reach it.
+
+package remote
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"regexp"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lanesched/lanes/internal/shmring"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// procFD is the form of a segment's path: the host's /proc entry of its
+// memfd.
+var procFD = regexp.MustCompile(`^/proc/[1-9][0-9]{0,9}/fd/[0-9]{1,9}$`)
+
+// planeSeals are the seals a segment carries before it is offered: no one,
+// the host included, can shrink it under the other side's mapping (a
+// fault in that process), grow it, or change the seals.
+const planeSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// makePlane makes a segment for a registration: a memfd of the size its
+// rings take, its pages reserved (so that a machine out of memory fails
+// here, not as a fault later), sealed, mapped, its rings laid out. Its fd
+// stays open for the front to open it; release closes it.
+func makePlane(ringBytes int) (*dataPlane, *wirepb.DataPlane, error) {
+	var nonce [planeNonce]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, nil, err
+	}
+	fd, err := unix.MemfdCreate("lanes-data-plane", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	size := planeSize(ringBytes)
+	fail := func(what string, err error) (*dataPlane, *wirepb.DataPlane, error) {
+		_ = unix.Close(fd)
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
+		return fail(fmt.Sprintf("reserve %d bytes", size), err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, planeSeals); err != nil {
+		return fail("seal", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("map", err)
+	}
+	copy(mem, planeMagic)
+	binary.LittleEndian.PutUint64(mem[offPlaneRing:], uint64(ringBytes))
+	copy(mem[offNonce:], nonce[:])
+	toHost, toFront := planeRings(mem, ringBytes)
+	for _, ring := range [][]byte{toHost, toFront} {
+		if err := shmring.Init(ring, ringBytes); err != nil {
+			_ = unix.Munmap(mem)
+			return fail("lay out", err)
+		}
+	}
+	p, err := newPlane(mem, toFront, toHost)
+	if err != nil {
+		_ = unix.Munmap(mem)
+		return fail("attach", err)
+	}
+	p.fd.Store(int64(fd))
+	return p, &wirepb.DataPlane{Path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), Nonce: nonce[:], RingBytes: uint64(ringBytes)}, nil
+}
+
+// attachPlane maps a host's offered segment on the front's side, after
+// checking it is what the host said: a /proc entry of a memfd this user's
+// process holds, sealed against shrinking, of the size its rings take,
+// holding the Hello's nonce. An error says why the front will not use it.
+func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
+	ringBytes := int(min(offer.RingBytes, 1<<31))
+	if err := checkRingBytes(ringBytes); err != nil {
+		return nil, fmt.Errorf("rings of %d bytes offered", offer.RingBytes)
+	}
+	if len(offer.Nonce) != planeNonce {
+		return nil, fmt.Errorf("a nonce of %d bytes", len(offer.Nonce))
+	}
+	if !procFD.MatchString(offer.Path) {
+		return nil, fmt.Errorf("%q is not a data plane's path", offer.Path)
+	}
+	fd, err := unix.Open(offer.Path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w (a host on another machine, in another PID namespace, or of another user?)", offer.Path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", offer.Path, err)
+	}
+	size := planeSize(ringBytes)
+	seals, sealErr := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return nil, fmt.Errorf("%s is not a memory file", offer.Path)
+	case int(st.Uid) != os.Getuid():
+		return nil, fmt.Errorf("%s belongs to uid %d, not this user (%d)", offer.Path, st.Uid, os.Getuid())
+	case sealErr != nil || seals&planeSeals != planeSeals:
+		return nil, fmt.Errorf("%s is not sealed against shrinking (seals %#x, %v): its owner could fault this process", offer.Path, seals, sealErr)
+	case st.Size != int64(size):
+		return nil, fmt.Errorf("%s holds %d bytes, not the %d its rings take", offer.Path, st.Size, size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", offer.Path, err)
+	}
+	if string(mem[:len(planeMagic)]) != planeMagic || binary.LittleEndian.Uint64(mem[offPlaneRing:]) != uint64(ringBytes) ||
+		subtle.ConstantTimeCompare(mem[offNonce:offNonce+planeNonce], offer.Nonce) != 1 {
+		_ = unix.Munmap(mem)
+		return nil, fmt.Errorf("%s is not the segment the host offered (its header or nonce differs)", offer.Path)
+	}
+	toHost, toFront := planeRings(mem, ringBytes)
+	p, err := newPlane(mem, toHost, toFront)
+	if err != nil {
+		_ = unix.Munmap(mem)
+		return nil, fmt.Errorf("%s: %w", offer.Path, err)
+	}
+	return p, nil
+}
+
+// release closes the host's fd of the segment (its mapping stays): once
+// the front opened it, or will not, no one needs it.
+func (p *dataPlane) release() {
+	if fd := p.fd.Swap(-1); fd >= 0 {
+		_ = unix.Close(int(fd))
+	}
+}
