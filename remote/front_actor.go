@@ -145,8 +145,8 @@ func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
 			continue
 		}
 		p.sharedRows = shared
-		if p.sentAt != 0 {
-			l.trips.note(p.sentAt, time.Now().UnixNano(), w.Timing)
+		if sent := p.sentAt.Load(); sent != 0 {
+			l.trips.note(sent, time.Now().UnixNano(), w.Timing)
 		}
 		if w.HostLeaving {
 			e := &HostLeavingError{Tenant: p.tenant, Host: l.name}

@@ -29,7 +29,7 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 	if err != nil {
 		return nil, err
 	}
-	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b))
+	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +72,10 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded) (*
 	if err := f.admit(ctx, tenant); err != nil {
 		return nil, err
 	}
-	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes)
+	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes, e)
 	if err != nil {
 		return nil, err
 	}
-	p.enc = e
 	s := &wirepb.Submit{Epoch: epoch, Call: id, Template: e.id, Tenant: tenant}
 	if !l.holds(epoch, e.id) {
 		s.Batch = e.wire
@@ -89,8 +88,8 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded) (*
 // and back (HostStatus.RoundTrip).
 func (p *Pending) sample(s *wirepb.Submit) *wirepb.Submit {
 	if s.Call%SampleEvery == 0 {
-		p.sentAt = time.Now().UnixNano()
-		s.SentUnixNano = p.sentAt
+		s.SentUnixNano = time.Now().UnixNano()
+		p.sentAt.Store(s.SentUnixNano)
 	}
 	return s
 }
@@ -134,7 +133,7 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 // register places the tenant and opens a call to its host for a
 // submission of that many upload bytes: its Pending, the host, its epoch
 // and the call's id.
-func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pending, *link, uint64, uint64, error) {
+func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *Encoded) (*Pending, *link, uint64, uint64, error) {
 	if bytes > maxBytesInFlight {
 		return nil, nil, 0, 0, wireErr("%d bytes of uploads in one call; at most %d: split it (definitely not submitted)", bytes, maxBytesInFlight)
 	}
@@ -147,12 +146,11 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 		return nil, nil, 0, 0, err
 	}
 	pl.calls.Add(1) // before the call exists: Forget refuses from here on
-	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false)
+	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false, func(p *Pending) { p.placed, p.enc = pl, enc })
 	if err != nil {
 		pl.calls.Add(-1)
 		return nil, nil, 0, 0, err
 	}
-	p.placed = pl
 	return p, l, epoch, id, nil
 }
 
@@ -164,7 +162,10 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64) (*Pend
 // (readAllowance). No lock is shared by every call here: the
 // in-flight table refuses an epoch lost (and ends what it holds of it), so
 // a call is either recorded before the loss and ended by it, or refused.
-func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, reading bool) (*Pending, uint64, error) {
+//
+// set, if given, fills in the call before it is recorded: from then on a
+// loss may end it on another goroutine.
+func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, reading bool, set func(*Pending)) (*Pending, uint64, error) {
 	if !l.servingUnder(epoch) {
 		return nil, 0, l.stateLost(tenant, epoch)
 	}
@@ -179,6 +180,9 @@ func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant strin
 		}
 		counted.Add(bytes)
 		p.release = func() { counted.Add(-bytes); l.bytes.Release(bytes) }
+	}
+	if set != nil {
+		set(p)
 	}
 	id, ok := f.calls.Add(l.name, epoch, p)
 	if !ok || !l.servingUnder(epoch) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -18,7 +19,7 @@ type Pending struct {
 	release func()     // gives back the call's bytes in flight
 	placed  *placement // a submission's tenant placement, whose calls it counts
 	done    chan struct{}
-	sentAt  int64 // a sampled call's queuing, Unix nanoseconds; 0 for most
+	sentAt  atomic.Int64 // a sampled call's queuing, Unix nanoseconds; 0 for most (set once it is recorded, read at its answer)
 	// sharedRows: r's rows are a template's, shared with its other
 	// receipts; Result hands out a copy.
 	sharedRows bool
