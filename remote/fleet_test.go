@@ -290,7 +290,10 @@ func fleetChild() int {
 	ctx := context.Background()
 	f, err := remote.StartFront(ctx, remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: os.Getenv("LANES_CLUSTER"), Seeds: strings.Split(os.Getenv("LANES_SEEDS"), ","),
 		Refresh: 100 * time.Millisecond}, LostAfter: 500 * time.Millisecond, JoinTimeout: 20 * time.Second,
-		Logf: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }})
+		// Hosts that stand for other machines, reached as a cluster's are:
+		// through the remote alone (a cut of it is a partition).
+		NoDataPlane: true,
+		Logf:        func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }})
 	if err != nil {
 		fmt.Println("StartFront:", err)
 		return 1
