@@ -313,7 +313,7 @@ func (s *Scheduler) checkHandlesLocked(tenant string, walk func(func(cuda.Buffer
 			return nil
 		case s.cfg.Scope != nil && (!ok || s.cfg.Scope(owner) != s.cfg.Scope(tenant)):
 			return fmt.Errorf("%w: the batch names %s, which is not allocated (freed, or never handed out by this device)", cuda.ErrStaleHandle, describeHandle(k))
-		case ok && owner != shared && owner != tenant:
+		case ok: // another tenant's (of the scope, when scoped)
 			return fmt.Errorf("%w: the batch names %s, another tenant's; a tenant may use only its own buffers and shared ones", ErrNotYours, describeHandle(k))
 		case !ok && s.cfg.StrictOwnership:
 			return fmt.Errorf("%w: the batch names %s, which no tenant owns and is not shared; Own or Share it first", ErrNotYours, describeHandle(k))

@@ -12,10 +12,37 @@ import "sync/atomic"
 // combiner queues items and has one caller at a time send them in
 // batches, in the order they were queued.
 type combiner[T any] struct {
-	queued  atomic.Pointer[queuedItem[T]] // newest first
+	queued  stack[T]
 	sending atomic.Bool
 	most    int             // items per batch
 	send    func(batch []T) // called by one caller at a time
+}
+
+// add queues item; if no one is sending, the caller sends until the
+// queue is empty.
+func (c *combiner[T]) add(item T) {
+	c.queued.push(item)
+	// A caller that finds another sending leaves its item to that sender,
+	// which looks again after it stops sending: nothing is left behind.
+	for c.sending.CompareAndSwap(false, true) {
+		for items := c.queued.take(nil); len(items) > 0; items = c.queued.take(nil) {
+			for len(items) > 0 {
+				n := min(len(items), c.most)
+				c.send(items[:n:n])
+				items = items[n:]
+			}
+		}
+		c.sending.Store(false)
+		if c.queued.empty() {
+			return
+		}
+	}
+}
+
+// stack is a list that any goroutine pushes onto without a lock (a
+// compare-and-swap) and one takes off whole.
+type stack[T any] struct {
+	top atomic.Pointer[queuedItem[T]] // newest first
 }
 
 type queuedItem[T any] struct {
@@ -23,42 +50,27 @@ type queuedItem[T any] struct {
 	next *queuedItem[T]
 }
 
-// add queues item; if no one is sending, the caller sends until the
-// queue is empty.
-func (c *combiner[T]) add(item T) {
-	q := &queuedItem[T]{v: item}
+func (s *stack[T]) push(v T) {
+	q := &queuedItem[T]{v: v}
 	for {
-		q.next = c.queued.Load()
-		if c.queued.CompareAndSwap(q.next, q) {
-			break
-		}
-	}
-	// A caller that finds another sending leaves its item to that sender,
-	// which looks again after it stops sending: nothing is left behind.
-	for c.sending.CompareAndSwap(false, true) {
-		for list := c.queued.Swap(nil); list != nil; list = c.queued.Swap(nil) {
-			c.sendList(list)
-		}
-		c.sending.Store(false)
-		if c.queued.Load() == nil {
+		q.next = s.top.Load()
+		if s.top.CompareAndSwap(q.next, q) {
 			return
 		}
 	}
 }
 
-// sendList sends a list taken off the queue (newest first) oldest first,
-// in batches of at most c.most.
-func (c *combiner[T]) sendList(list *queuedItem[T]) {
-	var items []T
-	for q := list; q != nil; q = q.next {
-		items = append(items, q.v)
+// take takes everything pushed so far off the stack and appends it to
+// into, oldest first.
+func (s *stack[T]) take(into []T) []T {
+	start := len(into)
+	for q := s.top.Swap(nil); q != nil; q = q.next {
+		into = append(into, q.v)
 	}
-	for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
-		items[i], items[j] = items[j], items[i]
+	for i, j := start, len(into)-1; i < j; i, j = i+1, j-1 {
+		into[i], into[j] = into[j], into[i]
 	}
-	for len(items) > 0 {
-		n := min(len(items), c.most)
-		c.send(items[:n:n])
-		items = items[n:]
-	}
+	return into
 }
+
+func (s *stack[T]) empty() bool { return s.top.Load() == nil }

@@ -92,6 +92,7 @@ type dataPlane struct {
 	shut     atomic.Bool
 	done     chan struct{} // closed when the segment is unmapped
 
+	held           func() bool   // whether the other side is still held, for a backlog waiting for room (set before use)
 	stalled        func(error)   // called once the ring to the other side stopped moving (set before use)
 	stallAfter     time.Duration // planeStall when it was made
 	sent, received atomic.Uint64 // records
@@ -122,33 +123,28 @@ func newPlane(mem, mine, theirs []byte) (*dataPlane, error) {
 // for room: a record that does not fit now (the other side stopped
 // reading: SIGSTOP, or a burst) waits in a backlog that a goroutine of
 // the plane writes as room comes, while alive says the other side is
-// still held (its loss, seen by heartbeats, shuts the plane and drops the
-// backlog). So a stopped peer holds up no one else's answers.
-func (p *dataPlane) send(kind uint16, msg proto.Message, alive func() bool) error {
+// still held (held: its loss, seen by heartbeats, shuts the plane and
+// drops the backlog). So a stopped peer holds up no one else's answers.
+func (p *dataPlane) send(kind uint16, msg proto.Message) error {
 	b, err := proto.Marshal(msg)
 	if err != nil {
 		return err
 	}
 	p.qmu.Lock()
 	defer p.qmu.Unlock()
-	if p.draining || !p.w.Whole(len(b)) {
-		// Behind a backlog, or in fragments (which, once begun, wait for
-		// room): the plane's goroutine writes it.
-		p.backlog = append(p.backlog, planeRecord{kind: kind, b: b})
-		if !p.draining {
-			p.draining = true
-			go p.drain(alive)
+	// Behind a backlog, in fragments (which, once begun, wait for room),
+	// or with no room now: the plane's goroutine writes it.
+	if !p.draining && p.w.Whole(len(b)) {
+		if err = p.write(kind, b, 0, nil); !errors.Is(err, shmring.ErrTimeout) {
+			return err
 		}
-		return nil
 	}
-	err = p.write(kind, b, 0, nil)
-	if errors.Is(err, shmring.ErrTimeout) {
+	p.backlog = append(p.backlog, planeRecord{kind: kind, b: b})
+	if !p.draining {
 		p.draining = true
-		p.backlog = append(p.backlog, planeRecord{kind: kind, b: b})
-		go p.drain(alive)
-		return nil
+		go p.drain()
 	}
-	return err
+	return nil
 }
 
 // planeRecord is a record waiting for room.
@@ -160,7 +156,7 @@ type planeRecord struct {
 // drain writes the backlog in order as room comes, until it is empty (or
 // the plane is shut: what is left is dropped, its calls ended by the
 // loss).
-func (p *dataPlane) drain(alive func() bool) {
+func (p *dataPlane) drain() {
 	for {
 		p.qmu.Lock()
 		batch := p.backlog
@@ -178,7 +174,7 @@ func (p *dataPlane) drain(alive func() bool) {
 					p.stalled(fmt.Errorf("a record waited %v for room in the ring: the other side reads nothing", p.stallAfter))
 				}
 			})
-			_ = p.write(r.kind, r.b, 100*time.Millisecond, alive)
+			_ = p.write(r.kind, r.b, 100*time.Millisecond, p.held)
 			stalled.Stop()
 		}
 	}

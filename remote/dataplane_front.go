@@ -45,15 +45,15 @@ func (f *Front) attach(l *link, offer *wirepb.DataPlane) (*dataPlane, string) {
 // startPlane makes p the link's way to the host under epoch, and reads
 // the host's answers from it until it is shut.
 func (l *link) startPlane(a *frontActor, epoch uint64, p *dataPlane) {
+	p.held = func() bool { return l.servingUnder(epoch) || l.leavingUnder(epoch) }
+	p.stalled = func(err error) { l.lose(epoch, "its data plane stalled: "+err.Error()) }
 	if old := l.plane.Swap(&linkPlane{epoch: epoch, p: p}); old != nil {
 		old.p.close()
 	}
-	p.stalled = func(err error) { l.lose(epoch, "its data plane stalled: "+err.Error()) }
 	if !p.startReading() {
 		return
 	}
 	go func() {
-		alive := func() bool { return l.servingUnder(epoch) || l.leavingUnder(epoch) }
 		err := p.read(func(kind uint16, b []byte) error {
 			msg, err := decodePlane(kind, b, frontReads)
 			if err != nil {
@@ -61,7 +61,7 @@ func (l *link) startPlane(a *frontActor, epoch uint64, p *dataPlane) {
 			}
 			a.fromHost(l, msg)
 			return nil
-		}, alive)
+		}, p.held)
 		switch {
 		case errors.Is(err, errPeerClosed):
 			// The host let the registration go (it stopped, or found a
@@ -122,8 +122,7 @@ func (l *link) toHost(pid *actor.PID, epoch uint64, kind uint16, msg proto.Messa
 		l.f.tell(pid, msg)
 		return
 	}
-	alive := func() bool { return l.servingUnder(epoch) || l.leavingUnder(epoch) }
-	if err := p.send(kind, msg, alive); err != nil && err != errPlaneClosed {
+	if err := p.send(kind, msg); err != nil && err != errPlaneClosed {
 		l.f.cfg.Logf("host %s: the data plane (epoch %d): %v", l.name, epoch, err)
 		l.lose(epoch, "its data plane broke: "+err.Error())
 	}

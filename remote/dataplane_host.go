@@ -6,12 +6,10 @@ package remote
 
 import (
 	"errors"
-	"fmt"
 	"net"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -43,8 +41,8 @@ func onThisMachine(front, own string) bool {
 }
 
 // offerPlane makes a data plane for a new registration and puts it in its
-// Hello, for a front on this machine; a host that cannot make one (no room
-// in /dev/shm, say) offers none and says why once.
+// Hello, for a front on this machine; a host that cannot make one (out of
+// memory for its pages, say) offers none and says why.
 func (h *Host) offerPlane(r *registration, hello *wirepb.Hello) {
 	if h.cfg.NoDataPlane || !onThisMachine(r.front.Address, h.sys.addr) {
 		return
@@ -74,16 +72,14 @@ func (h *Host) takePlane(r *registration, m *wirepb.Welcome) {
 		return
 	}
 	drop := func(why string, err error) {
-		h.mu.Lock()
-		held := h.regs[r.epoch] == r
-		if held {
-			h.dropLocked(r)
-		}
-		h.mu.Unlock()
-		if held {
-			h.ops.retire(r.epoch)
+		if h.drop(r) {
 			h.cfg.Logf("the data plane of the front at %s (epoch %d) %s: %v; registration dropped (the front joins again)", r.front.Address, r.epoch, why, err)
 		}
+	}
+	p.held = func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.regs[r.epoch] == r || h.replaced[r.epoch] == r
 	}
 	p.stalled = func(err error) { drop("stalled", err) }
 	if !p.startReading() {
@@ -108,30 +104,16 @@ func (h *Host) fromPlane(r *registration, kind uint16, b []byte) error {
 	if err != nil {
 		return err
 	}
-	type epoched interface{ GetEpoch() uint64 }
 	if m, ok := msg.(*wirepb.Submits); ok {
 		h.submits(m, r.front, true)
 		return nil
 	}
-	m := msg.(epoched)
-	if m.GetEpoch() != r.epoch {
+	op := msg.(tenantOp) // hostReads holds nothing else
+	if op.GetEpoch() != r.epoch {
 		h.sys.guard.dropped.Add(1) // another registration's message on this one's plane
 		return nil
 	}
-	switch m := msg.(type) {
-	case *wirepb.Alloc:
-		if h.leaving.Load() {
-			h.send(outgoing{result: &wirepb.OpResult{Epoch: m.Epoch, Call: m.Call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
-			return nil
-		}
-		h.ops.enqueue(m.Epoch, m.Call, m)
-	case *wirepb.Free:
-		h.ops.enqueue(m.Epoch, m.Call, m)
-	case *wirepb.Read:
-		h.ops.enqueue(m.Epoch, m.Call, m)
-	case *wirepb.Forget:
-		h.ops.enqueue(m.Epoch, m.Call, m)
-	}
+	h.takeOp(op)
 	return nil
 }
 
@@ -157,13 +139,8 @@ func (h *Host) toFront(r *registration, kind uint16, msg proto.Message) {
 		h.tell(r.front, msg)
 		return
 	}
-	alive := func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.regs[r.epoch] == r || h.replaced[r.epoch] == r
-	}
-	if err := p.send(kind, msg, alive); err != nil && err != errPlaneClosed {
-		h.cfg.Logf("the data plane of the front at %s (epoch %d): %v", r.front.Address, r.epoch, fmt.Sprint(err))
+	if err := p.send(kind, msg); err != nil && err != errPlaneClosed {
+		h.cfg.Logf("the data plane of the front at %s (epoch %d): %v", r.front.Address, r.epoch, err)
 	}
 }
 

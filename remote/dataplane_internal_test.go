@@ -31,6 +31,8 @@ func planePair(t *testing.T, ringBytes int) (host, front *dataPlane, offer *wire
 		t.Fatalf("attachPlane: got err %v, want nil", err)
 	}
 	t.Cleanup(front.close)
+	host.held = func() bool { return true }
+	front.held = host.held
 	return host, front, offer
 }
 
@@ -47,7 +49,7 @@ func TestAPlaneCarriesMessagesInOrder(t *testing.T) {
 			m.Submits[0].Batch = &wirepb.Batch{Tenant: strings.Repeat("x", 3*shmring.MinCapacity)} // in fragments
 		}
 		want = append(want, m)
-		if err := front.send(planeSubmits, m, func() bool { return true }); err != nil {
+		if err := front.send(planeSubmits, m); err != nil {
 			t.Fatalf("send %d: got err %v, want nil", i, err)
 		}
 	}
@@ -91,7 +93,7 @@ func TestAPlaneCarriesMessagesInOrder(t *testing.T) {
 	}
 	<-host.done
 	<-front.done
-	if err := front.send(planeSubmits, want[0], func() bool { return true }); !errors.Is(err, errPlaneClosed) {
+	if err := front.send(planeSubmits, want[0]); !errors.Is(err, errPlaneClosed) {
 		t.Errorf("send on a closed plane: got %v, want errPlaneClosed", err)
 	}
 }
@@ -196,7 +198,7 @@ func TestARingThatStopsMovingIsALoss(t *testing.T) {
 	host.stalled = func(err error) { stalled <- err }
 	for i := range 64 { // the front never reads: the ring fills, then the backlog
 		m := &wirepb.Receipts{Receipts: []*wirepb.Receipt{{Epoch: 1, Call: uint64(i), Error: strings.Repeat("x", 200)}}}
-		if err := host.send(planeReceipts, m, func() bool { return true }); err != nil {
+		if err := host.send(planeReceipts, m); err != nil {
 			t.Fatalf("send %d: got err %v, want nil (queued)", i, err)
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lanesched/lanes/actors"
-	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -380,26 +379,9 @@ func (h *Host) Receive(ctx actor.Context) {
 	case *leaveNow:
 		h.startLeaving()
 		close(m.done)
-	case *wirepb.Alloc:
-		if !h.opSentBy(ctx, m.Epoch) {
-			return
-		}
-		if h.leaving.Load() {
-			h.send(outgoing{result: &wirepb.OpResult{Epoch: m.Epoch, Call: m.Call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
-			return
-		}
-		h.opAfterSubmits(m.Epoch, m.Call, m.Tenant, m)
-	case *wirepb.Free:
-		if h.opSentBy(ctx, m.Epoch) {
-			h.opAfterSubmits(m.Epoch, m.Call, m.Tenant, m)
-		}
-	case *wirepb.Read:
-		if h.opSentBy(ctx, m.Epoch) {
-			h.opAfterSubmits(m.Epoch, m.Call, m.Tenant, m)
-		}
-	case *wirepb.Forget:
-		if h.opSentBy(ctx, m.Epoch) {
-			h.opAfterSubmits(m.Epoch, m.Call, m.Tenant, m)
+	case *wirepb.Alloc, *wirepb.Free, *wirepb.Read, *wirepb.Forget:
+		if op := m.(tenantOp); h.opSentBy(ctx, op.GetEpoch()) {
+			h.takeOp(op)
 		}
 	case *wirepb.Probe:
 		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() && h.sentBy(ctx, m.Epoch) {

@@ -124,11 +124,10 @@ func (h *Host) welcome(m *wirepb.Welcome) {
 		return // the answer to a Hello of an epoch since replaced
 	}
 	if !m.Accepted {
-		h.dropLocked(r)
 		h.mu.Unlock()
-		r.closePlane()
-		h.ops.retire(r.epoch)
-		h.cfg.Logf("the front at %s let this host go: %s", r.front.Address, m.Refusal)
+		if h.drop(r) {
+			h.cfg.Logf("the front at %s let this host go: %s", r.front.Address, m.Refusal)
+		}
 		return
 	}
 	r.welcomed = true
@@ -195,15 +194,26 @@ func (h *Host) dropLocked(r *registration) {
 func (h *Host) frontGone(who *actor.PID) {
 	h.mu.Lock()
 	r, ok := h.byFront[who.Address]
-	if ok {
+	h.mu.Unlock()
+	if ok && h.drop(r) {
+		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front rejoins)", who.Address, r.epoch)
+	}
+}
+
+// drop forgets a registration the host still holds, lets its data plane
+// go and retires its tenants; false if it was dropped already.
+func (h *Host) drop(r *registration) bool {
+	h.mu.Lock()
+	held := h.regs[r.epoch] == r
+	if held {
 		h.dropLocked(r)
 	}
 	h.mu.Unlock()
-	if ok {
+	if held {
 		r.closePlane()
 		h.ops.retire(r.epoch)
-		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front rejoins)", who.Address, r.epoch)
 	}
+	return held
 }
 
 // heartbeatLoop proves the host alive to its front every Heartbeat.

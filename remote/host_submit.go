@@ -9,12 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -111,12 +111,26 @@ func shardOf(tenant string) int {
 	return int(h % hostShards)
 }
 
-// opAfterSubmits runs a tenant's operation after the submissions of the
-// tenant that arrived before it: through the tenant's shard, which admits
-// them in order (a Read sees what the steps before it wrote).
-func (h *Host) opAfterSubmits(epoch, call uint64, tenant string, op any) {
+// tenantOp is an operation of a registration's tenant: an Alloc, Free,
+// Read or Forget, from the remote or a data plane.
+type tenantOp interface {
+	GetEpoch() uint64
+	GetCall() uint64
+	GetTenant() string
+}
+
+// takeOp takes a tenant's operation: an allocation is refused while the
+// host leaves; the rest run after the tenant's submissions that arrived
+// before it, through the tenant's shard, which admits them in order (a
+// Read sees what the steps before it wrote).
+func (h *Host) takeOp(op tenantOp) {
+	epoch, call := op.GetEpoch(), op.GetCall()
+	if _, alloc := op.(*wirepb.Alloc); alloc && h.leaving.Load() {
+		h.send(outgoing{result: &wirepb.OpResult{Epoch: epoch, Call: call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
+		return
+	}
 	select {
-	case h.shards[shardOf(scoped(epoch, tenant))] <- hostJob{epoch: epoch, call: call, op: op}:
+	case h.shards[shardOf(scoped(epoch, op.GetTenant()))] <- hostJob{epoch: epoch, call: call, op: op}:
 	case <-h.quit:
 	}
 }
@@ -332,7 +346,7 @@ type hostReply struct {
 // (a lane's thread: it must not wait) to a replier, which answers them in
 // batches: one wake for all that ended meanwhile.
 type replyQueue struct {
-	queued atomic.Pointer[queuedItem[hostReply]] // newest first
+	queued stack[hostReply]
 	wake   chan struct{}
 }
 
@@ -340,21 +354,15 @@ func newReplyQueue() *replyQueue { return &replyQueue{wake: make(chan struct{}, 
 
 // push queues r and wakes the replier; it never waits.
 func (q *replyQueue) push(r hostReply) {
-	item := &queuedItem[hostReply]{v: r}
-	for {
-		item.next = q.queued.Load()
-		if q.queued.CompareAndSwap(item.next, item) {
-			break
-		}
-	}
+	q.queued.push(r)
 	select {
 	case q.wake <- struct{}{}:
 	default: // awake already: it looks again before it sleeps
 	}
 }
 
-// replyLoop answers q's submissions as they end, oldest first. At Stop,
-// what is left is answered too (the scheduler ended it).
+// replyLoop answers q's submissions as they end, oldest first, until the
+// host stops (what ends after goes unanswered: h.send drops it then).
 func (h *Host) replyLoop(q *replyQueue) {
 	defer h.wg.Done()
 	var batch []hostReply
@@ -364,13 +372,9 @@ func (h *Host) replyLoop(q *replyQueue) {
 		case <-h.quit:
 			return
 		}
-		for list := q.queued.Swap(nil); list != nil; list = q.queued.Swap(nil) {
-			batch = batch[:0]
-			for it := list; it != nil; it = it.next {
-				batch = append(batch, it.v)
-			}
-			for i := len(batch) - 1; i >= 0; i-- {
-				h.reply(batch[i].j, batch[i].p)
+		for batch = q.queued.take(batch[:0]); len(batch) > 0; batch = q.queued.take(batch[:0]) {
+			for i, r := range batch {
+				h.reply(r.j, r.p)
 				batch[i] = hostReply{}
 			}
 		}
