@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -449,10 +450,21 @@ func (m *membership) renew() {
 	retire(old, oldProvider)
 }
 
-// quietActorSystem is an actor system that logs nothing: fronts and hosts
-// say what matters themselves (Logf).
+// RemoteLogEnv names the variable that makes protoactor-go's own log
+// (its endpoints connecting, losing connections, dead letters) go to
+// standard error at a level: "debug", "info", "warn" or "error". Unset,
+// it logs nothing: fronts and hosts say what matters themselves (Logf).
+// For diagnosing the wire, not for serving.
+const RemoteLogEnv = "LANES_REMOTE_LOG"
+
+// quietActorSystem is an actor system that logs only what RemoteLogEnv
+// asks for.
 func quietActorSystem() *actor.ActorSystem {
 	logger := slog.New(slog.DiscardHandler)
+	var level slog.Level
+	if v := os.Getenv(RemoteLogEnv); v != "" && level.UnmarshalText([]byte(v)) == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("pid", os.Getpid())
+	}
 	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 }
 

@@ -72,7 +72,7 @@ func (h *Host) takePlane(r *registration, m *wirepb.Welcome) {
 		return
 	}
 	drop := func(why string, err error) {
-		if h.drop(r) {
+		if h.drop(r, "its data plane "+why+": "+err.Error()) {
 			h.cfg.Logf("the data plane of the front at %s (epoch %d) %s: %v; registration dropped (the front joins again)", r.front.Address, r.epoch, why, err)
 		}
 	}

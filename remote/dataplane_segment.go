@@ -93,7 +93,7 @@ func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
 	}
 	fd, err := unix.Open(offer.Path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w (a host on another machine, in another PID namespace, or of another user?)", offer.Path, err)
+		return nil, fmt.Errorf("open %s: %w (the host let this registration go already, or it is on another machine, in another PID namespace, or of another user)", offer.Path, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t

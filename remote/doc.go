@@ -10,9 +10,14 @@
 // them. Registration agrees on
 // a protocol version ([Protocol]; a mismatch is refused, not crashed on)
 // and gives the host an epoch that every later message carries: what a
-// lost host says late is dropped. Hosts send heartbeats; a host silent for
+// lost host says late is dropped. It takes three messages: the host's
+// Hello, the front's Welcome, and the host's first heartbeat under the
+// epoch, which shows the host still holds it; only then is a call routed
+// there. Hosts send heartbeats; a host silent for
 // [FrontConfig.LostAfter], whose address the remote reports terminated,
-// whose process exited or whose device is poisoned is lost at once: its
+// whose process exited or whose device is poisoned, or that answers a
+// message with its word that it dropped the registration (the connection
+// from the front ended, say), is lost at once: its
 // calls in flight end indeterminate exactly once ([HostLostError]), and its
 // tenants' calls answer [DeviceStateLostError] until they Forget and set up
 // again.

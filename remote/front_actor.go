@@ -36,6 +36,13 @@ func (a *frontActor) Receive(ctx actor.Context) {
 	}
 	switch m := ctx.Message().(type) {
 	case *wirepb.Heartbeat:
+		if p := l.pendingUnder(m.Epoch); p != nil && !a.firstBeat(ctx, l, m, p) {
+			return
+		}
+		if m.Dropped != "" {
+			l.droppedBy(m.Epoch, m.Dropped)
+			return
+		}
 		if !l.heardFrom(m.Epoch) {
 			return
 		}
@@ -88,6 +95,10 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	if !l.joining(m.Attempt) {
 		return // the answer to a join given up on, or a second answer
 	}
+	if w := l.welcomedUnder(m.Epoch); w != nil {
+		a.f.tell(sender, w) // the same Hello again (its Welcome was lost, say): the same answer
+		return
+	}
 	w := CheckHello(m)
 	w.Epoch = m.Epoch
 	var plane *dataPlane
@@ -104,14 +115,35 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	for _, d := range m.Devices {
 		lanes += int(d.Lanes)
 	}
+	if old := l.awaitFirstBeat(w, m.Host, lanes); old != 0 {
+		l.closePlane(old) // an earlier Hello of this join, since dropped by the host
+	}
 	if plane != nil {
 		l.startPlane(a, m.Epoch, plane) // before it serves: the first submission goes through it
 	}
-	if l.registered(m.Epoch, m.Host, lanes) {
-		ctx.Watch(sender)
-	} else if plane != nil {
-		l.closePlane(m.Epoch)
+}
+
+// firstBeat takes the first heartbeat of a registration the front
+// welcomed: the host holds it, and it serves from now on; or the host
+// says it dropped it before it served (the connection from the front
+// ended meanwhile, say), and the front joins again. A registration
+// serves only once the host has shown it holds it, so no call goes to
+// one the host no longer has.
+func (a *frontActor) firstBeat(ctx actor.Context, l *link, m *wirepb.Heartbeat, p *pendingReg) (serving bool) {
+	if m.Dropped != "" {
+		if l.dropPending(m.Epoch) {
+			l.closePlane(m.Epoch)
+			a.f.cfg.Logf("host %s dropped its registration %d before it served (%s): joining again", l.name, m.Epoch, m.Dropped)
+			l.event("dropped")
+		}
+		return false
 	}
+	if l.registered(m.Epoch, p.host, p.lanes) {
+		ctx.Watch(ctx.Sender())
+		return true
+	}
+	l.closePlane(m.Epoch)
+	return false
 }
 
 // receipts ends each call its receipt answers; a receipt of another epoch,

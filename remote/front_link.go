@@ -126,11 +126,13 @@ type link struct {
 	refusal       string
 	refusedForNow bool // the host's own refusal (full, leaving): it may take the front later
 	lostHow       string
-	since         time.Time // when state last changed
-	attempt       uint64    // the join in progress
-	lanes         int       // the lanes the host serves, from its Hello
-	hostName      string    // the name the host gave
-	startErr      error     // why the first launch failed, if it did
+	dropped       bool        // the host said it dropped the registration: it is up, joined again as it is
+	since         time.Time   // when state last changed
+	attempt       uint64      // the join in progress
+	pending       *pendingReg // the registration welcomed in this join, until the host's first heartbeat under it
+	lanes         int         // the lanes the host serves, from its Hello
+	hostName      string      // the name the host gave
+	startErr      error       // why the first launch failed, if it did
 	proc          *os.Process
 	stdin         io.Closer
 	exited        chan struct{} // closed when the launched process exited
@@ -145,7 +147,7 @@ type link struct {
 	readBytes   atomic.Int64 // read-back bytes in flight from the host
 	trips       roundTrips
 	out         combiner[frontOut] // submissions and operations, in the order callers made them
-	events      chan string        // "registered", "refused", "busy", "lost", "left", "exited": to the supervisor
+	events      chan string        // "registered", "dropped", "refused", "busy", "lost", "left", "exited": to the supervisor
 	firstAnswer chan struct{}      // closed at the first registration or refusal
 	answerOnce  sync.Once
 }
@@ -257,7 +259,61 @@ func (l *link) event(e string) {
 	}
 }
 
-// registered takes a host's accepted Hello: serving under epoch.
+// pendingReg is a registration the front welcomed and the host has not
+// yet shown it holds (its first heartbeat under it).
+type pendingReg struct {
+	welcome *wirepb.Welcome // the answer given, given again to the same Hello
+	host    string          // the name the host gave
+	lanes   int
+}
+
+// awaitFirstBeat notes the Welcome given to a Hello of the join in
+// progress; the host serves from its first heartbeat under that epoch. It
+// returns the epoch of an earlier Hello of the join it replaces, if any.
+func (l *link) awaitFirstBeat(w *wirepb.Welcome, hostName string, lanes int) (replaced uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending != nil && l.pending.welcome.Epoch != w.Epoch {
+		replaced = l.pending.welcome.Epoch
+	}
+	l.pending = &pendingReg{welcome: w, host: hostName, lanes: lanes}
+	return replaced
+}
+
+// welcomedUnder is the Welcome the front gave the Hello of epoch, if it
+// awaits that registration's first heartbeat.
+func (l *link) welcomedUnder(epoch uint64) *wirepb.Welcome {
+	if p := l.pendingUnder(epoch); p != nil {
+		return p.welcome
+	}
+	return nil
+}
+
+// pendingUnder is the registration of epoch the front welcomed and awaits
+// the first heartbeat of, or nil.
+func (l *link) pendingUnder(epoch uint64) *pendingReg {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.pending; p != nil && p.welcome.Epoch == epoch && l.state == HostJoining {
+		return p
+	}
+	return nil
+}
+
+// dropPending forgets the welcomed registration of epoch: false if it was
+// not the one awaited.
+func (l *link) dropPending(epoch uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.pending; p == nil || p.welcome.Epoch != epoch {
+		return false
+	}
+	l.pending = nil
+	return true
+}
+
+// registered takes a host's first heartbeat under a registration the
+// front welcomed: serving under epoch.
 func (l *link) registered(epoch uint64, hostName string, lanes int) bool {
 	l.mu.Lock()
 	if l.state != HostJoining {
@@ -267,6 +323,11 @@ func (l *link) registered(epoch uint64, hostName string, lanes int) bool {
 	l.knownMu.Lock()
 	l.known = map[uint64]bool{}
 	l.knownMu.Unlock()
+	if l.pending == nil || l.pending.welcome.Epoch != epoch {
+		l.mu.Unlock()
+		return false
+	}
+	l.pending = nil
 	l.epoch, l.tenants, l.hostName, l.lanes = epoch, 0, hostName, max(lanes, 1)
 	l.trips.reset()
 	l.heardAt.Store(time.Now().UnixNano())
@@ -375,6 +436,30 @@ func (l *link) lose(epoch uint64, how string) {
 	n := l.endInFlight(epoch, how)
 	l.f.cfg.Logf("host %s (epoch %d) lost: %s; %d calls in flight end indeterminate", l.name, epoch, how, n)
 	l.event("lost")
+}
+
+// droppedBy: the host says it no longer holds the registration of epoch,
+// and why. The front loses it now (its calls in flight end
+// indeterminate: they may have run before) rather than at its silence,
+// and joins the host again as it is: it answered, so a launched host is
+// not restarted.
+func (l *link) droppedBy(epoch uint64, why string) {
+	l.mu.Lock()
+	if l.epoch == epoch && l.state == HostServing {
+		l.dropped = true
+	}
+	l.mu.Unlock()
+	l.lose(epoch, "the host dropped the registration: "+why)
+}
+
+// rejoinAsIs reports, once, whether the last loss was the host's word
+// that it dropped the registration (droppedBy).
+func (l *link) rejoinAsIs() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.dropped
+	l.dropped = false
+	return d
 }
 
 // endInFlight ends every call in flight on the host under epoch with a

@@ -96,6 +96,7 @@ func readAllowance(bytes int64) time.Duration {
 func (l *link) supervise() {
 	defer l.f.wg.Done()
 	backoff := l.f.cfg.RestartBackoff
+	asIs := false // the host dropped the registration itself: joined again without a restart
 	for first := true; ; first = false {
 		if !first && !l.pause(backoff) {
 			return
@@ -103,7 +104,7 @@ func (l *link) supervise() {
 		if l.unlisted() && !l.awaitListed() {
 			return // a host of the cluster is joined again only while it is a member
 		}
-		if l.launch != nil {
+		if l.launch != nil && !asIs {
 			if !first {
 				l.mu.Lock()
 				l.restarts++
@@ -121,11 +122,15 @@ func (l *link) supervise() {
 				continue
 			}
 		}
+		asIs = false
 		switch l.join() {
 		case "stopped":
 			return
 		case "unlisted":
 			continue // it left the membership before it registered
+		case "dropped":
+			asIs = !l.processExited() // it answered: joined again as it is
+			continue
 		case "refused":
 			l.kill()
 			return
@@ -149,6 +154,10 @@ func (l *link) supervise() {
 					return // asked to leave (SIGTERM, say): it stops itself, and stays out
 				}
 			}
+			if asIs = l.rejoinAsIs(); asIs && !l.processExited() {
+				continue
+			}
+			asIs = false
 		default: // no answer in time
 			backoff = min(2*backoff, 5*time.Second)
 		}
@@ -177,8 +186,12 @@ func (l *link) join() string {
 		l.since = since // a lost host stays lost, to the eye, until it serves again
 	}
 	l.attempt = joinAttempts.Add(1)
-	pid, attempt := l.pid, l.attempt
+	pid, attempt, stale := l.pid, l.attempt, l.pending
+	l.pending = nil
 	l.mu.Unlock()
+	if stale != nil {
+		l.closePlane(stale.welcome.Epoch) // welcomed in a join given up on
+	}
 	deadline := time.After(l.f.cfg.JoinTimeout)
 	retry := time.Second
 	if l.fromCluster {
@@ -188,7 +201,7 @@ func (l *link) join() string {
 		l.f.tell(pid, &wirepb.Join{Protocol: Protocol, Front: l.f.sys.addr, Attempt: attempt})
 		select {
 		case e := <-l.events:
-			if e == "registered" || e == "refused" || e == "busy" || e == "exited" && l.processExited() {
+			if e == "registered" || e == "dropped" || e == "refused" || e == "busy" || e == "exited" && l.processExited() {
 				return e
 			}
 		case <-time.After(retry):

@@ -106,6 +106,7 @@ type Host struct {
 	regs      map[uint64]*registration // by epoch
 	byFront   map[string]*registration // by the front's address
 	replaced  map[uint64]*registration // registrations a front's new Join replaced, by epoch (a few)
+	dropped   map[uint64]*droppedReg   // registrations the host dropped, by epoch (a few): told their fronts when they speak under them
 	lastEpoch uint64
 	heartbeat uint64
 
@@ -248,7 +249,7 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, sys: sys, sched: sched, quit: make(chan struct{}), regs: map[uint64]*registration{}, byFront: map[string]*registration{},
-		replaced: map[uint64]*registration{}}
+		replaced: map[uint64]*registration{}, dropped: map[uint64]*droppedReg{}}
 	h.ops, err = startHostOps(h)
 	if err != nil {
 		releaseSystem(sys, HostActor, nil)
@@ -373,20 +374,29 @@ func (h *Host) Receive(ctx actor.Context) {
 	case *wirepb.Welcome:
 		if h.sentBy(ctx, m.Epoch) {
 			h.welcome(m) // the front is watched since it joined
+			if m.Accepted {
+				h.tellDropped(ctx.Sender(), m.Epoch)
+			}
 		}
 	case *wirepb.Submits:
 		h.submits(m, ctx.Sender(), false)
+		if len(m.Submits) > 0 && m.Submits[0] != nil {
+			h.tellDropped(ctx.Sender(), m.Submits[0].Epoch)
+		}
 	case *leaveNow:
 		h.startLeaving()
 		close(m.done)
 	case *wirepb.Alloc, *wirepb.Free, *wirepb.Read, *wirepb.Forget:
 		if op := m.(tenantOp); h.opSentBy(ctx, op.GetEpoch()) {
 			h.takeOp(op)
+			h.tellDropped(ctx.Sender(), op.GetEpoch())
 		}
 	case *wirepb.Probe:
 		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() && h.sentBy(ctx, m.Epoch) {
 			r.probed.Store(m.Seq) // echoed in the next heartbeat
 			r.heardAt.Store(time.Now().UnixNano())
+		} else if !ok {
+			h.tellDropped(ctx.Sender(), m.Epoch)
 		}
 	}
 }

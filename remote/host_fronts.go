@@ -84,8 +84,15 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 	r.hello = hello
 	h.mu.Unlock()
 	h.tell(front, hello)
+	if afterHello != nil {
+		afterHello(h, front)
+	}
 	return front
 }
+
+// afterHello, set by a test, runs on the host's actor after each Hello it
+// sends (before the front's answer can be taken).
+var afterHello func(h *Host, front *actor.PID)
 
 // unwelcomedFor is how long a registration may wait for its front's
 // Welcome before another front may take its place.
@@ -100,7 +107,7 @@ const unwelcomedFor = 3 * time.Second
 func (h *Host) pruneLocked() {
 	for _, r := range h.byFront {
 		if !r.welcomed && time.Since(r.joined) > unwelcomedFor {
-			h.dropLocked(r)
+			h.dropLocked(r, fmt.Sprintf("its front did not welcome it within %v", unwelcomedFor))
 			go r.closePlane()
 			go h.ops.retire(r.epoch)
 		}
@@ -121,11 +128,11 @@ func (h *Host) welcome(m *wirepb.Welcome) {
 	r, ok := h.regs[m.Epoch]
 	if !ok {
 		h.mu.Unlock()
-		return // the answer to a Hello of an epoch since replaced
+		return // the answer to a Hello of an epoch since replaced (or dropped: the actor tells its front)
 	}
 	if !m.Accepted {
 		h.mu.Unlock()
-		if h.drop(r) {
+		if h.drop(r, "its front let the host go: "+m.Refusal) {
 			h.cfg.Logf("the front at %s let this host go: %s", r.front.Address, m.Refusal)
 		}
 		return
@@ -170,18 +177,51 @@ func (h *Host) evictSilentLocked() {
 	if quiet == nil {
 		return
 	}
-	h.dropLocked(quiet)
+	h.dropLocked(quiet, fmt.Sprintf("its front sent nothing for over %v, and its place went to a new front", h.cfg.SilentFront))
 	go quiet.closePlane()
 	go h.ops.retire(quiet.epoch)
 	h.cfg.Logf("the front at %s has sent nothing for over %v: its place goes to a new front (registration %d dropped)", quiet.front.Address, h.cfg.SilentFront, quiet.epoch)
 }
 
-// dropLocked forgets a registration (h.mu held).
-func (h *Host) dropLocked(r *registration) {
+// dropLocked forgets a registration (h.mu held), keeping why a while for
+// its front (tellDropped).
+func (h *Host) dropLocked(r *registration, why string) {
 	delete(h.regs, r.epoch)
 	if h.byFront[r.front.Address] == r {
 		delete(h.byFront, r.front.Address)
 	}
+	if len(h.dropped) >= maxDropped {
+		clear(h.dropped)
+	}
+	h.dropped[r.epoch] = &droppedReg{front: r.front.Address, why: why}
+}
+
+// maxDropped bounds the dropped registrations a host remembers.
+const maxDropped = 64
+
+// droppedReg is what a host remembers of a registration it dropped.
+type droppedReg struct {
+	front string // the front's address
+	why   string
+	told  time.Time // when the host last told the front (the actor's)
+}
+
+// tellDropped tells a front that speaks under a registration the host
+// dropped that it did (a heartbeat saying why), at most every 100 ms: a
+// live front that never learnt of it (the connection from it ended and
+// came back, say) would otherwise lose the host only at its silence,
+// with its calls in flight, and serve nothing there meanwhile. From the
+// host's actor.
+func (h *Host) tellDropped(sender *actor.PID, epoch uint64) {
+	h.mu.Lock()
+	d, ok := h.dropped[epoch]
+	if !ok || sender == nil || sender.Address != d.front || time.Since(d.told) < 100*time.Millisecond {
+		h.mu.Unlock()
+		return
+	}
+	d.told = time.Now()
+	h.mu.Unlock()
+	h.tell(sender, &wirepb.Heartbeat{Epoch: epoch, SentUnixNano: time.Now().UnixNano(), Dropped: d.why})
 }
 
 // frontGone: the remote lost the connection to a front (it died, or a
@@ -195,18 +235,19 @@ func (h *Host) frontGone(who *actor.PID) {
 	h.mu.Lock()
 	r, ok := h.byFront[who.Address]
 	h.mu.Unlock()
-	if ok && h.drop(r) {
-		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front rejoins)", who.Address, r.epoch)
+	if ok && h.drop(r, "the connection from its front ended (messages on it may be lost)") {
+		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front is told when it speaks under it, and joins again)", who.Address, r.epoch)
 	}
 }
 
-// drop forgets a registration the host still holds, lets its data plane
-// go and retires its tenants; false if it was dropped already.
-func (h *Host) drop(r *registration) bool {
+// drop forgets a registration the host still holds (saying why to its
+// front if it speaks under it again), lets its data plane go and retires
+// its tenants; false if it was dropped already.
+func (h *Host) drop(r *registration, why string) bool {
 	h.mu.Lock()
 	held := h.regs[r.epoch] == r
 	if held {
-		h.dropLocked(r)
+		h.dropLocked(r, why)
 	}
 	h.mu.Unlock()
 	if held {

@@ -363,7 +363,12 @@ type Heartbeat struct {
 	DeviceFault string `protobuf:"bytes,4,opt,name=device_fault,json=deviceFault,proto3" json:"device_fault,omitempty"`
 	// The newest Probe of this registration the host received: proof that
 	// the way from the front to the host works too.
-	ProbeEcho     uint64 `protobuf:"varint,5,opt,name=probe_echo,json=probeEcho,proto3" json:"probe_echo,omitempty"`
+	ProbeEcho uint64 `protobuf:"varint,5,opt,name=probe_echo,json=probeEcho,proto3" json:"probe_echo,omitempty"`
+	// Set, the host no longer holds this registration and says why (the
+	// connection from the front ended, say): its answer to a message under
+	// it (a Welcome, a probe, a submission). The front loses the epoch at
+	// once, instead of at its silence, and joins the host again.
+	Dropped       string `protobuf:"bytes,6,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -431,6 +436,13 @@ func (x *Heartbeat) GetProbeEcho() uint64 {
 		return x.ProbeEcho
 	}
 	return 0
+}
+
+func (x *Heartbeat) GetDropped() string {
+	if x != nil {
+		return x.Dropped
+	}
+	return ""
 }
 
 // Probe is the front's own heartbeat to a host (every LostAfter/5); the
@@ -2395,14 +2407,15 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\binstance\x18\x01 \x01(\x04R\binstance\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x03 \x01(\tR\abackend\x12\x14\n" +
-	"\x05lanes\x18\x04 \x01(\rR\x05lanes\"\x9b\x01\n" +
+	"\x05lanes\x18\x04 \x01(\rR\x05lanes\"\xb5\x01\n" +
 	"\tHeartbeat\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x12!\n" +
 	"\fdevice_fault\x18\x04 \x01(\tR\vdeviceFault\x12\x1d\n" +
 	"\n" +
-	"probe_echo\x18\x05 \x01(\x04R\tprobeEcho\"/\n" +
+	"probe_echo\x18\x05 \x01(\x04R\tprobeEcho\x12\x18\n" +
+	"\adropped\x18\x06 \x01(\tR\adropped\"/\n" +
 	"\x05Probe\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x82\x01\n" +

@@ -1,0 +1,142 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+)
+
+// logLines keeps what a front or host logs, for tests that look for a line.
+type logLines struct {
+	t     *testing.T
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(format string, args ...any) {
+	l.t.Helper()
+	l.t.Logf(format, args...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, format)
+}
+
+func (l *logLines) said(part string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.lines {
+		if strings.Contains(s, part) {
+			return true
+		}
+	}
+	return false
+}
+
+// serveHere serves a host in this process on a sim device: the front of
+// the same process reaches it at its own address.
+func serveHere(t *testing.T) *Host {
+	t.Helper()
+	dev, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Serve(context.Background(), HostConfig{Name: "here", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("Serve: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = h.Stop(context.Background()) })
+	return h
+}
+
+// startFrontHere starts a front on the host of this process. Its bound is
+// long: a loss by silence would say so, and the tests here look for the
+// host's own word.
+func startFrontHere(t *testing.T, h *Host, log *logLines, noDataPlane bool) *Front {
+	t.Helper()
+	f, err := StartFront(context.Background(), FrontConfig{Hosts: []string{h.Address()}, LostAfter: 30 * time.Second, Logf: log.logf, NoDataPlane: noDataPlane})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = f.Stop(context.Background()) })
+	return f
+}
+
+func allocOK(t *testing.T, f *Front, tenant string) {
+	t.Helper()
+	if _, err := f.Alloc(context.Background(), tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32}); err != nil {
+		t.Fatalf("Alloc for %s: got err %v, want nil", tenant, err)
+	}
+}
+
+// TestARegistrationDroppedBeforeItServesIsJoinedAgain: the host drops a
+// registration between its Hello and the front's Welcome (the connection
+// from the front ended meanwhile). The front serves only once the host
+// shows it holds the registration, so it joins again, and no call is sent
+// to the one dropped: the first Alloc succeeds, and the host was never
+// lost.
+func TestARegistrationDroppedBeforeItServesIsJoinedAgain(t *testing.T) {
+	var dropped uint64
+	var once sync.Once
+	afterHello = func(h *Host, front *actor.PID) {
+		once.Do(func() {
+			dropped = h.Epoch()
+			h.frontGone(front)
+		})
+	}
+	t.Cleanup(func() { afterHello = nil })
+	h := serveHere(t)
+	log := &logLines{t: t}
+	f := startFrontHere(t, h, log, false)
+	allocOK(t, f, "t")
+	st := f.Hosts()[0]
+	if st.State != HostServing || st.Epoch == dropped || st.Losses != 0 {
+		t.Errorf("the host: got %v under epoch %d with %d losses, want serving under another epoch than the dropped %d, never lost", st.State, st.Epoch, st.Losses, dropped)
+	}
+	if !log.said("before it served") {
+		t.Errorf("the front's log: want it to say the host dropped its registration before it served")
+	}
+}
+
+// TestADroppedRegistrationIsLostAtOnce: a host drops a serving
+// registration while its front lives (the connection from the front
+// ended). Through the remote alone (a data plane closed is seen at once),
+// the front's next message under it is answered with the host's word, so
+// the front loses the host now, saying why, not at its silence (30 s
+// here), and joins it again as it is.
+func TestADroppedRegistrationIsLostAtOnce(t *testing.T) {
+	h := serveHere(t)
+	log := &logLines{t: t}
+	f := startFrontHere(t, h, log, true)
+	allocOK(t, f, "t")
+	first := f.Hosts()[0].Epoch
+	h.frontGone(actor.NewPID(f.sys.addr, FrontActor))
+	_, err := f.Alloc(context.Background(), "u", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	var lost *HostLostError
+	if !errors.As(err, &lost) || !strings.Contains(lost.Cause, "dropped the registration") {
+		t.Fatalf("Alloc under the dropped registration: got err %v, want a HostLostError saying the host dropped the registration", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for st := f.Hosts()[0]; st.State != HostServing || st.Epoch == first; st = f.Hosts()[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("the host after its drop: got %v under epoch %d (lost: %s), want serving again under a new epoch", st.State, st.Epoch, st.LostHow)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := f.Hosts()[0]
+	if st.Losses != 1 || !strings.Contains(st.LostHow, "the connection from its front ended") {
+		t.Errorf("the host's status: got %d losses, last %q; want 1, saying the connection from its front ended", st.Losses, st.LostHow)
+	}
+	if err := f.Forget(context.Background(), "u"); err != nil {
+		t.Fatalf("Forget u (its state went with the registration): got err %v, want nil", err)
+	}
+	allocOK(t, f, "u")
+}
