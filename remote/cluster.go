@@ -457,13 +457,22 @@ func (m *membership) renew() {
 // For diagnosing the wire, not for serving.
 const RemoteLogEnv = "LANES_REMOTE_LOG"
 
+// badRemoteLog says once that RemoteLogEnv's value was not a level.
+var badRemoteLog sync.Once
+
 // quietActorSystem is an actor system that logs only what RemoteLogEnv
 // asks for.
 func quietActorSystem() *actor.ActorSystem {
 	logger := slog.New(slog.DiscardHandler)
 	var level slog.Level
-	if v := os.Getenv(RemoteLogEnv); v != "" && level.UnmarshalText([]byte(v)) == nil {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("pid", os.Getpid())
+	if v := os.Getenv(RemoteLogEnv); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			badRemoteLog.Do(func() {
+				fmt.Fprintf(os.Stderr, "lanes: %s=%q is not a level (debug, info, warn or error): protoactor-go's log stays off\n", RemoteLogEnv, v)
+			})
+		} else {
+			logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("pid", os.Getpid())
+		}
 	}
 	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 }
