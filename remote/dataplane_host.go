@@ -73,7 +73,7 @@ func (h *Host) takePlane(r *registration, m *wirepb.Welcome) {
 	}
 	drop := func(why string, err error) {
 		if h.drop(r, "its data plane "+why+": "+err.Error()) {
-			h.cfg.Logf("the data plane of the front at %s (epoch %d) %s: %v; registration dropped (the front joins again)", r.front.Address, r.epoch, why, err)
+			h.cfg.Logf("the data plane of the front at %s (epoch %d) %s: %v; registration dropped (a front that did not stop joins again)", r.front.Address, r.epoch, why, err)
 		}
 	}
 	p.held = func() bool {
