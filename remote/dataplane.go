@@ -35,6 +35,7 @@ const (
 	planeReceipts uint16 = 11 // host to front
 	planeResult   uint16 = 12
 	planeLeaving  uint16 = 13
+	planeDropped  uint16 = 14 // a Heartbeat saying the host dropped the registration, its last record
 )
 
 // The segment: a page of header, the front's ring (front to host), the

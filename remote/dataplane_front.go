@@ -20,6 +20,7 @@ var frontReads = map[uint16]func() proto.Message{
 	planeReceipts: func() proto.Message { return &wirepb.Receipts{} },
 	planeResult:   func() proto.Message { return &wirepb.OpResult{} },
 	planeLeaving:  func() proto.Message { return &wirepb.Leaving{} },
+	planeDropped:  func() proto.Message { return &wirepb.Heartbeat{} },
 }
 
 // linkPlane is a link's data plane under one epoch.
@@ -54,15 +55,22 @@ func (l *link) startPlane(a *frontActor, epoch uint64, p *dataPlane) {
 		return
 	}
 	go func() {
+		dropped := "" // the host's last word: why it dropped the registration
 		err := p.read(func(kind uint16, b []byte) error {
 			msg, err := decodePlane(kind, b, frontReads)
 			if err != nil {
 				return err
 			}
+			if hb, ok := msg.(*wirepb.Heartbeat); ok {
+				dropped = hb.Dropped
+				return nil
+			}
 			a.fromHost(l, msg)
 			return nil
 		}, p.held)
 		switch {
+		case errors.Is(err, errPeerClosed) && dropped != "":
+			l.droppedBy(epoch, dropped) // after the reader ended: its loss does not wait on it
 		case errors.Is(err, errPeerClosed):
 			// The host let the registration go (it stopped, or found a
 			// record it could not take): lost now, not at its silence.

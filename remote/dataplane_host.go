@@ -7,6 +7,7 @@ package remote
 import (
 	"errors"
 	"net"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -113,6 +114,7 @@ func (h *Host) fromPlane(r *registration, kind uint16, b []byte) error {
 		h.sys.guard.dropped.Add(1) // another registration's message on this one's plane
 		return nil
 	}
+	r.heard()
 	h.takeOp(op)
 	return nil
 }
@@ -121,8 +123,13 @@ func (h *Host) fromPlane(r *registration, kind uint16, b []byte) error {
 // through the remote.
 func (r *registration) planeFor() *dataPlane { return r.plane.Load() }
 
-// closePlane lets the registration's data plane go (offered or taken).
-func (r *registration) closePlane() {
+// closePlane lets the registration's data plane go (offered or taken),
+// its last record saying why when why is given: the front, which sees
+// the plane close, loses the registration for that reason.
+func (r *registration) closePlane(why string) {
+	if p := r.plane.Load(); p != nil && why != "" {
+		_ = p.send(planeDropped, &wirepb.Heartbeat{Epoch: r.epoch, SentUnixNano: time.Now().UnixNano(), Dropped: why})
+	}
 	for _, p := range []*dataPlane{r.offered.Swap(nil), r.plane.Swap(nil)} {
 		if p != nil {
 			p.close()
@@ -158,7 +165,7 @@ func (h *Host) closePlanes() {
 	h.mu.Unlock()
 	for _, r := range regs {
 		p := r.plane.Load()
-		r.closePlane()
+		r.closePlane("the host stopped")
 		if p != nil {
 			<-p.done // its reader hands nothing to the host from now on
 		}

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/remote/wirepb"
 )
 
 // logLines keeps what a front or host logs, for tests that look for a line.
@@ -108,14 +110,20 @@ func TestARegistrationDroppedBeforeItServesIsJoinedAgain(t *testing.T) {
 
 // TestADroppedRegistrationIsLostAtOnce: a host drops a serving
 // registration while its front lives (the connection from the front
-// ended). Through the remote alone (a data plane closed is seen at once),
-// the front's next message under it is answered with the host's word, so
-// the front loses the host now, saying why, not at its silence (30 s
-// here), and joins it again as it is.
+// ended). Through the remote alone, the front's next message under it is
+// answered with the host's word; through the data plane, the plane's last
+// record says it. Either way the front loses the host now, saying why,
+// not at its silence (30 s here), and joins it again as it is.
 func TestADroppedRegistrationIsLostAtOnce(t *testing.T) {
+	for _, noDataPlane := range []bool{true, false} {
+		t.Run(fmt.Sprintf("NoDataPlane=%v", noDataPlane), func(t *testing.T) { droppedIsLostAtOnce(t, noDataPlane) })
+	}
+}
+
+func droppedIsLostAtOnce(t *testing.T, noDataPlane bool) {
 	h := serveHere(t)
 	log := &logLines{t: t}
-	f := startFrontHere(t, h, log, true)
+	f := startFrontHere(t, h, log, noDataPlane)
 	allocOK(t, f, "t")
 	first := f.Hosts()[0].Epoch
 	h.frontGone(actor.NewPID(f.sys.addr, FrontActor))
@@ -139,4 +147,35 @@ func TestADroppedRegistrationIsLostAtOnce(t *testing.T) {
 		t.Fatalf("Forget u (its state went with the registration): got err %v, want nil", err)
 	}
 	allocOK(t, f, "u")
+}
+
+// TestABusyFrontKeepsItsPlace: a front whose probes are far apart (its
+// LostAfter is long) but whose calls keep coming is alive to the host:
+// a new front that finds the host full does not take its place however
+// short SilentFront is.
+func TestABusyFrontKeepsItsPlace(t *testing.T) {
+	dev, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Serve(context.Background(), HostConfig{Name: "here", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf,
+		MaxFronts: 1, SilentFront: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Serve: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = h.Stop(context.Background()) })
+	f := startFrontHere(t, h, &logLines{t: t}, false) // probes every 6 s
+	allocOK(t, f, "t")
+	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); {
+		if err := f.Forget(context.Background(), "t"); err != nil {
+			t.Fatalf("Forget: got err %v, want nil", err)
+		}
+		allocOK(t, f, "t")
+	}
+	if front := h.join(&wirepb.Join{Protocol: Protocol, Front: "127.0.0.1:9", Attempt: 1}); front != nil {
+		t.Fatalf("a second front's join on a full host: got a registration, want it refused while the first front's calls keep coming")
+	}
+	if st := f.Hosts()[0]; st.State != HostServing || st.Losses != 0 {
+		t.Errorf("the busy front's host: got %v with %d losses, want serving, never lost", st.State, st.Losses)
+	}
 }

@@ -21,7 +21,7 @@ var ErrHostLost = cuda.NewSentinel(cuda.CodeHostLost, "remote: lane host lost")
 type HostLostError struct {
 	Host  string // the host's name
 	Epoch uint64 // the registration the call was sent under
-	Cause string // how the front learned it: heartbeat, exit, terminated, stopped
+	Cause string // how the front learned it, in words: HostStatus.LostHow of the loss ("silent for 1.2s (bound 1s)", "the remote's connection to its address ended (…)", "the host dropped the registration: …", "the front stopped", …)
 }
 
 // Error says which host, and that the outcome is unknown.

@@ -297,7 +297,7 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 				}
 			case <-deadline.C:
 				ask.Stop()
-				return fmt.Errorf("%w: host %s did not register within %v (is it up at that address, and can it reach this front at %s? see Advertise on both sides)", ErrNoHost, l.name, f.cfg.JoinTimeout, f.sys.addr)
+				return fmt.Errorf("%w: host %s did not register within %v (is it up at that address, named as it prints its address, character for character, and can it reach this front at %s? see Advertise on both sides)", ErrNoHost, l.name, f.cfg.JoinTimeout, f.sys.addr)
 			}
 		}
 		ask.Stop()

@@ -5,6 +5,7 @@
 package remote
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -23,7 +24,7 @@ func (a *frontActor) Receive(ctx actor.Context) {
 	case *actor.Terminated:
 		if l := a.f.linkAt(m.Who.GetAddress()); l != nil {
 			st := l.status()
-			l.lose(st.Epoch, "its address terminated (the remote's watch)")
+			l.lose(st.Epoch, "the remote's connection to its address ended (its process died, or the connection broke)")
 		}
 		return
 	case *wirepb.Hello:
@@ -101,6 +102,10 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	}
 	w := CheckHello(m)
 	w.Epoch = m.Epoch
+	if beat := time.Duration(m.HeartbeatNanos); w.Accepted && beat > 0 && a.f.cfg.LostAfter < 2*beat {
+		w.Accepted = false
+		w.Refusal = fmt.Sprintf("it sends a heartbeat every %v, and this front's LostAfter %v would lose it between two: give LostAfter at least %v (a few heartbeats), or the host a shorter --heartbeat", beat, a.f.cfg.LostAfter, 3*beat)
+	}
 	var plane *dataPlane
 	if w.Accepted && m.DataPlane != nil {
 		plane, w.DataPlaneRefusal = a.f.attach(l, m.DataPlane)

@@ -62,7 +62,7 @@ func (f *Front) watchSilence() {
 			}
 			silent := time.Since(time.Unix(0, l.heardAt.Load()))
 			if bound := f.cfg.LostAfter + readAllowance(l.readBytes.Load()); silent > bound {
-				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), bound))
+				l.lose(epoch, fmt.Sprintf("silent for %v (bound %v)", silent.Round(time.Millisecond), bound.Round(time.Millisecond)))
 				continue
 			}
 			// The other way: the host echoes the front's probes in its

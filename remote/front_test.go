@@ -137,10 +137,11 @@ func (c counter) value(t testing.TB, f *remote.Front) int32 {
 
 // TestFrontServesTenantsOnTwoHosts: tenants are placed across two hosts,
 // allocate, upload, run steps and read back through the front; each
-// tenant's counter holds exactly its own steps.
+// tenant's counter holds exactly its own steps. (One host's --heartbeat 0
+// is the default, as HostConfig's 0 is.)
 func TestFrontServesTenantsOnTwoHosts(t *testing.T) {
 	_, a := startHostProcess(t, "--lanes", "2")
-	_, b := startHostProcess(t, "--lanes", "2")
+	_, b := startHostProcess(t, "--lanes", "2", "--heartbeat", "0")
 	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{a, b}, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("StartFront: got err %v, want nil", err)
@@ -533,6 +534,20 @@ func TestBadLaunchFailsAtOnce(t *testing.T) {
 		if !errors.Is(err, remote.ErrConfig) || time.Since(start) > 5*time.Second {
 			t.Errorf("StartFront with %s: got err %v after %v, want remote.ErrConfig at once", l.Name, err, time.Since(start).Round(time.Millisecond))
 		}
+	}
+}
+
+// TestABoundUnderTwoHeartbeatsIsRefused: a front whose LostAfter is under
+// two of a host's heartbeats would lose it between beats over and over;
+// it refuses the host at registration, saying what to give.
+func TestABoundUnderTwoHeartbeatsIsRefused(t *testing.T) {
+	_, addr := startHostProcess(t, "--heartbeat", "200ms")
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, LostAfter: 300 * time.Millisecond, Logf: t.Logf})
+	if err == nil {
+		_ = f.Stop(context.Background())
+	}
+	if !errors.Is(err, remote.ErrRefused) || !strings.Contains(err.Error(), "heartbeat every 200ms") || !strings.Contains(err.Error(), "at least 600ms") {
+		t.Errorf("StartFront with LostAfter 300ms on a host beating every 200ms: got err %v, want remote.ErrRefused saying the heartbeat and LostAfter to give", err)
 	}
 }
 

@@ -371,9 +371,13 @@ func (g *guard) check(b *premote.MessageBatch, from string) error {
 		return fmt.Errorf("a batch before this endpoint started")
 	}
 	here := make([]bool, len(b.Targets)) // a target that is an actor of this endpoint
+	misnamed := ""                       // a target's address that is not this endpoint's
 	for i, pid := range b.Targets {
-		if pid != nil && pid.Address == sys.ProcessRegistry.Address {
+		switch {
+		case pid != nil && pid.Address == sys.ProcessRegistry.Address:
 			_, here[i] = sys.ProcessRegistry.GetLocal(pid.Id)
+		case pid != nil:
+			misnamed = pid.Address
 		}
 	}
 	kept := b.Envelopes[:0]
@@ -403,7 +407,10 @@ func (g *guard) check(b *premote.MessageBatch, from string) error {
 		kept = append(kept, e)
 	}
 	clear(b.Envelopes[len(kept):])
-	if n := len(b.Envelopes) - len(kept); n > 0 {
+	switch n := len(b.Envelopes) - len(kept); {
+	case n > 0 && misnamed != "":
+		g.say("dropped %d messages from %s (and any since the last line) addressed to %s, which is not this endpoint's address %s: the peer names this process by another address (give it the one this process prints, character for character: localhost is not 127.0.0.1)", n, from, misnamed, sys.ProcessRegistry.Address)
+	case n > 0:
 		g.say("dropped %d messages from %s (and any since the last line): system messages about another's actor, or for no actor here", n, from)
 	}
 	b.Envelopes = kept

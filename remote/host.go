@@ -64,9 +64,9 @@ type HostConfig struct {
 	// MaxFronts bounds the fronts the host serves at once (0:
 	// DefaultMaxFronts); one more is refused with the reason.
 	MaxFronts int
-	// SilentFront is how long a front may send nothing (no probe) before
-	// its place goes to a new front that finds the host full (0:
-	// DefaultSilentFront).
+	// SilentFront is how long a front may send nothing (no call, no probe)
+	// before its place goes to a new front that finds the host full (0:
+	// DefaultSilentFront, which says how to choose it).
 	SilentFront time.Duration
 	// NoDataPlane keeps every front's traffic on the remote: no
 	// same-host data plane is offered (see "Same-host data plane" in the
@@ -120,6 +120,9 @@ type Host struct {
 	stopped  atomic.Bool
 }
 
+// heard notes a message of the registration's front now.
+func (r *registration) heard() { r.heardAt.Store(time.Now().UnixNano()) }
+
 // leaveNow asks the host's actor to stop taking submissions (Leave).
 type leaveNow struct{ done chan struct{} }
 
@@ -132,7 +135,7 @@ type registration struct {
 	welcomed bool          // under Host.mu
 	joined   time.Time     // when the front joined
 	probed   atomic.Uint64 // the newest Probe from the front (the actor writes, heartbeats read)
-	heardAt  atomic.Int64  // when the front's last probe came (unix nanoseconds)
+	heardAt  atomic.Int64  // when the front's last message came (unix nanoseconds): its proof of life
 
 	templates map[uint64]lanes.Batch    // by the front's id: only the reader of its submissions touches it (the actor, or the data plane's reader)
 	offered   atomic.Pointer[dataPlane] // the data plane offered in its Hello, until the Welcome
@@ -388,13 +391,16 @@ func (h *Host) Receive(ctx actor.Context) {
 		close(m.done)
 	case *wirepb.Alloc, *wirepb.Free, *wirepb.Read, *wirepb.Forget:
 		if op := m.(tenantOp); h.opSentBy(ctx, op.GetEpoch()) {
+			if r, ok := h.serving(op.GetEpoch()); ok {
+				r.heard()
+			}
 			h.takeOp(op)
 			h.tellDropped(ctx.Sender(), op.GetEpoch())
 		}
 	case *wirepb.Probe:
 		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() && h.sentBy(ctx, m.Epoch) {
 			r.probed.Store(m.Seq) // echoed in the next heartbeat
-			r.heardAt.Store(time.Now().UnixNano())
+			r.heard()
 		} else if !ok {
 			h.tellDropped(ctx.Sender(), m.Epoch)
 		}

@@ -49,7 +49,7 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 	if old == nil && len(h.byFront) >= h.cfg.MaxFronts {
 		// Epoch 0: the refusal of this Hello must not reach a registration.
 		busy := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Attempt: m.Attempt,
-			Refusal: fmt.Sprintf("it serves %d fronts, its most (lanehost --max-fronts, HostConfig.MaxFronts)", len(h.byFront))}
+			Refusal: fmt.Sprintf("it serves %s, its most (lanehost --max-fronts, HostConfig.MaxFronts)", frontsCount(len(h.byFront)))}
 		h.mu.Unlock()
 		h.tell(front, busy)
 		return nil
@@ -63,14 +63,14 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 			clear(h.replaced)
 		}
 		h.replaced[old.epoch] = old
-		go old.closePlane() // its front dropped the epoch: answers through the plane would go nowhere
+		go old.closePlane("") // its front dropped the epoch: answers through the plane would go nowhere
 	}
 	h.regs[r.epoch], h.byFront[m.Front] = r, r
 	h.mu.Unlock()
 	if old != nil {
 		h.ops.retire(old.epoch) // its tenants: the front told them their state was lost
 	}
-	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt}
+	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt, HeartbeatNanos: int64(h.cfg.Heartbeat)}
 	for _, d := range h.cfg.Scheduler.Devices {
 		info := d.Info()
 		hello.Devices = append(hello.Devices, &wirepb.Device{Instance: info.Instance, Name: info.Name, Backend: info.Backend,
@@ -94,6 +94,14 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 // sends (before the front's answer can be taken).
 var afterHello func(h *Host, front *actor.PID)
 
+// frontsCount says n fronts in words.
+func frontsCount(n int) string {
+	if n == 1 {
+		return "1 front"
+	}
+	return fmt.Sprintf("%d fronts", n)
+}
+
 // unwelcomedFor is how long a registration may wait for its front's
 // Welcome before another front may take its place.
 const unwelcomedFor = 3 * time.Second
@@ -107,8 +115,9 @@ const unwelcomedFor = 3 * time.Second
 func (h *Host) pruneLocked() {
 	for _, r := range h.byFront {
 		if !r.welcomed && time.Since(r.joined) > unwelcomedFor {
-			h.dropLocked(r, fmt.Sprintf("its front did not welcome it within %v", unwelcomedFor))
-			go r.closePlane()
+			why := fmt.Sprintf("its front did not welcome it within %v", unwelcomedFor)
+			h.dropLocked(r, why)
+			go r.closePlane(why)
 			go h.ops.retire(r.epoch)
 		}
 	}
@@ -158,9 +167,11 @@ func (h *Host) welcomed() []*registration {
 
 // DefaultSilentFront is how long a front may send a host nothing before
 // its place goes to a new front that finds the host full
-// (HostConfig.SilentFront): a front probes its hosts several times a
-// second, so one silent this long is stopped (SIGSTOP), hung or cut off,
-// and loses the host by its own bound before it hears from it again.
+// (HostConfig.SilentFront). Every message of a front proves it alive, and
+// an idle front probes its hosts every FrontConfig.LostAfter/5 (200 ms by
+// default), so one silent this long is stopped (SIGSTOP), hung or cut off,
+// and loses the host by its own bound before it hears from it again. Keep
+// SilentFront above the probe period of the fronts' LostAfter.
 const DefaultSilentFront = 10 * time.Second
 
 // evictSilentLocked drops the registration of the front silent the
@@ -177,8 +188,9 @@ func (h *Host) evictSilentLocked() {
 	if quiet == nil {
 		return
 	}
-	h.dropLocked(quiet, fmt.Sprintf("its front sent nothing for over %v, and its place went to a new front", h.cfg.SilentFront))
-	go quiet.closePlane()
+	why := fmt.Sprintf("its front sent nothing for over %v, and its place went to a new front", h.cfg.SilentFront)
+	h.dropLocked(quiet, why)
+	go quiet.closePlane(why)
 	go h.ops.retire(quiet.epoch)
 	h.cfg.Logf("the front at %s has sent nothing for over %v: its place goes to a new front (registration %d dropped)", quiet.front.Address, h.cfg.SilentFront, quiet.epoch)
 }
@@ -251,7 +263,7 @@ func (h *Host) drop(r *registration, why string) bool {
 	}
 	h.mu.Unlock()
 	if held {
-		r.closePlane()
+		r.closePlane(why)
 		h.ops.retire(r.epoch)
 	}
 	return held

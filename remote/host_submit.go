@@ -41,6 +41,7 @@ func (h *Host) submits(m *wirepb.Submits, sender *actor.PID, viaPlane bool) {
 				r = nil
 				continue
 			}
+			r.heard()
 		}
 		h.submit(r, s, viaPlane)
 	}

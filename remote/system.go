@@ -215,7 +215,7 @@ func startSystemOn(ctx context.Context, host string, port int, advertise string,
 	// Always TLS: the user's mutual TLS, or the token's (localTLS).
 	creds := credentials.NewTLS(tlsCfg)
 	server = append(server, grpc.Creds(g.counted(creds)), grpc.ConnectionTimeout(handshakeWithin))
-	opts := []premote.ConfigOption{premote.WithServerOptions(server...), premote.WithDialOptions(grpc.WithTransportCredentials(creds), sizes),
+	opts := []premote.ConfigOption{premote.WithServerOptions(server...), premote.WithDialOptions(grpc.WithTransportCredentials(creds), sizes, grpc.WithChainStreamInterceptor(closeUnanswered)),
 		premote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage))}
 	if advertise != "" {
 		opts = append(opts, premote.WithAdvertisedHost(advertise))

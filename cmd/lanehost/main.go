@@ -101,6 +101,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lanehost: open the %s device %d: %v\n", o.device, o.ordinal, err)
 		return 2
 	}
+	if o.heartbeat == 0 {
+		o.heartbeat = remote.DefaultHeartbeat // as HostConfig takes 0
+	}
 	cfg := remote.HostConfig{Name: o.name, Address: o.listen, TokenFile: o.tokenFile, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
 		MaxFronts: o.maxFronts, SilentFront: o.silentFront, Advertise: o.advertise, NoDataPlane: o.noDataPlane,
 		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin, MaxInFlightPerLane: o.maxInFlight},
@@ -271,7 +274,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.listen, "listen", remote.DefaultAddress, "the address to serve on; any address not loopback needs --tls-cert, --tls-key and --tls-ca")
 	fs.StringVar(&o.name, "name", "", "the host's name in its front's reports (default host-PID)")
 	fs.IntVar(&o.lanes, "lanes", 4, "lanes (streams) on the device")
-	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive")
+	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive (0: the default)")
 	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences after progress (0: timed polls)")
 	fs.StringVar(&o.clock, "sim-clock", "real", "the simulated device's clock: real (kernels take modelled time) or zero")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")

@@ -45,9 +45,13 @@ type Hello struct {
 	// The same-host data plane the host offers this registration: a front
 	// on the same machine maps it and sends the registration's traffic
 	// through it (see DataPlane).
-	DataPlane     *DataPlane `protobuf:"bytes,7,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DataPlane *DataPlane `protobuf:"bytes,7,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
+	// How often the host sends heartbeats, in nanoseconds: a front whose
+	// bound (LostAfter) is under two of them would lose it between beats,
+	// and refuses it saying so.
+	HeartbeatNanos int64 `protobuf:"varint,8,opt,name=heartbeat_nanos,json=heartbeatNanos,proto3" json:"heartbeat_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -127,6 +131,13 @@ func (x *Hello) GetDataPlane() *DataPlane {
 		return x.DataPlane
 	}
 	return nil
+}
+
+func (x *Hello) GetHeartbeatNanos() int64 {
+	if x != nil {
+		return x.HeartbeatNanos
+	}
+	return 0
 }
 
 // DataPlane is a shared-memory segment a host made for one registration:
@@ -2380,7 +2391,7 @@ var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xef\x01\n" +
+	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\x98\x02\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
@@ -2389,7 +2400,8 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\aattempt\x18\x05 \x01(\x04R\aattempt\x12\x18\n" +
 	"\arefusal\x18\x06 \x01(\tR\arefusal\x129\n" +
 	"\n" +
-	"data_plane\x18\a \x01(\v2\x1a.lanes.remote.v1.DataPlaneR\tdataPlane\"T\n" +
+	"data_plane\x18\a \x01(\v2\x1a.lanes.remote.v1.DataPlaneR\tdataPlane\x12'\n" +
+	"\x0fheartbeat_nanos\x18\b \x01(\x03R\x0eheartbeatNanos\"T\n" +
 	"\tDataPlane\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x1d\n" +
