@@ -230,15 +230,17 @@ func heap() uint64 {
 }
 
 // within5 fails unless the heap comes back to at most 5% (and a little
-// slack for the runtime's own) above base within a few seconds: the
-// scheduler's janitor sweeps on its own period. Under the race detector,
+// slack for the runtime's own) above base within 20 s: the scheduler's
+// janitor sweeps on its own period, and a machine busy beside the tests
+// slows what gives memory back (a 5 s wait read +11.6% once under a build
+// loop); what is kept for good still fails. Under the race detector,
 // whose shadow memory and slowdown make heap figures meaningless, it only
 // reports.
 func within5(t *testing.T, what string, base uint64) {
 	t.Helper()
 	limit := 1.05*float64(base) + 256<<10
 	after := heap()
-	for deadline := time.Now().Add(5 * time.Second); float64(after) > limit && time.Now().Before(deadline); after = heap() {
+	for deadline := time.Now().Add(20 * time.Second); float64(after) > limit && time.Now().Before(deadline); after = heap() {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("%s: heap %.2f MiB -> %.2f MiB (%+.1f%%)", what, float64(base)/(1<<20), float64(after)/(1<<20), 100*(float64(after)/float64(base)-1))
