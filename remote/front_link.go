@@ -316,18 +316,14 @@ func (l *link) dropPending(epoch uint64) bool {
 // front welcomed: serving under epoch.
 func (l *link) registered(epoch uint64, hostName string, lanes int) bool {
 	l.mu.Lock()
-	if l.state != HostJoining {
-		l.mu.Unlock()
-		return false
-	}
-	l.knownMu.Lock()
-	l.known = map[uint64]bool{}
-	l.knownMu.Unlock()
-	if l.pending == nil || l.pending.welcome.Epoch != epoch {
+	if l.state != HostJoining || l.pending == nil || l.pending.welcome.Epoch != epoch {
 		l.mu.Unlock()
 		return false
 	}
 	l.pending = nil
+	l.knownMu.Lock()
+	l.known = map[uint64]bool{}
+	l.knownMu.Unlock()
 	l.epoch, l.tenants, l.hostName, l.lanes = epoch, 0, hostName, max(lanes, 1)
 	l.trips.reset()
 	l.heardAt.Store(time.Now().UnixNano())
