@@ -20,8 +20,8 @@ var errLeaving = fmt.Errorf("%w: the host is leaving: it takes no new work", Err
 
 // Leave asks the host to leave well: from now on it refuses new
 // submissions and allocations (the fronts hear it is leaving and place no
-// new tenants on it), finishes every submission it has, then tells its
-// fronts it left, whose tenants then move (DeviceStateLostError with
+// new tenants on it), finishes every submission it has and answers every
+// operation it took, then tells its fronts it left, whose tenants then move (DeviceStateLostError with
 // Left). Reads, frees and forgets still run meanwhile. It returns when
 // the last submission ended, or with ctx's error (the host still leaves:
 // Stop ends what is left). Keep serving a moment after (lanehost lingers
@@ -42,11 +42,11 @@ func (h *Host) Leave(ctx context.Context) error {
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for h.inFlight.Load() > 0 {
+	for h.inFlight.Load() > 0 || h.opsOut.Load() > 0 { // its reads, frees and forgets answered too
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return fmt.Errorf("remote: leave: %d submissions still in flight: %w", h.inFlight.Load(), ctx.Err())
+			return fmt.Errorf("remote: leave: %d submissions and %d operations still in flight: %w", h.inFlight.Load(), h.opsOut.Load(), ctx.Err())
 		case <-h.quit:
 			return fmt.Errorf("remote: leave: %w before %d submissions ended (they end indeterminate at their fronts)", errHostStopped, h.inFlight.Load())
 		}

@@ -122,6 +122,7 @@ func (o *hostOps) run(op hostOp) {
 		}
 		return
 	}
+	defer o.h.opsOut.Add(-1)
 	res := &wirepb.OpResult{Epoch: op.epoch, Call: op.call}
 	if _, ok := o.h.serving(op.epoch); !ok {
 		return // sent to a registration the front has dropped, or never welcomed
