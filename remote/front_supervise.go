@@ -38,7 +38,9 @@ wait:
 			return
 		}
 	}
-	l.endInFlight(epoch, how) // and closes the epoch to new calls
+	if n := l.endInFlight(epoch, how); n > 0 { // and closes the epoch to new calls
+		l.f.cfg.Logf("host %s (epoch %d) left: %s; %d calls still in flight end indeterminate", l.name, epoch, how, n)
+	}
 }
 
 // watchSilence loses a host silent for longer than LostAfter.
