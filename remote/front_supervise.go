@@ -156,10 +156,10 @@ func (l *link) supervise() {
 					return // asked to leave (SIGTERM, say): it stops itself, and stays out
 				}
 			}
-			if asIs = l.rejoinAsIs(); asIs && !l.processExited() {
+			if l.rejoinAsIs() && !l.processExited() {
+				asIs = true
 				continue
 			}
-			asIs = false
 		default: // no answer in time
 			backoff = min(2*backoff, 5*time.Second)
 		}

@@ -384,9 +384,6 @@ func (h *Host) Receive(ctx actor.Context) {
 		}
 	case *wirepb.Submits:
 		h.submits(m, ctx.Sender(), false)
-		if len(m.Submits) > 0 && m.Submits[0] != nil {
-			h.tellDropped(ctx.Sender(), m.Submits[0].Epoch)
-		}
 	case *leaveNow:
 		h.startLeaving()
 		close(m.done)
@@ -394,9 +391,10 @@ func (h *Host) Receive(ctx actor.Context) {
 		if op := m.(tenantOp); h.opSentBy(ctx, op.GetEpoch()) {
 			if r, ok := h.serving(op.GetEpoch()); ok {
 				r.heard()
+			} else {
+				h.tellDropped(ctx.Sender(), op.GetEpoch())
 			}
 			h.takeOp(op)
-			h.tellDropped(ctx.Sender(), op.GetEpoch())
 		}
 	case *wirepb.Probe:
 		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() && h.sentBy(ctx, m.Epoch) {

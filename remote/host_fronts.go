@@ -115,10 +115,7 @@ const unwelcomedFor = 3 * time.Second
 func (h *Host) pruneLocked() {
 	for _, r := range h.byFront {
 		if !r.welcomed && time.Since(r.joined) > unwelcomedFor {
-			why := fmt.Sprintf("its front did not welcome it within %v", unwelcomedFor)
-			h.dropLocked(r, why)
-			go r.closePlane(why)
-			go h.ops.retire(r.epoch)
+			h.dropLockedLater(r, fmt.Sprintf("its front did not welcome it within %v", unwelcomedFor))
 		}
 	}
 }
@@ -188,10 +185,7 @@ func (h *Host) evictSilentLocked() {
 	if quiet == nil {
 		return
 	}
-	why := fmt.Sprintf("its front sent nothing for over %v, and its place went to a new front", h.cfg.SilentFront)
-	h.dropLocked(quiet, why)
-	go quiet.closePlane(why)
-	go h.ops.retire(quiet.epoch)
+	h.dropLockedLater(quiet, fmt.Sprintf("its front sent nothing for over %v, and its place went to a new front", h.cfg.SilentFront))
 	h.cfg.Logf("the front at %s has sent nothing for over %v: its place goes to a new front (registration %d dropped)", quiet.front.Address, h.cfg.SilentFront, quiet.epoch)
 }
 
@@ -208,6 +202,17 @@ func (h *Host) dropLocked(r *registration, why string) {
 	h.dropped[r.epoch] = &droppedReg{front: r.front.Address, why: why}
 }
 
+// dropLockedLater is drop for a caller that holds h.mu: the registration
+// is forgotten now, its data plane let go and its tenants retired on a
+// goroutine of their own.
+func (h *Host) dropLockedLater(r *registration, why string) {
+	h.dropLocked(r, why)
+	go func() {
+		r.closePlane(why)
+		h.ops.retire(r.epoch)
+	}()
+}
+
 // maxDropped bounds the dropped registrations a host remembers.
 const maxDropped = 64
 
@@ -215,15 +220,14 @@ const maxDropped = 64
 type droppedReg struct {
 	front string // the front's address
 	why   string
-	told  time.Time // when the host last told the front (the actor's)
+	told  time.Time // when the host last told the front (under Host.mu)
 }
 
 // tellDropped tells a front that speaks under a registration the host
 // dropped that it did (a heartbeat saying why), at most every 100 ms: a
 // live front that never learnt of it (the connection from it ended and
 // came back, say) would otherwise lose the host only at its silence,
-// with its calls in flight, and serve nothing there meanwhile. From the
-// host's actor.
+// with its calls in flight, and serve nothing there meanwhile.
 func (h *Host) tellDropped(sender *actor.PID, epoch uint64) {
 	h.mu.Lock()
 	d, ok := h.dropped[epoch]

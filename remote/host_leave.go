@@ -21,9 +21,10 @@ var errLeaving = fmt.Errorf("%w: the host is leaving: it takes no new work", Err
 // Leave asks the host to leave well: from now on it refuses new
 // submissions and allocations (the fronts hear it is leaving and place no
 // new tenants on it), finishes every submission it has and answers every
-// operation it took, then tells its fronts it left, whose tenants then move (DeviceStateLostError with
-// Left). Reads, frees and forgets still run meanwhile. It returns when
-// the last submission ended, or with ctx's error (the host still leaves:
+// operation it took, then tells its fronts it left, whose tenants then
+// move (DeviceStateLostError with Left). Reads, frees and forgets still
+// run meanwhile. It returns when the last submission ended and the last
+// operation was answered, or with ctx's error (the host still leaves:
 // Stop ends what is left). Keep serving a moment after (lanehost lingers
 // 500 ms) so submissions fronts sent before they heard are refused, not
 // left to end indeterminate; then Stop.

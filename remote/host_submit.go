@@ -26,6 +26,7 @@ import (
 // (viaPlane): its templates are then the plane reader's alone.
 func (h *Host) submits(m *wirepb.Submits, sender *actor.PID, viaPlane bool) {
 	var r *registration
+	told := uint64(0) // the dropped registration this message's sender was told of
 	for _, s := range m.Submits {
 		if s == nil {
 			continue
@@ -34,7 +35,11 @@ func (h *Host) submits(m *wirepb.Submits, sender *actor.PID, viaPlane bool) {
 			var ok bool
 			if r, ok = h.serving(s.Epoch); !ok {
 				r = nil
-				continue // sent to a registration since dropped: the front's calls end with its loss
+				if s.Epoch != told { // the front's calls end with its loss, which the host's word brings now
+					told = s.Epoch
+					h.tellDropped(sender, s.Epoch)
+				}
+				continue
 			}
 			if sender == nil || sender.Address != r.front.Address || viaPlane != (r.planeFor() != nil) {
 				h.sys.guard.dropped.Add(1) // another front's registration, or around its data plane
