@@ -218,8 +218,8 @@ func (l *link) stateLost(tenant string, epoch uint64) error {
 // hasLeft takes the host's word that it left under epoch, its last
 // submission answered: out of routing, its tenants move. Calls still in
 // flight (sent before the front heard it was leaving) end by the host's
-// refusals while it lingers, or indeterminate if it goes first
-// (awaitGone).
+// refusals: it waits for the front's word that none is left (awaitGone),
+// or they end indeterminate if it goes first.
 func (l *link) hasLeft(epoch uint64) {
 	l.mu.Lock()
 	if l.state != HostServing || l.epoch != epoch {
@@ -231,7 +231,7 @@ func (l *link) hasLeft(epoch uint64) {
 	l.setState(HostLeft)
 	l.mu.Unlock()
 	// The plane stays until the host is gone: it still refuses what was
-	// sent before this was heard (lanehost lingers for it).
+	// sent before this was heard, until the front releases it.
 	l.f.cfg.Logf("host %s (epoch %d) left", l.name, epoch)
 	l.event("left")
 }
@@ -504,7 +504,16 @@ func (l *link) answered() { l.answerOnce.Do(func() { close(l.firstAnswer) }) }
 
 // enqueue sends a submission, in one message with any others queued
 // meanwhile.
-func (l *link) enqueue(s *wirepb.Submit) { l.out.add(frontOut{submit: s}) }
+func (l *link) enqueue(s *wirepb.Submit) {
+	if beforeEnqueue != nil {
+		beforeEnqueue(s)
+	}
+	l.out.add(frontOut{submit: s})
+}
+
+// beforeEnqueue, set by a test, runs before each submission is queued for
+// its host: a caller held up between recording its call and sending it.
+var beforeEnqueue func(*wirepb.Submit)
 
 // frontOut is a message on its way to the host: a submission (batched
 // with the submissions next to it) or an operation, each after what its
@@ -522,7 +531,10 @@ type frontOut struct {
 // host's loss).
 func (l *link) sendBatch(batch []frontOut) {
 	l.mu.Lock()
-	pid, epoch, serving := l.pid, l.epoch, l.state == HostServing // the address of the epoch sent to
+	// A host that left still answers (refuses) what was sent before the
+	// front heard: it waits for the front's release (awaitGone).
+	pid, epoch := l.pid, l.epoch // the address of the epoch sent to
+	serving := l.state == HostServing || l.state == HostLeft && l.left.Load() == epoch
 	l.mu.Unlock()
 	var run []*wirepb.Submit
 	flush := func() {

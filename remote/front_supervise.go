@@ -18,12 +18,18 @@ import (
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
-// awaitGone waits, after the host left under epoch, for its process to
-// go (or its address to terminate), or for two of its heartbeat bounds,
-// then ends whatever is still in flight on it indeterminate.
+// awaitGone waits, after the host left under epoch, for the answers to
+// what the front sent it before it heard (refusals), then tells the host
+// it sends nothing more under the epoch (the host goes once every front
+// has said so), then waits for its process to go (or its address to
+// terminate), or for two of its heartbeat bounds, and ends whatever is
+// still in flight on it indeterminate.
 func (l *link) awaitGone(epoch uint64) {
 	limit := time.After(2 * l.f.cfg.LostAfter)
 	how := "it left and did not answer"
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	released := false
 wait:
 	for {
 		select {
@@ -31,6 +37,12 @@ wait:
 			if e == "lost" || e == "exited" {
 				how = "it left and went"
 				break wait
+			}
+		case <-tick.C:
+			if !released && l.f.calls.InFlight(l.name, epoch) == 0 {
+				released = true
+				l.release(epoch)
+				tick.Stop()
 			}
 		case <-limit:
 			break wait
@@ -41,6 +53,18 @@ wait:
 	if n := l.endInFlight(epoch, how); n > 0 { // and closes the epoch to new calls
 		l.f.cfg.Logf("host %s (epoch %d) left: %s; %d calls still in flight end indeterminate", l.name, epoch, how, n)
 	}
+	if !released {
+		l.release(epoch) // nothing more is sent under it: the host need not wait
+	}
+}
+
+// release tells the host, which left under epoch, that the front has
+// nothing in flight on it and sends nothing more under the epoch.
+func (l *link) release(epoch uint64) {
+	l.mu.Lock()
+	pid := l.pid
+	l.mu.Unlock()
+	l.f.tell(pid, &wirepb.Leaving{Epoch: epoch, Drained: true})
 }
 
 // watchSilence loses a host silent for longer than LostAfter.

@@ -137,6 +137,7 @@ type registration struct {
 	joined   time.Time     // when the front joined
 	probed   atomic.Uint64 // the newest Probe from the front (the actor writes, heartbeats read)
 	heardAt  atomic.Int64  // when the front's last message came (unix nanoseconds): its proof of life
+	released atomic.Bool   // the front heard the host left and has nothing in flight on it (Leave waits for it)
 
 	templates map[uint64]lanes.Batch    // by the front's id: only the reader of its submissions touches it (the actor, or the data plane's reader)
 	offered   atomic.Pointer[dataPlane] // the data plane offered in its Hello, until the Welcome
@@ -395,6 +396,10 @@ func (h *Host) Receive(ctx actor.Context) {
 				h.tellDropped(ctx.Sender(), op.GetEpoch())
 			}
 			h.takeOp(op)
+		}
+	case *wirepb.Leaving: // a front's: it heard the host left and sends nothing more under the epoch
+		if r, ok := h.serving(m.Epoch); ok && h.sentBy(ctx, m.Epoch) {
+			r.released.Store(true)
 		}
 	case *wirepb.Probe:
 		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() && h.sentBy(ctx, m.Epoch) {

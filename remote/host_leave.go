@@ -23,11 +23,12 @@ var errLeaving = fmt.Errorf("%w: the host is leaving: it takes no new work", Err
 // new tenants on it), finishes every submission it has and answers every
 // operation it took, then tells its fronts it left, whose tenants then
 // move (DeviceStateLostError with Left). Reads, frees and forgets still
-// run meanwhile. It returns when the last submission ended and the last
-// operation was answered, or with ctx's error (the host still leaves:
-// Stop ends what is left). Keep serving a moment after (lanehost lingers
-// 500 ms) so submissions fronts sent before they heard are refused, not
-// left to end indeterminate; then Stop.
+// run meanwhile. It returns once every front it told has answered that it
+// heard and has nothing more in flight on the host (what a front sent
+// before it heard the host was leaving is answered, refused, before
+// then), or a front's registration ended meanwhile; or with ctx's error
+// (the host still leaves: Stop ends what is left, and what a front still
+// has in flight on it ends indeterminate there). Stop the host after.
 func (h *Host) Leave(ctx context.Context) error {
 	if h.stopped.Load() {
 		return errHostStopped
@@ -52,10 +53,37 @@ func (h *Host) Leave(ctx context.Context) error {
 			return fmt.Errorf("remote: leave: %w before %d submissions ended (they end indeterminate at their fronts)", errHostStopped, h.inFlight.Load())
 		}
 	}
-	for _, r := range h.welcomed() { // behind every receipt of the registration
+	told := h.welcomed()
+	for _, r := range told { // behind every receipt of the registration
 		h.send(outgoing{leaving: &wirepb.Leaving{Epoch: r.epoch, Drained: true}})
 	}
-	return nil
+	for {
+		waiting := h.unreleased(told)
+		if len(waiting) == 0 {
+			return nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("remote: leave: the front at %s has not said it has nothing more in flight on this host: %w", waiting[0].front.GetAddress(), ctx.Err())
+		case <-h.quit:
+			return errHostStopped
+		}
+	}
+}
+
+// unreleased is the registrations of told still held whose front has not
+// said it sends nothing more under them.
+func (h *Host) unreleased(told []*registration) []*registration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*registration
+	for _, r := range told {
+		if h.regs[r.epoch] == r && !r.released.Load() {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // startLeaving refuses new work from now on and tells the fronts (the

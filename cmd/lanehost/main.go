@@ -186,19 +186,8 @@ func leave(h *remote.Host, timeout time.Duration, stderr io.Writer) {
 	}()
 	if err := h.Leave(ctx); err != nil {
 		fmt.Fprintf(stderr, "lanehost: leave: %v (stopping anyway: what is left ends indeterminate)\n", err)
-		return
-	}
-	// Submissions a front sent before it heard the host was leaving are
-	// still on the wire: answer them (refused) before going.
-	select {
-	case <-time.After(leaveLinger):
-	case <-ctx.Done():
 	}
 }
-
-// leaveLinger is how long a host that left keeps answering (refusing)
-// submissions already on their way.
-const leaveLinger = 500 * time.Millisecond
 
 // startProfile starts a CPU profile and an execution trace (runtime/trace)
 // into their paths (%p: the process id), if asked for; the returned

@@ -1,0 +1,91 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// TestALeavingHostAnswersWhatWasSentBeforeTheFrontHeard: a tenant's call
+// is recorded in flight, then held up before it is sent (a submitting
+// goroutine descheduled under load) while the host leaves and the front
+// hears it left. The call is still sent, the host refuses it (leaving:
+// definitely not submitted), and Leave returns only once the front said
+// it has nothing more in flight on the host: no timer decides, and
+// nothing ends indeterminate. Before, the front's sender dropped a
+// submission queued before it heard (it ended indeterminate when the host
+// went), and the host went 500 ms after it left whatever was on the way.
+func TestALeavingHostAnswersWhatWasSentBeforeTheFrontHeard(t *testing.T) {
+	for _, noDataPlane := range []bool{true, false} {
+		t.Run(fmt.Sprintf("NoDataPlane=%v", noDataPlane), func(t *testing.T) { leaveAnswersHeldCall(t, noDataPlane) })
+	}
+}
+
+func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
+	held, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	beforeEnqueue = func(*wirepb.Submit) {
+		once.Do(func() {
+			close(held)
+			<-gate
+		})
+	}
+	t.Cleanup(func() { beforeEnqueue = nil })
+	h := serveHere(t)
+	f := startFrontHere(t, h, &logLines{t: t}, noDataPlane)
+	ctx := context.Background()
+	b, err := f.Alloc(ctx, "t", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	up, err := cuda.Upload(b.Whole(), make([]byte, 64))
+	if err != nil {
+		t.Fatalf("Upload: got err %v, want nil", err)
+	}
+	step := lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseDynamicBinding, up)}}
+	result := make(chan error, 1)
+	go func() {
+		p, err := f.SubmitAsync(ctx, "t", step) // held before it is sent
+		if err == nil {
+			_, err = p.Result()
+		}
+		result <- err
+	}()
+	<-held
+	left := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		left <- h.Leave(lctx)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for f.Hosts()[0].State != HostLeft {
+		if time.Now().After(deadline) {
+			t.Fatalf("the front: got %v, want it to hear the host left", f.Hosts()[0].State)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-left:
+		t.Fatalf("Leave returned (err %v) with a call still in flight on the front, want it to wait for the front's word", err)
+	case <-time.After(700 * time.Millisecond): // past the 500 ms the host used to linger
+	}
+	close(gate)
+	err = <-result
+	var leaving *HostLeavingError
+	if !errors.As(err, &leaving) || errors.Is(err, actors.ErrIndeterminate) {
+		t.Fatalf("the call held up while the host left: got err %v, want a *HostLeavingError (refused, definitely not submitted)", err)
+	}
+	if err := <-left; err != nil {
+		t.Fatalf("Leave: got err %v, want nil once the front has nothing in flight", err)
+	}
+}
