@@ -42,7 +42,8 @@ type Config struct {
 	// light tenant's batch waits behind at most StreamDepth of a flooding
 	// tenant's, while many tenants with a batch or two each keep the
 	// stream as full as they like, and a tenant alone on its lane (no other
-	// tenant's work for 50 ms) is not held back: on the simulated H200 a
+	// tenant's work for 50 ms, nor among the last 64 batches the lane
+	// received) is not held back: on the simulated H200 a
 	// lone tenant with 64 steps in flight ran 14.4k steps/s held to 4 and
 	// 28.7k with this exemption (29.4k unbounded). Default 4;
 	// negative: no bound (first come, first served). On the H200 a light

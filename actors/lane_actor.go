@@ -28,6 +28,7 @@ type laneActor struct {
 	onStream      map[string]int     // each tenant's submissions on the stream
 	lastTenant    string             // the tenant that last sent work
 	sharedUntil   time.Time          // until when the lane counts as shared (noteTenant)
+	sharedThrough uint64             // and until it has received this many batches
 	polled        []lanes.Receipt    // the poll's receipts, reused by the next poll
 	waiter        hangWaiter         // paces the lane's waits on the device
 
@@ -152,8 +153,15 @@ func (a *laneActor) serving() bool {
 }
 
 // sharedWindow is how long after another tenant's last work a lane counts
-// as shared.
-const sharedWindow = 50 * time.Millisecond
+// as shared, and sharedBatches for how many batches it receives after it:
+// both must pass. The count keeps a lane that a flood's batches reach
+// slowly (a loaded machine, a virtual clock) shared as the clock alone
+// would not: a tenant beside the flood waits behind its StreamDepth, not
+// behind a stream the flood filled once the window ran out.
+const (
+	sharedWindow  = 50 * time.Millisecond
+	sharedBatches = 64
+)
 
 // steadyPolls is how many timer polls stay at PollMin before backing off:
 // work of a few hundred microseconds is polled at full rate.

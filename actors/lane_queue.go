@@ -35,23 +35,27 @@ func (a *laneActor) hold(w work) {
 
 // mayEnqueue reports whether a tenant may put another batch on the stream:
 // it holds fewer than StreamDepth of the stream's submissions, or the lane
-// serves it alone (no other tenant sent it work for sharedWindow), when a
+// serves it alone (no other tenant sent it work for sharedWindow, nor
+// among the last sharedBatches it received), when a
 // deeper stream costs no one anything and keeps the device busy.
 func (a *laneActor) mayEnqueue(tenant string) bool {
 	return a.s.cfg.StreamDepth < 0 || a.onStream[tenant] < a.s.cfg.StreamDepth || !a.shared()
 }
 
 // noteTenant records that a tenant sent the lane work: a tenant other than
-// the last one makes the lane shared for sharedWindow.
+// the last one makes the lane shared for sharedWindow and sharedBatches.
 func (a *laneActor) noteTenant(tenant string) {
 	if tenant != a.lastTenant {
 		a.lastTenant = tenant
 		a.sharedUntil = time.Now().Add(sharedWindow)
+		a.sharedThrough = a.ref.received.Load() + sharedBatches
 	}
 }
 
 // shared reports whether more than one tenant sent the lane work lately.
-func (a *laneActor) shared() bool { return time.Now().Before(a.sharedUntil) }
+func (a *laneActor) shared() bool {
+	return a.ref.received.Load() < a.sharedThrough || time.Now().Before(a.sharedUntil)
+}
 
 // receiveStaged takes a staged request: a preparation runs now (it is the
 // operator's, after everything received before it); a replay takes its
