@@ -10,6 +10,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -79,7 +80,11 @@ func (a *frontActor) fromHost(l *link, msg any) {
 			return
 		}
 		if p, ok := a.f.calls.Settle(l.name, m.Epoch, m.Call); ok {
-			p.end(p.r, opError(m), m)
+			err := opError(m)
+			if cuda.Code(m.ErrorCode) == cuda.CodeHostLeaving { // an allocation sent before the front heard
+				err = &HostLeavingError{Tenant: p.tenant, Host: l.name}
+			}
+			p.end(p.r, err, m)
 		} else {
 			l.stale.Add(1)
 		}

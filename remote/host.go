@@ -117,7 +117,6 @@ type Host struct {
 
 	leaving  atomic.Bool  // asked to leave (the actor sets it; data planes read it too)
 	inFlight atomic.Int64 // submissions handed to the scheduler and not yet answered
-	opsOut   atomic.Int64 // tenants' operations taken and not yet answered
 	stopped  atomic.Bool
 }
 

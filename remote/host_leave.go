@@ -20,13 +20,13 @@ var errLeaving = fmt.Errorf("%w: the host is leaving: it takes no new work", Err
 
 // Leave asks the host to leave well: from now on it refuses new
 // submissions and allocations (the fronts hear it is leaving and place no
-// new tenants on it), finishes every submission it has and answers every
-// operation it took, then tells its fronts it left, whose tenants then
-// move (DeviceStateLostError with Left). Reads, frees and forgets still
-// run meanwhile. It returns once every front it told has answered that it
-// heard and has nothing more in flight on the host (what a front sent
-// before it heard the host was leaving is answered, refused, before
-// then), or a front's registration ended meanwhile; or with ctx's error
+// new tenants on it), finishes every submission it has, then tells its
+// fronts it left, whose tenants then move (DeviceStateLostError with
+// Left). Reads, frees and forgets still run meanwhile, and after. It
+// returns once every front it told has answered that it heard and has
+// nothing more in flight on the host (what a front sent before it heard
+// is answered first: a submission refused, an operation run), or a
+// front's registration ended meanwhile; or with ctx's error
 // (the host still leaves: Stop ends what is left, and what a front still
 // has in flight on it ends indeterminate there). Stop the host after.
 func (h *Host) Leave(ctx context.Context) error {
@@ -44,11 +44,11 @@ func (h *Host) Leave(ctx context.Context) error {
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for h.inFlight.Load() > 0 || h.opsOut.Load() > 0 { // its reads, frees and forgets answered too
+	for h.inFlight.Load() > 0 { // reads, frees and forgets go on: the fronts' releases wait for them
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return fmt.Errorf("remote: leave: %d submissions and %d operations still in flight: %w", h.inFlight.Load(), h.opsOut.Load(), ctx.Err())
+			return fmt.Errorf("remote: leave: %d submissions still in flight: %w", h.inFlight.Load(), ctx.Err())
 		case <-h.quit:
 			return fmt.Errorf("remote: leave: %w before %d submissions ended (they end indeterminate at their fronts)", errHostStopped, h.inFlight.Load())
 		}

@@ -109,6 +109,10 @@ func (o *hostOps) retireLater(epoch uint64) {
 	})
 }
 
+// beforeOp, set by a test, runs before the host runs each tenant's
+// operation: an operation held up on the host.
+var beforeOp func(msg any)
+
 func (o *hostOps) run(op hostOp) {
 	if op.msg == nil {
 		busy := false
@@ -122,7 +126,9 @@ func (o *hostOps) run(op hostOp) {
 		}
 		return
 	}
-	defer o.h.opsOut.Add(-1)
+	if beforeOp != nil {
+		beforeOp(op.msg)
+	}
 	res := &wirepb.OpResult{Epoch: op.epoch, Call: op.call}
 	if _, ok := o.h.serving(op.epoch); !ok {
 		return // sent to a registration the front has dropped, or never welcomed

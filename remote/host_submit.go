@@ -135,11 +135,9 @@ func (h *Host) takeOp(op tenantOp) {
 		h.send(outgoing{result: &wirepb.OpResult{Epoch: epoch, Call: call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error()}})
 		return
 	}
-	h.opsOut.Add(1) // until its result is sent (hostOps.run)
 	select {
 	case h.shards[shardOf(scoped(epoch, op.GetTenant()))] <- hostJob{epoch: epoch, call: call, op: op}:
 	case <-h.quit:
-		h.opsOut.Add(-1)
 	}
 }
 

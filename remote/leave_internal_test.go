@@ -89,3 +89,87 @@ func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
 		t.Fatalf("Leave: got err %v, want nil once the front has nothing in flight", err)
 	}
 }
+
+// TestAReadInFlightDoesNotHoldUpALeave: a tenant's Read is held up on the
+// host while the host leaves. The host still says it left once its
+// submissions ended (the front hears it with the Read in flight), answers
+// the Read (the bytes, not indeterminate), and goes once the front has
+// nothing more in flight. Before, a leave waited for a moment with no
+// operation in flight on the host at all: steady reads from two fronts
+// held it for its whole timeout, and then ended indeterminate.
+func TestAReadInFlightDoesNotHoldUpALeave(t *testing.T) {
+	for _, noDataPlane := range []bool{true, false} {
+		t.Run(fmt.Sprintf("NoDataPlane=%v", noDataPlane), func(t *testing.T) { readDoesNotHoldUpLeave(t, noDataPlane) })
+	}
+}
+
+func readDoesNotHoldUpLeave(t *testing.T, noDataPlane bool) {
+	held, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	beforeOp = func(msg any) {
+		if _, read := msg.(*wirepb.Read); read {
+			once.Do(func() {
+				close(held)
+				<-gate
+			})
+		}
+	}
+	t.Cleanup(func() { beforeOp = nil })
+	h := serveHere(t)
+	f := startFrontHere(t, h, &logLines{t: t}, noDataPlane)
+	ctx := context.Background()
+	b, err := f.Alloc(ctx, "t", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		data, err := f.Read(ctx, "t", b.Whole())
+		if err == nil && len(data) != 64 {
+			err = fmt.Errorf("%d bytes, want 64", len(data))
+		}
+		read <- err
+	}()
+	<-held
+	left := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		left <- h.Leave(lctx)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for f.Hosts()[0].State != HostLeft {
+		if time.Now().After(deadline) {
+			t.Fatalf("the front: got %v with a Read held on the host, want it to hear the host left", f.Hosts()[0].State)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-left:
+		t.Fatalf("Leave returned (err %v) with a Read in flight, want it to wait for the front's word", err)
+	default:
+	}
+	close(gate)
+	if err := <-read; err != nil {
+		t.Fatalf("the Read in flight while the host left: got err %v, want the buffer's bytes", err)
+	}
+	if err := <-left; err != nil {
+		t.Fatalf("Leave: got err %v, want nil", err)
+	}
+}
+
+// TestAnAllocationALeavingHostRefusesIsAHostLeavingError: an allocation
+// that reaches a host once it is leaving, sent before its front heard, is
+// refused as a submission is: a *HostLeavingError naming the tenant and
+// the host, definitely not submitted (it was a bare PeerError).
+func TestAnAllocationALeavingHostRefusesIsAHostLeavingError(t *testing.T) {
+	h := serveHere(t)
+	f := startFrontHere(t, h, &logLines{t: t}, false)
+	allocOK(t, f, "t")
+	h.leaving.Store(true) // as startLeaving, before the front hears
+	_, err := f.Alloc(context.Background(), "t", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	var leaving *HostLeavingError
+	if !errors.As(err, &leaving) || leaving.Tenant != "t" || leaving.Host != f.Hosts()[0].Name || !errors.Is(err, ErrHostLeaving) {
+		t.Fatalf("Alloc on a leaving host: got err %v (%T), want a *HostLeavingError for tenant t on %s", err, err, f.Hosts()[0].Name)
+	}
+}
