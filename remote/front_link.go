@@ -165,6 +165,9 @@ func newLink(f *Front, name string, launch *Launch) *link {
 // setState changes the host's state (l.mu held), and the lock-free view
 // of whether and under which epoch it serves.
 func (l *link) setState(s HostState) {
+	if l.state == HostStopped {
+		return // for good: a supervisor that joins as the front stops does not undo it
+	}
 	l.state, l.since = s, time.Now()
 	if s == HostServing {
 		l.serving.Store(l.epoch)

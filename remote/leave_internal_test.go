@@ -173,3 +173,19 @@ func TestAnAllocationALeavingHostRefusesIsAHostLeavingError(t *testing.T) {
 		t.Fatalf("Alloc on a leaving host: got err %v (%T), want a *HostLeavingError for tenant t on %s", err, err, f.Hosts()[0].Name)
 	}
 }
+
+// TestAStoppedHostStaysStopped: once its front stopped, a host's state is
+// for good: a supervisor that joins it again as the front stops (a killed
+// host restarted meanwhile) does not make it joining (after Stop, the
+// state read "joining" under load).
+func TestAStoppedHostStaysStopped(t *testing.T) {
+	l := &link{epoch: 7}
+	l.setState(HostServing)
+	l.setState(HostStopped)
+	for _, s := range []HostState{HostJoining, HostServing, HostLost, HostLeft} {
+		l.setState(s)
+		if l.state != HostStopped || l.serving.Load() != 0 {
+			t.Fatalf("a stopped host set %v: got %v, serving epoch %d; want stopped, serving none", s, l.state, l.serving.Load())
+		}
+	}
+}
