@@ -105,13 +105,15 @@ type Config struct {
 	PollMin, PollMax time.Duration // default 20µs, 2ms
 	Throughput       int           // messages per mailbox run; default 64
 	// Spin is how long a lane's thread keeps spinning after a fence ended
-	// (or work began on an idle lane): meanwhile it polls its oldest fence
-	// every couple of microseconds and runs new work as it arrives,
-	// instead of parking between timed polls, so a short step's end is
-	// seen within microseconds, as a hand-written loop spinning on its
-	// event sees it. It costs a core per busy lane; after Spin without a
-	// fence ending, the lane backs off to timed polls (PollMin to
-	// PollMax). Default 0 (or negative): never spin, timed polls only;
+	// (or work began on an idle lane), and after each batch of messages it
+	// ran: meanwhile it polls its oldest fence every couple of
+	// microseconds and runs new work as it arrives, instead of parking
+	// between timed polls or until the next submission wakes it, so a
+	// short step's end is seen within microseconds, as a hand-written loop
+	// spinning on its event sees it, and the next step needs no thread
+	// hand-off to start. It costs a core per busy lane; after Spin without
+	// a fence ending or new work, the lane backs off to timed polls
+	// (PollMin to PollMax) or parks. Default 0 (or negative): never spin, timed polls only;
 	// Start refuses more than a second.
 	Spin time.Duration
 	// HangTimeout is how long a lane may go without any of its submissions

@@ -136,3 +136,31 @@ func TestDispatcherPolls(t *testing.T) {
 		})
 	}
 }
+
+// TestDispatcherSpinsForWorkAfterARun: with a spin window, the dispatcher
+// keeps spinning for new work for the window after each mailbox run
+// instead of parking (a lane host's lane is woken by a reader that holds a
+// core of its own: a parked lane's wake was most of a step's cost there);
+// without one it parks once the run is done.
+func TestDispatcherSpinsForWorkAfterARun(t *testing.T) {
+	d, _ := newTestDispatcher(t, time.Second)
+	on(d, func() {})
+	before := d.parks.Load()
+	for range 100 {
+		on(d, func() {})
+	}
+	if n := d.parks.Load() - before; n != 0 {
+		t.Fatalf("100 runs back to back with a 1 s spin window: got %d parks between them, want none", n)
+	}
+
+	var gid string
+	p, _ := newTestDispatcher(t, 0)
+	on(p, func() { gid = goroutineID() })
+	waitParked(t, gid)
+	before = p.parks.Load()
+	on(p, func() {})
+	waitParked(t, gid)
+	if n := p.parks.Load() - before; n != 1 {
+		t.Fatalf("a run with no spin window: got %d parks after it, want 1", n)
+	}
+}

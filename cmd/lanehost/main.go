@@ -264,7 +264,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.name, "name", "", "the host's name in its front's reports (default host-PID)")
 	fs.IntVar(&o.lanes, "lanes", 4, "lanes (streams) on the device")
 	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive (0: the default)")
-	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences after progress (0: timed polls)")
+	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences and spinning for work after progress or a run of its messages (a core per busy lane; 0: timed polls, parked between)")
 	fs.StringVar(&o.clock, "sim-clock", "real", "the simulated device's clock: real (kernels take modelled time) or zero")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "its key (PEM)")
