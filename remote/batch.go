@@ -64,7 +64,8 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 
 // BatchFromWire decodes a batch, checking the wire's limits and every
 // field's range; the receiving lane validates the result against its
-// device.
+// device. Its uploads' bytes are the message's (not copied again): leave
+// the message unchanged while the batch is in use.
 func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) {
 	if w == nil {
 		return lanes.Batch{}, wireErr("no batch")

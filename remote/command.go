@@ -42,7 +42,7 @@ func commandFromWire(w *wirepb.Command) (cuda.Command, error) {
 		return cuda.Command{}, err
 	}
 	if len(w.Host) > 0 {
-		c.Host = append([]byte(nil), w.Host...)
+		c.Host = w.Host // the message's own bytes (decoding copied them once): no second copy
 	}
 	if s := w.Staging; s != nil {
 		c.Staging = cuda.HostRegion{Buffer: cuda.HostBuffer{Device: s.Device, ID: s.Id, Size: s.Size}, Offset: s.Offset, Length: s.Length}
