@@ -113,8 +113,8 @@ type Config struct {
 	// spinning on its event sees it, and the next step needs no thread
 	// hand-off to start. It costs a core per busy lane; after Spin without
 	// a fence ending or new work, the lane backs off to timed polls
-	// (PollMin to PollMax) or parks. Default 0 (or negative): never spin, timed polls only;
-	// Start refuses more than a second.
+	// (PollMin to PollMax) or parks. Default 0 (or negative): never spin,
+	// timed polls only; Start refuses more than a second.
 	Spin time.Duration
 	// HangTimeout is how long a lane may go without any of its submissions
 	// ending, while it has some in flight or waits on its stream, before

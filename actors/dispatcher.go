@@ -79,8 +79,7 @@ func (d *threadDispatcher) loop() {
 	for {
 		select {
 		case fn := <-d.work:
-			fn()
-			d.ranAt = d.now()
+			d.run(fn)
 			continue
 		case <-d.quit:
 			return
@@ -104,14 +103,20 @@ func (d *threadDispatcher) loop() {
 		d.parks.Add(1)
 		select {
 		case fn := <-d.work:
-			fn()
-			d.ranAt = d.now()
+			d.run(fn)
 		case <-timer.C:
 		case <-d.quit:
 			return
 		}
 		timer.Stop()
 	}
+}
+
+// run runs a mailbox run and notes when it ended: the spin window after
+// it counts from there.
+func (d *threadDispatcher) run(fn func()) {
+	fn()
+	d.ranAt = d.now()
 }
 
 // spinUntil returns once work is queued, the poll is due, or quit.

@@ -72,10 +72,21 @@ func startFrontHere(t *testing.T, h *Host, log *logLines, noDataPlane bool) *Fro
 	return f
 }
 
-func allocOK(t *testing.T, f *Front, tenant string) {
+// allocOK allocates a buffer of 64 bytes for the tenant, or fails.
+func allocOK(t *testing.T, f *Front, tenant string) cuda.Buffer {
 	t.Helper()
-	if _, err := f.Alloc(context.Background(), tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32}); err != nil {
+	b, err := f.Alloc(context.Background(), tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	if err != nil {
 		t.Fatalf("Alloc for %s: got err %v, want nil", tenant, err)
+	}
+	return b
+}
+
+// onBothPaths runs a test through the remote alone and through the data
+// plane.
+func onBothPaths(t *testing.T, test func(t *testing.T, noDataPlane bool)) {
+	for _, noDataPlane := range []bool{true, false} {
+		t.Run(fmt.Sprintf("NoDataPlane=%v", noDataPlane), func(t *testing.T) { test(t, noDataPlane) })
 	}
 }
 
@@ -114,11 +125,7 @@ func TestARegistrationDroppedBeforeItServesIsJoinedAgain(t *testing.T) {
 // answered with the host's word; through the data plane, the plane's last
 // record says it. Either way the front loses the host now, saying why,
 // not at its silence (30 s here), and joins it again as it is.
-func TestADroppedRegistrationIsLostAtOnce(t *testing.T) {
-	for _, noDataPlane := range []bool{true, false} {
-		t.Run(fmt.Sprintf("NoDataPlane=%v", noDataPlane), func(t *testing.T) { droppedIsLostAtOnce(t, noDataPlane) })
-	}
-}
+func TestADroppedRegistrationIsLostAtOnce(t *testing.T) { onBothPaths(t, droppedIsLostAtOnce) }
 
 func droppedIsLostAtOnce(t *testing.T, noDataPlane bool) {
 	h := serveHere(t)

@@ -25,28 +25,51 @@ import (
 // submission queued before it heard (it ended indeterminate when the host
 // went), and the host went 500 ms after it left whatever was on the way.
 func TestALeavingHostAnswersWhatWasSentBeforeTheFrontHeard(t *testing.T) {
-	for _, noDataPlane := range []bool{true, false} {
-		t.Run(fmt.Sprintf("NoDataPlane=%v", noDataPlane), func(t *testing.T) { leaveAnswersHeldCall(t, noDataPlane) })
-	}
+	onBothPaths(t, leaveAnswersHeldCall)
 }
 
-func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
-	held, gate := make(chan struct{}), make(chan struct{})
+// holdFirst is a hook that holds its first caller until gate is closed,
+// and closes held once it does.
+func holdFirst() (hold func(), held, gate chan struct{}) {
+	held, gate = make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	beforeEnqueue = func(*wirepb.Submit) {
+	return func() {
 		once.Do(func() {
 			close(held)
 			<-gate
 		})
+	}, held, gate
+}
+
+// leaveHeard starts the host's Leave and waits until the front hears it
+// left (while says what the test holds meanwhile); Leave's error comes on
+// the channel.
+func leaveHeard(t *testing.T, h *Host, f *Front, while string) <-chan error {
+	t.Helper()
+	left := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		left <- h.Leave(ctx)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for f.Hosts()[0].State != HostLeft {
+		if time.Now().After(deadline) {
+			t.Fatalf("the front: got %v %s, want it to hear the host left", f.Hosts()[0].State, while)
+		}
+		time.Sleep(time.Millisecond)
 	}
+	return left
+}
+
+func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
+	hold, held, gate := holdFirst()
+	beforeEnqueue = func(*wirepb.Submit) { hold() }
 	t.Cleanup(func() { beforeEnqueue = nil })
 	h := serveHere(t)
 	f := startFrontHere(t, h, &logLines{t: t}, noDataPlane)
 	ctx := context.Background()
-	b, err := f.Alloc(ctx, "t", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
-	if err != nil {
-		t.Fatalf("Alloc: got err %v, want nil", err)
-	}
+	b := allocOK(t, f, "t")
 	up, err := cuda.Upload(b.Whole(), make([]byte, 64))
 	if err != nil {
 		t.Fatalf("Upload: got err %v, want nil", err)
@@ -61,19 +84,7 @@ func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
 		result <- err
 	}()
 	<-held
-	left := make(chan error, 1)
-	go func() {
-		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		left <- h.Leave(lctx)
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for f.Hosts()[0].State != HostLeft {
-		if time.Now().After(deadline) {
-			t.Fatalf("the front: got %v, want it to hear the host left", f.Hosts()[0].State)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	left := leaveHeard(t, h, f, "with a call held before it was sent")
 	select {
 	case err := <-left:
 		t.Fatalf("Leave returned (err %v) with a call still in flight on the front, want it to wait for the front's word", err)
@@ -97,53 +108,29 @@ func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
 // nothing more in flight. Before, a leave waited for a moment with no
 // operation in flight on the host at all: steady reads from two fronts
 // held it for its whole timeout, and then ended indeterminate.
-func TestAReadInFlightDoesNotHoldUpALeave(t *testing.T) {
-	for _, noDataPlane := range []bool{true, false} {
-		t.Run(fmt.Sprintf("NoDataPlane=%v", noDataPlane), func(t *testing.T) { readDoesNotHoldUpLeave(t, noDataPlane) })
-	}
-}
+func TestAReadInFlightDoesNotHoldUpALeave(t *testing.T) { onBothPaths(t, readDoesNotHoldUpLeave) }
 
 func readDoesNotHoldUpLeave(t *testing.T, noDataPlane bool) {
-	held, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	hold, held, gate := holdFirst()
 	beforeOp = func(msg any) {
 		if _, read := msg.(*wirepb.Read); read {
-			once.Do(func() {
-				close(held)
-				<-gate
-			})
+			hold()
 		}
 	}
 	t.Cleanup(func() { beforeOp = nil })
 	h := serveHere(t)
 	f := startFrontHere(t, h, &logLines{t: t}, noDataPlane)
-	ctx := context.Background()
-	b, err := f.Alloc(ctx, "t", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
-	if err != nil {
-		t.Fatalf("Alloc: got err %v, want nil", err)
-	}
+	b := allocOK(t, f, "t")
 	read := make(chan error, 1)
 	go func() {
-		data, err := f.Read(ctx, "t", b.Whole())
+		data, err := f.Read(context.Background(), "t", b.Whole())
 		if err == nil && len(data) != 64 {
 			err = fmt.Errorf("%d bytes, want 64", len(data))
 		}
 		read <- err
 	}()
 	<-held
-	left := make(chan error, 1)
-	go func() {
-		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		left <- h.Leave(lctx)
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for f.Hosts()[0].State != HostLeft {
-		if time.Now().After(deadline) {
-			t.Fatalf("the front: got %v with a Read held on the host, want it to hear the host left", f.Hosts()[0].State)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	left := leaveHeard(t, h, f, "with a Read held on the host")
 	select {
 	case err := <-left:
 		t.Fatalf("Leave returned (err %v) with a Read in flight, want it to wait for the front's word", err)
