@@ -148,6 +148,31 @@ func (p *dataPlane) send(kind uint16, msg proto.Message) error {
 	return nil
 }
 
+// sendLast sends the plane's last record, after every record sent before
+// it (the backlog drained), waiting at most within for it to be written:
+// the caller closes the plane next, and a record still waiting then would
+// be dropped (the other side would see the plane close without hearing
+// why). It gives up (ErrTimeout) on a side that reads nothing.
+func (p *dataPlane) sendLast(kind uint16, msg proto.Message, within time.Duration) error {
+	b, err := proto.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(within)
+	for {
+		p.qmu.Lock()
+		if !p.draining {
+			defer p.qmu.Unlock()
+			return p.write(kind, b, max(time.Until(deadline), time.Millisecond), nil)
+		}
+		p.qmu.Unlock()
+		if time.Now().After(deadline) {
+			return shmring.ErrTimeout
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // planeRecord is a record waiting for room.
 type planeRecord struct {
 	kind uint16

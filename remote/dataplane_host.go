@@ -123,12 +123,17 @@ func (h *Host) fromPlane(r *registration, kind uint16, b []byte) error {
 // through the remote.
 func (r *registration) planeFor() *dataPlane { return r.plane.Load() }
 
+// lastRecordWait bounds how long a plane's last record waits for room.
+const lastRecordWait = 100 * time.Millisecond
+
 // closePlane lets the registration's data plane go (offered or taken),
 // its last record saying why when why is given: the front, which sees
 // the plane close, loses the registration for that reason.
 func (r *registration) closePlane(why string) {
 	if p := r.plane.Load(); p != nil && why != "" {
-		_ = p.send(planeDropped, &wirepb.Heartbeat{Epoch: r.epoch, SentUnixNano: time.Now().UnixNano(), Dropped: why})
+		// Written before the rings close, or not at all (a front that
+		// reads nothing for lastRecordWait hears it by heartbeat instead).
+		_ = p.sendLast(planeDropped, &wirepb.Heartbeat{Epoch: r.epoch, SentUnixNano: time.Now().UnixNano(), Dropped: why}, lastRecordWait)
 	}
 	for _, p := range []*dataPlane{r.offered.Swap(nil), r.plane.Swap(nil)} {
 		if p != nil {

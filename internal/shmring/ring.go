@@ -119,7 +119,8 @@ func attach(mem []byte) (*ring, error) {
 }
 
 // Close marks the ring closed: the other side's Read and Write end with
-// ErrClosed once they see it (a parked one is woken).
+// ErrClosed once they see it (a parked one is woken); a Read gives the
+// records written before the close first.
 func (r *ring) close() {
 	atomic.StoreUint32(r.u32(offClosed), 1)
 	atomic.AddUint32(r.u32(offReaderSeq), 1)
@@ -177,7 +178,7 @@ func (r *ring) wait(ready func() bool, seqOff, parkOff int, timeout time.Duratio
 		if ready() {
 			return nil
 		}
-		if r.closed() {
+		if r.closed() && !ready() { // what came before the close is read first
 			return ErrClosed
 		}
 		if i%64 == 63 && time.Since(start) > spin {
@@ -194,6 +195,9 @@ func (r *ring) wait(ready func() bool, seqOff, parkOff int, timeout time.Duratio
 		}
 		if r.closed() {
 			atomic.StoreUint32(r.u32(parkOff), 0)
+			if ready() {
+				return nil
+			}
 			return ErrClosed
 		}
 		left := time.Until(deadline)

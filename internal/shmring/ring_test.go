@@ -105,6 +105,33 @@ func TestRingTimesOutAndCloses(t *testing.T) {
 	}
 }
 
+// TestRingClosedAfterRecordsGivesThemFirst: a writer that writes and then
+// closes the ring (a side's last word before it goes) has every record
+// read before the reader sees the close, however the two interleave.
+func TestRingClosedAfterRecordsGivesThemFirst(t *testing.T) {
+	for round := range 2000 {
+		mem := region(t, MinCapacity)
+		w, _ := NewWriter(mem)
+		rd, _ := NewReader(mem)
+		records := round%3 + 1
+		go func() {
+			for i := range records {
+				_ = w.Write(uint16(i+1), []byte{byte(i)}, time.Second)
+			}
+			w.Close()
+		}()
+		for i := range records {
+			kind, got, err := rd.Read(10 * time.Second)
+			if err != nil || kind != uint16(i+1) || !bytes.Equal(got, []byte{byte(i)}) {
+				t.Fatalf("round %d: record %d of %d: got kind %d, %v, err %v; want kind %d, [%d], nil (a record written before the close is read)", round, i, records, kind, got, err, i+1, i)
+			}
+		}
+		if _, _, err := rd.Read(10 * time.Second); !errors.Is(err, ErrClosed) {
+			t.Fatalf("round %d: after the records: got %v, want ErrClosed", round, err)
+		}
+	}
+}
+
 // TestRingRefusesBadLayouts: Init and attaching check what they are given.
 func TestRingRefusesBadLayouts(t *testing.T) {
 	for _, c := range []int{0, 1000, MinCapacity / 2, MaxCapacity * 2} {
