@@ -66,7 +66,12 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 // field's range; the receiving lane validates the result against its
 // device. Its uploads' bytes are the message's (not copied again): leave
 // the message unchanged while the batch is in use.
-func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) {
+func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) { return batchFromWire(w, nil) }
+
+// batchFromWire is BatchFromWire for a message read from a data plane
+// whose upload area is area (nil: none, and a command naming one is
+// refused): an upload named there is copied out of it, once.
+func batchFromWire(w *wirepb.Batch, area []byte) (lanes.Batch, error) {
 	if w == nil {
 		return lanes.Batch{}, wireErr("no batch")
 	}
@@ -94,7 +99,7 @@ func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) {
 		b.Retain = append(b.Retain, buf)
 	}
 	for i, we := range w.Entries {
-		e, err := entryFromWire(we)
+		e, err := entryFromWire(we, area)
 		if err != nil {
 			return lanes.Batch{}, fmt.Errorf("entry %d: %w", i, err)
 		}
@@ -103,7 +108,7 @@ func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) {
 	return b, nil
 }
 
-func entryFromWire(we *wirepb.Entry) (lanes.Entry, error) {
+func entryFromWire(we *wirepb.Entry, area []byte) (lanes.Entry, error) {
 	if we == nil || we.Command == nil {
 		return lanes.Entry{}, wireErr("no command")
 	}
@@ -121,7 +126,7 @@ func entryFromWire(we *wirepb.Entry) (lanes.Entry, error) {
 		}
 		e.Work = lanes.Work{Form: lanes.Form(w.Form), ParticipantStart: w.ParticipantStart, ParticipantCount: w.ParticipantCount, Tokens: w.Tokens}
 	}
-	if e.Command, err = commandFromWire(we.Command); err != nil {
+	if e.Command, err = commandFromWire(we.Command, area); err != nil {
 		return lanes.Entry{}, err
 	}
 	if r := we.Replay; r != nil {

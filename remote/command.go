@@ -3,6 +3,7 @@
 package remote
 
 import (
+	"bytes"
 	"math"
 
 	"github.com/lanesched/lanes/cuda"
@@ -22,7 +23,7 @@ func commandToWire(c cuda.Command) *wirepb.Command {
 	return w
 }
 
-func commandFromWire(w *wirepb.Command) (cuda.Command, error) {
+func commandFromWire(w *wirepb.Command, area []byte) (cuda.Command, error) {
 	switch {
 	case w.Kind == 0 || w.Kind > math.MaxUint8 || cuda.CommandKind(w.Kind) == cuda.KindCall:
 		return cuda.Command{}, wireErr("command kind %d has no wire form", w.Kind)
@@ -43,6 +44,19 @@ func commandFromWire(w *wirepb.Command) (cuda.Command, error) {
 	}
 	if len(w.Host) > 0 {
 		c.Host = w.Host // the message's own bytes (decoding copied them once): no second copy
+	}
+	if a := w.Area; a != nil {
+		switch {
+		case len(w.Host) > 0:
+			return cuda.Command{}, wireErr("an upload both in its message and in the upload area")
+		case area == nil:
+			return cuda.Command{}, wireErr("an upload in an upload area, but the message came through no data plane that has one")
+		case a.Length == 0 || a.Length > MaxHostBytes || a.Offset > uint64(len(area)) || a.Length > uint64(len(area))-a.Offset:
+			return cuda.Command{}, wireErr("an upload of %d bytes at %d of an upload area of %d bytes", a.Length, a.Offset, len(area))
+		}
+		// Copied out now, once: the front may write the span again once
+		// the call ended, and the host's plane may go before the step runs.
+		c.Host = bytes.Clone(area[a.Offset : a.Offset+a.Length])
 	}
 	if s := w.Staging; s != nil {
 		c.Staging = cuda.HostRegion{Buffer: cuda.HostBuffer{Device: s.Device, ID: s.Id, Size: s.Size}, Offset: s.Offset, Length: s.Length}

@@ -45,6 +45,7 @@ const (
 	planeHeader  = 4096
 	planeNonce   = 32
 	offPlaneRing = 16 // uint64: the data area of each ring
+	offPlaneArea = 24 // uint64: the upload area's bytes
 	offNonce     = 32 // the nonce, planeNonce bytes
 )
 
@@ -64,7 +65,12 @@ var planeStall = 5 * time.Second
 // pages.
 func ringSpan(ringBytes int) int { return (shmring.Size(ringBytes) + 4095) &^ 4095 }
 
-func planeSize(ringBytes int) int { return planeHeader + 2*ringSpan(ringBytes) }
+// planeSize is a segment's bytes: its header, its two rings and its
+// upload area (whole pages).
+func planeSize(ringBytes, areaBytes int) int { return planeHeader + 2*ringSpan(ringBytes) + areaBytes }
+
+// planeArea is a segment's upload area (empty when it has none).
+func planeArea(mem []byte, ringBytes int) []byte { return mem[planeHeader+2*ringSpan(ringBytes):] }
 
 // checkRingBytes says what is wrong with a ring size, if anything.
 func checkRingBytes(n int) error {
@@ -78,7 +84,12 @@ func checkRingBytes(n int) error {
 // goroutine, one at a time) and one goroutine reads the other's.
 type dataPlane struct {
 	mem []byte
-	fd  atomic.Int64 // the host's memfd, open until the front opened it too (-1 after)
+	// area is the segment's upload area (nil: none); on the front, spans
+	// hands out its room (the host only reads what a command names).
+	area        []byte
+	spans       *areaSpans
+	areaUploads atomic.Uint64 // uploads written into the area (the front's)
+	fd          atomic.Int64  // the host's memfd, open until the front opened it too (-1 after)
 
 	qmu      sync.Mutex // orders sends: the backlog, and whether it drains
 	backlog  []planeRecord
@@ -269,6 +280,18 @@ func (p *dataPlane) read(handle func(kind uint16, payload []byte) error, alive f
 			return err
 		}
 	}
+}
+
+// writeArea copies b into the upload area at off, unless the segment was
+// unmapped (false).
+func (p *dataPlane) writeArea(off uint64, b []byte) bool {
+	p.mapMu.RLock()
+	defer p.mapMu.RUnlock()
+	if p.unmapped {
+		return false
+	}
+	copy(p.area[off:], b)
+	return true
 }
 
 // startReading marks the plane read by a goroutine (which unmaps it when

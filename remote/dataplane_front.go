@@ -135,3 +135,47 @@ func (l *link) toHost(pid *actor.PID, epoch uint64, kind uint16, msg proto.Messa
 		l.lose(epoch, "its data plane broke: "+err.Error())
 	}
 }
+
+// intoArea writes the batch's uploads of areaMinUpload bytes or more into
+// the upload area of the host's data plane under epoch, as far as it has
+// room, and names them there instead: the call gives the spans back when
+// it ends (its release), when the host has read them. An upload that
+// finds no room, or a plane that has none or went, keeps its bytes in the
+// message.
+func (l *link) intoArea(epoch uint64, w *wirepb.Batch, p *Pending) {
+	plane := l.planeUnder(epoch)
+	if plane == nil || plane.spans == nil {
+		return
+	}
+	var taken []span
+	for _, e := range w.Entries {
+		c := e.GetCommand()
+		if c == nil || len(c.Host) < areaMinUpload {
+			continue
+		}
+		s, ok := plane.spans.alloc(uint64(len(c.Host)))
+		if !ok {
+			continue
+		}
+		if !plane.writeArea(s.off, c.Host) {
+			plane.spans.release(s)
+			break
+		}
+		c.Area = &wirepb.AreaRef{Offset: s.off, Length: uint64(len(c.Host))}
+		c.Host = nil
+		taken = append(taken, s)
+	}
+	if len(taken) == 0 {
+		return
+	}
+	plane.areaUploads.Add(uint64(len(taken)))
+	before := p.release
+	p.release = func() {
+		if before != nil {
+			before()
+		}
+		for _, s := range taken {
+			plane.spans.release(s)
+		}
+	}
+}

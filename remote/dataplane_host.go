@@ -48,7 +48,7 @@ func (h *Host) offerPlane(r *registration, hello *wirepb.Hello) {
 	if h.cfg.NoDataPlane || !onThisMachine(r.front.Address, h.sys.addr) {
 		return
 	}
-	p, offer, err := makePlane(h.cfg.RingBytes)
+	p, offer, err := makePlane(h.cfg.RingBytes, h.cfg.UploadAreaBytes)
 	if err != nil {
 		h.cfg.Logf("no data plane for the front at %s (its traffic goes through the remote): %v", r.front.Address, err)
 		return
@@ -125,6 +125,16 @@ func (r *registration) planeFor() *dataPlane { return r.plane.Load() }
 
 // lastRecordWait bounds how long a plane's last record waits for room.
 const lastRecordWait = 100 * time.Millisecond
+
+// uploadArea is the upload area of the registration's data plane, or nil.
+// Only its reader's goroutine reads it (the segment stays mapped while it
+// reads).
+func (r *registration) uploadArea() []byte {
+	if p := r.planeFor(); p != nil {
+		return p.area
+	}
+	return nil
+}
 
 // closePlane lets the registration's data plane go (offered or taken),
 // its last record saying why when why is given: the front, which sees

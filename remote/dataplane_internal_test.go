@@ -21,7 +21,7 @@ import (
 // planePair makes a segment as a host does and maps it as a front does.
 func planePair(t *testing.T, ringBytes int) (host, front *dataPlane, offer *wirepb.DataPlane) {
 	t.Helper()
-	host, offer, err := makePlane(ringBytes)
+	host, offer, err := makePlane(ringBytes, 0)
 	if err != nil {
 		t.Fatalf("makePlane: got err %v, want nil", err)
 	}
@@ -105,7 +105,7 @@ func TestAPlaneCarriesMessagesInOrder(t *testing.T) {
 // with the reason. The host itself cannot shrink what it offered.
 func TestAttachChecksTheSegment(t *testing.T) {
 	fresh := func() (*dataPlane, *wirepb.DataPlane) {
-		p, offer, err := makePlane(shmring.MinCapacity)
+		p, offer, err := makePlane(shmring.MinCapacity, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestAttachChecksTheSegment(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = unix.Close(fd) })
-		_ = unix.Ftruncate(fd, int64(planeSize(shmring.MinCapacity)))
+		_ = unix.Ftruncate(fd, int64(planeSize(shmring.MinCapacity, 0)))
 		o.Path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
 	}
 	for name, c := range map[string]struct {

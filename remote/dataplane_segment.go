@@ -30,10 +30,10 @@ var procFD = regexp.MustCompile(`^/proc/[1-9][0-9]{0,9}/fd/[0-9]{1,9}$`)
 const planeSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
 // makePlane makes a segment for a registration: a memfd of the size its
-// rings take, its pages reserved (so that a machine out of memory fails
+// rings and upload area take, its pages reserved (so that a machine out of memory fails
 // here, not as a fault later), sealed, mapped, its rings laid out. Its fd
 // stays open for the front to open it; release closes it.
-func makePlane(ringBytes int) (*dataPlane, *wirepb.DataPlane, error) {
+func makePlane(ringBytes, areaBytes int) (*dataPlane, *wirepb.DataPlane, error) {
 	var nonce [planeNonce]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return nil, nil, err
@@ -42,7 +42,7 @@ func makePlane(ringBytes int) (*dataPlane, *wirepb.DataPlane, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("memfd_create: %w", err)
 	}
-	size := planeSize(ringBytes)
+	size := planeSize(ringBytes, areaBytes)
 	fail := func(what string, err error) (*dataPlane, *wirepb.DataPlane, error) {
 		_ = unix.Close(fd)
 		return nil, nil, fmt.Errorf("%s: %w", what, err)
@@ -59,6 +59,7 @@ func makePlane(ringBytes int) (*dataPlane, *wirepb.DataPlane, error) {
 	}
 	copy(mem, planeMagic)
 	binary.LittleEndian.PutUint64(mem[offPlaneRing:], uint64(ringBytes))
+	binary.LittleEndian.PutUint64(mem[offPlaneArea:], uint64(areaBytes))
 	copy(mem[offNonce:], nonce[:])
 	toHost, toFront := planeRings(mem, ringBytes)
 	for _, ring := range [][]byte{toHost, toFront} {
@@ -72,8 +73,11 @@ func makePlane(ringBytes int) (*dataPlane, *wirepb.DataPlane, error) {
 		_ = unix.Munmap(mem)
 		return fail("attach", err)
 	}
+	if areaBytes > 0 {
+		p.area = planeArea(mem, ringBytes)
+	}
 	p.fd.Store(int64(fd))
-	return p, &wirepb.DataPlane{Path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), Nonce: nonce[:], RingBytes: uint64(ringBytes)}, nil
+	return p, &wirepb.DataPlane{Path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), Nonce: nonce[:], RingBytes: uint64(ringBytes), UploadAreaBytes: uint64(areaBytes)}, nil
 }
 
 // attachPlane maps a host's offered segment on the front's side, after
@@ -84,6 +88,10 @@ func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
 	ringBytes := int(min(offer.RingBytes, 1<<31))
 	if err := checkRingBytes(ringBytes); err != nil {
 		return nil, fmt.Errorf("rings of %d bytes offered", offer.RingBytes)
+	}
+	areaBytes := int(min(offer.UploadAreaBytes, 1<<31))
+	if err := checkUploadArea(areaBytes); err != nil {
+		return nil, fmt.Errorf("an upload area of %d bytes offered", offer.UploadAreaBytes)
 	}
 	if len(offer.Nonce) != planeNonce {
 		return nil, fmt.Errorf("a nonce of %d bytes", len(offer.Nonce))
@@ -100,7 +108,7 @@ func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("stat %s: %w", offer.Path, err)
 	}
-	size := planeSize(ringBytes)
+	size := planeSize(ringBytes, areaBytes)
 	seals, sealErr := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
@@ -110,13 +118,14 @@ func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
 	case sealErr != nil || seals&planeSeals != planeSeals:
 		return nil, fmt.Errorf("%s is not sealed against shrinking (seals %#x, %v): its owner could fault this process", offer.Path, seals, sealErr)
 	case st.Size != int64(size):
-		return nil, fmt.Errorf("%s holds %d bytes, not the %d its rings take", offer.Path, st.Size, size)
+		return nil, fmt.Errorf("%s holds %d bytes, not the %d its rings and upload area take", offer.Path, st.Size, size)
 	}
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("map %s: %w", offer.Path, err)
 	}
 	if string(mem[:len(planeMagic)]) != planeMagic || binary.LittleEndian.Uint64(mem[offPlaneRing:]) != uint64(ringBytes) ||
+		binary.LittleEndian.Uint64(mem[offPlaneArea:]) != uint64(areaBytes) ||
 		subtle.ConstantTimeCompare(mem[offNonce:offNonce+planeNonce], offer.Nonce) != 1 {
 		_ = unix.Munmap(mem)
 		return nil, fmt.Errorf("%s is not the segment the host offered (its header or nonce differs)", offer.Path)
@@ -126,6 +135,10 @@ func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
 	if err != nil {
 		_ = unix.Munmap(mem)
 		return nil, fmt.Errorf("%s: %w", offer.Path, err)
+	}
+	if areaBytes > 0 {
+		p.area = planeArea(mem, ringBytes)
+		p.spans = newAreaSpans(uint64(areaBytes))
 	}
 	return p, nil
 }

@@ -72,7 +72,13 @@
 // their results, leaving. Nothing read from a ring is trusted: a record
 // that makes no sense ends the registration; messages are checked as on
 // the wire. A side that stops reading holds up no one (a backlog waits for
-// room). [HostStatus].DataPlane says which path a host takes;
+// room). An upload of 4 KiB or more skips the ring: the front writes its
+// bytes once into the segment's upload area ([HostConfig].UploadAreaBytes)
+// and the command names the span, which the host checks against the
+// area's bounds and copies out as it decodes the batch; the span is the
+// front's again when the call ends. One that finds no room, or a
+// template's ([Front.Encode]), crosses in its message.
+// [HostStatus].DataPlane says which path a host takes;
 // [FrontConfig].NoDataPlane and [HostConfig].NoDataPlane keep to the
 // remote.
 //

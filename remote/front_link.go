@@ -65,11 +65,13 @@ type HostStatus struct {
 	FromCluster, Member bool
 	// DataPlane: the registration's traffic goes (for a host lost or
 	// left, went) through a same-host data plane (shared memory), not the
-	// remote; DataPlaneSent and
-	// DataPlaneRead count its
-	// records each way.
+	// remote; DataPlaneSent and DataPlaneRead count its records each way.
 	DataPlane                    bool
 	DataPlaneSent, DataPlaneRead uint64
+	// AreaUploads counts the uploads written into the data plane's upload
+	// area rather than carried in their messages (HostConfig.UploadAreaBytes);
+	// AreaBytesInUse is the area's bytes held by calls in flight.
+	AreaUploads, AreaBytesInUse uint64
 }
 
 // Hosts reports every host of the front.
@@ -251,6 +253,9 @@ func (l *link) status() HostStatus {
 	if lp := l.plane.Load(); lp != nil && lp.epoch == l.epoch {
 		st.DataPlane = true
 		st.DataPlaneSent, st.DataPlaneRead = lp.p.sent.Load(), lp.p.received.Load()
+		if lp.p.spans != nil {
+			st.AreaUploads, st.AreaBytesInUse = lp.p.areaUploads.Load(), lp.p.spans.inUse()
+		}
 	}
 	return st
 }

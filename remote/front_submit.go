@@ -29,7 +29,7 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 	if err != nil {
 		return nil, err
 	}
-	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b), nil)
+	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b), nil, w)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded) (*
 	if err := f.admit(ctx, tenant); err != nil {
 		return nil, err
 	}
-	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes, e)
+	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes, e, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -132,8 +132,10 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 
 // register places the tenant and opens a call to its host for a
 // submission of that many upload bytes: its Pending, the host, its epoch
-// and the call's id.
-func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *Encoded) (*Pending, *link, uint64, uint64, error) {
+// and the call's id. A batch of its own (w, not a template's) has its
+// large uploads written into the upload area of the host's data plane
+// when it has room (see HostConfig.UploadAreaBytes).
+func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *Encoded, w *wirepb.Batch) (*Pending, *link, uint64, uint64, error) {
 	if bytes > maxBytesInFlight {
 		return nil, nil, 0, 0, wireErr("%d bytes of uploads in one call; at most %d: split it (definitely not submitted)", bytes, maxBytesInFlight)
 	}
@@ -146,7 +148,12 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *E
 		return nil, nil, 0, 0, err
 	}
 	pl.calls.Add(1) // before the call exists: Forget refuses from here on
-	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false, func(p *Pending) { p.placed, p.enc = pl, enc })
+	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false, func(p *Pending) {
+		p.placed, p.enc = pl, enc
+		if bytes >= areaMinUpload && w != nil {
+			l.intoArea(epoch, w, p)
+		}
+	})
 	if err != nil {
 		pl.calls.Add(-1)
 		return nil, nil, 0, 0, err

@@ -303,8 +303,51 @@ func TestLargeUploadsAndReads(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if h := f.Hosts()[0]; h.Losses != 0 {
+	h := f.Hosts()[0]
+	if h.Losses != 0 {
 		t.Fatalf("host after large messages: got %d losses (%s), want none", h.Losses, h.LostHow)
+	}
+	// The first upload at least found the 16 MiB upload area empty; every
+	// span came back with its call's end.
+	if !h.DataPlane || h.AreaUploads == 0 || h.AreaBytesInUse != 0 {
+		t.Fatalf("host after 8 MiB uploads: got DataPlane %v, %d through the upload area, %d of its bytes in use; want some through it and none in use", h.DataPlane, h.AreaUploads, h.AreaBytesInUse)
+	}
+}
+
+// TestAnUploadTheAreaCannotHoldCrossesInItsMessage: with an upload area
+// of two pages, an upload of 4 KiB goes through it and one of 64 KiB
+// through the ring, both arriving whole; one under 4 KiB never uses it.
+func TestAnUploadTheAreaCannotHoldCrossesInItsMessage(t *testing.T) {
+	_, addr := startHostProcess(t, "--sim-clock", "zero", "--upload-area", "8192")
+	f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(context.Background())
+	ctx := context.Background()
+	for i, n := range []int{4 << 10, 64 << 10, 100} {
+		tenant := fmt.Sprintf("t%d", i)
+		b, err := f.Alloc(ctx, tenant, cuda.BufferSpec{Size: uint64(n), Elem: cuda.U8})
+		if err != nil {
+			t.Fatalf("Alloc %d: got err %v, want nil", n, err)
+		}
+		data := make([]byte, n)
+		for j := range data {
+			data[j] = byte(3*i + j)
+		}
+		up, err := cuda.Upload(b.Whole(), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Submit(ctx, tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseDynamicBinding, up)}}); err != nil {
+			t.Fatalf("an upload of %d bytes: got err %v, want nil", n, err)
+		}
+		if back, err := f.Read(ctx, tenant, b.Whole()); err != nil || !bytes.Equal(back, data) {
+			t.Fatalf("reading back %d bytes: got %d (equal %v), err %v; want the bytes uploaded", n, len(back), bytes.Equal(back, data), err)
+		}
+	}
+	if h := f.Hosts()[0]; !h.DataPlane || h.AreaUploads != 1 || h.AreaBytesInUse != 0 {
+		t.Fatalf("host: got DataPlane %v, %d uploads through the area, %d of its bytes in use; want the 4 KiB one alone through it, none in use", h.DataPlane, h.AreaUploads, h.AreaBytesInUse)
 	}
 }
 

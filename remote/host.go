@@ -75,6 +75,13 @@ type HostConfig struct {
 	// RingBytes is the data area of each ring of a data plane (0:
 	// DefaultRingBytes; a power of two, 4 KiB to 64 MiB).
 	RingBytes int
+	// UploadAreaBytes is each data plane's upload area, after its rings
+	// (0: DefaultUploadAreaBytes; whole 4096-byte pages up to 1 GiB; -1:
+	// none, every upload crosses in its message): a front writes an upload
+	// of 4 KiB or more there, once, while it has room, and the host reads
+	// it from there, so a tenant's large upload holds up no one's records
+	// in the ring.
+	UploadAreaBytes int
 	// Cluster makes the host a member of a named cluster, whose fronts
 	// find it there (they need not name its address); it leaves the
 	// membership when it stops. nil: fronts name its address.
@@ -217,6 +224,16 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	}
 	if err := checkRingBytes(cfg.RingBytes); err != nil {
 		return nil, err
+	}
+	switch cfg.UploadAreaBytes {
+	case 0:
+		cfg.UploadAreaBytes = DefaultUploadAreaBytes
+	case -1:
+		cfg.UploadAreaBytes = 0
+	default:
+		if err := checkUploadArea(cfg.UploadAreaBytes); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.MaxFronts <= 0 {
 		cfg.MaxFronts = DefaultMaxFronts

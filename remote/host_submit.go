@@ -203,7 +203,7 @@ func (h *Host) reply(j hostJob, p *actors.Pending) {
 func (h *Host) batchOf(r *registration, s *wirepb.Submit) (lanes.Batch, bool) {
 	epoch := r.epoch
 	if s.Template == 0 {
-		b, err := BatchFromWire(s.Batch)
+		b, err := batchFromWire(s.Batch, r.uploadArea())
 		if err != nil {
 			h.refuse(epoch, s.Call, tenantOf(s), err)
 			return b, false
@@ -213,7 +213,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (lanes.Batch, bool) {
 	b, ok := r.templates[s.Template]
 	if s.Batch != nil {
 		var err error
-		if b, err = BatchFromWire(s.Batch); err != nil {
+		if b, err = batchFromWire(s.Batch, r.uploadArea()); err != nil {
 			h.refuse(epoch, s.Call, s.Tenant, err)
 			return b, false
 		}

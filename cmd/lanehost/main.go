@@ -56,6 +56,7 @@ type options struct {
 	execTrace                   string
 	exitWithStdin, faultKernels bool
 	noDataPlane                 bool
+	uploadArea                  int
 	keepPoisoned                bool
 	protocol                    uint
 	maxTemplates                int
@@ -105,7 +106,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		o.heartbeat = remote.DefaultHeartbeat // as HostConfig takes 0
 	}
 	cfg := remote.HostConfig{Name: o.name, Address: o.listen, TokenFile: o.tokenFile, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
-		MaxFronts: o.maxFronts, SilentFront: o.silentFront, Advertise: o.advertise, NoDataPlane: o.noDataPlane,
+		MaxFronts: o.maxFronts, SilentFront: o.silentFront, Advertise: o.advertise, NoDataPlane: o.noDataPlane, UploadAreaBytes: o.uploadArea,
 		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin, MaxInFlightPerLane: o.maxInFlight},
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}
 	if o.clusterName != "" {
@@ -278,6 +279,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.advertise, "advertise", "", "the address fronts reach this host at, when it is not --listen (a NAT, a port mapping, a proxy); not loopback requires TLS")
 	fs.IntVar(&o.maxFronts, "max-fronts", remote.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
 	fs.BoolVar(&o.noDataPlane, "no-data-plane", false, "offer fronts on this machine no shared-memory data plane: all traffic through the remote (gRPC), to compare")
+	fs.IntVar(&o.uploadArea, "upload-area", 0, "bytes of each data plane's upload area, whole 4096-byte pages up to 1 GiB, where fronts write uploads of 4 KiB or more instead of sending them through the ring (0: remote.DefaultUploadAreaBytes, 16 MiB; -1: none)")
 	fs.DurationVar(&o.silentFront, "silent-front", remote.DefaultSilentFront, "a front that sent nothing for this long (stopped, hung) gives its place to a new front that finds the host full")
 	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission, across every front: the submissions in flight one tenant may fill a lane with (0: the scheduler's default, 256); past its share a submission is refused as overloaded, and a lane holds up to three times this from many tenants (actors.Config.MaxInFlightPerLane)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")

@@ -149,9 +149,13 @@ type DataPlane struct {
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Nonce []byte                 `protobuf:"bytes,2,opt,name=nonce,proto3" json:"nonce,omitempty"`
 	// The data area of each ring, in bytes (a power of two).
-	RingBytes     uint64 `protobuf:"varint,3,opt,name=ring_bytes,json=ringBytes,proto3" json:"ring_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RingBytes uint64 `protobuf:"varint,3,opt,name=ring_bytes,json=ringBytes,proto3" json:"ring_bytes,omitempty"`
+	// The upload area after the rings, in bytes (whole pages; 0: none):
+	// the front writes an upload's bytes there and the command names them
+	// (Command.area) instead of carrying them through the ring.
+	UploadAreaBytes uint64 `protobuf:"varint,4,opt,name=upload_area_bytes,json=uploadAreaBytes,proto3" json:"upload_area_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DataPlane) Reset() {
@@ -201,6 +205,13 @@ func (x *DataPlane) GetNonce() []byte {
 func (x *DataPlane) GetRingBytes() uint64 {
 	if x != nil {
 		return x.RingBytes
+	}
+	return 0
+}
+
+func (x *DataPlane) GetUploadAreaBytes() uint64 {
+	if x != nil {
+		return x.UploadAreaBytes
 	}
 	return 0
 }
@@ -868,17 +879,20 @@ func (x *Dim3) GetZ() uint32 {
 // Command is one device command. A library call is code of the sending
 // process and has no wire form.
 type Command struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Kernel        string                 `protobuf:"bytes,2,opt,name=kernel,proto3" json:"kernel,omitempty"`
-	Grid          *Dim3                  `protobuf:"bytes,3,opt,name=grid,proto3" json:"grid,omitempty"`
-	Block         *Dim3                  `protobuf:"bytes,4,opt,name=block,proto3" json:"block,omitempty"`
-	SharedBytes   uint32                 `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
-	Args          []*Arg                 `protobuf:"bytes,6,rep,name=args,proto3" json:"args,omitempty"`
-	Dst           *Region                `protobuf:"bytes,7,opt,name=dst,proto3" json:"dst,omitempty"`
-	Src           *Region                `protobuf:"bytes,8,opt,name=src,proto3" json:"src,omitempty"`
-	Host          []byte                 `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
-	Staging       *HostRegion            `protobuf:"bytes,10,opt,name=staging,proto3" json:"staging,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Kind        uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Kernel      string                 `protobuf:"bytes,2,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	Grid        *Dim3                  `protobuf:"bytes,3,opt,name=grid,proto3" json:"grid,omitempty"`
+	Block       *Dim3                  `protobuf:"bytes,4,opt,name=block,proto3" json:"block,omitempty"`
+	SharedBytes uint32                 `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
+	Args        []*Arg                 `protobuf:"bytes,6,rep,name=args,proto3" json:"args,omitempty"`
+	Dst         *Region                `protobuf:"bytes,7,opt,name=dst,proto3" json:"dst,omitempty"`
+	Src         *Region                `protobuf:"bytes,8,opt,name=src,proto3" json:"src,omitempty"`
+	Host        []byte                 `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
+	Staging     *HostRegion            `protobuf:"bytes,10,opt,name=staging,proto3" json:"staging,omitempty"`
+	// An upload's bytes in the data plane's upload area, instead of host
+	// (only on a data plane that has one; the host checks the bounds).
+	Area          *AreaRef `protobuf:"bytes,11,opt,name=area,proto3" json:"area,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -983,6 +997,66 @@ func (x *Command) GetStaging() *HostRegion {
 	return nil
 }
 
+func (x *Command) GetArea() *AreaRef {
+	if x != nil {
+		return x.Area
+	}
+	return nil
+}
+
+// AreaRef is a span of a data plane's upload area.
+type AreaRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AreaRef) Reset() {
+	*x = AreaRef{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AreaRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AreaRef) ProtoMessage() {}
+
+func (x *AreaRef) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AreaRef.ProtoReflect.Descriptor instead.
+func (*AreaRef) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AreaRef) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *AreaRef) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
 // Scope is an address scope of a replay contract.
 type Scope struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -994,7 +1068,7 @@ type Scope struct {
 
 func (x *Scope) Reset() {
 	*x = Scope{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1080,7 @@ func (x *Scope) String() string {
 func (*Scope) ProtoMessage() {}
 
 func (x *Scope) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1093,7 @@ func (x *Scope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scope.ProtoReflect.Descriptor instead.
 func (*Scope) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Scope) GetKind() uint32 {
@@ -1048,7 +1122,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1134,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1147,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Replay) GetKey() []byte {
@@ -1103,7 +1177,7 @@ type Work struct {
 
 func (x *Work) Reset() {
 	*x = Work{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1189,7 @@ func (x *Work) String() string {
 func (*Work) ProtoMessage() {}
 
 func (x *Work) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1202,7 @@ func (x *Work) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Work.ProtoReflect.Descriptor instead.
 func (*Work) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Work) GetForm() uint32 {
@@ -1173,7 +1247,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1259,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1272,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Entry) GetPhase() uint32 {
@@ -1251,7 +1325,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1337,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1350,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Batch) GetTenant() string {
@@ -1345,7 +1419,7 @@ type Submit struct {
 
 func (x *Submit) Reset() {
 	*x = Submit{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1431,7 @@ func (x *Submit) String() string {
 func (*Submit) ProtoMessage() {}
 
 func (x *Submit) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1444,7 @@ func (x *Submit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submit.ProtoReflect.Descriptor instead.
 func (*Submit) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Submit) GetEpoch() uint64 {
@@ -1432,7 +1506,7 @@ type Submits struct {
 
 func (x *Submits) Reset() {
 	*x = Submits{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1518,7 @@ func (x *Submits) String() string {
 func (*Submits) ProtoMessage() {}
 
 func (x *Submits) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1531,7 @@ func (x *Submits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submits.ProtoReflect.Descriptor instead.
 func (*Submits) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Submits) GetSubmits() []*Submit {
@@ -1487,7 +1561,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1573,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1586,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Row) GetIndex() uint32 {
@@ -1620,7 +1694,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1706,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1719,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Receipt) GetEpoch() uint64 {
@@ -1781,7 +1855,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1867,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1880,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -1841,7 +1915,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1927,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1940,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -1907,7 +1981,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +1993,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2006,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -1959,7 +2033,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2045,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2058,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -2025,7 +2099,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2111,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2124,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -2115,7 +2189,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2201,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2214,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -2185,7 +2259,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2271,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2284,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -2253,7 +2327,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2339,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2352,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -2317,7 +2391,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2403,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2416,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -2401,12 +2475,13 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\arefusal\x18\x06 \x01(\tR\arefusal\x129\n" +
 	"\n" +
 	"data_plane\x18\a \x01(\v2\x1a.lanes.remote.v1.DataPlaneR\tdataPlane\x12'\n" +
-	"\x0fheartbeat_nanos\x18\b \x01(\x03R\x0eheartbeatNanos\"T\n" +
+	"\x0fheartbeat_nanos\x18\b \x01(\x03R\x0eheartbeatNanos\"\x80\x01\n" +
 	"\tDataPlane\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x1d\n" +
 	"\n" +
-	"ring_bytes\x18\x03 \x01(\x04R\tringBytes\"\xbe\x01\n" +
+	"ring_bytes\x18\x03 \x01(\x04R\tringBytes\x12*\n" +
+	"\x11upload_area_bytes\x18\x04 \x01(\x04R\x0fuploadAreaBytes\"\xbe\x01\n" +
 	"\aWelcome\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\arefusal\x18\x02 \x01(\tR\arefusal\x12\x1a\n" +
@@ -2457,7 +2532,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04Dim3\x12\f\n" +
 	"\x01x\x18\x01 \x01(\rR\x01x\x12\f\n" +
 	"\x01y\x18\x02 \x01(\rR\x01y\x12\f\n" +
-	"\x01z\x18\x03 \x01(\rR\x01z\"\xfb\x02\n" +
+	"\x01z\x18\x03 \x01(\rR\x01z\"\xa9\x03\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\tR\x06kernel\x12)\n" +
@@ -2469,7 +2544,11 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x03src\x18\b \x01(\v2\x17.lanes.remote.v1.RegionR\x03src\x12\x12\n" +
 	"\x04host\x18\t \x01(\fR\x04host\x125\n" +
 	"\astaging\x18\n" +
-	" \x01(\v2\x1b.lanes.remote.v1.HostRegionR\astaging\"/\n" +
+	" \x01(\v2\x1b.lanes.remote.v1.HostRegionR\astaging\x12,\n" +
+	"\x04area\x18\v \x01(\v2\x18.lanes.remote.v1.AreaRefR\x04area\"9\n" +
+	"\aAreaRef\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x04R\x06length\"/\n" +
 	"\x05Scope\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\x04R\x04lane\"J\n" +
@@ -2596,7 +2675,7 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),      // 0: lanes.remote.v1.Hello
 	(*DataPlane)(nil),  // 1: lanes.remote.v1.DataPlane
@@ -2610,24 +2689,25 @@ var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Arg)(nil),        // 9: lanes.remote.v1.Arg
 	(*Dim3)(nil),       // 10: lanes.remote.v1.Dim3
 	(*Command)(nil),    // 11: lanes.remote.v1.Command
-	(*Scope)(nil),      // 12: lanes.remote.v1.Scope
-	(*Replay)(nil),     // 13: lanes.remote.v1.Replay
-	(*Work)(nil),       // 14: lanes.remote.v1.Work
-	(*Entry)(nil),      // 15: lanes.remote.v1.Entry
-	(*Batch)(nil),      // 16: lanes.remote.v1.Batch
-	(*Submit)(nil),     // 17: lanes.remote.v1.Submit
-	(*Submits)(nil),    // 18: lanes.remote.v1.Submits
-	(*Row)(nil),        // 19: lanes.remote.v1.Row
-	(*Receipt)(nil),    // 20: lanes.remote.v1.Receipt
-	(*Leaving)(nil),    // 21: lanes.remote.v1.Leaving
-	(*Timing)(nil),     // 22: lanes.remote.v1.Timing
-	(*Receipts)(nil),   // 23: lanes.remote.v1.Receipts
-	(*Join)(nil),       // 24: lanes.remote.v1.Join
-	(*Alloc)(nil),      // 25: lanes.remote.v1.Alloc
-	(*Free)(nil),       // 26: lanes.remote.v1.Free
-	(*Read)(nil),       // 27: lanes.remote.v1.Read
-	(*Forget)(nil),     // 28: lanes.remote.v1.Forget
-	(*OpResult)(nil),   // 29: lanes.remote.v1.OpResult
+	(*AreaRef)(nil),    // 12: lanes.remote.v1.AreaRef
+	(*Scope)(nil),      // 13: lanes.remote.v1.Scope
+	(*Replay)(nil),     // 14: lanes.remote.v1.Replay
+	(*Work)(nil),       // 15: lanes.remote.v1.Work
+	(*Entry)(nil),      // 16: lanes.remote.v1.Entry
+	(*Batch)(nil),      // 17: lanes.remote.v1.Batch
+	(*Submit)(nil),     // 18: lanes.remote.v1.Submit
+	(*Submits)(nil),    // 19: lanes.remote.v1.Submits
+	(*Row)(nil),        // 20: lanes.remote.v1.Row
+	(*Receipt)(nil),    // 21: lanes.remote.v1.Receipt
+	(*Leaving)(nil),    // 22: lanes.remote.v1.Leaving
+	(*Timing)(nil),     // 23: lanes.remote.v1.Timing
+	(*Receipts)(nil),   // 24: lanes.remote.v1.Receipts
+	(*Join)(nil),       // 25: lanes.remote.v1.Join
+	(*Alloc)(nil),      // 26: lanes.remote.v1.Alloc
+	(*Free)(nil),       // 27: lanes.remote.v1.Free
+	(*Read)(nil),       // 28: lanes.remote.v1.Read
+	(*Forget)(nil),     // 29: lanes.remote.v1.Forget
+	(*OpResult)(nil),   // 30: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	3,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -2640,26 +2720,27 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	7,  // 7: lanes.remote.v1.Command.dst:type_name -> lanes.remote.v1.Region
 	7,  // 8: lanes.remote.v1.Command.src:type_name -> lanes.remote.v1.Region
 	8,  // 9: lanes.remote.v1.Command.staging:type_name -> lanes.remote.v1.HostRegion
-	12, // 10: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
-	14, // 11: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
-	11, // 12: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
-	13, // 13: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
-	15, // 14: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
-	6,  // 15: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
-	16, // 16: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
-	17, // 17: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
-	14, // 18: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
-	19, // 19: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	22, // 20: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	20, // 21: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	6,  // 22: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	7,  // 23: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	6,  // 24: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	12, // 10: lanes.remote.v1.Command.area:type_name -> lanes.remote.v1.AreaRef
+	13, // 11: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
+	15, // 12: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
+	11, // 13: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
+	14, // 14: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
+	16, // 15: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
+	6,  // 16: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
+	17, // 17: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
+	18, // 18: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
+	15, // 19: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
+	20, // 20: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	23, // 21: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	21, // 22: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	6,  // 23: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	7,  // 24: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	6,  // 25: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -2673,7 +2754,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
