@@ -68,7 +68,7 @@ func (s *Scheduler) place(ts *tenantState, device uint64) (lane *laneRef, park b
 	case s.reserve(ts, cur, device):
 		return cur, false, nil
 	case busy && eligible(cur, device):
-		return nil, false, fmt.Errorf("%w: tenant %q has %d submissions in flight on lane %d, its fair share is %d of the lane's %d while %d of weight share it, and the lane is full (%d in flight); the tenant stays on it while it has work in flight, so that its batches keep their order; retry later",
+		return nil, false, fmt.Errorf("%w: tenant %q has %d submissions in flight on lane %d, its fair share is %d of the lane's %d while %d of weight share it, and the lane is past that limit (%d in flight; past it, only tenants under their share are admitted, up to 3x); the tenant stays on it while it has work in flight, so that its batches keep their order; retry later",
 			ErrOverloaded, ts.name, ts.active.Load(), cur.id, s.share(ts, cur), s.cfg.MaxInFlightPerLane, cur.activeWeight.Load(), cur.inflight.Load())
 	case recovering(cur, device):
 		// Its lane comes back within milliseconds, with the tenant's

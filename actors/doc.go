@@ -98,8 +98,9 @@
 //     no owned buffers, no registered programs, no suspension and no recent
 //     fault is forgotten (as Forget would); a name whose every submission
 //     was refused at admission leaves nothing (one its lane refused, an
-//     invalid batch, is forgotten at the next sweep); the ownership of a freed buffer is
-//     dropped; tenant and program names are at most 256 bytes, and program
+//     invalid batch, is idle from that refusal and goes as any idle tenant
+//     does, after TenantIdle); the ownership of a freed buffer is dropped
+//     at the next sweep; tenant and program names are at most 256 bytes, and program
 //     names reserved at most Config.MaxProgramsPerTenant per tenant and
 //     Config.MaxPrograms in all (Forget releases a tenant's, after every
 //     lane forgot its programs). A forgotten tenant's executables leave

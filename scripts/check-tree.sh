@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nothing built is tracked: fails on a tracked executable binary (ELF,
-# Mach-O, PE, WebAssembly, or a file with the executable bit that is not
+# Mach-O, PE, WebAssembly, a static archive, or a file with the executable bit that is not
 # a #! script) and on a tracked file over 1 MiB, unless the allow list
 # below names it (data that must be large; none today). It reads what is
 # committed or staged (the index), not the work tree; a tracked symbolic
@@ -14,10 +14,18 @@ import subprocess, sys
 
 ALLOW = set()  # paths of tracked files allowed over 1 MiB
 LIMIT = 1 << 20
-MAGIC = [(b"\x7fELF", "an ELF executable or object"), (b"MZ", "a PE (Windows) executable"),
+MAGIC = [(b"\x7fELF", "an ELF executable or object"), (b"!<arch>\n", "a static archive (ar)"),
          (b"\xcf\xfa\xed\xfe", "a Mach-O binary"), (b"\xce\xfa\xed\xfe", "a Mach-O binary"),
          (b"\xfe\xed\xfa\xce", "a Mach-O binary"), (b"\xfe\xed\xfa\xcf", "a Mach-O binary"),
          (b"\xca\xfe\xba\xbe", "a Mach-O (or Java) binary"), (b"\x00asm", "a WebAssembly module")]
+
+def is_pe(data):
+    """An MZ header whose e_lfanew points at a PE signature (not text that
+    happens to begin with "MZ")."""
+    if not data.startswith(b"MZ") or len(data) < 0x40:
+        return False
+    at = int.from_bytes(data[0x3C:0x40], "little")
+    return data[at:at + 4] == b"PE\0\0"
 
 entries = []
 for rec in subprocess.run(["git", "ls-files", "-s", "-z"], check=True, capture_output=True).stdout.split(b"\0"):
@@ -40,6 +48,8 @@ for mode, obj, path in entries:
     data = cat.stdout.read(size)
     cat.stdout.read(1)  # the newline after each blob
     what = next((w for m, w in MAGIC if data.startswith(m)), None)
+    if what is None and is_pe(data):
+        what = "a PE (Windows) executable"
     if what:
         bad.append(f"{path}: {what} ({size} bytes)")
     elif mode == b"100755" and not data.startswith(b"#!"):

@@ -71,6 +71,12 @@
 // the submission failed. A submission refused at admission is a lanes.submit
 // span of no duration with lanes.outcome = refused.
 //
+// A quarantine's links name the submissions that failed the lane as they
+// were traced; a linked span that was itself dropped (its tenant's share
+// of the queue full, Stats.ByTenant counts it) is not exported, so a
+// viewer may show that link unresolved: the quarantine span is exported
+// regardless, and its tenants' error spans go before any flood's.
+//
 // # Attributes
 //
 //	attribute                      on                   meaning

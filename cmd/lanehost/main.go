@@ -258,13 +258,13 @@ func names() string {
 func parse(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("lanehost", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // a bad flag is said once, by the caller; --help prints the usage below
 	fs.StringVar(&o.device, "device", "sim", "the device to serve: sim, or cuda (a build with the cuda tag)")
 	fs.IntVar(&o.ordinal, "ordinal", 0, "the GPU's ordinal (cuda), or the simulated device's")
 	fs.StringVar(&o.listen, "listen", remote.DefaultAddress, "the address to serve on; any address not loopback needs --tls-cert, --tls-key and --tls-ca")
 	fs.StringVar(&o.name, "name", "", "the host's name in its front's reports (default host-PID)")
 	fs.IntVar(&o.lanes, "lanes", 4, "lanes (streams) on the device")
-	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive (0: the default)")
+	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive (0 means the default too)")
 	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences and spinning for work after progress or a run of its messages (a core per busy lane; 0: timed polls, parked between)")
 	fs.StringVar(&o.clock, "sim-clock", "real", "the simulated device's clock: real (kernels take modelled time) or zero")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")
@@ -298,11 +298,16 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	})
 	fs.DurationVar(&o.clusterRefresh, "cluster-refresh", remote.DefaultRefresh, "with --cluster: how often the membership endpoints are checked")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
-	fs.Usage = func() {
+	fs.Usage = func() {} // the flag package calls it for a bad flag too: said once, by the caller
+	usage := func() {
+		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "Usage: lanehost [flags]\n\nServes one device's lanes to a lanes front (remote.StartFront, lanedemo --host-per-gpu).\nPrints \"lanehost: listening on ADDRESS [bound ADDRESS] [membership ADDRESS]\" first (the address fronts dial: --advertise if given; where it is bound when that differs; its membership endpoint with --cluster). Exit status: 0 stopped, 1 failed while serving, 2 bad flags or device, 3 device poisoned.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage()
+		}
 		return o, err
 	}
 	set := map[string]bool{}

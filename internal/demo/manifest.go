@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -128,6 +129,9 @@ func loadWorkload(dir string) (*workload, error) {
 	}
 	defer root.Close()
 	b, err := readRegular(root, ManifestFile, maxManifestBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errManifest(dir, "no %s in it (the directory holds %s and the module it names; see examples/customkernels)", ManifestFile, ManifestFile)
+	}
 	if err != nil {
 		return nil, errManifest(dir, "%v (the directory holds %s and the module it names; see examples/customkernels)", err, ManifestFile)
 	}

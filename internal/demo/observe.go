@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,10 @@ func (t TelemetryConfig) validate() error {
 	}
 	return nil // the trace file's path is checked by lanedemo's flags, and opened by the recorder
 }
+
+// flagNames names, in a telemetry error, the flags its Config's fields
+// came from.
+var flagNames = strings.NewReplacer("Config.Endpoint:", "--otlp-endpoint:", "trace file:", "--trace-file:")
 
 // recorderConfig turns the flags into the telemetry's configuration.
 func (t TelemetryConfig) recorderConfig(onError func(error)) telemetry.Config {

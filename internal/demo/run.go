@@ -175,7 +175,9 @@ func startTelemetry(ctx context.Context, cfg Config, opt Options) (tel *telemetr
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(exportErrs.report))
 	tel, err = telemetry.New(ctx, cfg.Telemetry.recorderConfig(exportErrs.report))
 	if errors.Is(err, telemetry.ErrConfig) {
-		return nil, nil, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), telemetry.ErrConfig.Error()+": "))
+		// The telemetry names its Config's fields: here they are flags.
+		msg := flagNames.Replace(strings.TrimPrefix(err.Error(), telemetry.ErrConfig.Error()+": "))
+		return nil, nil, fmt.Errorf("%w: %s (see --help)", ErrConfig, msg)
 	}
 	if err != nil {
 		return nil, nil, err
