@@ -78,6 +78,18 @@ type HostView interface {
 	HostBytes(r HostRegion) ([]byte, error)
 }
 
+// HostPinner is a device that can pin host memory it did not allocate
+// (cuMemHostRegister on the GPU): copies from it then run as from its own
+// pinned staging, the GPU reading it directly, not through the driver's
+// bounce buffer for pageable memory. The memory must stay mapped until
+// unpin returned, and no command that reads it may be in flight then.
+// Both are called, as every call into the device, from a goroutine bound
+// to it (BindThread). A backend that cannot (the simulated device, which
+// reads any memory the same way) does not implement it.
+type HostPinner interface {
+	PinHost(mem []byte) (unpin func() error, err error)
+}
+
 // StageIn copies a host staging region into device memory when it runs
 // (a host-to-device memcpy node in a graph, reading the staging at every
 // replay).

@@ -66,12 +66,13 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 // field's range; the receiving lane validates the result against its
 // device. Its uploads' bytes are the message's (not copied again): leave
 // the message unchanged while the batch is in use.
-func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) { return batchFromWire(w, nil) }
+func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) { return batchFromWire(w, nil, false) }
 
 // batchFromWire is BatchFromWire for a message read from a data plane
 // whose upload area is area (nil: none, and a command naming one is
-// refused): an upload named there is copied out of it, once.
-func batchFromWire(w *wirepb.Batch, area []byte) (lanes.Batch, error) {
+// refused): an upload named there is copied out of it, once, or (inPlace:
+// the area is pinned and held until the step ends) read there.
+func batchFromWire(w *wirepb.Batch, area []byte, inPlace bool) (lanes.Batch, error) {
 	if w == nil {
 		return lanes.Batch{}, wireErr("no batch")
 	}
@@ -99,7 +100,7 @@ func batchFromWire(w *wirepb.Batch, area []byte) (lanes.Batch, error) {
 		b.Retain = append(b.Retain, buf)
 	}
 	for i, we := range w.Entries {
-		e, err := entryFromWire(we, area)
+		e, err := entryFromWire(we, area, inPlace)
 		if err != nil {
 			return lanes.Batch{}, fmt.Errorf("entry %d: %w", i, err)
 		}
@@ -108,7 +109,7 @@ func batchFromWire(w *wirepb.Batch, area []byte) (lanes.Batch, error) {
 	return b, nil
 }
 
-func entryFromWire(we *wirepb.Entry, area []byte) (lanes.Entry, error) {
+func entryFromWire(we *wirepb.Entry, area []byte, inPlace bool) (lanes.Entry, error) {
 	if we == nil || we.Command == nil {
 		return lanes.Entry{}, wireErr("no command")
 	}
@@ -126,7 +127,7 @@ func entryFromWire(we *wirepb.Entry, area []byte) (lanes.Entry, error) {
 		}
 		e.Work = lanes.Work{Form: lanes.Form(w.Form), ParticipantStart: w.ParticipantStart, ParticipantCount: w.ParticipantCount, Tokens: w.Tokens}
 	}
-	if e.Command, err = commandFromWire(we.Command, area); err != nil {
+	if e.Command, err = commandFromWire(we.Command, area, inPlace); err != nil {
 		return lanes.Entry{}, err
 	}
 	if r := we.Replay; r != nil {

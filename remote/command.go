@@ -23,7 +23,7 @@ func commandToWire(c cuda.Command) *wirepb.Command {
 	return w
 }
 
-func commandFromWire(w *wirepb.Command, area []byte) (cuda.Command, error) {
+func commandFromWire(w *wirepb.Command, area []byte, inPlace bool) (cuda.Command, error) {
 	switch {
 	case w.Kind == 0 || w.Kind > math.MaxUint8 || cuda.CommandKind(w.Kind) == cuda.KindCall:
 		return cuda.Command{}, wireErr("command kind %d has no wire form", w.Kind)
@@ -54,9 +54,14 @@ func commandFromWire(w *wirepb.Command, area []byte) (cuda.Command, error) {
 		case a.Length == 0 || a.Length > MaxHostBytes || a.Offset > uint64(len(area)) || a.Length > uint64(len(area))-a.Offset:
 			return cuda.Command{}, wireErr("an upload of %d bytes at %d of an upload area of %d bytes", a.Length, a.Offset, len(area))
 		}
-		// Copied out now, once: the front may write the span again once
-		// the call ended, and the host's plane may go before the step runs.
-		c.Host = bytes.Clone(area[a.Offset : a.Offset+a.Length])
+		end := a.Offset + a.Length
+		if inPlace {
+			c.Host = area[a.Offset:end:end] // pinned: the step's copy reads it there (the span is the call's until it ends)
+		} else {
+			// Copied out now, once: the front may write the span again once
+			// the call ended, and the host's plane may go before the step runs.
+			c.Host = bytes.Clone(area[a.Offset:end])
+		}
 	}
 	if s := w.Staging; s != nil {
 		c.Staging = cuda.HostRegion{Buffer: cuda.HostBuffer{Device: s.Device, ID: s.Id, Size: s.Size}, Offset: s.Offset, Length: s.Length}

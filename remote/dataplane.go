@@ -89,7 +89,18 @@ type dataPlane struct {
 	area        []byte
 	spans       *areaSpans
 	areaUploads atomic.Uint64 // uploads written into the area (the front's)
-	fd          atomic.Int64  // the host's memfd, open until the front opened it too (-1 after)
+	// On the host: unpin lets the area go from the device that pinned it
+	// (nil: not pinned; its uploads are copied out as they are decoded);
+	// holds counts the steps whose uploads read the pinned area in place
+	// until they end, and the segment stays mapped until the last one
+	// did (unmapLater, under mapMu).
+	unpin      func() error
+	holds      atomic.Int64
+	heldSteps  atomic.Uint64 // steps that read it in place, ever
+	unmapLater bool
+	readDone   chan struct{} // closed once no reader will hand the side anything more
+	readOnce   sync.Once
+	fd         atomic.Int64 // the host's memfd, open until the front opened it too (-1 after)
 
 	qmu      sync.Mutex // orders sends: the backlog, and whether it drains
 	backlog  []planeRecord
@@ -126,7 +137,7 @@ func newPlane(mem, mine, theirs []byte) (*dataPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &dataPlane{mem: mem, w: w, rd: rd, done: make(chan struct{}), stallAfter: planeStall}
+	p := &dataPlane{mem: mem, w: w, rd: rd, done: make(chan struct{}), readDone: make(chan struct{}), stallAfter: planeStall}
 	p.fd.Store(-1)
 	return p, nil
 }
@@ -255,6 +266,7 @@ func (p *dataPlane) read(handle func(kind uint16, payload []byte) error, alive f
 		// Rings closed first: a writer waiting for room leaves the segment.
 		p.shut.Store(true)
 		p.closeRings()
+		p.readOnce.Do(func() { close(p.readDone) })
 		p.unmap()
 	}()
 	for {
@@ -313,6 +325,7 @@ func (p *dataPlane) close() {
 		return
 	}
 	if !p.closeRings() {
+		p.readOnce.Do(func() { close(p.readDone) })
 		p.unmap()
 	}
 	p.release()
@@ -331,16 +344,52 @@ func (p *dataPlane) closeRings() (reading bool) {
 	return p.reading
 }
 
+// unmap unmaps the segment once no writer is in it and no step reads its
+// pinned area (else the last such step's end does: releaseArea).
 func (p *dataPlane) unmap() {
 	p.mapMu.Lock() // after any writer left the segment
 	defer p.mapMu.Unlock()
 	if p.unmapped {
 		return
 	}
+	if p.holds.Load() > 0 {
+		p.unmapLater = true
+		return
+	}
 	p.unmapped = true
+	if p.unpin != nil {
+		_ = p.unpin() // no copy from it is in flight: every step that read it ended
+	}
 	_ = unix.Munmap(p.mem)
-	p.mem = nil
+	p.mem, p.area = nil, nil
 	close(p.done)
+}
+
+// holdArea keeps the segment mapped for a step whose uploads read the
+// pinned area in place (on the reader's goroutine, as it decodes the
+// step): false once the plane is going.
+func (p *dataPlane) holdArea() bool {
+	p.mapMu.RLock()
+	defer p.mapMu.RUnlock()
+	if p.unmapped || p.unmapLater || p.unpin == nil {
+		return false
+	}
+	p.holds.Add(1)
+	p.heldSteps.Add(1)
+	return true
+}
+
+// releaseArea is the end of a step holdArea held the segment for.
+func (p *dataPlane) releaseArea() {
+	if p.holds.Add(-1) > 0 {
+		return
+	}
+	p.mapMu.RLock()
+	later := p.unmapLater
+	p.mapMu.RUnlock()
+	if later {
+		p.unmap()
+	}
 }
 
 // decodePlane decodes a record of a kind the side reads.

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -83,6 +84,7 @@ func (h *Host) takePlane(r *registration, m *wirepb.Welcome) {
 		return h.regs[r.epoch] == r || h.replaced[r.epoch] == r
 	}
 	p.stalled = func(err error) { drop("stalled", err) }
+	h.pinArea(r, p)
 	if !p.startReading() {
 		return
 	}
@@ -125,6 +127,54 @@ func (r *registration) planeFor() *dataPlane { return r.plane.Load() }
 
 // lastRecordWait bounds how long a plane's last record waits for room.
 const lastRecordWait = 100 * time.Millisecond
+
+// pinArea pins a plane's upload area with the host's first device that
+// can (cuda.HostPinner: the GPU), so that the steps' copies read uploads
+// there, in place; where none can, or pinning fails (said once), uploads
+// are copied out of the area as they are decoded.
+func (h *Host) pinArea(r *registration, p *dataPlane) {
+	if len(p.area) == 0 {
+		return
+	}
+	for _, d := range h.cfg.Scheduler.Devices {
+		pinner, ok := d.(cuda.HostPinner)
+		if !ok {
+			continue
+		}
+		p.mapMu.Lock() // the segment stays mapped while it is pinned
+		defer p.mapMu.Unlock()
+		if p.unmapped {
+			return
+		}
+		var unpin func() error
+		err := onBoundThread(d, func() (err error) {
+			unpin, err = pinner.PinHost(p.area)
+			return err
+		})
+		if err != nil {
+			h.cfg.Logf("the upload area of the front at %s (epoch %d) is not pinned (its uploads are copied out of it): %v", r.front.Address, r.epoch, err)
+			return
+		}
+		p.unpin = func() error { return onBoundThread(d, unpin) }
+		return
+	}
+}
+
+// onBoundThread runs fn on a goroutine of its own bound to d (the
+// device's context current on its thread, as every call into a device
+// needs), whose thread ends with it: no other goroutine inherits that
+// context.
+func onBoundThread(d cuda.Device, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		if _, err := d.BindThread(); err != nil {
+			done <- err
+			return
+		}
+		done <- fn() // returning still locked to the thread ends the thread
+	}()
+	return <-done
+}
 
 // uploadArea is the upload area of the registration's data plane, or nil.
 // Only its reader's goroutine reads it (the segment stays mapped while it
@@ -182,7 +232,7 @@ func (h *Host) closePlanes() {
 		p := r.plane.Load()
 		r.closePlane("the host stopped")
 		if p != nil {
-			<-p.done // its reader hands nothing to the host from now on
+			<-p.readDone // its reader hands nothing to the host from now on (steps reading its area may still run)
 		}
 	}
 }

@@ -170,7 +170,17 @@ type hostJob struct {
 	tenant                string         // as the front named it
 	timing                *wirepb.Timing // a sampled call's times; nil for most
 	viaPlane              bool           // came through the registration's data plane
+	area                  *dataPlane     // whose pinned upload area its uploads read in place until it ends (nil: none)
 	op                    any            // or an operation of the tenant's, to run after its submissions before it
+}
+
+// ended lets go what the job held until its step ended: the upload area
+// its uploads read.
+func (j *hostJob) ended() {
+	if j.area != nil {
+		j.area.releaseArea()
+		j.area = nil
+	}
 }
 
 // hostShards is how many goroutines hand submissions to the scheduler:

@@ -64,14 +64,14 @@ func (h *Host) submit(r *registration, s *wirepb.Submit, viaPlane bool) {
 	if s.SentUnixNano != 0 {
 		timing = &wirepb.Timing{Received: time.Now().UnixNano()}
 	}
-	b, ok := h.batchOf(r, s)
+	b, area, ok := h.batchOf(r, s)
 	if !ok {
 		return
 	}
 	tenant := b.Tenant
 	b.Tenant = scoped(epoch, tenant)
 	h.inFlight.Add(1)
-	j := hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, tenant: tenant, timing: timing, viaPlane: viaPlane}
+	j := hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, tenant: tenant, timing: timing, viaPlane: viaPlane, area: area}
 	shard := shardOf(b.Tenant)
 	if viaPlane {
 		// The plane's reader admits them itself, in order: one hand-off
@@ -82,6 +82,7 @@ func (h *Host) submit(r *registration, s *wirepb.Submit, viaPlane bool) {
 	select {
 	case h.shards[shard] <- j:
 	case <-h.quit:
+		j.ended()
 		h.inFlight.Add(-1)
 	}
 }
@@ -172,6 +173,7 @@ func (h *Host) admit(j hostJob, shard int) {
 	}
 	_, err := h.sched.SubmitNotify(context.Background(), j.b.Tenant, j.b, ended)
 	if err != nil {
+		j.ended()
 		h.refuse(j.epoch, j.call, j.tenant, err)
 		h.inFlight.Add(-1)
 		return
@@ -187,6 +189,7 @@ func (h *Host) reply(j hostJob, p *actors.Pending) {
 		j.timing.Ended = time.Now().UnixNano()
 	}
 	r, _ := p.Result()
+	j.ended() // the step ended: no copy reads its uploads any more
 	r.Tenant = j.tenant
 	rows := r.Attribution.Rows
 	r.Attribution.Rows = nil
@@ -200,22 +203,34 @@ func (h *Host) reply(j hostJob, p *actors.Pending) {
 // batchOf is the submission's batch: inline, or its template (kept from
 // an earlier Submit that carried it). A template the host does not hold is
 // answered with TemplateUnknown (the front sends it again, whole).
-func (h *Host) batchOf(r *registration, s *wirepb.Submit) (lanes.Batch, bool) {
+//
+// A submission's uploads in the upload area are copied out of it, unless
+// the area is pinned: then they are read in place by the step's copies,
+// and area (returned) is held until the step ends (hostJob.ended).
+func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *dataPlane, ok bool) {
 	epoch := r.epoch
 	if s.Template == 0 {
-		b, err := batchFromWire(s.Batch, r.uploadArea())
-		if err != nil {
-			h.refuse(epoch, s.Call, tenantOf(s), err)
-			return b, false
+		p := r.planeFor()
+		inPlace := p != nil && namesArea(s.Batch) && p.holdArea()
+		if inPlace {
+			area = p
 		}
-		return b, true
+		b, err := batchFromWire(s.Batch, r.uploadArea(), inPlace)
+		if err != nil {
+			if area != nil {
+				area.releaseArea()
+			}
+			h.refuse(epoch, s.Call, tenantOf(s), err)
+			return b, nil, false
+		}
+		return b, area, true
 	}
-	b, ok := r.templates[s.Template]
+	b, ok = r.templates[s.Template]
 	if s.Batch != nil {
 		var err error
-		if b, err = batchFromWire(s.Batch, r.uploadArea()); err != nil {
+		if b, err = batchFromWire(s.Batch, r.uploadArea(), false); err != nil {
 			h.refuse(epoch, s.Call, s.Tenant, err)
-			return b, false
+			return b, nil, false
 		}
 		if len(r.templates) < h.cfg.MaxTemplates {
 			r.templates[s.Template] = b
@@ -224,10 +239,20 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (lanes.Batch, bool) {
 		w := refusedReceipt(epoch, s.Call, s.Tenant, errTemplate)
 		w.Template, w.TemplateUnknown = s.Template, true
 		h.send(outgoing{receipt: w})
-		return b, false
+		return b, nil, false
 	}
 	b.Tenant = s.Tenant // the entries are shared, read-only, by every submission of the template
-	return b, true
+	return b, nil, true
+}
+
+// namesArea reports whether a batch has an upload in the upload area.
+func namesArea(w *wirepb.Batch) bool {
+	for _, e := range w.GetEntries() {
+		if e.GetCommand().GetArea() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // errTemplate is a templated submission the host does not hold.

@@ -2,11 +2,18 @@ package remote
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -99,11 +106,11 @@ func TestAnUploadAreaRefIsChecked(t *testing.T) {
 		{"no length", &wirepb.AreaRef{Offset: 0, Length: 0}, nil, area},
 		{"in its message too", &wirepb.AreaRef{Offset: 0, Length: 4096}, []byte{1}, area},
 	} {
-		if _, err := batchFromWire(batch(c.ref, c.host), c.area); !errors.Is(err, ErrWire) {
+		if _, err := batchFromWire(batch(c.ref, c.host), c.area, false); !errors.Is(err, ErrWire) {
 			t.Errorf("%s: got err %v, want ErrWire", c.what, err)
 		}
 	}
-	b, err := batchFromWire(batch(&wirepb.AreaRef{Offset: 4096, Length: 4096}, nil), area)
+	b, err := batchFromWire(batch(&wirepb.AreaRef{Offset: 4096, Length: 4096}, nil), area, false)
 	if err != nil {
 		t.Fatalf("a span within the area: got err %v, want nil", err)
 	}
@@ -114,5 +121,81 @@ func TestAnUploadAreaRefIsChecked(t *testing.T) {
 	}
 	if _, err := BatchFromWire(batch(&wirepb.AreaRef{Offset: 0, Length: 4096}, nil)); !errors.Is(err, ErrWire) {
 		t.Errorf("BatchFromWire of an area ref (no plane): got err %v, want ErrWire", err)
+	}
+}
+
+// pinningSim is a simulated device that says it pins host memory (as the
+// GPU does with cuMemHostRegister), counting pins and unpins.
+type pinningSim struct {
+	cuda.Device
+	pins, unpins atomic.Int32
+}
+
+func (d *pinningSim) PinHost(mem []byte) (func() error, error) {
+	d.pins.Add(1)
+	return func() error { d.unpins.Add(1); return nil }, nil
+}
+
+// TestUploadsAreReadInPlaceFromAPinnedArea: on a host whose device pins
+// the upload area, a step's uploads are read there by its copies (no copy
+// out), every one arriving whole though the front writes each span again
+// for the next call; the area is unpinned once, when the registration
+// went and no step read it any more.
+func TestUploadsAreReadInPlaceFromAPinnedArea(t *testing.T) {
+	base, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := &pinningSim{Device: base}
+	h, err := Serve(context.Background(), HostConfig{Name: "pinned", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("Serve: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = h.Stop(context.Background()) })
+	f := startFrontHere(t, h, &logLines{t: t}, false)
+	ctx := context.Background()
+	const n = 64 << 10
+	b, err := f.Alloc(ctx, "t", cuda.BufferSpec{Size: n, Elem: cuda.U8})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	for i := range 20 {
+		data := make([]byte, n)
+		for j := range data {
+			data[j] = byte(i*7 + j)
+		}
+		up, err := cuda.Upload(b.Whole(), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Submit(ctx, "t", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseDynamicBinding, up)}}); err != nil {
+			t.Fatalf("upload %d: got err %v, want nil", i, err)
+		}
+		if back, err := f.Read(ctx, "t", b.Whole()); err != nil || !bytes.Equal(back, data) {
+			t.Fatalf("upload %d read back: got %d bytes (equal %v), err %v; want the bytes uploaded", i, len(back), bytes.Equal(back, data), err)
+		}
+	}
+	st := f.Hosts()[0]
+	h.mu.Lock()
+	r := h.regs[st.Epoch]
+	h.mu.Unlock()
+	if r == nil || r.planeFor() == nil {
+		t.Fatalf("the host's registration under epoch %d: got none with a data plane, want one", st.Epoch)
+	}
+	p := r.planeFor()
+	if st.AreaUploads != 20 || p.heldSteps.Load() != 20 || p.holds.Load() != 0 || dev.pins.Load() != 1 {
+		t.Fatalf("got %d uploads through the area, %d steps reading it in place, %d holding it now, %d pins; want 20, 20, 0, 1", st.AreaUploads, p.heldSteps.Load(), p.holds.Load(), dev.pins.Load())
+	}
+	if got := dev.unpins.Load(); got != 0 {
+		t.Fatalf("unpins while the front is served: got %d, want 0", got)
+	}
+	_ = f.Stop(ctx) // the host drops the registration and lets its plane go
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plane of a stopped front: still mapped after 10 s, want it unmapped")
+	}
+	if got := dev.unpins.Load(); got != 1 {
+		t.Fatalf("unpins after the plane went: got %d, want 1", got)
 	}
 }

@@ -239,13 +239,14 @@ func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
 	fs.DurationVar(&cfg.Hosts.JoinAt, "join-at", 0, "with --cluster: start one more lane host this far into the measured phase; it joins the cluster and takes new tenants (the ones that move)")
 	fs.DurationVar(&cfg.Hosts.LeaveAt, "leave-at", 0, "with --cluster: ask host0 to leave well (SIGTERM) this far into the measured phase: it finishes what it has, its tenants move")
 	fs.DurationVar(&cfg.Hosts.KillAt, "kill-at", 0, "with --cluster: kill host1 (host0 with --devices 1) this far into the measured phase: its steps in flight end indeterminate, its tenants move")
+	fs.IntVar(&cfg.Hosts.StepUpload, "step-upload", 0, "with --host-per-gpu: each step first uploads this many bytes (up to 64 MiB) into a buffer of the tenant's, sent with every step rather than encoded once (a lane host on this machine takes 4 KiB or more through its data plane's upload area; see lanehost --upload-area); 0: none")
 	fs.DurationVar(&cfg.Hosts.FaultAt, "fault-host-at", 0, "with --host-per-gpu: submit an out-of-bounds kernel as the first tenant this far into the measured phase: its device is poisoned (0: none)")
 }
 
 // hostModeFlags are the flags --host-per-gpu reads.
 var hostModeFlags = map[string]bool{"device": true, "ordinals": true, "devices": true, "lanes": true, "tenants": true, "kernels": true, "duration": true,
 	"concurrency": true, "warmup": true, "spin": true, "clock": true, "seed": true, "json": true, "quiet": true,
-	"host-per-gpu": true, "in-process": true, "data-plane": true, "lanehost": true, "fault-host-at": true, "lanehost-args": true, "cpuprofile": true, "exectrace": true,
+	"host-per-gpu": true, "in-process": true, "data-plane": true, "lanehost": true, "fault-host-at": true, "lanehost-args": true, "step-upload": true, "cpuprofile": true, "exectrace": true,
 	"memprofile": true, "mutexprofile": true, "blockprofile": true, "cluster": true, "join-at": true, "leave-at": true, "kill-at": true}
 
 // clusterOnlyFlags need --cluster.
@@ -262,12 +263,12 @@ func checkHostMode(fs *flag.FlagSet, cfg *demo.Config) error {
 		switch {
 		case err != nil:
 		case cfg.Hosts.PerGPU && !hostModeFlags[fl.Name]:
-			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --data-plane, --lanehost, --fault-host-at, --lanehost-args, --cluster, --join-at, --leave-at, --kill-at and the profiles (--cpuprofile, --memprofile, --mutexprofile, --blockprofile, --exectrace; see --help)", fl.Name)
+			err = fmt.Errorf("lanedemo: --%s does not apply with --host-per-gpu, which reads only --device, --devices, --ordinals, --lanes, --tenants, --kernels, --duration, --concurrency, --warmup, --spin, --clock, --seed, --json, --quiet, --in-process, --data-plane, --lanehost, --fault-host-at, --lanehost-args, --step-upload, --cluster, --join-at, --leave-at, --kill-at and the profiles (--cpuprofile, --memprofile, --mutexprofile, --blockprofile, --exectrace; see --help)", fl.Name)
 		case !cfg.Hosts.Cluster && clusterOnlyFlags[fl.Name]:
 			err = fmt.Errorf("lanedemo: --%s needs --cluster (see --help)", fl.Name)
 		case cfg.Hosts.Cluster && fl.Name == "in-process":
 			err = fmt.Errorf("lanedemo: --in-process runs no hosts: give it without --cluster, with --host-per-gpu (see --help)")
-		case !cfg.Hosts.PerGPU && (fl.Name == "in-process" || fl.Name == "data-plane" || fl.Name == "lanehost" || fl.Name == "fault-host-at" || fl.Name == "lanehost-args"):
+		case !cfg.Hosts.PerGPU && (fl.Name == "in-process" || fl.Name == "data-plane" || fl.Name == "lanehost" || fl.Name == "fault-host-at" || fl.Name == "lanehost-args" || fl.Name == "step-upload"):
 			err = fmt.Errorf("lanedemo: --%s needs --host-per-gpu (see --help)", fl.Name)
 		}
 	})
@@ -278,6 +279,8 @@ func checkHostMode(fs *flag.FlagSet, cfg *demo.Config) error {
 	switch {
 	case cfg.Ordinals != nil && len(cfg.Ordinals) != cfg.Devices:
 		return fmt.Errorf("lanedemo: --ordinals names %d GPUs for --devices %d; give one per device (see --help)", len(cfg.Ordinals), cfg.Devices)
+	case h.StepUpload < 0 || h.StepUpload > 64<<20:
+		return fmt.Errorf("lanedemo: --step-upload %d: give 0 to %d bytes (see --help)", h.StepUpload, 64<<20)
 	case h.FaultAt < 0 || h.PerGPU && h.FaultAt >= cfg.Duration:
 		return fmt.Errorf("lanedemo: --fault-host-at %v: give a time within --duration %v (see --help)", h.FaultAt, cfg.Duration)
 	case h.JoinAt < 0 || h.JoinAt >= cfg.Duration && h.JoinAt > 0, h.LeaveAt < 0 || h.LeaveAt >= cfg.Duration && h.LeaveAt > 0, h.KillAt < 0 || h.KillAt >= cfg.Duration && h.KillAt > 0:

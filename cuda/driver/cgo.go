@@ -52,6 +52,16 @@ static CUresult lanes_dtoh(CUcontext ctx, void *dst, CUdeviceptr src, size_t n, 
 	return r != CUDA_SUCCESS ? r : cuMemcpyDtoHAsync(dst, src, n, s);
 }
 
+static CUresult lanes_host_register(CUcontext ctx, void *p, size_t n) {
+	CUresult r = lanes_bound(ctx);
+	return r != CUDA_SUCCESS ? r : cuMemHostRegister(p, n, CU_MEMHOSTREGISTER_PORTABLE);
+}
+
+static CUresult lanes_host_unregister(CUcontext ctx, void *p) {
+	CUresult r = lanes_bound(ctx);
+	return r != CUDA_SUCCESS ? r : cuMemHostUnregister(p);
+}
+
 static CUresult lanes_host_free(CUcontext ctx, void *p) {
 	CUresult r = lanes_bound(ctx);
 	return r != CUDA_SUCCESS ? r : cuMemFreeHost(p);
@@ -277,6 +287,12 @@ func copyDtoH(ctx cContext, dst unsafe.Pointer, src, n uint64, s cStream) cResul
 }
 
 func hostFree(ctx cContext, p unsafe.Pointer) cResult { return C.lanes_host_free(ctx, p) }
+
+func hostRegister(ctx cContext, p unsafe.Pointer, n uint64) cResult {
+	return C.lanes_host_register(ctx, p, C.size_t(n))
+}
+
+func hostUnregister(ctx cContext, p unsafe.Pointer) cResult { return C.lanes_host_unregister(ctx, p) }
 
 func copyDtoD(ctx cContext, dst, src, n uint64, s cStream) cResult {
 	return C.lanes_dtod(ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), s)

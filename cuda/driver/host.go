@@ -7,12 +7,16 @@ package driver
 import (
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
 )
 
-var _ cuda.HostMemory = (*Device)(nil)
+var (
+	_ cuda.HostMemory = (*Device)(nil)
+	_ cuda.HostPinner = (*Device)(nil)
+)
 
 type pinnedHost struct {
 	buf cuda.HostBuffer
@@ -139,3 +143,26 @@ func (d *Device) HostBytes(r cuda.HostRegion) ([]byte, error) {
 }
 
 var _ cuda.HostView = (*Device)(nil)
+
+// PinHost pins memory this device did not allocate (cuMemHostRegister,
+// portable to every context): copies from it are DMA from pinned memory.
+// mem must stay mapped until unpin returned, with no copy from it in
+// flight then.
+func (d *Device) PinHost(mem []byte) (unpin func() error, err error) {
+	const op = "pin host memory"
+	if len(mem) == 0 {
+		return nil, cuda.Contractf(op, cuda.ErrEmptyRegion, "no bytes to pin")
+	}
+	if err := d.live(op); err != nil {
+		return nil, err
+	}
+	p := unsafe.Pointer(&mem[0])
+	if err := d.check(op, hostRegister(d.ctx, p, uint64(len(mem))), "cuMemHostRegister"); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() (err error) {
+		once.Do(func() { err = d.check("unpin host memory", hostUnregister(d.ctx, p), "cuMemHostUnregister") })
+		return err
+	}, nil
+}

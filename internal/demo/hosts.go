@@ -41,12 +41,17 @@ type HostsConfig struct {
 	// phase (0: not).
 	Cluster                 bool
 	JoinAt, LeaveAt, KillAt time.Duration
+	// StepUpload: each step first uploads this many bytes into a buffer
+	// of the tenant's, sent with every step (0: none; the step is then
+	// encoded once and sent by reference).
+	StepUpload int
 }
+
 
 // hostsAPI is what the loop needs of either side: a tenant's buffer, its
 // steps, starting over, and where it is served.
 type hostsAPI interface {
-	alloc(ctx context.Context, tenant string, index int) (cuda.Buffer, error)
+	alloc(ctx context.Context, tenant string, index int, spec cuda.BufferSpec) (cuda.Buffer, error)
 	submit(ctx context.Context, tenant string, b lanes.Batch) error
 	// submitStep submits the tenant's step: encoded once on the front.
 	submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) error
@@ -65,14 +70,17 @@ type remoteAPI struct {
 	fleet *fleet
 }
 
-func (r remoteAPI) alloc(ctx context.Context, tenant string, _ int) (cuda.Buffer, error) {
-	return r.f.Alloc(ctx, tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+func (r remoteAPI) alloc(ctx context.Context, tenant string, _ int, spec cuda.BufferSpec) (cuda.Buffer, error) {
+	return r.f.Alloc(ctx, tenant, spec)
 }
 func (r remoteAPI) submit(ctx context.Context, tenant string, b lanes.Batch) error {
 	_, err := r.f.Submit(ctx, tenant, b)
 	return err
 }
-func (r remoteAPI) submitStep(ctx context.Context, t *hostsTenant, _ lanes.Batch, enc *remote.Encoded) error {
+func (r remoteAPI) submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) error {
+	if enc == nil { // a step whose upload crosses each time
+		return r.submit(ctx, t.name, step)
+	}
 	p, err := r.f.SubmitEncoded(ctx, t.name, enc)
 	if err != nil {
 		return err
@@ -117,11 +125,11 @@ type localAPI struct {
 	devs []cuda.Device
 }
 
-func (l localAPI) alloc(_ context.Context, tenant string, index int) (cuda.Buffer, error) {
+func (l localAPI) alloc(_ context.Context, tenant string, index int, spec cuda.BufferSpec) (cuda.Buffer, error) {
 	d := l.devs[index%len(l.devs)]
 	var b cuda.Buffer
 	err := bound(d, func() (err error) {
-		b, err = d.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+		b, err = d.Alloc(spec)
 		return err
 	})
 	if err != nil {
@@ -252,12 +260,16 @@ type hostsTenant struct {
 	buf   cuda.Buffer
 	gen   int // bumped at each start over
 	step  lanes.Batch
-	enc   *remote.Encoded // step, encoded once (remote)
+	enc   *remote.Encoded // step, encoded once (remote); nil with an upload per step
+	// upload is the bytes each step uploads first (HostsConfig.StepUpload),
+	// from input.
+	upload int
+	input  []byte
 }
 
 // setUp allocates and zeroes the tenant's buffer and builds its step.
 func (t *hostsTenant) setUp(ctx context.Context, api hostsAPI, k int) error {
-	b, err := api.alloc(ctx, t.name, t.index)
+	b, err := api.alloc(ctx, t.name, t.index, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	if err != nil {
 		return err
 	}
@@ -276,6 +288,25 @@ func (t *hostsTenant) setUp(ctx context.Context, api hostsAPI, k int) error {
 			return err
 		}
 		step.Entries = append(step.Entries, lanes.Replayed("lanedemo-hosts", i, cmd))
+	}
+	if t.upload > 0 {
+		in, err := api.alloc(ctx, t.name, t.index, cuda.BufferSpec{Size: uint64(t.upload), Elem: cuda.U8})
+		if err != nil {
+			return err
+		}
+		if t.input == nil {
+			t.input = make([]byte, t.upload)
+			for i := range t.input {
+				t.input[i] = byte(i*31 + t.index)
+			}
+		}
+		up, err := cuda.Upload(in.Whole(), t.input)
+		if err != nil {
+			return err
+		}
+		step.Entries = append([]lanes.Entry{lanes.Eager(cache.PhaseDynamicBinding, up)}, step.Entries...)
+		t.buf, t.step, t.enc = b, step, nil
+		return nil
 	}
 	enc, err := api.encode(step)
 	if err != nil {

@@ -68,6 +68,9 @@ type HostsRow struct {
 	// DataPlane: the front and the host exchanged the run's traffic
 	// through shared memory (the same-host data plane), not the remote.
 	DataPlane bool `json:"data_plane,omitempty"`
+	// AreaUploads: uploads that crossed in the data plane's upload area
+	// (--step-upload of 4 KiB or more), not in their messages.
+	AreaUploads uint64 `json:"area_uploads,omitempty"`
 }
 
 // RoundTripUS is a host's remote.RoundTrip in microseconds.
@@ -107,7 +110,7 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 	defer api.stop()
 	tenants := make([]*hostsTenant, cfg.Tenants)
 	for i := range tenants {
-		tenants[i] = &hostsTenant{name: fmt.Sprintf("tenant-%02d", i), index: i}
+		tenants[i] = &hostsTenant{name: fmt.Sprintf("tenant-%02d", i), index: i, upload: cfg.Hosts.StepUpload}
 		if err := tenants[i].setUp(ctx, api, cfg.Kernels); err != nil {
 			return nil, fmt.Errorf("lanedemo: set up %s: %w", tenants[i].name, err)
 		}
@@ -282,7 +285,7 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 			}
 			r.Losses, r.Restarts = st.Losses, st.Restarts
 			r.RoundTrip = roundTripUS(st.RoundTrip)
-			r.DataPlane = st.DataPlane
+			r.DataPlane, r.AreaUploads = st.DataPlane, st.AreaUploads
 			if h == faultHost && !fault.IsZero() && st.State == remote.HostServing && st.Since.After(fault) {
 				r.ServingAgainMS = float64(st.Since.Sub(fault).Microseconds()) / 1000
 			}
@@ -349,6 +352,9 @@ func (rep *HostsReport) WriteTable(w io.Writer) {
 		if rt := r.RoundTrip; rt != nil {
 			fmt.Fprintf(w, "%s round trip through %s (means of %d sampled steps since it registered): %.0f µs: wire both ways %.0f + host queue %.0f + lane %.0f + host reply %.0f\n",
 				r.Name, way, rt.Samples, rt.Total, rt.Wire, rt.HostQueue, rt.Lane, rt.HostReply)
+		}
+		if r.AreaUploads > 0 {
+			fmt.Fprintf(w, "%s: %d uploads crossed in the data plane's upload area, not in their messages\n", r.Name, r.AreaUploads)
 		}
 	}
 }
