@@ -47,7 +47,6 @@ type HostsConfig struct {
 	StepUpload int
 }
 
-
 // hostsAPI is what the loop needs of either side: a tenant's buffer, its
 // steps, starting over, and where it is served.
 type hostsAPI interface {
