@@ -45,22 +45,12 @@ func commandFromWire(w *wirepb.Command, area []byte, inPlace bool) (cuda.Command
 	if len(w.Host) > 0 {
 		c.Host = w.Host // the message's own bytes (decoding copied them once): no second copy
 	}
-	if a := w.Area; a != nil {
-		switch {
-		case len(w.Host) > 0:
+	if w.Area != nil {
+		if len(w.Host) > 0 {
 			return cuda.Command{}, wireErr("an upload both in its message and in the upload area")
-		case area == nil:
-			return cuda.Command{}, wireErr("an upload in an upload area, but the message came through no data plane that has one")
-		case a.Length == 0 || a.Length > MaxHostBytes || a.Offset > uint64(len(area)) || a.Length > uint64(len(area))-a.Offset:
-			return cuda.Command{}, wireErr("an upload of %d bytes at %d of an upload area of %d bytes", a.Length, a.Offset, len(area))
 		}
-		end := a.Offset + a.Length
-		if inPlace {
-			c.Host = area[a.Offset:end:end] // pinned: the step's copy reads it there (the span is the call's until it ends)
-		} else {
-			// Copied out now, once: the front may write the span again once
-			// the call ended, and the host's plane may go before the step runs.
-			c.Host = bytes.Clone(area[a.Offset:end])
+		if c.Host, err = fromArea(area, w.Area, inPlace); err != nil {
+			return cuda.Command{}, err
 		}
 	}
 	if s := w.Staging; s != nil {
@@ -116,4 +106,23 @@ func regionFromWire(w *wirepb.Region) (cuda.Region, error) {
 		return cuda.Region{}, err
 	}
 	return cuda.Region{Buffer: b, Offset: w.Offset, Length: w.Length}, nil
+}
+
+// fromArea is an upload's bytes in a data plane's upload area (nil: the
+// message came through none), checked against its bounds: read there
+// (inPlace: the area is pinned and held until the step ends) or copied
+// out now, once (the front may write the span again once the call ended,
+// and the host's plane may go before the step runs).
+func fromArea(area []byte, a *wirepb.AreaRef, inPlace bool) ([]byte, error) {
+	switch {
+	case area == nil:
+		return nil, wireErr("an upload in an upload area, but the message came through no data plane that has one")
+	case a.Length == 0 || a.Length > MaxHostBytes || a.Offset > uint64(len(area)) || a.Length > uint64(len(area))-a.Offset:
+		return nil, wireErr("an upload of %d bytes at %d of an upload area of %d bytes", a.Length, a.Offset, len(area))
+	}
+	end := a.Offset + a.Length
+	if inPlace {
+		return area[a.Offset:end:end], nil
+	}
+	return bytes.Clone(area[a.Offset:end]), nil
 }

@@ -136,33 +136,40 @@ func (l *link) toHost(pid *actor.PID, epoch uint64, kind uint16, msg proto.Messa
 	}
 }
 
-// intoArea writes the batch's uploads of areaMinUpload bytes or more into
+// areaSlot is a call's upload that may go through the upload area: its
+// bytes, and where to name the span instead.
+type areaSlot struct {
+	host *[]byte
+	area **wirepb.AreaRef
+}
+
+// intoArea writes the call's uploads of areaMinUpload bytes or more into
 // the upload area of the host's data plane under epoch, as far as it has
 // room, and names them there instead: the call gives the spans back when
 // it ends (its release), when the host has read them. An upload that
 // finds no room, or a plane that has none or went, keeps its bytes in the
 // message.
-func (l *link) intoArea(epoch uint64, w *wirepb.Batch, p *Pending) {
+func (l *link) intoArea(epoch uint64, slots []areaSlot, p *Pending) {
 	plane := l.planeUnder(epoch)
 	if plane == nil || plane.spans == nil {
 		return
 	}
 	var taken []span
-	for _, e := range w.Entries {
-		c := e.GetCommand()
-		if c == nil || len(c.Host) < areaMinUpload {
+	for _, sl := range slots {
+		b := *sl.host
+		if len(b) < areaMinUpload {
 			continue
 		}
-		s, ok := plane.spans.alloc(uint64(len(c.Host)))
+		s, ok := plane.spans.alloc(uint64(len(b)))
 		if !ok {
 			continue
 		}
-		if !plane.writeArea(s.off, c.Host) {
+		if !plane.writeArea(s.off, b) {
 			plane.spans.release(s)
 			break
 		}
-		c.Area = &wirepb.AreaRef{Offset: s.off, Length: uint64(len(c.Host))}
-		c.Host = nil
+		*sl.area = &wirepb.AreaRef{Offset: s.off, Length: uint64(len(b))}
+		*sl.host = nil
 		taken = append(taken, s)
 	}
 	if len(taken) == 0 {

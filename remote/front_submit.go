@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -29,7 +30,13 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 	if err != nil {
 		return nil, err
 	}
-	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b), nil, w)
+	var slots []areaSlot
+	for _, we := range w.Entries {
+		if c := we.GetCommand(); c != nil {
+			slots = append(slots, areaSlot{host: &c.Host, area: &c.Area})
+		}
+	}
+	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b), nil, slots)
 	if err != nil {
 		return nil, err
 	}
@@ -65,23 +72,76 @@ func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
 }
 
 // SubmitEncoded is SubmitAsync of an encoded batch.
-func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded) (*Pending, error) {
+//
+// Inputs, if given, are this submission's own bytes for some of the
+// batch's uploads (a serving step's new input): they cross with the
+// submission while the rest of the batch crosses once per host, each the
+// length of the upload it replaces; the front reads them until the call
+// ends. A bad input (an entry that is no upload, another length, the same
+// entry twice) is refused before anything is sent (lanes.ErrInvalidBatch).
+func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded, inputs ...Input) (*Pending, error) {
 	if e == nil || e.wire == nil {
 		return nil, fmt.Errorf("%w: a nil or zero Encoded: make one with Front.Encode", ErrConfig)
+	}
+	wired, err := e.inputsToWire(inputs)
+	if err != nil {
+		return nil, err
 	}
 	if err := f.admit(ctx, tenant); err != nil {
 		return nil, err
 	}
-	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes, e, nil)
+	var slots []areaSlot
+	for _, in := range wired {
+		slots = append(slots, areaSlot{host: &in.Host, area: &in.Area})
+	}
+	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes, e, slots)
 	if err != nil {
 		return nil, err
 	}
-	s := &wirepb.Submit{Epoch: epoch, Call: id, Template: e.id, Tenant: tenant}
+	s := &wirepb.Submit{Epoch: epoch, Call: id, Template: e.id, Tenant: tenant, Inputs: wired}
 	if !l.holds(epoch, e.id) {
 		s.Batch = e.wire
 	}
 	l.enqueue(p.sample(s))
 	return p, nil
+}
+
+// Input is one submission's bytes for an upload of an Encoded batch
+// (SubmitEncoded): a serving step's new input.
+type Input struct {
+	Entry int    // the index, in the batch given to Encode, of an upload entry
+	Bytes []byte // exactly as many bytes as that upload; read until the call ends
+}
+
+// inputsToWire checks a submission's inputs against the template's
+// uploads and puts them in wire form.
+func (e *Encoded) inputsToWire(inputs []Input) ([]*wirepb.Input, error) {
+	if len(inputs) == 0 {
+		return nil, nil
+	}
+	bad := func(i int, format string, args ...any) error {
+		return lanes.Wrap("remote", true, fmt.Errorf("%w: input %d: "+format, append([]any{lanes.ErrInvalidBatch, i}, args...)...))
+	}
+	out := make([]*wirepb.Input, 0, len(inputs))
+	seen := map[int]bool{}
+	for i, in := range inputs {
+		switch {
+		case in.Entry < 0 || in.Entry >= len(e.wire.Entries):
+			return nil, bad(i, "entry %d of a batch of %d entries", in.Entry, len(e.wire.Entries))
+		case seen[in.Entry]:
+			return nil, bad(i, "entry %d is given bytes twice", in.Entry)
+		}
+		c := e.wire.Entries[in.Entry].GetCommand()
+		switch {
+		case cuda.CommandKind(c.GetKind()) != cuda.KindUpload:
+			return nil, bad(i, "entry %d is a %v command, not an upload", in.Entry, cuda.CommandKind(c.GetKind()))
+		case len(in.Bytes) != len(c.GetHost()):
+			return nil, bad(i, "%d bytes for entry %d, whose upload is %d bytes", len(in.Bytes), in.Entry, len(c.GetHost()))
+		}
+		seen[in.Entry] = true
+		out = append(out, &wirepb.Input{Entry: uint32(in.Entry), Host: in.Bytes})
+	}
+	return out, nil
 }
 
 // sample marks one submission in SampleEvery to carry its times there
@@ -132,10 +192,10 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 
 // register places the tenant and opens a call to its host for a
 // submission of that many upload bytes: its Pending, the host, its epoch
-// and the call's id. A batch of its own (w, not a template's) has its
-// large uploads written into the upload area of the host's data plane
-// when it has room (see HostConfig.UploadAreaBytes).
-func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *Encoded, w *wirepb.Batch) (*Pending, *link, uint64, uint64, error) {
+// and the call's id. The call's own upload bytes (slots: a batch's
+// uploads, a template's inputs) are written into the upload area of the
+// host's data plane when it has room (see HostConfig.UploadAreaBytes).
+func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *Encoded, slots []areaSlot) (*Pending, *link, uint64, uint64, error) {
 	if bytes > maxBytesInFlight {
 		return nil, nil, 0, 0, wireErr("%d bytes of uploads in one call; at most %d: split it (definitely not submitted)", bytes, maxBytesInFlight)
 	}
@@ -150,8 +210,8 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *E
 	pl.calls.Add(1) // before the call exists: Forget refuses from here on
 	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false, func(p *Pending) {
 		p.placed, p.enc = pl, enc
-		if bytes >= areaMinUpload && w != nil {
-			l.intoArea(epoch, w, p)
+		if bytes >= areaMinUpload && len(slots) > 0 {
+			l.intoArea(epoch, slots, p)
 		}
 	})
 	if err != nil {

@@ -242,7 +242,65 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 		return b, nil, false
 	}
 	b.Tenant = s.Tenant // the entries are shared, read-only, by every submission of the template
+	if len(s.Inputs) > 0 {
+		return h.withInputs(r, s, b)
+	}
 	return b, nil, true
+}
+
+// withInputs is a template's batch with a submission's own bytes for
+// some of its uploads (Front.SubmitEncoded's inputs), each checked
+// against the upload it replaces; the template's entries stay as they
+// were.
+func (h *Host) withInputs(r *registration, s *wirepb.Submit, b lanes.Batch) (lanes.Batch, *dataPlane, bool) {
+	var area *dataPlane
+	if p := r.planeFor(); p != nil && inputsNameArea(s.Inputs) && p.holdArea() {
+		area = p
+	}
+	fail := func(err error) (lanes.Batch, *dataPlane, bool) {
+		if area != nil {
+			area.releaseArea()
+		}
+		h.refuse(r.epoch, s.Call, s.Tenant, err)
+		return lanes.Batch{}, nil, false
+	}
+	if len(s.Inputs) > len(b.Entries) {
+		return fail(wireErr("%d inputs for a template of %d entries", len(s.Inputs), len(b.Entries)))
+	}
+	entries := slices.Clone(b.Entries)
+	for i, in := range s.Inputs {
+		if in == nil || int(in.Entry) >= len(entries) || entries[in.Entry].Command.Kind != cuda.KindUpload {
+			return fail(wireErr("input %d names no upload of its template", i))
+		}
+		c := &entries[in.Entry].Command
+		bytes := in.Host // the message's own
+		if in.Area != nil {
+			var err error
+			if len(in.Host) > 0 {
+				return fail(wireErr("input %d both in its message and in the upload area", i))
+			}
+			if bytes, err = fromArea(r.uploadArea(), in.Area, area != nil); err != nil {
+				return fail(err)
+			}
+		}
+		if len(bytes) != len(c.Host) {
+			return fail(wireErr("input %d: %d bytes for an upload of %d", i, len(bytes), len(c.Host)))
+		}
+		c.Host = bytes
+	}
+	b.Entries = entries
+	return b, area, true
+}
+
+// inputsNameArea reports whether a submission has an input in the upload
+// area.
+func inputsNameArea(inputs []*wirepb.Input) bool {
+	for _, in := range inputs {
+		if in.GetArea() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // namesArea reports whether a batch has an upload in the upload area.

@@ -239,7 +239,7 @@ func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
 	fs.DurationVar(&cfg.Hosts.JoinAt, "join-at", 0, "with --cluster: start one more lane host this far into the measured phase; it joins the cluster and takes new tenants (the ones that move)")
 	fs.DurationVar(&cfg.Hosts.LeaveAt, "leave-at", 0, "with --cluster: ask host0 to leave well (SIGTERM) this far into the measured phase: it finishes what it has, its tenants move")
 	fs.DurationVar(&cfg.Hosts.KillAt, "kill-at", 0, "with --cluster: kill host1 (host0 with --devices 1) this far into the measured phase: its steps in flight end indeterminate, its tenants move")
-	fs.IntVar(&cfg.Hosts.StepUpload, "step-upload", 0, "with --host-per-gpu: each step first uploads this many bytes (up to 64 MiB) into a buffer of the tenant's, sent with every step rather than encoded once (a lane host on this machine takes 4 KiB or more through its data plane's upload area; see lanehost --upload-area); 0: none")
+	fs.IntVar(&cfg.Hosts.StepUpload, "step-upload", 0, "with --host-per-gpu: each step first uploads this many bytes (up to 64 MiB) into a buffer of the tenant's, sent with every step as the encoded step's input (remote.Input; a lane host on this machine takes 4 KiB or more through its data plane's upload area; see lanehost --upload-area); 0: none")
 	fs.DurationVar(&cfg.Hosts.FaultAt, "fault-host-at", 0, "with --host-per-gpu: submit an out-of-bounds kernel as the first tenant this far into the measured phase: its device is poisoned (0: none)")
 }
 

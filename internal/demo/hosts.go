@@ -42,8 +42,8 @@ type HostsConfig struct {
 	Cluster                 bool
 	JoinAt, LeaveAt, KillAt time.Duration
 	// StepUpload: each step first uploads this many bytes into a buffer
-	// of the tenant's, sent with every step (0: none; the step is then
-	// encoded once and sent by reference).
+	// of the tenant's, sent with every submission as the encoded step's
+	// input (remote.Input) while the rest crosses once (0: none).
 	StepUpload int
 }
 
@@ -77,10 +77,11 @@ func (r remoteAPI) submit(ctx context.Context, tenant string, b lanes.Batch) err
 	return err
 }
 func (r remoteAPI) submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) error {
-	if enc == nil { // a step whose upload crosses each time
-		return r.submit(ctx, t.name, step)
+	var inputs []remote.Input
+	if t.upload > 0 { // the step's upload crosses with each submission, the rest once
+		inputs = []remote.Input{{Entry: 0, Bytes: t.input}}
 	}
-	p, err := r.f.SubmitEncoded(ctx, t.name, enc)
+	p, err := r.f.SubmitEncoded(ctx, t.name, enc, inputs...)
 	if err != nil {
 		return err
 	}
@@ -259,7 +260,7 @@ type hostsTenant struct {
 	buf   cuda.Buffer
 	gen   int // bumped at each start over
 	step  lanes.Batch
-	enc   *remote.Encoded // step, encoded once (remote); nil with an upload per step
+	enc   *remote.Encoded // step, encoded once (remote); its upload, if any, sent with each submission
 	// upload is the bytes each step uploads first (HostsConfig.StepUpload),
 	// from input.
 	upload int
@@ -304,8 +305,6 @@ func (t *hostsTenant) setUp(ctx context.Context, api hostsAPI, k int) error {
 			return err
 		}
 		step.Entries = append([]lanes.Entry{lanes.Eager(cache.PhaseDynamicBinding, up)}, step.Entries...)
-		t.buf, t.step, t.enc = b, step, nil
-		return nil
 	}
 	enc, err := api.encode(step)
 	if err != nil {

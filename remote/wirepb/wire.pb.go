@@ -1412,7 +1412,11 @@ type Submit struct {
 	// Set on a sampled call (one in SampleEvery): the front's clock, in Unix
 	// nanoseconds, when it queued the submission. The host answers a sampled
 	// call with its own times (Receipt.timing).
-	SentUnixNano  int64 `protobuf:"varint,7,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	SentUnixNano int64 `protobuf:"varint,7,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	// For a templated batch: this submission's own bytes for some of the
+	// template's uploads (the step's new input), each for the entry it
+	// names, of the template upload's length.
+	Inputs        []*Input `protobuf:"bytes,8,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1496,6 +1500,75 @@ func (x *Submit) GetSentUnixNano() int64 {
 	return 0
 }
 
+func (x *Submit) GetInputs() []*Input {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+// Input is one submission's bytes for an upload of its template: in the
+// message (host), or in the data plane's upload area (area).
+type Input struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entry         uint32                 `protobuf:"varint,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	Host          []byte                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Area          *AreaRef               `protobuf:"bytes,3,opt,name=area,proto3" json:"area,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Input) Reset() {
+	*x = Input{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Input) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Input) ProtoMessage() {}
+
+func (x *Input) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Input.ProtoReflect.Descriptor instead.
+func (*Input) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Input) GetEntry() uint32 {
+	if x != nil {
+		return x.Entry
+	}
+	return 0
+}
+
+func (x *Input) GetHost() []byte {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+func (x *Input) GetArea() *AreaRef {
+	if x != nil {
+		return x.Area
+	}
+	return nil
+}
+
 // Submits carries many submissions in one remote message.
 type Submits struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1506,7 +1579,7 @@ type Submits struct {
 
 func (x *Submits) Reset() {
 	*x = Submits{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1591,7 @@ func (x *Submits) String() string {
 func (*Submits) ProtoMessage() {}
 
 func (x *Submits) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1604,7 @@ func (x *Submits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submits.ProtoReflect.Descriptor instead.
 func (*Submits) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Submits) GetSubmits() []*Submit {
@@ -1561,7 +1634,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1646,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1659,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Row) GetIndex() uint32 {
@@ -1694,7 +1767,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1779,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1792,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Receipt) GetEpoch() uint64 {
@@ -1855,7 +1928,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1940,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1953,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -1915,7 +1988,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2000,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2013,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -1981,7 +2054,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2066,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2079,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -2033,7 +2106,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2118,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2131,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -2099,7 +2172,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2184,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2197,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -2189,7 +2262,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2274,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2287,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -2259,7 +2332,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2344,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2357,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -2327,7 +2400,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2412,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2425,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -2391,7 +2464,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2476,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2489,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -2572,7 +2645,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\rR\x04path\x12\x16\n" +
 	"\x06timing\x18\x04 \x01(\rR\x06timing\x12)\n" +
 	"\x10eager_boundaries\x18\x05 \x03(\x03R\x0feagerBoundaries\x12/\n" +
-	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\"\xce\x01\n" +
+	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\"\xfe\x01\n" +
 	"\x06Submit\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x12\n" +
@@ -2580,7 +2653,12 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x05batch\x18\x04 \x01(\v2\x16.lanes.remote.v1.BatchR\x05batch\x12\x1a\n" +
 	"\btemplate\x18\x05 \x01(\x04R\btemplate\x12\x16\n" +
 	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12$\n" +
-	"\x0esent_unix_nano\x18\a \x01(\x03R\fsentUnixNano\"<\n" +
+	"\x0esent_unix_nano\x18\a \x01(\x03R\fsentUnixNano\x12.\n" +
+	"\x06inputs\x18\b \x03(\v2\x16.lanes.remote.v1.InputR\x06inputs\"_\n" +
+	"\x05Input\x12\x14\n" +
+	"\x05entry\x18\x01 \x01(\rR\x05entry\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\fR\x04host\x12,\n" +
+	"\x04area\x18\x03 \x01(\v2\x18.lanes.remote.v1.AreaRefR\x04area\"<\n" +
 	"\aSubmits\x121\n" +
 	"\asubmits\x18\x01 \x03(\v2\x17.lanes.remote.v1.SubmitR\asubmits\"\x93\x02\n" +
 	"\x03Row\x12\x14\n" +
@@ -2675,7 +2753,7 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),      // 0: lanes.remote.v1.Hello
 	(*DataPlane)(nil),  // 1: lanes.remote.v1.DataPlane
@@ -2696,18 +2774,19 @@ var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Entry)(nil),      // 16: lanes.remote.v1.Entry
 	(*Batch)(nil),      // 17: lanes.remote.v1.Batch
 	(*Submit)(nil),     // 18: lanes.remote.v1.Submit
-	(*Submits)(nil),    // 19: lanes.remote.v1.Submits
-	(*Row)(nil),        // 20: lanes.remote.v1.Row
-	(*Receipt)(nil),    // 21: lanes.remote.v1.Receipt
-	(*Leaving)(nil),    // 22: lanes.remote.v1.Leaving
-	(*Timing)(nil),     // 23: lanes.remote.v1.Timing
-	(*Receipts)(nil),   // 24: lanes.remote.v1.Receipts
-	(*Join)(nil),       // 25: lanes.remote.v1.Join
-	(*Alloc)(nil),      // 26: lanes.remote.v1.Alloc
-	(*Free)(nil),       // 27: lanes.remote.v1.Free
-	(*Read)(nil),       // 28: lanes.remote.v1.Read
-	(*Forget)(nil),     // 29: lanes.remote.v1.Forget
-	(*OpResult)(nil),   // 30: lanes.remote.v1.OpResult
+	(*Input)(nil),      // 19: lanes.remote.v1.Input
+	(*Submits)(nil),    // 20: lanes.remote.v1.Submits
+	(*Row)(nil),        // 21: lanes.remote.v1.Row
+	(*Receipt)(nil),    // 22: lanes.remote.v1.Receipt
+	(*Leaving)(nil),    // 23: lanes.remote.v1.Leaving
+	(*Timing)(nil),     // 24: lanes.remote.v1.Timing
+	(*Receipts)(nil),   // 25: lanes.remote.v1.Receipts
+	(*Join)(nil),       // 26: lanes.remote.v1.Join
+	(*Alloc)(nil),      // 27: lanes.remote.v1.Alloc
+	(*Free)(nil),       // 28: lanes.remote.v1.Free
+	(*Read)(nil),       // 29: lanes.remote.v1.Read
+	(*Forget)(nil),     // 30: lanes.remote.v1.Forget
+	(*OpResult)(nil),   // 31: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	3,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -2728,19 +2807,21 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	16, // 15: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
 	6,  // 16: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
 	17, // 17: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
-	18, // 18: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
-	15, // 19: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
-	20, // 20: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	23, // 21: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	21, // 22: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	6,  // 23: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	7,  // 24: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	6,  // 25: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	19, // 18: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
+	12, // 19: lanes.remote.v1.Input.area:type_name -> lanes.remote.v1.AreaRef
+	18, // 20: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
+	15, // 21: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
+	21, // 22: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	24, // 23: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	22, // 24: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	6,  // 25: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	7,  // 26: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	6,  // 27: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -2754,7 +2835,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
