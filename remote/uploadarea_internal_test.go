@@ -13,6 +13,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -197,5 +198,50 @@ func TestUploadsAreReadInPlaceFromAPinnedArea(t *testing.T) {
 	}
 	if got := dev.unpins.Load(); got != 1 {
 		t.Fatalf("unpins after the plane went: got %d, want 1", got)
+	}
+}
+
+// TestAPinnedAreaStaysMappedWhileAStepReadsIt: a host's plane closed
+// while steps read its pinned area in place stays mapped (and pinned)
+// until the last of them ended, then is unpinned once and unmapped; once
+// it is going, no new step may hold it.
+func TestAPinnedAreaStaysMappedWhileAStepReadsIt(t *testing.T) {
+	host, offer, err := makePlane(shmring.MinCapacity, 4096)
+	if err != nil {
+		t.Fatalf("makePlane: got err %v, want nil", err)
+	}
+	front, err := attachPlane(offer)
+	if err != nil {
+		t.Fatalf("attachPlane: got err %v, want nil", err)
+	}
+	defer front.close()
+	var unpins atomic.Int32
+	if host.holdArea() {
+		t.Fatal("holdArea of an unpinned area: got true, want false (its uploads are copied out)")
+	}
+	host.unpin = func() error { unpins.Add(1); return nil }
+	if !host.holdArea() || !host.holdArea() {
+		t.Fatal("holdArea of a pinned area: got false, want true")
+	}
+	host.close()
+	for range 2 {
+		select {
+		case <-host.done:
+			t.Fatal("the plane closed with steps reading its area: unmapped, want it mapped until they ended")
+		default:
+		}
+		if unpins.Load() != 0 || host.holdArea() {
+			t.Fatalf("while going: got %d unpins, a new hold granted %v; want 0 and none", unpins.Load(), host.holds.Load() > 2)
+		}
+		copy(host.area, "still mapped") // a step's copy reading it would not fault
+		host.releaseArea()
+	}
+	select {
+	case <-host.done:
+	default:
+		t.Fatal("the last step reading the area ended: still mapped, want it unmapped")
+	}
+	if unpins.Load() != 1 {
+		t.Fatalf("unpins: got %d, want 1", unpins.Load())
 	}
 }
