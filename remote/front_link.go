@@ -69,8 +69,9 @@ type HostStatus struct {
 	DataPlane                    bool
 	DataPlaneSent, DataPlaneRead uint64
 	// AreaUploads counts the uploads written into the data plane's upload
-	// area rather than carried in their messages (HostConfig.UploadAreaBytes);
-	// AreaBytesInUse is the area's bytes held by calls in flight.
+	// area rather than carried in their messages (HostConfig.UploadAreaBytes)
+	// since the host last registered (each registration has a plane of its
+	// own); AreaBytesInUse is the area's bytes held by calls in flight.
 	AreaUploads, AreaBytesInUse uint64
 }
 

@@ -313,6 +313,11 @@ type Reader struct {
 	r    *ring
 	tail uint64
 	buf  []byte // a record being reassembled from fragments
+	// A record whose fragments stopped coming (its writer stopped: SIGSTOP,
+	// a burst elsewhere) when a Read timed out: the next Read goes on with
+	// it.
+	fragments int
+	kind      uint16
 }
 
 // NewReader attaches the reading side to a ring region.
@@ -327,14 +332,16 @@ func NewReader(mem []byte) (*Reader, error) {
 // Close closes the ring (see ErrClosed).
 func (rd *Reader) Close() { rd.r.close() }
 
-// Read returns the next record, waiting at most timeout for it to begin
-// (ErrTimeout: nothing came; the writer may be dead or stopped: the
-// caller decides). The payload is valid until the next Read. A record
-// that does not make sense is ErrCorrupt: stop reading the ring.
+// Read returns the next record, waiting at most timeout for it to begin,
+// or for its next fragment (ErrTimeout: nothing came; the writer may be
+// dead or stopped: the caller decides, and a Read after goes on with a
+// record begun). The payload is valid until the next Read. A record that
+// does not make sense is ErrCorrupt: stop reading the ring.
 func (rd *Reader) Read(timeout time.Duration) (kind uint16, payload []byte, err error) {
 	r := rd.r
-	rd.buf = rd.buf[:0]
-	fragments := 0
+	if rd.fragments == 0 {
+		rd.buf = rd.buf[:0]
+	}
 	for {
 		head := uint64(0)
 		ready := func() bool {
@@ -342,10 +349,10 @@ func (rd *Reader) Read(timeout time.Duration) (kind uint16, payload []byte, err 
 			return head != rd.tail
 		}
 		if err := r.wait(ready, offReaderSeq, offReaderPark, timeout); err != nil {
-			if fragments > 0 && errors.Is(err, ErrTimeout) {
-				return 0, nil, fmt.Errorf("%w: a record cut off after %d fragments", ErrCorrupt, fragments)
+			if rd.fragments > 0 && errors.Is(err, ErrClosed) {
+				return 0, nil, fmt.Errorf("%w: a record cut off after %d fragments", ErrClosed, rd.fragments)
 			}
-			return 0, nil, err
+			return 0, nil, err // a timeout keeps the record begun
 		}
 		if head-rd.tail > r.capacity || head < rd.tail {
 			return 0, nil, fmt.Errorf("%w: head %d, tail %d, capacity %d", ErrCorrupt, head, rd.tail, r.capacity)
@@ -367,25 +374,26 @@ func (rd *Reader) Read(timeout time.Duration) (kind uint16, payload []byte, err 
 			rd.consume(size)
 			continue
 		}
-		if fragments > 0 && k != kind {
-			return 0, nil, fmt.Errorf("%w: a fragment of kind %d in a record of kind %d", ErrCorrupt, k, kind)
+		if rd.fragments > 0 && k != rd.kind {
+			return 0, nil, fmt.Errorf("%w: a fragment of kind %d in a record of kind %d", ErrCorrupt, k, rd.kind)
 		}
-		kind = k
+		rd.kind = k
 		body := r.data[at+recordHeader : at+recordHeader+uint64(length)]
-		if flags&flagMore == 0 && fragments == 0 {
+		if flags&flagMore == 0 && rd.fragments == 0 {
 			// One record: copied out, so that the writer may reuse its room.
 			rd.buf = append(rd.buf, body...)
 			rd.consume(size)
-			return kind, rd.buf, nil
+			return k, rd.buf, nil
 		}
 		if len(rd.buf)+len(body) > MaxRecord {
 			return 0, nil, fmt.Errorf("%w: a record past %d bytes", ErrCorrupt, MaxRecord)
 		}
 		rd.buf = append(rd.buf, body...)
 		rd.consume(size)
-		fragments++
+		rd.fragments++
 		if flags&flagMore == 0 {
-			return kind, rd.buf, nil
+			rd.fragments = 0
+			return k, rd.buf, nil
 		}
 	}
 }

@@ -132,6 +132,39 @@ func TestRingClosedAfterRecordsGivesThemFirst(t *testing.T) {
 	}
 }
 
+// TestAReadResumesARecordWhoseWriterStopped: a Read that times out
+// between two fragments of a record (its writer stopped: SIGSTOP) is a
+// timeout, not a corrupt ring, and the next Read returns the whole record
+// once the writer goes on; a ring closed in the middle of one is closed.
+func TestAReadResumesARecordWhoseWriterStopped(t *testing.T) {
+	mem := region(t, MinCapacity)
+	w, _ := NewWriter(mem)
+	rd, _ := NewReader(mem)
+	if err := w.record(3, flagMore, []byte("first half, "), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rd.Read(20 * time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Read with a record's first fragment only: got %v, want ErrTimeout (its writer may only be stopped)", err)
+	}
+	if err := w.record(3, 0, []byte("second half"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	kind, got, err := rd.Read(time.Second)
+	if err != nil || kind != 3 || string(got) != "first half, second half" {
+		t.Fatalf("the Read after the writer went on: got kind %d, %q, err %v; want kind 3, the whole record", kind, got, err)
+	}
+	if err := w.record(4, flagMore, []byte("cut"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rd.Read(20 * time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Read with a record begun: got %v, want ErrTimeout", err)
+	}
+	w.Close()
+	if _, _, err := rd.Read(time.Second); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Read of a ring closed in the middle of a record: got %v, want ErrClosed", err)
+	}
+}
+
 // TestRingRefusesBadLayouts: Init and attaching check what they are given.
 func TestRingRefusesBadLayouts(t *testing.T) {
 	for _, c := range []int{0, 1000, MinCapacity / 2, MaxCapacity * 2} {
