@@ -11,8 +11,10 @@ import (
 
 // TestRunHostsInProcessAndRemote: the --host-per-gpu loop runs on one
 // in-process scheduler and through lane host processes, every tenant
-// served, every step ended once; a fault on the first host midway costs
-// that host's tenants only, and the host serves again.
+// served, every step ended once, each with an upload of its own (through
+// a host's upload area); a fault on the first host midway costs that
+// host's tenants only, and the host serves again (its tenants set up
+// again, uploads included).
 func TestRunHostsInProcessAndRemote(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "lanehost")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lanesched/lanes/cmd/lanehost").CombinedOutput(); err != nil {
@@ -21,7 +23,7 @@ func TestRunHostsInProcessAndRemote(t *testing.T) {
 	for _, inProcess := range []bool{true, false} {
 		cfg := Defaults()
 		cfg.Devices, cfg.Tenants, cfg.Kernels, cfg.Duration, cfg.Concurrency, cfg.Warmup = 2, 4, 4, 1500*time.Millisecond, 1, 1
-		cfg.Hosts = HostsConfig{PerGPU: true, InProcess: inProcess, Lanehost: bin, FaultAt: 500 * time.Millisecond}
+		cfg.Hosts = HostsConfig{PerGPU: true, InProcess: inProcess, Lanehost: bin, FaultAt: 500 * time.Millisecond, StepUpload: 8 << 10}
 		rep, err := RunHosts(context.Background(), cfg)
 		if err != nil {
 			t.Fatalf("RunHosts (in process %v): got err %v, want nil", inProcess, err)
@@ -36,6 +38,9 @@ func TestRunHostsInProcessAndRemote(t *testing.T) {
 		}
 		if faulty := rep.Hosts[0]; faulty.Errors+faulty.Indeterminate == 0 {
 			t.Errorf("in process %v: the faulted device: got no error, want its tenants to see the fault", inProcess)
+		}
+		if !inProcess && uint64(healthy.Steps) > healthy.AreaUploads+uint64(cfg.Tenants) {
+			t.Errorf("the second host: got %d steps, %d uploads through its upload area; want each step's 8 KiB input through it (but for a few at most, the area full)", healthy.Steps, healthy.AreaUploads)
 		}
 		if !inProcess && (rep.Hosts[0].Restarts != 1 || rep.Hosts[0].ServingAgainMS == 0) {
 			t.Errorf("the faulted host: got %d restarts, serving again after %.0f ms; want 1 restart and a time", rep.Hosts[0].Restarts, rep.Hosts[0].ServingAgainMS)
