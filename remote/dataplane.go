@@ -266,7 +266,7 @@ func (p *dataPlane) read(handle func(kind uint16, payload []byte) error, alive f
 		// Rings closed first: a writer waiting for room leaves the segment.
 		p.shut.Store(true)
 		p.closeRings()
-		p.readOnce.Do(func() { close(p.readDone) })
+		p.readEnded()
 		p.unmap()
 	}()
 	for {
@@ -325,7 +325,7 @@ func (p *dataPlane) close() {
 		return
 	}
 	if !p.closeRings() {
-		p.readOnce.Do(func() { close(p.readDone) })
+		p.readEnded()
 		p.unmap()
 	}
 	p.release()
@@ -343,6 +343,9 @@ func (p *dataPlane) closeRings() (reading bool) {
 	}
 	return p.reading
 }
+
+// readEnded says no reader will hand the side anything more (readDone).
+func (p *dataPlane) readEnded() { p.readOnce.Do(func() { close(p.readDone) }) }
 
 // unmap unmaps the segment once no writer is in it and no step reads its
 // pinned area (else the last such step's end does: releaseArea).

@@ -143,7 +143,7 @@ type areaSlot struct {
 	area **wirepb.AreaRef
 }
 
-// intoArea writes the call's uploads of areaMinUpload bytes or more into
+// intoArea writes the call's uploads (each of areaMinUpload bytes or more) into
 // the upload area of the host's data plane under epoch, as far as it has
 // room, and names them there instead: the call gives the spans back when
 // it ends (its release), when the host has read them. An upload that
@@ -157,9 +157,6 @@ func (l *link) intoArea(epoch uint64, slots []areaSlot, p *Pending) {
 	var taken []span
 	for _, sl := range slots {
 		b := *sl.host
-		if len(b) < areaMinUpload {
-			continue
-		}
 		s, ok := plane.spans.alloc(uint64(len(b)))
 		if !ok {
 			continue

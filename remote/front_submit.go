@@ -30,9 +30,9 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 	if err != nil {
 		return nil, err
 	}
-	var slots []areaSlot
+	var slots []areaSlot // only uploads that may go through the upload area: none for most steps
 	for _, we := range w.Entries {
-		if c := we.GetCommand(); c != nil {
+		if c := we.GetCommand(); c != nil && len(c.Host) >= areaMinUpload {
 			slots = append(slots, areaSlot{host: &c.Host, area: &c.Area})
 		}
 	}
@@ -92,7 +92,9 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded, in
 	}
 	var slots []areaSlot
 	for _, in := range wired {
-		slots = append(slots, areaSlot{host: &in.Host, area: &in.Area})
+		if len(in.Host) >= areaMinUpload {
+			slots = append(slots, areaSlot{host: &in.Host, area: &in.Area})
+		}
 	}
 	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes, e, slots)
 	if err != nil {
@@ -210,7 +212,7 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *E
 	pl.calls.Add(1) // before the call exists: Forget refuses from here on
 	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false, func(p *Pending) {
 		p.placed, p.enc = pl, enc
-		if bytes >= areaMinUpload && len(slots) > 0 {
+		if len(slots) > 0 {
 			l.intoArea(epoch, slots, p)
 		}
 	})
