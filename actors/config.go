@@ -114,7 +114,8 @@ type Config struct {
 	// hand-off to start. It costs a core per busy lane; after Spin without
 	// a fence ending or new work, the lane backs off to timed polls
 	// (PollMin to PollMax) or parks. Default 0 (or negative): never spin,
-	// timed polls only; Start refuses more than a second.
+	// timed polls only; Start refuses more than a second. GPUSpin suits a
+	// GPU serving loop.
 	Spin time.Duration
 	// HangTimeout is how long a lane may go without any of its submissions
 	// ending, while it has some in flight or waits on its stream, before
@@ -236,6 +237,15 @@ func (c *Config) defaults() error {
 	c.Suspension.defaults()
 	return nil
 }
+
+// GPUSpin is a spin window (Config.Spin) for lanes that serve short GPU
+// steps: lanedemo's and lanehost's default on a GPU. A lane whose steps
+// come and go through a lane host's data plane sees its next step within
+// half a millisecond of its last, so a lane that spins this long takes it
+// without parking: on the H200 at 2 steps in flight per tenant, a host's
+// lane time fell from 76 to 47 µs a step against 50 µs of spin, while one
+// process ran the same (docs/measurements/2026-12-02-same-host-data-plane.txt).
+const GPUSpin = 500 * time.Microsecond
 
 // maxSpin is the longest spin window Start accepts.
 const maxSpin = time.Second

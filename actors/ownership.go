@@ -7,6 +7,7 @@ package actors
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -306,10 +307,22 @@ func (s *Scheduler) checkHandlesLocked(tenant string, walk func(func(cuda.Buffer
 	if len(s.owners) == 0 && !s.cfg.StrictOwnership && s.cfg.Scope == nil {
 		return nil // nothing is owned: nothing can be another tenant's
 	}
+	// A step names the same few buffers in many commands: a handle passed
+	// once passes again (the verdict depends on the handle alone), and a
+	// step's map lookups fall from one per argument to one per buffer.
+	var passed [8]handleKey
+	npassed := 0
 	check := func(k handleKey) error {
+		if slices.Contains(passed[:npassed], k) {
+			return nil
+		}
 		owner, ok := s.owners[k]
 		switch {
 		case ok && (owner == tenant || owner == shared):
+			if npassed < len(passed) {
+				passed[npassed] = k
+				npassed++
+			}
 			return nil
 		case s.cfg.Scope != nil && (!ok || s.cfg.Scope(owner) != s.cfg.Scope(tenant)):
 			return fmt.Errorf("%w: the batch names %s, which is not allocated (freed, or never handed out by this device)", cuda.ErrStaleHandle, describeHandle(k))

@@ -265,7 +265,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.name, "name", "", "the host's name in its front's reports (default host-PID)")
 	fs.IntVar(&o.lanes, "lanes", 4, "lanes (streams) on the device")
 	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive (0 means the default too)")
-	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences and spinning for work after progress or a run of its messages (a core per busy lane; 0: timed polls, parked between)")
+	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences and spinning for work after progress or a run of its messages (a core per busy lane; 0: timed polls, parked between); default "+actors.GPUSpin.String()+" with --device cuda, 0 on the sim")
 	fs.StringVar(&o.clock, "sim-clock", "real", "the simulated device's clock: real (kernels take modelled time) or zero")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "its key (PEM)")
@@ -343,6 +343,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--cpuprofile and --exectrace write files: name one, not -")
 	case o.cpuProfile != "" && o.cpuProfile == o.execTrace:
 		return o, fmt.Errorf("--cpuprofile and --exectrace both write %s: give each its own file", o.cpuProfile)
+	}
+	if !set["spin"] && o.device == "cuda" {
+		o.spin = actors.GPUSpin
 	}
 	return o, nil
 }

@@ -111,7 +111,7 @@ const (
 // GPUSpin is lanedemo's spin window on a GPU (Config.Spin): a closed
 // serving loop's steps end every few microseconds, and a lane that polls
 // on timers sees each end late.
-const GPUSpin = 50 * time.Microsecond
+const GPUSpin = actors.GPUSpin
 
 // warmupTimeout is the warm-up's bound.
 func (c Config) warmupTimeout() time.Duration {

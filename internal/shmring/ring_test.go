@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -208,4 +209,48 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSpinnersAreBounded: while as many sides spin as may, another side
+// that waits parks at once (its park flag up) instead of taking one more
+// core; both still read what is written to them.
+func TestSpinnersAreBounded(t *testing.T) {
+	oldSpin, oldMax := spin, maxSpinners
+	spin, maxSpinners = time.Minute, 1
+	defer func() { spin, maxSpinners = oldSpin, oldMax }()
+	spinning, parking := region(t, MinCapacity), region(t, MinCapacity)
+	var wg sync.WaitGroup
+	read := func(mem []byte) {
+		rd, _ := NewReader(mem)
+		wg.Go(func() {
+			if _, _, err := rd.Read(time.Minute); err != nil {
+				t.Errorf("Read: %v", err)
+			}
+		})
+	}
+	waitFor := func(what string, cond func() bool) {
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (spinners: %d)", what, spinners.Load())
+			}
+		}
+	}
+	read(spinning)
+	waitFor("the first reader never spun", func() bool { return spinners.Load() == 1 })
+	read(parking)
+	parked := (&ring{mem: parking}).u32(offReaderPark)
+	waitFor("a reader past the bound of one spinner did not park", func() bool { return atomic.LoadUint32(parked) == 1 })
+	if n := spinners.Load(); n != 1 {
+		t.Fatalf("spinners %d while one spins and one parked, want 1", n)
+	}
+	for _, mem := range [][]byte{parking, spinning} {
+		w, _ := NewWriter(mem)
+		if err := w.Write(1, []byte("x"), time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if n := spinners.Load(); n != 0 {
+		t.Fatalf("spinners %d after both reads ended, want 0", n)
+	}
 }
