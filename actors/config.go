@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
@@ -229,7 +230,7 @@ func (c *Config) defaults() error {
 		}
 	}
 	if c.Spin > maxSpin {
-		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (never) to %v (tens of microseconds suit GPU steps)", ErrInvalidArgument, c.Spin, maxSpin))
+		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (never) to %v (GPUSpin, 500 µs, suits GPU serving steps)", ErrInvalidArgument, c.Spin, maxSpin))
 	}
 	c.admissionDefaults()
 	c.laneDefaults()
@@ -246,6 +247,17 @@ func (c *Config) defaults() error {
 // lane time fell from 76 to 47 µs a step against 50 µs of spin, while one
 // process ran the same (docs/measurements/2026-12-02-same-host-data-plane.txt).
 const GPUSpin = 500 * time.Microsecond
+
+// DefaultGPUSpin is the spin window a GPU process's lanes get when none is
+// given (lanedemo's and lanehost's): GPUSpin on a machine of 8 CPUs or
+// more, 0 on fewer, where a spinning lane takes a core the rest of the
+// process needs (on 2 cores, 500 µs of spin cut a loop to a third).
+func DefaultGPUSpin() time.Duration {
+	if runtime.NumCPU() >= 8 {
+		return GPUSpin
+	}
+	return 0
+}
 
 // maxSpin is the longest spin window Start accepts.
 const maxSpin = time.Second

@@ -58,6 +58,11 @@ func (h *Host) offerPlane(r *registration, hello *wirepb.Hello) {
 	hello.DataPlane = offer
 }
 
+// frontStopWord bounds how long a host whose data plane the front closed
+// waits for the front's word that it stopped (sent on the remote just
+// before the close) before it drops the registration itself.
+const frontStopWord = 250 * time.Millisecond
+
 // takePlane starts the registration's data plane when the front's Welcome
 // says it mapped it; otherwise the plane offered is let go.
 func (h *Host) takePlane(r *registration, m *wirepb.Welcome) {
@@ -93,7 +98,16 @@ func (h *Host) takePlane(r *registration, m *wirepb.Welcome) {
 		alive := func() bool { _, ok := h.serving(r.epoch); return ok }
 		switch err := p.read(func(kind uint16, b []byte) error { return h.fromPlane(r, kind, b) }, alive); {
 		case errors.Is(err, errPeerClosed):
-			drop("was closed by the front", err)
+			// A front that stops lets the host go on the remote, then
+			// closes the plane, which the host sees first: its word that
+			// it stopped comes within moments, and then the registration
+			// went for that reason, not this one.
+			for deadline := time.Now().Add(frontStopWord); time.Now().Before(deadline) && alive(); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if alive() {
+				drop("was closed by the front", err)
+			}
 		case err != nil:
 			drop("broke", err)
 		}

@@ -265,7 +265,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.name, "name", "", "the host's name in its front's reports (default host-PID)")
 	fs.IntVar(&o.lanes, "lanes", 4, "lanes (streams) on the device")
 	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive (0 means the default too)")
-	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences and spinning for work after progress or a run of its messages (a core per busy lane; 0: timed polls, parked between); default "+actors.GPUSpin.String()+" with --device cuda, 0 on the sim")
+	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences and spinning for work after progress or a run of its messages (a core per busy lane; 0: timed polls, parked between), a Go duration such as 500us; default "+actors.GPUSpin.String()+" with --device cuda on 8 CPUs or more, else 0")
 	fs.StringVar(&o.clock, "sim-clock", "real", "the simulated device's clock: real (kernels take modelled time) or zero")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "its key (PEM)")
@@ -329,6 +329,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--silent-front %v: give 100ms to 1h", o.silentFront)
 	case o.maxFronts < 1 || o.maxFronts > 1024:
 		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
+	case o.spin < 0 || o.spin > time.Second:
+		return o, fmt.Errorf("--spin %v: give 0 (never spin) to 1s (a spinning lane holds a core while it is busy; %v suits GPU serving steps)", o.spin, actors.GPUSpin)
 	case o.maxInFlight < 0:
 		return o, fmt.Errorf("--max-in-flight-per-lane %d: give 0 (the default) or more", o.maxInFlight)
 	case o.clusterName == "" && (o.membership != "" || len(o.seeds) > 0 || set["cluster-refresh"] || set["membership-fd"]):
@@ -345,7 +347,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--cpuprofile and --exectrace both write %s: give each its own file", o.cpuProfile)
 	}
 	if !set["spin"] && o.device == "cuda" {
-		o.spin = actors.GPUSpin
+		o.spin = actors.DefaultGPUSpin()
 	}
 	return o, nil
 }

@@ -2,20 +2,22 @@ package main
 
 import (
 	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lanesched/lanes/actors"
 )
 
-// A GPU host's lanes spin by default (as lanedemo's do on a GPU); the
-// sim's do not; a --spin given is kept, 0 included.
+// A GPU host's lanes spin by default where the machine has the cores (as
+// lanedemo's do on a GPU); the sim's do not; a --spin given is kept, 0
+// included; one out of range is refused naming the flag.
 func TestSpinDefaultsByDevice(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want time.Duration
 	}{
-		{[]string{"--device", "cuda"}, actors.GPUSpin},
+		{[]string{"--device", "cuda"}, actors.DefaultGPUSpin()},
 		{[]string{"--device", "sim"}, 0},
 		{nil, 0},
 		{[]string{"--device", "cuda", "--spin", "0s"}, 0},
@@ -27,6 +29,15 @@ func TestSpinDefaultsByDevice(t *testing.T) {
 		}
 		if o.spin != c.want {
 			t.Errorf("parse(%q): spin %v, want %v", c.args, o.spin, c.want)
+		}
+	}
+}
+
+func TestSpinOutOfRangeIsRefused(t *testing.T) {
+	for _, v := range []string{"-1s", "-1ns", "2s", "1h"} {
+		_, err := parse([]string{"--spin", v}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--spin") || !strings.Contains(err.Error(), "give 0") {
+			t.Errorf("parse(--spin %s): got %v, want a refusal naming --spin and what to give", v, err)
 		}
 	}
 }

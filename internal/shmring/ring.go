@@ -136,10 +136,10 @@ func (r *ring) closed() bool { return atomic.LoadUint32(r.u32(offClosed)) != 0 }
 // "20us"). By default it spins 1 ms, and only on a machine of 8 CPUs or
 // more: on fewer, a spinning reader takes the core the other side needs
 // (measured on 2 cores: spinning 50 µs cost a fifth of the throughput).
-// On the H200's 16 cores, a reader that spins 1 ms instead of 20 µs took a
-// lane host from 0.67x one process to 0.85-0.89x at 2 steps in flight
-// per tenant (with lanes that spin 500 µs): its next record comes within
-// the millisecond, and a parked reader costs a wake each time.
+// On the H200's 16 cores, with lanes that spin 500 µs, a lane host ran
+// 0.73-0.83x of one process at 2 steps in flight per tenant with readers
+// that spin 20 µs, 0.82-0.84x at 200 µs and 0.85-0.89x at 1 ms: its next
+// record comes within the millisecond, and a parked reader costs a wake.
 const SpinEnv = "LANES_SHM_SPIN"
 
 // spin is how long a side spins before it parks.
@@ -147,11 +147,16 @@ var spin = func() time.Duration {
 	if d, err := spinFromEnv(); err == nil && os.Getenv(SpinEnv) != "" {
 		return d
 	}
+	return defaultSpin()
+}()
+
+// defaultSpin is the spin without SpinEnv: 1 ms on 8 CPUs or more, else 0.
+func defaultSpin() time.Duration {
 	if runtime.NumCPU() >= 8 {
 		return time.Millisecond
 	}
 	return 0
-}()
+}
 
 func spinFromEnv() (time.Duration, error) {
 	v := os.Getenv(SpinEnv)
@@ -160,7 +165,7 @@ func spinFromEnv() (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 || d > time.Second {
-		return 0, fmt.Errorf("shmring: %s=%q is not a duration from 0s to 1s: ignored (the default spin is used)", SpinEnv, v)
+		return 0, fmt.Errorf("shmring: %s=%q is not a duration from 0s to 1s (such as 200us): ignored, the default is used (%v on this machine of %d CPUs)", SpinEnv, v, defaultSpin(), runtime.NumCPU())
 	}
 	return d, nil
 }
@@ -181,14 +186,18 @@ func (r *ring) wait(ready func() bool, seqOff, parkOff int, timeout time.Duratio
 	if ready() {
 		return nil
 	}
-	if spin > 0 && spinners.Add(1) <= maxSpinners {
-		done, err := r.spinFor(ready, start)
-		spinners.Add(-1)
-		if done {
-			return err
+	// The spin never outlasts the caller's timeout: a Write that may not
+	// wait (timeout 0) tries once.
+	if window := min(spin, timeout); window > 0 {
+		if spinners.Add(1) <= maxSpinners {
+			done, err := r.spinFor(ready, start, window)
+			spinners.Add(-1)
+			if done {
+				return err
+			}
+		} else {
+			spinners.Add(-1)
 		}
-	} else if spin > 0 {
-		spinners.Add(-1)
 	}
 	deadline := start.Add(timeout)
 	for {
@@ -223,9 +232,9 @@ var spinners atomic.Int32
 // maxSpinners is how many sides may spin at once: one per 8 CPUs.
 var maxSpinners = int32(max(1, runtime.NumCPU()/8))
 
-// spinFor spins until ready, the ring closed or the spin window since
-// start passed; done says whether it ended the wait (with err).
-func (r *ring) spinFor(ready func() bool, start time.Time) (done bool, err error) {
+// spinFor spins until ready, the ring closed or window since start
+// passed; done says whether it ended the wait (with err).
+func (r *ring) spinFor(ready func() bool, start time.Time, window time.Duration) (done bool, err error) {
 	for i := 0; ; i++ {
 		if ready() {
 			return true, nil
@@ -233,7 +242,7 @@ func (r *ring) spinFor(ready func() bool, start time.Time) (done bool, err error
 		if r.closed() && !ready() { // what came before the close is read first
 			return true, ErrClosed
 		}
-		if i%64 == 63 && time.Since(start) > spin {
+		if i%64 == 63 && time.Since(start) > window {
 			return false, nil
 		}
 	}

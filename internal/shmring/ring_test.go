@@ -254,3 +254,29 @@ func TestSpinnersAreBounded(t *testing.T) {
 		t.Fatalf("spinners %d after both reads ended, want 0", n)
 	}
 }
+
+// TestSpinKeepsTheTimeout: a side never spins past its caller's timeout
+// (a Write that may not wait tries once, however long the spin window).
+func TestSpinKeepsTheTimeout(t *testing.T) {
+	oldSpin := spin
+	spin = time.Minute
+	defer func() { spin = oldSpin }()
+	mem := region(t, MinCapacity)
+	w, _ := NewWriter(mem)
+	rd, _ := NewReader(mem)
+	start := time.Now()
+	if _, _, err := rd.Read(0); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Read(0) of an empty ring: got %v, want ErrTimeout", err)
+	}
+	if _, _, err := rd.Read(20 * time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Read(20ms) of an empty ring: got %v, want ErrTimeout", err)
+	}
+	for w.Write(1, make([]byte, 512), 0) == nil {
+	}
+	if err := w.Write(1, make([]byte, 512), 0); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Write(0) to a full ring: got %v, want ErrTimeout", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("three waits bounded by 0, 20 ms and 0 took %v with a spin window of a minute", d)
+	}
+}
