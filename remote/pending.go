@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -81,12 +80,5 @@ func (p *Pending) lost(e *HostLostError) {
 
 // opError is the error of an op's result, or nil.
 func opError(res *wirepb.OpResult) error {
-	if res.ErrorCode == 0 && res.Error == "" {
-		return nil
-	}
-	msg := res.Error
-	if msg == "" {
-		msg = fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(res.ErrorCode))
-	}
-	return &PeerError{Code: cuda.Code(res.ErrorCode), Msg: msg}
+	return peerError(res.ErrorCode, res.Error, res.ErrorKinds)
 }

@@ -4,9 +4,9 @@
 package remote
 
 import (
-	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/lanesched/lanes/cache"
@@ -20,12 +20,17 @@ import (
 const MaxRows = MaxEntries
 
 // PeerError is an error a lane host reported: its code and message, as the
-// host's own error classified them. cuda.Classify classifies it by its
-// code, and errors.Is matches the sentinel of that code (a lost step's
-// indeterminate outcome stays errors.Is-able across the wire).
+// host's own error classified them, and the contract sentinels it wrapped.
+// cuda.Classify classifies it by its code; errors.Is matches what it
+// matched on the host: the sentinels it wrapped (cuda.ErrStaleHandle,
+// actors.ErrNotYours, lanes.ErrInvalidBatch...), by name where the host
+// named them (several share a code), and a driver code's sentinel
+// (cuda.ErrOutOfMemory) by its code, so a lost step's indeterminate outcome
+// and a device's out of memory stay errors.Is-able across the wire.
 type PeerError struct {
-	Code cuda.Code
-	Msg  string
+	Code  cuda.Code
+	Msg   string
+	Kinds []string // the names (messages) of the sentinels it wrapped; none from a host that did not say
 }
 
 // Error is the host's message.
@@ -34,10 +39,71 @@ func (e *PeerError) Error() string { return e.Msg }
 // Class is the class of the host's code.
 func (e *PeerError) Class() cuda.Class { return e.Code.Class() }
 
-// Is reports whether target is the sentinel of the same code.
+// Is reports whether target is a sentinel the host's error wrapped (among
+// its Kinds when the host named them, else of its code), or the driver
+// code sentinel of its code.
 func (e *PeerError) Is(target error) bool {
-	var s *cuda.Sentinel
-	return errors.As(target, &s) && s.Code() == e.Code
+	switch t := target.(type) {
+	case *cuda.Sentinel:
+		if len(e.Kinds) > 0 { // the host said which (a sentinel's message is its name)
+			return slices.Contains(e.Kinds, t.Error())
+		}
+		return t.Code() == e.Code
+	case *cuda.Error:
+		return t.Op == "" && t.Code == e.Code && e.Code != cuda.CodeRuntimeContract
+	}
+	return false
+}
+
+// sentinelKinds names the contract sentinels in err's tree, for the front's
+// errors.Is (at most maxKinds).
+func sentinelKinds(err error) []string {
+	var kinds []string
+	for todo := []error{err}; len(todo) > 0 && len(kinds) < maxKinds; {
+		e := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		switch u := e.(type) {
+		case *cuda.Sentinel:
+			if !slices.Contains(kinds, u.Error()) {
+				kinds = append(kinds, u.Error())
+			}
+		case interface{ Unwrap() error }:
+			if w := u.Unwrap(); w != nil {
+				todo = append(todo, w)
+			}
+		case interface{ Unwrap() []error }:
+			for _, w := range u.Unwrap() {
+				if w != nil {
+					todo = append(todo, w)
+				}
+			}
+		}
+	}
+	return kinds
+}
+
+// maxKinds bounds the sentinel names an error carries on the wire (and a
+// front takes), each of at most maxKindBytes.
+const (
+	maxKinds     = 8
+	maxKindBytes = 256
+)
+
+// peerError is the error a host reported with code, message and kinds
+// (nil when it reported none); kinds out of bounds are dropped, and the
+// error then matches by code alone.
+func peerError(code int32, msg string, kinds []string) error {
+	if code == 0 && msg == "" {
+		return nil
+	}
+	if msg == "" {
+		msg = fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(code))
+	}
+	e := &PeerError{Code: cuda.Code(code), Msg: msg}
+	if len(kinds) <= maxKinds && !slices.ContainsFunc(kinds, func(k string) bool { return k == "" || len(k) > maxKindBytes }) {
+		e.Kinds = slices.Clone(kinds)
+	}
+	return e
 }
 
 // ReceiptToWire encodes a receipt of the host's epoch for the front's call,
@@ -46,7 +112,7 @@ func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb
 	w := &wirepb.Receipt{Epoch: epoch, Call: call, Fence: r.Fence, Outcome: uint32(r.Outcome), DeviceTimeNs: r.DeviceTime.Nanoseconds(),
 		Launches: uint32(max(r.Attribution.Launches, 0)), Readback: readback, Lane: int32(r.Lane), Tenant: r.Tenant}
 	if r.Err != nil {
-		w.ErrorCode, w.Error = int32(cuda.Classify(r.Err).Code), r.Err.Error()
+		w.ErrorCode, w.Error, w.ErrorKinds = int32(cuda.Classify(r.Err).Code), r.Err.Error(), sentinelKinds(r.Err)
 	}
 	w.Rows = RowsToWire(r.Attribution.Rows)
 	return w
@@ -87,11 +153,10 @@ func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, re
 		DeviceTime: time.Duration(w.DeviceTimeNs)}
 	r.Attribution.Launches = int(w.Launches)
 	if lanes.Outcome(w.Outcome) != lanes.OutcomeSucceeded {
-		msg := w.Error
-		if msg == "" {
-			msg = fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(w.ErrorCode))
+		r.Err = peerError(w.ErrorCode, w.Error, w.ErrorKinds)
+		if r.Err == nil {
+			r.Err = peerError(w.ErrorCode, fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(w.ErrorCode)), nil)
 		}
-		r.Err = &PeerError{Code: cuda.Code(w.ErrorCode), Msg: msg}
 	}
 	for _, row := range w.Rows {
 		if row == nil || row.Reason > math.MaxUint8 || row.Phase > math.MaxUint8 {

@@ -97,3 +97,32 @@ func FuzzReceiptFromWire(f *testing.F) {
 		}
 	})
 }
+
+// TestPeerErrorsMatchWhatTheHostWrapped: a receipt's error matches the
+// sentinels the host's error wrapped, by name, not every sentinel of its
+// code; a driver code's sentinel by code; names a host sends out of
+// bounds are dropped, and the error matches by code alone.
+func TestPeerErrorsMatchWhatTheHostWrapped(t *testing.T) {
+	stale := cuda.Contractf("check", cuda.ErrStaleHandle, "buffer 3 was freed")
+	w := remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: stale, Lane: -1}, nil)
+	_, _, r, _, err := remote.ReceiptFromWire(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(r.Err, cuda.ErrStaleHandle) || errors.Is(r.Err, cuda.ErrOutOfBounds) || errors.Is(r.Err, cuda.ErrOutOfMemory) {
+		t.Fatalf("a stale handle's error through the wire: Is(ErrStaleHandle) %v, Is(ErrOutOfBounds) %v, Is(ErrOutOfMemory) %v; want true, false, false",
+			errors.Is(r.Err, cuda.ErrStaleHandle), errors.Is(r.Err, cuda.ErrOutOfBounds), errors.Is(r.Err, cuda.ErrOutOfMemory))
+	}
+	oom := &cuda.Error{Op: "alloc", Code: cuda.CodeOutOfMemory, Detail: "no room"}
+	w = remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: oom, Lane: 0}, nil)
+	if _, _, r, _, _ = remote.ReceiptFromWire(w); !errors.Is(r.Err, cuda.ErrOutOfMemory) {
+		t.Fatalf("out of memory through the wire: got %v, want errors.Is(cuda.ErrOutOfMemory)", r.Err)
+	}
+	for _, kinds := range [][]string{{""}, make([]string, 9), {string(make([]byte, 300))}} {
+		w = remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: stale, Lane: -1}, nil)
+		w.ErrorKinds = kinds
+		if _, _, r, _, _ = remote.ReceiptFromWire(w); !errors.Is(r.Err, cuda.ErrStaleHandle) || !errors.Is(r.Err, cuda.ErrOutOfBounds) {
+			t.Fatalf("names out of bounds (%d of them): got %v, want them dropped and the error matched by its code", len(kinds), r.Err)
+		}
+	}
+}

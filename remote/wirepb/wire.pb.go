@@ -1760,7 +1760,11 @@ type Receipt struct {
 	Timing *Timing `protobuf:"bytes,16,opt,name=timing,proto3" json:"timing,omitempty"`
 	// Refused because the host is leaving (Leaving): definitely not
 	// submitted.
-	HostLeaving   bool `protobuf:"varint,17,opt,name=host_leaving,json=hostLeaving,proto3" json:"host_leaving,omitempty"`
+	HostLeaving bool `protobuf:"varint,17,opt,name=host_leaving,json=hostLeaving,proto3" json:"host_leaving,omitempty"`
+	// The names of the contract sentinels (cuda.Sentinel) the error wraps,
+	// so that errors.Is at the front matches exactly those, as in one
+	// process (several share the code cuda_runtime_contract).
+	ErrorKinds    []string `protobuf:"bytes,18,rep,name=error_kinds,json=errorKinds,proto3" json:"error_kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1912,6 +1916,13 @@ func (x *Receipt) GetHostLeaving() bool {
 		return x.HostLeaving
 	}
 	return false
+}
+
+func (x *Receipt) GetErrorKinds() []string {
+	if x != nil {
+		return x.ErrorKinds
+	}
+	return nil
 }
 
 // Leaving tells a front the host was asked to leave. Not drained: it takes
@@ -2451,13 +2462,15 @@ func (x *Forget) GetTenant() string {
 
 // OpResult answers an Alloc (buffer), a Read (data), a Free or a Forget.
 type OpResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
-	Buffer        *Buffer                `protobuf:"bytes,3,opt,name=buffer,proto3" json:"buffer,omitempty"`
-	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	ErrorCode     int32                  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Epoch     uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call      uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Buffer    *Buffer                `protobuf:"bytes,3,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Data      []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	ErrorCode int32                  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error     string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// As Receipt.error_kinds.
+	ErrorKinds    []string `protobuf:"bytes,7,rep,name=error_kinds,json=errorKinds,proto3" json:"error_kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2532,6 +2545,13 @@ func (x *OpResult) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *OpResult) GetErrorKinds() []string {
+	if x != nil {
+		return x.ErrorKinds
+	}
+	return nil
 }
 
 var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
@@ -2675,7 +2695,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"dispatches\x12\x1c\n" +
 	"\ttransfers\x18\t \x01(\rR\ttransfers\x12)\n" +
 	"\x04work\x18\n" +
-	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\x8d\x04\n" +
+	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xae\x04\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x14\n" +
@@ -2695,7 +2715,9 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x0erows_as_before\x18\x0e \x01(\bR\frowsAsBefore\x12)\n" +
 	"\x10template_unknown\x18\x0f \x01(\bR\x0ftemplateUnknown\x12/\n" +
 	"\x06timing\x18\x10 \x01(\v2\x17.lanes.remote.v1.TimingR\x06timing\x12!\n" +
-	"\fhost_leaving\x18\x11 \x01(\bR\vhostLeaving\"9\n" +
+	"\fhost_leaving\x18\x11 \x01(\bR\vhostLeaving\x12\x1f\n" +
+	"\verror_kinds\x18\x12 \x03(\tR\n" +
+	"errorKinds\"9\n" +
 	"\aLeaving\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\adrained\x18\x02 \x01(\bR\adrained\"j\n" +
@@ -2731,7 +2753,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x06Forget\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\xae\x01\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\xcf\x01\n" +
 	"\bOpResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12/\n" +
@@ -2739,7 +2761,9 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x05 \x01(\x05R\terrorCode\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05errorB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1f\n" +
+	"\verror_kinds\x18\a \x03(\tR\n" +
+	"errorKindsB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
 
 var (
 	file_lanes_remote_v1_wire_proto_rawDescOnce sync.Once

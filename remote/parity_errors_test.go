@@ -1,0 +1,138 @@
+package remote_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote"
+)
+
+// paritySentinels are the sentinels a caller tests its errors against.
+var paritySentinels = map[string]error{
+	"cuda.ErrOutOfMemory": cuda.ErrOutOfMemory, "cuda.ErrStaleHandle": cuda.ErrStaleHandle,
+	"cuda.ErrOutOfBounds": cuda.ErrOutOfBounds, "cuda.ErrForeignHandle": cuda.ErrForeignHandle,
+	"cuda.ErrEmptyRegion": cuda.ErrEmptyRegion, "actors.ErrNotYours": actors.ErrNotYours,
+	"lanes.ErrInvalidBatch": lanes.ErrInvalidBatch, "actors.ErrIndeterminate": actors.ErrIndeterminate,
+}
+
+// matching is which of paritySentinels err matches.
+func matching(err error) map[string]bool {
+	is := map[string]bool{}
+	for name, s := range paritySentinels {
+		if errors.Is(err, s) {
+			is[name] = true
+		}
+	}
+	return is
+}
+
+// paritySide is one way to the same device: one process, or a lane host
+// through a front.
+type paritySide struct {
+	alloc  func(tenant string, spec cuda.BufferSpec) (cuda.Buffer, error)
+	free   func(tenant string, b cuda.Buffer) error
+	submit func(tenant string, b lanes.Batch) error
+}
+
+// TestErrorsMatchAsInOneProcess: the same mistakes, made in one process
+// and through a lane host, match the same sentinels with errors.Is: out
+// of device memory, a freed buffer, another tenant's buffer, an empty
+// batch (through the host they cross as a code, a message and the names
+// of the sentinels wrapped).
+func TestErrorsMatchAsInOneProcess(t *testing.T) {
+	ctx := context.Background()
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(ctx)
+	local := paritySide{
+		alloc: func(tenant string, spec cuda.BufferSpec) (cuda.Buffer, error) {
+			b, err := dev.Alloc(spec)
+			if err == nil {
+				err = s.Own(tenant, b)
+			}
+			return b, err
+		},
+		free:   func(_ string, b cuda.Buffer) error { return dev.Free(b) },
+		submit: func(tenant string, b lanes.Batch) error { _, err := s.Submit(ctx, tenant, b); return err },
+	}
+	_, addr := startHostProcess(t, "--sim-clock", "zero", "--lanes", "2")
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(ctx)
+	viaHost := paritySide{
+		alloc:  func(tenant string, spec cuda.BufferSpec) (cuda.Buffer, error) { return f.Alloc(ctx, tenant, spec) },
+		free:   func(tenant string, b cuda.Buffer) error { return f.Free(ctx, tenant, b) },
+		submit: func(tenant string, b lanes.Batch) error { _, err := f.Submit(ctx, tenant, b); return err },
+	}
+	spec := cuda.BufferSpec{Size: 64, Elem: cuda.I32}
+	inc := func(t *testing.T, b cuda.Buffer) lanes.Entry {
+		cmd, err := cuda.Launch(kernels.Builtin().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(b.Whole()), cuda.I32Arg(16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lanes.Replayed("parity", 0, cmd)
+	}
+	mistakes := []struct {
+		name string
+		make func(t *testing.T, p paritySide) error
+	}{
+		{"an allocation past the device's memory", func(t *testing.T, p paritySide) error {
+			_, err := p.alloc("a", cuda.BufferSpec{Size: 1 << 44, Elem: cuda.U8})
+			return err
+		}},
+		{"a step naming a buffer freed just before", func(t *testing.T, p paritySide) error {
+			own, err := p.alloc("a", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gone, err := p.alloc("a", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.free("a", gone); err != nil {
+				t.Fatal(err)
+			}
+			return p.submit("a", lanes.Batch{Entries: []lanes.Entry{inc(t, own), inc(t, own), inc(t, gone)}})
+		}},
+		{"a step naming another tenant's buffer", func(t *testing.T, p paritySide) error {
+			own, err := p.alloc("a", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			theirs, err := p.alloc("b", spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p.submit("a", lanes.Batch{Entries: []lanes.Entry{inc(t, own), inc(t, theirs)}})
+		}},
+		{"an empty batch", func(t *testing.T, p paritySide) error { return p.submit("a", lanes.Batch{}) }},
+	}
+	for _, m := range mistakes {
+		t.Run(m.name, func(t *testing.T) {
+			inOne, through := m.make(t, local), m.make(t, viaHost)
+			want, got := matching(inOne), matching(through)
+			if len(want) == 0 {
+				t.Fatalf("in one process: %v matches none of the sentinels: the case tests nothing", inOne)
+			}
+			for name := range paritySentinels {
+				if want[name] != got[name] {
+					t.Errorf("errors.Is(err, %s): %v in one process (%v), %v through a lane host (%v)", name, want[name], inOne, got[name], through)
+				}
+			}
+		})
+	}
+}
