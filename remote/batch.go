@@ -29,8 +29,9 @@ func wireErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrWire}, args...)...)
 }
 
-// BatchToWire encodes a batch. An entry that invokes a program, or a
-// library call, has no wire form and is refused.
+// BatchToWire encodes a batch. An entry that invokes a program, a library
+// call, or a stage-in or stage-out (pinned host memory of this process) has
+// no wire form and is refused (ErrWire).
 func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 	if b.Program != nil || len(b.Patches) > 0 {
 		return nil, wireErr("a batch with a program declaration or patches has no wire form yet; send its commands")
@@ -46,8 +47,11 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 		if e.Invoke != nil {
 			return nil, wireErr("entry %d invokes a program: references of this process have no wire form", i)
 		}
-		if e.Command.Kind == cuda.KindCall {
+		switch e.Command.Kind {
+		case cuda.KindCall:
 			return nil, wireErr("entry %d is a library call: code of this process has no wire form", i)
+		case cuda.KindStageIn, cuda.KindStageOut:
+			return nil, wireErr("entry %d stages through pinned host memory of this process, which the host cannot reach: upload the bytes (cuda.Upload) or read them back (Front.Read) instead", i)
 		}
 		we := &wirepb.Entry{Phase: uint32(e.Phase), Node: int64(e.Node), Command: commandToWire(e.Command),
 			Work: &wirepb.Work{Form: uint32(e.Work.Form), ParticipantStart: e.Work.ParticipantStart, ParticipantCount: e.Work.ParticipantCount, Tokens: e.Work.Tokens}}

@@ -28,7 +28,6 @@ func sample(t testing.TB) lanes.Batch {
 	t.Cleanup(func() { _ = dev.Close() })
 	a, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.F32})
 	b, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.F32})
-	h, _ := dev.AllocHost(64)
 	add, err := cuda.Launch(dev.Registry().MustSpec(kernels.Add), cuda.Linear(16, 16), cuda.BufferArg(a.Whole()), cuda.BufferArg(a.Whole()), cuda.BufferArg(b.Whole()), cuda.I32Arg(16))
 	if err != nil {
 		t.Fatalf("cuda.Launch: got err %v, want nil", err)
@@ -36,8 +35,9 @@ func sample(t testing.TB) lanes.Batch {
 	up, _ := cuda.Upload(b.Whole(), make([]byte, 64))
 	cp, _ := cuda.Copy(b.Whole(), a.Whole())
 	z, _ := cuda.Zero(a.Whole())
-	in, _ := cuda.StageIn(a.Whole(), h.Whole())
-	out, _ := cuda.StageOut(h.Whole(), b.Whole())
+	// Staging (pinned host memory of this process) has no wire form.
+	in, _ := cuda.Upload(a.Whole(), make([]byte, 64))
+	out, _ := cuda.Copy(a.Whole(), b.Whole())
 	return lanes.Batch{Tenant: "t", Path: lanes.PathReplayedWithBoundaries, Timing: lanes.TimingReplay, EagerBoundaries: []int{2}, Retain: []cuda.Buffer{b},
 		Entries: []lanes.Entry{
 			{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: in, Replay: lanes.Replayable(in, cache.LaunchKey("p", in), cache.LaneScope(3))},
@@ -82,8 +82,8 @@ func TestBatchRoundTrip(t *testing.T) {
 }
 
 // TestBatchesWithoutAWireForm: a library call, a program invocation, a
-// program declaration and patches are this process's code and references:
-// refused with ErrWire, saying which entry.
+// program declaration, patches and staging are this process's code,
+// references and pinned memory: refused with ErrWire, saying which entry.
 func TestBatchesWithoutAWireForm(t *testing.T) {
 	call, _ := cuda.Call(&cuda.LibraryCall{Name: "f", Reference: func([][]byte) error { return nil }})
 	for name, b := range map[string]lanes.Batch{
@@ -91,6 +91,8 @@ func TestBatchesWithoutAWireForm(t *testing.T) {
 		"an invocation":  {Entries: []lanes.Entry{{Invoke: &programs.Invocation{}}}},
 		"a program":      {Program: &programs.Capture{}},
 		"patches":        {Patches: []lanes.Patch{{}}},
+		"a stage-in":     {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageIn}}}},
+		"a stage-out":    {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageOut}}}},
 	} {
 		if _, err := remote.BatchToWire(b); !errors.Is(err, remote.ErrWire) {
 			t.Errorf("%s: got err %v, want remote.ErrWire", name, err)
@@ -109,6 +111,7 @@ func TestMalformedBatchesRefused(t *testing.T) {
 		"a nil entry":           func(w *wirepb.Batch) { w.Entries[0] = nil },
 		"no command":            func(w *wirepb.Batch) { w.Entries[0].Command = nil },
 		"a library call":        func(w *wirepb.Batch) { w.Entries[0].Command.Kind = uint32(cuda.KindCall) },
+		"a stage-in":            func(w *wirepb.Batch) { w.Entries[0].Command.Kind = uint32(cuda.KindStageIn) },
 		"kind zero":             func(w *wirepb.Batch) { w.Entries[0].Command.Kind = 0 },
 		"a huge phase":          func(w *wirepb.Batch) { w.Entries[0].Phase = 1 << 20 },
 		"a node past int32":     func(w *wirepb.Batch) { w.Entries[1].Node = 1 << 40 },

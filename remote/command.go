@@ -25,7 +25,8 @@ func commandToWire(c cuda.Command) *wirepb.Command {
 
 func commandFromWire(w *wirepb.Command, area []byte, inPlace bool) (cuda.Command, error) {
 	switch {
-	case w.Kind == 0 || w.Kind > math.MaxUint8 || cuda.CommandKind(w.Kind) == cuda.KindCall:
+	case w.Kind == 0 || w.Kind > math.MaxUint8 || cuda.CommandKind(w.Kind) == cuda.KindCall,
+		cuda.CommandKind(w.Kind) == cuda.KindStageIn, cuda.CommandKind(w.Kind) == cuda.KindStageOut:
 		return cuda.Command{}, wireErr("command kind %d has no wire form", w.Kind)
 	case len(w.Kernel) > cuda.MaxKernelName:
 		return cuda.Command{}, wireErr("kernel name of %d bytes; at most %d", len(w.Kernel), cuda.MaxKernelName)
