@@ -63,8 +63,9 @@ func TestTenantsCannotNameEachOthers(t *testing.T) {
 // the others keep being admitted and served.
 // TestScopesDoNotSeeEachOther: with Config.Scope, a tenant naming another
 // scope's buffer is told what it is told of a buffer never handed out
-// (cuda.ErrStaleHandle, the same words), while within a scope the owner
-// is named as before (ErrNotYours).
+// (cuda.ErrStaleHandle and lanes.ErrInvalidBatch, as a lane says of a
+// freed buffer; the same words), while within a scope the owner is named
+// as before (ErrNotYours).
 func TestScopesDoNotSeeEachOther(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 3)
 	scope := func(tenant string) string { return tenant[strings.LastIndexByte(tenant, '@')+1:] }
@@ -80,8 +81,9 @@ func TestScopesDoNotSeeEachOther(t *testing.T) {
 	}
 	_, err := s.Submit(ctx, "a@2", dev.batch(0, 1))
 	_, none := s.Submit(ctx, "a@2", dev.batch(2, 1))
-	if !errors.Is(err, cuda.ErrStaleHandle) || !errors.Is(none, cuda.ErrStaleHandle) || errors.Is(err, actors.ErrNotYours) {
-		t.Fatalf("naming another scope's buffer, and one no one owns: got %v and %v, want both cuda.ErrStaleHandle", err, none)
+	if !errors.Is(err, cuda.ErrStaleHandle) || !errors.Is(none, cuda.ErrStaleHandle) || errors.Is(err, actors.ErrNotYours) ||
+		!errors.Is(err, lanes.ErrInvalidBatch) || !errors.Is(none, lanes.ErrInvalidBatch) {
+		t.Fatalf("naming another scope's buffer, and one no one owns: got %v and %v, want both cuda.ErrStaleHandle and lanes.ErrInvalidBatch (as a lane says of a freed buffer)", err, none)
 	}
 	if a, b := strings.ReplaceAll(err.Error(), fmt.Sprint(dev.bufs[0].ID), "N"), strings.ReplaceAll(none.Error(), fmt.Sprint(dev.bufs[2].ID), "N"); a != b {
 		t.Fatalf("another scope's buffer and one never owned: told %q and %q, want the same words", a, b)

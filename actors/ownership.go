@@ -325,7 +325,8 @@ func (s *Scheduler) checkHandlesLocked(tenant string, walk func(func(cuda.Buffer
 			}
 			return nil
 		case s.cfg.Scope != nil && (!ok || s.cfg.Scope(owner) != s.cfg.Scope(tenant)):
-			return fmt.Errorf("%w: the batch names %s, which is not allocated (freed, or never handed out by this device)", cuda.ErrStaleHandle, describeHandle(k))
+			// As the lane's own check says it of a handle no tenant owns.
+			return fmt.Errorf("%w: %w: the batch names %s, which is not allocated (freed, or never handed out by this device)", lanes.ErrInvalidBatch, cuda.ErrStaleHandle, describeHandle(k))
 		case ok: // another tenant's (of the scope, when scoped)
 			return fmt.Errorf("%w: the batch names %s, another tenant's; a tenant may use only its own buffers and shared ones", ErrNotYours, describeHandle(k))
 		case !ok && s.cfg.StrictOwnership:

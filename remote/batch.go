@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -25,6 +26,13 @@ const (
 // malformed: errors.Is finds it, and the message says what was wrong.
 var ErrWire = cuda.NewSentinel(cuda.CodeWireUnsupported, "remote: bad wire message")
 
+// tooLarge is a batch past the wire's bounds: ErrWire, and the
+// scheduler's actors.ErrBatchTooLarge (what one process says of a batch too
+// large for it), definitely not submitted.
+func tooLarge(format string, args ...any) error {
+	return fmt.Errorf("%w: %w: "+format, append([]any{ErrWire, actors.ErrBatchTooLarge}, args...)...)
+}
+
 func wireErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrWire}, args...)...)
 }
@@ -35,6 +43,9 @@ func wireErr(format string, args ...any) error {
 func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 	if b.Program != nil || len(b.Patches) > 0 {
 		return nil, wireErr("a batch with a program declaration or patches has no wire form yet; send its commands")
+	}
+	if len(b.Entries) > MaxEntries {
+		return nil, tooLarge("%d entries; at most %d cross the wire in one batch", len(b.Entries), MaxEntries)
 	}
 	w := &wirepb.Batch{Tenant: b.Tenant, Path: uint32(b.Path), Timing: uint32(b.Timing), Entries: make([]*wirepb.Entry, len(b.Entries))}
 	for _, n := range b.EagerBoundaries {
@@ -50,6 +61,10 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 		switch e.Command.Kind {
 		case cuda.KindCall:
 			return nil, wireErr("entry %d is a library call: code of this process has no wire form", i)
+		case cuda.KindUpload:
+			if len(e.Command.Host) > MaxHostBytes {
+				return nil, tooLarge("entry %d uploads %d bytes; at most %d cross the wire in one upload", i, len(e.Command.Host), MaxHostBytes)
+			}
 		case cuda.KindStageIn, cuda.KindStageOut:
 			return nil, wireErr("entry %d stages through pinned host memory of this process, which the host cannot reach: upload the bytes (cuda.Upload) or read them back (Front.Read) instead", i)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
@@ -96,6 +97,15 @@ func TestBatchesWithoutAWireForm(t *testing.T) {
 	} {
 		if _, err := remote.BatchToWire(b); !errors.Is(err, remote.ErrWire) {
 			t.Errorf("%s: got err %v, want remote.ErrWire", name, err)
+		}
+	}
+	up, _ := cuda.Upload(cuda.Region{Length: remote.MaxHostBytes + 4}, make([]byte, remote.MaxHostBytes+4))
+	for name, b := range map[string]lanes.Batch{
+		"too many entries":   {Entries: make([]lanes.Entry, remote.MaxEntries+1)},
+		"an upload too long": {Entries: []lanes.Entry{{Command: up}}},
+	} {
+		if _, err := remote.BatchToWire(b); !errors.Is(err, remote.ErrWire) || !errors.Is(err, actors.ErrBatchTooLarge) {
+			t.Errorf("%s: got err %v, want remote.ErrWire and actors.ErrBatchTooLarge (as one process says)", name, err)
 		}
 	}
 }

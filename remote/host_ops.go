@@ -154,7 +154,7 @@ func (o *hostOps) run(op hostOp) {
 		err = o.forget(tenant)
 	}
 	if err != nil {
-		res.ErrorCode, res.Error, res.ErrorKinds = int32(cuda.Classify(err).Code), unscoped(err.Error(), tenant, named), sentinelKinds(err)
+		res.ErrorCode, res.Error, res.ErrorKinds, res.ErrorKindsNamed = int32(cuda.Classify(err).Code), unscoped(err.Error(), tenant, named), sentinelKinds(err), true
 	}
 	o.h.send(outgoing{result: res})
 }
@@ -197,6 +197,11 @@ func (o *hostOps) owned(tenant string, w *wirepb.Buffer) (cuda.Buffer, error) {
 		return cuda.Buffer{}, err
 	}
 	if mine, ok := o.tenants[tenant][b.ID]; !ok || mine != b {
+		for other, bufs := range o.tenants { // another tenant's of the same front: as a submission naming it says
+			if other != tenant && scopeOf(other) == scopeOf(tenant) && bufs[b.ID] == b {
+				return cuda.Buffer{}, fmt.Errorf("%w: buffer %d is another tenant's; a tenant may use only its own buffers and shared ones", actors.ErrNotYours, b.ID)
+			}
+		}
 		return cuda.Buffer{}, cuda.Contractf("remote", cuda.ErrStaleHandle, "buffer %d is not one tenant %q allocated on this host (or it was freed)", b.ID, tenant)
 	}
 	return b, nil

@@ -133,7 +133,7 @@ type tenantOp interface {
 func (h *Host) takeOp(op tenantOp) {
 	epoch, call := op.GetEpoch(), op.GetCall()
 	if _, alloc := op.(*wirepb.Alloc); alloc && h.leaving.Load() {
-		h.send(outgoing{result: &wirepb.OpResult{Epoch: epoch, Call: call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error(), ErrorKinds: sentinelKinds(errLeaving)}})
+		h.send(outgoing{result: &wirepb.OpResult{Epoch: epoch, Call: call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error(), ErrorKinds: sentinelKinds(errLeaving), ErrorKindsNamed: true}})
 		return
 	}
 	select {
@@ -188,7 +188,10 @@ func (h *Host) reply(j hostJob, p *actors.Pending) {
 	if j.timing != nil {
 		j.timing.Ended = time.Now().UnixNano()
 	}
-	r, _ := p.Result()
+	r, err := p.Result()
+	if err != nil {
+		r.Err = err // what a caller in one process gets back (an indeterminate end says so)
+	}
 	j.ended() // the step ended: no copy reads its uploads any more
 	r.Tenant = j.tenant
 	rows := r.Attribution.Rows

@@ -121,6 +121,19 @@ func TestErrorsMatchAsInOneProcess(t *testing.T) {
 		}},
 		{"an empty batch", func(t *testing.T, p paritySide) error { return p.submit("a", lanes.Batch{}) }},
 	}
+	t.Run("a read or free of another tenant's buffer", func(t *testing.T) {
+		theirs, err := viaHost.alloc("b", spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, readErr := f.Read(ctx, "a", theirs.Whole())
+		freeErr := f.Free(ctx, "a", theirs)
+		for what, err := range map[string]error{"Read": readErr, "Free": freeErr} {
+			if !errors.Is(err, actors.ErrNotYours) || errors.Is(err, cuda.ErrStaleHandle) {
+				t.Errorf("%s of another tenant's buffer through a lane host: got %v, want actors.ErrNotYours as a submission naming it gets", what, err)
+			}
+		}
+	})
 	for _, m := range mistakes {
 		t.Run(m.name, func(t *testing.T) {
 			inOne, through := m.make(t, local), m.make(t, viaHost)

@@ -80,5 +80,5 @@ func (p *Pending) lost(e *HostLostError) {
 
 // opError is the error of an op's result, or nil.
 func opError(res *wirepb.OpResult) error {
-	return peerError(res.ErrorCode, res.Error, res.ErrorKinds)
+	return peerError(res.ErrorCode, res.Error, res.ErrorKinds, res.ErrorKindsNamed)
 }

@@ -30,7 +30,10 @@ const MaxRows = MaxEntries
 type PeerError struct {
 	Code  cuda.Code
 	Msg   string
-	Kinds []string // the names (messages) of the sentinels it wrapped; none from a host that did not say
+	// Kinds are the names (messages) of the sentinels it wrapped; nil
+	// from a host that did not say (an older one): then errors.Is matches
+	// every sentinel of its code.
+	Kinds []string
 }
 
 // Error is the host's message.
@@ -45,18 +48,29 @@ func (e *PeerError) Class() cuda.Class { return e.Code.Class() }
 func (e *PeerError) Is(target error) bool {
 	switch t := target.(type) {
 	case *cuda.Sentinel:
-		if len(e.Kinds) > 0 { // the host said which (a sentinel's message is its name)
+		if e.Kinds != nil { // the host said which (a sentinel's message is its name)
 			return slices.Contains(e.Kinds, t.Error())
 		}
 		return t.Code() == e.Code
 	case *cuda.Error:
-		return t.Op == "" && t.Code == e.Code && e.Code != cuda.CodeRuntimeContract
+		if t.Op != "" || t.Code == cuda.CodeRuntimeContract {
+			return false
+		}
+		if e.Kinds != nil {
+			return slices.Contains(e.Kinds, codeKind(t.Code))
+		}
+		return t.Code == e.Code
 	}
 	return false
 }
 
-// sentinelKinds names the contract sentinels in err's tree, for the front's
-// errors.Is (at most maxKinds).
+// codeKind names a driver code among an error's kinds: what a code
+// sentinel (cuda.ErrOutOfMemory) matches.
+func codeKind(c cuda.Code) string { return "code " + c.String() }
+
+// sentinelKinds names the sentinels in err's tree, for the front's
+// errors.Is: contract sentinels by message, driver errors by code (at most
+// maxKinds).
 func sentinelKinds(err error) []string {
 	var kinds []string
 	for todo := []error{err}; len(todo) > 0 && len(kinds) < maxKinds; {
@@ -66,6 +80,13 @@ func sentinelKinds(err error) []string {
 		case *cuda.Sentinel:
 			if !slices.Contains(kinds, u.Error()) {
 				kinds = append(kinds, u.Error())
+			}
+		case *cuda.Error:
+			if k := codeKind(u.Code); u.Code != cuda.CodeRuntimeContract && !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+			if u.Contract != nil {
+				todo = append(todo, u.Contract)
 			}
 		case interface{ Unwrap() error }:
 			if w := u.Unwrap(); w != nil {
@@ -90,9 +111,9 @@ const (
 )
 
 // peerError is the error a host reported with code, message and kinds
-// (nil when it reported none); kinds out of bounds are dropped, and the
-// error then matches by code alone.
-func peerError(code int32, msg string, kinds []string) error {
+// (named: the host's whole list); nil when it reported none. Kinds out of
+// bounds are dropped, and the error then matches by code alone.
+func peerError(code int32, msg string, kinds []string, named bool) error {
 	if code == 0 && msg == "" {
 		return nil
 	}
@@ -100,8 +121,8 @@ func peerError(code int32, msg string, kinds []string) error {
 		msg = fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(code))
 	}
 	e := &PeerError{Code: cuda.Code(code), Msg: msg}
-	if len(kinds) <= maxKinds && !slices.ContainsFunc(kinds, func(k string) bool { return k == "" || len(k) > maxKindBytes }) {
-		e.Kinds = slices.Clone(kinds)
+	if named && len(kinds) <= maxKinds && !slices.ContainsFunc(kinds, func(k string) bool { return k == "" || len(k) > maxKindBytes }) {
+		e.Kinds = append([]string{}, kinds...) // not nil: named, even when none
 	}
 	return e
 }
@@ -112,7 +133,7 @@ func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb
 	w := &wirepb.Receipt{Epoch: epoch, Call: call, Fence: r.Fence, Outcome: uint32(r.Outcome), DeviceTimeNs: r.DeviceTime.Nanoseconds(),
 		Launches: uint32(max(r.Attribution.Launches, 0)), Readback: readback, Lane: int32(r.Lane), Tenant: r.Tenant}
 	if r.Err != nil {
-		w.ErrorCode, w.Error, w.ErrorKinds = int32(cuda.Classify(r.Err).Code), r.Err.Error(), sentinelKinds(r.Err)
+		w.ErrorCode, w.Error, w.ErrorKinds, w.ErrorKindsNamed = int32(cuda.Classify(r.Err).Code), r.Err.Error(), sentinelKinds(r.Err), true
 	}
 	w.Rows = RowsToWire(r.Attribution.Rows)
 	return w
@@ -153,9 +174,9 @@ func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, re
 		DeviceTime: time.Duration(w.DeviceTimeNs)}
 	r.Attribution.Launches = int(w.Launches)
 	if lanes.Outcome(w.Outcome) != lanes.OutcomeSucceeded {
-		r.Err = peerError(w.ErrorCode, w.Error, w.ErrorKinds)
+		r.Err = peerError(w.ErrorCode, w.Error, w.ErrorKinds, w.ErrorKindsNamed)
 		if r.Err == nil {
-			r.Err = peerError(w.ErrorCode, fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(w.ErrorCode)), nil)
+			r.Err = peerError(w.ErrorCode, fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(w.ErrorCode)), nil, false)
 		}
 	}
 	for _, row := range w.Rows {

@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -120,9 +122,30 @@ func TestPeerErrorsMatchWhatTheHostWrapped(t *testing.T) {
 	}
 	for _, kinds := range [][]string{{""}, make([]string, 9), {string(make([]byte, 300))}} {
 		w = remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: stale, Lane: -1}, nil)
-		w.ErrorKinds = kinds
+		w.ErrorKinds = kinds // named, but out of bounds
 		if _, _, r, _, _ = remote.ReceiptFromWire(w); !errors.Is(r.Err, cuda.ErrStaleHandle) || !errors.Is(r.Err, cuda.ErrOutOfBounds) {
 			t.Fatalf("names out of bounds (%d of them): got %v, want them dropped and the error matched by its code", len(kinds), r.Err)
 		}
+	}
+}
+
+// TestAnIndeterminateEndKeepsItsSentinels: a step lost to a sticky fault
+// crosses as indeterminate and as the driver's code, not as every
+// sentinel of that code; an older host's error (no names) matches by code.
+func TestAnIndeterminateEndKeepsItsSentinels(t *testing.T) {
+	lost := fmt.Errorf("%w: %w", actors.ErrIndeterminate, &cuda.Error{Op: "kernel", Code: cuda.CodeIllegalAddress, Sticky: true})
+	w := remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: lost, Lane: 0}, nil)
+	_, _, r, _, err := remote.ReceiptFromWire(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(r.Err, actors.ErrIndeterminate) || !errors.Is(r.Err, cuda.ErrIllegalAddress) || errors.Is(r.Err, kernels.ErrIllegalAddress) {
+		t.Fatalf("a step lost to a sticky fault: Is(ErrIndeterminate) %v, Is(cuda.ErrIllegalAddress) %v, Is(kernels.ErrIllegalAddress) %v; want true, true, false",
+			errors.Is(r.Err, actors.ErrIndeterminate), errors.Is(r.Err, cuda.ErrIllegalAddress), errors.Is(r.Err, kernels.ErrIllegalAddress))
+	}
+	w = remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: &cuda.Error{Op: "kernel", Code: cuda.CodeIllegalAddress}, Lane: 0}, nil)
+	w.ErrorKinds, w.ErrorKindsNamed = nil, false // an older host
+	if _, _, r, _, _ = remote.ReceiptFromWire(w); !errors.Is(r.Err, kernels.ErrIllegalAddress) || !errors.Is(r.Err, cuda.ErrIllegalAddress) {
+		t.Fatalf("an older host's error: got %v, want it matched by its code", r.Err)
 	}
 }

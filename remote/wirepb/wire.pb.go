@@ -1764,9 +1764,12 @@ type Receipt struct {
 	// The names of the contract sentinels (cuda.Sentinel) the error wraps,
 	// so that errors.Is at the front matches exactly those, as in one
 	// process (several share the code cuda_runtime_contract).
-	ErrorKinds    []string `protobuf:"bytes,18,rep,name=error_kinds,json=errorKinds,proto3" json:"error_kinds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ErrorKinds []string `protobuf:"bytes,18,rep,name=error_kinds,json=errorKinds,proto3" json:"error_kinds,omitempty"`
+	// error_kinds is the whole list (none: the error wraps no sentinel); an
+	// older host leaves it false, and the front matches by code alone.
+	ErrorKindsNamed bool `protobuf:"varint,19,opt,name=error_kinds_named,json=errorKindsNamed,proto3" json:"error_kinds_named,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Receipt) Reset() {
@@ -1923,6 +1926,13 @@ func (x *Receipt) GetErrorKinds() []string {
 		return x.ErrorKinds
 	}
 	return nil
+}
+
+func (x *Receipt) GetErrorKindsNamed() bool {
+	if x != nil {
+		return x.ErrorKindsNamed
+	}
+	return false
 }
 
 // Leaving tells a front the host was asked to leave. Not drained: it takes
@@ -2469,10 +2479,11 @@ type OpResult struct {
 	Data      []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
 	ErrorCode int32                  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	Error     string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	// As Receipt.error_kinds.
-	ErrorKinds    []string `protobuf:"bytes,7,rep,name=error_kinds,json=errorKinds,proto3" json:"error_kinds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// As Receipt.error_kinds and error_kinds_named.
+	ErrorKinds      []string `protobuf:"bytes,7,rep,name=error_kinds,json=errorKinds,proto3" json:"error_kinds,omitempty"`
+	ErrorKindsNamed bool     `protobuf:"varint,8,opt,name=error_kinds_named,json=errorKindsNamed,proto3" json:"error_kinds_named,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *OpResult) Reset() {
@@ -2552,6 +2563,13 @@ func (x *OpResult) GetErrorKinds() []string {
 		return x.ErrorKinds
 	}
 	return nil
+}
+
+func (x *OpResult) GetErrorKindsNamed() bool {
+	if x != nil {
+		return x.ErrorKindsNamed
+	}
+	return false
 }
 
 var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
@@ -2695,7 +2713,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"dispatches\x12\x1c\n" +
 	"\ttransfers\x18\t \x01(\rR\ttransfers\x12)\n" +
 	"\x04work\x18\n" +
-	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xae\x04\n" +
+	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xda\x04\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x14\n" +
@@ -2717,7 +2735,8 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x06timing\x18\x10 \x01(\v2\x17.lanes.remote.v1.TimingR\x06timing\x12!\n" +
 	"\fhost_leaving\x18\x11 \x01(\bR\vhostLeaving\x12\x1f\n" +
 	"\verror_kinds\x18\x12 \x03(\tR\n" +
-	"errorKinds\"9\n" +
+	"errorKinds\x12*\n" +
+	"\x11error_kinds_named\x18\x13 \x01(\bR\x0ferrorKindsNamed\"9\n" +
 	"\aLeaving\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\adrained\x18\x02 \x01(\bR\adrained\"j\n" +
@@ -2753,7 +2772,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x06Forget\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\xcf\x01\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\xfb\x01\n" +
 	"\bOpResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12/\n" +
@@ -2763,7 +2782,8 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"error_code\x18\x05 \x01(\x05R\terrorCode\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1f\n" +
 	"\verror_kinds\x18\a \x03(\tR\n" +
-	"errorKindsB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
+	"errorKinds\x12*\n" +
+	"\x11error_kinds_named\x18\b \x01(\bR\x0ferrorKindsNamedB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
 
 var (
 	file_lanes_remote_v1_wire_proto_rawDescOnce sync.Once
