@@ -28,8 +28,8 @@ const MaxRows = MaxEntries
 // (cuda.ErrOutOfMemory) by its code, so a lost step's indeterminate outcome
 // and a device's out of memory stay errors.Is-able across the wire.
 type PeerError struct {
-	Code  cuda.Code
-	Msg   string
+	Code cuda.Code
+	Msg  string
 	// Kinds are the names (messages) of the sentinels it wrapped; nil
 	// from a host that did not say (an older one): then errors.Is matches
 	// every sentinel of its code.
