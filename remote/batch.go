@@ -26,11 +26,11 @@ const (
 // malformed: errors.Is finds it, and the message says what was wrong.
 var ErrWire = cuda.NewSentinel(cuda.CodeWireUnsupported, "remote: bad wire message")
 
-// tooLarge is a batch past the wire's bounds: ErrWire, and the
-// scheduler's actors.ErrBatchTooLarge (what one process says of a batch too
-// large for it), definitely not submitted.
+// tooLarge is a batch past the wire's bounds: the scheduler's
+// actors.ErrBatchTooLarge (what one process says of a batch too large for
+// it, and its code), and ErrWire; definitely not submitted.
 func tooLarge(format string, args ...any) error {
-	return fmt.Errorf("%w: %w: "+format, append([]any{ErrWire, actors.ErrBatchTooLarge}, args...)...)
+	return fmt.Errorf("%w: %w: "+format+" (definitely not submitted)", append([]any{actors.ErrBatchTooLarge, ErrWire}, args...)...)
 }
 
 func wireErr(format string, args ...any) error {
@@ -63,7 +63,7 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 			return nil, wireErr("entry %d is a library call: code of this process has no wire form", i)
 		case cuda.KindUpload:
 			if len(e.Command.Host) > MaxHostBytes {
-				return nil, tooLarge("entry %d uploads %d bytes; at most %d cross the wire in one upload", i, len(e.Command.Host), MaxHostBytes)
+				return nil, tooLarge("entry %d uploads %d bytes; at most %d cross the wire in one upload: split it", i, len(e.Command.Host), MaxHostBytes)
 			}
 		case cuda.KindStageIn, cuda.KindStageOut:
 			return nil, wireErr("entry %d stages through pinned host memory of this process, which the host cannot reach: upload the bytes (cuda.Upload) or read them back (Front.Read) instead", i)

@@ -104,8 +104,9 @@ func TestBatchesWithoutAWireForm(t *testing.T) {
 		"too many entries":   {Entries: make([]lanes.Entry, remote.MaxEntries+1)},
 		"an upload too long": {Entries: []lanes.Entry{{Command: up}}},
 	} {
-		if _, err := remote.BatchToWire(b); !errors.Is(err, remote.ErrWire) || !errors.Is(err, actors.ErrBatchTooLarge) {
-			t.Errorf("%s: got err %v, want remote.ErrWire and actors.ErrBatchTooLarge (as one process says)", name, err)
+		_, err := remote.BatchToWire(b)
+		if !errors.Is(err, remote.ErrWire) || !errors.Is(err, actors.ErrBatchTooLarge) || cuda.Classify(err).Code != cuda.CodeBatchTooLarge {
+			t.Errorf("%s: got err %v (code %v), want actors.ErrBatchTooLarge and its code (as one process says), and remote.ErrWire", name, err, cuda.Classify(err).Code)
 		}
 	}
 }

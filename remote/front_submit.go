@@ -199,7 +199,7 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 // host's data plane when it has room (see HostConfig.UploadAreaBytes).
 func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *Encoded, slots []areaSlot) (*Pending, *link, uint64, uint64, error) {
 	if bytes > maxBytesInFlight {
-		return nil, nil, 0, 0, wireErr("%d bytes of uploads in one call; at most %d: split it (definitely not submitted)", bytes, maxBytesInFlight)
+		return nil, nil, 0, 0, tooLarge("%d bytes of uploads in one call; at most %d: split it", bytes, maxBytesInFlight)
 	}
 	pl, err := f.place(tenant)
 	if err != nil {
