@@ -58,10 +58,11 @@ func (h *Host) offerPlane(r *registration, hello *wirepb.Hello) {
 	hello.DataPlane = offer
 }
 
-// frontStopWord bounds how long a host whose data plane the front closed,
-// or whose front's actor ended, waits for the front's word that it
-// stopped (sent on the remote just before) before it drops the
-// registration itself.
+// frontStopWord bounds how long a host whose data plane the front closed
+// waits for the front's word that it stopped (sent on the remote just
+// before the close) before it drops the registration itself. (A front's
+// actor that ended drops its registration at once: a restarted front is
+// served at once.)
 const frontStopWord = 250 * time.Millisecond
 
 // takePlane starts the registration's data plane when the front's Welcome

@@ -251,27 +251,9 @@ func (h *Host) frontGone(who *actor.PID) {
 	h.mu.Lock()
 	r, ok := h.byFront[who.Address]
 	h.mu.Unlock()
-	if !ok {
-		return
+	if ok && h.drop(r, "the connection from its front ended (messages on it may be lost)") {
+		h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front is told when it speaks under it, and joins again)", who.Address, r.epoch)
 	}
-	// A front that stops sends its word first, but the end of its actor
-	// may overtake it: the word, if it comes, lets the registration go for
-	// its own reason (and the host says the front stopped).
-	go func() {
-		for deadline := time.Now().Add(frontStopWord); time.Now().Before(deadline) && h.holds(r); {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if h.drop(r, "the connection from its front ended (messages on it may be lost)") {
-			h.cfg.Logf("the connection to the front at %s was lost: registration %d dropped (the front is told when it speaks under it, and joins again)", who.Address, r.epoch)
-		}
-	}()
-}
-
-// holds reports whether the host still holds registration r.
-func (h *Host) holds(r *registration) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.regs[r.epoch] == r
 }
 
 // drop forgets a registration the host still holds (saying why to its
