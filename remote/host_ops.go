@@ -154,7 +154,7 @@ func (o *hostOps) run(op hostOp) {
 		err = o.forget(tenant)
 	}
 	if err != nil {
-		res.ErrorCode, res.Error, res.ErrorKinds, res.ErrorKindsNamed = int32(cuda.Classify(err).Code), unscoped(err.Error(), tenant, named), sentinelKinds(err), true
+		errorToResult(res, err, unscoped(err.Error(), tenant, named))
 	}
 	o.h.send(outgoing{result: res})
 }

@@ -133,7 +133,9 @@ type tenantOp interface {
 func (h *Host) takeOp(op tenantOp) {
 	epoch, call := op.GetEpoch(), op.GetCall()
 	if _, alloc := op.(*wirepb.Alloc); alloc && h.leaving.Load() {
-		h.send(outgoing{result: &wirepb.OpResult{Epoch: epoch, Call: call, ErrorCode: int32(cuda.Classify(errLeaving).Code), Error: errLeaving.Error(), ErrorKinds: sentinelKinds(errLeaving), ErrorKindsNamed: true}})
+		res := &wirepb.OpResult{Epoch: epoch, Call: call}
+		errorToResult(res, errLeaving, errLeaving.Error())
+		h.send(outgoing{result: res})
 		return
 	}
 	select {

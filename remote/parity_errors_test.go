@@ -40,6 +40,16 @@ type paritySide struct {
 	submit func(tenant string, b lanes.Batch) error
 }
 
+// mustAlloc allocates a buffer of 16 int32 for tenant on side p.
+func mustAlloc(t *testing.T, p paritySide, tenant string) cuda.Buffer {
+	t.Helper()
+	b, err := p.alloc(tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	if err != nil {
+		t.Fatalf("Alloc for %s: got err %v, want nil", tenant, err)
+	}
+	return b
+}
+
 // TestErrorsMatchAsInOneProcess: the same mistakes, made in one process
 // and through a lane host, match the same sentinels with errors.Is: out
 // of device memory, a freed buffer, another tenant's buffer, an empty
@@ -78,7 +88,6 @@ func TestErrorsMatchAsInOneProcess(t *testing.T) {
 		free:   func(tenant string, b cuda.Buffer) error { return f.Free(ctx, tenant, b) },
 		submit: func(tenant string, b lanes.Batch) error { _, err := f.Submit(ctx, tenant, b); return err },
 	}
-	spec := cuda.BufferSpec{Size: 64, Elem: cuda.I32}
 	inc := func(t *testing.T, b cuda.Buffer) lanes.Entry {
 		cmd, err := cuda.Launch(kernels.Builtin().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(b.Whole()), cuda.I32Arg(16))
 		if err != nil {
@@ -95,37 +104,20 @@ func TestErrorsMatchAsInOneProcess(t *testing.T) {
 			return err
 		}},
 		{"a step naming a buffer freed just before", func(t *testing.T, p paritySide) error {
-			own, err := p.alloc("a", spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gone, err := p.alloc("a", spec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			own, gone := mustAlloc(t, p, "a"), mustAlloc(t, p, "a")
 			if err := p.free("a", gone); err != nil {
 				t.Fatal(err)
 			}
 			return p.submit("a", lanes.Batch{Entries: []lanes.Entry{inc(t, own), inc(t, own), inc(t, gone)}})
 		}},
 		{"a step naming another tenant's buffer", func(t *testing.T, p paritySide) error {
-			own, err := p.alloc("a", spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			theirs, err := p.alloc("b", spec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			own, theirs := mustAlloc(t, p, "a"), mustAlloc(t, p, "b")
 			return p.submit("a", lanes.Batch{Entries: []lanes.Entry{inc(t, own), inc(t, theirs)}})
 		}},
 		{"an empty batch", func(t *testing.T, p paritySide) error { return p.submit("a", lanes.Batch{}) }},
 	}
 	t.Run("a read or free of another tenant's buffer", func(t *testing.T) {
-		theirs, err := viaHost.alloc("b", spec)
-		if err != nil {
-			t.Fatal(err)
-		}
+		theirs := mustAlloc(t, viaHost, "b")
 		_, readErr := f.Read(ctx, "a", theirs.Whole())
 		freeErr := f.Free(ctx, "a", theirs)
 		for what, err := range map[string]error{"Read": readErr, "Free": freeErr} {

@@ -80,5 +80,8 @@ func (p *Pending) lost(e *HostLostError) {
 
 // opError is the error of an op's result, or nil.
 func opError(res *wirepb.OpResult) error {
+	if res.ErrorCode == 0 && res.Error == "" {
+		return nil
+	}
 	return peerError(res.ErrorCode, res.Error, res.ErrorKinds, res.ErrorKindsNamed)
 }

@@ -111,12 +111,9 @@ const (
 )
 
 // peerError is the error a host reported with code, message and kinds
-// (named: the host's whole list); nil when it reported none. Kinds out of
-// bounds are dropped, and the error then matches by code alone.
-func peerError(code int32, msg string, kinds []string, named bool) error {
-	if code == 0 && msg == "" {
-		return nil
-	}
+// (named: the host's whole list). Kinds out of bounds are dropped, and the
+// error then matches by code alone.
+func peerError(code int32, msg string, kinds []string, named bool) *PeerError {
 	if msg == "" {
 		msg = fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(code))
 	}
@@ -125,6 +122,12 @@ func peerError(code int32, msg string, kinds []string, named bool) error {
 		e.Kinds = append([]string{}, kinds...) // not nil: named, even when none
 	}
 	return e
+}
+
+// errorToResult puts err on an op's result: its code, msg (its message as
+// the front may read it) and the sentinels it wraps.
+func errorToResult(res *wirepb.OpResult, err error, msg string) {
+	res.ErrorCode, res.Error, res.ErrorKinds, res.ErrorKindsNamed = int32(cuda.Classify(err).Code), msg, sentinelKinds(err), true
 }
 
 // ReceiptToWire encodes a receipt of the host's epoch for the front's call,
@@ -175,9 +178,6 @@ func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, re
 	r.Attribution.Launches = int(w.Launches)
 	if lanes.Outcome(w.Outcome) != lanes.OutcomeSucceeded {
 		r.Err = peerError(w.ErrorCode, w.Error, w.ErrorKinds, w.ErrorKindsNamed)
-		if r.Err == nil {
-			r.Err = peerError(w.ErrorCode, fmt.Sprintf("remote: lane host reported %v without a message", cuda.Code(w.ErrorCode)), nil, false)
-		}
 	}
 	for _, row := range w.Rows {
 		if row == nil || row.Reason > math.MaxUint8 || row.Phase > math.MaxUint8 {

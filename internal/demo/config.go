@@ -108,12 +108,6 @@ const (
 	maxClients = 65536
 )
 
-// GPUSpin is lanedemo's spin window on a GPU (Config.Spin) where the
-// machine has the cores for it (actors.DefaultGPUSpin): a closed serving
-// loop's steps end every few microseconds, and a lane that polls on timers
-// sees each end late.
-const GPUSpin = actors.GPUSpin
-
 // warmupTimeout is the warm-up's bound.
 func (c Config) warmupTimeout() time.Duration {
 	if c.WarmupTimeout <= 0 {
