@@ -307,38 +307,52 @@ func (s *Scheduler) checkHandlesLocked(tenant string, walk func(func(cuda.Buffer
 	if len(s.owners) == 0 && !s.cfg.StrictOwnership && s.cfg.Scope == nil {
 		return nil // nothing is owned: nothing can be another tenant's
 	}
-	// A step names the same few buffers in many commands: a handle passed
-	// once passes again (the verdict depends on the handle alone), and a
-	// step's map lookups fall from one per argument to one per buffer.
-	var passed [8]handleKey
-	npassed := 0
-	check := func(k handleKey) error {
-		if slices.Contains(passed[:npassed], k) {
-			return nil
-		}
-		owner, ok := s.owners[k]
-		switch {
-		case ok && (owner == tenant || owner == shared):
-			if npassed < len(passed) {
-				passed[npassed] = k
-				npassed++
-			}
-			return nil
-		case s.cfg.Scope != nil && (!ok || s.cfg.Scope(owner) != s.cfg.Scope(tenant)):
-			// As the lane's own check says it of a handle no tenant owns.
-			return fmt.Errorf("%w: %w: the batch names %s, which is not allocated (freed, or never handed out by this device)", lanes.ErrInvalidBatch, cuda.ErrStaleHandle, describeHandle(k))
-		case ok: // another tenant's (of the scope, when scoped)
-			return fmt.Errorf("%w: the batch names %s, another tenant's; a tenant may use only its own buffers and shared ones", ErrNotYours, describeHandle(k))
-		case !ok && s.cfg.StrictOwnership:
-			return fmt.Errorf("%w: the batch names %s, which no tenant owns and is not shared; Own or Share it first", ErrNotYours, describeHandle(k))
-		}
+	c := &handleCheck{s: s, tenant: tenant}
+	return walk(c.buffer, c.hostBuffer)
+}
+
+// handleCheck checks one walk's handles for a tenant (ownMu held). A step
+// names the same few buffers in many commands: a handle that passed passes
+// again (the verdict depends on the handle alone), so a step's map lookups
+// fall from one per argument to one per buffer. (One value for the walk:
+// the memo costs no allocation of its own.)
+type handleCheck struct {
+	s       *Scheduler
+	tenant  string
+	passed  [8]handleKey
+	npassed int
+}
+
+func (c *handleCheck) buffer(b cuda.Buffer) error {
+	return c.check(handleKey{device: b.Device, id: b.ID})
+}
+
+func (c *handleCheck) hostBuffer(h cuda.HostBuffer) error {
+	return c.check(handleKey{device: h.Device, id: h.ID, host: true})
+}
+
+func (c *handleCheck) check(k handleKey) error {
+	if slices.Contains(c.passed[:c.npassed], k) {
 		return nil
 	}
-	return walk(func(b cuda.Buffer) error {
-		return check(handleKey{device: b.Device, id: b.ID})
-	}, func(h cuda.HostBuffer) error {
-		return check(handleKey{device: h.Device, id: h.ID, host: true})
-	})
+	s, tenant := c.s, c.tenant
+	owner, ok := s.owners[k]
+	switch {
+	case ok && (owner == tenant || owner == shared):
+		if c.npassed < len(c.passed) {
+			c.passed[c.npassed] = k
+			c.npassed++
+		}
+		return nil
+	case s.cfg.Scope != nil && (!ok || s.cfg.Scope(owner) != s.cfg.Scope(tenant)):
+		// As the lane's own check says it of a handle no tenant owns.
+		return fmt.Errorf("%w: %w: the batch names %s, which is not allocated (freed, or never handed out by this device)", lanes.ErrInvalidBatch, cuda.ErrStaleHandle, describeHandle(k))
+	case ok: // another tenant's (of the scope, when scoped)
+		return fmt.Errorf("%w: the batch names %s, another tenant's; a tenant may use only its own buffers and shared ones", ErrNotYours, describeHandle(k))
+	case !ok && s.cfg.StrictOwnership:
+		return fmt.Errorf("%w: the batch names %s, which no tenant owns and is not shared; Own or Share it first", ErrNotYours, describeHandle(k))
+	}
+	return nil
 }
 
 // checkStaged checks a staged program's handles (slots and compute) for a
