@@ -139,7 +139,7 @@ func (s *Scheduler) sweepOwnership() {
 	if len(dead) == 0 {
 		return
 	}
-	s.ownMu.Lock()
+	s.lockOwnership()
 	defer s.ownMu.Unlock()
 	shrunk := map[string]bool{}
 	for _, r := range dead {

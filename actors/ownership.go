@@ -8,6 +8,7 @@ package actors
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -124,7 +125,7 @@ func (s *Scheduler) own(op, owner string, keys []ownedKey) error {
 			return lanes.Wrap(op, true, err)
 		}
 	}
-	s.ownMu.Lock()
+	s.lockOwnership()
 	defer s.ownMu.Unlock()
 	for _, k := range keys {
 		if have, ok := s.owners[k.key]; ok && have != owner {
@@ -158,6 +159,52 @@ func describeOwner(owner string) string {
 	return fmt.Sprintf("owned by tenant %q", owner)
 }
 
+// lockOwnership takes ownMu to change what it guards: every such change
+// moves the generation on, so no OwnershipMemo made before it holds.
+func (s *Scheduler) lockOwnership() {
+	s.ownMu.Lock()
+	s.ownGen++
+}
+
+// OwnershipMemo remembers that a batch passed a scheduler's ownership
+// check for a tenant (every buffer and host staging it names is the
+// tenant's or shared, it writes no shared buffer, and it invokes no other
+// tenant's program), so that the same batch, submitted again by the same
+// tenant, skips the check (Scheduler.SubmitNotifyMemo) until ownership
+// changes anywhere in the scheduler: an Own, Share or free, a tenant
+// forgotten, a program claimed or released, a sweep of dead handles. The
+// lane still checks that each handle is live. The zero value remembers
+// nothing; a memo is safe for concurrent use (a submission of another
+// tenant replaces what it remembers).
+type OwnershipMemo struct {
+	v atomic.Pointer[ownershipVerdict]
+}
+
+// ownershipVerdict is one passed check: by whom, and under which
+// generation of the scheduler's ownership.
+type ownershipVerdict struct {
+	s      *Scheduler
+	tenant string
+	gen    uint64
+}
+
+// holds reports whether the memo's last verdict stands (ownMu read-held).
+func (m *OwnershipMemo) holds(s *Scheduler, tenant string) bool {
+	if m == nil {
+		return false
+	}
+	v := m.v.Load()
+	return v != nil && v.s == s && v.gen == s.ownGen && v.tenant == tenant
+}
+
+// passed records a check that passed now (ownMu read-held: the
+// generation cannot move meanwhile).
+func (m *OwnershipMemo) passed(s *Scheduler, tenant string) {
+	if m != nil {
+		m.v.Store(&ownershipVerdict{s: s, tenant: tenant, gen: s.ownGen})
+	}
+}
+
 // programClaim is a program's owner and the state of its registration: a
 // name a tenant's batch claimed is reserved while such batches are in
 // flight, and kept once one of them succeeded (a lane then holds it); a
@@ -173,13 +220,20 @@ type programClaim struct {
 // batch declares (reports claimed; the call must later settleClaim). It
 // reads under a shared lock, so tenants check in parallel; a batch that
 // declares a program takes the lock exclusively.
-func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) (claimed bool, err error) {
+func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch, memo *OwnershipMemo) (claimed bool, err error) {
 	if b.Program == nil {
 		s.ownMu.RLock()
 		defer s.ownMu.RUnlock()
-		return false, s.checkOwnershipLocked(tenant, b)
+		if memo.holds(s, tenant) {
+			return false, nil
+		}
+		if err := s.checkOwnershipLocked(tenant, b); err != nil {
+			return false, err
+		}
+		memo.passed(s, tenant)
+		return false, nil
 	}
-	s.ownMu.Lock()
+	s.lockOwnership()
 	defer s.ownMu.Unlock()
 	if err := s.checkOwnershipLocked(tenant, b); err != nil {
 		return false, err
@@ -204,7 +258,7 @@ func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch) (claimed bool,
 // succeeded (or any before it did), dropped if none ever did and none is
 // in flight.
 func (s *Scheduler) settleClaim(id programs.ID, succeeded bool) {
-	s.ownMu.Lock()
+	s.lockOwnership()
 	defer s.ownMu.Unlock()
 	c := s.programs[id]
 	if c == nil {

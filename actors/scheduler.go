@@ -72,6 +72,7 @@ type Scheduler struct {
 	waiting  map[*tenantState]struct{} // tenants whose parked batches wait for a lane to recover
 
 	ownMu        sync.RWMutex
+	ownGen       uint64                                // bumped by every change under ownMu (see OwnershipMemo)
 	owners       map[handleKey]string                  // buffer or host buffer -> its tenant, or shared
 	anyShared    bool                                  // something was shared once (ownMu)
 	owned        map[string]map[handleKey]func() error // tenant -> what it owns, with its liveness check (for Forget and sweeps)

@@ -86,7 +86,19 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 // waiting on each one's Done. A refused submission is not notified: its
 // error comes back here. nil ended is SubmitAsync.
 func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
-	p, err := s.admitSubmission(ctx, tenant, b, ended)
+	return s.SubmitNotifyMemo(ctx, tenant, b, nil, ended)
+}
+
+// SubmitNotifyMemo is SubmitNotify for a batch submitted again and again
+// with the same buffers, host staging and program invocations (a step
+// encoded once, say): memo keeps what the ownership check of the batch
+// concluded, and the next submission of it by the same tenant skips that
+// check while ownership changed nowhere in the scheduler. Pass a memo only
+// with the batch it was used with, unchanged in those (its upload bytes
+// may differ); a batch that declares a program is checked every time (its
+// claim is counted). A nil memo is SubmitNotify.
+func (s *Scheduler) SubmitNotifyMemo(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(*Pending)) (*Pending, error) {
+	p, err := s.admitSubmission(ctx, tenant, b, memo, ended)
 	if err != nil {
 		s.traceRefusal(ctx, tenant, &b, err)
 	}
@@ -94,7 +106,7 @@ func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Bat
 }
 
 // admitSubmission is SubmitNotify but for the refusal's trace.
-func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
+func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(*Pending)) (*Pending, error) {
 	if err := s.refuseStopped("submit"); err != nil {
 		return nil, err
 	}
@@ -108,7 +120,7 @@ func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.
 	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
-	p, err := s.submitAsync(ctx, ts, b, ended)
+	p, err := s.submitAsync(ctx, ts, b, memo, ended)
 	if err != nil {
 		s.dropIfFresh(ts) // a name only ever refused leaves nothing behind
 		return nil, err
@@ -130,7 +142,7 @@ func (s *Scheduler) traceRefusal(ctx context.Context, tenant string, b *lanes.Ba
 }
 
 // submitAsync is SubmitAsync once the tenant's state is found.
-func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
+func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch, memo *OwnershipMemo, ended func(*Pending)) (*Pending, error) {
 	tenant := ts.name
 	cost, err := s.checkSize(&b)
 	if err != nil {
@@ -140,7 +152,7 @@ func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Ba
 	if err := s.checkDevice(device); err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
-	claimed, err := s.checkOwnership(tenant, &b)
+	claimed, err := s.checkOwnership(tenant, &b, memo)
 	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}

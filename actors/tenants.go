@@ -74,7 +74,7 @@ func (s *Scheduler) Forget(tenant string) error {
 		s.dropLocked(ts)
 		ts.mu.Unlock()
 	}
-	s.ownMu.Lock()
+	s.lockOwnership()
 	for k := range s.owned[tenant] {
 		if s.owners[k] == tenant {
 			delete(s.owners, k)
@@ -109,7 +109,7 @@ func (s *Scheduler) dropLocked(ts *tenantState) {
 // registers one of them anew reaches each lane after that lane forgot the
 // old program.
 func (s *Scheduler) releaseLanes(tenant string) {
-	s.ownMu.Lock()
+	s.lockOwnership()
 	defer s.ownMu.Unlock()
 	var ids []programs.ID
 	if s.programCount[tenant] > 0 {

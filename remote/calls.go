@@ -19,6 +19,7 @@ import (
 // settling rarely wait for one another.
 type Calls[T any] struct {
 	next   atomic.Uint64
+	live   atomic.Int64 // calls in flight on every host
 	shards [callShards]callShard[T]
 }
 
@@ -68,6 +69,7 @@ func (c *Calls[T]) Add(host string, epoch uint64, v T) (uint64, bool) {
 		s.byHost[at] = map[uint64]struct{}{}
 	}
 	s.byHost[at][id] = struct{}{}
+	c.live.Add(1)
 	return id, true
 }
 
@@ -87,6 +89,7 @@ func (c *Calls[T]) Settle(host string, epoch, id uint64) (T, bool) {
 	if len(s.byHost[hc.at]) == 0 {
 		delete(s.byHost, hc.at)
 	}
+	c.live.Add(-1)
 	return hc.v, true
 }
 
@@ -125,6 +128,7 @@ func (c *Calls[T]) Lose(host string, epoch uint64) []T {
 		for id := range s.byHost[at] {
 			out = append(out, s.calls[id].v)
 			delete(s.calls, id)
+			c.live.Add(-1)
 		}
 		delete(s.byHost, at)
 		s.mu.Unlock()
@@ -145,13 +149,4 @@ func (c *Calls[T]) InFlight(host string, epoch uint64) int {
 }
 
 // Len is the number of calls in flight on every host.
-func (c *Calls[T]) Len() int {
-	n := 0
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
-		n += len(s.calls)
-		s.mu.Unlock()
-	}
-	return n
-}
+func (c *Calls[T]) Len() int { return int(c.live.Load()) }

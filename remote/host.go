@@ -145,7 +145,7 @@ type registration struct {
 	heardAt  atomic.Int64  // when the front's last message came (unix nanoseconds): its proof of life
 	released atomic.Bool   // the front heard the host left and has nothing in flight on it (Leave waits for it)
 
-	templates map[uint64]lanes.Batch    // by the front's id: only the reader of its submissions touches it (the actor, or the data plane's reader)
+	templates map[uint64]*hostTemplate  // by the front's id: only the reader of its submissions touches the map (the actor, or the data plane's reader)
 	offered   atomic.Pointer[dataPlane] // the data plane offered in its Hello, until the Welcome
 	plane     atomic.Pointer[dataPlane] // the data plane the front took: every message of the registration but heartbeats goes through it
 	out       combiner[outgoing]
@@ -164,14 +164,23 @@ type outgoing struct {
 }
 
 // hostJob is a decoded submission on its way to the scheduler.
+// hostTemplate is a batch a front encoded once, and what the scheduler's
+// ownership check of it last concluded: its steps, the same handles every
+// time, are not checked again until ownership changes.
+type hostTemplate struct {
+	b    lanes.Batch
+	memo actors.OwnershipMemo
+}
+
 type hostJob struct {
 	epoch, call, template uint64
-	b                     lanes.Batch    // its Tenant scoped to the epoch (scoped)
-	tenant                string         // as the front named it
-	timing                *wirepb.Timing // a sampled call's times; nil for most
-	viaPlane              bool           // came through the registration's data plane
-	area                  *dataPlane     // whose pinned upload area its uploads read in place until it ends (nil: none)
-	op                    any            // or an operation of the tenant's, to run after its submissions before it
+	b                     lanes.Batch           // its Tenant scoped to the epoch (scoped)
+	memo                  *actors.OwnershipMemo // a template's (nil: a whole batch)
+	tenant                string                // as the front named it
+	timing                *wirepb.Timing        // a sampled call's times; nil for most
+	viaPlane              bool                  // came through the registration's data plane
+	area                  *dataPlane            // whose pinned upload area its uploads read in place until it ends (nil: none)
+	op                    any                   // or an operation of the tenant's, to run after its submissions before it
 }
 
 // ended lets go what the job held until its step ended: the upload area

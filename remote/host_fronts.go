@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -55,7 +54,7 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 		return nil
 	}
 	h.lastEpoch = max(uint64(time.Now().UnixNano()), h.lastEpoch+1)
-	r := &registration{front: front, epoch: h.lastEpoch, attempt: m.Attempt, templates: map[uint64]lanes.Batch{}, joined: time.Now()}
+	r := &registration{front: front, epoch: h.lastEpoch, attempt: m.Attempt, templates: map[uint64]*hostTemplate{}, joined: time.Now()}
 	r.out = combiner[outgoing]{most: 1024, send: func(batch []outgoing) { h.sendBatch(r, batch) }}
 	if old != nil {
 		delete(h.regs, old.epoch)

@@ -64,14 +64,14 @@ func (h *Host) submit(r *registration, s *wirepb.Submit, viaPlane bool) {
 	if s.SentUnixNano != 0 {
 		timing = &wirepb.Timing{Received: time.Now().UnixNano()}
 	}
-	b, area, ok := h.batchOf(r, s)
+	b, area, memo, ok := h.batchOf(r, s)
 	if !ok {
 		return
 	}
 	tenant := b.Tenant
 	b.Tenant = scoped(epoch, tenant)
 	h.inFlight.Add(1)
-	j := hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, tenant: tenant, timing: timing, viaPlane: viaPlane, area: area}
+	j := hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, memo: memo, tenant: tenant, timing: timing, viaPlane: viaPlane, area: area}
 	shard := shardOf(b.Tenant)
 	if viaPlane {
 		// The plane's reader admits them itself, in order: one hand-off
@@ -173,7 +173,7 @@ func (h *Host) admit(j hostJob, shard int) {
 		// flight on 2 cores).
 		ended = func(p *actors.Pending) { h.reply(j, p) }
 	}
-	_, err := h.sched.SubmitNotify(context.Background(), j.b.Tenant, j.b, ended)
+	_, err := h.sched.SubmitNotifyMemo(context.Background(), j.b.Tenant, j.b, j.memo, ended)
 	if err != nil {
 		j.ended()
 		h.refuse(j.epoch, j.call, j.tenant, err)
@@ -212,7 +212,7 @@ func (h *Host) reply(j hostJob, p *actors.Pending) {
 // A submission's uploads in the upload area are copied out of it, unless
 // the area is pinned: then they are read in place by the step's copies,
 // and area (returned) is held until the step ends (hostJob.ended).
-func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *dataPlane, ok bool) {
+func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *dataPlane, memo *actors.OwnershipMemo, ok bool) {
 	epoch := r.epoch
 	if s.Template == 0 {
 		p := r.planeFor()
@@ -226,31 +226,34 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 				area.releaseArea()
 			}
 			h.refuse(epoch, s.Call, tenantOf(s), err)
-			return b, nil, false
+			return b, nil, nil, false
 		}
-		return b, area, true
+		return b, area, nil, true
 	}
-	b, ok = r.templates[s.Template]
+	t := r.templates[s.Template]
 	if s.Batch != nil {
-		var err error
-		if b, err = batchFromWire(s.Batch, r.uploadArea(), false); err != nil {
+		b, err := batchFromWire(s.Batch, r.uploadArea(), false)
+		if err != nil {
 			h.refuse(epoch, s.Call, s.Tenant, err)
-			return b, nil, false
+			return b, nil, nil, false
 		}
+		t = &hostTemplate{b: b}
 		if len(r.templates) < h.cfg.MaxTemplates {
-			r.templates[s.Template] = b
+			r.templates[s.Template] = t
 		}
-	} else if !ok {
+	} else if t == nil {
 		w := refusedReceipt(epoch, s.Call, s.Tenant, errTemplate)
 		w.Template, w.TemplateUnknown = s.Template, true
 		h.send(outgoing{receipt: w})
-		return b, nil, false
+		return b, nil, nil, false
 	}
+	b = t.b
 	b.Tenant = s.Tenant // the entries are shared, read-only, by every submission of the template
 	if len(s.Inputs) > 0 {
-		return h.withInputs(r, s, b)
+		b, area, ok = h.withInputs(r, s, b)
+		return b, area, &t.memo, ok
 	}
-	return b, nil, true
+	return b, nil, &t.memo, true
 }
 
 // withInputs is a template's batch with a submission's own bytes for

@@ -141,3 +141,55 @@ func TestErrorsMatchAsInOneProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestAnEncodedStepIsCheckedAgainWhenOwnershipChanges: a host keeps the
+// ownership verdict of an encoded step between its submissions
+// (actors.OwnershipMemo); the verdict is the tenant's alone and lapses
+// when ownership changes: another tenant submitting the same step is
+// refused, and so is the tenant's own step once it freed the buffer.
+func TestAnEncodedStepIsCheckedAgainWhenOwnershipChanges(t *testing.T) {
+	ctx := context.Background()
+	_, addr := startHostProcess(t, "--sim-clock", "zero", "--lanes", "2")
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("StartFront: got err %v, want nil", err)
+	}
+	defer f.Stop(ctx)
+	buf, err := f.Alloc(ctx, "a", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := cuda.Launch(kernels.Builtin().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(buf.Whole()), cuda.I32Arg(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := f.Encode(lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("memo", 0, cmd)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(tenant string) error {
+		p, err := f.SubmitEncoded(ctx, tenant, enc)
+		if err != nil {
+			return err
+		}
+		_, err = p.Result()
+		return err
+	}
+	for i := range 3 {
+		if err := submit("a"); err != nil {
+			t.Fatalf("tenant a's encoded step %d: got err %v, want nil", i, err)
+		}
+	}
+	if err := submit("b"); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("tenant b submitting a's encoded step: got err %v, want actors.ErrNotYours", err)
+	}
+	if err := submit("a"); err != nil {
+		t.Fatalf("tenant a's encoded step after b's: got err %v, want nil", err)
+	}
+	if err := f.Free(ctx, "a", buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := submit("a"); !errors.Is(err, cuda.ErrStaleHandle) || !errors.Is(err, lanes.ErrInvalidBatch) {
+		t.Fatalf("tenant a's encoded step after it freed the buffer: got err %v, want cuda.ErrStaleHandle and lanes.ErrInvalidBatch", err)
+	}
+}

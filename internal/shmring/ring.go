@@ -370,6 +370,9 @@ func NewReader(mem []byte) (*Reader, error) {
 // Close closes the ring (see ErrClosed).
 func (rd *Reader) Close() { rd.r.close() }
 
+// Pending reports whether a record (or fragment) is waiting to be read.
+func (rd *Reader) Pending() bool { return atomic.LoadUint64(rd.r.u64(offHead)) != rd.tail }
+
 // Read returns the next record, waiting at most timeout for it to begin,
 // or for its next fragment (ErrTimeout: nothing came; the writer may be
 // dead or stopped: the caller decides, and a Read after goes on with a

@@ -77,6 +77,33 @@ func TestRingAgainstAModel(t *testing.T) {
 	}
 }
 
+// TestPendingSaysWhetherARecordWaits: Pending is true from a record's
+// write to its read, and false on an empty ring.
+func TestPendingSaysWhetherARecordWaits(t *testing.T) {
+	mem := region(t, MinCapacity)
+	w, _ := NewWriter(mem)
+	rd, _ := NewReader(mem)
+	if rd.Pending() {
+		t.Fatal("a new ring: Pending true, want false")
+	}
+	for i := range 3 {
+		if err := w.Write(1, []byte{byte(i)}, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if !rd.Pending() {
+			t.Fatalf("before record %d's read: Pending false, want true", i)
+		}
+		if _, _, err := rd.Read(time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rd.Pending() {
+		t.Fatal("every record read: Pending true, want false")
+	}
+}
+
 // TestRingTimesOutAndCloses: a reader with nothing to read, and a writer
 // with no room, wait their timeout and no longer; a closed ring ends both.
 func TestRingTimesOutAndCloses(t *testing.T) {

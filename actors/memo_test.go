@@ -1,0 +1,86 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// submitMemo submits b for tenant with memo and waits for its end.
+func submitMemo(s *actors.Scheduler, tenant string, b lanes.Batch, memo *actors.OwnershipMemo) error {
+	p, err := s.SubmitNotifyMemo(context.Background(), tenant, b, memo, nil)
+	if err != nil {
+		return err
+	}
+	_, err = p.Result()
+	return err
+}
+
+// TestAMemoHoldsOnlyWhileOwnershipStands: a batch's ownership verdict,
+// kept between its submissions, is the tenant's alone and lapses with
+// any change of ownership: a forgotten tenant's buffer is no longer its
+// own, though the batch and the memo are the same.
+func TestAMemoHoldsOnlyWhileOwnershipStands(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 2)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, StrictOwnership: true})
+	if err := s.Own("a", dev.bufs[0]); err != nil {
+		t.Fatalf("Own(a, buffer 0): %v", err)
+	}
+	step := dev.batch(0, 1)
+	var memo actors.OwnershipMemo
+	for i := range 3 {
+		if err := submitMemo(s, "a", step, &memo); err != nil {
+			t.Fatalf("tenant a's step %d with the memo: got err %v, want nil", i, err)
+		}
+	}
+	if err := submitMemo(s, "b", step, &memo); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("tenant b submitting tenant a's step with a's memo: got err %v, want actors.ErrNotYours", err)
+	}
+	if err := submitMemo(s, "a", step, &memo); err != nil {
+		t.Fatalf("tenant a after b was refused: got err %v, want nil", err)
+	}
+	if err := s.Forget("a"); err != nil {
+		t.Fatalf("Forget(a): %v", err)
+	}
+	if err := submitMemo(s, "a", step, &memo); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("the step of a forgotten tenant, whose buffer no one owns now (strict): got err %v, want actors.ErrNotYours", err)
+	}
+	if err := s.Own("b", dev.bufs[0]); err != nil {
+		t.Fatalf("Own(b, buffer 0) once a let it go: %v", err)
+	}
+	if err := submitMemo(s, "b", step, &memo); err != nil {
+		t.Fatalf("tenant b's step on its buffer now: got err %v, want nil", err)
+	}
+	if err := submitMemo(s, "a", step, &memo); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("tenant a naming b's buffer with b's memo: got err %v, want actors.ErrNotYours", err)
+	}
+	if err := submitMemo(s, "b", step, nil); err != nil {
+		t.Fatalf("a nil memo (SubmitNotify): got err %v, want nil", err)
+	}
+	// One memo shared by goroutines of two tenants (a lane host's shards
+	// share a template's): each verdict stays its tenant's.
+	var wg sync.WaitGroup
+	errs := make(chan error, 80)
+	for _, tenant := range []string{"a", "b", "a", "b"} {
+		wg.Go(func() {
+			for range 20 {
+				err := submitMemo(s, tenant, step, &memo)
+				if (tenant == "b") != (err == nil) || err != nil && !errors.Is(err, actors.ErrNotYours) {
+					errs <- fmt.Errorf("tenant %s: got err %v", tenant, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
