@@ -37,9 +37,12 @@ func wireErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrWire}, args...)...)
 }
 
-// BatchToWire encodes a batch. An entry that invokes a program, a library
-// call, or a stage-in or stage-out (pinned host memory of this process) has
-// no wire form and is refused (ErrWire).
+// BatchToWire encodes a batch. An entry that invokes a program, or a
+// stage-in or stage-out (pinned host memory of this process) has no wire
+// form and is refused (ErrWire). A library call crosses as its
+// declaration (name, regions, parameters), not its code: the host runs
+// the call it serves under that name (HostConfig.Calls), and refuses a
+// name it does not serve (ErrUnknownCall).
 func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 	if b.Program != nil || len(b.Patches) > 0 {
 		return nil, wireErr("a batch with a program declaration or patches has no wire form yet; send its commands")
@@ -60,7 +63,12 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 		}
 		switch e.Command.Kind {
 		case cuda.KindCall:
-			return nil, wireErr("entry %d is a library call: code of this process has no wire form", i)
+			switch lc := e.Command.LibraryCall; {
+			case lc == nil:
+				return nil, wireErr("entry %d is a call command with no LibraryCall; build it with cuda.Call", i)
+			case len(lc.Params) > MaxCallParams:
+				return nil, tooLarge("entry %d: library call %q has %d parameter bytes; at most %d cross the wire", i, lc.Name, len(lc.Params), MaxCallParams)
+			}
 		case cuda.KindUpload:
 			if len(e.Command.Host) > MaxHostBytes {
 				return nil, tooLarge("entry %d uploads %d bytes; at most %d cross the wire in one upload: split it", i, len(e.Command.Host), MaxHostBytes)
@@ -85,13 +93,21 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 // field's range; the receiving lane validates the result against its
 // device. Its uploads' bytes are the message's (not copied again): leave
 // the message unchanged while the batch is in use.
-func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) { return batchFromWire(w, nil, false) }
+func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) { return batchFromWire(w, decoding{}) }
 
-// batchFromWire is BatchFromWire for a message read from a data plane
-// whose upload area is area (nil: none, and a command naming one is
-// refused): an upload named there is copied out of it, once, or (inPlace:
-// the area is pinned and held until the step ends) read there.
-func batchFromWire(w *wirepb.Batch, area []byte, inPlace bool) (lanes.Batch, error) {
+// decoding is what a host decodes a batch with: the upload area of the
+// data plane its message came through (nil: none, and a command naming
+// one is refused), where an upload named there is copied out of it, once,
+// or (inPlace: the area is pinned and held until the step ends) read; and
+// the library calls it serves (a call it does not serve is refused).
+type decoding struct {
+	area    []byte
+	inPlace bool
+	calls   LibraryCalls
+}
+
+// batchFromWire is BatchFromWire with what the host decodes with.
+func batchFromWire(w *wirepb.Batch, d decoding) (lanes.Batch, error) {
 	if w == nil {
 		return lanes.Batch{}, wireErr("no batch")
 	}
@@ -119,7 +135,7 @@ func batchFromWire(w *wirepb.Batch, area []byte, inPlace bool) (lanes.Batch, err
 		b.Retain = append(b.Retain, buf)
 	}
 	for i, we := range w.Entries {
-		e, err := entryFromWire(we, area, inPlace)
+		e, err := entryFromWire(we, d)
 		if err != nil {
 			return lanes.Batch{}, fmt.Errorf("entry %d: %w", i, err)
 		}
@@ -128,7 +144,7 @@ func batchFromWire(w *wirepb.Batch, area []byte, inPlace bool) (lanes.Batch, err
 	return b, nil
 }
 
-func entryFromWire(we *wirepb.Entry, area []byte, inPlace bool) (lanes.Entry, error) {
+func entryFromWire(we *wirepb.Entry, d decoding) (lanes.Entry, error) {
 	if we == nil || we.Command == nil {
 		return lanes.Entry{}, wireErr("no command")
 	}
@@ -146,7 +162,7 @@ func entryFromWire(we *wirepb.Entry, area []byte, inPlace bool) (lanes.Entry, er
 		}
 		e.Work = lanes.Work{Form: lanes.Form(w.Form), ParticipantStart: w.ParticipantStart, ParticipantCount: w.ParticipantCount, Tokens: w.Tokens}
 	}
-	if e.Command, err = commandFromWire(we.Command, area, inPlace); err != nil {
+	if e.Command, err = commandFromWire(we.Command, d); err != nil {
 		return lanes.Entry{}, err
 	}
 	if r := we.Replay; r != nil {

@@ -82,18 +82,18 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 }
 
-// TestBatchesWithoutAWireForm: a library call, a program invocation, a
-// program declaration, patches and staging are this process's code,
-// references and pinned memory: refused with ErrWire, saying which entry.
+// TestBatchesWithoutAWireForm: a program invocation, a program
+// declaration, patches and staging are this process's references and
+// pinned memory, and a call command without its LibraryCall declares
+// nothing: refused with ErrWire, saying which entry.
 func TestBatchesWithoutAWireForm(t *testing.T) {
-	call, _ := cuda.Call(&cuda.LibraryCall{Name: "f", Reference: func([][]byte) error { return nil }})
 	for name, b := range map[string]lanes.Batch{
-		"a library call": {Entries: []lanes.Entry{{Command: call}}},
-		"an invocation":  {Entries: []lanes.Entry{{Invoke: &programs.Invocation{}}}},
-		"a program":      {Program: &programs.Capture{}},
-		"patches":        {Patches: []lanes.Patch{{}}},
-		"a stage-in":     {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageIn}}}},
-		"a stage-out":    {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageOut}}}},
+		"a call without its LibraryCall": {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall}}}},
+		"an invocation":                  {Entries: []lanes.Entry{{Invoke: &programs.Invocation{}}}},
+		"a program":                      {Program: &programs.Capture{}},
+		"patches":                        {Patches: []lanes.Patch{{}}},
+		"a stage-in":                     {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageIn}}}},
+		"a stage-out":                    {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageOut}}}},
 	} {
 		if _, err := remote.BatchToWire(b); !errors.Is(err, remote.ErrWire) {
 			t.Errorf("%s: got err %v, want remote.ErrWire", name, err)
@@ -119,23 +119,24 @@ func TestMalformedBatchesRefused(t *testing.T) {
 		t.Fatalf("BatchToWire: got err %v, want nil", err)
 	}
 	for name, change := range map[string]func(*wirepb.Batch){
-		"a nil entry":           func(w *wirepb.Batch) { w.Entries[0] = nil },
-		"no command":            func(w *wirepb.Batch) { w.Entries[0].Command = nil },
-		"a library call":        func(w *wirepb.Batch) { w.Entries[0].Command.Kind = uint32(cuda.KindCall) },
-		"a stage-in":            func(w *wirepb.Batch) { w.Entries[0].Command.Kind = uint32(cuda.KindStageIn) },
-		"kind zero":             func(w *wirepb.Batch) { w.Entries[0].Command.Kind = 0 },
-		"a huge phase":          func(w *wirepb.Batch) { w.Entries[0].Phase = 1 << 20 },
-		"a node past int32":     func(w *wirepb.Batch) { w.Entries[1].Node = 1 << 40 },
-		"a short replay key":    func(w *wirepb.Batch) { w.Entries[1].Replay.Key = []byte{1} },
-		"too many arguments":    func(w *wirepb.Batch) { w.Entries[1].Command.Args = make([]*wirepb.Arg, cuda.MaxArgs+1) },
-		"a nil argument":        func(w *wirepb.Batch) { w.Entries[1].Command.Args[0] = nil },
-		"a long kernel name":    func(w *wirepb.Batch) { w.Entries[1].Command.Kernel = string(make([]byte, cuda.MaxKernelName+1)) },
-		"an element type":       func(w *wirepb.Batch) { w.Retain[0].Elem = 1 << 9 },
-		"a path out of range":   func(w *wirepb.Batch) { w.Path = 1 << 9 },
-		"too many boundaries":   func(w *wirepb.Batch) { w.EagerBoundaries = make([]int64, remote.MaxBoundaries+1) },
-		"a boundary past int":   func(w *wirepb.Batch) { w.EagerBoundaries = []int64{-1 << 40} },
-		"too many entries":      func(w *wirepb.Batch) { w.Entries = make([]*wirepb.Entry, remote.MaxEntries+1) },
-		"too many upload bytes": func(w *wirepb.Batch) { w.Entries[2].Command.Host = make([]byte, remote.MaxHostBytes+1) },
+		"a nil entry":            func(w *wirepb.Batch) { w.Entries[0] = nil },
+		"no command":             func(w *wirepb.Batch) { w.Entries[0].Command = nil },
+		"a call, undeclared":     func(w *wirepb.Batch) { w.Entries[0].Command.Kind = uint32(cuda.KindCall) },
+		"a declaration, no call": func(w *wirepb.Batch) { w.Entries[0].Command.Call = &wirepb.LibraryCall{Name: "f"} },
+		"a stage-in":             func(w *wirepb.Batch) { w.Entries[0].Command.Kind = uint32(cuda.KindStageIn) },
+		"kind zero":              func(w *wirepb.Batch) { w.Entries[0].Command.Kind = 0 },
+		"a huge phase":           func(w *wirepb.Batch) { w.Entries[0].Phase = 1 << 20 },
+		"a node past int32":      func(w *wirepb.Batch) { w.Entries[1].Node = 1 << 40 },
+		"a short replay key":     func(w *wirepb.Batch) { w.Entries[1].Replay.Key = []byte{1} },
+		"too many arguments":     func(w *wirepb.Batch) { w.Entries[1].Command.Args = make([]*wirepb.Arg, cuda.MaxArgs+1) },
+		"a nil argument":         func(w *wirepb.Batch) { w.Entries[1].Command.Args[0] = nil },
+		"a long kernel name":     func(w *wirepb.Batch) { w.Entries[1].Command.Kernel = string(make([]byte, cuda.MaxKernelName+1)) },
+		"an element type":        func(w *wirepb.Batch) { w.Retain[0].Elem = 1 << 9 },
+		"a path out of range":    func(w *wirepb.Batch) { w.Path = 1 << 9 },
+		"too many boundaries":    func(w *wirepb.Batch) { w.EagerBoundaries = make([]int64, remote.MaxBoundaries+1) },
+		"a boundary past int":    func(w *wirepb.Batch) { w.EagerBoundaries = []int64{-1 << 40} },
+		"too many entries":       func(w *wirepb.Batch) { w.Entries = make([]*wirepb.Entry, remote.MaxEntries+1) },
+		"too many upload bytes":  func(w *wirepb.Batch) { w.Entries[2].Command.Host = make([]byte, remote.MaxHostBytes+1) },
 	} {
 		w := proto.Clone(ok).(*wirepb.Batch)
 		change(w)

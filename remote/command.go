@@ -20,12 +20,15 @@ func commandToWire(c cuda.Command) *wirepb.Command {
 	for _, a := range c.Args {
 		w.Args = append(w.Args, &wirepb.Arg{Kind: uint32(a.Kind), Region: regionToWire(a.Region), Elem: uint32(a.Elem), Bits: a.Bits})
 	}
+	if c.Kind == cuda.KindCall && c.LibraryCall != nil {
+		w.Call = callToWire(c.LibraryCall)
+	}
 	return w
 }
 
-func commandFromWire(w *wirepb.Command, area []byte, inPlace bool) (cuda.Command, error) {
+func commandFromWire(w *wirepb.Command, d decoding) (cuda.Command, error) {
 	switch {
-	case w.Kind == 0 || w.Kind > math.MaxUint8 || cuda.CommandKind(w.Kind) == cuda.KindCall,
+	case w.Kind == 0 || w.Kind > math.MaxUint8,
 		cuda.CommandKind(w.Kind) == cuda.KindStageIn, cuda.CommandKind(w.Kind) == cuda.KindStageOut:
 		return cuda.Command{}, wireErr("command kind %d has no wire form", w.Kind)
 	case len(w.Kernel) > cuda.MaxKernelName:
@@ -34,6 +37,12 @@ func commandFromWire(w *wirepb.Command, area []byte, inPlace bool) (cuda.Command
 		return cuda.Command{}, wireErr("%d arguments; at most %d", len(w.Args), cuda.MaxArgs)
 	case len(w.Host) > MaxHostBytes:
 		return cuda.Command{}, wireErr("%d upload bytes; at most %d in one command", len(w.Host), MaxHostBytes)
+	}
+	if cuda.CommandKind(w.Kind) == cuda.KindCall {
+		return callFromWire(w.Call, d.calls)
+	}
+	if w.Call != nil {
+		return cuda.Command{}, wireErr("a library call's declaration on a command of kind %d", w.Kind)
 	}
 	c := cuda.Command{Kind: cuda.CommandKind(w.Kind), Kernel: w.Kernel, Config: cuda.LaunchConfig{Grid: dim3(w.Grid), Block: dim3(w.Block), SharedBytes: w.SharedBytes}}
 	var err error
@@ -50,7 +59,7 @@ func commandFromWire(w *wirepb.Command, area []byte, inPlace bool) (cuda.Command
 		if len(w.Host) > 0 {
 			return cuda.Command{}, wireErr("an upload both in its message and in the upload area")
 		}
-		if c.Host, err = fromArea(area, w.Area, inPlace); err != nil {
+		if c.Host, err = fromArea(d.area, w.Area, d.inPlace); err != nil {
 			return cuda.Command{}, err
 		}
 	}

@@ -89,7 +89,11 @@
 // batch that arrives from another process is checked for the wire's limits
 // here (entry, argument and byte counts, enum ranges, sizes that fit)
 // before it becomes a lanes.Batch, which the receiving lane then validates
-// against its device as any other batch. Library calls and program
-// invocations are code and references of the sending process: they have no
-// wire form and are refused on encoding.
+// against its device as any other batch. A library call crosses as its
+// declaration (name, regions, parameters), and the host runs the call it
+// serves under that name (HostConfig.Calls; a name it does not serve is
+// ErrUnknownCall; package remote/hostcmd builds a lane host of your own
+// with your calls). Program declarations and invocations, patches and
+// staging are references and pinned memory of the sending process: they
+// have no wire form yet and are refused on encoding (ErrWire).
 package remote

@@ -52,10 +52,10 @@ func TestEveryErrorIsClassified(t *testing.T) {
 	if c := cuda.Classify(err); !errors.Is(err, remote.ErrConfig) || c.Code != cuda.CodeInvalidArgument || !c.NotSubmitted {
 		t.Errorf("StartFront with no hosts: got %v (%+v), want ErrConfig, invalid_argument, not submitted", err, c)
 	}
-	call := cuda.Command{Kind: cuda.KindCall, LibraryCall: &cuda.LibraryCall{Name: "sgemm"}}
+	call := cuda.Command{Kind: cuda.KindCall} // a call command that declares no call
 	var f *remote.Front
 	_, err = f.Encode(lanes.Batch{Entries: []lanes.Entry{{Command: call}}})
 	if c := cuda.Classify(err); !errors.Is(err, remote.ErrWire) || c.Code != cuda.CodeWireUnsupported || c.Blame != cuda.BlameCaller || !c.NotSubmitted {
-		t.Errorf("Encode of a library call: got %v (%+v), want ErrWire, wire_unsupported, the caller's, not submitted", err, c)
+		t.Errorf("Encode of a call command without its LibraryCall: got %v (%+v), want ErrWire, wire_unsupported, the caller's, not submitted", err, c)
 	}
 }

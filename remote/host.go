@@ -61,6 +61,12 @@ type HostConfig struct {
 	// MaxTemplates); a template past it is answered TemplateUnknown when a
 	// Submit names it without its batch, and the front sends it whole.
 	MaxTemplates int
+	// Calls are the library calls the host serves, by name: a front's
+	// batch that carries a cuda.LibraryCall crosses as its declaration, and
+	// the host runs the call it serves under the call's name (see
+	// CallBuilder); a name it does not serve is refused before any of the
+	// batch runs (ErrUnknownCall). nil: none.
+	Calls LibraryCalls
 	// MaxFronts bounds the fronts the host serves at once (0:
 	// DefaultMaxFronts); one more is refused with the reason.
 	MaxFronts int
@@ -231,6 +237,9 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	}
 	if cfg.Protocol == 0 {
 		cfg.Protocol = Protocol
+	}
+	if err := cfg.Calls.check(); err != nil {
+		return nil, err
 	}
 	if cfg.MaxTemplates <= 0 {
 		cfg.MaxTemplates = MaxTemplates

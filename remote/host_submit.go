@@ -220,7 +220,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 		if inPlace {
 			area = p
 		}
-		b, err := batchFromWire(s.Batch, r.uploadArea(), inPlace)
+		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), inPlace: inPlace, calls: h.cfg.Calls})
 		if err != nil {
 			if area != nil {
 				area.releaseArea()
@@ -232,7 +232,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 	}
 	t := r.templates[s.Template]
 	if s.Batch != nil {
-		b, err := batchFromWire(s.Batch, r.uploadArea(), false)
+		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), calls: h.cfg.Calls})
 		if err != nil {
 			h.refuse(epoch, s.Call, s.Tenant, err)
 			return b, nil, nil, false

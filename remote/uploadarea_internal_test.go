@@ -107,11 +107,11 @@ func TestAnUploadAreaRefIsChecked(t *testing.T) {
 		{"no length", &wirepb.AreaRef{Offset: 0, Length: 0}, nil, area},
 		{"in its message too", &wirepb.AreaRef{Offset: 0, Length: 4096}, []byte{1}, area},
 	} {
-		if _, err := batchFromWire(batch(c.ref, c.host), c.area, false); !errors.Is(err, ErrWire) {
+		if _, err := batchFromWire(batch(c.ref, c.host), decoding{area: c.area}); !errors.Is(err, ErrWire) {
 			t.Errorf("%s: got err %v, want ErrWire", c.what, err)
 		}
 	}
-	b, err := batchFromWire(batch(&wirepb.AreaRef{Offset: 4096, Length: 4096}, nil), area, false)
+	b, err := batchFromWire(batch(&wirepb.AreaRef{Offset: 4096, Length: 4096}, nil), decoding{area: area})
 	if err != nil {
 		t.Fatalf("a span within the area: got err %v, want nil", err)
 	}

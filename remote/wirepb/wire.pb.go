@@ -892,7 +892,11 @@ type Command struct {
 	Staging     *HostRegion            `protobuf:"bytes,10,opt,name=staging,proto3" json:"staging,omitempty"`
 	// An upload's bytes in the data plane's upload area, instead of host
 	// (only on a data plane that has one; the host checks the bounds).
-	Area          *AreaRef `protobuf:"bytes,11,opt,name=area,proto3" json:"area,omitempty"`
+	Area *AreaRef `protobuf:"bytes,11,opt,name=area,proto3" json:"area,omitempty"`
+	// A library call's declaration (kind is a call): the host runs the
+	// call it serves under the name (remote.HostConfig.Calls), built from
+	// these regions and parameters; its code does not cross.
+	Call          *LibraryCall `protobuf:"bytes,12,opt,name=call,proto3" json:"call,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1004,6 +1008,128 @@ func (x *Command) GetArea() *AreaRef {
 	return nil
 }
 
+func (x *Command) GetCall() *LibraryCall {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+// LibraryCall is a library call's name, the regions its work touches and
+// the parameters its work depends on.
+type LibraryCall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Regions       []*Touch               `protobuf:"bytes,2,rep,name=regions,proto3" json:"regions,omitempty"`
+	Params        []byte                 `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LibraryCall) Reset() {
+	*x = LibraryCall{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LibraryCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LibraryCall) ProtoMessage() {}
+
+func (x *LibraryCall) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LibraryCall.ProtoReflect.Descriptor instead.
+func (*LibraryCall) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LibraryCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LibraryCall) GetRegions() []*Touch {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+func (x *LibraryCall) GetParams() []byte {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+// Touch is a region a library call touches, and how (cuda.Access).
+type Touch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Region        *Region                `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	Access        uint32                 `protobuf:"varint,2,opt,name=access,proto3" json:"access,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Touch) Reset() {
+	*x = Touch{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Touch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Touch) ProtoMessage() {}
+
+func (x *Touch) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Touch.ProtoReflect.Descriptor instead.
+func (*Touch) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Touch) GetRegion() *Region {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *Touch) GetAccess() uint32 {
+	if x != nil {
+		return x.Access
+	}
+	return 0
+}
+
 // AreaRef is a span of a data plane's upload area.
 type AreaRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1015,7 +1141,7 @@ type AreaRef struct {
 
 func (x *AreaRef) Reset() {
 	*x = AreaRef{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1153,7 @@ func (x *AreaRef) String() string {
 func (*AreaRef) ProtoMessage() {}
 
 func (x *AreaRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1166,7 @@ func (x *AreaRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AreaRef.ProtoReflect.Descriptor instead.
 func (*AreaRef) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AreaRef) GetOffset() uint64 {
@@ -1068,7 +1194,7 @@ type Scope struct {
 
 func (x *Scope) Reset() {
 	*x = Scope{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1206,7 @@ func (x *Scope) String() string {
 func (*Scope) ProtoMessage() {}
 
 func (x *Scope) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1219,7 @@ func (x *Scope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scope.ProtoReflect.Descriptor instead.
 func (*Scope) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Scope) GetKind() uint32 {
@@ -1122,7 +1248,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1260,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1273,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Replay) GetKey() []byte {
@@ -1177,7 +1303,7 @@ type Work struct {
 
 func (x *Work) Reset() {
 	*x = Work{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1315,7 @@ func (x *Work) String() string {
 func (*Work) ProtoMessage() {}
 
 func (x *Work) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1328,7 @@ func (x *Work) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Work.ProtoReflect.Descriptor instead.
 func (*Work) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Work) GetForm() uint32 {
@@ -1247,7 +1373,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1385,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1398,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Entry) GetPhase() uint32 {
@@ -1325,7 +1451,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1463,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1476,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Batch) GetTenant() string {
@@ -1423,7 +1549,7 @@ type Submit struct {
 
 func (x *Submit) Reset() {
 	*x = Submit{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1561,7 @@ func (x *Submit) String() string {
 func (*Submit) ProtoMessage() {}
 
 func (x *Submit) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1574,7 @@ func (x *Submit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submit.ProtoReflect.Descriptor instead.
 func (*Submit) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Submit) GetEpoch() uint64 {
@@ -1520,7 +1646,7 @@ type Input struct {
 
 func (x *Input) Reset() {
 	*x = Input{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1658,7 @@ func (x *Input) String() string {
 func (*Input) ProtoMessage() {}
 
 func (x *Input) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1671,7 @@ func (x *Input) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Input.ProtoReflect.Descriptor instead.
 func (*Input) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Input) GetEntry() uint32 {
@@ -1579,7 +1705,7 @@ type Submits struct {
 
 func (x *Submits) Reset() {
 	*x = Submits{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1717,7 @@ func (x *Submits) String() string {
 func (*Submits) ProtoMessage() {}
 
 func (x *Submits) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1730,7 @@ func (x *Submits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submits.ProtoReflect.Descriptor instead.
 func (*Submits) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Submits) GetSubmits() []*Submit {
@@ -1634,7 +1760,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1772,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1785,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Row) GetIndex() uint32 {
@@ -1774,7 +1900,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1912,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1925,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Receipt) GetEpoch() uint64 {
@@ -1949,7 +2075,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2087,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2100,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -2009,7 +2135,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2147,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2160,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -2075,7 +2201,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2213,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2226,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -2127,7 +2253,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2265,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2278,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -2193,7 +2319,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2331,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2344,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -2283,7 +2409,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2421,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2434,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -2353,7 +2479,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2491,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2504,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -2421,7 +2547,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2559,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2572,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -2488,7 +2614,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2626,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2639,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -2643,7 +2769,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04Dim3\x12\f\n" +
 	"\x01x\x18\x01 \x01(\rR\x01x\x12\f\n" +
 	"\x01y\x18\x02 \x01(\rR\x01y\x12\f\n" +
-	"\x01z\x18\x03 \x01(\rR\x01z\"\xa9\x03\n" +
+	"\x01z\x18\x03 \x01(\rR\x01z\"\xdb\x03\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\tR\x06kernel\x12)\n" +
@@ -2656,7 +2782,15 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04host\x18\t \x01(\fR\x04host\x125\n" +
 	"\astaging\x18\n" +
 	" \x01(\v2\x1b.lanes.remote.v1.HostRegionR\astaging\x12,\n" +
-	"\x04area\x18\v \x01(\v2\x18.lanes.remote.v1.AreaRefR\x04area\"9\n" +
+	"\x04area\x18\v \x01(\v2\x18.lanes.remote.v1.AreaRefR\x04area\x120\n" +
+	"\x04call\x18\f \x01(\v2\x1c.lanes.remote.v1.LibraryCallR\x04call\"k\n" +
+	"\vLibraryCall\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\aregions\x18\x02 \x03(\v2\x16.lanes.remote.v1.TouchR\aregions\x12\x16\n" +
+	"\x06params\x18\x03 \x01(\fR\x06params\"P\n" +
+	"\x05Touch\x12/\n" +
+	"\x06region\x18\x01 \x01(\v2\x17.lanes.remote.v1.RegionR\x06region\x12\x16\n" +
+	"\x06access\x18\x02 \x01(\rR\x06access\"9\n" +
 	"\aAreaRef\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\"/\n" +
@@ -2797,40 +2931,42 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
-	(*Hello)(nil),      // 0: lanes.remote.v1.Hello
-	(*DataPlane)(nil),  // 1: lanes.remote.v1.DataPlane
-	(*Welcome)(nil),    // 2: lanes.remote.v1.Welcome
-	(*Device)(nil),     // 3: lanes.remote.v1.Device
-	(*Heartbeat)(nil),  // 4: lanes.remote.v1.Heartbeat
-	(*Probe)(nil),      // 5: lanes.remote.v1.Probe
-	(*Buffer)(nil),     // 6: lanes.remote.v1.Buffer
-	(*Region)(nil),     // 7: lanes.remote.v1.Region
-	(*HostRegion)(nil), // 8: lanes.remote.v1.HostRegion
-	(*Arg)(nil),        // 9: lanes.remote.v1.Arg
-	(*Dim3)(nil),       // 10: lanes.remote.v1.Dim3
-	(*Command)(nil),    // 11: lanes.remote.v1.Command
-	(*AreaRef)(nil),    // 12: lanes.remote.v1.AreaRef
-	(*Scope)(nil),      // 13: lanes.remote.v1.Scope
-	(*Replay)(nil),     // 14: lanes.remote.v1.Replay
-	(*Work)(nil),       // 15: lanes.remote.v1.Work
-	(*Entry)(nil),      // 16: lanes.remote.v1.Entry
-	(*Batch)(nil),      // 17: lanes.remote.v1.Batch
-	(*Submit)(nil),     // 18: lanes.remote.v1.Submit
-	(*Input)(nil),      // 19: lanes.remote.v1.Input
-	(*Submits)(nil),    // 20: lanes.remote.v1.Submits
-	(*Row)(nil),        // 21: lanes.remote.v1.Row
-	(*Receipt)(nil),    // 22: lanes.remote.v1.Receipt
-	(*Leaving)(nil),    // 23: lanes.remote.v1.Leaving
-	(*Timing)(nil),     // 24: lanes.remote.v1.Timing
-	(*Receipts)(nil),   // 25: lanes.remote.v1.Receipts
-	(*Join)(nil),       // 26: lanes.remote.v1.Join
-	(*Alloc)(nil),      // 27: lanes.remote.v1.Alloc
-	(*Free)(nil),       // 28: lanes.remote.v1.Free
-	(*Read)(nil),       // 29: lanes.remote.v1.Read
-	(*Forget)(nil),     // 30: lanes.remote.v1.Forget
-	(*OpResult)(nil),   // 31: lanes.remote.v1.OpResult
+	(*Hello)(nil),       // 0: lanes.remote.v1.Hello
+	(*DataPlane)(nil),   // 1: lanes.remote.v1.DataPlane
+	(*Welcome)(nil),     // 2: lanes.remote.v1.Welcome
+	(*Device)(nil),      // 3: lanes.remote.v1.Device
+	(*Heartbeat)(nil),   // 4: lanes.remote.v1.Heartbeat
+	(*Probe)(nil),       // 5: lanes.remote.v1.Probe
+	(*Buffer)(nil),      // 6: lanes.remote.v1.Buffer
+	(*Region)(nil),      // 7: lanes.remote.v1.Region
+	(*HostRegion)(nil),  // 8: lanes.remote.v1.HostRegion
+	(*Arg)(nil),         // 9: lanes.remote.v1.Arg
+	(*Dim3)(nil),        // 10: lanes.remote.v1.Dim3
+	(*Command)(nil),     // 11: lanes.remote.v1.Command
+	(*LibraryCall)(nil), // 12: lanes.remote.v1.LibraryCall
+	(*Touch)(nil),       // 13: lanes.remote.v1.Touch
+	(*AreaRef)(nil),     // 14: lanes.remote.v1.AreaRef
+	(*Scope)(nil),       // 15: lanes.remote.v1.Scope
+	(*Replay)(nil),      // 16: lanes.remote.v1.Replay
+	(*Work)(nil),        // 17: lanes.remote.v1.Work
+	(*Entry)(nil),       // 18: lanes.remote.v1.Entry
+	(*Batch)(nil),       // 19: lanes.remote.v1.Batch
+	(*Submit)(nil),      // 20: lanes.remote.v1.Submit
+	(*Input)(nil),       // 21: lanes.remote.v1.Input
+	(*Submits)(nil),     // 22: lanes.remote.v1.Submits
+	(*Row)(nil),         // 23: lanes.remote.v1.Row
+	(*Receipt)(nil),     // 24: lanes.remote.v1.Receipt
+	(*Leaving)(nil),     // 25: lanes.remote.v1.Leaving
+	(*Timing)(nil),      // 26: lanes.remote.v1.Timing
+	(*Receipts)(nil),    // 27: lanes.remote.v1.Receipts
+	(*Join)(nil),        // 28: lanes.remote.v1.Join
+	(*Alloc)(nil),       // 29: lanes.remote.v1.Alloc
+	(*Free)(nil),        // 30: lanes.remote.v1.Free
+	(*Read)(nil),        // 31: lanes.remote.v1.Read
+	(*Forget)(nil),      // 32: lanes.remote.v1.Forget
+	(*OpResult)(nil),    // 33: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	3,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -2843,29 +2979,32 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	7,  // 7: lanes.remote.v1.Command.dst:type_name -> lanes.remote.v1.Region
 	7,  // 8: lanes.remote.v1.Command.src:type_name -> lanes.remote.v1.Region
 	8,  // 9: lanes.remote.v1.Command.staging:type_name -> lanes.remote.v1.HostRegion
-	12, // 10: lanes.remote.v1.Command.area:type_name -> lanes.remote.v1.AreaRef
-	13, // 11: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
-	15, // 12: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
-	11, // 13: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
-	14, // 14: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
-	16, // 15: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
-	6,  // 16: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
-	17, // 17: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
-	19, // 18: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
-	12, // 19: lanes.remote.v1.Input.area:type_name -> lanes.remote.v1.AreaRef
-	18, // 20: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
-	15, // 21: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
-	21, // 22: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	24, // 23: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	22, // 24: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	6,  // 25: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	7,  // 26: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	6,  // 27: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	14, // 10: lanes.remote.v1.Command.area:type_name -> lanes.remote.v1.AreaRef
+	12, // 11: lanes.remote.v1.Command.call:type_name -> lanes.remote.v1.LibraryCall
+	13, // 12: lanes.remote.v1.LibraryCall.regions:type_name -> lanes.remote.v1.Touch
+	7,  // 13: lanes.remote.v1.Touch.region:type_name -> lanes.remote.v1.Region
+	15, // 14: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
+	17, // 15: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
+	11, // 16: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
+	16, // 17: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
+	18, // 18: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
+	6,  // 19: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
+	19, // 20: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
+	21, // 21: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
+	14, // 22: lanes.remote.v1.Input.area:type_name -> lanes.remote.v1.AreaRef
+	20, // 23: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
+	17, // 24: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
+	23, // 25: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	26, // 26: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	24, // 27: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	6,  // 28: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	7,  // 29: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	6,  // 30: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -2879,7 +3018,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2,7 +2,7 @@
 
 // With the cuda build tag: lanehost's --device cuda, the real GPU.
 
-package main
+package hostcmd
 
 import (
 	"github.com/lanesched/lanes/cuda"

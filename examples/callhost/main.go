@@ -1,0 +1,25 @@
+// Command callhost is a lane host of your own: the stock lanehost (the
+// same flags, see cmd/lanehost), serving the library call "axpy" by name
+// (package axpy), so that a front's batch with axpy.Command runs on it as
+// it runs in one process.
+//
+//	go build -o bin/callhost ./examples/callhost
+//	bin/callhost --device sim
+//
+// A front then connects to the address it prints, as to any lane host.
+package main
+
+import (
+	"os"
+
+	"github.com/lanesched/lanes/examples/callhost/axpy"
+	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/hostcmd"
+)
+
+// options are what this host adds to the stock lanehost.
+func options() hostcmd.Options {
+	return hostcmd.Options{Calls: remote.LibraryCalls{axpy.Name: axpy.Build}}
+}
+
+func main() { os.Exit(hostcmd.Main(options())) }

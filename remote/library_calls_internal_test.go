@@ -1,0 +1,48 @@
+package remote
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// FuzzCallFromWire decodes arbitrary bytes as a library call's
+// declaration for a host that serves "f" (a builder that panics on
+// parameters starting with 0xff): never a panic; a call that decodes is
+// a valid command whose declaration crosses back unchanged.
+func FuzzCallFromWire(f *testing.F) {
+	calls := LibraryCalls{"f": func(regions []cuda.Touch, params []byte) (*cuda.LibraryCall, error) {
+		if len(params) > 0 && params[0] == 0xff {
+			panic("a builder's bug")
+		}
+		return &cuda.LibraryCall{Reference: func([][]byte) error { return nil }}, nil
+	}}
+	seed := &wirepb.LibraryCall{Name: "f", Params: []byte{1, 2}, Regions: []*wirepb.Touch{{Region: &wirepb.Region{Buffer: &wirepb.Buffer{Device: 1, Id: 2, Size: 64}, Length: 64}, Access: uint32(cuda.AccessRead)}}}
+	b, _ := proto.Marshal(seed)
+	f.Add(b)
+	seed.Params = []byte{0xff}
+	b, _ = proto.Marshal(seed)
+	f.Add(b)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var w wirepb.LibraryCall
+		if proto.Unmarshal(raw, &w) != nil {
+			return
+		}
+		c, err := callFromWire(&w, calls)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil || c.Kind != cuda.KindCall || c.LibraryCall.Name != "f" {
+			t.Fatalf("a decoded call: %+v, validate %v", c, err)
+		}
+		back := callToWire(c.LibraryCall)
+		again, err := callFromWire(back, calls)
+		if err != nil || !proto.Equal(callToWire(again.LibraryCall), back) {
+			t.Fatalf("a second round trip: err %v", err)
+		}
+	})
+}
