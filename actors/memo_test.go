@@ -64,6 +64,16 @@ func TestAMemoHoldsOnlyWhileOwnershipStands(t *testing.T) {
 	if err := submitMemo(s, "b", step, nil); err != nil {
 		t.Fatalf("a nil memo (SubmitNotify): got err %v, want nil", err)
 	}
+	// Another batch with b's memo is checked anew: b names a's... buffer 1,
+	// which no one owns (strict).
+	if err := submitMemo(s, "b", dev.batch(1, 1), &memo); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("another batch with b's memo, naming a buffer no one owns: got err %v, want actors.ErrNotYours", err)
+	}
+	retained := step
+	retained.Retain = []cuda.Buffer{dev.bufs[1]}
+	if err := submitMemo(s, "b", retained, &memo); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("the batch with a buffer no one owns retained: got err %v, want actors.ErrNotYours", err)
+	}
 	// One memo shared by goroutines of two tenants (a lane host's shards
 	// share a template's): each verdict stays its tenant's.
 	var wg sync.WaitGroup
@@ -82,5 +92,37 @@ func TestAMemoHoldsOnlyWhileOwnershipStands(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestSharedStagingIsReadOnly: tenants stage in from shared host staging
+// but may not stage out into it (found from outside: any tenant could
+// write what every tenant reads), as they may not write a shared buffer.
+func TestSharedStagingIsReadOnly(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
+	h, err := dev.AllocHost(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ShareHost(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Own("a", dev.bufs[0]); err != nil {
+		t.Fatal(err)
+	}
+	in, err := cuda.StageIn(dev.bufs[0].Whole(), h.Whole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Submit(context.Background(), "a", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(0, in)}}); err != nil {
+		t.Fatalf("a stage-in from shared staging: got err %v, want nil", err)
+	}
+	out, err := cuda.StageOut(h.Whole(), dev.bufs[0].Whole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Submit(context.Background(), "a", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(0, out)}}); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("a stage-out into shared staging: got err %v, want actors.ErrNotYours", err)
 	}
 }

@@ -67,7 +67,9 @@ func (s *Scheduler) OwnHost(tenant string, hosts ...cuda.HostBuffer) error {
 	return s.own("own", tenant, s.hostKeys(hosts))
 }
 
-// ShareHost records pinned host staging as shared by every tenant.
+// ShareHost records pinned host staging as shared by every tenant, to
+// read: a batch that stages out into it is refused (ErrNotYours), as a
+// write to a shared device buffer is.
 func (s *Scheduler) ShareHost(hosts ...cuda.HostBuffer) error {
 	if err := s.refuseStopped("share"); err != nil {
 		return err
@@ -173,35 +175,73 @@ func (s *Scheduler) lockOwnership() {
 // tenant, skips the check (Scheduler.SubmitNotifyMemo) until ownership
 // changes anywhere in the scheduler: an Own, Share or free, a tenant
 // forgotten, a program claimed or released, a sweep of dead handles. The
-// lane still checks that each handle is live. The zero value remembers
-// nothing; a memo is safe for concurrent use (a submission of another
-// tenant replaces what it remembers).
+// lane still checks that each handle is live.
+//
+// The same batch is the same slices: its Entries, Retain and Patches, by
+// their arrays and lengths. Any other batch is checked anew (and the memo
+// then remembers that one). But a batch changed in place (an entry's
+// command, a region, an argument, a retained buffer rewritten in the same
+// array) is taken as the batch that passed: the check is skipped and the
+// change runs unchecked. So keep a memo where only code that never
+// changes its batch's handles can reach it (a lane host keeps one per
+// encoded step, which nothing changes; a step's upload bytes may
+// change: the check does not read them), never where a tenant chooses it.
+//
+// The zero value remembers nothing; a memo is safe for concurrent use (a
+// submission of another tenant, or another batch, replaces what it
+// remembers).
 type OwnershipMemo struct {
 	v atomic.Pointer[ownershipVerdict]
 }
 
-// ownershipVerdict is one passed check: by whom, and under which
-// generation of the scheduler's ownership.
+// ownershipVerdict is one passed check: by whom, of which batch, and
+// under which generation of the scheduler's ownership.
 type ownershipVerdict struct {
 	s      *Scheduler
 	tenant string
+	batch  batchIdentity
 	gen    uint64
 }
 
-// holds reports whether the memo's last verdict stands (ownMu read-held).
-func (m *OwnershipMemo) holds(s *Scheduler, tenant string) bool {
+// batchIdentity is which batch a verdict is of: the slices that name its
+// handles, by their arrays and lengths. Another batch is checked anew; a
+// batch changed in place is not seen (hence the memo's rule).
+type batchIdentity struct {
+	entries *lanes.Entry
+	retain  *cuda.Buffer
+	patches *lanes.Patch
+	lens    [3]int
+}
+
+func identityOf(b *lanes.Batch) batchIdentity {
+	id := batchIdentity{lens: [3]int{len(b.Entries), len(b.Retain), len(b.Patches)}}
+	if len(b.Entries) > 0 {
+		id.entries = &b.Entries[0]
+	}
+	if len(b.Retain) > 0 {
+		id.retain = &b.Retain[0]
+	}
+	if len(b.Patches) > 0 {
+		id.patches = &b.Patches[0]
+	}
+	return id
+}
+
+// holds reports whether the memo's last verdict stands for b (ownMu
+// read-held).
+func (m *OwnershipMemo) holds(s *Scheduler, tenant string, b *lanes.Batch) bool {
 	if m == nil {
 		return false
 	}
 	v := m.v.Load()
-	return v != nil && v.s == s && v.gen == s.ownGen && v.tenant == tenant
+	return v != nil && v.s == s && v.gen == s.ownGen && v.tenant == tenant && v.batch == identityOf(b)
 }
 
-// passed records a check that passed now (ownMu read-held: the
+// passed records a check of b that passed now (ownMu read-held: the
 // generation cannot move meanwhile).
-func (m *OwnershipMemo) passed(s *Scheduler, tenant string) {
+func (m *OwnershipMemo) passed(s *Scheduler, tenant string, b *lanes.Batch) {
 	if m != nil {
-		m.v.Store(&ownershipVerdict{s: s, tenant: tenant, gen: s.ownGen})
+		m.v.Store(&ownershipVerdict{s: s, tenant: tenant, batch: identityOf(b), gen: s.ownGen})
 	}
 }
 
@@ -224,13 +264,13 @@ func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch, memo *Ownershi
 	if b.Program == nil {
 		s.ownMu.RLock()
 		defer s.ownMu.RUnlock()
-		if memo.holds(s, tenant) {
+		if memo.holds(s, tenant, b) {
 			return false, nil
 		}
 		if err := s.checkOwnershipLocked(tenant, b); err != nil {
 			return false, err
 		}
-		memo.passed(s, tenant)
+		memo.passed(s, tenant, b)
 		return false, nil
 	}
 	s.lockOwnership()
@@ -341,6 +381,11 @@ func (s *Scheduler) checkSharedWritesLocked(b *lanes.Batch) error {
 		case cuda.KindCopy, cuda.KindUpload, cuda.KindZero, cuda.KindStageIn:
 			if err := check(i, c.Dst); err != nil {
 				return err
+			}
+		case cuda.KindStageOut:
+			k := handleKey{device: c.Staging.Buffer.Device, id: c.Staging.Buffer.ID, host: true}
+			if owner, ok := s.owners[k]; ok && owner == shared {
+				return fmt.Errorf("%w: entry %d stages out into %s, which is shared: tenants only read shared staging", ErrNotYours, i, describeHandle(k))
 			}
 		}
 	}

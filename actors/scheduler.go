@@ -242,6 +242,11 @@ func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
 	close(c.done)
 }
 
+// ClockOrigin is when the lanes' host clock started: a receipt's
+// HostStart is a duration on that clock, so ClockOrigin().Add(HostStart)
+// is when its start event was recorded.
+func (s *Scheduler) ClockOrigin() time.Time { return s.epoch }
+
 // Lanes reports every lane's health and counters.
 func (s *Scheduler) Lanes() []LaneStatus {
 	out := make([]LaneStatus, len(s.lanes))

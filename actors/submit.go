@@ -89,14 +89,14 @@ func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Bat
 	return s.SubmitNotifyMemo(ctx, tenant, b, nil, ended)
 }
 
-// SubmitNotifyMemo is SubmitNotify for a batch submitted again and again
-// with the same buffers, host staging and program invocations (a step
-// encoded once, say): memo keeps what the ownership check of the batch
-// concluded, and the next submission of it by the same tenant skips that
-// check while ownership changed nowhere in the scheduler. Pass a memo only
-// with the batch it was used with, unchanged in those (its upload bytes
-// may differ); a batch that declares a program is checked every time (its
-// claim is counted). A nil memo is SubmitNotify.
+// SubmitNotifyMemo is SubmitNotify for a batch submitted again and again,
+// unchanged (a step encoded once, say): memo keeps what the ownership
+// check of the batch concluded, and the next submission of the same batch
+// (the same Entries, Retain and Patches slices) by the same tenant skips
+// that check while ownership changed nowhere in the scheduler. A batch
+// changed in place is not seen: see OwnershipMemo for what that costs. A
+// batch that declares a program is checked every time (its claim is
+// counted). A nil memo is SubmitNotify.
 func (s *Scheduler) SubmitNotifyMemo(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(*Pending)) (*Pending, error) {
 	p, err := s.admitSubmission(ctx, tenant, b, memo, ended)
 	if err != nil {

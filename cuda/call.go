@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // LibraryCall is user code that enqueues device work on a stream, as one
@@ -74,8 +75,8 @@ func (c Command) validateCall() error {
 		return contractf(op, ErrInvalidCommand, "a call command carries no LibraryCall; build it with cuda.Call")
 	case lc.Name == "":
 		return contractf(op, ErrInvalidCommand, "the library call has no name; name it so attribution and errors can say which call it is")
-	case len(lc.Name) > MaxKernelName || strings.ContainsFunc(lc.Name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
-		return contractf(op, ErrInvalidCommand, "library call name %.40q: a name is 1 to %d bytes of printable characters without spaces", lc.Name, MaxKernelName)
+	case len(lc.Name) > MaxKernelName || !utf8.ValidString(lc.Name) || strings.ContainsFunc(lc.Name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
+		return contractf(op, ErrInvalidCommand, "library call name %.40q: a name is 1 to %d bytes of printable UTF-8 characters without spaces", lc.Name, MaxKernelName)
 	case len(lc.Regions) == 0:
 		return contractf(op, ErrInvalidCommand, "library call %q declares no regions; declare every region its work reads or writes", lc.Name)
 	case len(lc.Regions) > 64:

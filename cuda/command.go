@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unicode/utf8"
 )
 
 // Arg is one kernel argument: a buffer region or a scalar.
@@ -162,6 +163,9 @@ func (c Command) Validate() error {
 	case KindLaunch:
 		if c.Kernel == "" {
 			return contractf(op, ErrUnknownKernel, "launch names no kernel")
+		}
+		if len(c.Kernel) > MaxKernelName || !utf8.ValidString(c.Kernel) {
+			return contractf(op, ErrInvalidCommand, "kernel name %.40q: a name is at most %d bytes of UTF-8", c.Kernel, MaxKernelName)
 		}
 		if err := c.Config.Validate(); err != nil {
 			return err

@@ -277,14 +277,20 @@ func TestLinear(t *testing.T) {
 }
 
 // TestCallDeclarationsChecked: a library call's name is short, printable
-// and without spaces; LaunchNamed without kernels is an error, not a panic.
+// UTF-8 and without spaces, and a launch's kernel name UTF-8 (a name that
+// is not cannot cross to a lane host); LaunchNamed without kernels is an
+// error, not a panic.
 func TestCallDeclarationsChecked(t *testing.T) {
 	r := cuda.Region{Buffer: cuda.Buffer{Device: 1, ID: 1, Size: 64, Align: 256, Elem: cuda.F32, Addr: 1 << 20}, Length: 64}
-	for _, name := range []string{"", "two\nlines", "a b", strings.Repeat("n", 300), "zero\u200bwidth"} {
+	for _, name := range []string{"", "two\nlines", "a b", strings.Repeat("n", 300), "zero\u200bwidth", "ax\xffpy", "caf\xe9"} {
 		_, err := cuda.Call(&cuda.LibraryCall{Name: name, Regions: []cuda.Touch{{Region: r, Access: cuda.AccessRead}}, Reference: func([][]byte) error { return nil }})
 		if !errors.Is(err, cuda.ErrInvalidCommand) {
 			t.Errorf("cuda.Call named %.20q: got err %v, want cuda.ErrInvalidCommand", name, err)
 		}
+	}
+	bad := cuda.Command{Kind: cuda.KindLaunch, Kernel: "k\xff", Config: cuda.Linear(1, 1)}
+	if err := bad.Validate(); !errors.Is(err, cuda.ErrInvalidCommand) {
+		t.Errorf("a launch of kernel \"k\\xff\": got err %v, want cuda.ErrInvalidCommand", err)
 	}
 	if _, err := cuda.LaunchNamed(nil, "inc", cuda.Linear(1, 1)); !errors.Is(err, cuda.ErrUnknownKernel) {
 		t.Errorf("LaunchNamed(nil kernels): got err %v, want cuda.ErrUnknownKernel", err)

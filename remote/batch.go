@@ -5,6 +5,7 @@ package remote
 import (
 	"fmt"
 	"math"
+	"unicode/utf8"
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
@@ -61,11 +62,16 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 		if e.Invoke != nil {
 			return nil, wireErr("entry %d invokes a program: references of this process have no wire form", i)
 		}
+		if !utf8.ValidString(e.Command.Kernel) {
+			return nil, wireErr("entry %d: kernel name %.40q is not UTF-8", i, e.Command.Kernel)
+		}
 		switch e.Command.Kind {
 		case cuda.KindCall:
 			switch lc := e.Command.LibraryCall; {
 			case lc == nil:
 				return nil, wireErr("entry %d is a call command with no LibraryCall; build it with cuda.Call", i)
+			case !utf8.ValidString(lc.Name):
+				return nil, wireErr("entry %d: library call name %.40q is not UTF-8", i, lc.Name)
 			case len(lc.Params) > MaxCallParams:
 				return nil, tooLarge("entry %d: library call %q has %d parameter bytes; at most %d cross the wire", i, lc.Name, len(lc.Params), MaxCallParams)
 			}
@@ -104,6 +110,7 @@ type decoding struct {
 	area    []byte
 	inPlace bool
 	calls   LibraryCalls
+	host    string // the host's name, for errors
 }
 
 // batchFromWire is BatchFromWire with what the host decodes with.

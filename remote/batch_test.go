@@ -89,6 +89,8 @@ func TestBatchRoundTrip(t *testing.T) {
 func TestBatchesWithoutAWireForm(t *testing.T) {
 	for name, b := range map[string]lanes.Batch{
 		"a call without its LibraryCall": {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall}}}},
+		"a kernel name not UTF-8":        {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindLaunch, Kernel: "k\xff"}}}},
+		"a call name not UTF-8":          {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall, LibraryCall: &cuda.LibraryCall{Name: "ax\xffpy"}}}}},
 		"an invocation":                  {Entries: []lanes.Entry{{Invoke: &programs.Invocation{}}}},
 		"a program":                      {Program: &programs.Capture{}},
 		"patches":                        {Patches: []lanes.Patch{{}}},

@@ -39,7 +39,7 @@ func commandFromWire(w *wirepb.Command, d decoding) (cuda.Command, error) {
 		return cuda.Command{}, wireErr("%d upload bytes; at most %d in one command", len(w.Host), MaxHostBytes)
 	}
 	if cuda.CommandKind(w.Kind) == cuda.KindCall {
-		return callFromWire(w.Call, d.calls)
+		return callFromWire(w.Call, d.calls, d.host)
 	}
 	if w.Call != nil {
 		return cuda.Command{}, wireErr("a library call's declaration on a command of kind %d", w.Kind)

@@ -209,7 +209,12 @@ func (a *frontActor) templateRows(l *link, w *wirepb.Receipt, r *lanes.Receipt) 
 		return false
 	}
 	if l.rowsAt != w.Epoch || l.lastRows == nil {
-		l.rowsAt, l.lastRows = w.Epoch, map[uint64][]lanes.Row{}
+		l.rowsAt, l.lastRows, l.lastSegs = w.Epoch, map[uint64][]lanes.Row{}, map[uint64][]lanes.SegmentRecord{}
+	}
+	if w.SegmentsAsBefore {
+		r.Attribution.Segments = l.lastSegs[w.Template] // read-only, shared, as one process's lanes share them
+	} else if len(l.lastSegs) < MaxTemplates {
+		l.lastSegs[w.Template] = r.Attribution.Segments
 	}
 	if w.RowsAsBefore {
 		r.Attribution.Rows = l.lastRows[w.Template]

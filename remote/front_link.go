@@ -141,9 +141,10 @@ type link struct {
 	exited        chan struct{} // closed when the launched process exited
 
 	knownMu  sync.RWMutex
-	known    map[uint64]bool        // templates the host holds under epoch (knownMu)
-	lastRows map[uint64][]lanes.Row // the rows of each template's last receipt (the front actor's)
-	rowsAt   uint64                 // the epoch lastRows belongs to
+	known    map[uint64]bool                  // templates the host holds under epoch (knownMu)
+	lastRows map[uint64][]lanes.Row           // the rows of each template's last receipt (the front actor's)
+	lastSegs map[uint64][]lanes.SegmentRecord // and its segments
+	rowsAt   uint64                           // the epoch lastRows belongs to
 
 	bytes       *semaphore.Weighted // upload and read bytes in flight (maxBytesInFlight)
 	stale       atomic.Uint64

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -155,7 +156,8 @@ type registration struct {
 	offered   atomic.Pointer[dataPlane] // the data plane offered in its Hello, until the Welcome
 	plane     atomic.Pointer[dataPlane] // the data plane the front took: every message of the registration but heartbeats goes through it
 	out       combiner[outgoing]
-	lastRows  map[uint64][]lanes.Row // by template: the rows the front holds (the sender's)
+	lastRows  map[uint64][]lanes.Row           // by template: the rows the front holds (the sender's)
+	lastSegs  map[uint64][]lanes.SegmentRecord // and the segments
 }
 
 // outgoing is a message the host sends its front: a receipt (batched with
@@ -163,13 +165,13 @@ type registration struct {
 // leaves out rows equal to the template's previous) or an op's result.
 type outgoing struct {
 	receipt  *wirepb.Receipt // with its Timing, for a sampled call: Sent is set as it goes
-	rows     []lanes.Row
+	rows     []lanes.Row     // its receipt's rows and segments, encoded as it is sent (encodeRows)
+	segments []lanes.SegmentRecord
 	template uint64
 	result   *wirepb.OpResult
 	leaving  *wirepb.Leaving // that the host left: after every receipt before it
 }
 
-// hostJob is a decoded submission on its way to the scheduler.
 // hostTemplate is a batch a front encoded once, and what the scheduler's
 // ownership check of it last concluded: its steps, the same handles every
 // time, are not checked again until ownership changes.
@@ -178,6 +180,7 @@ type hostTemplate struct {
 	memo actors.OwnershipMemo
 }
 
+// hostJob is a decoded submission on its way to the scheduler.
 type hostJob struct {
 	epoch, call, template uint64
 	b                     lanes.Batch           // its Tenant scoped to the epoch (scoped)
@@ -241,6 +244,7 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if err := cfg.Calls.check(); err != nil {
 		return nil, err
 	}
+	cfg.Calls = maps.Clone(cfg.Calls) // the host's own: the caller's map may change
 	if cfg.MaxTemplates <= 0 {
 		cfg.MaxTemplates = MaxTemplates
 	}

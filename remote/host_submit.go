@@ -196,12 +196,15 @@ func (h *Host) reply(j hostJob, p *actors.Pending) {
 	}
 	j.ended() // the step ended: no copy reads its uploads any more
 	r.Tenant = j.tenant
-	rows := r.Attribution.Rows
-	r.Attribution.Rows = nil
+	rows, segs := r.Attribution.Rows, r.Attribution.Segments
+	r.Attribution.Rows, r.Attribution.Segments = nil, nil
 	w := ReceiptToWire(j.epoch, j.call, r, nil)
 	w.Error = unscoped(w.Error, j.b.Tenant, j.tenant)
 	w.Timing = j.timing
-	h.send(outgoing{receipt: w, rows: rows, template: j.template})
+	if r.HostTimed {
+		w.HostStartUnixNano, w.HostTimed = h.sched.ClockOrigin().Add(r.HostStart).UnixNano(), true
+	}
+	h.send(outgoing{receipt: w, rows: rows, segments: segs, template: j.template})
 	h.inFlight.Add(-1)
 }
 
@@ -220,7 +223,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 		if inPlace {
 			area = p
 		}
-		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), inPlace: inPlace, calls: h.cfg.Calls})
+		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), inPlace: inPlace, calls: h.cfg.Calls, host: h.cfg.Name})
 		if err != nil {
 			if area != nil {
 				area.releaseArea()
@@ -232,7 +235,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 	}
 	t := r.templates[s.Template]
 	if s.Batch != nil {
-		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), calls: h.cfg.Calls})
+		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), calls: h.cfg.Calls, host: h.cfg.Name})
 		if err != nil {
 			h.refuse(epoch, s.Call, s.Tenant, err)
 			return b, nil, nil, false
@@ -250,8 +253,10 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 	b = t.b
 	b.Tenant = s.Tenant // the entries are shared, read-only, by every submission of the template
 	if len(s.Inputs) > 0 {
+		// Its own entries, with its bytes: another batch to the memo,
+		// which would only churn; checked each time.
 		b, area, ok = h.withInputs(r, s, b)
-		return b, area, &t.memo, ok
+		return b, area, nil, ok
 	}
 	return b, nil, &t.memo, true
 }
@@ -401,9 +406,9 @@ func (h *Host) sendBatch(r *registration, batch []outgoing) {
 		switch {
 		case o.receipt != nil:
 			if r.lastRows == nil {
-				r.lastRows = map[uint64][]lanes.Row{}
+				r.lastRows, r.lastSegs = map[uint64][]lanes.Row{}, map[uint64][]lanes.SegmentRecord{}
 			}
-			encodeRows(o, r.lastRows)
+			encodeRows(o, r.lastRows, r.lastSegs)
 			rs = append(rs, o.receipt)
 		case o.leaving != nil:
 			flush() // the receipts before it arrive first
@@ -415,14 +420,23 @@ func (h *Host) sendBatch(r *registration, batch []outgoing) {
 	flush()
 }
 
-// encodeRows puts a receipt's rows on it, or, for a template whose
-// previous receipt had the same rows, says so instead.
-func encodeRows(o outgoing, last map[uint64][]lanes.Row) {
+// encodeRows puts a receipt's rows and segments on it, or, for a template
+// whose previous receipt had the same, says so instead (the front keeps
+// what it was sent as the host does: both keep at most MaxTemplates).
+func encodeRows(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uint64][]lanes.SegmentRecord) {
 	if o.template == 0 {
-		o.receipt.Rows = RowsToWire(o.rows)
+		o.receipt.Rows, o.receipt.Segments = RowsToWire(o.rows), SegmentsToWire(o.segments)
 		return
 	}
 	o.receipt.Template = o.template
+	if prev, ok := lastSegs[o.template]; ok && sameSegments(prev, o.segments) {
+		o.receipt.SegmentsAsBefore = true
+	} else {
+		o.receipt.Segments = SegmentsToWire(o.segments)
+		if len(lastSegs) < MaxTemplates {
+			lastSegs[o.template] = o.segments
+		}
+	}
 	if prev, ok := last[o.template]; ok && slices.Equal(prev, o.rows) {
 		o.receipt.RowsAsBefore = true
 		return

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -45,8 +46,8 @@ const MaxCallParams = 64 << 10
 func (c LibraryCalls) check() error {
 	for name, b := range c {
 		switch {
-		case name == "" || len(name) > cuda.MaxKernelName || strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
-			return fmt.Errorf("%w: HostConfig.Calls: name %.40q: a library call's name is 1 to %d bytes of printable characters without spaces", ErrConfig, name, cuda.MaxKernelName)
+		case name == "" || len(name) > cuda.MaxKernelName || !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
+			return fmt.Errorf("%w: HostConfig.Calls: name %.40q: a library call's name is 1 to %d bytes of printable UTF-8 characters without spaces", ErrConfig, name, cuda.MaxKernelName)
 		case b == nil:
 			return fmt.Errorf("%w: HostConfig.Calls: %q has a nil CallBuilder", ErrConfig, name)
 		}
@@ -64,7 +65,7 @@ func callToWire(lc *cuda.LibraryCall) *wirepb.LibraryCall {
 }
 
 // callFromWire builds the host's call a command declares, from calls.
-func callFromWire(w *wirepb.LibraryCall, calls LibraryCalls) (cuda.Command, error) {
+func callFromWire(w *wirepb.LibraryCall, calls LibraryCalls, host string) (cuda.Command, error) {
 	switch {
 	case w == nil:
 		return cuda.Command{}, wireErr("a library call command without its declaration")
@@ -77,7 +78,7 @@ func callFromWire(w *wirepb.LibraryCall, calls LibraryCalls) (cuda.Command, erro
 	}
 	build, ok := calls[w.Name]
 	if !ok {
-		return cuda.Command{}, fmt.Errorf("%w: %w: %.40q (this host serves %s)", lanes.ErrInvalidBatch, ErrUnknownCall, w.Name, calls.names())
+		return cuda.Command{}, fmt.Errorf("%w: %w: %.40q (host %q serves %s; every host of a front must serve the calls its tenants' batches name)", lanes.ErrInvalidBatch, ErrUnknownCall, w.Name, host, calls.names())
 	}
 	regions := make([]cuda.Touch, len(w.Regions))
 	for i, t := range w.Regions {
@@ -98,7 +99,11 @@ func callFromWire(w *wirepb.LibraryCall, calls LibraryCalls) (cuda.Command, erro
 		return cuda.Command{}, fmt.Errorf("%w: library call %q: its builder returned no call", lanes.ErrInvalidBatch, w.Name)
 	}
 	lc.Name, lc.Regions, lc.Params = w.Name, regions, w.Params
-	return cuda.Call(lc)
+	c, err := cuda.Call(lc)
+	if err != nil {
+		return cuda.Command{}, fmt.Errorf("%w: library call %q as the host's builder made it: %w", lanes.ErrInvalidBatch, w.Name, err)
+	}
+	return c, nil
 }
 
 // safeBuild runs a builder, its panic an error: user code on the host's

@@ -32,7 +32,7 @@ func FuzzCallFromWire(f *testing.F) {
 		if proto.Unmarshal(raw, &w) != nil {
 			return
 		}
-		c, err := callFromWire(&w, calls)
+		c, err := callFromWire(&w, calls, "h")
 		if err != nil {
 			return
 		}
@@ -40,7 +40,7 @@ func FuzzCallFromWire(f *testing.F) {
 			t.Fatalf("a decoded call: %+v, validate %v", c, err)
 		}
 		back := callToWire(c.LibraryCall)
-		again, err := callFromWire(back, calls)
+		again, err := callFromWire(back, calls, "h")
 		if err != nil || !proto.Equal(callToWire(again.LibraryCall), back) {
 			t.Fatalf("a second round trip: err %v", err)
 		}

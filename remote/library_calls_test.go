@@ -27,12 +27,14 @@ func callsHostChild() int {
 	if err != nil {
 		return 1
 	}
-	h, err := remote.Serve(context.Background(), remote.HostConfig{Name: "calls", Scheduler: actors.Config{Devices: []cuda.Device{dev}},
-		Calls: remote.LibraryCalls{axpy.Name: axpy.Build}})
+	calls := remote.LibraryCalls{axpy.Name: axpy.Build,
+		"empty": func([]cuda.Touch, []byte) (*cuda.LibraryCall, error) { return &cuda.LibraryCall{}, nil }}
+	h, err := remote.Serve(context.Background(), remote.HostConfig{Name: "calls", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Calls: calls})
 	if err != nil {
 		fmt.Println("Serve:", err)
 		return 1
 	}
+	clear(calls) // the host serves what it was given at Serve
 	fmt.Println(h.Listening())
 	select {}
 }
@@ -55,15 +57,7 @@ func f32Bytes(vs ...float32) []byte {
 // any of the batch ran.
 func TestLibraryCallsMatchOneProcess(t *testing.T) {
 	ctx := context.Background()
-	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(ctx)
+	dev, s := oneProcess(t, 0)
 	child := exec.Command(os.Args[0], "-test.run", "^$")
 	child.Env = append(os.Environ(), "LANES_CHILD=calls-host")
 	out, _ := child.StdoutPipe()
@@ -169,6 +163,11 @@ func TestLibraryCallsMatchOneProcess(t *testing.T) {
 		"a declaration the host's builder refuses": func() cuda.Command {
 			c, _ := axpy.Command(bx.Whole(), by.Whole(), 1)
 			c.LibraryCall.Params = c.LibraryCall.Params[:2]
+			return c
+		},
+		"a builder that makes a call with no code": func() cuda.Command {
+			c, _ := axpy.Command(bx.Whole(), by.Whole(), 1)
+			c.LibraryCall.Name = "empty"
 			return c
 		},
 	} {

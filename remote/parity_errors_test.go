@@ -50,6 +50,23 @@ func mustAlloc(t *testing.T, p paritySide, tenant string) cuda.Buffer {
 	return b
 }
 
+// oneProcess starts a scheduler on a simulated device of its own (zero
+// cost clock), stopped when the test ends: the one-process side of a
+// parity test.
+func oneProcess(t *testing.T, lanesPerDevice int) (*sim.Device, *actors.Scheduler) {
+	t.Helper()
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: lanesPerDevice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return dev, s
+}
+
 // TestErrorsMatchAsInOneProcess: the same mistakes, made in one process
 // and through a lane host, match the same sentinels with errors.Is: out
 // of device memory, a freed buffer, another tenant's buffer, an empty
@@ -57,15 +74,7 @@ func mustAlloc(t *testing.T, p paritySide, tenant string) cuda.Buffer {
 // of the sentinels wrapped).
 func TestErrorsMatchAsInOneProcess(t *testing.T) {
 	ctx := context.Background()
-	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(ctx)
+	dev, s := oneProcess(t, 2)
 	local := paritySide{
 		alloc: func(tenant string, spec cuda.BufferSpec) (cuda.Buffer, error) {
 			b, err := dev.Alloc(spec)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lanesched/lanes/cache"
@@ -127,18 +128,21 @@ func peerError(code int32, msg string, kinds []string, named bool) *PeerError {
 // errorToResult puts err on an op's result: its code, msg (its message as
 // the front may read it) and the sentinels it wraps.
 func errorToResult(res *wirepb.OpResult, err error, msg string) {
-	res.ErrorCode, res.Error, res.ErrorKinds, res.ErrorKindsNamed = int32(cuda.Classify(err).Code), msg, sentinelKinds(err), true
+	res.ErrorCode, res.Error, res.ErrorKinds, res.ErrorKindsNamed = int32(cuda.Classify(err).Code), strings.ToValidUTF8(msg, "\uFFFD"), sentinelKinds(err), true
 }
 
 // ReceiptToWire encodes a receipt of the host's epoch for the front's call,
-// with the bytes it read back, if any.
+// with the bytes it read back, if any: all of it but HostStart, which a
+// host sets on the Unix clock (wirepb.Receipt.HostStartUnixNano) from its
+// scheduler's clock origin.
 func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb.Receipt {
 	w := &wirepb.Receipt{Epoch: epoch, Call: call, Fence: r.Fence, Outcome: uint32(r.Outcome), DeviceTimeNs: r.DeviceTime.Nanoseconds(),
 		Launches: uint32(max(r.Attribution.Launches, 0)), Readback: readback, Lane: int32(r.Lane), Tenant: r.Tenant}
 	if r.Err != nil {
-		w.ErrorCode, w.Error, w.ErrorKinds, w.ErrorKindsNamed = int32(cuda.Classify(r.Err).Code), r.Err.Error(), sentinelKinds(r.Err), true
+		w.ErrorCode, w.Error, w.ErrorKinds, w.ErrorKindsNamed = int32(cuda.Classify(r.Err).Code), strings.ToValidUTF8(r.Err.Error(), "\uFFFD"), sentinelKinds(r.Err), true
 	}
 	w.Rows = RowsToWire(r.Attribution.Rows)
+	restToWire(w, r)
 	return w
 }
 
@@ -156,7 +160,10 @@ func RowsToWire(rows []lanes.Row) []*wirepb.Row {
 
 // ReceiptFromWire decodes a receipt: its epoch and call (the front checks
 // both against its in-flight table), the receipt with a *PeerError for an
-// error, and the read-back bytes.
+// error, and the read-back bytes. A timed receipt's HostStart is on the
+// Unix clock (time.Unix(0, int64(r.HostStart)) is when the host recorded
+// its start), not a scheduler's; a segment's logical commands (a sealed
+// program's) stay on the host.
 func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, readback []byte, err error) {
 	if w == nil {
 		return 0, 0, lanes.Receipt{}, nil, wireErr("no receipt")
@@ -196,6 +203,9 @@ func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, re
 			lr.Work = lanes.Work{Form: lanes.Form(wk.Form), ParticipantStart: wk.ParticipantStart, ParticipantCount: wk.ParticipantCount, Tokens: wk.Tokens}
 		}
 		r.Attribution.Rows = append(r.Attribution.Rows, lr)
+	}
+	if err := restFromWire(w, &r); err != nil {
+		return 0, 0, lanes.Receipt{}, nil, err
 	}
 	if len(w.Readback) > 0 {
 		readback = append([]byte(nil), w.Readback...)

@@ -1894,8 +1894,23 @@ type Receipt struct {
 	// error_kinds is the whole list (none: the error wraps no sentinel); an
 	// older host leaves it false, and the front matches by code alone.
 	ErrorKindsNamed bool `protobuf:"varint,19,opt,name=error_kinds_named,json=errorKindsNamed,proto3" json:"error_kinds_named,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The rest of the receipt, as one process has it (lanes.Receipt): the
+	// replayed segments (with segments_as_before, the same as the previous
+	// receipt of the template's, left out, as rows_as_before says of rows),
+	// the timed spans, the binding-patch prelude, the cache's events, the
+	// retained buffers released.
+	Segments         []*Segment    `protobuf:"bytes,20,rep,name=segments,proto3" json:"segments,omitempty"`
+	SegmentsAsBefore bool          `protobuf:"varint,21,opt,name=segments_as_before,json=segmentsAsBefore,proto3" json:"segments_as_before,omitempty"`
+	Spans            []*SpanTiming `protobuf:"bytes,22,rep,name=spans,proto3" json:"spans,omitempty"`
+	Prelude          uint32        `protobuf:"varint,23,opt,name=prelude,proto3" json:"prelude,omitempty"`
+	Events           []*CacheEvent `protobuf:"bytes,24,rep,name=events,proto3" json:"events,omitempty"`
+	Released         []*Buffer     `protobuf:"bytes,25,rep,name=released,proto3" json:"released,omitempty"`
+	// When the submission's start event was recorded, as Unix time on the
+	// host's clock (host_timed: it was).
+	HostStartUnixNano int64 `protobuf:"varint,26,opt,name=host_start_unix_nano,json=hostStartUnixNano,proto3" json:"host_start_unix_nano,omitempty"`
+	HostTimed         bool  `protobuf:"varint,27,opt,name=host_timed,json=hostTimed,proto3" json:"host_timed,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Receipt) Reset() {
@@ -2061,6 +2076,296 @@ func (x *Receipt) GetErrorKindsNamed() bool {
 	return false
 }
 
+func (x *Receipt) GetSegments() []*Segment {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *Receipt) GetSegmentsAsBefore() bool {
+	if x != nil {
+		return x.SegmentsAsBefore
+	}
+	return false
+}
+
+func (x *Receipt) GetSpans() []*SpanTiming {
+	if x != nil {
+		return x.Spans
+	}
+	return nil
+}
+
+func (x *Receipt) GetPrelude() uint32 {
+	if x != nil {
+		return x.Prelude
+	}
+	return 0
+}
+
+func (x *Receipt) GetEvents() []*CacheEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Receipt) GetReleased() []*Buffer {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+func (x *Receipt) GetHostStartUnixNano() int64 {
+	if x != nil {
+		return x.HostStartUnixNano
+	}
+	return 0
+}
+
+func (x *Receipt) GetHostTimed() bool {
+	if x != nil {
+		return x.HostTimed
+	}
+	return false
+}
+
+// Segment is a replayed segment of a receipt (lanes.SegmentRecord).
+type Segment struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Start       uint32                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End         uint32                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Fingerprint string                 `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// The program it belongs to (runtime and name), if any, and its
+	// ordinal there (-1: none).
+	ProgramRuntime string `protobuf:"bytes,4,opt,name=program_runtime,json=programRuntime,proto3" json:"program_runtime,omitempty"`
+	ProgramName    string `protobuf:"bytes,5,opt,name=program_name,json=programName,proto3" json:"program_name,omitempty"`
+	Ordinal        int32  `protobuf:"varint,6,opt,name=ordinal,proto3" json:"ordinal,omitempty"`
+	Commands       uint32 `protobuf:"varint,7,opt,name=commands,proto3" json:"commands,omitempty"`
+	GraphNodes     uint32 `protobuf:"varint,8,opt,name=graph_nodes,json=graphNodes,proto3" json:"graph_nodes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Segment) Reset() {
+	*x = Segment{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Segment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Segment) ProtoMessage() {}
+
+func (x *Segment) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Segment.ProtoReflect.Descriptor instead.
+func (*Segment) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Segment) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *Segment) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *Segment) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *Segment) GetProgramRuntime() string {
+	if x != nil {
+		return x.ProgramRuntime
+	}
+	return ""
+}
+
+func (x *Segment) GetProgramName() string {
+	if x != nil {
+		return x.ProgramName
+	}
+	return ""
+}
+
+func (x *Segment) GetOrdinal() int32 {
+	if x != nil {
+		return x.Ordinal
+	}
+	return 0
+}
+
+func (x *Segment) GetCommands() uint32 {
+	if x != nil {
+		return x.Commands
+	}
+	return 0
+}
+
+func (x *Segment) GetGraphNodes() uint32 {
+	if x != nil {
+		return x.GraphNodes
+	}
+	return 0
+}
+
+// SpanTiming is a timed span of a receipt (lanes.SpanTiming).
+type SpanTiming struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Segment       bool                   `protobuf:"varint,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	OffsetNs      int64                  `protobuf:"varint,3,opt,name=offset_ns,json=offsetNs,proto3" json:"offset_ns,omitempty"`
+	DurationNs    int64                  `protobuf:"varint,4,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpanTiming) Reset() {
+	*x = SpanTiming{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpanTiming) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpanTiming) ProtoMessage() {}
+
+func (x *SpanTiming) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpanTiming.ProtoReflect.Descriptor instead.
+func (*SpanTiming) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SpanTiming) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SpanTiming) GetSegment() bool {
+	if x != nil {
+		return x.Segment
+	}
+	return false
+}
+
+func (x *SpanTiming) GetOffsetNs() int64 {
+	if x != nil {
+		return x.OffsetNs
+	}
+	return 0
+}
+
+func (x *SpanTiming) GetDurationNs() int64 {
+	if x != nil {
+		return x.DurationNs
+	}
+	return 0
+}
+
+// CacheEvent is what a submission's preparation did to the cache
+// (lanes.CacheEvent).
+type CacheEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheEvent) Reset() {
+	*x = CacheEvent{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheEvent) ProtoMessage() {}
+
+func (x *CacheEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheEvent.ProtoReflect.Descriptor instead.
+func (*CacheEvent) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CacheEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CacheEvent) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CacheEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // Leaving tells a front the host was asked to leave. Not drained: it takes
 // no new submissions and finishes the ones it has (device-state operations
 // still run, so tenants can read their results). Drained: its last
@@ -2075,7 +2380,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2392,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2405,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -2135,7 +2440,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2452,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2465,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -2201,7 +2506,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2518,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2531,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -2253,7 +2558,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2570,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2583,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -2319,7 +2624,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2636,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2649,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -2409,7 +2714,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2726,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2739,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -2479,7 +2784,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2796,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2809,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -2547,7 +2852,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2864,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2877,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -2614,7 +2919,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2931,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2944,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -2847,7 +3152,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"dispatches\x12\x1c\n" +
 	"\ttransfers\x18\t \x01(\rR\ttransfers\x12)\n" +
 	"\x04work\x18\n" +
-	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xda\x04\n" +
+	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xc5\a\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x14\n" +
@@ -2870,7 +3175,38 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\fhost_leaving\x18\x11 \x01(\bR\vhostLeaving\x12\x1f\n" +
 	"\verror_kinds\x18\x12 \x03(\tR\n" +
 	"errorKinds\x12*\n" +
-	"\x11error_kinds_named\x18\x13 \x01(\bR\x0ferrorKindsNamed\"9\n" +
+	"\x11error_kinds_named\x18\x13 \x01(\bR\x0ferrorKindsNamed\x124\n" +
+	"\bsegments\x18\x14 \x03(\v2\x18.lanes.remote.v1.SegmentR\bsegments\x12,\n" +
+	"\x12segments_as_before\x18\x15 \x01(\bR\x10segmentsAsBefore\x121\n" +
+	"\x05spans\x18\x16 \x03(\v2\x1b.lanes.remote.v1.SpanTimingR\x05spans\x12\x18\n" +
+	"\aprelude\x18\x17 \x01(\rR\aprelude\x123\n" +
+	"\x06events\x18\x18 \x03(\v2\x1b.lanes.remote.v1.CacheEventR\x06events\x123\n" +
+	"\breleased\x18\x19 \x03(\v2\x17.lanes.remote.v1.BufferR\breleased\x12/\n" +
+	"\x14host_start_unix_nano\x18\x1a \x01(\x03R\x11hostStartUnixNano\x12\x1d\n" +
+	"\n" +
+	"host_timed\x18\x1b \x01(\bR\thostTimed\"\xf6\x01\n" +
+	"\aSegment\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12'\n" +
+	"\x0fprogram_runtime\x18\x04 \x01(\tR\x0eprogramRuntime\x12!\n" +
+	"\fprogram_name\x18\x05 \x01(\tR\vprogramName\x12\x18\n" +
+	"\aordinal\x18\x06 \x01(\x05R\aordinal\x12\x1a\n" +
+	"\bcommands\x18\a \x01(\rR\bcommands\x12\x1f\n" +
+	"\vgraph_nodes\x18\b \x01(\rR\n" +
+	"graphNodes\"z\n" +
+	"\n" +
+	"SpanTiming\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
+	"\asegment\x18\x02 \x01(\bR\asegment\x12\x1b\n" +
+	"\toffset_ns\x18\x03 \x01(\x03R\boffsetNs\x12\x1f\n" +
+	"\vduration_ns\x18\x04 \x01(\x03R\n" +
+	"durationNs\"J\n" +
+	"\n" +
+	"CacheEvent\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"9\n" +
 	"\aLeaving\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\adrained\x18\x02 \x01(\bR\adrained\"j\n" +
@@ -2931,7 +3267,7 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),       // 0: lanes.remote.v1.Hello
 	(*DataPlane)(nil),   // 1: lanes.remote.v1.DataPlane
@@ -2958,15 +3294,18 @@ var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Submits)(nil),     // 22: lanes.remote.v1.Submits
 	(*Row)(nil),         // 23: lanes.remote.v1.Row
 	(*Receipt)(nil),     // 24: lanes.remote.v1.Receipt
-	(*Leaving)(nil),     // 25: lanes.remote.v1.Leaving
-	(*Timing)(nil),      // 26: lanes.remote.v1.Timing
-	(*Receipts)(nil),    // 27: lanes.remote.v1.Receipts
-	(*Join)(nil),        // 28: lanes.remote.v1.Join
-	(*Alloc)(nil),       // 29: lanes.remote.v1.Alloc
-	(*Free)(nil),        // 30: lanes.remote.v1.Free
-	(*Read)(nil),        // 31: lanes.remote.v1.Read
-	(*Forget)(nil),      // 32: lanes.remote.v1.Forget
-	(*OpResult)(nil),    // 33: lanes.remote.v1.OpResult
+	(*Segment)(nil),     // 25: lanes.remote.v1.Segment
+	(*SpanTiming)(nil),  // 26: lanes.remote.v1.SpanTiming
+	(*CacheEvent)(nil),  // 27: lanes.remote.v1.CacheEvent
+	(*Leaving)(nil),     // 28: lanes.remote.v1.Leaving
+	(*Timing)(nil),      // 29: lanes.remote.v1.Timing
+	(*Receipts)(nil),    // 30: lanes.remote.v1.Receipts
+	(*Join)(nil),        // 31: lanes.remote.v1.Join
+	(*Alloc)(nil),       // 32: lanes.remote.v1.Alloc
+	(*Free)(nil),        // 33: lanes.remote.v1.Free
+	(*Read)(nil),        // 34: lanes.remote.v1.Read
+	(*Forget)(nil),      // 35: lanes.remote.v1.Forget
+	(*OpResult)(nil),    // 36: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	3,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -2995,16 +3334,20 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	20, // 23: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
 	17, // 24: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
 	23, // 25: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	26, // 26: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	24, // 27: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	6,  // 28: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	7,  // 29: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	6,  // 30: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	29, // 26: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	25, // 27: lanes.remote.v1.Receipt.segments:type_name -> lanes.remote.v1.Segment
+	26, // 28: lanes.remote.v1.Receipt.spans:type_name -> lanes.remote.v1.SpanTiming
+	27, // 29: lanes.remote.v1.Receipt.events:type_name -> lanes.remote.v1.CacheEvent
+	6,  // 30: lanes.remote.v1.Receipt.released:type_name -> lanes.remote.v1.Buffer
+	24, // 31: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	6,  // 32: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	7,  // 33: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	6,  // 34: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -3018,7 +3361,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
