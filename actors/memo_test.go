@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -96,8 +98,9 @@ func TestAMemoHoldsOnlyWhileOwnershipStands(t *testing.T) {
 }
 
 // TestSharedStagingIsReadOnly: tenants stage in from shared host staging
-// but may not stage out into it (found from outside: any tenant could
-// write what every tenant reads), as they may not write a shared buffer.
+// but may not stage out into it, nor make it a staged program's input slot
+// (found from outside: any tenant could write what every tenant reads),
+// as they may not write a shared buffer.
 func TestSharedStagingIsReadOnly(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
@@ -117,6 +120,19 @@ func TestSharedStagingIsReadOnly(t *testing.T) {
 	}
 	if _, err := s.Submit(context.Background(), "a", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(0, in)}}); err != nil {
 		t.Fatalf("a stage-in from shared staging: got err %v, want nil", err)
+	}
+	// A staged program whose input slot stages through it: a replay would
+	// write the caller's inputs there.
+	a, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	o, _ := dev.AllocHost(64)
+	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(a.Whole()), cuda.I32Arg(16))
+	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
+		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("a", inc), cache.PlanScope())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PrepareStaged(context.Background(), "a", 0, st); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("a staged program with an input slot in shared staging: got err %v, want actors.ErrNotYours", err)
 	}
 	out, err := cuda.StageOut(h.Whole(), dev.bufs[0].Whole())
 	if err != nil {

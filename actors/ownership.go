@@ -469,5 +469,18 @@ func (s *Scheduler) checkStaged(tenant string, st *lanes.Staged) error {
 		return err
 	}
 	full := st.FullBatch() // its input copies and compute write device memory: never a shared buffer
-	return s.checkSharedWritesLocked(&full)
+	if err := s.checkSharedWritesLocked(&full); err != nil {
+		return err
+	}
+	if !s.anyShared {
+		return nil
+	}
+	// A replay writes its caller's inputs into the input slots' staging.
+	return st.ForInputStaging(func(i int, r cuda.HostRegion) error {
+		k := handleKey{device: r.Buffer.Device, id: r.Buffer.ID, host: true}
+		if owner, ok := s.owners[k]; ok && owner == shared {
+			return fmt.Errorf("%w: input slot %d stages through %s, which is shared: a replay writes its inputs there, and tenants only read shared staging", ErrNotYours, i, describeHandle(k))
+		}
+		return nil
+	})
 }

@@ -150,6 +150,17 @@ func (st *Staged) Bytes() (in, out uint64) {
 	return in, out
 }
 
+// ForInputStaging visits the pinned host staging of each input slot, in
+// slot order: what a replay writes its caller's bytes into.
+func (st *Staged) ForInputStaging(visit func(slot int, r cuda.HostRegion) error) error {
+	for i, s := range st.inputs {
+		if err := visit(i, s.Staging); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ForHandles visits every device buffer and pinned host buffer the program
 // names (its slots and its compute entries), as [Batch.ForHandles] does.
 func (st *Staged) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.HostBuffer) error) error {

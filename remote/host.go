@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -235,8 +236,8 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.Name == "" {
 		cfg.Name = fmt.Sprintf("host-%d", os.Getpid())
 	}
-	if len(cfg.Name) > 256 {
-		return nil, fmt.Errorf("%w: host name of %d bytes: give at most 256", ErrConfig, len(cfg.Name))
+	if len(cfg.Name) > 256 || !utf8.ValidString(cfg.Name) {
+		return nil, fmt.Errorf("%w: host name %.40q of %d bytes: give at most 256 bytes of UTF-8", ErrConfig, cfg.Name, len(cfg.Name))
 	}
 	if cfg.Protocol == 0 {
 		cfg.Protocol = Protocol

@@ -22,9 +22,9 @@ import (
 // batch declared of it: the regions its work touches (with their
 // access) and its parameters, as the front's cuda.LibraryCall had them.
 // It returns the call's code: Enqueue for the real device, Reference for
-// the simulated one (the host sets Name, Regions and Params to the
-// declaration's, so that the replay key the front computed still covers
-// them). Build the front's command and the host's call from one function
+// the simulated one (the host takes a copy and sets its Name, Regions and
+// Params to the declaration's, so that the replay key the front computed
+// still covers them: a builder may return one call every time). Build the front's command and the host's call from one function
 // of yours, so that the two agree (see the README's "Library calls on a
 // lane host"). An error refuses the batch before any of it runs
 // (lanes.ErrInvalidBatch). It runs on the goroutine that decodes the
@@ -98,8 +98,9 @@ func callFromWire(w *wirepb.LibraryCall, calls LibraryCalls, host string) (cuda.
 	case lc == nil:
 		return cuda.Command{}, fmt.Errorf("%w: library call %q: its builder returned no call", lanes.ErrInvalidBatch, w.Name)
 	}
-	lc.Name, lc.Regions, lc.Params = w.Name, regions, w.Params
-	c, err := cuda.Call(lc)
+	own := *lc // the builder may return one call for every build: each gets its own
+	own.Name, own.Regions, own.Params = w.Name, regions, w.Params
+	c, err := cuda.Call(&own)
 	if err != nil {
 		return cuda.Command{}, fmt.Errorf("%w: library call %q as the host's builder made it: %w", lanes.ErrInvalidBatch, w.Name, err)
 	}

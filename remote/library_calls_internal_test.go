@@ -46,3 +46,29 @@ func FuzzCallFromWire(f *testing.F) {
 		}
 	})
 }
+
+// TestABuilderMayReturnOneCallForEveryBuild: the host takes its own copy
+// of what a builder returns (found from outside: a builder that returned
+// one package-level call had every tenant's call run on the last one's
+// regions).
+func TestABuilderMayReturnOneCallForEveryBuild(t *testing.T) {
+	one := &cuda.LibraryCall{Reference: func([][]byte) error { return nil }}
+	calls := LibraryCalls{"f": func([]cuda.Touch, []byte) (*cuda.LibraryCall, error) { return one, nil }}
+	decl := func(id uint64) *wirepb.LibraryCall {
+		return &wirepb.LibraryCall{Name: "f", Params: []byte{byte(id)}, Regions: []*wirepb.Touch{{Region: &wirepb.Region{Buffer: &wirepb.Buffer{Device: 1, Id: id, Size: 64, Align: 256, Elem: uint32(cuda.F32), Addr: id << 20}, Length: 64}, Access: uint32(cuda.AccessReadWrite)}}}
+	}
+	a, err := callFromWire(decl(1), calls, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := callFromWire(decl(2), calls, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.LibraryCall == b.LibraryCall || a.LibraryCall.Regions[0].Region.Buffer.ID != 1 || b.LibraryCall.Regions[0].Region.Buffer.ID != 2 || a.LibraryCall.Params[0] != 1 {
+		t.Fatalf("two builds of one returned call: got %+v and %+v, want each its own regions and params", a.LibraryCall, b.LibraryCall)
+	}
+	if one.Name != "" || one.Regions != nil {
+		t.Fatalf("the builder's call was changed: %+v", one)
+	}
+}

@@ -186,3 +186,26 @@ func TestLibraryCallsMatchOneProcess(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// TestServeRefusesCallsAndNamesThatCannotCross: HostConfig.Calls with a
+// name no front could send, or a nil builder, and a host name that is not
+// UTF-8, are refused before the host starts.
+func TestServeRefusesCallsAndNamesThatCannotCross(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := remote.CallBuilder(func([]cuda.Touch, []byte) (*cuda.LibraryCall, error) { return nil, nil })
+	for name, cfg := range map[string]remote.HostConfig{
+		"an empty call name":       {Calls: remote.LibraryCalls{"": build}},
+		"a call name with a space": {Calls: remote.LibraryCalls{"a b": build}},
+		"a call name not UTF-8":    {Calls: remote.LibraryCalls{"ax\xffpy": build}},
+		"a nil builder":            {Calls: remote.LibraryCalls{"axpy": nil}},
+		"a host name not UTF-8":    {Name: "h\xffx"},
+	} {
+		cfg.Scheduler = actors.Config{Devices: []cuda.Device{dev}}
+		if _, err := remote.Serve(context.Background(), cfg); !errors.Is(err, remote.ErrConfig) {
+			t.Errorf("%s: Serve got err %v, want remote.ErrConfig", name, err)
+		}
+	}
+}

@@ -162,8 +162,8 @@ func RowsToWire(rows []lanes.Row) []*wirepb.Row {
 // both against its in-flight table), the receipt with a *PeerError for an
 // error, and the read-back bytes. A timed receipt's HostStart is on the
 // Unix clock (time.Unix(0, int64(r.HostStart)) is when the host recorded
-// its start), not a scheduler's; a segment's logical commands (a sealed
-// program's) stay on the host.
+// its start), not a scheduler's; a segment's logical commands
+// (SegmentRecord.Logical) stay on the host.
 func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, readback []byte, err error) {
 	if w == nil {
 		return 0, 0, lanes.Receipt{}, nil, wireErr("no receipt")

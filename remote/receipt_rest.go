@@ -36,7 +36,7 @@ func restToWire(w *wirepb.Receipt, r lanes.Receipt) {
 }
 
 // SegmentsToWire encodes a receipt's replayed segments (their logical
-// commands, a sealed program's, stay on the host).
+// commands stay on the host).
 func SegmentsToWire(segs []lanes.SegmentRecord) []*wirepb.Segment {
 	if len(segs) == 0 {
 		return nil
