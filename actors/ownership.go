@@ -22,6 +22,15 @@ type handleKey struct {
 	host       bool
 }
 
+func bufferKey(b cuda.Buffer) handleKey   { return handleKey{device: b.Device, id: b.ID} }
+func hostKey(h cuda.HostBuffer) handleKey { return handleKey{device: h.Device, id: h.ID, host: true} }
+
+// sharedLocked reports whether k is shared (ownMu held).
+func (s *Scheduler) sharedLocked(k handleKey) bool {
+	owner, ok := s.owners[k]
+	return ok && owner == shared
+}
+
 // shared is the owner of what every tenant may name. It is not a valid
 // tenant name, so no tenant can pose as it.
 const shared = ""
@@ -96,7 +105,7 @@ func (s *Scheduler) device(instance uint64) cuda.Device {
 func (s *Scheduler) bufferKeys(bufs []cuda.Buffer) []ownedKey {
 	keys := make([]ownedKey, len(bufs))
 	for i, b := range bufs {
-		keys[i] = ownedKey{handleKey{device: b.Device, id: b.ID}, func() error {
+		keys[i] = ownedKey{bufferKey(b), func() error {
 			d := s.device(b.Device)
 			if d == nil {
 				return cuda.Contractf("own", cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, which this scheduler does not serve", b.ID, b.Device)
@@ -110,7 +119,7 @@ func (s *Scheduler) bufferKeys(bufs []cuda.Buffer) []ownedKey {
 func (s *Scheduler) hostKeys(hosts []cuda.HostBuffer) []ownedKey {
 	keys := make([]ownedKey, len(hosts))
 	for i, h := range hosts {
-		keys[i] = ownedKey{handleKey{device: h.Device, id: h.ID, host: true}, func() error {
+		keys[i] = ownedKey{hostKey(h), func() error {
 			dev := s.device(h.Device)
 			if dev == nil {
 				return cuda.Contractf("own", cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, which this scheduler does not serve", h.ID, h.Device)
@@ -341,8 +350,8 @@ func (s *Scheduler) checkSharedWritesLocked(b *lanes.Batch) error {
 		return nil
 	}
 	check := func(i int, r cuda.Region) error {
-		if owner, ok := s.owners[handleKey{device: r.Buffer.Device, id: r.Buffer.ID}]; ok && owner == shared {
-			return fmt.Errorf("%w: entry %d writes %s, which is shared: tenants only read shared buffers", ErrNotYours, i, describeHandle(handleKey{device: r.Buffer.Device, id: r.Buffer.ID}))
+		if k := bufferKey(r.Buffer); s.sharedLocked(k) {
+			return fmt.Errorf("%w: entry %d writes %s, which is shared: tenants only read shared buffers", ErrNotYours, i, describeHandle(k))
 		}
 		return nil
 	}
@@ -383,8 +392,7 @@ func (s *Scheduler) checkSharedWritesLocked(b *lanes.Batch) error {
 				return err
 			}
 		case cuda.KindStageOut:
-			k := handleKey{device: c.Staging.Buffer.Device, id: c.Staging.Buffer.ID, host: true}
-			if owner, ok := s.owners[k]; ok && owner == shared {
+			if k := hostKey(c.Staging.Buffer); s.sharedLocked(k) {
 				return fmt.Errorf("%w: entry %d stages out into %s, which is shared: tenants only read shared staging", ErrNotYours, i, describeHandle(k))
 			}
 		}
@@ -423,11 +431,11 @@ type handleCheck struct {
 }
 
 func (c *handleCheck) buffer(b cuda.Buffer) error {
-	return c.check(handleKey{device: b.Device, id: b.ID})
+	return c.check(bufferKey(b))
 }
 
 func (c *handleCheck) hostBuffer(h cuda.HostBuffer) error {
-	return c.check(handleKey{device: h.Device, id: h.ID, host: true})
+	return c.check(hostKey(h))
 }
 
 func (c *handleCheck) check(k handleKey) error {
@@ -477,8 +485,7 @@ func (s *Scheduler) checkStaged(tenant string, st *lanes.Staged) error {
 	}
 	// A replay writes its caller's inputs into the input slots' staging.
 	return st.ForInputStaging(func(i int, r cuda.HostRegion) error {
-		k := handleKey{device: r.Buffer.Device, id: r.Buffer.ID, host: true}
-		if owner, ok := s.owners[k]; ok && owner == shared {
+		if k := hostKey(r.Buffer); s.sharedLocked(k) {
 			return fmt.Errorf("%w: input slot %d stages through %s, which is shared: a replay writes its inputs there, and tenants only read shared staging", ErrNotYours, i, describeHandle(k))
 		}
 		return nil

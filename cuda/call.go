@@ -66,6 +66,13 @@ func Call(lc *LibraryCall) (Command, error) {
 	return c, c.Validate()
 }
 
+// ValidCallName reports whether name can name a library call: 1 to
+// MaxKernelName bytes of printable UTF-8 characters without spaces.
+func ValidCallName(name string) bool {
+	return name != "" && len(name) <= MaxKernelName && utf8.ValidString(name) &&
+		!strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) })
+}
+
 // validateCall checks a library call's declaration.
 func (c Command) validateCall() error {
 	const op = "call"
@@ -75,7 +82,7 @@ func (c Command) validateCall() error {
 		return contractf(op, ErrInvalidCommand, "a call command carries no LibraryCall; build it with cuda.Call")
 	case lc.Name == "":
 		return contractf(op, ErrInvalidCommand, "the library call has no name; name it so attribution and errors can say which call it is")
-	case len(lc.Name) > MaxKernelName || !utf8.ValidString(lc.Name) || strings.ContainsFunc(lc.Name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
+	case !ValidCallName(lc.Name):
 		return contractf(op, ErrInvalidCommand, "library call name %.40q: a name is 1 to %d bytes of printable UTF-8 characters without spaces", lc.Name, MaxKernelName)
 	case len(lc.Regions) == 0:
 		return contractf(op, ErrInvalidCommand, "library call %q declares no regions; declare every region its work reads or writes", lc.Name)

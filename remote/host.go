@@ -166,7 +166,7 @@ type registration struct {
 // leaves out rows equal to the template's previous) or an op's result.
 type outgoing struct {
 	receipt  *wirepb.Receipt // with its Timing, for a sampled call: Sent is set as it goes
-	rows     []lanes.Row     // its receipt's rows and segments, encoded as it is sent (encodeRows)
+	rows     []lanes.Row     // its receipt's rows and segments, encoded as it is sent (encodeAttribution)
 	segments []lanes.SegmentRecord
 	template uint64
 	result   *wirepb.OpResult

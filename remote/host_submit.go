@@ -408,7 +408,7 @@ func (h *Host) sendBatch(r *registration, batch []outgoing) {
 			if r.lastRows == nil {
 				r.lastRows, r.lastSegs = map[uint64][]lanes.Row{}, map[uint64][]lanes.SegmentRecord{}
 			}
-			encodeRows(o, r.lastRows, r.lastSegs)
+			encodeAttribution(o, r.lastRows, r.lastSegs)
 			rs = append(rs, o.receipt)
 		case o.leaving != nil:
 			flush() // the receipts before it arrive first
@@ -420,10 +420,10 @@ func (h *Host) sendBatch(r *registration, batch []outgoing) {
 	flush()
 }
 
-// encodeRows puts a receipt's rows and segments on it, or, for a template
+// encodeAttribution puts a receipt's rows and segments on it, or, for a template
 // whose previous receipt had the same, says so instead (the front keeps
 // what it was sent as the host does: both keep at most MaxTemplates).
-func encodeRows(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uint64][]lanes.SegmentRecord) {
+func encodeAttribution(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uint64][]lanes.SegmentRecord) {
 	if o.template == 0 {
 		o.receipt.Rows, o.receipt.Segments = RowsToWire(o.rows), SegmentsToWire(o.segments)
 		return

@@ -10,8 +10,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
@@ -46,7 +44,7 @@ const MaxCallParams = 64 << 10
 func (c LibraryCalls) check() error {
 	for name, b := range c {
 		switch {
-		case name == "" || len(name) > cuda.MaxKernelName || !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
+		case !cuda.ValidCallName(name):
 			return fmt.Errorf("%w: HostConfig.Calls: name %.40q: a library call's name is 1 to %d bytes of printable UTF-8 characters without spaces", ErrConfig, name, cuda.MaxKernelName)
 		case b == nil:
 			return fmt.Errorf("%w: HostConfig.Calls: %q has a nil CallBuilder", ErrConfig, name)

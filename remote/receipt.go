@@ -125,10 +125,17 @@ func peerError(code int32, msg string, kinds []string, named bool) *PeerError {
 	return e
 }
 
-// errorToResult puts err on an op's result: its code, msg (its message as
-// the front may read it) and the sentinels it wraps.
+// errorToWire is what the wire carries of err: its code, msg (its message
+// as the front may read it, made valid UTF-8: a message that is not could
+// not be marshalled) and the sentinels it wraps.
+func errorToWire(err error, msg string) (code int32, text string, kinds []string) {
+	return int32(cuda.Classify(err).Code), strings.ToValidUTF8(msg, "\uFFFD"), sentinelKinds(err)
+}
+
+// errorToResult puts err on an op's result (see errorToWire).
 func errorToResult(res *wirepb.OpResult, err error, msg string) {
-	res.ErrorCode, res.Error, res.ErrorKinds, res.ErrorKindsNamed = int32(cuda.Classify(err).Code), strings.ToValidUTF8(msg, "\uFFFD"), sentinelKinds(err), true
+	res.ErrorCode, res.Error, res.ErrorKinds = errorToWire(err, msg)
+	res.ErrorKindsNamed = true
 }
 
 // ReceiptToWire encodes a receipt of the host's epoch for the front's call,
@@ -139,7 +146,8 @@ func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb
 	w := &wirepb.Receipt{Epoch: epoch, Call: call, Fence: r.Fence, Outcome: uint32(r.Outcome), DeviceTimeNs: r.DeviceTime.Nanoseconds(),
 		Launches: uint32(max(r.Attribution.Launches, 0)), Readback: readback, Lane: int32(r.Lane), Tenant: r.Tenant}
 	if r.Err != nil {
-		w.ErrorCode, w.Error, w.ErrorKinds, w.ErrorKindsNamed = int32(cuda.Classify(r.Err).Code), strings.ToValidUTF8(r.Err.Error(), "\uFFFD"), sentinelKinds(r.Err), true
+		w.ErrorCode, w.Error, w.ErrorKinds = errorToWire(r.Err, r.Err.Error())
+		w.ErrorKindsNamed = true
 	}
 	w.Rows = RowsToWire(r.Attribution.Rows)
 	restToWire(w, r)

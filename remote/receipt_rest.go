@@ -20,7 +20,7 @@ const (
 )
 
 // restToWire puts the rest of r on w (its segments too: a host's
-// templated receipts send theirs as encodeRows says).
+// templated receipts send theirs as encodeAttribution says).
 func restToWire(w *wirepb.Receipt, r lanes.Receipt) {
 	w.Segments = SegmentsToWire(r.Attribution.Segments)
 	for _, s := range r.Spans {
