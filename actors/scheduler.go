@@ -247,6 +247,11 @@ func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
 // is when its start event was recorded.
 func (s *Scheduler) ClockOrigin() time.Time { return s.epoch }
 
+// Runtime is the runtime fingerprint of the lanes' programs
+// (Config.Runtime, defaulted): a program's id must carry it
+// (programs.ID.Runtime), or the lane refuses it as another runtime's.
+func (s *Scheduler) Runtime() string { return s.cfg.Runtime }
+
 // Lanes reports every lane's health and counters.
 func (s *Scheduler) Lanes() []LaneStatus {
 	out := make([]LaneStatus, len(s.lanes))

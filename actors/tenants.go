@@ -197,3 +197,22 @@ func (s *Scheduler) tenant(name string) (*tenantState, error) {
 	v, _ := s.tenants.LoadOrStore(name, &tenantState{name: name, weight: s.weight(name)})
 	return v.(*tenantState), nil
 }
+
+// TenantLane is the lane a tenant's batches run on (Receipt.Lane): the
+// lane it is pinned to, and false for a tenant not yet routed to one (it
+// has submitted nothing since it was last forgotten). A tenant moves only
+// while it has nothing in flight (see Submit), so the answer holds until
+// the tenant is idle again.
+func (s *Scheduler) TenantLane(tenant string) (int, bool) {
+	v, ok := s.tenants.Load(tenant)
+	if !ok {
+		return 0, false
+	}
+	ts := v.(*tenantState)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.lane == nil || ts.forgotten {
+		return 0, false
+	}
+	return ts.lane.id, true
+}

@@ -38,16 +38,15 @@ func wireErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrWire}, args...)...)
 }
 
-// BatchToWire encodes a batch. An entry that invokes a program, or a
-// stage-in or stage-out (pinned host memory of this process) has no wire
-// form and is refused (ErrWire). A library call crosses as its
-// declaration (name, regions, parameters), not its code: the host runs
-// the call it serves under that name (HostConfig.Calls), and refuses a
-// name it does not serve (ErrUnknownCall).
+// BatchToWire encodes a batch. A stage-in or stage-out (pinned host
+// memory of this process) has no wire form and is refused (ErrWire). A
+// library call crosses as its declaration (name, regions, parameters),
+// not its code: the host runs the call it serves under that name
+// (HostConfig.Calls), and refuses a name it does not serve
+// (ErrUnknownCall). A program declaration, an invocation of a sealed
+// program's segment and binding patches cross as the plain data they
+// are; a program name is at most MaxProgramName bytes.
 func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
-	if b.Program != nil || len(b.Patches) > 0 {
-		return nil, wireErr("a batch with a program declaration or patches has no wire form yet; send its commands")
-	}
 	if len(b.Entries) > MaxEntries {
 		return nil, tooLarge("%d entries; at most %d cross the wire in one batch", len(b.Entries), MaxEntries)
 	}
@@ -58,9 +57,20 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 	for _, r := range b.Retain {
 		w.Retain = append(w.Retain, bufferToWire(r))
 	}
+	if err := programsToWire(w, b); err != nil {
+		return nil, err
+	}
 	for i, e := range b.Entries {
 		if e.Invoke != nil {
-			return nil, wireErr("entry %d invokes a program: references of this process have no wire form", i)
+			if err := checkProgramID(e.Invoke.Program, fmt.Sprintf("entry %d", i)); err != nil {
+				return nil, err
+			}
+			w.Entries[i] = &wirepb.Entry{Phase: uint32(e.Phase), Node: int64(e.Node), Invoke: invocationToWire(*e.Invoke),
+				Work: &wirepb.Work{Form: uint32(e.Work.Form), ParticipantStart: e.Work.ParticipantStart, ParticipantCount: e.Work.ParticipantCount, Tokens: e.Work.Tokens}}
+			if e.Command.Kind != 0 {
+				w.Entries[i].Command = commandToWire(e.Command) // the lane refuses it, as in one process
+			}
+			continue
 		}
 		if !utf8.ValidString(e.Command.Kernel) {
 			return nil, wireErr("entry %d: kernel name %.40q is not UTF-8", i, e.Command.Kernel)
@@ -105,12 +115,14 @@ func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) { return batchFromWire(
 // data plane its message came through (nil: none, and a command naming
 // one is refused), where an upload named there is copied out of it, once,
 // or (inPlace: the area is pinned and held until the step ends) read; and
-// the library calls it serves (a call it does not serve is refused).
+// the library calls it serves (a call it does not serve is refused); and
+// the namespace of its registration's program names.
 type decoding struct {
 	area    []byte
 	inPlace bool
 	calls   LibraryCalls
 	host    string // the host's name, for errors
+	scope   string // the registration's program scope (programScope); "": none
 }
 
 // batchFromWire is BatchFromWire with what the host decodes with.
@@ -141,6 +153,9 @@ func batchFromWire(w *wirepb.Batch, d decoding) (lanes.Batch, error) {
 		}
 		b.Retain = append(b.Retain, buf)
 	}
+	if err := programsFromWire(w, &b); err != nil {
+		return lanes.Batch{}, err
+	}
 	for i, we := range w.Entries {
 		e, err := entryFromWire(we, d)
 		if err != nil {
@@ -148,11 +163,14 @@ func batchFromWire(w *wirepb.Batch, d decoding) (lanes.Batch, error) {
 		}
 		b.Entries[i] = e
 	}
+	if d.scope != "" {
+		scopePrograms(&b, d.scope)
+	}
 	return b, nil
 }
 
 func entryFromWire(we *wirepb.Entry, d decoding) (lanes.Entry, error) {
-	if we == nil || we.Command == nil {
+	if we == nil || we.Command == nil && we.Invoke == nil {
 		return lanes.Entry{}, wireErr("no command")
 	}
 	if we.Phase > math.MaxUint8 {
@@ -169,8 +187,15 @@ func entryFromWire(we *wirepb.Entry, d decoding) (lanes.Entry, error) {
 		}
 		e.Work = lanes.Work{Form: lanes.Form(w.Form), ParticipantStart: w.ParticipantStart, ParticipantCount: w.ParticipantCount, Tokens: w.Tokens}
 	}
-	if e.Command, err = commandFromWire(we.Command, d); err != nil {
-		return lanes.Entry{}, err
+	if we.Invoke != nil {
+		if e.Invoke, err = invocationFromWire(we.Invoke); err != nil {
+			return lanes.Entry{}, err
+		}
+	}
+	if we.Command != nil {
+		if e.Command, err = commandFromWire(we.Command, d); err != nil {
+			return lanes.Entry{}, err
+		}
 	}
 	if r := we.Replay; r != nil {
 		if len(r.Key) != len(cache.ProviderKey{}) {

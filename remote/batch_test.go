@@ -39,7 +39,10 @@ func sample(t testing.TB) lanes.Batch {
 	// Staging (pinned host memory of this process) has no wire form.
 	in, _ := cuda.Upload(a.Whole(), make([]byte, 64))
 	out, _ := cuda.Copy(a.Whole(), b.Whole())
+	layout := &lanes.Layout{ID: "wave", Region: b.Whole(), Fields: []lanes.Field{{Offset: 0, Length: 16}, {Offset: 16, Length: 48}}}
 	return lanes.Batch{Tenant: "t", Path: lanes.PathReplayedWithBoundaries, Timing: lanes.TimingReplay, EagerBoundaries: []int{2}, Retain: []cuda.Buffer{b},
+		Program: &programs.Capture{ID: programs.ID{Runtime: "lanes/sim", Name: "step"}, Nodes: 3, EagerBoundaries: []int{2}, Bindings: []int{1}},
+		Patches: []lanes.Patch{{Layout: layout, Field: 1, Bytes: make([]byte, 48)}, {Layout: layout, Field: 0, Bytes: []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}, {Dst: a.Whole(), Bytes: make([]byte, 64)}},
 		Entries: []lanes.Entry{
 			{Phase: cache.PhaseDynamicBinding, Node: cache.NoNode, Command: in, Replay: lanes.Replayable(in, cache.LaunchKey("p", in), cache.LaneScope(3))},
 			{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("p", add), cache.PlanScope()),
@@ -48,6 +51,7 @@ func sample(t testing.TB) lanes.Batch {
 			{Phase: cache.PhaseCompute, Node: 2, Command: cp},
 			{Phase: cache.PhaseInitialization, Node: cache.NoNode, Command: z},
 			{Phase: cache.PhaseReadout, Node: cache.NoNode, Command: out},
+			{Phase: cache.PhaseCompute, Node: cache.NoNode, Invoke: &programs.Invocation{Program: programs.ID{Runtime: "lanes/sim", Name: "prefill"}, Segment: programs.Segment{Ordinal: 1, Start: 4, End: 9, Commands: 5}}},
 		}}
 }
 
@@ -82,18 +86,18 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 }
 
-// TestBatchesWithoutAWireForm: a program invocation, a program
-// declaration, patches and staging are this process's references and
-// pinned memory, and a call command without its LibraryCall declares
-// nothing: refused with ErrWire, saying which entry.
+// TestBatchesWithoutAWireForm: staging is pinned memory of this process,
+// a call command without its LibraryCall declares nothing, and a program
+// name past MaxProgramName could not be scoped on the host: refused with
+// ErrWire, saying which entry.
 func TestBatchesWithoutAWireForm(t *testing.T) {
 	for name, b := range map[string]lanes.Batch{
 		"a call without its LibraryCall": {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall}}}},
 		"a kernel name not UTF-8":        {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindLaunch, Kernel: "k\xff"}}}},
 		"a call name not UTF-8":          {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall, LibraryCall: &cuda.LibraryCall{Name: "ax\xffpy"}}}}},
-		"an invocation":                  {Entries: []lanes.Entry{{Invoke: &programs.Invocation{}}}},
-		"a program":                      {Program: &programs.Capture{}},
-		"patches":                        {Patches: []lanes.Patch{{}}},
+		"an invocation's long name":      {Entries: []lanes.Entry{{Invoke: &programs.Invocation{Program: programs.ID{Name: string(make([]byte, remote.MaxProgramName+1))}}}}},
+		"a program's name not UTF-8":     {Program: &programs.Capture{ID: programs.ID{Name: "st\xffep"}}},
+		"a layout id not UTF-8":          {Patches: []lanes.Patch{{Layout: &lanes.Layout{ID: "w\xff"}}}},
 		"a stage-in":                     {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageIn}}}},
 		"a stage-out":                    {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageOut}}}},
 	} {
@@ -139,6 +143,18 @@ func TestMalformedBatchesRefused(t *testing.T) {
 		"a boundary past int":    func(w *wirepb.Batch) { w.EagerBoundaries = []int64{-1 << 40} },
 		"too many entries":       func(w *wirepb.Batch) { w.Entries = make([]*wirepb.Entry, remote.MaxEntries+1) },
 		"too many upload bytes":  func(w *wirepb.Batch) { w.Entries[2].Command.Host = make([]byte, remote.MaxHostBytes+1) },
+		"a long program name":    func(w *wirepb.Batch) { w.Program.Id.Name = string(make([]byte, remote.MaxProgramName+1)) },
+		"a program with no id":   func(w *wirepb.Batch) { w.Program.Id = nil },
+		"a program too large":    func(w *wirepb.Batch) { w.Program.Nodes = programs.MaxNodes + 1 },
+		"a negative binding":     func(w *wirepb.Batch) { w.Program.Bindings = []int64{-1} },
+		"a negative segment":     func(w *wirepb.Batch) { w.Entries[6].Invoke.Segment.Start = -1 },
+		"an invocation, no id":   func(w *wirepb.Batch) { w.Entries[6].Invoke.Program = nil },
+		"a nil patch":            func(w *wirepb.Batch) { w.Patches[0] = nil },
+		"a layout, no region":    func(w *wirepb.Batch) { w.Patches[0].Layout.Region = nil },
+		"a layout's nil field":   func(w *wirepb.Batch) { w.Patches[0].Layout.Fields[0] = nil },
+		"a patch field past int": func(w *wirepb.Batch) { w.Patches[0].Field = 1 << 40 },
+		"too many patch bytes":   func(w *wirepb.Batch) { w.Patches[2].Bytes = make([]byte, remote.MaxHostBytes+1) },
+		"too many patches":       func(w *wirepb.Batch) { w.Patches = make([]*wirepb.Patch, remote.MaxPatches+1) },
 	} {
 		w := proto.Clone(ok).(*wirepb.Batch)
 		change(w)
@@ -170,9 +186,6 @@ func FuzzBatchFromWire(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if b.Program != nil || len(b.Patches) > 0 {
-			t.Fatalf("a decoded batch: got %+v, want no program or patches", b)
-		}
 		for _, e := range b.Entries {
 			if e.Command.Kind == cuda.KindCall {
 				t.Fatalf("a decoded batch: got a library call, want none")
@@ -187,6 +200,27 @@ func FuzzBatchFromWire(f *testing.F) {
 
 // normalize makes empty and nil slices alike, as the wire does.
 func normalize(b lanes.Batch) lanes.Batch {
+	if c := b.Program; c != nil {
+		own := *c
+		if len(own.EagerBoundaries) == 0 {
+			own.EagerBoundaries = nil
+		}
+		if len(own.Bindings) == 0 {
+			own.Bindings = nil
+		}
+		b.Program = &own
+	}
+	for i := range b.Patches {
+		if len(b.Patches[i].Bytes) == 0 {
+			b.Patches[i].Bytes = nil
+		}
+		if l := b.Patches[i].Layout; l != nil && len(l.Fields) == 0 {
+			l.Fields = nil
+		}
+	}
+	if len(b.Patches) == 0 {
+		b.Patches = nil
+	}
 	if len(b.EagerBoundaries) == 0 {
 		b.EagerBoundaries = nil
 	}

@@ -32,6 +32,7 @@ const (
 	planeFree     uint16 = 3
 	planeRead     uint16 = 4
 	planeForget   uint16 = 5
+	planeLaneOp   uint16 = 6
 	planeReceipts uint16 = 11 // host to front
 	planeResult   uint16 = 12
 	planeLeaving  uint16 = 13

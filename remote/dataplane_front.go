@@ -102,6 +102,8 @@ func planeKindOf(m proto.Message) uint16 {
 		return planeFree
 	case *wirepb.Read:
 		return planeRead
+	case *wirepb.LaneAdmin:
+		return planeLaneOp
 	default:
 		return planeForget
 	}

@@ -22,6 +22,7 @@ var hostReads = map[uint16]func() proto.Message{
 	planeFree:    func() proto.Message { return &wirepb.Free{} },
 	planeRead:    func() proto.Message { return &wirepb.Read{} },
 	planeForget:  func() proto.Message { return &wirepb.Forget{} },
+	planeLaneOp:  func() proto.Message { return &wirepb.LaneAdmin{} },
 }
 
 // onThisMachine reports whether a front's address is on this machine as

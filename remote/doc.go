@@ -93,7 +93,12 @@
 // declaration (name, regions, parameters), and the host runs the call it
 // serves under that name (HostConfig.Calls; a name it does not serve is
 // ErrUnknownCall; package remote/hostcmd builds a lane host of your own
-// with your calls). Program declarations and invocations, patches and
-// staging are references and pinned memory of the sending process: they
-// have no wire form yet and are refused on encoding (ErrWire).
+// with your calls). Program declarations, invocations of sealed program
+// segments and binding patches cross as the plain data they are; a host
+// scopes program names to the registration (MaxProgramName), and
+// Front.Seal, Front.Preparation and Front.Catalog act on the lane a
+// tenant's batches run on. Staging (stage-ins and stage-outs) is pinned
+// memory of the sending process: it has no wire form yet and is refused
+// on encoding (ErrWire), as staged programs have no counterpart on a
+// front.
 package remote

@@ -125,7 +125,7 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	for _, d := range m.Devices {
 		lanes += int(d.Lanes)
 	}
-	if old := l.awaitFirstBeat(w, m.Host, lanes); old != 0 {
+	if old := l.awaitFirstBeat(w, pendingReg{host: m.Host, lanes: lanes, runtime: m.Runtime}); old != 0 {
 		l.closePlane(old) // an earlier Hello of this join, since dropped by the host
 	}
 	if plane != nil {
@@ -148,7 +148,7 @@ func (a *frontActor) firstBeat(ctx actor.Context, l *link, m *wirepb.Heartbeat, 
 		}
 		return false
 	}
-	if l.registered(m.Epoch, p.host, p.lanes) {
+	if l.registered(m.Epoch, p) {
 		ctx.Watch(ctx.Sender())
 		return true
 	}

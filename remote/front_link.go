@@ -56,6 +56,10 @@ type HostStatus struct {
 	Since    time.Time // when it entered State
 	HostName string    // the name the host gave itself (lanehost --name)
 	Lanes    int       // the lanes it serves (its devices' together): its share of new tenants
+	// Runtime is the runtime fingerprint of the host's programs: a
+	// program a batch declares or invokes on it carries it
+	// (programs.ID.Runtime; lanehost's default "lanes/<backend>").
+	Runtime string
 	// RoundTrip is where sampled calls' time went since the host last
 	// registered: the remote's cost beside the lanes' own.
 	RoundTrip RoundTrip
@@ -135,6 +139,7 @@ type link struct {
 	pending       *pendingReg // the registration welcomed in this join, until the host's first heartbeat under it
 	lanes         int         // the lanes the host serves, from its Hello
 	hostName      string      // the name the host gave
+	runtime       string      // the runtime fingerprint of its programs
 	startErr      error       // why the first launch failed, if it did
 	proc          *os.Process
 	stdin         io.Closer
@@ -247,7 +252,7 @@ func (l *link) status() HostStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := HostStatus{Name: l.name, Address: l.addr, State: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
-		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName, Lanes: l.lanes,
+		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName, Lanes: l.lanes, Runtime: l.runtime,
 		RoundTrip: l.trips.means(), FromCluster: l.fromCluster, Member: l.listed.Load()}
 	if l.proc != nil {
 		st.PID = l.proc.Pid
@@ -275,18 +280,20 @@ type pendingReg struct {
 	welcome *wirepb.Welcome // the answer given, given again to the same Hello
 	host    string          // the name the host gave
 	lanes   int
+	runtime string // its programs' runtime fingerprint
 }
 
 // awaitFirstBeat notes the Welcome given to a Hello of the join in
 // progress; the host serves from its first heartbeat under that epoch. It
 // returns the epoch of an earlier Hello of the join it replaces, if any.
-func (l *link) awaitFirstBeat(w *wirepb.Welcome, hostName string, lanes int) (replaced uint64) {
+func (l *link) awaitFirstBeat(w *wirepb.Welcome, reg pendingReg) (replaced uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pending != nil && l.pending.welcome.Epoch != w.Epoch {
 		replaced = l.pending.welcome.Epoch
 	}
-	l.pending = &pendingReg{welcome: w, host: hostName, lanes: lanes}
+	reg.welcome = w
+	l.pending = &reg
 	return replaced
 }
 
@@ -324,7 +331,7 @@ func (l *link) dropPending(epoch uint64) bool {
 
 // registered takes a host's first heartbeat under a registration the
 // front welcomed: serving under epoch.
-func (l *link) registered(epoch uint64, hostName string, lanes int) bool {
+func (l *link) registered(epoch uint64, reg *pendingReg) bool {
 	l.mu.Lock()
 	if l.state != HostJoining || l.pending == nil || l.pending.welcome.Epoch != epoch {
 		l.mu.Unlock()
@@ -334,7 +341,7 @@ func (l *link) registered(epoch uint64, hostName string, lanes int) bool {
 	l.knownMu.Lock()
 	l.known = map[uint64]bool{}
 	l.knownMu.Unlock()
-	l.epoch, l.tenants, l.hostName, l.lanes = epoch, 0, hostName, max(lanes, 1)
+	l.epoch, l.tenants, l.hostName, l.lanes, l.runtime = epoch, 0, reg.host, max(reg.lanes, 1), reg.runtime
 	l.trips.reset()
 	l.heardAt.Store(time.Now().UnixNano())
 	l.probeSeq.Store(0)

@@ -129,8 +129,5 @@ func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, by
 	if err := p.wait(ctx); err != nil {
 		return nil, err
 	}
-	if p.err != nil {
-		return nil, p.err
-	}
-	return p.result, nil
+	return p.result, p.err // a failed op's answer too (a preparation may come with its error)
 }

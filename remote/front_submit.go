@@ -268,10 +268,13 @@ func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant strin
 	return p, id, nil
 }
 
-// uploadBytes is the bytes a batch's uploads carry.
+// uploadBytes is the bytes a batch's uploads and patches carry.
 func uploadBytes(b lanes.Batch) (n int64) {
 	for _, e := range b.Entries {
 		n += int64(len(e.Command.Host))
+	}
+	for _, p := range b.Patches {
+		n += int64(len(p.Bytes))
 	}
 	return n
 }

@@ -69,7 +69,7 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 	if old != nil {
 		h.ops.retire(old.epoch) // its tenants: the front told them their state was lost
 	}
-	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt, HeartbeatNanos: int64(h.cfg.Heartbeat)}
+	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt, HeartbeatNanos: int64(h.cfg.Heartbeat), Runtime: h.sched.Runtime()}
 	for _, d := range h.cfg.Scheduler.Devices {
 		info := d.Info()
 		hello.Devices = append(hello.Devices, &wirepb.Device{Instance: info.Instance, Name: info.Name, Backend: info.Backend,

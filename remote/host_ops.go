@@ -1,5 +1,6 @@
-// A lane host's device-state operations: allocations, frees, read-backs
-// and forgetting, for tenants, on one goroutine bound to the devices.
+// A lane host's device-state operations: allocations, frees, read-backs,
+// forgetting and the administration of a tenant's lane, for tenants, on
+// one goroutine bound to the devices.
 
 package remote
 
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -152,6 +155,9 @@ func (o *hostOps) run(op hostOp) {
 	case *wirepb.Forget:
 		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		err = o.forget(tenant)
+	case *wirepb.LaneAdmin:
+		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
+		err = o.laneAdmin(res, op.epoch, tenant, m)
 	}
 	if err != nil {
 		errorToResult(res, err, unscoped(err.Error(), tenant, named))
@@ -285,4 +291,41 @@ func (o *hostOps) forget(tenant string) error {
 	delete(o.tenants, tenant)
 	delete(o.owner, tenant)
 	return first
+}
+
+// The administrative calls a front makes on a tenant's lane
+// (wirepb.LaneAdmin.op).
+const (
+	laneSeal        = 1
+	lanePreparation = 2
+	laneCatalog     = 3
+)
+
+// laneAdmin seals, or reads the preparation or the sealed catalog of, the
+// lane the tenant's batches run on (after the tenant's submissions that
+// arrived before it); a catalog holds the registration's programs alone,
+// named as its front named them.
+func (o *hostOps) laneAdmin(res *wirepb.OpResult, epoch uint64, tenant string, m *wirepb.LaneAdmin) error {
+	lane, ok := o.h.sched.TenantLane(tenant)
+	if !ok {
+		return fmt.Errorf("%w: tenant %q runs on no lane yet: submit a batch first (its lane is the one its batches run on)", actors.ErrUnknownLane, tenant)
+	}
+	ctx := context.Background()
+	var err error
+	var p cache.Preparation
+	switch m.Op {
+	case laneSeal:
+		p, err = o.h.sched.Seal(ctx, lane)
+		res.Preparation = preparationToWire(p)
+	case lanePreparation:
+		p, err = o.h.sched.Preparation(ctx, lane)
+		res.Preparation = preparationToWire(p)
+	case laneCatalog:
+		var ds []programs.Descriptor
+		ds, err = o.h.sched.Catalog(ctx, lane)
+		res.Programs = catalogToWire(ds, epoch)
+	default:
+		return wireErr("lane operation %d: a front asks for 1 (seal), 2 (preparation) or 3 (catalog)", m.Op)
+	}
+	return err
 }

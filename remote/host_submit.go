@@ -119,7 +119,7 @@ func shardOf(tenant string) int {
 }
 
 // tenantOp is an operation of a registration's tenant: an Alloc, Free,
-// Read or Forget, from the remote or a data plane.
+// Read, Forget or LaneAdmin, from the remote or a data plane.
 type tenantOp interface {
 	GetEpoch() uint64
 	GetCall() uint64
@@ -223,7 +223,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 		if inPlace {
 			area = p
 		}
-		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), inPlace: inPlace, calls: h.cfg.Calls, host: h.cfg.Name})
+		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), inPlace: inPlace, calls: h.cfg.Calls, host: h.cfg.Name, scope: programScope(epoch)})
 		if err != nil {
 			if area != nil {
 				area.releaseArea()
@@ -235,7 +235,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 	}
 	t := r.templates[s.Template]
 	if s.Batch != nil {
-		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), calls: h.cfg.Calls, host: h.cfg.Name})
+		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), calls: h.cfg.Calls, host: h.cfg.Name, scope: programScope(epoch)})
 		if err != nil {
 			h.refuse(epoch, s.Call, s.Tenant, err)
 			return b, nil, nil, false

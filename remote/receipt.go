@@ -139,7 +139,8 @@ func errorToResult(res *wirepb.OpResult, err error, msg string) {
 }
 
 // ReceiptToWire encodes a receipt of the host's epoch for the front's call,
-// with the bytes it read back, if any: all of it but HostStart, which a
+// with the bytes it read back, if any, and the programs of its segments
+// named as the front named them: all of it but HostStart, which a
 // host sets on the Unix clock (wirepb.Receipt.HostStartUnixNano) from its
 // scheduler's clock origin.
 func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb.Receipt {
@@ -151,6 +152,10 @@ func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb
 	}
 	w.Rows = RowsToWire(r.Attribution.Rows)
 	restToWire(w, r)
+	scope := programScope(epoch)
+	for _, seg := range w.Segments {
+		seg.ProgramName, _ = strings.CutSuffix(seg.ProgramName, scope) // as the front named it
+	}
 	return w
 }
 

@@ -50,8 +50,11 @@ type Hello struct {
 	// bound (LostAfter) is under two of them would lose it between beats,
 	// and refuses it saying so.
 	HeartbeatNanos int64 `protobuf:"varint,8,opt,name=heartbeat_nanos,json=heartbeatNanos,proto3" json:"heartbeat_nanos,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The runtime fingerprint of the host's programs (a program's id must
+	// carry it: programs.ID.Runtime).
+	Runtime       string `protobuf:"bytes,9,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -138,6 +141,13 @@ func (x *Hello) GetHeartbeatNanos() int64 {
 		return x.HeartbeatNanos
 	}
 	return 0
+}
+
+func (x *Hello) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
 }
 
 // DataPlane is a shared-memory segment a host made for one registration:
@@ -876,8 +886,8 @@ func (x *Dim3) GetZ() uint32 {
 	return 0
 }
 
-// Command is one device command. A library call is code of the sending
-// process and has no wire form.
+// Command is one device command. A library call crosses as its
+// declaration (name, regions, parameters), not its code.
 type Command struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Kind        uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -1359,7 +1369,8 @@ func (x *Work) GetTokens() uint64 {
 	return 0
 }
 
-// Entry is one batch entry (program invocations do not cross the wire).
+// Entry is one batch entry: a command, or an invocation of a segment of a
+// sealed program (command then unset).
 type Entry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Phase         uint32                 `protobuf:"varint,1,opt,name=phase,proto3" json:"phase,omitempty"`
@@ -1367,6 +1378,7 @@ type Entry struct {
 	Work          *Work                  `protobuf:"bytes,3,opt,name=work,proto3" json:"work,omitempty"`
 	Command       *Command               `protobuf:"bytes,4,opt,name=command,proto3" json:"command,omitempty"`
 	Replay        *Replay                `protobuf:"bytes,5,opt,name=replay,proto3" json:"replay,omitempty"`
+	Invoke        *Invocation            `protobuf:"bytes,6,opt,name=invoke,proto3" json:"invoke,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1436,6 +1448,443 @@ func (x *Entry) GetReplay() *Replay {
 	return nil
 }
 
+func (x *Entry) GetInvoke() *Invocation {
+	if x != nil {
+		return x.Invoke
+	}
+	return nil
+}
+
+// ProgramID names a program: the runtime fingerprint it was registered
+// under and its name (the host scopes the name to the registration).
+type ProgramID struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runtime       string                 `protobuf:"bytes,1,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgramID) Reset() {
+	*x = ProgramID{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgramID) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgramID) ProtoMessage() {}
+
+func (x *ProgramID) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgramID.ProtoReflect.Descriptor instead.
+func (*ProgramID) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ProgramID) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *ProgramID) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ProgramSegment is one resident segment of a program (programs.Segment).
+type ProgramSegment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ordinal       int64                  `protobuf:"varint,1,opt,name=ordinal,proto3" json:"ordinal,omitempty"`
+	Start         int64                  `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           int64                  `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	Commands      int64                  `protobuf:"varint,4,opt,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgramSegment) Reset() {
+	*x = ProgramSegment{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgramSegment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgramSegment) ProtoMessage() {}
+
+func (x *ProgramSegment) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgramSegment.ProtoReflect.Descriptor instead.
+func (*ProgramSegment) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ProgramSegment) GetOrdinal() int64 {
+	if x != nil {
+		return x.Ordinal
+	}
+	return 0
+}
+
+func (x *ProgramSegment) GetStart() int64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ProgramSegment) GetEnd() int64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *ProgramSegment) GetCommands() int64 {
+	if x != nil {
+		return x.Commands
+	}
+	return 0
+}
+
+// Invocation is a reference to one segment of a sealed program.
+type Invocation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Program       *ProgramID             `protobuf:"bytes,1,opt,name=program,proto3" json:"program,omitempty"`
+	Segment       *ProgramSegment        `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Invocation) Reset() {
+	*x = Invocation{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Invocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Invocation) ProtoMessage() {}
+
+func (x *Invocation) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Invocation.ProtoReflect.Descriptor instead.
+func (*Invocation) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Invocation) GetProgram() *ProgramID {
+	if x != nil {
+		return x.Program
+	}
+	return nil
+}
+
+func (x *Invocation) GetSegment() *ProgramSegment {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+// ProgramCapture declares the program a batch runs (programs.Capture).
+type ProgramCapture struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              *ProgramID             `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Nodes           int64                  `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	EagerBoundaries []int64                `protobuf:"varint,3,rep,packed,name=eager_boundaries,json=eagerBoundaries,proto3" json:"eager_boundaries,omitempty"`
+	Bindings        []int64                `protobuf:"varint,4,rep,packed,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ProgramCapture) Reset() {
+	*x = ProgramCapture{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgramCapture) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgramCapture) ProtoMessage() {}
+
+func (x *ProgramCapture) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgramCapture.ProtoReflect.Descriptor instead.
+func (*ProgramCapture) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ProgramCapture) GetId() *ProgramID {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *ProgramCapture) GetNodes() int64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *ProgramCapture) GetEagerBoundaries() []int64 {
+	if x != nil {
+		return x.EagerBoundaries
+	}
+	return nil
+}
+
+func (x *ProgramCapture) GetBindings() []int64 {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+// Layout is a program-binding layout (lanes.Layout): a region divided
+// into fields.
+type Layout struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Region        *Region                `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	Fields        []*Field               `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Layout) Reset() {
+	*x = Layout{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Layout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Layout) ProtoMessage() {}
+
+func (x *Layout) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Layout.ProtoReflect.Descriptor instead.
+func (*Layout) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Layout) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Layout) GetRegion() *Region {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *Layout) GetFields() []*Field {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// Field is one field of a layout: a byte range of its region.
+type Field struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Field) Reset() {
+	*x = Field{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Field) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Field) ProtoMessage() {}
+
+func (x *Field) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Field.ProtoReflect.Descriptor instead.
+func (*Field) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Field) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Field) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+// Patch is a program-binding write (lanes.Patch): typed (a layout and a
+// field) or opaque (a destination region).
+type Patch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Layout        *Layout                `protobuf:"bytes,1,opt,name=layout,proto3" json:"layout,omitempty"`
+	Field         int64                  `protobuf:"varint,2,opt,name=field,proto3" json:"field,omitempty"`
+	Dst           *Region                `protobuf:"bytes,3,opt,name=dst,proto3" json:"dst,omitempty"`
+	Bytes         []byte                 `protobuf:"bytes,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Patch) Reset() {
+	*x = Patch{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Patch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Patch) ProtoMessage() {}
+
+func (x *Patch) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Patch.ProtoReflect.Descriptor instead.
+func (*Patch) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Patch) GetLayout() *Layout {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
+func (x *Patch) GetField() int64 {
+	if x != nil {
+		return x.Field
+	}
+	return 0
+}
+
+func (x *Patch) GetDst() *Region {
+	if x != nil {
+		return x.Dst
+	}
+	return nil
+}
+
+func (x *Patch) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
 // Batch is one submission.
 type Batch struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1445,13 +1894,17 @@ type Batch struct {
 	Timing          uint32                 `protobuf:"varint,4,opt,name=timing,proto3" json:"timing,omitempty"`
 	EagerBoundaries []int64                `protobuf:"varint,5,rep,packed,name=eager_boundaries,json=eagerBoundaries,proto3" json:"eager_boundaries,omitempty"`
 	Retain          []*Buffer              `protobuf:"bytes,6,rep,name=retain,proto3" json:"retain,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The program the batch declares, while the lane's preparation is open.
+	Program *ProgramCapture `protobuf:"bytes,7,opt,name=program,proto3" json:"program,omitempty"`
+	// Program-binding patches, written before compute.
+	Patches       []*Patch `protobuf:"bytes,8,rep,name=patches,proto3" json:"patches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1916,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1929,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Batch) GetTenant() string {
@@ -1521,6 +1974,20 @@ func (x *Batch) GetRetain() []*Buffer {
 	return nil
 }
 
+func (x *Batch) GetProgram() *ProgramCapture {
+	if x != nil {
+		return x.Program
+	}
+	return nil
+}
+
+func (x *Batch) GetPatches() []*Patch {
+	if x != nil {
+		return x.Patches
+	}
+	return nil
+}
+
 // Submit is a batch for one lane of the host, under the host's epoch; call
 // is the front's id of the submission, echoed by its receipt.
 type Submit struct {
@@ -1549,7 +2016,7 @@ type Submit struct {
 
 func (x *Submit) Reset() {
 	*x = Submit{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +2028,7 @@ func (x *Submit) String() string {
 func (*Submit) ProtoMessage() {}
 
 func (x *Submit) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +2041,7 @@ func (x *Submit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submit.ProtoReflect.Descriptor instead.
 func (*Submit) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Submit) GetEpoch() uint64 {
@@ -1646,7 +2113,7 @@ type Input struct {
 
 func (x *Input) Reset() {
 	*x = Input{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +2125,7 @@ func (x *Input) String() string {
 func (*Input) ProtoMessage() {}
 
 func (x *Input) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +2138,7 @@ func (x *Input) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Input.ProtoReflect.Descriptor instead.
 func (*Input) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Input) GetEntry() uint32 {
@@ -1705,7 +2172,7 @@ type Submits struct {
 
 func (x *Submits) Reset() {
 	*x = Submits{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +2184,7 @@ func (x *Submits) String() string {
 func (*Submits) ProtoMessage() {}
 
 func (x *Submits) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +2197,7 @@ func (x *Submits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submits.ProtoReflect.Descriptor instead.
 func (*Submits) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Submits) GetSubmits() []*Submit {
@@ -1760,7 +2227,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +2239,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +2252,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Row) GetIndex() uint32 {
@@ -1915,7 +2382,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2394,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2407,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Receipt) GetEpoch() uint64 {
@@ -2151,7 +2618,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2630,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2643,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Segment) GetStart() uint32 {
@@ -2248,7 +2715,7 @@ type SpanTiming struct {
 
 func (x *SpanTiming) Reset() {
 	*x = SpanTiming{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2727,7 @@ func (x *SpanTiming) String() string {
 func (*SpanTiming) ProtoMessage() {}
 
 func (x *SpanTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2740,7 @@ func (x *SpanTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpanTiming.ProtoReflect.Descriptor instead.
 func (*SpanTiming) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SpanTiming) GetIndex() uint32 {
@@ -2317,7 +2784,7 @@ type CacheEvent struct {
 
 func (x *CacheEvent) Reset() {
 	*x = CacheEvent{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2796,7 @@ func (x *CacheEvent) String() string {
 func (*CacheEvent) ProtoMessage() {}
 
 func (x *CacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2809,7 @@ func (x *CacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheEvent.ProtoReflect.Descriptor instead.
 func (*CacheEvent) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CacheEvent) GetKind() string {
@@ -2380,7 +2847,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2859,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2872,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -2440,7 +2907,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2919,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2932,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -2506,7 +2973,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2985,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2998,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -2558,7 +3025,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +3037,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +3050,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -2624,7 +3091,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +3103,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +3116,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -2714,7 +3181,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +3193,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +3206,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -2784,7 +3251,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +3263,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +3276,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{34}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -2852,7 +3319,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3331,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3344,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{35}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -2901,7 +3368,303 @@ func (x *Forget) GetTenant() string {
 	return ""
 }
 
-// OpResult answers an Alloc (buffer), a Read (data), a Free or a Forget.
+// LaneAdmin is an administrative call on the lane a tenant's work runs
+// on: seal its preparation, read its preparation, or read its sealed
+// catalog (the registration's programs in it).
+type LaneAdmin struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Epoch  uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call   uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Tenant string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// 1 seal, 2 preparation, 3 catalog.
+	Op            uint32 `protobuf:"varint,4,opt,name=op,proto3" json:"op,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LaneAdmin) Reset() {
+	*x = LaneAdmin{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaneAdmin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaneAdmin) ProtoMessage() {}
+
+func (x *LaneAdmin) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaneAdmin.ProtoReflect.Descriptor instead.
+func (*LaneAdmin) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *LaneAdmin) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LaneAdmin) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *LaneAdmin) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *LaneAdmin) GetOp() uint32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+// Preparation is a lane's preparation (cache.Preparation).
+type Preparation struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	State            uint32                 `protobuf:"varint,1,opt,name=state,proto3" json:"state,omitempty"`
+	Capacity         int64                  `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Resident         int64                  `protobuf:"varint,3,opt,name=resident,proto3" json:"resident,omitempty"`
+	Rejected         int64                  `protobuf:"varint,4,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	Batches          int64                  `protobuf:"varint,5,opt,name=batches,proto3" json:"batches,omitempty"`
+	Captured         int64                  `protobuf:"varint,6,opt,name=captured,proto3" json:"captured,omitempty"`
+	Uploaded         int64                  `protobuf:"varint,7,opt,name=uploaded,proto3" json:"uploaded,omitempty"`
+	CapacityDeferred int64                  `protobuf:"varint,8,opt,name=capacity_deferred,json=capacityDeferred,proto3" json:"capacity_deferred,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Preparation) Reset() {
+	*x = Preparation{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Preparation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Preparation) ProtoMessage() {}
+
+func (x *Preparation) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Preparation.ProtoReflect.Descriptor instead.
+func (*Preparation) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *Preparation) GetState() uint32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *Preparation) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *Preparation) GetResident() int64 {
+	if x != nil {
+		return x.Resident
+	}
+	return 0
+}
+
+func (x *Preparation) GetRejected() int64 {
+	if x != nil {
+		return x.Rejected
+	}
+	return 0
+}
+
+func (x *Preparation) GetBatches() int64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
+}
+
+func (x *Preparation) GetCaptured() int64 {
+	if x != nil {
+		return x.Captured
+	}
+	return 0
+}
+
+func (x *Preparation) GetUploaded() int64 {
+	if x != nil {
+		return x.Uploaded
+	}
+	return 0
+}
+
+func (x *Preparation) GetCapacityDeferred() int64 {
+	if x != nil {
+		return x.CapacityDeferred
+	}
+	return 0
+}
+
+// ProgramDescriptor is a program of a sealed catalog (programs.Descriptor).
+type ProgramDescriptor struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Capture         *ProgramCapture        `protobuf:"bytes,1,opt,name=capture,proto3" json:"capture,omitempty"`
+	Segments        []*ProgramSegment      `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`
+	SegmentBindings []int64                `protobuf:"varint,3,rep,packed,name=segment_bindings,json=segmentBindings,proto3" json:"segment_bindings,omitempty"`
+	Gaps            []*Gap                 `protobuf:"bytes,4,rep,name=gaps,proto3" json:"gaps,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ProgramDescriptor) Reset() {
+	*x = ProgramDescriptor{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgramDescriptor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgramDescriptor) ProtoMessage() {}
+
+func (x *ProgramDescriptor) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgramDescriptor.ProtoReflect.Descriptor instead.
+func (*ProgramDescriptor) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ProgramDescriptor) GetCapture() *ProgramCapture {
+	if x != nil {
+		return x.Capture
+	}
+	return nil
+}
+
+func (x *ProgramDescriptor) GetSegments() []*ProgramSegment {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *ProgramDescriptor) GetSegmentBindings() []int64 {
+	if x != nil {
+		return x.SegmentBindings
+	}
+	return nil
+}
+
+func (x *ProgramDescriptor) GetGaps() []*Gap {
+	if x != nil {
+		return x.Gaps
+	}
+	return nil
+}
+
+// Gap is a plan node neither replayed nor an eager boundary, and why.
+type Gap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          int64                  `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
+	Reason        uint32                 `protobuf:"varint,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Gap) Reset() {
+	*x = Gap{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gap) ProtoMessage() {}
+
+func (x *Gap) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gap.ProtoReflect.Descriptor instead.
+func (*Gap) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *Gap) GetNode() int64 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+func (x *Gap) GetReason() uint32 {
+	if x != nil {
+		return x.Reason
+	}
+	return 0
+}
+
+// OpResult answers an Alloc (buffer), a Read (data), a Free, a Forget or a
+// LaneAdmin (preparation, programs).
 type OpResult struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Epoch     uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -2911,15 +3674,17 @@ type OpResult struct {
 	ErrorCode int32                  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	Error     string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	// As Receipt.error_kinds and error_kinds_named.
-	ErrorKinds      []string `protobuf:"bytes,7,rep,name=error_kinds,json=errorKinds,proto3" json:"error_kinds,omitempty"`
-	ErrorKindsNamed bool     `protobuf:"varint,8,opt,name=error_kinds_named,json=errorKindsNamed,proto3" json:"error_kinds_named,omitempty"`
+	ErrorKinds      []string             `protobuf:"bytes,7,rep,name=error_kinds,json=errorKinds,proto3" json:"error_kinds,omitempty"`
+	ErrorKindsNamed bool                 `protobuf:"varint,8,opt,name=error_kinds_named,json=errorKindsNamed,proto3" json:"error_kinds_named,omitempty"`
+	Preparation     *Preparation         `protobuf:"bytes,9,opt,name=preparation,proto3" json:"preparation,omitempty"`
+	Programs        []*ProgramDescriptor `protobuf:"bytes,10,rep,name=programs,proto3" json:"programs,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3696,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3709,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{36}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -3003,11 +3768,25 @@ func (x *OpResult) GetErrorKindsNamed() bool {
 	return false
 }
 
+func (x *OpResult) GetPreparation() *Preparation {
+	if x != nil {
+		return x.Preparation
+	}
+	return nil
+}
+
+func (x *OpResult) GetPrograms() []*ProgramDescriptor {
+	if x != nil {
+		return x.Programs
+	}
+	return nil
+}
+
 var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\x98\x02\n" +
+	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xb2\x02\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
@@ -3017,7 +3796,8 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\arefusal\x18\x06 \x01(\tR\arefusal\x129\n" +
 	"\n" +
 	"data_plane\x18\a \x01(\v2\x1a.lanes.remote.v1.DataPlaneR\tdataPlane\x12'\n" +
-	"\x0fheartbeat_nanos\x18\b \x01(\x03R\x0eheartbeatNanos\"\x80\x01\n" +
+	"\x0fheartbeat_nanos\x18\b \x01(\x03R\x0eheartbeatNanos\x12\x18\n" +
+	"\aruntime\x18\t \x01(\tR\aruntime\"\x80\x01\n" +
 	"\tDataPlane\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x1d\n" +
@@ -3109,20 +3889,52 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04form\x18\x01 \x01(\rR\x04form\x12+\n" +
 	"\x11participant_start\x18\x02 \x01(\rR\x10participantStart\x12+\n" +
 	"\x11participant_count\x18\x03 \x01(\rR\x10participantCount\x12\x16\n" +
-	"\x06tokens\x18\x04 \x01(\x04R\x06tokens\"\xc1\x01\n" +
+	"\x06tokens\x18\x04 \x01(\x04R\x06tokens\"\xf6\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\rR\x05phase\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\x03R\x04node\x12)\n" +
 	"\x04work\x18\x03 \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\x122\n" +
 	"\acommand\x18\x04 \x01(\v2\x18.lanes.remote.v1.CommandR\acommand\x12/\n" +
-	"\x06replay\x18\x05 \x01(\v2\x17.lanes.remote.v1.ReplayR\x06replay\"\xd9\x01\n" +
+	"\x06replay\x18\x05 \x01(\v2\x17.lanes.remote.v1.ReplayR\x06replay\x123\n" +
+	"\x06invoke\x18\x06 \x01(\v2\x1b.lanes.remote.v1.InvocationR\x06invoke\"9\n" +
+	"\tProgramID\x12\x18\n" +
+	"\aruntime\x18\x01 \x01(\tR\aruntime\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"n\n" +
+	"\x0eProgramSegment\x12\x18\n" +
+	"\aordinal\x18\x01 \x01(\x03R\aordinal\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\x03R\x03end\x12\x1a\n" +
+	"\bcommands\x18\x04 \x01(\x03R\bcommands\"}\n" +
+	"\n" +
+	"Invocation\x124\n" +
+	"\aprogram\x18\x01 \x01(\v2\x1a.lanes.remote.v1.ProgramIDR\aprogram\x129\n" +
+	"\asegment\x18\x02 \x01(\v2\x1f.lanes.remote.v1.ProgramSegmentR\asegment\"\x99\x01\n" +
+	"\x0eProgramCapture\x12*\n" +
+	"\x02id\x18\x01 \x01(\v2\x1a.lanes.remote.v1.ProgramIDR\x02id\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x03R\x05nodes\x12)\n" +
+	"\x10eager_boundaries\x18\x03 \x03(\x03R\x0feagerBoundaries\x12\x1a\n" +
+	"\bbindings\x18\x04 \x03(\x03R\bbindings\"y\n" +
+	"\x06Layout\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12/\n" +
+	"\x06region\x18\x02 \x01(\v2\x17.lanes.remote.v1.RegionR\x06region\x12.\n" +
+	"\x06fields\x18\x03 \x03(\v2\x16.lanes.remote.v1.FieldR\x06fields\"7\n" +
+	"\x05Field\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x04R\x06length\"\x8f\x01\n" +
+	"\x05Patch\x12/\n" +
+	"\x06layout\x18\x01 \x01(\v2\x17.lanes.remote.v1.LayoutR\x06layout\x12\x14\n" +
+	"\x05field\x18\x02 \x01(\x03R\x05field\x12)\n" +
+	"\x03dst\x18\x03 \x01(\v2\x17.lanes.remote.v1.RegionR\x03dst\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\fR\x05bytes\"\xc6\x02\n" +
 	"\x05Batch\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x120\n" +
 	"\aentries\x18\x02 \x03(\v2\x16.lanes.remote.v1.EntryR\aentries\x12\x12\n" +
 	"\x04path\x18\x03 \x01(\rR\x04path\x12\x16\n" +
 	"\x06timing\x18\x04 \x01(\rR\x06timing\x12)\n" +
 	"\x10eager_boundaries\x18\x05 \x03(\x03R\x0feagerBoundaries\x12/\n" +
-	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\"\xfe\x01\n" +
+	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\x129\n" +
+	"\aprogram\x18\a \x01(\v2\x1f.lanes.remote.v1.ProgramCaptureR\aprogram\x120\n" +
+	"\apatches\x18\b \x03(\v2\x16.lanes.remote.v1.PatchR\apatches\"\xfe\x01\n" +
 	"\x06Submit\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x12\n" +
@@ -3242,7 +4054,29 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x06Forget\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\xfb\x01\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"]\n" +
+	"\tLaneAdmin\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02op\x18\x04 \x01(\rR\x02op\"\xf6\x01\n" +
+	"\vPreparation\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\rR\x05state\x12\x1a\n" +
+	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12\x1a\n" +
+	"\bresident\x18\x03 \x01(\x03R\bresident\x12\x1a\n" +
+	"\brejected\x18\x04 \x01(\x03R\brejected\x12\x18\n" +
+	"\abatches\x18\x05 \x01(\x03R\abatches\x12\x1a\n" +
+	"\bcaptured\x18\x06 \x01(\x03R\bcaptured\x12\x1a\n" +
+	"\buploaded\x18\a \x01(\x03R\buploaded\x12+\n" +
+	"\x11capacity_deferred\x18\b \x01(\x03R\x10capacityDeferred\"\xe0\x01\n" +
+	"\x11ProgramDescriptor\x129\n" +
+	"\acapture\x18\x01 \x01(\v2\x1f.lanes.remote.v1.ProgramCaptureR\acapture\x12;\n" +
+	"\bsegments\x18\x02 \x03(\v2\x1f.lanes.remote.v1.ProgramSegmentR\bsegments\x12)\n" +
+	"\x10segment_bindings\x18\x03 \x03(\x03R\x0fsegmentBindings\x12(\n" +
+	"\x04gaps\x18\x04 \x03(\v2\x14.lanes.remote.v1.GapR\x04gaps\"1\n" +
+	"\x03Gap\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\x03R\x04node\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\rR\x06reason\"\xfb\x02\n" +
 	"\bOpResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12/\n" +
@@ -3253,7 +4087,10 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1f\n" +
 	"\verror_kinds\x18\a \x03(\tR\n" +
 	"errorKinds\x12*\n" +
-	"\x11error_kinds_named\x18\b \x01(\bR\x0ferrorKindsNamedB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
+	"\x11error_kinds_named\x18\b \x01(\bR\x0ferrorKindsNamed\x12>\n" +
+	"\vpreparation\x18\t \x01(\v2\x1c.lanes.remote.v1.PreparationR\vpreparation\x12>\n" +
+	"\bprograms\x18\n" +
+	" \x03(\v2\".lanes.remote.v1.ProgramDescriptorR\bprogramsB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
 
 var (
 	file_lanes_remote_v1_wire_proto_rawDescOnce sync.Once
@@ -3267,45 +4104,56 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
-	(*Hello)(nil),       // 0: lanes.remote.v1.Hello
-	(*DataPlane)(nil),   // 1: lanes.remote.v1.DataPlane
-	(*Welcome)(nil),     // 2: lanes.remote.v1.Welcome
-	(*Device)(nil),      // 3: lanes.remote.v1.Device
-	(*Heartbeat)(nil),   // 4: lanes.remote.v1.Heartbeat
-	(*Probe)(nil),       // 5: lanes.remote.v1.Probe
-	(*Buffer)(nil),      // 6: lanes.remote.v1.Buffer
-	(*Region)(nil),      // 7: lanes.remote.v1.Region
-	(*HostRegion)(nil),  // 8: lanes.remote.v1.HostRegion
-	(*Arg)(nil),         // 9: lanes.remote.v1.Arg
-	(*Dim3)(nil),        // 10: lanes.remote.v1.Dim3
-	(*Command)(nil),     // 11: lanes.remote.v1.Command
-	(*LibraryCall)(nil), // 12: lanes.remote.v1.LibraryCall
-	(*Touch)(nil),       // 13: lanes.remote.v1.Touch
-	(*AreaRef)(nil),     // 14: lanes.remote.v1.AreaRef
-	(*Scope)(nil),       // 15: lanes.remote.v1.Scope
-	(*Replay)(nil),      // 16: lanes.remote.v1.Replay
-	(*Work)(nil),        // 17: lanes.remote.v1.Work
-	(*Entry)(nil),       // 18: lanes.remote.v1.Entry
-	(*Batch)(nil),       // 19: lanes.remote.v1.Batch
-	(*Submit)(nil),      // 20: lanes.remote.v1.Submit
-	(*Input)(nil),       // 21: lanes.remote.v1.Input
-	(*Submits)(nil),     // 22: lanes.remote.v1.Submits
-	(*Row)(nil),         // 23: lanes.remote.v1.Row
-	(*Receipt)(nil),     // 24: lanes.remote.v1.Receipt
-	(*Segment)(nil),     // 25: lanes.remote.v1.Segment
-	(*SpanTiming)(nil),  // 26: lanes.remote.v1.SpanTiming
-	(*CacheEvent)(nil),  // 27: lanes.remote.v1.CacheEvent
-	(*Leaving)(nil),     // 28: lanes.remote.v1.Leaving
-	(*Timing)(nil),      // 29: lanes.remote.v1.Timing
-	(*Receipts)(nil),    // 30: lanes.remote.v1.Receipts
-	(*Join)(nil),        // 31: lanes.remote.v1.Join
-	(*Alloc)(nil),       // 32: lanes.remote.v1.Alloc
-	(*Free)(nil),        // 33: lanes.remote.v1.Free
-	(*Read)(nil),        // 34: lanes.remote.v1.Read
-	(*Forget)(nil),      // 35: lanes.remote.v1.Forget
-	(*OpResult)(nil),    // 36: lanes.remote.v1.OpResult
+	(*Hello)(nil),             // 0: lanes.remote.v1.Hello
+	(*DataPlane)(nil),         // 1: lanes.remote.v1.DataPlane
+	(*Welcome)(nil),           // 2: lanes.remote.v1.Welcome
+	(*Device)(nil),            // 3: lanes.remote.v1.Device
+	(*Heartbeat)(nil),         // 4: lanes.remote.v1.Heartbeat
+	(*Probe)(nil),             // 5: lanes.remote.v1.Probe
+	(*Buffer)(nil),            // 6: lanes.remote.v1.Buffer
+	(*Region)(nil),            // 7: lanes.remote.v1.Region
+	(*HostRegion)(nil),        // 8: lanes.remote.v1.HostRegion
+	(*Arg)(nil),               // 9: lanes.remote.v1.Arg
+	(*Dim3)(nil),              // 10: lanes.remote.v1.Dim3
+	(*Command)(nil),           // 11: lanes.remote.v1.Command
+	(*LibraryCall)(nil),       // 12: lanes.remote.v1.LibraryCall
+	(*Touch)(nil),             // 13: lanes.remote.v1.Touch
+	(*AreaRef)(nil),           // 14: lanes.remote.v1.AreaRef
+	(*Scope)(nil),             // 15: lanes.remote.v1.Scope
+	(*Replay)(nil),            // 16: lanes.remote.v1.Replay
+	(*Work)(nil),              // 17: lanes.remote.v1.Work
+	(*Entry)(nil),             // 18: lanes.remote.v1.Entry
+	(*ProgramID)(nil),         // 19: lanes.remote.v1.ProgramID
+	(*ProgramSegment)(nil),    // 20: lanes.remote.v1.ProgramSegment
+	(*Invocation)(nil),        // 21: lanes.remote.v1.Invocation
+	(*ProgramCapture)(nil),    // 22: lanes.remote.v1.ProgramCapture
+	(*Layout)(nil),            // 23: lanes.remote.v1.Layout
+	(*Field)(nil),             // 24: lanes.remote.v1.Field
+	(*Patch)(nil),             // 25: lanes.remote.v1.Patch
+	(*Batch)(nil),             // 26: lanes.remote.v1.Batch
+	(*Submit)(nil),            // 27: lanes.remote.v1.Submit
+	(*Input)(nil),             // 28: lanes.remote.v1.Input
+	(*Submits)(nil),           // 29: lanes.remote.v1.Submits
+	(*Row)(nil),               // 30: lanes.remote.v1.Row
+	(*Receipt)(nil),           // 31: lanes.remote.v1.Receipt
+	(*Segment)(nil),           // 32: lanes.remote.v1.Segment
+	(*SpanTiming)(nil),        // 33: lanes.remote.v1.SpanTiming
+	(*CacheEvent)(nil),        // 34: lanes.remote.v1.CacheEvent
+	(*Leaving)(nil),           // 35: lanes.remote.v1.Leaving
+	(*Timing)(nil),            // 36: lanes.remote.v1.Timing
+	(*Receipts)(nil),          // 37: lanes.remote.v1.Receipts
+	(*Join)(nil),              // 38: lanes.remote.v1.Join
+	(*Alloc)(nil),             // 39: lanes.remote.v1.Alloc
+	(*Free)(nil),              // 40: lanes.remote.v1.Free
+	(*Read)(nil),              // 41: lanes.remote.v1.Read
+	(*Forget)(nil),            // 42: lanes.remote.v1.Forget
+	(*LaneAdmin)(nil),         // 43: lanes.remote.v1.LaneAdmin
+	(*Preparation)(nil),       // 44: lanes.remote.v1.Preparation
+	(*ProgramDescriptor)(nil), // 45: lanes.remote.v1.ProgramDescriptor
+	(*Gap)(nil),               // 46: lanes.remote.v1.Gap
+	(*OpResult)(nil),          // 47: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	3,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -3326,28 +4174,43 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	17, // 15: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
 	11, // 16: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
 	16, // 17: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
-	18, // 18: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
-	6,  // 19: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
-	19, // 20: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
-	21, // 21: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
-	14, // 22: lanes.remote.v1.Input.area:type_name -> lanes.remote.v1.AreaRef
-	20, // 23: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
-	17, // 24: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
-	23, // 25: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	29, // 26: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	25, // 27: lanes.remote.v1.Receipt.segments:type_name -> lanes.remote.v1.Segment
-	26, // 28: lanes.remote.v1.Receipt.spans:type_name -> lanes.remote.v1.SpanTiming
-	27, // 29: lanes.remote.v1.Receipt.events:type_name -> lanes.remote.v1.CacheEvent
-	6,  // 30: lanes.remote.v1.Receipt.released:type_name -> lanes.remote.v1.Buffer
-	24, // 31: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	6,  // 32: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	7,  // 33: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	6,  // 34: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	21, // 18: lanes.remote.v1.Entry.invoke:type_name -> lanes.remote.v1.Invocation
+	19, // 19: lanes.remote.v1.Invocation.program:type_name -> lanes.remote.v1.ProgramID
+	20, // 20: lanes.remote.v1.Invocation.segment:type_name -> lanes.remote.v1.ProgramSegment
+	19, // 21: lanes.remote.v1.ProgramCapture.id:type_name -> lanes.remote.v1.ProgramID
+	7,  // 22: lanes.remote.v1.Layout.region:type_name -> lanes.remote.v1.Region
+	24, // 23: lanes.remote.v1.Layout.fields:type_name -> lanes.remote.v1.Field
+	23, // 24: lanes.remote.v1.Patch.layout:type_name -> lanes.remote.v1.Layout
+	7,  // 25: lanes.remote.v1.Patch.dst:type_name -> lanes.remote.v1.Region
+	18, // 26: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
+	6,  // 27: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
+	22, // 28: lanes.remote.v1.Batch.program:type_name -> lanes.remote.v1.ProgramCapture
+	25, // 29: lanes.remote.v1.Batch.patches:type_name -> lanes.remote.v1.Patch
+	26, // 30: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
+	28, // 31: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
+	14, // 32: lanes.remote.v1.Input.area:type_name -> lanes.remote.v1.AreaRef
+	27, // 33: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
+	17, // 34: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
+	30, // 35: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	36, // 36: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	32, // 37: lanes.remote.v1.Receipt.segments:type_name -> lanes.remote.v1.Segment
+	33, // 38: lanes.remote.v1.Receipt.spans:type_name -> lanes.remote.v1.SpanTiming
+	34, // 39: lanes.remote.v1.Receipt.events:type_name -> lanes.remote.v1.CacheEvent
+	6,  // 40: lanes.remote.v1.Receipt.released:type_name -> lanes.remote.v1.Buffer
+	31, // 41: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	6,  // 42: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	7,  // 43: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	22, // 44: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
+	20, // 45: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
+	46, // 46: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
+	6,  // 47: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	44, // 48: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
+	45, // 49: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -3361,7 +4224,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
