@@ -33,6 +33,9 @@ const (
 	planeRead     uint16 = 4
 	planeForget   uint16 = 5
 	planeLaneOp   uint16 = 6
+	planeStaged   uint16 = 7  // a StagedPrepare
+	planeReplay   uint16 = 8  // a StagedReplay
+	planeRelease  uint16 = 9  // a StagedRelease
 	planeReceipts uint16 = 11 // host to front
 	planeResult   uint16 = 12
 	planeLeaving  uint16 = 13

@@ -104,6 +104,12 @@ func planeKindOf(m proto.Message) uint16 {
 		return planeRead
 	case *wirepb.LaneAdmin:
 		return planeLaneOp
+	case *wirepb.StagedPrepare:
+		return planeStaged
+	case *wirepb.StagedReplay:
+		return planeReplay
+	case *wirepb.StagedRelease:
+		return planeRelease
 	default:
 		return planeForget
 	}

@@ -23,6 +23,9 @@ var hostReads = map[uint16]func() proto.Message{
 	planeRead:    func() proto.Message { return &wirepb.Read{} },
 	planeForget:  func() proto.Message { return &wirepb.Forget{} },
 	planeLaneOp:  func() proto.Message { return &wirepb.LaneAdmin{} },
+	planeStaged:  func() proto.Message { return &wirepb.StagedPrepare{} },
+	planeReplay:  func() proto.Message { return &wirepb.StagedReplay{} },
+	planeRelease: func() proto.Message { return &wirepb.StagedRelease{} },
 }
 
 // onThisMachine reports whether a front's address is on this machine as

@@ -97,8 +97,9 @@
 // segments and binding patches cross as the plain data they are; a host
 // scopes program names to the registration (MaxProgramName), and
 // Front.Seal, Front.Preparation and Front.Catalog act on the lane a
-// tenant's batches run on. Staging (stage-ins and stage-outs) is pinned
-// memory of the sending process: it has no wire form yet and is refused
-// on encoding (ErrWire), as staged programs have no counterpart on a
-// front.
+// tenant's batches run on. Stage-ins and stage-outs name pinned memory of
+// the sending process: they have no wire form and are refused on encoding
+// (ErrWire); a staged program is declared by its slots' device regions
+// instead (StagedSpec, Front.PrepareStaged, Front.Replay), and its host
+// makes the staging.
 package remote

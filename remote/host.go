@@ -437,7 +437,7 @@ func (h *Host) Receive(ctx actor.Context) {
 	case *leaveNow:
 		h.startLeaving()
 		close(m.done)
-	case *wirepb.Alloc, *wirepb.Free, *wirepb.Read, *wirepb.Forget, *wirepb.LaneAdmin:
+	case *wirepb.Alloc, *wirepb.Free, *wirepb.Read, *wirepb.Forget, *wirepb.LaneAdmin, *wirepb.StagedPrepare, *wirepb.StagedReplay, *wirepb.StagedRelease:
 		if op := m.(tenantOp); h.opSentBy(ctx, op.GetEpoch()) {
 			if r, ok := h.serving(op.GetEpoch()); ok {
 				r.heard()

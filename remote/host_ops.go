@@ -32,6 +32,7 @@ type hostOps struct {
 	done    chan struct{}
 	tenants map[string]map[uint64]cuda.Buffer // by tenant, by buffer id: only the goroutine touches it
 	owner   map[string]uint64                 // the registration (epoch) that last allocated for each tenant
+	staged  *hostStaged                       // tenants' staged programs (replayed on goroutines of their own)
 
 	mu     sync.Mutex // orders later retirements with stop
 	closed bool
@@ -45,7 +46,7 @@ type hostOp struct {
 }
 
 func startHostOps(h *Host) (*hostOps, error) {
-	o := &hostOps{h: h, work: make(chan hostOp, 1024), done: make(chan struct{}), tenants: map[string]map[uint64]cuda.Buffer{}, owner: map[string]uint64{}}
+	o := &hostOps{h: h, work: make(chan hostOp, 1024), done: make(chan struct{}), tenants: map[string]map[uint64]cuda.Buffer{}, owner: map[string]uint64{}, staged: newHostStaged()}
 	bound := make(chan error, 1)
 	go func() {
 		defer close(o.done)
@@ -158,6 +159,14 @@ func (o *hostOps) run(op hostOp) {
 	case *wirepb.LaneAdmin:
 		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		err = o.laneAdmin(res, op.epoch, tenant, m)
+	case *wirepb.StagedPrepare:
+		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
+		if err = o.prepareStaged(res, op.epoch, tenant, m); err == nil {
+			o.owner[tenant] = op.epoch // retired with the registration, as an allocation is
+		}
+	case *wirepb.StagedRelease:
+		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
+		err = o.releaseStaged(tenant, m)
 	}
 	if err != nil {
 		errorToResult(res, err, unscoped(err.Error(), tenant, named))
@@ -290,6 +299,7 @@ func (o *hostOps) forget(tenant string) error {
 	}
 	delete(o.tenants, tenant)
 	delete(o.owner, tenant)
+	o.forgetStaged(tenant)
 	return first
 }
 

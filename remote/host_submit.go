@@ -119,7 +119,8 @@ func shardOf(tenant string) int {
 }
 
 // tenantOp is an operation of a registration's tenant: an Alloc, Free,
-// Read, Forget or LaneAdmin, from the remote or a data plane.
+// Read, Forget, LaneAdmin or a staged program's, from the remote or a
+// data plane.
 type tenantOp interface {
 	GetEpoch() uint64
 	GetCall() uint64
@@ -132,7 +133,14 @@ type tenantOp interface {
 // Read sees what the steps before it wrote).
 func (h *Host) takeOp(op tenantOp) {
 	epoch, call := op.GetEpoch(), op.GetCall()
-	if _, alloc := op.(*wirepb.Alloc); alloc && h.leaving.Load() {
+	if m, ok := op.(*wirepb.StagedReplay); ok {
+		// Not in the tenant's order: a staged replay runs on the lane it
+		// was prepared on, as in one process, and waits for its fence there.
+		go h.replayStaged(epoch, call, m)
+		return
+	}
+	_, prepare := op.(*wirepb.StagedPrepare)
+	if _, alloc := op.(*wirepb.Alloc); (alloc || prepare) && h.leaving.Load() {
 		res := &wirepb.OpResult{Epoch: epoch, Call: call}
 		errorToResult(res, errLeaving, errLeaving.Error())
 		h.send(outgoing{result: res})
@@ -195,15 +203,10 @@ func (h *Host) reply(j hostJob, p *actors.Pending) {
 		r.Err = err // what a caller in one process gets back (an indeterminate end says so)
 	}
 	j.ended() // the step ended: no copy reads its uploads any more
-	r.Tenant = j.tenant
 	rows, segs := r.Attribution.Rows, r.Attribution.Segments
 	r.Attribution.Rows, r.Attribution.Segments = nil, nil
-	w := ReceiptToWire(j.epoch, j.call, r, nil)
-	w.Error = unscoped(w.Error, j.b.Tenant, j.tenant)
+	w := h.receiptToFront(j.epoch, j.call, r, j.b.Tenant, j.tenant)
 	w.Timing = j.timing
-	if r.HostTimed {
-		w.HostStartUnixNano, w.HostTimed = h.sched.ClockOrigin().Add(r.HostStart).UnixNano(), true
-	}
 	h.send(outgoing{receipt: w, rows: rows, segments: segs, template: j.template})
 	h.inFlight.Add(-1)
 }
@@ -490,4 +493,17 @@ func (h *Host) replyLoop(q *replyQueue) {
 			}
 		}
 	}
+}
+
+// receiptToFront encodes a receipt of the host's scheduler for the front
+// of the registration: its tenant (tenant in the scheduler) as the front
+// named it, and its host start on the Unix clock.
+func (h *Host) receiptToFront(epoch, call uint64, r lanes.Receipt, tenant, named string) *wirepb.Receipt {
+	r.Tenant = named
+	w := ReceiptToWire(epoch, call, r, nil)
+	w.Error = unscoped(w.Error, tenant, named)
+	if r.HostTimed {
+		w.HostStartUnixNano, w.HostTimed = h.sched.ClockOrigin().Add(r.HostStart).UnixNano(), true
+	}
+	return w
 }

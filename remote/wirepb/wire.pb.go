@@ -3440,6 +3440,352 @@ func (x *LaneAdmin) GetOp() uint32 {
 	return 0
 }
 
+// StagedPrepare declares a staged program for a tenant (lanes.Staged):
+// the host makes each slot's pinned staging (as long as the slot's device
+// region), captures the program on the tenant's lane and keeps it under
+// the id it answers (OpResult.staged) until StagedRelease or the tenant's
+// end.
+type StagedPrepare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Inputs        []*Region              `protobuf:"bytes,4,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	InputMap      []int64                `protobuf:"varint,5,rep,packed,name=input_map,json=inputMap,proto3" json:"input_map,omitempty"`
+	Outputs       []*Region              `protobuf:"bytes,6,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	OutputMap     []int64                `protobuf:"varint,7,rep,packed,name=output_map,json=outputMap,proto3" json:"output_map,omitempty"`
+	Compute       []*Entry               `protobuf:"bytes,8,rep,name=compute,proto3" json:"compute,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StagedPrepare) Reset() {
+	*x = StagedPrepare{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagedPrepare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagedPrepare) ProtoMessage() {}
+
+func (x *StagedPrepare) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagedPrepare.ProtoReflect.Descriptor instead.
+func (*StagedPrepare) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *StagedPrepare) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *StagedPrepare) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *StagedPrepare) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *StagedPrepare) GetInputs() []*Region {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *StagedPrepare) GetInputMap() []int64 {
+	if x != nil {
+		return x.InputMap
+	}
+	return nil
+}
+
+func (x *StagedPrepare) GetOutputs() []*Region {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+func (x *StagedPrepare) GetOutputMap() []int64 {
+	if x != nil {
+		return x.OutputMap
+	}
+	return nil
+}
+
+func (x *StagedPrepare) GetCompute() []*Entry {
+	if x != nil {
+		return x.Compute
+	}
+	return nil
+}
+
+// StagedReplay replays a staged program the tenant prepared, with its
+// inputs in logical order; collect asks for its outputs.
+type StagedReplay struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Staged        uint64                 `protobuf:"varint,4,opt,name=staged,proto3" json:"staged,omitempty"`
+	Inputs        [][]byte               `protobuf:"bytes,5,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Collect       bool                   `protobuf:"varint,6,opt,name=collect,proto3" json:"collect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StagedReplay) Reset() {
+	*x = StagedReplay{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagedReplay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagedReplay) ProtoMessage() {}
+
+func (x *StagedReplay) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagedReplay.ProtoReflect.Descriptor instead.
+func (*StagedReplay) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *StagedReplay) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *StagedReplay) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *StagedReplay) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *StagedReplay) GetStaged() uint64 {
+	if x != nil {
+		return x.Staged
+	}
+	return 0
+}
+
+func (x *StagedReplay) GetInputs() [][]byte {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *StagedReplay) GetCollect() bool {
+	if x != nil {
+		return x.Collect
+	}
+	return false
+}
+
+// StagedRelease frees a staged program the tenant prepared (its staging).
+type StagedRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Staged        uint64                 `protobuf:"varint,4,opt,name=staged,proto3" json:"staged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StagedRelease) Reset() {
+	*x = StagedRelease{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagedRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagedRelease) ProtoMessage() {}
+
+func (x *StagedRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagedRelease.ProtoReflect.Descriptor instead.
+func (*StagedRelease) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *StagedRelease) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *StagedRelease) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *StagedRelease) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *StagedRelease) GetStaged() uint64 {
+	if x != nil {
+		return x.Staged
+	}
+	return 0
+}
+
+// StagedOutcome is a staged replay's outcome (lanes.StagedResult): its
+// outputs in logical order (when collected) and its receipt.
+type StagedOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Outputs       [][]byte               `protobuf:"bytes,1,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	DeviceTimeNs  int64                  `protobuf:"varint,2,opt,name=device_time_ns,json=deviceTimeNs,proto3" json:"device_time_ns,omitempty"`
+	TimeKnown     bool                   `protobuf:"varint,3,opt,name=time_known,json=timeKnown,proto3" json:"time_known,omitempty"`
+	OutputCache   bool                   `protobuf:"varint,4,opt,name=output_cache,json=outputCache,proto3" json:"output_cache,omitempty"`
+	Resident      bool                   `protobuf:"varint,5,opt,name=resident,proto3" json:"resident,omitempty"`
+	Receipt       *Receipt               `protobuf:"bytes,6,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StagedOutcome) Reset() {
+	*x = StagedOutcome{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagedOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagedOutcome) ProtoMessage() {}
+
+func (x *StagedOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagedOutcome.ProtoReflect.Descriptor instead.
+func (*StagedOutcome) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *StagedOutcome) GetOutputs() [][]byte {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+func (x *StagedOutcome) GetDeviceTimeNs() int64 {
+	if x != nil {
+		return x.DeviceTimeNs
+	}
+	return 0
+}
+
+func (x *StagedOutcome) GetTimeKnown() bool {
+	if x != nil {
+		return x.TimeKnown
+	}
+	return false
+}
+
+func (x *StagedOutcome) GetOutputCache() bool {
+	if x != nil {
+		return x.OutputCache
+	}
+	return false
+}
+
+func (x *StagedOutcome) GetResident() bool {
+	if x != nil {
+		return x.Resident
+	}
+	return false
+}
+
+func (x *StagedOutcome) GetReceipt() *Receipt {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
+}
+
 // Preparation is a lane's preparation (cache.Preparation).
 type Preparation struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -3457,7 +3803,7 @@ type Preparation struct {
 
 func (x *Preparation) Reset() {
 	*x = Preparation{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3815,7 @@ func (x *Preparation) String() string {
 func (*Preparation) ProtoMessage() {}
 
 func (x *Preparation) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3828,7 @@ func (x *Preparation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preparation.ProtoReflect.Descriptor instead.
 func (*Preparation) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{44}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Preparation) GetState() uint32 {
@@ -3554,7 +3900,7 @@ type ProgramDescriptor struct {
 
 func (x *ProgramDescriptor) Reset() {
 	*x = ProgramDescriptor{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +3912,7 @@ func (x *ProgramDescriptor) String() string {
 func (*ProgramDescriptor) ProtoMessage() {}
 
 func (x *ProgramDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +3925,7 @@ func (x *ProgramDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgramDescriptor.ProtoReflect.Descriptor instead.
 func (*ProgramDescriptor) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{45}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ProgramDescriptor) GetCapture() *ProgramCapture {
@@ -3621,7 +3967,7 @@ type Gap struct {
 
 func (x *Gap) Reset() {
 	*x = Gap{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +3979,7 @@ func (x *Gap) String() string {
 func (*Gap) ProtoMessage() {}
 
 func (x *Gap) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +3992,7 @@ func (x *Gap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gap.ProtoReflect.Descriptor instead.
 func (*Gap) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{46}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Gap) GetNode() int64 {
@@ -3678,13 +4024,19 @@ type OpResult struct {
 	ErrorKindsNamed bool                 `protobuf:"varint,8,opt,name=error_kinds_named,json=errorKindsNamed,proto3" json:"error_kinds_named,omitempty"`
 	Preparation     *Preparation         `protobuf:"bytes,9,opt,name=preparation,proto3" json:"preparation,omitempty"`
 	Programs        []*ProgramDescriptor `protobuf:"bytes,10,rep,name=programs,proto3" json:"programs,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A StagedPrepare's program id, and what one replay moves each way.
+	Staged         uint64 `protobuf:"varint,11,opt,name=staged,proto3" json:"staged,omitempty"`
+	StagedInBytes  uint64 `protobuf:"varint,12,opt,name=staged_in_bytes,json=stagedInBytes,proto3" json:"staged_in_bytes,omitempty"`
+	StagedOutBytes uint64 `protobuf:"varint,13,opt,name=staged_out_bytes,json=stagedOutBytes,proto3" json:"staged_out_bytes,omitempty"`
+	// A StagedReplay's outcome.
+	Replay        *StagedOutcome `protobuf:"bytes,14,opt,name=replay,proto3" json:"replay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +4048,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +4061,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{47}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -3778,6 +4130,34 @@ func (x *OpResult) GetPreparation() *Preparation {
 func (x *OpResult) GetPrograms() []*ProgramDescriptor {
 	if x != nil {
 		return x.Programs
+	}
+	return nil
+}
+
+func (x *OpResult) GetStaged() uint64 {
+	if x != nil {
+		return x.Staged
+	}
+	return 0
+}
+
+func (x *OpResult) GetStagedInBytes() uint64 {
+	if x != nil {
+		return x.StagedInBytes
+	}
+	return 0
+}
+
+func (x *OpResult) GetStagedOutBytes() uint64 {
+	if x != nil {
+		return x.StagedOutBytes
+	}
+	return 0
+}
+
+func (x *OpResult) GetReplay() *StagedOutcome {
+	if x != nil {
+		return x.Replay
 	}
 	return nil
 }
@@ -4059,7 +4439,37 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x0e\n" +
-	"\x02op\x18\x04 \x01(\rR\x02op\"\xf6\x01\n" +
+	"\x02op\x18\x04 \x01(\rR\x02op\"\xa3\x02\n" +
+	"\rStagedPrepare\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12/\n" +
+	"\x06inputs\x18\x04 \x03(\v2\x17.lanes.remote.v1.RegionR\x06inputs\x12\x1b\n" +
+	"\tinput_map\x18\x05 \x03(\x03R\binputMap\x121\n" +
+	"\aoutputs\x18\x06 \x03(\v2\x17.lanes.remote.v1.RegionR\aoutputs\x12\x1d\n" +
+	"\n" +
+	"output_map\x18\a \x03(\x03R\toutputMap\x120\n" +
+	"\acompute\x18\b \x03(\v2\x16.lanes.remote.v1.EntryR\acompute\"\x9a\x01\n" +
+	"\fStagedReplay\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06staged\x18\x04 \x01(\x04R\x06staged\x12\x16\n" +
+	"\x06inputs\x18\x05 \x03(\fR\x06inputs\x12\x18\n" +
+	"\acollect\x18\x06 \x01(\bR\acollect\"i\n" +
+	"\rStagedRelease\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06staged\x18\x04 \x01(\x04R\x06staged\"\xe1\x01\n" +
+	"\rStagedOutcome\x12\x18\n" +
+	"\aoutputs\x18\x01 \x03(\fR\aoutputs\x12$\n" +
+	"\x0edevice_time_ns\x18\x02 \x01(\x03R\fdeviceTimeNs\x12\x1d\n" +
+	"\n" +
+	"time_known\x18\x03 \x01(\bR\ttimeKnown\x12!\n" +
+	"\foutput_cache\x18\x04 \x01(\bR\voutputCache\x12\x1a\n" +
+	"\bresident\x18\x05 \x01(\bR\bresident\x122\n" +
+	"\areceipt\x18\x06 \x01(\v2\x18.lanes.remote.v1.ReceiptR\areceipt\"\xf6\x01\n" +
 	"\vPreparation\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\rR\x05state\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12\x1a\n" +
@@ -4076,7 +4486,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x04gaps\x18\x04 \x03(\v2\x14.lanes.remote.v1.GapR\x04gaps\"1\n" +
 	"\x03Gap\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\x03R\x04node\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\rR\x06reason\"\xfb\x02\n" +
+	"\x06reason\x18\x02 \x01(\rR\x06reason\"\x9d\x04\n" +
 	"\bOpResult\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12/\n" +
@@ -4090,7 +4500,11 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x11error_kinds_named\x18\b \x01(\bR\x0ferrorKindsNamed\x12>\n" +
 	"\vpreparation\x18\t \x01(\v2\x1c.lanes.remote.v1.PreparationR\vpreparation\x12>\n" +
 	"\bprograms\x18\n" +
-	" \x03(\v2\".lanes.remote.v1.ProgramDescriptorR\bprogramsB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
+	" \x03(\v2\".lanes.remote.v1.ProgramDescriptorR\bprograms\x12\x16\n" +
+	"\x06staged\x18\v \x01(\x04R\x06staged\x12&\n" +
+	"\x0fstaged_in_bytes\x18\f \x01(\x04R\rstagedInBytes\x12(\n" +
+	"\x10staged_out_bytes\x18\r \x01(\x04R\x0estagedOutBytes\x126\n" +
+	"\x06replay\x18\x0e \x01(\v2\x1e.lanes.remote.v1.StagedOutcomeR\x06replayB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
 
 var (
 	file_lanes_remote_v1_wire_proto_rawDescOnce sync.Once
@@ -4104,7 +4518,7 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),             // 0: lanes.remote.v1.Hello
 	(*DataPlane)(nil),         // 1: lanes.remote.v1.DataPlane
@@ -4150,10 +4564,14 @@ var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Read)(nil),              // 41: lanes.remote.v1.Read
 	(*Forget)(nil),            // 42: lanes.remote.v1.Forget
 	(*LaneAdmin)(nil),         // 43: lanes.remote.v1.LaneAdmin
-	(*Preparation)(nil),       // 44: lanes.remote.v1.Preparation
-	(*ProgramDescriptor)(nil), // 45: lanes.remote.v1.ProgramDescriptor
-	(*Gap)(nil),               // 46: lanes.remote.v1.Gap
-	(*OpResult)(nil),          // 47: lanes.remote.v1.OpResult
+	(*StagedPrepare)(nil),     // 44: lanes.remote.v1.StagedPrepare
+	(*StagedReplay)(nil),      // 45: lanes.remote.v1.StagedReplay
+	(*StagedRelease)(nil),     // 46: lanes.remote.v1.StagedRelease
+	(*StagedOutcome)(nil),     // 47: lanes.remote.v1.StagedOutcome
+	(*Preparation)(nil),       // 48: lanes.remote.v1.Preparation
+	(*ProgramDescriptor)(nil), // 49: lanes.remote.v1.ProgramDescriptor
+	(*Gap)(nil),               // 50: lanes.remote.v1.Gap
+	(*OpResult)(nil),          // 51: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	3,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -4200,17 +4618,22 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	31, // 41: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
 	6,  // 42: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
 	7,  // 43: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	22, // 44: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
-	20, // 45: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
-	46, // 46: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
-	6,  // 47: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	44, // 48: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
-	45, // 49: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	7,  // 44: lanes.remote.v1.StagedPrepare.inputs:type_name -> lanes.remote.v1.Region
+	7,  // 45: lanes.remote.v1.StagedPrepare.outputs:type_name -> lanes.remote.v1.Region
+	18, // 46: lanes.remote.v1.StagedPrepare.compute:type_name -> lanes.remote.v1.Entry
+	31, // 47: lanes.remote.v1.StagedOutcome.receipt:type_name -> lanes.remote.v1.Receipt
+	22, // 48: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
+	20, // 49: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
+	50, // 50: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
+	6,  // 51: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	48, // 52: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
+	49, // 53: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
+	47, // 54: lanes.remote.v1.OpResult.replay:type_name -> lanes.remote.v1.StagedOutcome
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -4224,7 +4647,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

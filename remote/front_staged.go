@@ -1,0 +1,180 @@
+// A tenant's staged programs through the front: declared by their device
+// regions and compute, prepared on the tenant's host with pinned staging
+// the host makes, replayed with Go slices, released.
+
+package remote
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
+)
+
+// StagedSpec is a staged program as a front declares it (lanes.NewStaged's
+// arguments but the staging): the device region of each input and output
+// slot, in slot order, the index maps that say which logical input or
+// output each slot is, and the compute entries (each with a replay key).
+// The host makes each slot's pinned staging itself, as long as its
+// region: a front's process has no pinned memory the host can reach.
+type StagedSpec struct {
+	Inputs    []cuda.Region
+	InputMap  []int
+	Outputs   []cuda.Region
+	OutputMap []int
+	Compute   []lanes.Entry
+}
+
+// StagedProgram is a staged program prepared on a tenant's host
+// (Front.PrepareStaged): it replays there, on the lane it was prepared
+// on, until it is released, its tenant forgotten, or its host lost (then
+// prepare it again).
+type StagedProgram struct {
+	tenant, host string
+	epoch, id    uint64
+	in, out      uint64
+}
+
+// Bytes is what one replay moves: its input slots' bytes and its output
+// slots' (read back when collected), as lanes.Staged.Bytes.
+func (p *StagedProgram) Bytes() (in, out uint64) { return p.in, p.out }
+
+// PrepareStaged prepares a staged program for the tenant on its host, as
+// actors.Scheduler.PrepareStaged does in one process, on the lane the
+// tenant's batches run on (its buffers' device's first lane for a tenant
+// that ran nothing yet): the host makes pinned staging for each slot,
+// owned by the tenant, and captures the program's two variants there (the
+// lane's preparation must be open). Slots are 1 byte to MaxHostBytes
+// each, at most MaxStagedSlots in all; a host keeps MaxStagedPerTenant
+// programs of a tenant (actors.ErrProgramLimit past it). The spec's
+// mistakes are refused as lanes.NewStaged refuses them.
+func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpec) (*StagedProgram, error) {
+	if err := f.admit(ctx, tenant); err != nil {
+		return nil, err
+	}
+	if len(spec.Inputs)+len(spec.Outputs) > MaxStagedSlots {
+		return nil, wireErr("%d slots; a staged program through a front has at most %d (remote.MaxStagedSlots)", len(spec.Inputs)+len(spec.Outputs), MaxStagedSlots)
+	}
+	compute, err := BatchToWire(lanes.Batch{Entries: spec.Compute})
+	if err != nil {
+		return nil, fmt.Errorf("the staged program's compute: %w", err)
+	}
+	pl, err := f.place(tenant)
+	if err != nil {
+		return nil, err
+	}
+	l, epoch := pl.link, pl.epoch
+	if err := refuseLeaving(tenant, l, epoch); err != nil {
+		return nil, err
+	}
+	m := &wirepb.StagedPrepare{Epoch: epoch, Tenant: tenant, Compute: compute.Entries, InputMap: nodesToWire(spec.InputMap), OutputMap: nodesToWire(spec.OutputMap)}
+	for _, r := range spec.Inputs {
+		m.Inputs = append(m.Inputs, regionToWire(r))
+	}
+	for _, r := range spec.Outputs {
+		m.Outputs = append(m.Outputs, regionToWire(r))
+	}
+	res, err := f.op(ctx, l, epoch, tenant, 0, func(call uint64) proto.Message {
+		m.Call = call
+		return m
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &StagedProgram{tenant: tenant, host: l.name, epoch: epoch, id: res.Staged, in: res.StagedInBytes, out: res.StagedOutBytes}, nil
+}
+
+// Replay runs a staged program the tenant prepared, with inputs in logical
+// order, and returns its outputs (when collect), as
+// actors.Scheduler.Replay does: the same StagedResult (OutputCache,
+// Resident, DeviceTime, the receipt) and the same errors, through a
+// *PeerError. Its inputs cross in the message, through the data plane
+// when the host has one, and the host copies them into the program's
+// staging. A program of another tenant, released, or prepared under a
+// host registration that is gone is refused (a *DeviceStateLostError for
+// a host lost or restarted since: prepare it again).
+func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
+	if err := f.admit(ctx, tenant); err != nil {
+		return lanes.StagedResult{}, err
+	}
+	switch {
+	case p == nil || p.id == 0:
+		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, fmt.Errorf("%w: not a staged program Front.PrepareStaged returned", lanes.ErrStagedInput))
+	case p.tenant != tenant:
+		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, fmt.Errorf("%w: the staged program was prepared for tenant %q; a tenant replays only its own", actors.ErrNotYours, p.tenant))
+	}
+	var bytes int64
+	for i, in := range inputs {
+		if len(in) > MaxHostBytes {
+			return lanes.StagedResult{}, tooLarge("input %d is %d bytes; at most %d cross the wire", i, len(in), MaxHostBytes)
+		}
+		bytes += int64(len(in))
+	}
+	if collect {
+		bytes += int64(min(p.out, maxBytesInFlight))
+	}
+	pl, err := f.place(tenant)
+	if err != nil {
+		return lanes.StagedResult{}, err
+	}
+	l, epoch := pl.link, pl.epoch
+	if l.name != p.host || epoch != p.epoch {
+		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, l.stateLost(tenant, p.epoch))
+	}
+	if err := refuseLeaving(tenant, l, epoch); err != nil {
+		return lanes.StagedResult{}, err
+	}
+	res, err := f.op(ctx, l, epoch, tenant, bytes, func(call uint64) proto.Message {
+		return &wirepb.StagedReplay{Epoch: epoch, Call: call, Tenant: tenant, Staged: p.id, Inputs: inputs, Collect: collect}
+	})
+	if res == nil || res.Replay == nil {
+		return lanes.StagedResult{}, err
+	}
+	out := lanes.StagedResult{Outputs: res.Replay.Outputs, DeviceTime: time.Duration(res.Replay.DeviceTimeNs), TimeKnown: res.Replay.TimeKnown,
+		OutputCache: res.Replay.OutputCache, Resident: res.Replay.Resident}
+	if w := res.Replay.Receipt; w != nil {
+		_, _, r, _, rerr := ReceiptFromWire(w)
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+		out.Receipt = r
+	}
+	if len(out.Outputs) == 0 {
+		out.Outputs = nil
+	}
+	return out, err
+}
+
+// ReleaseStaged frees a staged program the tenant prepared, and its
+// staging on the host; one with replays in flight is refused
+// (actors.ErrTenantBusy, retryable). A program whose host was lost is
+// gone already: releasing it is nil.
+func (f *Front) ReleaseStaged(ctx context.Context, tenant string, p *StagedProgram) error {
+	if err := f.admit(ctx, tenant); err != nil {
+		return err
+	}
+	switch {
+	case p == nil || p.id == 0:
+		return fmt.Errorf("%w: not a staged program Front.PrepareStaged returned", lanes.ErrStagedInput)
+	case p.tenant != tenant:
+		return fmt.Errorf("%w: the staged program was prepared for tenant %q; a tenant releases only its own", actors.ErrNotYours, p.tenant)
+	}
+	pl, err := f.place(tenant)
+	if err != nil {
+		return err
+	}
+	l, epoch := pl.link, pl.epoch
+	if l.name != p.host || epoch != p.epoch {
+		return nil
+	}
+	_, err = f.op(ctx, l, epoch, tenant, 0, func(call uint64) proto.Message {
+		return &wirepb.StagedRelease{Epoch: epoch, Call: call, Tenant: tenant, Staged: p.id}
+	})
+	return err
+}
