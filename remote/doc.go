@@ -101,5 +101,9 @@
 // the sending process: they have no wire form and are refused on encoding
 // (ErrWire); a staged program is declared by its slots' device regions
 // instead (StagedSpec, Front.PrepareStaged, Front.Replay), and its host
-// makes the staging.
+// makes the staging. Modules of one's own kernels a front's batches
+// launch cross as their images and declarations (FrontConfig.Modules),
+// and the host loads them before it serves the front (HostConfig.Modules
+// for a host of your own, with the Go references the simulated device
+// runs).
 package remote

@@ -17,7 +17,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/shmring"
+	"github.com/lanesched/lanes/remote/wirepb"
 )
 
 // FrontActor is the name of a front's actor: hosts answer it at the
@@ -77,6 +79,21 @@ type FrontConfig struct {
 	// host on this machine that offers a same-host data plane (to compare
 	// the two, or where shared memory misbehaves).
 	NoDataPlane bool
+	// Modules are modules of one's own kernels the front's batches launch
+	// (kernels.Module: a kernel's spec is what cuda.Launch builds a launch
+	// from). The front sends each host their images and kernel
+	// declarations when it registers, and the host loads them on its
+	// devices before it serves the front, or refuses the front saying why
+	// (HostStatus.Refusal; the front does not join it again): a module the
+	// device cannot load (on the simulated device, a kernel without a Go
+	// reference, which does not cross: serve such modules from a lane
+	// host of your own, HostConfig.Modules, hostcmd.Options.Modules), or
+	// one that differs from the module of that name the host has loaded.
+	// A kernel's extent check (KernelSpec.Check) is the front's own: the
+	// front runs it as it builds a launch, and the host's devices check
+	// the kernels' parameters against the image (the real device) and
+	// their launch limits. At most MaxModules modules of MaxModuleBytes.
+	Modules []kernels.Module
 	// Logf hears what no call answers (a host lost, restarted, refused);
 	// nil: standard error.
 	Logf func(format string, args ...any)
@@ -103,7 +120,8 @@ type Front struct {
 	sys       *system
 	pid       *actor.PID
 	calls     Calls[*Pending]
-	tokenFile string // the token's file, for the hosts it launches
+	tokenFile string           // the token's file, for the hosts it launches
+	modules   []*wirepb.Module // cfg.Modules as every Welcome carries them
 
 	linksMu        sync.Mutex              // adding links (the cluster's hosts)
 	links          atomic.Pointer[[]*link] // every host, fixed, launched or the cluster's: copied on add
@@ -139,6 +157,10 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: a nil context", ErrConfig)
 	}
+	modules, err := modulesToWire(cfg.Modules)
+	if err != nil {
+		return nil, err
+	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -173,7 +195,7 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if tokenFile == "" {
 		tokenFile, _ = DefaultTokenFile() // the endpoint found it already
 	}
-	f := &Front{cfg: cfg, sys: sys, tokenFile: tokenFile, member: member, refusedMembers: map[string]bool{}, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
+	f := &Front{cfg: cfg, sys: sys, tokenFile: tokenFile, modules: modules, member: member, refusedMembers: map[string]bool{}, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
 	var fixed []*link
 	for _, a := range cfg.Hosts {
 		fixed = append(fixed, newLink(f, a, nil))

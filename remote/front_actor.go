@@ -111,6 +111,9 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 		w.Accepted = false
 		w.Refusal = fmt.Sprintf("it sends a heartbeat every %v, and this front's LostAfter %v would lose it between two: give LostAfter at least %v (a few heartbeats), or the host a shorter --heartbeat", beat, a.f.cfg.LostAfter, 3*beat)
 	}
+	if w.Accepted {
+		w.Modules = a.f.modules
+	}
 	var plane *dataPlane
 	if w.Accepted && m.DataPlane != nil {
 		plane, w.DataPlaneRefusal = a.f.attach(l, m.DataPlane)
@@ -140,6 +143,13 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 // serves only once the host has shown it holds it, so no call goes to
 // one the host no longer has.
 func (a *frontActor) firstBeat(ctx actor.Context, l *link, m *wirepb.Heartbeat, p *pendingReg) (serving bool) {
+	if m.Dropped != "" && m.Refused {
+		if l.dropPending(m.Epoch) {
+			l.closePlane(m.Epoch)
+			l.refused("it will not serve this front: "+m.Dropped, false)
+		}
+		return false
+	}
 	if m.Dropped != "" {
 		if l.dropPending(m.Epoch) {
 			l.closePlane(m.Epoch)

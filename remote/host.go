@@ -17,6 +17,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -69,6 +70,14 @@ type HostConfig struct {
 	// CallBuilder); a name it does not serve is refused before any of the
 	// batch runs (ErrUnknownCall). nil: none.
 	Calls LibraryCalls
+	// Modules are modules of one's own kernels the host loads on each of
+	// its devices as it starts (kernels.Loader: with their Go references
+	// on the simulated device, which runs every kernel through one; the
+	// real device checks their declarations against the image). A front
+	// that sends a module of the same name (FrontConfig.Modules) is served
+	// when it is the same module (its image and declarations), and refused
+	// when it is not. nil: none.
+	Modules []kernels.Module
 	// MaxFronts bounds the fronts the host serves at once (0:
 	// DefaultMaxFronts); one more is refused with the reason.
 	MaxFronts int
@@ -111,11 +120,12 @@ const DefaultMaxFronts = 8
 // the host held for tenants set up under its old one is dropped; other
 // fronts' registrations go on.
 type Host struct {
-	cfg   HostConfig
-	sys   *system
-	sched *actors.Scheduler
-	pid   *actor.PID
-	ops   *hostOps
+	cfg     HostConfig
+	sys     *system
+	sched   *actors.Scheduler
+	pid     *actor.PID
+	ops     *hostOps
+	modules hostModules // what its devices loaded of modules, theirs and fronts'
 
 	mu        sync.Mutex
 	regs      map[uint64]*registration // by epoch
@@ -303,7 +313,14 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, sys: sys, sched: sched, quit: make(chan struct{}), regs: map[uint64]*registration{}, byFront: map[string]*registration{},
-		replaced: map[uint64]*registration{}, dropped: map[uint64]*droppedReg{}}
+		replaced: map[uint64]*registration{}, dropped: map[uint64]*droppedReg{}, modules: hostModules{sums: map[string]moduleSum{}}}
+	for _, m := range cfg.Modules {
+		if err := h.modules.load(cfg.Scheduler.Devices, m); err != nil {
+			releaseSystem(sys, HostActor, nil)
+			_ = sched.Stop(context.Background())
+			return nil, fmt.Errorf("%w: HostConfig.Modules: %w", ErrConfig, err)
+		}
+	}
 	h.ops, err = startHostOps(h)
 	if err != nil {
 		releaseSystem(sys, HostActor, nil)

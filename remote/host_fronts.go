@@ -142,6 +142,21 @@ func (h *Host) welcome(m *wirepb.Welcome) {
 		}
 		return
 	}
+	h.mu.Unlock()
+	if err := h.loadFrontModules(m.Modules); err != nil {
+		why := "its modules cannot load here: " + err.Error()
+		h.mu.Lock()
+		if h.regs[r.epoch] == r {
+			h.dropLocked(r, why)
+			h.dropped[r.epoch].refused = true // the front should not join again as it is
+		}
+		h.mu.Unlock()
+		r.closePlane(why)
+		h.ops.retire(r.epoch)
+		h.cfg.Logf("the front at %s: %s", r.front.Address, why)
+		return
+	}
+	h.mu.Lock()
 	r.welcomed = true
 	h.mu.Unlock()
 	h.takePlane(r, m)
@@ -217,9 +232,10 @@ const maxDropped = 64
 
 // droppedReg is what a host remembers of a registration it dropped.
 type droppedReg struct {
-	front string // the front's address
-	why   string
-	told  time.Time // when the host last told the front (under Host.mu)
+	front   string // the front's address
+	why     string
+	refused bool      // the host will not serve the front as it is (Heartbeat.refused)
+	told    time.Time // when the host last told the front (under Host.mu)
 }
 
 // tellDropped tells a front that speaks under a registration the host
@@ -236,7 +252,7 @@ func (h *Host) tellDropped(sender *actor.PID, epoch uint64) {
 	}
 	d.told = time.Now()
 	h.mu.Unlock()
-	h.tell(sender, &wirepb.Heartbeat{Epoch: epoch, SentUnixNano: time.Now().UnixNano(), Dropped: d.why})
+	h.tell(sender, &wirepb.Heartbeat{Epoch: epoch, SentUnixNano: time.Now().UnixNano(), Dropped: d.why, Refused: d.refused})
 }
 
 // frontGone: the remote lost the connection to a front (it died, or a

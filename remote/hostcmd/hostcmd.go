@@ -76,6 +76,11 @@ type Options struct {
 	// Calls are the library calls the host serves, by name
 	// (remote.HostConfig.Calls).
 	Calls remote.LibraryCalls
+	// Modules are modules of one's own kernels the host loads on its
+	// device as it starts (remote.HostConfig.Modules), with their Go
+	// references for the simulated device: a front that sends the same
+	// modules (remote.FrontConfig.Modules) is served.
+	Modules []kernels.Module
 }
 
 // Main runs the lanehost command with the process's arguments and
@@ -107,7 +112,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer, opts Options)
 	if o.heartbeat == 0 {
 		o.heartbeat = remote.DefaultHeartbeat // as HostConfig takes 0
 	}
-	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Calls: opts.Calls, TokenFile: o.tokenFile, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
+	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Calls: opts.Calls, Modules: opts.Modules, TokenFile: o.tokenFile, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
 		MaxFronts: o.maxFronts, SilentFront: o.silentFront, Advertise: o.advertise, NoDataPlane: o.noDataPlane, UploadAreaBytes: o.uploadArea,
 		Scheduler: actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: o.lanes, Spin: o.spin, MaxInFlightPerLane: o.maxInFlight},
 		Logf:      func(format string, a ...any) { fmt.Fprintf(stderr, "lanehost: "+format+"\n", a...) }}

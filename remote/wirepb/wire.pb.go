@@ -239,8 +239,12 @@ type Welcome struct {
 	DataPlane bool `protobuf:"varint,5,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
 	// Why the front did not take an offered data plane, if it did not.
 	DataPlaneRefusal string `protobuf:"bytes,6,opt,name=data_plane_refusal,json=dataPlaneRefusal,proto3" json:"data_plane_refusal,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The modules of the front's own kernels its batches launch
+	// (remote.FrontConfig.Modules): the host loads each on its devices
+	// before it serves the registration, or refuses it saying why.
+	Modules       []*Module `protobuf:"bytes,7,rep,name=modules,proto3" json:"modules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
@@ -315,6 +319,198 @@ func (x *Welcome) GetDataPlaneRefusal() string {
 	return ""
 }
 
+func (x *Welcome) GetModules() []*Module {
+	if x != nil {
+		return x.Modules
+	}
+	return nil
+}
+
+// Module is a module of one's own kernels (kernels.Module) as it crosses:
+// its image and each kernel's declared parameters (a kernel's extent
+// check and Go reference are code of the front, and stay there).
+type Module struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Image         []byte                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Kernels       []*KernelDecl          `protobuf:"bytes,3,rep,name=kernels,proto3" json:"kernels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Module) Reset() {
+	*x = Module{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Module) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Module) ProtoMessage() {}
+
+func (x *Module) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Module.ProtoReflect.Descriptor instead.
+func (*Module) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Module) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Module) GetImage() []byte {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+func (x *Module) GetKernels() []*KernelDecl {
+	if x != nil {
+		return x.Kernels
+	}
+	return nil
+}
+
+// KernelDecl is one kernel of a module: its name and parameters.
+type KernelDecl struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Params        []*ParamDecl           `protobuf:"bytes,2,rep,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelDecl) Reset() {
+	*x = KernelDecl{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelDecl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelDecl) ProtoMessage() {}
+
+func (x *KernelDecl) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelDecl.ProtoReflect.Descriptor instead.
+func (*KernelDecl) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KernelDecl) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KernelDecl) GetParams() []*ParamDecl {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+// ParamDecl is one kernel parameter (cuda.Param).
+type ParamDecl struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind          uint32                 `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Elem          uint32                 `protobuf:"varint,3,opt,name=elem,proto3" json:"elem,omitempty"`
+	Access        uint32                 `protobuf:"varint,4,opt,name=access,proto3" json:"access,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParamDecl) Reset() {
+	*x = ParamDecl{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParamDecl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParamDecl) ProtoMessage() {}
+
+func (x *ParamDecl) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParamDecl.ProtoReflect.Descriptor instead.
+func (*ParamDecl) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ParamDecl) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ParamDecl) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *ParamDecl) GetElem() uint32 {
+	if x != nil {
+		return x.Elem
+	}
+	return 0
+}
+
+func (x *ParamDecl) GetAccess() uint32 {
+	if x != nil {
+		return x.Access
+	}
+	return 0
+}
+
 // Device is one device a host serves.
 type Device struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -328,7 +524,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[3]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +536,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[3]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +549,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{3}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Device) GetInstance() uint64 {
@@ -400,14 +596,17 @@ type Heartbeat struct {
 	// connection from the front ended, say): its answer to a message under
 	// it (a Welcome, a probe, a submission). The front loses the epoch at
 	// once, instead of at its silence, and joins the host again.
-	Dropped       string `protobuf:"bytes,6,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Dropped string `protobuf:"bytes,6,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// With dropped: the host will not serve the front as it is (its
+	// modules cannot load here), and the front should not join again.
+	Refused       bool `protobuf:"varint,7,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +618,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[4]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +631,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{4}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Heartbeat) GetEpoch() uint64 {
@@ -477,6 +676,13 @@ func (x *Heartbeat) GetDropped() string {
 	return ""
 }
 
+func (x *Heartbeat) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
+}
+
 // Probe is the front's own heartbeat to a host (every LostAfter/5); the
 // host echoes the newest in its heartbeats. A front whose probes go
 // unechoed for LostAfter loses the host even while its heartbeats arrive:
@@ -491,7 +697,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +709,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[5]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +722,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{5}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Probe) GetEpoch() uint64 {
@@ -548,7 +754,7 @@ type Buffer struct {
 
 func (x *Buffer) Reset() {
 	*x = Buffer{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +766,7 @@ func (x *Buffer) String() string {
 func (*Buffer) ProtoMessage() {}
 
 func (x *Buffer) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[6]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +779,7 @@ func (x *Buffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Buffer.ProtoReflect.Descriptor instead.
 func (*Buffer) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{6}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Buffer) GetDevice() uint64 {
@@ -630,7 +836,7 @@ type Region struct {
 
 func (x *Region) Reset() {
 	*x = Region{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +848,7 @@ func (x *Region) String() string {
 func (*Region) ProtoMessage() {}
 
 func (x *Region) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[7]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +861,7 @@ func (x *Region) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Region.ProtoReflect.Descriptor instead.
 func (*Region) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{7}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Region) GetBuffer() *Buffer {
@@ -693,7 +899,7 @@ type HostRegion struct {
 
 func (x *HostRegion) Reset() {
 	*x = HostRegion{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +911,7 @@ func (x *HostRegion) String() string {
 func (*HostRegion) ProtoMessage() {}
 
 func (x *HostRegion) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[8]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +924,7 @@ func (x *HostRegion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRegion.ProtoReflect.Descriptor instead.
 func (*HostRegion) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{8}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HostRegion) GetDevice() uint64 {
@@ -769,7 +975,7 @@ type Arg struct {
 
 func (x *Arg) Reset() {
 	*x = Arg{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +987,7 @@ func (x *Arg) String() string {
 func (*Arg) ProtoMessage() {}
 
 func (x *Arg) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[9]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +1000,7 @@ func (x *Arg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arg.ProtoReflect.Descriptor instead.
 func (*Arg) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{9}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Arg) GetKind() uint32 {
@@ -837,7 +1043,7 @@ type Dim3 struct {
 
 func (x *Dim3) Reset() {
 	*x = Dim3{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1055,7 @@ func (x *Dim3) String() string {
 func (*Dim3) ProtoMessage() {}
 
 func (x *Dim3) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[10]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1068,7 @@ func (x *Dim3) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dim3.ProtoReflect.Descriptor instead.
 func (*Dim3) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{10}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Dim3) GetX() uint32 {
@@ -913,7 +1119,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1131,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[11]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1144,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{11}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Command) GetKind() uint32 {
@@ -1038,7 +1244,7 @@ type LibraryCall struct {
 
 func (x *LibraryCall) Reset() {
 	*x = LibraryCall{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1256,7 @@ func (x *LibraryCall) String() string {
 func (*LibraryCall) ProtoMessage() {}
 
 func (x *LibraryCall) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[12]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1269,7 @@ func (x *LibraryCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LibraryCall.ProtoReflect.Descriptor instead.
 func (*LibraryCall) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{12}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LibraryCall) GetName() string {
@@ -1098,7 +1304,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1316,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[13]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1329,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{13}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Touch) GetRegion() *Region {
@@ -1151,7 +1357,7 @@ type AreaRef struct {
 
 func (x *AreaRef) Reset() {
 	*x = AreaRef{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1369,7 @@ func (x *AreaRef) String() string {
 func (*AreaRef) ProtoMessage() {}
 
 func (x *AreaRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[14]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1382,7 @@ func (x *AreaRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AreaRef.ProtoReflect.Descriptor instead.
 func (*AreaRef) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{14}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AreaRef) GetOffset() uint64 {
@@ -1204,7 +1410,7 @@ type Scope struct {
 
 func (x *Scope) Reset() {
 	*x = Scope{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1422,7 @@ func (x *Scope) String() string {
 func (*Scope) ProtoMessage() {}
 
 func (x *Scope) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[15]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1435,7 @@ func (x *Scope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scope.ProtoReflect.Descriptor instead.
 func (*Scope) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{15}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Scope) GetKind() uint32 {
@@ -1258,7 +1464,7 @@ type Replay struct {
 
 func (x *Replay) Reset() {
 	*x = Replay{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1476,7 @@ func (x *Replay) String() string {
 func (*Replay) ProtoMessage() {}
 
 func (x *Replay) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[16]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1489,7 @@ func (x *Replay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replay.ProtoReflect.Descriptor instead.
 func (*Replay) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{16}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Replay) GetKey() []byte {
@@ -1313,7 +1519,7 @@ type Work struct {
 
 func (x *Work) Reset() {
 	*x = Work{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1531,7 @@ func (x *Work) String() string {
 func (*Work) ProtoMessage() {}
 
 func (x *Work) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[17]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1544,7 @@ func (x *Work) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Work.ProtoReflect.Descriptor instead.
 func (*Work) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{17}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Work) GetForm() uint32 {
@@ -1385,7 +1591,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1603,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[18]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1616,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{18}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Entry) GetPhase() uint32 {
@@ -1467,7 +1673,7 @@ type ProgramID struct {
 
 func (x *ProgramID) Reset() {
 	*x = ProgramID{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1685,7 @@ func (x *ProgramID) String() string {
 func (*ProgramID) ProtoMessage() {}
 
 func (x *ProgramID) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[19]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1698,7 @@ func (x *ProgramID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgramID.ProtoReflect.Descriptor instead.
 func (*ProgramID) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{19}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProgramID) GetRuntime() string {
@@ -1522,7 +1728,7 @@ type ProgramSegment struct {
 
 func (x *ProgramSegment) Reset() {
 	*x = ProgramSegment{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1740,7 @@ func (x *ProgramSegment) String() string {
 func (*ProgramSegment) ProtoMessage() {}
 
 func (x *ProgramSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[20]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1753,7 @@ func (x *ProgramSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgramSegment.ProtoReflect.Descriptor instead.
 func (*ProgramSegment) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{20}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProgramSegment) GetOrdinal() int64 {
@@ -1589,7 +1795,7 @@ type Invocation struct {
 
 func (x *Invocation) Reset() {
 	*x = Invocation{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1807,7 @@ func (x *Invocation) String() string {
 func (*Invocation) ProtoMessage() {}
 
 func (x *Invocation) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[21]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1820,7 @@ func (x *Invocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invocation.ProtoReflect.Descriptor instead.
 func (*Invocation) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{21}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Invocation) GetProgram() *ProgramID {
@@ -1644,7 +1850,7 @@ type ProgramCapture struct {
 
 func (x *ProgramCapture) Reset() {
 	*x = ProgramCapture{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1862,7 @@ func (x *ProgramCapture) String() string {
 func (*ProgramCapture) ProtoMessage() {}
 
 func (x *ProgramCapture) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[22]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1875,7 @@ func (x *ProgramCapture) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgramCapture.ProtoReflect.Descriptor instead.
 func (*ProgramCapture) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{22}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProgramCapture) GetId() *ProgramID {
@@ -1713,7 +1919,7 @@ type Layout struct {
 
 func (x *Layout) Reset() {
 	*x = Layout{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1931,7 @@ func (x *Layout) String() string {
 func (*Layout) ProtoMessage() {}
 
 func (x *Layout) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[23]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1944,7 @@ func (x *Layout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layout.ProtoReflect.Descriptor instead.
 func (*Layout) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{23}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Layout) GetId() string {
@@ -1773,7 +1979,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1991,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[24]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +2004,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{24}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Field) GetOffset() uint64 {
@@ -1829,7 +2035,7 @@ type Patch struct {
 
 func (x *Patch) Reset() {
 	*x = Patch{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2047,7 @@ func (x *Patch) String() string {
 func (*Patch) ProtoMessage() {}
 
 func (x *Patch) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[25]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2060,7 @@ func (x *Patch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Patch.ProtoReflect.Descriptor instead.
 func (*Patch) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{25}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Patch) GetLayout() *Layout {
@@ -1904,7 +2110,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2122,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[26]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2135,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{26}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Batch) GetTenant() string {
@@ -2016,7 +2222,7 @@ type Submit struct {
 
 func (x *Submit) Reset() {
 	*x = Submit{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2234,7 @@ func (x *Submit) String() string {
 func (*Submit) ProtoMessage() {}
 
 func (x *Submit) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[27]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2247,7 @@ func (x *Submit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submit.ProtoReflect.Descriptor instead.
 func (*Submit) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{27}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Submit) GetEpoch() uint64 {
@@ -2113,7 +2319,7 @@ type Input struct {
 
 func (x *Input) Reset() {
 	*x = Input{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2331,7 @@ func (x *Input) String() string {
 func (*Input) ProtoMessage() {}
 
 func (x *Input) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[28]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2344,7 @@ func (x *Input) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Input.ProtoReflect.Descriptor instead.
 func (*Input) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{28}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Input) GetEntry() uint32 {
@@ -2172,7 +2378,7 @@ type Submits struct {
 
 func (x *Submits) Reset() {
 	*x = Submits{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2390,7 @@ func (x *Submits) String() string {
 func (*Submits) ProtoMessage() {}
 
 func (x *Submits) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[29]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2403,7 @@ func (x *Submits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submits.ProtoReflect.Descriptor instead.
 func (*Submits) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{29}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Submits) GetSubmits() []*Submit {
@@ -2227,7 +2433,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2445,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[30]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2458,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{30}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Row) GetIndex() uint32 {
@@ -2382,7 +2588,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2600,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2613,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Receipt) GetEpoch() uint64 {
@@ -2618,7 +2824,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2836,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2849,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Segment) GetStart() uint32 {
@@ -2715,7 +2921,7 @@ type SpanTiming struct {
 
 func (x *SpanTiming) Reset() {
 	*x = SpanTiming{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2933,7 @@ func (x *SpanTiming) String() string {
 func (*SpanTiming) ProtoMessage() {}
 
 func (x *SpanTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2946,7 @@ func (x *SpanTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpanTiming.ProtoReflect.Descriptor instead.
 func (*SpanTiming) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SpanTiming) GetIndex() uint32 {
@@ -2784,7 +2990,7 @@ type CacheEvent struct {
 
 func (x *CacheEvent) Reset() {
 	*x = CacheEvent{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +3002,7 @@ func (x *CacheEvent) String() string {
 func (*CacheEvent) ProtoMessage() {}
 
 func (x *CacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +3015,7 @@ func (x *CacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheEvent.ProtoReflect.Descriptor instead.
 func (*CacheEvent) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{34}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CacheEvent) GetKind() string {
@@ -2847,7 +3053,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +3065,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +3078,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{35}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -2907,7 +3113,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3125,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3138,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{36}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -2973,7 +3179,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3191,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3204,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{37}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -3025,7 +3231,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3037,7 +3243,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3050,7 +3256,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{38}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -3091,7 +3297,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3309,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3322,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{39}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -3181,7 +3387,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3399,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3412,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{40}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -3251,7 +3457,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3469,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3482,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{41}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -3319,7 +3525,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3537,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3550,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{42}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -3384,7 +3590,7 @@ type LaneAdmin struct {
 
 func (x *LaneAdmin) Reset() {
 	*x = LaneAdmin{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3602,7 @@ func (x *LaneAdmin) String() string {
 func (*LaneAdmin) ProtoMessage() {}
 
 func (x *LaneAdmin) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3615,7 @@ func (x *LaneAdmin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneAdmin.ProtoReflect.Descriptor instead.
 func (*LaneAdmin) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{43}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LaneAdmin) GetEpoch() uint64 {
@@ -3461,7 +3667,7 @@ type StagedPrepare struct {
 
 func (x *StagedPrepare) Reset() {
 	*x = StagedPrepare{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +3679,7 @@ func (x *StagedPrepare) String() string {
 func (*StagedPrepare) ProtoMessage() {}
 
 func (x *StagedPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +3692,7 @@ func (x *StagedPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedPrepare.ProtoReflect.Descriptor instead.
 func (*StagedPrepare) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{44}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StagedPrepare) GetEpoch() uint64 {
@@ -3561,7 +3767,7 @@ type StagedReplay struct {
 
 func (x *StagedReplay) Reset() {
 	*x = StagedReplay{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3779,7 @@ func (x *StagedReplay) String() string {
 func (*StagedReplay) ProtoMessage() {}
 
 func (x *StagedReplay) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3792,7 @@ func (x *StagedReplay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedReplay.ProtoReflect.Descriptor instead.
 func (*StagedReplay) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{45}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StagedReplay) GetEpoch() uint64 {
@@ -3644,7 +3850,7 @@ type StagedRelease struct {
 
 func (x *StagedRelease) Reset() {
 	*x = StagedRelease{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3862,7 @@ func (x *StagedRelease) String() string {
 func (*StagedRelease) ProtoMessage() {}
 
 func (x *StagedRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3875,7 @@ func (x *StagedRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedRelease.ProtoReflect.Descriptor instead.
 func (*StagedRelease) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{46}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StagedRelease) GetEpoch() uint64 {
@@ -3716,7 +3922,7 @@ type StagedOutcome struct {
 
 func (x *StagedOutcome) Reset() {
 	*x = StagedOutcome{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +3934,7 @@ func (x *StagedOutcome) String() string {
 func (*StagedOutcome) ProtoMessage() {}
 
 func (x *StagedOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +3947,7 @@ func (x *StagedOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedOutcome.ProtoReflect.Descriptor instead.
 func (*StagedOutcome) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{47}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StagedOutcome) GetOutputs() [][]byte {
@@ -3803,7 +4009,7 @@ type Preparation struct {
 
 func (x *Preparation) Reset() {
 	*x = Preparation{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +4021,7 @@ func (x *Preparation) String() string {
 func (*Preparation) ProtoMessage() {}
 
 func (x *Preparation) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +4034,7 @@ func (x *Preparation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preparation.ProtoReflect.Descriptor instead.
 func (*Preparation) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{48}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Preparation) GetState() uint32 {
@@ -3900,7 +4106,7 @@ type ProgramDescriptor struct {
 
 func (x *ProgramDescriptor) Reset() {
 	*x = ProgramDescriptor{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +4118,7 @@ func (x *ProgramDescriptor) String() string {
 func (*ProgramDescriptor) ProtoMessage() {}
 
 func (x *ProgramDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +4131,7 @@ func (x *ProgramDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgramDescriptor.ProtoReflect.Descriptor instead.
 func (*ProgramDescriptor) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{49}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ProgramDescriptor) GetCapture() *ProgramCapture {
@@ -3967,7 +4173,7 @@ type Gap struct {
 
 func (x *Gap) Reset() {
 	*x = Gap{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4185,7 @@ func (x *Gap) String() string {
 func (*Gap) ProtoMessage() {}
 
 func (x *Gap) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4198,7 @@ func (x *Gap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gap.ProtoReflect.Descriptor instead.
 func (*Gap) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{50}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Gap) GetNode() int64 {
@@ -4036,7 +4242,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4048,7 +4254,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4061,7 +4267,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{51}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -4183,7 +4389,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x1d\n" +
 	"\n" +
 	"ring_bytes\x18\x03 \x01(\x04R\tringBytes\x12*\n" +
-	"\x11upload_area_bytes\x18\x04 \x01(\x04R\x0fuploadAreaBytes\"\xbe\x01\n" +
+	"\x11upload_area_bytes\x18\x04 \x01(\x04R\x0fuploadAreaBytes\"\xf1\x01\n" +
 	"\aWelcome\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\arefusal\x18\x02 \x01(\tR\arefusal\x12\x1a\n" +
@@ -4191,12 +4397,26 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1d\n" +
 	"\n" +
 	"data_plane\x18\x05 \x01(\bR\tdataPlane\x12,\n" +
-	"\x12data_plane_refusal\x18\x06 \x01(\tR\x10dataPlaneRefusal\"h\n" +
+	"\x12data_plane_refusal\x18\x06 \x01(\tR\x10dataPlaneRefusal\x121\n" +
+	"\amodules\x18\a \x03(\v2\x17.lanes.remote.v1.ModuleR\amodules\"i\n" +
+	"\x06Module\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\fR\x05image\x125\n" +
+	"\akernels\x18\x03 \x03(\v2\x1b.lanes.remote.v1.KernelDeclR\akernels\"T\n" +
+	"\n" +
+	"KernelDecl\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
+	"\x06params\x18\x02 \x03(\v2\x1a.lanes.remote.v1.ParamDeclR\x06params\"_\n" +
+	"\tParamDecl\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x12\n" +
+	"\x04elem\x18\x03 \x01(\rR\x04elem\x12\x16\n" +
+	"\x06access\x18\x04 \x01(\rR\x06access\"h\n" +
 	"\x06Device\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\x04R\binstance\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x03 \x01(\tR\abackend\x12\x14\n" +
-	"\x05lanes\x18\x04 \x01(\rR\x05lanes\"\xb5\x01\n" +
+	"\x05lanes\x18\x04 \x01(\rR\x05lanes\"\xcf\x01\n" +
 	"\tHeartbeat\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12$\n" +
@@ -4204,7 +4424,8 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\fdevice_fault\x18\x04 \x01(\tR\vdeviceFault\x12\x1d\n" +
 	"\n" +
 	"probe_echo\x18\x05 \x01(\x04R\tprobeEcho\x12\x18\n" +
-	"\adropped\x18\x06 \x01(\tR\adropped\"/\n" +
+	"\adropped\x18\x06 \x01(\tR\adropped\x12\x18\n" +
+	"\arefused\x18\a \x01(\bR\arefused\"/\n" +
 	"\x05Probe\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x82\x01\n" +
@@ -4518,122 +4739,128 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),             // 0: lanes.remote.v1.Hello
 	(*DataPlane)(nil),         // 1: lanes.remote.v1.DataPlane
 	(*Welcome)(nil),           // 2: lanes.remote.v1.Welcome
-	(*Device)(nil),            // 3: lanes.remote.v1.Device
-	(*Heartbeat)(nil),         // 4: lanes.remote.v1.Heartbeat
-	(*Probe)(nil),             // 5: lanes.remote.v1.Probe
-	(*Buffer)(nil),            // 6: lanes.remote.v1.Buffer
-	(*Region)(nil),            // 7: lanes.remote.v1.Region
-	(*HostRegion)(nil),        // 8: lanes.remote.v1.HostRegion
-	(*Arg)(nil),               // 9: lanes.remote.v1.Arg
-	(*Dim3)(nil),              // 10: lanes.remote.v1.Dim3
-	(*Command)(nil),           // 11: lanes.remote.v1.Command
-	(*LibraryCall)(nil),       // 12: lanes.remote.v1.LibraryCall
-	(*Touch)(nil),             // 13: lanes.remote.v1.Touch
-	(*AreaRef)(nil),           // 14: lanes.remote.v1.AreaRef
-	(*Scope)(nil),             // 15: lanes.remote.v1.Scope
-	(*Replay)(nil),            // 16: lanes.remote.v1.Replay
-	(*Work)(nil),              // 17: lanes.remote.v1.Work
-	(*Entry)(nil),             // 18: lanes.remote.v1.Entry
-	(*ProgramID)(nil),         // 19: lanes.remote.v1.ProgramID
-	(*ProgramSegment)(nil),    // 20: lanes.remote.v1.ProgramSegment
-	(*Invocation)(nil),        // 21: lanes.remote.v1.Invocation
-	(*ProgramCapture)(nil),    // 22: lanes.remote.v1.ProgramCapture
-	(*Layout)(nil),            // 23: lanes.remote.v1.Layout
-	(*Field)(nil),             // 24: lanes.remote.v1.Field
-	(*Patch)(nil),             // 25: lanes.remote.v1.Patch
-	(*Batch)(nil),             // 26: lanes.remote.v1.Batch
-	(*Submit)(nil),            // 27: lanes.remote.v1.Submit
-	(*Input)(nil),             // 28: lanes.remote.v1.Input
-	(*Submits)(nil),           // 29: lanes.remote.v1.Submits
-	(*Row)(nil),               // 30: lanes.remote.v1.Row
-	(*Receipt)(nil),           // 31: lanes.remote.v1.Receipt
-	(*Segment)(nil),           // 32: lanes.remote.v1.Segment
-	(*SpanTiming)(nil),        // 33: lanes.remote.v1.SpanTiming
-	(*CacheEvent)(nil),        // 34: lanes.remote.v1.CacheEvent
-	(*Leaving)(nil),           // 35: lanes.remote.v1.Leaving
-	(*Timing)(nil),            // 36: lanes.remote.v1.Timing
-	(*Receipts)(nil),          // 37: lanes.remote.v1.Receipts
-	(*Join)(nil),              // 38: lanes.remote.v1.Join
-	(*Alloc)(nil),             // 39: lanes.remote.v1.Alloc
-	(*Free)(nil),              // 40: lanes.remote.v1.Free
-	(*Read)(nil),              // 41: lanes.remote.v1.Read
-	(*Forget)(nil),            // 42: lanes.remote.v1.Forget
-	(*LaneAdmin)(nil),         // 43: lanes.remote.v1.LaneAdmin
-	(*StagedPrepare)(nil),     // 44: lanes.remote.v1.StagedPrepare
-	(*StagedReplay)(nil),      // 45: lanes.remote.v1.StagedReplay
-	(*StagedRelease)(nil),     // 46: lanes.remote.v1.StagedRelease
-	(*StagedOutcome)(nil),     // 47: lanes.remote.v1.StagedOutcome
-	(*Preparation)(nil),       // 48: lanes.remote.v1.Preparation
-	(*ProgramDescriptor)(nil), // 49: lanes.remote.v1.ProgramDescriptor
-	(*Gap)(nil),               // 50: lanes.remote.v1.Gap
-	(*OpResult)(nil),          // 51: lanes.remote.v1.OpResult
+	(*Module)(nil),            // 3: lanes.remote.v1.Module
+	(*KernelDecl)(nil),        // 4: lanes.remote.v1.KernelDecl
+	(*ParamDecl)(nil),         // 5: lanes.remote.v1.ParamDecl
+	(*Device)(nil),            // 6: lanes.remote.v1.Device
+	(*Heartbeat)(nil),         // 7: lanes.remote.v1.Heartbeat
+	(*Probe)(nil),             // 8: lanes.remote.v1.Probe
+	(*Buffer)(nil),            // 9: lanes.remote.v1.Buffer
+	(*Region)(nil),            // 10: lanes.remote.v1.Region
+	(*HostRegion)(nil),        // 11: lanes.remote.v1.HostRegion
+	(*Arg)(nil),               // 12: lanes.remote.v1.Arg
+	(*Dim3)(nil),              // 13: lanes.remote.v1.Dim3
+	(*Command)(nil),           // 14: lanes.remote.v1.Command
+	(*LibraryCall)(nil),       // 15: lanes.remote.v1.LibraryCall
+	(*Touch)(nil),             // 16: lanes.remote.v1.Touch
+	(*AreaRef)(nil),           // 17: lanes.remote.v1.AreaRef
+	(*Scope)(nil),             // 18: lanes.remote.v1.Scope
+	(*Replay)(nil),            // 19: lanes.remote.v1.Replay
+	(*Work)(nil),              // 20: lanes.remote.v1.Work
+	(*Entry)(nil),             // 21: lanes.remote.v1.Entry
+	(*ProgramID)(nil),         // 22: lanes.remote.v1.ProgramID
+	(*ProgramSegment)(nil),    // 23: lanes.remote.v1.ProgramSegment
+	(*Invocation)(nil),        // 24: lanes.remote.v1.Invocation
+	(*ProgramCapture)(nil),    // 25: lanes.remote.v1.ProgramCapture
+	(*Layout)(nil),            // 26: lanes.remote.v1.Layout
+	(*Field)(nil),             // 27: lanes.remote.v1.Field
+	(*Patch)(nil),             // 28: lanes.remote.v1.Patch
+	(*Batch)(nil),             // 29: lanes.remote.v1.Batch
+	(*Submit)(nil),            // 30: lanes.remote.v1.Submit
+	(*Input)(nil),             // 31: lanes.remote.v1.Input
+	(*Submits)(nil),           // 32: lanes.remote.v1.Submits
+	(*Row)(nil),               // 33: lanes.remote.v1.Row
+	(*Receipt)(nil),           // 34: lanes.remote.v1.Receipt
+	(*Segment)(nil),           // 35: lanes.remote.v1.Segment
+	(*SpanTiming)(nil),        // 36: lanes.remote.v1.SpanTiming
+	(*CacheEvent)(nil),        // 37: lanes.remote.v1.CacheEvent
+	(*Leaving)(nil),           // 38: lanes.remote.v1.Leaving
+	(*Timing)(nil),            // 39: lanes.remote.v1.Timing
+	(*Receipts)(nil),          // 40: lanes.remote.v1.Receipts
+	(*Join)(nil),              // 41: lanes.remote.v1.Join
+	(*Alloc)(nil),             // 42: lanes.remote.v1.Alloc
+	(*Free)(nil),              // 43: lanes.remote.v1.Free
+	(*Read)(nil),              // 44: lanes.remote.v1.Read
+	(*Forget)(nil),            // 45: lanes.remote.v1.Forget
+	(*LaneAdmin)(nil),         // 46: lanes.remote.v1.LaneAdmin
+	(*StagedPrepare)(nil),     // 47: lanes.remote.v1.StagedPrepare
+	(*StagedReplay)(nil),      // 48: lanes.remote.v1.StagedReplay
+	(*StagedRelease)(nil),     // 49: lanes.remote.v1.StagedRelease
+	(*StagedOutcome)(nil),     // 50: lanes.remote.v1.StagedOutcome
+	(*Preparation)(nil),       // 51: lanes.remote.v1.Preparation
+	(*ProgramDescriptor)(nil), // 52: lanes.remote.v1.ProgramDescriptor
+	(*Gap)(nil),               // 53: lanes.remote.v1.Gap
+	(*OpResult)(nil),          // 54: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
-	3,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
+	6,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
 	1,  // 1: lanes.remote.v1.Hello.data_plane:type_name -> lanes.remote.v1.DataPlane
-	6,  // 2: lanes.remote.v1.Region.buffer:type_name -> lanes.remote.v1.Buffer
-	7,  // 3: lanes.remote.v1.Arg.region:type_name -> lanes.remote.v1.Region
-	10, // 4: lanes.remote.v1.Command.grid:type_name -> lanes.remote.v1.Dim3
-	10, // 5: lanes.remote.v1.Command.block:type_name -> lanes.remote.v1.Dim3
-	9,  // 6: lanes.remote.v1.Command.args:type_name -> lanes.remote.v1.Arg
-	7,  // 7: lanes.remote.v1.Command.dst:type_name -> lanes.remote.v1.Region
-	7,  // 8: lanes.remote.v1.Command.src:type_name -> lanes.remote.v1.Region
-	8,  // 9: lanes.remote.v1.Command.staging:type_name -> lanes.remote.v1.HostRegion
-	14, // 10: lanes.remote.v1.Command.area:type_name -> lanes.remote.v1.AreaRef
-	12, // 11: lanes.remote.v1.Command.call:type_name -> lanes.remote.v1.LibraryCall
-	13, // 12: lanes.remote.v1.LibraryCall.regions:type_name -> lanes.remote.v1.Touch
-	7,  // 13: lanes.remote.v1.Touch.region:type_name -> lanes.remote.v1.Region
-	15, // 14: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
-	17, // 15: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
-	11, // 16: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
-	16, // 17: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
-	21, // 18: lanes.remote.v1.Entry.invoke:type_name -> lanes.remote.v1.Invocation
-	19, // 19: lanes.remote.v1.Invocation.program:type_name -> lanes.remote.v1.ProgramID
-	20, // 20: lanes.remote.v1.Invocation.segment:type_name -> lanes.remote.v1.ProgramSegment
-	19, // 21: lanes.remote.v1.ProgramCapture.id:type_name -> lanes.remote.v1.ProgramID
-	7,  // 22: lanes.remote.v1.Layout.region:type_name -> lanes.remote.v1.Region
-	24, // 23: lanes.remote.v1.Layout.fields:type_name -> lanes.remote.v1.Field
-	23, // 24: lanes.remote.v1.Patch.layout:type_name -> lanes.remote.v1.Layout
-	7,  // 25: lanes.remote.v1.Patch.dst:type_name -> lanes.remote.v1.Region
-	18, // 26: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
-	6,  // 27: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
-	22, // 28: lanes.remote.v1.Batch.program:type_name -> lanes.remote.v1.ProgramCapture
-	25, // 29: lanes.remote.v1.Batch.patches:type_name -> lanes.remote.v1.Patch
-	26, // 30: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
-	28, // 31: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
-	14, // 32: lanes.remote.v1.Input.area:type_name -> lanes.remote.v1.AreaRef
-	27, // 33: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
-	17, // 34: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
-	30, // 35: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	36, // 36: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	32, // 37: lanes.remote.v1.Receipt.segments:type_name -> lanes.remote.v1.Segment
-	33, // 38: lanes.remote.v1.Receipt.spans:type_name -> lanes.remote.v1.SpanTiming
-	34, // 39: lanes.remote.v1.Receipt.events:type_name -> lanes.remote.v1.CacheEvent
-	6,  // 40: lanes.remote.v1.Receipt.released:type_name -> lanes.remote.v1.Buffer
-	31, // 41: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	6,  // 42: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	7,  // 43: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	7,  // 44: lanes.remote.v1.StagedPrepare.inputs:type_name -> lanes.remote.v1.Region
-	7,  // 45: lanes.remote.v1.StagedPrepare.outputs:type_name -> lanes.remote.v1.Region
-	18, // 46: lanes.remote.v1.StagedPrepare.compute:type_name -> lanes.remote.v1.Entry
-	31, // 47: lanes.remote.v1.StagedOutcome.receipt:type_name -> lanes.remote.v1.Receipt
-	22, // 48: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
-	20, // 49: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
-	50, // 50: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
-	6,  // 51: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	48, // 52: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
-	49, // 53: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
-	47, // 54: lanes.remote.v1.OpResult.replay:type_name -> lanes.remote.v1.StagedOutcome
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	3,  // 2: lanes.remote.v1.Welcome.modules:type_name -> lanes.remote.v1.Module
+	4,  // 3: lanes.remote.v1.Module.kernels:type_name -> lanes.remote.v1.KernelDecl
+	5,  // 4: lanes.remote.v1.KernelDecl.params:type_name -> lanes.remote.v1.ParamDecl
+	9,  // 5: lanes.remote.v1.Region.buffer:type_name -> lanes.remote.v1.Buffer
+	10, // 6: lanes.remote.v1.Arg.region:type_name -> lanes.remote.v1.Region
+	13, // 7: lanes.remote.v1.Command.grid:type_name -> lanes.remote.v1.Dim3
+	13, // 8: lanes.remote.v1.Command.block:type_name -> lanes.remote.v1.Dim3
+	12, // 9: lanes.remote.v1.Command.args:type_name -> lanes.remote.v1.Arg
+	10, // 10: lanes.remote.v1.Command.dst:type_name -> lanes.remote.v1.Region
+	10, // 11: lanes.remote.v1.Command.src:type_name -> lanes.remote.v1.Region
+	11, // 12: lanes.remote.v1.Command.staging:type_name -> lanes.remote.v1.HostRegion
+	17, // 13: lanes.remote.v1.Command.area:type_name -> lanes.remote.v1.AreaRef
+	15, // 14: lanes.remote.v1.Command.call:type_name -> lanes.remote.v1.LibraryCall
+	16, // 15: lanes.remote.v1.LibraryCall.regions:type_name -> lanes.remote.v1.Touch
+	10, // 16: lanes.remote.v1.Touch.region:type_name -> lanes.remote.v1.Region
+	18, // 17: lanes.remote.v1.Replay.scopes:type_name -> lanes.remote.v1.Scope
+	20, // 18: lanes.remote.v1.Entry.work:type_name -> lanes.remote.v1.Work
+	14, // 19: lanes.remote.v1.Entry.command:type_name -> lanes.remote.v1.Command
+	19, // 20: lanes.remote.v1.Entry.replay:type_name -> lanes.remote.v1.Replay
+	24, // 21: lanes.remote.v1.Entry.invoke:type_name -> lanes.remote.v1.Invocation
+	22, // 22: lanes.remote.v1.Invocation.program:type_name -> lanes.remote.v1.ProgramID
+	23, // 23: lanes.remote.v1.Invocation.segment:type_name -> lanes.remote.v1.ProgramSegment
+	22, // 24: lanes.remote.v1.ProgramCapture.id:type_name -> lanes.remote.v1.ProgramID
+	10, // 25: lanes.remote.v1.Layout.region:type_name -> lanes.remote.v1.Region
+	27, // 26: lanes.remote.v1.Layout.fields:type_name -> lanes.remote.v1.Field
+	26, // 27: lanes.remote.v1.Patch.layout:type_name -> lanes.remote.v1.Layout
+	10, // 28: lanes.remote.v1.Patch.dst:type_name -> lanes.remote.v1.Region
+	21, // 29: lanes.remote.v1.Batch.entries:type_name -> lanes.remote.v1.Entry
+	9,  // 30: lanes.remote.v1.Batch.retain:type_name -> lanes.remote.v1.Buffer
+	25, // 31: lanes.remote.v1.Batch.program:type_name -> lanes.remote.v1.ProgramCapture
+	28, // 32: lanes.remote.v1.Batch.patches:type_name -> lanes.remote.v1.Patch
+	29, // 33: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
+	31, // 34: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
+	17, // 35: lanes.remote.v1.Input.area:type_name -> lanes.remote.v1.AreaRef
+	30, // 36: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
+	20, // 37: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
+	33, // 38: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	39, // 39: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	35, // 40: lanes.remote.v1.Receipt.segments:type_name -> lanes.remote.v1.Segment
+	36, // 41: lanes.remote.v1.Receipt.spans:type_name -> lanes.remote.v1.SpanTiming
+	37, // 42: lanes.remote.v1.Receipt.events:type_name -> lanes.remote.v1.CacheEvent
+	9,  // 43: lanes.remote.v1.Receipt.released:type_name -> lanes.remote.v1.Buffer
+	34, // 44: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	9,  // 45: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	10, // 46: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	10, // 47: lanes.remote.v1.StagedPrepare.inputs:type_name -> lanes.remote.v1.Region
+	10, // 48: lanes.remote.v1.StagedPrepare.outputs:type_name -> lanes.remote.v1.Region
+	21, // 49: lanes.remote.v1.StagedPrepare.compute:type_name -> lanes.remote.v1.Entry
+	34, // 50: lanes.remote.v1.StagedOutcome.receipt:type_name -> lanes.remote.v1.Receipt
+	25, // 51: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
+	23, // 52: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
+	53, // 53: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
+	9,  // 54: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	51, // 55: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
+	52, // 56: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
+	50, // 57: lanes.remote.v1.OpResult.replay:type_name -> lanes.remote.v1.StagedOutcome
+	58, // [58:58] is the sub-list for method output_type
+	58, // [58:58] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -4647,7 +4874,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
