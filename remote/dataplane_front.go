@@ -34,7 +34,7 @@ type linkPlane struct {
 // traffic on the remote: the plane, or why not (the Welcome says it).
 func (f *Front) attach(l *link, offer *wirepb.DataPlane) (*dataPlane, string) {
 	if f.cfg.NoDataPlane {
-		return nil, "the front keeps its traffic on the remote (FrontConfig.NoDataPlane)"
+		return nil, "the front keeps its traffic on the remote (FrontConfig.NoDataPlane; lanedemo --data-plane=false)"
 	}
 	p, err := attachPlane(offer)
 	if err != nil {

@@ -6,6 +6,7 @@ package remote
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"time"
 
@@ -50,12 +51,18 @@ func onThisMachine(front, own string) bool {
 // Hello, for a front on this machine; a host that cannot make one (out of
 // memory for its pages, say) offers none and says why.
 func (h *Host) offerPlane(r *registration, hello *wirepb.Hello) {
-	if h.cfg.NoDataPlane || !onThisMachine(r.front.Address, h.sys.addr) {
+	switch {
+	case h.cfg.NoDataPlane:
+		hello.NoDataPlane = "the host keeps its traffic on the remote (HostConfig.NoDataPlane, lanehost --no-data-plane)"
+		return
+	case !onThisMachine(r.front.Address, h.sys.addr):
+		hello.NoDataPlane = fmt.Sprintf("the front (%s) is on another machine than the host (%s)", r.front.Address, h.sys.addr)
 		return
 	}
 	p, offer, err := makePlane(h.cfg.RingBytes, h.cfg.UploadAreaBytes)
 	if err != nil {
 		h.cfg.Logf("no data plane for the front at %s (its traffic goes through the remote): %v", r.front.Address, err)
+		hello.NoDataPlane = "the host could not make one: " + err.Error()
 		return
 	}
 	r.offered.Store(p)

@@ -115,9 +115,11 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 		w.Modules = a.f.modules
 	}
 	var plane *dataPlane
+	why := m.NoDataPlane // why the registration's traffic takes the remote
 	if w.Accepted && m.DataPlane != nil {
 		plane, w.DataPlaneRefusal = a.f.attach(l, m.DataPlane)
 		w.DataPlane = plane != nil
+		why = w.DataPlaneRefusal
 	}
 	a.f.tell(sender, w)
 	if !w.Accepted {
@@ -128,7 +130,7 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	for _, d := range m.Devices {
 		lanes += int(d.Lanes)
 	}
-	if old := l.awaitFirstBeat(w, pendingReg{host: m.Host, lanes: lanes, runtime: m.Runtime}); old != 0 {
+	if old := l.awaitFirstBeat(w, pendingReg{host: m.Host, lanes: lanes, runtime: m.Runtime, noPlane: why}); old != 0 {
 		l.closePlane(old) // an earlier Hello of this join, since dropped by the host
 	}
 	if plane != nil {

@@ -72,6 +72,11 @@ type HostStatus struct {
 	// remote; DataPlaneSent and DataPlaneRead count its records each way.
 	DataPlane                    bool
 	DataPlaneSent, DataPlaneRead uint64
+	// NoDataPlane says why the registration's traffic takes the remote
+	// when it does: the front or the host keeps to it (NoDataPlane), the
+	// front is on another machine, or the plane offered could not be
+	// opened (another PID namespace, say).
+	NoDataPlane string
 	// AreaUploads counts the uploads written into the data plane's upload
 	// area rather than carried in their messages (HostConfig.UploadAreaBytes)
 	// since the host last registered (each registration has a plane of its
@@ -140,6 +145,7 @@ type link struct {
 	lanes         int         // the lanes the host serves, from its Hello
 	hostName      string      // the name the host gave
 	runtime       string      // the runtime fingerprint of its programs
+	noPlane       string      // why the registration's traffic takes the remote, when it does
 	startErr      error       // why the first launch failed, if it did
 	proc          *os.Process
 	stdin         io.Closer
@@ -202,6 +208,18 @@ func (l *link) deaf() time.Duration {
 	return time.Since(time.Unix(0, l.probeSent[(echoed+1)%uint64(len(l.probeSent))].Load()))
 }
 
+// excuse starts the host's silence and deafness afresh at now: the front
+// did not run for a while, and could not hear it.
+func (l *link) excuse(now time.Time) {
+	if heard := l.heardAt.Load(); heard < now.UnixNano() {
+		l.heardAt.CompareAndSwap(heard, now.UnixNano())
+	}
+	sent := l.probeSeq.Load()
+	for seq := l.echoed.Load() + 1; seq <= sent && seq+uint64(len(l.probeSent)) > sent; seq++ {
+		l.probeSent[seq%uint64(len(l.probeSent))].Store(now.UnixNano())
+	}
+}
+
 // probe sends the host the next probe of epoch.
 func (l *link) probe(epoch uint64) {
 	seq := l.probeSeq.Load() + 1
@@ -257,8 +275,9 @@ func (l *link) status() HostStatus {
 	if l.proc != nil {
 		st.PID = l.proc.Pid
 	}
+	st.NoDataPlane = l.noPlane
 	if lp := l.plane.Load(); lp != nil && lp.epoch == l.epoch {
-		st.DataPlane = true
+		st.DataPlane, st.NoDataPlane = true, ""
 		st.DataPlaneSent, st.DataPlaneRead = lp.p.sent.Load(), lp.p.received.Load()
 		if lp.p.spans != nil {
 			st.AreaUploads, st.AreaBytesInUse = lp.p.areaUploads.Load(), lp.p.spans.inUse()
@@ -281,6 +300,7 @@ type pendingReg struct {
 	host    string          // the name the host gave
 	lanes   int
 	runtime string // its programs' runtime fingerprint
+	noPlane string // why its traffic takes the remote, when it does
 }
 
 // awaitFirstBeat notes the Welcome given to a Hello of the join in
@@ -341,7 +361,7 @@ func (l *link) registered(epoch uint64, reg *pendingReg) bool {
 	l.knownMu.Lock()
 	l.known = map[uint64]bool{}
 	l.knownMu.Unlock()
-	l.epoch, l.tenants, l.hostName, l.lanes, l.runtime = epoch, 0, reg.host, max(reg.lanes, 1), reg.runtime
+	l.epoch, l.tenants, l.hostName, l.lanes, l.runtime, l.noPlane = epoch, 0, reg.host, max(reg.lanes, 1), reg.runtime, reg.noPlane
 	l.trips.reset()
 	l.heardAt.Store(time.Now().UnixNano())
 	l.probeSeq.Store(0)

@@ -67,17 +67,30 @@ func (l *link) release(epoch uint64) {
 	l.f.tell(pid, &wirepb.Leaving{Epoch: epoch, Drained: true})
 }
 
-// watchSilence loses a host silent for longer than LostAfter.
+// watchSilence loses a host silent for longer than LostAfter. A front
+// that itself did not run for half of LostAfter (stopped, a frozen VM, a
+// process starved of CPU) could not read what its hosts sent meanwhile:
+// it gives each host a new bound from then, instead of losing hosts whose
+// heartbeats wait unread.
 func (f *Front) watchSilence() {
 	defer f.wg.Done()
 	t := time.NewTicker(max(f.cfg.LostAfter/5, time.Millisecond))
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-t.C:
 		case <-f.quit:
 			return
 		}
+		now := time.Now()
+		if gap := now.Sub(last); gap > f.cfg.LostAfter/2 {
+			f.cfg.Logf("the front did not run for %v (stopped, or starved of CPU): its hosts are given %v from now to be heard from", gap.Round(time.Millisecond), f.cfg.LostAfter)
+			for _, l := range f.allLinks() {
+				l.excuse(now)
+			}
+		}
+		last = now
 		if f.cfg.Cluster != nil {
 			f.pruneGone()
 		}

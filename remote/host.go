@@ -278,8 +278,11 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 			return nil, err
 		}
 	}
-	if cfg.MaxFronts <= 0 {
+	switch {
+	case cfg.MaxFronts == 0:
 		cfg.MaxFronts = DefaultMaxFronts
+	case cfg.MaxFronts < 0:
+		return nil, fmt.Errorf("%w: MaxFronts %d: give the most fronts served at once (0 for the default %d)", ErrConfig, cfg.MaxFronts, DefaultMaxFronts)
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanehost: "+format+"\n", args...) }

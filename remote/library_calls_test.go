@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/examples/callhost/axpy"
 	"github.com/lanesched/lanes/lanes"
@@ -188,8 +189,9 @@ func TestLibraryCallsMatchOneProcess(t *testing.T) {
 }
 
 // TestServeRefusesCallsAndNamesThatCannotCross: HostConfig.Calls with a
-// name no front could send, or a nil builder, and a host name that is not
-// UTF-8, are refused before the host starts.
+// name no front could send, or a nil builder, a host name that is not
+// UTF-8, MaxFronts below zero (found from outside: taken as the default)
+// and a module that cannot load are refused before the host starts.
 func TestServeRefusesCallsAndNamesThatCannotCross(t *testing.T) {
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
@@ -202,6 +204,8 @@ func TestServeRefusesCallsAndNamesThatCannotCross(t *testing.T) {
 		"a call name not UTF-8":    {Calls: remote.LibraryCalls{"ax\xffpy": build}},
 		"a nil builder":            {Calls: remote.LibraryCalls{"axpy": nil}},
 		"a host name not UTF-8":    {Name: "h\xffx"},
+		"MaxFronts below zero":     {MaxFronts: -1},
+		"a module with no image":   {Modules: []kernels.Module{{Name: "m", Kernels: kernels.Registry{"k": {Spec: cuda.KernelSpec{Name: "k"}}}}}},
 	} {
 		cfg.Scheduler = actors.Config{Devices: []cuda.Device{dev}}
 		if _, err := remote.Serve(context.Background(), cfg); !errors.Is(err, remote.ErrConfig) {

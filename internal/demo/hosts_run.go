@@ -68,6 +68,8 @@ type HostsRow struct {
 	// DataPlane: the front and the host exchanged the run's traffic
 	// through shared memory (the same-host data plane), not the remote.
 	DataPlane bool `json:"data_plane,omitempty"`
+	// NoDataPlane is why the traffic took the remote, when it did.
+	NoDataPlane string `json:"no_data_plane,omitempty"`
 	// AreaUploads: uploads that crossed in the data plane's upload area
 	// (--step-upload of 4 KiB or more), not in their messages.
 	AreaUploads uint64 `json:"area_uploads,omitempty"`
@@ -285,7 +287,7 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 			}
 			r.Losses, r.Restarts = st.Losses, st.Restarts
 			r.RoundTrip = roundTripUS(st.RoundTrip)
-			r.DataPlane, r.AreaUploads = st.DataPlane, st.AreaUploads
+			r.DataPlane, r.NoDataPlane, r.AreaUploads = st.DataPlane, st.NoDataPlane, st.AreaUploads
 			if h == faultHost && !fault.IsZero() && st.State == remote.HostServing && st.Since.After(fault) {
 				r.ServingAgainMS = float64(st.Since.Sub(fault).Microseconds()) / 1000
 			}
@@ -301,6 +303,7 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 		rep.Total.AfterFaultPS += r.AfterFaultPS
 		rep.Total.Restarts += r.Restarts
 		rep.Total.Losses += r.Losses
+		rep.Total.ServingAgainMS = max(rep.Total.ServingAgainMS, r.ServingAgainMS) // the fault's host's
 	}
 	sort.Slice(rep.Hosts, func(i, j int) bool { return rep.Hosts[i].Name < rep.Hosts[j].Name })
 	var all []time.Duration
@@ -346,8 +349,12 @@ func (rep *HostsReport) WriteTable(w io.Writer) {
 	}
 	for _, r := range rep.Hosts {
 		way := "the remote"
-		if r.DataPlane {
+		switch {
+		case r.DataPlane:
 			way = "the data plane"
+			fmt.Fprintf(w, "%s: through the data plane (shared memory: the host is on this machine)\n", r.Name)
+		case r.NoDataPlane != "":
+			fmt.Fprintf(w, "%s: through the remote: %s\n", r.Name, r.NoDataPlane)
 		}
 		if rt := r.RoundTrip; rt != nil {
 			fmt.Fprintf(w, "%s round trip through %s (means of %d sampled steps since it registered): %.0f µs: wire both ways %.0f + host queue %.0f + lane %.0f + host reply %.0f\n",

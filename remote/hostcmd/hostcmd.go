@@ -336,6 +336,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--silent-front %v: give 100ms to 1h", o.silentFront)
 	case o.maxFronts < 1 || o.maxFronts > 1024:
 		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
+	case o.uploadArea != 0 && o.uploadArea != -1 && (o.uploadArea < 0 || o.uploadArea%4096 != 0 || o.uploadArea > 1<<30):
+		return o, fmt.Errorf("--upload-area %d: give whole 4096-byte pages up to 1 GiB (0: the default, 16 MiB; -1: none)", o.uploadArea)
 	case o.spin < 0 || o.spin > time.Second:
 		return o, fmt.Errorf("--spin %v: give 0 (never spin) to 1s (a spinning lane holds a core while it is busy; %v suits GPU serving steps)", o.spin, actors.GPUSpin)
 	case o.maxInFlight < 0:

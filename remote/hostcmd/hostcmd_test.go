@@ -41,3 +41,19 @@ func TestSpinOutOfRangeIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// An upload area that is not whole pages, or past 1 GiB, is refused naming
+// the flag (found from outside: the refusal named HostConfig's field).
+func TestUploadAreaOutOfRangeIsRefused(t *testing.T) {
+	for _, v := range []string{"4097", "-5", "99999999999"} {
+		_, err := parse([]string{"--upload-area", v}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--upload-area") {
+			t.Errorf("parse(--upload-area %s): got %v, want a refusal naming --upload-area", v, err)
+		}
+	}
+	for _, v := range []string{"0", "-1", "4096", "1073741824"} {
+		if _, err := parse([]string{"--upload-area", v}, io.Discard); err != nil {
+			t.Errorf("parse(--upload-area %s): got %v, want it taken", v, err)
+		}
+	}
+}

@@ -52,7 +52,9 @@ type Hello struct {
 	HeartbeatNanos int64 `protobuf:"varint,8,opt,name=heartbeat_nanos,json=heartbeatNanos,proto3" json:"heartbeat_nanos,omitempty"`
 	// The runtime fingerprint of the host's programs (a program's id must
 	// carry it: programs.ID.Runtime).
-	Runtime       string `protobuf:"bytes,9,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Runtime string `protobuf:"bytes,9,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// Why the host offers no data plane, when it offers none.
+	NoDataPlane   string `protobuf:"bytes,10,opt,name=no_data_plane,json=noDataPlane,proto3" json:"no_data_plane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -146,6 +148,13 @@ func (x *Hello) GetHeartbeatNanos() int64 {
 func (x *Hello) GetRuntime() string {
 	if x != nil {
 		return x.Runtime
+	}
+	return ""
+}
+
+func (x *Hello) GetNoDataPlane() string {
+	if x != nil {
+		return x.NoDataPlane
 	}
 	return ""
 }
@@ -4372,7 +4381,7 @@ var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xb2\x02\n" +
+	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xd6\x02\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
@@ -4383,7 +4392,9 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\n" +
 	"data_plane\x18\a \x01(\v2\x1a.lanes.remote.v1.DataPlaneR\tdataPlane\x12'\n" +
 	"\x0fheartbeat_nanos\x18\b \x01(\x03R\x0eheartbeatNanos\x12\x18\n" +
-	"\aruntime\x18\t \x01(\tR\aruntime\"\x80\x01\n" +
+	"\aruntime\x18\t \x01(\tR\aruntime\x12\"\n" +
+	"\rno_data_plane\x18\n" +
+	" \x01(\tR\vnoDataPlane\"\x80\x01\n" +
 	"\tDataPlane\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x1d\n" +
