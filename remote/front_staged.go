@@ -47,8 +47,9 @@ func (p *StagedProgram) Bytes() (in, out uint64) { return p.in, p.out }
 
 // PrepareStaged prepares a staged program for the tenant on its host, as
 // actors.Scheduler.PrepareStaged does in one process, on the lane the
-// tenant's batches run on (its buffers' device's first lane for a tenant
-// that ran nothing yet): the host makes pinned staging for each slot,
+// tenant's batches run on (for a tenant that ran nothing yet, the lane of
+// its buffers' device that holds the fewest staged programs): the host
+// makes pinned staging for each slot,
 // owned by the tenant, and captures the program's two variants there (the
 // lane's preparation must be open). Slots are 1 byte to MaxHostBytes
 // each, at most MaxStagedSlots in all; a host keeps MaxStagedPerTenant

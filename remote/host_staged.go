@@ -136,7 +136,9 @@ func (o *hostOps) prepareStaged(res *wirepb.OpResult, epoch uint64, tenant strin
 }
 
 // stagedLane is the lane a tenant's staged program is prepared on: the
-// lane its batches run on when that lane serves dev, else dev's first.
+// lane its batches run on when that lane serves dev, else the lane of dev
+// that holds the fewest of the host's staged programs (its first, at a
+// tie), so that tenants that only replay spread over the lanes.
 func (o *hostOps) stagedLane(tenant string, dev cuda.Device) (int, error) {
 	devIndex := -1
 	for i, d := range o.h.cfg.Scheduler.Devices {
@@ -144,7 +146,13 @@ func (o *hostOps) stagedLane(tenant string, dev cuda.Device) (int, error) {
 			devIndex = i
 		}
 	}
-	first := -1
+	held := map[int]int{}
+	o.staged.mu.Lock()
+	for _, sp := range o.staged.progs {
+		held[sp.lane]++
+	}
+	o.staged.mu.Unlock()
+	best := -1
 	lane, routed := o.h.sched.TenantLane(tenant)
 	for _, l := range o.h.sched.Lanes() {
 		if l.Device != devIndex {
@@ -153,14 +161,14 @@ func (o *hostOps) stagedLane(tenant string, dev cuda.Device) (int, error) {
 		if routed && l.ID == lane {
 			return lane, nil
 		}
-		if first < 0 {
-			first = l.ID
+		if best < 0 || held[l.ID] < held[best] {
+			best = l.ID
 		}
 	}
-	if first < 0 {
+	if best < 0 {
 		return 0, fmt.Errorf("%w: no lane serves the device of the program's buffers", actors.ErrUnknownLane)
 	}
-	return first, nil
+	return best, nil
 }
 
 func intsFromWire(vs []int64, what string) ([]int, error) {

@@ -3,7 +3,7 @@
 #
 #   CUDA_HOME=/usr/local/cuda scripts/build-cuda.sh          # build ./...
 #   scripts/build-cuda.sh vet                                # go vet -tags cuda ./...
-#   scripts/build-cuda.sh test-binaries DIR                  # driver.test, embedder.test, lanedemo and lanehost (cuda) into DIR
+#   scripts/build-cuda.sh test-binaries DIR                  # driver.test, embedder.test, callhost.test, lanedemo and lanehost (cuda) into DIR
 #
 # CUDA_HOME needs include/cuda.h and lib64/stubs/libcuda.so (or lib64/libcuda.so);
 # the binaries then need the driver's libcuda.so.1 at run time. Every cgo
@@ -33,6 +33,7 @@ case "${1:-build}" in
     (cd examples/embedder && go test -c -tags cuda -o "$out/embedder.test" .)
     go build -tags cuda -o "$out/lanedemo" ./cmd/lanedemo
     go build -tags cuda -o "$out/lanehost" ./cmd/lanehost
+    go test -c -tags cuda -o "$out/callhost.test" ./examples/callhost
     ;;
   *) echo "unknown step $1" >&2; exit 2 ;;
 esac

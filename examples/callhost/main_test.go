@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("CALLHOST_SERVE") == "1" {
 		os.Exit(hostcmd.Main(options()))
 	}
+	if child, ok := children[os.Getenv("CALLHOST_CHILD")]; ok {
+		os.Exit(child())
+	}
 	dir, err := os.MkdirTemp("", "callhost")
 	if err != nil {
 		os.Exit(1)
@@ -35,6 +38,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// children are what this test binary runs as another process of the
+// test (one front per process), by $CALLHOST_CHILD.
+var children = map[string]func() int{}
+
 func f32s(vs ...float32) []byte {
 	var b []byte
 	for _, v := range vs {
@@ -44,11 +51,13 @@ func f32s(vs ...float32) []byte {
 }
 
 // TestAFrontRunsTheCallOnThisHost: a front's batch with axpy runs on the
-// host built around it, replayed (captured at its first step), and a call the
-// host does not serve is refused before any of its batch runs.
+// host built around it (its Go reference on the simulated device; built
+// with the cuda tag, cuBLAS on the GPU), replayed (captured at its first
+// step), and a call the host does not serve is refused before any of its
+// batch runs.
 func TestAFrontRunsTheCallOnThisHost(t *testing.T) {
 	ctx := context.Background()
-	host := exec.Command(os.Args[0], "--device", "sim", "--sim-clock", "zero", "--exit-with-stdin")
+	host := exec.Command(os.Args[0], append(hostDevice, "--exit-with-stdin")...)
 	host.Env = append(os.Environ(), "CALLHOST_SERVE=1")
 	stdin, _ := host.StdinPipe()
 	out, _ := host.StdoutPipe()

@@ -81,6 +81,13 @@ type Options struct {
 	// references for the simulated device: a front that sends the same
 	// modules (remote.FrontConfig.Modules) is served.
 	Modules []kernels.Module
+	// Setup, when set, runs once after the device opens and before the
+	// host serves, on a goroutine bound to the device (its context
+	// current on the real device): make a library's state there (a cuBLAS
+	// handle, say), never in a call's Enqueue, which may run during a
+	// capture, where an allocation invalidates it. Its error ends the
+	// host before it serves (exit status 2).
+	Setup func(dev cuda.Device) error
 }
 
 // Main runs the lanehost command with the process's arguments and
@@ -108,6 +115,12 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer, opts Options)
 	if err != nil {
 		fmt.Fprintf(stderr, "lanehost: open the %s device %d: %v\n", o.device, o.ordinal, err)
 		return 2
+	}
+	if opts.Setup != nil {
+		if err := setUp(dev, opts.Setup); err != nil {
+			fmt.Fprintf(stderr, "lanehost: set up the %s device %d: %v\n", o.device, o.ordinal, err)
+			return 2
+		}
 	}
 	if o.heartbeat == 0 {
 		o.heartbeat = remote.DefaultHeartbeat // as HostConfig takes 0
@@ -359,4 +372,24 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		o.spin = actors.DefaultGPUSpin()
 	}
 	return o, nil
+}
+
+// setUp runs setup on a goroutine of its own, bound to dev for the call.
+func setUp(dev cuda.Device, setup func(cuda.Device) error) error {
+	done := make(chan error, 1)
+	go func() {
+		unbind, err := dev.BindThread()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer unbind()
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("setup panicked: %v", p)
+			}
+		}()
+		done <- setup(dev)
+	}()
+	return <-done
 }

@@ -4,10 +4,11 @@
 // what crossed (Build, in remote.HostConfig.Calls). Both come from Build,
 // so the two agree.
 //
-// Here the call has its Go reference alone (the simulated device runs
-// it); a call for the real device also gives Enqueue, which puts the work
-// on the stream it is given (a cuBLAS cublasSaxpy, say: see
-// examples/customkernels' sgemm for cuBLAS loaded at run time).
+// The call gives its Go reference (the simulated device runs it) and,
+// built with the cuda tag, Enqueue: cuBLAS's cublasSaxpy on the stream it
+// is given, with libcublas loaded at run time and its handle made by
+// Setup before the host serves (a handle made in Enqueue would allocate
+// during a capture).
 package axpy
 
 import (
@@ -46,7 +47,7 @@ func Build(regions []cuda.Touch, params []byte) (*cuda.LibraryCall, error) {
 		return nil, fmt.Errorf("axpy writes y: declare it AccessReadWrite")
 	}
 	a := math.Float32frombits(binary.LittleEndian.Uint32(params))
-	return &cuda.LibraryCall{Reference: func(mem [][]byte) error {
+	return &cuda.LibraryCall{Enqueue: enqueue(regions[0].Region, regions[1].Region, a), Reference: func(mem [][]byte) error {
 		x, y := mem[0], mem[1]
 		for i := 0; i+4 <= len(x) && i+4 <= len(y); i += 4 {
 			v := a*math.Float32frombits(binary.LittleEndian.Uint32(x[i:])) + math.Float32frombits(binary.LittleEndian.Uint32(y[i:]))
