@@ -106,4 +106,23 @@
 // and the host loads them before it serves the front (HostConfig.Modules
 // for a host of your own, with the Go references the simulated device
 // runs).
+//
+// # What a front does not do that a scheduler does
+//
+// A front serves what actors.Scheduler serves, with these exceptions,
+// each for a reason:
+//   - stage-in and stage-out commands: pinned memory of the front's
+//     process, which no host can reach (refused, ErrWire); upload, read
+//     back with Front.Read, or declare a staged program (StagedSpec).
+//   - Share and ShareHost (buffers every tenant reads): a front's tenants
+//     may live on different hosts, and a buffer lives on one; each tenant
+//     uploads its own copy for now.
+//   - Configure, Trim and Synchronize of a lane: a host's lanes and their
+//     cache capacity are its own (lanehost's flags), shared by every front
+//     it serves; a front seals and reads a tenant's lane (Front.Seal,
+//     Front.Preparation, Front.Catalog).
+//   - Own and OwnHost: what a tenant allocates through the front
+//     (Front.Alloc) is its own on its host; nothing else is.
+//   - SubmitNotifyMemo and its OwnershipMemo: a front's encoded step
+//     (Front.Encode, Front.SubmitEncoded) is checked once per host.
 package remote
