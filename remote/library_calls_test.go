@@ -1,14 +1,11 @@
 package remote_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"reflect"
 	"testing"
 
@@ -59,19 +56,7 @@ func f32Bytes(vs ...float32) []byte {
 func TestLibraryCallsMatchOneProcess(t *testing.T) {
 	ctx := context.Background()
 	dev, s := oneProcess(t, 0)
-	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "LANES_CHILD=calls-host")
-	out, _ := child.StdoutPipe()
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	said, err := remote.ParseListening(line)
-	if err != nil {
-		t.Fatalf("the host's process: got %q (%v), want it serving", line, err)
-	}
-	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{said.Address}, Logf: t.Logf})
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{startChildHost(t, "calls-host")}, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,21 +94,7 @@ func TestLibraryCallsMatchOneProcess(t *testing.T) {
 		bx, _ := dev.Alloc(spec)
 		by, _ := dev.Alloc(spec)
 		return bx, by
-	}, func(b lanes.Batch) (lanes.Receipt, error) { return s.Submit(ctx, "a", b) }, func(r cuda.Region) []byte {
-		st, err := dev.NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Destroy()
-		b := make([]byte, r.Length)
-		if err := st.Readback(r, b); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	})
+	}, func(b lanes.Batch) (lanes.Receipt, error) { return s.Submit(ctx, "a", b) }, func(r cuda.Region) []byte { return readLocal(t, dev, r) })
 	alloc := func() (cuda.Buffer, cuda.Buffer) {
 		bx, err := f.Alloc(ctx, "a", spec)
 		if err != nil {

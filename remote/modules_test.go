@@ -1,7 +1,6 @@
 package remote_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -55,24 +54,6 @@ func modulesFrontChild() int {
 	}
 	fmt.Printf("start: %v (refused %v)\n", err, errors.Is(err, remote.ErrRefused))
 	return 0
-}
-
-// startModulesHost starts modulesHostChild and returns its address.
-func startModulesHost(t *testing.T) string {
-	t.Helper()
-	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "LANES_CHILD=modules-host")
-	out, _ := child.StdoutPipe()
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	said, err := remote.ParseListening(line)
-	if err != nil {
-		t.Fatalf("the host's process: got %q (%v), want it serving", line, err)
-	}
-	return said.Address
 }
 
 // startModulesFront runs modulesFrontChild against addr and returns what
@@ -129,14 +110,9 @@ func TestModulesMatchOneProcess(t *testing.T) {
 		}
 		local.rows = append(local.rows, r.Attribution.Rows)
 	}
-	st, _ := dev.NewStream()
-	local.x = make([]byte, 16)
-	if err := st.Readback(x.Whole(), local.x); err != nil || st.Synchronize() != nil {
-		t.Fatal(err)
-	}
-	st.Destroy()
+	local.x = readLocal(t, dev, x.Whole())
 
-	addr := startModulesHost(t)
+	addr := startChildHost(t, "modules-host")
 	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{addr}, Modules: []kernels.Module{module}, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("StartFront with the module its host loaded: got err %v, want nil", err)

@@ -1,8 +1,11 @@
 package remote_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/lanesched/lanes/actors"
@@ -65,6 +68,45 @@ func oneProcess(t *testing.T, lanesPerDevice int) (*sim.Device, *actors.Schedule
 	}
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return dev, s
+}
+
+// readLocal reads a region back from a device of this process, on a
+// stream of its own: the one-process side of a parity test.
+func readLocal(t *testing.T, dev cuda.Device, r cuda.Region) []byte {
+	t.Helper()
+	st, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Destroy()
+	b := make([]byte, r.Length)
+	if err := st.Readback(r, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// startChildHost runs this test binary as the lane host children[name]
+// serves (a host of one's own) and returns its address; it is killed
+// when the test ends.
+func startChildHost(t *testing.T, name string) string {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run", "^$")
+	child.Env = append(os.Environ(), "LANES_CHILD="+name)
+	out, _ := child.StdoutPipe()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	said, err := remote.ParseListening(line)
+	if err != nil {
+		t.Fatalf("the host's process: got %q (%v), want it serving", line, err)
+	}
+	return said.Address
 }
 
 // TestErrorsMatchAsInOneProcess: the same mistakes, made in one process

@@ -172,21 +172,7 @@ func TestProgramsMatchOneProcess(t *testing.T) {
 		submit:  func(tenant string, b lanes.Batch) (lanes.Receipt, error) { return s.Submit(ctx, tenant, b) },
 		seal:    func(_ string, lane int) (cache.Preparation, error) { return s.Seal(ctx, lane) },
 		catalog: func(_ string, lane int) ([]programs.Descriptor, error) { return s.Catalog(ctx, lane) },
-		read: func(_ string, r cuda.Region) []byte {
-			st, err := dev.NewStream()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Destroy()
-			b := make([]byte, r.Length)
-			if err := st.Readback(r, b); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			return b
-		},
+		read:    func(_ string, r cuda.Region) []byte { return readLocal(t, dev, r) },
 	}
 	_, addr := startHostProcess(t, "--sim-clock", "zero", "--lanes", "1")
 	front := func(t *testing.T) (*remote.Front, programSide) { // one front per process

@@ -38,6 +38,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// startHost runs this test binary as the host (what main runs) on
+// hostDevice, and returns its address; it exits when the test ends.
+func startHost(t *testing.T) string {
+	t.Helper()
+	host := exec.Command(os.Args[0], append(hostDevice, "--exit-with-stdin")...)
+	host.Env = append(os.Environ(), "CALLHOST_SERVE=1")
+	stdin, _ := host.StdinPipe()
+	out, _ := host.StdoutPipe()
+	host.Stderr = os.Stderr
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = host.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	said, err := remote.ParseListening(line)
+	if err != nil {
+		t.Fatalf("the host's first line %q: %v", line, err)
+	}
+	return said.Address
+}
+
 // children are what this test binary runs as another process of the
 // test (one front per process), by $CALLHOST_CHILD.
 var children = map[string]func() int{}
@@ -57,21 +78,7 @@ func f32s(vs ...float32) []byte {
 // batch runs.
 func TestAFrontRunsTheCallOnThisHost(t *testing.T) {
 	ctx := context.Background()
-	host := exec.Command(os.Args[0], append(hostDevice, "--exit-with-stdin")...)
-	host.Env = append(os.Environ(), "CALLHOST_SERVE=1")
-	stdin, _ := host.StdinPipe()
-	out, _ := host.StdoutPipe()
-	host.Stderr = os.Stderr
-	if err := host.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = host.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	said, err := remote.ParseListening(line)
-	if err != nil {
-		t.Fatalf("the host's first line %q: %v", line, err)
-	}
-	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{said.Address}, Logf: t.Logf})
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{startHost(t)}, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

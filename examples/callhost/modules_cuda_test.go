@@ -67,29 +67,10 @@ func modulesFront() int {
 // front, checked there by the driver: its kernel runs, replayed, through
 // the host; a declaration the driver contradicts refuses the front.
 func TestAFrontsModuleLoadsOnTheGPUHost(t *testing.T) {
-	host := exec.Command(os.Args[0], append(hostDevice, "--exit-with-stdin")...)
-	host.Env = append(os.Environ(), "CALLHOST_SERVE=1")
-	stdin, _ := host.StdinPipe()
-	out, _ := host.StdoutPipe()
-	host.Stderr = os.Stderr
-	if err := host.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stdin.Close(); _ = host.Wait() })
-	line := make([]byte, 0, 256)
-	for b := make([]byte, 1); ; {
-		if n, err := out.Read(b); n == 0 || err != nil || b[0] == '\n' {
-			break
-		}
-		line = append(line, b[0])
-	}
-	said, err := remote.ParseListening(string(line) + "\n")
-	if err != nil {
-		t.Fatalf("the host's first line %q: %v", line, err)
-	}
+	addr := startHost(t)
 	run := func(module string) string {
 		c := exec.Command(os.Args[0])
-		c.Env = append(os.Environ(), "CALLHOST_CHILD=modules-front", "CALLHOST_ADDR="+said.Address, "CALLHOST_MODULE="+module)
+		c.Env = append(os.Environ(), "CALLHOST_CHILD=modules-front", "CALLHOST_ADDR="+addr, "CALLHOST_MODULE="+module)
 		b, err := c.CombinedOutput()
 		if err != nil {
 			t.Fatalf("the front's process: %v (%s)", err, b)
@@ -106,7 +87,7 @@ func TestAFrontsModuleLoadsOnTheGPUHost(t *testing.T) {
 		t.Errorf("a front with the user module: got %q, want x scaled by 3 through the GPU host", got)
 	}
 	c := exec.Command(os.Args[0])
-	c.Env = append(os.Environ(), "CALLHOST_CHILD=parity-front", "CALLHOST_ADDR="+said.Address)
+	c.Env = append(os.Environ(), "CALLHOST_CHILD=parity-front", "CALLHOST_ADDR="+addr)
 	b, err := c.CombinedOutput()
 	t.Logf("programs and staged replays through the GPU host: %s", b)
 	if err != nil || !strings.Contains(string(b), "program ok") || !strings.Contains(string(b), "staged ok") {

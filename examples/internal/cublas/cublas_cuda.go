@@ -1,0 +1,126 @@
+//go:build cuda
+
+package cublas
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+
+typedef int (*create_t)(void **);
+typedef int (*set_stream_t)(void *, void *);
+typedef int (*sgemm_t)(void *, int, int, int, int, int, const float *, const float *, int,
+                       const float *, int, const float *, float *, int);
+typedef int (*saxpy_t)(void *, int, const float *, const float *, int, float *, int);
+typedef int (*stream_sync_t)(void *);
+
+static create_t create_fn;
+static set_stream_t set_stream_fn;
+static sgemm_t sgemm_fn;
+static saxpy_t saxpy_fn;
+static stream_sync_t stream_sync_fn;
+
+// load opens libcublas and libcuda and finds their entry points: 0, or
+// -1 when no libcublas loads, -2 when an entry point is missing.
+static int load(void) {
+	const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so", NULL};
+	void *lib = NULL;
+	for (int i = 0; names[i] != NULL && lib == NULL; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL) return -1;
+	create_fn = (create_t)dlsym(lib, "cublasCreate_v2");
+	set_stream_fn = (set_stream_t)dlsym(lib, "cublasSetStream_v2");
+	sgemm_fn = (sgemm_t)dlsym(lib, "cublasSgemm_v2");
+	saxpy_fn = (saxpy_t)dlsym(lib, "cublasSaxpy_v2");
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (cuda != NULL) stream_sync_fn = (stream_sync_t)dlsym(cuda, "cuStreamSynchronize");
+	return create_fn && set_stream_fn && sgemm_fn && saxpy_fn && stream_sync_fn ? 0 : -2;
+}
+
+static int create_handle(void **h) { return create_fn(h); }
+
+// gemm is row-major C(m×n) = A(m×k)·B(k×n): column-major C^T = B^T·A^T.
+static int gemm(void *h, uintptr_t stream, int m, int n, int k, uint64_t a, uint64_t b, uint64_t c) {
+	float alpha = 1.0f, beta = 0.0f;
+	int r = set_stream_fn(h, (void *)stream);
+	if (r != 0) return r;
+	return sgemm_fn(h, 0, 0, n, m, k, &alpha, (const float *)b, n, (const float *)a, k, &beta, (float *)c, n);
+}
+
+// axpy is y = a*x + y over n floats (a read at the call, so a capture
+// keeps its value).
+static int axpy(void *h, uintptr_t stream, int n, float a, uint64_t x, uint64_t y) {
+	int r = set_stream_fn(h, (void *)stream);
+	if (r != 0) return r;
+	return saxpy_fn(h, n, &a, (const float *)x, 1, (float *)y, 1);
+}
+
+static int stream_sync(uintptr_t stream) { return stream_sync_fn((void *)stream); }
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+var (
+	loadOnce sync.Once
+	loadErr  error
+)
+
+// Load loads libcublas (libcublas.so.13, .12 or .so) and libcuda once.
+func Load() error {
+	loadOnce.Do(func() {
+		if r := C.load(); r != 0 {
+			loadErr = fmt.Errorf("cublas: load libcublas (dlopen libcublas.so.13, .12 or .so) and libcuda: %d", int(r))
+		}
+	})
+	return loadErr
+}
+
+// Handle is a cuBLAS handle. Its calls set its stream first: calls of one
+// handle on several streams must not overlap (hold a lock around each).
+type Handle struct{ p unsafe.Pointer }
+
+// NewHandle loads cuBLAS and makes a handle, on the calling thread, which
+// must have the device's context current and must not be capturing (the
+// handle allocates).
+func NewHandle() (Handle, error) {
+	if err := Load(); err != nil {
+		return Handle{}, err
+	}
+	var h Handle
+	if r := C.create_handle(&h.p); r != 0 {
+		return Handle{}, fmt.Errorf("cublas: cublasCreate: status %d", int(r))
+	}
+	return h, nil
+}
+
+// Sgemm enqueues row-major C(m×n) = A(m×k)·B(k×n) on stream.
+func (h Handle) Sgemm(stream uintptr, m, n, k int, a, b, c uint64) error {
+	if r := C.gemm(h.p, C.uintptr_t(stream), C.int(m), C.int(n), C.int(k), C.uint64_t(a), C.uint64_t(b), C.uint64_t(c)); r != 0 {
+		return fmt.Errorf("cublas: cublasSgemm: status %d", int(r))
+	}
+	return nil
+}
+
+// Saxpy enqueues y = alpha·x + y over n float32s on stream.
+func (h Handle) Saxpy(stream uintptr, n int, alpha float32, x, y uint64) error {
+	if r := C.axpy(h.p, C.uintptr_t(stream), C.int(n), C.float(alpha), C.uint64_t(x), C.uint64_t(y)); r != 0 {
+		return fmt.Errorf("cublas: cublasSaxpy: status %d", int(r))
+	}
+	return nil
+}
+
+// StreamSynchronize waits for stream (cuStreamSynchronize): what a library
+// that waits for its own work does, which a capture refuses.
+func StreamSynchronize(stream uintptr) error {
+	if err := Load(); err != nil {
+		return err
+	}
+	if r := C.stream_sync(C.uintptr_t(stream)); r != 0 {
+		return fmt.Errorf("cuStreamSynchronize: CUresult %d", int(r))
+	}
+	return nil
+}
