@@ -48,8 +48,9 @@ func (p *StagedProgram) Bytes() (in, out uint64) { return p.in, p.out }
 // PrepareStaged prepares a staged program for the tenant on its host, as
 // actors.Scheduler.PrepareStaged does in one process, on the lane the
 // tenant's batches run on (for a tenant that ran nothing yet, the lane of
-// its buffers' device that holds the fewest staged programs): the host
-// makes pinned staging for each slot,
+// its buffers' device that holds the fewest staged programs; a lane whose
+// preparation is open before one sealed): the host makes pinned staging
+// for each slot,
 // owned by the tenant, and captures the program's two variants there (the
 // lane's preparation must be open). Slots are 1 byte to MaxHostBytes
 // each, at most MaxStagedSlots in all; a host keeps MaxStagedPerTenant
@@ -95,9 +96,10 @@ func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpe
 // order, and returns its outputs (when collect), as
 // actors.Scheduler.Replay does: the same StagedResult (OutputCache,
 // Resident, DeviceTime, the receipt) and the same errors, through a
-// *PeerError. Its inputs cross in the message, through the data plane
-// when the host has one, and the host copies them into the program's
-// staging. A program of another tenant, released, or prepared under a
+// *PeerError. Its inputs of 4 KiB or more go into the upload area of the
+// host's data plane where it has room (as uploads do), the rest in the
+// message, and the host copies them into the program's staging: once,
+// from the area where the GPU host pins it. A program of another tenant, released, or prepared under a
 // host registration that is gone is refused (a *DeviceStateLostError for
 // a host lost or restarted since: prepare it again).
 func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
@@ -131,8 +133,22 @@ func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inp
 	if err := refuseLeaving(tenant, l, epoch); err != nil {
 		return lanes.StagedResult{}, err
 	}
-	res, err := f.op(ctx, l, epoch, tenant, bytes, func(call uint64) proto.Message {
-		return &wirepb.StagedReplay{Epoch: epoch, Call: call, Tenant: tenant, Staged: p.id, Inputs: inputs, Collect: collect}
+	m := &wirepb.StagedReplay{Epoch: epoch, Tenant: tenant, Staged: p.id, Collect: collect}
+	var slots []areaSlot
+	for i, in := range inputs {
+		w := &wirepb.Input{Entry: uint32(i), Host: in}
+		m.Inputs = append(m.Inputs, w)
+		if len(in) >= areaMinUpload {
+			slots = append(slots, areaSlot{host: &w.Host, area: &w.Area})
+		}
+	}
+	res, err := f.opWith(ctx, l, epoch, tenant, bytes, func(p *Pending) {
+		if len(slots) > 0 {
+			l.intoArea(epoch, slots, p)
+		}
+	}, func(call uint64) proto.Message {
+		m.Call = call
+		return m
 	})
 	if res == nil || res.Replay == nil {
 		return lanes.StagedResult{}, err

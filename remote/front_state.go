@@ -121,7 +121,13 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 // op sends one device-state operation to the tenant's host and waits for
 // its result (or the host's loss, or ctx).
 func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, msg func(call uint64) proto.Message) (*wirepb.OpResult, error) {
-	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, bytes > 0, nil) // an op's bytes are a read's
+	return f.opWith(ctx, l, epoch, tenant, bytes, nil, msg)
+}
+
+// opWith is op with set, which fills in the call before it is recorded
+// (see newCall).
+func (f *Front) opWith(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, set func(*Pending), msg func(call uint64) proto.Message) (*wirepb.OpResult, error) {
+	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, bytes > 0, set) // an op's bytes are a read's
 	if err != nil {
 		return nil, err
 	}

@@ -7,9 +7,11 @@ package remote
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -138,7 +140,9 @@ func (o *hostOps) prepareStaged(res *wirepb.OpResult, epoch uint64, tenant strin
 // stagedLane is the lane a tenant's staged program is prepared on: the
 // lane its batches run on when that lane serves dev, else the lane of dev
 // that holds the fewest of the host's staged programs (its first, at a
-// tie), so that tenants that only replay spread over the lanes.
+// tie), so that tenants that only replay spread over the lanes; of those,
+// one whose preparation is open (a sealed lane captures nothing), when
+// there is one.
 func (o *hostOps) stagedLane(tenant string, dev cuda.Device) (int, error) {
 	devIndex := -1
 	for i, d := range o.h.cfg.Scheduler.Devices {
@@ -152,23 +156,31 @@ func (o *hostOps) stagedLane(tenant string, dev cuda.Device) (int, error) {
 		held[sp.lane]++
 	}
 	o.staged.mu.Unlock()
-	best := -1
+	var order []int
 	lane, routed := o.h.sched.TenantLane(tenant)
 	for _, l := range o.h.sched.Lanes() {
-		if l.Device != devIndex {
-			continue
-		}
-		if routed && l.ID == lane {
-			return lane, nil
-		}
-		if best < 0 || held[l.ID] < held[best] {
-			best = l.ID
+		if l.Device == devIndex {
+			order = append(order, l.ID)
 		}
 	}
-	if best < 0 {
+	if len(order) == 0 {
 		return 0, fmt.Errorf("%w: no lane serves the device of the program's buffers", actors.ErrUnknownLane)
 	}
-	return best, nil
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case routed && a == lane:
+			return -1
+		case routed && b == lane:
+			return 1
+		}
+		return held[a] - held[b]
+	})
+	for _, id := range order {
+		if p, _ := o.h.sched.Preparation(context.Background(), id); p.State == cache.PrepOpen {
+			return id, nil
+		}
+	}
+	return order[0], nil // it refuses the program, saying why
 }
 
 func intsFromWire(vs []int64, what string) ([]int, error) {
@@ -212,7 +224,8 @@ func (hs *hostStaged) done(sp *stagedProgram) {
 // replayStaged runs one replay of a tenant's staged program and answers
 // it. It runs on a goroutine of its own: a replay waits for its fence,
 // and other tenants' operations do not wait for it.
-func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay) {
+func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay, inputs [][]byte, release func(), inputErr error) {
+	defer release()
 	if _, ok := h.serving(epoch); !ok {
 		return // sent to a registration the front has dropped
 	}
@@ -223,9 +236,8 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay) {
 		errorToResult(res, errLeaving, errLeaving.Error())
 		return
 	}
-	if len(m.Inputs) > MaxStagedSlots {
-		err := wireErr("%d inputs; a staged program has at most %d slots", len(m.Inputs), MaxStagedSlots)
-		errorToResult(res, err, err.Error())
+	if inputErr != nil {
+		errorToResult(res, inputErr, inputErr.Error())
 		return
 	}
 	sp, err := h.ops.staged.take(tenant, m.Staged)
@@ -234,7 +246,7 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay) {
 		return
 	}
 	defer h.ops.staged.done(sp)
-	r, err := h.sched.Replay(context.Background(), tenant, sp.lane, sp.st, m.Inputs, m.Collect)
+	r, err := h.sched.Replay(context.Background(), tenant, sp.lane, sp.st, inputs, m.Collect)
 	out := &wirepb.StagedOutcome{Outputs: r.Outputs, DeviceTimeNs: r.DeviceTime.Nanoseconds(), TimeKnown: r.TimeKnown, OutputCache: r.OutputCache, Resident: r.Resident}
 	if r.Receipt.Outcome != 0 || r.Receipt.Fence != 0 {
 		out.Receipt = h.receiptToFront(epoch, call, r.Receipt, tenant, m.Tenant)
@@ -243,6 +255,50 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay) {
 	if err != nil {
 		errorToResult(res, err, unscoped(err.Error(), tenant, m.Tenant))
 	}
+}
+
+// stagedInputs are a staged replay's inputs, in logical order: each in
+// its message, or in the upload area of the registration's data plane,
+// read there in place while the area is held where it is pinned (release
+// lets it go), else copied out now (on the goroutine that read the
+// message, while the plane is mapped).
+func (h *Host) stagedInputs(epoch uint64, m *wirepb.StagedReplay) (inputs [][]byte, release func(), err error) {
+	release = func() {}
+	if len(m.Inputs) > MaxStagedSlots {
+		return nil, release, wireErr("%d inputs; a staged program has at most %d slots", len(m.Inputs), MaxStagedSlots)
+	}
+	var area []byte
+	var held *dataPlane
+	for _, in := range m.Inputs {
+		if in.GetArea() == nil {
+			continue
+		}
+		if r, ok := h.serving(epoch); ok {
+			if p := r.planeFor(); p != nil {
+				area = p.area
+				if p.holdArea() {
+					held = p
+					release = p.releaseArea
+				}
+			}
+		}
+		break
+	}
+	for i, in := range m.Inputs {
+		switch {
+		case in == nil || in.Entry != uint32(i) || len(in.Host) > MaxHostBytes:
+			return nil, release, wireErr("staged input %d: malformed", i)
+		case in.Area != nil:
+			b, err := fromArea(area, in.Area, held != nil)
+			if err != nil {
+				return nil, release, err
+			}
+			inputs = append(inputs, b)
+		default:
+			inputs = append(inputs, in.Host)
+		}
+	}
+	return inputs, release, nil
 }
 
 // releaseStaged frees a tenant's staged program, unless it is replaying.

@@ -135,8 +135,10 @@ func (h *Host) takeOp(op tenantOp) {
 	epoch, call := op.GetEpoch(), op.GetCall()
 	if m, ok := op.(*wirepb.StagedReplay); ok {
 		// Not in the tenant's order: a staged replay runs on the lane it
-		// was prepared on, as in one process, and waits for its fence there.
-		go h.replayStaged(epoch, call, m)
+		// was prepared on, as in one process, and waits for its fence
+		// there. Its inputs are taken here, where the message was read.
+		inputs, release, err := h.stagedInputs(epoch, m)
+		go h.replayStaged(epoch, call, m, inputs, release, err)
 		return
 	}
 	_, prepare := op.(*wirepb.StagedPrepare)

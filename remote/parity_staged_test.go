@@ -171,3 +171,84 @@ func TestStagedReplaysMatchOneProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeStagedInputsCrossInTheUploadArea: a staged replay's inputs of
+// 4 KiB or more go through the data plane's upload area (as uploads do),
+// not the ring, and come out the same.
+func TestLargeStagedInputsCrossInTheUploadArea(t *testing.T) {
+	ctx := context.Background()
+	_, addr := startHostProcess(t, "--sim-clock", "zero", "--lanes", "1")
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop(ctx)
+	const n = 16 << 10 // float32s: 64 KiB
+	spec := cuda.BufferSpec{Size: 4 * n, Elem: cuda.F32}
+	in, _ := f.Alloc(ctx, "a", spec)
+	out, _ := f.Alloc(ctx, "a", spec)
+	add, err := cuda.Launch(kernels.Builtin().MustSpec(kernels.Add), cuda.Linear(n, 256), cuda.BufferArg(out.Whole()), cuda.BufferArg(in.Whole()), cuda.BufferArg(in.Whole()), cuda.I32Arg(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := f.PrepareStaged(ctx, "a", remote.StagedSpec{Inputs: []cuda.Region{in.Whole()}, InputMap: []int{0}, Outputs: []cuda.Region{out.Whole()}, OutputMap: []int{0},
+		Compute: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged", add), cache.PlanScope())}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := f.Hosts()[0].AreaUploads
+	for round := range 3 {
+		vs := make([]float32, n)
+		for i := range vs {
+			vs[i] = float32(i%97 + round)
+		}
+		res, err := f.Replay(ctx, "a", prog, [][]byte{f32Bytes(vs...)}, true)
+		if err != nil {
+			t.Fatalf("replay %d: got err %v, want nil", round, err)
+		}
+		for i := range vs {
+			vs[i] *= 2
+		}
+		if len(res.Outputs) != 1 || !reflect.DeepEqual(res.Outputs[0], f32Bytes(vs...)) {
+			t.Fatalf("replay %d: the outputs are not the inputs doubled", round)
+		}
+	}
+	if st := f.Hosts()[0]; !st.DataPlane || st.AreaUploads-before != 3 {
+		t.Errorf("got DataPlane %v, %d uploads through the area; want 3 (one per replay)", st.DataPlane, st.AreaUploads-before)
+	}
+}
+
+// TestAStagedProgramGoesToAnOpenLane: a tenant whose lane is sealed
+// prepares its staged program on another lane of its device whose
+// preparation is open (in one process the caller picks the lane; through
+// a front the host does).
+func TestAStagedProgramGoesToAnOpenLane(t *testing.T) {
+	ctx := context.Background()
+	_, addr := startHostProcess(t, "--sim-clock", "zero", "--lanes", "2")
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop(ctx)
+	spec := cuda.BufferSpec{Size: 16, Elem: cuda.F32}
+	in, _ := f.Alloc(ctx, "a", spec)
+	out, _ := f.Alloc(ctx, "a", spec)
+	add, _ := cuda.Launch(kernels.Builtin().MustSpec(kernels.Add), cuda.Linear(4, 4), cuda.BufferArg(out.Whole()), cuda.BufferArg(in.Whole()), cuda.BufferArg(in.Whole()), cuda.I32Arg(4))
+	up, _ := cuda.Upload(in.Whole(), f32Bytes(1, 2, 3, 4))
+	r, err := f.Submit(ctx, "a", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(0, up)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seal(ctx, "a"); err != nil {
+		t.Fatalf("Seal: got err %v, want nil", err)
+	}
+	prog, err := f.PrepareStaged(ctx, "a", remote.StagedSpec{Inputs: []cuda.Region{in.Whole()}, InputMap: []int{0}, Outputs: []cuda.Region{out.Whole()}, OutputMap: []int{0},
+		Compute: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged", add), cache.PlanScope())}}})
+	if err != nil {
+		t.Fatalf("PrepareStaged with the tenant's lane %d sealed: got err %v, want it prepared on the open lane", r.Lane, err)
+	}
+	res, err := f.Replay(ctx, "a", prog, [][]byte{f32Bytes(5, 6, 7, 8)}, true)
+	if err != nil || !reflect.DeepEqual(res.Outputs, [][]byte{f32Bytes(10, 12, 14, 16)}) || res.Receipt.Lane == r.Lane {
+		t.Errorf("the replay: got %v on lane %d (%v), want the inputs doubled on the other lane than %d", res.Outputs, res.Receipt.Lane, err, r.Lane)
+	}
+}

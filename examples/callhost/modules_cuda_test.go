@@ -90,7 +90,7 @@ func TestAFrontsModuleLoadsOnTheGPUHost(t *testing.T) {
 	c.Env = append(os.Environ(), "CALLHOST_CHILD=parity-front", "CALLHOST_ADDR="+addr)
 	b, err := c.CombinedOutput()
 	t.Logf("programs and staged replays through the GPU host: %s", b)
-	if err != nil || !strings.Contains(string(b), "program ok") || !strings.Contains(string(b), "staged ok") {
+	if err != nil || !strings.Contains(string(b), "program ok") || !strings.Contains(string(b), "staged ok") || !strings.Contains(string(b), "large staged ok") {
 		t.Errorf("programs and staged replays through the GPU host: got %q (%v), want both ok", b, err)
 	}
 }

@@ -75,6 +75,35 @@ func parityFront() int {
 		return fail("release", err)
 	}
 	fmt.Println("staged ok")
+
+	// 64 KiB inputs: through the data plane's upload area, which the GPU
+	// host pins and copies from in place.
+	const n = 16 << 10
+	big := cuda.BufferSpec{Size: 4 * n, Elem: cuda.F32}
+	in3, _ := f.Alloc(ctx, "u", big)
+	out3, _ := f.Alloc(ctx, "u", big)
+	add3, _ := cuda.Launch(kernels.Builtin().MustSpec(kernels.Add), cuda.Linear(n, 256), cuda.BufferArg(out3.Whole()), cuda.BufferArg(in3.Whole()), cuda.BufferArg(in3.Whole()), cuda.I32Arg(n))
+	prog3, err := f.PrepareStaged(ctx, "u", remote.StagedSpec{Inputs: []cuda.Region{in3.Whole()}, InputMap: []int{0}, Outputs: []cuda.Region{out3.Whole()}, OutputMap: []int{0},
+		Compute: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add3, Replay: lanes.Replayable(add3, cache.LaunchKey("parity", add3), cache.PlanScope())}}})
+	if err != nil {
+		return fail("prepare the large staged program", err)
+	}
+	before := f.Hosts()[0].AreaUploads
+	for round := range 3 {
+		vs, doubled := make([]float32, n), make([]float32, n)
+		for i := range vs {
+			vs[i] = float32(i%97 + round)
+			doubled[i] = 2 * vs[i]
+		}
+		res, err := f.Replay(ctx, "u", prog3, [][]byte{f32s(vs...)}, true)
+		if err != nil || len(res.Outputs) != 1 || !reflect.DeepEqual(res.Outputs[0], f32s(doubled...)) {
+			return fail(fmt.Sprintf("large replay %d: the outputs are not the inputs doubled", round), err)
+		}
+	}
+	if up := f.Hosts()[0].AreaUploads - before; up != 3 {
+		return fail(fmt.Sprintf("large replays: %d through the upload area, want 3", up), nil)
+	}
+	fmt.Println("large staged ok")
 	// A program: declared, sealed, read from the catalog, invoked.
 	up, _ := cuda.Upload(in.Whole(), f32s(1, 2, 3, 4))
 	if _, err := f.Submit(ctx, "t", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(0, up)}}); err != nil {

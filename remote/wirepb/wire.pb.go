@@ -3761,14 +3761,16 @@ func (x *StagedPrepare) GetCompute() []*Entry {
 }
 
 // StagedReplay replays a staged program the tenant prepared, with its
-// inputs in logical order; collect asks for its outputs.
+// inputs in logical order (each input's entry is its index), in the
+// message or in the data plane's upload area; collect asks for its
+// outputs.
 type StagedReplay struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Call          uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
 	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Staged        uint64                 `protobuf:"varint,4,opt,name=staged,proto3" json:"staged,omitempty"`
-	Inputs        [][]byte               `protobuf:"bytes,5,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Inputs        []*Input               `protobuf:"bytes,5,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	Collect       bool                   `protobuf:"varint,6,opt,name=collect,proto3" json:"collect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3832,7 +3834,7 @@ func (x *StagedReplay) GetStaged() uint64 {
 	return 0
 }
 
-func (x *StagedReplay) GetInputs() [][]byte {
+func (x *StagedReplay) GetInputs() []*Input {
 	if x != nil {
 		return x.Inputs
 	}
@@ -4681,13 +4683,13 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\aoutputs\x18\x06 \x03(\v2\x17.lanes.remote.v1.RegionR\aoutputs\x12\x1d\n" +
 	"\n" +
 	"output_map\x18\a \x03(\x03R\toutputMap\x120\n" +
-	"\acompute\x18\b \x03(\v2\x16.lanes.remote.v1.EntryR\acompute\"\x9a\x01\n" +
+	"\acompute\x18\b \x03(\v2\x16.lanes.remote.v1.EntryR\acompute\"\xb2\x01\n" +
 	"\fStagedReplay\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
-	"\x06staged\x18\x04 \x01(\x04R\x06staged\x12\x16\n" +
-	"\x06inputs\x18\x05 \x03(\fR\x06inputs\x12\x18\n" +
+	"\x06staged\x18\x04 \x01(\x04R\x06staged\x12.\n" +
+	"\x06inputs\x18\x05 \x03(\v2\x16.lanes.remote.v1.InputR\x06inputs\x12\x18\n" +
 	"\acollect\x18\x06 \x01(\bR\acollect\"i\n" +
 	"\rStagedRelease\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
@@ -4859,19 +4861,20 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	10, // 47: lanes.remote.v1.StagedPrepare.inputs:type_name -> lanes.remote.v1.Region
 	10, // 48: lanes.remote.v1.StagedPrepare.outputs:type_name -> lanes.remote.v1.Region
 	21, // 49: lanes.remote.v1.StagedPrepare.compute:type_name -> lanes.remote.v1.Entry
-	34, // 50: lanes.remote.v1.StagedOutcome.receipt:type_name -> lanes.remote.v1.Receipt
-	25, // 51: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
-	23, // 52: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
-	53, // 53: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
-	9,  // 54: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	51, // 55: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
-	52, // 56: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
-	50, // 57: lanes.remote.v1.OpResult.replay:type_name -> lanes.remote.v1.StagedOutcome
-	58, // [58:58] is the sub-list for method output_type
-	58, // [58:58] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	31, // 50: lanes.remote.v1.StagedReplay.inputs:type_name -> lanes.remote.v1.Input
+	34, // 51: lanes.remote.v1.StagedOutcome.receipt:type_name -> lanes.remote.v1.Receipt
+	25, // 52: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
+	23, // 53: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
+	53, // 54: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
+	9,  // 55: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	51, // 56: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
+	52, // 57: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
+	50, // 58: lanes.remote.v1.OpResult.replay:type_name -> lanes.remote.v1.StagedOutcome
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
