@@ -79,7 +79,11 @@ func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lan
 		}
 		<-c.done // running: it ends within the hang timeout
 	}
-	return reply[lanes.StagedResult](c, op)
+	res, err := reply[lanes.StagedResult](c, op)
+	if res.Receipt.Outcome != 0 {
+		res.Receipt.Tenant = tenant // as a batch's receipt names its tenant
+	}
+	return res, err
 }
 
 // admitStaged counts a staged replay against its lane's admission and the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -83,6 +84,9 @@ func (c Capture) Validate() error {
 	}
 	if len(c.ID.Runtime) > MaxIDBytes || len(c.ID.Name) > MaxIDBytes {
 		return fmt.Errorf("%w: program id of %d+%d bytes; a runtime fingerprint and a name have at most %d bytes each", ErrTopology, len(c.ID.Runtime), len(c.ID.Name), MaxIDBytes)
+	}
+	if !utf8.ValidString(c.ID.Runtime) || !utf8.ValidString(c.ID.Name) {
+		return fmt.Errorf("%w: program id %.40q: a runtime fingerprint and a name are UTF-8 (reports, spans and the wire carry them as text)", ErrTopology, c.ID.String())
 	}
 	if c.Nodes <= 0 || c.Nodes > MaxNodes {
 		return fmt.Errorf("%w: program %s has %d nodes; it needs between 1 and %d", ErrTopology, c.ID, c.Nodes, MaxNodes)

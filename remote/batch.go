@@ -76,6 +76,7 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 			return nil, wireErr("entry %d: kernel name %.40q is not UTF-8", i, e.Command.Kernel)
 		}
 		switch e.Command.Kind {
+		case cuda.KindLaunch, cuda.KindCopy, cuda.KindZero:
 		case cuda.KindCall:
 			switch lc := e.Command.LibraryCall; {
 			case lc == nil:
@@ -91,6 +92,8 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 			}
 		case cuda.KindStageIn, cuda.KindStageOut:
 			return nil, wireErr("entry %d stages through pinned host memory of this process, which the host cannot reach: upload the bytes (cuda.Upload) or read them back (Front.Read) instead", i)
+		default:
+			return nil, lanes.Wrap("submit", true, fmt.Errorf("entry %d: %w", i, e.Command.Validate())) // an unknown kind, as the lane says
 		}
 		we := &wirepb.Entry{Phase: uint32(e.Phase), Node: int64(e.Node), Command: commandToWire(e.Command),
 			Work: &wirepb.Work{Form: uint32(e.Work.Form), ParticipantStart: e.Work.ParticipantStart, ParticipantCount: e.Work.ParticipantCount, Tokens: e.Work.Tokens}}

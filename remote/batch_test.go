@@ -89,20 +89,29 @@ func TestBatchRoundTrip(t *testing.T) {
 // TestBatchesWithoutAWireForm: staging is pinned memory of this process,
 // a call command without its LibraryCall declares nothing, and a program
 // name past MaxProgramName could not be scoped on the host: refused with
-// ErrWire, saying which entry.
+// ErrWire, saying which entry. A declaration any lane refuses is refused
+// as the lane says it.
 func TestBatchesWithoutAWireForm(t *testing.T) {
 	for name, b := range map[string]lanes.Batch{
 		"a call without its LibraryCall": {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall}}}},
 		"a kernel name not UTF-8":        {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindLaunch, Kernel: "k\xff"}}}},
 		"a call name not UTF-8":          {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall, LibraryCall: &cuda.LibraryCall{Name: "ax\xffpy"}}}}},
 		"an invocation's long name":      {Entries: []lanes.Entry{{Invoke: &programs.Invocation{Program: programs.ID{Name: string(make([]byte, remote.MaxProgramName+1))}}}}},
-		"a program's name not UTF-8":     {Program: &programs.Capture{ID: programs.ID{Name: "st\xffep"}}},
 		"a layout id not UTF-8":          {Patches: []lanes.Patch{{Layout: &lanes.Layout{ID: "w\xff"}}}},
 		"a stage-in":                     {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageIn}}}},
 		"a stage-out":                    {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageOut}}}},
 	} {
 		if _, err := remote.BatchToWire(b); !errors.Is(err, remote.ErrWire) {
 			t.Errorf("%s: got err %v, want remote.ErrWire", name, err)
+		}
+	}
+	// A declaration the lane would refuse is refused as the lane says.
+	for name, c := range map[string]programs.Capture{
+		"a program's name not UTF-8": {ID: programs.ID{Runtime: "lanes/sim", Name: "st\xffep"}, Nodes: 1},
+		"a program with no name":     {ID: programs.ID{Runtime: "lanes/sim"}, Nodes: 1},
+	} {
+		if _, err := remote.BatchToWire(lanes.Batch{Program: &c}); !errors.Is(err, programs.ErrTopology) {
+			t.Errorf("%s: got err %v, want programs.ErrTopology, as one process says", name, err)
 		}
 	}
 	up, _ := cuda.Upload(cuda.Region{Length: remote.MaxHostBytes + 4}, make([]byte, remote.MaxHostBytes+4))

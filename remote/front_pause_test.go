@@ -69,8 +69,8 @@ func TestAPausedFrontKeepsItsHosts(t *testing.T) {
 	child.Env = append(os.Environ(), "LANES_CHILD=front-paused", "LANES_HOST="+addr)
 	in, _ := child.StdinPipe()
 	out, _ := child.StdoutPipe()
-	var logs strings.Builder
-	child.Stderr = &logs
+	logs := &syncWriter{b: &strings.Builder{}}
+	child.Stderr = logs
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -183,6 +184,10 @@ func (f *Front) ReleaseStaged(ctx context.Context, tenant string, p *StagedProgr
 		return fmt.Errorf("%w: the staged program was prepared for tenant %q; a tenant releases only its own", actors.ErrNotYours, p.tenant)
 	}
 	pl, err := f.place(tenant)
+	var lost *DeviceStateLostError
+	if errors.As(err, &lost) && lost.Epoch == p.epoch && lost.Host == p.host {
+		return nil // gone with its host
+	}
 	if err != nil {
 		return err
 	}

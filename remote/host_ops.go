@@ -138,38 +138,31 @@ func (o *hostOps) run(op hostOp) {
 		return // sent to a registration the front has dropped, or never welcomed
 	}
 	var err error
-	var named, tenant string // the front's name of the tenant, and the host's
+	tenant := scoped(op.epoch, op.msg.(tenantOp).GetTenant()) // the host's name of the front's tenant
 	switch m := op.msg.(type) {
 	case *wirepb.Alloc:
 		var b cuda.Buffer
-		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		if b, err = o.alloc(tenant, m); err == nil {
 			res.Buffer = bufferToWire(b)
 			o.owner[tenant] = op.epoch
 		}
 	case *wirepb.Free:
-		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		err = o.free(tenant, m)
 	case *wirepb.Read:
-		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		res.Data, err = o.read(tenant, m)
 	case *wirepb.Forget:
-		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		err = o.forget(tenant)
 	case *wirepb.LaneAdmin:
-		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		err = o.laneAdmin(res, op.epoch, tenant, m)
 	case *wirepb.StagedPrepare:
-		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		if err = o.prepareStaged(res, op.epoch, tenant, m); err == nil {
 			o.owner[tenant] = op.epoch // retired with the registration, as an allocation is
 		}
 	case *wirepb.StagedRelease:
-		named, tenant = m.Tenant, scoped(op.epoch, m.Tenant)
 		err = o.releaseStaged(tenant, m)
 	}
 	if err != nil {
-		errorToResult(res, err, unscoped(err.Error(), tenant, named))
+		errorToResult(res, err, unscoped(err.Error(), op.epoch))
 	}
 	o.h.send(outgoing{result: res})
 }

@@ -63,7 +63,7 @@ func (o *hostOps) prepareStaged(res *wirepb.OpResult, epoch uint64, tenant strin
 	if len(m.Inputs)+len(m.Outputs) > MaxStagedSlots || len(m.InputMap) != len(m.Inputs) || len(m.OutputMap) != len(m.Outputs) {
 		return wireErr("a staged program of %d inputs and %d outputs (maps of %d and %d): at most %d slots, a map entry each", len(m.Inputs), len(m.Outputs), len(m.InputMap), len(m.OutputMap), MaxStagedSlots)
 	}
-	compute, err := batchFromWire(&wirepb.Batch{Entries: m.Compute}, decoding{calls: o.h.cfg.Calls, host: o.h.cfg.Name, scope: programScope(epoch)})
+	compute, err := batchFromWire(&wirepb.Batch{Entries: m.Compute}, decoding{calls: o.h.cfg.Calls, host: o.h.cfg.Name, scope: registrationScope(epoch)})
 	if err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay, inputs [
 	}
 	sp, err := h.ops.staged.take(tenant, m.Staged)
 	if err != nil {
-		errorToResult(res, err, unscoped(err.Error(), tenant, m.Tenant))
+		errorToResult(res, err, unscoped(err.Error(), epoch))
 		return
 	}
 	defer h.ops.staged.done(sp)
@@ -253,7 +253,7 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay, inputs [
 	}
 	res.Replay = out
 	if err != nil {
-		errorToResult(res, err, unscoped(err.Error(), tenant, m.Tenant))
+		errorToResult(res, err, unscoped(err.Error(), epoch))
 	}
 }
 

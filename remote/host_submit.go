@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -97,9 +96,7 @@ const MaxTenantName = actors.MaxTenantName - 16
 // tenant has one of its own, with its own buffers, admission share and
 // faults, and a front's Forget frees its own alone. The host's errors and
 // logs show a tenant as NAME@EPOCH (base 36).
-func scoped(epoch uint64, tenant string) string {
-	return tenant + "@" + strconv.FormatUint(epoch, 36)
-}
+func scoped(epoch uint64, tenant string) string { return tenant + registrationScope(epoch) }
 
 // scopeOf is the registration a scoped tenant name belongs to.
 func scopeOf(tenant string) string {
@@ -228,7 +225,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 		if inPlace {
 			area = p
 		}
-		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), inPlace: inPlace, calls: h.cfg.Calls, host: h.cfg.Name, scope: programScope(epoch)})
+		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), inPlace: inPlace, calls: h.cfg.Calls, host: h.cfg.Name, scope: registrationScope(epoch)})
 		if err != nil {
 			if area != nil {
 				area.releaseArea()
@@ -240,7 +237,7 @@ func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *
 	}
 	t := r.templates[s.Template]
 	if s.Batch != nil {
-		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), calls: h.cfg.Calls, host: h.cfg.Name, scope: programScope(epoch)})
+		b, err := batchFromWire(s.Batch, decoding{area: r.uploadArea(), calls: h.cfg.Calls, host: h.cfg.Name, scope: registrationScope(epoch)})
 		if err != nil {
 			h.refuse(epoch, s.Call, s.Tenant, err)
 			return b, nil, nil, false
@@ -344,17 +341,14 @@ func tenantOf(s *wirepb.Submit) string {
 // refuse answers a submission the host turned away before any device work.
 func (h *Host) refuse(epoch, call uint64, tenant string, err error) {
 	w := refusedReceipt(epoch, call, tenant, err)
-	w.Error = unscoped(w.Error, scoped(epoch, tenant), tenant)
+	w.Error = unscoped(w.Error, epoch)
 	h.send(outgoing{receipt: w})
 }
 
-// unscoped is an error's text as its front reads it: the tenant by the
-// front's own name for it.
-func unscoped(msg, scopedName, tenant string) string {
-	if msg == "" || scopedName == "" {
-		return msg
-	}
-	return strings.ReplaceAll(msg, scopedName, tenant)
+// unscoped is an error's text as the front of the registration (epoch)
+// reads it: its tenants and programs by the front's own names for them.
+func unscoped(msg string, epoch uint64) string {
+	return strings.ReplaceAll(msg, registrationScope(epoch), "")
 }
 
 // send sends a message to the front of its epoch, with any others queued
@@ -429,6 +423,7 @@ func (h *Host) sendBatch(r *registration, batch []outgoing) {
 // whose previous receipt had the same, says so instead (the front keeps
 // what it was sent as the host does: both keep at most MaxTemplates).
 func encodeAttribution(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uint64][]lanes.SegmentRecord) {
+	defer func() { unscopeSegments(o.receipt.Segments, o.receipt.Epoch) }()
 	if o.template == 0 {
 		o.receipt.Rows, o.receipt.Segments = RowsToWire(o.rows), SegmentsToWire(o.segments)
 		return
@@ -503,7 +498,7 @@ func (h *Host) replyLoop(q *replyQueue) {
 func (h *Host) receiptToFront(epoch, call uint64, r lanes.Receipt, tenant, named string) *wirepb.Receipt {
 	r.Tenant = named
 	w := ReceiptToWire(epoch, call, r, nil)
-	w.Error = unscoped(w.Error, tenant, named)
+	w.Error = unscoped(w.Error, epoch)
 	if r.HostTimed {
 		w.HostStartUnixNano, w.HostTimed = h.sched.ClockOrigin().Add(r.HostStart).UnixNano(), true
 	}

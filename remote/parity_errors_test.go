@@ -22,6 +22,7 @@ var paritySentinels = map[string]error{
 	"cuda.ErrOutOfBounds": cuda.ErrOutOfBounds, "cuda.ErrForeignHandle": cuda.ErrForeignHandle,
 	"cuda.ErrEmptyRegion": cuda.ErrEmptyRegion, "actors.ErrNotYours": actors.ErrNotYours,
 	"lanes.ErrInvalidBatch": lanes.ErrInvalidBatch, "actors.ErrIndeterminate": actors.ErrIndeterminate,
+	"cuda.ErrInvalidCommand": cuda.ErrInvalidCommand,
 }
 
 // matching is which of paritySentinels err matches.
@@ -166,6 +167,10 @@ func TestErrorsMatchAsInOneProcess(t *testing.T) {
 			return p.submit("a", lanes.Batch{Entries: []lanes.Entry{inc(t, own), inc(t, theirs)}})
 		}},
 		{"an empty batch", func(t *testing.T, p paritySide) error { return p.submit("a", lanes.Batch{}) }},
+		{"a zero entry", func(t *testing.T, p paritySide) error { return p.submit("a", lanes.Batch{Entries: []lanes.Entry{{}}}) }},
+		{"a command of no kind there is", func(t *testing.T, p paritySide) error {
+			return p.submit("a", lanes.Batch{Entries: []lanes.Entry{{Command: cuda.Command{Kind: 99}}}})
+		}},
 	}
 	t.Run("a read or free of another tenant's buffer", func(t *testing.T) {
 		theirs := mustAlloc(t, viaHost, "b")

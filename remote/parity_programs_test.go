@@ -25,7 +25,7 @@ import (
 // programSentinels are the sentinels of programs' and patches' mistakes.
 var programSentinels = map[string]error{
 	"programs.ErrNotSealed": programs.ErrNotSealed, "programs.ErrUnknownProgram": programs.ErrUnknownProgram,
-	"programs.ErrSegmentMismatch": programs.ErrSegmentMismatch, "programs.ErrForeignRuntime": programs.ErrForeignRuntime,
+	"programs.ErrSegmentMismatch": programs.ErrSegmentMismatch, "programs.ErrForeignRuntime": programs.ErrForeignRuntime, "programs.ErrTopology": programs.ErrTopology,
 	"actors.ErrNotYours": actors.ErrNotYours, "lanes.ErrPatch": lanes.ErrPatch, "cache.ErrNotOpen": cache.ErrNotOpen,
 	"lanes.ErrInvalidBatch": lanes.ErrInvalidBatch,
 }
@@ -61,6 +61,7 @@ type programRun struct {
 	catalog                    []programs.Descriptor
 	counts, binding            []byte
 	errs                       map[string][]string
+	texts                      []string // the errors' messages
 }
 
 // runProgram declares a program of three launches, seals its lane, reads
@@ -69,6 +70,12 @@ type programRun struct {
 func runProgram(t *testing.T, p programSide) programRun {
 	t.Helper()
 	run := programRun{errs: map[string][]string{}}
+	note := func(what string, err error) {
+		run.errs[what] = programErrors(err)
+		if err != nil {
+			run.texts = append(run.texts, err.Error())
+		}
+	}
 	counts := p.alloc("a", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	bind := p.alloc("a", cuda.BufferSpec{Size: 16, Elem: cuda.U8})
 	side := p.alloc("a", cuda.BufferSpec{Size: 4, Elem: cuda.U8})
@@ -102,18 +109,20 @@ func runProgram(t *testing.T, p programSide) programRun {
 	}
 	run.captured = shapeOf(r)
 	lane := r.Lane
-	run.errs["invoked before the lane is sealed"] = programErrors(invoke("a", programs.Invocation{Program: id, Segment: programs.Segment{End: 3, Commands: 3}}))
+	note("invoked before the lane is sealed", invoke("a", programs.Invocation{Program: id, Segment: programs.Segment{End: 3, Commands: 3}}))
 	_, err = p.submit("b", lanes.Batch{Entries: []lanes.Entry{inc(theirs, 0), inc(theirs, 1), inc(theirs, 2)}, Program: &programs.Capture{ID: id, Nodes: 3}})
-	run.errs["another tenant declaring the name"] = programErrors(err)
+	note("another tenant declaring the name", err)
+	_, err = p.submit("a", lanes.Batch{Entries: []lanes.Entry{inc(counts, 0)}, Program: &programs.Capture{ID: programs.ID{Runtime: p.runtime}, Nodes: 1}})
+	note("a program with no name", err)
 	if run.sealed, err = p.seal("a", lane); err != nil {
 		t.Fatalf("Seal: got err %v, want nil", err)
 	}
 	_, err = p.seal("a", lane)
-	run.errs["sealed twice"] = programErrors(err)
+	note("sealed twice", err)
 	if run.catalog, err = p.catalog("a", lane); err != nil {
 		t.Fatalf("Catalog: got err %v, want nil", err)
 	}
-	if len(run.catalog) != 1 || len(run.catalog[0].Segments) != 1 {
+	if len(run.catalog) != 1 || len(run.catalog[0].Segments) != 1 || run.catalog[0].ID != id {
 		t.Fatalf("got catalog %+v, want one program of one segment", run.catalog)
 	}
 	seg := run.catalog[0].Segments[0]
@@ -124,10 +133,10 @@ func runProgram(t *testing.T, p programSide) programRun {
 	run.invoked = shapeOf(r)
 	bad := seg
 	bad.Commands = 9
-	run.errs["a segment the catalog does not hold"] = programErrors(invoke("a", programs.Invocation{Program: id, Segment: bad}))
-	run.errs["a program never declared"] = programErrors(invoke("a", programs.Invocation{Program: programs.ID{Runtime: p.runtime, Name: "nope"}, Segment: seg}))
-	run.errs["another runtime's program"] = programErrors(invoke("a", programs.Invocation{Program: programs.ID{Runtime: "other", Name: "step"}, Segment: seg}))
-	run.errs["another tenant's program"] = programErrors(invoke("b", programs.Invocation{Program: id, Segment: seg}))
+	note("a segment the catalog does not hold", invoke("a", programs.Invocation{Program: id, Segment: bad}))
+	note("a program never declared", invoke("a", programs.Invocation{Program: programs.ID{Runtime: p.runtime, Name: "nope"}, Segment: seg}))
+	note("another runtime's program", invoke("a", programs.Invocation{Program: programs.ID{Runtime: "other", Name: "step"}, Segment: seg}))
+	note("another tenant's program", invoke("b", programs.Invocation{Program: id, Segment: seg}))
 
 	layout := &lanes.Layout{ID: "wave", Region: bind.Whole(), Fields: []lanes.Field{{Offset: 0, Length: 4}, {Offset: 4, Length: 8}, {Offset: 12, Length: 4}}}
 	typed := func(field int, fill byte, n int) lanes.Patch {
@@ -142,9 +151,9 @@ func runProgram(t *testing.T, p programSide) programRun {
 	}
 	run.patched = shapeOf(r)
 	_, err = p.submit("a", lanes.Batch{Entries: []lanes.Entry{eager}, Patches: []lanes.Patch{typed(0, 7, 4), typed(1, 7, 8)}})
-	run.errs["a layout patched but for one field"] = programErrors(err)
+	note("a layout patched but for one field", err)
 	_, err = p.submit("a", lanes.Batch{Entries: []lanes.Entry{eager}, Patches: []lanes.Patch{{Dst: theirs.Whole(), Bytes: make([]byte, 64)}}})
-	run.errs["a patch of another tenant's buffer"] = programErrors(err)
+	note("a patch of another tenant's buffer", err)
 	run.counts, run.binding = p.read("a", counts.Whole()), append(p.read("a", bind.Whole()), p.read("a", side.Whole())...)
 	return run
 }
@@ -247,6 +256,11 @@ func TestProgramsMatchOneProcess(t *testing.T) {
 		}
 		if !reflect.DeepEqual(slices.Sorted(slices.Values(got.errs[what])), slices.Sorted(slices.Values(is))) {
 			t.Errorf("%s: errors.Is finds %v through the lane host, %v in one process", what, got.errs[what], is)
+		}
+	}
+	for _, text := range got.texts {
+		if strings.Contains(text, "@") {
+			t.Errorf("an error through the lane host names a tenant or program by the host's scoped name: %s", text)
 		}
 	}
 	if _, err := f.Seal(ctx, "never-submitted"); !errors.Is(err, actors.ErrUnknownLane) {

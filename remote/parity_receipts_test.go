@@ -18,6 +18,7 @@ type receiptShape struct {
 	outcome          lanes.Outcome
 	rows             []lanes.Row
 	segments         [][4]int // start, end, commands, graph nodes
+	programs         []string // each segment's program, "" for none
 	fingerprinted    bool
 	prelude          int
 	events           []string
@@ -32,6 +33,11 @@ func shapeOf(r lanes.Receipt) receiptShape {
 		timed: r.DeviceTime > 0, hostTimed: r.HostTimed, released: len(r.Released), fingerprinted: true}
 	for _, seg := range r.Attribution.Segments {
 		s.segments = append(s.segments, [4]int{seg.Start, seg.End, seg.Commands, seg.GraphNodes})
+		name := ""
+		if seg.Program != nil {
+			name = seg.Program.String()
+		}
+		s.programs = append(s.programs, name)
 		s.fingerprinted = s.fingerprinted && seg.Fingerprint != ""
 	}
 	for _, e := range r.Attribution.Events {
@@ -117,7 +123,7 @@ func TestReceiptsMatchOneProcess(t *testing.T) {
 }
 
 func equalShape(a, b receiptShape) bool {
-	return a.outcome == b.outcome && slices.Equal(a.rows, b.rows) && slices.Equal(a.segments, b.segments) && a.fingerprinted == b.fingerprinted &&
+	return a.outcome == b.outcome && slices.Equal(a.rows, b.rows) && slices.Equal(a.segments, b.segments) && slices.Equal(a.programs, b.programs) && a.fingerprinted == b.fingerprinted &&
 		a.prelude == b.prelude && slices.Equal(a.events, b.events) && a.launches == b.launches && slices.Equal(a.spans, b.spans) &&
 		a.timed == b.timed && a.hostTimed == b.hostTimed && a.released == b.released
 }

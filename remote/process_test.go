@@ -115,6 +115,8 @@ func addrs(socks ...*heldSocket) []string {
 	return out
 }
 
+// syncWriter is a strings.Builder several goroutines write (a child's
+// output copier) while the test reads it.
 type syncWriter struct {
 	mu sync.Mutex
 	b  *strings.Builder
@@ -124,6 +126,13 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
+}
+
+// String is what was written so far.
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // loop is one tenant's closed loop of steps: every submission's end, each

@@ -130,6 +130,9 @@ func captureFromWire(w *wirepb.ProgramCapture, maxName int) (programs.Capture, e
 // a patch past the wire's byte bound.
 func programsToWire(w *wirepb.Batch, b lanes.Batch) error {
 	if b.Program != nil {
+		if err := b.Program.Validate(); err != nil {
+			return lanes.Wrap("submit", true, err) // as the lane says
+		}
 		if err := checkProgramID(b.Program.ID, "the batch's program"); err != nil {
 			return err
 		}
@@ -256,25 +259,34 @@ func invocationFromWire(w *wirepb.Invocation) (*programs.Invocation, error) {
 // programScope is the suffix a host gives the program names of a
 // registration (epoch): as its tenants, a front's programs are its own,
 // and another front naming the same program has one of its own.
-func programScope(epoch uint64) string { return "@" + strconv.FormatUint(epoch, 36) }
+func registrationScope(epoch uint64) string { return "@" + strconv.FormatUint(epoch, 36) }
 
 // scopePrograms puts the program names a freshly decoded batch declares
 // and invokes in a registration's namespace (its programScope).
 func scopePrograms(b *lanes.Batch, scope string) {
-	if b.Program != nil {
+	if b.Program != nil && b.Program.ID.Name != "" { // an empty name stays empty: the lane refuses it
 		b.Program.ID.Name += scope
 	}
 	for i := range b.Entries {
-		if inv := b.Entries[i].Invoke; inv != nil {
+		if inv := b.Entries[i].Invoke; inv != nil && inv.Program.Name != "" {
 			inv.Program.Name += scope
 		}
+	}
+}
+
+// unscopeSegments names the programs of a receipt's segments as the front
+// of the registration (epoch) named them.
+func unscopeSegments(ws []*wirepb.Segment, epoch uint64) {
+	scope := registrationScope(epoch)
+	for _, seg := range ws {
+		seg.ProgramName, _ = strings.CutSuffix(seg.ProgramName, scope)
 	}
 }
 
 // unscopeProgram is a program's id as its front named it, and whether it
 // is of the registration at all.
 func unscopeProgram(id programs.ID, epoch uint64) (programs.ID, bool) {
-	name, ok := strings.CutSuffix(id.Name, programScope(epoch))
+	name, ok := strings.CutSuffix(id.Name, registrationScope(epoch))
 	id.Name = name
 	return id, ok
 }

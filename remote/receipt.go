@@ -152,10 +152,7 @@ func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb
 	}
 	w.Rows = RowsToWire(r.Attribution.Rows)
 	restToWire(w, r)
-	scope := programScope(epoch)
-	for _, seg := range w.Segments {
-		seg.ProgramName, _ = strings.CutSuffix(seg.ProgramName, scope) // as the front named it
-	}
+	unscopeSegments(w.Segments, epoch)
 	return w
 }
 
