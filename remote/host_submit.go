@@ -348,6 +348,9 @@ func (h *Host) refuse(epoch, call uint64, tenant string, err error) {
 // unscoped is an error's text as the front of the registration (epoch)
 // reads it: its tenants and programs by the front's own names for them.
 func unscoped(msg string, epoch uint64) string {
+	if !strings.Contains(msg, "@") {
+		return msg // no scoped name: nothing to build (most answers carry no error at all)
+	}
 	return strings.ReplaceAll(msg, registrationScope(epoch), "")
 }
 
@@ -423,9 +426,9 @@ func (h *Host) sendBatch(r *registration, batch []outgoing) {
 // whose previous receipt had the same, says so instead (the front keeps
 // what it was sent as the host does: both keep at most MaxTemplates).
 func encodeAttribution(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uint64][]lanes.SegmentRecord) {
-	defer func() { unscopeSegments(o.receipt.Segments, o.receipt.Epoch) }()
 	if o.template == 0 {
 		o.receipt.Rows, o.receipt.Segments = RowsToWire(o.rows), SegmentsToWire(o.segments)
+		unscopeSegments(o.receipt.Segments, o.receipt.Epoch)
 		return
 	}
 	o.receipt.Template = o.template
@@ -433,6 +436,7 @@ func encodeAttribution(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uin
 		o.receipt.SegmentsAsBefore = true
 	} else {
 		o.receipt.Segments = SegmentsToWire(o.segments)
+		unscopeSegments(o.receipt.Segments, o.receipt.Epoch)
 		if len(lastSegs) < MaxTemplates {
 			lastSegs[o.template] = o.segments
 		}

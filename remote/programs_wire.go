@@ -277,8 +277,14 @@ func scopePrograms(b *lanes.Batch, scope string) {
 // unscopeSegments names the programs of a receipt's segments as the front
 // of the registration (epoch) named them.
 func unscopeSegments(ws []*wirepb.Segment, epoch uint64) {
-	scope := registrationScope(epoch)
+	scope := ""
 	for _, seg := range ws {
+		if seg.ProgramName == "" {
+			continue // most segments are of no program: nothing to build
+		}
+		if scope == "" {
+			scope = registrationScope(epoch)
+		}
 		seg.ProgramName, _ = strings.CutSuffix(seg.ProgramName, scope)
 	}
 }
