@@ -172,6 +172,9 @@ func programsFromWire(w *wirepb.Batch, b *lanes.Batch) error {
 		if err != nil {
 			return err
 		}
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrWire, err) // no front sends one (BatchToWire refuses it)
+		}
 		b.Program = &c
 	}
 	if len(w.Patches) > MaxPatches {
