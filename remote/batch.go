@@ -50,10 +50,7 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 	if len(b.Entries) > MaxEntries {
 		return nil, tooLarge("%d entries; at most %d cross the wire in one batch", len(b.Entries), MaxEntries)
 	}
-	w := &wirepb.Batch{Tenant: b.Tenant, Path: uint32(b.Path), Timing: uint32(b.Timing), Entries: make([]*wirepb.Entry, len(b.Entries))}
-	for _, n := range b.EagerBoundaries {
-		w.EagerBoundaries = append(w.EagerBoundaries, int64(n))
-	}
+	w := &wirepb.Batch{Tenant: b.Tenant, Path: uint32(b.Path), Timing: uint32(b.Timing), Entries: make([]*wirepb.Entry, len(b.Entries)), EagerBoundaries: nodesToWire(b.EagerBoundaries)}
 	for _, r := range b.Retain {
 		w.Retain = append(w.Retain, bufferToWire(r))
 	}
@@ -61,14 +58,16 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 		return nil, err
 	}
 	for i, e := range b.Entries {
+		we := &wirepb.Entry{Phase: uint32(e.Phase), Node: int64(e.Node),
+			Work: &wirepb.Work{Form: uint32(e.Work.Form), ParticipantStart: e.Work.ParticipantStart, ParticipantCount: e.Work.ParticipantCount, Tokens: e.Work.Tokens}}
+		w.Entries[i] = we
 		if e.Invoke != nil {
 			if err := checkProgramID(e.Invoke.Program, fmt.Sprintf("entry %d", i)); err != nil {
 				return nil, err
 			}
-			w.Entries[i] = &wirepb.Entry{Phase: uint32(e.Phase), Node: int64(e.Node), Invoke: invocationToWire(*e.Invoke),
-				Work: &wirepb.Work{Form: uint32(e.Work.Form), ParticipantStart: e.Work.ParticipantStart, ParticipantCount: e.Work.ParticipantCount, Tokens: e.Work.Tokens}}
+			we.Invoke = invocationToWire(*e.Invoke)
 			if e.Command.Kind != 0 {
-				w.Entries[i].Command = commandToWire(e.Command) // the lane refuses it, as in one process
+				we.Command = commandToWire(e.Command) // the lane refuses it, as in one process
 			}
 			continue
 		}
@@ -95,15 +94,13 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 		default:
 			return nil, lanes.Wrap("submit", true, fmt.Errorf("entry %d: %w", i, e.Command.Validate())) // an unknown kind, as the lane says
 		}
-		we := &wirepb.Entry{Phase: uint32(e.Phase), Node: int64(e.Node), Command: commandToWire(e.Command),
-			Work: &wirepb.Work{Form: uint32(e.Work.Form), ParticipantStart: e.Work.ParticipantStart, ParticipantCount: e.Work.ParticipantCount, Tokens: e.Work.Tokens}}
+		we.Command = commandToWire(e.Command)
 		if e.Replay != nil {
 			we.Replay = &wirepb.Replay{Key: append([]byte(nil), e.Replay.Key[:]...)}
 			for _, s := range e.Replay.Scopes {
 				we.Replay.Scopes = append(we.Replay.Scopes, &wirepb.Scope{Kind: uint32(s.Kind), Lane: s.Lane})
 			}
 		}
-		w.Entries[i] = we
 	}
 	return w, nil
 }
@@ -142,12 +139,9 @@ func batchFromWire(w *wirepb.Batch, d decoding) (lanes.Batch, error) {
 		return lanes.Batch{}, wireErr("path %d, timing %d: out of range", w.Path, w.Timing)
 	}
 	b := lanes.Batch{Tenant: w.Tenant, Path: lanes.Path(w.Path), Timing: lanes.TimingMode(w.Timing), Entries: make([]lanes.Entry, len(w.Entries))}
-	for _, n := range w.EagerBoundaries {
-		v, err := toInt(n, "eager boundary")
-		if err != nil {
-			return lanes.Batch{}, err
-		}
-		b.EagerBoundaries = append(b.EagerBoundaries, v)
+	var err error
+	if b.EagerBoundaries, err = intsFromWire(w.EagerBoundaries, "eager boundary"); err != nil {
+		return lanes.Batch{}, err
 	}
 	for _, r := range w.Retain {
 		buf, err := bufferFromWire(r)
@@ -217,6 +211,23 @@ func entryFromWire(we *wirepb.Entry, d decoding) (lanes.Entry, error) {
 		}
 	}
 	return e, nil
+}
+
+// intsFromWire narrows wire integers to ints (nil for none), refusing one
+// that does not fit.
+func intsFromWire(vs []int64, what string) ([]int, error) {
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	out := make([]int, len(vs))
+	for i, v := range vs {
+		n, err := toInt(v, what)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
 }
 
 // toInt narrows a wire integer to an int, refusing what does not fit.

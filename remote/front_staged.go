@@ -42,6 +42,17 @@ type StagedProgram struct {
 	in, out      uint64
 }
 
+// of refuses a program that is not one PrepareStaged returned for tenant.
+func (p *StagedProgram) of(tenant string) error {
+	switch {
+	case p == nil || p.id == 0:
+		return fmt.Errorf("%w: not a staged program Front.PrepareStaged returned", lanes.ErrStagedInput)
+	case p.tenant != tenant:
+		return fmt.Errorf("%w: the staged program was prepared for tenant %q; a tenant uses only its own", actors.ErrNotYours, p.tenant)
+	}
+	return nil
+}
+
 // Bytes is what one replay moves: its input slots' bytes and its output
 // slots' (read back when collected), as lanes.Staged.Bytes.
 func (p *StagedProgram) Bytes() (in, out uint64) { return p.in, p.out }
@@ -107,11 +118,8 @@ func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inp
 	if err := f.admit(ctx, tenant); err != nil {
 		return lanes.StagedResult{}, err
 	}
-	switch {
-	case p == nil || p.id == 0:
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, fmt.Errorf("%w: not a staged program Front.PrepareStaged returned", lanes.ErrStagedInput))
-	case p.tenant != tenant:
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, fmt.Errorf("%w: the staged program was prepared for tenant %q; a tenant replays only its own", actors.ErrNotYours, p.tenant))
+	if err := p.of(tenant); err != nil {
+		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, err)
 	}
 	var bytes int64
 	for i, in := range inputs {
@@ -177,11 +185,8 @@ func (f *Front) ReleaseStaged(ctx context.Context, tenant string, p *StagedProgr
 	if err := f.admit(ctx, tenant); err != nil {
 		return err
 	}
-	switch {
-	case p == nil || p.id == 0:
-		return fmt.Errorf("%w: not a staged program Front.PrepareStaged returned", lanes.ErrStagedInput)
-	case p.tenant != tenant:
-		return fmt.Errorf("%w: the staged program was prepared for tenant %q; a tenant releases only its own", actors.ErrNotYours, p.tenant)
+	if err := p.of(tenant); err != nil {
+		return err
 	}
 	pl, err := f.place(tenant)
 	var lost *DeviceStateLostError

@@ -145,15 +145,12 @@ func (h *Host) welcome(m *wirepb.Welcome) {
 	h.mu.Unlock()
 	if err := h.loadFrontModules(m.Modules); err != nil {
 		why := "its modules cannot load here: " + err.Error()
-		h.mu.Lock()
-		if h.regs[r.epoch] == r {
-			h.dropLocked(r, why)
-			h.dropped[r.epoch].refused = true // the front should not join again as it is
+		if h.drop(r, why) {
+			h.mu.Lock()
+			h.dropped[r.epoch].refused = true // told with the drop, after this returns: the front should not join again as it is
+			h.mu.Unlock()
+			h.cfg.Logf("the front at %s: %s", r.front.Address, why)
 		}
-		h.mu.Unlock()
-		r.closePlane(why)
-		h.ops.retire(r.epoch)
-		h.cfg.Logf("the front at %s: %s", r.front.Address, why)
 		return
 	}
 	h.mu.Lock()

@@ -162,7 +162,7 @@ func (o *hostOps) run(op hostOp) {
 		err = o.releaseStaged(tenant, m)
 	}
 	if err != nil {
-		errorToResult(res, err, unscoped(err.Error(), op.epoch))
+		errorToResult(res, err)
 	}
 	o.h.send(outgoing{result: res})
 }

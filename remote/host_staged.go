@@ -41,23 +41,31 @@ type hostStaged struct {
 	mu    sync.Mutex
 	next  uint64
 	progs map[uint64]*stagedProgram
-	count map[string]int // programs per tenant
 }
 
 func newHostStaged() *hostStaged {
-	return &hostStaged{progs: map[uint64]*stagedProgram{}, count: map[string]int{}}
+	return &hostStaged{progs: map[uint64]*stagedProgram{}}
+}
+
+// held counts the staged programs of tenant the host keeps.
+func (hs *hostStaged) held(tenant string) int {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	n := 0
+	for _, sp := range hs.progs {
+		if sp.tenant == tenant {
+			n++
+		}
+	}
+	return n
 }
 
 // prepareStaged makes a tenant's staged program: pinned staging for each
-// slot, owned by the tenant, and the program captured on the lane the
-// tenant's batches run on (the first lane of its buffers' device for a
-// tenant that ran nothing yet).
+// slot, owned by the tenant, and the program captured on the lane
+// stagedLane picks.
 func (o *hostOps) prepareStaged(res *wirepb.OpResult, epoch uint64, tenant string, m *wirepb.StagedPrepare) error {
 	hs := o.staged
-	hs.mu.Lock()
-	n := hs.count[tenant]
-	hs.mu.Unlock()
-	if n >= MaxStagedPerTenant {
+	if n := hs.held(tenant); n >= MaxStagedPerTenant {
 		return fmt.Errorf("%w: tenant %q keeps %d staged programs on this host (remote.MaxStagedPerTenant): release one (Front.ReleaseStaged)", actors.ErrProgramLimit, tenant, n)
 	}
 	if len(m.Inputs)+len(m.Outputs) > MaxStagedSlots || len(m.InputMap) != len(m.Inputs) || len(m.OutputMap) != len(m.Outputs) {
@@ -130,7 +138,6 @@ func (o *hostOps) prepareStaged(res *wirepb.OpResult, epoch uint64, tenant strin
 	hs.next++
 	id := hs.next
 	hs.progs[id] = sp
-	hs.count[tenant]++
 	hs.mu.Unlock()
 	res.Staged = id
 	res.StagedInBytes, res.StagedOutBytes = sp.st.Bytes()
@@ -183,18 +190,6 @@ func (o *hostOps) stagedLane(tenant string, dev cuda.Device) (int, error) {
 	return order[0], nil // it refuses the program, saying why
 }
 
-func intsFromWire(vs []int64, what string) ([]int, error) {
-	out := make([]int, len(vs))
-	for i, v := range vs {
-		n, err := toInt(v, what)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = n
-	}
-	return out, nil
-}
-
 // free frees the program's staging (it is not replaying).
 func (sp *stagedProgram) free() {
 	for _, hb := range sp.staging {
@@ -233,16 +228,16 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay, inputs [
 	defer func() { h.send(outgoing{result: res}) }()
 	tenant := scoped(epoch, m.Tenant)
 	if h.leaving.Load() {
-		errorToResult(res, errLeaving, errLeaving.Error())
+		errorToResult(res, errLeaving)
 		return
 	}
 	if inputErr != nil {
-		errorToResult(res, inputErr, inputErr.Error())
+		errorToResult(res, inputErr)
 		return
 	}
 	sp, err := h.ops.staged.take(tenant, m.Staged)
 	if err != nil {
-		errorToResult(res, err, unscoped(err.Error(), epoch))
+		errorToResult(res, err)
 		return
 	}
 	defer h.ops.staged.done(sp)
@@ -253,7 +248,7 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay, inputs [
 	}
 	res.Replay = out
 	if err != nil {
-		errorToResult(res, err, unscoped(err.Error(), epoch))
+		errorToResult(res, err)
 	}
 }
 
@@ -315,7 +310,6 @@ func (o *hostOps) releaseStaged(tenant string, m *wirepb.StagedRelease) error {
 		return fmt.Errorf("%w: staged program %d has %d replays in flight: release it once they end", actors.ErrTenantBusy, m.Staged, sp.busy)
 	}
 	delete(hs.progs, m.Staged)
-	hs.count[tenant]--
 	hs.mu.Unlock()
 	sp.free()
 	return nil
@@ -331,11 +325,7 @@ func (o *hostOps) forgetStaged(tenant string) {
 		if sp.tenant == tenant && sp.busy == 0 {
 			gone = append(gone, sp)
 			delete(hs.progs, id)
-			hs.count[tenant]--
 		}
-	}
-	if hs.count[tenant] <= 0 {
-		delete(hs.count, tenant)
 	}
 	hs.mu.Unlock()
 	for _, sp := range gone {

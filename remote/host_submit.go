@@ -141,7 +141,7 @@ func (h *Host) takeOp(op tenantOp) {
 	_, prepare := op.(*wirepb.StagedPrepare)
 	if _, alloc := op.(*wirepb.Alloc); (alloc || prepare) && h.leaving.Load() {
 		res := &wirepb.OpResult{Epoch: epoch, Call: call}
-		errorToResult(res, errLeaving, errLeaving.Error())
+		errorToResult(res, errLeaving)
 		h.send(outgoing{result: res})
 		return
 	}

@@ -7,7 +7,6 @@
 package remote
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -136,7 +135,7 @@ func (hm *hostModules) load(devs []cuda.Device, m kernels.Module) error {
 	defer hm.mu.Unlock()
 	sum := sumOf(m)
 	if have, ok := hm.sums[m.Name]; ok {
-		if !bytes.Equal(have[:], sum[:]) {
+		if have != sum {
 			return fmt.Errorf("%w: module %q differs from the module of that name this host has loaded (another image or other kernel declarations): name a new build of a module anew", kernels.ErrInvalidModule, m.Name)
 		}
 		return nil

@@ -6,6 +6,7 @@ package remote
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -35,14 +36,14 @@ func programIDToWire(id programs.ID) *wirepb.ProgramID {
 	return &wirepb.ProgramID{Runtime: id.Runtime, Name: id.Name}
 }
 
-// programIDFromWire decodes a program id; the name may be at most max
-// bytes (a front's names are shorter than a host's scoped ones).
-func programIDFromWire(w *wirepb.ProgramID, max int) (programs.ID, error) {
+// programIDFromWire decodes a program id as a front names it: its name at
+// most MaxProgramName bytes, so that the host can scope it.
+func programIDFromWire(w *wirepb.ProgramID) (programs.ID, error) {
 	switch {
 	case w == nil:
 		return programs.ID{}, wireErr("a program with no id")
-	case len(w.Runtime) > programs.MaxIDBytes || len(w.Name) > max:
-		return programs.ID{}, wireErr("program id of %d and %d bytes; at most %d and %d", len(w.Runtime), len(w.Name), programs.MaxIDBytes, max)
+	case len(w.Runtime) > programs.MaxIDBytes || len(w.Name) > MaxProgramName:
+		return programs.ID{}, wireErr("program id of %d and %d bytes; at most %d and %d", len(w.Runtime), len(w.Name), programs.MaxIDBytes, MaxProgramName)
 	case !utf8.ValidString(w.Runtime) || !utf8.ValidString(w.Name):
 		return programs.ID{}, wireErr("program id %.40q/%.40q is not UTF-8", w.Runtime, w.Name)
 	}
@@ -52,7 +53,7 @@ func programIDFromWire(w *wirepb.ProgramID, max int) (programs.ID, error) {
 // checkProgramID refuses, before encoding, a program id a host would
 // refuse: too long to scope, or not UTF-8.
 func checkProgramID(id programs.ID, what string) error {
-	if _, err := programIDFromWire(programIDToWire(id), MaxProgramName); err != nil {
+	if _, err := programIDFromWire(programIDToWire(id)); err != nil {
 		return fmt.Errorf("%s: %w (a front's program names are at most remote.MaxProgramName bytes)", what, err)
 	}
 	return nil
@@ -79,7 +80,11 @@ func segmentFromWire(w *wirepb.ProgramSegment) (programs.Segment, error) {
 	return s, nil
 }
 
+// nodesToWire is node indices (or any ints) in wire form; nil for none.
 func nodesToWire(ns []int) []int64 {
+	if len(ns) == 0 {
+		return nil
+	}
 	out := make([]int64, len(ns))
 	for i, n := range ns {
 		out[i] = int64(n)
@@ -107,8 +112,8 @@ func captureToWire(c programs.Capture) *wirepb.ProgramCapture {
 
 // captureFromWire decodes a program declaration; the lane validates its
 // topology (programs.Capture.Validate) as it does any batch's.
-func captureFromWire(w *wirepb.ProgramCapture, maxName int) (programs.Capture, error) {
-	id, err := programIDFromWire(w.Id, maxName)
+func captureFromWire(w *wirepb.ProgramCapture) (programs.Capture, error) {
+	id, err := programIDFromWire(w.Id)
 	if err != nil {
 		return programs.Capture{}, err
 	}
@@ -168,7 +173,7 @@ func programsToWire(w *wirepb.Batch, b lanes.Batch) error {
 // patches, as a front's batch shares one *lanes.Layout.
 func programsFromWire(w *wirepb.Batch, b *lanes.Batch) error {
 	if w.Program != nil {
-		c, err := captureFromWire(w.Program, MaxProgramName)
+		c, err := captureFromWire(w.Program)
 		if err != nil {
 			return err
 		}
@@ -232,15 +237,7 @@ func layoutFromWire(wl *wirepb.Layout, seen map[string]*lanes.Layout) (*lanes.La
 }
 
 func sameLayout(a, b *lanes.Layout) bool {
-	if a.ID != b.ID || a.Region != b.Region || len(a.Fields) != len(b.Fields) {
-		return false
-	}
-	for i := range a.Fields {
-		if a.Fields[i] != b.Fields[i] {
-			return false
-		}
-	}
-	return true
+	return a.ID == b.ID && a.Region == b.Region && slices.Equal(a.Fields, b.Fields)
 }
 
 func invocationToWire(inv programs.Invocation) *wirepb.Invocation {
@@ -248,7 +245,7 @@ func invocationToWire(inv programs.Invocation) *wirepb.Invocation {
 }
 
 func invocationFromWire(w *wirepb.Invocation) (*programs.Invocation, error) {
-	id, err := programIDFromWire(w.Program, MaxProgramName)
+	id, err := programIDFromWire(w.Program)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +357,7 @@ func catalogFromWire(ws []*wirepb.ProgramDescriptor) ([]programs.Descriptor, err
 		if w == nil || w.Capture == nil || len(w.Segments) > programs.MaxNodes || len(w.Gaps) > programs.MaxNodes {
 			return nil, wireErr("a malformed catalog entry")
 		}
-		c, err := captureFromWire(w.Capture, MaxProgramName)
+		c, err := captureFromWire(w.Capture)
 		if err != nil {
 			return nil, err
 		}

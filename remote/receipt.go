@@ -132,9 +132,10 @@ func errorToWire(err error, msg string) (code int32, text string, kinds []string
 	return int32(cuda.Classify(err).Code), strings.ToValidUTF8(msg, "\uFFFD"), sentinelKinds(err)
 }
 
-// errorToResult puts err on an op's result (see errorToWire).
-func errorToResult(res *wirepb.OpResult, err error, msg string) {
-	res.ErrorCode, res.Error, res.ErrorKinds = errorToWire(err, msg)
+// errorToResult puts a host's err on an op's result (see errorToWire),
+// its text as the result's front reads it (unscoped).
+func errorToResult(res *wirepb.OpResult, err error) {
+	res.ErrorCode, res.Error, res.ErrorKinds = errorToWire(err, unscoped(err.Error(), res.Epoch))
 	res.ErrorKindsNamed = true
 }
 
