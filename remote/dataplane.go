@@ -8,6 +8,7 @@ package remote
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,11 @@ type dataPlane struct {
 	readDone   chan struct{} // closed once no reader will hand the side anything more
 	readOnce   sync.Once
 	fd         atomic.Int64 // the host's memfd, open until the front opened it too (-1 after)
+	// bells are the side's doorbells (the one its reader parks on, the one
+	// its writer rings), closed with the mapping; on the host, offered
+	// holds the pipes' other ends until the front opened them too.
+	bells   []*os.File
+	offered atomic.Pointer[[]int]
 
 	qmu      sync.Mutex // orders sends: the backlog, and whether it drains
 	backlog  []planeRecord
@@ -132,7 +138,11 @@ func planeRings(mem []byte, ringBytes int) (toHost, toFront []byte) {
 	return mem[planeHeader : planeHeader+shmring.Size(ringBytes)], mem[planeHeader+span : planeHeader+span+shmring.Size(ringBytes)]
 }
 
-func newPlane(mem, mine, theirs []byte) (*dataPlane, error) {
+// newPlane is a side's view of a segment: it writes mine, ringing ring
+// when the other side's reader parked, and reads theirs, parked on park
+// when it is empty. The plane closes both doorbells when it unmaps; on an
+// error the caller closes them.
+func newPlane(mem, mine, theirs []byte, park, ring *os.File) (*dataPlane, error) {
 	w, err := shmring.NewWriter(mine)
 	if err != nil {
 		return nil, err
@@ -141,7 +151,13 @@ func newPlane(mem, mine, theirs []byte) (*dataPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &dataPlane{mem: mem, w: w, rd: rd, done: make(chan struct{}), readDone: make(chan struct{}), stallAfter: planeStall}
+	if err := rd.UseDoorbell(park); err != nil {
+		return nil, err
+	}
+	if err := w.UseDoorbell(ring); err != nil {
+		return nil, err
+	}
+	p := &dataPlane{mem: mem, w: w, rd: rd, bells: []*os.File{park, ring}, done: make(chan struct{}), readDone: make(chan struct{}), stallAfter: planeStall}
 	p.fd.Store(-1)
 	return p, nil
 }
@@ -369,6 +385,9 @@ func (p *dataPlane) unmap() {
 	}
 	_ = unix.Munmap(p.mem)
 	p.mem, p.area = nil, nil
+	for _, b := range p.bells {
+		_ = b.Close()
+	}
 	close(p.done)
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -68,8 +69,23 @@ func makePlane(ringBytes, areaBytes int) (*dataPlane, *wirepb.DataPlane, error) 
 			return fail("lay out", err)
 		}
 	}
-	p, err := newPlane(mem, toFront, toHost)
+	// The doorbells: the host reads the front's (toHost) and writes its
+	// own (toFront); the other ends wait for the front.
+	var toHostBell, toFrontBell [2]int
+	if err := unix.Pipe2(toHostBell[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		_ = unix.Munmap(mem)
+		return fail("make a doorbell", err)
+	}
+	if err := unix.Pipe2(toFrontBell[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		closeFDs(toHostBell[:])
+		_ = unix.Munmap(mem)
+		return fail("make a doorbell", err)
+	}
+	park, ring := os.NewFile(uintptr(toHostBell[0]), "doorbell"), os.NewFile(uintptr(toFrontBell[1]), "doorbell")
+	p, err := newPlane(mem, toFront, toHost, park, ring)
 	if err != nil {
+		_, _ = park.Close(), ring.Close()
+		closeFDs([]int{toHostBell[1], toFrontBell[0]})
 		_ = unix.Munmap(mem)
 		return fail("attach", err)
 	}
@@ -77,7 +93,42 @@ func makePlane(ringBytes, areaBytes int) (*dataPlane, *wirepb.DataPlane, error) 
 		p.area = planeArea(mem, ringBytes)
 	}
 	p.fd.Store(int64(fd))
-	return p, &wirepb.DataPlane{Path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), Nonce: nonce[:], RingBytes: uint64(ringBytes), UploadAreaBytes: uint64(areaBytes)}, nil
+	p.offered.Store(&[]int{toHostBell[1], toFrontBell[0]})
+	proc := func(fd int) string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd) }
+	return p, &wirepb.DataPlane{Path: proc(fd), Nonce: nonce[:], RingBytes: uint64(ringBytes), UploadAreaBytes: uint64(areaBytes),
+		ToHostBell: proc(toHostBell[1]), ToFrontBell: proc(toFrontBell[0])}, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}
+
+// openBell opens a doorbell the host offered (flags: O_WRONLY for the
+// one the front rings, O_RDONLY for the one it parks on), checking it is
+// a pipe of this user's held by the process that holds the segment.
+func openBell(path, segment string, flags int) (*os.File, error) {
+	if !procFD.MatchString(path) || strings.Split(path, "/")[2] != strings.Split(segment, "/")[2] {
+		return nil, fmt.Errorf("%q is not a doorbell of the process holding %s", path, segment)
+	}
+	fd, err := unix.Open(path, flags|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the doorbell %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	switch err := unix.Fstat(fd, &st); {
+	case err != nil:
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("stat the doorbell %s: %w", path, err)
+	case st.Mode&unix.S_IFMT != unix.S_IFIFO:
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("the doorbell %s is not a pipe", path)
+	case int(st.Uid) != os.Getuid():
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("the doorbell %s belongs to uid %d, not this user (%d)", path, st.Uid, os.Getuid())
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // attachPlane maps a host's offered segment on the front's side, after
@@ -130,9 +181,21 @@ func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
 		_ = unix.Munmap(mem)
 		return nil, fmt.Errorf("%s is not the segment the host offered (its header or nonce differs)", offer.Path)
 	}
-	toHost, toFront := planeRings(mem, ringBytes)
-	p, err := newPlane(mem, toHost, toFront)
+	ring, err := openBell(offer.ToHostBell, offer.Path, unix.O_WRONLY)
 	if err != nil {
+		_ = unix.Munmap(mem)
+		return nil, err
+	}
+	park, err := openBell(offer.ToFrontBell, offer.Path, unix.O_RDONLY)
+	if err != nil {
+		_ = ring.Close()
+		_ = unix.Munmap(mem)
+		return nil, err
+	}
+	toHost, toFront := planeRings(mem, ringBytes)
+	p, err := newPlane(mem, toHost, toFront, park, ring)
+	if err != nil {
+		_, _ = park.Close(), ring.Close()
 		_ = unix.Munmap(mem)
 		return nil, fmt.Errorf("%s: %w", offer.Path, err)
 	}
@@ -143,10 +206,14 @@ func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
 	return p, nil
 }
 
-// release closes the host's fd of the segment (its mapping stays): once
+// release closes the host's fd of the segment and the doorbells' ends
+// that were the front's (its mapping and its own ends stay): once
 // the front opened it, or will not, no one needs it.
 func (p *dataPlane) release() {
 	if fd := p.fd.Swap(-1); fd >= 0 {
 		_ = unix.Close(int(fd))
+	}
+	if fds := p.offered.Swap(nil); fds != nil {
+		closeFDs(*fds)
 	}
 }

@@ -11,6 +11,11 @@
 // is an error (ErrCorrupt), never a crash, and never read past the
 // region.
 //
+// A side parks on a futex word in the ring, or, where both sides were
+// given a doorbell (a pipe: Reader.UseDoorbell, Writer.UseDoorbell), a
+// reader parks in the Go runtime's poller, so that its process's other
+// goroutines run while it waits.
+//
 // # Concurrency properties
 //
 // A Writer belongs to one goroutine, a Reader to one goroutine, each in
@@ -83,6 +88,9 @@ type ring struct {
 	data     []byte
 	capacity uint64
 	mask     uint64
+	// bell is the side's doorbell (nil: the futex): the one a Reader
+	// parks on, or the one a Writer rings.
+	bell *bell
 }
 
 func (r *ring) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
@@ -121,12 +129,18 @@ func attach(mem []byte) (*ring, error) {
 // Close marks the ring closed: the other side's Read and Write end with
 // ErrClosed once they see it (a parked one is woken); a Read gives the
 // records written before the close first.
-func (r *ring) close() {
+func (r *ring) close(reading bool) {
 	atomic.StoreUint32(r.u32(offClosed), 1)
 	atomic.AddUint32(r.u32(offReaderSeq), 1)
 	atomic.AddUint32(r.u32(offWriterSeq), 1)
 	futexWake(r.u32(offReaderSeq))
 	futexWake(r.u32(offWriterSeq))
+	switch {
+	case r.bell != nil && reading:
+		r.bell.cut() // this side's reader, parked on its doorbell
+	case r.bell != nil:
+		r.bell.ring() // the other side's
+	}
 }
 
 func (r *ring) closed() bool { return atomic.LoadUint32(r.u32(offClosed)) != 0 }
@@ -178,10 +192,11 @@ func CheckSpinEnv() error {
 }
 
 // wait waits until ready reports true: spinning a while, then parked on
-// the futex word seq with the park flag up (so that the other side knows
-// to wake it), within timeout. It re-checks after raising the flag, so a
-// wake between the check and the park is never lost.
-func (r *ring) wait(ready func() bool, seqOff, parkOff int, timeout time.Duration) error {
+// the futex word seq, or on the doorbell park when there is one, with the
+// park flag up (so that the other side knows to wake it), within timeout.
+// It re-checks after raising the flag, so a wake between the check and
+// the park is never lost.
+func (r *ring) wait(ready func() bool, seqOff, parkOff int, park *bell, timeout time.Duration) error {
 	start := time.Now()
 	if ready() {
 		return nil
@@ -219,10 +234,18 @@ func (r *ring) wait(ready func() bool, seqOff, parkOff int, timeout time.Duratio
 			atomic.StoreUint32(r.u32(parkOff), 0)
 			return ErrTimeout
 		}
-		futexWait(r.u32(seqOff), seq, min(left, 10*time.Millisecond))
+		if park != nil && !park.dead.Load() {
+			park.wait(time.Now().Add(min(left, parkAtMost)))
+		} else {
+			futexWait(r.u32(seqOff), seq, min(left, parkAtMost))
+		}
 		atomic.StoreUint32(r.u32(parkOff), 0)
 	}
 }
+
+// parkAtMost bounds one park: a side checks the ring's counters and its
+// closed flag at least this often, woken or not.
+var parkAtMost = 10 * time.Millisecond
 
 // spinners counts the sides of this process's rings spinning now; at most
 // maxSpinners spin at once (a core each), the others park at once, so a
@@ -248,9 +271,14 @@ func (r *ring) spinFor(ready func() bool, start time.Time, window time.Duration)
 	}
 }
 
-// wake bumps the other side's futex word and wakes it if it parked.
-func (r *ring) wake(seqOff, parkOff int) {
+// wake wakes the other side if it parked: it rings the doorbell ring
+// when there is one, else it bumps the futex word and wakes it.
+func (r *ring) wake(seqOff, parkOff int, ring *bell) {
 	if atomic.LoadUint32(r.u32(parkOff)) != 0 {
+		if ring != nil {
+			ring.ring()
+			return
+		}
 		atomic.AddUint32(r.u32(seqOff), 1)
 		futexWake(r.u32(seqOff))
 	}
@@ -272,7 +300,7 @@ func NewWriter(mem []byte) (*Writer, error) {
 }
 
 // Close closes the ring (see ErrClosed).
-func (w *Writer) Close() { w.r.close() }
+func (w *Writer) Close() { w.r.close(false) }
 
 // maxFragment is the most payload one record of this ring holds.
 func (w *Writer) maxFragment() int { return int(w.r.capacity/4) - recordHeader }
@@ -325,7 +353,7 @@ func (w *Writer) record(kind, flags uint16, payload []byte, timeout time.Duratio
 		tail := atomic.LoadUint64(r.u64(offTail))
 		return w.head+pad+need-tail <= r.capacity
 	}
-	if err := r.wait(room, offWriterSeq, offWriterPark, timeout); err != nil {
+	if err := r.wait(room, offWriterSeq, offWriterPark, nil, timeout); err != nil {
 		return err
 	}
 	if pad > 0 {
@@ -336,7 +364,7 @@ func (w *Writer) record(kind, flags uint16, payload []byte, timeout time.Duratio
 	copy(r.data[at+recordHeader:], payload)
 	w.head += pad + need
 	atomic.StoreUint64(r.u64(offHead), w.head)
-	r.wake(offReaderSeq, offReaderPark)
+	r.wake(offReaderSeq, offReaderPark, r.bell)
 	return nil
 }
 
@@ -368,7 +396,7 @@ func NewReader(mem []byte) (*Reader, error) {
 }
 
 // Close closes the ring (see ErrClosed).
-func (rd *Reader) Close() { rd.r.close() }
+func (rd *Reader) Close() { rd.r.close(true) }
 
 // Pending reports whether a record (or fragment) is waiting to be read.
 func (rd *Reader) Pending() bool { return atomic.LoadUint64(rd.r.u64(offHead)) != rd.tail }
@@ -389,7 +417,7 @@ func (rd *Reader) Read(timeout time.Duration) (kind uint16, payload []byte, err 
 			head = atomic.LoadUint64(r.u64(offHead))
 			return head != rd.tail
 		}
-		if err := r.wait(ready, offReaderSeq, offReaderPark, timeout); err != nil {
+		if err := r.wait(ready, offReaderSeq, offReaderPark, r.bell, timeout); err != nil {
 			if rd.fragments > 0 && errors.Is(err, ErrClosed) {
 				return 0, nil, fmt.Errorf("%w: a record cut off after %d fragments", ErrClosed, rd.fragments)
 			}
@@ -443,5 +471,5 @@ func (rd *Reader) Read(timeout time.Duration) (kind uint16, payload []byte, err 
 func (rd *Reader) consume(size uint64) {
 	rd.tail += size
 	atomic.StoreUint64(rd.r.u64(offTail), rd.tail)
-	rd.r.wake(offWriterSeq, offWriterPark)
+	rd.r.wake(offWriterSeq, offWriterPark, nil)
 }

@@ -173,8 +173,15 @@ type DataPlane struct {
 	// the front writes an upload's bytes there and the command names them
 	// (Command.area) instead of carrying them through the ring.
 	UploadAreaBytes uint64 `protobuf:"varint,4,opt,name=upload_area_bytes,json=uploadAreaBytes,proto3" json:"upload_area_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The doorbells: pipes of the host's (their /proc entries) that a side
+	// parked on an empty ring waits on, and the other side writes a byte to
+	// when it finds it parked. The front opens to_host_bell's write end and
+	// to_front_bell's read end; both sides use them or the front declines
+	// the segment.
+	ToHostBell    string `protobuf:"bytes,5,opt,name=to_host_bell,json=toHostBell,proto3" json:"to_host_bell,omitempty"`
+	ToFrontBell   string `protobuf:"bytes,6,opt,name=to_front_bell,json=toFrontBell,proto3" json:"to_front_bell,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DataPlane) Reset() {
@@ -233,6 +240,20 @@ func (x *DataPlane) GetUploadAreaBytes() uint64 {
 		return x.UploadAreaBytes
 	}
 	return 0
+}
+
+func (x *DataPlane) GetToHostBell() string {
+	if x != nil {
+		return x.ToHostBell
+	}
+	return ""
+}
+
+func (x *DataPlane) GetToFrontBell() string {
+	if x != nil {
+		return x.ToFrontBell
+	}
+	return ""
 }
 
 // Welcome is the front's answer to a Hello: accepted, or why not.
@@ -4396,13 +4417,16 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x0fheartbeat_nanos\x18\b \x01(\x03R\x0eheartbeatNanos\x12\x18\n" +
 	"\aruntime\x18\t \x01(\tR\aruntime\x12\"\n" +
 	"\rno_data_plane\x18\n" +
-	" \x01(\tR\vnoDataPlane\"\x80\x01\n" +
+	" \x01(\tR\vnoDataPlane\"\xc6\x01\n" +
 	"\tDataPlane\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x1d\n" +
 	"\n" +
 	"ring_bytes\x18\x03 \x01(\x04R\tringBytes\x12*\n" +
-	"\x11upload_area_bytes\x18\x04 \x01(\x04R\x0fuploadAreaBytes\"\xf1\x01\n" +
+	"\x11upload_area_bytes\x18\x04 \x01(\x04R\x0fuploadAreaBytes\x12 \n" +
+	"\fto_host_bell\x18\x05 \x01(\tR\n" +
+	"toHostBell\x12\"\n" +
+	"\rto_front_bell\x18\x06 \x01(\tR\vtoFrontBell\"\xf1\x01\n" +
 	"\aWelcome\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\arefusal\x18\x02 \x01(\tR\arefusal\x12\x1a\n" +
