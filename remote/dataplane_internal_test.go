@@ -102,7 +102,8 @@ func TestAPlaneCarriesMessagesInOrder(t *testing.T) {
 // offered: a memfd of this user, sealed so that no one can shrink it
 // under the front's mapping, of the size its rings take, holding the
 // Hello's nonce, at the host's /proc entry; anything else is refused
-// with the reason. The host itself cannot shrink what it offered.
+// with the reason; so are doorbells that are not pipes of the process
+// holding the segment. The host itself cannot shrink what it offered.
 func TestAttachChecksTheSegment(t *testing.T) {
 	fresh := func() (*dataPlane, *wirepb.DataPlane) {
 		p, offer, err := makePlane(shmring.MinCapacity, 0)
@@ -129,14 +130,32 @@ func TestAttachChecksTheSegment(t *testing.T) {
 		spoil func(offer *wirepb.DataPlane)
 		want  string
 	}{
-		"not sealed":         {unsealed, "not sealed"},
-		"another nonce":      {func(o *wirepb.DataPlane) { o.Nonce = bytes.Repeat([]byte{1}, planeNonce) }, "nonce differs"},
-		"a short nonce":      {func(o *wirepb.DataPlane) { o.Nonce = o.Nonce[:8] }, "a nonce of 8 bytes"},
-		"rings of no size":   {func(o *wirepb.DataPlane) { o.RingBytes = 1000 }, "rings of 1000 bytes"},
-		"rings of another":   {func(o *wirepb.DataPlane) { o.RingBytes = 2 * shmring.MinCapacity }, "not the"},
-		"a file elsewhere":   {func(o *wirepb.DataPlane) { o.Path = "/etc/passwd" }, "not a data plane's path"},
-		"a path that climbs": {func(o *wirepb.DataPlane) { o.Path = "/proc/1/fd/../../self/fd/0" }, "not a data plane's path"},
-		"no such entry":      {func(o *wirepb.DataPlane) { o.Path = fmt.Sprintf("/proc/%d/fd/999999", os.Getpid()) }, "open"},
+		"not sealed":           {unsealed, "not sealed"},
+		"another nonce":        {func(o *wirepb.DataPlane) { o.Nonce = bytes.Repeat([]byte{1}, planeNonce) }, "nonce differs"},
+		"a short nonce":        {func(o *wirepb.DataPlane) { o.Nonce = o.Nonce[:8] }, "a nonce of 8 bytes"},
+		"rings of no size":     {func(o *wirepb.DataPlane) { o.RingBytes = 1000 }, "rings of 1000 bytes"},
+		"rings of another":     {func(o *wirepb.DataPlane) { o.RingBytes = 2 * shmring.MinCapacity }, "not the"},
+		"a file elsewhere":     {func(o *wirepb.DataPlane) { o.Path = "/etc/passwd" }, "not a data plane's path"},
+		"a path that climbs":   {func(o *wirepb.DataPlane) { o.Path = "/proc/1/fd/../../self/fd/0" }, "not a data plane's path"},
+		"no such entry":        {func(o *wirepb.DataPlane) { o.Path = fmt.Sprintf("/proc/%d/fd/999999", os.Getpid()) }, "open"},
+		"no doorbells":         {func(o *wirepb.DataPlane) { o.ToHostBell, o.ToFrontBell = "", "" }, "not a doorbell"},
+		"a doorbell elsewhere": {func(o *wirepb.DataPlane) { o.ToFrontBell = "/etc/passwd" }, "not a doorbell"},
+		"a doorbell of another process": {func(o *wirepb.DataPlane) {
+			o.ToHostBell = strings.Replace(o.ToHostBell, fmt.Sprintf("/proc/%d/", os.Getpid()), "/proc/1/", 1)
+		}, "not a doorbell of the process"},
+		"a doorbell that is the segment": {func(o *wirepb.DataPlane) { o.ToHostBell = o.Path }, "not a pipe"},
+		"a doorbell that is a file": {func(o *wirepb.DataPlane) {
+			f, err := os.CreateTemp(t.TempDir(), "bell")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			var fd int
+			raw, _ := f.SyscallConn()
+			_ = raw.Control(func(v uintptr) { fd = int(v) })
+			o.ToFrontBell = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
+		}, "not a pipe"},
+		"no such doorbell": {func(o *wirepb.DataPlane) { o.ToFrontBell = fmt.Sprintf("/proc/%d/fd/999999", os.Getpid()) }, "open the doorbell"},
 	} {
 		_, offer := fresh()
 		c.spoil(offer)
@@ -218,5 +237,52 @@ func TestARingThatStopsMovingIsALoss(t *testing.T) {
 	err := front.read(func(uint16, []byte) error { n++; return nil }, func() bool { return true })
 	if !errors.Is(err, errPeerClosed) {
 		t.Errorf("the other side's read: got %v after %d records, want errPeerClosed (the records before it, then the close)", err, n)
+	}
+}
+
+// TestPlanesLeaveNoDescriptorsBehind: segments and doorbells, taken or
+// declined, read or never read, closed by either side, leave no open
+// descriptor in the process once both sides let them go.
+func TestPlanesLeaveNoDescriptorsBehind(t *testing.T) {
+	count := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	before := count()
+	for i := range 60 {
+		host, offer, err := makePlane(shmring.MinCapacity, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 { // offered, never taken
+			host.close()
+			continue
+		}
+		front, err := attachPlane(offer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host.release() // the Welcome came
+		host.held, front.held = func() bool { return true }, func() bool { return true }
+		if i%3 == 1 { // both read, the front closes
+			for _, p := range []*dataPlane{host, front} {
+				if !p.startReading() {
+					t.Fatal("startReading: got false")
+				}
+				go func() { _ = p.read(func(uint16, []byte) error { return nil }, func() bool { return true }) }()
+			}
+			front.close()
+		} else { // never read, the host closes first
+			host.close()
+			front.close()
+		}
+		<-host.done
+		<-front.done
+	}
+	if after := count(); after != before {
+		t.Fatalf("open descriptors: %d before, %d after 60 planes came and went", before, after)
 	}
 }
