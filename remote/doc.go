@@ -69,7 +69,15 @@
 // and finds the seals, size and nonce right maps it and says so in its
 // Welcome; from then on every message of the registration but heartbeats
 // and probes crosses the rings: submissions, receipts, operations and
-// their results, leaving. Nothing read from a ring is trusted: a record
+// their results, leaving. A side whose ring is empty parks on a doorbell,
+// a pipe the host makes with the segment and offers beside it (the front
+// opens it through the same /proc, checked as a pipe of its user held by
+// the segment's process, or declines the segment): the writer writes a
+// byte only when it finds the reader parked, and a reader parked on a pipe
+// waits in Go's poller, so its thread's P runs at once whatever the reader
+// readied. Any process of the user can open the doorbells as it can the
+// segment: one that steals their bytes slows the front to a wake per
+// 10 ms, no worse. Nothing read from a ring is trusted: a record
 // that makes no sense ends the registration; messages are checked as on
 // the wire. A side that stops reading holds up no one (a backlog waits for
 // room). An upload of 4 KiB or more skips the ring: the front writes its

@@ -83,7 +83,7 @@ type HostConfig struct {
 	MaxFronts int
 	// SilentFront is how long a front may send nothing (no call, no probe)
 	// before its place goes to a new front that finds the host full (0:
-	// DefaultSilentFront, which says how to choose it).
+	// DefaultSilentFront, which says how to choose it; else 100ms to 1h).
 	SilentFront time.Duration
 	// NoDataPlane keeps every front's traffic on the remote: no
 	// same-host data plane is offered (see "Same-host data plane" in the
@@ -241,7 +241,7 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		cfg.Heartbeat = DefaultHeartbeat
 	}
 	if cfg.Heartbeat < time.Millisecond || cfg.Heartbeat > 10*time.Second {
-		return nil, fmt.Errorf("%w: heartbeat %v: give 1ms to 10s", ErrConfig, cfg.Heartbeat)
+		return nil, fmt.Errorf("%w: Heartbeat %v: give 1ms to 10s (0 for the default %v)", ErrConfig, cfg.Heartbeat, DefaultHeartbeat)
 	}
 	if cfg.Name == "" {
 		cfg.Name = fmt.Sprintf("host-%d", os.Getpid())
@@ -259,8 +259,11 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if cfg.MaxTemplates <= 0 {
 		cfg.MaxTemplates = MaxTemplates
 	}
-	if cfg.SilentFront <= 0 {
+	switch {
+	case cfg.SilentFront == 0:
 		cfg.SilentFront = DefaultSilentFront
+	case cfg.SilentFront < 100*time.Millisecond || cfg.SilentFront > time.Hour:
+		return nil, fmt.Errorf("%w: SilentFront %v: give 100ms to 1h (0 for the default %v)", ErrConfig, cfg.SilentFront, DefaultSilentFront)
 	}
 	if cfg.RingBytes == 0 {
 		cfg.RingBytes = DefaultRingBytes

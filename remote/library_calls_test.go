@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
@@ -161,8 +162,8 @@ func TestLibraryCallsMatchOneProcess(t *testing.T) {
 
 // TestServeRefusesCallsAndNamesThatCannotCross: HostConfig.Calls with a
 // name no front could send, or a nil builder, a host name that is not
-// UTF-8, MaxFronts below zero (found from outside: taken as the default)
-// and a module that cannot load are refused before the host starts.
+// UTF-8, MaxFronts or SilentFront below zero (found from outside: taken
+// as the default), a SilentFront out of lanehost's range and a module that cannot load are refused before the host starts.
 func TestServeRefusesCallsAndNamesThatCannotCross(t *testing.T) {
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
@@ -176,6 +177,8 @@ func TestServeRefusesCallsAndNamesThatCannotCross(t *testing.T) {
 		"a nil builder":            {Calls: remote.LibraryCalls{"axpy": nil}},
 		"a host name not UTF-8":    {Name: "h\xffx"},
 		"MaxFronts below zero":     {MaxFronts: -1},
+		"SilentFront below zero":   {SilentFront: -time.Second},
+		"SilentFront too short":    {SilentFront: time.Millisecond},
 		"a module with no image":   {Modules: []kernels.Module{{Name: "m", Kernels: kernels.Registry{"k": {Spec: cuda.KernelSpec{Name: "k"}}}}}},
 	} {
 		cfg.Scheduler = actors.Config{Devices: []cuda.Device{dev}}

@@ -345,6 +345,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--protocol %d: too large", o.protocol)
 	case o.leaveTimeout < 0:
 		return o, fmt.Errorf("--leave-timeout %v: give 0 (stop at once) or more", o.leaveTimeout)
+	case o.heartbeat != 0 && (o.heartbeat < time.Millisecond || o.heartbeat > 10*time.Second):
+		return o, fmt.Errorf("--heartbeat %v: give 1ms to 10s (0: the default, %v)", o.heartbeat, remote.DefaultHeartbeat)
 	case o.silentFront < 100*time.Millisecond || o.silentFront > time.Hour:
 		return o, fmt.Errorf("--silent-front %v: give 100ms to 1h", o.silentFront)
 	case o.maxFronts < 1 || o.maxFronts > 1024:
