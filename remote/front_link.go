@@ -367,9 +367,15 @@ func (l *link) registered(epoch uint64, reg *pendingReg) bool {
 	l.probeSeq.Store(0)
 	l.echoed.Store(0)
 	l.setState(HostServing)
+	// Told under the lock: a loss of the epoch (lose, which takes the lock
+	// to leave HostServing) then tells its "lost" after it. Told after the
+	// unlock, a loss that came between (a call already sent under the
+	// epoch, the host dropping it at once) put "lost" first, which the
+	// supervisor's join ignored: it then served a lost host for ever
+	// (found under load: the host dropped, the front never joined again).
+	l.event("registered")
 	l.mu.Unlock()
 	l.answered()
-	l.event("registered")
 	return true
 }
 
