@@ -191,3 +191,35 @@ func TestABusyFrontKeepsItsPlace(t *testing.T) {
 		t.Errorf("the busy front's host: got %v with %d losses, want serving, never lost", st.State, st.Losses)
 	}
 }
+
+// TestALossAtTheFirstHeartbeatIsJoinedAgain: the host drops a
+// registration the moment it begins to serve, and the front's loss of it
+// comes before the front's actor has finished taking the first heartbeat
+// (found under load: the supervisor then ignored the loss and served a
+// lost host for good). The front joins the host again as it is.
+func TestALossAtTheFirstHeartbeatIsJoinedAgain(t *testing.T) {
+	h := serveHere(t)
+	log := &logLines{t: t}
+	var once sync.Once
+	var first uint64
+	afterRegistered = func(l *link) {
+		once.Do(func() {
+			first = l.status().Epoch
+			h.frontGone(actor.NewPID(l.f.sys.addr, FrontActor))
+			// The plane's last record loses it on the plane's reader.
+			for deadline := time.Now().Add(10 * time.Second); l.status().State != HostLost && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	t.Cleanup(func() { afterRegistered = nil })
+	f := startFrontHere(t, h, log, false)
+	deadline := time.Now().Add(20 * time.Second)
+	for st := f.Hosts()[0]; st.State != HostServing || st.Epoch == first; st = f.Hosts()[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("the host after its drop: got %v under epoch %d (first %d, lost: %s), want serving again under a new epoch", st.State, st.Epoch, first, st.LostHow)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	allocOK(t, f, "t")
+}

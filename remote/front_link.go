@@ -375,9 +375,16 @@ func (l *link) registered(epoch uint64, reg *pendingReg) bool {
 	// (found under load: the host dropped, the front never joined again).
 	l.event("registered")
 	l.mu.Unlock()
+	if afterRegistered != nil {
+		afterRegistered(l)
+	}
 	l.answered()
 	return true
 }
+
+// afterRegistered, set by a test, runs on the front's actor after a
+// registration begins to serve.
+var afterRegistered func(l *link)
 
 // holds reports whether the host holds template id under epoch, and
 // from now on counts it as held (the Submit about to go carries it).
