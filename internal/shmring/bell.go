@@ -89,24 +89,20 @@ func (b *bell) cut() { _ = b.f.SetReadDeadline(time.Unix(1, 0)) }
 // its write end (Writer.UseDoorbell), or a parked reader sleeps out each
 // park (10 ms at most). Call it before the first Read. The reader does not
 // close f.
-func (rd *Reader) UseDoorbell(f *os.File) error {
-	b, err := newBell(f)
-	if err != nil {
-		return err
-	}
-	rd.r.bell = b
-	return nil
-}
+func (rd *Reader) UseDoorbell(f *os.File) error { return rd.r.useBell(f) }
 
 // UseDoorbell makes the writer wake a parked reader by writing to f, the
 // write end of the pipe the reader parks on (Reader.UseDoorbell), instead
 // of the futex. Call it before the first Write. The writer does not close
 // f.
-func (w *Writer) UseDoorbell(f *os.File) error {
+func (w *Writer) UseDoorbell(f *os.File) error { return w.r.useBell(f) }
+
+// useBell makes f the side's doorbell.
+func (r *ring) useBell(f *os.File) error {
 	b, err := newBell(f)
 	if err != nil {
 		return err
 	}
-	w.r.bell = b
+	r.bell = b
 	return nil
 }

@@ -17,15 +17,7 @@ func belled(t *testing.T) (*Writer, *Reader, *os.File, *os.File) {
 	before := parkAtMost
 	parkAtMost = time.Hour
 	t.Cleanup(func() { parkAtMost = before })
-	mem := region(t, MinCapacity)
-	w, err := NewWriter(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := NewReader(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, rd := sides(t, region(t, MinCapacity))
 	pr, pw, err := os.Pipe() // both ends non-blocking, in the poller
 	if err != nil {
 		t.Fatal(err)

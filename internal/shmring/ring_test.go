@@ -22,20 +22,26 @@ func region(t testing.TB, capacity int) []byte {
 	return mem
 }
 
+// sides attaches a writer and a reader to a ring region.
+func sides(t *testing.T, mem []byte) (*Writer, *Reader) {
+	t.Helper()
+	w, err := NewWriter(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := NewReader(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, rd
+}
+
 // TestRingAgainstAModel: records of every size, fragments included, come
 // out in order and whole, as a plain queue would give them, over many
 // wraps of the ring, with writer and reader on their own goroutines.
 func TestRingAgainstAModel(t *testing.T) {
 	for _, capacity := range []int{MinCapacity, 64 << 10} {
-		mem := region(t, capacity)
-		w, err := NewWriter(mem)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd, err := NewReader(mem)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w, rd := sides(t, region(t, capacity))
 		r := rand.New(rand.NewPCG(uint64(capacity), 1))
 		var model [][]byte
 		for range 3000 {
