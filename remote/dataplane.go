@@ -105,12 +105,13 @@ type dataPlane struct {
 	unmapLater bool
 	readDone   chan struct{} // closed once no reader will hand the side anything more
 	readOnce   sync.Once
-	fd         atomic.Int64 // the host's memfd, open until the front opened it too (-1 after)
-	// bells are the side's doorbells (the one its reader parks on, the one
-	// its writer rings), closed with the mapping; on the host, offered
-	// holds the pipes' other ends until the front opened them too.
-	bells   []*os.File
+	// offered holds the host's descriptors the front opens (the memfd,
+	// then the doorbells' ends that are the front's) until it opened them
+	// (nil after, and on the front); bells are the side's own doorbells
+	// (the one its reader parks on, the one its writer rings), closed with
+	// the mapping.
 	offered atomic.Pointer[[]int]
+	bells   []*os.File
 
 	qmu      sync.Mutex // orders sends: the backlog, and whether it drains
 	backlog  []planeRecord
@@ -158,7 +159,6 @@ func newPlane(mem, mine, theirs []byte, park, ring *os.File) (*dataPlane, error)
 		return nil, err
 	}
 	p := &dataPlane{mem: mem, w: w, rd: rd, bells: []*os.File{park, ring}, done: make(chan struct{}), readDone: make(chan struct{}), stallAfter: planeStall}
-	p.fd.Store(-1)
 	return p, nil
 }
 

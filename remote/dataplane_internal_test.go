@@ -114,7 +114,7 @@ func TestAttachChecksTheSegment(t *testing.T) {
 		return p, offer
 	}
 	p, _ := fresh()
-	if err := unix.Ftruncate(int(p.fd.Load()), 4096); err == nil {
+	if err := unix.Ftruncate((*p.offered.Load())[0], 4096); err == nil {
 		t.Errorf("shrinking an offered segment: got nil, want the seal to refuse it")
 	}
 	unsealed := func(o *wirepb.DataPlane) {

@@ -92,8 +92,7 @@ func makePlane(ringBytes, areaBytes int) (*dataPlane, *wirepb.DataPlane, error) 
 	if areaBytes > 0 {
 		p.area = planeArea(mem, ringBytes)
 	}
-	p.fd.Store(int64(fd))
-	p.offered.Store(&[]int{toHostBell[1], toFrontBell[0]})
+	p.offered.Store(&[]int{fd, toHostBell[1], toFrontBell[0]})
 	proc := func(fd int) string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd) }
 	return p, &wirepb.DataPlane{Path: proc(fd), Nonce: nonce[:], RingBytes: uint64(ringBytes), UploadAreaBytes: uint64(areaBytes),
 		ToHostBell: proc(toHostBell[1]), ToFrontBell: proc(toFrontBell[0])}, nil
@@ -210,9 +209,6 @@ func attachPlane(offer *wirepb.DataPlane) (*dataPlane, error) {
 // that were the front's (its mapping and its own ends stay): once
 // the front opened it, or will not, no one needs it.
 func (p *dataPlane) release() {
-	if fd := p.fd.Swap(-1); fd >= 0 {
-		_ = unix.Close(int(fd))
-	}
 	if fds := p.offered.Swap(nil); fds != nil {
 		closeFDs(*fds)
 	}
