@@ -90,6 +90,7 @@ func parseArgs(args []string, stdout io.Writer) (flags, *flag.FlagSet, error) {
 	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up steps per tenant while preparation is open (captures), before every lane is sealed")
 	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "load shape: closed (--concurrency steps in flight per tenant) or open (--rate Poisson arrivals)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "closed loop: steps in flight per tenant")
+	fs.StringVar(&cfg.NextStep, "next-step", cfg.NextStep, "closed loop: who submits a client's next step: lane (its last step's end does, on the lane's thread, through actors' SubmitNotify: the loop a hand-written driver program runs) or caller (a goroutine per client waits for each step's end, as a caller blocked on its receipt does)")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "open loop: steps per second, all tenants together")
 	fs.IntVar(&cfg.Kernels, "kernels", cfg.Kernels, "kernels per step (the compute chain that is captured and replayed)")
 	fs.IntVar(&cfg.Capacity, "capacity", cfg.Capacity, "executables each lane's cache may hold (0: never capture)")

@@ -229,3 +229,27 @@ func TestRealTimeChargesHostCost(t *testing.T) {
 		t.Fatalf("got counter %d, want 200", got)
 	}
 }
+
+// TestNoDataWorkBehindNothingEndsAtOnce: with no bytes and no time (what
+// lanedemo's --clock none measures), work behind nothing is retired as it
+// is enqueued, as the idle worker would have at once; a fault still takes
+// the worker's way, and a hung launch still holds everything behind it.
+func TestNoDataWorkBehindNothingEndsAtOnce(t *testing.T) {
+	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost, NoData: true, Faults: []sim.Fault{{Kind: sim.FaultHang, Nth: 3}}})
+	s := r.stream()
+	b := r.counter(s, 16)
+	for i := range 2 {
+		r.enqueue(s, r.inc(b))
+		if q := s.Query(); q.State != cuda.FenceComplete || q.Err != nil {
+			t.Fatalf("launch %d behind nothing: got %+v, want complete at once", i, q)
+		}
+	}
+	r.enqueue(s, r.inc(b)) // the third launch hangs
+	r.enqueue(s, r.inc(b)) // behind it: never ends
+	for range 3 {
+		if q := s.Query(); q.State != cuda.FencePending {
+			t.Fatalf("behind a hung launch: got %+v, want pending", q)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -133,6 +133,8 @@ func (g *graph) Destroy() error {
 type exec struct {
 	dev       *Device
 	nodes     []node
+	kernels   []string      // the kernels its nodes launch (nodeKernels), for the fault rules
+	cost      time.Duration // its nodes' device time (nodesCost): a launch charges it every time
 	handles   cuda.Handles  // every buffer and host buffer its nodes name
 	checked   atomic.Uint64 // the device's free epoch when its handles were last found live, plus one
 	uploaded  atomic.Bool
@@ -142,6 +144,7 @@ type exec struct {
 // setNodes gives the executable its nodes and the handles they name.
 func (x *exec) setNodes(ns []node) {
 	x.nodes = append([]node(nil), ns...)
+	x.kernels, x.cost = nodeKernels(ns), x.dev.nodesCost(ns)
 	x.handles = cuda.Handles{}
 	for _, n := range ns {
 		x.handles.Add(n.cmd)

@@ -27,6 +27,10 @@ type Config struct {
 	Warmup       int           // warm-up steps per tenant before sealing
 	Mode         string        // "closed" or "open"
 	Concurrency  int           // closed loop: steps in flight per tenant
+	// NextStep is who submits a closed-loop client's next step:
+	// NextStepLane (the default: the previous step's end, on the lane's
+	// thread) or NextStepCaller (a goroutine that waited for that end).
+	NextStep string
 	Rate         float64       // open loop: steps per second in all, Poisson arrivals
 	Kernels      int           // kernels per step
 	Capacity     int           // executables per lane
@@ -96,7 +100,7 @@ func (f FaultRates) any() bool { return f.Launch+f.Capture+f.OOM+f.Sticky+f.Hang
 // load) on the simulated device.
 func Defaults() Config {
 	return Config{Device: "sim", Clock: "real", Devices: 1, Lanes: 4, Tenants: 8, EagerTenants: 2,
-		Duration: 6 * time.Second, Warmup: 4, Mode: "closed", Concurrency: 2, Rate: 2000, Kernels: 16,
+		Duration: 6 * time.Second, Warmup: 4, Mode: "closed", NextStep: NextStepLane, Concurrency: 2, Rate: 2000, Kernels: 16,
 		Capacity: 64, Timing: "replay", Transfers: "graph", Seed: 1, Telemetry: TelemetryConfig{OTLPProtocol: "grpc", SuccessRatio: 0.1}}
 }
 
@@ -158,6 +162,8 @@ func (c Config) Validate() error {
 		return bad("--hang-timeout %v: give 0 (the scheduler's default, 10s) or a positive duration", c.HangTimeout)
 	case c.Recovery.MaxFailures < 0 || c.Recovery.Window < 0 || c.Recovery.Backoff < 0 || c.Recovery.MaxBackoff < 0:
 		return bad("--rebuild-max-failures, --rebuild-window, --rebuild-backoff and --rebuild-max-backoff take 0 (the default) or positive values")
+	case c.NextStep != "" && c.NextStep != NextStepLane && c.NextStep != NextStepCaller:
+		return bad("--next-step %q: use lane (the lane submits a client's next step as its last one ends) or caller (a goroutine per client waits for each end)", c.NextStep)
 	case c.Mode != "closed" && c.Mode != "open":
 		return bad("--mode %q: use closed or open", c.Mode)
 	case c.Mode == "closed" && (c.Concurrency < 1 || c.Concurrency > 1024):

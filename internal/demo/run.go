@@ -346,6 +346,10 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 		g.Go(func() error { return openLoop(ctx, cfg, s, served, timing, agg) })
 		return g.Wait()
 	}
+	if cfg.NextStep != NextStepCaller {
+		g.Go(func() error { return runChains(ctx, cfg, s, served, timing, agg) })
+		return g.Wait()
+	}
 	for _, tn := range served {
 		var issued atomic.Int64
 		var mu sync.Mutex // the tenant's input generator
