@@ -31,10 +31,10 @@ type Config struct {
 	// NextStepLane (the default: the previous step's end, on the lane's
 	// thread) or NextStepCaller (a goroutine that waited for that end).
 	NextStep string
-	Rate         float64       // open loop: steps per second in all, Poisson arrivals
-	Kernels      int           // kernels per step
-	Capacity     int           // executables per lane
-	Timing       string        // off, completion, replay, kernel, verification
+	Rate     float64 // open loop: steps per second in all, Poisson arrivals
+	Kernels  int     // kernels per step
+	Capacity int     // executables per lane
+	Timing   string  // off, completion, replay, kernel, verification
 	// Transfers is where a replaying tenant's staged input copy and readout
 	// copy run: "graph" (nodes of its replayed graph, so a step is one
 	// graph launch) or "eager" (their own driver calls around the graph
