@@ -13,7 +13,10 @@
 #              ROUNDS (default 2) interleaved rounds, beside lanedemo with
 #              --transfers eager (serve_bench's four driver calls) and
 #              scripts/anchors/serve_fused.cu (serve_bench with the copies in
-#              its graph, lanedemo's default shape); plus --timing replay
+#              its graph, lanedemo's default shape) and lanedemo serving
+#              serve_fused's own kernels (scripts/anchors/inc, --kernels-from:
+#              the same GPU work, where the built-in step's gemv and axpy
+#              chain takes longer on the GPU); plus --timing replay
 #              against --timing off at 4 lanes; every lanedemo run must hold
 #              exactly-once (accepted == ended) or the table says so.
 #   profile    CPU profiles of lanedemo at 1 and 8 lanes and of the eager
@@ -63,7 +66,11 @@ cp "$anchors"/k.cu "$anchors"/launch_bench.cu "$anchors"/serve_bench.cu "$anchor
   nvcc -O2 -arch=sm_90 -o serve_bench serve_bench.cu -lcuda &&
   nvcc -O2 -arch=sm_90 -o serve_fused serve_fused.cu -lcuda &&
   nvcc -O2 -arch=sm_90 -o recapture_bench recapture_bench.cu -lcuda) || exit 1
-demo() { "$bin/lanedemo" --device cuda --tenants 16 --eager-tenants 0 --kernels 16 --concurrency 1 --duration 5s --warmup 3 --quiet "$@"; }
+# lanedemo serving serve_fused's own kernels: k.ptx's inc, 16 per step on a
+# 256-int accumulator, a 512-byte input and a 1 KiB readout (--kernels-from).
+mkdir -p "$work/inc" && cp "$work/k.ptx" "$here/anchors/inc/lanedemo.json" "$work/inc/"
+served() { "$bin/lanedemo" --device cuda --tenants 16 --eager-tenants 0 --concurrency 1 --duration 5s --warmup 3 --quiet "$@"; }
+demo() { served --kernels 16 "$@"; }
 
 if want serve; then
   for round in $(seq 1 "$rounds"); do
@@ -71,6 +78,8 @@ if want serve; then
       (cd "$work" && ./serve_bench 16 5 $L 16) > "$out/serve-cpp-$L-$round.txt" 2>&1
       demo --lanes $L --timing off --json "$out/serve-demo-$L-$round.json" > "$out/serve-demo-$L-$round.txt" 2>&1
       (cd "$work" && ./serve_fused 16 5 $L 16) > "$out/serve-fused-$L-$round.txt" 2>&1
+      demo --lanes $L --timing off --next-step caller --json "$out/serve-caller-$L-$round.json" > "$out/serve-caller-$L-$round.txt" 2>&1
+      served --lanes $L --timing off --kernels-from "$work/inc" --json "$out/serve-inc-$L-$round.json" > "$out/serve-inc-$L-$round.txt" 2>&1
       demo --lanes $L --timing off --transfers eager --json "$out/serve-eager-$L-$round.json" > "$out/serve-eager-$L-$round.txt" 2>&1
     done
     demo --lanes 4 --timing replay --json "$out/serve-timing-$round.json" > "$out/serve-timing-$round.txt" 2>&1

@@ -42,24 +42,31 @@ def cpp_serve(name):
 
 if glob.glob(os.path.join(out, "serve-cpp-*")):
     print("Same work: lanedemo's closed serving loop (16 tenants, K=16, one step per tenant in flight, timing off, lanedemo's")
-    print("defaults: input and readout copies in the replayed graph, 50us spin) vs serve_bench.cu, the hand-written driver loop")
-    print("(per step: H2D copy from pinned, graph launch, D2D readout, event; S streams = lanes). 'eager' is lanedemo with")
-    print("--transfers eager (the same four driver calls as serve_bench); 'fused C++' is serve_fused.cu, serve_bench with the")
-    print("copies captured into the graph (the same one launch per step as lanedemo's default)")
-    print(f"{'lanes':>5} {'round':>5} {'ours/s':>8} {'C++/s':>8} {'ratio':>6} {'p50 ours':>8} {'p50 C++':>7} {'p50 x':>6}  {'eager/s':>8} {'ratio':>6}  {'fused C++/s':>11} {'ours/fused':>10}  exactly-once")
+    print("defaults: input and readout copies in the replayed graph, a client's next step submitted from its last step's end")
+    print("on the lane's thread (--next-step lane), 50us spin) vs serve_fused.cu, the hand-written driver loop with the copies")
+    print("captured into its graph (per step: write the pinned input, one graph launch, one event; S streams = lanes): the")
+    print("headline. 'caller' is lanedemo with --next-step caller (a goroutine per client waits for each end and submits the")
+    print("next); 'bench' is serve_bench.cu (the copies as their own driver calls) and 'eager' lanedemo with --transfers eager")
+    print("(the same four driver calls as serve_bench). 'inc' is lanedemo serving serve_fused's own kernels (k.ptx's inc")
+    print("through --kernels-from scripts/anchors/inc: the same GPU work; the built-in step's gemv/axpy chain is heavier)")
+    print(f"{'lanes':>5} {'round':>5} {'ours/s':>8} {'fused/s':>8} {'ours/fused':>10} {'p50 ours':>8} {'p50 fused':>9} {'p50 x':>6}  {'caller/s':>8} {'/fused':>6}  {'inc/s':>8} {'/fused':>6} {'p50 x':>6}  {'bench/s':>8} {'ours/bench':>10}  {'eager/s':>8} {'/bench':>6}  exactly-once")
     worst = {}
     for L in (1, 4, 8):
         for r in range(1, rounds + 1):
-            c, cp50 = cpp_serve(f"serve-cpp-{L}-{r}.txt")
-            f, _ = cpp_serve(f"serve-fused-{L}-{r}.txt")
+            c, _ = cpp_serve(f"serve-cpp-{L}-{r}.txt")
+            f, fp50 = cpp_serve(f"serve-fused-{L}-{r}.txt")
             o, op50, once = demo(f"serve-demo-{L}-{r}.json")
+            w, _, wonce = demo(f"serve-caller-{L}-{r}.json")
+            i, ip50, ionce = demo(f"serve-inc-{L}-{r}.json")
+            ilat = f"{ip50 / fp50:.2f}" if ip50 and fp50 else "-"
             e, _, eonce = demo(f"serve-eager-{L}-{r}.json")
-            lat = f"{op50 / cp50:.2f}" if op50 and cp50 else "-"
-            print(f"{L:>5} {r:>5} {o or 0:>8.0f} {c or 0:>8.0f} {ratio(o, c):>6} {op50 or 0:>8} {cp50 or 0:>7.0f} {lat:>6}  {e or 0:>8.0f} {ratio(e, c):>6}  {f or 0:>11.0f} {ratio(o, f):>10}  {once}, {eonce}")
-            if o and c:
-                worst.setdefault(L, []).append((o / c, op50 / cp50))
+            lat = f"{op50 / fp50:.2f}" if op50 and fp50 else "-"
+            print(f"{L:>5} {r:>5} {o or 0:>8.0f} {f or 0:>8.0f} {ratio(o, f):>10} {op50 or 0:>8} {fp50 or 0:>9.0f} {lat:>6}  {w or 0:>8.0f} {ratio(w, f):>6}  {i or 0:>8.0f} {ratio(i, f):>6} {ilat:>6}  {c or 0:>8.0f} {ratio(o, c):>10}  {e or 0:>8.0f} {ratio(e, c):>6}  {once}, {wonce}, {ionce}, {eonce}")
+            if o and f and op50 and fp50:
+                worst.setdefault(L, []).append((o / f, op50 / fp50, (i or 0) / f, (ip50 or 0) / fp50))
     for L, v in worst.items():
-        print(f"  lanes {L}: throughput ratio min {min(a for a, _ in v):.2f}, p50 latency ours/C++ max {max(b for _, b in v):.2f}")
+        print(f"  lanes {L}: ours/fused min {min(x[0] for x in v):.2f}, p50 latency ours/fused max {max(x[1] for x in v):.2f};"
+              f" same kernels (inc): min {min(x[2] for x in v):.2f}, p50 max {max(x[3] for x in v):.2f}")
     print("\n--timing replay vs --timing off, 4 lanes (same rounds)")
     for r in range(1, rounds + 1):
         on, _, once = demo(f"serve-timing-{r}.json")
