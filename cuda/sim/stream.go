@@ -201,12 +201,13 @@ func (s *stream) submitKernels(op string, nodes []node, kernels []string, host, 
 		// No bytes to run and no time to charge, behind nothing: the idle
 		// worker would retire it the moment it woke, so it is retired here,
 		// without waking the worker (a thread hand-off per launch that
-		// would be most of what --clock none measures).
+		// would be most of what --clock none measures). No one waits for
+		// it yet, and every earlier item was done already.
 		s.doneSeq = seq
 	} else {
 		s.queue = append(s.queue, &item{seq: seq, op: op, nodes: nodes, start: start, finish: finish, fault: fault})
+		s.cond.Broadcast()
 	}
-	s.cond.Broadcast()
 	s.mu.Unlock()
 
 	if d.tracing {
