@@ -67,12 +67,53 @@ func TestOpenLoopWithFaults(t *testing.T) {
 	t.Log("\n" + table.String())
 }
 
+// TestClosedLoopNextStep: whoever submits a client's next step, the lane
+// from the last step's end or a goroutine that waited for it, every
+// tenant runs exactly its --steps steps (each ended once), also when
+// injected launch failures quarantine lanes under the loop and refusals
+// send clients into their back-off. It logs each way's CPU per step
+// (BenchmarkServingLoop measures them).
+func TestClosedLoopNextStep(t *testing.T) {
+	cpu := map[string]float64{}
+	for _, next := range []string{demo.NextStepLane, demo.NextStepCaller} {
+		for _, faults := range []bool{false, true} {
+			cfg := demo.Defaults()
+			cfg.Clock, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.Kernels, cfg.Concurrency = "none", 3, 6, 0, 4, 2
+			cfg.NextStep, cfg.Steps, cfg.Warmup = next, 400, 1
+			if faults {
+				cfg.Clock, cfg.Faults.Launch, cfg.Steps = "zero", 0.002, 300
+			}
+			rep, err := demo.Run(context.Background(), cfg, demo.Options{})
+			if err != nil {
+				t.Fatalf("next step %s, faults %v: demo.Run: got err %v, want nil", next, faults, err)
+			}
+			if !rep.ExactlyOnce || rep.Accepted == 0 {
+				t.Fatalf("next step %s, faults %v: got exactly once %v, accepted %d, ended %d; want exactly once, some accepted", next, faults, rep.ExactlyOnce, rep.Accepted, rep.Ended)
+			}
+			var refused int64
+			for _, tr := range rep.PerTenant {
+				refused += tr.Refused
+			}
+			// Every issued step is accepted or refused once: a refusal
+			// spends its step as the caller's loop does.
+			if want := int64(cfg.Tenants * cfg.Steps); rep.Accepted+refused != want {
+				t.Errorf("next step %s, faults %v: got %d accepted and %d refused, want %d steps issued in all", next, faults, rep.Accepted, refused, want)
+			}
+			if !faults {
+				cpu[next] = rep.Runtime.CPUPerStep
+			}
+		}
+	}
+	t.Logf("process CPU per step: lane %.1f µs, caller %.1f µs", cpu[demo.NextStepLane]/1e3, cpu[demo.NextStepCaller]/1e3)
+}
+
 func TestBadConfig(t *testing.T) {
 	for _, mutate := range []func(*demo.Config){
 		func(c *demo.Config) { c.Device = "tpu" },
 		func(c *demo.Config) { c.Lanes = 0 },
 		func(c *demo.Config) { c.EagerTenants = c.Tenants + 1 },
 		func(c *demo.Config) { c.Mode = "spiral" },
+		func(c *demo.Config) { c.NextStep = "client" },
 		func(c *demo.Config) { c.Timing = "sometimes" },
 		func(c *demo.Config) { c.Faults.Sticky = 2 },
 		func(c *demo.Config) { c.Device = "cuda"; c.Faults.Launch = 0.1 },
