@@ -18,6 +18,42 @@
 //		c := cuda.Classify(err) // c.Code, c.Blame, c.Retryable, c.NotSubmitted
 //	}
 //
+// # A serving loop without hand-offs
+//
+// A lane's thread launches a step, polls its fence and ends it; a caller
+// that waits for that end on Pending.Done (as Submit does) is another
+// goroutine, which the runtime must wake: the lane's thread readies it
+// onto its own processor, which the lane keeps while it spins, so the
+// caller waits to be stolen or for an idle thread to be woken (36-62 µs a
+// step on the H200 at 1 and 8 lanes, the scheduler latency of Go's
+// execution trace), and its next step comes back through the lane's
+// mailbox. A hand-written driver loop instead issues a stream's next step
+// from the thread that saw the previous one end. The same loop here is
+// SubmitNotify's ended submitting the tenant's next step: ended runs on
+// the goroutine that ended the submission, the lane's own thread, in the
+// middle of its mailbox run, so the next step's message is taken in the
+// same run, with no thread woken and nothing parked:
+//
+//	var next func(*actors.Pending)
+//	next = func(p *actors.Pending) {
+//		record(p.Result())          // at once: the receipt is ready
+//		if b, more := step(); more { // write the pinned input, reuse the batch
+//			if _, err := s.SubmitNotify(ctx, tenant, b, next); err != nil {
+//				go retryLater(err) // never wait on the lane's thread
+//			}
+//		}
+//	}
+//	_, err := s.SubmitNotify(ctx, tenant, first, next)
+//
+// lanedemo's closed loop runs this way (--next-step lane, its default;
+// --next-step caller waits in a goroutine instead). ended may also be
+// called before SubmitNotify returns, on the caller's goroutine or the
+// lane's: a loop that submits from ended must not let each step's call
+// nest in the last (lanedemo's chain hands the next submission to the
+// goroutine still in SubmitNotify). Nothing else changes: the step is
+// admitted, routed, fair-queued, replayed, fenced and ended exactly as any
+// other.
+//
 // # Blame decides the consequence
 //
 // Every failure is classified once ([cuda.Classify]; the blame of each code

@@ -85,6 +85,12 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 // much). It spares a caller with many submissions in flight a goroutine
 // waiting on each one's Done. A refused submission is not notified: its
 // error comes back here. nil ended is SubmitAsync.
+//
+// ended may submit the tenant's next step (SubmitNotify again): on the
+// lane's thread that is taken in the same mailbox run, with no goroutine
+// woken, the loop a hand-written driver program runs (see "A serving loop
+// without hand-offs" in the package doc). ended can run before
+// SubmitNotify returns.
 func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
 	return s.SubmitNotifyMemo(ctx, tenant, b, nil, ended)
 }
