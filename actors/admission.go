@@ -19,7 +19,7 @@ func (s *Scheduler) admit(ts *tenantState, device uint64, c *call) error {
 	if err != nil {
 		return err
 	}
-	defer ts.mu.Unlock()
+	defer s.unlock(ts)
 	tenant := ts.name
 	if s.stopping.Load() {
 		return ErrStopped

@@ -30,29 +30,36 @@
 // mailbox. A hand-written driver loop instead issues a stream's next step
 // from the thread that saw the previous one end. The same loop here is
 // SubmitNotify's ended submitting the tenant's next step: ended runs on
-// the goroutine that ended the submission, the lane's own thread, in the
-// middle of its mailbox run, so the next step's message is taken in the
-// same run, with no thread woken and nothing parked:
+// the goroutine that ended the submission, most often the lane's own
+// thread in the middle of its mailbox run, so the next step's message is
+// taken in the same run, with no thread woken and nothing parked:
 //
 //	var next func(*actors.Pending)
 //	next = func(p *actors.Pending) {
 //		record(p.Result())          // at once: the receipt is ready
 //		if b, more := step(); more { // write the pinned input, reuse the batch
 //			if _, err := s.SubmitNotify(ctx, tenant, b, next); err != nil {
-//				go retryLater(err) // never wait on the lane's thread
+//				go retryLater(err) // never wait on the goroutine that ran ended
 //			}
 //		}
 //	}
 //	_, err := s.SubmitNotify(ctx, tenant, first, next)
 //
 // lanedemo's closed loop runs this way (--next-step lane, its default;
-// --next-step caller waits in a goroutine instead). ended may also be
-// called before SubmitNotify returns, on the caller's goroutine or the
-// lane's: a loop that submits from ended must not let each step's call
-// nest in the last (lanedemo's chain hands the next submission to the
-// goroutine still in SubmitNotify). Nothing else changes: the step is
-// admitted, routed, fair-queued, replayed, fenced and ended exactly as any
-// other.
+// --next-step caller waits in a goroutine instead). Nothing else changes:
+// the step is admitted, routed, fair-queued, replayed, fenced and ended
+// exactly as any other.
+//
+// Where ended runs: on the lane that ended the step; on another lane's
+// thread or a scheduler goroutine when a step that never reached a lane is
+// refused as its tenant moves (no healthy lane, the lane left routing,
+// Stop); or inside a SubmitNotify call of the same tenant, on its caller's
+// goroutine, when that call's admission ends earlier steps that waited to
+// move. It may also run before the SubmitNotify that admitted its step
+// returns. The scheduler holds none of its locks while ended runs, so
+// ended may submit; but it must not wait: a blocking call from ended
+// (Submit, Seal, Synchronize, Configure, Stop, ...) waits for work that
+// the very goroutine it blocks would run, until its context ends.
 //
 // # Blame decides the consequence
 //

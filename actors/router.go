@@ -115,12 +115,11 @@ func (s *Scheduler) flushLocked(ts *tenantState) {
 		return // it came back and left again meanwhile; the next change wakes us
 	}
 	if err != nil {
-		refused := ts.parked
+		for _, c := range ts.parked { // never sent: they end once mu is released (unlock)
+			ts.unsent = append(ts.unsent, unsent{c.id, lanes.Wrap("submit", true, err)})
+		}
 		ts.parked = nil
 		ts.moving.Store(false)
-		for _, c := range refused { // never sent: completing takes no tenant lock
-			s.complete(c.id, lanes.Receipt{}, lanes.Wrap("submit", true, err))
-		}
 		return
 	}
 	lane.inflight.Add(int64(n - 1)) // route counted the first
@@ -135,7 +134,27 @@ func (s *Scheduler) flushLocked(ts *tenantState) {
 func (s *Scheduler) flush(ts *tenantState) {
 	ts.mu.Lock()
 	s.flushLocked(ts)
+	s.unlock(ts)
+}
+
+// unsent is an admitted call that ends not submitted, with why.
+type unsent struct {
+	id  uint64
+	err error
+}
+
+// unlock releases the tenant's lock, then ends the calls refused while it
+// was held (ts.unsent). Ending one runs its submitter's ended callback
+// (SubmitNotify), which may submit the tenant's next step and so take the
+// lock again: under it, that would deadlock the goroutine, often a lane's
+// thread.
+func (s *Scheduler) unlock(ts *tenantState) {
+	refused := ts.unsent
+	ts.unsent = nil
 	ts.mu.Unlock()
+	for _, u := range refused {
+		s.complete(u.id, lanes.Receipt{}, u.err)
+	}
 }
 
 // reroute takes back a submission that a lane which left routing did not
@@ -148,13 +167,13 @@ func (s *Scheduler) reroute(m *submitRequest, from *laneRef) {
 	}
 	ts := c.ts
 	ts.mu.Lock()
-	defer ts.mu.Unlock()
+	defer s.unlock(ts)
 	c.sent.Store(false)
 	ts.ended(from)
 	c.reroutes++
 	if c.reroutes > maxReroutes {
-		s.complete(c.id, lanes.Receipt{}, lanes.Wrap("submit", true,
-			fmt.Errorf("%w: lane %d left routing before taking the batch, the %d-th lane to do so", ErrLaneUnavailable, from.id, c.reroutes)))
+		ts.unsent = append(ts.unsent, unsent{c.id, lanes.Wrap("submit", true,
+			fmt.Errorf("%w: lane %d left routing before taking the batch, the %d-th lane to do so", ErrLaneUnavailable, from.id, c.reroutes))})
 	} else {
 		at, _ := slices.BinarySearchFunc(ts.parked, c.id, func(p *call, id uint64) int { return cmp.Compare(p.id, id) })
 		ts.parked = slices.Insert(ts.parked, at, c)

@@ -89,8 +89,8 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 // ended may submit the tenant's next step (SubmitNotify again): on the
 // lane's thread that is taken in the same mailbox run, with no goroutine
 // woken, the loop a hand-written driver program runs (see "A serving loop
-// without hand-offs" in the package doc). ended can run before
-// SubmitNotify returns.
+// without hand-offs" in the package doc, which says where ended runs).
+// ended can run before SubmitNotify returns, and must not block.
 func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
 	return s.SubmitNotifyMemo(ctx, tenant, b, nil, ended)
 }

@@ -149,10 +149,14 @@ type tenantState struct {
 
 	// mu orders the tenant's admissions and moves: everything a batch
 	// needs to be sent to a lane happens under it.
-	mu        sync.Mutex
-	lane      *laneRef // the lane the tenant is pinned to (mu)
-	parked    []*call  // admitted, waiting to move to a new lane, in admission order (mu)
-	forgotten bool     // Forget removed the tenant; admission looks it up again (mu)
+	mu     sync.Mutex
+	lane   *laneRef // the lane the tenant is pinned to (mu)
+	parked []*call  // admitted, waiting to move to a new lane, in admission order (mu)
+	// unsent are admitted calls refused while mu was held (no lane took
+	// them): unlock ends them once mu is released, because ending runs
+	// the submitter's ended callback, which may submit again and take mu.
+	unsent    []unsent
+	forgotten bool // Forget removed the tenant; admission looks it up again (mu)
 
 	moving   atomic.Bool      // parked is not empty
 	inflight atomic.Int64     // admitted and not ended, parked included

@@ -34,13 +34,17 @@ func parseFlags(args []string, stdout io.Writer) (flags, error) {
 		return f, err
 	}
 	cfg := &f.cfg
-	kernelsSet, spinSet := false, false
+	kernelsSet, spinSet, nextStepSet := false, false, false
 	fs.Visit(func(fl *flag.Flag) {
 		kernelsSet = kernelsSet || fl.Name == "kernels"
+		nextStepSet = nextStepSet || fl.Name == "next-step"
 		spinSet = spinSet || fl.Name == "spin"
 	})
 	if !spinSet && cfg.Device == "cuda" {
 		cfg.Spin = actors.DefaultGPUSpin()
+	}
+	if nextStepSet && cfg.Mode != "closed" {
+		return f, fmt.Errorf("lanedemo: --next-step applies to the closed loop (--mode closed) alone: an open loop's steps arrive on their own (see --help)")
 	}
 	if kernelsSet && cfg.KernelsFrom != "" {
 		return f, fmt.Errorf("lanedemo: give --kernels or --kernels-from, not both: the manifest's step says how many kernels run (see --help)")

@@ -271,8 +271,15 @@ func (r *Report) WriteTable(w io.Writer) {
 	if d := r.Settings.Devices; d > 1 {
 		lanes = fmt.Sprintf("%d devices x %s", d, plural(r.Settings.Lanes, "lane"))
 	}
-	fmt.Fprintf(w, "lanedemo: %s, %s, %s, %d kernels/step%s, %s loop, timing %s, %.1fs measured (warm-up %.1fs, drain %.1fs)\n",
-		r.Device, lanes, tenants, r.Kernels, from, r.Mode, r.Timing, r.Seconds, r.WarmupSeconds, r.DrainSeconds)
+	loop := r.Mode + " loop"
+	switch r.Settings.NextStep {
+	case NextStepLane:
+		loop += " (next step from the last one's end)"
+	case NextStepCaller:
+		loop += " (next step from a waiting caller)"
+	}
+	fmt.Fprintf(w, "lanedemo: %s, %s, %s, %d kernels/step%s, %s, timing %s, %.1fs measured (warm-up %.1fs, drain %.1fs)\n",
+		r.Device, lanes, tenants, r.Kernels, from, loop, r.Timing, r.Seconds, r.WarmupSeconds, r.DrainSeconds)
 	if r.EndedEarly != "" {
 		fmt.Fprintf(w, "ENDED EARLY: %s\n", r.EndedEarly)
 	}

@@ -19,6 +19,7 @@ type Settings struct {
 	Warmup          int        `json:"warmup_steps"`
 	Mode            string     `json:"mode"`
 	Concurrency     int        `json:"concurrency"`
+	NextStep        string     `json:"next_step,omitempty"` // closed loop: lane or caller
 	Rate            float64    `json:"rate_per_s"`
 	Kernels         int        `json:"kernels"`
 	Capacity        int        `json:"capacity"`
@@ -56,12 +57,24 @@ func (c Config) settings() Settings {
 	rebuild := Rebuild{Disabled: r.Disabled, MaxFailures: orDefault(r.MaxFailures, 5), WindowSeconds: orDur(r.Window, time.Minute),
 		BackoffSeconds: orDur(r.Backoff, time.Millisecond), MaxBackoffSeconds: orDur(r.MaxBackoff, time.Second)}
 	return Settings{Device: c.Device, Clock: c.Clock, Devices: c.Devices, Lanes: c.Lanes, Tenants: c.Tenants, EagerTenants: c.EagerTenants,
-		DurationSeconds: c.Duration.Seconds(), Steps: c.Steps, Warmup: c.Warmup, Mode: c.Mode, Concurrency: c.Concurrency, Rate: c.Rate,
+		DurationSeconds: c.Duration.Seconds(), Steps: c.Steps, Warmup: c.Warmup, Mode: c.Mode, Concurrency: c.Concurrency, NextStep: c.nextStep(), Rate: c.Rate,
 		Kernels: c.Kernels, Capacity: c.Capacity, Timing: c.Timing, Transfers: c.Transfers, Faults: c.Faults, Seed: c.Seed,
 		SpinSeconds: c.Spin.Seconds(), StreamDepth: c.StreamDepth, Hostile: c.Hostile, KernelsFrom: c.KernelsFrom,
 		SoakSeconds: c.Soak.Seconds(), HangSeconds: orDur(c.HangTimeout, 10*time.Second), WarmupTimeout: c.warmupTimeout().Seconds(), Rebuild: rebuild,
 		TraceFile: c.Telemetry.TraceFile, OTLPEndpoint: c.Telemetry.OTLPEndpoint, Metrics: c.Telemetry.Metrics,
 		TraceSuccesses: c.Telemetry.SuccessRatio}
+}
+
+// nextStep is who submits a closed-loop client's next step ("" in an
+// open loop).
+func (c Config) nextStep() string {
+	switch {
+	case c.Mode != "closed":
+		return ""
+	case c.NextStep == "":
+		return NextStepLane
+	}
+	return c.NextStep
 }
 
 func orDefault(v, d int) int {
