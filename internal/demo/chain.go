@@ -5,7 +5,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,7 +108,7 @@ func (c *chain) next() {
 			c.state.Store(chainIdle)
 			c.agg.accepted.Add(-1)
 			c.agg.refused(c.tn, err)
-			if errors.Is(err, actors.ErrStopped) || errors.Is(err, actors.ErrNoHealthyLane) && allOut(c.s) {
+			if clientStops(c.s, err) {
 				c.finish(nil)
 				return
 			}

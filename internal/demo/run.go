@@ -370,7 +370,7 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 					p, err := s.SubmitAsync(context.Background(), tn.name, b)
 					if err != nil {
 						agg.refused(tn, err)
-						if errors.Is(err, actors.ErrStopped) || errors.Is(err, actors.ErrNoHealthyLane) && allOut(s) {
+						if clientStops(s, err) {
 							return nil
 						}
 						backOff(ctx, err)
@@ -425,6 +425,13 @@ func openLoop(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*t
 		}()
 	}
 	return nil
+}
+
+// clientStops reports whether a closed-loop client refused err stops
+// rather than tries again: the scheduler stopped, or every lane is out of
+// routing for good.
+func clientStops(s *actors.Scheduler, err error) bool {
+	return errors.Is(err, actors.ErrStopped) || errors.Is(err, actors.ErrNoHealthyLane) && allOut(s)
 }
 
 // allOut reports whether every lane is out of routing for good.
