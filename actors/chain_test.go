@@ -49,8 +49,7 @@ func TestStepsSubmittedFromTheirEndEndOnce(t *testing.T) {
 			for i := range tenants {
 				tenant, batch := fmt.Sprintf("t%d", i), dev.batch(i, 2)
 				var submit func()
-				var next func(*actors.Pending)
-				next = func(p *actors.Pending) {
+				next := func(p *actors.Pending) {
 					if n, _ := seen.LoadOrStore(p, new(atomic.Int32)); n.(*atomic.Int32).Add(1) != 1 {
 						t.Errorf("%s: a submission ended twice", tenant)
 					}
