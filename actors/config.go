@@ -104,7 +104,13 @@ type Config struct {
 	// submission, then timers back off from PollMin to PollMax.
 	QuickPolls       int           // default 4
 	PollMin, PollMax time.Duration // default 20µs, 2ms
-	Throughput       int           // messages per mailbox run; default 64
+	// Throughput is how many messages a lane's mailbox run takes before
+	// it yields (runtime.Gosched). Default 1<<30: in practice never. A
+	// lane's goroutine is locked to its own thread, so a yield hands the
+	// thread's P to another thread and takes it back (two thread wakes,
+	// a quarter of a chained serving loop's CPU per step on 2 cores),
+	// while Go's preemption keeps other goroutines running without it.
+	Throughput int
 	// Spin is how long a lane's thread keeps spinning after a fence ended
 	// (or work began on an idle lane), and after each batch of messages it
 	// ran: meanwhile it polls its oldest fence every couple of
@@ -302,7 +308,7 @@ func (c *Config) laneDefaults() {
 	if c.CacheBytes <= 0 {
 		c.CacheBytes = 256 << 20
 	}
-	orInt(&c.Throughput, 64)
+	orInt(&c.Throughput, 1<<30)
 	if c.CacheCapacity == 0 {
 		c.CacheCapacity = 64
 	}
