@@ -130,6 +130,7 @@ type Lane struct {
 	// built in scratch slices and interned (intern.go).
 	rowScratch     []Row
 	logicalScratch []programs.LogicalCommand
+	exeScratch     []memoExecutable
 	rowsSeen       interner[Row]
 	logicalSeen    interner[programs.LogicalCommand]
 	attrHash       *attributionHash

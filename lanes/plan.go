@@ -22,6 +22,7 @@ type plan struct {
 	resident []int // per entry: index of its resident candidate, or -1
 	program  *programs.ID
 	resolved []programs.Resolved // per entry: the resolved invocation
+	memo     *memoStep           // the remembered step it was planned from, or nil
 }
 
 // plan runs everything that enqueues no batch work: validation, patch
@@ -69,6 +70,7 @@ func (l *Lane) planRemembered(b *Batch, s *memoStep) (*plan, error) {
 	}
 	l.counters.RememberedPlans++
 	p := l.newPlan(b, nil)
+	p.memo = s
 	p.disc = s.disc // read only: the plan's Candidates may be dropped below, never written
 	return l.finishPlan(p, nil)
 }

@@ -52,6 +52,7 @@ type memoStep struct {
 	hostLens []int // per entry: the upload's byte count, which validation checked
 	disc     cache.Discovery
 	frees    uint64 // the device's free count when its handles were last found live
+	att      memoAttribution
 }
 
 // memoizable reports whether b's plan can be remembered.

@@ -59,7 +59,7 @@ const keepScratch = 1024
 // shrink drops the lane's reused slices after an outsized batch.
 func (l *Lane) shrink() {
 	l.scratch, l.planned = nil, plan{}
-	l.rowScratch, l.logicalScratch = nil, nil
+	l.rowScratch, l.logicalScratch, l.exeScratch = nil, nil, nil
 	l.memo.Release()
 }
 
@@ -71,7 +71,8 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	l.nextFence++
 	pd := l.newPending()
 	pd.fence, pd.retain, pd.timing = l.nextFence, b.Retain, b.Timing
-	q := enqueuing{l: l, p: p, pd: pd, att: Attribution{Prelude: len(p.prelude), Events: p.events()}, rows: l.rowScratch[:0]}
+	q := enqueuing{l: l, p: p, pd: pd, att: Attribution{Prelude: len(p.prelude), Events: p.events()}, rows: l.rowScratch[:0], exes: l.exeScratch[:0], replayedAll: true}
+	q.startReuse()
 	t := l.stamp()
 	if err := q.beginTiming(); err != nil {
 		return q.fail(err)
@@ -80,8 +81,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	if err := q.entries(); err != nil {
 		return q.fail(err)
 	}
-	l.rowScratch = q.rows
-	q.att.Rows = l.rowsSeen.intern(l.attrHash.rows(q.rows), q.rows)
+	q.attribute()
 	t = l.stage(StageEnqueue, t)
 	if err := q.recordFence(); err != nil {
 		return q.fail(err)
@@ -108,6 +108,13 @@ type enqueuing struct {
 	rows       []Row
 	segOrdinal int // the next replayed segment's ordinal in the batch's program
 	enqueued   int // commands and launches enqueued since the start event
+	segments   int // replayed segments launched so far
+	// What a remembered step's attribution needs (memoatt.go): the one
+	// being reused while every segment so far matches it, the executables
+	// launched, and whether every entry was replayed.
+	reuse       *memoAttribution
+	exes        []memoExecutable
+	replayedAll bool
 }
 
 // fail ends an enqueue that went wrong: the caller's error with the stream
@@ -115,6 +122,7 @@ type enqueuing struct {
 // anything else fails the lane and holds the batch (Lane.Held) until Synchronize.
 func (q *enqueuing) fail(err error) (Submission, error) {
 	l := q.l
+	q.stopReuse()
 	if cuda.Classify(err).Blame == cuda.BlameCaller && l.s.Capture() == cuda.CaptureNone {
 		if sub, ok := l.refuseMidway(q.pd, q.att, q.rows, err); ok {
 			return sub, failed("submit", err)
@@ -193,8 +201,10 @@ func (q *enqueuing) entries() error {
 		case q.p.resident[i] >= 0:
 			i, err = q.replay(i)
 		case entries[i].Invoke != nil:
+			q.replayedAll = false
 			i, err = q.invoke(i)
 		default:
+			q.replayedAll = false
 			i, err = q.eager(i)
 		}
 		if err != nil {
@@ -205,21 +215,39 @@ func (q *enqueuing) entries() error {
 }
 
 // replay launches the resident executable of the candidate that starts at
-// entry i and attributes its entries; it returns the entry after it.
+// entry i and attributes its entries (unless a remembered attribution is
+// being reused); it returns the entry after it.
 func (q *enqueuing) replay(i int) (int, error) {
-	l, p, entries := q.l, q.p, q.p.batch.Entries
-	cand := p.disc.Candidates[p.resident[i]]
-	rec := SegmentRecord{Start: cand.Start, End: cand.End, Ordinal: -1, Commands: cand.Len()}
-	if p.program != nil {
-		rec.Program, rec.Ordinal = p.program, q.segOrdinal
-	}
-	q.segOrdinal++
-	exe, err := q.timed(p.batch.Timing >= TimingReplay, len(q.att.Segments), cand.End, true, func() (*cache.Executable, error) {
+	l, p := q.l, q.p
+	ci := p.resident[i]
+	cand := p.disc.Candidates[ci]
+	exe, err := q.timed(p.batch.Timing >= TimingReplay, q.segments, cand.End, true, func() (*cache.Executable, error) {
 		return l.cache.Launch(l.s, cand.Key)
 	})
 	if err != nil {
 		return i, err
 	}
+	q.segments++
+	q.att.Launches++
+	l.counters.ReplayedSegments++
+	if p.memo != nil {
+		q.exes = append(q.exes, memoExecutable{exe, exe.Key, ci})
+	}
+	if q.reuse == nil {
+		q.attributeSegment(cand, exe)
+	}
+	return cand.End, nil
+}
+
+// attributeSegment adds the rows and the segment record of a replayed
+// candidate.
+func (q *enqueuing) attributeSegment(cand cache.Candidate, exe *cache.Executable) {
+	l, p, entries := q.l, q.p, q.p.batch.Entries
+	rec := SegmentRecord{Start: cand.Start, End: cand.End, Ordinal: -1, Commands: cand.Len()}
+	if p.program != nil {
+		rec.Program, rec.Ordinal = p.program, q.segOrdinal
+	}
+	q.segOrdinal++
 	rec.Fingerprint, rec.GraphNodes = exe.Fingerprint(), exe.GraphNodes
 	logical := l.logicalScratch[:0]
 	for k := cand.Start; k < cand.End; k++ {
@@ -235,20 +263,18 @@ func (q *enqueuing) replay(i int) (int, error) {
 	}
 	l.logicalScratch = logical
 	q.att.Segments = append(q.att.Segments, rec)
-	q.att.Launches++
-	l.counters.ReplayedSegments++
-	return cand.End, nil
 }
 
 // invoke launches the program segment entry i invokes by reference.
 func (q *enqueuing) invoke(i int) (int, error) {
 	l, e, res := q.l, q.p.batch.Entries[i], q.p.resolved[i]
-	exe, err := q.timed(q.p.batch.Timing >= TimingReplay, len(q.att.Segments), i+1, true, func() (*cache.Executable, error) {
+	exe, err := q.timed(q.p.batch.Timing >= TimingReplay, q.segments, i+1, true, func() (*cache.Executable, error) {
 		return l.cache.Launch(l.s, res.Key)
 	})
 	if err != nil {
 		return i, err
 	}
+	q.segments++
 	id := e.Invoke.Program
 	q.att.Launches++
 	q.att.Segments = append(q.att.Segments, SegmentRecord{Start: i, End: i + 1, Fingerprint: exe.Fingerprint(), Program: &id,
