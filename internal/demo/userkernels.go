@@ -130,32 +130,57 @@ func (d *deviceSetup) newUserTenant(t int, name string) (*tenant, error) {
 
 // fillValues writes small values of element type t into b: eighths from
 // -0.5 to 0.5 for floating point, 0 to 15 for integers, both for bool; each
-// draw of rng makes sixteen.
+// draw of rng makes sixteen. Each element is one of sixteen encodings,
+// looked up rather than converted (a serving step fills its input every
+// time).
 func fillValues(b []byte, t cuda.ElementType, rng *rand.Rand) {
 	size := int(t.Size())
+	codes := &fillCodes[t]
 	var bits uint64
-	for i := 0; i+size <= len(b); i += size {
-		if (i/size)%16 == 0 {
+	for i, n := 0, 0; i+size <= len(b); i, n = i+size, n+1 {
+		if n%16 == 0 {
 			bits = rng.Uint64()
 		}
-		k := bits & 15
+		c := codes[bits&15]
 		bits >>= 4
+		switch size {
+		case 4:
+			binary.LittleEndian.PutUint32(b[i:], c)
+		case 2:
+			binary.LittleEndian.PutUint16(b[i:], uint16(c))
+		default:
+			b[i] = byte(c)
+		}
+	}
+}
+
+// fillCodes is valueCodes for every element type.
+var fillCodes = func() (codes [256][16]uint32) {
+	for t := range codes {
+		codes[t] = valueCodes(cuda.ElementType(t))
+	}
+	return codes
+}()
+
+// valueCodes is the encoding of each of fillValues' sixteen draws in
+// element type t.
+func valueCodes(t cuda.ElementType) (codes [16]uint32) {
+	for k := range uint32(16) {
 		f := float32(int(k)%9-4) / 8
 		switch t {
 		case cuda.F32:
-			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(f))
+			codes[k] = math.Float32bits(f)
 		case cuda.BF16:
-			binary.LittleEndian.PutUint16(b[i:], uint16(math.Float32bits(f)>>16))
+			codes[k] = math.Float32bits(f) >> 16
 		case cuda.F16:
-			binary.LittleEndian.PutUint16(b[i:], eighthToF16(f))
+			codes[k] = uint32(eighthToF16(f))
 		case cuda.Bool:
-			b[i] = byte(k & 1)
-		case cuda.U8, cuda.I8:
-			b[i] = byte(k)
-		default: // u32, i32
-			binary.LittleEndian.PutUint32(b[i:], uint32(k))
+			codes[k] = k & 1
+		default: // integers
+			codes[k] = k
 		}
 	}
+	return codes
 }
 
 // eighthToF16 is f, a multiple of 1/8 from -0.5 to 0.5, as IEEE half
