@@ -330,6 +330,37 @@ func TestStagedReplayThroughTheScheduler(t *testing.T) {
 	}
 }
 
+// TestStagedReplayIntoAndRepeatThroughTheScheduler: outputs land in the
+// caller's buffers, Repeat answers from the output cache without a launch,
+// and buffers that do not fit are refused before anything runs.
+func TestStagedReplayIntoAndRepeatThroughTheScheduler(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 0)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
+	st := prepareStagedInc(t, s, dev)
+	ctx := context.Background()
+	if _, err := s.ReplayInto(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, [][]byte{make([]byte, 15)}); !errors.Is(err, lanes.ErrStagedInput) {
+		t.Fatalf("ReplayInto with a 15-byte buffer for a 16-byte output: got err %v, want lanes.ErrStagedInput", err)
+	}
+	if _, err := s.ReplayInto(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, nil); !errors.Is(err, lanes.ErrStagedInput) {
+		t.Fatalf("ReplayInto with no buffers: got err %v, want lanes.ErrStagedInput", err)
+	}
+	if c := s.Lanes()[0].Staged; c.GraphLaunches != 0 {
+		t.Fatalf("after refused replays: got %d graph launches, want 0", c.GraphLaunches)
+	}
+	outs := st.MakeOutputs()
+	if res, err := s.ReplayInto(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, outs); err != nil || outs[0][0] != 8 || &res.Outputs[0][0] != &outs[0][0] {
+		t.Fatalf("ReplayInto of input 7: got output %d, err %v; want 8 in the caller's buffer, nil", outs[0][0], err)
+	}
+	clear(outs[0])
+	res, err := s.Repeat(ctx, "t", 0, st, outs)
+	if err != nil || !res.OutputCache || outs[0][0] != 8 {
+		t.Fatalf("Repeat: got output %d, output cache %v, err %v; want 8 from the cache, nil", outs[0][0], res.OutputCache, err)
+	}
+	if c := s.Lanes()[0].Staged; c.GraphLaunches != 1 || c.OutputCacheHits != 1 {
+		t.Fatalf("lane 0 staged counters: got %d graph launches, %d output-cache hits; want 1, 1 (%+v)", c.GraphLaunches, c.OutputCacheHits, c)
+	}
+}
+
 // TestSpinningLanesEndEverySubmission: lanes that spin for their polls
 // (Config.Spin) end every submission exactly once, with its work done, on
 // a real-time device where fences take device time.

@@ -198,9 +198,14 @@ func (a *laneActor) staged(m *stagedRequest) {
 	}
 	var res any
 	var err error
-	if m.Prepare {
+	switch {
+	case m.Prepare:
 		err = a.lane.Prepare(m.Program)
-	} else {
+	case m.Repeat:
+		res, err = a.lane.Repeat(m.Program, m.Outputs)
+	case m.Into:
+		res, err = a.lane.ReplayInto(m.Program, m.Inputs, m.Outputs)
+	default:
 		res, err = a.lane.Replay(m.Program, m.Inputs, m.Collect)
 	}
 	culprit, _ := a.deliverEnded()

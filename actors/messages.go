@@ -86,7 +86,10 @@ type stagedRequest struct {
 	Prepare bool // capture both variants instead of replaying
 	Program *lanes.Staged
 	Inputs  [][]byte
+	Outputs [][]byte // the caller's buffers for the outputs (ReplayInto, Repeat)
+	Into    bool     // the outputs go into Outputs
 	Collect bool
+	Repeat  bool   // the last inputs again (Repeat)
 	tenant  string // whose replay it is (for the lane's fair queue)
 	weight  int
 	ctx     context.Context // the caller's

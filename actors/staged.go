@@ -35,12 +35,41 @@ const (
 // (within the hang timeout), so the lane never reads inputs its caller
 // has taken back.
 func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lanes.Staged, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
-	const op = "staged replay"
+	return s.replay(ctx, &stagedRequest{Program: st, Inputs: inputs, Collect: collect}, tenant, lane)
+}
+
+// ReplayInto is Replay with the outputs copied into the caller's buffers
+// (lanes.Lane.ReplayInto: one per output, each exactly its length;
+// Staged.MakeOutputs allocates them). The lane writes them only while
+// ReplayInto waits, so they are the caller's again when it returns.
+func (s *Scheduler) ReplayInto(ctx context.Context, tenant string, lane int, st *lanes.Staged, inputs, outputs [][]byte) (lanes.StagedResult, error) {
+	return s.replay(ctx, &stagedRequest{Program: st, Inputs: inputs, Outputs: outputs, Into: true, Collect: true}, tenant, lane)
+}
+
+// Repeat runs a staged program again on the inputs of its last replay
+// (lanes.Lane.Repeat: exact without comparing them; with the outputs
+// cached, a hit costs one copy into outputs), held to the same shares as
+// Replay. With nil outputs it collects nothing.
+func (s *Scheduler) Repeat(ctx context.Context, tenant string, lane int, st *lanes.Staged, outputs [][]byte) (lanes.StagedResult, error) {
+	return s.replay(ctx, &stagedRequest{Program: st, Outputs: outputs, Into: outputs != nil, Collect: outputs != nil, Repeat: true}, tenant, lane)
+}
+
+// replay is Replay, ReplayInto and Repeat: m says which, and what with.
+func (s *Scheduler) replay(ctx context.Context, m *stagedRequest, tenant string, lane int) (lanes.StagedResult, error) {
+	op, st, collect := "staged replay", m.Program, m.Collect
+	if m.Repeat {
+		op = "staged repeat"
+	}
 	if err := s.checkAsk(ctx, op, lane); err != nil {
 		return lanes.StagedResult{}, err
 	}
 	if err := s.checkStaged(tenant, st); err != nil {
 		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+	}
+	if m.Into {
+		if err := st.CheckOutputs(m.Outputs); err != nil {
+			return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+		}
 	}
 	in, out := st.Bytes()
 	moved := int64(in)
@@ -66,7 +95,7 @@ func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lan
 		return lanes.StagedResult{}, lanes.Wrap(op, true, ErrStopped)
 	}
 	c.release = release
-	m := &stagedRequest{Call: c.id, Program: st, Inputs: inputs, Collect: collect, tenant: ts.name, weight: ts.weight, ctx: ctx, state: new(atomic.Int32)}
+	m.Call, m.tenant, m.weight, m.ctx, m.state = c.id, ts.name, ts.weight, ctx, new(atomic.Int32)
 	s.system.Root.Send(ref.pid, m)
 	select {
 	case <-c.done:

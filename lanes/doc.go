@@ -18,11 +18,12 @@
 // patch, which copy from ordinary Go memory with cuMemcpyHtoDAsync, a copy
 // CUDA may complete before it returns. The lane adds no wait of its own.)
 //
-// Six calls wait for the device, and only they: [Lane.Wait] (one fence),
+// Eight calls wait for the device, and only they: [Lane.Wait] (one fence),
 // [Lane.Synchronize] (the whole stream) and [Lane.Readback] (the stream,
-// then a copy), in wait.go; [Lane.Prepare], [Lane.Replay] and
-// [Lane.ReplayWritten] of a [Staged] program, which are Submit then Wait,
-// in staged_replay.go. Given a
+// then a copy), in wait.go; [Lane.Prepare], [Lane.Replay],
+// [Lane.ReplayInto], [Lane.Repeat] and [Lane.ReplayWritten] of a [Staged]
+// program, which are Submit then Wait, in staged_replay.go (an
+// output-cache hit waits for nothing). Given a
 // [Waiter], they query without blocking and pause in the Waiter between
 // queries, so the owner decides how long is too long (the scheduler gives
 // up after its hang timeout); without one they block in the device's call.

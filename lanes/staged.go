@@ -42,7 +42,8 @@ type Staged struct {
 	full, resident        Batch
 	compute               []Entry
 	lastInputs            [][]byte // logical order: the lane's copy of the inputs Replay staged last, compared with the next
-	initialized, outValid bool
+	initialized, outValid bool     // the staged and device inputs are lastInputs; the output cache holds their outputs
+	known                 bool     // lastInputs are the last replay's inputs (Repeat may take them)
 	outputsCache          [][]byte // logical order, reused
 	// home is the lane the program was prepared on, the only one that may
 	// replay it; writesInputs: its compute writes an input slot's device
@@ -148,6 +149,45 @@ func (st *Staged) Bytes() (in, out uint64) {
 		out += s.Staging.Length
 	}
 	return in, out
+}
+
+// OutputSizes is the length of each output in bytes, in logical order:
+// the length ReplayInto and Repeat want of each of their buffers.
+func (st *Staged) OutputSizes() []uint64 {
+	sizes := make([]uint64, len(st.outputs))
+	for slot, s := range st.outputs {
+		sizes[st.outputMap[slot]] = s.Staging.Length
+	}
+	return sizes
+}
+
+// MakeOutputs allocates one buffer per output, in logical order and each
+// of its length: buffers for ReplayInto and Repeat to fill, reused from
+// one replay to the next.
+func (st *Staged) MakeOutputs() [][]byte {
+	out := make([][]byte, len(st.outputs))
+	for i, n := range st.OutputSizes() {
+		out[i] = make([]byte, n)
+	}
+	return out
+}
+
+// CheckOutputs refuses buffers that do not fit the program's outputs (an
+// error matching ErrStagedInput that says what to pass instead): what
+// ReplayInto and Repeat check before they run.
+func (st *Staged) CheckOutputs(outputs [][]byte) error {
+	if err := checkBuilt(st); err != nil {
+		return err
+	}
+	if len(outputs) != len(st.outputs) {
+		return fmt.Errorf("%w: Fix: the staged program has %d output(s) but %d buffer(s) were passed for them; allocate them with MakeOutputs", ErrStagedInput, len(st.outputs), len(outputs))
+	}
+	for i, n := range st.OutputSizes() {
+		if uint64(len(outputs[i])) != n {
+			return fmt.Errorf("%w: Fix: output %d is %d bytes but its buffer holds %d; pass buffers of exactly OutputSizes (MakeOutputs allocates them)", ErrStagedInput, i, n, len(outputs[i]))
+		}
+	}
+	return nil
 }
 
 // ForInputStaging visits the pinned host staging of each input slot, in

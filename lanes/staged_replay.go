@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/bulk"
 )
 
 // Prepare captures both variants of a staged program (the lane's cache must
@@ -48,32 +49,82 @@ func (l *Lane) Prepare(st *Staged) error {
 
 // Replay runs a staged program with inputs in logical order and waits for
 // it: it blocks (see Wait). With collect, the outputs are read back
-// (logical order) and kept for the output cache. The inputs are staged with
-// zero padding up to each slot's length.
+// (logical order) and kept for the output cache; the result's Outputs are
+// copies the caller owns (ReplayInto copies into the caller's buffers
+// instead, and allocates nothing). The inputs are staged with zero
+// padding up to each slot's length.
 //
 // What it costs on the host: the inputs are compared with the last staged
-// ones once (a memcmp against the lane's copy of them), and new ones copied
-// into the staging and into that copy; no hash. An output-cache hit costs that comparison and a copy of
-// the outputs; it launches nothing and touches no device or staging memory
-// (it answers even after the program's buffers were freed). Inputs written in place skip both
-// (StagedInputs, ReplayWritten).
+// ones once (against the lane's copy of them), and new ones copied into
+// the staging and into that copy (the second copy while the graph runs);
+// no hash. An output-cache hit costs that comparison and a copy of the
+// outputs; it launches nothing and touches no device or staging memory
+// (it answers even after the program's buffers were freed). Copies and
+// comparisons of megabytes are split across a few cores. Inputs written
+// in place skip both (StagedInputs, ReplayWritten); Repeat skips the
+// comparison.
 func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, error) {
-	const op = "staged replay"
+	return l.replay(st, inputs, false, collect, nil)
+}
+
+// ReplayInto is Replay with collect, copying the outputs into the
+// caller's buffers, in logical order, one per output and each exactly its
+// length (MakeOutputs allocates them): the result's Outputs are those
+// buffers. A replay that fails leaves their contents unspecified.
+func (l *Lane) ReplayInto(st *Staged, inputs, outputs [][]byte) (StagedResult, error) {
+	if err := st.CheckOutputs(outputs); err != nil {
+		return StagedResult{}, rejected("staged replay", err)
+	}
+	return l.replay(st, inputs, false, true, outputs)
+}
+
+// Repeat runs a staged program again on the inputs of its last replay
+// through Replay, ReplayInto or Repeat (the lane keeps its own copy of
+// them), and waits for it. It is exact without looking at any input:
+// while the outputs of those inputs are cached (the last replay collected
+// them, and neither ForgetOutputs nor a failure dropped them), it copies
+// them into outputs and launches nothing, at the cost of that copy alone;
+// otherwise it runs the resident-input graph (or stages the kept inputs
+// again). With nil outputs it collects nothing and always runs. It is
+// refused when the last replay's inputs were written in place
+// (ReplayWritten) or no inputs were ever passed.
+func (l *Lane) Repeat(st *Staged, outputs [][]byte) (StagedResult, error) {
+	if outputs != nil {
+		if err := st.CheckOutputs(outputs); err != nil {
+			return StagedResult{}, rejected("staged repeat", err)
+		}
+	}
+	return l.replay(st, nil, true, outputs != nil, outputs)
+}
+
+// replay is Replay, ReplayInto and Repeat: repeat takes the kept inputs
+// for inputs, and into (when not nil) receives the outputs.
+func (l *Lane) replay(st *Staged, inputs [][]byte, repeat, collect bool, into [][]byte) (StagedResult, error) {
+	op := "staged replay"
+	if repeat {
+		op = "staged repeat"
+	}
 	if err := l.checkHome(st); err != nil {
 		return StagedResult{}, rejected(op, err)
+	}
+	st.takeForget()
+	if repeat {
+		if !st.known {
+			return StagedResult{}, rejected(op, fmt.Errorf("%w: Fix: the lane holds no inputs of the program's last replay to repeat (none was passed yet, or the last replay's inputs were written in place); pass them to Replay or ReplayInto", ErrStagedInput))
+		}
+		inputs = st.lastInputs
 	}
 	hm, err := l.checkReplay(st, inputs)
 	if err != nil {
 		return StagedResult{}, rejected(op, err)
 	}
-	st.takeForget()
 	// The lane's own copy decides, never the staging: a caller's view, or
 	// another program's output copy into the same pinned memory, may have
 	// changed that.
-	same := st.initialized && equalInputs(st.lastInputs, inputs)
+	same := st.initialized && (repeat || equalInputs(st.lastInputs, inputs))
 	if same && st.outValid && collect {
 		l.staged.OutputCacheHits++
-		return StagedResult{Outputs: cloneAll(st.outputsCache), TimeKnown: true, OutputCache: true}, nil
+		return StagedResult{Outputs: st.handOver(into), TimeKnown: true, OutputCache: true}, nil
 	}
 	resident := same && !st.writesInputs
 	if resident {
@@ -81,12 +132,11 @@ func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, 
 	} else if err := l.stageInputs(hm, st, inputs); err != nil {
 		return StagedResult{}, rejected(op, err)
 	}
-	res, err := l.runStaged(st, resident, collect)
-	if err == nil && !same {
-		st.rememberInputs(inputs)
-		st.initialized = true
+	var remember [][]byte
+	if !same && !repeat {
+		remember = inputs
 	}
-	return res, err
+	return l.runStaged(st, resident, collect, remember, into)
 }
 
 // StagedInputs returns the program's input staging in logical order, to
@@ -148,18 +198,22 @@ func (l *Lane) ReplayWritten(st *Staged, collect bool) (StagedResult, error) {
 		return StagedResult{}, rejected("staged replay", err)
 	}
 	st.takeForget()
-	// runStaged leaves no inputs remembered: the staging holds ones the
-	// lane never saw.
+	// The staging holds inputs the lane never saw: none are known, to
+	// compare with or to repeat.
+	st.known = false
 	l.staged.Uploads += uint64(len(st.inputs))
 	for _, s := range st.inputs {
 		l.staged.HostToDeviceBytes += s.Staging.Length
 	}
-	return l.runStaged(st, false, collect)
+	return l.runStaged(st, false, collect, nil, nil)
 }
 
 // runStaged submits the full or resident-input variant and waits for it;
-// with collect, it reads the outputs back into the output cache.
-func (l *Lane) runStaged(st *Staged, resident, collect bool) (StagedResult, error) {
+// while it runs, the lane keeps its copy of remember (the new inputs just
+// staged), so that copy costs no time the device does not spend anyway.
+// With collect, it reads the outputs back into the output cache, and
+// hands them over in into (when not nil) or in fresh copies.
+func (l *Lane) runStaged(st *Staged, resident, collect bool, remember, into [][]byte) (StagedResult, error) {
 	const op = "staged replay"
 	batch := st.full
 	if resident {
@@ -171,6 +225,9 @@ func (l *Lane) runStaged(st *Staged, resident, collect bool) (StagedResult, erro
 		return StagedResult{}, err
 	}
 	l.staged.GraphLaunches += uint64(len(sub.Attribution.Segments))
+	if remember != nil {
+		st.rememberInputs(remember)
+	}
 	r, err := l.Wait(sub.Fence)
 	if err != nil {
 		return StagedResult{}, err
@@ -179,13 +236,15 @@ func (l *Lane) runStaged(st *Staged, resident, collect bool) (StagedResult, erro
 		return StagedResult{Receipt: r}, failed(op, r.Err)
 	}
 	res := StagedResult{DeviceTime: r.DeviceTime, TimeKnown: r.DeviceTime > 0, Resident: resident, Receipt: r}
-	st.initialized = resident // Replay marks new inputs once it noted them
+	// The device's inputs are the kept ones, unless they were written in
+	// place (ReplayWritten: none are known).
+	st.initialized = st.known
 	if collect {
 		if err := l.collectOutputs(cuda.HostMemory(l.dev), st); err != nil {
 			return res, failed(op, err)
 		}
 		st.outValid = true
-		res.Outputs = cloneAll(st.outputsCache)
+		res.Outputs = st.handOver(into)
 	}
 	return res, nil
 }
@@ -219,14 +278,20 @@ func (l *Lane) StagedInputKey(st *Staged) ([32]byte, error) {
 	return k, nil
 }
 
-// rememberInputs keeps a copy of what was staged, reusing its buffers.
+// rememberInputs keeps a copy of what was staged, reusing its buffers:
+// the inputs now known.
 func (st *Staged) rememberInputs(inputs [][]byte) {
 	if len(st.lastInputs) != len(inputs) {
 		st.lastInputs = make([][]byte, len(inputs))
 	}
 	for i, in := range inputs {
-		st.lastInputs[i] = append(st.lastInputs[i][:0], in...)
+		if cap(st.lastInputs[i]) < len(in) {
+			st.lastInputs[i] = make([]byte, len(in))
+		}
+		st.lastInputs[i] = st.lastInputs[i][:len(in)]
+		bulk.Copy(st.lastInputs[i], in)
 	}
+	st.known = true
 }
 
 // checkReplay refuses a replay the device cannot stage or whose inputs do
@@ -258,7 +323,7 @@ func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) erro
 			if err != nil {
 				return err
 			}
-			clear(b[copy(b, in):])
+			clear(b[bulk.Copy(b, in):])
 		} else {
 			padded := make([]byte, s.Staging.Length)
 			copy(padded, in)
@@ -285,7 +350,7 @@ func (l *Lane) collectOutputs(hm cuda.HostMemory, st *Staged) error {
 			b = make([]byte, s.Staging.Length)
 		}
 		b = b[:s.Staging.Length]
-		if err := hm.ReadHost(s.Staging, b); err != nil {
+		if err := readStaging(hm, s.Staging, b); err != nil {
 			return err
 		}
 		st.outputsCache[logical] = b
@@ -295,22 +360,53 @@ func (l *Lane) collectOutputs(hm cuda.HostMemory, st *Staged) error {
 	return nil
 }
 
+// readStaging copies pinned host memory into dst: in place where the host
+// addresses it (split across cores when large), else through ReadHost.
+func readStaging(hm cuda.HostMemory, src cuda.HostRegion, dst []byte) error {
+	hv, direct := hm.(cuda.HostView)
+	if !direct {
+		return hm.ReadHost(src, dst)
+	}
+	b, err := hv.HostBytes(src)
+	if err != nil {
+		return err
+	}
+	if len(b) != len(dst) {
+		return fmt.Errorf("%w: Fix: reading %d staged bytes into %d; the host view and the slot disagree", ErrStagedInput, len(b), len(dst))
+	}
+	bulk.Copy(dst, b)
+	return nil
+}
+
 func equalInputs(a, b [][]byte) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if !bytes.Equal(a[i], b[i]) {
+		if !bulk.Equal(a[i], b[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-func cloneAll(in [][]byte) [][]byte {
-	out := make([][]byte, len(in))
-	for i, b := range in {
-		out[i] = bytes.Clone(b)
+// handOver gives the cached outputs to the caller: copied into into, or
+// into fresh slices when into is nil.
+func (st *Staged) handOver(into [][]byte) [][]byte {
+	if into != nil {
+		for i, b := range st.outputsCache {
+			bulk.Copy(into[i], b)
+		}
+		return into
+	}
+	out := make([][]byte, len(st.outputsCache))
+	for i, b := range st.outputsCache {
+		if len(b) < bulk.Threshold {
+			out[i] = bytes.Clone(b) // one pass, nothing zeroed first
+			continue
+		}
+		out[i] = make([]byte, len(b))
+		bulk.Copy(out[i], b)
 	}
 	return out
 }
