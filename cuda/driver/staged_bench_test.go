@@ -4,6 +4,7 @@ package driver_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
@@ -18,12 +19,16 @@ import (
 // byte each time, and ReplayWritten launches the full graph) with a
 // resident-input replay (the same graph without the input copies), with and
 // without collecting the output, an output-cache hit (no launch; it saves a
-// collecting resident replay), for out = a + b over n float32, and with
-// plain pinned copies of the same bytes (both inputs in, the output out,
-// then a stream synchronize): the link's speed in the same run.
+// collecting resident replay) returning fresh copies (Replay), into the
+// caller's buffers (ReplayInto) and without comparing inputs (Repeat),
+// for out = a + b over n float32; with plain pinned copies of the same
+// bytes (both inputs in, the output out, then a stream synchronize): the
+// link's speed in the same run; and with one copy of the output's bytes
+// between Go slices (copy-output, the built-in copy on one core): what
+// handing the output over costs at least.
 func BenchmarkStagedReplay(b *testing.B) {
 	for _, n := range []int{1 << 12, 1 << 20} {
-		for _, mode := range []string{"pinned-copy", "staged", "in-place", "resident", "resident-collect", "output-cache"} {
+		for _, mode := range []string{"copy-output", "pinned-copy", "staged", "staged-into", "in-place", "resident", "resident-collect", "output-cache", "output-cache-into", "repeat"} {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				dev := bindOpen(b)
 				st, err := dev.NewStream()
@@ -49,6 +54,10 @@ func BenchmarkStagedReplay(b *testing.B) {
 					}
 					return h.Whole()
 				}
+				if mode == "copy-output" {
+					benchCopy(b, int(size))
+					return
+				}
 				a, bb, out := alloc(), alloc(), alloc()
 				if mode == "pinned-copy" {
 					benchPinnedCopy(b, st, []cuda.Region{a.Whole(), bb.Whole()}, []cuda.HostRegion{host(), host()}, out.Whole(), host())
@@ -73,7 +82,9 @@ func BenchmarkStagedReplay(b *testing.B) {
 				}
 				inputs := [2][][]byte{{make([]byte, size), make([]byte, size)}, {make([]byte, size), make([]byte, size)}}
 				inputs[1][0][0] = 1
-				collect := mode == "output-cache" || mode == "resident-collect"
+				into := strings.HasSuffix(mode, "-into") || mode == "repeat"
+				collect := into || mode == "output-cache" || mode == "resident-collect"
+				outs := program.MakeOutputs()
 				if _, err := l.Replay(program, inputs[0], collect); err != nil {
 					b.Fatalf("first Replay: got err %v, want nil", err)
 				}
@@ -84,7 +95,7 @@ func BenchmarkStagedReplay(b *testing.B) {
 				b.ResetTimer()
 				for i := range b.N {
 					in := inputs[0]
-					if mode == "staged" {
+					if strings.HasPrefix(mode, "staged") {
 						in = inputs[(i+1)%2]
 					}
 					if mode == "resident-collect" {
@@ -97,13 +108,21 @@ func BenchmarkStagedReplay(b *testing.B) {
 						}
 						b.StartTimer()
 					}
-					res, err := l.Replay(program, in, collect)
-					if err != nil {
-						b.Fatalf("Replay %d: got err %v, want nil", i, err)
+					var res lanes.StagedResult
+					switch {
+					case mode == "repeat":
+						res, err = l.Repeat(program, outs)
+					case into:
+						res, err = l.ReplayInto(program, in, outs)
+					default:
+						res, err = l.Replay(program, in, collect)
 					}
-					resident := mode == "resident" || mode == "resident-collect"
-					if resident != res.Resident || (mode == "output-cache") != res.OutputCache {
-						b.Fatalf("%s replay: got Resident %v, OutputCache %v; want %v, %v", mode, res.Resident, res.OutputCache, resident, mode == "output-cache")
+					if err != nil {
+						b.Fatalf("%s %d: got err %v, want nil", mode, i, err)
+					}
+					resident, hit := mode == "resident" || mode == "resident-collect", strings.HasPrefix(mode, "output-cache") || mode == "repeat"
+					if resident != res.Resident || hit != res.OutputCache {
+						b.Fatalf("%s replay: got Resident %v, OutputCache %v; want %v, %v", mode, res.Resident, res.OutputCache, resident, hit)
 					}
 				}
 				b.StopTimer()
@@ -144,6 +163,18 @@ func benchPinnedCopy(b *testing.B, st cuda.Stream, dst []cuda.Region, src []cuda
 		if err := st.Synchronize(); err != nil {
 			b.Fatalf("Synchronize: got err %v, want nil", err)
 		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/replay")
+}
+
+// benchCopy times one copy of size bytes between Go slices (the
+// built-in copy, one core).
+func benchCopy(b *testing.B, size int) {
+	src, dst := make([]byte, size), make([]byte, size)
+	b.ResetTimer()
+	for range b.N {
+		copy(dst, src)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/replay")
