@@ -361,6 +361,26 @@ func TestStagedReplayIntoAndRepeatThroughTheScheduler(t *testing.T) {
 	}
 }
 
+// TestStagedProgramNeverReplayableIsRefused: a program whose inputs alone
+// move more than MaxBatchBytes is refused when it is prepared, not at
+// every replay.
+func TestStagedProgramNeverReplayableIsRefused(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 0)
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, MaxBatchBytes: 8})
+	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
+	h, _ := dev.AllocHost(16)
+	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(4, 4), cuda.BufferArg(a.Whole()), cuda.I32Arg(4))
+	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, nil, nil,
+		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
+	if err != nil {
+		t.Fatalf("lanes.NewStaged: got err %v, want nil", err)
+	}
+	var big *actors.BatchTooLargeError
+	if err := s.PrepareStaged(context.Background(), "t", 0, st); !errors.As(err, &big) || big.Bytes != 16 || !cuda.Classify(err).NotSubmitted {
+		t.Fatalf("PrepareStaged of 16 input bytes against MaxBatchBytes 8: got err %v, want a *actors.BatchTooLargeError of 16 bytes, not submitted", err)
+	}
+}
+
 // TestSpinningLanesEndEverySubmission: lanes that spin for their polls
 // (Config.Spin) end every submission exactly once, with its work done, on
 // a real-time device where fences take device time.

@@ -118,13 +118,19 @@ func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
 
 // PrepareStaged captures a staged program's two variants on one lane (its
 // preparation must be open), for the tenant that owns its buffers and
-// staging.
+// staging. A program whose input slots alone move more than
+// MaxBatchBytes could never be replayed: it is refused with a
+// *BatchTooLargeError (one whose outputs push a collecting replay past
+// the limit is prepared; those replays are refused).
 func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, st *lanes.Staged) error {
 	if err := s.refuseStopped("prepare staged"); err != nil {
 		return err
 	}
 	if err := s.checkStaged(tenant, st); err != nil {
 		return lanes.Wrap("prepare staged", true, err)
+	}
+	if in, _ := st.Bytes(); int64(in) > s.cfg.MaxBatchBytes {
+		return lanes.Wrap("prepare staged", true, &BatchTooLargeError{Bytes: int64(in), MaxBytes: s.cfg.MaxBatchBytes, Staged: true})
 	}
 	_, err := ask[struct{}](ctx, s, "prepare staged", lane, func(id uint64) any { return &stagedRequest{Call: id, Prepare: true, Program: st} })
 	return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -81,5 +82,44 @@ func TestReplayIntoRefusesBuffersThatDoNotFit(t *testing.T) {
 	}
 	if _, err := s.lane.ReplayInto(nil, in, [][]byte{make([]byte, 16)}); !errors.Is(err, lanes.ErrStagedInput) {
 		t.Fatalf("ReplayInto(nil program): got err %v, want lanes.ErrStagedInput", err)
+	}
+}
+
+// TestRepeatNeverRunsOlderInputs: a replay whose launch failed before the
+// lane kept its new inputs leaves nothing to repeat (Repeat is refused,
+// rather than running the replay before it); once inputs are passed
+// again, Repeat takes them.
+func TestRepeatNeverRunsOlderInputs(t *testing.T) {
+	s := newStagedRig(t, []int{0, 1})
+	outs := s.st.MakeOutputs()
+	if _, err := s.lane.ReplayInto(s.st, [][]byte{f32s(1, 1, 1, 1), f32s(1, 1, 1, 1)}, outs); err != nil {
+		t.Fatalf("ReplayInto: got err %v, want nil", err)
+	}
+	if err := s.dev.InjectFault(sim.Fault{Kind: sim.FaultLaunch, Nth: 1}); err != nil {
+		t.Fatalf("InjectFault: got err %v, want nil", err)
+	}
+	if _, err := s.lane.ReplayInto(s.st, [][]byte{f32s(1, 2, 3, 4), f32s(10, 20, 30, 40)}, outs); err == nil {
+		t.Fatalf("ReplayInto with its launch failing: got err nil, want the launch's error")
+	}
+	if s.lane.State() != lanes.StateFailed {
+		t.Fatalf("after the failed launch: got lane state %v, want failed", s.lane.State())
+	}
+	_, _, _ = s.lane.Synchronize() // ends what was in flight, so that Recover may run
+	st, err := s.dev.NewStream()
+	if err != nil {
+		t.Fatalf("NewStream: got err %v, want nil", err)
+	}
+	if err := s.lane.Recover(st); err != nil {
+		t.Fatalf("Recover: got err %v, want nil", err)
+	}
+	if _, err := s.lane.Repeat(s.st, outs); !errors.Is(err, lanes.ErrStagedInput) {
+		t.Fatalf("Repeat after a replay whose launch failed: got err %v, want lanes.ErrStagedInput (not the older inputs again)", err)
+	}
+	if _, err := s.lane.ReplayInto(s.st, [][]byte{f32s(1, 2, 3, 4), f32s(10, 20, 30, 40)}, outs); err != nil {
+		t.Fatalf("ReplayInto after recovery: got err %v, want nil", err)
+	}
+	clear(outs[0])
+	if res, err := s.lane.Repeat(s.st, outs); err != nil || string(outs[0]) != string(f32s(11, 22, 33, 44)) {
+		t.Fatalf("Repeat after recovery: got %v (output cache %v), err %v; want %v", outs[0], res.OutputCache, err, f32s(11, 22, 33, 44))
 	}
 }

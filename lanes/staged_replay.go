@@ -85,9 +85,13 @@ func (l *Lane) ReplayInto(st *Staged, inputs, outputs [][]byte) (StagedResult, e
 // them, and neither ForgetOutputs nor a failure dropped them), it copies
 // them into outputs and launches nothing, at the cost of that copy alone;
 // otherwise it runs the resident-input graph (or stages the kept inputs
-// again). With nil outputs it collects nothing and always runs. It is
-// refused when the last replay's inputs were written in place
-// (ReplayWritten) or no inputs were ever passed.
+// again). With nil outputs it collects nothing and always runs. A replay
+// that failed on the device counts: Repeat runs its inputs again. One
+// refused before it ran (bad input) does not: the inputs before it stay.
+// Repeat is refused when the last replay's inputs were written in place
+// (ReplayWritten), when its launch failed before the lane kept them, and
+// when no inputs were ever passed: it never runs older inputs than the
+// last replay's.
 func (l *Lane) Repeat(st *Staged, outputs [][]byte) (StagedResult, error) {
 	if outputs != nil {
 		if err := st.CheckOutputs(outputs); err != nil {
@@ -222,6 +226,11 @@ func (l *Lane) runStaged(st *Staged, resident, collect bool, remember, into [][]
 	st.initialized, st.outValid = false, false // until this replay ends well
 	sub, err := l.Submit(batch)
 	if err != nil {
+		if remember != nil {
+			// New inputs staged but never kept: nothing to repeat, rather
+			// than the inputs of an older replay.
+			st.known = false
+		}
 		return StagedResult{}, err
 	}
 	l.staged.GraphLaunches += uint64(len(sub.Attribution.Segments))
