@@ -61,6 +61,15 @@
 // (Submit, Seal, Synchronize, Configure, Stop, ...) waits for work that
 // the very goroutine it blocks would run, until its context ends.
 //
+// What such a step costs the lane's thread, once it repeats: its plan and
+// its attribution are remembered (package lanes: a steady step shares its
+// rows with the one before it), so the lane checks that the batch is the
+// same, launches its graph and records its fence; and the thread does not
+// yield between messages (Config.Throughput), since a yield from a
+// goroutine locked to its thread wakes two threads. On the H200, serving
+// the same kernels as the hand-written loop (serve_fused.cu), lanedemo
+// ran 1.00x its steps/s at 1 lane, 0.97-0.99x at 4 and 0.90-0.97x at 8.
+//
 // # Blame decides the consequence
 //
 // Every failure is classified once ([cuda.Classify]; the blame of each code
