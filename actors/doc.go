@@ -27,7 +27,11 @@
 // caller waits to be stolen or for an idle thread to be woken (36-62 µs a
 // step on the H200 at 1 and 8 lanes, the scheduler latency of Go's
 // execution trace), and its next step comes back through the lane's
-// mailbox. A hand-written driver loop instead issues a stream's next step
+// mailbox. (A lane that ended steps with callers waiting on Done now
+// yields its processor right after, so they run at once on another
+// thread: with a goroutine per client, 8 lanes on the H200 served 36%
+// more steps, p50 80 µs instead of 113.) A hand-written driver loop
+// instead issues a stream's next step
 // from the thread that saw the previous one end. The same loop here is
 // SubmitNotify's ended submitting the tenant's next step: ended runs on
 // the goroutine that ended the submission, most often the lane's own

@@ -39,7 +39,8 @@ type laneActor struct {
 	serveArmed bool          // a serveQueue message is on its way
 	stopped    bool
 
-	progressAt time.Time // the last time a fence ended, or work began on an idle lane
+	progressAt  time.Time // the last time a fence ended, or work began on an idle lane
+	wokeCallers int       // callers waiting on Done readied since the last poll (yieldToCallers)
 
 	// Recovery (recovery.go).
 	failures []failure   // stream failures in a row, inside Recovery.Window

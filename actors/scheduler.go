@@ -166,11 +166,12 @@ func (s *Scheduler) complete(id uint64, r lanes.Receipt, err error) {
 }
 
 // completeStaged is complete for a submission a lane took at taken and had
-// enqueued at enqueued (the telemetry's stages).
-func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken, enqueued time.Time) {
+// enqueued at enqueued (the telemetry's stages). It reports whether it woke
+// a caller that waits on Done (no ended callback): see yieldToCallers.
+func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken, enqueued time.Time) (woke bool) {
 	c := s.calls.take(id)
 	if c == nil {
-		return
+		return false
 	}
 	lane := c.lane.Load()
 	r.Tenant, r.Lane = c.tenant, -1
@@ -208,7 +209,9 @@ func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken,
 	close(c.done)
 	if c.ended != nil {
 		c.ended()
+		return false
 	}
+	return true
 }
 
 // segmentNodes is each replayed segment's plan-node range, [first, one
