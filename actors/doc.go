@@ -31,8 +31,8 @@
 // yields its processor right after, so they run at once on another
 // thread: with a goroutine per client, 8 lanes on the H200 served 36%
 // more steps, p50 80 µs instead of 113.) A hand-written driver loop
-// instead issues a stream's next step
-// from the thread that saw the previous one end. The same loop here is
+// instead issues a stream's next step from the thread that saw the
+// previous one end. The same loop here is
 // SubmitNotify's ended submitting the tenant's next step: ended runs on
 // the goroutine that ended the submission, most often the lane's own
 // thread in the middle of its mailbox run, so the next step's message is

@@ -123,3 +123,27 @@ func TestRepeatNeverRunsOlderInputs(t *testing.T) {
 		t.Fatalf("Repeat after recovery: got %v (output cache %v), err %v; want %v", outs[0], res.OutputCache, err, f32s(11, 22, 33, 44))
 	}
 }
+
+// TestOutputCacheHitsIntoBuffersAllocateNothing: a hit through ReplayInto
+// or Repeat copies into the caller's buffers and allocates nothing (its
+// checks included).
+func TestOutputCacheHitsIntoBuffersAllocateNothing(t *testing.T) {
+	s := newStagedRig(t, []int{1, 0})
+	in, outs := [][]byte{f32s(1, 2, 3, 4), f32s(10, 20, 30, 40)}, s.st.MakeOutputs()
+	if _, err := s.lane.ReplayInto(s.st, in, outs); err != nil {
+		t.Fatalf("ReplayInto: got err %v, want nil", err)
+	}
+	for name, hit := range map[string]func() (lanes.StagedResult, error){
+		"ReplayInto": func() (lanes.StagedResult, error) { return s.lane.ReplayInto(s.st, in, outs) },
+		"Repeat":     func() (lanes.StagedResult, error) { return s.lane.Repeat(s.st, outs) },
+	} {
+		allocs := testing.AllocsPerRun(100, func() {
+			if res, err := hit(); err != nil || !res.OutputCache {
+				t.Fatalf("%s: got output cache %v, err %v; want a hit, nil", name, res.OutputCache, err)
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("%s hit: got %v allocations, want 0", name, allocs)
+		}
+	}
+}

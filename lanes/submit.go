@@ -110,8 +110,9 @@ type enqueuing struct {
 	enqueued   int // commands and launches enqueued since the start event
 	segments   int // replayed segments launched so far
 	// What a remembered step's attribution needs (memoatt.go): the one
-	// being reused while every segment so far matches it, the executables
-	// launched, and whether every entry was replayed.
+	// being reused (every entry resident, so no rows are built while
+	// launching; attribute checks the executables at the end), the
+	// executables launched, and whether every entry was replayed.
 	reuse       *memoAttribution
 	exes        []memoExecutable
 	replayedAll bool

@@ -12,8 +12,8 @@ import (
 // BenchmarkHostBytes times what the host alone does with the bytes of a
 // staged replay at n=1M float32 (4 MiB per buffer): copies between Go
 // memory and pinned host memory, and an exact comparison, on one
-// goroutine and split across four and eight: the yardstick for the host's share of
-// a staged replay and of an output-cache hit.
+// goroutine and split across four and eight: the yardstick for the
+// host's share of a staged replay and of an output-cache hit.
 func BenchmarkHostBytes(b *testing.B) {
 	const size = 4 << 20
 	dev := bindOpen(b)
