@@ -95,6 +95,11 @@ type Config struct {
 	// its executables hold (the uploads they captured), as CacheCapacity
 	// bounds their number. Default 256 MiB.
 	CacheBytes int64
+	// PinBytes bounds the bytes of callers' input buffers each lane keeps
+	// pinned where they are, for staged replays that pass the same buffers
+	// again (lanes.Config.PinBytes): 0, lanes.DefaultPinBytes; negative,
+	// none (every input is copied into its staging).
+	PinBytes int64
 	// Recovery is what happens to a lane whose stream failed.
 	Recovery Recovery
 	// Suspension is what happens to a tenant whose submissions keep

@@ -118,7 +118,7 @@ func (a *laneActor) open() error {
 	}
 	epoch := a.s.epoch
 	l, err := lanes.New(lanes.Config{ID: uint64(a.ref.id), Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime,
-		Now: func() time.Duration { return time.Since(epoch) }, Waiter: &a.waiter, CacheBytes: a.s.cfg.CacheBytes})
+		Now: func() time.Duration { return time.Since(epoch) }, Waiter: &a.waiter, CacheBytes: a.s.cfg.CacheBytes, PinBytes: a.s.cfg.PinBytes})
 	if err != nil {
 		_ = st.Destroy()
 		return err
@@ -269,6 +269,9 @@ func (a *laneActor) drain() {
 		a.deliver(rs)
 		if err == nil {
 			_, _ = a.lane.Trim()
+			// Nothing reads the callers' pinned input buffers any more:
+			// let them go (a failed lane's stream may still, so it keeps them).
+			_ = a.lane.UnpinInputs()
 		}
 	}
 	a.endRemaining(ErrStopped)

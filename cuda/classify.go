@@ -36,6 +36,8 @@ const (
 	CodeIllegalAddress           Code = 700
 	CodeLaunchOutOfResources     Code = 701
 	CodeLaunchTimeout            Code = 702
+	CodeHostMemoryRegistered     Code = 712
+	CodeHostMemoryNotRegistered  Code = 713
 	CodeHardwareStackError       Code = 714
 	CodeIllegalInstruction       Code = 715
 	CodeMisalignedAddress        Code = 716
@@ -177,6 +179,8 @@ var codes = map[Code]codeInfo{
 	CodeLaunchTimeout:            {"cuda_launch_timeout", BlameDevice, false, false},
 	CodeHardwareStackError:       {"cuda_hardware_stack_error", BlameDevice, false, false},
 	CodeIllegalInstruction:       {"cuda_illegal_instruction", BlameDevice, false, false},
+	CodeHostMemoryRegistered:     {"cuda_host_memory_already_registered", BlameCaller, false, true},
+	CodeHostMemoryNotRegistered:  {"cuda_host_memory_not_registered", BlameCaller, false, true},
 	CodeMisalignedAddress:        {"cuda_misaligned_address", BlameDevice, false, false},
 	CodeInvalidAddressSpace:      {"cuda_invalid_address_space", BlameDevice, false, false},
 	CodeInvalidPC:                {"cuda_invalid_pc", BlameDevice, false, false},

@@ -84,8 +84,10 @@ type HostView interface {
 // bounce buffer for pageable memory. The memory must stay mapped until
 // unpin returned, and no command that reads it may be in flight then.
 // Both are called, as every call into the device, from a goroutine bound
-// to it (BindThread). A backend that cannot (the simulated device, which
-// reads any memory the same way) does not implement it.
+// to it (BindThread). Pinning is by whole pages: a range overlapping pages
+// pinned already fails (CodeHostMemoryRegistered). Both backends implement
+// it; the simulated device keeps the driver's bookkeeping (overlaps, the
+// pinned-memory limit), reading any memory the same way.
 type HostPinner interface {
 	PinHost(mem []byte) (unpin func() error, err error)
 }

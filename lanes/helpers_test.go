@@ -25,15 +25,7 @@ type rig struct {
 
 func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault) *rig {
 	t.Helper()
-	dev, err := sim.New(sim.Config{Clock: mode, Faults: faults, Trace: mode == sim.ClockVirtual})
-	if err != nil {
-		t.Fatalf("sim.New: got err %v, want nil", err)
-	}
-	t.Cleanup(func() { _ = dev.Close() })
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatalf("NewStream: got err %v, want nil", err)
-	}
+	dev, s := simStream(t, sim.Config{Clock: mode, Faults: faults, Trace: mode == sim.ClockVirtual})
 	l, err := lanes.New(lanes.Config{ID: 1, Device: dev, Stream: s, Runtime: "lanes-test"})
 	if err != nil {
 		t.Fatalf("lanes.New: got err %v, want nil", err)
@@ -43,6 +35,22 @@ func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault)
 		t.Fatalf("Synchronize after zeroing the counters: got err %v, want nil", err)
 	}
 	return r
+}
+
+// simStream opens a simulated device, closed when the test ends, and a
+// stream on it.
+func simStream(t testing.TB, cfg sim.Config) (*sim.Device, cuda.Stream) {
+	t.Helper()
+	dev, err := sim.New(cfg)
+	if err != nil {
+		t.Fatalf("sim.New: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = dev.Close() })
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatalf("NewStream: got err %v, want nil", err)
+	}
+	return dev, s
 }
 
 // inc is a replayable compute entry incrementing counter buf at node.

@@ -67,6 +67,10 @@ type Config struct {
 	// CacheBytes bounds the host memory the lane's executables retain (the
 	// uploads they captured); 0: no bound.
 	CacheBytes int64
+	// PinBytes bounds the bytes of callers' input buffers the lane keeps
+	// pinned for staged replays (see Replay); 0: DefaultPinBytes;
+	// negative: none are pinned, every input is copied into its staging.
+	PinBytes int64
 }
 
 // Counters are a lane's replay observations since it was made. Evictions
@@ -134,6 +138,8 @@ type Lane struct {
 	rowsSeen       interner[Row]
 	logicalSeen    interner[programs.LogicalCommand]
 	attrHash       *attributionHash
+
+	pins inputPins // callers' input buffers pinned in place (pins.go)
 }
 
 // keyMemoLimit bounds a lane's key memo: thousands of distinct commands
@@ -157,7 +163,7 @@ func New(cfg Config) (*Lane, error) {
 	c := cache.New()
 	c.LimitBytes(cfg.CacheBytes)
 	return &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
-		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash()}, nil
+		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)}}, nil
 }
 
 // Recover moves a failed lane onto a fresh stream of its device and makes

@@ -45,6 +45,10 @@ type Staged struct {
 	initialized, outValid bool     // the staged and device inputs are lastInputs; the output cache holds their outputs
 	known                 bool     // lastInputs are the last replay's inputs (Repeat may take them)
 	outputsCache          [][]byte // logical order, reused
+	// Uploads from the caller's pinned buffers (staged_pinned.go): the
+	// batch and pins built for them, reused.
+	inPlace    []Entry
+	pinScratch []*pinnedInput
 	// home is the lane the program was prepared on, the only one that may
 	// replay it; writesInputs: its compute writes an input slot's device
 	// region, so the resident-input variant would compute on changed
@@ -59,6 +63,10 @@ type StagedCounters struct {
 	HostToDeviceBytes, DeviceToHostBytes  uint64
 	Uploads, Readbacks, GraphLaunches     uint64
 	OutputCacheHits, ResidentInputReplays uint64
+	// PinnedUploads are inputs copied to the device straight from the
+	// caller's buffer, pinned where it is, with no copy into the staging
+	// (see Lane.Replay).
+	PinnedUploads uint64
 }
 
 // StagedResult is one staged replay's outcome.

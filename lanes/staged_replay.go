@@ -57,7 +57,15 @@ func (l *Lane) Prepare(st *Staged) error {
 // What it costs on the host: the inputs are compared with the last staged
 // ones once (against the lane's copy of them), and new ones copied into
 // the staging and into that copy (the second copy while the graph runs);
-// no hash. An output-cache hit costs that comparison and a copy of the
+// no hash. A caller that passes an input of MinPinnedInput bytes or more
+// in the same buffer as the program's last replay saves the first copy:
+// the lane pins that buffer where it is (cuMemHostRegister, once) and
+// copies the input to the device straight from it, then runs the
+// resident-input graph. The lane then keeps the buffer reachable and
+// pinned, at most Config.PinBytes of them, least recently used out first,
+// until UnpinInputs (an actors scheduler calls it when the lane stops);
+// a buffer the device will not pin (its pages are pinned already) is
+// copied as before. An output-cache hit costs that comparison and a copy of the
 // outputs; it launches nothing and touches no device or staging memory
 // (it answers even after the program's buffers were freed). Copies and
 // comparisons of megabytes are split across a few cores. Inputs written
@@ -131,14 +139,18 @@ func (l *Lane) replay(st *Staged, inputs [][]byte, repeat, collect bool, into []
 		return StagedResult{Outputs: st.handOver(into), TimeKnown: true, OutputCache: true}, nil
 	}
 	resident := same && !st.writesInputs
-	if resident {
-		l.staged.ResidentInputReplays++
-	} else if err := l.stageInputs(hm, st, inputs); err != nil {
-		return StagedResult{}, rejected(op, err)
-	}
 	var remember [][]byte
 	if !same && !repeat {
 		remember = inputs
+	}
+	if resident {
+		l.staged.ResidentInputReplays++
+	} else if batch, ok, err := l.uploadInPlace(hm, st, inputs, !repeat); err != nil {
+		return StagedResult{}, rejected(op, err)
+	} else if ok {
+		return l.runBatch(st, batch, false, collect, remember, into)
+	} else if err := l.stageInputs(hm, st, inputs); err != nil {
+		return StagedResult{}, rejected(op, err)
 	}
 	return l.runStaged(st, resident, collect, remember, into)
 }
@@ -218,11 +230,18 @@ func (l *Lane) ReplayWritten(st *Staged, collect bool) (StagedResult, error) {
 // With collect, it reads the outputs back into the output cache, and
 // hands them over in into (when not nil) or in fresh copies.
 func (l *Lane) runStaged(st *Staged, resident, collect bool, remember, into [][]byte) (StagedResult, error) {
-	const op = "staged replay"
 	batch := st.full
 	if resident {
 		batch = st.resident
 	}
+	return l.runBatch(st, batch, resident, collect, remember, into)
+}
+
+// runBatch is runStaged with the batch given: the full or resident-input
+// variant, or the resident one after uploads from the caller's pinned
+// buffers (uploadInPlace).
+func (l *Lane) runBatch(st *Staged, batch Batch, resident, collect bool, remember, into [][]byte) (StagedResult, error) {
+	const op = "staged replay"
 	st.initialized, st.outValid = false, false // until this replay ends well
 	sub, err := l.Submit(batch)
 	if err != nil {
@@ -321,28 +340,35 @@ func (l *Lane) checkReplay(st *Staged, inputs [][]byte) (cuda.HostMemory, error)
 }
 
 // stageInputs writes new inputs into their pinned staging slots, zero
-// padded: in place where the host addresses the staging (one copy, and
-// zeroes only past the input), else through WriteHost.
+// padded (stageSlot).
 func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) error {
-	hv, direct := hm.(cuda.HostView)
 	for slot, s := range st.inputs {
-		in := inputs[st.inputMap[slot]]
-		if direct {
-			b, err := hv.HostBytes(s.Staging)
-			if err != nil {
-				return err
-			}
-			clear(b[bulk.Copy(b, in):])
-		} else {
-			padded := make([]byte, s.Staging.Length)
-			copy(padded, in)
-			if err := hm.WriteHost(s.Staging, padded); err != nil {
-				return err
-			}
+		if err := l.stageSlot(hm, s, inputs[st.inputMap[slot]]); err != nil {
+			return err
 		}
-		l.staged.HostToDeviceBytes += s.Staging.Length
-		l.staged.Uploads++
 	}
+	return nil
+}
+
+// stageSlot writes one input into its slot's staging, zero padded: in
+// place where the host addresses the staging (one copy, and zeroes only
+// past the input), else through WriteHost.
+func (l *Lane) stageSlot(hm cuda.HostMemory, s Slot, in []byte) error {
+	if hv, direct := hm.(cuda.HostView); direct {
+		b, err := hv.HostBytes(s.Staging)
+		if err != nil {
+			return err
+		}
+		clear(b[bulk.Copy(b, in):])
+	} else {
+		padded := make([]byte, s.Staging.Length)
+		copy(padded, in)
+		if err := hm.WriteHost(s.Staging, padded); err != nil {
+			return err
+		}
+	}
+	l.staged.HostToDeviceBytes += s.Staging.Length
+	l.staged.Uploads++
 	return nil
 }
 

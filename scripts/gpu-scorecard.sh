@@ -17,7 +17,9 @@
 #              serve_fused's own kernels (scripts/anchors/inc, --kernels-from:
 #              the same GPU work, where the built-in step's gemv and axpy
 #              chain takes longer on the GPU); plus --timing replay
-#              against --timing off at 4 lanes; every lanedemo run must hold
+#              against --timing off at 4 lanes, beside serve_fused timing
+#              its steps the same way (one timing event per step, "timed")
+#              against itself untimed; every lanedemo run must hold
 #              exactly-once (accepted == ended) or the table says so.
 #   profile    CPU profiles of lanedemo at 1 and 8 lanes and of the eager
 #              driver loop (pprof files in OUT_DIR: read them with go tool
@@ -83,6 +85,7 @@ if want serve; then
       demo --lanes $L --timing off --transfers eager --json "$out/serve-eager-$L-$round.json" > "$out/serve-eager-$L-$round.txt" 2>&1
     done
     demo --lanes 4 --timing replay --json "$out/serve-timing-$round.json" > "$out/serve-timing-$round.txt" 2>&1
+    (cd "$work" && ./serve_fused 16 5 4 16 timed) > "$out/serve-fused-timed-$round.txt" 2>&1
   done
 fi
 if want profile; then

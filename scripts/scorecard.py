@@ -71,7 +71,10 @@ if glob.glob(os.path.join(out, "serve-cpp-*")):
     for r in range(1, rounds + 1):
         on, _, once = demo(f"serve-timing-{r}.json")
         off, _, _ = demo(f"serve-demo-4-{r}.json")
-        print(f"  round {r}: replay {on or 0:.0f} vs off {off or 0:.0f} steps/s: {ratio(on, off)}  exactly-once {once}")
+        ft, _ = cpp_serve(f"serve-fused-timed-{r}.txt")
+        fo, _ = cpp_serve(f"serve-fused-4-{r}.txt")
+        print(f"  round {r}: replay {on or 0:.0f} vs off {off or 0:.0f} steps/s: {ratio(on, off)}  exactly-once {once};"
+              f" serve_fused timed the same way {ft or 0:.0f} vs untimed {fo or 0:.0f}: {ratio(ft, fo)}")
 
 ours, cpp, torch = {}, {}, {}
 for line in read("ours.txt").splitlines():

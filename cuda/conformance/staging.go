@@ -95,3 +95,52 @@ func testStaging(t *testing.T, dev cuda.Device) {
 	_, err = cuda.StageIn(b.Whole(), cuda.HostRegion{Buffer: in, Length: 60})
 	wantContract(t, err, cuda.ErrOutOfBounds)
 }
+
+// testPinInPlace: host memory the device did not allocate, pinned where it
+// is, is read by an upload when it runs; pinning its pages twice is
+// refused; unpinning twice does nothing the second time; after unpinning
+// it can be pinned again.
+func testPinInPlace(t *testing.T, dev cuda.Device) {
+	pinner, ok := dev.(cuda.HostPinner)
+	if !ok {
+		t.Fatal("the device does not implement cuda.HostPinner")
+	}
+	f := fixture{t, dev}
+	s := f.stream()
+	const n = 1 << 16
+	mem := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(mem[4*i:], uint32(i))
+	}
+	unpin, err := pinner.PinHost(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pinner.PinHost(mem[8192:])
+	wantCode(t, err, cuda.CodeHostMemoryRegistered)
+	b := f.alloc(cuda.I32, n)
+	// The upload reads the caller's memory itself (no copy retained).
+	up := cuda.Command{Kind: cuda.KindUpload, Dst: b.Whole(), Host: mem}
+	if err := s.Enqueue(up); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(s, b); !bytes.Equal(got, mem) {
+		t.Fatal("an upload from pinned memory did not land")
+	}
+	if err := unpin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unpin(); err != nil {
+		t.Fatalf("a second unpin: got %v, want nil", err)
+	}
+	again, err := pinner.PinHost(mem)
+	if err != nil {
+		t.Fatalf("pinning again after unpinning: %v", err)
+	}
+	if err := again(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pinner.PinHost(nil); err == nil {
+		t.Fatal("pinning no bytes: got nil, want an error")
+	}
+}

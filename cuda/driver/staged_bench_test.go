@@ -13,8 +13,11 @@ import (
 	"github.com/lanesched/lanes/lanes"
 )
 
-// BenchmarkStagedReplay compares a staged replay (new inputs copied into
-// pinned staging and up to the device inside the graph), an in-place one
+// BenchmarkStagedReplay compares a staged replay (new inputs in two sets
+// of buffers used in turn: the lane pins them where they are and uploads
+// from there, then runs the resident-input graph), the same with pinning
+// off (staged-copied: new inputs copied into pinned staging and up to the
+// device inside the graph), an in-place one
 // (the caller writes its inputs into the staging, StagedInputs, here one
 // byte each time, and ReplayWritten launches the full graph) with a
 // resident-input replay (the same graph without the input copies), with and
@@ -28,14 +31,18 @@ import (
 // handing the output over costs at least.
 func BenchmarkStagedReplay(b *testing.B) {
 	for _, n := range []int{1 << 12, 1 << 20} {
-		for _, mode := range []string{"copy-output", "pinned-copy", "staged", "staged-into", "in-place", "resident", "resident-collect", "output-cache", "output-cache-into", "repeat"} {
+		for _, mode := range []string{"copy-output", "pinned-copy", "staged", "staged-copied", "staged-into", "in-place", "resident", "resident-collect", "output-cache", "output-cache-into", "repeat"} {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				dev := bindOpen(b)
 				st, err := dev.NewStream()
 				if err != nil {
 					b.Fatalf("NewStream: got err %v, want nil", err)
 				}
-				l, err := lanes.New(lanes.Config{Device: dev, Stream: st})
+				cfg := lanes.Config{Device: dev, Stream: st}
+				if mode == "staged-copied" {
+					cfg.PinBytes = -1 // every input copied into its staging
+				}
+				l, err := lanes.New(cfg)
 				if err != nil {
 					b.Fatalf("lanes.New: got err %v, want nil", err)
 				}

@@ -4,6 +4,9 @@ package sim
 
 import (
 	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
 )
@@ -130,3 +133,66 @@ func (d *Device) HostBytes(r cuda.HostRegion) ([]byte, error) {
 }
 
 var _ cuda.HostView = (*Device)(nil)
+
+// pinnedRange is host memory pinned in place: its page-rounded address
+// range and the memory itself, kept reachable while it is pinned.
+type pinnedRange struct {
+	start, end uintptr
+	mem        []byte
+}
+
+// simPage is the page size pinning rounds to, as cuMemHostRegister pins
+// whole pages.
+const simPage = 4096
+
+var _ cuda.HostPinner = (*Device)(nil)
+
+// PinHost pins memory the device did not allocate, as cuMemHostRegister:
+// whole pages, none of them pinned already (an overlap fails with
+// CodeHostMemoryRegistered), counted against the pinned-memory limit
+// AllocHost keeps. The simulator reads any memory the same way, so what
+// pinning changes here is the bookkeeping a real driver would refuse.
+func (d *Device) PinHost(mem []byte) (unpin func() error, err error) {
+	const op = "pin host memory"
+	if len(mem) == 0 {
+		return nil, cuda.Contractf(op, cuda.ErrEmptyRegion, "no bytes to pin")
+	}
+	if err := d.check(op); err != nil {
+		return nil, err
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	r := pinnedRange{start: start &^ (simPage - 1), end: (start + uintptr(len(mem)) + simPage - 1) &^ (simPage - 1), mem: mem}
+	size := uint64(r.end - r.start)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fire(FaultOutOfMemory, nil) {
+		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
+	}
+	for _, p := range d.pins {
+		if r.start < p.end && p.start < r.end {
+			return nil, cuda.DriverError(op, cuda.CodeHostMemoryRegistered, fmt.Sprintf("pages [%#x, %#x) overlap host memory pinned already; pin each page once", r.start, r.end))
+		}
+	}
+	if size > d.memory.Total-min(d.hostInUse, d.memory.Total) {
+		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
+	}
+	d.pins = append(d.pins, r)
+	d.hostInUse += size
+	var once sync.Once
+	return func() (err error) {
+		once.Do(func() { // a second call does nothing, as the driver's
+			err = cuda.DriverError("unpin host memory", cuda.CodeHostMemoryNotRegistered, "the memory is not pinned (the device was closed since)")
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			for i, p := range d.pins {
+				if p.start == r.start && p.end == r.end {
+					d.pins = slices.Delete(d.pins, i, i+1)
+					d.hostInUse -= size
+					err = nil
+					return
+				}
+			}
+		})
+		return err
+	}, nil
+}

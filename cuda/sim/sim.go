@@ -120,6 +120,7 @@ type Device struct {
 	nextBuffer uint64
 	hosts      map[uint64][]byte // pinned host staging
 	hostInUse  uint64
+	pins       []pinnedRange // host memory pinned in place (PinHost)
 	nextHost   uint64
 	nextAddr   uint64
 	streams    map[uint64]*stream
@@ -404,7 +405,7 @@ func (d *Device) Close() error {
 	}
 	d.mu.Lock()
 	d.buffers, d.hosts = map[uint64]*allocation{}, map[uint64][]byte{}
-	d.memory.InUse, d.memory.Allocations, d.hostInUse = 0, 0, 0
+	d.memory.InUse, d.memory.Allocations, d.hostInUse, d.pins = 0, 0, 0, nil
 	d.mu.Unlock()
 	return nil
 }

@@ -1,0 +1,165 @@
+// The caller's input buffers pinned in place: a staged replay of new inputs
+// that arrive in the same buffers replay after replay uploads them straight
+// from there, with no copy into the staging first.
+
+package lanes
+
+import (
+	"slices"
+	"unsafe"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// Pinning the caller's inputs, by default: inputs of at least
+// MinPinnedInput bytes, up to DefaultPinBytes pinned per lane.
+const (
+	// MinPinnedInput is the smallest input a staged replay pins in place:
+	// below it, the copy into the staging costs less than pinning pays back.
+	MinPinnedInput = 1 << 20
+	// DefaultPinBytes is how many bytes of the callers' input buffers a lane
+	// keeps pinned when Config.PinBytes is 0.
+	DefaultPinBytes = 256 << 20
+)
+
+// pinnedInput is a caller's buffer the lane pinned: the lane keeps it
+// reachable (so its memory is neither freed nor reused) until it unpins it.
+type pinnedInput struct {
+	mem   []byte
+	unpin func() error
+	used  uint64 // the pin clock when a replay last uploaded from it
+}
+
+// contains reports whether b lies within the pinned buffer.
+func (p *pinnedInput) contains(b []byte) bool {
+	start, end := addr(p.mem), addr(p.mem)+uintptr(len(p.mem))
+	return addr(b) >= start && addr(b)+uintptr(len(b)) <= end
+}
+
+// inputPins are the callers' buffers a lane pinned, least recently used
+// first out when a new one would pass the budget.
+type inputPins struct {
+	budget  int64 // bytes; negative: pin nothing
+	bytes   int64
+	clock   uint64
+	pinned  []*pinnedInput
+	refused map[uintptr]bool // addresses the device would not pin (bounded)
+	recent  [recentInputs]uintptr
+	next    int
+	failed  error // the last unpin that failed, for UnpinInputs
+}
+
+// pinBudget is Config.PinBytes with its default.
+func pinBudget(n int64) int64 {
+	if n == 0 {
+		return DefaultPinBytes
+	}
+	return n
+}
+
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// pinned returns the pinned buffer holding in, a caller's buffer (callers)
+// or the lane's own copy, pinning a caller's buffer that one of the last
+// recentInputs inputs of a staged replay on this lane was in already: a
+// buffer used once is copied, as pinning costs more than a copy. It
+// returns nil when in is not to be uploaded in place.
+func (l *Lane) pinned(in []byte, callers bool) *pinnedInput {
+	ps := &l.pins
+	if ps.budget < 0 || len(in) < MinPinnedInput || int64(len(in)) > ps.budget {
+		return nil
+	}
+	ps.clock++
+	for _, p := range ps.pinned {
+		if p.contains(in) {
+			p.used = ps.clock
+			return p
+		}
+	}
+	pinner, ok := l.dev.(cuda.HostPinner)
+	if !ok || !callers || !ps.reused(in) || ps.refused[addr(in)] {
+		return nil
+	}
+	for ps.bytes+int64(len(in)) > ps.budget && ps.evictOne() {
+	}
+	unpin, err := pinner.PinHost(in)
+	if err != nil {
+		// Its pages overlap a pinned buffer, or pinned memory ran out: it
+		// is copied, as before.
+		if len(ps.refused) >= 64 {
+			clear(ps.refused)
+		}
+		if ps.refused == nil {
+			ps.refused = map[uintptr]bool{}
+		}
+		ps.refused[addr(in)] = true
+		return nil
+	}
+	p := &pinnedInput{mem: in, unpin: unpin, used: ps.clock}
+	ps.pinned = append(ps.pinned, p)
+	ps.bytes += int64(len(in))
+	return p
+}
+
+// recentInputs is how many of the last large inputs a lane remembers to
+// tell a buffer passed again from a fresh one: a few programs' worth, each
+// double-buffered.
+const recentInputs = 16
+
+// reused reports whether one of the last recentInputs inputs not pinned
+// yet began where in does, and remembers in.
+func (ps *inputPins) reused(in []byte) bool {
+	a := addr(in)
+	seen := slices.Contains(ps.recent[:], a)
+	ps.recent[ps.next%recentInputs] = a
+	ps.next++
+	return seen
+}
+
+// evictOne unpins the least recently used buffer not used by the replay
+// being staged now; false when there is none.
+func (ps *inputPins) evictOne() bool {
+	oldest := -1
+	for i, p := range ps.pinned {
+		if p.used != ps.clock && (oldest < 0 || p.used < ps.pinned[oldest].used) {
+			oldest = i
+		}
+	}
+	if oldest < 0 {
+		return false
+	}
+	ps.release(oldest)
+	return true
+}
+
+// release unpins buffer i and lets it go.
+func (ps *inputPins) release(i int) {
+	p := ps.pinned[i]
+	if err := p.unpin(); err != nil {
+		ps.failed = err
+	}
+	ps.bytes -= int64(len(p.mem))
+	ps.pinned = slices.Delete(ps.pinned, i, i+1)
+}
+
+// UnpinInputs unpins every caller's buffer the lane pinned for staged
+// replays (see Replay) and lets go of them; the next replays pin again as
+// they need. No staged replay may be in flight (a lane's replays block, so
+// none is between its calls). It returns the first unpin that failed
+// since the last call, if any (the device failed, or was closed).
+func (l *Lane) UnpinInputs() error {
+	ps := &l.pins
+	for len(ps.pinned) > 0 {
+		ps.release(len(ps.pinned) - 1)
+	}
+	clear(ps.refused)
+	err := ps.failed
+	ps.failed = nil
+	return err
+}
+
+// PinnedInputs reports how many of the callers' buffers the lane keeps
+// pinned, and their bytes.
+func (l *Lane) PinnedInputs() (buffers int, bytes int64) {
+	return len(l.pins.pinned), l.pins.bytes
+}

@@ -1,0 +1,226 @@
+package lanes_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// pinnedFloats is the size of each input of the pinned-upload programs:
+// 2 MiB of f32, twice the smallest input a lane pins.
+const pinnedFloats = 2 * lanes.MinPinnedInput / 4
+
+// newBigStaged is out = in[0] + in[1] over pinnedFloats f32 on a lane
+// whose pin budget is pinBytes (0: the default).
+func newBigStaged(t *testing.T, pinBytes int64) (*sim.Device, *lanes.Lane, *lanes.Staged) {
+	t.Helper()
+	dev, s := simStream(t, sim.Config{Clock: sim.ClockVirtual})
+	l, err := lanes.New(lanes.Config{ID: 1, Device: dev, Stream: s, PinBytes: pinBytes})
+	if err != nil {
+		t.Fatalf("lanes.New: got err %v, want nil", err)
+	}
+	const size = 4 * pinnedFloats
+	slot := func() lanes.Slot {
+		b, err := dev.Alloc(cuda.BufferSpec{Size: size, Elem: cuda.F32})
+		if err != nil {
+			t.Fatalf("Alloc: got err %v, want nil", err)
+		}
+		h, err := dev.AllocHost(size)
+		if err != nil {
+			t.Fatalf("AllocHost: got err %v, want nil", err)
+		}
+		return lanes.Slot{Staging: h.Whole(), Device: b.Whole()}
+	}
+	a, b, out := slot(), slot(), slot()
+	add, err := cuda.Launch(dev.Registry().MustSpec(kernels.Add), cuda.Linear(pinnedFloats, 256), cuda.BufferArg(out.Device), cuda.BufferArg(a.Device), cuda.BufferArg(b.Device), cuda.I32Arg(pinnedFloats))
+	if err != nil {
+		t.Fatalf("cuda.Launch(add): got err %v, want nil", err)
+	}
+	st, err := lanes.NewStaged([]lanes.Slot{a, b}, []int{0, 1}, []lanes.Slot{out}, []int{0},
+		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("pinned-test", add), cache.PlanScope())}})
+	if err != nil {
+		t.Fatalf("NewStaged: got err %v, want nil", err)
+	}
+	if _, err := l.Configure(8); err != nil {
+		t.Fatalf("Configure: got err %v, want nil", err)
+	}
+	if err := l.Prepare(st); err != nil {
+		t.Fatalf("Prepare: got err %v, want nil", err)
+	}
+	return dev, l, st
+}
+
+// fill writes f(i) into every f32 of b.
+func fill(b []byte, f func(i int) float32) []byte {
+	for i := range len(b) / 4 {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f(i)))
+	}
+	return b
+}
+
+// checkSum fails unless out holds x + y, reading a missing tail of x as 0.
+func checkSum(t *testing.T, what string, out, x, y []byte) {
+	t.Helper()
+	at := func(b []byte, i int) float32 {
+		if 4*i+4 > len(b) {
+			return 0
+		}
+		return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	for i := range pinnedFloats {
+		if got, want := at(out, i), at(x, i)+at(y, i); got != want {
+			t.Fatalf("%s: output[%d] = %v, want %v", what, i, got, want)
+		}
+	}
+}
+
+func TestStagedReplayUploadsReusedBuffersFromWhereTheyAre(t *testing.T) {
+	_, l, st := newBigStaged(t, 0)
+	x, y := make([]byte, 4*pinnedFloats), make([]byte, 4*pinnedFloats)
+	replay := func(what string, wantPinned uint64, in ...[]byte) {
+		t.Helper()
+		before := l.StagedCounters().PinnedUploads
+		res, err := l.Replay(st, in, true)
+		if err != nil {
+			t.Fatalf("%s: Replay: got err %v, want nil", what, err)
+		}
+		if res.OutputCache || res.Resident {
+			t.Fatalf("%s: got OutputCache %v, Resident %v; want new inputs staged", what, res.OutputCache, res.Resident)
+		}
+		checkSum(t, what, res.Outputs[0], in[0], in[1])
+		if got := l.StagedCounters().PinnedUploads - before; got != wantPinned {
+			t.Fatalf("%s: got %d inputs uploaded from the caller's buffers, want %d", what, got, wantPinned)
+		}
+	}
+	replay("first use of the buffers (copied: pinning pays only for a reused buffer)", 0, fill(x, func(i int) float32 { return float32(i) }), fill(y, func(int) float32 { return 1 }))
+	if n, _ := l.PinnedInputs(); n != 0 {
+		t.Fatalf("after one replay: got %d pinned buffers, want 0", n)
+	}
+	replay("the same buffers, new bytes", 2, fill(x, func(i int) float32 { return float32(2 * i) }), y)
+	if n, b := l.PinnedInputs(); n != 2 || b != 2*4*pinnedFloats {
+		t.Fatalf("after reusing both buffers: got %d pinned buffers of %d bytes, want 2 of %d", n, b, 2*4*pinnedFloats)
+	}
+	replay("again, one byte changed", 2, fill(x, func(i int) float32 { return float32(3 * i) }), y)
+	// A shorter input in a pinned buffer: uploaded from there, its slot's
+	// tail zeroed on the device.
+	replay("a shorter input within a pinned buffer", 2, x[:4*pinnedFloats/2], y)
+	// A fresh buffer beside a pinned one: it is copied into its staging,
+	// the pinned one is not.
+	fresh := fill(make([]byte, 4*pinnedFloats), func(i int) float32 { return -float32(i) })
+	replay("a fresh buffer beside a pinned one", 1, x, fresh)
+	// The same bytes again: an output-cache hit, then Repeat, exact.
+	res, err := l.Replay(st, [][]byte{x, fresh}, true)
+	if err != nil || !res.OutputCache {
+		t.Fatalf("identical inputs after an in-place upload: got OutputCache %v, err %v; want a hit", res.OutputCache, err)
+	}
+	st.ForgetOutputs()
+	res, err = l.Repeat(st, st.MakeOutputs())
+	if err != nil {
+		t.Fatalf("Repeat after an in-place upload: got err %v, want nil", err)
+	}
+	checkSum(t, "Repeat after forgetting the outputs", res.Outputs[0], x, fresh)
+	if err := l.UnpinInputs(); err != nil {
+		t.Fatalf("UnpinInputs: got err %v, want nil", err)
+	}
+	if n, b := l.PinnedInputs(); n != 0 || b != 0 {
+		t.Fatalf("after UnpinInputs: got %d pinned buffers of %d bytes, want none", n, b)
+	}
+	replay("after unpinning, a reused buffer is pinned again", 2, fill(x, func(int) float32 { return 7 }), fresh)
+}
+
+func TestStagedReplayPinBudget(t *testing.T) {
+	t.Run("one buffer's worth", func(t *testing.T) {
+		_, l, st := newBigStaged(t, 4*pinnedFloats+1)
+		x, y := make([]byte, 4*pinnedFloats), make([]byte, 4*pinnedFloats)
+		for i := range 4 {
+			fill(x, func(j int) float32 { return float32(i + j) })
+			res, err := l.Replay(st, [][]byte{x, y}, true)
+			if err != nil {
+				t.Fatalf("replay %d: got err %v, want nil", i, err)
+			}
+			checkSum(t, "within a one-buffer budget", res.Outputs[0], x, y)
+			if n, b := l.PinnedInputs(); b > 4*pinnedFloats+1 || (i > 0 && n != 1) {
+				t.Fatalf("replay %d: got %d pinned buffers of %d bytes, want 1 within the budget", i, n, b)
+			}
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		_, l, st := newBigStaged(t, -1)
+		x, y := make([]byte, 4*pinnedFloats), make([]byte, 4*pinnedFloats)
+		for i := range 3 {
+			fill(y, func(j int) float32 { return float32(i * j) })
+			res, err := l.Replay(st, [][]byte{x, y}, true)
+			if err != nil {
+				t.Fatalf("replay %d: got err %v, want nil", i, err)
+			}
+			checkSum(t, "with pinning off", res.Outputs[0], x, y)
+		}
+		if c := l.StagedCounters(); c.PinnedUploads != 0 {
+			t.Fatalf("PinBytes -1: got %d pinned uploads, want 0", c.PinnedUploads)
+		}
+	})
+}
+
+func TestStagedReplayCopiesWhatTheDeviceWillNotPin(t *testing.T) {
+	dev, l, st := newBigStaged(t, 0)
+	x, y := make([]byte, 4*pinnedFloats), make([]byte, 4*pinnedFloats)
+	// Someone else pinned x's pages already: the device refuses a second
+	// pin, and the lane copies x as before.
+	unpin, err := dev.PinHost(x)
+	if err != nil {
+		t.Fatalf("PinHost(x): got err %v, want nil", err)
+	}
+	var ce *cuda.Error
+	if _, err := dev.PinHost(x[4096:]); !errors.As(err, &ce) || ce.Code != cuda.CodeHostMemoryRegistered {
+		t.Fatalf("pinning pages pinned already: got err %v, want code %d", err, cuda.CodeHostMemoryRegistered)
+	}
+	for i := range 3 {
+		fill(x, func(j int) float32 { return float32(i - j) })
+		res, err := l.Replay(st, [][]byte{x, y}, true)
+		if err != nil {
+			t.Fatalf("replay %d: got err %v, want nil", i, err)
+		}
+		checkSum(t, "x pinned by someone else", res.Outputs[0], x, y)
+	}
+	if c := l.StagedCounters(); c.PinnedUploads != 2 {
+		t.Fatalf("x refused, y reused twice: got %d pinned uploads, want 2 (y's)", c.PinnedUploads)
+	}
+	if err := unpin(); err != nil {
+		t.Fatalf("unpin: got err %v, want nil", err)
+	}
+	if err := unpin(); err != nil {
+		t.Fatalf("a second unpin: got err %v, want nil (it does nothing)", err)
+	}
+}
+
+func TestStagedReplayPinsDoubleBuffers(t *testing.T) {
+	_, l, st := newBigStaged(t, 0)
+	sets := [2][2][]byte{}
+	for i := range sets {
+		sets[i] = [2][]byte{make([]byte, 4*pinnedFloats), make([]byte, 4*pinnedFloats)}
+	}
+	for i := range 6 {
+		in := sets[i%2]
+		fill(in[0], func(j int) float32 { return float32(i*j + 1) })
+		before := l.StagedCounters().PinnedUploads
+		res, err := l.Replay(st, in[:], true)
+		if err != nil {
+			t.Fatalf("replay %d: got err %v, want nil", i, err)
+		}
+		checkSum(t, "alternating two sets of buffers", res.Outputs[0], in[0], in[1])
+		want := uint64(2)
+		if i < 2 {
+			want = 0 // each set's first use is copied
+		}
+		if got := l.StagedCounters().PinnedUploads - before; got != want {
+			t.Fatalf("replay %d: got %d pinned uploads, want %d", i, got, want)
+		}
+	}
+}
