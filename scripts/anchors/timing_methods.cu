@@ -20,6 +20,11 @@
 //
 // nvcc -ptx -arch=sm_90 k.cu -o k.ptx; nvcc -ptx -arch=sm_90 stamp.cu -o stamp.ptx
 // nvcc -O2 -arch=sm_90 -o timing_methods timing_methods.cu -lcuda
+//
+// Built with -DWITH_CUPTI (and CUPTI's include and library folders,
+// -lcupti), the environment variable CUPTI=graph or CUPTI=kernel turns on
+// CUPTI's activity records of every graph launch or kernel (what a
+// profiler reads) for the whole run; the count of records is printed.
 #include <cuda.h>
 #include <algorithm>
 #include <atomic>
@@ -32,6 +37,35 @@
 #define CHECK(call) do { CUresult rc_ = (call); if (rc_ != CUDA_SUCCESS) { const char *m_; cuGetErrorString(rc_, &m_); \
   fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, m_); exit(1); } } while (0)
 typedef std::chrono::steady_clock Clock;
+#ifdef WITH_CUPTI
+#include <cupti.h>
+static std::atomic<long> cuptiRecords(0);
+static void CUPTIAPI bufferRequested(uint8_t **buffer, size_t *size, size_t *maxRecords) {
+  *size = 8 << 20;
+  *buffer = (uint8_t *)aligned_alloc(8, *size);
+  *maxRecords = 0;
+}
+static void CUPTIAPI bufferCompleted(CUcontext, uint32_t, uint8_t *buffer, size_t, size_t validSize) {
+  CUpti_Activity *record = NULL;
+  while (cuptiActivityGetNextRecord(buffer, validSize, &record) == CUPTI_SUCCESS) cuptiRecords++;
+  free(buffer);
+}
+static void startCupti() {
+  const char *what = getenv("CUPTI");
+  if (what == NULL) return;
+  if (cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted) != CUPTI_SUCCESS) exit(3);
+  CUpti_ActivityKind kind = strcmp(what, "graph") == 0 ? CUPTI_ACTIVITY_KIND_GRAPH_TRACE : CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  if (cuptiActivityEnable(kind) != CUPTI_SUCCESS) { fprintf(stderr, "cuptiActivityEnable(%s) failed\n", what); exit(3); }
+}
+static void stopCupti() {
+  if (getenv("CUPTI") == NULL) return;
+  cuptiActivityFlushAll(1);
+  printf("cupti=%s records=%ld\n", getenv("CUPTI"), cuptiRecords.load());
+}
+#else
+static void startCupti() {}
+static void stopCupti() {}
+#endif
 struct T {
   CUdeviceptr in, acc, readout; int *pinned; CUgraphExec step; CUevent fence, tstart[2], tend[2];
   CUgraphNode nstart, nend; int pair; unsigned long long *ring; CUdeviceptr ringDev, counter; unsigned seq; Clock::time_point sent; bool busy;
@@ -111,7 +145,9 @@ int main(int argc, char **argv) {
   if (argc < 6) { fprintf(stderr, "usage: timing_methods METHOD K SECONDS STREAMS TENANTS\n"); return 2; }
   MODE = -1;
   for (int m = 0; m < 6; m++) if (m != 1 && strcmp(argv[1], names[m]) == 0) MODE = m;
-  if (MODE < 0) { fprintf(stderr, "unknown method %s\n", argv[1]); return 2; } int K = atoi(argv[2]); double seconds = atof(argv[3]); int streams = atoi(argv[4]), tenants = atoi(argv[5]);
+  if (MODE < 0) { fprintf(stderr, "unknown method %s\n", argv[1]); return 2; }
+  int K = atoi(argv[2]); double seconds = atof(argv[3]); int streams = atoi(argv[4]), tenants = atoi(argv[5]);
+  startCupti();
   CHECK(cuInit(0)); CUdevice dev; CHECK(cuDeviceGet(&dev, 0)); CUcontext ctx; CHECK(cuDevicePrimaryCtxRetain(&ctx, dev)); CHECK(cuCtxSetCurrent(ctx));
   CUmodule mod; CHECK(cuModuleLoad(&mod, "k.ptx")); CUfunction inc; CHECK(cuModuleGetFunction(&inc, mod, "inc"));
   CUmodule smod; CHECK(cuModuleLoad(&smod, "stamp.ptx")); CHECK(cuModuleGetFunction(&STAMP, smod, "stamp"));
@@ -129,4 +165,5 @@ int main(int argc, char **argv) {
   std::sort(all.begin(), all.end());
   printf("method=%s streams=%d steps_per_s=%.0f p50_us=%.1f timed=%ld gpu_mean_us=%.2f elapsed_errors=%ld\n", argv[1], streams, total / el,
          all.empty() ? 0 : all[all.size() / 2], gn, gn ? gs / gn : 0, er);
+  stopCupti();
 }
