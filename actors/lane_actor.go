@@ -47,6 +47,9 @@ type laneActor struct {
 	rebuild  *time.Timer // the armed rebuild, if any
 	retired  bool        // out for good: the device failed
 	hung     bool        // the stream hung: its executables are abandoned with it
+	// Lanes abandoned after a hang whose pinned input buffers wait for
+	// their streams to drain (pins.go).
+	hungLanes []hungPins
 }
 
 // waiting is a call waiting on a fence, with its tenant (the suspect if
@@ -103,6 +106,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		// context ended) the lane stops without a drain: release it here.
 		a.disarm()
 		a.cancelRebuild()
+		a.releasePins()
 		if a.ref.stream != nil {
 			_ = a.ref.stream.Destroy()
 			a.ref.stream = nil
@@ -269,11 +273,9 @@ func (a *laneActor) drain() {
 		a.deliver(rs)
 		if err == nil {
 			_, _ = a.lane.Trim()
-			// Nothing reads the callers' pinned input buffers any more:
-			// let them go (a failed lane's stream may still, so it keeps them).
-			_ = a.lane.UnpinInputs()
 		}
 	}
+	a.releasePins()
 	a.endRemaining(ErrStopped)
 	if a.ref.stream != nil {
 		_ = a.ref.stream.Destroy()

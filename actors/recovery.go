@@ -49,6 +49,7 @@ func (a *laneActor) fail(culprit string, cause error, counts bool) {
 	}
 	if cuda.Classify(cause).Blame == cuda.BlameDevice {
 		a.retired = true
+		a.releasePins() // the device is lost: no copy runs again
 		a.ref.setState(HealthQuarantined, cause)
 		a.s.deviceFailed(a.ref, cause)
 		a.s.lanesChanged()
@@ -96,6 +97,7 @@ func (a *laneActor) retire(cause error) {
 		a.deliver(rs)
 		a.endRemaining(cause)
 	}
+	a.releasePins()
 	a.s.traceQuarantine(a.ref, cause)
 }
 
@@ -141,6 +143,7 @@ func (a *laneActor) scheduleRebuild(culprit string, cause error, counts bool) {
 	}
 	if n := streak(a.failures); rc.Disabled || n >= rc.MaxFailures {
 		a.retired = true
+		a.releasePins()
 		a.ref.setState(HealthQuarantined, fmt.Errorf("%w: lane %d is out of routing for good after failing %d times in a row within %v: %w",
 			lanes.ErrFailed, a.ref.id, n, rc.Window, cause))
 		a.s.lanesChanged()
@@ -175,10 +178,15 @@ func (a *laneActor) rebuildNow() {
 	}
 	if err := a.ref.dev.Err(); err != nil {
 		a.retired = true
+		a.releasePins()
 		a.ref.setState(HealthQuarantined, err)
 		a.s.lanesChanged()
 		return
 	}
+	if a.hung && a.lane != nil {
+		a.keepHungPins() // its pins wait behind the hung stream's last work
+	}
+	a.releaseHungPins()
 	if a.ref.stream != nil {
 		_ = a.ref.stream.Destroy() // never waits: a hung stream is left to its kernel
 		a.ref.stream = nil

@@ -5,6 +5,7 @@
 package lanes
 
 import (
+	"os"
 	"slices"
 	"unsafe"
 
@@ -80,7 +81,23 @@ func (l *Lane) pinned(in []byte, callers bool) *pinnedInput {
 	if !ok || !callers || !ps.reused(in) || ps.refused[addr(in)] {
 		return nil
 	}
-	for ps.bytes+int64(len(in)) > ps.budget && ps.evictOne() {
+	// Pins of this buffer's pages (a shorter input in it pinned before)
+	// make way for the whole of it, unless this replay uploads from them.
+	for i := len(ps.pinned) - 1; i >= 0; i-- {
+		if p := ps.pinned[i]; pagesOverlap(p.mem, in) {
+			if p.used == ps.clock {
+				return nil
+			}
+			ps.release(i)
+		}
+	}
+	for ps.bytes+int64(len(in)) > ps.budget {
+		if !ps.evictIdle() {
+			// What is pinned was all used lately: copy this one rather
+			// than unpin a buffer that comes back next (a working set
+			// larger than the budget would pin and unpin every replay).
+			return nil
+		}
 	}
 	unpin, err := pinner.PinHost(in)
 	if err != nil {
@@ -116,12 +133,12 @@ func (ps *inputPins) reused(in []byte) bool {
 	return seen
 }
 
-// evictOne unpins the least recently used buffer not used by the replay
-// being staged now; false when there is none.
-func (ps *inputPins) evictOne() bool {
+// evictIdle unpins the least recently used buffer that no upload of the
+// last recentInputs pinned inputs used; false when there is none.
+func (ps *inputPins) evictIdle() bool {
 	oldest := -1
 	for i, p := range ps.pinned {
-		if p.used != ps.clock && (oldest < 0 || p.used < ps.pinned[oldest].used) {
+		if p.used+recentInputs < ps.clock && (oldest < 0 || p.used < ps.pinned[oldest].used) {
 			oldest = i
 		}
 	}
@@ -130,6 +147,15 @@ func (ps *inputPins) evictOne() bool {
 	}
 	ps.release(oldest)
 	return true
+}
+
+// pagesOverlap reports whether a and b share a page of memory: pinning is
+// by whole pages, so a second pin of a shared page fails.
+func pagesOverlap(a, b []byte) bool {
+	page := uintptr(os.Getpagesize())
+	aStart, aEnd := addr(a)&^(page-1), (addr(a)+uintptr(len(a))+page-1)&^(page-1)
+	bStart, bEnd := addr(b)&^(page-1), (addr(b)+uintptr(len(b))+page-1)&^(page-1)
+	return aStart < bEnd && bStart < aEnd
 }
 
 // release unpins buffer i and lets it go.
@@ -144,9 +170,13 @@ func (ps *inputPins) release(i int) {
 
 // UnpinInputs unpins every caller's buffer the lane pinned for staged
 // replays (see Replay) and lets go of them; the next replays pin again as
-// they need. No staged replay may be in flight (a lane's replays block, so
-// none is between its calls). It returns the first unpin that failed
-// since the last call, if any (the device failed, or was closed).
+// they need. Nothing may still copy from them: no staged replay in flight
+// (a lane's replays block, so none is between its calls), and a stream
+// that hung may still run the copies it was given (an actors scheduler
+// unpins a lane abandoned after a hang once an event recorded behind its
+// work completes; until then, through Stop, the buffers stay pinned). It
+// returns the last unpin that failed since the last call, if any (the
+// device failed, or was closed).
 func (l *Lane) UnpinInputs() error {
 	ps := &l.pins
 	for len(ps.pinned) > 0 {

@@ -46,7 +46,9 @@ type Staged struct {
 	known                 bool     // lastInputs are the last replay's inputs (Repeat may take them)
 	outputsCache          [][]byte // logical order, reused
 	// Uploads from the caller's pinned buffers (staged_pinned.go): the
-	// batch and pins built for them, reused.
+	// batch and pins built for them, reused; none once the caller took
+	// views of the staging (StagedInputs), which then keeps every input.
+	viewsTaken bool
 	inPlace    []Entry
 	pinScratch []*pinnedInput
 	// home is the lane the program was prepared on, the only one that may

@@ -18,7 +18,9 @@ import (
 // when no input is pinned: the full graph then stages them all. callers
 // is false for Repeat, whose inputs are the lane's own copy.
 func (l *Lane) uploadInPlace(hm cuda.HostMemory, st *Staged, inputs [][]byte, callers bool) (Batch, bool, error) {
-	if l.pins.budget < 0 {
+	if l.pins.budget < 0 || st.viewsTaken {
+		// The caller addresses the staging (StagedInputs): it must keep
+		// holding the last inputs, so they are copied there.
 		return Batch{}, false, nil
 	}
 	if _, ok := l.dev.(cuda.HostPinner); !ok {
@@ -27,7 +29,12 @@ func (l *Lane) uploadInPlace(hm cuda.HostMemory, st *Staged, inputs [][]byte, ca
 	pins, any := st.pinScratch[:0], false
 	for slot := range st.inputs {
 		logical := st.inputMap[slot]
-		p := l.pinned(inputs[logical], callers)
+		var p *pinnedInput
+		if in := inputs[logical]; uint64(len(in))%st.inputs[slot].Device.Buffer.Elem.Size() == 0 {
+			// (An input ending inside an element is copied into the
+			// staging, which pads it: a device region ends on an element.)
+			p = l.pinned(in, callers)
+		}
 		pins = append(pins, p)
 		any = any || p != nil
 	}

@@ -224,3 +224,94 @@ func TestStagedReplayPinsDoubleBuffers(t *testing.T) {
 		}
 	}
 }
+
+// Found from outside: an input ending inside an element, a buffer pinned
+// first at a shorter length, and a working set larger than the budget.
+func TestStagedReplayPinningEdges(t *testing.T) {
+	const size = 4 * pinnedFloats
+	replay := func(t *testing.T, l *lanes.Lane, st *lanes.Staged, what string, x, y []byte) uint64 {
+		t.Helper()
+		before := l.StagedCounters().PinnedUploads
+		res, err := l.Replay(st, [][]byte{x, y}, true)
+		if err != nil {
+			t.Fatalf("%s: Replay: got err %v, want nil", what, err)
+		}
+		checkSum(t, what, res.Outputs[0], x, y)
+		return l.StagedCounters().PinnedUploads - before
+	}
+	t.Run("an input ending inside an element", func(t *testing.T) {
+		_, l, st := newBigStaged(t, 0)
+		x, y := fill(make([]byte, size), func(i int) float32 { return float32(i) }), make([]byte, size)
+		replay(t, l, st, "whole", x, y)
+		for i := range 3 {
+			odd := x[:size-1-i]
+			res, err := l.Replay(st, [][]byte{odd, y}, true)
+			if err != nil {
+				t.Fatalf("an input of %d bytes in a pinned buffer: got err %v, want nil (it is copied into the padded staging)", len(odd), err)
+			}
+			want := append(append([]byte(nil), odd...), make([]byte, size-len(odd))...)
+			checkSum(t, "an odd length", res.Outputs[0], want, y)
+		}
+	})
+	t.Run("a buffer pinned first at a shorter length", func(t *testing.T) {
+		_, l, st := newBigStaged(t, 0)
+		x, y := make([]byte, size), make([]byte, size)
+		half := x[:size/2]
+		next := func(in []byte) []byte { // new bytes every replay: no output-cache hit
+			binary.LittleEndian.PutUint32(in, binary.LittleEndian.Uint32(in)+1)
+			return in
+		}
+		replay(t, l, st, "half, first", next(half), y)
+		replay(t, l, st, "half, again", next(half), y)
+		replay(t, l, st, "whole, first", next(x), y)
+		if got := replay(t, l, st, "whole, again", next(x), y); got != 2 {
+			t.Fatalf("the whole buffer after its first half was pinned: got %d pinned uploads, want 2", got)
+		}
+		if n, b := l.PinnedInputs(); n != 2 || b != 2*size {
+			t.Fatalf("after the whole buffer was pinned: got %d pins of %d bytes, want 2 of %d (the half's pin let go)", n, b, 2*size)
+		}
+	})
+	t.Run("a working set larger than the budget", func(t *testing.T) {
+		_, l, st := newBigStaged(t, 3*size)
+		sets := [2][2][]byte{{make([]byte, size), make([]byte, size)}, {make([]byte, size), make([]byte, size)}}
+		var got []uint64
+		for i := range 10 {
+			in := sets[i%2]
+			fill(in[0], func(j int) float32 { return float32(i + j) })
+			got = append(got, replay(t, l, st, "two sets in turn", in[0], in[1]))
+		}
+		// Three of the four buffers stay pinned; the fourth is copied
+		// every time instead of unpinning one that comes back next.
+		for i := 4; i < len(got); i++ {
+			if got[i] != got[i-2] || got[i]+got[i-1] != 3 {
+				t.Fatalf("pinned uploads per replay %v: want a steady 2, 1 (or 1, 2) once warm, no pin moving", got)
+			}
+		}
+		if n, _ := l.PinnedInputs(); n != 3 {
+			t.Fatalf("got %d pinned buffers, want 3 (the budget)", n)
+		}
+	})
+	t.Run("a program whose staging the caller addresses", func(t *testing.T) {
+		_, l, st := newBigStaged(t, 0)
+		views, err := l.StagedInputs(st)
+		if err != nil {
+			t.Fatalf("StagedInputs: got err %v, want nil", err)
+		}
+		x, y := make([]byte, size), fill(make([]byte, size), func(int) float32 { return 5 })
+		for i := range 3 {
+			fill(x, func(j int) float32 { return float32(i * j) })
+			if got := replay(t, l, st, "views taken", x, y); got != 0 {
+				t.Fatalf("replay %d: got %d pinned uploads, want 0: the staging must keep the inputs", i, got)
+			}
+		}
+		// Rewrite input 0 in place alone: input 1 is still the last one
+		// passed.
+		c := fill(make([]byte, size), func(j int) float32 { return float32(-j) })
+		copy(views[0], c)
+		res, err := l.ReplayWritten(st, true)
+		if err != nil {
+			t.Fatalf("ReplayWritten: got err %v, want nil", err)
+		}
+		checkSum(t, "input 0 rewritten in place, input 1 the last passed", res.Outputs[0], c, y)
+	})
+}

@@ -58,14 +58,18 @@ func (l *Lane) Prepare(st *Staged) error {
 // ones once (against the lane's copy of them), and new ones copied into
 // the staging and into that copy (the second copy while the graph runs);
 // no hash. A caller that passes an input of MinPinnedInput bytes or more
-// in the same buffer as the program's last replay saves the first copy:
-// the lane pins that buffer where it is (cuMemHostRegister, once) and
-// copies the input to the device straight from it, then runs the
-// resident-input graph. The lane then keeps the buffer reachable and
-// pinned, at most Config.PinBytes of them, least recently used out first,
-// until UnpinInputs (an actors scheduler calls it when the lane stops);
-// a buffer the device will not pin (its pages are pinned already) is
-// copied as before. An output-cache hit costs that comparison and a copy of the
+// (a whole number of its slot's elements) in a buffer one of the lane's
+// recent staged replays had saves the first copy: the lane pins that
+// buffer where it is (cuMemHostRegister, once) and copies the input to
+// the device straight from it, then runs the resident-input graph. The
+// lane keeps such buffers reachable and pinned, at most Config.PinBytes
+// of them; one idle for a while makes way for a new one, and when all are
+// in use the new one is copied instead (no pinning and unpinning at every
+// replay). They stay pinned until UnpinInputs (an actors scheduler calls
+// it when the lane stops, and when its device is lost). A buffer the
+// device will not pin (its pages pinned by someone else) is copied as
+// before. A program whose staging the caller addresses (StagedInputs)
+// always has its inputs copied there: the staging keeps the last inputs. An output-cache hit costs that comparison and a copy of the
 // outputs; it launches nothing and touches no device or staging memory
 // (it answers even after the program's buffers were freed). Copies and
 // comparisons of megabytes are split across a few cores. Inputs written
@@ -122,7 +126,7 @@ func (l *Lane) replay(st *Staged, inputs [][]byte, repeat, collect bool, into []
 	st.takeForget()
 	if repeat {
 		if !st.known {
-			return StagedResult{}, rejected(op, fmt.Errorf("%w: Fix: the lane holds no inputs of the program's last replay to repeat (none was passed yet, or the last replay's inputs were written in place); pass them to Replay or ReplayInto", ErrStagedInput))
+			return StagedResult{}, rejected(op, fmt.Errorf("%w: Fix: the lane holds no inputs of the program's last replay to repeat (none was passed yet, the last replay's inputs were written in place, or its launch failed before the lane kept them); pass them to Replay or ReplayInto", ErrStagedInput))
 		}
 		inputs = st.lastInputs
 	}
@@ -170,6 +174,7 @@ func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
 	if !ok {
 		return nil, rejected("staged inputs", fmt.Errorf("%w: Fix: this device does not let the host address its pinned memory (cuda.HostView); pass the inputs to Replay", ErrStagedInput))
 	}
+	st.viewsTaken = true
 	views := make([][]byte, len(st.inputs))
 	for slot, s := range st.inputs {
 		b, err := hv.HostBytes(s.Staging)

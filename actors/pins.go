@@ -1,0 +1,68 @@
+// The callers' input buffers a lane pinned for staged replays
+// (lanes.Lane.UnpinInputs): let go of once nothing can read them.
+
+package actors
+
+import (
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// hungPins is a lane abandoned after a hang that still held pinned input
+// buffers, and an event recorded after everything its stream was given:
+// a copy from those buffers may still run until that event completes.
+type hungPins struct {
+	lane    *lanes.Lane
+	drained cuda.Event
+}
+
+// releasePins lets go of the lane's pinned input buffers when its stream
+// can no longer read them: it ended its work, failed, or its device is
+// lost. A hung stream may still run its copies: its lane's pins are kept
+// until an event recorded behind them completes (keepHungPins).
+func (a *laneActor) releasePins() {
+	if a.lane != nil {
+		if a.hung {
+			a.keepHungPins()
+		} else {
+			_ = a.lane.UnpinInputs()
+		}
+	}
+	a.releaseHungPins()
+}
+
+// keepHungPins sets the hung lane's pins aside, behind an event recorded
+// on its stream (before the stream is let go of), when it has any.
+func (a *laneActor) keepHungPins() {
+	if n, _ := a.lane.PinnedInputs(); n == 0 || a.ref.stream == nil {
+		return
+	}
+	for _, h := range a.hungLanes {
+		if h.lane == a.lane {
+			return
+		}
+	}
+	ev, err := a.ref.stream.RecordFence()
+	if err != nil {
+		// Nothing can tell when the stream drains: the pins stay until
+		// the device closes (never unpinned while a copy may read them).
+		return
+	}
+	a.hungLanes = append(a.hungLanes, hungPins{a.lane, ev})
+}
+
+// releaseHungPins unpins what lanes abandoned after a hang held, once
+// their streams drained (or failed: nothing more runs there).
+func (a *laneActor) releaseHungPins() {
+	keep := a.hungLanes[:0]
+	for _, h := range a.hungLanes {
+		if q := h.drained.Query(); q.State == cuda.FencePending && q.Err == nil {
+			keep = append(keep, h)
+			continue
+		}
+		_ = h.lane.UnpinInputs()
+		h.drained.Release()
+	}
+	clear(a.hungLanes[len(keep):])
+	a.hungLanes = keep
+}

@@ -1,0 +1,111 @@
+package actors_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// pinCounter is a simulated device that counts the pins and unpins of
+// host memory it is asked for.
+type pinCounter struct {
+	*device
+	pins, unpins atomic.Int64
+}
+
+func (d *pinCounter) PinHost(mem []byte) (func() error, error) {
+	unpin, err := d.device.PinHost(mem)
+	if err != nil {
+		return nil, err
+	}
+	d.pins.Add(1)
+	return func() error {
+		d.unpins.Add(1)
+		return unpin()
+	}, nil
+}
+
+// TestPinnedInputsLetGoWhenNothingReadsThem: the buffers a lane pinned for
+// staged replays are unpinned when the scheduler stops, and when the
+// device is lost; a lane abandoned after a hang keeps them (its stream
+// may still copy from them), even through Stop.
+func TestPinnedInputsLetGoWhenNothingReadsThem(t *testing.T) {
+	for _, c := range []struct {
+		fault      sim.FaultKind
+		wantUnpins int64
+	}{{0, 1}, {sim.FaultSticky, 1}, {sim.FaultHang, 0}} {
+		name := "no fault"
+		if c.fault != 0 {
+			name = c.fault.String()
+		}
+		t.Run(name, func(t *testing.T) {
+			dev := &pinCounter{device: newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 0)}
+			cfg := actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8}
+			if c.fault == sim.FaultHang {
+				cfg.HangTimeout = 500 * time.Millisecond
+			}
+			s, err := actors.Start(context.Background(), cfg)
+			if err != nil {
+				t.Fatalf("actors.Start: got err %v, want nil", err)
+			}
+			const n = lanes.MinPinnedInput / 4
+			a, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * n, Elem: cuda.I32})
+			h, _ := dev.AllocHost(4 * n)
+			o, _ := dev.AllocHost(4 * n)
+			inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(n, 256), cuda.BufferArg(a.Whole()), cuda.I32Arg(n))
+			st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
+				[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
+			if err != nil {
+				t.Fatalf("lanes.NewStaged: got err %v, want nil", err)
+			}
+			ctx := context.Background()
+			if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
+				t.Fatalf("PrepareStaged: got err %v, want nil", err)
+			}
+			x := make([]byte, 4*n)
+			for i := range 3 {
+				binary.LittleEndian.PutUint32(x, uint32(i))
+				res, err := s.Replay(ctx, "t", 0, st, [][]byte{x}, true)
+				if err != nil || binary.LittleEndian.Uint32(res.Outputs[0]) != uint32(i+1) {
+					t.Fatalf("replay %d: got err %v, want the input incremented", i, err)
+				}
+			}
+			if dev.pins.Load() != 1 || s.Lanes()[0].Staged.PinnedUploads != 2 {
+				t.Fatalf("after three replays of one buffer: got %d pins, %d pinned uploads; want 1, 2", dev.pins.Load(), s.Lanes()[0].Staged.PinnedUploads)
+			}
+			if c.fault != 0 {
+				_ = dev.InjectFault(sim.Fault{Kind: c.fault, Nth: 1})
+				binary.LittleEndian.PutUint32(x, 9)
+				if _, err := s.Replay(ctx, "t", 0, st, [][]byte{x}, true); err == nil {
+					t.Fatalf("a replay meeting a %v fault: got nil, want an error", c.fault)
+				}
+			}
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if err := s.Stop(sctx); err != nil {
+				t.Fatalf("Stop: got err %v, want nil", err)
+			}
+			if got := dev.unpins.Load(); got != c.wantUnpins {
+				t.Fatalf("after Stop: got %d unpins of 1 pin, want %d", got, c.wantUnpins)
+			}
+			if c.fault == sim.FaultHang {
+				// Still pinned: the caller cannot pin it, the hung
+				// stream's copy may read it yet.
+				var ce *cuda.Error
+				if _, err := dev.device.PinHost(x); !errors.As(err, &ce) || ce.Code != cuda.CodeHostMemoryRegistered {
+					t.Fatalf("pinning a buffer a hung lane kept pinned: got err %v, want code %d", err, cuda.CodeHostMemoryRegistered)
+				}
+			}
+		})
+	}
+}
