@@ -109,3 +109,76 @@ func TestPinnedInputsLetGoWhenNothingReadsThem(t *testing.T) {
 		})
 	}
 }
+
+// TestHungLanePinsGoOnceItsStreamDrains: a lane abandoned after a hang
+// keeps its pinned buffers while its stream may still copy from them, and
+// lets them go once that stream drained, so the lane rebuilt in its place
+// pins them again.
+func TestHungLanePinsGoOnceItsStreamDrains(t *testing.T) {
+	// A real-time device where 64 MiB of increments take about 130 ms
+	// (timed, not computed: NoData).
+	dev := &pinCounter{device: newDevice(t, sim.Config{Clock: sim.ClockRealTime, Cost: sim.CostModel{MemoryBandwidth: 1e9}, NoData: true}, 0)}
+	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, HangTimeout: 400 * time.Millisecond})
+	const n = lanes.MinPinnedInput / 4
+	a, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * n, Elem: cuda.I32})
+	h, _ := dev.AllocHost(4 * n)
+	o, _ := dev.AllocHost(4 * n)
+	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(n, 256), cuda.BufferArg(a.Whole()), cuda.I32Arg(n))
+	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
+		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
+	if err != nil {
+		t.Fatalf("lanes.NewStaged: got err %v, want nil", err)
+	}
+	ctx := context.Background()
+	if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
+		t.Fatalf("PrepareStaged: got err %v, want nil", err)
+	}
+	x := make([]byte, 4*n)
+	replay := func(i int) error {
+		binary.LittleEndian.PutUint32(x, uint32(i))
+		_, err := s.Replay(ctx, "t", 0, st, [][]byte{x}, true)
+		return err
+	}
+	for i := range 3 {
+		if err := replay(i); err != nil {
+			t.Fatalf("replay %d: got err %v, want nil", i, err)
+		}
+	}
+	if dev.pins.Load() != 1 {
+		t.Fatalf("after three replays of one buffer: got %d pins, want 1", dev.pins.Load())
+	}
+	// Seconds of device work behind the pinned replays: the lane is
+	// declared hung, abandoned and rebuilt while its stream still runs.
+	const big = 64 << 20
+	slow, _ := dev.Alloc(cuda.BufferSpec{Size: big, Elem: cuda.I32})
+	var b lanes.Batch
+	for range 20 {
+		c, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(big/4, 256), cuda.BufferArg(slow.Whole()), cuda.I32Arg(big/4))
+		b.Entries = append(b.Entries, lanes.Eager(cache.PhaseCompute, c))
+	}
+	if _, err := s.Submit(ctx, "slow", b); !errors.Is(err, actors.ErrHung) {
+		t.Fatalf("2.7 s of work with a 400 ms hang timeout: got err %v, want actors.ErrHung", err)
+	}
+	if dev.unpins.Load() != 0 {
+		t.Fatalf("right after the hang: got %d unpins, want 0 (the hung stream may still copy from the buffer)", dev.unpins.Load())
+	}
+	_ = dev.Synchronize() // the abandoned stream drains
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 3; dev.pins.Load() < 2; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the hung stream drained: %d pins, %d unpins; want the buffer let go and pinned again by the rebuilt lane", dev.pins.Load(), dev.unpins.Load())
+		}
+		if err := replay(i); errors.Is(err, lanes.ErrStagedInput) {
+			// The rebuilt lane is a fresh one: prepare the program there.
+			if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
+				t.Logf("PrepareStaged on the rebuilt lane: %v", err)
+			}
+		} else if err != nil {
+			t.Logf("replay %d while the lane is rebuilt: %v", i, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if dev.unpins.Load() != 1 {
+		t.Fatalf("got %d unpins, want 1: the abandoned lane's pin", dev.unpins.Load())
+	}
+}

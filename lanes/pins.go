@@ -81,17 +81,11 @@ func (l *Lane) pinned(in []byte, callers bool) *pinnedInput {
 	if !ok || !callers || !ps.reused(in) || ps.refused[addr(in)] {
 		return nil
 	}
-	// Pins of this buffer's pages (a shorter input in it pinned before)
-	// make way for the whole of it, unless this replay uploads from them.
-	for i := len(ps.pinned) - 1; i >= 0; i-- {
-		if p := ps.pinned[i]; pagesOverlap(p.mem, in) {
-			if p.used == ps.clock {
-				return nil
-			}
-			ps.release(i)
-		}
+	target, ok := ps.makeWay(in)
+	if !ok {
+		return nil
 	}
-	for ps.bytes+int64(len(in)) > ps.budget {
+	for ps.bytes+int64(len(target)) > ps.budget {
 		if !ps.evictIdle() {
 			// What is pinned was all used lately: copy this one rather
 			// than unpin a buffer that comes back next (a working set
@@ -99,7 +93,7 @@ func (l *Lane) pinned(in []byte, callers bool) *pinnedInput {
 			return nil
 		}
 	}
-	unpin, err := pinner.PinHost(in)
+	unpin, err := pinner.PinHost(target)
 	if err != nil {
 		// Its pages overlap a pinned buffer, or pinned memory ran out: it
 		// is copied, as before.
@@ -112,10 +106,44 @@ func (l *Lane) pinned(in []byte, callers bool) *pinnedInput {
 		ps.refused[addr(in)] = true
 		return nil
 	}
-	p := &pinnedInput{mem: in, unpin: unpin, used: ps.clock}
+	p := &pinnedInput{mem: target, unpin: unpin, used: ps.clock}
 	ps.pinned = append(ps.pinned, p)
-	ps.bytes += int64(len(in))
+	ps.bytes += int64(len(target))
 	return p
+}
+
+// makeWay returns what to pin for in when pins share its pages (pinning
+// is by whole pages, so a second pin of a page fails): with windows of one
+// allocation (a shorter input pinned before, or overlapping windows used
+// in turn), one pin spanning them all, in place of theirs; with separate
+// allocations sharing a page, in alone once those pins went idle, and
+// false (copy in) while one was used lately.
+func (ps *inputPins) makeWay(in []byte) ([]byte, bool) {
+	lo, end, lately := in, addr(in)+uintptr(len(in)), false
+	for _, p := range ps.pinned {
+		if !pagesOverlap(p.mem, in) {
+			continue
+		}
+		if addr(p.mem) < addr(lo) {
+			lo = p.mem
+		}
+		end = max(end, addr(p.mem)+uintptr(len(p.mem)))
+		lately = lately || p.used+recentInputs >= ps.clock
+	}
+	target := in
+	if span := end - addr(lo); span <= uintptr(cap(lo)) {
+		// One allocation holds them all (lo's capacity reaches their
+		// end): pin it across, once.
+		target = lo[:span]
+	} else if lately {
+		return nil, false
+	}
+	for i := len(ps.pinned) - 1; i >= 0; i-- {
+		if pagesOverlap(ps.pinned[i].mem, target) {
+			ps.release(i)
+		}
+	}
+	return target, true
 }
 
 // recentInputs is how many of the last large inputs a lane remembers to

@@ -48,9 +48,10 @@ type Staged struct {
 	// Uploads from the caller's pinned buffers (staged_pinned.go): the
 	// batch and pins built for them, reused; none once the caller took
 	// views of the staging (StagedInputs), which then keeps every input.
-	viewsTaken bool
-	inPlace    []Entry
-	pinScratch []*pinnedInput
+	viewsTaken   bool
+	stagingStale bool // an upload from the caller's buffers left the staging behind lastInputs
+	inPlace      []Entry
+	pinScratch   []*pinnedInput
 	// home is the lane the program was prepared on, the only one that may
 	// replay it; writesInputs: its compute writes an input slot's device
 	// region, so the resident-input variant would compute on changed

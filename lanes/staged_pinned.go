@@ -45,8 +45,10 @@ func (l *Lane) uploadInPlace(hm cuda.HostMemory, st *Staged, inputs [][]byte, ca
 	entries := st.inPlace[:0]
 	for slot, s := range st.inputs {
 		in := inputs[st.inputMap[slot]]
+		l.staged.HostToDeviceBytes += s.Staging.Length
+		l.staged.Uploads++
 		if pins[slot] == nil {
-			if err := l.stageSlot(hm, s, in); err != nil {
+			if err := stageSlot(hm, s, in); err != nil {
 				return Batch{}, false, err
 			}
 			c, err := cuda.StageIn(s.Device, s.Staging)
@@ -72,11 +74,10 @@ func (l *Lane) uploadInPlace(hm cuda.HostMemory, st *Staged, inputs [][]byte, ca
 			}
 			entries = append(entries, Eager(cache.PhaseDynamicBinding, z))
 		}
-		l.staged.HostToDeviceBytes += s.Staging.Length
-		l.staged.Uploads++
 		l.staged.PinnedUploads++
 	}
 	entries = append(entries, st.resident.Entries...)
 	st.inPlace = entries
+	st.stagingStale = true
 	return Batch{Path: PathReplayedOnly, Timing: TimingCompletion, Entries: entries}, true, nil
 }

@@ -21,8 +21,14 @@ const pinnedFloats = 2 * lanes.MinPinnedInput / 4
 // whose pin budget is pinBytes (0: the default).
 func newBigStaged(t *testing.T, pinBytes int64) (*sim.Device, *lanes.Lane, *lanes.Staged) {
 	t.Helper()
+	return newBigStagedOn(t, pinBytes, func(d *sim.Device) cuda.Device { return d })
+}
+
+// newBigStagedOn is newBigStaged with the lane's device made by wrap.
+func newBigStagedOn(t *testing.T, pinBytes int64, wrap func(*sim.Device) cuda.Device) (*sim.Device, *lanes.Lane, *lanes.Staged) {
+	t.Helper()
 	dev, s := simStream(t, sim.Config{Clock: sim.ClockVirtual})
-	l, err := lanes.New(lanes.Config{ID: 1, Device: dev, Stream: s, PinBytes: pinBytes})
+	l, err := lanes.New(lanes.Config{ID: 1, Device: wrap(dev), Stream: s, PinBytes: pinBytes})
 	if err != nil {
 		t.Fatalf("lanes.New: got err %v, want nil", err)
 	}
@@ -313,5 +319,70 @@ func TestStagedReplayPinningEdges(t *testing.T) {
 			t.Fatalf("ReplayWritten: got err %v, want nil", err)
 		}
 		checkSum(t, "input 0 rewritten in place, input 1 the last passed", res.Outputs[0], c, y)
+	})
+}
+
+// countingPins is a simulated device counting its pins and unpins.
+type countingPins struct {
+	*sim.Device
+	pins, unpins int
+}
+
+func (d *countingPins) PinHost(mem []byte) (func() error, error) {
+	unpin, err := d.Device.PinHost(mem)
+	if err != nil {
+		return nil, err
+	}
+	d.pins++
+	return func() error { d.unpins++; return unpin() }, nil
+}
+
+// Found from outside, second round: windows of one buffer used in turn,
+// and the staging asked for after uploads from the caller's buffers.
+func TestStagedReplayPinningWindowsAndViews(t *testing.T) {
+	const size = 4 * pinnedFloats
+	t.Run("overlapping windows of one buffer used in turn", func(t *testing.T) {
+		var counted *countingPins
+		_, l, st2 := newBigStagedOn(t, 0, func(d *sim.Device) cuda.Device { counted = &countingPins{Device: d}; return counted })
+		big, y := make([]byte, 4*size), make([]byte, size)
+		for i := range 20 {
+			w := big[(i%2)*size/2:][:size] // [0, size) and [size/2, 3size/2) in turn
+			binary.LittleEndian.PutUint32(w, uint32(i))
+			res, err := l.Replay(st2, [][]byte{w, y}, true)
+			if err != nil {
+				t.Fatalf("replay %d: got err %v, want nil", i, err)
+			}
+			checkSum(t, "overlapping windows", res.Outputs[0], w, y)
+		}
+		if counted.pins == 0 || counted.pins > 3 || counted.unpins > 1 {
+			t.Fatalf("20 replays over two overlapping windows: got %d pins and %d unpins, want at most 3 and 1 (one pin across both windows)", counted.pins, counted.unpins)
+		}
+	})
+	t.Run("the staging asked for after uploads from the caller's buffers", func(t *testing.T) {
+		_, l, st := newBigStaged(t, 0)
+		x, y := make([]byte, size), fill(make([]byte, size), func(int) float32 { return 3 })
+		for i := range 3 {
+			fill(x, func(j int) float32 { return float32(i + j) })
+			if _, err := l.Replay(st, [][]byte{x, y}, true); err != nil {
+				t.Fatalf("replay %d: got err %v, want nil", i, err)
+			}
+		}
+		if l.StagedCounters().PinnedUploads == 0 {
+			t.Fatal("no upload from the caller's buffers: the case is not exercised")
+		}
+		views, err := l.StagedInputs(st)
+		if err != nil {
+			t.Fatalf("StagedInputs: got err %v, want nil", err)
+		}
+		if string(views[1]) != string(y) {
+			t.Fatal("StagedInputs after uploads from the caller's buffers: input 1's staging does not hold the last input passed")
+		}
+		c := fill(make([]byte, size), func(j int) float32 { return float32(7 * j) })
+		copy(views[0], c)
+		res, err := l.ReplayWritten(st, true)
+		if err != nil {
+			t.Fatalf("ReplayWritten: got err %v, want nil", err)
+		}
+		checkSum(t, "input 0 rewritten in place after pinned replays", res.Outputs[0], c, y)
 	})
 }

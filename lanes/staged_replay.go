@@ -65,7 +65,7 @@ func (l *Lane) Prepare(st *Staged) error {
 // lane keeps such buffers reachable and pinned, at most Config.PinBytes
 // of them; one idle for a while makes way for a new one, and when all are
 // in use the new one is copied instead (no pinning and unpinning at every
-// replay). They stay pinned until UnpinInputs (an actors scheduler calls
+// replay). Windows of one buffer share one pin spanning them. They stay pinned until UnpinInputs (an actors scheduler calls
 // it when the lane stops, and when its device is lost). A buffer the
 // device will not pin (its pages pinned by someone else) is copied as
 // before. A program whose staging the caller addresses (StagedInputs)
@@ -175,6 +175,16 @@ func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
 		return nil, rejected("staged inputs", fmt.Errorf("%w: Fix: this device does not let the host address its pinned memory (cuda.HostView); pass the inputs to Replay", ErrStagedInput))
 	}
 	st.viewsTaken = true
+	if st.stagingStale && st.known {
+		// The last inputs went up from the caller's buffers: the staging
+		// holds them again before the caller sees it.
+		for slot, s := range st.inputs {
+			if err := stageSlot(cuda.HostMemory(l.dev), s, st.lastInputs[st.inputMap[slot]]); err != nil {
+				return nil, rejected("staged inputs", err)
+			}
+		}
+	}
+	st.stagingStale = false
 	views := make([][]byte, len(st.inputs))
 	for slot, s := range st.inputs {
 		b, err := hv.HostBytes(s.Staging)
@@ -348,9 +358,11 @@ func (l *Lane) checkReplay(st *Staged, inputs [][]byte) (cuda.HostMemory, error)
 // padded (stageSlot).
 func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) error {
 	for slot, s := range st.inputs {
-		if err := l.stageSlot(hm, s, inputs[st.inputMap[slot]]); err != nil {
+		if err := stageSlot(hm, s, inputs[st.inputMap[slot]]); err != nil {
 			return err
 		}
+		l.staged.HostToDeviceBytes += s.Staging.Length
+		l.staged.Uploads++
 	}
 	return nil
 }
@@ -358,7 +370,7 @@ func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) erro
 // stageSlot writes one input into its slot's staging, zero padded: in
 // place where the host addresses the staging (one copy, and zeroes only
 // past the input), else through WriteHost.
-func (l *Lane) stageSlot(hm cuda.HostMemory, s Slot, in []byte) error {
+func stageSlot(hm cuda.HostMemory, s Slot, in []byte) error {
 	if hv, direct := hm.(cuda.HostView); direct {
 		b, err := hv.HostBytes(s.Staging)
 		if err != nil {
@@ -372,8 +384,6 @@ func (l *Lane) stageSlot(hm cuda.HostMemory, s Slot, in []byte) error {
 			return err
 		}
 	}
-	l.staged.HostToDeviceBytes += s.Staging.Length
-	l.staged.Uploads++
 	return nil
 }
 
