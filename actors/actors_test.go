@@ -298,10 +298,16 @@ func TestAdministration(t *testing.T) {
 // that increments a 4-element counter staged in from 16 bytes and back.
 func prepareStagedInc(t *testing.T, s *actors.Scheduler, dev *device) *lanes.Staged {
 	t.Helper()
-	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
-	h, _ := dev.AllocHost(16)
-	o, _ := dev.AllocHost(16)
-	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(4, 4), cuda.BufferArg(a.Whole()), cuda.I32Arg(4))
+	return prepareStagedIncN(t, s, dev, 4)
+}
+
+// prepareStagedIncN is prepareStagedInc over n int32.
+func prepareStagedIncN(t *testing.T, s *actors.Scheduler, dev *device, n uint32) *lanes.Staged {
+	t.Helper()
+	a, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * uint64(n), Elem: cuda.I32})
+	h, _ := dev.AllocHost(4 * uint64(n))
+	o, _ := dev.AllocHost(4 * uint64(n))
+	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(n, min(n, 256)), cuda.BufferArg(a.Whole()), cuda.I32Arg(int32(n)))
 	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
 		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
 	if err != nil {

@@ -58,21 +58,9 @@ func TestPinnedInputsLetGoWhenNothingReadsThem(t *testing.T) {
 			if err != nil {
 				t.Fatalf("actors.Start: got err %v, want nil", err)
 			}
-			const n = lanes.MinPinnedInput / 4
-			a, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * n, Elem: cuda.I32})
-			h, _ := dev.AllocHost(4 * n)
-			o, _ := dev.AllocHost(4 * n)
-			inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(n, 256), cuda.BufferArg(a.Whole()), cuda.I32Arg(n))
-			st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
-				[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
-			if err != nil {
-				t.Fatalf("lanes.NewStaged: got err %v, want nil", err)
-			}
+			st := prepareStagedIncN(t, s, dev.device, lanes.MinPinnedInput/4)
 			ctx := context.Background()
-			if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
-				t.Fatalf("PrepareStaged: got err %v, want nil", err)
-			}
-			x := make([]byte, 4*n)
+			x := make([]byte, lanes.MinPinnedInput)
 			for i := range 3 {
 				binary.LittleEndian.PutUint32(x, uint32(i))
 				res, err := s.Replay(ctx, "t", 0, st, [][]byte{x}, true)
@@ -119,21 +107,9 @@ func TestHungLanePinsGoOnceItsStreamDrains(t *testing.T) {
 	// (timed, not computed: NoData).
 	dev := &pinCounter{device: newDevice(t, sim.Config{Clock: sim.ClockRealTime, Cost: sim.CostModel{MemoryBandwidth: 1e9}, NoData: true}, 0)}
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, HangTimeout: 400 * time.Millisecond})
-	const n = lanes.MinPinnedInput / 4
-	a, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * n, Elem: cuda.I32})
-	h, _ := dev.AllocHost(4 * n)
-	o, _ := dev.AllocHost(4 * n)
-	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(n, 256), cuda.BufferArg(a.Whole()), cuda.I32Arg(n))
-	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
-		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
-	if err != nil {
-		t.Fatalf("lanes.NewStaged: got err %v, want nil", err)
-	}
+	st := prepareStagedIncN(t, s, dev.device, lanes.MinPinnedInput/4)
 	ctx := context.Background()
-	if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
-		t.Fatalf("PrepareStaged: got err %v, want nil", err)
-	}
-	x := make([]byte, 4*n)
+	x := make([]byte, lanes.MinPinnedInput)
 	replay := func(i int) error {
 		binary.LittleEndian.PutUint32(x, uint32(i))
 		_, err := s.Replay(ctx, "t", 0, st, [][]byte{x}, true)
