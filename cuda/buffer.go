@@ -23,7 +23,7 @@ type BufferSpec struct {
 func (s BufferSpec) Normalize() (BufferSpec, error) {
 	const op = "alloc"
 	if !s.Elem.Valid() {
-		return s, contractf(op, ErrElementType, "buffer element type %v is not defined; set Elem to one of cuda.Bool … cuda.F32", s.Elem)
+		return s, contractf(op, ErrElementType, "buffer element type %v is not defined; set Elem to one of cuda.Bool … cuda.F64", s.Elem)
 	}
 	if s.Size == 0 {
 		return s, contractf(op, ErrEmptyRegion, "buffer size is 0; ask for at least one %v element (%d bytes)", s.Elem, s.Elem.Size())

@@ -32,6 +32,15 @@ func I32Arg(v int32) Arg { return Arg{Kind: ParamScalar, Elem: I32, Bits: uint64
 // U32Arg passes a uint32 scalar.
 func U32Arg(v uint32) Arg { return Arg{Kind: ParamScalar, Elem: U32, Bits: uint64(v)} }
 
+// I64Arg passes an int64 scalar (int64_t, long, ptrdiff_t).
+func I64Arg(v int64) Arg { return Arg{Kind: ParamScalar, Elem: I64, Bits: uint64(v)} }
+
+// U64Arg passes a uint64 scalar (uint64_t, size_t).
+func U64Arg(v uint64) Arg { return Arg{Kind: ParamScalar, Elem: U64, Bits: v} }
+
+// F64Arg passes a float64 scalar (double).
+func F64Arg(v float64) Arg { return Arg{Kind: ParamScalar, Elem: F64, Bits: math.Float64bits(v)} }
+
 // F32 returns a scalar argument's value as float32.
 func (a Arg) F32() float32 { return math.Float32frombits(uint32(a.Bits)) }
 
@@ -40,6 +49,15 @@ func (a Arg) I32() int32 { return int32(uint32(a.Bits)) }
 
 // U32 returns a scalar argument's value as uint32.
 func (a Arg) U32() uint32 { return uint32(a.Bits) }
+
+// I64 returns a scalar argument's value as int64.
+func (a Arg) I64() int64 { return int64(a.Bits) }
+
+// U64 returns a scalar argument's value as uint64.
+func (a Arg) U64() uint64 { return a.Bits }
+
+// F64 returns a scalar argument's value as float64.
+func (a Arg) F64() float64 { return math.Float64frombits(a.Bits) }
 
 // CommandKind is the kind of a device command.
 type CommandKind uint8

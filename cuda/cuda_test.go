@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,7 +18,8 @@ func testBuffer(elem cuda.ElementType, size uint64) cuda.Buffer {
 }
 
 func TestElementTypes(t *testing.T) {
-	sizes := map[cuda.ElementType]uint64{cuda.Bool: 1, cuda.U8: 1, cuda.U32: 4, cuda.I8: 1, cuda.I32: 4, cuda.F16: 2, cuda.BF16: 2, cuda.F32: 4}
+	sizes := map[cuda.ElementType]uint64{cuda.Bool: 1, cuda.U8: 1, cuda.U32: 4, cuda.I8: 1, cuda.I32: 4, cuda.F16: 2, cuda.BF16: 2, cuda.F32: 4,
+		cuda.I64: 8, cuda.U64: 8, cuda.F64: 8}
 	for e, size := range sizes {
 		if e.Size() != size {
 			t.Errorf("%v.Size(): got %d, want %d", e, e.Size(), size)
@@ -30,11 +32,26 @@ func TestElementTypes(t *testing.T) {
 	if cuda.ElementType(0).Valid() {
 		t.Error("ElementType(0).Valid(): got true, want false")
 	}
-	if n := cuda.ElementType(9).Size(); n != 0 {
-		t.Errorf("ElementType(9).Size(): got %d, want 0 (invalid)", n)
+	if n := cuda.ElementType(12).Size(); n != 0 {
+		t.Errorf("ElementType(12).Size(): got %d, want 0 (invalid)", n)
 	}
-	if _, err := cuda.ParseElementType("f64"); !errors.Is(err, cuda.ErrElementType) {
-		t.Errorf("ParseElementType(f64): got err %v, want one wrapping cuda.ErrElementType", err)
+	if _, err := cuda.ParseElementType("f128"); !errors.Is(err, cuda.ErrElementType) {
+		t.Errorf("ParseElementType(f128): got err %v, want one wrapping cuda.ErrElementType", err)
+	}
+	// 8-byte scalars keep all their bits; a 4-byte one refuses bits past
+	// its size.
+	for _, a := range []cuda.Arg{cuda.I64Arg(-1 << 62), cuda.U64Arg(1<<64 - 1), cuda.F64Arg(math.Pi)} {
+		c := cuda.Command{Kind: cuda.KindLaunch, Kernel: "k", Config: cuda.Linear(1, 1), Args: []cuda.Arg{a}}
+		if err := c.Validate(); err != nil {
+			t.Errorf("a %v scalar of bits %#x: got err %v, want nil", a.Elem, a.Bits, err)
+		}
+	}
+	if a := cuda.I64Arg(-5); a.I64() != -5 || cuda.U64Arg(7).U64() != 7 || cuda.F64Arg(0.1).F64() != 0.1 {
+		t.Error("8-byte scalar accessors do not return what was passed")
+	}
+	c := cuda.Command{Kind: cuda.KindLaunch, Kernel: "k", Config: cuda.Linear(1, 1), Args: []cuda.Arg{{Kind: cuda.ParamScalar, Elem: cuda.I32, Bits: 1 << 32}}}
+	if err := c.Validate(); err == nil {
+		t.Error("an i32 scalar with bits past 32: got nil, want an error")
 	}
 }
 

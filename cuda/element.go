@@ -18,13 +18,17 @@ const (
 	F16
 	BF16
 	F32
+	// The 8-byte types: int64_t, long, ptrdiff_t; uint64_t, size_t; double.
+	I64
+	U64
+	F64
 )
 
-var elementNames = [...]string{"invalid", "bool", "u8", "u32", "i8", "i32", "f16", "bf16", "f32"}
-var elementSizes = [...]uint64{0, 1, 1, 4, 1, 4, 2, 2, 4}
+var elementNames = [...]string{"invalid", "bool", "u8", "u32", "i8", "i32", "f16", "bf16", "f32", "i64", "u64", "f64"}
+var elementSizes = [...]uint64{0, 1, 1, 4, 1, 4, 2, 2, 4, 8, 8, 8}
 
 // Valid reports whether t is one of the defined element types.
-func (t ElementType) Valid() bool { return t >= Bool && t <= F32 }
+func (t ElementType) Valid() bool { return t >= Bool && t <= F64 }
 
 // Size is the size of one element in bytes; 0 for an invalid type.
 func (t ElementType) Size() uint64 {
@@ -44,11 +48,11 @@ func (t ElementType) String() string {
 
 // ParseElementType parses a name as printed by [ElementType.String].
 func ParseElementType(name string) (ElementType, error) {
-	for t := Bool; t <= F32; t++ {
+	for t := Bool; t <= F64; t++ {
 		if elementNames[t] == name {
 			return t, nil
 		}
 	}
 	return 0, contractf("parse element type", ErrElementType,
-		"unknown element type %q; use one of bool, u8, u32, i8, i32, f16, bf16, f32", name)
+		"unknown element type %q; use one of bool, u8, u32, i8, i32, f16, bf16, f32, i64, u64, f64", name)
 }

@@ -66,6 +66,7 @@ func Run(t *testing.T, opener Open) {
 	t.Run("bounds", func(t *testing.T) { testBounds(t, open(t)) })
 	t.Run("user-module", func(t *testing.T) { testUserModule(t, open(t)) })
 	t.Run("user-module-declarations", func(t *testing.T) { testUserModuleDeclarations(t, open(t)) })
+	t.Run("wide-scalars", func(t *testing.T) { testWideScalars(t, open(t)) })
 	t.Run("sticky-fault", func(t *testing.T) { testStickyFault(t, open(t)) })
 }
 

@@ -11,3 +11,21 @@ extern "C" __global__ void __launch_bounds__(256) user_scale_f32(float *x, float
         x[i] = x[i] * a;
     }
 }
+
+// user_iota_u64 writes base + i into out[i] for i < n: 8-byte scalars
+// (size_t, long long) whose bits past 32 must arrive intact.
+extern "C" __global__ void user_iota_u64(unsigned long long *out, unsigned long long base, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        out[i] = base + (unsigned long long)i;
+    }
+}
+
+// user_axpy_f64 computes y[i] = a * x[i] + y[i] for i < n in double
+// precision (a double scalar).
+extern "C" __global__ void user_axpy_f64(double *y, const double *x, double a, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+    }
+}

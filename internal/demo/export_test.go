@@ -7,3 +7,6 @@ func ParseManifest(b []byte) error {
 	_, err := parseManifest(b)
 	return err
 }
+
+// ScalarBits is a manifest's JSON value as a scalar's bits.
+var ScalarBits = scalarBits

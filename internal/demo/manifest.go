@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/lanesched/lanes/cuda"
@@ -322,7 +323,7 @@ func parseParam(p manifestParam) (cuda.Param, error) {
 	elem, buffer := strings.CutSuffix(p.Type, "*")
 	t, err := cuda.ParseElementType(elem)
 	if err != nil {
-		return cuda.Param{}, fmt.Errorf("parameter %q: type %q: write an element type (bool, u8, u32, i8, i32, f16, bf16, f32), with * for a buffer of them", p.Name, p.Type)
+		return cuda.Param{}, fmt.Errorf("parameter %q: type %q: write an element type (bool, u8, u32, i8, i32, i64, u64, f16, bf16, f32, f64), with * for a buffer of them", p.Name, p.Type)
 	}
 	if !buffer {
 		if p.Access != "" {
@@ -480,15 +481,38 @@ func scalarBits(t cuda.ElementType, raw json.RawMessage) (uint64, error) {
 		}
 		return 0, nil
 	}
-	var v float64
-	if err := json.Unmarshal(raw, &v); err != nil {
+	var num json.Number
+	if err := json.Unmarshal(raw, &num); err != nil {
 		return 0, fmt.Errorf("got %s; give a number", raw)
 	}
-	if t == cuda.F32 {
+	// 8-byte integers read exactly from their digits (a float64 holds
+	// integers exactly only up to 2^53).
+	switch t {
+	case cuda.I64:
+		v, err := strconv.ParseInt(num.String(), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s is not an i64 (an integer from %d to %d, written in digits)", num, int64(math.MinInt64), int64(math.MaxInt64))
+		}
+		return uint64(v), nil
+	case cuda.U64:
+		v, err := strconv.ParseUint(num.String(), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s is not a u64 (an integer from 0 to %d, written in digits)", num, uint64(math.MaxUint64))
+		}
+		return v, nil
+	}
+	v, err := num.Float64()
+	if err != nil {
+		return 0, fmt.Errorf("%s is beyond any number's range", num)
+	}
+	switch t {
+	case cuda.F32:
 		if math.Abs(v) > math.MaxFloat32 {
 			return 0, fmt.Errorf("%v is beyond f32's range", v)
 		}
 		return uint64(math.Float32bits(float32(v))), nil
+	case cuda.F64:
+		return math.Float64bits(v), nil
 	}
 	r := integerRanges[t]
 	lo, hi := r[0], r[1]

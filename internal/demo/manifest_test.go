@@ -174,3 +174,46 @@ func FuzzManifest(f *testing.F) {
 		_ = demo.ParseManifest([]byte(manifest))
 	})
 }
+
+// TestManifestScalars: a manifest's scalar values of every type, the
+// 8-byte integers exact past 2^53, and values a type cannot hold refused
+// with what it holds.
+func TestManifestScalars(t *testing.T) {
+	for _, c := range []struct {
+		t    cuda.ElementType
+		json string
+		bits uint64
+	}{
+		{cuda.I64, "9007199254740993", 9007199254740993},
+		{cuda.I64, "-9223372036854775808", 1 << 63},
+		{cuda.U64, "18446744073709551615", math.MaxUint64},
+		{cuda.F64, "0.1", math.Float64bits(0.1)},
+		{cuda.F64, "-1e300", math.Float64bits(-1e300)},
+		{cuda.F32, "0.5", uint64(math.Float32bits(0.5))},
+		{cuda.I32, "-2", uint64(uint32(0xfffffffe))},
+		{cuda.U8, "255", 255},
+		{cuda.Bool, "true", 1},
+	} {
+		got, err := demo.ScalarBits(c.t, []byte(c.json))
+		if err != nil || got != c.bits {
+			t.Errorf("%v %s: got bits %#x, err %v; want %#x, nil", c.t, c.json, got, err, c.bits)
+		}
+	}
+	for _, c := range []struct {
+		t          cuda.ElementType
+		json, want string
+	}{
+		{cuda.I64, "1.5", "not an i64"},
+		{cuda.I64, "9223372036854775808", "not an i64"},
+		{cuda.U64, "-1", "not a u64"},
+		{cuda.U64, "1e3", "written in digits"},
+		{cuda.F64, `"x"`, "give a number"},
+		{cuda.F32, "1e39", "beyond f32's range"},
+		{cuda.I32, "2147483648", "not a i32"},
+		{cuda.F64, "null", "got null"},
+	} {
+		if _, err := demo.ScalarBits(c.t, []byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %s: got err %v, want one containing %q", c.t, c.json, err, c.want)
+		}
+	}
+}

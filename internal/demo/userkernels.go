@@ -144,8 +144,10 @@ func fillValues(b []byte, t cuda.ElementType, rng *rand.Rand) {
 		c := codes[bits&15]
 		bits >>= 4
 		switch size {
+		case 8:
+			binary.LittleEndian.PutUint64(b[i:], c)
 		case 4:
-			binary.LittleEndian.PutUint32(b[i:], c)
+			binary.LittleEndian.PutUint32(b[i:], uint32(c))
 		case 2:
 			binary.LittleEndian.PutUint16(b[i:], uint16(c))
 		default:
@@ -155,7 +157,7 @@ func fillValues(b []byte, t cuda.ElementType, rng *rand.Rand) {
 }
 
 // fillCodes is valueCodes for every element type.
-var fillCodes = func() (codes [256][16]uint32) {
+var fillCodes = func() (codes [256][16]uint64) {
 	for t := range codes {
 		codes[t] = valueCodes(cuda.ElementType(t))
 	}
@@ -164,16 +166,18 @@ var fillCodes = func() (codes [256][16]uint32) {
 
 // valueCodes is the encoding of each of fillValues' sixteen draws in
 // element type t.
-func valueCodes(t cuda.ElementType) (codes [16]uint32) {
-	for k := range uint32(16) {
+func valueCodes(t cuda.ElementType) (codes [16]uint64) {
+	for k := range uint64(16) {
 		f := float32(int(k)%9-4) / 8
 		switch t {
+		case cuda.F64:
+			codes[k] = math.Float64bits(float64(f))
 		case cuda.F32:
-			codes[k] = math.Float32bits(f)
+			codes[k] = uint64(math.Float32bits(f))
 		case cuda.BF16:
-			codes[k] = math.Float32bits(f) >> 16
+			codes[k] = uint64(math.Float32bits(f) >> 16)
 		case cuda.F16:
-			codes[k] = uint32(eighthToF16(f))
+			codes[k] = uint64(eighthToF16(f))
 		case cuda.Bool:
 			codes[k] = k & 1
 		default: // integers
