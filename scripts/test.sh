@@ -61,7 +61,7 @@ echo "== fuzz targets (at ${SECONDS}s)"
 for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./cache FuzzDiscover 100000" \
   "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 15000" "./cmd/lanedemo FuzzFlags 12000" "./internal/demo FuzzManifest 15000" \
   "./remote FuzzBatchFromWire 15000" "./remote FuzzCallFromWire 8000" "./remote FuzzReceiptFromWire 12000" "./remote FuzzGuard 6000" "./remote FuzzHello 20000" \
-  "./internal/shmring FuzzReader 150000"; do
+  "./internal/shmring FuzzReader 150000" "./cuda/kernels FuzzReadPTX 100000"; do
   set -- $target
   go test -run '^$' -fuzz "^$2\$" -fuzztime "$(($3 * scale))x" -fuzzminimizetime 100x "$1"
 done

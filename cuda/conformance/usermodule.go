@@ -110,8 +110,8 @@ func testUserModule(t *testing.T, dev cuda.Device) {
 	// The function's own limit (__launch_bounds__(256)) is the spec's on
 	// the real device: a block of 512 is refused before it reaches the GPU.
 	spec := f.spec(UserScale)
-	if dev.Info().Backend == "driver" && spec.MaxBlockThreads != 256 {
-		t.Fatalf("spec of %s: got MaxBlockThreads %d, want 256 (the driver's view of __launch_bounds__(256))", UserScale, spec.MaxBlockThreads)
+	if spec.MaxBlockThreads != 256 {
+		t.Fatalf("spec of %s: got MaxBlockThreads %d, want 256 (the image's __launch_bounds__(256), .maxntid 256)", UserScale, spec.MaxBlockThreads)
 	}
 	if spec.MaxBlockThreads > 0 {
 		c, err := cuda.Launch(spec, cuda.Linear(n, 512), cuda.BufferArg(buf.Whole()), cuda.F32Arg(1), cuda.I32Arg(n))
@@ -123,9 +123,9 @@ func testUserModule(t *testing.T, dev cuda.Device) {
 }
 
 // testUserModuleDeclarations: declarations that cannot be right are
-// refused at LoadModule, and nothing is loaded: on every backend, what the
-// module says of itself; on the real device, also what the driver sees
-// of the function (its parameter sizes and count, its name).
+// refused at LoadModule, and nothing is loaded, on every backend: what the
+// module says of itself, and what the image holds of the function (its
+// parameter sizes and count, its name), as the driver sees it.
 func testUserModuleDeclarations(t *testing.T, dev cuda.Device) {
 	loader := dev.(kernels.Loader)
 	noImage := UserModule()
@@ -136,22 +136,22 @@ func testUserModuleDeclarations(t *testing.T, dev cuda.Device) {
 	if dev.Info().Backend == "sim" {
 		cases["no Go reference"] = noBody
 	}
-	if dev.Info().Backend == "driver" {
-		buffer := func(name string) cuda.Param {
-			return cuda.Param{Name: name, Kind: cuda.ParamBuffer, Elem: cuda.F32, Access: cuda.AccessRead}
-		}
-		scalar := func(name string, e cuda.ElementType) cuda.Param {
-			return cuda.Param{Name: name, Kind: cuda.ParamScalar, Elem: e}
-		}
-		cases["a scalar declared as a buffer"] = UserModule(buffer("x"), buffer("a"), scalar("n", cuda.I32))
-		cases["a parameter missing"] = UserModule(buffer("x"), scalar("a", cuda.F32))
-		cases["a parameter too many"] = UserModule(buffer("x"), scalar("a", cuda.F32), scalar("n", cuda.I32), scalar("m", cuda.I32))
-		renamed := UserModule()
-		k := renamed.Kernels[UserScale]
-		k.Spec.Name = "user_scale"
-		renamed.Kernels = kernels.Registry{"user_scale": k}
-		cases["a kernel the image does not hold"] = renamed
+	// Every backend reads the image's own view of the function.
+	buffer := func(name string) cuda.Param {
+		return cuda.Param{Name: name, Kind: cuda.ParamBuffer, Elem: cuda.F32, Access: cuda.AccessRead}
 	}
+	scalar := func(name string, e cuda.ElementType) cuda.Param {
+		return cuda.Param{Name: name, Kind: cuda.ParamScalar, Elem: e}
+	}
+	cases["a scalar declared as a buffer"] = UserModule(buffer("x"), buffer("a"), scalar("n", cuda.I32))
+	cases["a u8 declared for an int"] = UserModule(buffer("x"), scalar("a", cuda.F32), scalar("n", cuda.U8))
+	cases["a parameter missing"] = UserModule(buffer("x"), scalar("a", cuda.F32))
+	cases["a parameter too many"] = UserModule(buffer("x"), scalar("a", cuda.F32), scalar("n", cuda.I32), scalar("m", cuda.I32))
+	renamed := UserModule()
+	k := renamed.Kernels[UserScale]
+	k.Spec.Name = "user_scale"
+	renamed.Kernels = kernels.Registry{"user_scale": k}
+	cases["a kernel the image does not hold"] = renamed
 	for name, m := range cases {
 		err := loader.LoadModule(m)
 		if !errors.Is(err, kernels.ErrInvalidModule) {
@@ -160,8 +160,8 @@ func testUserModuleDeclarations(t *testing.T, dev cuda.Device) {
 		if c := cuda.Classify(err); c.Blame != cuda.BlameCaller || !c.NotSubmitted {
 			t.Fatalf("%s: got blame %v, not submitted %v; want the caller's, not submitted", name, c.Blame, c.NotSubmitted)
 		}
-		if strings.Contains(name, "buffer") && !strings.Contains(err.Error(), "driver sees 4 B ") {
-			t.Fatalf("%s: got %q, want the driver's view (4 B) in the message", name, err)
+		if strings.Contains(name, "buffer") && !strings.Contains(err.Error(), "sees 4 B ") && !strings.Contains(err.Error(), "has 4 B ") {
+			t.Fatalf("%s: got %q, want the image's view (4 B) in the message", name, err)
 		}
 		t.Logf("%s: %v", name, err)
 	}

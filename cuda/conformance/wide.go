@@ -76,14 +76,12 @@ func WideModule() kernels.Module {
 // included), eagerly and replayed from a graph, and 8-byte elements are
 // read and written as such.
 func testWideScalars(t *testing.T, dev cuda.Device) {
-	if dev.Info().Backend == "driver" {
-		// The driver's view of the function: an 8-byte n declared as i32
-		// is refused, and nothing is loaded.
-		wrong := WideModule()
-		wrong.Kernels[UserIota].Spec.Params[2].Elem = cuda.I32
-		if err := dev.(kernels.Loader).LoadModule(wrong); !errors.Is(err, kernels.ErrInvalidModule) {
-			t.Fatalf("LoadModule with user_iota_u64's i64 n declared i32: got err %v, want kernels.ErrInvalidModule", err)
-		}
+	// The image's view of the function: an 8-byte n declared as i32
+	// is refused, and nothing is loaded.
+	wrong := WideModule()
+	wrong.Kernels[UserIota].Spec.Params[2].Elem = cuda.I32
+	if err := dev.(kernels.Loader).LoadModule(wrong); !errors.Is(err, kernels.ErrInvalidModule) {
+		t.Fatalf("LoadModule with user_iota_u64's i64 n declared i32: got err %v, want kernels.ErrInvalidModule", err)
 	}
 	if err := dev.(kernels.Loader).LoadModule(WideModule()); err != nil {
 		t.Fatalf("LoadModule(usermodule-wide): got err %v, want nil", err)

@@ -122,7 +122,7 @@ func checkParams(module string, spec *cuda.KernelSpec, fn cFunction) error {
 			return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
 		case size != kernels.ParamSize(p):
 			return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the driver sees %d B at offset %d",
-				kernels.ErrInvalidModule, spec.Name, module, i, p.Name, describeParam(p), kernels.ParamSize(p), size, offset)
+				kernels.ErrInvalidModule, spec.Name, module, i, p.Name, kernels.DescribeParam(p), kernels.ParamSize(p), size, offset)
 		}
 	}
 	if _, size, r := paramInfo(fn, len(spec.Params)); r == 0 {
@@ -130,14 +130,6 @@ func checkParams(module string, spec *cuda.KernelSpec, fn cFunction) error {
 			kernels.ErrInvalidModule, spec.Name, module, len(spec.Params), len(spec.Params), size)
 	}
 	return nil
-}
-
-// describeParam says what a declared parameter is.
-func describeParam(p cuda.Param) string {
-	if p.Kind == cuda.ParamBuffer {
-		return fmt.Sprintf("a %v buffer (a device pointer)", p.Elem)
-	}
-	return fmt.Sprintf("a %v scalar", p.Elem)
 }
 
 // resultOf is the CUresult behind an error of gorgonia.org/cu (whose

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -41,6 +42,8 @@ func TestModulesAtOpenAndWhileLaunching(t *testing.T) {
 			k := m.Kernels[conformance.UserScale]
 			k.Spec.Name = fmt.Sprintf("copy_%d", i)
 			m.Kernels = kernels.Registry{k.Spec.Name: k}
+			// The same kernel under another name, in its own image.
+			m.Image = bytes.ReplaceAll(m.Image, []byte(conformance.UserScale), []byte(k.Spec.Name))
 			if err := r.dev.LoadModule(m); err != nil {
 				t.Errorf("LoadModule(copy_%d): got err %v, want nil", i, err)
 			}

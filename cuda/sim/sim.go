@@ -95,7 +95,8 @@ type Device struct {
 	registry   atomic.Pointer[kernels.Registry]
 	public     atomic.Pointer[kernels.Registry] // a clone of registry, for Kernels
 	loadMu     sync.Mutex
-	maxThreads uint64 // Config.MaxLaunchThreads
+	notes      []string // what LoadModule could not check (ModuleNotes), under loadMu
+	maxThreads uint64   // Config.MaxLaunchThreads
 	closed     chan struct{}
 
 	// execMu serializes the bytes of work: workers executing commands and

@@ -1,0 +1,246 @@
+// Reading a PTX image's kernel signatures, as the driver sees them: so the
+// simulated device refuses the declarations the real one would.
+
+package kernels
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// Entry is one kernel (.entry) of a PTX image: its parameters' sizes in
+// bytes, in order, and its launch bound.
+type Entry struct {
+	Name       string
+	ParamSizes []uint64
+	// MaxBlockThreads is the most threads a block may have: the product of
+	// .maxntid's sizes, or of .reqntid's; 0 where the image sets neither.
+	MaxBlockThreads uint64
+}
+
+// ReadPTX reads the kernel entries of a PTX image (text, as nvcc -ptx
+// writes it). It reports false when the image is not PTX text (a cubin or
+// a fatbin: only the driver reads those), and an error when it is PTX
+// whose entries cannot be read.
+func ReadPTX(image []byte) (map[string]Entry, bool, error) {
+	text := string(bytes.TrimRight(image, "\x00"))
+	if !looksLikePTX(text) {
+		return nil, false, nil
+	}
+	entries := map[string]Entry{}
+	rest := stripComments(text)
+	for {
+		at := strings.Index(rest, ".entry")
+		if at < 0 {
+			return entries, true, nil
+		}
+		rest = rest[at+len(".entry"):]
+		open := strings.IndexByte(rest, '(')
+		body := strings.IndexByte(rest, '{')
+		if open < 0 || (body >= 0 && body < open) {
+			// An entry with no parameter list: none.
+			name := strings.TrimSpace(rest[:max(body, 0)])
+			if body < 0 || !validSymbol(name) {
+				return nil, true, fmt.Errorf("%w: a PTX .entry without a readable name", ErrInvalidModule)
+			}
+			entries[name] = Entry{Name: name}
+			rest = rest[body:]
+			continue
+		}
+		name := strings.TrimSpace(rest[:open])
+		if !validSymbol(name) {
+			return nil, true, fmt.Errorf("%w: a PTX .entry named %q cannot be read", ErrInvalidModule, name)
+		}
+		closing := strings.IndexByte(rest[open:], ')')
+		if closing < 0 {
+			return nil, true, fmt.Errorf("%w: PTX entry %s's parameter list does not end", ErrInvalidModule, name)
+		}
+		e := Entry{Name: name}
+		for _, decl := range strings.Split(rest[open+1:open+closing], ",") {
+			if strings.TrimSpace(decl) == "" {
+				continue
+			}
+			size, err := paramBytes(decl)
+			if err != nil {
+				return nil, true, fmt.Errorf("%w: PTX entry %s: %v", ErrInvalidModule, name, err)
+			}
+			e.ParamSizes = append(e.ParamSizes, size)
+		}
+		rest = rest[open+closing+1:]
+		// The performance directives between ')' and the body.
+		end := strings.IndexByte(rest, '{')
+		if end < 0 {
+			end = len(rest)
+		}
+		if err := e.readBounds(rest[:end]); err != nil {
+			return nil, true, fmt.Errorf("%w: PTX entry %s: %v", ErrInvalidModule, name, err)
+		}
+		entries[name] = e
+		rest = rest[end:]
+	}
+}
+
+// looksLikePTX reports whether an image is PTX text: printable, with a
+// .version or .entry directive.
+func looksLikePTX(text string) bool {
+	if !strings.Contains(text, ".version") && !strings.Contains(text, ".entry") {
+		return false
+	}
+	for i := 0; i < len(text) && i < 4096; i++ {
+		if c := text[i]; c < 0x09 || (c > 0x0d && c < 0x20) {
+			return false // binary: a cubin (ELF) or a fatbin
+		}
+	}
+	return true
+}
+
+// stripComments removes // and /* */ comments.
+func stripComments(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		switch {
+		case strings.HasPrefix(s[i:], "//"):
+			j := strings.IndexByte(s[i:], '\n')
+			if j < 0 {
+				return b.String()
+			}
+			i += j
+		case strings.HasPrefix(s[i:], "/*"):
+			j := strings.Index(s[i+2:], "*/")
+			if j < 0 {
+				return b.String()
+			}
+			i += j + 4
+			b.WriteByte(' ')
+		default:
+			b.WriteByte(s[i])
+			i++
+		}
+	}
+	return b.String()
+}
+
+// validSymbol reports whether s is a PTX identifier.
+func validSymbol(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		letter := c == '_' || c == '$' || c == '%' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// ptxTypeBytes are the sizes of PTX's fundamental types.
+var ptxTypeBytes = map[string]uint64{
+	".b8": 1, ".u8": 1, ".s8": 1,
+	".b16": 2, ".u16": 2, ".s16": 2, ".f16": 2, ".bf16": 2,
+	".b32": 4, ".u32": 4, ".s32": 4, ".f32": 4, ".f16x2": 4, ".bf16x2": 4,
+	".b64": 8, ".u64": 8, ".s64": 8, ".f64": 8,
+}
+
+// paramBytes is the size of one .param declaration: its type's size, times
+// its array length (a struct passed by value is .align N .b8 name[size]).
+func paramBytes(decl string) (uint64, error) {
+	fields := strings.Fields(decl)
+	if len(fields) < 3 || fields[0] != ".param" {
+		return 0, fmt.Errorf("parameter %q is not a .param declaration", strings.TrimSpace(decl))
+	}
+	var size uint64
+	for _, f := range fields[1 : len(fields)-1] {
+		if n, ok := ptxTypeBytes[f]; ok {
+			size = n
+		}
+	}
+	if size == 0 {
+		return 0, fmt.Errorf("parameter %q has no type of known size", strings.TrimSpace(decl))
+	}
+	name := fields[len(fields)-1]
+	if open := strings.IndexByte(name, '['); open >= 0 {
+		n, err := strconv.ParseUint(strings.TrimSuffix(name[open+1:], "]"), 10, 32)
+		if err != nil || !strings.HasSuffix(name, "]") {
+			return 0, fmt.Errorf("parameter %q has an unreadable array length", name)
+		}
+		size *= n
+	}
+	return size, nil
+}
+
+// readBounds reads .maxntid and .reqntid among an entry's directives.
+func (e *Entry) readBounds(directives string) error {
+	fields := strings.Fields(strings.ReplaceAll(directives, ",", " "))
+	for i := 0; i < len(fields); i++ {
+		kind := fields[i]
+		if kind != ".maxntid" && kind != ".reqntid" {
+			continue
+		}
+		dims := [3]uint64{1, 1, 1}
+		n := 0
+		for i+1 < len(fields) && n < 3 {
+			v, err := strconv.ParseUint(fields[i+1], 10, 32)
+			if err != nil {
+				break
+			}
+			dims[n] = v
+			n++
+			i++
+		}
+		if n == 0 {
+			return fmt.Errorf("%s without sizes", kind)
+		}
+		threads := dims[0] * dims[1] * dims[2]
+		if e.MaxBlockThreads == 0 || threads < e.MaxBlockThreads {
+			e.MaxBlockThreads = threads
+		}
+	}
+	return nil
+}
+
+// CheckImage compares a module's declarations with its image, as the driver
+// does when it loads one (see the real device's LoadModule): every declared
+// kernel must be an entry of the image, with as many parameters, each of
+// the size declared (ParamSize). It reports false, checking nothing, when
+// the image is not PTX text: a cubin or fatbin only the driver reads.
+func (m Module) CheckImage() (map[string]Entry, bool, error) {
+	entries, ok, err := ReadPTX(m.Image)
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	for _, name := range m.Kernels.Names() {
+		spec := &m.Kernels[name].Spec
+		e, found := entries[name]
+		if !found {
+			return nil, true, fmt.Errorf("%w: module %q has no kernel %q (declare it extern \"C\" so its name is not mangled)", ErrInvalidModule, m.Name, name)
+		}
+		for i, p := range spec.Params {
+			if i >= len(e.ParamSizes) {
+				return nil, true, fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but the image has %d; declare the function's parameters exactly, in order",
+					ErrInvalidModule, name, m.Name, len(spec.Params), len(e.ParamSizes))
+			}
+			if got := ParamSize(p); got != e.ParamSizes[i] {
+				return nil, true, fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the image has %d B there",
+					ErrInvalidModule, name, m.Name, i, p.Name, DescribeParam(p), got, e.ParamSizes[i])
+			}
+		}
+		if len(e.ParamSizes) > len(spec.Params) {
+			return nil, true, fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but the image has more (parameter %d: %d B); declare every parameter",
+				ErrInvalidModule, name, m.Name, len(spec.Params), len(spec.Params), e.ParamSizes[len(spec.Params)])
+		}
+	}
+	return entries, true, nil
+}
+
+// DescribeParam says what a declared parameter is.
+func DescribeParam(p cuda.Param) string {
+	if p.Kind == cuda.ParamBuffer {
+		return fmt.Sprintf("a %v buffer (a device pointer)", p.Elem)
+	}
+	return fmt.Sprintf("a %v scalar", p.Elem)
+}
