@@ -41,22 +41,25 @@ func U64Arg(v uint64) Arg { return Arg{Kind: ParamScalar, Elem: U64, Bits: v} }
 // F64Arg passes a float64 scalar (double).
 func F64Arg(v float64) Arg { return Arg{Kind: ParamScalar, Elem: F64, Bits: math.Float64bits(v)} }
 
-// F32 returns a scalar argument's value as float32.
+// F32 reads a scalar argument's low 4 bytes as a float32 (no conversion:
+// a value passed with F32Arg).
 func (a Arg) F32() float32 { return math.Float32frombits(uint32(a.Bits)) }
 
-// I32 returns a scalar argument's value as int32.
+// I32 reads a scalar argument's low 4 bytes as an int32.
 func (a Arg) I32() int32 { return int32(uint32(a.Bits)) }
 
-// U32 returns a scalar argument's value as uint32.
+// U32 reads a scalar argument's low 4 bytes as a uint32.
 func (a Arg) U32() uint32 { return uint32(a.Bits) }
 
-// I64 returns a scalar argument's value as int64.
+// I64 reads a scalar argument's 8 bytes as an int64 (an I32Arg's bits
+// are zero-extended: read it with I32).
 func (a Arg) I64() int64 { return int64(a.Bits) }
 
-// U64 returns a scalar argument's value as uint64.
+// U64 reads a scalar argument's 8 bytes as a uint64.
 func (a Arg) U64() uint64 { return a.Bits }
 
-// F64 returns a scalar argument's value as float64.
+// F64 reads a scalar argument's 8 bytes as a float64 (no conversion: a
+// value passed with F64Arg).
 func (a Arg) F64() float64 { return math.Float64frombits(a.Bits) }
 
 // CommandKind is the kind of a device command.

@@ -121,8 +121,8 @@ func checkParams(module string, spec *cuda.KernelSpec, fn cFunction) error {
 		case r != 0:
 			return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
 		case size != kernels.ParamSize(p):
-			return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the driver sees %d B at offset %d",
-				kernels.ErrInvalidModule, spec.Name, module, i, p.Name, kernels.DescribeParam(p), kernels.ParamSize(p), size, offset)
+			return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the driver sees %d B at offset %d%s",
+				kernels.ErrInvalidModule, spec.Name, module, i, p.Name, kernels.DescribeParam(p), kernels.ParamSize(p), size, offset, kernels.WideParamHint(size))
 		}
 	}
 	if _, size, r := paramInfo(fn, len(spec.Params)); r == 0 {

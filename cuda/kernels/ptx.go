@@ -23,13 +23,20 @@ type Entry struct {
 }
 
 // ReadPTX reads the kernel entries of a PTX image (text, as nvcc -ptx
-// writes it). It reports false when the image is not PTX text (a cubin or
-// a fatbin: only the driver reads those), and an error when it is PTX
+// writes it, read up to its first NUL as the driver reads it). It reports
+// false when the image is a cubin (ELF) or a fatbin, which only the driver
+// reads, and an error when it is neither PTX text nor one of those, or PTX
 // whose entries cannot be read.
 func ReadPTX(image []byte) (map[string]Entry, bool, error) {
-	text := string(bytes.TrimRight(image, "\x00"))
-	if !looksLikePTX(text) {
+	if bytes.HasPrefix(image, []byte("\x7fELF")) || bytes.HasPrefix(image, fatbinMagic) {
 		return nil, false, nil
+	}
+	if nul := bytes.IndexByte(image, 0); nul >= 0 {
+		image = image[:nul]
+	}
+	text := string(image)
+	if !looksLikePTX(text) {
+		return nil, true, fmt.Errorf("%w: the image is neither PTX text (with a .version directive) nor a cubin or fatbin; give the bytes nvcc -ptx, -cubin or -fatbin wrote, not a path or other text", ErrInvalidModule)
 	}
 	entries := map[string]Entry{}
 	rest := stripComments(text)
@@ -53,11 +60,14 @@ func ReadPTX(image []byte) (map[string]Entry, bool, error) {
 		}
 		name := strings.TrimSpace(rest[:open])
 		if !validSymbol(name) {
-			return nil, true, fmt.Errorf("%w: a PTX .entry named %q cannot be read", ErrInvalidModule, name)
+			return nil, true, fmt.Errorf("%w: a PTX .entry named %s cannot be read", ErrInvalidModule, quote(name))
 		}
 		closing := strings.IndexByte(rest[open:], ')')
 		if closing < 0 {
 			return nil, true, fmt.Errorf("%w: PTX entry %s's parameter list does not end", ErrInvalidModule, name)
+		}
+		if _, dup := entries[name]; dup {
+			return nil, true, fmt.Errorf("%w: the PTX image has two entries named %s", ErrInvalidModule, name)
 		}
 		e := Entry{Name: name}
 		for _, decl := range strings.Split(rest[open+1:open+closing], ",") {
@@ -82,6 +92,18 @@ func ReadPTX(image []byte) (map[string]Entry, bool, error) {
 		entries[name] = e
 		rest = rest[end:]
 	}
+}
+
+// fatbinMagic begins a fatbin (0xBA55ED50, little-endian).
+var fatbinMagic = []byte{0x50, 0xed, 0x55, 0xba}
+
+// quote is s quoted, cut to a readable length for an error.
+func quote(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return strconv.Quote(s)
 }
 
 // looksLikePTX reports whether an image is PTX text: printable, with a
@@ -151,22 +173,30 @@ var ptxTypeBytes = map[string]uint64{
 func paramBytes(decl string) (uint64, error) {
 	fields := strings.Fields(decl)
 	if len(fields) < 3 || fields[0] != ".param" {
-		return 0, fmt.Errorf("parameter %q is not a .param declaration", strings.TrimSpace(decl))
+		return 0, fmt.Errorf("parameter %s is not a .param declaration", quote(decl))
 	}
 	var size uint64
+	lanes := uint64(1)
 	for _, f := range fields[1 : len(fields)-1] {
 		if n, ok := ptxTypeBytes[f]; ok {
 			size = n
 		}
+		switch f {
+		case ".v2":
+			lanes = 2
+		case ".v4":
+			lanes = 4
+		}
 	}
 	if size == 0 {
-		return 0, fmt.Errorf("parameter %q has no type of known size", strings.TrimSpace(decl))
+		return 0, fmt.Errorf("parameter %s has no type of known size", quote(decl))
 	}
+	size *= lanes
 	name := fields[len(fields)-1]
 	if open := strings.IndexByte(name, '['); open >= 0 {
 		n, err := strconv.ParseUint(strings.TrimSuffix(name[open+1:], "]"), 10, 32)
-		if err != nil || !strings.HasSuffix(name, "]") {
-			return 0, fmt.Errorf("parameter %q has an unreadable array length", name)
+		if err != nil || n == 0 || !strings.HasSuffix(name, "]") {
+			return 0, fmt.Errorf("parameter %s has no readable array length (1 or more)", quote(name))
 		}
 		size *= n
 	}
@@ -183,10 +213,10 @@ func (e *Entry) readBounds(directives string) error {
 		}
 		dims := [3]uint64{1, 1, 1}
 		n := 0
-		for i+1 < len(fields) && n < 3 {
+		for i+1 < len(fields) && n < 3 && !strings.HasPrefix(fields[i+1], ".") {
 			v, err := strconv.ParseUint(fields[i+1], 10, 32)
-			if err != nil {
-				break
+			if err != nil || v == 0 {
+				return fmt.Errorf("%s size %s is not a decimal from 1 to 2^32-1", kind, quote(fields[i+1]))
 			}
 			dims[n] = v
 			n++
@@ -195,7 +225,7 @@ func (e *Entry) readBounds(directives string) error {
 		if n == 0 {
 			return fmt.Errorf("%s without sizes", kind)
 		}
-		threads := dims[0] * dims[1] * dims[2]
+		threads := min(dims[0]*dims[1], 1<<32) * dims[2] // no wrap: each is below 2^32
 		if e.MaxBlockThreads == 0 || threads < e.MaxBlockThreads {
 			e.MaxBlockThreads = threads
 		}
@@ -225,8 +255,8 @@ func (m Module) CheckImage() (map[string]Entry, bool, error) {
 					ErrInvalidModule, name, m.Name, len(spec.Params), len(e.ParamSizes))
 			}
 			if got := ParamSize(p); got != e.ParamSizes[i] {
-				return nil, true, fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the image has %d B there",
-					ErrInvalidModule, name, m.Name, i, p.Name, DescribeParam(p), got, e.ParamSizes[i])
+				return nil, true, fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the image has %d B there%s",
+					ErrInvalidModule, name, m.Name, i, p.Name, DescribeParam(p), got, e.ParamSizes[i], WideParamHint(e.ParamSizes[i]))
 			}
 		}
 		if len(e.ParamSizes) > len(spec.Params) {
@@ -235,6 +265,16 @@ func (m Module) CheckImage() (map[string]Entry, bool, error) {
 		}
 	}
 	return entries, true, nil
+}
+
+// WideParamHint is what an error about a parameter of size bytes adds
+// when no declaration can match it: a struct (or vector) passed by value,
+// wider than any scalar.
+func WideParamHint(size uint64) string {
+	if size <= 8 {
+		return ""
+	}
+	return fmt.Sprintf(" (a struct or vector passed by value: a parameter of %d B cannot be declared yet; pass a pointer to it in a buffer, or split it into scalar parameters in the kernel's source)", size)
 }
 
 // DescribeParam says what a declared parameter is.

@@ -65,7 +65,17 @@ func TestReadPTX(t *testing.T) {
 			t.Errorf("ReadPTX(% x): got ok %v, err %v; want not read (only the driver reads a cubin or fatbin)", bin, ok, err)
 		}
 	}
-	for _, bad := range []string{".version 8.0\n.entry k(.param .u64 a", ".version 8.0\n.entry k(.param .q99 a)\n{", ".version 8.0\n.entry (.param .u64 a)\n{", ".version 8.0\n.entry k(.param .b8 a[x])\n{"} {
+	// Read up to the first NUL, as the driver reads PTX.
+	withTail := append(append([]byte(nil), conformance.UserModulePTX...), 0, 'x', 0x01)
+	if e, ok, err := kernels.ReadPTX(withTail); err != nil || !ok || len(e) != 3 {
+		t.Errorf("ReadPTX(PTX, NUL, junk): got %d entries, ok %v, err %v; want the PTX's 3", len(e), ok, err)
+	}
+	vec, _, err := kernels.ReadPTX([]byte(".version 8.0\n.entry v(.param .v2 .f32 a, .param .v4 .u32 b)\n{ ret; }"))
+	if e := vec["v"]; err != nil || !equal(e.ParamSizes, []uint64{8, 16}) {
+		t.Errorf("vector parameters: got sizes %v, err %v; want [8 16]", e.ParamSizes, err)
+	}
+	for _, bad := range []string{".version 8.0\n.entry k(.param .u64 a", ".version 8.0\n.entry k(.param .q99 a)\n{", ".version 8.0\n.entry (.param .u64 a)\n{", ".version 8.0\n.entry k(.param .b8 a[x])\n{",
+		".version 8.0\n.entry k(.param .b8 a[0])\n{", ".version 8.0\n.entry k()\n{ }\n.entry k()\n{ }", ".version 8.0\n.entry k() .maxntid 0x40\n{", "examples/customkernels/rmsnorm.ptx", "\x01\x02garbage"} {
 		if _, _, err := kernels.ReadPTX([]byte(bad)); err == nil || !strings.Contains(err.Error(), "invalid module") {
 			t.Errorf("ReadPTX(%q): got err %v, want kernels.ErrInvalidModule", bad, err)
 		}

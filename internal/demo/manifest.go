@@ -482,8 +482,8 @@ func scalarBits(t cuda.ElementType, raw json.RawMessage) (uint64, error) {
 		return 0, nil
 	}
 	var num json.Number
-	if err := json.Unmarshal(raw, &num); err != nil {
-		return 0, fmt.Errorf("got %s; give a number", raw)
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' || json.Unmarshal(raw, &num) != nil {
+		return 0, fmt.Errorf("got %s; give a number (not a string)", raw)
 	}
 	// 8-byte integers read exactly from their digits (a float64 holds
 	// integers exactly only up to 2^53).

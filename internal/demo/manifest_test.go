@@ -211,9 +211,34 @@ func TestManifestScalars(t *testing.T) {
 		{cuda.F32, "1e39", "beyond f32's range"},
 		{cuda.I32, "2147483648", "not a i32"},
 		{cuda.F64, "null", "got null"},
+		{cuda.U64, `"5"`, "not a string"},
+		{cuda.I32, `"1e3"`, "not a string"},
 	} {
 		if _, err := demo.ScalarBits(c.t, []byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %s: got err %v, want one containing %q", c.t, c.json, err, c.want)
 		}
+	}
+}
+
+// TestManifestContradictingItsImage: a declaration the module's PTX
+// contradicts is a configuration error on any device, before anything
+// opens (the simulator reads the image as the driver would).
+func TestManifestContradictingItsImage(t *testing.T) {
+	dir := t.TempDir()
+	bad := strings.Replace(exampleManifest(t), `{"name": "rows", "type": "i32"}`, `{"name": "rows", "type": "i64"}`, 1)
+	ptx, err := os.ReadFile(filepath.Join(exampleDir, "rmsnorm.ptx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string][]byte{demo.ManifestFile: []byte(bad), "rmsnorm.ptx": ptx} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := demo.Defaults()
+	cfg.Clock, cfg.Duration, cfg.KernelsFrom = "zero", 100*time.Millisecond, dir
+	_, err = demo.Run(context.Background(), cfg, demo.Options{References: map[string]demo.Reference{"rmsnorm_f32": rmsnormReference}})
+	if !errors.Is(err, demo.ErrConfig) || !strings.Contains(err.Error(), "image has 4 B") {
+		t.Fatalf("a manifest declaring rows i64 where the PTX has 4 bytes: got err %v, want demo.ErrConfig saying the image has 4 B", err)
 	}
 }

@@ -152,10 +152,15 @@ func userWorkload(cfg *Config, opt Options) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := work.withReferences(cfg.Device, opt.References); err != nil {
-		return nil, err // before reading a module the device cannot run
-	}
+	// The image first: a declaration it contradicts is refused on any
+	// device, before the simulator asks for Go references.
 	if err := work.readImage(); err != nil {
+		return nil, err
+	}
+	if _, _, err := work.module.CheckImage(); err != nil {
+		return nil, errManifest(work.dir, "%v", err)
+	}
+	if err := work.withReferences(cfg.Device, opt.References); err != nil {
 		return nil, err
 	}
 	cfg.Kernels = len(work.step)
