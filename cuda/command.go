@@ -305,7 +305,25 @@ func (c Command) ValidateLaunch(k *KernelSpec) error {
 			return err
 		}
 	}
+	if k.Shape != nil {
+		return checkShape(k, c.Config, c.Args)
+	}
 	return nil
+}
+
+// checkShape runs a kernel's launch-shape rule: a *cuda.Error it returns
+// comes back as it is; any other error, or a panic, is the launch's shape
+// being wrong as the rule says (ErrLaunchConfig).
+func checkShape(k *KernelSpec, cfg LaunchConfig, args []Arg) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = contractf("launch", ErrLaunchConfig, "kernel %s: its launch-shape rule panicked: %v", k.Name, p)
+		}
+	}()
+	if err = k.Shape(cfg, args); err != nil && !isDeviceError(err) {
+		return contractf("launch", ErrLaunchConfig, "kernel %s: grid %v, block %v, %d B of shared memory: %v", k.Name, cfg.Grid, cfg.Block, cfg.SharedBytes, err)
+	}
+	return err
 }
 
 // checkExtent runs a kernel's extent check: a *cuda.Error it returns comes

@@ -313,3 +313,37 @@ func TestCallDeclarationsChecked(t *testing.T) {
 		t.Errorf("LaunchNamed(nil kernels): got err %v, want cuda.ErrUnknownKernel", err)
 	}
 }
+
+// TestShapeRules: a kernel's launch-shape rule refuses a launch whatever
+// it returns or however it fails (a plain error, a panic), always as
+// ErrLaunchConfig; a contract error it returns comes back as it is.
+func TestShapeRules(t *testing.T) {
+	spec := cuda.KernelSpec{Name: "k", Params: []cuda.Param{{Name: "n", Kind: cuda.ParamScalar, Elem: cuda.I32}}}
+	for name, rule := range map[string]func(cuda.LaunchConfig, []cuda.Arg) error{
+		"plain error": func(cuda.LaunchConfig, []cuda.Arg) error { return errors.New("too few blocks") },
+		"panic":       func(cuda.LaunchConfig, []cuda.Arg) error { panic("rule exploded") },
+		"contract": func(cuda.LaunchConfig, []cuda.Arg) error {
+			return cuda.Contractf("launch", cuda.ErrLaunchConfig, "needs 64 B of shared memory")
+		},
+	} {
+		spec.Shape = rule
+		_, err := cuda.Launch(&spec, cuda.Linear(32, 32), cuda.I32Arg(32))
+		if !errors.Is(err, cuda.ErrLaunchConfig) || cuda.Classify(err).Blame != cuda.BlameCaller {
+			t.Errorf("%s: got err %v, want cuda.ErrLaunchConfig blamed on the caller", name, err)
+		}
+	}
+	spec.Shape = func(cfg cuda.LaunchConfig, a []cuda.Arg) error {
+		if cfg.SharedBytes < uint32(a[0].I32())/32*4 {
+			return cuda.Contractf("launch", cuda.ErrLaunchConfig, "needs %d B of shared memory", a[0].I32()/32*4)
+		}
+		return nil
+	}
+	cfg := cuda.Linear(256, 256)
+	if _, err := cuda.Launch(&spec, cfg, cuda.I32Arg(256)); !errors.Is(err, cuda.ErrLaunchConfig) {
+		t.Errorf("no shared memory for a rule asking 32 B: got err %v, want cuda.ErrLaunchConfig", err)
+	}
+	cfg.SharedBytes = 32
+	if _, err := cuda.Launch(&spec, cfg, cuda.I32Arg(256)); err != nil {
+		t.Errorf("the shared memory the rule asks: got err %v, want nil", err)
+	}
+}

@@ -61,6 +61,16 @@ type KernelSpec struct {
 	// ErrOutOfBounds) when the arguments reach outside their regions; any
 	// other error, or a panic, is taken as the same refusal.
 	Check func(args []Arg) error
+	// Shape, when set, is the kernel's launch-shape rule, run on every
+	// launch built or enqueued after Check: the grid and block against the
+	// arguments, and the dynamic shared memory the kernel needs (a kernel
+	// that takes its row from blockIdx.x without a guard needs no more
+	// blocks than rows; one that reduces in shared memory needs a block of
+	// a power of two and threads/32 x 4 bytes of it). It returns a
+	// contract *Error (Contractf with ErrLaunchConfig) when the launch
+	// would go wrong on the GPU; any other error, or a panic, is taken as
+	// the same refusal. Nothing it refuses reaches a device.
+	Shape func(cfg LaunchConfig, args []Arg) error
 	// MaxThreads, when set, is the most threads (grid times block) one
 	// launch may run; a larger launch is refused with ErrLaunchConfig. The
 	// simulated device sets it, since it runs every thread's work on the

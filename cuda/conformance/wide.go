@@ -44,7 +44,14 @@ func WideModule() kernels.Module {
 			{Name: "out", Kind: cuda.ParamBuffer, Elem: cuda.U64, Access: cuda.AccessWrite},
 			{Name: "base", Kind: cuda.ParamScalar, Elem: cuda.U64},
 			{Name: "n", Kind: cuda.ParamScalar, Elem: cuda.I64},
-		}, Check: func(a []cuda.Arg) error { return fits(UserIota, a[2].I64(), a[0].Region) }},
+		}, Check: func(a []cuda.Arg) error { return fits(UserIota, a[2].I64(), a[0].Region) },
+			// Every element written: threads for all n, in x alone.
+			Shape: func(cfg cuda.LaunchConfig, a []cuda.Arg) error {
+				if n := a[2].I64(); uint64(cfg.Grid.X)*uint64(cfg.Block.X) < uint64(max(n, 0)) || cfg.Grid.Y*cfg.Grid.Z*cfg.Block.Y*cfg.Block.Z != 1 {
+					return cuda.Contractf("launch", cuda.ErrLaunchConfig, "%s: %v blocks of %v threads do not cover n = %d in x", UserIota, cfg.Grid, cfg.Block, n)
+				}
+				return nil
+			}},
 		Body: func(s kernels.Shape, m []kernels.Memory, a []cuda.Arg) error {
 			base := a[1].U64()
 			each(s, a[2].I64(), func(i int64) { binary.LittleEndian.PutUint64(m[0][8*i:], base+uint64(i)) })
@@ -136,6 +143,13 @@ func testWideScalars(t *testing.T, dev cuda.Device) {
 		}
 	}
 	_ = exec.Destroy()
+	// A launch shape the kernel's rule refuses is refused at Enqueue too,
+	// for a command built by hand, on every backend: nothing runs.
+	short := cuda.Command{Kind: cuda.KindLaunch, Kernel: UserIota, Config: cuda.Linear(n/2, 128), Args: []cuda.Arg{cuda.BufferArg(out.Whole()), cuda.U64Arg(0), cuda.I64Arg(n)}}
+	wantContract(t, s.Enqueue(short), cuda.ErrLaunchConfig)
+	if got := f.read(s, out); binary.LittleEndian.Uint64(got) != base {
+		t.Fatalf("after a refused launch: out[0] = %#x, want %#x untouched", binary.LittleEndian.Uint64(got), uint64(base))
+	}
 	// An extent past the buffer, in an 8-byte scalar, is refused before
 	// the launch.
 	if _, err := cuda.Launch(f.spec(UserIota), cuda.Linear(n, 128), cuda.BufferArg(out.Whole()), cuda.U64Arg(0), cuda.I64Arg(1<<33)); err == nil {

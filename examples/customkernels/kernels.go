@@ -35,6 +35,20 @@ func module() kernels.Module {
 					return cuda.Contractf("launch", cuda.ErrOutOfBounds, "%s: %dx%d does not fit y, x or w", rmsnorm, rows, cols)
 				}
 				return nil
+			},
+			// One block per row, taken from blockIdx.x without a guard: no
+			// more blocks than rows (a block past the last row reads and
+			// writes past x and y), one dimension; the tree reduction over
+			// partial[256] needs a block of a power of two up to 256.
+			Shape: func(cfg cuda.LaunchConfig, a []cuda.Arg) error {
+				rows, g, b := uint64(a[3].I32()), cfg.Grid, cfg.Block
+				switch {
+				case uint64(g.X) > rows || g.Y != 1 || g.Z != 1:
+					return cuda.Contractf("launch", cuda.ErrLaunchConfig, "%s: grid %v for %d rows; launch one block per row (grid {%d, 1, 1})", rmsnorm, g, rows, rows)
+				case b.X > 256 || b.X&(b.X-1) != 0 || b.Y != 1 || b.Z != 1:
+					return cuda.Contractf("launch", cuda.ErrLaunchConfig, "%s: block %v; its reduction needs {n, 1, 1}, n a power of two up to 256", rmsnorm, b)
+				}
+				return nil
 			}},
 		Body: func(_ kernels.Shape, m []kernels.Memory, a []cuda.Arg) error {
 			y := f32s(m[0])
