@@ -63,7 +63,14 @@ func (s *stream) work() {
 		d.clock.sleepUntil(it.finish, d.closed)
 
 		s.mu.Lock()
+		// Done with it: the queue's array keeps no reference to it (the
+		// array outlives the items popped off its front), and an emptied
+		// queue that grew under a long batch gives its array back.
+		s.queue[0] = nil
 		s.queue = s.queue[1:]
+		if len(s.queue) == 0 && cap(s.queue) > 256 {
+			s.queue = nil
+		}
 		s.doneSeq = it.seq
 		s.cond.Broadcast()
 		s.mu.Unlock()
