@@ -139,6 +139,31 @@ func (f fixture) launch(s cuda.Stream, name string, threads uint32, args ...cuda
 	}
 }
 
+// replay captures what enqueue enqueues on s into a graph and launches
+// its executable times times.
+func (f fixture) replay(s cuda.Stream, times int, enqueue func()) {
+	f.t.Helper()
+	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		f.t.Fatalf("BeginCapture: got err %v, want nil", err)
+	}
+	enqueue()
+	g, err := s.EndCapture()
+	if err != nil {
+		f.t.Fatalf("EndCapture: got err %v, want nil", err)
+	}
+	exec, err := g.Instantiate()
+	if err != nil {
+		f.t.Fatalf("Instantiate: got err %v, want nil", err)
+	}
+	_ = g.Destroy()
+	defer func() { _ = exec.Destroy() }()
+	for range times {
+		if err := s.Launch(exec); err != nil {
+			f.t.Fatalf("Launch(graph): got err %v, want nil", err)
+		}
+	}
+}
+
 func (f fixture) upload(s cuda.Stream, b cuda.Buffer, data []byte) {
 	f.t.Helper()
 	c, err := cuda.Upload(b.Whole(), data)

@@ -83,29 +83,11 @@ func testUserModule(t *testing.T, dev cuda.Device) {
 	equalF32(t, "user_scale eager", f.f32s(s, buf), want)
 
 	// Captured into a graph and replayed twice: as eager, twice more.
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-		t.Fatalf("BeginCapture: got err %v, want nil", err)
-	}
-	f.launch(s, UserScale, n, cuda.BufferArg(buf.Whole()), cuda.F32Arg(2), cuda.I32Arg(n))
-	g, err := s.EndCapture()
-	if err != nil {
-		t.Fatalf("EndCapture: got err %v, want nil", err)
-	}
-	exec, err := g.Instantiate()
-	if err != nil {
-		t.Fatalf("Instantiate: got err %v, want nil", err)
-	}
-	_ = g.Destroy()
-	for range 2 {
-		if err := s.Launch(exec); err != nil {
-			t.Fatalf("Launch(graph): got err %v, want nil", err)
-		}
-	}
+	f.replay(s, 2, func() { f.launch(s, UserScale, n, cuda.BufferArg(buf.Whole()), cuda.F32Arg(2), cuda.I32Arg(n)) })
 	for i := range want {
 		want[i] *= 4
 	}
 	equalF32(t, "user_scale replayed", f.f32s(s, buf), want)
-	_ = exec.Destroy()
 
 	// The function's own limit (__launch_bounds__(256)) is the spec's on
 	// the real device: a block of 512 is refused before it reaches the GPU.
