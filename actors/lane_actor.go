@@ -197,9 +197,7 @@ func (a *laneActor) staged(m *stagedRequest) {
 		a.s.completeAdmin(m.Call, nil, m.abandoned())
 		return
 	}
-	if len(a.hungLanes) > 0 {
-		a.releaseHungPins() // the buffers a drained hung stream held are free to pin again
-	}
+	a.releaseHungPins() // the buffers a drained hung stream held are free to pin again
 	if !a.serving() {
 		a.s.completeAdmin(m.Call, nil, a.unavailable(op))
 		return

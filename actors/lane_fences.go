@@ -30,9 +30,7 @@ func (a *laneActor) pollDirect(root *actor.RootContext, self *actor.PID) {
 
 // poll delivers every ended submission and re-arms the next poll.
 func (a *laneActor) poll() {
-	if len(a.hungLanes) > 0 {
-		a.releaseHungPins()
-	}
+	a.releaseHungPins()
 	if a.lane == nil || a.lane.State() == lanes.StateFailed && len(a.calls) == 0 {
 		return
 	}

@@ -54,6 +54,9 @@ func (a *laneActor) keepHungPins() {
 // releaseHungPins unpins what lanes abandoned after a hang held, once
 // their streams drained (or failed: nothing more runs there).
 func (a *laneActor) releaseHungPins() {
+	if len(a.hungLanes) == 0 {
+		return
+	}
 	keep := a.hungLanes[:0]
 	for _, h := range a.hungLanes {
 		if q := h.drained.Query(); q.State == cuda.FencePending && q.Err == nil {

@@ -18,12 +18,9 @@ import (
 // when no input is pinned: the full graph then stages them all. callers
 // is false for Repeat, whose inputs are the lane's own copy.
 func (l *Lane) uploadInPlace(hm cuda.HostMemory, st *Staged, inputs [][]byte, callers bool) (Batch, bool, error) {
-	if l.pins.budget < 0 || st.viewsTaken {
+	if st.viewsTaken {
 		// The caller addresses the staging (StagedInputs): it must keep
 		// holding the last inputs, so they are copied there.
-		return Batch{}, false, nil
-	}
-	if _, ok := l.dev.(cuda.HostPinner); !ok {
 		return Batch{}, false, nil
 	}
 	pins, any := st.pinScratch[:0], false
@@ -45,8 +42,6 @@ func (l *Lane) uploadInPlace(hm cuda.HostMemory, st *Staged, inputs [][]byte, ca
 	entries := st.inPlace[:0]
 	for slot, s := range st.inputs {
 		in := inputs[st.inputMap[slot]]
-		l.staged.HostToDeviceBytes += s.Staging.Length
-		l.staged.Uploads++
 		if pins[slot] == nil {
 			if err := stageSlot(hm, s, in); err != nil {
 				return Batch{}, false, err
@@ -56,6 +51,8 @@ func (l *Lane) uploadInPlace(hm cuda.HostMemory, st *Staged, inputs [][]byte, ca
 				return Batch{}, false, err
 			}
 			entries = append(entries, Eager(cache.PhaseDynamicBinding, c))
+			l.staged.HostToDeviceBytes += s.Staging.Length
+			l.staged.Uploads++
 			continue
 		}
 		// The caller's buffer itself, not a copy (cuda.Upload would copy
@@ -74,6 +71,8 @@ func (l *Lane) uploadInPlace(hm cuda.HostMemory, st *Staged, inputs [][]byte, ca
 			}
 			entries = append(entries, Eager(cache.PhaseDynamicBinding, z))
 		}
+		l.staged.HostToDeviceBytes += s.Staging.Length
+		l.staged.Uploads++
 		l.staged.PinnedUploads++
 	}
 	entries = append(entries, st.resident.Entries...)

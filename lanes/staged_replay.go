@@ -65,16 +65,17 @@ func (l *Lane) Prepare(st *Staged) error {
 // lane keeps such buffers reachable and pinned, at most Config.PinBytes
 // of them; one idle for a while makes way for a new one, and when all are
 // in use the new one is copied instead (no pinning and unpinning at every
-// replay). Windows of one buffer share one pin spanning them. They stay pinned until UnpinInputs (an actors scheduler calls
-// it when the lane stops, and when its device is lost). A buffer the
-// device will not pin (its pages pinned by someone else) is copied as
-// before. A program whose staging the caller addresses (StagedInputs)
-// always has its inputs copied there: the staging keeps the last inputs. An output-cache hit costs that comparison and a copy of the
-// outputs; it launches nothing and touches no device or staging memory
-// (it answers even after the program's buffers were freed). Copies and
-// comparisons of megabytes are split across a few cores. Inputs written
-// in place skip both (StagedInputs, ReplayWritten); Repeat skips the
-// comparison.
+// replay). Windows of one buffer share one pin spanning them. They stay
+// pinned until UnpinInputs (an actors scheduler calls it when the lane
+// stops, and when its device is lost). A buffer the device will not pin
+// (its pages pinned by someone else) is copied as before. A program whose
+// staging the caller addresses (StagedInputs) always has its inputs
+// copied there: the staging keeps the last inputs. An output-cache hit
+// costs that comparison and a copy of the outputs; it launches nothing
+// and touches no device or staging memory (it answers even after the
+// program's buffers were freed). Copies and comparisons of megabytes are
+// split across a few cores. Inputs written in place skip both
+// (StagedInputs, ReplayWritten); Repeat skips the comparison.
 func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, error) {
 	return l.replay(st, inputs, false, collect, nil)
 }

@@ -482,7 +482,7 @@ func scalarBits(t cuda.ElementType, raw json.RawMessage) (uint64, error) {
 		return 0, nil
 	}
 	var num json.Number
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' || json.Unmarshal(raw, &num) != nil {
+	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && trimmed[0] == '"' || json.Unmarshal(raw, &num) != nil {
 		return 0, fmt.Errorf("got %s; give a number (not a string)", raw)
 	}
 	// 8-byte integers read exactly from their digits (a float64 holds
