@@ -100,6 +100,11 @@ type Config struct {
 	// again (lanes.Config.PinBytes): 0, lanes.DefaultPinBytes; negative,
 	// none (every input is copied into its staging).
 	PinBytes int64
+	// Libraries are set up on every lane when it starts and after each
+	// rebuild (lanes.Config.Libraries): a cuBLAS handle and workspace per
+	// lane, say. A call of a library not listed here is set up on a lane
+	// before the first submission that names it.
+	Libraries []*cuda.Library
 	// Recovery is what happens to a lane whose stream failed.
 	Recovery Recovery
 	// Suspension is what happens to a tenant whose submissions keep

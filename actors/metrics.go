@@ -22,6 +22,7 @@ func (s *Scheduler) registerGauges() error {
 		{"lanes.lane.in_flight", "{submission}", "admitted submissions per lane"},
 		{"lanes.lane.queued", "{batch}", "batches waiting in a lane's fair queue for room on its stream"},
 		{"lanes.cache.bytes", "By", "host memory a lane's executables retain (the uploads they captured)"},
+		{"lanes.library.workspace.bytes", "By", "device memory a lane's libraries' workspaces hold"},
 	} {
 		var err error
 		if gauges[g.name], err = m.Int64ObservableGauge(g.name, metric.WithUnit(g.unit), metric.WithDescription(g.desc)); err != nil {
@@ -68,6 +69,7 @@ func (s *Scheduler) observeLanes(o metric.Observer, gauges map[string]metric.Int
 		o.ObserveInt64(gauges["lanes.lane.in_flight"], int64(l.InFlight), lane)
 		o.ObserveInt64(gauges["lanes.lane.queued"], int64(l.Queued), lane)
 		o.ObserveInt64(gauges["lanes.cache.bytes"], l.Counters.CacheBytes, lane)
+		o.ObserveInt64(gauges["lanes.library.workspace.bytes"], l.Counters.LibraryWorkspaceBytes, lane)
 		st := l.Staged
 		for name, v := range map[string]uint64{"lanes.transfer.h2d": st.HostToDeviceBytes, "lanes.transfer.d2h": st.DeviceToHostBytes,
 			"lanes.transfer.uploads": st.Uploads, "lanes.transfer.readbacks": st.Readbacks, "lanes.graph_launches": st.GraphLaunches + l.Counters.ReplayedSegments,

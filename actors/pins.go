@@ -1,5 +1,7 @@
-// The callers' input buffers a lane pinned for staged replays
-// (lanes.Lane.UnpinInputs): let go of once nothing can read them.
+// What a lane holds on the device beyond its stream: the callers' input
+// buffers it pinned for staged replays (lanes.Lane.UnpinInputs) and its
+// libraries' state and workspaces (lanes.Lane.ReleaseLibraries), let go of
+// once nothing can use them.
 
 package actors
 
@@ -9,8 +11,9 @@ import (
 )
 
 // hungPins is a lane abandoned after a hang that still held pinned input
-// buffers, and an event recorded after everything its stream was given:
-// a copy from those buffers may still run until that event completes.
+// buffers or library workspaces, and an event recorded after everything
+// its stream was given: a copy from those buffers, or a replay using a
+// workspace, may still run until that event completes.
 type hungPins struct {
 	lane    *lanes.Lane
 	drained cuda.Event
@@ -25,7 +28,7 @@ func (a *laneActor) releasePins() {
 		if a.hung {
 			a.keepHungPins()
 		} else {
-			_ = a.lane.UnpinInputs()
+			letGo(a.lane)
 		}
 	}
 	a.releaseHungPins()
@@ -34,7 +37,9 @@ func (a *laneActor) releasePins() {
 // keepHungPins sets the hung lane's pins aside, behind an event recorded
 // on its stream (before the stream is let go of), when it has any.
 func (a *laneActor) keepHungPins() {
-	if n, _ := a.lane.PinnedInputs(); n == 0 || a.ref.stream == nil {
+	pinned, _ := a.lane.PinnedInputs()
+	libs, _ := a.lane.Libraries()
+	if pinned+libs == 0 || a.ref.stream == nil {
 		return
 	}
 	for _, h := range a.hungLanes {
@@ -63,9 +68,15 @@ func (a *laneActor) releaseHungPins() {
 			keep = append(keep, h)
 			continue
 		}
-		_ = h.lane.UnpinInputs()
+		letGo(h.lane)
 		h.drained.Release()
 	}
 	clear(a.hungLanes[len(keep):])
 	a.hungLanes = keep
+}
+
+// letGo releases what the lane holds on the device beyond its stream.
+func letGo(l *lanes.Lane) {
+	_ = l.UnpinInputs()
+	_ = l.ReleaseLibraries()
 }

@@ -82,6 +82,7 @@ type Scheduler struct {
 	sweptFrees        uint64        // the devices' free counts at the last ownership sweep (janitor)
 	faults            atomic.Uint64 // lane failures attributed to a tenant
 	forgottenLaunches atomic.Uint64 // launches of forgotten tenants' ended submissions
+	fills             atomic.Uint64 // FillShared calls made, naming each one's tenant
 
 	nextCall atomic.Uint64
 	timers   sync.WaitGroup // rebuild timers armed

@@ -5,6 +5,7 @@ package actors
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode"
@@ -26,7 +27,8 @@ func CheckTenant(name string) error { return checkTenant(name) }
 // checkTenant validates a tenant name: non-empty, at most MaxTenantName
 // bytes of printable UTF-8 (unicode.IsPrint: letters, marks, numbers,
 // punctuation, symbols and the ASCII space; no control, format or
-// invisible characters), not beginning or ending with a space.
+// invisible characters), not beginning or ending with a space, not
+// beginning with "lanes:" (the scheduler's own work's names).
 func checkTenant(name string) error {
 	switch {
 	case name == "":
@@ -37,6 +39,8 @@ func checkTenant(name string) error {
 		return fmt.Errorf("%w: the name %q is not UTF-8", ErrInvalidTenant, name)
 	case name[0] == ' ' || name[len(name)-1] == ' ':
 		return fmt.Errorf("%w: the name %q begins or ends with a space", ErrInvalidTenant, name)
+	case strings.HasPrefix(name, reservedTenantPrefix):
+		return fmt.Errorf("%w: the name %q begins with %q, which names the scheduler's own work (FillShared); choose another", ErrInvalidTenant, name, reservedTenantPrefix)
 	}
 	for _, r := range name {
 		if !unicode.IsPrint(r) {

@@ -164,6 +164,10 @@ func CallKey(providerFingerprint string, c cuda.Command) ProviderKey {
 	for _, t := range lc.Regions {
 		b.U32(uint32(t.Access))
 	}
+	if lc.Library != nil { // the lane's workspace, a region of its own
+		b.Bytes([]byte(lc.Library.Name))
+		b.U32(uint32(lc.Workspace))
+	}
 	return b.Finish()
 }
 

@@ -54,8 +54,107 @@ type LibraryCall struct {
 	// Enqueue puts the work on stream, a CUstream, on the real device.
 	Enqueue func(stream uintptr) error
 	// Reference is the work's effect on the regions' bytes, in Regions
-	// order, on the simulated device.
+	// order (then the lane's workspace, when the call declares Workspace),
+	// on the simulated device.
 	Reference func(mem [][]byte) error
+
+	// Library, when set, is the library whose per-lane state the call
+	// needs (a cuBLAS handle, its workspace). Such a call runs only on a
+	// lane (package lanes, or the actors scheduler above it): the lane runs
+	// the library's Setup once before it enqueues the call, then hands the
+	// call its state through EnqueueOn. A stream refuses it directly.
+	Library *Library
+	// Workspace is how the work touches its lane's workspace of Library
+	// (0: not at all). The workspace is a region of the lane's own: the
+	// lane adds it to the call's regions, last, so nothing else names it.
+	Workspace Access
+	// EnqueueOn is Enqueue for a call of a Library: it receives the lane's
+	// state of the library (its stream, workspace and what Setup made).
+	// Set it instead of Enqueue.
+	EnqueueOn func(lane LibraryLane) error
+}
+
+// Library is a library's per-lane state: what each lane makes for it
+// before it enqueues any of its calls (a cuBLAS handle and its
+// workspace: one per stream, made outside any capture, since creating one
+// allocates), handed to every call of it on that lane, and released when
+// the lane is rebuilt or stops. Declare one value per library and set it
+// as the LibraryCall.Library of each of its calls: a lane keys the state
+// by the pointer.
+type Library struct {
+	// Name names the library in errors and counters ("cublas").
+	Name string
+	// WorkspaceBytes, when not zero, is the device memory each lane
+	// allocates for the library, counted as the lane's, kept until the
+	// lane stops (a rebuild keeps it: executables captured before it
+	// still point into it), handed to Setup and to each call as
+	// LibraryLane.Workspace. At most MaxWorkspaceBytes.
+	WorkspaceBytes uint64
+	// Setup makes the lane's state of the library, on the lane's bound
+	// thread with the device's context current, before the lane enqueues
+	// any call of it, and again after the lane was rebuilt on a fresh
+	// stream. It may synchronize and allocate (nothing is capturing on
+	// the lane). Its result is LibraryLane.State in every call on the
+	// lane. nil: no state beyond the workspace.
+	Setup func(lane LibraryLane) (any, error)
+	// Teardown releases what Setup made, on the lane's thread, when the
+	// lane is rebuilt or stops (or the device is lost: then the library's
+	// own calls may fail, and their errors are dropped). nil: nothing to
+	// release.
+	Teardown func(lane LibraryLane) error
+}
+
+// MaxWorkspaceBytes bounds one library's per-lane workspace (4 GiB).
+const MaxWorkspaceBytes = 4 << 30
+
+// LibraryLane is one lane's state of a library, as Setup, Teardown and
+// every call's EnqueueOn receive it.
+type LibraryLane struct {
+	// Lane is the lane's id.
+	Lane uint64
+	// Stream is the lane's CUstream on the real device (what Enqueue
+	// would get); 0 on the simulated device.
+	Stream uintptr
+	// Workspace is the lane's workspace of the library (the zero Region
+	// when the library declares none).
+	Workspace Region
+	// State is what Setup returned on this lane (nil in Setup itself).
+	State any
+}
+
+// Validate checks a library's declaration.
+func (lib *Library) Validate() error {
+	const op = "library"
+	switch {
+	case lib == nil:
+		return contractf(op, ErrInvalidCommand, "no library")
+	case !ValidCallName(lib.Name):
+		return contractf(op, ErrInvalidCommand, "library name %.40q: a name is 1 to %d bytes of printable UTF-8 characters without spaces", lib.Name, MaxKernelName)
+	case lib.WorkspaceBytes > MaxWorkspaceBytes:
+		return contractf(op, ErrInvalidCommand, "library %q asks %d bytes of workspace per lane; at most %d", lib.Name, lib.WorkspaceBytes, uint64(MaxWorkspaceBytes))
+	}
+	return nil
+}
+
+// CheckBound refuses a call of a Library that is enqueued on a stream
+// directly: only a lane can hand it its per-lane state. Every backend
+// calls it before it runs a call.
+func (lc *LibraryCall) CheckBound(op string) error {
+	if lc.Library != nil {
+		return contractf(op, ErrInvalidCommand, "library call %q needs library %q's per-lane state; submit it through a lane (lanes.Lane or actors.Scheduler), which sets the library up and binds the call to it", lc.Name, lc.Library.Name)
+	}
+	return nil
+}
+
+// MaxCallRegions is the most regions one library call may declare.
+const MaxCallRegions = 64
+
+// workspaceRegions is 1 when the call touches its lane's workspace.
+func workspaceRegions(lc *LibraryCall) int {
+	if lc.Workspace != 0 {
+		return 1
+	}
+	return 0
 }
 
 // Call builds a library-call command: a name, at least one region, each
@@ -84,12 +183,27 @@ func (c Command) validateCall() error {
 		return contractf(op, ErrInvalidCommand, "the library call has no name; name it so attribution and errors can say which call it is")
 	case !ValidCallName(lc.Name):
 		return contractf(op, ErrInvalidCommand, "library call name %.40q: a name is 1 to %d bytes of printable UTF-8 characters without spaces", lc.Name, MaxKernelName)
-	case len(lc.Regions) == 0:
+	case len(lc.Regions) == 0 && lc.Workspace == 0:
 		return contractf(op, ErrInvalidCommand, "library call %q declares no regions; declare every region its work reads or writes", lc.Name)
-	case len(lc.Regions) > 64:
-		return contractf(op, ErrInvalidCommand, "library call %q declares %d regions; at most 64", lc.Name, len(lc.Regions))
-	case lc.Enqueue == nil && lc.Reference == nil:
+	case len(lc.Regions)+workspaceRegions(lc) > MaxCallRegions:
+		return contractf(op, ErrInvalidCommand, "library call %q declares %d regions; at most %d (its workspace counts as one)", lc.Name, len(lc.Regions)+workspaceRegions(lc), MaxCallRegions)
+	case lc.Library == nil && (lc.Workspace != 0 || lc.EnqueueOn != nil):
+		return contractf(op, ErrInvalidCommand, "library call %q declares a workspace or EnqueueOn but no Library; set Library, whose per-lane state they are", lc.Name)
+	case lc.Library != nil && lc.Enqueue != nil:
+		return contractf(op, ErrInvalidCommand, "library call %q of library %q sets Enqueue; set EnqueueOn, which receives the lane's state of the library", lc.Name, lc.Library.Name)
+	case lc.Enqueue == nil && lc.EnqueueOn == nil && lc.Reference == nil:
 		return contractf(op, ErrInvalidCommand, "library call %q has neither Enqueue (the real device's) nor Reference (the simulated device's)", lc.Name)
+	}
+	if lc.Library != nil {
+		if err := lc.Library.Validate(); err != nil {
+			return err
+		}
+		if lc.Workspace != 0 && lc.Library.WorkspaceBytes == 0 {
+			return contractf(op, ErrInvalidCommand, "library call %q touches its lane's workspace, but library %q declares none (WorkspaceBytes is 0)", lc.Name, lc.Library.Name)
+		}
+		if lc.Workspace != 0 && lc.Workspace != AccessRead && lc.Workspace != AccessWrite && lc.Workspace != AccessReadWrite {
+			return contractf(op, ErrInvalidCommand, "library call %q declares workspace access %d; say AccessRead, AccessWrite or AccessReadWrite", lc.Name, lc.Workspace)
+		}
 	}
 	for i, t := range lc.Regions {
 		if err := t.Region.Validate(); err != nil {

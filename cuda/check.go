@@ -50,6 +50,18 @@ type CallValidator interface {
 	ValidateCall(op string, c *LibraryCall) error
 }
 
+// ValidateEnqueue is a stream's check of a command it is given:
+// [ValidateFor], and no call of a Library that no lane bound (see
+// [LibraryCall.CheckBound]).
+func ValidateEnqueue(op string, cmd Command, kernels Kernels, lookup func(Buffer) error) error {
+	if cmd.Kind == KindCall && cmd.LibraryCall != nil {
+		if err := cmd.LibraryCall.CheckBound(op); err != nil {
+			return err
+		}
+	}
+	return ValidateFor(op, cmd, kernels, lookup)
+}
+
 // ValidateFor checks a command against a device before it is enqueued:
 // its structure, its kernel (by the device's registry) or library call,
 // and every buffer it names (through lookup).

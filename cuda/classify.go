@@ -76,6 +76,7 @@ const (
 	CodeLaneFailed          Code = -111 // the lane had failed: nothing was submitted
 	CodeCaptureFailed       Code = -112 // a capture left the stream untrustworthy
 	CodeProviderPanic       Code = -113 // a provider's code panicked during an enqueue
+	CodeLibrarySetupFailed  Code = -114 // a library's per-lane Setup failed: nothing was submitted
 )
 
 // The scheduler's codes (package actors).
@@ -210,6 +211,7 @@ var codes = map[Code]codeInfo{
 	CodeLaneFailed:          {"lane_failed", BlameStream, true, true},
 	CodeCaptureFailed:       {"capture_failed", BlameStream, false, false},
 	CodeProviderPanic:       {"provider_panic", BlameStream, false, false},
+	CodeLibrarySetupFailed:  {"library_setup_failed", BlameCaller, false, true},
 
 	CodeOverloaded:      {"overloaded", BlameNone, true, true},
 	CodeStopped:         {"stopped", BlameNone, false, true},

@@ -253,3 +253,18 @@ func UnwrapStream(s Stream) Stream {
 		s = w.Unwrap()
 	}
 }
+
+// NativeStream is implemented by a stream of the real device: Native is
+// its CUstream, what a library's per-lane Setup binds its handle to.
+type NativeStream interface {
+	Native() uintptr
+}
+
+// NativeHandle returns s's CUstream (through decorators), or 0 when s has
+// none (the simulated device's).
+func NativeHandle(s Stream) uintptr {
+	if n, ok := UnwrapStream(s).(NativeStream); ok {
+		return n.Native()
+	}
+	return 0
+}

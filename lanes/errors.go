@@ -24,6 +24,7 @@ var (
 	ErrCaptureFailed = cuda.NewSentinel(cuda.CodeCaptureFailed, "lanes: capture failed and left the stream untrustworthy")
 	ErrIndexMap      = cuda.NewSentinel(cuda.CodeStagedInputInvalid, "lanes: invalid index map")
 	ErrStagedInput   = cuda.NewSentinel(cuda.CodeStagedInputInvalid, "lanes: invalid staged input")
+	ErrLibrarySetup  = cuda.NewSentinel(cuda.CodeLibrarySetupFailed, "lanes: a library's per-lane setup failed")
 )
 
 // Error is every error a lane returns: its cause, classified once when the

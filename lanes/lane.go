@@ -71,6 +71,11 @@ type Config struct {
 	// pinned for staged replays (see Replay); 0: DefaultPinBytes;
 	// negative: none are pinned, every input is copied into its staging.
 	PinBytes int64
+	// Libraries are set up when the lane is made (SetUpLibrary), and again
+	// when it recovers onto a fresh stream, so their first calls pay
+	// nothing; a library a call names that is not here is set up before
+	// that call's submission enqueues anything.
+	Libraries []*cuda.Library
 }
 
 // Counters are a lane's replay observations since it was made. Evictions
@@ -94,6 +99,11 @@ type Counters struct {
 	// CacheBytes is the host memory the lane's executables retain now
 	// (the uploads they captured), resident and retired.
 	CacheBytes int64
+	// LibrarySetups counts libraries' Setup runs on the lane (one per
+	// library, and one more after each rebuild); LibraryWorkspaceBytes is
+	// the device memory their workspaces hold now (cuda.Library).
+	LibrarySetups         uint64
+	LibraryWorkspaceBytes int64
 }
 
 // Lane is the single-owner core of one stream: its submission pipeline,
@@ -140,6 +150,10 @@ type Lane struct {
 	attrHash       *attributionHash
 
 	pins inputPins // callers' input buffers pinned in place (pins.go)
+
+	libs         []*libraryState // libraries' per-lane state (libraries.go)
+	libsReleased bool            // ReleaseLibraries ran: no library is set up again
+	configured   []*cuda.Library // Config.Libraries
 }
 
 // keyMemoLimit bounds a lane's key memo: thousands of distinct commands
@@ -162,8 +176,16 @@ func New(cfg Config) (*Lane, error) {
 	}
 	c := cache.New()
 	c.LimitBytes(cfg.CacheBytes)
-	return &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
-		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)}}, nil
+	l := &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
+		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)},
+		configured: cfg.Libraries}
+	for _, lib := range cfg.Libraries {
+		if err := l.SetUpLibrary(lib); err != nil {
+			_ = l.ReleaseLibraries()
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 // Recover moves a failed lane onto a fresh stream of its device and makes
@@ -185,8 +207,12 @@ func (l *Lane) Recover(st cuda.Stream) error {
 	case st == nil || st.DeviceInstance() != l.dev.Info().Instance:
 		return rejected("recover", fmt.Errorf("%w: the new stream is not of the lane's device", ErrInvalidBatch))
 	}
+	l.tearDownLibraries() // made for the old stream: set up again on the new one
 	l.s = st
 	l.state, l.failure, l.tailFence = StateReady, nil, 0
+	for _, lib := range l.configured {
+		_ = l.SetUpLibrary(lib) // on failure, the library's next call tries again
+	}
 	clear(l.held)
 	l.held = l.held[:0]
 	return nil

@@ -83,6 +83,9 @@ func (l *Lane) finishPlan(p *plan, cmds []cache.Command) (*plan, error) {
 	if b.Path == PathEagerOnly {
 		p.disc.Candidates = nil
 	}
+	if err := l.setUpLibraries(b); err != nil {
+		return nil, rejected(op, err)
+	}
 	if err := l.prepare(p); err != nil {
 		return nil, rejected(op, err)
 	}
@@ -141,7 +144,7 @@ func (l *Lane) discoveryView(p *plan) []cache.Command {
 // but the stream cannot be trusted.
 func (l *Lane) prepare(p *plan) error {
 	b := &p.batch
-	enqueue := func(i int) error { return l.s.Enqueue(b.Entries[i].Command) }
+	enqueue := func(i int) error { return l.s.Enqueue(l.bind(b.Entries[i].Command)) }
 	var err error
 	p.rep, err = l.cache.Prepare(l.s, b.Tenant, p.disc.Candidates, l.quiescent(), enqueue)
 	l.observe(p.disc, p.rep)

@@ -293,7 +293,7 @@ func (q *enqueuing) invoke(i int) (int, error) {
 func (q *enqueuing) eager(i int) (int, error) {
 	l, e := q.l, q.p.batch.Entries[i]
 	if _, err := q.timed(q.p.batch.Timing >= TimingKernel, i, i+1, false, func() (*cache.Executable, error) {
-		return nil, l.s.Enqueue(e.Command)
+		return nil, l.s.Enqueue(l.bind(e.Command))
 	}); err != nil {
 		return i, err
 	}

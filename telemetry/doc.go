@@ -133,6 +133,7 @@
 //	lanes.lane.in_flight       gauge      {submission}  lanes.lane.id
 //	lanes.lane.queued          gauge      {batch}       lanes.lane.id
 //	lanes.cache.bytes          gauge      By            lanes.lane.id
+//	lanes.library.workspace.bytes gauge   By            lanes.lane.id (cuda.Library workspaces)
 //	lanes.transfer.h2d         counter    By            lanes.lane.id (staged input copied to the device)
 //	lanes.transfer.d2h         counter    By            lanes.lane.id (staged output read back)
 //	lanes.transfer.uploads     counter    {copy}        lanes.lane.id

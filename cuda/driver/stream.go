@@ -110,7 +110,7 @@ func (s *stream) launch(op string, cmd *cuda.Command) error {
 // validate checks a command against this device: structure, kernel and
 // buffers.
 func (s *stream) validate(op string, cmd cuda.Command) error {
-	return cuda.ValidateFor(op, cmd, s.dev.table.Load().kernels, func(b cuda.Buffer) error {
+	return cuda.ValidateEnqueue(op, cmd, s.dev.table.Load().kernels, func(b cuda.Buffer) error {
 		_, err := s.dev.lookup(op, b)
 		return err
 	})
@@ -172,6 +172,9 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 	return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown command kind %d", cmd.Kind)
 }
 
+// Native is the stream's CUstream (cuda.NativeStream).
+func (s *stream) Native() uintptr { return uintptr(unsafe.Pointer(s.s)) }
+
 // call runs a library call's Enqueue on this thread, which must have the
 // device's context current, handing it the raw CUstream: what it enqueues
 // there is the command's work (captured, when the stream captures). Its
@@ -185,7 +188,7 @@ func (s *stream) call(op string, lc *cuda.LibraryCall) error {
 	if err := d.check(op, bound(d.ctx), "library call "+lc.Name); err != nil {
 		return err
 	}
-	stream := uintptr(unsafe.Pointer(s.s))
+	stream := s.Native()
 	return cuda.RunCall(op, cuda.CodeDriverError, "library call", lc.Name, func() error { return lc.Enqueue(stream) })
 }
 

@@ -97,7 +97,7 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 			return err
 		}
 	}
-	return cuda.ValidateFor(op, cmd, kernelView{s.dev.kernels()}, func(b cuda.Buffer) error {
+	return cuda.ValidateEnqueue(op, cmd, kernelView{s.dev.kernels()}, func(b cuda.Buffer) error {
 		_, err := s.dev.lookup(op, b)
 		return err
 	})

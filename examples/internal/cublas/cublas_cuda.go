@@ -5,6 +5,7 @@ package cublas
 /*
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef int (*create_t)(void **);
@@ -13,12 +14,16 @@ typedef int (*sgemm_t)(void *, int, int, int, int, int, const float *, const flo
                        const float *, int, const float *, float *, int);
 typedef int (*saxpy_t)(void *, int, const float *, const float *, int, float *, int);
 typedef int (*stream_sync_t)(void *);
+typedef int (*destroy_t)(void *);
+typedef int (*set_workspace_t)(void *, void *, size_t);
 
 static create_t create_fn;
 static set_stream_t set_stream_fn;
 static sgemm_t sgemm_fn;
 static saxpy_t saxpy_fn;
 static stream_sync_t stream_sync_fn;
+static destroy_t destroy_fn;
+static set_workspace_t set_workspace_fn;
 
 // load opens libcublas and libcuda and finds their entry points: 0, or
 // -1 when no libcublas loads, -2 when an entry point is missing.
@@ -31,25 +36,37 @@ static int load(void) {
 	set_stream_fn = (set_stream_t)dlsym(lib, "cublasSetStream_v2");
 	sgemm_fn = (sgemm_t)dlsym(lib, "cublasSgemm_v2");
 	saxpy_fn = (saxpy_t)dlsym(lib, "cublasSaxpy_v2");
+	destroy_fn = (destroy_t)dlsym(lib, "cublasDestroy_v2");
+	set_workspace_fn = (set_workspace_t)dlsym(lib, "cublasSetWorkspace_v2");
 	void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (cuda != NULL) stream_sync_fn = (stream_sync_t)dlsym(cuda, "cuStreamSynchronize");
-	return create_fn && set_stream_fn && sgemm_fn && saxpy_fn && stream_sync_fn ? 0 : -2;
+	return create_fn && set_stream_fn && sgemm_fn && saxpy_fn && stream_sync_fn && destroy_fn && set_workspace_fn ? 0 : -2;
 }
 
 static int create_handle(void **h) { return create_fn(h); }
+static int destroy_handle(void *h) { return destroy_fn(h); }
+
+// bind points the handle at stream and, when bytes is not 0, at the
+// workspace (cublasSetStream resets the workspace to cuBLAS's own pool,
+// so the workspace is set after it, every time).
+static int bind(void *h, uintptr_t stream, uint64_t ws, uint64_t bytes) {
+	int r = set_stream_fn(h, (void *)stream);
+	if (r != 0 || bytes == 0) return r;
+	return set_workspace_fn(h, (void *)ws, (size_t)bytes);
+}
 
 // gemm is row-major C(m×n) = A(m×k)·B(k×n): column-major C^T = B^T·A^T.
-static int gemm(void *h, uintptr_t stream, int m, int n, int k, uint64_t a, uint64_t b, uint64_t c) {
+static int gemm(void *h, uintptr_t stream, uint64_t ws, uint64_t bytes, int m, int n, int k, uint64_t a, uint64_t b, uint64_t c) {
 	float alpha = 1.0f, beta = 0.0f;
-	int r = set_stream_fn(h, (void *)stream);
+	int r = bind(h, stream, ws, bytes);
 	if (r != 0) return r;
 	return sgemm_fn(h, 0, 0, n, m, k, &alpha, (const float *)b, n, (const float *)a, k, &beta, (float *)c, n);
 }
 
 // axpy is y = a*x + y over n floats (a read at the call, so a capture
 // keeps its value).
-static int axpy(void *h, uintptr_t stream, int n, float a, uint64_t x, uint64_t y) {
-	int r = set_stream_fn(h, (void *)stream);
+static int axpy(void *h, uintptr_t stream, uint64_t ws, uint64_t bytes, int n, float a, uint64_t x, uint64_t y) {
+	int r = bind(h, stream, ws, bytes);
 	if (r != 0) return r;
 	return saxpy_fn(h, n, &a, (const float *)x, 1, (float *)y, 1);
 }
@@ -79,9 +96,15 @@ func Load() error {
 	return loadErr
 }
 
-// Handle is a cuBLAS handle. Its calls set its stream first: calls of one
-// handle on several streams must not overlap (hold a lock around each).
-type Handle struct{ p unsafe.Pointer }
+// Handle is a cuBLAS handle. Its calls set its stream first (and its
+// workspace after, when it has one: SetWorkspace): calls of one handle on
+// several streams must not overlap, so make one handle per stream (per
+// lane: a cuda.Library's Setup) rather than share one.
+type Handle struct {
+	p               unsafe.Pointer
+	workspace       uint64
+	workspaceLength uint64
+}
 
 // NewHandle loads cuBLAS and makes a handle, on the calling thread, which
 // must have the device's context current and must not be capturing (the
@@ -97,9 +120,27 @@ func NewHandle() (Handle, error) {
 	return h, nil
 }
 
+// SetWorkspace gives the handle's calls the device memory at addr, bytes
+// long, as their workspace, instead of cuBLAS's own pool (which it may
+// grow by allocating, which a capture refuses). It returns the handle so
+// set up.
+func (h Handle) SetWorkspace(addr, bytes uint64) Handle {
+	h.workspace, h.workspaceLength = addr, bytes
+	return h
+}
+
+// Destroy releases the handle (cublasDestroy, which synchronizes the
+// device).
+func (h Handle) Destroy() error {
+	if r := C.destroy_handle(h.p); r != 0 {
+		return fmt.Errorf("cublas: cublasDestroy: status %d", int(r))
+	}
+	return nil
+}
+
 // Sgemm enqueues row-major C(m×n) = A(m×k)·B(k×n) on stream.
 func (h Handle) Sgemm(stream uintptr, m, n, k int, a, b, c uint64) error {
-	if r := C.gemm(h.p, C.uintptr_t(stream), C.int(m), C.int(n), C.int(k), C.uint64_t(a), C.uint64_t(b), C.uint64_t(c)); r != 0 {
+	if r := C.gemm(h.p, C.uintptr_t(stream), C.uint64_t(h.workspace), C.uint64_t(h.workspaceLength), C.int(m), C.int(n), C.int(k), C.uint64_t(a), C.uint64_t(b), C.uint64_t(c)); r != 0 {
 		return fmt.Errorf("cublas: cublasSgemm: status %d", int(r))
 	}
 	return nil
@@ -107,7 +148,7 @@ func (h Handle) Sgemm(stream uintptr, m, n, k int, a, b, c uint64) error {
 
 // Saxpy enqueues y = alpha·x + y over n float32s on stream.
 func (h Handle) Saxpy(stream uintptr, n int, alpha float32, x, y uint64) error {
-	if r := C.axpy(h.p, C.uintptr_t(stream), C.int(n), C.float(alpha), C.uint64_t(x), C.uint64_t(y)); r != 0 {
+	if r := C.axpy(h.p, C.uintptr_t(stream), C.uint64_t(h.workspace), C.uint64_t(h.workspaceLength), C.int(n), C.float(alpha), C.uint64_t(x), C.uint64_t(y)); r != 0 {
 		return fmt.Errorf("cublas: cublasSaxpy: status %d", int(r))
 	}
 	return nil
