@@ -133,9 +133,12 @@ func LaunchKey(providerFingerprint string, c cuda.Command) ProviderKey {
 	}
 	b.U64(uint64(len(c.Args)))
 	for _, a := range c.Args {
-		if a.Kind == cuda.ParamScalar {
+		switch a.Kind {
+		case cuda.ParamScalar:
 			b.U32(uint32(a.Elem)).U64(a.Bits)
-		} else {
+		case cuda.ParamStruct:
+			b.U32(1 << 16).Bytes([]byte(a.Struct)) // the element-type tags stay below 1<<16
+		default:
 			b.U32(0)
 		}
 	}

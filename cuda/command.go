@@ -10,12 +10,32 @@ import (
 	"unicode/utf8"
 )
 
-// Arg is one kernel argument: a buffer region or a scalar.
+// Arg is one kernel argument: a buffer region, a scalar or a struct's
+// bytes.
 type Arg struct {
 	Kind   ParamKind
 	Region Region      // for ParamBuffer
 	Elem   ElementType // for ParamScalar
 	Bits   uint64      // for ParamScalar: the value's bits, zero-extended
+	// Struct is a ParamStruct's bytes, as the C struct lies in memory
+	// (little-endian, with its padding): a string, so an Arg stays a
+	// comparable value and the bytes cannot change after the launch is
+	// built.
+	Struct string
+}
+
+// StructArg passes a struct by value: its bytes, copied, exactly as the
+// kernel's C type lies in memory (sizeof bytes, padding included).
+func StructArg(b []byte) Arg { return Arg{Kind: ParamStruct, Struct: string(b)} }
+
+// F16Arg passes a float32 as a half-precision scalar (__half), rounded to
+// nearest even.
+func F16Arg(v float32) Arg { return Arg{Kind: ParamScalar, Elem: F16, Bits: uint64(Float16Bits(v))} }
+
+// BF16Arg passes a float32 as a bfloat16 scalar (__nv_bfloat16), rounded
+// to nearest even.
+func BF16Arg(v float32) Arg {
+	return Arg{Kind: ParamScalar, Elem: BF16, Bits: uint64(BFloat16Bits(v))}
 }
 
 // BufferArg passes a region to a buffer parameter.
@@ -61,6 +81,17 @@ func (a Arg) U64() uint64 { return a.Bits }
 // F64 reads a scalar argument's 8 bytes as a float64 (no conversion: a
 // value passed with F64Arg).
 func (a Arg) F64() float64 { return math.Float64frombits(a.Bits) }
+
+// F16 reads a scalar argument's low 2 bytes as a half (F16Arg), widened
+// to float32 exactly.
+func (a Arg) F16() float32 { return Float16From(uint16(a.Bits)) }
+
+// BF16 reads a scalar argument's low 2 bytes as a bfloat16 (BF16Arg),
+// widened to float32 exactly.
+func (a Arg) BF16() float32 { return math.Float32frombits(uint32(uint16(a.Bits)) << 16) }
+
+// StructBytes is a struct argument's bytes (a copy).
+func (a Arg) StructBytes() []byte { return []byte(a.Struct) }
 
 // CommandKind is the kind of a device command.
 type CommandKind uint8
@@ -254,8 +285,13 @@ func (a Arg) validate(i int) error {
 		if !a.Elem.Valid() {
 			return contractf("launch", ErrElementType, "argument %d is a scalar of undefined element type", i)
 		}
-		if a.Bits>>(8*a.Elem.Size()) != 0 {
+		if a.Elem.Size() < 8 && a.Bits>>(8*a.Elem.Size()) != 0 {
 			return contractf("launch", ErrInvalidCommand, "argument %d: %v scalar has bits beyond its %d bytes", i, a.Elem, a.Elem.Size())
+		}
+		return nil
+	case ParamStruct:
+		if len(a.Struct) == 0 || len(a.Struct) > MaxStructBytes {
+			return contractf("launch", ErrInvalidCommand, "argument %d: a struct of %d bytes; pass 1 to %d (cuda.StructArg)", i, len(a.Struct), MaxStructBytes)
 		}
 		return nil
 	}
@@ -287,10 +323,19 @@ func (c Command) ValidateLaunch(k *KernelSpec) error {
 		a := c.Args[i]
 		if a.Kind != p.Kind {
 			want := "a buffer region (cuda.BufferArg)"
-			if p.Kind == ParamScalar {
+			switch p.Kind {
+			case ParamScalar:
 				want = "a scalar"
+			case ParamStruct:
+				want = fmt.Sprintf("a struct of %d bytes (cuda.StructArg)", p.Size)
 			}
 			return contractf(op, ErrElementType, "kernel %s argument %d (%s) must be %s", k.Name, i, p.Name, want)
+		}
+		if a.Kind == ParamStruct {
+			if len(a.Struct) != int(p.Size) {
+				return contractf(op, ErrElementType, "kernel %s argument %d (%s) is a struct of %d bytes (sizeof, padding included), got %d", k.Name, i, p.Name, p.Size, len(a.Struct))
+			}
+			continue
 		}
 		got := a.Elem
 		if a.Kind == ParamBuffer {

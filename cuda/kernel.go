@@ -4,14 +4,23 @@ package cuda
 
 import "fmt"
 
-// ParamKind says whether a kernel parameter is a device buffer or a scalar.
+// ParamKind says whether a kernel parameter is a device buffer, a scalar or
+// a struct passed by value.
 type ParamKind uint8
 
 // The kinds of kernel parameters.
 const (
 	ParamBuffer ParamKind = iota + 1
 	ParamScalar
+	// ParamStruct is a struct (or vector, or array wrapper) passed by
+	// value: Param.Size bytes aligned to Param.Align, as the compiler lays
+	// it out (sizeof and alignof of the C type). Its argument is the
+	// struct's bytes (StructArg).
+	ParamStruct
 )
+
+// MaxStructBytes is the largest struct a parameter may pass by value.
+const MaxStructBytes = 4096
 
 // Access is how a kernel uses a buffer parameter.
 type Access uint8
@@ -39,13 +48,17 @@ func (a Access) String() string {
 	return fmt.Sprintf("access(%d)", uint8(a))
 }
 
-// Param is one kernel parameter: its name, kind, element type and, for
-// buffers, its access.
+// Param is one kernel parameter: its name, kind, element type (of a buffer
+// or a scalar) and, for buffers, its access; for a struct passed by value,
+// its size and alignment in bytes instead of an element type.
 type Param struct {
 	Name   string
 	Kind   ParamKind
 	Elem   ElementType
 	Access Access
+	// Size and Align are a ParamStruct's sizeof and alignof: Size 1 to
+	// MaxStructBytes, a multiple of Align, a power of two up to 256.
+	Size, Align uint32
 }
 
 // KernelSpec is the launch contract of one kernel: its name (the symbol in

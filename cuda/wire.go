@@ -39,9 +39,13 @@ func (c Command) MarshalBinary() ([]byte, error) {
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(c.Args)))
 		for _, a := range c.Args {
 			b = append(b, byte(a.Kind))
-			if a.Kind == ParamBuffer {
+			switch a.Kind {
+			case ParamBuffer:
 				b = appendRegion(b, a.Region)
-			} else {
+			case ParamStruct:
+				b = binary.LittleEndian.AppendUint16(b, uint16(len(a.Struct)))
+				b = append(b, a.Struct...)
+			default:
 				b = append(b, byte(a.Elem))
 				b = binary.LittleEndian.AppendUint64(b, a.Bits)
 			}
@@ -102,9 +106,12 @@ func (c *Command) UnmarshalBinary(data []byte) error {
 		}
 		for i := 0; i < nargs && d.err == nil; i++ {
 			a := Arg{Kind: ParamKind(d.u8())}
-			if a.Kind == ParamBuffer {
+			switch a.Kind {
+			case ParamBuffer:
 				a.Region = d.region()
-			} else {
+			case ParamStruct:
+				a.Struct = string(d.bytes(int(d.u16())))
+			default:
 				a.Elem = ElementType(d.u8())
 				a.Bits = d.u64()
 			}

@@ -147,7 +147,7 @@ func sameArgs(a, b []cuda.Arg) bool {
 	}
 	for i := range a {
 		x, y := &a[i], &b[i]
-		if x.Kind != y.Kind || x.Bits != y.Bits || x.Elem != y.Elem || !sameRegion(&x.Region, &y.Region) {
+		if x.Kind != y.Kind || x.Bits != y.Bits || x.Elem != y.Elem || !sameRegion(&x.Region, &y.Region) || x.Struct != y.Struct {
 			return false
 		}
 	}

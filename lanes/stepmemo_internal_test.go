@@ -99,6 +99,8 @@ func TestMemoComparesEveryField(t *testing.T) {
 				leaf.SetUint(leaf.Uint() + 1)
 			case reflect.Int, reflect.Int32, reflect.Int64:
 				leaf.SetInt(leaf.Int() + 1)
+			case reflect.String:
+				leaf.SetString(leaf.String() + "x")
 			default:
 				t.Fatalf("%s is a %v: teach this test (and the memo's comparison) that kind", path.name, leaf.Kind())
 			}

@@ -18,7 +18,7 @@ func commandToWire(c cuda.Command) *wirepb.Command {
 		Staging: &wirepb.HostRegion{Device: c.Staging.Buffer.Device, Id: c.Staging.Buffer.ID, Size: c.Staging.Buffer.Size,
 			Offset: c.Staging.Offset, Length: c.Staging.Length}}
 	for _, a := range c.Args {
-		w.Args = append(w.Args, &wirepb.Arg{Kind: uint32(a.Kind), Region: regionToWire(a.Region), Elem: uint32(a.Elem), Bits: a.Bits})
+		w.Args = append(w.Args, &wirepb.Arg{Kind: uint32(a.Kind), Region: regionToWire(a.Region), Elem: uint32(a.Elem), Bits: a.Bits, Value: []byte(a.Struct)})
 	}
 	if c.Kind == cuda.KindCall && c.LibraryCall != nil {
 		w.Call = callToWire(c.LibraryCall)
@@ -74,7 +74,7 @@ func commandFromWire(w *wirepb.Command, d decoding) (cuda.Command, error) {
 		if err != nil {
 			return cuda.Command{}, err
 		}
-		c.Args = append(c.Args, cuda.Arg{Kind: cuda.ParamKind(a.Kind), Region: r, Elem: cuda.ElementType(a.Elem), Bits: a.Bits})
+		c.Args = append(c.Args, cuda.Arg{Kind: cuda.ParamKind(a.Kind), Region: r, Elem: cuda.ElementType(a.Elem), Bits: a.Bits, Struct: string(a.Value)})
 	}
 	return c, nil
 }

@@ -32,6 +32,18 @@ static CUresult lanes_launch(CUcontext ctx, CUfunction fn, unsigned gx, unsigned
 	return cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, s, argp, NULL);
 }
 
+// lanes_launch_structs is lanes_launch for a launch with structs passed by
+// value: parameter i points into blob at offs[i] when offs[i] >= 0.
+static CUresult lanes_launch_structs(CUcontext ctx, CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned shared, CUstream s, uint64_t *argv, int n,
+		unsigned char *blob, int *offs) {
+	CUresult r = lanes_bound(ctx);
+	if (r != CUDA_SUCCESS) return r;
+	void *argp[64];
+	for (int i = 0; i < n && i < 64; i++) argp[i] = offs[i] >= 0 ? (void *)(blob + offs[i]) : (void *)&argv[i];
+	return cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, s, argp, NULL);
+}
+
 static CUresult lanes_graph_launch(CUcontext ctx, CUgraphExec x, CUstream s) {
 	CUresult r = lanes_bound(ctx);
 	return r != CUDA_SUCCESS ? r : cuGraphLaunch(x, s);
@@ -268,6 +280,15 @@ func launchKernel(ctx cContext, fn cFunction, cfg cuda.LaunchConfig, s cStream, 
 	g, b := cfg.Grid, cfg.Block
 	return C.lanes_launch(ctx, fn, C.uint(g.X), C.uint(g.Y), C.uint(g.Z), C.uint(b.X), C.uint(b.Y), C.uint(b.Z),
 		C.uint(cfg.SharedBytes), s, p, C.int(len(argv)))
+}
+
+// launchKernelStructs is launchKernel for a launch passing structs by
+// value: offs[i] >= 0 says parameter i's bytes are blob[offs[i]:].
+func launchKernelStructs(ctx cContext, fn cFunction, cfg cuda.LaunchConfig, s cStream, argv []uint64, blob []byte, offs []int32) cResult {
+	g, b := cfg.Grid, cfg.Block
+	return C.lanes_launch_structs(ctx, fn, C.uint(g.X), C.uint(g.Y), C.uint(g.Z), C.uint(b.X), C.uint(b.Y), C.uint(b.Z),
+		C.uint(cfg.SharedBytes), s, (*C.uint64_t)(unsafe.Pointer(&argv[0])), C.int(len(argv)),
+		(*C.uchar)(unsafe.Pointer(&blob[0])), (*C.int)(unsafe.Pointer(&offs[0])))
 }
 
 func graphLaunch(ctx cContext, x cGraphExec, s cStream) cResult {

@@ -110,24 +110,23 @@ func (d *Device) resolve(m kernels.Module, name string, mod cu.Module) (*kernels
 // view of the function: their count and each one's size. A driver older
 // than CUDA 12.4 cannot say; the declaration is then trusted.
 func checkParams(module string, spec *cuda.KernelSpec, fn cFunction) error {
-	for i, p := range spec.Params {
+	const seen = "the driver sees"
+	for i := range spec.Params {
 		offset, size, r := paramInfo(fn, i)
 		switch {
 		case r == resultNotSupported:
 			return nil
 		case r == resultInvalidValue:
-			return fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but the driver sees %d; declare the function's parameters exactly, in order",
-				kernels.ErrInvalidModule, spec.Name, module, len(spec.Params), i)
+			return kernels.TooFewParams(module, spec, i, seen)
 		case r != 0:
 			return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
-		case size != kernels.ParamSize(p):
-			return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the driver sees %d B at offset %d%s",
-				kernels.ErrInvalidModule, spec.Name, module, i, p.Name, kernels.DescribeParam(p), kernels.ParamSize(p), size, offset, kernels.WideParamHint(size))
+		}
+		if err := kernels.CheckParam(module, spec, i, size, offset, seen); err != nil {
+			return err
 		}
 	}
 	if _, size, r := paramInfo(fn, len(spec.Params)); r == 0 {
-		return fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but the driver sees more (parameter %d: %d B); declare every parameter",
-			kernels.ErrInvalidModule, spec.Name, module, len(spec.Params), len(spec.Params), size)
+		return kernels.TooManyParams(module, spec, size, seen)
 	}
 	return nil
 }

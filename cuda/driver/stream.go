@@ -22,6 +22,7 @@ type stream struct {
 	s         cStream
 	destroyed bool
 	argv      [cuda.MaxArgs]uint64 // launch arguments, reused: the stream has one owner
+	blob      []byte               // structs passed by value, reused likewise
 
 	// pins holds the staging memory of uploads recorded by the current
 	// capture; EndCapture hands it to the graph, with the handles its
@@ -94,12 +95,19 @@ func (s *stream) launch(op string, cmd *cuda.Command) error {
 		s.capHandles.Add(*cmd)
 	}
 	n := len(cmd.Args)
+	structs := false
 	for i, a := range cmd.Args {
-		if a.Kind == cuda.ParamBuffer {
+		switch a.Kind {
+		case cuda.ParamBuffer:
 			s.argv[i] = a.Region.Addr()
-		} else {
+		case cuda.ParamStruct:
+			structs = true
+		default:
 			s.argv[i] = a.Bits
 		}
+	}
+	if structs {
+		return s.launchStructs(op, cmd)
 	}
 	if r := launchKernel(d.ctx, s.last.fn, cmd.Config, s.s, s.argv[:n]); r != 0 {
 		return d.check(op, r, "cuLaunchKernel "+cmd.Kernel)
@@ -170,6 +178,28 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 		return s.call(op, cmd.LibraryCall)
 	}
 	return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown command kind %d", cmd.Kind)
+}
+
+// launchStructs issues a launch that passes structs by value: their
+// bytes are laid in the stream's blob (the driver copies every parameter
+// when it launches or captures, so the blob is reused), the rest in argv.
+func (s *stream) launchStructs(op string, cmd *cuda.Command) error {
+	s.blob = s.blob[:0]
+	offs := make([]int32, len(cmd.Args))
+	for i, a := range cmd.Args {
+		offs[i] = -1
+		if a.Kind == cuda.ParamStruct {
+			for len(s.blob)%16 != 0 { // every struct aligned as any C type needs
+				s.blob = append(s.blob, 0)
+			}
+			offs[i] = int32(len(s.blob))
+			s.blob = append(s.blob, a.Struct...)
+		}
+	}
+	if r := launchKernelStructs(s.dev.ctx, s.last.fn, cmd.Config, s.s, s.argv[:len(cmd.Args)], s.blob, offs); r != 0 {
+		return s.dev.check(op, r, "cuLaunchKernel "+cmd.Kernel)
+	}
+	return nil
 }
 
 // Native is the stream's CUstream (cuda.NativeStream).

@@ -96,10 +96,15 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 			return fmt.Errorf("%w: kernel %q parameter %d has no name; name it so errors can say which is wrong", ErrInvalidModule, name, i)
 		case slices.ContainsFunc(k.Spec.Params[:i], func(q cuda.Param) bool { return q.Name == p.Name }):
 			return fmt.Errorf("%w: kernel %q declares parameter %q twice; each parameter has its own name", ErrInvalidModule, name, p.Name)
-		case p.Kind == cuda.ParamScalar && p.Access != 0:
-			return fmt.Errorf("%w: kernel %q scalar parameter %d (%s) declares access %s; only a buffer has one", ErrInvalidModule, name, i, p.Name, p.Access)
-		case p.Kind != cuda.ParamBuffer && p.Kind != cuda.ParamScalar:
-			return fmt.Errorf("%w: kernel %q parameter %d (%s) has kind %d; use cuda.ParamBuffer or cuda.ParamScalar", ErrInvalidModule, name, i, p.Name, p.Kind)
+		case p.Kind != cuda.ParamBuffer && p.Access != 0:
+			return fmt.Errorf("%w: kernel %q parameter %d (%s) declares access %s; only a buffer has one", ErrInvalidModule, name, i, p.Name, p.Access)
+		case p.Kind != cuda.ParamBuffer && p.Kind != cuda.ParamScalar && p.Kind != cuda.ParamStruct:
+			return fmt.Errorf("%w: kernel %q parameter %d (%s) has kind %d; use cuda.ParamBuffer, cuda.ParamScalar or cuda.ParamStruct", ErrInvalidModule, name, i, p.Name, p.Kind)
+		case p.Kind == cuda.ParamStruct:
+			if p.Size == 0 || p.Size > cuda.MaxStructBytes || p.Align == 0 || p.Align&(p.Align-1) != 0 || p.Align > 256 || p.Size%p.Align != 0 {
+				return fmt.Errorf("%w: kernel %q struct parameter %d (%s) declares %d B aligned to %d; a struct is 1 to %d B, its alignment a power of two up to 256 dividing its size (sizeof and alignof of the C type)",
+					ErrInvalidModule, name, i, p.Name, p.Size, p.Align, cuda.MaxStructBytes)
+			}
 		case !p.Elem.Valid():
 			return fmt.Errorf("%w: kernel %q parameter %d (%s) has no valid element type", ErrInvalidModule, name, i, p.Name)
 		case p.Kind == cuda.ParamBuffer && !slices.Contains([]cuda.Access{cuda.AccessRead, cuda.AccessWrite, cuda.AccessReadWrite}, p.Access):
@@ -151,10 +156,14 @@ func (r Registry) Clone() Registry {
 }
 
 // ParamSize is the size in bytes the driver gives a parameter of this
-// declaration: a buffer is a device pointer, a scalar its element's size.
+// declaration: a buffer is a device pointer, a scalar its element's size,
+// a struct its declared size.
 func ParamSize(p cuda.Param) uint64 {
-	if p.Kind == cuda.ParamBuffer {
+	switch p.Kind {
+	case cuda.ParamBuffer:
 		return 8
+	case cuda.ParamStruct:
+		return uint64(p.Size)
 	}
 	return p.Elem.Size()
 }

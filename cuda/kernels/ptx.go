@@ -17,6 +17,9 @@ import (
 type Entry struct {
 	Name       string
 	ParamSizes []uint64
+	// ParamOffsets are where each parameter lies in the parameter buffer:
+	// each aligned to its type's size, or to its .align.
+	ParamOffsets []uint64
 	// MaxBlockThreads is the most threads a block may have: the product of
 	// .maxntid's sizes, or of .reqntid's; 0 where the image sets neither.
 	MaxBlockThreads uint64
@@ -70,15 +73,19 @@ func ReadPTX(image []byte) (map[string]Entry, bool, error) {
 			return nil, true, fmt.Errorf("%w: the PTX image has two entries named %s", ErrInvalidModule, name)
 		}
 		e := Entry{Name: name}
+		var used uint64 // the parameter buffer's bytes so far
 		for _, decl := range strings.Split(rest[open+1:open+closing], ",") {
 			if strings.TrimSpace(decl) == "" {
 				continue
 			}
-			size, err := paramBytes(decl)
+			size, align, err := paramBytes(decl)
 			if err != nil {
 				return nil, true, fmt.Errorf("%w: PTX entry %s: %v", ErrInvalidModule, name, err)
 			}
+			offset := (used + align - 1) &^ (align - 1)
 			e.ParamSizes = append(e.ParamSizes, size)
+			e.ParamOffsets = append(e.ParamOffsets, offset)
+			used = offset + size
 		}
 		rest = rest[open+closing+1:]
 		// The performance directives between ')' and the body.
@@ -168,16 +175,18 @@ var ptxTypeBytes = map[string]uint64{
 	".b64": 8, ".u64": 8, ".s64": 8, ".f64": 8,
 }
 
-// paramBytes is the size of one .param declaration: its type's size, times
-// its array length (a struct passed by value is .align N .b8 name[size]).
-func paramBytes(decl string) (uint64, error) {
+// paramBytes is the size and alignment of one .param declaration: its
+// type's size, times its array length (a struct passed by value is
+// .align N .b8 name[size]), aligned to its .align, else to its type's
+// size.
+func paramBytes(decl string) (size, align uint64, err error) {
 	fields := strings.Fields(decl)
 	if len(fields) < 3 || fields[0] != ".param" {
-		return 0, fmt.Errorf("parameter %s is not a .param declaration", quote(decl))
+		return 0, 0, fmt.Errorf("parameter %s is not a .param declaration", quote(decl))
 	}
-	var size uint64
 	lanes := uint64(1)
-	for _, f := range fields[1 : len(fields)-1] {
+	for i := 1; i < len(fields)-1; i++ {
+		f := fields[i]
 		if n, ok := ptxTypeBytes[f]; ok {
 			size = n
 		}
@@ -186,21 +195,31 @@ func paramBytes(decl string) (uint64, error) {
 			lanes = 2
 		case ".v4":
 			lanes = 4
+		case ".align":
+			n, perr := strconv.ParseUint(fields[i+1], 10, 32)
+			if perr != nil || n == 0 || n&(n-1) != 0 {
+				return 0, 0, fmt.Errorf("parameter %s has an .align that is not a power of two", quote(decl))
+			}
+			align = n
+			i++
 		}
 	}
 	if size == 0 {
-		return 0, fmt.Errorf("parameter %s has no type of known size", quote(decl))
+		return 0, 0, fmt.Errorf("parameter %s has no type of known size", quote(decl))
+	}
+	if align == 0 {
+		align = size * lanes
 	}
 	size *= lanes
 	name := fields[len(fields)-1]
 	if open := strings.IndexByte(name, '['); open >= 0 {
-		n, err := strconv.ParseUint(strings.TrimSuffix(name[open+1:], "]"), 10, 32)
-		if err != nil || n == 0 || !strings.HasSuffix(name, "]") {
-			return 0, fmt.Errorf("parameter %s has no readable array length (1 or more)", quote(name))
+		n, perr := strconv.ParseUint(strings.TrimSuffix(name[open+1:], "]"), 10, 32)
+		if perr != nil || n == 0 || !strings.HasSuffix(name, "]") {
+			return 0, 0, fmt.Errorf("parameter %s has no readable array length (1 or more)", quote(name))
 		}
 		size *= n
 	}
-	return size, nil
+	return size, align, nil
 }
 
 // readBounds reads .maxntid and .reqntid among an entry's directives.
@@ -249,38 +268,73 @@ func (m Module) CheckImage() (map[string]Entry, bool, error) {
 		if !found {
 			return nil, true, fmt.Errorf("%w: module %q has no kernel %q (declare it extern \"C\" so its name is not mangled)", ErrInvalidModule, m.Name, name)
 		}
-		for i, p := range spec.Params {
+		for i := range spec.Params {
 			if i >= len(e.ParamSizes) {
-				return nil, true, fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but the image has %d; declare the function's parameters exactly, in order",
-					ErrInvalidModule, name, m.Name, len(spec.Params), len(e.ParamSizes))
+				return nil, true, TooFewParams(m.Name, spec, i, "the image has")
 			}
-			if got := ParamSize(p); got != e.ParamSizes[i] {
-				return nil, true, fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but the image has %d B there%s",
-					ErrInvalidModule, name, m.Name, i, p.Name, DescribeParam(p), got, e.ParamSizes[i], WideParamHint(e.ParamSizes[i]))
+			if err := CheckParam(m.Name, spec, i, e.ParamSizes[i], e.ParamOffsets[i], "the image has"); err != nil {
+				return nil, true, err
 			}
 		}
 		if len(e.ParamSizes) > len(spec.Params) {
-			return nil, true, fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but the image has more (parameter %d: %d B); declare every parameter",
-				ErrInvalidModule, name, m.Name, len(spec.Params), len(spec.Params), e.ParamSizes[len(spec.Params)])
+			return nil, true, TooManyParams(m.Name, spec, e.ParamSizes[len(spec.Params)], "the image has")
 		}
 	}
 	return entries, true, nil
 }
 
-// WideParamHint is what an error about a parameter of size bytes adds
-// when no declaration can match it: a struct (or vector) passed by value,
-// wider than any scalar.
-func WideParamHint(size uint64) string {
-	if size <= 8 {
+// The checks of declared parameters against what a module's image holds,
+// shared by both backends (the real one reads sizes and offsets from the
+// driver, cuFuncGetParamInfo; the simulated one from the PTX) so that the
+// same wrong declaration is refused with the same error. seen says where
+// the sizes came from ("the image has", "the driver sees").
+
+// CheckParam compares declared parameter i with its size and offset in
+// the image: the sizes must be equal, and a struct's declared alignment
+// must divide its offset.
+func CheckParam(module string, spec *cuda.KernelSpec, i int, size, offset uint64, seen string) error {
+	p := spec.Params[i]
+	if got := ParamSize(p); got != size {
+		return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but %s %d B there%s",
+			ErrInvalidModule, spec.Name, module, i, p.Name, DescribeParam(p), got, seen, size, wideParamHint(p, size))
+	}
+	if p.Kind == cuda.ParamStruct && offset%uint64(p.Align) != 0 {
+		return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, but %s it at offset %d, which is not a multiple of its alignment; declare alignof of the C type",
+			ErrInvalidModule, spec.Name, module, i, p.Name, DescribeParam(p), seen, offset)
+	}
+	return nil
+}
+
+// TooFewParams is the error for a declaration of more parameters than the
+// image's function has (it has have).
+func TooFewParams(module string, spec *cuda.KernelSpec, have int, seen string) error {
+	return fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but %s %d; declare the function's parameters exactly, in order",
+		ErrInvalidModule, spec.Name, module, len(spec.Params), seen, have)
+}
+
+// TooManyParams is the error for a declaration of fewer parameters than
+// the image's function has (the first undeclared one of next bytes).
+func TooManyParams(module string, spec *cuda.KernelSpec, next uint64, seen string) error {
+	return fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but %s more (parameter %d: %d B); declare every parameter",
+		ErrInvalidModule, spec.Name, module, len(spec.Params), seen, len(spec.Params), next)
+}
+
+// wideParamHint is what an error about a parameter of size bytes adds
+// when it is wider than any scalar and not declared a struct.
+func wideParamHint(p cuda.Param, size uint64) string {
+	if size <= 8 || p.Kind == cuda.ParamStruct {
 		return ""
 	}
-	return fmt.Sprintf(" (a struct or vector passed by value: a parameter of %d B cannot be declared yet; pass a pointer to it in a buffer, or split it into scalar parameters in the kernel's source)", size)
+	return fmt.Sprintf(" (a struct or vector passed by value: declare it cuda.ParamStruct with Size %d and its alignment, and pass cuda.StructArg)", size)
 }
 
 // DescribeParam says what a declared parameter is.
 func DescribeParam(p cuda.Param) string {
-	if p.Kind == cuda.ParamBuffer {
+	switch p.Kind {
+	case cuda.ParamBuffer:
 		return fmt.Sprintf("a %v buffer (a device pointer)", p.Elem)
+	case cuda.ParamStruct:
+		return fmt.Sprintf("a struct of %d B aligned to %d", p.Size, p.Align)
 	}
 	return fmt.Sprintf("a %v scalar", p.Elem)
 }

@@ -1,42 +1,37 @@
 //go:build cuda
 
-// cuBLAS on the real device, loaded at run time (examples/internal/cublas).
+// cuBLAS on the real device, loaded at run time (examples/internal/cublas):
+// one handle per lane, made by the library's per-lane Setup.
 
 package main
 
 import (
-	"sync"
-
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/driver"
 	"github.com/lanesched/lanes/examples/internal/cublas"
 )
 
-var (
-	handleOnce sync.Once
-	handleErr  error
-	handleMu   sync.Mutex // one handle: set stream + sgemm together
-	handle     cublas.Handle
-)
+// cublasWorkspace is each lane's cuBLAS workspace: what NVIDIA suggests for
+// Hopper (32 MiB), so cuBLAS never grows its own pool during a capture.
+const cublasWorkspace = 32 << 20
 
-// loadCublas loads libcublas and creates one handle, on the calling thread
-// (which has the device's context current: a library call's Enqueue runs
-// on the lane's bound thread).
-func loadCublas() error {
-	handleOnce.Do(func() { handle, handleErr = cublas.NewHandle() })
-	return handleErr
+// cublasSetup makes the lane's handle, on its bound thread, pointed at the
+// lane's workspace (cublas.Handle.SetWorkspace sets it on every call, after
+// the stream: setting a stream resets cuBLAS's workspace).
+func cublasSetup(l cuda.LibraryLane) (any, error) {
+	h, err := cublas.NewHandle()
+	if err != nil {
+		return nil, err
+	}
+	return h.SetWorkspace(l.Workspace.Addr(), l.Workspace.Length), nil
 }
 
-// cublasSgemm enqueues C = A·B with cuBLAS on the stream it is given.
-func cublasSgemm(a, b, c uint64, m, n, k int) func(stream uintptr) error {
-	return func(stream uintptr) error {
-		if err := loadCublas(); err != nil {
-			return err
-		}
-		handleMu.Lock()
-		defer handleMu.Unlock()
-		return handle.Sgemm(stream, m, n, k, a, b, c)
-	}
+// cublasTeardown destroys the lane's handle.
+func cublasTeardown(l cuda.LibraryLane) error { return l.State.(cublas.Handle).Destroy() }
+
+// cublasSgemm enqueues C = A·B with the lane's cuBLAS handle on its stream.
+func cublasSgemm(a, b, c uint64, m, n, k int) func(cuda.LibraryLane) error {
+	return func(l cuda.LibraryLane) error { return l.State.(cublas.Handle).Sgemm(l.Stream, m, n, k, a, b, c) }
 }
 
 // syncingCall is a library call that breaks a capture rule: it

@@ -10,8 +10,18 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 )
 
-// cublasSgemm is nil here: the simulated device runs the reference.
-func cublasSgemm(a, b, c uint64, m, n, k int) func(stream uintptr) error { return nil }
+// cublasWorkspace is each lane's workspace on the simulated device: the
+// reference does not use it, but every lane still has its own.
+const cublasWorkspace = 64 << 10
+
+// cublasSetup, cublasTeardown and cublasSgemm are nil here: the simulated
+// device runs the reference, and there is no handle to make.
+var (
+	cublasSetup    func(cuda.LibraryLane) (any, error)
+	cublasTeardown func(cuda.LibraryLane) error
+)
+
+func cublasSgemm(a, b, c uint64, m, n, k int) func(cuda.LibraryLane) error { return nil }
 
 // syncingCall is nil here: the simulated device has no capture rule a Go
 // reference could break.

@@ -75,9 +75,15 @@ func rmsnormRef(y, x, w []float32, rows, cols int, eps float32) {
 	}
 }
 
+// cublasLibrary is cuBLAS's per-lane state: each lane makes its own handle
+// before it enqueues any SGEMM, pointed at a workspace of the lane's own,
+// and destroys it when the lane is rebuilt or stops. Two lanes never share
+// a handle or a workspace, so no lock is needed.
+var cublasLibrary = &cuda.Library{Name: "cublas", WorkspaceBytes: cublasWorkspace, Setup: cublasSetup, Teardown: cublasTeardown}
+
 // sgemm is C = A(m×k) · B(k×n), row-major, as a library call: cuBLAS on the
-// GPU (loaded at run time, see cublas_cuda.go), its Go reference on the
-// simulated device.
+// GPU (loaded at run time, see cublas_cuda.go), with the lane's handle and
+// workspace, and its Go reference on the simulated device.
 func sgemm(a, b, c cuda.Region, m, n, k int) (cuda.Command, error) {
 	params := binary.LittleEndian.AppendUint32(nil, uint32(m))
 	params = binary.LittleEndian.AppendUint32(params, uint32(n))
@@ -86,7 +92,10 @@ func sgemm(a, b, c cuda.Region, m, n, k int) (cuda.Command, error) {
 		Name:    "sgemm",
 		Params:  params,
 		Regions: []cuda.Touch{{Region: a, Access: cuda.AccessRead}, {Region: b, Access: cuda.AccessRead}, {Region: c, Access: cuda.AccessWrite}},
-		Enqueue: cublasSgemm(a.Addr(), b.Addr(), c.Addr(), m, n, k),
+		// The lane's cuBLAS handle and workspace (its last region here).
+		Library:   cublasLibrary,
+		Workspace: cuda.AccessReadWrite,
+		EnqueueOn: cublasSgemm(a.Addr(), b.Addr(), c.Addr(), m, n, k),
 		Reference: func(mem [][]byte) error {
 			if len(mem[0]) < 4*m*k || len(mem[1]) < 4*k*n || len(mem[2]) < 4*m*n {
 				return fmt.Errorf("sgemm %dx%dx%d does not fit its regions", m, n, k)

@@ -1,7 +1,11 @@
 // Command customkernels runs a serving backend's own GPU work through
 // lanes: an RMSNorm kernel of its own (rmsnorm.cu, loaded as a module) and
 // a cuBLAS SGEMM (a library call, cuBLAS loaded at run time), chained in
-// one batch, eagerly and replayed, checked against their Go references.
+// one batch, eagerly and replayed, for several tenants on several lanes
+// (4 and 4 by default), checked against their Go references. Each lane has
+// its own cuBLAS handle and workspace (a cuda.Library, set up on the lane
+// before its first SGEMM); the weights every tenant reads are filled once
+// through the scheduler (FillShared) and shared.
 //
 //	go run ./examples/customkernels                        # the simulated device, Go references
 //	scripts/build-cuda.sh && go build -tags cuda ./examples/customkernels   # then run it on a GPU
@@ -41,8 +45,9 @@ func main() {
 	}
 }
 
-// shape is one step's sizes: x is rows×k, B is k×n.
-type shape struct{ rows, k, n, steps int }
+// shape is one step's sizes (x is rows×k, B is k×n), the steps each
+// tenant runs per mode, and how many tenants on how many lanes.
+type shape struct{ rows, k, n, steps, tenants, lanes int }
 
 func run(args []string) error {
 	var sh shape
@@ -50,12 +55,14 @@ func run(args []string) error {
 	fs.IntVar(&sh.rows, "rows", 32, "rows of x (tokens)")
 	fs.IntVar(&sh.k, "k", 256, "columns of x, rows of B (hidden size)")
 	fs.IntVar(&sh.n, "n", 256, "columns of B (output size)")
-	fs.IntVar(&sh.steps, "steps", 50, "steps timed per mode")
+	fs.IntVar(&sh.steps, "steps", 50, "steps each tenant runs per mode")
+	fs.IntVar(&sh.tenants, "tenants", 4, "tenants, each with its own x, y and C; the weights w and B are shared")
+	fs.IntVar(&sh.lanes, "lanes", 4, "lanes (streams) on the device, each with its own cuBLAS handle and workspace")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if sh.rows < 1 || sh.k < 1 || sh.n < 1 || sh.steps < 1 {
-		return fmt.Errorf("--rows, --k, --n and --steps must be at least 1")
+	if sh.rows < 1 || sh.k < 1 || sh.n < 1 || sh.steps < 1 || sh.tenants < 1 || sh.lanes < 1 || sh.lanes > 64 {
+		return fmt.Errorf("--rows, --k, --n, --steps and --tenants must be at least 1, --lanes 1 to 64")
 	}
 	ctx := context.Background()
 	dev, err := openDevice()
@@ -71,7 +78,8 @@ func run(args []string) error {
 	if err := dev.(kernels.Loader).LoadModule(module()); err != nil {
 		return err
 	}
-	s, err := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}})
+	s, err := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: sh.lanes, StrictOwnership: true,
+		Libraries: []*cuda.Library{cublasLibrary}})
 	if err != nil {
 		return err
 	}
@@ -80,28 +88,46 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("customkernels on %s: rmsnorm_f32 (own module) then cuBLAS-style sgemm (library call), %dx%d · %dx%d, %d steps per mode\n",
-		dev.Info().Name, sh.rows, sh.k, sh.k, sh.n, sh.steps)
+	fmt.Printf("customkernels on %s: rmsnorm_f32 (own module) then cuBLAS sgemm (library call, a handle and workspace per lane), %dx%d · %dx%d, %d tenants on %d lanes, %d steps each per mode\n",
+		dev.Info().Name, sh.rows, sh.k, sh.k, sh.n, sh.tenants, sh.lanes, sh.steps)
+	fmt.Printf("  shared weights w and B: %d B filled on lane %d in %d upload(s), %.1f µs on the device, %.1f µs in all\n",
+		w.fill.Bytes, w.fill.Lane, w.fill.Batches, micros(w.fill.DeviceTime), micros(w.fill.Took))
 	for _, mode := range []lanes.Path{lanes.PathEagerOnly, lanes.PathAdaptive} {
 		if err := w.measure(ctx, mode); err != nil {
 			return err
 		}
 	}
+	var libs int
+	var bytes int64
+	for _, l := range s.Lanes() {
+		libs += int(l.Counters.LibrarySetups)
+		bytes += l.Counters.LibraryWorkspaceBytes
+	}
+	fmt.Printf("  cuBLAS set up %d times on %d lanes, %d B of workspace in all\n", libs, sh.lanes, bytes)
 	if f := syncingCall(); f != nil {
 		return w.syncDuringCapture(ctx, f)
 	}
 	return nil
 }
 
-// workload is the step's buffers and commands.
+// tenantData is one tenant's own buffers and input.
+type tenantData struct {
+	name    string
+	x       []float32
+	y, c    cuda.Buffer
+	step    lanes.Batch
+	lastRow []lanes.Row
+}
+
+// workload is the shared weights, each tenant's buffers and step, and what
+// each mode measured.
 type workload struct {
 	s       *actors.Scheduler
 	dev     cuda.Device
 	sh      shape
-	x, wt   []float32
-	b       []float32
-	y, c    cuda.Buffer
-	step    lanes.Batch
+	wt, b   []float32
+	fill    actors.SharedFill
+	tenants []*tenantData
 	perStep map[lanes.Path]time.Duration
 	device  map[lanes.Path]time.Duration
 }
@@ -115,101 +141,126 @@ func newWorkload(ctx context.Context, s *actors.Scheduler, dev cuda.Device, sh s
 		}
 		return v
 	}
-	w := &workload{s: s, dev: dev, sh: sh, x: randF32(sh.rows * sh.k), wt: randF32(sh.k), b: randF32(sh.k * sh.n), perStep: map[lanes.Path]time.Duration{}, device: map[lanes.Path]time.Duration{}}
+	w := &workload{s: s, dev: dev, sh: sh, wt: randF32(sh.k), b: randF32(sh.k * sh.n), perStep: map[lanes.Path]time.Duration{}, device: map[lanes.Path]time.Duration{}}
 	alloc := func(n int) (cuda.Buffer, error) {
-		buf, err := dev.Alloc(cuda.BufferSpec{Size: uint64(4 * n), Elem: cuda.F32})
-		if err == nil {
-			err = s.Own("serving", buf)
-		}
-		return buf, err
+		return dev.Alloc(cuda.BufferSpec{Size: uint64(4 * n), Elem: cuda.F32})
 	}
-	var bufs [5]cuda.Buffer
-	for i, n := range []int{sh.rows * sh.k, sh.k, sh.rows * sh.k, sh.k * sh.n, sh.rows * sh.n} {
-		b, err := alloc(n)
-		if err != nil {
-			return nil, err
-		}
-		bufs[i] = b
+	// The weights every tenant reads: filled once, on a lane, then shared.
+	wt, err := alloc(sh.k)
+	if err != nil {
+		return nil, err
 	}
-	x, wt, y, b, c := bufs[0], bufs[1], bufs[2], bufs[3], bufs[4]
-	w.y, w.c = y, c
-	for _, u := range []struct {
-		dst cuda.Buffer
+	b, err := alloc(sh.k * sh.n)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		buf cuda.Buffer
 		v   []float32
-	}{{x, w.x}, {wt, w.wt}, {b, w.b}} {
-		cmd, err := cuda.Upload(u.dst.Whole(), encode(u.v))
+	}{{wt, w.wt}, {b, w.b}} {
+		fill, err := s.FillShared(ctx, f.buf, encode(f.v))
 		if err != nil {
 			return nil, err
 		}
-		// One batch each: a batch carries at most Config.MaxBatchBytes.
-		if _, err := s.Submit(ctx, "serving", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseInitialization, cmd)}}); err != nil {
+		w.fill.Bytes, w.fill.Batches, w.fill.Lane = w.fill.Bytes+fill.Bytes, w.fill.Batches+fill.Batches, fill.Lane
+		w.fill.DeviceTime, w.fill.Took = w.fill.DeviceTime+fill.DeviceTime, w.fill.Took+fill.Took
+	}
+	for i := range sh.tenants {
+		t := &tenantData{name: fmt.Sprintf("tenant-%d", i), x: randF32(sh.rows * sh.k)}
+		var bufs [3]cuda.Buffer
+		for j, n := range []int{sh.rows * sh.k, sh.rows * sh.k, sh.rows * sh.n} {
+			if bufs[j], err = alloc(n); err != nil {
+				return nil, err
+			}
+			if err := s.Own(t.name, bufs[j]); err != nil {
+				return nil, err
+			}
+		}
+		x := bufs[0]
+		t.y, t.c = bufs[1], bufs[2]
+		up, err := cuda.Upload(x.Whole(), encode(t.x))
+		if err != nil {
 			return nil, err
 		}
+		if _, err := s.Submit(ctx, t.name, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseInitialization, up)}}); err != nil {
+			return nil, err
+		}
+		rms, err := cuda.LaunchNamed(dev.Kernels(), rmsnorm, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(sh.rows), Y: 1, Z: 1}, Block: cuda.Dim3{X: 256, Y: 1, Z: 1}},
+			cuda.BufferArg(t.y.Whole()), cuda.BufferArg(x.Whole()), cuda.BufferArg(wt.Whole()), cuda.I32Arg(int32(sh.rows)), cuda.I32Arg(int32(sh.k)), cuda.F32Arg(1e-5))
+		if err != nil {
+			return nil, err
+		}
+		gemm, err := sgemm(t.y.Whole(), b.Whole(), t.c.Whole(), sh.rows, sh.n, sh.k)
+		if err != nil {
+			return nil, err
+		}
+		t.step = lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("customkernels/v1", 0, rms), lanes.Replayed("customkernels/v1", 1, gemm)}}
+		w.tenants = append(w.tenants, t)
 	}
-	rms, err := cuda.LaunchNamed(dev.Kernels(), rmsnorm, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(sh.rows), Y: 1, Z: 1}, Block: cuda.Dim3{X: 256, Y: 1, Z: 1}},
-		cuda.BufferArg(y.Whole()), cuda.BufferArg(x.Whole()), cuda.BufferArg(wt.Whole()), cuda.I32Arg(int32(sh.rows)), cuda.I32Arg(int32(sh.k)), cuda.F32Arg(1e-5))
-	if err != nil {
-		return nil, err
-	}
-	gemm, err := sgemm(y.Whole(), b.Whole(), c.Whole(), sh.rows, sh.n, sh.k)
-	if err != nil {
-		return nil, err
-	}
-	w.step = lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("customkernels/v1", 0, rms), lanes.Replayed("customkernels/v1", 1, gemm)}}
 	return w, nil
 }
 
-// measure runs the step steps times on one path, 16 in flight (as a
-// serving loop keeps its GPU busy), checks the result, and reports the
-// wall time per step and the device time of one step (the median of the
-// receipts', measured by CUDA events).
+// measure runs every tenant's step steps times on one path, 16 in flight
+// per tenant (as a serving loop keeps its GPU busy), checks every
+// tenant's result, and reports the wall time per step (all tenants' steps
+// over the wall time), the device time of one step (the median of the
+// receipts', measured by CUDA events) and the lanes the steps ran on.
 func (w *workload) measure(ctx context.Context, path lanes.Path) error {
-	step := w.step
-	step.Path, step.Timing = path, lanes.TimingCompletion
-	r, err := w.s.Submit(ctx, "serving", step) // the first adaptive step captures
-	if err != nil {
-		return err
+	steps := make([]lanes.Batch, len(w.tenants))
+	for i, t := range w.tenants {
+		steps[i] = t.step
+		steps[i].Path, steps[i].Timing = path, lanes.TimingCompletion
+		if _, err := w.s.Submit(ctx, t.name, steps[i]); err != nil { // the first adaptive step captures
+			return err
+		}
 	}
 	const window = 16
-	var inFlight []*actors.Pending
+	inFlight := make([][]*actors.Pending, len(w.tenants))
 	var device []time.Duration
-	wait := func(p *actors.Pending) error {
-		rc, err := p.Result()
+	used := map[int]bool{}
+	wait := func(i int) error {
+		rc, err := inFlight[i][0].Result()
+		inFlight[i] = inFlight[i][1:]
 		if err == nil {
-			device, r = append(device, rc.DeviceTime), rc
+			device = append(device, rc.DeviceTime)
+			used[rc.Lane] = true
+			w.tenants[i].lastRow = rc.Attribution.Rows
 		}
 		return err
 	}
 	start := time.Now()
 	for range w.sh.steps {
-		if len(inFlight) == window {
-			if err := wait(inFlight[0]); err != nil {
+		for i, t := range w.tenants {
+			if len(inFlight[i]) == window {
+				if err := wait(i); err != nil {
+					return err
+				}
+			}
+			p, err := w.s.SubmitAsync(ctx, t.name, steps[i])
+			if err != nil {
 				return err
 			}
-			inFlight = inFlight[1:]
-		}
-		p, err := w.s.SubmitAsync(ctx, "serving", step)
-		if err != nil {
-			return err
-		}
-		inFlight = append(inFlight, p)
-	}
-	for _, p := range inFlight {
-		if err := wait(p); err != nil {
-			return err
+			inFlight[i] = append(inFlight[i], p)
 		}
 	}
-	per := time.Since(start) / time.Duration(w.sh.steps)
+	for i := range w.tenants {
+		for len(inFlight[i]) > 0 {
+			if err := wait(i); err != nil {
+				return err
+			}
+		}
+	}
+	per := time.Since(start) / time.Duration(w.sh.steps*len(w.tenants))
 	slices.Sort(device)
 	med := device[len(device)/2]
 	w.perStep[path], w.device[path] = per, med
-	worst, err := w.check(ctx)
+	worst, err := w.check()
 	if err != nil {
 		return err
 	}
-	rows := r.Attribution.Rows
-	fmt.Printf("  %-12s %8.1f µs/step wall, %8.1f µs/step on the device   rmsnorm %s, sgemm %s   error %.2g (tolerance %g)\n",
-		path, micros(per), micros(med), how(rows[0]), how(rows[1]), worst, tolerance)
+	rows := w.tenants[0].lastRow
+	fmt.Printf("  %-12s %8.1f µs/step wall (%6.0f steps/s on %d lanes), %8.1f µs/step on the device   rmsnorm %s, sgemm %s   error %.2g (tolerance %g)\n",
+		path, micros(per), 1/per.Seconds(), len(used), micros(med), how(rows[0]), how(rows[1]), worst, tolerance)
 	if path == lanes.PathAdaptive {
 		fmt.Printf("  replayed/eager per step: wall %.2f, device %.2f\n",
 			float64(per)/float64(w.perStep[lanes.PathEagerOnly]), float64(med)/float64(w.device[lanes.PathEagerOnly]))
@@ -230,38 +281,41 @@ func how(r lanes.Row) string {
 	return "eager (" + r.Reason.String() + ")"
 }
 
-// check reads C back and returns its error against the references,
-// normwise: the largest difference over the largest reference value.
-func (w *workload) check(ctx context.Context) (float64, error) {
-	if err := w.s.Synchronize(ctx, 0); err != nil {
-		return 0, err
-	}
-	got, err := readback(w.dev, w.c)
-	if err != nil {
-		return 0, err
-	}
+// check reads every tenant's C back (their steps have ended) and returns
+// the largest error against the references, normwise: the largest
+// difference over the largest reference value.
+func (w *workload) check() (float64, error) {
 	sh := w.sh
-	y := make([]float32, sh.rows*sh.k)
-	rmsnormRef(y, w.x, w.wt, sh.rows, sh.k, 1e-5)
-	want := make([]float32, sh.rows*sh.n)
-	sgemmRef(want, y, w.b, sh.rows, sh.n, sh.k)
-	var diff, scale float64
-	for i := range want {
-		diff = math.Max(diff, math.Abs(float64(got[i]-want[i])))
-		scale = math.Max(scale, math.Abs(float64(want[i])))
+	var worst float64
+	for _, t := range w.tenants {
+		got, err := readback(w.dev, t.c)
+		if err != nil {
+			return 0, err
+		}
+		y := make([]float32, sh.rows*sh.k)
+		rmsnormRef(y, t.x, w.wt, sh.rows, sh.k, 1e-5)
+		want := make([]float32, sh.rows*sh.n)
+		sgemmRef(want, y, w.b, sh.rows, sh.n, sh.k)
+		var diff, scale float64
+		for i := range want {
+			diff = math.Max(diff, math.Abs(float64(got[i]-want[i])))
+			scale = math.Max(scale, math.Abs(float64(want[i])))
+		}
+		worst = math.Max(worst, diff/max(scale, 1e-30))
 	}
-	return diff / max(scale, 1e-30), nil
+	return worst, nil
 }
 
 // syncDuringCapture submits a library call that synchronizes its stream:
 // the capture it is in is invalidated, and the batch runs eagerly with the
 // capture's rejection as its reason, and succeeds.
 func (w *workload) syncDuringCapture(ctx context.Context, f func(uintptr) error) error {
-	call, err := cuda.Call(&cuda.LibraryCall{Name: "syncs_its_stream", Regions: []cuda.Touch{{Region: w.c.Whole(), Access: cuda.AccessRead}}, Enqueue: f})
+	t := w.tenants[0]
+	call, err := cuda.Call(&cuda.LibraryCall{Name: "syncs_its_stream", Regions: []cuda.Touch{{Region: t.c.Whole(), Access: cuda.AccessRead}}, Enqueue: f})
 	if err != nil {
 		return err
 	}
-	r, err := w.s.Submit(ctx, "serving", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("customkernels/v1", 0, call)}})
+	r, err := w.s.Submit(ctx, t.name, lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("customkernels/v1", 0, call)}})
 	if err != nil {
 		return err
 	}

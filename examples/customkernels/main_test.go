@@ -13,8 +13,10 @@ func TestRunsOnTheSimulator(t *testing.T) {
 	if err := run([]string{"--rows", "4", "--k", "64", "--n", "32", "--steps", "20"}); err != nil {
 		t.Fatalf("run: got err %v, want nil", err)
 	}
-	if err := run([]string{"--rows", "0"}); err == nil {
-		t.Fatalf("run(--rows 0): got nil, want an error")
+	for _, bad := range [][]string{{"--rows", "0"}, {"--lanes", "0"}, {"--tenants", "0"}} {
+		if err := run(bad); err == nil {
+			t.Fatalf("run(%v): got nil, want an error", bad)
+		}
 	}
 }
 

@@ -9,4 +9,7 @@ func ParseManifest(b []byte) error {
 }
 
 // ScalarBits is a manifest's JSON value as a scalar's bits.
+
+// StructBytes is structBytes, for the tests.
+var StructBytes = structBytes
 var ScalarBits = scalarBits

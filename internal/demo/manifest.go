@@ -7,6 +7,7 @@ package demo
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -60,8 +61,10 @@ type manifestKernel struct {
 
 type manifestParam struct {
 	Name   string `json:"name"`
-	Type   string `json:"type"`   // "f32*" a buffer of f32s, "i32" a scalar
+	Type   string `json:"type"`   // "f32*" a buffer of f32s, "i32" a scalar, "struct" a struct by value
 	Access string `json:"access"` // buffers only: read, write or readwrite
+	Size   uint32 `json:"size"`   // structs only: sizeof, in bytes
+	Align  uint32 `json:"align"`  // structs only: alignof, in bytes
 }
 
 type manifestBuffer struct {
@@ -320,17 +323,26 @@ func parseParam(p manifestParam) (cuda.Param, error) {
 	if err := checkName("parameter", p.Name); err != nil {
 		return cuda.Param{}, err
 	}
+	if p.Type == "struct" {
+		if p.Access != "" {
+			return cuda.Param{}, fmt.Errorf("parameter %q: a struct has no access (%q)", p.Name, p.Access)
+		}
+		if p.Size == 0 || p.Size > cuda.MaxStructBytes || p.Align == 0 || p.Align&(p.Align-1) != 0 || p.Align > 256 || p.Size%p.Align != 0 {
+			return cuda.Param{}, fmt.Errorf("parameter %q: a struct of size %d aligned to %d; give its sizeof (1 to %d) and alignof (a power of two up to 256 dividing the size)", p.Name, p.Size, p.Align, cuda.MaxStructBytes)
+		}
+		return cuda.Param{Name: p.Name, Kind: cuda.ParamStruct, Size: p.Size, Align: p.Align}, nil
+	}
+	if p.Size != 0 || p.Align != 0 {
+		return cuda.Param{}, fmt.Errorf("parameter %q: size and align are a struct's; a %s has neither", p.Name, p.Type)
+	}
 	elem, buffer := strings.CutSuffix(p.Type, "*")
 	t, err := cuda.ParseElementType(elem)
 	if err != nil {
-		return cuda.Param{}, fmt.Errorf("parameter %q: type %q: write an element type (bool, u8, u32, i8, i32, i64, u64, f16, bf16, f32, f64), with * for a buffer of them", p.Name, p.Type)
+		return cuda.Param{}, fmt.Errorf("parameter %q: type %q: write an element type (bool, u8, u32, i8, i32, i64, u64, f16, bf16, f32, f64), with * for a buffer of them, or struct", p.Name, p.Type)
 	}
 	if !buffer {
 		if p.Access != "" {
 			return cuda.Param{}, fmt.Errorf("parameter %q: a scalar has no access (%q)", p.Name, p.Access)
-		}
-		if t == cuda.F16 || t == cuda.BF16 {
-			return cuda.Param{}, fmt.Errorf("parameter %q: %s scalars cannot be written in a manifest; pass a buffer", p.Name, t)
 		}
 		return cuda.Param{Name: p.Name, Kind: cuda.ParamScalar, Elem: t}, nil
 	}
@@ -455,11 +467,52 @@ func (w *workload) parseArg(p cuda.Param, raw json.RawMessage) (argDecl, error) 
 		}
 		return argDecl{buffer: i}, nil
 	}
+	if p.Kind == cuda.ParamStruct {
+		b, err := structBytes(p, raw)
+		if err != nil {
+			return argDecl{}, err
+		}
+		return argDecl{buffer: -1, scalar: cuda.StructArg(b)}, nil
+	}
 	bits, err := scalarBits(p.Elem, raw)
 	if err != nil {
 		return argDecl{}, err
 	}
 	return argDecl{buffer: -1, scalar: cuda.Arg{Kind: cuda.ParamScalar, Elem: p.Elem, Bits: bits}}, nil
+}
+
+// structBytes lays a struct argument out as C does: its fields, a list of
+// one-key objects ({"f32": 0.5}, {"i64": 7}) in declaration order, each at
+// the next multiple of its size, the rest up to sizeof zero padding.
+func structBytes(p cuda.Param, raw json.RawMessage) ([]byte, error) {
+	var fields []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || len(fields) == 0 {
+		return nil, fmt.Errorf("got %s; give the struct's fields in order, as a list like [{\"f32\": 0.5}, {\"i64\": 7}]", raw)
+	}
+	b := make([]byte, 0, p.Size)
+	for i, f := range fields {
+		if len(f) != 1 {
+			return nil, fmt.Errorf("field %d: give one {\"type\": value}", i)
+		}
+		for name, v := range f {
+			t, err := cuda.ParseElementType(name)
+			if err != nil {
+				return nil, fmt.Errorf("field %d: type %q: write an element type (bool, u8, u32, i8, i32, i64, u64, f16, bf16, f32, f64)", i, name)
+			}
+			bits, err := scalarBits(t, v)
+			if err != nil {
+				return nil, fmt.Errorf("field %d: %v", i, err)
+			}
+			for uint64(len(b))%t.Size() != 0 {
+				b = append(b, 0)
+			}
+			b = binary.LittleEndian.AppendUint64(b, bits)[:len(b)+int(t.Size())]
+		}
+		if len(b) > int(p.Size) {
+			return nil, fmt.Errorf("field %d ends at byte %d, past the struct's %d", i, len(b), p.Size)
+		}
+	}
+	return append(b, make([]byte, int(p.Size)-len(b))...), nil
 }
 
 // integerRanges are the values each integer scalar type holds.
@@ -511,6 +564,16 @@ func scalarBits(t cuda.ElementType, raw json.RawMessage) (uint64, error) {
 			return 0, fmt.Errorf("%v is beyond f32's range", v)
 		}
 		return uint64(math.Float32bits(float32(v))), nil
+	case cuda.F16:
+		if math.Abs(v) > 65504 {
+			return 0, fmt.Errorf("%v is beyond f16's range (65504)", v)
+		}
+		return uint64(cuda.Float16Bits(float32(v))), nil
+	case cuda.BF16:
+		if math.Abs(v) > math.MaxFloat32 {
+			return 0, fmt.Errorf("%v is beyond bf16's range", v)
+		}
+		return uint64(cuda.BFloat16Bits(float32(v))), nil
 	case cuda.F64:
 		return math.Float64bits(v), nil
 	}

@@ -95,7 +95,8 @@ func TestBadManifests(t *testing.T) {
 		{`"module": "rmsnorm.ptx"`, `"modul": "rmsnorm.ptx"`, `unknown field "modul"`},
 		{`"type": "f32*", "access": "write"`, `"type": "f32*"`, `access "": a buffer is read, write or readwrite`},
 		{`{"name": "rows", "type": "i32"}`, `{"name": "rows", "type": "int"}`, `type "int"`},
-		{`{"name": "eps", "type": "f32"}`, `{"name": "eps", "type": "f16"}`, "f16 scalars"},
+		{`{"name": "eps", "type": "f32"}`, `{"name": "eps", "type": "struct"}`, "a struct of size 0"},
+		{`{"name": "eps", "type": "f32"}`, `{"name": "eps", "type": "f32", "size": 4}`, "size and align are a struct's"},
 		{`{"name": "cols", "type": "i32"}`, `{"name": "rows", "type": "i32"}`, `parameter "rows" declared twice`},
 		{`"count": 256, "shared": true`, `"count": 0, "shared": true`, "count 0"},
 		{`"init": "random"`, `"init": "ones"`, `init "ones"`},
@@ -193,6 +194,9 @@ func TestManifestScalars(t *testing.T) {
 		{cuda.I32, "-2", uint64(uint32(0xfffffffe))},
 		{cuda.U8, "255", 255},
 		{cuda.Bool, "true", 1},
+		{cuda.F16, "0.1", uint64(cuda.Float16Bits(0.1))},
+		{cuda.F16, "-65504", 0xfbff},
+		{cuda.BF16, "-3.5", 0xc060},
 	} {
 		got, err := demo.ScalarBits(c.t, []byte(c.json))
 		if err != nil || got != c.bits {
@@ -213,6 +217,7 @@ func TestManifestScalars(t *testing.T) {
 		{cuda.F64, "null", "got null"},
 		{cuda.U64, `"5"`, "not a string"},
 		{cuda.I32, `"1e3"`, "not a string"},
+		{cuda.F16, "65520", "beyond f16's range"},
 	} {
 		if _, err := demo.ScalarBits(c.t, []byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %s: got err %v, want one containing %q", c.t, c.json, err, c.want)
@@ -240,5 +245,29 @@ func TestManifestContradictingItsImage(t *testing.T) {
 	_, err = demo.Run(context.Background(), cfg, demo.Options{References: map[string]demo.Reference{"rmsnorm_f32": rmsnormReference}})
 	if !errors.Is(err, demo.ErrConfig) || !strings.Contains(err.Error(), "image has 4 B") {
 		t.Fatalf("a manifest declaring rows i64 where the PTX has 4 bytes: got err %v, want demo.ErrConfig saying the image has 4 B", err)
+	}
+}
+
+// TestManifestStructs: a struct argument's fields are laid out as C lays
+// them (each at a multiple of its size, zero padding to sizeof), and
+// fields that do not fit, or are not fields, are refused.
+func TestManifestStructs(t *testing.T) {
+	p := cuda.Param{Name: "p", Kind: cuda.ParamStruct, Size: 24, Align: 8}
+	got, err := demo.StructBytes(p, []byte(`[{"f32": 0.75}, {"u8": 7}, {"i64": -2}, {"f16": 1}]`))
+	want := []byte{0, 0, 0x40, 0x3f, 7, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0x3c, 0, 0, 0, 0, 0, 0}
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("struct {f32, u8, i64, f16}: got % x, err %v; want % x", got, err, want)
+	}
+	for _, c := range []struct{ json, want string }{
+		{`[{"f64": 1}, {"f64": 2}, {"f64": 3}, {"u8": 1}]`, "past the struct's 24"},
+		{`[]`, "give the struct's fields"},
+		{`{"f32": 1}`, "give the struct's fields"},
+		{`[{"f32": 1, "i32": 2}]`, "give one"},
+		{`[{"q8": 1}]`, "write an element type"},
+		{`[{"u8": 300}]`, "not a u8"},
+	} {
+		if _, err := demo.StructBytes(p, []byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("struct %s: got err %v, want one containing %q", c.json, err, c.want)
+		}
 	}
 }

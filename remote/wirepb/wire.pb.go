@@ -992,13 +992,15 @@ func (x *HostRegion) GetLength() uint64 {
 	return 0
 }
 
-// Arg is one kernel argument: a region, or a scalar's bits.
+// Arg is one kernel argument: a region, a scalar's bits, or a struct's bytes.
 type Arg struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Region        *Region                `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
-	Elem          uint32                 `protobuf:"varint,3,opt,name=elem,proto3" json:"elem,omitempty"`
-	Bits          uint64                 `protobuf:"varint,4,opt,name=bits,proto3" json:"bits,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Region *Region                `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	Elem   uint32                 `protobuf:"varint,3,opt,name=elem,proto3" json:"elem,omitempty"`
+	Bits   uint64                 `protobuf:"varint,4,opt,name=bits,proto3" json:"bits,omitempty"`
+	// A struct passed by value: its bytes (cuda.StructArg).
+	Value         []byte `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1059,6 +1061,13 @@ func (x *Arg) GetBits() uint64 {
 		return x.Bits
 	}
 	return 0
+}
+
+func (x *Arg) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 // Dim3 is a grid or block shape.
@@ -4483,12 +4492,13 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x16\n" +
-	"\x06length\x18\x05 \x01(\x04R\x06length\"r\n" +
+	"\x06length\x18\x05 \x01(\x04R\x06length\"\x88\x01\n" +
 	"\x03Arg\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12/\n" +
 	"\x06region\x18\x02 \x01(\v2\x17.lanes.remote.v1.RegionR\x06region\x12\x12\n" +
 	"\x04elem\x18\x03 \x01(\rR\x04elem\x12\x12\n" +
-	"\x04bits\x18\x04 \x01(\x04R\x04bits\"0\n" +
+	"\x04bits\x18\x04 \x01(\x04R\x04bits\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\"0\n" +
 	"\x04Dim3\x12\f\n" +
 	"\x01x\x18\x01 \x01(\rR\x01x\x12\f\n" +
 	"\x01y\x18\x02 \x01(\rR\x01y\x12\f\n" +
