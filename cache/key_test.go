@@ -167,3 +167,37 @@ func TestKeyFunctionsKeyEachKindByWhatItIs(t *testing.T) {
 		t.Error("a kind's key through the other function: got a different key, want the kind's own")
 	}
 }
+
+// TestLaunchKeyBindsStructsAndLibraries: a struct argument's bytes key a
+// launch (a scalar of the same bits does not collide with it), and a
+// library call's library and workspace access key it.
+func TestLaunchKeyBindsStructsAndLibraries(t *testing.T) {
+	reg := cuda.Region{Buffer: buffer(7, cuda.F32, 1<<20), Length: 64}
+	launch := func(a cuda.Arg) cuda.Command {
+		return cuda.Command{Kind: cuda.KindLaunch, Kernel: "k", Config: cuda.Linear(16, 16), Args: []cuda.Arg{cuda.BufferArg(reg), a}}
+	}
+	s1, s2 := launch(cuda.StructArg([]byte{1, 0, 0, 0, 0, 0, 0, 0})), launch(cuda.StructArg([]byte{2, 0, 0, 0, 0, 0, 0, 0}))
+	if cache.LaunchKey("p", s1) == cache.LaunchKey("p", s2) {
+		t.Error("launches with structs of different bytes: got equal keys, want different")
+	}
+	if cache.LaunchKey("p", s1) != cache.LaunchKey("p", launch(cuda.StructArg([]byte{1, 0, 0, 0, 0, 0, 0, 0}))) {
+		t.Error("launches with equal structs: got different keys, want equal")
+	}
+	if cache.LaunchKey("p", s1) == cache.LaunchKey("p", launch(cuda.U64Arg(1))) {
+		t.Error("a struct and a scalar of the same bytes: got equal keys, want different")
+	}
+	lib := &cuda.Library{Name: "blas", WorkspaceBytes: 64}
+	call := func(l *cuda.Library, ws cuda.Access) cuda.Command {
+		return cuda.Command{Kind: cuda.KindCall, LibraryCall: &cuda.LibraryCall{Name: "gemm", Library: l, Workspace: ws,
+			Regions: []cuda.Touch{{Region: reg, Access: cuda.AccessWrite}}}}
+	}
+	keys := map[cache.ProviderKey]string{}
+	for name, c := range map[string]cuda.Command{"no library": call(nil, 0), "no workspace": call(lib, 0), "workspace read": call(lib, cuda.AccessRead),
+		"workspace readwrite": call(lib, cuda.AccessReadWrite), "another library": call(&cuda.Library{Name: "other"}, 0)} {
+		k := cache.CallKey("p", c)
+		if other, dup := keys[k]; dup {
+			t.Errorf("calls with %s and with %s: got equal keys, want different", name, other)
+		}
+		keys[k] = name
+	}
+}

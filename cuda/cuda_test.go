@@ -208,7 +208,9 @@ func sampleCommands(t testing.TB) []cuda.Command {
 	if err != nil {
 		t.Fatalf("cuda.StageOut: got err %v, want nil", err)
 	}
-	return []cuda.Command{launch, up, cp, z, in, out}
+	byValue := cuda.Command{Kind: cuda.KindLaunch, Kernel: "affine", Config: cuda.Linear(64, 64),
+		Args: []cuda.Arg{cuda.BufferArg(f.Whole()), cuda.StructArg([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}), cuda.F16Arg(0.5), cuda.BF16Arg(-1)}}
+	return []cuda.Command{launch, up, cp, z, in, out, byValue}
 }
 
 func TestWireRoundTrip(t *testing.T) {

@@ -35,6 +35,7 @@ func sample(t testing.TB) lanes.Batch {
 	}
 	up, _ := cuda.Upload(b.Whole(), make([]byte, 64))
 	cp, _ := cuda.Copy(b.Whole(), a.Whole())
+
 	z, _ := cuda.Zero(a.Whole())
 	// Staging (pinned host memory of this process) has no wire form.
 	in, _ := cuda.Upload(a.Whole(), make([]byte, 64))
@@ -81,6 +82,18 @@ func roundTrip(t testing.TB, b lanes.Batch) lanes.Batch {
 // field by field, upload bytes included.
 func TestBatchRoundTrip(t *testing.T) {
 	b := sample(t)
+	if got := roundTrip(t, b); !reflect.DeepEqual(got, b) {
+		t.Fatalf("after the wire:\n got %+v\nwant %+v", got, b)
+	}
+}
+
+// TestStructArgumentsCrossTheWire: a struct passed by value and a half
+// scalar come back from the wire byte for byte.
+func TestStructArgumentsCrossTheWire(t *testing.T) {
+	buf := cuda.Buffer{Device: 1, ID: 3, Size: 64, Align: 256, Elem: cuda.F32, Addr: 1 << 20}
+	byValue := cuda.Command{Kind: cuda.KindLaunch, Kernel: "affine", Config: cuda.Linear(16, 16),
+		Args: []cuda.Arg{cuda.BufferArg(buf.Whole()), cuda.StructArg([]byte{9, 8, 7, 6, 5, 4, 3, 2}), cuda.F16Arg(2)}}
+	b := lanes.Batch{Tenant: "t", Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Command: byValue}}}
 	if got := roundTrip(t, b); !reflect.DeepEqual(got, b) {
 		t.Fatalf("after the wire:\n got %+v\nwant %+v", got, b)
 	}
