@@ -51,8 +51,12 @@ func TestReadPTX(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("ReadPTX(odd): got ok %v, err %v", ok, err)
 	}
-	if e := entries["by_value"]; !equal(e.ParamSizes, []uint64{24, 8, 2}) || e.MaxBlockThreads != 128 {
-		t.Errorf("by_value: got sizes %v, bound %d; want [24 8 2], 128", e.ParamSizes, e.MaxBlockThreads)
+	if e := entries["by_value"]; !equal(e.ParamSizes, []uint64{24, 8, 2}) || !equal(e.ParamOffsets, []uint64{0, 24, 32}) || e.MaxBlockThreads != 128 {
+		t.Errorf("by_value: got sizes %v at %v, bound %d; want [24 8 2] at [0 24 32], 128", e.ParamSizes, e.ParamOffsets, e.MaxBlockThreads)
+	}
+	padded, _, err := kernels.ReadPTX([]byte(".version 8.0\n.entry p(.param .u32 n, .param .align 8 .b8 s[16], .param .b8 c, .param .align 2 .b8 h[2])\n{ ret; }"))
+	if e := padded["p"]; err != nil || !equal(e.ParamSizes, []uint64{4, 16, 1, 2}) || !equal(e.ParamOffsets, []uint64{0, 8, 24, 26}) {
+		t.Errorf("parameters laid out with padding: got sizes %v at %v, err %v; want [4 16 1 2] at [0 8 24 26]", e.ParamSizes, e.ParamOffsets, err)
 	}
 	if e, found := entries["none"]; !found || len(e.ParamSizes) != 0 {
 		t.Errorf("an entry without parameters: got %+v, found %v", e, found)
@@ -67,8 +71,8 @@ func TestReadPTX(t *testing.T) {
 	}
 	// Read up to the first NUL, as the driver reads PTX.
 	withTail := append(append([]byte(nil), conformance.UserModulePTX...), 0, 'x', 0x01)
-	if e, ok, err := kernels.ReadPTX(withTail); err != nil || !ok || len(e) != 3 {
-		t.Errorf("ReadPTX(PTX, NUL, junk): got %d entries, ok %v, err %v; want the PTX's 3", len(e), ok, err)
+	if e, ok, err := kernels.ReadPTX(withTail); err != nil || !ok || len(e) != 5 {
+		t.Errorf("ReadPTX(PTX, NUL, junk): got %d entries, ok %v, err %v; want the PTX's 5", len(e), ok, err)
 	}
 	vec, _, err := kernels.ReadPTX([]byte(".version 8.0\n.entry v(.param .v2 .f32 a, .param .v4 .u32 b)\n{ ret; }"))
 	if e := vec["v"]; err != nil || !equal(e.ParamSizes, []uint64{8, 16}) {
