@@ -62,6 +62,9 @@ type tenantQueue struct {
 // len is the number of waiting batches.
 func (q *fairQueue) len() int { return q.n }
 
+// has reports whether a tenant has work waiting.
+func (q *fairQueue) has(tenant string) bool { return q.queues[tenant] != nil }
+
 // push queues work behind its tenant's earlier work.
 func (q *fairQueue) push(m work) {
 	if q.queues == nil {

@@ -14,16 +14,23 @@ import (
 	"github.com/lanesched/lanes/lanes"
 )
 
+// SharedBytes is one buffer of a FillShared and the bytes that fill it,
+// whole.
+type SharedBytes struct {
+	Buffer cuda.Buffer
+	Bytes  []byte
+}
+
 // SharedFill is what FillShared did.
 type SharedFill struct {
-	// Bytes were uploaded, in Batches uploads of at most
-	// Config.MaxBatchBytes each, on lane Lane.
+	// Bytes were uploaded, in Batches batches of at most
+	// Config.MaxBatchBytes and MaxBatchEntries each, on lane Lane.
 	Bytes   uint64
 	Batches int
 	Lane    int
 	// DeviceTime is the uploads' time on the device (CUDA events, summed
 	// over the batches); Took the call's wall time, from the checks to the
-	// buffer being shared.
+	// buffers being shared.
 	DeviceTime time.Duration
 	Took       time.Duration
 }
@@ -32,19 +39,20 @@ type SharedFill struct {
 // (FillShared's): no caller's tenant may have one (checkTenant).
 const reservedTenantPrefix = "lanes:"
 
-// FillShared fills buf, whole, with host on one of the scheduler's lanes,
-// waits until the device has it, and then shares it (Share): the way to
-// set up weights every tenant reads. Until the fill ends no tenant can
-// name buf (it is the fill's own); once it is shared, tenants only read
-// it. It checks first, and refuses, not submitted: host not exactly
-// buf.Size bytes (ErrInvalidArgument), a buffer that is not live on a
-// device of the scheduler (cuda.ErrStaleHandle, cuda.ErrForeignHandle), or
-// one a tenant owns or that is shared already (ErrNotYours: write a shared
-// buffer once, before anyone reads it). Uploads larger than
-// Config.MaxBatchBytes go in several batches. If an upload fails, or ctx
-// ends, buf is left unshared and no one's, its contents undefined, and the
-// error says so; fill it again.
-func (s *Scheduler) FillShared(ctx context.Context, buf cuda.Buffer, host []byte) (SharedFill, error) {
+// FillShared fills each buffer, whole, with its bytes on one of the
+// scheduler's lanes, waits until the device has them all, and then shares
+// them (Share): the way to set up weights every tenant reads, hundreds of
+// tensors in as few batches as MaxBatchBytes and MaxBatchEntries allow.
+// Until the fill ends no tenant can name the buffers (they are the fill's
+// own); once they are shared, tenants only read them. It checks first,
+// and refuses, not submitted, sharing none: no buffers, one given twice or
+// whose bytes are not exactly its size (ErrInvalidArgument), one that is
+// not live on a device of the scheduler (cuda.ErrStaleHandle,
+// cuda.ErrForeignHandle), or one a tenant owns or that is shared already
+// (ErrNotYours: write a shared buffer once, before anyone reads it). If an
+// upload fails, or ctx ends, none is shared, each is no one's, their
+// contents undefined, and the error says so; fill them again.
+func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (SharedFill, error) {
 	const op = "fill shared"
 	start := time.Now()
 	if err := s.refuseStopped(op); err != nil {
@@ -53,17 +61,20 @@ func (s *Scheduler) FillShared(ctx context.Context, buf cuda.Buffer, host []byte
 	if ctx == nil {
 		return SharedFill{}, lanes.Wrap(op, true, errNilContext)
 	}
-	if uint64(len(host)) != buf.Size {
-		return SharedFill{}, lanes.Wrap(op, true, fmt.Errorf("%w: %d bytes to fill buffer %d of %d bytes; fill a shared buffer whole", ErrInvalidArgument, len(host), buf.ID, buf.Size))
+	if err := checkFills(fills); err != nil {
+		return SharedFill{}, lanes.Wrap(op, true, err)
+	}
+	bufs := make([]cuda.Buffer, len(fills))
+	for i, f := range fills {
+		bufs[i] = f.Buffer
 	}
 	filler := reservedTenantPrefix + "fill-shared#" + strconv.FormatUint(s.fills.Add(1), 10)
-	keys := s.bufferKeys([]cuda.Buffer{buf})
-	if err := s.own(op, filler, keys); err != nil {
+	if err := s.own(op, filler, s.bufferKeys(bufs)); err != nil {
 		return SharedFill{}, err
 	}
 	v, _ := s.tenants.LoadOrStore(filler, &tenantState{name: filler, weight: 1})
 	ts := v.(*tenantState)
-	fill, err := s.upload(ctx, ts, buf, host)
+	fill, err := s.upload(ctx, ts, fills)
 	if err == nil {
 		s.shareFilled(filler)
 	}
@@ -71,7 +82,7 @@ func (s *Scheduler) FillShared(ctx context.Context, buf cuda.Buffer, host []byte
 	s.dropLocked(ts)
 	ts.mu.Unlock()
 	s.lockOwnership()
-	for k := range s.owned[filler] { // a failed fill leaves the buffer no one's
+	for k := range s.owned[filler] { // a failed fill leaves the buffers no one's
 		if s.owners[k] == filler {
 			delete(s.owners, k)
 		}
@@ -80,40 +91,78 @@ func (s *Scheduler) FillShared(ctx context.Context, buf cuda.Buffer, host []byte
 	s.ownMu.Unlock()
 	fill.Took = time.Since(start)
 	if err != nil {
-		return fill, lanes.Wrap(op, false, fmt.Errorf("buffer %d is not shared and its contents are undefined; fill it again: %w", buf.ID, err))
+		return fill, lanes.Wrap(op, false, fmt.Errorf("no buffer is shared and their contents are undefined; fill them again: %w", err))
 	}
 	return fill, nil
 }
 
-// upload uploads host into buf as ts, in batches of at most
-// MaxBatchBytes (whole elements), one after another.
-func (s *Scheduler) upload(ctx context.Context, ts *tenantState, buf cuda.Buffer, host []byte) (SharedFill, error) {
-	fill := SharedFill{Lane: -1}
-	chunk := uint64(s.cfg.MaxBatchBytes)
-	if e := buf.Elem.Size(); e > 1 {
-		chunk -= chunk % e
+// checkFills refuses fills that cannot be done: none, a buffer twice, or
+// bytes that do not fill their buffer whole.
+func checkFills(fills []SharedBytes) error {
+	if len(fills) == 0 {
+		return fmt.Errorf("%w: no buffers to fill", ErrInvalidArgument)
 	}
-	for off := uint64(0); off < buf.Size; off += chunk {
-		n := min(chunk, buf.Size-off)
-		cmd, err := cuda.Upload(cuda.Region{Buffer: buf, Offset: off, Length: n}, host[off:off+n])
-		if err != nil {
-			return fill, err
+	seen := make(map[cuda.Buffer]bool, len(fills))
+	for i, f := range fills {
+		switch {
+		case uint64(len(f.Bytes)) != f.Buffer.Size:
+			return fmt.Errorf("%w: fill %d: %d bytes for buffer %d of %d bytes; fill a shared buffer whole", ErrInvalidArgument, i, len(f.Bytes), f.Buffer.ID, f.Buffer.Size)
+		case seen[f.Buffer]:
+			return fmt.Errorf("%w: fill %d: buffer %d is filled twice", ErrInvalidArgument, i, f.Buffer.ID)
 		}
-		b := lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseInitialization, cmd)}, Timing: lanes.TimingCompletion}
-		p, err := s.submitAsync(ctx, ts, b, nil, nil)
+		seen[f.Buffer] = true
+	}
+	return nil
+}
+
+// upload uploads every fill as ts, packed into batches of at most
+// MaxBatchBytes and MaxBatchEntries (a buffer larger than MaxBatchBytes in
+// pieces of whole elements), one batch after another.
+func (s *Scheduler) upload(ctx context.Context, ts *tenantState, fills []SharedBytes) (SharedFill, error) {
+	fill := SharedFill{Lane: -1}
+	var batch lanes.Batch
+	var bytes int64
+	flush := func() error {
+		if len(batch.Entries) == 0 {
+			return nil
+		}
+		batch.Timing = lanes.TimingCompletion
+		p, err := s.submitAsync(ctx, ts, batch, nil, nil)
 		if err != nil {
-			return fill, err
+			return err
 		}
 		rc, err := p.Result()
 		if err != nil {
-			return fill, err
+			return err
 		}
-		fill.Bytes += n
+		fill.Bytes += uint64(bytes)
 		fill.Batches++
 		fill.Lane = rc.Lane
 		fill.DeviceTime += rc.DeviceTime
+		batch, bytes = lanes.Batch{}, 0
+		return nil
 	}
-	return fill, nil
+	for _, f := range fills {
+		chunk := uint64(s.cfg.MaxBatchBytes)
+		if e := f.Buffer.Elem.Size(); e > 1 {
+			chunk -= chunk % e
+		}
+		for off := uint64(0); off < f.Buffer.Size; off += chunk {
+			n := min(chunk, f.Buffer.Size-off)
+			if bytes+int64(n) > s.cfg.MaxBatchBytes || len(batch.Entries) == s.cfg.MaxBatchEntries {
+				if err := flush(); err != nil {
+					return fill, err
+				}
+			}
+			cmd, err := cuda.Upload(cuda.Region{Buffer: f.Buffer, Offset: off, Length: n}, f.Bytes[off:off+n])
+			if err != nil {
+				return fill, err
+			}
+			batch.Entries = append(batch.Entries, lanes.Eager(cache.PhaseInitialization, cmd))
+			bytes += int64(n)
+		}
+	}
+	return fill, flush()
 }
 
 // shareFilled hands what the filler owns to every tenant, to read: in one

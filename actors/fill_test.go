@@ -32,12 +32,18 @@ func TestFillShared(t *testing.T) {
 	for i := range host {
 		host[i] = byte(i * 7)
 	}
-	fill, err := s.FillShared(ctx, weights, host)
+	small := []cuda.Buffer{alloc(256), alloc(256), alloc(256), alloc(512)}
+	fills := []actors.SharedBytes{{Buffer: weights, Bytes: host}}
+	for _, b := range small {
+		fills = append(fills, actors.SharedBytes{Buffer: b, Bytes: host[:b.Size]})
+	}
+	fill, err := s.FillShared(ctx, fills...)
 	if err != nil {
 		t.Fatalf("FillShared: got err %v, want nil", err)
 	}
-	if fill.Bytes != 4000 || fill.Batches != 4 || fill.Lane < 0 || fill.DeviceTime <= 0 || fill.Took <= 0 {
-		t.Fatalf("FillShared: got %+v, want 4000 bytes in 4 batches of at most 1024 on a lane, timed", fill)
+	// 4000 bytes in pieces of 1024, then 256 x 3 + 512 packed: 6 batches.
+	if fill.Bytes != 4000+1280 || fill.Batches != 6 || fill.Lane < 0 || fill.DeviceTime <= 0 || fill.Took <= 0 {
+		t.Fatalf("FillShared: got %+v, want 5280 bytes in 6 batches of at most 1024 on a lane, timed", fill)
 	}
 	st, err := dev.NewStream()
 	if err != nil {
@@ -63,20 +69,33 @@ func TestFillShared(t *testing.T) {
 	}
 
 	// Refusals, none of which runs anything.
-	if _, err := s.FillShared(ctx, weights, host); !errors.Is(err, actors.ErrNotYours) || !cuda.Classify(err).NotSubmitted {
+	if _, err := s.FillShared(ctx, actors.SharedBytes{Buffer: weights, Bytes: host}); !errors.Is(err, actors.ErrNotYours) || !cuda.Classify(err).NotSubmitted {
 		t.Fatalf("filling a shared buffer again: got err %v, want a not-submitted actors.ErrNotYours", err)
 	}
-	if _, err := s.FillShared(ctx, mine, make([]byte, mine.Size)); !errors.Is(err, actors.ErrNotYours) {
-		t.Fatalf("filling a tenant's buffer: got err %v, want actors.ErrNotYours", err)
-	}
 	other := alloc(64)
-	if _, err := s.FillShared(ctx, other, make([]byte, 60)); !errors.Is(err, actors.ErrInvalidArgument) || !cuda.Classify(err).NotSubmitted {
-		t.Fatalf("filling 64 bytes with 60: got err %v, want a not-submitted actors.ErrInvalidArgument", err)
+	fresh := actors.SharedBytes{Buffer: other, Bytes: make([]byte, 64)}
+	if _, err := s.FillShared(ctx, fresh, actors.SharedBytes{Buffer: mine, Bytes: make([]byte, mine.Size)}); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("filling a tenant's buffer beside a fresh one: got err %v, want actors.ErrNotYours", err)
 	}
-	if err := dev.Free(other); err != nil {
+	for what, fills := range map[string][]actors.SharedBytes{
+		"nothing":             nil,
+		"64 bytes with 60":    {{Buffer: other, Bytes: make([]byte, 60)}},
+		"one buffer twice":    {fresh, fresh},
+		"a fresh and a short": {fresh, {Buffer: alloc(64), Bytes: nil}},
+	} {
+		if _, err := s.FillShared(ctx, fills...); !errors.Is(err, actors.ErrInvalidArgument) || !cuda.Classify(err).NotSubmitted {
+			t.Fatalf("filling %s: got err %v, want a not-submitted actors.ErrInvalidArgument", what, err)
+		}
+	}
+	// None of the refused fills reserved the fresh buffer: a tenant owns it.
+	if err := s.Own("reader", other); err != nil {
+		t.Fatalf("Own of a buffer whose fills were refused: got err %v, want nil (a refused fill leaves it no one's)", err)
+	}
+	gone := alloc(64)
+	if err := dev.Free(gone); err != nil {
 		t.Fatalf("Free: got err %v, want nil", err)
 	}
-	if _, err := s.FillShared(ctx, other, make([]byte, 64)); !errors.Is(err, cuda.ErrStaleHandle) {
+	if _, err := s.FillShared(ctx, actors.SharedBytes{Buffer: gone, Bytes: make([]byte, 64)}); !errors.Is(err, cuda.ErrStaleHandle) {
 		t.Fatalf("filling a freed buffer: got err %v, want cuda.ErrStaleHandle", err)
 	}
 	if _, err := s.Submit(ctx, "lanes:fill-shared#9", lanes.Batch{}); !errors.Is(err, actors.ErrInvalidTenant) {

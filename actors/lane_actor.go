@@ -26,6 +26,7 @@ type laneActor struct {
 	queue         fairQueue          // received batches waiting for room on the stream
 	streamEntries int                // entries of the batches on the stream (in calls)
 	onStream      map[string]int     // each tenant's submissions on the stream
+	wantCapture   map[string]bool    // tenants whose last batch found the stream busy for its capture (capture.go)
 	lastTenant    string             // the tenant that last sent work
 	sharedUntil   time.Time          // until when the lane counts as shared (noteTenant)
 	sharedThrough uint64             // and until it has received this many batches
@@ -86,6 +87,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		a.serveArmed = false
 		a.dispatch(false)
 	case forgetTenant:
+		delete(a.wantCapture, m.tenant)
 		if a.lane != nil {
 			a.lane.ForgetTenant(m.tenant, m.programs)
 		}
@@ -144,6 +146,7 @@ func (a *laneActor) serve() {
 	if a.calls == nil {
 		a.calls = map[uint64]waiting{}
 		a.onStream = map[string]int{}
+		a.wantCapture = map[string]bool{}
 	}
 	a.ref.publish(a.lane.Counters())
 	a.ref.mu.Lock()

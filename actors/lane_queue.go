@@ -20,7 +20,7 @@ func (a *laneActor) receive(m *submitRequest) {
 		return
 	}
 	a.noteTenant(m.Tenant)
-	if a.queue.len() == 0 && a.room() && a.mayEnqueue(m.Tenant) {
+	if a.queue.len() == 0 && a.room() && a.mayEnqueue(m.Tenant) && !a.awaitsDrain(m.Tenant) {
 		a.submit(m)
 		return
 	}
@@ -90,10 +90,13 @@ func (a *laneActor) serveLater() {
 // outsized batch there; each tenant holds at most StreamDepth of its
 // submissions (mayEnqueue).
 func (a *laneActor) room() bool {
-	if a.s.cfg.StreamDepth < 0 || len(a.calls) == 0 {
+	if len(a.calls) == 0 {
 		return true
 	}
-	return a.streamEntries < a.s.cfg.MaxBatchEntries
+	if a.draining() {
+		return false
+	}
+	return a.s.cfg.StreamDepth < 0 || a.streamEntries < a.s.cfg.MaxBatchEntries
 }
 
 // dispatch moves waiting batches to the stream while it has room (all of
@@ -105,8 +108,10 @@ func (a *laneActor) dispatch(all bool) {
 		var next work
 		if all {
 			next = a.queue.pop()
-		} else if next = a.queue.popFor(a.mayEnqueue); next == nil {
-			break // every waiting tenant holds its depth of the stream
+		} else if next = a.captureTurn(); next == nil {
+			if next = a.queue.popFor(a.mayEnqueue); next == nil {
+				break // every waiting tenant holds its depth of the stream
+			}
 		}
 		switch m := next.(type) {
 		case *submitRequest:
@@ -180,6 +185,7 @@ func (a *laneActor) submit(m *submitRequest) {
 		w.enqueued = time.Now()
 	}
 	a.calls[sub.Fence] = w
+	a.noteCapture(m.Tenant, sub.Preparation)
 	a.streamEntries += m.cost()
 	a.onStream[m.Tenant]++
 	a.arm(true)

@@ -44,7 +44,8 @@ type Attribution struct {
 	Prelude  int          // binding-patch commands enqueued before the entries
 	Events   []CacheEvent // what preparation did to the cache for this batch
 	// Launches is how many launches the submission enqueued: graph
-	// launches and eager kernel launches (a fault rate per launch compares
+	// launches, eager kernel launches and eager library calls (each
+	// counts one, whatever it enqueued; a fault rate per launch compares
 	// tenants whose batches differ in size and shape).
 	Launches int
 }

@@ -67,6 +67,7 @@ func Run(t *testing.T, opener Open) {
 	t.Run("user-module", func(t *testing.T) { testUserModule(t, open(t)) })
 	t.Run("user-module-declarations", func(t *testing.T) { testUserModuleDeclarations(t, open(t)) })
 	t.Run("wide-scalars", func(t *testing.T) { testWideScalars(t, open(t)) })
+	t.Run("struct-params", func(t *testing.T) { testStructParams(t, open(t)) })
 	t.Run("sticky-fault", func(t *testing.T) { testStickyFault(t, open(t)) })
 }
 

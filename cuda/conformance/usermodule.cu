@@ -29,3 +29,32 @@ extern "C" __global__ void user_axpy_f64(double *y, const double *x, double a, l
         y[i] = a * x[i] + y[i];
     }
 }
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// UserAffine is passed by value: 16 bytes aligned to 8 (a float pair,
+// then a 64-bit count).
+struct __align__(8) UserAffine {
+    float scale;
+    float shift;
+    long long n;
+};
+
+// user_affine_struct computes y[i] = p.scale * x[i] + p.shift for i < p.n:
+// a struct parameter between two pointers (at offset 8 of the parameters).
+extern "C" __global__ void user_affine_struct(float *y, UserAffine p, const float *x) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < p.n) {
+        y[i] = p.scale * x[i] + p.shift;
+    }
+}
+
+// user_halves_f32 computes y[i] = y[i] * a + b for i < n, with a half and
+// a bfloat16 scalar (2-byte parameters) widened to float.
+extern "C" __global__ void user_halves_f32(float *y, __half a, __nv_bfloat16 b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = y[i] * __half2float(a) + __bfloat162float(b);
+    }
+}

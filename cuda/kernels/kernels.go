@@ -43,6 +43,10 @@ var ErrIllegalAddress = cuda.NewSentinel(cuda.CodeIllegalAddress, "kernels: acce
 type Shape struct {
 	ThreadsX int64
 	Replicas int64
+	// Config is the launch itself (grid, block, dynamic shared memory),
+	// for a reference that follows the kernel's block structure: a
+	// block-wide reduction sums in the order blockDim gives it.
+	Config cuda.LaunchConfig
 }
 
 // ShapeOf returns the shape of a launch configuration.
@@ -51,6 +55,7 @@ func ShapeOf(cfg cuda.LaunchConfig) Shape {
 	return Shape{
 		ThreadsX: int64(g.X) * int64(b.X),
 		Replicas: int64(g.Y) * int64(g.Z) * int64(b.Y) * int64(b.Z),
+		Config:   cfg,
 	}
 }
 

@@ -90,7 +90,7 @@ func run(args []string) error {
 	}
 	fmt.Printf("customkernels on %s: rmsnorm_f32 (own module) then cuBLAS sgemm (library call, a handle and workspace per lane), %dx%d · %dx%d, %d tenants on %d lanes, %d steps each per mode\n",
 		dev.Info().Name, sh.rows, sh.k, sh.k, sh.n, sh.tenants, sh.lanes, sh.steps)
-	fmt.Printf("  shared weights w and B: %d B filled on lane %d in %d upload(s), %.1f µs on the device, %.1f µs in all\n",
+	fmt.Printf("  shared weights w and B: %d B filled on lane %d in %d batch(es), %.1f µs on the device, %.1f µs in all\n",
 		w.fill.Bytes, w.fill.Lane, w.fill.Batches, micros(w.fill.DeviceTime), micros(w.fill.Took))
 	for _, mode := range []lanes.Path{lanes.PathEagerOnly, lanes.PathAdaptive} {
 		if err := w.measure(ctx, mode); err != nil {
@@ -154,16 +154,8 @@ func newWorkload(ctx context.Context, s *actors.Scheduler, dev cuda.Device, sh s
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []struct {
-		buf cuda.Buffer
-		v   []float32
-	}{{wt, w.wt}, {b, w.b}} {
-		fill, err := s.FillShared(ctx, f.buf, encode(f.v))
-		if err != nil {
-			return nil, err
-		}
-		w.fill.Bytes, w.fill.Batches, w.fill.Lane = w.fill.Bytes+fill.Bytes, w.fill.Batches+fill.Batches, fill.Lane
-		w.fill.DeviceTime, w.fill.Took = w.fill.DeviceTime+fill.DeviceTime, w.fill.Took+fill.Took
+	if w.fill, err = s.FillShared(ctx, actors.SharedBytes{Buffer: wt, Bytes: encode(w.wt)}, actors.SharedBytes{Buffer: b, Bytes: encode(w.b)}); err != nil {
+		return nil, err
 	}
 	for i := range sh.tenants {
 		t := &tenantData{name: fmt.Sprintf("tenant-%d", i), x: randF32(sh.rows * sh.k)}
