@@ -14,15 +14,6 @@ import (
 // reference does not use it, but every lane still has its own.
 const cublasWorkspace = 64 << 10
 
-// cublasSetup, cublasTeardown and cublasSgemm are nil here: the simulated
-// device runs the reference, and there is no handle to make.
-var (
-	cublasSetup    func(cuda.LibraryLane) (any, error)
-	cublasTeardown func(cuda.LibraryLane) error
-)
-
-func cublasSgemm(a, b, c uint64, m, n, k int) func(cuda.LibraryLane) error { return nil }
-
 // syncingCall is nil here: the simulated device has no capture rule a Go
 // reference could break.
 func syncingCall() func(stream uintptr) error { return nil }

@@ -5,12 +5,12 @@ package main
 
 import (
 	_ "embed"
-	"encoding/binary"
-	"fmt"
 	"math"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/examples/internal/cublas"
+	"github.com/lanesched/lanes/examples/internal/hostio"
 )
 
 //go:embed rmsnorm.ptx
@@ -51,9 +51,9 @@ func module() kernels.Module {
 				return nil
 			}},
 		Body: func(_ kernels.Shape, m []kernels.Memory, a []cuda.Arg) error {
-			y := f32s(m[0])
-			rmsnormRef(y, f32s(m[1]), f32s(m[2]), int(a[3].I32()), int(a[4].I32()), a[5].F32())
-			putF32s(m[0], y)
+			y := hostio.F32s(m[0])
+			rmsnormRef(y, hostio.F32s(m[1]), hostio.F32s(m[2]), int(a[3].I32()), int(a[4].I32()), a[5].F32())
+			hostio.Put(m[0], y)
 			return nil
 		},
 	}
@@ -75,62 +75,10 @@ func rmsnormRef(y, x, w []float32, rows, cols int, eps float32) {
 	}
 }
 
-// cublasLibrary is cuBLAS's per-lane state: each lane makes its own handle
-// before it enqueues any SGEMM, pointed at a workspace of the lane's own,
-// and destroys it when the lane is rebuilt or stops. Two lanes never share
-// a handle or a workspace, so no lock is needed.
-var cublasLibrary = &cuda.Library{Name: "cublas", WorkspaceBytes: cublasWorkspace, Setup: cublasSetup, Teardown: cublasTeardown}
+// cublasLibrary is cuBLAS's per-lane state (examples/internal/cublas): each
+// lane makes its own handle before it enqueues any SGEMM, pointed at a
+// workspace of the lane's own, and destroys it when the lane is rebuilt or
+// stops. Two lanes never share a handle or a workspace, so no lock is
+// needed.
+var cublasLibrary = cublas.Library(cublasWorkspace)
 
-// sgemm is C = A(m×k) · B(k×n), row-major, as a library call: cuBLAS on the
-// GPU (loaded at run time, see cublas_cuda.go), with the lane's handle and
-// workspace, and its Go reference on the simulated device.
-func sgemm(a, b, c cuda.Region, m, n, k int) (cuda.Command, error) {
-	params := binary.LittleEndian.AppendUint32(nil, uint32(m))
-	params = binary.LittleEndian.AppendUint32(params, uint32(n))
-	params = binary.LittleEndian.AppendUint32(params, uint32(k))
-	return cuda.Call(&cuda.LibraryCall{
-		Name:    "sgemm",
-		Params:  params,
-		Regions: []cuda.Touch{{Region: a, Access: cuda.AccessRead}, {Region: b, Access: cuda.AccessRead}, {Region: c, Access: cuda.AccessWrite}},
-		// The lane's cuBLAS handle and workspace (its last region here).
-		Library:   cublasLibrary,
-		Workspace: cuda.AccessReadWrite,
-		EnqueueOn: cublasSgemm(a.Addr(), b.Addr(), c.Addr(), m, n, k),
-		Reference: func(mem [][]byte) error {
-			if len(mem[0]) < 4*m*k || len(mem[1]) < 4*k*n || len(mem[2]) < 4*m*n {
-				return fmt.Errorf("sgemm %dx%dx%d does not fit its regions", m, n, k)
-			}
-			out := make([]float32, m*n)
-			sgemmRef(out, f32s(mem[0]), f32s(mem[1]), m, n, k)
-			putF32s(mem[2], out)
-			return nil
-		},
-	})
-}
-
-// sgemmRef is C = A · B, row-major.
-func sgemmRef(c, a, b []float32, m, n, k int) {
-	for i := range m {
-		for j := range n {
-			var acc float32
-			for p := range k {
-				acc += a[i*k+p] * b[p*n+j]
-			}
-			c[i*n+j] = acc
-		}
-	}
-}
-
-func f32s(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-func putF32s(b []byte, v []float32) {
-	for i, f := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-	}
-}

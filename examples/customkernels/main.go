@@ -29,6 +29,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/examples/internal/cublas"
+	"github.com/lanesched/lanes/examples/internal/hostio"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -154,7 +156,7 @@ func newWorkload(ctx context.Context, s *actors.Scheduler, dev cuda.Device, sh s
 	if err != nil {
 		return nil, err
 	}
-	if w.fill, err = s.FillShared(ctx, actors.SharedBytes{Buffer: wt, Bytes: encode(w.wt)}, actors.SharedBytes{Buffer: b, Bytes: encode(w.b)}); err != nil {
+	if w.fill, err = s.FillShared(ctx, actors.SharedBytes{Buffer: wt, Bytes: hostio.Encode(w.wt)}, actors.SharedBytes{Buffer: b, Bytes: hostio.Encode(w.b)}); err != nil {
 		return nil, err
 	}
 	for i := range sh.tenants {
@@ -170,7 +172,7 @@ func newWorkload(ctx context.Context, s *actors.Scheduler, dev cuda.Device, sh s
 		}
 		x := bufs[0]
 		t.y, t.c = bufs[1], bufs[2]
-		up, err := cuda.Upload(x.Whole(), encode(t.x))
+		up, err := cuda.Upload(x.Whole(), hostio.Encode(t.x))
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +184,7 @@ func newWorkload(ctx context.Context, s *actors.Scheduler, dev cuda.Device, sh s
 		if err != nil {
 			return nil, err
 		}
-		gemm, err := sgemm(t.y.Whole(), b.Whole(), t.c.Whole(), sh.rows, sh.n, sh.k)
+		gemm, err := cublas.SgemmCall(cublasLibrary, t.y.Whole(), b.Whole(), t.c.Whole(), sh.rows, sh.n, sh.k)
 		if err != nil {
 			return nil, err
 		}
@@ -280,14 +282,14 @@ func (w *workload) check() (float64, error) {
 	sh := w.sh
 	var worst float64
 	for _, t := range w.tenants {
-		got, err := readback(w.dev, t.c)
+		got, err := hostio.Readback(w.dev, t.c)
 		if err != nil {
 			return 0, err
 		}
 		y := make([]float32, sh.rows*sh.k)
 		rmsnormRef(y, t.x, w.wt, sh.rows, sh.k, 1e-5)
 		want := make([]float32, sh.rows*sh.n)
-		sgemmRef(want, y, w.b, sh.rows, sh.n, sh.k)
+		cublas.SgemmRef(want, y, w.b, sh.rows, sh.n, sh.k)
 		var diff, scale float64
 		for i := range want {
 			diff = math.Max(diff, math.Abs(float64(got[i]-want[i])))
@@ -318,28 +320,3 @@ func (w *workload) syncDuringCapture(ctx context.Context, f func(uintptr) error)
 	return nil
 }
 
-// readback copies a buffer to the host on a stream of this goroutine's
-// own, after the lane synchronized.
-func readback(dev cuda.Device, b cuda.Buffer) ([]float32, error) {
-	unbind, err := dev.BindThread()
-	if err != nil {
-		return nil, err
-	}
-	defer unbind()
-	st, err := dev.NewStream()
-	if err != nil {
-		return nil, err
-	}
-	defer st.Destroy()
-	out := make([]byte, b.Size)
-	if err := st.Readback(b.Whole(), out); err != nil {
-		return nil, err
-	}
-	return f32s(out), nil
-}
-
-func encode(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	putF32s(b, v)
-	return b
-}

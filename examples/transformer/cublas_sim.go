@@ -11,14 +11,9 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 )
 
-// cublasLibrary is cuBLAS as the simulated device's lanes hold it: a
-// workspace per lane and nothing else (no handle to make).
-func cublasLibrary() *cuda.Library {
-	return &cuda.Library{Name: "cublas", WorkspaceBytes: 64 << 10}
-}
-
-// cublasSgemm is nil here: the simulated device runs the reference.
-func cublasSgemm(a, b, c uint64, m, n, k int) func(cuda.LibraryLane) error { return nil }
+// cublasWorkspace is each lane's workspace on the simulated device: the
+// references do not use it, but every lane still has its own.
+const cublasWorkspace = 64 << 10
 
 // openDevice opens the embedded simulated H200.
 func openDevice() (cuda.Device, error) { return sim.New(sim.Config{}) }

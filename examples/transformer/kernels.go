@@ -434,21 +434,3 @@ func st(m kernels.Memory, i int, v float32) {
 
 // ldI32 reads int i of m.
 func ldI32(m kernels.Memory, i int) int32 { return int32(binary.LittleEndian.Uint32(m[4*i:])) }
-
-// f32s decodes little-endian floats.
-func f32s(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = ld(b, i)
-	}
-	return out
-}
-
-// encode is v as little-endian bytes.
-func encode(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, f := range v {
-		st(b, i, f)
-	}
-	return b
-}

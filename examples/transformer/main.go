@@ -34,6 +34,8 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/examples/internal/cublas"
+	"github.com/lanesched/lanes/examples/internal/hostio"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -123,7 +125,7 @@ func run(args []string) error {
 	if err := dev.(kernels.Loader).LoadModule(module()); err != nil {
 		return err
 	}
-	lib := cublasLibrary()
+	lib := cublas.Library(cublasWorkspace)
 	s, err := actors.Start(ctx, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: d.lanes, StrictOwnership: true, Libraries: []*cuda.Library{lib}, Spin: d.spin})
 	if err != nil {
 		return err
@@ -225,7 +227,7 @@ func (m *model) check(ctx context.Context, eager, replayed *tenant, ts []*tenant
 	}
 	got := map[*tenant][]float32{}
 	for _, t := range append([]*tenant{eager, replayed}, ts...) {
-		v, err := readback(m.dev, t.x)
+		v, err := hostio.Readback(m.dev, t.x)
 		if err != nil {
 			return err
 		}
@@ -269,26 +271,6 @@ func (m *model) references(ts []*tenant) [][]float64 {
 	}
 	wg.Wait()
 	return out
-}
-
-// readback copies a buffer to the host on a stream of this goroutine's
-// own, after the lanes synchronized.
-func readback(dev cuda.Device, b cuda.Buffer) ([]float32, error) {
-	unbind, err := dev.BindThread()
-	if err != nil {
-		return nil, err
-	}
-	defer unbind()
-	st, err := dev.NewStream()
-	if err != nil {
-		return nil, err
-	}
-	defer st.Destroy()
-	out := make([]byte, b.Size)
-	if err := st.Readback(b.Whole(), out); err != nil {
-		return nil, err
-	}
-	return f32s(out), nil
 }
 
 // micros is d in microseconds.

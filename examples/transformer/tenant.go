@@ -12,6 +12,8 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/examples/internal/cublas"
+	"github.com/lanesched/lanes/examples/internal/hostio"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -42,7 +44,7 @@ func (m *model) uploadWeights(ctx context.Context) (actors.SharedFill, error) {
 			return actors.SharedFill{}, err
 		}
 		m.w[i] = buf
-		fills = append(fills, actors.SharedBytes{Buffer: buf, Bytes: encode(v)})
+		fills = append(fills, actors.SharedBytes{Buffer: buf, Bytes: hostio.Encode(v)})
 	}
 	return m.s.FillShared(ctx, fills...)
 }
@@ -92,7 +94,7 @@ func (m *model) newTenant(ctx context.Context, name string, input []float32) (*t
 		}
 		init = append(init, lanes.Eager(cache.PhaseInitialization, cmd))
 	}
-	up, err := cuda.Upload(st.x.Whole(), encode(input))
+	up, err := cuda.Upload(st.x.Whole(), hostio.Encode(input))
 	if err != nil {
 		return nil, err
 	}
@@ -165,17 +167,17 @@ func (m *model) stepBatch(st stepBufs) (lanes.Batch, error) {
 	// cache at pos; att = softmax(q·K/sqrt(D))·V per head; x1 = x +
 	// att·Wo + b.
 	b.add(cuda.LaunchNamed(ks, layerNorm, ln, r(st.ln1), r(st.x), w(ln1Gain), w(ln1Bias), i32(B), i32(C), cuda.F32Arg(eps)))
-	b.add(sgemm(m.lib, st.ln1.Whole(), m.w[wQKV].Whole(), st.qkv.Whole(), B, 3*C, C))
+	b.add(cublas.SgemmCall(m.lib, st.ln1.Whole(), m.w[wQKV].Whole(), st.qkv.Whole(), B, 3*C, C))
 	b.add(cuda.LaunchNamed(ks, bias, linear(3*B*C), r(st.qkv), w(bQKV), cuda.I64Arg(int64(3*B*C)), i32(3*C)))
 	b.add(cuda.LaunchNamed(ks, kvWrite, linear(B*C), r(st.kc), r(st.vc), r(st.qkv), r(st.pos), i32(B), i32(T), i32(C), stride))
 	b.add(cuda.LaunchNamed(ks, attention, att, r(st.att), r(st.qkv), r(st.kc), r(st.vc), r(st.pos), i32(B), i32(T), i32(H), i32(D), stride, scale))
-	b.add(sgemm(m.lib, st.att.Whole(), m.w[wOut].Whole(), st.proj.Whole(), B, C, C))
+	b.add(cublas.SgemmCall(m.lib, st.att.Whole(), m.w[wOut].Whole(), st.proj.Whole(), B, C, C))
 	b.add(cuda.LaunchNamed(ks, biasResidual, linear(B*C), r(st.x1), r(st.x), r(st.proj), w(bOut), cuda.I64Arg(int64(B*C)), i32(C)))
 	// MLP: x = x1 + gelu(layernorm(x1)·W1 + b1)·W2 + b2; then pos += 1.
 	b.add(cuda.LaunchNamed(ks, layerNorm, ln, r(st.ln2), r(st.x1), w(ln2Gain), w(ln2Bias), i32(B), i32(C), cuda.F32Arg(eps)))
-	b.add(sgemm(m.lib, st.ln2.Whole(), m.w[wUp].Whole(), st.up.Whole(), B, 4*C, C))
+	b.add(cublas.SgemmCall(m.lib, st.ln2.Whole(), m.w[wUp].Whole(), st.up.Whole(), B, 4*C, C))
 	b.add(cuda.LaunchNamed(ks, biasGELU, linear(4*B*C), r(st.up), w(bUp), cuda.I64Arg(int64(4*B*C)), i32(4*C)))
-	b.add(sgemm(m.lib, st.up.Whole(), m.w[wDown].Whole(), st.down.Whole(), B, C, 4*C))
+	b.add(cublas.SgemmCall(m.lib, st.up.Whole(), m.w[wDown].Whole(), st.down.Whole(), B, C, 4*C))
 	b.add(cuda.LaunchNamed(ks, biasResidual, linear(B*C), r(st.x), r(st.x1), r(st.down), w(bDown), cuda.I64Arg(int64(B*C)), i32(C)))
 	b.add(cuda.LaunchNamed(ks, advancePos, oneThread, r(st.pos)))
 	return lanes.Batch{Entries: b.entries}, b.err

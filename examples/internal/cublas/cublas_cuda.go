@@ -79,6 +79,8 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
+
+	"github.com/lanesched/lanes/cuda"
 )
 
 var (
@@ -164,4 +166,34 @@ func StreamSynchronize(stream uintptr) error {
 		return fmt.Errorf("cuStreamSynchronize: CUresult %d", int(r))
 	}
 	return nil
+}
+
+// setup makes the lane's handle, pointed at the lane's workspace
+// (Handle.SetWorkspace sets it on every call, after the stream: setting a
+// stream resets cuBLAS's workspace).
+func setup(l cuda.LibraryLane) (any, error) {
+	h, err := NewHandle()
+	if err != nil {
+		return nil, err
+	}
+	return h.SetWorkspace(l.Workspace.Addr(), l.Workspace.Length), nil
+}
+
+// teardown destroys the lane's handle.
+func teardown(l cuda.LibraryLane) error {
+	if h, ok := l.State.(Handle); ok {
+		return h.Destroy()
+	}
+	return nil
+}
+
+// enqueueSgemm enqueues C = A·B on the lane's stream with its handle.
+func enqueueSgemm(a, b, c uint64, m, n, k int) func(cuda.LibraryLane) error {
+	return func(l cuda.LibraryLane) error {
+		h, ok := l.State.(Handle)
+		if !ok {
+			return fmt.Errorf("sgemm: lane %d holds no cuBLAS handle (its state is %T)", l.Lane, l.State)
+		}
+		return h.Sgemm(l.Stream, m, n, k, a, b, c)
+	}
 }
