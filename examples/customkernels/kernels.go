@@ -81,4 +81,3 @@ func rmsnormRef(y, x, w []float32, rows, cols int, eps float32) {
 // stops. Two lanes never share a handle or a workspace, so no lock is
 // needed.
 var cublasLibrary = cublas.Library(cublasWorkspace)
-

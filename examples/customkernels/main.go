@@ -319,4 +319,3 @@ func (w *workload) syncDuringCapture(ctx context.Context, f func(uintptr) error)
 	}
 	return nil
 }
-
