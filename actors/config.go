@@ -245,6 +245,9 @@ func (c *Config) defaults() error {
 			return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is nil", ErrInvalidArgument, i))
 		}
 	}
+	if err := checkLibraries(c.Libraries); err != nil {
+		return lanes.Wrap("start", true, err)
+	}
 	if c.Spin > maxSpin {
 		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (never) to %v (GPUSpin, 500 µs, suits GPU serving steps)", ErrInvalidArgument, c.Spin, maxSpin))
 	}
@@ -357,4 +360,26 @@ func (sp *Suspension) defaults() {
 	orDuration(&sp.For, time.Second)
 	orDuration(&sp.Max, time.Minute)
 	sp.Max = max(sp.Max, sp.For)
+}
+
+// checkLibraries refuses Config.Libraries a lane could not hold: a nil or
+// invalid one, two of one name, more than a lane holds.
+func checkLibraries(libs []*cuda.Library) error {
+	if len(libs) > lanes.MaxLibraries {
+		return fmt.Errorf("%w: Config.Libraries has %d; a lane holds at most %d", ErrInvalidArgument, len(libs), lanes.MaxLibraries)
+	}
+	for i, lib := range libs {
+		if lib == nil {
+			return fmt.Errorf("%w: Config.Libraries[%d] is nil", ErrInvalidArgument, i)
+		}
+		if err := lib.Validate(); err != nil {
+			return fmt.Errorf("%w: Config.Libraries[%d]: %w", ErrInvalidArgument, i, err)
+		}
+		for _, other := range libs[:i] {
+			if other.Name == lib.Name {
+				return fmt.Errorf("%w: Config.Libraries has two libraries named %q; declare each once", ErrInvalidArgument, lib.Name)
+			}
+		}
+	}
+	return nil
 }

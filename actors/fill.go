@@ -4,8 +4,10 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,7 +26,9 @@ type SharedBytes struct {
 // SharedFill is what FillShared did.
 type SharedFill struct {
 	// Bytes were uploaded, in Batches batches of at most
-	// Config.MaxBatchBytes and MaxBatchEntries each, on lane Lane.
+	// Config.MaxBatchBytes and MaxBatchEntries each, the last on lane Lane
+	// (-1 when nothing was uploaded; fills of several devices run on a
+	// lane of each).
 	Bytes   uint64
 	Batches int
 	Lane    int
@@ -36,8 +40,36 @@ type SharedFill struct {
 }
 
 // reservedTenantPrefix begins the names of the scheduler's own tenants
-// (FillShared's): no caller's tenant may have one (checkTenant).
+// (FillShared's) and owners (lanes' workspaces): no caller's tenant may
+// have one (checkTenant).
 const reservedTenantPrefix = "lanes:"
+
+// workspaceOwner owns every lane's library workspaces (cuda.Library): no
+// tenant can own, share or name them.
+const workspaceOwner = reservedTenantPrefix + "workspaces"
+
+// ownWorkspace records a lane's workspace as the lanes' own, or forgets it
+// (lanes.Config.OnWorkspace).
+func (s *Scheduler) ownWorkspace(buf cuda.Buffer, allocated bool) {
+	k := bufferKey(buf)
+	check := s.bufferKeys([]cuda.Buffer{buf})[0].check
+	s.lockOwnership()
+	defer s.ownMu.Unlock()
+	mine := s.owned[workspaceOwner]
+	if !allocated {
+		if s.owners[k] == workspaceOwner {
+			delete(s.owners, k)
+		}
+		delete(mine, k)
+		return
+	}
+	if mine == nil {
+		mine = map[handleKey]func() error{}
+		s.owned[workspaceOwner] = mine
+	}
+	s.owners[k] = workspaceOwner
+	mine[k] = check // the janitor drops it once freed
+}
 
 // FillShared fills each buffer, whole, with its bytes on one of the
 // scheduler's lanes, waits until the device has them all, and then shares
@@ -55,14 +87,18 @@ const reservedTenantPrefix = "lanes:"
 func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (SharedFill, error) {
 	const op = "fill shared"
 	start := time.Now()
+	refused := SharedFill{Lane: -1}
 	if err := s.refuseStopped(op); err != nil {
-		return SharedFill{}, err
+		return refused, err
 	}
 	if ctx == nil {
-		return SharedFill{}, lanes.Wrap(op, true, errNilContext)
+		return refused, lanes.Wrap(op, true, errNilContext)
 	}
-	if err := checkFills(fills); err != nil {
-		return SharedFill{}, lanes.Wrap(op, true, err)
+	if err := ctx.Err(); err != nil {
+		return refused, lanes.Wrap(op, true, err)
+	}
+	if err := s.checkFills(fills); err != nil {
+		return refused, lanes.Wrap(op, true, err)
 	}
 	bufs := make([]cuda.Buffer, len(fills))
 	for i, f := range fills {
@@ -70,11 +106,11 @@ func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (Share
 	}
 	filler := reservedTenantPrefix + "fill-shared#" + strconv.FormatUint(s.fills.Add(1), 10)
 	if err := s.own(op, filler, s.bufferKeys(bufs)); err != nil {
-		return SharedFill{}, err
+		return refused, err
 	}
 	v, _ := s.tenants.LoadOrStore(filler, &tenantState{name: filler, weight: 1})
 	ts := v.(*tenantState)
-	fill, err := s.upload(ctx, ts, fills)
+	fill, submitted, err := s.upload(ctx, ts, fills)
 	if err == nil {
 		s.shareFilled(filler)
 	}
@@ -90,21 +126,27 @@ func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (Share
 	delete(s.owned, filler)
 	s.ownMu.Unlock()
 	fill.Took = time.Since(start)
-	if err != nil {
+	switch {
+	case err != nil && !submitted:
+		return fill, lanes.Wrap(op, true, fmt.Errorf("nothing was uploaded and no buffer is shared: %w", err))
+	case err != nil:
 		return fill, lanes.Wrap(op, false, fmt.Errorf("no buffer is shared and their contents are undefined; fill them again: %w", err))
 	}
 	return fill, nil
 }
 
-// checkFills refuses fills that cannot be done: none, a buffer twice, or
-// bytes that do not fill their buffer whole.
-func checkFills(fills []SharedBytes) error {
+// checkFills refuses fills that cannot be done: none, a buffer twice,
+// bytes that do not fill their buffer whole, or elements larger than a
+// batch may carry.
+func (s *Scheduler) checkFills(fills []SharedBytes) error {
 	if len(fills) == 0 {
 		return fmt.Errorf("%w: no buffers to fill", ErrInvalidArgument)
 	}
 	seen := make(map[cuda.Buffer]bool, len(fills))
 	for i, f := range fills {
 		switch {
+		case int64(f.Buffer.Elem.Size()) > s.cfg.MaxBatchBytes:
+			return fmt.Errorf("%w: fill %d: buffer %d holds %v elements of %d bytes, more than a batch may carry (Config.MaxBatchBytes %d)", ErrInvalidArgument, i, f.Buffer.ID, f.Buffer.Elem, f.Buffer.Elem.Size(), s.cfg.MaxBatchBytes)
 		case uint64(len(f.Bytes)) != f.Buffer.Size:
 			return fmt.Errorf("%w: fill %d: %d bytes for buffer %d of %d bytes; fill a shared buffer whole", ErrInvalidArgument, i, len(f.Bytes), f.Buffer.ID, f.Buffer.Size)
 		case seen[f.Buffer]:
@@ -116,10 +158,12 @@ func checkFills(fills []SharedBytes) error {
 }
 
 // upload uploads every fill as ts, packed into batches of at most
-// MaxBatchBytes and MaxBatchEntries (a buffer larger than MaxBatchBytes in
-// pieces of whole elements), one batch after another.
-func (s *Scheduler) upload(ctx context.Context, ts *tenantState, fills []SharedBytes) (SharedFill, error) {
+// MaxBatchBytes and MaxBatchEntries of one device each (a buffer larger
+// than MaxBatchBytes in pieces of whole elements), one batch after
+// another. It reports whether any batch was submitted.
+func (s *Scheduler) upload(ctx context.Context, ts *tenantState, fills []SharedBytes) (SharedFill, bool, error) {
 	fill := SharedFill{Lane: -1}
+	submitted := false
 	var batch lanes.Batch
 	var bytes int64
 	flush := func() error {
@@ -133,8 +177,10 @@ func (s *Scheduler) upload(ctx context.Context, ts *tenantState, fills []SharedB
 		}
 		rc, err := p.Result()
 		if err != nil {
+			submitted = submitted || !cuda.Classify(err).NotSubmitted
 			return err
 		}
+		submitted = true
 		fill.Bytes += uint64(bytes)
 		fill.Batches++
 		fill.Lane = rc.Lane
@@ -142,7 +188,16 @@ func (s *Scheduler) upload(ctx context.Context, ts *tenantState, fills []SharedB
 		batch, bytes = lanes.Batch{}, 0
 		return nil
 	}
-	for _, f := range fills {
+	// A batch's buffers are of one device (it runs on a lane of that
+	// device): the fills go device by device.
+	byDevice := slices.Clone(fills)
+	slices.SortStableFunc(byDevice, func(a, b SharedBytes) int { return cmp.Compare(a.Buffer.Device, b.Buffer.Device) })
+	for i, f := range byDevice {
+		if i > 0 && f.Buffer.Device != byDevice[i-1].Buffer.Device {
+			if err := flush(); err != nil {
+				return fill, submitted, err
+			}
+		}
 		chunk := uint64(s.cfg.MaxBatchBytes)
 		if e := f.Buffer.Elem.Size(); e > 1 {
 			chunk -= chunk % e
@@ -151,18 +206,18 @@ func (s *Scheduler) upload(ctx context.Context, ts *tenantState, fills []SharedB
 			n := min(chunk, f.Buffer.Size-off)
 			if bytes+int64(n) > s.cfg.MaxBatchBytes || len(batch.Entries) == s.cfg.MaxBatchEntries {
 				if err := flush(); err != nil {
-					return fill, err
+					return fill, submitted, err
 				}
 			}
 			cmd, err := cuda.Upload(cuda.Region{Buffer: f.Buffer, Offset: off, Length: n}, f.Bytes[off:off+n])
 			if err != nil {
-				return fill, err
+				return fill, submitted, err
 			}
 			batch.Entries = append(batch.Entries, lanes.Eager(cache.PhaseInitialization, cmd))
 			bytes += int64(n)
 		}
 	}
-	return fill, flush()
+	return fill, submitted, flush()
 }
 
 // shareFilled hands what the filler owns to every tenant, to read: in one

@@ -3,6 +3,7 @@ package actors_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/lanesched/lanes/actors"
@@ -103,5 +104,46 @@ func TestFillShared(t *testing.T) {
 	}
 	if n := s.Tenants(); n != 1 {
 		t.Fatalf("tenants after the fills: got %d, want 1 (the reader; a fill leaves none behind)", n)
+	}
+}
+
+// TestFillSharedAcrossDevicesAndRefusals: buffers of two devices fill in
+// one call (each device's on a lane of it); elements larger than a batch
+// may carry, and a context already done, are refused before anything is
+// uploaded, not submitted, on no lane.
+func TestFillSharedAcrossDevicesAndRefusals(t *testing.T) {
+	d1 := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 0)
+	d2 := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 0)
+	s := start(t, actors.Config{Devices: []cuda.Device{d1, d2}, MaxBatchBytes: 4})
+	ctx := context.Background()
+	var fills []actors.SharedBytes
+	for _, d := range []*device{d1, d2, d1} {
+		b, err := d.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.F32})
+		if err != nil {
+			t.Fatalf("Alloc: got err %v, want nil", err)
+		}
+		fills = append(fills, actors.SharedBytes{Buffer: b, Bytes: []byte("0123456789abcdef")})
+	}
+	fill, err := s.FillShared(ctx, fills...)
+	if err != nil || fill.Bytes != 48 || fill.Batches != 12 {
+		t.Fatalf("FillShared over two devices: got %+v, err %v; want 48 bytes in 12 batches", fill, err)
+	}
+	wide, err := d1.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.F64})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	fill, err = s.FillShared(ctx, actors.SharedBytes{Buffer: wide, Bytes: make([]byte, 16)})
+	if !errors.Is(err, actors.ErrInvalidArgument) || !cuda.Classify(err).NotSubmitted || fill.Lane != -1 {
+		t.Fatalf("f64 elements with MaxBatchBytes 4: got %+v, err %v; want a not-submitted actors.ErrInvalidArgument on no lane", fill, err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	narrow, err := d1.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.F32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	fill, err = s.FillShared(done, actors.SharedBytes{Buffer: narrow, Bytes: make([]byte, 16)})
+	if !errors.Is(err, context.Canceled) || !cuda.Classify(err).NotSubmitted || fill.Lane != -1 || strings.Contains(err.Error(), "undefined") {
+		t.Fatalf("a canceled fill: got %+v, err %v; want a not-submitted context.Canceled on no lane, nothing undefined", fill, err)
 	}
 }

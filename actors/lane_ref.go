@@ -58,6 +58,7 @@ type laneRef struct {
 	pinned         int           // tenants pinned here (Scheduler.routeMu)
 	inflightFences atomic.Int64
 	recoveries     atomic.Int64 // times the lane was rebuilt
+	hungHeld       atomic.Int32 // lanes abandoned after a hang whose streams have not drained (pins.go)
 	// lastEnd is when a submission of the lane last ended, and hungAt when
 	// the lane was last declared hung (unix ns): until some lane of the
 	// device ends something after hungAt, the device is still stalled

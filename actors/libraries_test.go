@@ -115,6 +115,12 @@ func TestLibraryStateOnEveryLane(t *testing.T) {
 	if _, err := s.Submit(context.Background(), "t0", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("actors-test", 0, c)}}); !errors.Is(err, actors.ErrNotYours) {
 		t.Fatalf("a batch naming a lane's workspace: got err %v, want actors.ErrNotYours", err)
 	}
+	if err := s.Own("t0", ws); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("Own of a lane's workspace: got err %v, want actors.ErrNotYours", err)
+	}
+	if err := s.Share(ws); !errors.Is(err, actors.ErrNotYours) {
+		t.Fatalf("Share of a lane's workspace: got err %v, want actors.ErrNotYours", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Stop(ctx); err != nil {
@@ -128,6 +134,62 @@ func TestLibraryStateOnEveryLane(t *testing.T) {
 	for lane, b := range ll.workspaces {
 		if err := dev.CheckBuffer(b); !errors.Is(err, cuda.ErrStaleHandle) {
 			t.Fatalf("lane %d's workspace after Stop: got CheckBuffer %v, want it freed", lane, err)
+		}
+	}
+}
+
+// TestLibrariesAndHangs: a lane abandoned after a hang holds a library
+// workspace its hung work may still use, and freeing (or a handle's
+// teardown) would wait for that work: Stop still returns promptly, and
+// the lanes' libraries are left to the device's close.
+func TestLibrariesAndHangs(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime, Faults: []sim.Fault{{Kind: sim.FaultHang, Kernel: "inc_i32", Nth: 2}}}, 1)
+	ll := newLaneLibrary()
+	s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, HangTimeout: 300 * time.Millisecond,
+		Libraries: []*cuda.Library{ll.lib}})
+	if err != nil {
+		t.Fatalf("actors.Start: got err %v, want nil", err)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := s.Submit(ctx, "t", dev.batch(0, 1))
+		if i == 1 && !errors.Is(err, actors.ErrHung) {
+			t.Fatalf("step 2 (its kernel hangs): got err %v, want actors.ErrHung", err)
+		}
+		if i != 1 && err != nil {
+			// The lane may still be rebuilding after the hang: wait for it.
+			for try := 0; err != nil && try < 100; try++ {
+				time.Sleep(20 * time.Millisecond)
+				_, err = s.Submit(ctx, "t", dev.batch(0, 1))
+			}
+			if err != nil {
+				t.Fatalf("step %d: got err %v, want nil", i+1, err)
+			}
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.Stop(stopCtx); err != nil {
+		t.Fatalf("Stop after a hang, with a library on the lane: got err %v, want nil within the timeout", err)
+	}
+}
+
+// TestStartRefusesLibrariesNoLaneHolds: Config.Libraries is checked when
+// the scheduler starts, not by every lane failing to set it up.
+func TestStartRefusesLibrariesNoLaneHolds(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 0)
+	for what, libs := range map[string][]*cuda.Library{
+		"a nil library":     {nil},
+		"a name with space": {{Name: "my lib"}},
+		"too big":           {{Name: "big", WorkspaceBytes: cuda.MaxWorkspaceBytes + 1}},
+		"one name twice":    {{Name: "blas"}, {Name: "blas"}},
+	} {
+		s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, Libraries: libs})
+		if !errors.Is(err, actors.ErrInvalidArgument) || !cuda.Classify(err).NotSubmitted {
+			if s != nil {
+				_ = s.Stop(context.Background())
+			}
+			t.Fatalf("Start with %s: got err %v, want a not-submitted actors.ErrInvalidArgument", what, err)
 		}
 	}
 }

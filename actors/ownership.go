@@ -164,8 +164,11 @@ func describeHandle(k handleKey) string {
 }
 
 func describeOwner(owner string) string {
-	if owner == shared {
+	switch owner {
+	case shared:
 		return "shared"
+	case workspaceOwner:
+		return "a lane's library workspace, which only that library's calls on the lane touch"
 	}
 	return fmt.Sprintf("owned by tenant %q", owner)
 }

@@ -28,8 +28,9 @@ func (a *laneActor) releasePins() {
 		if a.hung {
 			a.keepHungPins()
 		} else {
-			letGo(a.lane)
+			a.letGo(a.lane)
 		}
+		a.ref.publish(a.lane.Counters())
 	}
 	a.releaseHungPins()
 }
@@ -54,6 +55,7 @@ func (a *laneActor) keepHungPins() {
 		return
 	}
 	a.hungLanes = append(a.hungLanes, hungPins{a.lane, ev})
+	a.ref.hungHeld.Add(1)
 }
 
 // releaseHungPins unpins what lanes abandoned after a hang held, once
@@ -68,15 +70,35 @@ func (a *laneActor) releaseHungPins() {
 			keep = append(keep, h)
 			continue
 		}
-		letGo(h.lane)
+		a.ref.hungHeld.Add(-1)
+		a.letGo(h.lane)
 		h.drained.Release()
 	}
 	clear(a.hungLanes[len(keep):])
 	a.hungLanes = keep
 }
 
-// letGo releases what the lane holds on the device beyond its stream.
-func letGo(l *lanes.Lane) {
+// letGo releases what the lane holds on the device beyond its stream. A
+// device with a hung stream not yet drained would block the release for
+// as long as the hang lasts (freeing a workspace, or cuBLAS's handle
+// teardown, waits for the device's work): then the lane's libraries are
+// left to the device's close instead.
+func (a *laneActor) letGo(l *lanes.Lane) {
 	_ = l.UnpinInputs()
+	if a.s.deviceHung(a.ref.dev) {
+		l.AbandonLibraries()
+		return
+	}
 	_ = l.ReleaseLibraries()
+}
+
+// deviceHung reports whether a lane of dev was abandoned after a hang and
+// its stream has not drained: the device still runs the hung work.
+func (s *Scheduler) deviceHung(dev cuda.Device) bool {
+	for _, r := range s.lanes {
+		if r.dev == dev && r.hungHeld.Load() > 0 {
+			return true
+		}
+	}
+	return false
 }

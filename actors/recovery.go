@@ -213,6 +213,9 @@ func (a *laneActor) recoverLane() error {
 	if err != nil {
 		return err
 	}
+	if a.s.deviceHung(a.ref.dev) {
+		a.lane.AbandonLibraries() // their teardown would wait for the hung work
+	}
 	if err := a.lane.Recover(st); err != nil {
 		_ = st.Destroy()
 		return err

@@ -88,19 +88,27 @@ type Library struct {
 	// allocates for the library, counted as the lane's, kept until the
 	// lane stops (a rebuild keeps it: executables captured before it
 	// still point into it), handed to Setup and to each call as
-	// LibraryLane.Workspace. At most MaxWorkspaceBytes.
+	// LibraryLane.Workspace. At most MaxWorkspaceBytes. It is scratch
+	// shared by every call of the library on that lane, whichever tenant
+	// submitted it (as cuBLAS's own pool is): a call can rely on nothing
+	// being in it, and whatever a call leaves there the next call on the
+	// lane can read, so never keep a tenant's data in it.
 	WorkspaceBytes uint64
 	// Setup makes the lane's state of the library, on the lane's bound
 	// thread with the device's context current, before the lane enqueues
 	// any call of it, and again after the lane was rebuilt on a fresh
 	// stream. It may synchronize and allocate (nothing is capturing on
 	// the lane). Its result is LibraryLane.State in every call on the
-	// lane. nil: no state beyond the workspace.
+	// lane. An error or panic refuses the submission that needed it
+	// (lanes.ErrLibrarySetup), and the next one tries again. nil: no
+	// state beyond the workspace.
 	Setup func(lane LibraryLane) (any, error)
 	// Teardown releases what Setup made, on the lane's thread, when the
 	// lane is rebuilt or stops (or the device is lost: then the library's
-	// own calls may fail, and their errors are dropped). nil: nothing to
-	// release.
+	// own calls may fail, and their errors are dropped). It may wait for
+	// the device (cuBLAS's does): while the device still runs a hung
+	// kernel, the scheduler skips it and leaves the state to the device's
+	// close. nil: nothing to release.
 	Teardown func(lane LibraryLane) error
 }
 

@@ -211,7 +211,7 @@ var codes = map[Code]codeInfo{
 	CodeLaneFailed:          {"lane_failed", BlameStream, true, true},
 	CodeCaptureFailed:       {"capture_failed", BlameStream, false, false},
 	CodeProviderPanic:       {"provider_panic", BlameStream, false, false},
-	CodeLibrarySetupFailed:  {"library_setup_failed", BlameCaller, false, true},
+	CodeLibrarySetupFailed:  {"library_setup_failed", BlameCaller, true, true},
 
 	CodeOverloaded:      {"overloaded", BlameNone, true, true},
 	CodeStopped:         {"stopped", BlameNone, false, true},

@@ -73,9 +73,14 @@ type Config struct {
 	PinBytes int64
 	// Libraries are set up when the lane is made (SetUpLibrary), and again
 	// when it recovers onto a fresh stream, so their first calls pay
-	// nothing; a library a call names that is not here is set up before
-	// that call's submission enqueues anything.
+	// nothing (one that fails then is tried again before its first call);
+	// a library a call names that is not here is set up before that
+	// call's submission enqueues anything.
 	Libraries []*cuda.Library
+	// OnWorkspace, when set, hears of every library workspace the lane
+	// allocates (true) and lets go of (false): the actors scheduler makes
+	// them no tenant's to name.
+	OnWorkspace func(buf cuda.Buffer, allocated bool)
 }
 
 // Counters are a lane's replay observations since it was made. Evictions
@@ -154,6 +159,7 @@ type Lane struct {
 	libs         []*libraryState // libraries' per-lane state (libraries.go)
 	libsReleased bool            // ReleaseLibraries ran: no library is set up again
 	configured   []*cuda.Library // Config.Libraries
+	onWorkspace  func(cuda.Buffer, bool)
 }
 
 // keyMemoLimit bounds a lane's key memo: thousands of distinct commands
@@ -178,12 +184,14 @@ func New(cfg Config) (*Lane, error) {
 	c.LimitBytes(cfg.CacheBytes)
 	l := &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
 		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)},
-		configured: cfg.Libraries}
+		configured: cfg.Libraries, onWorkspace: cfg.OnWorkspace}
 	for _, lib := range cfg.Libraries {
-		if err := l.SetUpLibrary(lib); err != nil {
-			_ = l.ReleaseLibraries()
-			return nil, err
+		if err := lib.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: Config.Libraries: %w", ErrInvalidBatch, err)
 		}
+	}
+	for _, lib := range cfg.Libraries {
+		_ = l.SetUpLibrary(lib) // a failure is tried again before the library's first call
 	}
 	return l, nil
 }

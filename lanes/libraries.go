@@ -18,6 +18,10 @@ type libraryState struct {
 	ready     bool // Setup ran for the lane's current stream
 }
 
+// MaxLibraries is the most libraries one lane holds state of: declare
+// each library once (one *cuda.Library) and give it to all its calls.
+const MaxLibraries = 64
+
 // SetUpLibrary makes the lane's state of lib now, unless it has it: its
 // workspace (allocated once, kept until ReleaseLibraries) and what
 // lib.Setup makes, on the calling thread, which must be the lane's (bound
@@ -25,27 +29,43 @@ type libraryState struct {
 // name before it enqueues anything; call this to pay for it before the
 // first. Nothing may be capturing on the lane (nothing is, between
 // submissions). It fails, refused, with ErrLibrarySetup when Setup failed
-// or panicked, or with the device's error when the workspace cannot be
-// allocated (out of memory is retryable); the next use tries again.
+// or panicked (retryable: the next use tries again), with the device's
+// error when the workspace cannot be allocated (out of memory is
+// retryable), and with ErrInvalidBatch for a library the lane cannot
+// hold: a second library of the same name (it would share the first's
+// replay keys), one past MaxLibraries, or any after ReleaseLibraries.
 func (l *Lane) SetUpLibrary(lib *cuda.Library) error {
-	const op = "set up library"
+	if err := l.setUpLibrary(lib); err != nil {
+		return rejected("set up library", err)
+	}
+	return nil
+}
+
+// setUpLibrary is SetUpLibrary, its error not yet wrapped.
+func (l *Lane) setUpLibrary(lib *cuda.Library) error {
 	if err := lib.Validate(); err != nil {
-		return rejected(op, err)
+		return err
 	}
 	st := l.library(lib)
 	if l.libsReleased {
-		return rejected(op, fmt.Errorf("%w: lane %d released its libraries (ReleaseLibraries) and takes no call of one again; make a new lane", ErrFailed, l.id))
+		return fmt.Errorf("%w: lane %d released its libraries (ReleaseLibraries) and takes no call of one again; make a new lane", ErrInvalidBatch, l.id)
 	}
 	if st == nil {
+		if err := l.admitLibrary(lib); err != nil {
+			return err
+		}
 		st = &libraryState{lib: lib}
 		if lib.WorkspaceBytes > 0 {
 			buf, err := l.dev.Alloc(cuda.BufferSpec{Size: lib.WorkspaceBytes, Elem: cuda.U8})
 			if err != nil {
-				return rejected(op, fmt.Errorf("library %q: the lane's workspace of %d bytes: %w", lib.Name, lib.WorkspaceBytes, err))
+				return fmt.Errorf("library %q: the lane's workspace of %d bytes: %w", lib.Name, lib.WorkspaceBytes, err)
 			}
 			st.workspace = buf
 			st.lane.Workspace = buf.Whole()
 			l.counters.LibraryWorkspaceBytes += int64(lib.WorkspaceBytes)
+			if l.onWorkspace != nil {
+				l.onWorkspace(buf, true)
+			}
 		}
 		st.lane.Lane = l.id
 		l.libs = append(l.libs, st)
@@ -57,12 +77,25 @@ func (l *Lane) SetUpLibrary(lib *cuda.Library) error {
 	if lib.Setup != nil {
 		v, err := runLibraryCode(lib, "setup", func() (any, error) { return lib.Setup(st.lane) })
 		if err != nil {
-			return rejected(op, err)
+			return err
 		}
 		st.lane.State = v
 	}
 	st.ready = true
 	l.counters.LibrarySetups++
+	return nil
+}
+
+// admitLibrary refuses a library the lane cannot hold beside the others.
+func (l *Lane) admitLibrary(lib *cuda.Library) error {
+	if len(l.libs) >= MaxLibraries {
+		return fmt.Errorf("%w: lane %d holds the state of %d libraries already, the most it holds; declare each library once and give the one *cuda.Library to all its calls", ErrInvalidBatch, l.id, MaxLibraries)
+	}
+	for _, st := range l.libs {
+		if st.lib.Name == lib.Name {
+			return fmt.Errorf("%w: lane %d holds another library named %q; declare each library once and give the one *cuda.Library to all its calls (calls are keyed by their library's name)", ErrInvalidBatch, l.id, lib.Name)
+		}
+	}
 	return nil
 }
 
@@ -101,7 +134,7 @@ func (l *Lane) setUpLibraries(b *Batch) error {
 		if st := l.library(c.LibraryCall.Library); st != nil && st.ready {
 			continue
 		}
-		if err := l.SetUpLibrary(c.LibraryCall.Library); err != nil {
+		if err := l.setUpLibrary(c.LibraryCall.Library); err != nil {
 			return fmt.Errorf("entry %d (call %q): %w", i, c.LibraryCall.Name, err)
 		}
 	}
@@ -159,23 +192,41 @@ func (l *Lane) tearDownLibraries() {
 // stream drained, since a replay may still use a workspace). Nothing may
 // be in flight on the lane. Its executables may hold calls that use a
 // freed workspace, so from then on the lane refuses every call of a
-// library (ErrFailed); everything else it still runs. It returns the
+// library (ErrInvalidBatch); everything else it still runs. Freeing, and
+// a teardown such as cuBLAS's, wait for the device's work: on a device
+// that still runs hung work, AbandonLibraries instead. It returns the
 // first error freeing a workspace.
 func (l *Lane) ReleaseLibraries() error {
 	l.tearDownLibraries()
 	var first error
 	for _, st := range l.libs {
 		if st.lib.WorkspaceBytes > 0 {
+			if l.onWorkspace != nil {
+				l.onWorkspace(st.workspace, false)
+			}
 			if err := l.dev.Free(st.workspace); err != nil && first == nil {
 				first = err
 			}
-			l.counters.LibraryWorkspaceBytes -= int64(st.lib.WorkspaceBytes)
 		}
 	}
+	l.dropLibraries()
+	return first
+}
+
+// AbandonLibraries lets go of the lane's state of every library without
+// tearing it down or freeing a workspace (both would wait for the
+// device's work): for a device that still runs hung work, whose close
+// releases them. The workspaces stay allocated, so Config.OnWorkspace
+// does not hear of them again. Like ReleaseLibraries, the lane takes no
+// call of a library afterwards.
+func (l *Lane) AbandonLibraries() { l.dropLibraries() }
+
+// dropLibraries forgets every library's state, for good.
+func (l *Lane) dropLibraries() {
 	clear(l.libs)
 	l.libs = l.libs[:0]
 	l.libsReleased = true
-	return first
+	l.counters.LibraryWorkspaceBytes = 0
 }
 
 // Libraries is how many libraries the lane holds state of, and the bytes

@@ -3,6 +3,7 @@ package lanes_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
@@ -114,8 +115,8 @@ func TestLibraryStatePerLane(t *testing.T) {
 		t.Fatalf("the released workspace: got CheckBuffer %v, want it freed (cuda.ErrStaleHandle)", err)
 	}
 	_, err = other.Submit(lanes.Batch{Entries: []lanes.Entry{tl.call(t, r.bufs[1])}})
-	if !errors.Is(err, lanes.ErrFailed) || !cuda.Classify(err).NotSubmitted {
-		t.Fatalf("a call after ReleaseLibraries: got err %v, want a not-submitted lanes.ErrFailed (its executables may use the freed workspace)", err)
+	if c := cuda.Classify(err); !errors.Is(err, lanes.ErrInvalidBatch) || !c.NotSubmitted || c.Retryable {
+		t.Fatalf("a call after ReleaseLibraries: got err %v (%+v), want a not-submitted, not retryable lanes.ErrInvalidBatch (its executables may use the freed workspace)", err, c)
 	}
 }
 
@@ -243,5 +244,57 @@ func TestLibraryCallDeclarations(t *testing.T) {
 	}
 	if err := s.Enqueue(c); !errors.Is(err, cuda.ErrInvalidCommand) {
 		t.Fatalf("a library's call enqueued on a stream directly: got err %v, want cuda.ErrInvalidCommand (only a lane binds it)", err)
+	}
+}
+
+// TestLibrariesALaneCannotHold: a second library of a name the lane holds
+// (its calls would share the first's replay keys) and libraries past
+// MaxLibraries are refused, not submitted; the workspace hook hears of
+// every workspace; AbandonLibraries lets go without freeing.
+func TestLibrariesALaneCannotHold(t *testing.T) {
+	dev, s := simStream(t, sim.Config{Clock: sim.ClockZeroCost})
+	var live []cuda.Buffer
+	hook := func(b cuda.Buffer, allocated bool) {
+		if allocated {
+			live = append(live, b)
+			return
+		}
+		for i, x := range live {
+			if x == b {
+				live = append(live[:i], live[i+1:]...)
+				return
+			}
+		}
+		t.Fatalf("workspace %d let go of, never allocated", b.ID)
+	}
+	l, err := lanes.New(lanes.Config{ID: 7, Device: dev, Stream: s, OnWorkspace: hook})
+	if err != nil {
+		t.Fatalf("lanes.New: got err %v, want nil", err)
+	}
+	if err := l.SetUpLibrary(&cuda.Library{Name: "blas", WorkspaceBytes: 64}); err != nil {
+		t.Fatalf("SetUpLibrary: got err %v, want nil", err)
+	}
+	err = l.SetUpLibrary(&cuda.Library{Name: "blas", WorkspaceBytes: 64})
+	if c := cuda.Classify(err); !errors.Is(err, lanes.ErrInvalidBatch) || !c.NotSubmitted {
+		t.Fatalf("a second library named blas: got err %v (%+v), want a not-submitted lanes.ErrInvalidBatch", err, c)
+	}
+	for i := 1; i < lanes.MaxLibraries; i++ {
+		if err := l.SetUpLibrary(&cuda.Library{Name: fmt.Sprintf("lib%d", i), WorkspaceBytes: 8}); err != nil {
+			t.Fatalf("library %d: got err %v, want nil", i, err)
+		}
+	}
+	if err := l.SetUpLibrary(&cuda.Library{Name: "one-too-many"}); !errors.Is(err, lanes.ErrInvalidBatch) {
+		t.Fatalf("library %d: got err %v, want lanes.ErrInvalidBatch", lanes.MaxLibraries+1, err)
+	}
+	if n, b := l.Libraries(); n != lanes.MaxLibraries || b != 64+8*(lanes.MaxLibraries-1) || len(live) != lanes.MaxLibraries {
+		t.Fatalf("held: got %d libraries, %d bytes, %d workspaces heard of; want %d, %d, %d", n, b, len(live), lanes.MaxLibraries, 64+8*(lanes.MaxLibraries-1), lanes.MaxLibraries)
+	}
+	kept := live[0]
+	l.AbandonLibraries()
+	if n, b := l.Libraries(); n != 0 || b != 0 || len(live) != lanes.MaxLibraries {
+		t.Fatalf("after AbandonLibraries: got %d libraries, %d bytes, %d workspaces live; want none, 0, all %d (still allocated)", n, b, len(live), lanes.MaxLibraries)
+	}
+	if err := dev.CheckBuffer(kept); err != nil {
+		t.Fatalf("an abandoned workspace: got CheckBuffer %v, want it still allocated (the device's close frees it)", err)
 	}
 }

@@ -111,7 +111,29 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 			return fmt.Errorf("%w: kernel %q buffer parameter %d (%s) declares no access; say cuda.AccessRead, AccessWrite or AccessReadWrite", ErrInvalidModule, name, i, p.Name)
 		}
 	}
+	if n := paramBufferBytes(k.Spec.Params); n > MaxParamBytes {
+		return fmt.Errorf("%w: kernel %q of module %q declares %d bytes of parameters; CUDA passes at most %d to a kernel (pass large structs in a buffer)", ErrInvalidModule, name, module, n, MaxParamBytes)
+	}
 	return nil
+}
+
+// MaxParamBytes is the most parameter bytes a kernel takes (CUDA 12.1 and
+// later, Volta and later).
+const MaxParamBytes = 32764
+
+// paramBufferBytes is the size of the parameter buffer a declaration lays
+// out: each parameter at the next multiple of its alignment.
+func paramBufferBytes(params []cuda.Param) uint64 {
+	var used uint64
+	for _, p := range params {
+		size, align := ParamSize(p), ParamSize(p)
+		if p.Kind == cuda.ParamStruct {
+			align = uint64(p.Align)
+		}
+		align = max(align, 1)
+		used = (used+align-1)&^(align-1) + size
+	}
+	return used
 }
 
 // identifier reports whether name is a C identifier (with $, which some

@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -44,6 +45,20 @@ func TestModuleCheck(t *testing.T) {
 		"a parameter twice":     {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Name = "x" }, false, "twice"},
 		"a scalar with access":  {func(m *kernels.Module) { m.Kernels["mine"].Spec.Params[1].Access = cuda.AccessRead }, false, "only a buffer"},
 		"limits beyond any GPU": {func(m *kernels.Module) { m.Kernels["mine"].Spec.MaxBlockThreads = 5000 }, false, "no GPU has more"},
+		"a struct of no size": {func(m *kernels.Module) {
+			m.Kernels["mine"].Spec.Params[1] = cuda.Param{Name: "p", Kind: cuda.ParamStruct, Size: 0, Align: 4}
+		}, false, "a struct is 1 to"},
+		"a struct aligned to 3": {func(m *kernels.Module) {
+			m.Kernels["mine"].Spec.Params[1] = cuda.Param{Name: "p", Kind: cuda.ParamStruct, Size: 12, Align: 3}
+		}, false, "a power of two"},
+		"a struct with access": {func(m *kernels.Module) {
+			m.Kernels["mine"].Spec.Params[1] = cuda.Param{Name: "p", Kind: cuda.ParamStruct, Size: 8, Align: 8, Access: cuda.AccessRead}
+		}, false, "only a buffer"},
+		"parameters past CUDA's 32764 bytes": {func(m *kernels.Module) {
+			for i := range 8 {
+				m.Kernels["mine"].Spec.Params = append(m.Kernels["mine"].Spec.Params, cuda.Param{Name: fmt.Sprintf("s%d", i), Kind: cuda.ParamStruct, Size: 4096, Align: 8})
+			}
+		}, false, "at most 32764"},
 		"a builtin name": {func(m *kernels.Module) {
 			k := m.Kernels["mine"]
 			k.Spec.Name = kernels.Inc

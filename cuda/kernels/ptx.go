@@ -185,6 +185,7 @@ func paramBytes(decl string) (size, align uint64, err error) {
 		return 0, 0, fmt.Errorf("parameter %s is not a .param declaration", quote(decl))
 	}
 	lanes := uint64(1)
+	pointer := false // after .ptr, an .align is the pointed-to memory's, not the parameter's
 	for i := 1; i < len(fields)-1; i++ {
 		f := fields[i]
 		if n, ok := ptxTypeBytes[f]; ok {
@@ -195,12 +196,16 @@ func paramBytes(decl string) (size, align uint64, err error) {
 			lanes = 2
 		case ".v4":
 			lanes = 4
+		case ".ptr":
+			pointer = true
 		case ".align":
 			n, perr := strconv.ParseUint(fields[i+1], 10, 32)
 			if perr != nil || n == 0 || n&(n-1) != 0 {
 				return 0, 0, fmt.Errorf("parameter %s has an .align that is not a power of two", quote(decl))
 			}
-			align = n
+			if !pointer {
+				align = n
+			}
 			i++
 		}
 	}

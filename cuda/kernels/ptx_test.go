@@ -74,6 +74,10 @@ func TestReadPTX(t *testing.T) {
 	if e, ok, err := kernels.ReadPTX(withTail); err != nil || !ok || len(e) != 5 {
 		t.Errorf("ReadPTX(PTX, NUL, junk): got %d entries, ok %v, err %v; want the PTX's 5", len(e), ok, err)
 	}
+	ptr, _, err := kernels.ReadPTX([]byte(".version 8.0\n.entry k(.param .u32 n, .param .u64 .ptr .global .align 16 p, .param .u32 m)\n{ ret; }"))
+	if e := ptr["k"]; err != nil || !equal(e.ParamOffsets, []uint64{0, 8, 16}) {
+		t.Errorf("a pointer with the pointed-to memory's .align: got offsets %v, err %v; want [0 8 16] (the .align after .ptr is not the parameter's)", e.ParamOffsets, err)
+	}
 	vec, _, err := kernels.ReadPTX([]byte(".version 8.0\n.entry v(.param .v2 .f32 a, .param .v4 .u32 b)\n{ ret; }"))
 	if e := vec["v"]; err != nil || !equal(e.ParamSizes, []uint64{8, 16}) {
 		t.Errorf("vector parameters: got sizes %v, err %v; want [8 16]", e.ParamSizes, err)

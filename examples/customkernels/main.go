@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -41,7 +42,7 @@ import (
 const tolerance = 1e-4
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "customkernels:", err)
 		os.Exit(1)
 	}
@@ -62,6 +63,9 @@ func run(args []string) error {
 	fs.IntVar(&sh.lanes, "lanes", 4, "lanes (streams) on the device, each with its own cuBLAS handle and workspace")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if sh.rows < 1 || sh.k < 1 || sh.n < 1 || sh.steps < 1 || sh.tenants < 1 || sh.lanes < 1 || sh.lanes > 64 {
 		return fmt.Errorf("--rows, --k, --n, --steps and --tenants must be at least 1, --lanes 1 to 64")

@@ -13,7 +13,7 @@ func TestRunsOnTheSimulator(t *testing.T) {
 	if err := run([]string{"--rows", "4", "--k", "64", "--n", "32", "--steps", "20"}); err != nil {
 		t.Fatalf("run: got err %v, want nil", err)
 	}
-	for _, bad := range [][]string{{"--rows", "0"}, {"--lanes", "0"}, {"--tenants", "0"}} {
+	for _, bad := range [][]string{{"--rows", "0"}, {"--lanes", "0"}, {"--tenants", "0"}, {"extra"}} {
 		if err := run(bad); err == nil {
 			t.Fatalf("run(%v): got nil, want an error", bad)
 		}

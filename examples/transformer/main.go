@@ -47,7 +47,7 @@ const tolerance = 1e-4
 
 // main runs the example and exits 1 on any error.
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "transformer:", err)
 		os.Exit(1)
 	}
@@ -95,8 +95,8 @@ func parseFlags(args []string) (dims, error) {
 		return d, fmt.Errorf("--ctx %d: 2 to %d (the scores of attention's softmax live in shared memory)", d.ctx, maxCtx)
 	case d.steps < 2 || d.steps > d.ctx:
 		return d, fmt.Errorf("--steps %d: 2 to --ctx (%d): each step fills one position of the KV cache", d.steps, d.ctx)
-	case d.batch < 1 || d.tenants < 1 || d.lanes < 1 || d.window < 1:
-		return d, fmt.Errorf("--batch, --tenants, --lanes and --inflight must be at least 1")
+	case d.batch < 1 || d.tenants < 1 || d.lanes < 1 || d.lanes > 64 || d.window < 1:
+		return d, fmt.Errorf("--batch, --tenants and --inflight must be at least 1, --lanes 1 to 64")
 	case d.spin < 0 || d.spin > time.Second:
 		return d, fmt.Errorf("--spin %v: 0 to 1s", d.spin)
 	case d.batch*d.channels*d.ctx > 1<<28:

@@ -30,6 +30,7 @@ func TestRefusesBadFlags(t *testing.T) {
 		{"--ctx", "8", "--steps", "9"}, // more steps than KV-cache positions
 		{"--ctx", "100000"},            // scores beyond shared memory
 		{"--tenants", "0"},
+		{"--lanes", "1000"},
 		{"--no-such-flag"},
 	} {
 		if err := run(args); err == nil {

@@ -503,6 +503,9 @@ func structBytes(p cuda.Param, raw json.RawMessage) ([]byte, error) {
 			if err != nil {
 				return nil, fmt.Errorf("field %d: %v", i, err)
 			}
+			if t.Size() > uint64(p.Align) {
+				return nil, fmt.Errorf("field %d: a %s is aligned to %d bytes, more than the struct's align %d; the struct's alignof is at least its widest field's", i, t, t.Size(), p.Align)
+			}
 			for uint64(len(b))%t.Size() != 0 {
 				b = append(b, 0)
 			}
@@ -565,15 +568,17 @@ func scalarBits(t cuda.ElementType, raw json.RawMessage) (uint64, error) {
 		}
 		return uint64(math.Float32bits(float32(v))), nil
 	case cuda.F16:
-		if math.Abs(v) > 65504 {
-			return 0, fmt.Errorf("%v is beyond f16's range (65504)", v)
+		h := cuda.Float16Bits(float32(v))
+		if math.Abs(v) > math.MaxFloat32 || h&0x7fff == 0x7c00 {
+			return 0, fmt.Errorf("%v is beyond f16's range (it rounds to infinity; the largest is 65504)", v)
 		}
-		return uint64(cuda.Float16Bits(float32(v))), nil
+		return uint64(h), nil
 	case cuda.BF16:
-		if math.Abs(v) > math.MaxFloat32 {
-			return 0, fmt.Errorf("%v is beyond bf16's range", v)
+		h := cuda.BFloat16Bits(float32(v))
+		if math.Abs(v) > math.MaxFloat32 || h&0x7fff == 0x7f80 {
+			return 0, fmt.Errorf("%v is beyond bf16's range (it rounds to infinity)", v)
 		}
-		return uint64(cuda.BFloat16Bits(float32(v))), nil
+		return uint64(h), nil
 	case cuda.F64:
 		return math.Float64bits(v), nil
 	}

@@ -196,6 +196,7 @@ func TestManifestScalars(t *testing.T) {
 		{cuda.Bool, "true", 1},
 		{cuda.F16, "0.1", uint64(cuda.Float16Bits(0.1))},
 		{cuda.F16, "-65504", 0xfbff},
+		{cuda.F16, "65519", 0x7bff},
 		{cuda.BF16, "-3.5", 0xc060},
 	} {
 		got, err := demo.ScalarBits(c.t, []byte(c.json))
@@ -218,6 +219,7 @@ func TestManifestScalars(t *testing.T) {
 		{cuda.U64, `"5"`, "not a string"},
 		{cuda.I32, `"1e3"`, "not a string"},
 		{cuda.F16, "65520", "beyond f16's range"},
+		{cuda.BF16, "3.4e38", "beyond bf16's range"},
 	} {
 		if _, err := demo.ScalarBits(c.t, []byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %s: got err %v, want one containing %q", c.t, c.json, err, c.want)
@@ -257,6 +259,10 @@ func TestManifestStructs(t *testing.T) {
 	want := []byte{0, 0, 0x40, 0x3f, 7, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0x3c, 0, 0, 0, 0, 0, 0}
 	if err != nil || string(got) != string(want) {
 		t.Fatalf("struct {f32, u8, i64, f16}: got % x, err %v; want % x", got, err, want)
+	}
+	four := cuda.Param{Name: "q", Kind: cuda.ParamStruct, Size: 16, Align: 4}
+	if _, err := demo.StructBytes(four, []byte(`[{"f32": 1}, {"i64": 2}]`)); err == nil || !strings.Contains(err.Error(), "more than the struct's align") {
+		t.Errorf("an i64 field in a struct aligned to 4: got err %v, want one saying its alignment is more than the struct's", err)
 	}
 	for _, c := range []struct{ json, want string }{
 		{`[{"f64": 1}, {"f64": 2}, {"f64": 3}, {"u8": 1}]`, "past the struct's 24"},
