@@ -127,8 +127,8 @@ func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (Share
 	s.ownMu.Unlock()
 	fill.Took = time.Since(start)
 	switch {
-	case err != nil && !submitted:
-		return fill, lanes.Wrap(op, true, fmt.Errorf("nothing was uploaded and no buffer is shared: %w", err))
+	case err != nil && !submitted: // err says not submitted: it was refused, or ended before any batch ran
+		return fill, fmt.Errorf("fill shared: nothing was uploaded and no buffer is shared: %w", err)
 	case err != nil:
 		return fill, lanes.Wrap(op, false, fmt.Errorf("no buffer is shared and their contents are undefined; fill them again: %w", err))
 	}
