@@ -18,8 +18,10 @@ var (
 	// ErrOverloaded: admission is full (the tenant's, or its lane's);
 	// nothing was submitted; retry later.
 	ErrOverloaded = cuda.NewSentinel(cuda.CodeOverloaded, "actors: overloaded")
-	// ErrStopped: the scheduler is stopping or stopped.
-	ErrStopped = cuda.NewSentinel(cuda.CodeStopped, "actors: scheduler stopped")
+	// ErrStopped: the scheduler is stopping or stopped. It is the one
+	// ErrStopped: a front to lane hosts that was stopped answers it too
+	// (remote.ErrStopped is this value).
+	ErrStopped = cuda.NewSentinel(cuda.CodeStopped, "actors: stopped (the scheduler, or the front to lane hosts, was stopped)")
 	// ErrNoHealthyLane: no lane of the batch's device can take work now
 	// (lanes recovering come back; retry later).
 	ErrNoHealthyLane = cuda.NewSentinel(cuda.CodeNoHealthyLane, "actors: no healthy lane")

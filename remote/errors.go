@@ -127,5 +127,6 @@ func (e *RefusedError) Class() cuda.Class {
 	return c
 }
 
-// ErrStopped marks a call on a front that was stopped.
-var ErrStopped = cuda.NewSentinel(cuda.CodeStopped, "remote: front stopped")
+// ErrStopped marks a call on a front that was stopped: it is
+// actors.ErrStopped, the one sentinel of a stopped scheduler or front.
+var ErrStopped = actors.ErrStopped

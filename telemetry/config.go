@@ -4,7 +4,6 @@
 package telemetry
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lanesched/lanes/cuda"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -27,8 +27,9 @@ const (
 	ExportPrometheus = "prometheus" // metrics: served by Recorder.MetricsHandler
 )
 
-// ErrConfig marks a configuration New refuses (errors.Is).
-var ErrConfig = errors.New("telemetry: bad configuration")
+// ErrConfig marks a configuration New refuses (errors.Is): the caller's,
+// not submitted (cuda.Classify: invalid_argument).
+var ErrConfig = cuda.NewSentinel(cuda.CodeInvalidArgument, "telemetry: bad configuration")
 
 // Config selects where traces and metrics go. Each of Traces and Metrics
 // left "" is taken from the environment, as the OpenTelemetry spec says:
