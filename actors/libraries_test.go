@@ -193,3 +193,54 @@ func TestStartRefusesLibrariesNoLaneHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestLibrariesOfALaneRecoveringBesideAHang: while one lane's hung work
+// still runs on the device, another lane that recovers from a stream
+// failure skips its libraries' teardown (it would wait for the hung work)
+// but sets them up again: its library calls still run afterwards.
+func TestLibrariesOfALaneRecoveringBesideAHang(t *testing.T) {
+	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime, Faults: []sim.Fault{{Kind: sim.FaultHang, Kernel: "inc_i32", Nth: 1}}}, 2)
+	ll := newLaneLibrary()
+	s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2, HangTimeout: 300 * time.Millisecond,
+		Libraries: []*cuda.Library{ll.lib}})
+	if err != nil {
+		t.Fatalf("actors.Start: got err %v, want nil", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			t.Errorf("Stop: got err %v, want nil", err)
+		}
+	}()
+	ctx := context.Background()
+	// Each tenant on a lane of its own: "lib" first, then "hang".
+	if _, err := s.Submit(ctx, "lib", lanes.Batch{Entries: []lanes.Entry{ll.call(t, dev.bufs[1], 1)}}); err != nil {
+		t.Fatalf("first library call: got err %v, want nil", err)
+	}
+	if _, err := s.Submit(ctx, "hang", dev.batch(0, 1)); !errors.Is(err, actors.ErrHung) {
+		t.Fatalf("the hanging step: got err %v, want actors.ErrHung", err)
+	}
+	libLane, _ := s.TenantLane("lib")
+	hangLane, _ := s.TenantLane("hang")
+	if libLane == hangLane {
+		t.Skipf("both tenants were routed to lane %d; the test needs them apart", libLane)
+	}
+	// A launch failure on the library's lane: it recovers on a fresh stream.
+	if err := dev.InjectFault(sim.Fault{Kind: sim.FaultLaunch, Nth: 1}); err != nil {
+		t.Fatalf("InjectFault: got err %v, want nil", err)
+	}
+	if _, err := s.Submit(ctx, "lib", lanes.Batch{Entries: []lanes.Entry{ll.call(t, dev.bufs[1], 1)}}); err == nil {
+		t.Fatal("the library call meeting a launch failure: got nil, want its error")
+	}
+	var err2 error
+	for try := 0; try < 100; try++ { // wait for the lane's rebuild
+		if _, err2 = s.Submit(ctx, "lib", lanes.Batch{Entries: []lanes.Entry{ll.call(t, dev.bufs[1], 1)}}); err2 == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err2 != nil {
+		t.Fatalf("a library call after its lane recovered beside a hang: got err %v, want nil (the library set up again)", err2)
+	}
+}

@@ -214,7 +214,7 @@ func (a *laneActor) recoverLane() error {
 		return err
 	}
 	if a.s.deviceHung(a.ref.dev) {
-		a.lane.AbandonLibraries() // their teardown would wait for the hung work
+		a.lane.ForgetLibraryState() // their teardown would wait for the hung work
 	}
 	if err := a.lane.Recover(st); err != nil {
 		_ = st.Destroy()

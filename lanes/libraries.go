@@ -213,6 +213,18 @@ func (l *Lane) ReleaseLibraries() error {
 	return first
 }
 
+// ForgetLibraryState forgets what each library's Setup made on the lane
+// without its Teardown (which may wait for the device's work: cuBLAS's
+// does), keeping the workspaces and the libraries: each is set up again
+// before its next call (at Recover for Config.Libraries). For a lane that
+// recovers while its device still runs another stream's hung work; what
+// Setup made is left to the device's close.
+func (l *Lane) ForgetLibraryState() {
+	for _, st := range l.libs {
+		st.ready, st.lane.State = false, nil
+	}
+}
+
 // AbandonLibraries lets go of the lane's state of every library without
 // tearing it down or freeing a workspace (both would wait for the
 // device's work): for a device that still runs hung work, whose close

@@ -298,3 +298,26 @@ func TestLibrariesALaneCannotHold(t *testing.T) {
 		t.Fatalf("an abandoned workspace: got CheckBuffer %v, want it still allocated (the device's close frees it)", err)
 	}
 }
+
+// TestForgetLibraryState: a lane that forgets what its libraries' Setup
+// made (its device still runs hung work, so Teardown would wait) runs no
+// Teardown, keeps its workspaces, and sets each library up again before
+// its next call, which runs in the same workspace.
+func TestForgetLibraryState(t *testing.T) {
+	r := newRig(t, sim.ClockZeroCost, 1)
+	tl := newTally()
+	r.submit(lanes.Batch{Entries: []lanes.Entry{tl.call(t, r.bufs[0])}})
+	r.settle()
+	r.lane.ForgetLibraryState()
+	if n, b := r.lane.Libraries(); n != 1 || b != 8 {
+		t.Fatalf("after ForgetLibraryState: got %d libraries, %d workspace bytes; want 1, 8 (kept)", n, b)
+	}
+	r.submit(lanes.Batch{Entries: []lanes.Entry{tl.call(t, r.bufs[0])}})
+	r.settle()
+	if len(tl.setups) != 2 || tl.downs != 0 || tl.setups[1].Workspace != tl.setups[0].Workspace {
+		t.Fatalf("the next call: got setups %+v, %d teardowns; want a second setup in the same workspace, no teardown", tl.setups, tl.downs)
+	}
+	if got := r.count(0); got != 2 {
+		t.Fatalf("count: got %d, want 2 (the workspace kept its count)", got)
+	}
+}
