@@ -51,24 +51,17 @@ const workspaceOwner = reservedTenantPrefix + "workspaces"
 // ownWorkspace records a lane's workspace as the lanes' own, or forgets it
 // (lanes.Config.OnWorkspace).
 func (s *Scheduler) ownWorkspace(buf cuda.Buffer, allocated bool) {
-	k := bufferKey(buf)
-	check := s.bufferKeys([]cuda.Buffer{buf})[0].check
+	k := s.bufferKeys([]cuda.Buffer{buf})[0]
 	s.lockOwnership()
 	defer s.ownMu.Unlock()
-	mine := s.owned[workspaceOwner]
-	if !allocated {
-		if s.owners[k] == workspaceOwner {
-			delete(s.owners, k)
-		}
-		delete(mine, k)
+	if allocated {
+		s.recordLocked(workspaceOwner, k.key, k.check) // the janitor drops it once freed
 		return
 	}
-	if mine == nil {
-		mine = map[handleKey]func() error{}
-		s.owned[workspaceOwner] = mine
+	if s.owners[k.key] == workspaceOwner {
+		delete(s.owners, k.key)
 	}
-	s.owners[k] = workspaceOwner
-	mine[k] = check // the janitor drops it once freed
+	delete(s.owned[workspaceOwner], k.key)
 }
 
 // FillShared fills each buffer, whole, with its bytes on one of the
@@ -118,12 +111,7 @@ func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (Share
 	s.dropLocked(ts)
 	ts.mu.Unlock()
 	s.lockOwnership()
-	for k := range s.owned[filler] { // a failed fill leaves the buffers no one's
-		if s.owners[k] == filler {
-			delete(s.owners, k)
-		}
-	}
-	delete(s.owned, filler)
+	s.disownLocked(filler) // a failed fill leaves the buffers no one's
 	s.ownMu.Unlock()
 	fill.Took = time.Since(start)
 	switch {
@@ -225,15 +213,8 @@ func (s *Scheduler) upload(ctx context.Context, ts *tenantState, fills []SharedB
 func (s *Scheduler) shareFilled(filler string) {
 	s.lockOwnership()
 	defer s.ownMu.Unlock()
-	mine := s.owned[shared]
-	if mine == nil {
-		mine = map[handleKey]func() error{}
-		s.owned[shared] = mine
-	}
 	for k, check := range s.owned[filler] {
-		s.owners[k] = shared
-		mine[k] = check
-		s.anyShared = true
+		s.recordLocked(shared, k, check)
 	}
 	delete(s.owned, filler)
 }

@@ -143,17 +143,34 @@ func (s *Scheduler) own(op, owner string, keys []ownedKey) error {
 			return lanes.Wrap(op, true, fmt.Errorf("%w: %s is already %s", ErrNotYours, describeHandle(k.key), describeOwner(have)))
 		}
 	}
+	for _, k := range keys {
+		s.recordLocked(owner, k.key, k.check)
+	}
+	return nil
+}
+
+// recordLocked records a handle as owner's, with the check the janitor
+// runs to drop its row once it is freed (ownMu held).
+func (s *Scheduler) recordLocked(owner string, k handleKey, check func() error) {
 	mine := s.owned[owner]
 	if mine == nil {
 		mine = map[handleKey]func() error{}
 		s.owned[owner] = mine
 	}
-	for _, k := range keys {
-		s.owners[k.key] = owner
-		s.anyShared = s.anyShared || owner == shared
-		mine[k.key] = k.check
+	s.owners[k] = owner
+	s.anyShared = s.anyShared || owner == shared
+	mine[k] = check
+}
+
+// disownLocked drops every row of owner: its handles are no one's
+// afterwards (ownMu held).
+func (s *Scheduler) disownLocked(owner string) {
+	for k := range s.owned[owner] {
+		if s.owners[k] == owner {
+			delete(s.owners, k)
+		}
 	}
-	return nil
+	delete(s.owned, owner)
 }
 
 func describeHandle(k handleKey) string {

@@ -79,12 +79,7 @@ func (s *Scheduler) Forget(tenant string) error {
 		ts.mu.Unlock()
 	}
 	s.lockOwnership()
-	for k := range s.owned[tenant] {
-		if s.owners[k] == tenant {
-			delete(s.owners, k)
-		}
-	}
-	delete(s.owned, tenant)
+	s.disownLocked(tenant)
 	s.ownMu.Unlock()
 	return nil
 }

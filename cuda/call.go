@@ -209,7 +209,7 @@ func (c Command) validateCall() error {
 		if lc.Workspace != 0 && lc.Library.WorkspaceBytes == 0 {
 			return contractf(op, ErrInvalidCommand, "library call %q touches its lane's workspace, but library %q declares none (WorkspaceBytes is 0)", lc.Name, lc.Library.Name)
 		}
-		if lc.Workspace != 0 && lc.Workspace != AccessRead && lc.Workspace != AccessWrite && lc.Workspace != AccessReadWrite {
+		if lc.Workspace != 0 && !lc.Workspace.Valid() {
 			return contractf(op, ErrInvalidCommand, "library call %q declares workspace access %d; say AccessRead, AccessWrite or AccessReadWrite", lc.Name, lc.Workspace)
 		}
 	}
@@ -217,7 +217,7 @@ func (c Command) validateCall() error {
 		if err := t.Region.Validate(); err != nil {
 			return err
 		}
-		if t.Access != AccessRead && t.Access != AccessWrite && t.Access != AccessReadWrite {
+		if !t.Access.Valid() {
 			return contractf(op, ErrInvalidCommand, "library call %q region %d declares access %d; say AccessRead, AccessWrite or AccessReadWrite", lc.Name, i, t.Access)
 		}
 	}

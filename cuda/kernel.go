@@ -19,8 +19,19 @@ const (
 	ParamStruct
 )
 
-// MaxStructBytes is the largest struct a parameter may pass by value.
-const MaxStructBytes = 4096
+// MaxStructBytes is the largest struct a parameter may pass by value, and
+// MaxStructAlign the largest alignment it may declare.
+const (
+	MaxStructBytes = 4096
+	MaxStructAlign = 256
+)
+
+// ValidStruct reports whether size and align can be a struct parameter's
+// (Param.Size, Param.Align): size 1 to MaxStructBytes, a multiple of
+// align, a power of two up to MaxStructAlign.
+func ValidStruct(size, align uint32) bool {
+	return size > 0 && size <= MaxStructBytes && align > 0 && align&(align-1) == 0 && align <= MaxStructAlign && size%align == 0
+}
 
 // Access is how a kernel uses a buffer parameter.
 type Access uint8
@@ -31,6 +42,10 @@ const (
 	AccessWrite
 	AccessReadWrite
 )
+
+// Valid reports whether a is one of the declared accesses (read, write,
+// readwrite).
+func (a Access) Valid() bool { return a >= AccessRead && a <= AccessReadWrite }
 
 // Writes reports whether the access may modify the buffer.
 func (a Access) Writes() bool { return a == AccessWrite || a == AccessReadWrite }

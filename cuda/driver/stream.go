@@ -23,6 +23,7 @@ type stream struct {
 	destroyed bool
 	argv      [cuda.MaxArgs]uint64 // launch arguments, reused: the stream has one owner
 	blob      []byte               // structs passed by value, reused likewise
+	offs      [cuda.MaxArgs]int32  // where in blob each struct argument lies (-1: not a struct)
 
 	// pins holds the staging memory of uploads recorded by the current
 	// capture; EndCapture hands it to the graph, with the handles its
@@ -185,7 +186,7 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 // when it launches or captures, so the blob is reused), the rest in argv.
 func (s *stream) launchStructs(op string, cmd *cuda.Command) error {
 	s.blob = s.blob[:0]
-	offs := make([]int32, len(cmd.Args))
+	offs := s.offs[:len(cmd.Args)]
 	for i, a := range cmd.Args {
 		offs[i] = -1
 		if a.Kind == cuda.ParamStruct {

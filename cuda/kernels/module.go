@@ -101,13 +101,13 @@ func checkKernel(module, name string, k *Kernel, needBody bool) error {
 		case p.Kind != cuda.ParamBuffer && p.Kind != cuda.ParamScalar && p.Kind != cuda.ParamStruct:
 			return fmt.Errorf("%w: kernel %q parameter %d (%s) has kind %d; use cuda.ParamBuffer, cuda.ParamScalar or cuda.ParamStruct", ErrInvalidModule, name, i, p.Name, p.Kind)
 		case p.Kind == cuda.ParamStruct:
-			if p.Size == 0 || p.Size > cuda.MaxStructBytes || p.Align == 0 || p.Align&(p.Align-1) != 0 || p.Align > 256 || p.Size%p.Align != 0 {
+			if !cuda.ValidStruct(p.Size, p.Align) {
 				return fmt.Errorf("%w: kernel %q struct parameter %d (%s) declares %d B aligned to %d; a struct is 1 to %d B, its alignment a power of two up to 256 dividing its size (sizeof and alignof of the C type)",
 					ErrInvalidModule, name, i, p.Name, p.Size, p.Align, cuda.MaxStructBytes)
 			}
 		case !p.Elem.Valid():
 			return fmt.Errorf("%w: kernel %q parameter %d (%s) has no valid element type", ErrInvalidModule, name, i, p.Name)
-		case p.Kind == cuda.ParamBuffer && !slices.Contains([]cuda.Access{cuda.AccessRead, cuda.AccessWrite, cuda.AccessReadWrite}, p.Access):
+		case p.Kind == cuda.ParamBuffer && !p.Access.Valid():
 			return fmt.Errorf("%w: kernel %q buffer parameter %d (%s) declares no access; say cuda.AccessRead, AccessWrite or AccessReadWrite", ErrInvalidModule, name, i, p.Name)
 		}
 	}

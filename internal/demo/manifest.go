@@ -327,7 +327,7 @@ func parseParam(p manifestParam) (cuda.Param, error) {
 		if p.Access != "" {
 			return cuda.Param{}, fmt.Errorf("parameter %q: a struct has no access (%q)", p.Name, p.Access)
 		}
-		if p.Size == 0 || p.Size > cuda.MaxStructBytes || p.Align == 0 || p.Align&(p.Align-1) != 0 || p.Align > 256 || p.Size%p.Align != 0 {
+		if !cuda.ValidStruct(p.Size, p.Align) {
 			return cuda.Param{}, fmt.Errorf("parameter %q: a struct of size %d aligned to %d; give its sizeof (1 to %d) and alignof (a power of two up to 256 dividing the size)", p.Name, p.Size, p.Align, cuda.MaxStructBytes)
 		}
 		return cuda.Param{Name: p.Name, Kind: cuda.ParamStruct, Size: p.Size, Align: p.Align}, nil

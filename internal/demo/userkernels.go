@@ -175,9 +175,9 @@ func valueCodes(t cuda.ElementType) (codes [16]uint64) {
 		case cuda.F32:
 			codes[k] = uint64(math.Float32bits(f))
 		case cuda.BF16:
-			codes[k] = uint64(math.Float32bits(f) >> 16)
+			codes[k] = uint64(cuda.BFloat16Bits(f))
 		case cuda.F16:
-			codes[k] = uint64(eighthToF16(f))
+			codes[k] = uint64(cuda.Float16Bits(f))
 		case cuda.Bool:
 			codes[k] = k & 1
 		default: // integers
@@ -185,16 +185,4 @@ func valueCodes(t cuda.ElementType) (codes [16]uint64) {
 		}
 	}
 	return codes
-}
-
-// eighthToF16 is f, a multiple of 1/8 from -0.5 to 0.5, as IEEE half
-// precision (exact: such values need three bits of mantissa).
-func eighthToF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	sign := uint16(u>>16) & 0x8000
-	if u&0x7fffffff == 0 {
-		return sign
-	}
-	exp := int(u>>23&0xff) - 127 + 15
-	return sign | uint16(exp)<<10 | uint16(u>>13&0x3ff)
 }
