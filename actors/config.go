@@ -44,14 +44,11 @@ type Config struct {
 	// tenant's, while many tenants with a batch or two each keep the
 	// stream as full as they like, and a tenant alone on its lane (no other
 	// tenant's work for 50 ms, nor among the last 64 batches the lane
-	// received) is not held back: on the simulated H200 a
-	// lone tenant with 64 steps in flight ran 14.4k steps/s held to 4 and
-	// 28.7k with this exemption (29.4k unbounded). Default 4;
-	// negative: no bound (first come, first served). On the H200 a light
-	// tenant's p99 beside a flooding one on its lane was 1.3-1.4x its p99
-	// alone at 4 (3 runs), 2.8x at 8; lanedemo's closed loop (16 tenants,
-	// one step each in flight) is not slowed by it
-	// (docs/measurements/2026-12-01-fair-shares.txt).
+	// received) is not held back. Default 4; negative: no bound (first
+	// come, first served). A deeper stream lets a flooding tenant's batches
+	// sit ahead of a light tenant's; a shallower one can leave the GPU idle
+	// between a lone tenant's steps (docs/tuning.md; figures in
+	// docs/measurements/2026-12-01-fair-shares.txt).
 	StreamDepth int
 	// Quantum is the credit, in batch entries, each round of a lane's fair
 	// queue gives a tenant per unit of weight. Default 16.
@@ -67,9 +64,8 @@ type Config struct {
 	// Entries count commands: a program invocation counts its segment's,
 	// a patch counts one (and its bytes). A lane enqueues a batch whole, so
 	// the entries bound is also what one tenant's batch can make another
-	// tenant of its lane wait: one such batch, 1024 eager launches being
-	// about 4 ms of host enqueue plus their device time (10-15 ms on the
-	// simulated H200 of a 2-core machine). Staged replays' inputs count
+	// tenant of its lane wait: one such batch, up to its host enqueue
+	// time plus its device time. Staged replays' inputs count
 	// against MaxBatchBytes. Defaults (also for zero or negative values)
 	// 1024 commands and 64 MiB.
 	MaxBatchEntries int
@@ -262,15 +258,14 @@ func (c *Config) defaults() error {
 // steps: lanedemo's and lanehost's default on a GPU. A lane whose steps
 // come and go through a lane host's data plane sees its next step within
 // half a millisecond of its last, so a lane that spins this long takes it
-// without parking: on the H200 at 2 steps in flight per tenant, a host's
-// lane time fell from 76 to 47 µs a step against 50 µs of spin, while one
-// process ran the same (docs/measurements/2026-12-02-same-host-data-plane.txt).
+// without parking, and parking costs a thread wake per step
+// (docs/measurements/2026-12-02-same-host-data-plane.txt).
 const GPUSpin = 500 * time.Microsecond
 
 // DefaultGPUSpin is the spin window a GPU process's lanes get when none is
 // given (lanedemo's and lanehost's): GPUSpin on a machine of 8 CPUs or
 // more, 0 on fewer, where a spinning lane takes a core the rest of the
-// process needs (on 2 cores, 500 µs of spin cut a loop to a third).
+// process needs.
 func DefaultGPUSpin() time.Duration {
 	if runtime.NumCPU() >= 8 {
 		return GPUSpin

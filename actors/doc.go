@@ -24,13 +24,10 @@
 // that waits for that end on Pending.Done (as Submit does) is another
 // goroutine, which the runtime must wake: the lane's thread readies it
 // onto its own processor, which the lane keeps while it spins, so the
-// caller waits to be stolen or for an idle thread to be woken (36-62 µs a
-// step on the H200 at 1 and 8 lanes, the scheduler latency of Go's
-// execution trace), and its next step comes back through the lane's
-// mailbox. (A lane that ended steps with callers waiting on Done now
-// yields its processor right after, so they run at once on another
-// thread: with a goroutine per client, 8 lanes on the H200 served 36%
-// more steps, p50 80 µs instead of 113.) A hand-written driver loop
+// caller waits to be stolen or for an idle thread to be woken, and its
+// next step comes back through the lane's mailbox. (A lane that ended
+// steps with callers waiting on Done yields its processor right after, so
+// they run at once on another thread.) A hand-written driver loop
 // instead issues a stream's next step from the thread that saw the
 // previous one end. The same loop here is
 // SubmitNotify's ended submitting the tenant's next step: ended runs on
@@ -70,9 +67,9 @@
 // rows with the one before it), so the lane checks that the batch is the
 // same, launches its graph and records its fence; and the thread does not
 // yield between messages (Config.Throughput), since a yield from a
-// goroutine locked to its thread wakes two threads. On the H200, serving
-// the same kernels as the hand-written loop (serve_fused.cu), lanedemo
-// ran 1.00x its steps/s at 1 lane, 0.97-0.99x at 4 and 0.90-0.97x at 8.
+// goroutine locked to its thread wakes two threads. How this loop
+// compares with the same loop hand-written in C++ is measured in
+// docs/measurements (the serving-loop files).
 //
 // # Blame decides the consequence
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // Errors of the scheduler. Each is a [cuda.Sentinel]: errors.Is finds it
@@ -22,6 +23,13 @@ var (
 	// ErrStopped: a front to lane hosts that was stopped answers it too
 	// (remote.ErrStopped is this value).
 	ErrStopped = cuda.NewSentinel(cuda.CodeStopped, "actors: stopped (the scheduler, or the front to lane hosts, was stopped)")
+	// ErrWithdrawn: the batch was admitted, then its context ended before
+	// its lane took it, so it never ran (not submitted); errors.Is finds
+	// the context's error too. Its code (withdrawn) tells it from an
+	// admission refused for a context already done (canceled,
+	// deadline_exceeded) and from a caller that stopped waiting for a
+	// batch that goes on ([*DetachedError], detached).
+	ErrWithdrawn = cuda.NewSentinel(cuda.CodeWithdrawn, "actors: withdrawn before it ran (its context ended while it waited for its lane)")
 	// ErrNoHealthyLane: no lane of the batch's device can take work now
 	// (lanes recovering come back; retry later).
 	ErrNoHealthyLane = cuda.NewSentinel(cuda.CodeNoHealthyLane, "actors: no healthy lane")
@@ -124,7 +132,7 @@ func (e *SuspendedError) Unwrap() error { return ErrSuspended }
 // taken it yet ends not submitted, with the context's error). errors.Is
 // finds the context's error.
 type DetachedError struct {
-	Pending *Pending
+	Pending lanes.Pending
 	Err     error // the context's error
 }
 
@@ -140,10 +148,10 @@ func (e *DetachedError) Error() string {
 // Unwrap returns the context's error.
 func (e *DetachedError) Unwrap() error { return e.Err }
 
-// Class classifies the error as the context's, with the submission's fate
-// still open: not known to be unsubmitted.
-func (e *DetachedError) Class() cuda.Class {
-	c := cuda.Classify(e.Err)
-	c.NotSubmitted = false
-	return c
-}
+// Class classifies the error as detached: the submission's fate is still
+// open (not known to be unsubmitted), and nothing failed.
+func (e *DetachedError) Class() cuda.Class { return cuda.CodeDetached.Class() }
+
+// withdrawn is the error of an admitted batch whose context ended before
+// its lane took it: ErrWithdrawn, and the context's error.
+func withdrawn(ctxErr error) error { return fmt.Errorf("%w: %w", ErrWithdrawn, ctxErr) }

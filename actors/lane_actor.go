@@ -123,7 +123,7 @@ func (a *laneActor) open() error {
 		return err
 	}
 	epoch := a.s.epoch
-	l, err := lanes.New(lanes.Config{ID: uint64(a.ref.id), Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime,
+	l, err := lanes.New(lanes.Config{ID: a.ref.id, Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime,
 		Now: func() time.Duration { return time.Since(epoch) }, Waiter: &a.waiter, CacheBytes: a.s.cfg.CacheBytes, PinBytes: a.s.cfg.PinBytes, Libraries: a.s.cfg.Libraries, OnWorkspace: a.s.ownWorkspace})
 	if err != nil {
 		_ = st.Destroy()

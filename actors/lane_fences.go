@@ -171,14 +171,13 @@ func (a *laneActor) disarm() {
 // caller waiting on Pending.Done (Submit, say) is readied onto the
 // processor of the goroutine that ended its step: this lane's, which the
 // lane's thread keeps while it spins, so the caller would wait to be
-// stolen (36-62 µs a step on the H200). Yielding hands that processor to
-// another thread, which runs the caller next, and the lane's thread takes
-// one back (two thread wakes, a few µs of the lane's). On the H200, with
-// a goroutine per client waiting for each step's end, 8 lanes served
-// 176-179k steps/s instead of 129-132k (p50 80 µs instead of 113-115), 4
-// lanes 131k instead of 125k; 1 lane, whose caller runs while the GPU
-// works, the same. A step ended through SubmitNotify's callback wakes no
-// one and costs no yield.
+// stolen. Yielding hands that processor to another thread, which runs
+// the caller next, and the lane's thread takes one back (two thread
+// wakes, a few µs of the lane's): with a goroutine per client waiting for
+// each step's end, 8 lanes on the H200 served 36% more steps
+// (docs/measurements/2026-12-01-serving-loop.txt), and 1 lane, whose
+// caller runs while the GPU works, the same. A step ended through
+// SubmitNotify's callback wakes no one and costs no yield.
 func (a *laneActor) yieldToCallers() {
 	a.wokeCallers = 0
 	runtime.Gosched()

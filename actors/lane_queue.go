@@ -149,7 +149,7 @@ func (a *laneActor) requeue() {
 func (a *laneActor) submit(m *submitRequest) {
 	if m.ctx != nil && m.ctx.Err() != nil {
 		// The caller gave up before the lane took the batch: never run it.
-		a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, m.ctx.Err()))
+		a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, withdrawn(m.ctx.Err())))
 		return
 	}
 	var taken time.Time

@@ -21,12 +21,12 @@ import (
 type laneLibrary struct {
 	lib        *cuda.Library
 	mu         sync.Mutex
-	workspaces map[uint64]cuda.Buffer
+	workspaces map[int]cuda.Buffer
 	downs      int
 }
 
 func newLaneLibrary() *laneLibrary {
-	ll := &laneLibrary{workspaces: map[uint64]cuda.Buffer{}}
+	ll := &laneLibrary{workspaces: map[int]cuda.Buffer{}}
 	ll.lib = &cuda.Library{Name: "laneid", WorkspaceBytes: 8,
 		Setup: func(l cuda.LibraryLane) (any, error) {
 			ll.mu.Lock()

@@ -171,5 +171,5 @@ func (m *stagedRequest) abandoned() error {
 	if m.ctx != nil && m.ctx.Err() != nil {
 		err = m.ctx.Err()
 	}
-	return lanes.Wrap("staged replay", true, err)
+	return lanes.Wrap("staged replay", true, withdrawn(err))
 }

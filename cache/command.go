@@ -22,14 +22,14 @@ const (
 // Scope is the reusable address scope of a region or a command.
 type Scope struct {
 	Kind ScopeKind
-	Lane uint64 // for ScopeLane
+	Lane int // for ScopeLane
 }
 
 // PlanScope is the scope of plan-owned memory.
 func PlanScope() Scope { return Scope{Kind: ScopePlan} }
 
 // LaneScope is the scope of memory owned by one lane.
-func LaneScope(lane uint64) Scope { return Scope{Kind: ScopeLane, Lane: lane} }
+func LaneScope(lane int) Scope { return Scope{Kind: ScopeLane, Lane: lane} }
 
 // String prints "plan", "lane:N" or "none".
 func (s Scope) String() string {

@@ -135,7 +135,7 @@ func FuzzDiscover(f *testing.F) {
 			case 1:
 				c.HasKey = false
 			case 2:
-				c.Scopes = []cache.Scope{cache.LaneScope(uint64(b % 3))}
+				c.Scopes = []cache.Scope{cache.LaneScope(int(b % 3))}
 			case 3:
 				c.Phase = cache.PhaseReadout // a keyed zero: a stable transfer, it may join
 			case 4:

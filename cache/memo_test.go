@@ -22,7 +22,7 @@ func TestMemoGivesTheSameDiscovery(t *testing.T) {
 		for i := range n {
 			c := zeroCmd(uint64(1+r.Intn(6)), i, cache.PlanScope())
 			if r.Intn(5) == 0 {
-				c.Scopes = []cache.Scope{cache.LaneScope(uint64(r.Intn(3)))}
+				c.Scopes = []cache.Scope{cache.LaneScope(r.Intn(3))}
 			}
 			if r.Intn(6) == 0 {
 				c.Phase = cache.PhaseDynamicBinding // splits the run: several candidates share the memo's key array

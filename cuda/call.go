@@ -119,7 +119,7 @@ const MaxWorkspaceBytes = 4 << 30
 // every call's EnqueueOn receive it.
 type LibraryLane struct {
 	// Lane is the lane's id.
-	Lane uint64
+	Lane int
 	// Stream is the lane's CUstream on the real device (what Enqueue
 	// would get); 0 on the simulated device.
 	Stream uintptr
@@ -249,26 +249,3 @@ func (e *CallError) Error() string {
 
 // Unwrap returns what the call returned.
 func (e *CallError) Unwrap() error { return e.Err }
-
-// RunCall runs f, user code of kind ("library call" for a call's Enqueue
-// or Reference, "kernel" for a kernel's Go reference) named name, turning
-// an error or a panic into a *CallError wrapped in a device error of code:
-// a backend's one way to run user code, so that no panic of it escapes
-// into the device.
-func RunCall(op string, code Code, kind, name string, f func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			ce := &CallError{Kind: kind, Name: name, Panicked: true, Err: fmt.Errorf("%v", p)}
-			e := DriverError(op, code, ce.Error())
-			e.Contract = ce
-			err = e
-		}
-	}()
-	if fe := f(); fe != nil {
-		ce := &CallError{Kind: kind, Name: name, Err: fe}
-		e := DriverError(op, code, ce.Error())
-		e.Contract = ce
-		return e
-	}
-	return nil
-}

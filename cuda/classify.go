@@ -112,7 +112,15 @@ const (
 const (
 	CodeCanceled         Code = -300 // the caller's context was canceled
 	CodeDeadlineExceeded Code = -301 // the caller's context expired
-	CodeUnclassified     Code = -999 // an error lanes does not know (a bug: report it)
+	// CodeWithdrawn: the batch was admitted, then its context ended before
+	// a lane took it, so it never ran (not submitted). An admission refused
+	// for a context already done is canceled or deadline_exceeded instead.
+	CodeWithdrawn Code = -302
+	// CodeDetached: the caller stopped waiting (its context ended) for a
+	// batch that was admitted; the batch goes on and ends on its own
+	// (actors.DetachedError.Pending), so whether it ran is not known yet.
+	CodeDetached     Code = -303
+	CodeUnclassified Code = -999 // an error lanes does not know (a bug: report it)
 )
 
 // Blame is whose failure an error is. It alone decides the consequence (the
@@ -238,6 +246,8 @@ var codes = map[Code]codeInfo{
 
 	CodeCanceled:         {"canceled", BlameNone, false, false},
 	CodeDeadlineExceeded: {"deadline_exceeded", BlameNone, false, false},
+	CodeWithdrawn:        {"withdrawn", BlameNone, false, true},
+	CodeDetached:         {"detached", BlameNone, false, false},
 	CodeUnclassified:     {"unclassified", BlameNone, false, false},
 }
 

@@ -4,9 +4,6 @@
 package cuda
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"sync/atomic"
 	"time"
 )
 
@@ -224,36 +221,6 @@ type Exec interface {
 	Destroy() error
 }
 
-// instances counts device instances from a random base, so that two
-// processes (lane hosts of one front, say, or a host and its restart)
-// hand out different ids and a handle of one is refused by the other.
-var instances = func() *atomic.Uint64 {
-	var base [8]byte
-	_, _ = rand.Read(base[:])
-	a := new(atomic.Uint64)
-	a.Store(binary.LittleEndian.Uint64(base[:]) >> 20 << 8) // 44 random bits, room for 256 devices each
-	return a
-}()
-
-// NextInstance returns a device instance id unique in the process, and,
-// with overwhelming probability, among processes (it counts from a random
-// base); backends call it once per device they open.
-func NextInstance() uint64 { return instances.Add(1) }
-
-// UnwrapStream returns the stream a decorator wraps: a stream that embeds
-// another (for instrumentation, say) and has an Unwrap method. Backends
-// unwrap before their ownership checks, so decorated streams are accepted
-// wherever their inner stream is.
-func UnwrapStream(s Stream) Stream {
-	for {
-		w, ok := s.(interface{ Unwrap() Stream })
-		if !ok {
-			return s
-		}
-		s = w.Unwrap()
-	}
-}
-
 // NativeStream is implemented by a stream of the real device: Native is
 // its CUstream, what a library's per-lane Setup binds its handle to.
 type NativeStream interface {
@@ -263,8 +230,32 @@ type NativeStream interface {
 // NativeHandle returns s's CUstream (through decorators), or 0 when s has
 // none (the simulated device's).
 func NativeHandle(s Stream) uintptr {
-	if n, ok := UnwrapStream(s).(NativeStream); ok {
-		return n.Native()
+	for {
+		if n, ok := s.(NativeStream); ok {
+			return n.Native()
+		}
+		w, ok := s.(interface{ Unwrap() Stream })
+		if !ok {
+			return 0
+		}
+		s = w.Unwrap()
 	}
-	return 0
+}
+
+// Bound runs fn on a goroutine locked to a thread bound to dev (its
+// BindThread), waits for it and returns its error: the way to call a
+// device's own methods (Alloc, Free, AllocHost, ReadHost, ...) from code
+// that is not a lane's. A failure to bind is returned and fn does not run.
+func Bound(dev Device, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		unbind, err := dev.BindThread()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer unbind()
+		done <- fn()
+	}()
+	return <-done
 }

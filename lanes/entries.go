@@ -34,3 +34,21 @@ func Replayed(provider string, node int, cmd cuda.Command) Entry {
 func Eager(phase cache.Phase, cmd cuda.Command) Entry {
 	return Entry{Phase: phase, Node: cache.NoNode, Command: cmd}
 }
+
+// Input is an eager entry of per-request input or binding, before compute
+// (phase dynamic binding): an upload of a step's input, say.
+func Input(cmd cuda.Command) Entry { return Eager(cache.PhaseDynamicBinding, cmd) }
+
+// Output is an eager entry that moves results out after compute (phase
+// readout).
+func Output(cmd cuda.Command) Entry { return Eager(cache.PhaseReadout, cmd) }
+
+// Pending is a submission in flight, whichever side runs it: an in-process
+// scheduler's (*actors.Pending) or a front's to lane hosts
+// (*remote.Pending).
+type Pending interface {
+	// Done is closed when the submission has ended.
+	Done() <-chan struct{}
+	// Result waits for the end and returns the receipt and error.
+	Result() (Receipt, error)
+}

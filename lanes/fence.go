@@ -210,7 +210,7 @@ func (l *Lane) recycle(p *pending) {
 // receipt; their buffers are held with it.
 func (l *Lane) endIndeterminate(err error) {
 	for _, p := range l.pending {
-		r := Receipt{Fence: p.fence, Outcome: OutcomeIndeterminate, Err: failed("fence", err), Lane: int(l.id), Attribution: p.att}
+		r := Receipt{Fence: p.fence, Outcome: OutcomeIndeterminate, Err: failed("fence", err), Lane: l.id, Attribution: p.att}
 		l.ready = append(l.ready, r)
 		l.held = append(l.held, p)
 	}
@@ -219,7 +219,7 @@ func (l *Lane) endIndeterminate(err error) {
 
 // receipt builds the receipt of a completed submission.
 func (l *Lane) receipt(p *pending) Receipt {
-	r := Receipt{Fence: p.fence, Outcome: OutcomeSucceeded, Lane: int(l.id), Attribution: p.att, Released: p.retain}
+	r := Receipt{Fence: p.fence, Outcome: OutcomeSucceeded, Lane: l.id, Attribution: p.att, Released: p.retain}
 	if p.refused != nil {
 		r.Outcome, r.Err = OutcomeRefused, p.refused
 	}

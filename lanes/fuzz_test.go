@@ -42,7 +42,7 @@ func FuzzSubmit(f *testing.F) {
 				reg := cuda.Region{Buffer: r.bufs[x%3], Offset: uint64(next() % 80), Length: uint64(next() % 80)}
 				e = lanes.Entry{Node: node, Command: cuda.Command{Kind: cuda.KindZero, Dst: reg}}
 				if x%2 == 0 {
-					e.Replay = lanes.Replayable(e.Command, cache.NewKey("f", "zero").Finish(), cache.LaneScope(uint64(x%4)))
+					e.Replay = lanes.Replayable(e.Command, cache.NewKey("f", "zero").Finish(), cache.LaneScope(int(x%4)))
 				}
 			case 3:
 				reg := r.bufs[x%3].Whole()

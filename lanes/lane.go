@@ -28,38 +28,39 @@ func (s State) String() string {
 	return [...]string{"ready", "submitted", "failed", "unknown"}[min(int(s), 3)]
 }
 
-// Stage is a host-side stage of a submission.
-type Stage uint8
+// Section is a host-side part of a submission's handling, timed when a
+// SectionSink is configured.
+type Section uint8
 
-// Submission stages, timed when a sink is configured.
+// Sections of a submission.
 const (
-	StageValidatePrepare Stage = iota // validation, discovery, preparation
-	StageBeginTiming                  // recording the start event
-	StageEnqueue                      // enqueuing the batch
-	StageRecordFence                  // recording the fence
+	SectionValidatePrepare Section = iota // validation, discovery, preparation
+	SectionBeginTiming                    // recording the start event
+	SectionEnqueue                        // enqueuing the batch
+	SectionRecordFence                    // recording the fence
 )
 
-// String names the stage.
-func (s Stage) String() string {
+// String names the section.
+func (s Section) String() string {
 	return [...]string{"validate_prepare", "begin_timing", "enqueue", "record_fence", "unknown"}[min(int(s), 4)]
 }
 
-// StageSink receives host-side stage timings.
-type StageSink interface {
-	Stage(lane uint64, stage Stage, d time.Duration)
+// SectionSink receives the host-side timings of a submission's sections.
+type SectionSink interface {
+	Section(lane int, section Section, d time.Duration)
 }
 
 // Config configures a lane. Device and Stream are required; the stream must
 // be of the device. Now is the host clock the lane reads, and the only one:
-// for stage timings when Stages is set, and to anchor each timed
+// for section timings when Sections is set, and to anchor each timed
 // submission's device times on the host timeline (Receipt.HostStart).
 type Config struct {
-	ID      uint64
-	Device  cuda.Device
-	Stream  cuda.Stream
-	Runtime string // runtime implementation fingerprint of the programs
-	Stages  StageSink
-	Now     func() time.Duration
+	ID       int
+	Device   cuda.Device
+	Stream   cuda.Stream
+	Runtime  string // runtime implementation fingerprint of the programs
+	Sections SectionSink
+	Now      func() time.Duration
 	// Waiter paces every wait on the device (Wait, Synchronize, Readback,
 	// and the staged Prepare, Replay and ReplayWritten); nil blocks in the
 	// device's calls.
@@ -117,12 +118,12 @@ type Counters struct {
 // lane actor owns it, feeds it submissions and polls, and takes what it
 // produced. Not safe for concurrent use.
 type Lane struct {
-	id      uint64
+	id      int
 	dev     cuda.Device
 	s       cuda.Stream
 	cache   *cache.Cache
 	catalog *programs.Catalog
-	stages  StageSink
+	stages  SectionSink
 	now     func() time.Duration
 	waiter  Waiter
 
@@ -174,8 +175,8 @@ func New(cfg Config) (*Lane, error) {
 	if cfg.Stream.DeviceInstance() != cfg.Device.Info().Instance {
 		return nil, fmt.Errorf("%w: the stream belongs to device instance %d, not %d", ErrInvalidBatch, cfg.Stream.DeviceInstance(), cfg.Device.Info().Instance)
 	}
-	if cfg.Stages != nil && cfg.Now == nil {
-		return nil, fmt.Errorf("%w: stage timings need a host clock (Config.Now)", ErrInvalidBatch)
+	if cfg.Sections != nil && cfg.Now == nil {
+		return nil, fmt.Errorf("%w: section timings (Config.Sections) need a host clock (Config.Now)", ErrInvalidBatch)
 	}
 	if cfg.Runtime == "" {
 		cfg.Runtime = "lanes/" + cfg.Device.Info().Backend
@@ -183,7 +184,7 @@ func New(cfg Config) (*Lane, error) {
 	c := cache.New()
 	c.LimitBytes(cfg.CacheBytes)
 	l := &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
-		stages: cfg.Stages, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)},
+		stages: cfg.Sections, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)},
 		configured: cfg.Libraries, onWorkspace: cfg.OnWorkspace}
 	for _, lib := range cfg.Libraries {
 		if err := lib.Validate(); err != nil {
@@ -227,7 +228,7 @@ func (l *Lane) Recover(st cuda.Stream) error {
 }
 
 // ID is the lane's id.
-func (l *Lane) ID() uint64 { return l.id }
+func (l *Lane) ID() int { return l.id }
 
 // State is the lane's state.
 func (l *Lane) State() State { return l.state }
@@ -260,12 +261,12 @@ func (l *Lane) stamp() time.Duration {
 	return l.now()
 }
 
-func (l *Lane) stage(s Stage, since time.Duration) time.Duration {
+func (l *Lane) stage(s Section, since time.Duration) time.Duration {
 	if l.stages == nil {
 		return 0
 	}
 	t := l.now()
-	l.stages.Stage(l.id, s, t-since)
+	l.stages.Section(l.id, s, t-since)
 	return t
 }
 

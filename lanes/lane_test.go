@@ -318,21 +318,23 @@ func TestStageTimings(t *testing.T) {
 	r := newRig(t, sim.ClockVirtual, 1)
 	sink := &stageLog{}
 	clock := r.dev.Clock()
-	l, err := lanes.New(lanes.Config{ID: 3, Device: r.dev, Stream: r.s, Stages: sink, Now: clock.Now})
+	l, err := lanes.New(lanes.Config{ID: 3, Device: r.dev, Stream: r.s, Sections: sink, Now: clock.Now})
 	if err != nil {
 		t.Fatalf("lanes.New: got err %v, want nil", err)
 	}
 	if _, err := l.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}}); err != nil {
 		t.Fatalf("Submit: got err %v, want nil", err)
 	}
-	if len(sink.stages) != 4 || sink.stages[0] != lanes.StageValidatePrepare || sink.stages[3] != lanes.StageRecordFence {
-		t.Fatalf("got stages %v, want 4, the first %v, the last %v", sink.stages, lanes.StageValidatePrepare, lanes.StageRecordFence)
+	if len(sink.stages) != 4 || sink.stages[0] != lanes.SectionValidatePrepare || sink.stages[3] != lanes.SectionRecordFence {
+		t.Fatalf("got stages %v, want 4, the first %v, the last %v", sink.stages, lanes.SectionValidatePrepare, lanes.SectionRecordFence)
 	}
-	if _, err := lanes.New(lanes.Config{Device: r.dev, Stream: r.s, Stages: sink}); err == nil {
+	if _, err := lanes.New(lanes.Config{Device: r.dev, Stream: r.s, Sections: sink}); err == nil {
 		t.Fatal("lanes.New with a stage sink and no clock: got err nil, want an error")
 	}
 }
 
-type stageLog struct{ stages []lanes.Stage }
+type stageLog struct{ stages []lanes.Section }
 
-func (s *stageLog) Stage(_ uint64, st lanes.Stage, _ time.Duration) { s.stages = append(s.stages, st) }
+func (s *stageLog) Section(_ int, st lanes.Section, _ time.Duration) {
+	s.stages = append(s.stages, st)
+}

@@ -151,7 +151,7 @@ func (s *script) entry(t *testing.T, d *datadriven.TestData, line string) lanes.
 		case v == "none":
 			scope = cache.Scope{}
 		case strings.HasPrefix(v, "lane:"):
-			scope = cache.LaneScope(uint64(atoi(t, d, strings.TrimPrefix(v, "lane:"))))
+			scope = cache.LaneScope(atoi(t, d, strings.TrimPrefix(v, "lane:")))
 		default:
 			d.Fatalf(t, "%q: got scope %q, want plan, none or lane:K", line, v)
 		}

@@ -42,7 +42,7 @@ func (l *Lane) Submit(b Batch) (sub Submission, err error) {
 		l.counters.Refused++
 		return Submission{}, err
 	}
-	l.stage(StageValidatePrepare, t)
+	l.stage(SectionValidatePrepare, t)
 	sub, err = l.enqueue(p)
 	l.planned.batch = Batch{} // hold no reference to the caller's entries past the call
 	if len(b.Entries) > keepScratch {
@@ -77,16 +77,16 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	if err := q.beginTiming(); err != nil {
 		return q.fail(err)
 	}
-	t = l.stage(StageBeginTiming, t)
+	t = l.stage(SectionBeginTiming, t)
 	if err := q.entries(); err != nil {
 		return q.fail(err)
 	}
 	q.attribute()
-	t = l.stage(StageEnqueue, t)
+	t = l.stage(SectionEnqueue, t)
 	if err := q.recordFence(); err != nil {
 		return q.fail(err)
 	}
-	l.stage(StageRecordFence, t)
+	l.stage(SectionRecordFence, t)
 	pd.att = q.att
 	l.tailFence = 0
 	if pd.start != nil {

@@ -38,7 +38,7 @@ func wireErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrWire}, args...)...)
 }
 
-// BatchToWire encodes a batch. A stage-in or stage-out (pinned host
+// batchToWire encodes a batch. A stage-in or stage-out (pinned host
 // memory of this process) has no wire form and is refused (ErrWire). A
 // library call crosses as its declaration (name, regions, parameters),
 // not its code: the host runs the call it serves under that name
@@ -46,7 +46,7 @@ func wireErr(format string, args ...any) error {
 // (ErrUnknownCall). A program declaration, an invocation of a sealed
 // program's segment and binding patches cross as the plain data they
 // are; a program name is at most MaxProgramName bytes.
-func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
+func batchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 	if len(b.Entries) > MaxEntries {
 		return nil, tooLarge("%d entries; at most %d cross the wire in one batch", len(b.Entries), MaxEntries)
 	}
@@ -98,18 +98,12 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 		if e.Replay != nil {
 			we.Replay = &wirepb.Replay{Key: append([]byte(nil), e.Replay.Key[:]...)}
 			for _, s := range e.Replay.Scopes {
-				we.Replay.Scopes = append(we.Replay.Scopes, &wirepb.Scope{Kind: uint32(s.Kind), Lane: s.Lane})
+				we.Replay.Scopes = append(we.Replay.Scopes, &wirepb.Scope{Kind: uint32(s.Kind), Lane: uint64(s.Lane)})
 			}
 		}
 	}
 	return w, nil
 }
-
-// BatchFromWire decodes a batch, checking the wire's limits and every
-// field's range; the receiving lane validates the result against its
-// device. Its uploads' bytes are the message's (not copied again): leave
-// the message unchanged while the batch is in use.
-func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) { return batchFromWire(w, decoding{}) }
 
 // decoding is what a host decodes a batch with: the upload area of the
 // data plane its message came through (nil: none, and a command naming
@@ -204,10 +198,10 @@ func entryFromWire(we *wirepb.Entry, d decoding) (lanes.Entry, error) {
 		e.Replay = &lanes.ReplayContract{}
 		copy(e.Replay.Key[:], r.Key)
 		for _, s := range r.Scopes {
-			if s == nil || s.Kind > math.MaxUint8 {
+			if s == nil || s.Kind > math.MaxUint8 || s.Lane > math.MaxInt32 {
 				return lanes.Entry{}, wireErr("bad scope")
 			}
-			e.Replay.Scopes = append(e.Replay.Scopes, cache.Scope{Kind: cache.ScopeKind(s.Kind), Lane: s.Lane})
+			e.Replay.Scopes = append(e.Replay.Scopes, cache.Scope{Kind: cache.ScopeKind(s.Kind), Lane: int(s.Lane)})
 		}
 	}
 	return e, nil

@@ -17,7 +17,7 @@ import (
 // epoch's) finds nothing and is dropped. Safe for concurrent use: the
 // table is split in shards by id, so the callers submitting and the actor
 // settling rarely wait for one another.
-type Calls[T any] struct {
+type callTable[T any] struct {
 	next   atomic.Uint64
 	live   atomic.Int64 // calls in flight on every host
 	shards [callShards]callShard[T]
@@ -46,13 +46,13 @@ type hostCall[T any] struct {
 	v  T
 }
 
-func (c *Calls[T]) shard(id uint64) *callShard[T] { return &c.shards[id%callShards] }
+func (c *callTable[T]) shard(id uint64) *callShard[T] { return &c.shards[id%callShards] }
 
 // Add records a call sent to host under epoch, carrying v (the front's
 // pending submission), and returns its id: the one the host echoes. It
 // returns false, and records nothing, when that epoch of the host was
 // lost already (Lose): the call must not be sent.
-func (c *Calls[T]) Add(host string, epoch uint64, v T) (uint64, bool) {
+func (c *callTable[T]) Add(host string, epoch uint64, v T) (uint64, bool) {
 	id := c.next.Add(1)
 	s := c.shard(id)
 	at := hostEpoch{host, epoch}
@@ -76,7 +76,7 @@ func (c *Calls[T]) Add(host string, epoch uint64, v T) (uint64, bool) {
 // Settle ends call id with its receipt from host under epoch: it returns
 // the call's value and true once; a receipt of another host or epoch, of
 // a call lost or settled already, or unknown, returns false (drop it).
-func (c *Calls[T]) Settle(host string, epoch, id uint64) (T, bool) {
+func (c *callTable[T]) Settle(host string, epoch, id uint64) (T, bool) {
 	s := c.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -94,7 +94,7 @@ func (c *Calls[T]) Settle(host string, epoch, id uint64) (T, bool) {
 }
 
 // Get is call id's value while it is in flight on host under epoch.
-func (c *Calls[T]) Get(host string, epoch, id uint64) (T, bool) {
+func (c *callTable[T]) Get(host string, epoch, id uint64) (T, bool) {
 	s := c.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -115,7 +115,7 @@ func (s *callShard[T]) find(host string, epoch, id uint64) (hostCall[T], bool) {
 // values, for the front to end indeterminate; each is returned once, by
 // this call or by Settle, never both. From then on Add refuses that epoch
 // of the host.
-func (c *Calls[T]) Lose(host string, epoch uint64) []T {
+func (c *callTable[T]) Lose(host string, epoch uint64) []T {
 	at := hostEpoch{host, epoch}
 	var out []T
 	for i := range c.shards {
@@ -137,7 +137,7 @@ func (c *Calls[T]) Lose(host string, epoch uint64) []T {
 }
 
 // InFlight is the number of calls in flight on host under epoch.
-func (c *Calls[T]) InFlight(host string, epoch uint64) int {
+func (c *callTable[T]) InFlight(host string, epoch uint64) int {
 	n := 0
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -149,4 +149,4 @@ func (c *Calls[T]) InFlight(host string, epoch uint64) int {
 }
 
 // Len is the number of calls in flight on every host.
-func (c *Calls[T]) Len() int { return int(c.live.Load()) }
+func (c *callTable[T]) Len() int { return int(c.live.Load()) }

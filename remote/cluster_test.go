@@ -148,8 +148,8 @@ func TestAMembershipBlipCostsNothing(t *testing.T) {
 	}
 	toA.heal()
 	st := awaitHost(t, f, "A", 10*time.Second, func(st remote.HostStatus) bool { return st.Member })
-	if st.State != remote.HostServing || st.Losses != 0 {
-		t.Errorf("A after the blip: got %v with %d losses, want serving, never lost", st.State, st.Losses)
+	if st.Health != remote.HostServing || st.Losses != 0 {
+		t.Errorf("A after the blip: got %v with %d losses, want serving, never lost", st.Health, st.Losses)
 	}
 	if got := onA.value(t, f); got != int32(steps) {
 		t.Errorf("A's tenant's counter: got %d, want %d (each step once)", got, steps)
@@ -183,8 +183,8 @@ func TestAPoisonedMemberIsNotJoinedAgain(t *testing.T) {
 	}
 	_, _ = f.Submit(ctx, victim.tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(cache.PhaseCompute, cmd)}})
 	st := awaitHost(t, f, "A", 10*time.Second, func(st remote.HostStatus) bool { return !st.Member })
-	if st.Losses != 1 || st.State == remote.HostServing {
-		t.Errorf("A, poisoned, out of the membership: got %v after %d losses (%s), want lost once, never registered again", st.State, st.Losses, st.LostHow)
+	if st.Losses != 1 || st.Health == remote.HostServing {
+		t.Errorf("A, poisoned, out of the membership: got %v after %d losses (%s), want lost once, never registered again", st.Health, st.Losses, st.LostHow)
 	}
 	if err := f.Forget(ctx, victim.tenant); err != nil {
 		t.Fatalf("Forget: got err %v, want nil", err)
@@ -225,7 +225,7 @@ func TestAMemberOffLoopbackIsNotJoinedWithoutTLS(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	for _, h := range f.Hosts() {
 		if strings.HasPrefix(h.Name, "192.0.2.2") {
-			t.Errorf("a member at 192.0.2.2:7009 without TLS: got it in Hosts (%v), want it not joined", h.State)
+			t.Errorf("a member at 192.0.2.2:7009 without TLS: got it in Hosts (%v), want it not joined", h.Health)
 		}
 	}
 	if got := logs.b.String(); !strings.Contains(got, "192.0.2.2:7009: not joined") || !strings.Contains(got, "FrontConfig.TLS") {
@@ -265,7 +265,7 @@ func TestTwoMembersAtOneAddressAreOneHost(t *testing.T) {
 		time.Sleep(25 * time.Millisecond)
 	}
 	hosts := f.Hosts()
-	if len(hosts) != 1 || hosts[0].State != remote.HostServing || hosts[0].Losses != 0 {
+	if len(hosts) != 1 || hosts[0].Health != remote.HostServing || hosts[0].Losses != 0 {
 		t.Errorf("Hosts: got %+v, want one host, serving, never lost", hosts)
 	}
 }

@@ -30,7 +30,7 @@ func commandFromWire(w *wirepb.Command, d decoding) (cuda.Command, error) {
 	switch {
 	case w.Kind == 0 || w.Kind > uint32(cuda.KindCall),
 		cuda.CommandKind(w.Kind) == cuda.KindStageIn, cuda.CommandKind(w.Kind) == cuda.KindStageOut:
-		return cuda.Command{}, wireErr("command kind %d has no wire form", w.Kind) // no front sends one (BatchToWire refuses it)
+		return cuda.Command{}, wireErr("command kind %d has no wire form", w.Kind) // no front sends one (batchToWire refuses it)
 	case len(w.Kernel) > cuda.MaxKernelName:
 		return cuda.Command{}, wireErr("kernel name of %d bytes; at most %d", len(w.Kernel), cuda.MaxKernelName)
 	case len(w.Args) > cuda.MaxArgs:

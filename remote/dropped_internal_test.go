@@ -111,8 +111,8 @@ func TestARegistrationDroppedBeforeItServesIsJoinedAgain(t *testing.T) {
 	f := startFrontHere(t, h, log, false)
 	allocOK(t, f, "t")
 	st := f.Hosts()[0]
-	if st.State != HostServing || st.Epoch == dropped || st.Losses != 0 {
-		t.Errorf("the host: got %v under epoch %d with %d losses, want serving under another epoch than the dropped %d, never lost", st.State, st.Epoch, st.Losses, dropped)
+	if st.Health != HostServing || st.Epoch == dropped || st.Losses != 0 {
+		t.Errorf("the host: got %v under epoch %d with %d losses, want serving under another epoch than the dropped %d, never lost", st.Health, st.Epoch, st.Losses, dropped)
 	}
 	if !log.said("before it served") {
 		t.Errorf("the front's log: want it to say the host dropped its registration before it served")
@@ -145,9 +145,9 @@ func droppedIsLostAtOnce(t *testing.T, noDataPlane bool) {
 		t.Fatalf("Alloc under the dropped registration: got err %v, want a HostLostError saying the host dropped the registration", err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for st := f.Hosts()[0]; st.State != HostServing || st.Epoch == first; st = f.Hosts()[0] {
+	for st := f.Hosts()[0]; st.Health != HostServing || st.Epoch == first; st = f.Hosts()[0] {
 		if time.Now().After(deadline) {
-			t.Fatalf("the host after its drop: got %v under epoch %d (lost: %s), want serving again under a new epoch", st.State, st.Epoch, st.LostHow)
+			t.Fatalf("the host after its drop: got %v under epoch %d (lost: %s), want serving again under a new epoch", st.Health, st.Epoch, st.LostHow)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -187,8 +187,8 @@ func TestABusyFrontKeepsItsPlace(t *testing.T) {
 	if front := h.join(&wirepb.Join{Protocol: Protocol, Front: "127.0.0.1:9", Attempt: 1}); front != nil {
 		t.Fatalf("a second front's join on a full host: got a registration, want it refused while the first front's calls keep coming")
 	}
-	if st := f.Hosts()[0]; st.State != HostServing || st.Losses != 0 {
-		t.Errorf("the busy front's host: got %v with %d losses, want serving, never lost", st.State, st.Losses)
+	if st := f.Hosts()[0]; st.Health != HostServing || st.Losses != 0 {
+		t.Errorf("the busy front's host: got %v with %d losses, want serving, never lost", st.Health, st.Losses)
 	}
 }
 
@@ -207,7 +207,7 @@ func TestALossAtTheFirstHeartbeatIsJoinedAgain(t *testing.T) {
 			first = l.status().Epoch
 			h.frontGone(actor.NewPID(l.f.sys.addr, FrontActor))
 			// The plane's last record loses it on the plane's reader.
-			for deadline := time.Now().Add(10 * time.Second); l.status().State != HostLost && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(10 * time.Second); l.status().Health != HostLost && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
 		})
@@ -215,9 +215,9 @@ func TestALossAtTheFirstHeartbeatIsJoinedAgain(t *testing.T) {
 	t.Cleanup(func() { afterRegistered = nil })
 	f := startFrontHere(t, h, log, false)
 	deadline := time.Now().Add(20 * time.Second)
-	for st := f.Hosts()[0]; st.State != HostServing || st.Epoch == first; st = f.Hosts()[0] {
+	for st := f.Hosts()[0]; st.Health != HostServing || st.Epoch == first; st = f.Hosts()[0] {
 		if time.Now().After(deadline) {
-			t.Fatalf("the host after its drop: got %v under epoch %d (first %d, lost: %s), want serving again under a new epoch", st.State, st.Epoch, first, st.LostHow)
+			t.Fatalf("the host after its drop: got %v under epoch %d (first %d, lost: %s), want serving again under a new epoch", st.Health, st.Epoch, first, st.LostHow)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

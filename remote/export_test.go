@@ -2,6 +2,8 @@ package remote
 
 import (
 	"crypto/tls"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/wirepb"
 	"os"
 	"strings"
 	"time"
@@ -42,3 +44,27 @@ func PlaneMappings() int {
 	b, _ := os.ReadFile("/proc/self/maps")
 	return strings.Count(string(b), "memfd:lanes-data-plane")
 }
+
+// What remote's own tests (package remote_test) reach that users do not.
+
+// Calls is the table of calls in flight, by host, epoch and id.
+type Calls[T any] = callTable[T]
+
+// The wire's codecs and the registration check.
+var (
+	BatchToWire     = batchToWire
+	ReceiptToWire   = receiptToWire
+	ReceiptFromWire = receiptFromWire
+	RowsToWire      = rowsToWire
+	SegmentsToWire  = segmentsToWire
+	CheckHello      = checkHello
+)
+
+// The names of the front's and the host's actors.
+const (
+	FrontActor = frontActorName
+	HostActor  = hostActorName
+)
+
+// BatchFromWire decodes a batch as a host does with no data plane.
+func BatchFromWire(w *wirepb.Batch) (lanes.Batch, error) { return batchFromWire(w, decoding{}) }

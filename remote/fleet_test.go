@@ -250,7 +250,7 @@ func checkFleetFront(t *testing.T, name string, r fleetResult) {
 		if !h.FromCluster {
 			t.Errorf("front %s: host %s: not from the cluster, want every host found there", name, h.HostName)
 		}
-		states[h.HostName] = fmt.Sprintf("%v member=%v", h.State, h.Member)
+		states[h.HostName] = fmt.Sprintf("%v member=%v", h.Health, h.Member)
 	}
 	want := map[string]string{"A": "lost member=false", "B": "left member=false", "C": "serving member=true"}
 	for h, w := range want {
@@ -401,7 +401,7 @@ func (fl *fleet) await(host, state, member string) string {
 	var st remote.HostStatus
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		st, _ = hostByName(fl.f, host)
-		if st.State.String() == state && strconv.FormatBool(st.Member) == member {
+		if st.Health.String() == state && strconv.FormatBool(st.Member) == member {
 			return fmt.Sprintf("reached %s %s %s", host, state, member)
 		}
 	}
@@ -410,7 +410,7 @@ func (fl *fleet) await(host, state, member string) string {
 
 func hostServing(f *remote.Front, name string) (remote.HostStatus, bool) {
 	h, ok := hostByName(f, name)
-	return h, ok && h.State == remote.HostServing
+	return h, ok && h.Health == remote.HostServing
 }
 
 func (fl *fleet) broken(format string, a ...any) {

@@ -22,9 +22,9 @@ import (
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
-// FrontActor is the name of a front's actor: hosts answer it at the
+// frontActorName is the name of a front's actor: hosts answer it at the
 // front's address and this name.
-const FrontActor = "lanefront"
+const frontActorName = "lanefront"
 
 // FrontConfig configures a front.
 type FrontConfig struct {
@@ -119,7 +119,7 @@ type Front struct {
 	cfg       FrontConfig
 	sys       *system
 	pid       *actor.PID
-	calls     Calls[*Pending]
+	calls     callTable[*Pending]
 	tokenFile string           // the token's file, for the hosts it launches
 	modules   []*wirepb.Module // cfg.Modules as every Welcome carries them
 
@@ -180,7 +180,7 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 			return nil, err
 		}
 	}
-	sys, err := acquireSystem(ctx, endpointConfig{address: cfg.Address, advertise: cfg.Advertise, tls: cfg.TLS, tokenFile: cfg.TokenFile, logf: cfg.Logf}, FrontActor)
+	sys, err := acquireSystem(ctx, endpointConfig{address: cfg.Address, advertise: cfg.Advertise, tls: cfg.TLS, tokenFile: cfg.TokenFile, logf: cfg.Logf}, frontActorName)
 	if err != nil {
 		if member != nil {
 			unfollow(member)
@@ -204,9 +204,9 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 		fixed = append(fixed, newLink(f, cfg.Launch[i].Name, &cfg.Launch[i]))
 	}
 	f.links.Store(&fixed)
-	f.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &frontActor{f: f} }), FrontActor)
+	f.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &frontActor{f: f} }), frontActorName)
 	if err != nil {
-		releaseSystem(sys, FrontActor, nil)
+		releaseSystem(sys, frontActorName, nil)
 		if member != nil {
 			unfollow(member)
 		}
@@ -323,7 +323,7 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 			}
 		}
 		ask.Stop()
-		if st := l.status(); st.State == HostRefused {
+		if st := l.status(); st.Health == HostRefused {
 			l.mu.Lock()
 			forNow := l.refusedForNow
 			l.mu.Unlock()
@@ -417,7 +417,7 @@ func (f *Front) Stop(ctx context.Context) error {
 		procs.Go(func() { l.stopProcess(ctx) })
 	}
 	procs.Wait()
-	releaseSystem(f.sys, FrontActor, f.pid)
+	releaseSystem(f.sys, frontActorName, f.pid)
 	if ctx.Err() != nil {
 		return fmt.Errorf("remote: stop: %w (calls still in flight ended indeterminate)", ctx.Err())
 	}

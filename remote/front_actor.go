@@ -105,7 +105,7 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 		a.f.tell(sender, w) // the same Hello again (its Welcome was lost, say): the same answer
 		return
 	}
-	w := CheckHello(m)
+	w := checkHello(m)
 	w.Epoch = m.Epoch
 	if beat := time.Duration(m.HeartbeatNanos); w.Accepted && beat > 0 && a.f.cfg.LostAfter < 2*beat {
 		w.Accepted = false
@@ -179,7 +179,7 @@ func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
 			a.resend(l, w)
 			continue
 		}
-		epoch, call, r, _, err := ReceiptFromWire(w)
+		epoch, call, r, _, err := receiptFromWire(w)
 		if err != nil {
 			// Malformed: the call still ends, once, with what is known.
 			if l.heardFrom(w.Epoch) {

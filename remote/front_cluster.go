@@ -97,7 +97,7 @@ func (f *Front) awaitCluster(ctx context.Context, until time.Time) error {
 			}
 			select {
 			case <-l.firstAnswer:
-				if l.status().State == HostServing {
+				if l.status().Health == HostServing {
 					serving++
 				}
 			default:

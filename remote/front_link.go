@@ -21,21 +21,21 @@ import (
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
-// HostState is a host's standing with a front.
-type HostState uint8
+// HostHealth is a host's standing with a front.
+type HostHealth uint8
 
 // Host states.
 const (
-	HostJoining HostState = iota // started or asked to join; not registered yet
-	HostServing                  // registered under its epoch: routed to
-	HostLost                     // lost: its calls ended, its tenants' state gone; rejoining or restarting
-	HostRefused                  // registration refused: another protocol version (for good), or the host is full or leaving (asked again)
-	HostStopped                  // the front stopped
-	HostLeft                     // left when asked to, its work done: its tenants move; a host at an address is asked to join again
+	HostJoining HostHealth = iota // started or asked to join; not registered yet
+	HostServing                   // registered under its epoch: routed to
+	HostLost                      // lost: its calls ended, its tenants' state gone; rejoining or restarting
+	HostRefused                   // registration refused: another protocol version (for good), or the host is full or leaving (asked again)
+	HostStopped                   // the front stopped
+	HostLeft                      // left when asked to, its work done: its tenants move; a host at an address is asked to join again
 )
 
 // String names the state.
-func (s HostState) String() string {
+func (s HostHealth) String() string {
 	return [...]string{"joining", "serving", "lost", "refused", "stopped", "left", "unknown"}[min(int(s), 6)]
 }
 
@@ -43,7 +43,7 @@ func (s HostState) String() string {
 type HostStatus struct {
 	Name     string
 	Address  string
-	State    HostState
+	Health   HostHealth
 	Epoch    uint64    // the current (or last) registration
 	Tenants  int       // tenants placed on it under its current epoch
 	InFlight int       // calls in flight on it
@@ -128,7 +128,7 @@ type link struct {
 	plane       atomic.Pointer[linkPlane] // the same-host data plane of an epoch, if the host offered one
 
 	mu            sync.Mutex
-	state         HostState
+	state         HostHealth
 	addr          string
 	pid           *actor.PID
 	epoch         uint64
@@ -179,7 +179,7 @@ func newLink(f *Front, name string, launch *Launch) *link {
 
 // setState changes the host's state (l.mu held), and the lock-free view
 // of whether and under which epoch it serves.
-func (l *link) setState(s HostState) {
+func (l *link) setState(s HostHealth) {
 	if l.state == HostStopped {
 		return // for good: a supervisor that joins as the front stops does not undo it
 	}
@@ -194,7 +194,7 @@ func (l *link) setState(s HostState) {
 // setAddress is where the host listens now (l.mu held, or before the link
 // is shared).
 func (l *link) setAddress(addr string) {
-	l.addr, l.pid = addr, actor.NewPID(addr, HostActor)
+	l.addr, l.pid = addr, actor.NewPID(addr, hostActorName)
 	l.at.Store(&addr)
 }
 
@@ -269,7 +269,7 @@ func (l *link) hasLeft(epoch uint64) {
 func (l *link) status() HostStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := HostStatus{Name: l.name, Address: l.addr, State: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
+	st := HostStatus{Name: l.name, Address: l.addr, Health: l.state, Epoch: l.epoch, Tenants: l.tenants, Losses: l.losses,
 		Restarts: l.restarts, Stale: l.stale.Load(), Refusal: l.refusal, LostHow: l.lostHow, Since: l.since, HostName: l.hostName, Lanes: l.lanes, Runtime: l.runtime,
 		RoundTrip: l.trips.means(), FromCluster: l.fromCluster, Member: l.listed.Load()}
 	if l.proc != nil {

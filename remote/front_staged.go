@@ -75,7 +75,7 @@ func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpe
 	if len(spec.Inputs)+len(spec.Outputs) > MaxStagedSlots {
 		return nil, wireErr("%d slots; a staged program through a front has at most %d (remote.MaxStagedSlots)", len(spec.Inputs)+len(spec.Outputs), MaxStagedSlots)
 	}
-	compute, err := BatchToWire(lanes.Batch{Entries: spec.Compute})
+	compute, err := batchToWire(lanes.Batch{Entries: spec.Compute})
 	if err != nil {
 		return nil, fmt.Errorf("the staged program's compute: %w", err)
 	}
@@ -165,7 +165,7 @@ func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inp
 	out := lanes.StagedResult{Outputs: res.Replay.Outputs, DeviceTime: time.Duration(res.Replay.DeviceTimeNs), TimeKnown: res.Replay.TimeKnown,
 		OutputCache: res.Replay.OutputCache, Resident: res.Replay.Resident}
 	if w := res.Replay.Receipt; w != nil {
-		_, _, r, _, rerr := ReceiptFromWire(w)
+		_, _, r, _, rerr := receiptFromWire(w)
 		if rerr != nil && err == nil {
 			err = rerr
 		}

@@ -26,7 +26,7 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 		return nil, err
 	}
 	b.Tenant = tenant
-	w, err := BatchToWire(b)
+	w, err := batchToWire(b)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
 	if len(b.Entries) == 0 {
 		return nil, wireErr("a batch with no entries: give it the step's commands")
 	}
-	w, err := BatchToWire(b)
+	w, err := batchToWire(b)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +309,7 @@ func refuseLeaving(tenant string, l *link, epoch uint64) error {
 // takesTenants reports whether the host, st its status, takes new
 // tenants: it serves, and is neither leaving nor gone from its cluster.
 func (l *link) takesTenants(st HostStatus) bool {
-	return st.State == HostServing && !l.leavingUnder(st.Epoch) && !l.unlisted()
+	return st.Health == HostServing && !l.leavingUnder(st.Epoch) && !l.unlisted()
 }
 
 // maxRemembered bounds the forgotten tenants whose host the front

@@ -187,7 +187,7 @@ func (l *link) supervise() {
 			if !l.serve() {
 				return
 			}
-			if st := l.status(); st.State == HostLeft {
+			if st := l.status(); st.Health == HostLeft {
 				l.awaitGone(st.Epoch)
 				if l.launch != nil {
 					return // asked to leave (SIGTERM, say): it stops itself, and stays out

@@ -172,8 +172,8 @@ func TestFrontServesTenantsOnTwoHosts(t *testing.T) {
 	}
 	hosts := f.Hosts()
 	for _, h := range hosts {
-		if h.State != remote.HostServing || h.Tenants != 2 {
-			t.Errorf("host %s: got %v with %d tenants, want serving with 2", h.Name, h.State, h.Tenants)
+		if h.Health != remote.HostServing || h.Tenants != 2 {
+			t.Errorf("host %s: got %v with %d tenants, want serving with 2", h.Name, h.Health, h.Tenants)
 		}
 	}
 }

@@ -84,8 +84,8 @@ func (v *victim) untouched(t *testing.T, want int32) {
 	if got := v.alice.value(t, v.f); got != want+1 {
 		t.Fatalf("alice's counter after a step: got %d, want %d", got, want+1)
 	}
-	if st := v.f.Hosts()[0]; st.Losses != 0 || st.State != remote.HostServing {
-		t.Fatalf("the host at the front: got %v after %d losses, want serving, never lost", st.State, st.Losses)
+	if st := v.f.Hosts()[0]; st.Losses != 0 || st.Health != remote.HostServing {
+		t.Fatalf("the host at the front: got %v after %d losses, want serving, never lost", st.Health, st.Losses)
 	}
 }
 

@@ -17,11 +17,11 @@ const Protocol = 7
 // MaxDevices bounds the devices one Hello may announce.
 const MaxDevices = 64
 
-// CheckHello checks a lane host's registration: the protocol version, a
+// checkHello checks a lane host's registration: the protocol version, a
 // host name, a non-zero epoch (a restarted host announces a new one) and
 // its devices. It returns the Welcome to answer with: accepted, or refused
 // with the reason.
-func CheckHello(h *wirepb.Hello) *wirepb.Welcome {
+func checkHello(h *wirepb.Hello) *wirepb.Welcome {
 	refuse := func(format string, args ...any) *wirepb.Welcome {
 		return &wirepb.Welcome{Protocol: Protocol, Refusal: fmt.Sprintf(format, args...)}
 	}

@@ -23,9 +23,9 @@ import (
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
-// HostActor is the name of a lane host's actor: a front reaches a host at
+// hostActorName is the name of a lane host's actor: a front reaches a host at
 // its address and this name.
-const HostActor = "lanehost"
+const hostActorName = "lanehost"
 
 // HostConfig configures a lane host.
 type HostConfig struct {
@@ -313,7 +313,7 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	sys, err := acquireSystem(ctx, endpointConfig{address: cfg.Address, advertise: cfg.Advertise, tls: cfg.TLS, tokenFile: cfg.TokenFile, cluster: cfg.Cluster, logf: cfg.Logf}, HostActor)
+	sys, err := acquireSystem(ctx, endpointConfig{address: cfg.Address, advertise: cfg.Advertise, tls: cfg.TLS, tokenFile: cfg.TokenFile, cluster: cfg.Cluster, logf: cfg.Logf}, hostActorName)
 	if err != nil {
 		_ = sched.Stop(context.Background())
 		return nil, err
@@ -322,27 +322,27 @@ func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 		replaced: map[uint64]*registration{}, dropped: map[uint64]*droppedReg{}, modules: hostModules{sums: map[string]moduleSum{}}}
 	for _, m := range cfg.Modules {
 		if err := h.modules.load(cfg.Scheduler.Devices, m); err != nil {
-			releaseSystem(sys, HostActor, nil)
+			releaseSystem(sys, hostActorName, nil)
 			_ = sched.Stop(context.Background())
 			return nil, fmt.Errorf("%w: HostConfig.Modules: %w", ErrConfig, err)
 		}
 	}
 	h.ops, err = startHostOps(h)
 	if err != nil {
-		releaseSystem(sys, HostActor, nil)
+		releaseSystem(sys, hostActorName, nil)
 		_ = sched.Stop(context.Background())
 		return nil, err
 	}
-	h.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return h }), HostActor)
+	h.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return h }), hostActorName)
 	if err != nil {
 		h.ops.stop()
-		releaseSystem(sys, HostActor, nil)
+		releaseSystem(sys, hostActorName, nil)
 		_ = sched.Stop(context.Background())
 		return nil, fmt.Errorf("%w: spawn the host actor: %v", ErrConfig, err)
 	}
 	// A front's connection that ends frees its place at once: its process
 	// ended (or the way to it broke, and it joins again).
-	gone := func(addr string) { h.frontGone(actor.NewPID(addr, FrontActor)) }
+	gone := func(addr string) { h.frontGone(actor.NewPID(addr, frontActorName)) }
 	sys.guard.peerGone.Store(&gone)
 	h.wg.Add(1 + 2*hostShards)
 	go h.heartbeatLoop()
@@ -426,7 +426,7 @@ func (h *Host) Stop(ctx context.Context) error {
 	if h.sys.member != nil {
 		h.sys.member.leave() // fronts see it go from the membership too
 	}
-	releaseSystem(h.sys, HostActor, h.pid)
+	releaseSystem(h.sys, hostActorName, h.pid)
 	err := h.sched.Stop(ctx)
 	h.ops.stop()
 	for _, d := range h.cfg.Scheduler.Devices {

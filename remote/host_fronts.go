@@ -21,7 +21,7 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 		h.cfg.Logf("a join names no front: ignored")
 		return nil
 	}
-	front := actor.NewPID(m.Front, FrontActor)
+	front := actor.NewPID(m.Front, frontActorName)
 	if err := h.DeviceFault(); err != nil {
 		// A poisoned process serves no one again (lanehost exits to be
 		// replaced); its fronts ask again, and find its replacement.

@@ -15,7 +15,6 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -234,8 +233,7 @@ func (o *hostOps) free(tenant string, m *wirepb.Free) error {
 }
 
 // read copies a region of the tenant's buffer out through the tenant's own
-// lane (so after its earlier submissions): a stage-out into pinned memory
-// of the host, read back and freed.
+// lane (so after its earlier submissions): Scheduler.Read.
 func (o *hostOps) read(tenant string, m *wirepb.Read) ([]byte, error) {
 	if m.Region == nil {
 		return nil, wireErr("a read names no region")
@@ -248,32 +246,7 @@ func (o *hostOps) read(tenant string, m *wirepb.Read) ([]byte, error) {
 	if r.Length == 0 || r.Length > MaxReadBytes {
 		return nil, cuda.Contractf("read", cuda.ErrInvalidCommand, "%d bytes: read 1 to %d at a time", r.Length, uint64(MaxReadBytes))
 	}
-	dev := o.deviceOf(b)
-	hb, err := dev.AllocHost(r.Length)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = dev.FreeHost(hb) }()
-	hr := cuda.HostRegion{Buffer: hb, Length: r.Length}
-	cmd, err := cuda.StageOut(hr, r)
-	if err != nil {
-		return nil, err
-	}
-	if err := o.h.sched.OwnHost(tenant, hb); err != nil {
-		return nil, err
-	}
-	rc, err := o.h.sched.Submit(context.Background(), tenant, lanes.Batch{Tenant: tenant, Entries: []lanes.Entry{{Command: cmd}}})
-	if err == nil {
-		err = rc.Err
-	}
-	if err != nil {
-		return nil, err
-	}
-	data := make([]byte, r.Length)
-	if err := dev.ReadHost(hr, data); err != nil {
-		return nil, err
-	}
-	return data, nil
+	return o.h.sched.Read(context.Background(), tenant, r)
 }
 
 // forget frees every buffer the tenant allocated here and forgets it in

@@ -427,7 +427,7 @@ func (h *Host) sendBatch(r *registration, batch []outgoing) {
 // what it was sent as the host does: both keep at most MaxTemplates).
 func encodeAttribution(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uint64][]lanes.SegmentRecord) {
 	if o.template == 0 {
-		o.receipt.Rows, o.receipt.Segments = RowsToWire(o.rows), SegmentsToWire(o.segments)
+		o.receipt.Rows, o.receipt.Segments = rowsToWire(o.rows), segmentsToWire(o.segments)
 		unscopeSegments(o.receipt.Segments, o.receipt.Epoch)
 		return
 	}
@@ -435,7 +435,7 @@ func encodeAttribution(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uin
 	if prev, ok := lastSegs[o.template]; ok && sameSegments(prev, o.segments) {
 		o.receipt.SegmentsAsBefore = true
 	} else {
-		o.receipt.Segments = SegmentsToWire(o.segments)
+		o.receipt.Segments = segmentsToWire(o.segments)
 		unscopeSegments(o.receipt.Segments, o.receipt.Epoch)
 		if len(lastSegs) < MaxTemplates {
 			lastSegs[o.template] = o.segments
@@ -445,7 +445,7 @@ func encodeAttribution(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uin
 		o.receipt.RowsAsBefore = true
 		return
 	}
-	o.receipt.Rows = RowsToWire(o.rows)
+	o.receipt.Rows = rowsToWire(o.rows)
 	if len(last) < MaxTemplates {
 		last[o.template] = o.rows
 	}
@@ -501,7 +501,7 @@ func (h *Host) replyLoop(q *replyQueue) {
 // named it, and its host start on the Unix clock.
 func (h *Host) receiptToFront(epoch, call uint64, r lanes.Receipt, tenant, named string) *wirepb.Receipt {
 	r.Tenant = named
-	w := ReceiptToWire(epoch, call, r, nil)
+	w := receiptToWire(epoch, call, r, nil)
 	w.Error = unscoped(w.Error, epoch)
 	if r.HostTimed {
 		w.HostStartUnixNano, w.HostTimed = h.sched.ClockOrigin().Add(r.HostStart).UnixNano(), true

@@ -53,9 +53,9 @@ func leaveHeard(t *testing.T, h *Host, f *Front, while string) <-chan error {
 		left <- h.Leave(ctx)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for f.Hosts()[0].State != HostLeft {
+	for f.Hosts()[0].Health != HostLeft {
 		if time.Now().After(deadline) {
-			t.Fatalf("the front: got %v %s, want it to hear the host left", f.Hosts()[0].State, while)
+			t.Fatalf("the front: got %v %s, want it to hear the host left", f.Hosts()[0].Health, while)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -169,7 +169,7 @@ func TestAStoppedHostStaysStopped(t *testing.T) {
 	l := &link{epoch: 7}
 	l.setState(HostServing)
 	l.setState(HostStopped)
-	for _, s := range []HostState{HostJoining, HostServing, HostLost, HostLeft} {
+	for _, s := range []HostHealth{HostJoining, HostServing, HostLost, HostLeft} {
 		l.setState(s)
 		if l.state != HostStopped || l.serving.Load() != 0 {
 			t.Fatalf("a stopped host set %v: got %v, serving epoch %d; want stopped, serving none", s, l.state, l.serving.Load())

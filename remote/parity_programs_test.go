@@ -285,7 +285,7 @@ func programFrontChild() int {
 	}
 	defer f.Stop(ctx)
 	var st remote.HostStatus
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && st.State != remote.HostServing; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && st.Health != remote.HostServing; time.Sleep(10 * time.Millisecond) {
 		st = f.Hosts()[0]
 	}
 	b, err := f.Alloc(ctx, "a", cuda.BufferSpec{Size: 64, Elem: cuda.I32})

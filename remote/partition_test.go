@@ -281,7 +281,7 @@ func partitionChild() int {
 		return fail("accepted %d, ended %d, in flight %d: want every call ended once", accepted.Load(), ended.Load(), f.InFlight())
 	}
 	deadline := time.Now().Add(25 * time.Second)
-	for st := f.Hosts()[0]; st.State != remote.HostServing || st.Epoch == first; st = f.Hosts()[0] {
+	for st := f.Hosts()[0]; st.Health != remote.HostServing || st.Epoch == first; st = f.Hosts()[0] {
 		if time.Now().After(deadline) {
 			return fail("the host after the partition healed: %+v, want serving under a new epoch", st)
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -57,7 +58,7 @@ func (p *Pending) wait(ctx context.Context) error {
 			return nil
 		default:
 		}
-		return fmt.Errorf("remote: stopped waiting (the call is still in flight on %s): %w", p.host, ctx.Err())
+		return &actors.DetachedError{Pending: p, Err: fmt.Errorf("remote: stopped waiting (the call is still in flight on %s): %w", p.host, ctx.Err())}
 	}
 }
 

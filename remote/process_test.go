@@ -219,7 +219,7 @@ func waitServing(t *testing.T, f *remote.Front, name string, oldEpoch uint64, wi
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		for _, h := range f.Hosts() {
-			if h.Name == name && h.State == remote.HostServing && h.Epoch != oldEpoch {
+			if h.Name == name && h.Health == remote.HostServing && h.Epoch != oldEpoch {
 				return h
 			}
 		}

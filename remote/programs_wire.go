@@ -178,7 +178,7 @@ func programsFromWire(w *wirepb.Batch, b *lanes.Batch) error {
 			return err
 		}
 		if err := c.Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrWire, err) // no front sends one (BatchToWire refuses it)
+			return fmt.Errorf("%w: %w", ErrWire, err) // no front sends one (batchToWire refuses it)
 		}
 		b.Program = &c
 	}

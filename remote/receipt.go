@@ -139,26 +139,26 @@ func errorToResult(res *wirepb.OpResult, err error) {
 	res.ErrorKindsNamed = true
 }
 
-// ReceiptToWire encodes a receipt of the host's epoch for the front's call,
+// receiptToWire encodes a receipt of the host's epoch for the front's call,
 // with the bytes it read back, if any, and the programs of its segments
 // named as the front named them: all of it but HostStart, which a
 // host sets on the Unix clock (wirepb.Receipt.HostStartUnixNano) from its
 // scheduler's clock origin.
-func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb.Receipt {
+func receiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb.Receipt {
 	w := &wirepb.Receipt{Epoch: epoch, Call: call, Fence: r.Fence, Outcome: uint32(r.Outcome), DeviceTimeNs: r.DeviceTime.Nanoseconds(),
 		Launches: uint32(max(r.Attribution.Launches, 0)), Readback: readback, Lane: int32(r.Lane), Tenant: r.Tenant}
 	if r.Err != nil {
 		w.ErrorCode, w.Error, w.ErrorKinds = errorToWire(r.Err, r.Err.Error())
 		w.ErrorKindsNamed = true
 	}
-	w.Rows = RowsToWire(r.Attribution.Rows)
+	w.Rows = rowsToWire(r.Attribution.Rows)
 	restToWire(w, r)
 	unscopeSegments(w.Segments, epoch)
 	return w
 }
 
-// RowsToWire encodes a receipt's attribution rows.
-func RowsToWire(rows []lanes.Row) []*wirepb.Row {
+// rowsToWire encodes a receipt's attribution rows.
+func rowsToWire(rows []lanes.Row) []*wirepb.Row {
 	out := make([]*wirepb.Row, 0, len(rows))
 	for _, row := range rows {
 		out = append(out, &wirepb.Row{Index: uint32(row.Index), Node: int64(row.Node), Op: row.Op, Replayed: row.Replayed,
@@ -169,13 +169,13 @@ func RowsToWire(rows []lanes.Row) []*wirepb.Row {
 	return out
 }
 
-// ReceiptFromWire decodes a receipt: its epoch and call (the front checks
+// receiptFromWire decodes a receipt: its epoch and call (the front checks
 // both against its in-flight table), the receipt with a *PeerError for an
 // error, and the read-back bytes. A timed receipt's HostStart is on the
 // Unix clock (time.Unix(0, int64(r.HostStart)) is when the host recorded
 // its start), not a scheduler's; a segment's logical commands
 // (SegmentRecord.Logical) stay on the host.
-func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, readback []byte, err error) {
+func receiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, readback []byte, err error) {
 	if w == nil {
 		return 0, 0, lanes.Receipt{}, nil, wireErr("no receipt")
 	}

@@ -22,7 +22,7 @@ const (
 // restToWire puts the rest of r on w (its segments too: a host's
 // templated receipts send theirs as encodeAttribution says).
 func restToWire(w *wirepb.Receipt, r lanes.Receipt) {
-	w.Segments = SegmentsToWire(r.Attribution.Segments)
+	w.Segments = segmentsToWire(r.Attribution.Segments)
 	for _, s := range r.Spans {
 		w.Spans = append(w.Spans, &wirepb.SpanTiming{Index: uint32(max(s.Index, 0)), Segment: s.Segment, OffsetNs: s.Offset.Nanoseconds(), DurationNs: s.Duration.Nanoseconds()})
 	}
@@ -35,9 +35,9 @@ func restToWire(w *wirepb.Receipt, r lanes.Receipt) {
 	}
 }
 
-// SegmentsToWire encodes a receipt's replayed segments (their logical
+// segmentsToWire encodes a receipt's replayed segments (their logical
 // commands stay on the host).
-func SegmentsToWire(segs []lanes.SegmentRecord) []*wirepb.Segment {
+func segmentsToWire(segs []lanes.SegmentRecord) []*wirepb.Segment {
 	if len(segs) == 0 {
 		return nil
 	}

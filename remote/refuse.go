@@ -11,5 +11,5 @@ import (
 // refusedReceipt is the wire receipt of a submission the host turned away
 // before any device work.
 func refusedReceipt(epoch, call uint64, tenant string, err error) *wirepb.Receipt {
-	return ReceiptToWire(epoch, call, lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Tenant: tenant, Lane: -1}, nil)
+	return receiptToWire(epoch, call, lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Tenant: tenant, Lane: -1}, nil)
 }

@@ -60,8 +60,8 @@ func TestStopKeepsItsDeadlineAndLeavesNoProcess(t *testing.T) {
 		restarted = g.Hosts()[0].PID
 	}
 	_ = g.Stop(context.Background()) // while the new process starts and joins
-	if st := g.Hosts()[0]; st.State != remote.HostStopped {
-		t.Fatalf("after Stop: got state %v, want stopped", st.State)
+	if st := g.Hosts()[0]; st.Health != remote.HostStopped {
+		t.Fatalf("after Stop: got state %v, want stopped", st.Health)
 	}
 	assertGone(t, restarted)
 }
@@ -97,7 +97,7 @@ func TestForgetAfterARestartKeepsTheCount(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st := hostNamed(f, "a")
-		if st.State == remote.HostServing && st.Epoch != killed.Epoch {
+		if st.Health == remote.HostServing && st.Epoch != killed.Epoch {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -140,14 +140,14 @@ func TestARefusedFrontAsksAgain(t *testing.T) {
 	first := hostNamed(f, addr)
 	_ = host.Process.Kill()
 	_ = host.Wait()
-	for hostNamed(f, addr).State == remote.HostServing {
+	for hostNamed(f, addr).Health == remote.HostServing {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // its first join went to no one: the next is a second away
 	startHostProcess(t, "--max-fronts", "1", "--heartbeat", "50ms", "--listen", addr)
 	other := holdFront(t, addr) // takes the one place before f asks again
 	deadline := time.Now().Add(10 * time.Second)
-	for hostNamed(f, addr).State != remote.HostRefused {
+	for hostNamed(f, addr).Health != remote.HostRefused {
 		if time.Now().After(deadline) {
 			t.Fatalf("the first front while another holds the host: got %+v, want refused for now", hostNamed(f, addr))
 		}

@@ -217,16 +217,44 @@ func TestSignalsStopTheRunAndReport(t *testing.T) {
 	}
 }
 
-// TestReadmeCommandsParse: every lanedemo command line the README shows
-// parses (its flags exist and their values have the flags' types).
+// TestReadmeCommandsParse: every lanedemo command line the README and the
+// guides under docs/ show parses (its flags exist and their values have the
+// flags' types).
 func TestReadmeCommandsParse(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatalf("reading README.md: got err %v, want nil", err)
+	root := filepath.Join("..", "..")
+	guides, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil || len(guides) == 0 {
+		t.Fatalf("listing docs/*.md: got %d guides, err %v; want some and nil", len(guides), err)
 	}
+	checked, perFile := 0, map[string]int{}
+	for _, path := range append([]string{filepath.Join(root, "README.md")}, guides...) {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("reading %s: got err %v, want nil", path, err)
+		}
+		name, _ := filepath.Rel(root, path)
+		n := checkLanedemoLines(t, name, string(raw))
+		perFile[name] = n
+		checked += n
+	}
+	// The guides show the demo's modes (lane hosts, a cluster, hostile
+	// tenants, faults, soaks, profiles, telemetry, a module of your own):
+	// fewer lines than this means the extraction broke or the lines went.
+	if checked < 25 {
+		t.Fatalf("got %d lanedemo command lines in README.md and docs/*.md (%v), want at least 25 (is the extraction broken?)", checked, perFile)
+	}
+	if perFile["README.md"] < 1 {
+		t.Fatalf("got no lanedemo command line in README.md, want at least 1 (is the extraction broken?)")
+	}
+}
+
+// checkLanedemoLines parses every lanedemo command line of one Markdown
+// file (in code blocks and in inline code) and says how many it checked.
+func checkLanedemoLines(t *testing.T, name, text string) int {
+	t.Helper()
 	var texts, prose []string
 	fenced := false
-	for _, line := range strings.Split(string(raw), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		switch {
 		case strings.HasPrefix(line, "```"):
 			fenced = !fenced
@@ -254,13 +282,11 @@ func TestReadmeCommandsParse(t *testing.T) {
 			continue
 		}
 		if _, _, err := parseArgs(args, io.Discard); err != nil {
-			t.Errorf("README's %q: got %v, want it to parse", "lanedemo "+rest, err)
+			t.Errorf("%s's %q: got %v, want it to parse", name, "lanedemo "+rest, err)
 		}
 		checked++
 	}
-	if checked < 10 {
-		t.Fatalf("got %d lanedemo command lines in the README, want at least 10 (is the extraction broken?)", checked)
-	}
+	return checked
 }
 
 // FuzzFlags parses arbitrary command lines: never a panic; either a valid

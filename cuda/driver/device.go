@@ -14,6 +14,7 @@ import (
 	"gorgonia.org/cu"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 	"github.com/lanesched/lanes/cuda/kernels"
 )
 
@@ -54,9 +55,9 @@ type Device struct {
 	// path, so a healthy device's hot calls take no lock.
 	unwell atomic.Bool
 
-	// frees orders frees against enqueues and launches (cuda.FreeFence):
+	// frees orders frees against enqueues and launches (backend.FreeFence):
 	// cuMemFree's wait covers every enqueue that found the buffer live.
-	frees cuda.FreeFence
+	frees backend.FreeFence
 
 	mu       sync.RWMutex // the tables below; hot paths only read
 	going    map[uint64]bool
@@ -112,7 +113,7 @@ func Open(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, driverError(op, err, "query memory")
 	}
-	d.info = cuda.DeviceInfo{Instance: cuda.NextInstance(), Ordinal: cfg.Ordinal, Name: name, Backend: "driver", TotalMemory: uint64(total)}
+	d.info = cuda.DeviceInfo{Instance: backend.NextInstance(), Ordinal: cfg.Ordinal, Name: name, Backend: "driver", TotalMemory: uint64(total)}
 	d.memory.Total = uint64(total)
 	if d.module, err = cu.LoadData(kernels.PTX); err != nil {
 		return nil, driverError(op, err, "load the kernels' PTX")
@@ -230,7 +231,7 @@ func (d *Device) Free(b cuda.Buffer) error {
 func (d *Device) Frees() uint64 { return d.frees.Frees() }
 
 // checkExecHandles checks an executable's buffers before a launch (see
-// cuda.FreeFence.CheckExec).
+// backend.FreeFence.CheckExec).
 func (d *Device) checkExecHandles(op string, x *exec) error {
 	return d.frees.CheckExec(op, &x.handles, &x.checked, func(id uint64, host bool) bool {
 		d.mu.RLock()
@@ -257,7 +258,7 @@ func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 	if ok {
 		have = a.buf
 	}
-	if err := cuda.CheckBuffer(op, d.info.Instance, b, have, ok); err != nil {
+	if err := backend.CheckBuffer(op, d.info.Instance, b, have, ok); err != nil {
 		return nil, err
 	}
 	return a, nil

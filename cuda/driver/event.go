@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 )
 
 type eventHandle struct {
@@ -39,7 +40,7 @@ type event struct {
 }
 
 // stale is the error of a handle used after Release.
-func (e *event) stale(op string) error { return cuda.CheckEvent(op, e.slot.gen.Load() != e.gen) }
+func (e *event) stale(op string) error { return backend.CheckEvent(op, e.slot.gen.Load() != e.gen) }
 
 // Query reports the event's state (cuEventQuery).
 func (e *event) Query() cuda.FenceQuery {

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 )
 
 // pinSet is the staging memory of the uploads recorded into one graph. The
@@ -61,7 +62,7 @@ type graph struct {
 	g         cGraph
 	nodes     int
 	pins      *pinSet
-	handles   cuda.Handles // the buffers its nodes name
+	handles   backend.Handles // the buffers its nodes name
 	destroyed atomic.Bool
 }
 
@@ -101,8 +102,8 @@ type exec struct {
 	x         cGraphExec
 	nodes     int
 	pins      *pinSet
-	handles   cuda.Handles  // the buffers its graph names
-	checked   atomic.Uint64 // the device's free epoch when they were last found live, plus one
+	handles   backend.Handles // the buffers its graph names
+	checked   atomic.Uint64   // the device's free epoch when they were last found live, plus one
 	destroyed atomic.Bool
 }
 
@@ -116,7 +117,7 @@ func (x *exec) Upload(st cuda.Stream) error {
 	if x.destroyed.Load() {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
 	}
-	s, ok := cuda.UnwrapStream(st).(*stream)
+	s, ok := backend.UnwrapStream(st).(*stream)
 	if !ok || s.dev != x.dev {
 		return cuda.Contractf(op, cuda.ErrForeignHandle, "the stream does not belong to device %d", x.dev.info.Instance)
 	}
@@ -178,7 +179,7 @@ func (x *exec) Destroy() error {
 func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
 	x, ok := e.(*exec)
 	mine := ok && x != nil && x.dev == d
-	if err := cuda.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {
+	if err := backend.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {
 		return nil, err
 	}
 	return x, nil

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 )
 
 // stream is a non-blocking CUDA stream. Like every cuda.Stream it has one
@@ -18,7 +19,7 @@ import (
 type stream struct {
 	dev       *Device
 	id        uint64
-	use       sync.Mutex // held while an enqueue or launch checks handles and issues work (see cuda.FreeFence)
+	use       sync.Mutex // held while an enqueue or launch checks handles and issues work (see backend.FreeFence)
 	s         cStream
 	destroyed bool
 	argv      [cuda.MaxArgs]uint64 // launch arguments, reused: the stream has one owner
@@ -30,7 +31,7 @@ type stream struct {
 	// commands named.
 	pins       *pinSet
 	capturing  bool
-	capHandles cuda.Handles
+	capHandles backend.Handles
 
 	events eventPool // released events, reused by the next records
 
@@ -42,7 +43,7 @@ type stream struct {
 // count then. A stream that launches one command over and over (an eager
 // step, a capture) checks it once: the same command against the same
 // table, while nothing was freed (the count is read under the stream's use
-// lock, which every free takes, cuda.FreeFence), is still valid, so it
+// lock, which every free takes, backend.FreeFence), is still valid, so it
 // skips the spec look-up, the argument checks and the buffer look-ups.
 type checkedLaunch struct {
 	cmd   cuda.Command // Args copied: the caller may reuse its slice
@@ -119,7 +120,7 @@ func (s *stream) launch(op string, cmd *cuda.Command) error {
 // validate checks a command against this device: structure, kernel and
 // buffers.
 func (s *stream) validate(op string, cmd cuda.Command) error {
-	return cuda.ValidateEnqueue(op, cmd, s.dev.table.Load().kernels, func(b cuda.Buffer) error {
+	return backend.ValidateEnqueue(op, cmd, s.dev.table.Load().kernels, func(b cuda.Buffer) error {
 		_, err := s.dev.lookup(op, b)
 		return err
 	})
@@ -133,7 +134,7 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 		return err
 	}
 	d := s.dev
-	s.use.Lock() // see cuda.FreeFence
+	s.use.Lock() // see backend.FreeFence
 	defer s.use.Unlock()
 	if cmd.Kind == cuda.KindLaunch {
 		return s.launch(op, &cmd)
@@ -220,7 +221,7 @@ func (s *stream) call(op string, lc *cuda.LibraryCall) error {
 		return err
 	}
 	stream := s.Native()
-	return cuda.RunCall(op, cuda.CodeDriverError, "library call", lc.Name, func() error { return lc.Enqueue(stream) })
+	return backend.RunCall(op, cuda.CodeDriverError, "library call", lc.Name, func() error { return lc.Enqueue(stream) })
 }
 
 // pin copies host bytes into the staging arena for the current capture.
@@ -247,7 +248,7 @@ func (s *stream) Launch(e cuda.Exec) error {
 	if err := s.live(op); err != nil {
 		return err
 	}
-	s.use.Lock() // see cuda.FreeFence
+	s.use.Lock() // see backend.FreeFence
 	defer s.use.Unlock()
 	if err := s.dev.checkExecHandles(op, x); err != nil {
 		return err
@@ -349,7 +350,7 @@ func (s *stream) BeginCapture(mode cuda.CaptureMode) error {
 	if err := s.dev.check(op, beginCapture(s.dev.ctx, s.s, mode), "cuStreamBeginCapture"); err != nil {
 		return err
 	}
-	s.capturing, s.capHandles = true, cuda.Handles{}
+	s.capturing, s.capHandles = true, backend.Handles{}
 	return nil
 }
 
@@ -360,7 +361,7 @@ func (s *stream) EndCapture() (cuda.Graph, error) {
 		return nil, err
 	}
 	pins, handles := s.pins, s.capHandles
-	s.pins, s.capturing, s.capHandles = nil, false, cuda.Handles{}
+	s.pins, s.capturing, s.capHandles = nil, false, backend.Handles{}
 	g, n, r := endCapture(s.dev.ctx, s.s)
 	if err := s.dev.check(op, r, "cuStreamEndCapture"); err != nil {
 		pins.release()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 	"github.com/lanesched/lanes/cuda/kernels"
 )
 
@@ -88,7 +89,7 @@ func (d *Device) executeCommand(c cuda.Command) error {
 		}
 		args := append(d.argScratch[:0], c.Args...)
 		d.memScratch, d.argScratch = mem, args
-		err := cuda.RunCall("kernel", cuda.CodeLaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, args) })
+		err := backend.RunCall("kernel", cuda.CodeLaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, args) })
 		clear(mem) // drop the views: the memory may be freed
 		if errors.Is(err, kernels.ErrIllegalAddress) {
 			return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
@@ -157,7 +158,7 @@ func (d *Device) executeCall(lc *cuda.LibraryCall) error {
 		}
 		mem[i] = m[:t.Region.Length:t.Region.Length]
 	}
-	err := cuda.RunCall("call", cuda.CodeLaunchFailed, "library call", lc.Name, func() error { return lc.Reference(mem) })
+	err := backend.RunCall("call", cuda.CodeLaunchFailed, "library call", lc.Name, func() error { return lc.Reference(mem) })
 	if err != nil && errors.Is(err, kernels.ErrIllegalAddress) {
 		return cuda.DriverError("call", cuda.CodeIllegalAddress, fmt.Sprintf("library call %q touched memory outside its regions' allocations; the device is poisoned", lc.Name))
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 )
 
 // event marks a point in a stream: the item seq, due at device time at.
@@ -22,7 +23,7 @@ type event struct {
 var _ cuda.Event = (*event)(nil)
 
 // stale is the error of a handle used after Release.
-func (e *event) stale(op string) error { return cuda.CheckEvent(op, e.released.Load()) }
+func (e *event) stale(op string) error { return backend.CheckEvent(op, e.released.Load()) }
 
 // Query reports the event's state. A poisoned device answers every query
 // with its sticky error, as CUDA does, whether or not the work had finished.
@@ -133,10 +134,10 @@ func (g *graph) Destroy() error {
 type exec struct {
 	dev       *Device
 	nodes     []node
-	kernels   []string      // the kernels its nodes launch (nodeKernels), for the fault rules
-	cost      time.Duration // its nodes' device time (nodesCost): a launch charges it every time
-	handles   cuda.Handles  // every buffer and host buffer its nodes name
-	checked   atomic.Uint64 // the device's free epoch when its handles were last found live, plus one
+	kernels   []string        // the kernels its nodes launch (nodeKernels), for the fault rules
+	cost      time.Duration   // its nodes' device time (nodesCost): a launch charges it every time
+	handles   backend.Handles // every buffer and host buffer its nodes name
+	checked   atomic.Uint64   // the device's free epoch when its handles were last found live, plus one
 	uploaded  atomic.Bool
 	destroyed atomic.Bool
 }
@@ -145,7 +146,7 @@ type exec struct {
 func (x *exec) setNodes(ns []node) {
 	x.nodes = append([]node(nil), ns...)
 	x.kernels, x.cost = nodeKernels(ns), x.dev.nodesCost(ns)
-	x.handles = cuda.Handles{}
+	x.handles = backend.Handles{}
 	for _, n := range ns {
 		x.handles.Add(n.cmd)
 	}
@@ -230,7 +231,7 @@ func (x *exec) Destroy() error {
 func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
 	x, ok := e.(*exec)
 	mine := ok && x != nil && x.dev == d
-	if err := cuda.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {
+	if err := backend.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {
 		return nil, err
 	}
 	return x, nil
@@ -238,7 +239,7 @@ func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
 
 // ownStream checks that st is a stream of this device.
 func (d *Device) ownStream(op string, st cuda.Stream) (*stream, error) {
-	s, ok := cuda.UnwrapStream(st).(*stream)
+	s, ok := backend.UnwrapStream(st).(*stream)
 	if !ok || s == nil || s.dev != d {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the stream does not belong to device %d", d.info.Instance)
 	}

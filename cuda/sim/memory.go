@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 )
 
 type allocation struct {
@@ -104,7 +105,7 @@ func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 	if ok {
 		have = a.buf
 	}
-	if err := cuda.CheckBuffer(op, d.info.Instance, b, have, ok); err != nil {
+	if err := backend.CheckBuffer(op, d.info.Instance, b, have, ok); err != nil {
 		return nil, err
 	}
 	return a, nil

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 	"github.com/lanesched/lanes/cuda/kernels"
 )
 
@@ -110,9 +111,9 @@ type Device struct {
 	memScratch []kernels.Memory
 	argScratch []cuda.Arg
 
-	// fence orders frees against enqueues and launches (cuda.FreeFence):
+	// fence orders frees against enqueues and launches (backend.FreeFence):
 	// Free's wait covers every enqueue that found the buffer live.
-	fence cuda.FreeFence
+	fence backend.FreeFence
 
 	mu         sync.Mutex
 	buffers    map[uint64]*allocation
@@ -164,7 +165,7 @@ func New(cfg Config) (*Device, error) {
 	cfg.Kernels = limitLaunches(cfg.Kernels, cfg.MaxLaunchThreads) // clones: the device's own
 	d := &Device{
 		info: cuda.DeviceInfo{
-			Instance: cuda.NextInstance(), Ordinal: cfg.Ordinal, Name: "sim (H200 model)",
+			Instance: backend.NextInstance(), Ordinal: cfg.Ordinal, Name: "sim (H200 model)",
 			Backend: "sim", TotalMemory: cfg.Memory,
 		},
 		clock:      clock{mode: cfg.Clock, origin: time.Now(), virtual: cfg.Virtual},
@@ -318,7 +319,7 @@ func (d *Device) settle(t time.Duration) {
 }
 
 // checkExecHandles checks an executable's buffers before a launch (see
-// cuda.FreeFence.CheckExec).
+// backend.FreeFence.CheckExec).
 func (d *Device) checkExecHandles(op string, x *exec) error {
 	return d.fence.CheckExec(op, &x.handles, &x.checked, func(id uint64, host bool) bool {
 		d.mu.Lock()

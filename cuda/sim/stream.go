@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
 )
 
 // node is one unit of recorded work: a command.
@@ -51,7 +52,7 @@ type item struct {
 type stream struct {
 	dev *Device
 	id  uint64
-	use sync.Mutex // held while an enqueue or launch checks handles and schedules work (see cuda.FreeFence)
+	use sync.Mutex // held while an enqueue or launch checks handles and schedules work (see backend.FreeFence)
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -97,7 +98,7 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 			return err
 		}
 	}
-	return cuda.ValidateEnqueue(op, cmd, kernelView{s.dev.kernels()}, func(b cuda.Buffer) error {
+	return backend.ValidateEnqueue(op, cmd, kernelView{s.dev.kernels()}, func(b cuda.Buffer) error {
 		_, err := s.dev.lookup(op, b)
 		return err
 	})
@@ -106,7 +107,7 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 // Enqueue validates cmd and enqueues it, or records it during a capture.
 // Its handles are checked and its work scheduled under the stream's use
 // lock, so a concurrent Free either waits for this work or makes the
-// enqueue fail (see cuda.FreeFence).
+// enqueue fail (see backend.FreeFence).
 func (s *stream) Enqueue(cmd cuda.Command) error {
 	op := cmd.Kind.EnqueueOp()
 	if err := s.check(op); err != nil {

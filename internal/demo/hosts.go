@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	serving "github.com/lanesched/lanes"
+
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -47,136 +49,99 @@ type HostsConfig struct {
 	StepUpload int
 }
 
-// hostsAPI is what the loop needs of either side: a tenant's buffer, its
-// steps, starting over, and where it is served.
-type hostsAPI interface {
-	alloc(ctx context.Context, tenant string, index int, spec cuda.BufferSpec) (cuda.Buffer, error)
-	submit(ctx context.Context, tenant string, b lanes.Batch) error
-	// submitStep submits the tenant's step: encoded once on the front.
-	submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) error
-	encode(b lanes.Batch) (*remote.Encoded, error)
-	forget(ctx context.Context, tenant string) error
-	hostOf(tenant string, index int) string
-	status() map[string]remote.HostStatus // by host; empty in process
-	awaitServing(ctx context.Context, host string, within time.Duration)
-	inFlight() int // submissions not yet ended
-	stop()
-}
-
-// remoteAPI is the front (and, with --cluster, its hosts' processes).
-type remoteAPI struct {
-	f     *remote.Front
+// hostsSide is the server the loop runs on, a lanes.Server either way: a
+// front to lane hosts, or (--in-process) one in-process scheduler over
+// every device, which places tenant i on device i mod n as the front
+// places them on hosts; and, with --cluster, the hosts' processes.
+type hostsSide struct {
+	srv   serving.Server
+	devs  []cuda.Device // in process: the devices, closed at stop
 	fleet *fleet
 }
 
-func (r remoteAPI) alloc(ctx context.Context, tenant string, _ int, spec cuda.BufferSpec) (cuda.Buffer, error) {
-	return r.f.Alloc(ctx, tenant, spec)
+func (h *hostsSide) alloc(ctx context.Context, tenant string, spec cuda.BufferSpec) (cuda.Buffer, error) {
+	return h.srv.Alloc(ctx, tenant, spec)
 }
-func (r remoteAPI) submit(ctx context.Context, tenant string, b lanes.Batch) error {
-	_, err := r.f.Submit(ctx, tenant, b)
+
+func (h *hostsSide) submit(ctx context.Context, tenant string, b lanes.Batch) error {
+	_, err := h.srv.Submit(ctx, tenant, b)
 	return err
 }
-func (r remoteAPI) submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) error {
+
+// submitStep submits the tenant's step: through the front, encoded once
+// (its upload, if any, crosses with each submission, the rest once).
+func (h *hostsSide) submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) error {
+	f := h.srv.Front()
+	if f == nil || enc == nil {
+		return h.submit(ctx, t.name, step)
+	}
 	var inputs []remote.Input
-	if t.upload > 0 { // the step's upload crosses with each submission, the rest once
+	if t.upload > 0 {
 		inputs = []remote.Input{{Entry: 0, Bytes: t.input}}
 	}
-	p, err := r.f.SubmitEncoded(ctx, t.name, enc, inputs...)
+	p, err := f.SubmitEncoded(ctx, t.name, enc, inputs...)
 	if err != nil {
 		return err
 	}
 	_, err = p.Result()
 	return err
 }
-func (r remoteAPI) encode(b lanes.Batch) (*remote.Encoded, error)   { return r.f.Encode(b) }
-func (r remoteAPI) forget(ctx context.Context, tenant string) error { return r.f.Forget(ctx, tenant) }
-func (r remoteAPI) hostOf(tenant string, _ int) string {
-	h, _ := r.f.Placement(tenant)
-	return h
+
+func (h *hostsSide) encode(b lanes.Batch) (*remote.Encoded, error) {
+	if f := h.srv.Front(); f != nil {
+		return f.Encode(b)
+	}
+	return nil, nil
 }
-func (r remoteAPI) status() map[string]remote.HostStatus {
+
+func (h *hostsSide) forget(ctx context.Context, tenant string) error {
+	return h.srv.Forget(ctx, tenant)
+}
+
+// hostOf is where the tenant is served: its host, or its device.
+func (h *hostsSide) hostOf(tenant string, index int) string {
+	if f := h.srv.Front(); f != nil {
+		host, _ := f.Placement(tenant)
+		return host
+	}
+	return "device " + strconv.Itoa(index%len(h.devs))
+}
+
+// status is each host's, by name; empty in process.
+func (h *hostsSide) status() map[string]remote.HostStatus {
 	out := map[string]remote.HostStatus{}
-	for _, h := range r.f.Hosts() {
-		out[h.Name] = h
+	for _, hs := range h.srv.Status().Hosts {
+		out[hs.Name] = hs
 	}
 	return out
 }
-func (r remoteAPI) stop() {
-	_ = r.f.Stop(context.Background())
-	if r.fleet != nil {
-		r.fleet.stop()
+
+// awaitServing waits, up to within, for a host to serve again (or to
+// leave the cluster, its tenants placed elsewhere); at once in process.
+func (h *hostsSide) awaitServing(ctx context.Context, host string, within time.Duration) {
+	if h.srv.Front() == nil {
+		return
 	}
-}
-func (r remoteAPI) inFlight() int { return r.f.InFlight() }
-func (r remoteAPI) awaitServing(ctx context.Context, host string, within time.Duration) {
 	deadline := time.Now().Add(within)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if st, ok := r.status()[host]; !ok || st.State == remote.HostServing || st.FromCluster && !st.Member {
-			return // serving again, or gone from the cluster: placed elsewhere
+		if st, ok := h.status()[host]; !ok || st.Health == remote.HostServing || st.FromCluster && !st.Member {
+			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// localAPI is one in-process scheduler over every device: tenant i on
-// device i mod n, as the front places them.
-type localAPI struct {
-	s    *actors.Scheduler
-	devs []cuda.Device
-}
+// inFlight counts the submissions not yet ended.
+func (h *hostsSide) inFlight() int { return h.srv.Status().InFlight }
 
-func (l localAPI) alloc(_ context.Context, tenant string, index int, spec cuda.BufferSpec) (cuda.Buffer, error) {
-	d := l.devs[index%len(l.devs)]
-	var b cuda.Buffer
-	err := bound(d, func() (err error) {
-		b, err = d.Alloc(spec)
-		return err
-	})
-	if err != nil {
-		return b, err
-	}
-	return b, l.s.Own(tenant, b)
-}
-func (l localAPI) submit(ctx context.Context, tenant string, b lanes.Batch) error {
-	_, err := l.s.Submit(ctx, tenant, b)
-	return err
-}
-func (l localAPI) submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, _ *remote.Encoded) error {
-	return l.submit(ctx, t.name, step)
-}
-func (l localAPI) encode(lanes.Batch) (*remote.Encoded, error) { return nil, nil }
-func (l localAPI) forget(context.Context, string) error        { return nil }
-func (l localAPI) hostOf(_ string, index int) string {
-	return "device " + strconv.Itoa(index%len(l.devs))
-}
-func (l localAPI) status() map[string]remote.HostStatus                { return nil }
-func (l localAPI) awaitServing(context.Context, string, time.Duration) {}
-func (l localAPI) inFlight() (n int) {
-	for _, st := range l.s.Lanes() {
-		n += st.InFlight
-	}
-	return n
-}
-func (l localAPI) stop() {
-	_ = l.s.Stop(context.Background())
-	for _, d := range l.devs {
+func (h *hostsSide) stop() {
+	_ = h.srv.Stop(context.Background())
+	for _, d := range h.devs {
 		_ = d.Close()
 	}
-}
-
-// bound runs fn on a thread bound to the device.
-func bound(d cuda.Device, fn func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		unbind, err := d.BindThread()
-		if err != nil {
-			done <- err
-			return
-		}
-		defer unbind()
-		done <- fn()
-	}()
-	return <-done
+	if h.fleet != nil {
+		h.fleet.stop()
+	}
 }
 
 // lanehostPath finds the lanehost binary.
@@ -197,20 +162,20 @@ func lanehostPath(given string) (string, error) {
 }
 
 // startHostsAPI starts the side the configuration asks for.
-func startHostsAPI(ctx context.Context, cfg Config) (hostsAPI, error) {
+func startHostsAPI(ctx context.Context, cfg Config) (*hostsSide, error) {
 	if cfg.Hosts.InProcess {
 		devs, err := openDevices(cfg)
 		if err != nil {
 			return nil, err
 		}
-		s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, Spin: cfg.Spin, MaxInFlightPerTenant: max(64, 2*cfg.Concurrency)})
+		srv, err := serving.Start(ctx, serving.Config{Devices: devs, Scheduler: actors.Config{LanesPerDevice: cfg.Lanes, Spin: cfg.Spin, MaxInFlightPerTenant: max(64, 2*cfg.Concurrency)}})
 		if err != nil {
 			for _, d := range devs {
 				_ = d.Close()
 			}
 			return nil, err
 		}
-		return localAPI{s: s, devs: devs}, nil
+		return &hostsSide{srv: srv, devs: devs}, nil
 	}
 	path, err := lanehostPath(cfg.Hosts.Lanehost)
 	if err != nil {
@@ -242,14 +207,14 @@ func startHostsAPI(ctx context.Context, cfg Config) (hostsAPI, error) {
 			fc.Launch = append(fc.Launch, remote.Launch{Name: fmt.Sprintf("gpu%d", i), Path: path, Args: hostArgs(i)})
 		}
 	}
-	f, err := remote.StartFront(ctx, fc)
+	srv, err := serving.Start(ctx, serving.Config{Hosts: &fc})
 	if err != nil {
 		if fl != nil {
 			fl.stop()
 		}
 		return nil, err
 	}
-	return remoteAPI{f: f, fleet: fl}, nil
+	return &hostsSide{srv: srv, fleet: fl}, nil
 }
 
 // hostsTenant is one tenant of the loop.
@@ -268,8 +233,8 @@ type hostsTenant struct {
 }
 
 // setUp allocates and zeroes the tenant's buffer and builds its step.
-func (t *hostsTenant) setUp(ctx context.Context, api hostsAPI, k int) error {
-	b, err := api.alloc(ctx, t.name, t.index, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+func (t *hostsTenant) setUp(ctx context.Context, api *hostsSide, k int) error {
+	b, err := api.alloc(ctx, t.name, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	if err != nil {
 		return err
 	}
@@ -290,7 +255,7 @@ func (t *hostsTenant) setUp(ctx context.Context, api hostsAPI, k int) error {
 		step.Entries = append(step.Entries, lanes.Replayed("lanedemo-hosts", i, cmd))
 	}
 	if t.upload > 0 {
-		in, err := api.alloc(ctx, t.name, t.index, cuda.BufferSpec{Size: uint64(t.upload), Elem: cuda.U8})
+		in, err := api.alloc(ctx, t.name, cuda.BufferSpec{Size: uint64(t.upload), Elem: cuda.U8})
 		if err != nil {
 			return err
 		}
@@ -317,7 +282,7 @@ func (t *hostsTenant) setUp(ctx context.Context, api hostsAPI, k int) error {
 // startOver is a tenant whose device state was lost: it forgets and sets
 // up again once a host serves it (once per generation, whichever client
 // sees the loss first).
-func (t *hostsTenant) startOver(ctx context.Context, api hostsAPI, k, gen int) error {
+func (t *hostsTenant) startOver(ctx context.Context, api *hostsSide, k, gen int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.gen != gen {

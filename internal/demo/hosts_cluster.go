@@ -160,7 +160,7 @@ func (fl *fleet) schedule(ctx context.Context, cfg Config, f *remote.Front, star
 			fl.event("%s would not start: %v", hostName(i), err)
 			return
 		}
-		fl.watch(ctx, f, hostName(i), func(st remote.HostStatus) bool { return st.State == remote.HostServing }, "serving: takes new tenants")
+		fl.watch(ctx, f, hostName(i), func(st remote.HostStatus) bool { return st.Health == remote.HostServing }, "serving: takes new tenants")
 	})
 	at(cfg.Hosts.LeaveAt, func() {
 		fl.event("%s asked to leave (SIGTERM)", hostName(0))
@@ -179,7 +179,7 @@ func (fl *fleet) schedule(ctx context.Context, cfg Config, f *remote.Front, star
 		i := min(1, cfg.Devices-1)
 		fl.event("%s killed (SIGKILL)", hostName(i))
 		fl.signal(i, syscall.SIGKILL)
-		fl.watch(ctx, f, hostName(i), func(st remote.HostStatus) bool { return st.State != remote.HostServing }, "lost at the front")
+		fl.watch(ctx, f, hostName(i), func(st remote.HostStatus) bool { return st.Health != remote.HostServing }, "lost at the front")
 	})
 	wg.Wait()
 }

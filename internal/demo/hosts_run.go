@@ -139,8 +139,8 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 		}
 	}
 	var events sync.WaitGroup
-	if r, ok := api.(remoteAPI); ok && r.fleet != nil {
-		events.Go(func() { r.fleet.schedule(runCtx, cfg, r.f, l.start) })
+	if api.fleet != nil {
+		events.Go(func() { api.fleet.schedule(runCtx, cfg, api.srv.Front(), l.start) })
 	}
 	var faultSent time.Time
 	var faultHost string
@@ -163,11 +163,11 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 		rep.FaultAtS = faultSent.Sub(l.start).Seconds()
 	}
 	rep.rows(cfg, api, tenants, l.samples, l.start, faultSent, faultHost, &l.startOvers)
-	if r, ok := api.(remoteAPI); ok && r.fleet != nil {
+	if api.fleet != nil {
 		rep.Mode = "lane hosts in a cluster"
-		r.fleet.mu.Lock()
-		rep.Events = r.fleet.events
-		r.fleet.mu.Unlock()
+		api.fleet.mu.Lock()
+		rep.Events = api.fleet.events
+		api.fleet.mu.Unlock()
 	}
 	return rep, nil
 }
@@ -175,7 +175,7 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 // hostsLoad is the measured phase's shared state.
 type hostsLoad struct {
 	cfg              Config
-	api              hostsAPI
+	api              *hostsSide
 	start            time.Time
 	mu               sync.Mutex
 	samples          []hostSample // every client's, once it stopped
@@ -215,7 +215,7 @@ func (l *hostsLoad) client(ctx context.Context, t *hostsTenant) (samples []hostS
 
 // injectFault submits an out-of-bounds kernel as the tenant: its device
 // is poisoned. It returns the tenant's host and when.
-func injectFault(ctx context.Context, api hostsAPI, t *hostsTenant) (string, time.Time) {
+func injectFault(ctx context.Context, api *hostsSide, t *hostsTenant) (string, time.Time) {
 	host := api.hostOf(t.name, t.index)
 	t.mu.Lock()
 	buf := t.buf
@@ -231,7 +231,7 @@ func injectFault(ctx context.Context, api hostsAPI, t *hostsTenant) (string, tim
 }
 
 // rows fills the per-host rows.
-func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, samples []hostSample, start, fault time.Time, faultHost string, startOvers *sync.Map) {
+func (rep *HostsReport) rows(cfg Config, api *hostsSide, tenants []*hostsTenant, samples []hostSample, start, fault time.Time, faultHost string, startOvers *sync.Map) {
 	status := api.status()
 	by := map[string]*HostsRow{}
 	lat := map[string][]time.Duration{}
@@ -288,7 +288,7 @@ func (rep *HostsReport) rows(cfg Config, api hostsAPI, tenants []*hostsTenant, s
 			r.Losses, r.Restarts = st.Losses, st.Restarts
 			r.RoundTrip = roundTripUS(st.RoundTrip)
 			r.DataPlane, r.NoDataPlane, r.AreaUploads = st.DataPlane, st.NoDataPlane, st.AreaUploads
-			if h == faultHost && !fault.IsZero() && st.State == remote.HostServing && st.Since.After(fault) {
+			if h == faultHost && !fault.IsZero() && st.Health == remote.HostServing && st.Since.After(fault) {
 				r.ServingAgainMS = float64(st.Since.Sub(fault).Microseconds()) / 1000
 			}
 		}

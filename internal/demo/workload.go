@@ -232,7 +232,7 @@ func (d *deviceSetup) newTenant(t int, name string) (*tenant, error) {
 // replays, its scope and its inputs' seed.
 func (d *deviceSetup) tenantBase(t int, name string) *tenant {
 	replay := t >= d.cfg.EagerTenants
-	return &tenant{name: name, dev: d.dev, replay: replay, fused: replay && d.cfg.Transfers == "graph", owner: cache.LaneScope(uint64(1 + t)),
+	return &tenant{name: name, dev: d.dev, replay: replay, fused: replay && d.cfg.Transfers == "graph", owner: cache.LaneScope(1 + t),
 		rng: rand.New(rand.NewSource(d.cfg.Seed*1000 + int64(t))), stats: newTenantAgg()}
 }
 

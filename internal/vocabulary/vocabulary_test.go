@@ -40,6 +40,7 @@ var sentinels = []struct {
 	{"actors.ErrOverloaded", actors.ErrOverloaded, cuda.CodeOverloaded},
 	{"actors.ErrProgramLimit", actors.ErrProgramLimit, cuda.CodeProgramLimit},
 	{"actors.ErrStopped", actors.ErrStopped, cuda.CodeStopped},
+	{"actors.ErrWithdrawn", actors.ErrWithdrawn, cuda.CodeWithdrawn},
 	{"actors.ErrSuspended", actors.ErrSuspended, cuda.CodeTenantSuspended},
 	{"actors.ErrTenantBusy", actors.ErrTenantBusy, cuda.CodeTenantBusy},
 	{"actors.ErrUnknownLane", actors.ErrUnknownLane, cuda.CodeUnknownLane},

@@ -1,0 +1,60 @@
+// Reading a tenant's buffer back, in the order of its submissions.
+
+package actors
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
+)
+
+// MaxReadBytes bounds one Read.
+const MaxReadBytes = 256 << 20
+
+// Read copies region r of a buffer the tenant owns, or of a shared one,
+// back to the host, after every submission of the tenant that Submit
+// accepted before it: a stage-out into pinned memory, submitted for the
+// tenant as any batch is (admitted, routed to its lane, fair-queued), then
+// read and freed. Errors are the submission's: ErrNotYours for another
+// tenant's buffer, a contract error for a freed or foreign one or a region
+// out of its bounds, ErrOverloaded when the tenant's lane is full. r's
+// Length is 1 to MaxReadBytes.
+func (s *Scheduler) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte, error) {
+	if r.Length == 0 || r.Length > MaxReadBytes {
+		return nil, fmt.Errorf("%w: Read: %d bytes; read 1 to %d at a time", ErrInvalidArgument, r.Length, uint64(MaxReadBytes))
+	}
+	dev := s.device(r.Buffer.Device)
+	if dev == nil {
+		return nil, cuda.Contractf("read", cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, which this scheduler does not serve", r.Buffer.ID, r.Buffer.Device)
+	}
+	var hb cuda.HostBuffer
+	if err := cuda.Bound(dev, func() (err error) {
+		hb, err = dev.AllocHost(r.Length)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer func() { _ = cuda.Bound(dev, func() error { return dev.FreeHost(hb) }) }()
+	hr := cuda.HostRegion{Buffer: hb, Length: r.Length}
+	cmd, err := cuda.StageOut(hr, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.OwnHost(tenant, hb); err != nil {
+		return nil, err
+	}
+	rc, err := s.Submit(ctx, tenant, lanes.Batch{Tenant: tenant, Entries: []lanes.Entry{{Command: cmd}}})
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, r.Length)
+	if err := cuda.Bound(dev, func() error { return dev.ReadHost(hr, data) }); err != nil {
+		return nil, err
+	}
+	return data, nil
+}

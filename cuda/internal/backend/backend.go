@@ -1,0 +1,255 @@
+// Package backend is what the simulated device (cuda/sim) and the real
+// one (cuda/driver) share and no user needs: the free fence, the handle
+// checks every backend makes at its boundary, the one way to run user
+// code, and device instance ids. It is internal so that the cuda package's
+// exported surface is what a user of a device sees.
+package backend
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// FreeFence orders a device's frees against its streams' enqueues and
+// launches, the same way on every backend. Each stream checks a command's
+// handles and issues its work holding its own use lock (one user: its
+// owner, so the lock is uncontended, unlike one lock every stream would
+// share); a free marks its buffer as going while holding every stream's use
+// lock. So every enqueue that found the buffer live has issued its work
+// before the free waits for the device, and every later one is refused:
+// work issued after the wait would touch freed memory, which on a GPU
+// poisons the context. Its zero value is ready.
+type FreeFence struct {
+	mu      sync.Mutex // the registry; held while marking, so no stream joins meanwhile
+	streams map[*sync.Mutex]struct{}
+	frees   atomic.Uint64
+}
+
+// AddStream registers a stream's use lock.
+func (f *FreeFence) AddStream(use *sync.Mutex) {
+	f.mu.Lock()
+	if f.streams == nil {
+		f.streams = map[*sync.Mutex]struct{}{}
+	}
+	f.streams[use] = struct{}{}
+	f.mu.Unlock()
+}
+
+// RemoveStream forgets a destroyed stream's use lock.
+func (f *FreeFence) RemoveStream(use *sync.Mutex) {
+	f.mu.Lock()
+	delete(f.streams, use)
+	f.mu.Unlock()
+}
+
+// MarkGoing records buffer or host buffer id as being freed (in going,
+// a table of the device guarded by its lock) while no stream is halfway
+// through an enqueue or launch, and counts a free. It refuses, with
+// goingError, an id present says is gone or that is already going.
+func (f *FreeFence) MarkGoing(op string, lock sync.Locker, going map[uint64]bool, present func() bool, id uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for use := range f.streams {
+		use.Lock()
+	}
+	defer func() {
+		for use := range f.streams {
+			use.Unlock()
+		}
+	}()
+	lock.Lock()
+	defer lock.Unlock()
+	if !present() || going[id] {
+		return goingError(op, id)
+	}
+	going[id] = true
+	f.frees.Add(1)
+	return nil
+}
+
+// Frees counts the frees marked: a handle found live stays live while it
+// is unchanged (Device.Frees).
+func (f *FreeFence) Frees() uint64 { return f.frees.Load() }
+
+// CheckExec checks, before a launch (under the stream's use lock), that
+// every buffer and host buffer an executable's graph names is live, by the
+// device's live(id, host): replaying a graph over freed memory would poison
+// the device, and a caller that freed a buffer is refused instead. checked
+// is the executable's record of the free count when its handles were last
+// found live (plus one, so its zero means never): it looks only when
+// something was freed since.
+func (f *FreeFence) CheckExec(op string, h *Handles, checked *atomic.Uint64, live func(id uint64, host bool) bool) error {
+	epoch := f.frees.Load() + 1
+	if checked.Load() == epoch {
+		return nil
+	}
+	err := h.Each(func(id uint64) error {
+		if !live(id, false) {
+			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names buffer %d, which was freed; capture it again", id)
+		}
+		return nil
+	}, func(id uint64) error {
+		if !live(id, true) {
+			return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable's graph names host buffer %d, which was freed; capture it again", id)
+		}
+		return nil
+	})
+	if err == nil {
+		checked.Store(epoch)
+	}
+	return err
+}
+
+// goingError is the error of a buffer freed twice, or while its free runs.
+func goingError(op string, id uint64) error {
+	return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d was already freed, or is being freed", id)
+}
+
+// Handles is the set of buffers and host buffers some commands name, by id
+// (of one device instance): what an executable captured from them touches.
+// The zero value is empty.
+type Handles struct {
+	buffers, hosts []uint64
+}
+
+// Add adds the handles one command names.
+func (h *Handles) Add(c cuda.Command) {
+	_ = c.ForRegions(func(r cuda.Region) error {
+		h.buffers = addID(h.buffers, r.Buffer.ID)
+		return nil
+	})
+	if c.Kind == cuda.KindStageIn || c.Kind == cuda.KindStageOut {
+		h.hosts = addID(h.hosts, c.Staging.Buffer.ID)
+	}
+}
+
+// Each calls buffer for every buffer id and host for every host buffer id,
+// and stops at the first error.
+func (h *Handles) Each(buffer, host func(id uint64) error) error {
+	for _, id := range h.buffers {
+		if err := buffer(id); err != nil {
+			return err
+		}
+	}
+	for _, id := range h.hosts {
+		if err := host(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func addID(ids []uint64, id uint64) []uint64 {
+	for _, have := range ids {
+		if have == id {
+			return ids
+		}
+	}
+	return append(ids, id)
+}
+
+// RunCall runs f, user code of kind ("library call" for a call's Enqueue
+// or Reference, "kernel" for a kernel's Go reference) named name, turning
+// an error or a panic into a *cuda.CallError wrapped in a device error of code:
+// a backend's one way to run user code, so that no panic of it escapes
+// into the device.
+func RunCall(op string, code cuda.Code, kind, name string, f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ce := &cuda.CallError{Kind: kind, Name: name, Panicked: true, Err: fmt.Errorf("%v", p)}
+			e := cuda.DriverError(op, code, ce.Error())
+			e.Contract = ce
+			err = e
+		}
+	}()
+	if fe := f(); fe != nil {
+		ce := &cuda.CallError{Kind: kind, Name: name, Err: fe}
+		e := cuda.DriverError(op, code, ce.Error())
+		e.Contract = ce
+		return e
+	}
+	return nil
+}
+
+// CheckBuffer checks that b is a buffer of device instance inst and is the
+// very value the device handed out for its id (have, when found).
+func CheckBuffer(op string, inst uint64, b cuda.Buffer, have cuda.Buffer, found bool) error {
+	switch {
+	case b.Device != inst:
+		return cuda.Contractf(op, cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, not %d; allocate it on this device", b.ID, b.Device, inst)
+	case !found:
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d is not allocated (freed, or never handed out by this device)", b.ID)
+	case have != b:
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d does not match its allocation (%+v); use the cuda.Buffer value Alloc returned", b.ID, have)
+	}
+	return nil
+}
+
+// CheckEvent checks an event handle: one released (Event.Release) is
+// stale, whatever its stream did with the event since.
+func CheckEvent(op string, released bool) error {
+	if released {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the event was released; record a new one")
+	}
+	return nil
+}
+
+// CheckExec checks an executable handle: mine says whether it was
+// instantiated on this device instance, destroyed whether it was destroyed
+// since.
+func CheckExec(op string, inst uint64, mine, destroyed bool) error {
+	switch {
+	case !mine:
+		return cuda.Contractf(op, cuda.ErrForeignHandle, "the executable was not instantiated on device %d", inst)
+	case destroyed:
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed; instantiate the graph again")
+	}
+	return nil
+}
+
+// ValidateEnqueue is a stream's check of a command it is given:
+// [cuda.ValidateFor], and no call of a Library that no lane bound (see
+// [LibraryCall.CheckBound]).
+func ValidateEnqueue(op string, cmd cuda.Command, kernels cuda.Kernels, lookup func(cuda.Buffer) error) error {
+	if cmd.Kind == cuda.KindCall && cmd.LibraryCall != nil {
+		if err := cmd.LibraryCall.CheckBound(op); err != nil {
+			return err
+		}
+	}
+	return cuda.ValidateFor(op, cmd, kernels, lookup)
+}
+
+// instances counts device instances from a random base, so that two
+// processes (lane hosts of one front, say, or a host and its restart)
+// hand out different ids and a handle of one is refused by the other.
+var instances = func() *atomic.Uint64 {
+	var base [8]byte
+	_, _ = rand.Read(base[:])
+	a := new(atomic.Uint64)
+	a.Store(binary.LittleEndian.Uint64(base[:]) >> 20 << 8) // 44 random bits, room for 256 devices each
+	return a
+}()
+
+// NextInstance returns a device instance id unique in the process, and,
+// with overwhelming probability, among processes (it counts from a random
+// base); backends call it once per device they open.
+func NextInstance() uint64 { return instances.Add(1) }
+
+// UnwrapStream returns the stream a decorator wraps: a stream that embeds
+// another (for instrumentation, say) and has an Unwrap method. Backends
+// unwrap before their ownership checks, so decorated streams are accepted
+// wherever their inner stream is.
+func UnwrapStream(s cuda.Stream) cuda.Stream {
+	for {
+		w, ok := s.(interface{ Unwrap() cuda.Stream })
+		if !ok {
+			return s
+		}
+		s = w.Unwrap()
+	}
+}

@@ -1,0 +1,164 @@
+package lanes
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote"
+)
+
+// Server serves tenants' work: an in-process scheduler over devices of
+// this process, or a front to lane host processes. Both keep each tenant's
+// buffers its own, run its batches in the order it submitted them on one
+// lane, and end every accepted submission exactly once. It is safe for
+// concurrent use.
+type Server interface {
+	// Alloc allocates a buffer that the tenant alone may name, on the
+	// device (in process) or the host (lane hosts) its work runs on.
+	Alloc(ctx context.Context, tenant string, spec BufferSpec) (Buffer, error)
+	// Upload writes data into dst, a region of the tenant's buffer, after
+	// the tenant's submissions accepted before it, and waits for it.
+	Upload(ctx context.Context, tenant string, dst Region, data []byte) error
+	// Read copies a region of the tenant's buffer back, after the tenant's
+	// submissions accepted before it.
+	Read(ctx context.Context, tenant string, src Region) ([]byte, error)
+	// Free frees one of the tenant's buffers once the device's work on it
+	// has ended.
+	Free(ctx context.Context, tenant string, b Buffer) error
+	// Forget frees every buffer the tenant allocated and forgets it: what
+	// it registered, its routing and its fault record. It is refused
+	// (retryable) while the tenant has work in flight.
+	Forget(ctx context.Context, tenant string) error
+	// Submit runs a batch for the tenant and waits for its receipt. An
+	// error says why it did not succeed; Classify says what it means.
+	Submit(ctx context.Context, tenant string, b Batch) (Receipt, error)
+	// SubmitAsync admits a batch and returns at once; the Pending ends
+	// exactly once. An error here means it was not admitted (nothing ran).
+	// The batch belongs to the server until Done is closed.
+	SubmitAsync(ctx context.Context, tenant string, b Batch) (Pending, error)
+	// Kernels are the kernels a batch may launch: the device's (in
+	// process), or the built-in kernels and FrontConfig.Modules' (lane
+	// hosts).
+	Kernels() Kernels
+	// Status says where work runs and how each lane or host stands.
+	Status() Status
+	// Stop drains: every pending submission ends, then the server stops.
+	// Devices given in Config.Devices stay open (they are the caller's).
+	Stop(ctx context.Context) error
+	// Scheduler is the in-process scheduler behind the server, for what
+	// only it does; nil on lane hosts.
+	Scheduler() *actors.Scheduler
+	// Front is the front to lane hosts behind the server, for what only it
+	// does; nil in process.
+	Front() *remote.Front
+}
+
+// Pending is a submission in flight, whichever side runs it.
+type Pending = lanes.Pending
+
+// Status is how a server stands.
+type Status struct {
+	// InProcess: the lanes run in this process (Lanes); else on lane
+	// hosts (Hosts).
+	InProcess bool
+	// InFlight counts submissions and operations admitted and not ended.
+	InFlight int
+	// Serving and Total count the lanes (in process) or hosts that take
+	// work now, and all of them.
+	Serving, Total int
+	Lanes          []actors.LaneStatus
+	Hosts          []remote.HostStatus
+}
+
+// Config says where a server's lanes run: set exactly one of Devices (in
+// this process) and Hosts (lane hosts, through a front).
+type Config struct {
+	// Devices are the devices of this process whose lanes serve tenants;
+	// Scheduler tunes them (its own Devices field must be empty).
+	Devices   []Device
+	Scheduler actors.Config
+	// Hosts, when set, serves tenants from lane host processes through a
+	// front: hosts at addresses, hosts the front launches itself, or a
+	// cluster's (remote.FrontConfig).
+	Hosts *remote.FrontConfig
+}
+
+// Start starts a server as cfg says: an in-process scheduler over
+// cfg.Devices, or a front to cfg.Hosts. A bad configuration is refused
+// with an error that Classify calls invalid_argument.
+func Start(ctx context.Context, cfg Config) (Server, error) {
+	switch {
+	case ctx == nil:
+		return nil, fmt.Errorf("%w: lanes.Start: a nil context.Context; pass context.Background()", actors.ErrInvalidArgument)
+	case len(cfg.Devices) > 0 && cfg.Hosts != nil:
+		return nil, fmt.Errorf("%w: lanes.Config: both Devices and Hosts are set; set Devices to serve in this process, Hosts to serve from lane hosts", actors.ErrInvalidArgument)
+	case cfg.Hosts != nil:
+		f, err := remote.StartFront(ctx, *cfg.Hosts)
+		if err != nil {
+			return nil, err
+		}
+		ks := kernels.Builtin()
+		for _, m := range cfg.Hosts.Modules {
+			ks = ks.With(m.Kernels)
+		}
+		return &onHosts{f: f, kernels: ks}, nil
+	case len(cfg.Devices) == 0:
+		return nil, fmt.Errorf("%w: lanes.Config: no Devices and no Hosts; open a device (sim.New, driver.Open) and set Devices, or set Hosts", actors.ErrInvalidArgument)
+	case len(cfg.Scheduler.Devices) > 0:
+		return nil, fmt.Errorf("%w: lanes.Config: Scheduler.Devices is set; give the devices in Config.Devices alone", actors.ErrInvalidArgument)
+	}
+	for i, d := range cfg.Devices {
+		if d == nil {
+			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is nil", actors.ErrInvalidArgument, i)
+		}
+	}
+	sc := cfg.Scheduler
+	sc.Devices = cfg.Devices
+	s, err := actors.Start(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	return newInProcess(s, cfg.Devices), nil
+}
+
+// uploadPiece bounds one upload submission's bytes (within every side's
+// batch bound), a multiple of every element's size.
+const uploadPiece = 8 << 20
+
+// upload writes data into dst in pieces of at most uploadPiece bytes, each
+// a submission of the tenant's.
+func upload(ctx context.Context, submit func(context.Context, string, Batch) (Receipt, error), tenant string, dst Region, data []byte) error {
+	if uint64(len(data)) != dst.Length {
+		return fmt.Errorf("%w: Upload: %d bytes for a region of %d; give exactly the region's bytes", actors.ErrInvalidArgument, len(data), dst.Length)
+	}
+	if len(data) == 0 {
+		_, err := cuda.Upload(dst, data) // nothing to write: cuda says whether dst is sound
+		return err
+	}
+	for off := 0; off < len(data); off += uploadPiece {
+		n := min(uploadPiece, len(data)-off)
+		r := Region{Buffer: dst.Buffer, Offset: dst.Offset + uint64(off), Length: uint64(n)}
+		cmd, err := cuda.Upload(r, data[off:off+n])
+		if err != nil {
+			return err
+		}
+		rc, err := submit(ctx, tenant, Batch{Entries: []Entry{Input(cmd)}})
+		if err == nil {
+			err = rc.Err
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errNotServed is the error of a Free or Read of a buffer the server never
+// handed the tenant.
+func errNotServed(op string, tenant string, b Buffer) error {
+	return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d is not one tenant %q allocated through this server (or it was freed)", b.ID, tenant)
+}

@@ -1,0 +1,156 @@
+package lanes_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/lanesched/lanes"
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/remote"
+)
+
+func newServer(t *testing.T, devices int) (lanes.Server, []lanes.Device) {
+	t.Helper()
+	var devs []lanes.Device
+	for i := range devices {
+		d, err := sim.New(sim.Config{Clock: sim.ClockZeroCost, Ordinal: i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		devs = append(devs, d)
+	}
+	srv, err := lanes.Start(context.Background(), lanes.Config{Devices: devs, Scheduler: actors.Config{LanesPerDevice: 2}})
+	if err != nil {
+		t.Fatalf("lanes.Start: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	return srv, devs
+}
+
+// TestStartRefusesABadConfig: each bad configuration is refused as an
+// invalid argument that says what to do.
+func TestStartRefusesABadConfig(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for name, cfg := range map[string]lanes.Config{
+		"nothing":           {},
+		"both":              {Devices: []lanes.Device{dev}, Hosts: &remote.FrontConfig{}},
+		"a nil device":      {Devices: []lanes.Device{nil}},
+		"scheduler devices": {Devices: []lanes.Device{dev}, Scheduler: actors.Config{Devices: []cuda.Device{dev}}},
+	} {
+		srv, err := lanes.Start(context.Background(), cfg)
+		if c := lanes.Classify(err); err == nil || c.Code != cuda.CodeInvalidArgument || c.Blame != cuda.BlameCaller {
+			t.Errorf("%s: got %v (%+v), want invalid_argument, the caller's", name, err, c)
+		}
+		if srv != nil {
+			t.Errorf("%s: got a server, want nil", name)
+		}
+	}
+	//lint:ignore SA1012 a nil context is what this checks
+	if _, err := lanes.Start(nil, lanes.Config{Devices: []lanes.Device{dev}}); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+		t.Errorf("a nil context: got %v, want invalid_argument", err)
+	}
+}
+
+// TestATenantsBuffersAreItsOwn: a tenant's buffers go on one device, only
+// it may free or read them, and Forget frees them all.
+func TestATenantsBuffersAreItsOwn(t *testing.T) {
+	srv, devs := newServer(t, 2)
+	ctx := context.Background()
+	a1, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	a2, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	b1, err := srv.Alloc(ctx, "b", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+	if err != nil {
+		t.Fatalf("Alloc: got err %v, want nil", err)
+	}
+	if a1.Device != a2.Device {
+		t.Errorf("tenant a's buffers: on devices %d and %d, want one device", a1.Device, a2.Device)
+	}
+	if a1.Device == b1.Device {
+		t.Errorf("tenants a and b on device %d, want them spread over the two devices", a1.Device)
+	}
+	if err := srv.Free(ctx, "b", a1); !errors.Is(err, actors.ErrNotYours) || lanes.Classify(err).Blame != cuda.BlameCaller {
+		t.Errorf("b frees a's buffer: got %v, want ErrNotYours, the caller's", err)
+	}
+	if _, err := srv.Read(ctx, "b", a1.Whole()); !errors.Is(err, actors.ErrNotYours) {
+		t.Errorf("b reads a's buffer: got %v, want ErrNotYours", err)
+	}
+	data := make([]byte, 64)
+	binary.LittleEndian.PutUint32(data, 7)
+	if err := srv.Upload(ctx, "a", a1.Whole(), data); err != nil {
+		t.Fatalf("Upload: got err %v, want nil", err)
+	}
+	if err := srv.Upload(ctx, "a", a1.Whole(), data[:8]); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+		t.Errorf("Upload of 8 bytes into 64: got %v, want invalid_argument", err)
+	}
+	got, err := srv.Read(ctx, "a", lanes.Region{Buffer: a1, Length: 4})
+	if err != nil || binary.LittleEndian.Uint32(got) != 7 {
+		t.Fatalf("Read back: got %v, %v; want 7, nil", got, err)
+	}
+	if err := srv.Free(ctx, "a", a2); err != nil {
+		t.Fatalf("Free: got err %v, want nil", err)
+	}
+	if err := srv.Free(ctx, "a", a2); !errors.Is(err, cuda.ErrStaleHandle) {
+		t.Errorf("Free again: got %v, want ErrStaleHandle", err)
+	}
+	inUse := func() (n uint64) {
+		for _, d := range devs {
+			n += d.Memory().InUse
+		}
+		return n
+	}
+	before := inUse()
+	if err := srv.Forget(ctx, "a"); err != nil {
+		t.Fatalf("Forget: got err %v, want nil", err)
+	}
+	if after := inUse(); after >= before {
+		t.Errorf("memory in use after Forget: %d, before %d; want a's buffer freed", after, before)
+	}
+	if _, err := srv.Read(ctx, "a", a1.Whole()); err == nil {
+		t.Error("Read of a forgotten tenant's freed buffer: got nil, want an error")
+	}
+	st := srv.Status()
+	if !st.InProcess || st.Total != 4 || st.Serving != 4 || len(st.Lanes) != 4 || st.Hosts != nil {
+		t.Errorf("Status: got %+v, want in process, 4 lanes serving", st)
+	}
+	if srv.Scheduler() == nil || srv.Front() != nil {
+		t.Error("an in-process server: want its Scheduler, no Front")
+	}
+}
+
+// TestAStoppedServerRefuses: after Stop, every call is refused with the
+// one ErrStopped, not submitted.
+func TestAStoppedServerRefuses(t *testing.T) {
+	srv, _ := newServer(t, 1)
+	ctx := context.Background()
+	b, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatalf("Stop: got err %v, want nil", err)
+	}
+	if _, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 64, Elem: lanes.I32}); !errors.Is(err, actors.ErrStopped) {
+		t.Errorf("Alloc after Stop: got %v, want ErrStopped", err)
+	}
+	if _, err := srv.Submit(ctx, "a", lanes.Batch{}); !errors.Is(err, actors.ErrStopped) || !lanes.Classify(err).NotSubmitted {
+		t.Errorf("Submit after Stop: got %v, want ErrStopped, not submitted", err)
+	}
+	if err := srv.Free(ctx, "a", b); !errors.Is(err, actors.ErrStopped) {
+		t.Errorf("Free after Stop: got %v, want ErrStopped", err)
+	}
+}
