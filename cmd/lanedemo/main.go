@@ -189,23 +189,16 @@ func runHosts(ctx context.Context, cfg demo.Config, jsonPath string, stdout, std
 	}
 	sig := signalled()
 	if sig != 0 {
-		rep.EndedEarly = fmt.Sprintf("stopped by signal %d after %.1fs of the %v asked", sig, rep.MeasuredS, cfg.Duration)
+		rep.EndedEarly = fmt.Sprintf("stopped by signal %d after %.1fs of the %v asked", sig, rep.Seconds, cfg.Duration)
+		rep.Hosts.EndedEarly = rep.EndedEarly
 	}
 	table := stdout
 	if jsonPath == "-" {
 		table = stderr
 	}
-	rep.WriteTable(table)
+	rep.Hosts.WriteTable(table)
 	if jsonPath != "" {
-		out, err := json.MarshalIndent(rep, "", "  ")
-		if err == nil {
-			if jsonPath == "-" {
-				_, err = stdout.Write(append(out, '\n'))
-			} else {
-				err = os.WriteFile(jsonPath, append(out, '\n'), 0o644)
-			}
-		}
-		if err != nil {
+		if err := writeJSON(jsonPath, stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "lanedemo: --json %s: %v\n", jsonPath, err)
 			return 1
 		}

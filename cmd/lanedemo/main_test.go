@@ -98,6 +98,23 @@ func checkReport(t *testing.T, sch *jsonschema.Schema, raw []byte) map[string]an
 	return m
 }
 
+// TestHostsReportFollowsItsSchema: a --host-per-gpu run (here in process,
+// which needs no lanehost binary) writes the same lanedemo-report/1, with
+// its hosts section.
+func TestHostsReportFollowsItsSchema(t *testing.T) {
+	sch := reportSchema(t)
+	var out, errb bytes.Buffer
+	code := run([]string{"--host-per-gpu", "--in-process", "--devices", "2", "--tenants", "2", "--duration", "300ms", "--quiet", "--json", "-"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("--host-per-gpu --in-process --json -: got exit %d, want 0:\n%s", code, errb.String())
+	}
+	m := checkReport(t, sch, out.Bytes())
+	hosts, _ := m["hosts"].(map[string]any)
+	if m["schema"] != "lanedemo-report/1" || m["exactly_once"] != true || hosts == nil || len(hosts["hosts"].([]any)) != 2 || m["replayed_commands"].(float64) == 0 {
+		t.Fatalf("got schema %v, exactly_once %v, hosts %v, replayed %v; want lanedemo-report/1, true, 2 rows, replays", m["schema"], m["exactly_once"], hosts, m["replayed_commands"])
+	}
+}
+
 // TestJSONReportFollowsItsSchema: --json - writes the JSON alone to stdout
 // (the table to stderr), and it, a hostile run's and a run that ended
 // early all follow the schema in docs/, with the run's settings in them.

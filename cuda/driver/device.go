@@ -60,11 +60,9 @@ type Device struct {
 	frees backend.FreeFence
 
 	mu       sync.RWMutex // the tables below; hot paths only read
-	going    map[uint64]bool
-	hostsGo  map[uint64]bool
-	buffers  map[uint64]*allocation
+	buffers  backend.Table[*allocation]
 	nextBuf  uint64
-	hosts    map[uint64]*pinnedHost
+	hosts    backend.Table[*pinnedHost]
 	nextHost uint64
 	nextStr  uint64
 	memory   cuda.MemoryStats
@@ -100,8 +98,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := &Device{
 		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
-		buffers: map[uint64]*allocation{}, hosts: map[uint64]*pinnedHost{},
-		going: map[uint64]bool{}, hostsGo: map[uint64]bool{},
+		buffers: backend.NewTable[*allocation](), hosts: backend.NewTable[*pinnedHost](),
 	}
 	unbind, err := d.BindThread()
 	if err != nil {
@@ -186,7 +183,7 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	defer d.mu.Unlock()
 	d.nextBuf++
 	b := cuda.Buffer{Device: d.info.Instance, ID: d.nextBuf, Size: spec.Size, Align: spec.Align, Elem: spec.Elem, Addr: addr}
-	d.buffers[b.ID] = &allocation{buf: b, base: base}
+	d.buffers.Add(b.ID, &allocation{buf: b, base: base})
 	d.memory.InUse += size
 	d.memory.Allocations++
 	d.memory.Peak = max(d.memory.Peak, d.memory.InUse)
@@ -206,17 +203,16 @@ func (d *Device) Free(b cuda.Buffer) error {
 	if err := d.live(op); err != nil {
 		return err
 	}
-	if err := d.frees.MarkGoing(op, &d.mu, d.going, func() bool { _, ok := d.buffers[b.ID]; return ok }, b.ID); err != nil {
+	if err := d.frees.MarkGoing(op, &d.mu, &d.buffers, b.ID); err != nil {
 		return err
 	}
 	err = d.check(op, memFree(d.ctx, a.base), "cuMemFree")
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.going, b.ID)
+	d.buffers.EndFree(b.ID, err == nil)
 	if err != nil {
 		return err
 	}
-	delete(d.buffers, b.ID)
 	size := b.Size
 	if b.Align > cuda.DefaultAlignment {
 		size += b.Align
@@ -237,11 +233,11 @@ func (d *Device) checkExecHandles(op string, x *exec) error {
 		d.mu.RLock()
 		defer d.mu.RUnlock()
 		if host {
-			_, ok := d.hosts[id]
-			return ok && !d.hostsGo[id]
+			_, ok := d.hosts.Live(id)
+			return ok
 		}
-		_, ok := d.buffers[id]
-		return ok && !d.going[id]
+		_, ok := d.buffers.Live(id)
+		return ok
 	})
 }
 
@@ -249,10 +245,7 @@ func (d *Device) checkExecHandles(op string, x *exec) error {
 // out, not being freed.
 func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 	d.mu.RLock()
-	a, ok := d.buffers[b.ID]
-	if d.going[b.ID] {
-		ok = false
-	}
+	a, ok := d.buffers.Live(b.ID)
 	d.mu.RUnlock()
 	var have cuda.Buffer
 	if ok {
@@ -318,8 +311,7 @@ func (d *Device) Close() error {
 	}
 	d.closed = true
 	d.unwell.Store(true)
-	buffers, hosts := d.buffers, d.hosts
-	d.buffers, d.hosts = map[uint64]*allocation{}, map[uint64]*pinnedHost{}
+	buffers, hosts := d.buffers.Take(), d.hosts.Take()
 	poisoned := d.poison != nil
 	d.mu.Unlock()
 	unbind, err := d.BindThread()

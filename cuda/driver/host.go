@@ -28,10 +28,9 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) (*pinnedHost, error) {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, not %d", h.ID, h.Device, d.info.Instance)
 	}
 	d.mu.RLock()
-	a, ok := d.hosts[h.ID]
-	going := d.hostsGo[h.ID]
+	a, ok := d.hosts.Live(h.ID)
 	d.mu.RUnlock()
-	if !ok || going || a.buf != h {
+	if !ok || a.buf != h {
 		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "host buffer %d is not allocated (freed, or never handed out by this device)", h.ID)
 	}
 	return a, nil
@@ -64,7 +63,7 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	defer d.mu.Unlock()
 	d.nextHost++
 	h := cuda.HostBuffer{Device: d.info.Instance, ID: d.nextHost, Size: size}
-	d.hosts[h.ID] = &pinnedHost{buf: h, p: p}
+	d.hosts.Add(h.ID, &pinnedHost{buf: h, p: p})
 	return h, nil
 }
 
@@ -75,7 +74,7 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 	if err != nil {
 		return err
 	}
-	if err := d.frees.MarkGoing(op, &d.mu, d.hostsGo, func() bool { _, ok := d.hosts[h.ID]; return ok }, h.ID); err != nil {
+	if err := d.frees.MarkGoing(op, &d.mu, &d.hosts, h.ID); err != nil {
 		return err
 	}
 	// cuMemFreeHost does not wait for the device: work that reads or
@@ -86,12 +85,8 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.hostsGo, h.ID)
-	if err != nil {
-		return err
-	}
-	delete(d.hosts, h.ID)
-	return nil
+	d.hosts.EndFree(h.ID, err == nil)
+	return err
 }
 
 func (d *Device) hostBytes(op string, r cuda.HostRegion, n int) ([]byte, error) {

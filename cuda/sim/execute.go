@@ -120,7 +120,7 @@ func (d *Device) executeCommand(c cuda.Command) error {
 		return err
 	case cuda.KindStageIn, cuda.KindStageOut:
 		d.mu.Lock()
-		host, ok := d.hosts[c.Staging.Buffer.ID]
+		host, ok := d.hosts.Entry(c.Staging.Buffer.ID)
 		d.mu.Unlock()
 		if !ok {
 			return cuda.DriverError("memcpy", cuda.CodeIllegalAddress, "host staging was freed before the copy that uses it ran; the device is poisoned")
@@ -169,7 +169,7 @@ func (d *Device) executeCall(lc *cuda.LibraryCall) error {
 // buffer freed since the command was enqueued is an illegal address.
 func (d *Device) regionMemory(r cuda.Region) (kernels.Memory, error) {
 	d.mu.Lock()
-	a, ok := d.buffers[r.Buffer.ID]
+	a, ok := d.buffers.Entry(r.Buffer.ID)
 	d.mu.Unlock()
 	if !ok || a.buf != r.Buffer {
 		return nil, cuda.DriverError("kernel", cuda.CodeIllegalAddress,

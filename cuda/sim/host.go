@@ -19,10 +19,9 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) ([]byte, error) {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, not %d", h.ID, h.Device, d.info.Instance)
 	}
 	d.mu.Lock()
-	b, ok := d.hosts[h.ID]
-	going := d.hostsGoing[h.ID]
+	b, ok := d.hosts.Live(h.ID)
 	d.mu.Unlock()
-	if !ok || going || uint64(len(b)) != h.Size {
+	if !ok || uint64(len(b)) != h.Size {
 		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "host buffer %d is not allocated (freed, or never handed out by this device)", h.ID)
 	}
 	return b, nil
@@ -58,7 +57,7 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	}
 	d.nextHost++
 	h := cuda.HostBuffer{Device: d.info.Instance, ID: d.nextHost, Size: size}
-	d.hosts[h.ID] = bytes
+	d.hosts.Add(h.ID, bytes)
 	d.hostInUse += size
 	return h, nil
 }
@@ -70,18 +69,17 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 	if _, err := d.hostLookup(op, h); err != nil {
 		return err
 	}
-	if err := d.fence.MarkGoing(op, &d.mu, d.hostsGoing, func() bool { _, ok := d.hosts[h.ID]; return ok }, h.ID); err != nil {
+	if err := d.fence.MarkGoing(op, &d.mu, &d.hosts, h.ID); err != nil {
 		return err
 	}
 	err := d.Synchronize()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.hostsGoing, h.ID)
+	d.hosts.EndFree(h.ID, err == nil)
 	if err != nil {
 		return err
 	}
 	d.hostInUse -= h.Size
-	delete(d.hosts, h.ID)
 	return nil
 }
 

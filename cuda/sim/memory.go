@@ -52,7 +52,7 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	addr := roundUp(d.nextAddr, spec.Align)
 	d.nextAddr = addr + footprint
 	b := cuda.Buffer{Device: d.info.Instance, ID: d.nextBuffer, Size: spec.Size, Align: spec.Align, Elem: spec.Elem, Addr: addr}
-	d.buffers[b.ID] = &allocation{buf: b, bytes: bytes}
+	d.buffers.Add(b.ID, &allocation{buf: b, bytes: bytes})
 	d.memory.InUse += footprint
 	d.memory.Allocations++
 	d.memory.Peak = max(d.memory.Peak, d.memory.InUse)
@@ -72,17 +72,16 @@ func (d *Device) Free(b cuda.Buffer) error {
 	if err := d.unsafeDuringCapture(op); err != nil {
 		return err
 	}
-	if err := d.fence.MarkGoing(op, &d.mu, d.freeing, func() bool { _, ok := d.buffers[b.ID]; return ok }, b.ID); err != nil {
+	if err := d.fence.MarkGoing(op, &d.mu, &d.buffers, b.ID); err != nil {
 		return err
 	}
 	err := d.Synchronize()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.freeing, b.ID)
+	d.buffers.EndFree(b.ID, err == nil)
 	if err != nil {
 		return err
 	}
-	delete(d.buffers, b.ID)
 	d.memory.InUse -= roundUp(b.Size, b.Align)
 	d.memory.Allocations--
 	return nil
@@ -96,10 +95,7 @@ func (d *Device) Frees() uint64 { return d.fence.Frees() }
 // handed out and not being freed, and returns its allocation.
 func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 	d.mu.Lock()
-	a, ok := d.buffers[b.ID]
-	if d.freeing[b.ID] {
-		ok = false
-	}
+	a, ok := d.buffers.Live(b.ID)
 	d.mu.Unlock()
 	var have cuda.Buffer
 	if ok {

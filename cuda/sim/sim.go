@@ -116,11 +116,9 @@ type Device struct {
 	fence backend.FreeFence
 
 	mu         sync.Mutex
-	buffers    map[uint64]*allocation
-	freeing    map[uint64]bool // buffers and host buffers being freed
-	hostsGoing map[uint64]bool
+	buffers    backend.Table[*allocation]
 	nextBuffer uint64
-	hosts      map[uint64][]byte // pinned host staging
+	hosts      backend.Table[[]byte] // pinned host staging
 	hostInUse  uint64
 	pins       []pinnedRange // host memory pinned in place (PinHost)
 	nextHost   uint64
@@ -173,14 +171,13 @@ func New(cfg Config) (*Device, error) {
 		maxThreads: cfg.MaxLaunchThreads,
 		noData:     cfg.NoData,
 		closed:     make(chan struct{}),
-		buffers:    map[uint64]*allocation{},
-		freeing:    map[uint64]bool{}, hostsGoing: map[uint64]bool{},
-		hosts:    map[uint64][]byte{},
-		nextAddr: addressBase,
-		streams:  map[uint64]*stream{},
-		memory:   cuda.MemoryStats{Total: cfg.Memory},
-		rng:      rand.New(rand.NewSource(cfg.Seed)),
-		tracing:  cfg.Trace,
+		buffers:    backend.NewTable[*allocation](),
+		hosts:      backend.NewTable[[]byte](),
+		nextAddr:   addressBase,
+		streams:    map[uint64]*stream{},
+		memory:     cuda.MemoryStats{Total: cfg.Memory},
+		rng:        rand.New(rand.NewSource(cfg.Seed)),
+		tracing:    cfg.Trace,
 	}
 	if cfg.Clock == ClockVirtual && d.clock.virtual == nil {
 		d.clock.virtual = &VirtualClock{}
@@ -325,11 +322,11 @@ func (d *Device) checkExecHandles(op string, x *exec) error {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if host {
-			_, ok := d.hosts[id]
-			return ok && !d.hostsGoing[id]
+			_, ok := d.hosts.Live(id)
+			return ok
 		}
-		_, ok := d.buffers[id]
-		return ok && !d.freeing[id]
+		_, ok := d.buffers.Live(id)
+		return ok
 	})
 }
 
@@ -406,7 +403,8 @@ func (d *Device) Close() error {
 		s.stop()
 	}
 	d.mu.Lock()
-	d.buffers, d.hosts = map[uint64]*allocation{}, map[uint64][]byte{}
+	d.buffers.Take()
+	d.hosts.Take()
 	d.memory.InUse, d.memory.Allocations, d.hostInUse, d.pins = 0, 0, 0, nil
 	d.mu.Unlock()
 	return nil

@@ -68,12 +68,13 @@ func (h *hostsSide) submit(ctx context.Context, tenant string, b lanes.Batch) er
 	return err
 }
 
-// submitStep submits the tenant's step: through the front, encoded once
-// (its upload, if any, crosses with each submission, the rest once).
-func (h *hostsSide) submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) error {
+// submitStep submits the tenant's step and returns its receipt: through
+// the front, encoded once (its upload, if any, crosses with each
+// submission, the rest once).
+func (h *hostsSide) submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) (lanes.Receipt, error) {
 	f := h.srv.Front()
 	if f == nil || enc == nil {
-		return h.submit(ctx, t.name, step)
+		return h.srv.Submit(ctx, t.name, step)
 	}
 	var inputs []remote.Input
 	if t.upload > 0 {
@@ -81,10 +82,9 @@ func (h *hostsSide) submitStep(ctx context.Context, t *hostsTenant, step lanes.B
 	}
 	p, err := f.SubmitEncoded(ctx, t.name, enc, inputs...)
 	if err != nil {
-		return err
+		return lanes.Receipt{}, err
 	}
-	_, err = p.Result()
-	return err
+	return p.Result()
 }
 
 func (h *hostsSide) encode(b lanes.Batch) (*remote.Encoded, error) {

@@ -104,7 +104,7 @@ type hostSample struct {
 // RunHosts runs the --host-per-gpu mode: set up, warm up, then cfg.Duration
 // of closed-loop steps (cfg.Concurrency per tenant, cfg.Kernels replayed
 // launches each), with the fault midway when asked.
-func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
+func RunHosts(ctx context.Context, cfg Config) (*Report, error) {
 	api, err := startHostsAPI(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -117,11 +117,12 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 			return nil, fmt.Errorf("lanedemo: set up %s: %w", tenants[i].name, err)
 		}
 		for range cfg.Warmup {
-			if err := api.submitStep(ctx, tenants[i], tenants[i].step, tenants[i].enc); err != nil {
+			if _, err := api.submitStep(ctx, tenants[i], tenants[i].step, tenants[i].enc); err != nil {
 				return nil, fmt.Errorf("lanedemo: warm up %s: %w", tenants[i].name, err)
 			}
 		}
 	}
+	meter := startRuntimeMeter()
 	l := &hostsLoad{cfg: cfg, api: api, start: time.Now()}
 	runCtx, stopClients := context.WithTimeout(ctx, cfg.Duration)
 	defer stopClients()
@@ -169,7 +170,7 @@ func RunHosts(ctx context.Context, cfg Config) (*HostsReport, error) {
 		rep.Events = api.fleet.events
 		api.fleet.mu.Unlock()
 	}
-	return rep, nil
+	return rep.report(cfg, l, meter), nil
 }
 
 // hostsLoad is the measured phase's shared state.
@@ -180,7 +181,10 @@ type hostsLoad struct {
 	mu               sync.Mutex
 	samples          []hostSample // every client's, once it stopped
 	submitted, ended atomic.Uint64
-	startOvers       sync.Map // host -> *atomic.Uint64
+	// replayed and eager count the ended steps' commands (their receipts'
+	// attribution rows).
+	replayed, eager atomic.Int64
+	startOvers      sync.Map // host -> *atomic.Uint64
 }
 
 // client is one closed-loop client of a tenant: a step, its end recorded,
@@ -194,8 +198,15 @@ func (l *hostsLoad) client(ctx context.Context, t *hostsTenant) (samples []hostS
 		host := l.api.hostOf(t.name, t.index)
 		begin := time.Now()
 		l.submitted.Add(1)
-		err := l.api.submitStep(context.WithoutCancel(ctx), t, step, enc)
+		rc, err := l.api.submitStep(context.WithoutCancel(ctx), t, step, enc)
 		l.ended.Add(1)
+		for _, r := range rc.Attribution.Rows {
+			if r.Replayed {
+				l.replayed.Add(1)
+			} else {
+				l.eager.Add(1)
+			}
+		}
 		samples = append(samples, hostSample{host: host, at: time.Now(), lat: time.Since(begin), err: err})
 		switch {
 		case errors.Is(err, remote.ErrHostLeaving):

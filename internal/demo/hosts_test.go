@@ -24,9 +24,14 @@ func TestRunHostsInProcessAndRemote(t *testing.T) {
 		cfg := Defaults()
 		cfg.Devices, cfg.Tenants, cfg.Kernels, cfg.Duration, cfg.Concurrency, cfg.Warmup = 2, 4, 4, 1500*time.Millisecond, 1, 1
 		cfg.Hosts = HostsConfig{PerGPU: true, InProcess: inProcess, Lanehost: bin, FaultAt: 500 * time.Millisecond, StepUpload: 8 << 10}
-		rep, err := RunHosts(context.Background(), cfg)
+		full, err := RunHosts(context.Background(), cfg)
 		if err != nil {
 			t.Fatalf("RunHosts (in process %v): got err %v, want nil", inProcess, err)
+		}
+		rep := full.Hosts
+		if full.Schema != ReportSchema || full.Accepted != int64(rep.Submitted) || full.Ended != full.Accepted || full.ReplayedCommands == 0 || full.Latency.P50 == 0 {
+			t.Errorf("in process %v: the report: got schema %q, accepted %d, ended %d, %d replayed commands, p50 %d µs; want %s, its hosts' counts, replays and a latency",
+				inProcess, full.Schema, full.Accepted, full.Ended, full.ReplayedCommands, full.Latency.P50, ReportSchema)
 		}
 		if !rep.ExactlyOnce || len(rep.Hosts) != 2 {
 			t.Fatalf("RunHosts (in process %v): got %d hosts, exactly once %v, want 2 and true", inProcess, len(rep.Hosts), rep.ExactlyOnce)
@@ -62,10 +67,11 @@ func TestRunHostsInACluster(t *testing.T) {
 	cfg := Defaults()
 	cfg.Devices, cfg.Tenants, cfg.Kernels, cfg.Duration, cfg.Concurrency, cfg.Warmup = 2, 4, 4, 4*time.Second, 2, 1
 	cfg.Hosts = HostsConfig{PerGPU: true, Cluster: true, Lanehost: bin, JoinAt: 300 * time.Millisecond, LeaveAt: 2 * time.Second, KillAt: 3 * time.Second}
-	rep, err := RunHosts(context.Background(), cfg)
+	full, err := RunHosts(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("RunHosts: got err %v, want nil", err)
 	}
+	rep := full.Hosts
 	var b strings.Builder
 	rep.WriteTable(&b)
 	t.Log("\n" + b.String())

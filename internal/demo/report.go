@@ -123,6 +123,10 @@ type Report struct {
 	PerTenant        []TenantReport   `json:"per_tenant"`
 	Runtime          RuntimeReport    `json:"go_runtime"`
 	Soak             *SoakReport      `json:"soak,omitempty"`
+	// Hosts is a --host-per-gpu run's per-host section: each lane host's
+	// (or, in process, each device's) share, what happened to them, and
+	// where a step's time went through the remote.
+	Hosts *HostsReport `json:"hosts,omitempty"`
 }
 
 func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.Device, tenants []*tenant) *Report {

@@ -47,11 +47,12 @@ func (f *FreeFence) RemoveStream(use *sync.Mutex) {
 	f.mu.Unlock()
 }
 
-// MarkGoing records buffer or host buffer id as being freed (in going,
-// a table of the device guarded by its lock) while no stream is halfway
-// through an enqueue or launch, and counts a free. It refuses, with
-// goingError, an id present says is gone or that is already going.
-func (f *FreeFence) MarkGoing(op string, lock sync.Locker, going map[uint64]bool, present func() bool, id uint64) error {
+// MarkGoing records handle id of table t (a buffer or a host buffer) as
+// being freed, while no stream is halfway through an enqueue or launch and
+// holding lock (the device's, which guards t), and counts a free. It
+// refuses, with goingError, an id t does not hold or that is already
+// going.
+func (f *FreeFence) MarkGoing(op string, lock sync.Locker, t marker, id uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for use := range f.streams {
@@ -64,12 +65,72 @@ func (f *FreeFence) MarkGoing(op string, lock sync.Locker, going map[uint64]bool
 	}()
 	lock.Lock()
 	defer lock.Unlock()
-	if !present() || going[id] {
+	if !t.markGoing(id) {
 		return goingError(op, id)
 	}
-	going[id] = true
 	f.frees.Add(1)
 	return nil
+}
+
+// marker is a Table, for MarkGoing.
+type marker interface{ markGoing(id uint64) bool }
+
+// Table is one kind of handle a device hands out (its buffers, or its
+// pinned host buffers) by id, and which of them are being freed. The
+// device's lock guards it. Make one with NewTable.
+type Table[T any] struct {
+	entries map[uint64]T
+	going   map[uint64]bool
+}
+
+// NewTable makes an empty table.
+func NewTable[T any]() Table[T] {
+	return Table[T]{entries: map[uint64]T{}, going: map[uint64]bool{}}
+}
+
+// Add records a handle handed out.
+func (t *Table[T]) Add(id uint64, v T) { t.entries[id] = v }
+
+// Live is id's entry when it is handed out and not being freed: what a
+// new enqueue may name.
+func (t *Table[T]) Live(id uint64) (T, bool) {
+	v, ok := t.entries[id]
+	if !ok || t.going[id] {
+		var zero T
+		return zero, false
+	}
+	return v, true
+}
+
+// Entry is id's entry while it is handed out, being freed or not: what
+// work enqueued before its free still reaches.
+func (t *Table[T]) Entry(id uint64) (T, bool) {
+	v, ok := t.entries[id]
+	return v, ok
+}
+
+// EndFree ends the free MarkGoing began: id is no longer going and, when
+// freed, no longer handed out.
+func (t *Table[T]) EndFree(id uint64, freed bool) {
+	delete(t.going, id)
+	if freed {
+		delete(t.entries, id)
+	}
+}
+
+// Take empties the table and returns what it held.
+func (t *Table[T]) Take() map[uint64]T {
+	held := t.entries
+	t.entries, t.going = map[uint64]T{}, map[uint64]bool{}
+	return held
+}
+
+func (t *Table[T]) markGoing(id uint64) bool {
+	if _, ok := t.entries[id]; !ok || t.going[id] {
+		return false
+	}
+	t.going[id] = true
+	return true
 }
 
 // Frees counts the frees marked: a handle found live stays live while it
