@@ -3,10 +3,7 @@ package vocabulary_test
 import (
 	"errors"
 	"fmt"
-	"go/ast"
-	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,36 +70,10 @@ func TestEveryErrorTypeIsListed(t *testing.T) {
 	for _, e := range typedErrors {
 		listed[e.name] = true
 	}
-	root := filepath.Join("..", "..")
-	for _, pkg := range []string{"cuda", "cuda/kernels", "cuda/sim", "cache", "programs", "lanes", "actors", "telemetry", "remote", "remote/hostcmd"} {
-		files, _ := filepath.Glob(filepath.Join(root, pkg, "*.go"))
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			file, err := parser.ParseFile(token.NewFileSet(), f, src, 0)
-			if err != nil {
-				t.Fatalf("parse %s: %v", f, err)
-			}
-			for _, d := range file.Decls {
-				g, ok := d.(*ast.GenDecl)
-				if !ok || g.Tok != token.TYPE {
-					continue
-				}
-				for _, spec := range g.Specs {
-					n := spec.(*ast.TypeSpec).Name
-					if n.IsExported() && strings.HasSuffix(n.Name, "Error") {
-						name := filepath.Base(pkg) + "." + n.Name
-						if !listed[name] {
-							t.Errorf("%s is an exported error type not in typedErrors: add it with its code", name)
-						}
-					}
-				}
-			}
+	for _, name := range publicDecls(t, token.TYPE) {
+		pkg, n, _ := strings.Cut(name, ".")
+		if strings.HasSuffix(n, "Error") && !listed[filepath.Base(pkg)+"."+n] {
+			t.Errorf("%s is an exported error type not in typedErrors: add it with its code", name)
 		}
 	}
 }

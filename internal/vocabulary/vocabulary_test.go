@@ -134,38 +134,10 @@ func TestEverySentinelIsListed(t *testing.T) {
 	for _, s := range sentinels {
 		listed[s.name] = true
 	}
-	root := filepath.Join("..", "..")
 	found := map[string]bool{}
-	for _, pkg := range []string{"cuda", "cuda/kernels", "cuda/sim", "cache", "programs", "lanes", "actors", "telemetry", "remote", "remote/hostcmd"} {
-		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("package %s: no source found (%v)", pkg, err)
-		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			file, err := parser.ParseFile(token.NewFileSet(), f, src, 0)
-			if err != nil {
-				t.Fatalf("parse %s: %v", f, err)
-			}
-			for _, d := range file.Decls {
-				g, ok := d.(*ast.GenDecl)
-				if !ok || g.Tok != token.VAR {
-					continue
-				}
-				for _, spec := range g.Specs {
-					for _, n := range spec.(*ast.ValueSpec).Names {
-						if n.IsExported() && strings.HasPrefix(n.Name, "Err") {
-							found[pkg+"."+n.Name] = true
-						}
-					}
-				}
-			}
+	for _, name := range publicDecls(t, token.VAR) {
+		if _, n, _ := strings.Cut(name, "."); strings.HasPrefix(n, "Err") {
+			found[name] = true
 		}
 	}
 	for name := range found {
@@ -186,4 +158,55 @@ func TestOneStopped(t *testing.T) {
 	if remote.ErrStopped != actors.ErrStopped {
 		t.Fatal("remote.ErrStopped is not actors.ErrStopped: there must be one ErrStopped")
 	}
+}
+
+// publicPackages are the packages whose exported errors the tests walk.
+var publicPackages = []string{"cuda", "cuda/kernels", "cuda/sim", "cache", "programs", "lanes", "actors", "telemetry", "remote", "remote/hostcmd"}
+
+// publicDecls reads the public packages' source and returns every exported
+// name they declare with tok (token.VAR, token.TYPE), as "package.Name"
+// with the package's path.
+func publicDecls(t *testing.T, tok token.Token) []string {
+	t.Helper()
+	var names []string
+	for _, pkg := range publicPackages {
+		files, err := filepath.Glob(filepath.Join("..", "..", pkg, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("package %s: no source found (%v)", pkg, err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file, err := parser.ParseFile(token.NewFileSet(), f, src, 0)
+			if err != nil {
+				t.Fatalf("parse %s: %v", f, err)
+			}
+			for _, d := range file.Decls {
+				g, ok := d.(*ast.GenDecl)
+				if !ok || g.Tok != tok {
+					continue
+				}
+				for _, spec := range g.Specs {
+					switch sp := spec.(type) {
+					case *ast.ValueSpec:
+						for _, n := range sp.Names {
+							if n.IsExported() {
+								names = append(names, pkg+"."+n.Name)
+							}
+						}
+					case *ast.TypeSpec:
+						if sp.Name.IsExported() {
+							names = append(names, pkg+"."+sp.Name.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	return names
 }

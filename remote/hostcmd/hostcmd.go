@@ -376,22 +376,15 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// setUp runs setup on a goroutine of its own, bound to dev for the call.
+// setUp runs setup on a goroutine of its own, bound to dev for the call
+// (cuda.Bound); a panic of setup is its error.
 func setUp(dev cuda.Device, setup func(cuda.Device) error) error {
-	done := make(chan error, 1)
-	go func() {
-		unbind, err := dev.BindThread()
-		if err != nil {
-			done <- err
-			return
-		}
-		defer unbind()
+	return cuda.Bound(dev, func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				done <- fmt.Errorf("setup panicked: %v", p)
+				err = fmt.Errorf("setup panicked: %v", p)
 			}
 		}()
-		done <- setup(dev)
-	}()
-	return <-done
+		return setup(dev)
+	})
 }
