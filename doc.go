@@ -17,9 +17,13 @@
 //	srv, _ := lanes.Start(ctx, lanes.Config{Devices: []lanes.Device{dev}})
 //	defer srv.Stop(ctx)
 //	buf, _ := srv.Alloc(ctx, "tenant-a", lanes.BufferSpec{Size: 1024, Elem: lanes.I32})
-//	inc, _ := lanes.Launch(srv.Kernels(), "inc", lanes.Linear(256, 128), lanes.BufferArg(buf.Whole()), lanes.I32Arg(256))
+//	_ = srv.Upload(ctx, "tenant-a", buf.Whole(), make([]byte, 1024))
+//	inc, _ := lanes.Launch(srv.Kernels(), "inc_i32", lanes.Linear(256, 128), lanes.BufferArg(buf.Whole()), lanes.I32Arg(256))
 //	receipt, err := srv.Submit(ctx, "tenant-a", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("my-model/v1", 0, inc)}})
 //	out, _ := srv.Read(ctx, "tenant-a", buf.Whole())
+//
+// examples/hello is this program whole (with its errors checked), and
+// examples/serving the same serving code in process and on lane hosts.
 //
 // What only one side does is on the type behind it: [Server.Scheduler]
 // (package actors: shared buffers, SubmitNotify, lane administration,

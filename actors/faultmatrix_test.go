@@ -293,7 +293,7 @@ func checkOutcome(t *testing.T, c cell, o *outcome) {
 		allowed["refused:overloaded"] = true
 		signature = "refused:overloaded"
 	case "cancel":
-		allowed["refused:canceled"], allowed["canceled"] = true, true
+		allowed["refused:canceled"], allowed["withdrawn"] = true, true // refused at admission, or admitted and withdrawn before its lane took it
 		signature = "refused:canceled"
 	case "stop":
 		// Nothing is submitted after Stop: Stop drains the submissions in
