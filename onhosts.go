@@ -7,35 +7,36 @@ import (
 	"github.com/lanesched/lanes/remote"
 )
 
-// onHosts is a Server over a front to lane hosts.
+// onHosts is the side of a front to lane hosts.
 type onHosts struct {
-	f       *remote.Front
-	kernels Kernels
+	f  *remote.Front
+	ks Kernels
 }
 
-func (h *onHosts) Alloc(ctx context.Context, tenant string, spec BufferSpec) (Buffer, error) {
+func (h *onHosts) alloc(ctx context.Context, tenant string, spec BufferSpec) (Buffer, error) {
 	return h.f.Alloc(ctx, tenant, spec)
 }
 
-func (h *onHosts) Upload(ctx context.Context, tenant string, dst Region, data []byte) error {
-	return upload(ctx, h.f.Submit, tenant, dst, data)
-}
-
-func (h *onHosts) Read(ctx context.Context, tenant string, src Region) ([]byte, error) {
+func (h *onHosts) read(ctx context.Context, tenant string, src Region) ([]byte, error) {
 	return h.f.Read(ctx, tenant, src)
 }
 
-func (h *onHosts) Free(ctx context.Context, tenant string, b Buffer) error {
+func (h *onHosts) free(ctx context.Context, tenant string, b Buffer) error {
 	return h.f.Free(ctx, tenant, b)
 }
 
-func (h *onHosts) Forget(ctx context.Context, tenant string) error { return h.f.Forget(ctx, tenant) }
+func (h *onHosts) forget(ctx context.Context, tenant string, _ []Buffer) error {
+	return h.f.Forget(ctx, tenant) // the host frees the tenant's buffers
+}
 
-func (h *onHosts) Submit(ctx context.Context, tenant string, b Batch) (Receipt, error) {
+// check: only the tenant's host can tell a live buffer.
+func (h *onHosts) check(Buffer) error { return nil }
+
+func (h *onHosts) submit(ctx context.Context, tenant string, b Batch) (Receipt, error) {
 	return h.f.Submit(ctx, tenant, b)
 }
 
-func (h *onHosts) SubmitAsync(ctx context.Context, tenant string, b Batch) (Pending, error) {
+func (h *onHosts) submitAsync(ctx context.Context, tenant string, b Batch) (Pending, error) {
 	p, err := h.f.SubmitAsync(ctx, tenant, b)
 	if err != nil {
 		return nil, err
@@ -43,9 +44,9 @@ func (h *onHosts) SubmitAsync(ctx context.Context, tenant string, b Batch) (Pend
 	return p, nil
 }
 
-func (h *onHosts) Kernels() Kernels { return h.kernels }
+func (h *onHosts) kernels() Kernels { return h.ks }
 
-func (h *onHosts) Status() Status {
+func (h *onHosts) status() Status {
 	st := Status{Hosts: h.f.Hosts(), InFlight: h.f.InFlight()}
 	st.Total = len(st.Hosts)
 	for _, hs := range st.Hosts {
@@ -56,8 +57,8 @@ func (h *onHosts) Status() Status {
 	return st
 }
 
-func (h *onHosts) Stop(ctx context.Context) error { return h.f.Stop(ctx) }
+func (h *onHosts) stop(ctx context.Context) error { return h.f.Stop(ctx) }
 
-func (h *onHosts) Scheduler() *actors.Scheduler { return nil }
+func (h *onHosts) scheduler() *actors.Scheduler { return nil }
 
-func (h *onHosts) Front() *remote.Front { return h.f }
+func (h *onHosts) front() *remote.Front { return h.f }

@@ -2,7 +2,9 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
@@ -21,13 +23,17 @@ type Server interface {
 	// device (in process) or the host (lane hosts) its work runs on.
 	Alloc(ctx context.Context, tenant string, spec BufferSpec) (Buffer, error)
 	// Upload writes data into dst, a region of the tenant's buffer, after
-	// the tenant's submissions accepted before it, and waits for it.
+	// the tenant's submissions accepted before it, and waits for it: one
+	// submission per 8 MiB. Like Submit, it may return a
+	// *actors.DetachedError when ctx ends while it waits (the write goes
+	// on).
 	Upload(ctx context.Context, tenant string, dst Region, data []byte) error
-	// Read copies a region of the tenant's buffer back, after the tenant's
-	// submissions accepted before it.
+	// Read copies a region of the tenant's buffer (or of a shared one)
+	// back, after the tenant's submissions accepted before it.
 	Read(ctx context.Context, tenant string, src Region) ([]byte, error)
-	// Free frees one of the tenant's buffers once the device's work on it
-	// has ended.
+	// Free frees one of the tenant's buffers after the tenant's
+	// submissions accepted before it have ended (it waits for them); a
+	// submission accepted later that names the buffer is refused.
 	Free(ctx context.Context, tenant string, b Buffer) error
 	// Forget frees every buffer the tenant allocated and forgets it: what
 	// it registered, its routing and its fault record. It is refused
@@ -48,6 +54,10 @@ type Server interface {
 	Status() Status
 	// Stop drains: every pending submission ends, then the server stops.
 	// Devices given in Config.Devices stay open (they are the caller's).
+	// If ctx ends first, Stop returns: in process the drain goes on (Stop
+	// again waits for it); through a front, the calls still in flight end
+	// indeterminate then (the front's answers stop with it). Give Stop a
+	// context that outlasts the work in flight.
 	Stop(ctx context.Context) error
 	// Scheduler is the in-process scheduler behind the server, for what
 	// only it does; nil on lane hosts.
@@ -78,12 +88,16 @@ type Status struct {
 // this process) and Hosts (lane hosts, through a front).
 type Config struct {
 	// Devices are the devices of this process whose lanes serve tenants;
-	// Scheduler tunes them (its own Devices field must be empty).
+	// Scheduler tunes them (its own Devices field must be empty; its
+	// LanesPerDevice defaults to 1, where lanehost's --lanes is 4).
 	Devices   []Device
 	Scheduler actors.Config
 	// Hosts, when set, serves tenants from lane host processes through a
 	// front: hosts at addresses, hosts the front launches itself, or a
-	// cluster's (remote.FrontConfig).
+	// cluster's (remote.FrontConfig). Start returns once every host has
+	// registered (FrontConfig.JoinTimeout); a host lost later answers
+	// retryable errors until it serves again.
+	// A host's lanes are its own: set Scheduler only with Devices.
 	Hosts *remote.FrontConfig
 }
 
@@ -96,6 +110,8 @@ func Start(ctx context.Context, cfg Config) (Server, error) {
 		return nil, fmt.Errorf("%w: lanes.Start: a nil context.Context; pass context.Background()", actors.ErrInvalidArgument)
 	case len(cfg.Devices) > 0 && cfg.Hosts != nil:
 		return nil, fmt.Errorf("%w: lanes.Config: both Devices and Hosts are set; set Devices to serve in this process, Hosts to serve from lane hosts", actors.ErrInvalidArgument)
+	case cfg.Hosts != nil && !reflect.ValueOf(cfg.Scheduler).IsZero():
+		return nil, fmt.Errorf("%w: lanes.Config: Scheduler is set with Hosts; a lane host's lanes are its own (lanehost's flags: --lanes, ...), so set Scheduler only with Devices", actors.ErrInvalidArgument)
 	case cfg.Hosts != nil:
 		f, err := remote.StartFront(ctx, *cfg.Hosts)
 		if err != nil {
@@ -105,16 +121,21 @@ func Start(ctx context.Context, cfg Config) (Server, error) {
 		for _, m := range cfg.Hosts.Modules {
 			ks = ks.With(m.Kernels)
 		}
-		return &onHosts{f: f, kernels: ks}, nil
+		return newServer(&onHosts{f: f, ks: ks}), nil
 	case len(cfg.Devices) == 0:
 		return nil, fmt.Errorf("%w: lanes.Config: no Devices and no Hosts; open a device (sim.New, driver.Open) and set Devices, or set Hosts", actors.ErrInvalidArgument)
 	case len(cfg.Scheduler.Devices) > 0:
 		return nil, fmt.Errorf("%w: lanes.Config: Scheduler.Devices is set; give the devices in Config.Devices alone", actors.ErrInvalidArgument)
 	}
+	seen := map[uint64]int{}
 	for i, d := range cfg.Devices {
 		if d == nil {
 			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is nil", actors.ErrInvalidArgument, i)
 		}
+		if j, dup := seen[d.Info().Instance]; dup {
+			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is Devices[%d] again; give each device once (Scheduler.LanesPerDevice gives a device more lanes)", actors.ErrInvalidArgument, i, j)
+		}
+		seen[d.Info().Instance] = i
 	}
 	sc := cfg.Scheduler
 	sc.Devices = cfg.Devices
@@ -122,43 +143,11 @@ func Start(ctx context.Context, cfg Config) (Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newInProcess(s, cfg.Devices), nil
-}
-
-// uploadPiece bounds one upload submission's bytes (within every side's
-// batch bound), a multiple of every element's size.
-const uploadPiece = 8 << 20
-
-// upload writes data into dst in pieces of at most uploadPiece bytes, each
-// a submission of the tenant's.
-func upload(ctx context.Context, submit func(context.Context, string, Batch) (Receipt, error), tenant string, dst Region, data []byte) error {
-	if uint64(len(data)) != dst.Length {
-		return fmt.Errorf("%w: Upload: %d bytes for a region of %d; give exactly the region's bytes", actors.ErrInvalidArgument, len(data), dst.Length)
-	}
-	if len(data) == 0 {
-		_, err := cuda.Upload(dst, data) // nothing to write: cuda says whether dst is sound
-		return err
-	}
-	for off := 0; off < len(data); off += uploadPiece {
-		n := min(uploadPiece, len(data)-off)
-		r := Region{Buffer: dst.Buffer, Offset: dst.Offset + uint64(off), Length: uint64(n)}
-		cmd, err := cuda.Upload(r, data[off:off+n])
-		if err != nil {
-			return err
-		}
-		rc, err := submit(ctx, tenant, Batch{Entries: []Entry{Input(cmd)}})
-		if err == nil {
-			err = rc.Err
-		}
-		if err != nil {
-			return err
+	for _, l := range s.Lanes() {
+		if errors.Is(l.Cause, cuda.ErrDeviceClosed) {
+			_ = s.Stop(ctx)
+			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is closed; open it again", actors.ErrInvalidArgument, l.Device)
 		}
 	}
-	return nil
-}
-
-// errNotServed is the error of a Free or Read of a buffer the server never
-// handed the tenant.
-func errNotServed(op string, tenant string, b Buffer) error {
-	return cuda.Contractf(op, cuda.ErrStaleHandle, "buffer %d is not one tenant %q allocated through this server (or it was freed)", b.ID, tenant)
+	return newServer(newInProcess(s, cfg.Devices)), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/lanesched/lanes"
@@ -152,5 +153,104 @@ func TestAStoppedServerRefuses(t *testing.T) {
 	}
 	if err := srv.Free(ctx, "a", b); !errors.Is(err, actors.ErrStopped) {
 		t.Errorf("Free after Stop: got %v, want ErrStopped", err)
+	}
+}
+
+// TestTheDoorRefusesWhatCannotWork: what no call could ever serve is the
+// caller's error, not submitted, not retryable, and says why, in process
+// (lane hosts answer the same, and their tests show it).
+func TestTheDoorRefusesWhatCannotWork(t *testing.T) {
+	srv, devs := newServer(t, 1)
+	ctx := context.Background()
+	_, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 1 << 62, Elem: lanes.U8})
+	if c := lanes.Classify(err); c.Code != cuda.CodeInvalidArgument || c.Blame != cuda.BlameCaller || c.Retryable || !c.NotSubmitted {
+		t.Errorf("Alloc larger than the device: got %v (%+v), want invalid_argument, the caller's, not retryable, not submitted", err, c)
+	}
+	long := strings.Repeat("t", lanes.MaxTenantName+1)
+	if _, err := srv.Alloc(ctx, long, lanes.BufferSpec{Size: 64, Elem: lanes.U8}); !errors.Is(err, actors.ErrInvalidTenant) {
+		t.Errorf("a %d-byte tenant name: got %v, want ErrInvalidTenant (the same limit as a front's)", len(long), err)
+	}
+	b, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Read(ctx, "a", lanes.Region{Buffer: b}); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+		t.Errorf("Read of 0 bytes: got %v, want invalid_argument", err)
+	}
+	if _, err := srv.Read(ctx, "a", lanes.Region{Buffer: b, Offset: 60, Length: 8}); !errors.Is(err, cuda.ErrOutOfBounds) {
+		t.Errorf("Read past the end: got %v, want ErrOutOfBounds", err)
+	}
+	if err := srv.Free(ctx, "a", lanes.Buffer{}); lanes.Classify(err).Code != cuda.CodeRuntimeContract || errors.Is(err, actors.ErrNotYours) {
+		t.Errorf("Free of a zero Buffer: got %v, want a contract error (no such buffer), not another tenant's", err)
+	}
+	forged := b
+	forged.ID += 100
+	if _, err := srv.Read(ctx, "a", forged.Whole()); !errors.Is(err, cuda.ErrStaleHandle) {
+		t.Errorf("Read of a forged buffer: got %v, want ErrStaleHandle", err)
+	}
+	if _, err := srv.Submit(ctx, "a", lanes.Batch{Entries: []lanes.Entry{{}}}); err == nil || !strings.Contains(err.Error(), "empty command") {
+		t.Errorf("a zero Entry: got %v, want it called an empty command, with how to build one", err)
+	}
+
+	for name, cfg := range map[string]lanes.Config{
+		"the same device twice": {Devices: []lanes.Device{devs[0], devs[0]}},
+		"Scheduler with Hosts":  {Hosts: &remote.FrontConfig{}, Scheduler: actors.Config{LanesPerDevice: 2}},
+	} {
+		if _, err := lanes.Start(ctx, cfg); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+			t.Errorf("%s: got %v, want invalid_argument", name, err)
+		}
+	}
+	closed, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = closed.Close()
+	if srv, err := lanes.Start(ctx, lanes.Config{Devices: []lanes.Device{closed}}); lanes.Classify(err).Code != cuda.CodeInvalidArgument || srv != nil {
+		t.Errorf("a closed device: got %v, want invalid_argument and no server", err)
+	}
+}
+
+// TestFreeWaitsForTheTenantsWork: Free is ordered after the tenant's
+// submissions accepted before it: every one of them ends as it would have.
+func TestFreeWaitsForTheTenantsWork(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ClockRealTime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	srv, err := lanes.Start(context.Background(), lanes.Config{Devices: []lanes.Device{dev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(context.Background())
+	ctx := context.Background()
+	b, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 4 << 10, Elem: lanes.I32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc, err := lanes.Launch(srv.Kernels(), "inc_i32", lanes.Linear(1<<10, 256), lanes.BufferArg(b.Whole()), lanes.I32Arg(1<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []lanes.Pending
+	for range 50 {
+		p, err := srv.SubmitAsync(ctx, "a", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("free/v1", 0, inc)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	if err := srv.Free(ctx, "a", b); err != nil {
+		t.Fatalf("Free: got err %v, want nil", err)
+	}
+	for i, p := range ps {
+		select {
+		case <-p.Done():
+		default:
+			t.Fatalf("submission %d had not ended when Free returned", i)
+		}
+		if _, err := p.Result(); err != nil {
+			t.Errorf("submission %d, accepted before Free: got err %v, want nil", i, err)
+		}
 	}
 }

@@ -274,6 +274,9 @@ func (c Command) Validate() error {
 		}
 		return nil
 	}
+	if c.Kind == 0 {
+		return contractf("command", ErrInvalidCommand, "an empty command (kind 0); build one with cuda.Launch, LaunchNamed, Upload, Copy or Zero (lanes.Launch, lanes.Upload at the front door)")
+	}
 	return contractf("command", ErrInvalidCommand, "unknown command kind %d", uint8(c.Kind))
 }
 

@@ -387,8 +387,10 @@ func (f *Front) Placement(tenant string) (host string, ok bool) {
 }
 
 // Stop stops the front: new calls are refused with ErrStopped; calls in
-// flight get until ctx ends to finish, then end indeterminate; launched
-// hosts are stopped.
+// flight get until ctx ends to finish, then end indeterminate
+// (actors.ErrIndeterminate: the front stopped with them in flight, not a
+// host lost); launched hosts are stopped. Unlike a scheduler's drain, a
+// front's does not go on after ctx ends: its hosts' answers need it.
 func (f *Front) Stop(ctx context.Context) error {
 	if f == nil || f.quit == nil {
 		return ErrStopped // not a front StartFront returned

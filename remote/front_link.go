@@ -5,6 +5,7 @@
 package remote
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -512,7 +514,11 @@ func (l *link) rejoinAsIs() bool {
 // HostLostError saying how, and returns how many it ended.
 func (l *link) endInFlight(epoch uint64, how string) int {
 	calls := l.f.calls.Lose(l.name, epoch)
-	e := &HostLostError{Host: l.name, Epoch: epoch, Cause: how}
+	var e error = &HostLostError{Host: l.name, Epoch: epoch, Cause: how}
+	if how == frontStopped {
+		// Not a loss: the host may serve on; the front stopped waiting.
+		e = lanes.Wrap("remote", false, fmt.Errorf("%w: the front stopped (its Stop's context ended) with the call in flight on lane host %s: it may or may not have run; give Stop a context that outlasts the calls in flight to let them end", actors.ErrIndeterminate, l.name))
+	}
 	for _, p := range calls {
 		p.lost(e)
 	}

@@ -400,8 +400,8 @@ func (l *link) stopLink() {
 	l.mu.Unlock()
 	if was == HostServing {
 		// Let the host go: it may serve another front now.
-		l.f.tell(pid, &wirepb.Welcome{Refusal: "the front stopped", Protocol: Protocol, Epoch: epoch})
-		l.endInFlight(epoch, "the front stopped")
+		l.f.tell(pid, &wirepb.Welcome{Refusal: frontStopped, Protocol: Protocol, Epoch: epoch})
+		l.endInFlight(epoch, frontStopped)
 	}
 	l.closePlane(epoch)
 }
@@ -430,3 +430,6 @@ func (l *link) stopProcess(ctx context.Context) {
 	_ = proc.Kill()
 	<-exited
 }
+
+// frontStopped is how a call in flight ends when its front stops first.
+const frontStopped = "the front stopped"

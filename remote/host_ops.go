@@ -205,7 +205,7 @@ func (o *hostOps) owned(tenant string, w *wirepb.Buffer) (cuda.Buffer, error) {
 	}
 	if mine, ok := o.tenants[tenant][b.ID]; !ok || mine != b {
 		for other, bufs := range o.tenants { // another tenant's of the same front: as a submission naming it says
-			if other != tenant && scopeOf(other) == scopeOf(tenant) && bufs[b.ID] == b {
+			if theirs, ok := bufs[b.ID]; ok && other != tenant && scopeOf(other) == scopeOf(tenant) && theirs == b {
 				return cuda.Buffer{}, fmt.Errorf("%w: buffer %d is another tenant's; a tenant may use only its own buffers and shared ones", actors.ErrNotYours, b.ID)
 			}
 		}

@@ -180,15 +180,17 @@ func (h *Host) admit(j hostJob, shard int) {
 		// flight on 2 cores).
 		ended = func(p *actors.Pending) { h.reply(j, p) }
 	}
+	if j.timing != nil {
+		// Stamped before admission, not after: once admitted, the step may
+		// end and its reply (which reads the timing) go out before
+		// SubmitNotifyMemo returns here.
+		j.timing.Admitted = time.Now().UnixNano()
+	}
 	_, err := h.sched.SubmitNotifyMemo(context.Background(), j.b.Tenant, j.b, j.memo, ended)
 	if err != nil {
 		j.ended()
 		h.refuse(j.epoch, j.call, j.tenant, err)
 		h.inFlight.Add(-1)
-		return
-	}
-	if j.timing != nil {
-		j.timing.Admitted = time.Now().UnixNano()
 	}
 }
 

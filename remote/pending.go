@@ -75,7 +75,7 @@ func (p *Pending) end(r lanes.Receipt, err error, res *wirepb.OpResult) {
 }
 
 // lost ends a call whose host was lost.
-func (p *Pending) lost(e *HostLostError) {
+func (p *Pending) lost(e error) {
 	p.end(lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: e, Tenant: p.tenant, Lane: -1}, e, nil)
 }
 

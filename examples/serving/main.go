@@ -130,7 +130,7 @@ func serve(ctx context.Context, srv lanes.Server, tenants []string, steps int) [
 func serveTenant(ctx context.Context, srv lanes.Server, tenant string, steps int) result {
 	r := result{tenant: tenant}
 	var buf lanes.Buffer
-	// A front's hosts register after it starts: retry what says it may be.
+	// Retry what says it may succeed later: a host restarting, a full lane.
 	if r.err = retry(ctx, func() (err error) {
 		buf, err = srv.Alloc(ctx, tenant, lanes.BufferSpec{Size: 4 * elements, Elem: lanes.I32})
 		return err

@@ -1,0 +1,133 @@
+package lanes_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lanesched/lanes"
+	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/remote"
+)
+
+// TestMain keeps the lane hosts' token of these tests off the user's.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lanes-door")
+	if err != nil {
+		os.Exit(1)
+	}
+	_ = os.Setenv(remote.TokenFileEnv, filepath.Join(dir, "token"))
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// onALaneHost is a server whose lanes run on a lane host (served in this
+// process, reached through the remote on loopback as any host is).
+func onALaneHost(t *testing.T) lanes.Server {
+	t.Helper()
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := remote.Serve(context.Background(), remote.HostConfig{Name: "gpu0", Scheduler: actors.Config{Devices: []cuda.Device{dev}}})
+	if err != nil {
+		t.Fatalf("remote.Serve: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = h.Stop(context.Background()); _ = dev.Close() })
+	srv, err := lanes.Start(context.Background(), lanes.Config{Hosts: &remote.FrontConfig{Hosts: []string{h.Address()}}})
+	if err != nil {
+		t.Fatalf("lanes.Start with Hosts: got err %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	return srv
+}
+
+// TestTheSameDoorEitherWay: the same calls get the same answers in process
+// and through a front to a lane host: a tenant's data round trip, its
+// buffers its own, the same refusals, Free after the tenant's work.
+func TestTheSameDoorEitherWay(t *testing.T) {
+	for _, side := range []struct {
+		name  string
+		start func(t *testing.T) lanes.Server
+	}{
+		{"in process", func(t *testing.T) lanes.Server { s, _ := newServer(t, 1); return s }},
+		{"on a lane host", onALaneHost},
+	} {
+		t.Run(side.name, func(t *testing.T) {
+			srv := side.start(t)
+			ctx := context.Background()
+			a, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 1024, Elem: lanes.I32})
+			if err != nil {
+				t.Fatalf("Alloc: got err %v, want nil", err)
+			}
+			if _, err := srv.Alloc(ctx, "b", lanes.BufferSpec{Size: 64, Elem: lanes.I32}); err != nil {
+				t.Fatalf("Alloc: got err %v, want nil", err)
+			}
+			if err := srv.Upload(ctx, "a", a.Whole(), make([]byte, 1024)); err != nil {
+				t.Fatalf("Upload: got err %v, want nil", err)
+			}
+			inc, err := lanes.Launch(srv.Kernels(), "inc_i32", lanes.Linear(256, 128), lanes.BufferArg(a.Whole()), lanes.I32Arg(256))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ps []lanes.Pending
+			for range 20 {
+				p, err := srv.SubmitAsync(ctx, "a", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("door/v1", 0, inc)}})
+				if err != nil {
+					t.Fatalf("SubmitAsync: got err %v, want nil", err)
+				}
+				ps = append(ps, p)
+			}
+			out, err := srv.Read(ctx, "a", a.Whole())
+			if err != nil || binary.LittleEndian.Uint32(out[1020:]) != 20 {
+				t.Fatalf("Read after 20 steps: got %v, err %v; want 20 in every element", out[1020:], err)
+			}
+			for what, err := range map[string]error{
+				"b uploads into a's buffer": srv.Upload(ctx, "b", a.Whole(), make([]byte, 1024)),
+				"b reads a's buffer":        func() error { _, err := srv.Read(ctx, "b", a.Whole()); return err }(),
+				"b frees a's buffer":        srv.Free(ctx, "b", a),
+			} {
+				if !errors.Is(err, actors.ErrNotYours) || lanes.Classify(err).Blame != cuda.BlameCaller {
+					t.Errorf("%s: got %v, want ErrNotYours, the caller's", what, err)
+				}
+			}
+			if _, err := srv.Read(ctx, "a", lanes.Region{Buffer: a}); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+				t.Errorf("Read of 0 bytes: got %v, want invalid_argument", err)
+			}
+			if _, err := srv.Alloc(ctx, strings.Repeat("t", lanes.MaxTenantName+1), lanes.BufferSpec{Size: 64, Elem: lanes.U8}); !errors.Is(err, actors.ErrInvalidTenant) {
+				t.Errorf("a tenant name of MaxTenantName+1 bytes: got %v, want ErrInvalidTenant", err)
+			}
+			if err := srv.Free(ctx, "a", lanes.Buffer{}); lanes.Classify(err).Code != cuda.CodeRuntimeContract || errors.Is(err, actors.ErrNotYours) {
+				t.Errorf("Free of a zero Buffer: got %v, want a contract error, not another tenant's", err)
+			}
+			for range 20 {
+				p, err := srv.SubmitAsync(ctx, "a", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("door/v1", 0, inc)}})
+				if err != nil {
+					t.Fatalf("SubmitAsync: got err %v, want nil", err)
+				}
+				ps = append(ps, p)
+			}
+			if err := srv.Free(ctx, "a", a); err != nil {
+				t.Fatalf("Free: got err %v, want nil", err)
+			}
+			for i, p := range ps {
+				if _, err := p.Result(); err != nil {
+					t.Errorf("submission %d, accepted before Free: got err %v, want nil", i, err)
+				}
+			}
+			if err := srv.Forget(ctx, "b"); err != nil {
+				t.Errorf("Forget: got err %v, want nil", err)
+			}
+			if st := srv.Status(); st.Serving != st.Total || st.Total == 0 || st.InProcess != (srv.Scheduler() != nil) || (srv.Front() == nil) == (srv.Scheduler() == nil) {
+				t.Errorf("Status: got %+v, want everything serving, and one of Scheduler and Front", st)
+			}
+		})
+	}
+}
