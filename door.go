@@ -47,23 +47,37 @@ type side interface {
 type server struct {
 	side side
 
-	mu     sync.Mutex
-	owners map[Buffer]string          // each buffer the server allocated, by its tenant
-	bufs   map[string]map[Buffer]bool // each tenant's
+	// freeing serializes Free's and Forget's frees, so that a buffer is
+	// freed once whichever of them comes first.
+	freeing sync.Mutex
+	mu      sync.Mutex
+	owners  map[Buffer]string          // each buffer the server allocated, by its tenant
+	bufs    map[string]map[Buffer]bool // each tenant's
 }
 
 func newServer(s side) *server {
 	return &server{side: s, owners: map[Buffer]string{}, bufs: map[string]map[Buffer]bool{}}
 }
 
-// admit is every call's first check: a context, and a tenant name both
-// sides take.
+// admit is every call's first check, the same on both sides: a live
+// context, and a tenant name both sides take. Submissions leave the
+// name's characters and the context's end to their side (checked there
+// once per submission already).
 func admit(op string, ctx context.Context, tenant string) error {
 	if ctx == nil {
 		return lanes.Wrap(op, true, fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", actors.ErrInvalidArgument))
 	}
 	if len(tenant) > MaxTenantName {
 		return lanes.Wrap(op, true, fmt.Errorf("%w: the name is %d bytes; the front door takes 1 to %d (lanes.MaxTenantName, the same in process and on lane hosts)", actors.ErrInvalidTenant, len(tenant), MaxTenantName))
+	}
+	if op == "submit" {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return lanes.Wrap(op, true, err)
+	}
+	if err := actors.CheckTenant(tenant); err != nil {
+		return lanes.Wrap(op, true, err)
 	}
 	return nil
 }
@@ -194,6 +208,8 @@ func (s *server) Free(ctx context.Context, tenant string, b Buffer) error {
 		// Any other failure ended the tenant's earlier work too (or the
 		// device is lost): free it all the same.
 	}
+	s.freeing.Lock()
+	defer s.freeing.Unlock()
 	s.mu.Lock()
 	if s.owners[b] != tenant {
 		s.mu.Unlock()
@@ -209,6 +225,8 @@ func (s *server) Forget(ctx context.Context, tenant string) error {
 	if err := admit("forget", ctx, tenant); err != nil {
 		return err
 	}
+	s.freeing.Lock()
+	defer s.freeing.Unlock()
 	s.mu.Lock()
 	var bufs []Buffer
 	for b := range s.bufs[tenant] {

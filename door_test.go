@@ -122,6 +122,19 @@ func TestTheSameDoorEitherWay(t *testing.T) {
 					t.Errorf("submission %d, accepted before Free: got err %v, want nil", i, err)
 				}
 			}
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			if err := srv.Forget(done, "b"); lanes.Classify(err).Code != cuda.CodeCanceled {
+				t.Errorf("Forget with a canceled context: got %v, want canceled (nothing forgotten)", err)
+			}
+			if _, err := srv.Read(ctx, "\xff", a.Whole()); !errors.Is(err, actors.ErrInvalidTenant) {
+				t.Errorf("Read as an invalid tenant name: got %v, want ErrInvalidTenant", err)
+			}
+			forged := a
+			forged.ID += 1000
+			if err := srv.Upload(ctx, "a", forged.Whole(), make([]byte, 1024)); !errors.Is(err, cuda.ErrStaleHandle) {
+				t.Errorf("Upload into a forged buffer: got %v, want ErrStaleHandle", err)
+			}
 			if err := srv.Forget(ctx, "b"); err != nil {
 				t.Errorf("Forget: got err %v, want nil", err)
 			}
@@ -129,5 +142,31 @@ func TestTheSameDoorEitherWay(t *testing.T) {
 				t.Errorf("Status: got %+v, want everything serving, and one of Scheduler and Front", st)
 			}
 		})
+	}
+}
+
+// TestForgetAndFreeRace: a tenant's Free and Forget racing free each
+// buffer once, and neither fails for the other.
+func TestForgetAndFreeRace(t *testing.T) {
+	srv, _ := newServer(t, 1)
+	ctx := context.Background()
+	for round := range 50 {
+		b, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		freed := make(chan error, 1)
+		go func() { freed <- srv.Free(ctx, "a", b) }()
+		forgot := srv.Forget(ctx, "a")
+		for errors.Is(forgot, actors.ErrTenantBusy) { // Free's own wait for the tenant's work is work in flight
+			forgot = srv.Forget(ctx, "a")
+		}
+		ferr := <-freed
+		if forgot != nil {
+			t.Fatalf("round %d: Forget racing Free: got %v, want nil", round, forgot)
+		}
+		if ferr != nil && !errors.Is(ferr, cuda.ErrStaleHandle) {
+			t.Fatalf("round %d: Free racing Forget: got %v, want nil or ErrStaleHandle (Forget freed it first)", round, ferr)
+		}
 	}
 }

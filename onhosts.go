@@ -3,6 +3,8 @@ package lanes
 import (
 	"context"
 
+	"github.com/lanesched/lanes/cuda"
+
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/remote"
 )
@@ -29,8 +31,13 @@ func (h *onHosts) forget(ctx context.Context, tenant string, _ []Buffer) error {
 	return h.f.Forget(ctx, tenant) // the host frees the tenant's buffers
 }
 
-// check: only the tenant's host can tell a live buffer.
-func (h *onHosts) check(Buffer) error { return nil }
+// check is asked of a buffer the server did not hand the tenant: on lane
+// hosts every buffer a tenant may name is one it allocated through the
+// server, so any other is stale (freed, forged, or allocated through
+// Front directly).
+func (h *onHosts) check(b Buffer) error {
+	return cuda.Contractf("check", cuda.ErrStaleHandle, "buffer %d is not one this server allocated (freed, forged, or allocated through Front directly); allocate it with Server.Alloc", b.ID)
+}
 
 func (h *onHosts) submit(ctx context.Context, tenant string, b Batch) (Receipt, error) {
 	return h.f.Submit(ctx, tenant, b)

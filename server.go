@@ -95,8 +95,10 @@ type Config struct {
 	// Hosts, when set, serves tenants from lane host processes through a
 	// front: hosts at addresses, hosts the front launches itself, or a
 	// cluster's (remote.FrontConfig). Start returns once every host has
-	// registered (FrontConfig.JoinTimeout); a host lost later answers
-	// retryable errors until it serves again.
+	// registered (FrontConfig.JoinTimeout). A host lost later ends its
+	// calls in flight indeterminate, and its tenants' calls answer
+	// device_state_lost until they Forget and set up again (on it once it
+	// serves again, or on another host).
 	// A host's lanes are its own: set Scheduler only with Devices.
 	Hosts *remote.FrontConfig
 }

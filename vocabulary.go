@@ -78,7 +78,8 @@ func Launch(ks Kernels, kernel string, shape LaunchConfig, args ...Arg) (Command
 // Upload is a command that writes data into dst (exactly dst's length).
 func Upload(dst Region, data []byte) (Command, error) { return cuda.Upload(dst, data) }
 
-// Linear is the launch shape for n threads in blocks of blockSize.
+// Linear is the launch shape for n threads in blocks of blockSize (at
+// least one block; blockSize 0 means 256).
 func Linear(n, blockSize uint32) LaunchConfig { return cuda.Linear(n, blockSize) }
 
 // BufferArg passes a region of a buffer as a pointer argument.

@@ -188,6 +188,6 @@ func (s *Scheduler) checkDevice(device uint64) error {
 	if device == 0 || s.device(device) != nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %w: the batch names buffers of device instance %d, which no lane of this scheduler serves; allocate them on one of Config.Devices",
+	return fmt.Errorf("%w: %w: the batch names buffers of device instance %d, which no lane of this scheduler serves; allocate them on a device it serves (Config.Devices; through a front, with Alloc on the tenant's own host)",
 		lanes.ErrInvalidBatch, cuda.ErrForeignHandle, device)
 }

@@ -142,7 +142,9 @@ const (
 )
 
 // Linear returns a one-dimensional configuration of enough blocks of
-// blockSize threads to cover n threads.
+// blockSize threads to cover n threads: at least one block (n of 0 gives
+// one), and blocks of 256 threads when blockSize is 0. The kernel's own
+// bounds (its n argument) decide which threads work.
 func Linear(n, blockSize uint32) LaunchConfig {
 	if blockSize == 0 {
 		blockSize = 256

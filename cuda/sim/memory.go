@@ -33,19 +33,34 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 		return cuda.Buffer{}, err
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.fire(FaultOutOfMemory, nil) {
+		d.mu.Unlock()
 		return cuda.Buffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
 	}
 	// Compare before rounding too: a size near 2^64 would round up past
 	// zero.
 	footprint := roundUp(spec.Size, spec.Align)
 	if spec.Size > d.memory.Total || footprint < spec.Size || footprint > d.memory.Free() {
+		free, total := d.memory.Free(), d.memory.Total
+		d.mu.Unlock()
 		return cuda.Buffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory,
-			fmt.Sprintf("cannot allocate %d bytes: %d of %d free; free buffers or wait for other work", spec.Size, d.memory.Free(), d.memory.Total))
+			fmt.Sprintf("cannot allocate %d bytes: %d of %d free; free buffers or wait for other work", spec.Size, free, total))
 	}
+	// Reserve the memory, then make its bytes without the device's lock:
+	// filling a large buffer takes seconds on the host, and everything
+	// else of the device (Err, a lane host's heartbeat) waits on the lock.
+	d.memory.InUse += footprint
+	d.mu.Unlock()
 	bytes, err := hostBytes(op, spec.Size, 0xA5)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-d.closed: // closed meanwhile: Close dropped every reservation
+		return cuda.Buffer{}, cuda.Contractf(op, cuda.ErrDeviceClosed, "device %d was closed during the allocation; open a new one", d.info.Instance)
+	default:
+	}
 	if err != nil {
+		d.memory.InUse -= footprint
 		return cuda.Buffer{}, err
 	}
 	d.nextBuffer++
@@ -53,7 +68,6 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	d.nextAddr = addr + footprint
 	b := cuda.Buffer{Device: d.info.Instance, ID: d.nextBuffer, Size: spec.Size, Align: spec.Align, Elem: spec.Elem, Addr: addr}
 	d.buffers.Add(b.ID, &allocation{buf: b, bytes: bytes})
-	d.memory.InUse += footprint
 	d.memory.Allocations++
 	d.memory.Peak = max(d.memory.Peak, d.memory.InUse)
 	return b, nil
@@ -136,9 +150,10 @@ func hostBytes(op string, n uint64, pattern byte) (b []byte, err error) {
 		panic("size")
 	}
 	b = make([]byte, n)
-	if pattern != 0 {
-		for i := range b {
-			b[i] = pattern
+	if pattern != 0 && n > 0 {
+		b[0] = pattern
+		for i := 1; i < len(b); i *= 2 {
+			copy(b[i:], b[:i])
 		}
 	}
 	return b, nil
