@@ -77,7 +77,9 @@ func (p *inProcess) alloc(ctx context.Context, tenant string, spec BufferSpec) (
 	}
 	dev := p.place(tenant)
 	if total := dev.Info().TotalMemory; spec.Size > total {
-		return Buffer{}, lanes.Wrap("alloc", true, fmt.Errorf("%w: a buffer of %d bytes is larger than the device's %d bytes of memory: no such buffer fits, now or later", actors.ErrInvalidArgument, spec.Size, total))
+		// Still errors.Is cuda.ErrOutOfMemory, as the device's own answer
+		// (and a lane host's) is; but no retry can help.
+		return Buffer{}, lanes.Wrap("alloc", true, fmt.Errorf("%w: %w: a buffer of %d bytes is larger than the device's %d bytes of memory: no such buffer fits, now or later", actors.ErrInvalidArgument, cuda.ErrOutOfMemory, spec.Size, total))
 	}
 	var b cuda.Buffer
 	if err := cuda.Bound(dev, func() (err error) {

@@ -182,9 +182,6 @@ func (o *hostOps) alloc(tenant string, m *wirepb.Alloc) (cuda.Buffer, error) {
 	if err != nil {
 		return cuda.Buffer{}, err
 	}
-	if total := dev.Info().TotalMemory; m.Size > total {
-		return cuda.Buffer{}, fmt.Errorf("%w: a buffer of %d bytes is larger than the device's %d bytes of memory: no such buffer fits, now or later", actors.ErrInvalidArgument, m.Size, total)
-	}
 	b, err := dev.Alloc(cuda.BufferSpec{Size: m.Size, Align: m.Align, Elem: cuda.ElementType(m.Elem)})
 	if err != nil {
 		return cuda.Buffer{}, err
