@@ -111,6 +111,7 @@ func TestBatchesWithoutAWireForm(t *testing.T) {
 		"a call name not UTF-8":          {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall, LibraryCall: &cuda.LibraryCall{Name: "ax\xffpy"}}}}},
 		"an invocation's long name":      {Entries: []lanes.Entry{{Invoke: &programs.Invocation{Program: programs.ID{Name: string(make([]byte, remote.MaxProgramName+1))}}}}},
 		"a layout id not UTF-8":          {Patches: []lanes.Patch{{Layout: &lanes.Layout{ID: "w\xff"}}}},
+		"a layout of no region":          {Patches: []lanes.Patch{{Layout: &lanes.Layout{ID: "w"}}}},
 		"a stage-in":                     {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageIn}}}},
 		"a stage-out":                    {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageOut}}}},
 	} {
@@ -173,6 +174,7 @@ func TestMalformedBatchesRefused(t *testing.T) {
 		"an invocation, no id":   func(w *wirepb.Batch) { w.Entries[6].Invoke.Program = nil },
 		"a nil patch":            func(w *wirepb.Batch) { w.Patches[0] = nil },
 		"a layout, no region":    func(w *wirepb.Batch) { w.Patches[0].Layout.Region = nil },
+		"a layout, empty region": func(w *wirepb.Batch) { w.Patches[0].Layout.Region = &wirepb.Region{} },
 		"a layout's nil field":   func(w *wirepb.Batch) { w.Patches[0].Layout.Fields[0] = nil },
 		"a patch field past int": func(w *wirepb.Batch) { w.Patches[0].Field = 1 << 40 },
 		"too many patch bytes":   func(w *wirepb.Batch) { w.Patches[2].Bytes = make([]byte, remote.MaxHostBytes+1) },

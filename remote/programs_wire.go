@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -158,6 +159,9 @@ func programsToWire(w *wirepb.Batch, b lanes.Batch) error {
 			if !utf8.ValidString(l.ID) {
 				return wireErr("patch %d: layout id %.40q is not UTF-8", i, l.ID)
 			}
+			if l.Region == (cuda.Region{}) {
+				return wireErr("patch %d: layout %.40q names no region: set Layout.Region to the buffer's bytes it lays out", i, l.ID)
+			}
 			wp.Layout = &wirepb.Layout{Id: l.ID, Region: regionToWire(l.Region)}
 			for _, f := range l.Fields {
 				wp.Layout.Fields = append(wp.Layout.Fields, &wirepb.Field{Offset: f.Offset, Length: f.Length})
@@ -221,6 +225,9 @@ func layoutFromWire(wl *wirepb.Layout, seen map[string]*lanes.Layout) (*lanes.La
 	r, err := regionFromWire(wl.Region)
 	if err != nil {
 		return nil, err
+	}
+	if r == (cuda.Region{}) {
+		return nil, wireErr("a layout of no region") // no front sends one (programsToWire refuses it)
 	}
 	l := &lanes.Layout{ID: wl.Id, Region: r}
 	for _, f := range wl.Fields {
