@@ -91,6 +91,17 @@ type Config struct {
 	// its executables hold (the uploads they captured), as CacheCapacity
 	// bounds their number. Default 256 MiB.
 	CacheBytes int64
+	// CacheDeviceBytes bounds each lane's executable cache by the device
+	// memory its executables hold (cuda.Exec.DeviceBytes), with the same
+	// equal shares per tenant as CacheCapacity and CacheBytes. Default
+	// 256 MiB; LaneStatus.Counters.ExecutableDeviceBytes and
+	// LaneStatus.TenantDeviceBytes report it.
+	CacheDeviceBytes int64
+	// WarmRebuild bounds the time a lane rebuilt after a hang spends
+	// capturing again, most replayed first, what the lane it replaces
+	// replayed, before it takes traffic (lanes.Lane.Warm). Default
+	// 250 ms; negative: a rebuilt lane starts cold.
+	WarmRebuild time.Duration
 	// PinBytes bounds the bytes of callers' input buffers each lane keeps
 	// pinned where they are, for staged replays that pass the same buffers
 	// again (lanes.Config.PinBytes): 0, lanes.DefaultPinBytes; negative,
@@ -315,6 +326,12 @@ func (c *Config) laneDefaults() {
 	orInt(&c.LanesPerDevice, 1)
 	if c.CacheBytes <= 0 {
 		c.CacheBytes = 256 << 20
+	}
+	if c.CacheDeviceBytes <= 0 {
+		c.CacheDeviceBytes = 256 << 20
+	}
+	if c.WarmRebuild == 0 {
+		c.WarmRebuild = 250 * time.Millisecond
 	}
 	orInt(&c.Throughput, 1<<30)
 	if c.CacheCapacity == 0 {

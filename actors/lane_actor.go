@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"golang.org/x/sys/unix"
 
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -116,15 +117,17 @@ func (a *laneActor) Receive(ctx actor.Context) {
 	}
 }
 
-// open makes a stream and a fresh lane, and opens preparation.
-func (a *laneActor) open() error {
+// open makes a stream and a fresh lane, opens preparation, and captures
+// recipes again (a predecessor's, most replayed first) within
+// Config.WarmRebuild before the lane takes traffic.
+func (a *laneActor) open(recipes ...cache.Recipe) error {
 	st, err := a.ref.dev.NewStream()
 	if err != nil {
 		return err
 	}
 	epoch := a.s.epoch
 	l, err := lanes.New(lanes.Config{ID: a.ref.id, Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime,
-		Now: func() time.Duration { return time.Since(epoch) }, Waiter: &a.waiter, CacheBytes: a.s.cfg.CacheBytes, PinBytes: a.s.cfg.PinBytes, Libraries: a.s.cfg.Libraries, OnWorkspace: a.s.ownWorkspace})
+		Now: func() time.Duration { return time.Since(epoch) }, Waiter: &a.waiter, CacheBytes: a.s.cfg.CacheBytes, CacheDeviceBytes: a.s.cfg.CacheDeviceBytes, PinBytes: a.s.cfg.PinBytes, Libraries: a.s.cfg.Libraries, OnWorkspace: a.s.ownWorkspace})
 	if err != nil {
 		_ = st.Destroy()
 		return err
@@ -137,6 +140,13 @@ func (a *laneActor) open() error {
 	}
 	a.lane = l
 	a.ref.stream = st
+	if len(recipes) > 0 && a.s.cfg.WarmRebuild > 0 && a.s.cfg.CacheCapacity > 0 {
+		if _, err := l.Warm(recipes, a.s.cfg.WarmRebuild); err != nil {
+			a.lane, a.ref.stream = nil, nil
+			_ = st.Destroy()
+			return err
+		}
+	}
 	a.serve()
 	return nil
 }
@@ -148,7 +158,7 @@ func (a *laneActor) serve() {
 		a.onStream = map[string]int{}
 		a.wantCapture = map[string]bool{}
 	}
-	a.ref.publish(a.lane.Counters())
+	a.publish()
 	a.ref.mu.Lock()
 	cause := a.ref.cause
 	a.ref.mu.Unlock()
@@ -219,7 +229,7 @@ func (a *laneActor) staged(m *stagedRequest) {
 	}
 	culprit, _ := a.deliverEnded()
 	a.ref.staged.Store(a.lane.StagedCounters())
-	a.ref.publish(a.lane.Counters())
+	a.publish()
 	if a.lane.State() == lanes.StateFailed {
 		a.failed(culprit, a.lane.Err())
 	}
@@ -300,3 +310,6 @@ func (a *laneActor) endRemaining(cause error) {
 	a.streamEntries = 0
 	a.ref.inflightFences.Store(0)
 }
+
+// publish makes the lane's counters visible to status.
+func (a *laneActor) publish() { a.ref.publish(a.lane.Counters(), a.lane.DeviceBytesByTenant) }

@@ -157,7 +157,7 @@ func (a *laneActor) submit(m *submitRequest) {
 		taken = time.Now()
 	}
 	sub, err := a.lane.Submit(m.Batch)
-	a.ref.publish(a.lane.Counters())
+	a.publish()
 	if err != nil && sub.Fence == 0 {
 		// The lane leaves routing before its caller hears of the failure.
 		if a.lane.State() == lanes.StateFailed {

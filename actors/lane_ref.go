@@ -4,6 +4,7 @@
 package actors
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -70,9 +71,10 @@ type laneRef struct {
 	hungAt  atomic.Int64
 	_       [48]byte
 
-	statsMu sync.Mutex // the lane thread publishes, status reads: no allocation per submission
-	stats   lanes.Counters
-	staged  atomic.Value // lanes.StagedCounters
+	statsMu     sync.Mutex // the lane thread publishes, status reads: no allocation per submission
+	stats       lanes.Counters
+	tenantBytes map[string]int64 // device bytes of each tenant's executables (statsMu; replaced whole)
+	staged      atomic.Value     // lanes.StagedCounters
 }
 
 func (r *laneRef) setState(h Health, cause error) {
@@ -94,11 +96,21 @@ func (r *laneRef) noteThread(tid int) {
 	r.mu.Unlock()
 }
 
-// publish makes the lane's counters visible to status.
-func (r *laneRef) publish(c lanes.Counters) {
+// publish makes the lane's counters visible to status, and the device
+// bytes of each tenant's executables, read (byTenant) only when the
+// cache changed.
+func (r *laneRef) publish(c lanes.Counters, byTenant func() map[string]int64) {
 	r.statsMu.Lock()
+	changed := c.ExecutableDeviceBytes != r.stats.ExecutableDeviceBytes || c.Executables != r.stats.Executables ||
+		c.Updated != r.stats.Updated || c.Warmed != r.stats.Warmed
 	r.stats = c
 	r.statsMu.Unlock()
+	if changed {
+		m := byTenant()
+		r.statsMu.Lock()
+		r.tenantBytes = m
+		r.statsMu.Unlock()
+	}
 }
 
 // LaneStatus is a lane as Scheduler.Lanes reports it.
@@ -116,7 +128,11 @@ type LaneStatus struct {
 	// in its mailbox.
 	Received uint64
 	Counters lanes.Counters
-	Staged   lanes.StagedCounters // data movement of staged replays
+	// TenantDeviceBytes is the device memory each tenant's resident
+	// executables on the lane hold (Counters.ExecutableDeviceBytes is
+	// the lane's, retired executables included).
+	TenantDeviceBytes map[string]int64
+	Staged            lanes.StagedCounters // data movement of staged replays
 	// Threads are the OS thread ids its Receive ran on (with
 	// Config.ThreadCheck): always exactly one.
 	Threads []int
@@ -129,6 +145,9 @@ func (r *laneRef) status() LaneStatus {
 		Received: r.received.Load()}
 	r.statsMu.Lock()
 	st.Counters = r.stats
+	if len(r.tenantBytes) > 0 {
+		st.TenantDeviceBytes = maps.Clone(r.tenantBytes)
+	}
 	r.statsMu.Unlock()
 	if c, ok := r.staged.Load().(lanes.StagedCounters); ok {
 		st.Staged = c

@@ -22,6 +22,8 @@ func (s *Scheduler) registerGauges() error {
 		{"lanes.lane.in_flight", "{submission}", "admitted submissions per lane"},
 		{"lanes.lane.queued", "{batch}", "batches waiting in a lane's fair queue for room on its stream"},
 		{"lanes.cache.bytes", "By", "host memory a lane's executables retain (the uploads they captured)"},
+		{"lanes.cache.device.bytes", "By", "device memory a lane's executables hold (cuda.Exec.DeviceBytes)"},
+		{"lanes.cache.executables", "{executable}", "executables resident in a lane's cache"},
 		{"lanes.library.workspace.bytes", "By", "device memory a lane's libraries' workspaces hold"},
 	} {
 		var err error
@@ -38,6 +40,8 @@ func (s *Scheduler) registerGauges() error {
 		{"lanes.graph_launches", "{launch}", "executables launched"},
 		{"lanes.output_cache.hits", "{replay}", "staged replays answered without a launch"},
 		{"lanes.sync_points", "{wait}", "blocking waits the lane made"},
+		{"lanes.graph.warmed", "{executable}", "executables a rebuilt lane captured again before traffic"},
+		{"lanes.graph.warm_skipped", "{executable}", "executables a rebuilt lane did not capture again"},
 	} {
 		var err error
 		if moved[c.name], err = m.Int64ObservableCounter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.desc+", by lane")); err != nil {
@@ -69,11 +73,14 @@ func (s *Scheduler) observeLanes(o metric.Observer, gauges map[string]metric.Int
 		o.ObserveInt64(gauges["lanes.lane.in_flight"], int64(l.InFlight), lane)
 		o.ObserveInt64(gauges["lanes.lane.queued"], int64(l.Queued), lane)
 		o.ObserveInt64(gauges["lanes.cache.bytes"], l.Counters.CacheBytes, lane)
+		o.ObserveInt64(gauges["lanes.cache.device.bytes"], l.Counters.ExecutableDeviceBytes, lane)
+		o.ObserveInt64(gauges["lanes.cache.executables"], int64(l.Counters.Executables), lane)
 		o.ObserveInt64(gauges["lanes.library.workspace.bytes"], l.Counters.LibraryWorkspaceBytes, lane)
 		st := l.Staged
 		for name, v := range map[string]uint64{"lanes.transfer.h2d": st.HostToDeviceBytes, "lanes.transfer.d2h": st.DeviceToHostBytes,
 			"lanes.transfer.uploads": st.Uploads, "lanes.transfer.readbacks": st.Readbacks, "lanes.graph_launches": st.GraphLaunches + l.Counters.ReplayedSegments,
-			"lanes.output_cache.hits": st.OutputCacheHits, "lanes.sync_points": l.Counters.SyncPoints} {
+			"lanes.output_cache.hits": st.OutputCacheHits, "lanes.sync_points": l.Counters.SyncPoints,
+			"lanes.graph.warmed": l.Counters.Warmed, "lanes.graph.warm_skipped": l.Counters.WarmSkipped} {
 			o.ObserveInt64(moved[name], int64(v), lane)
 		}
 	}

@@ -30,7 +30,7 @@ func (a *laneActor) releasePins() {
 		} else {
 			a.letGo(a.lane)
 		}
-		a.ref.publish(a.lane.Counters())
+		a.publish()
 	}
 	a.releaseHungPins()
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -193,8 +194,12 @@ func (a *laneActor) rebuildNow() {
 	}
 	var err error
 	if a.lane == nil || a.hung {
+		var recipes []cache.Recipe
+		if a.lane != nil {
+			recipes = a.lane.Recipes() // host data: what the hung lane replayed
+		}
 		a.lane = nil
-		err = a.open()
+		err = a.open(recipes...)
 	} else {
 		err = a.recoverLane()
 	}

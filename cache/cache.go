@@ -5,6 +5,7 @@ package cache
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/lanesched/lanes/cuda"
 )
@@ -23,6 +24,11 @@ type Cache struct {
 	byteLimit int64 // most bytes the residents retain; 0: no bound
 	resident  int64 // bytes the residents retain
 	retiredB  int64 // bytes the retired executables retain
+	devLimit  int64 // most device bytes the residents hold; 0: no bound
+	devBytes  int64 // device bytes the residents hold
+	devRetire int64 // device bytes the retired executables hold
+	perNode   int64 // the most device bytes per node an executable of this cache held: the estimate for a miss
+	now       func() time.Duration
 	entries   map[SegmentKey]*Executable
 	rejected  map[SegmentKey]uint64
 	retired   []*Executable
@@ -54,6 +60,32 @@ func (c *Cache) LimitBytes(n int64) { c.byteLimit = max(n, 0) }
 
 // Bytes is the host memory the resident and retired executables retain.
 func (c *Cache) Bytes() int64 { return c.resident + c.retiredB }
+
+// LimitDeviceBytes bounds the device memory the resident executables hold
+// (cuda.Exec.DeviceBytes), with the same equal shares per owner as the
+// count and the host-byte bound; 0 or less removes the bound. A miss is
+// admitted on an estimate (its node count times the most bytes per node
+// an executable of this cache held) and checked again once instantiated.
+func (c *Cache) LimitDeviceBytes(n int64) { c.devLimit = max(n, 0) }
+
+// DeviceBytes is the device memory the resident and retired executables
+// hold, as their device measured it when they were made.
+func (c *Cache) DeviceBytes() int64 { return c.devBytes + c.devRetire }
+
+// DeviceBytesByOwner is the device memory each owner's resident
+// executables hold.
+func (c *Cache) DeviceBytesByOwner() map[string]int64 {
+	out := map[string]int64{}
+	for _, e := range c.entries {
+		out[e.Owner] += e.DeviceBytes
+	}
+	return out
+}
+
+// SetClock gives the cache a clock to time its captures, instantiations,
+// uploads, updates and rebinds with (PrepareReport.Timings); nil: none
+// are timed.
+func (c *Cache) SetClock(now func() time.Duration) { c.now = now }
 
 // Seal closes preparation: from now on misses run eagerly.
 func (c *Cache) Seal() (Preparation, error) {
@@ -103,11 +135,13 @@ func (c *Cache) evict(k SegmentKey, quiescent bool) {
 	e := c.entries[k]
 	delete(c.entries, k)
 	c.resident -= e.Bytes
+	c.devBytes -= e.DeviceBytes
 	if quiescent {
 		_ = e.Exec.Destroy()
 	} else {
 		c.retired = append(c.retired, e)
 		c.retiredB += e.Bytes
+		c.devRetire += e.DeviceBytes
 	}
 }
 
@@ -145,6 +179,7 @@ func (c *Cache) Launch(s cuda.Stream, k SegmentKey) (*Executable, error) {
 		return nil, err
 	}
 	e.lastUsed, e.lastBatch = c.tick(), c.batches
+	e.Hits++
 	return e, nil
 }
 
@@ -158,7 +193,7 @@ func (c *Cache) ReleaseRetired(quiescent bool) int {
 	for _, e := range c.retired {
 		_ = e.Exec.Destroy()
 	}
-	c.retired, c.retiredB = nil, 0
+	c.retired, c.retiredB, c.devRetire = nil, 0, 0
 	return n
 }
 
@@ -176,7 +211,7 @@ func (c *Cache) Trim(quiescent bool) (TrimReport, error) {
 		_ = e.Exec.Destroy()
 	}
 	t.Retired = c.ReleaseRetired(true)
-	c.entries, c.resident = map[SegmentKey]*Executable{}, 0
+	c.entries, c.resident, c.devBytes = map[SegmentKey]*Executable{}, 0, 0
 	c.rejected = map[SegmentKey]uint64{}
 	return t, nil
 }
@@ -191,7 +226,7 @@ func (c *Cache) CheckInvariants() error {
 		return fmt.Errorf("cache: %d remembered rejections exceed capacity %d", len(c.rejected), c.prep.capacity)
 	}
 	seen := map[uint64]bool{}
-	var bytes int64
+	var bytes, dev int64
 	for k, e := range c.entries {
 		if e.Key != k {
 			return fmt.Errorf("cache: entry %s holds executable %s", k.Short(), e.Key.Short())
@@ -207,9 +242,13 @@ func (c *Cache) CheckInvariants() error {
 			return fmt.Errorf("cache: %s is both resident and rejected", k.Short())
 		}
 		bytes += e.Bytes
+		dev += e.DeviceBytes
 	}
 	if bytes != c.resident {
 		return fmt.Errorf("cache: residents retain %d bytes, counted %d", bytes, c.resident)
+	}
+	if dev != c.devBytes {
+		return fmt.Errorf("cache: residents hold %d device bytes, counted %d", dev, c.devBytes)
 	}
 	return nil
 }

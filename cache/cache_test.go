@@ -173,12 +173,19 @@ func TestInPlaceUpdate(t *testing.T) {
 	}
 }
 
+// TestRefusedUpdateFallsBackToCapture: a device that refuses both the
+// in-place parameter update and the update from a new capture leaves the
+// miss to be instantiated, each refusal reported with its reason.
 func TestRefusedUpdateFallsBackToCapture(t *testing.T) {
-	r := newRig(t, 3, sim.Fault{Kind: sim.FaultUpdateReject, Nth: 1})
+	r := newRig(t, 3, sim.Fault{Kind: sim.FaultUpdateReject, Nth: 1}, sim.Fault{Kind: sim.FaultUpdateReject, Nth: 2})
 	_, _ = r.Cache.Configure(1)
 	r.run(r.segment(0), true)
 	rep := r.run(r.segment(1), true)
 	wantDispositions(t, rep, cache.DispositionCaptured)
+	var refused *cuda.RebindRefusedError
+	if len(rep.RebindRefusals) != 1 || !errors.As(rep.RebindRefusals[0], &refused) || refused.Refusal != cuda.RebindDeviceRefused {
+		t.Fatalf("got rebind refusals %v, want one *cuda.RebindRefusedError %s", rep.RebindRefusals, cuda.RebindDeviceRefused)
+	}
 	if len(rep.UpdateRefusals) != 1 || !errors.Is(rep.UpdateRefusals[0], cuda.ErrUpdateRefused) {
 		t.Fatalf("got update refusals %v, want one wrapping cuda.ErrUpdateRefused", rep.UpdateRefusals)
 	}

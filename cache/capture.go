@@ -44,9 +44,16 @@ type Executable struct {
 	Scope      Scope
 	Owner      string // the tenant whose batch captured it ("" for none)
 	Bytes      int64  // host memory it retains: the uploads it captured
-	uploaded   bool
-	lastUsed   uint64
-	lastBatch  uint64 // the cache's batch count when it was last used
+	// DeviceBytes is the device memory it holds, as its device measured
+	// it once instantiated (cuda.Exec.DeviceBytes).
+	DeviceBytes int64
+	// Hits counts its replays (Launch); a rebuilt lane captures the most
+	// hit again first (Recipes).
+	Hits      uint64
+	recipe    []cuda.Command // the commands it replays, for a rebuilt lane (nil: none kept)
+	uploaded  bool
+	lastUsed  uint64
+	lastBatch uint64 // the cache's batch count when it was last used
 
 	fingerprint    string     // Key in hex, made once per key
 	fingerprintKey SegmentKey // the key fingerprint was made of

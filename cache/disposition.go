@@ -3,6 +3,8 @@
 
 package cache
 
+import "time"
+
 // Disposition is what preparation did with one candidate.
 type Disposition uint8
 
@@ -61,6 +63,16 @@ type PrepareReport struct {
 	// UpdateRefusals are the device's answers when an in-place update was
 	// refused and the candidate was instantiated instead.
 	UpdateRefusals []error
+	// RebindRefusals are the refusals of an in-place parameter update
+	// (cuda.Exec.Rebind) before the candidate was captured instead: each
+	// a *cuda.RebindRefusedError saying why.
+	RebindRefusals []error
+	// Timings are the capture, instantiation, upload, update and rebind
+	// it made, each timed by the cache's clock (SetClock; none without).
+	Timings []Timing
+	// DeviceDeferred counts the candidates capacity deferred because the
+	// device-byte bound (LimitDeviceBytes) left no room for them.
+	DeviceDeferred int
 
 	Hits, Captured, Updated, Uploaded, CaptureRejections, CachedRejections int
 	QuiescenceDeferred, CapacityDeferred, OutsidePreparation               int
@@ -69,4 +81,68 @@ type PrepareReport struct {
 // Update is one in-place update: the executable that replayed From replays
 // To now. The key changes with it: an updated executable is re-keyed,
 // never shared between the two.
-type Update struct{ From, To SegmentKey }
+type Update struct {
+	From, To SegmentKey
+	// InPlace is how: UpdateByParameters (no capture) or UpdateByGraph.
+	InPlace UpdateKind
+}
+
+// UpdateKind is how an executable was updated in place.
+type UpdateKind uint8
+
+// How an executable is updated in place.
+const (
+	// UpdateByGraph: the candidate was captured and the executable updated
+	// from the graph (cuGraphExecUpdate).
+	UpdateByGraph UpdateKind = iota + 1
+	// UpdateByParameters: no capture; each kernel node took the
+	// candidate's parameters (cuda.Exec.Rebind), when only pointers,
+	// scalars or launch shapes changed.
+	UpdateByParameters
+)
+
+// String is "graph" or "parameters".
+func (k UpdateKind) String() string {
+	switch k {
+	case UpdateByGraph:
+		return "graph"
+	case UpdateByParameters:
+		return "parameters"
+	}
+	return "none"
+}
+
+// Stage is one timed step of preparing an executable.
+type Stage uint8
+
+// The timed steps of preparation.
+const (
+	StageCapture     Stage = iota + 1 // begin capture, enqueue the commands, end capture
+	StageInstantiate                  // cuGraphInstantiate
+	StageUpload                       // cuGraphUpload
+	StageUpdate                       // cuGraphExecUpdate from a new capture
+	StageRebind                       // in-place parameter update, no capture
+)
+
+var stageNames = [...]string{"", "capture", "instantiate", "upload", "update", "rebind"}
+
+// String is the stage's snake_case name.
+func (s Stage) String() string {
+	if int(s) < len(stageNames) && s != 0 {
+		return stageNames[s]
+	}
+	return "none"
+}
+
+// Stages lists every stage, in order.
+func Stages() []Stage {
+	return []Stage{StageCapture, StageInstantiate, StageUpload, StageUpdate, StageRebind}
+}
+
+// Timing is one timed step: its stage, the nodes it handled and how long
+// it took by the cache's clock.
+type Timing struct {
+	Stage Stage
+	Nodes int
+	Took  time.Duration
+}

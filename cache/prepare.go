@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/lanesched/lanes/cuda"
 )
@@ -24,6 +25,22 @@ import (
 // safe is remembered (bounded by capacity, oldest forgotten first) and
 // reported; any other failure is returned.
 func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enqueue func(i int) error) (PrepareReport, error) {
+	return c.PrepareWith(s, owner, cands, quiescent, Encoder{Enqueue: enqueue})
+}
+
+// Encoder is how preparation reaches a batch's commands. Enqueue(i)
+// enqueues command i on the stream. Command(i), when set, is that command
+// as Enqueue would enqueue it: it lets a miss whose shape a resident has
+// update that resident's parameters in place without a capture
+// (cuda.Exec.Rebind), and it is kept with the executable, the recipe a
+// rebuilt lane captures again (Recipes).
+type Encoder struct {
+	Enqueue func(i int) error
+	Command func(i int) cuda.Command
+}
+
+// PrepareWith is Prepare with an Encoder.
+func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enc Encoder) (PrepareReport, error) {
 	r := PrepareReport{Dispositions: make([]Disposition, len(cands))}
 	if len(cands) > 0 {
 		c.batches++
@@ -40,7 +57,7 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 		c.markMisses(&r, cands, d, nil)
 		return r, nil
 	}
-	err := c.placeMisses(&r, s, owner, cands, misses, enqueue)
+	err := c.placeMisses(&r, s, owner, cands, misses, enc)
 	if err == nil {
 		c.prep.record(r)
 	}
@@ -52,16 +69,17 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 // every remaining candidate its disposition. The stream, the report and
 // enqueue are passed along rather than kept in the preparing state, so
 // that a Prepare of hits alone allocates nothing for them.
-func (c *Cache) placeMisses(r *PrepareReport, s cuda.Stream, owner string, cands []Candidate, misses []SegmentKey, enqueue func(i int) error) error {
+func (c *Cache) placeMisses(r *PrepareReport, s cuda.Stream, owner string, cands []Candidate, misses []SegmentKey, enc Encoder) error {
 	p := preparing{c: c, owner: owner, cands: cands,
 		captured: map[SegmentKey]*Executable{}, updated: map[SegmentKey]bool{}}
 	var admitted []SegmentKey
 	admitted, p.evictable, p.first = c.plan(owner, misses, cands)
-	if err := p.captureAll(r, s, admitted, enqueue); err != nil {
+	if err := p.captureAll(r, s, admitted, enc); err != nil {
 		p.destroyCaptured()
 		return err
 	}
 	p.makeRoom(r)
+	p.shed(r)
 	if err := p.install(r, s); err != nil {
 		return err
 	}
@@ -106,30 +124,51 @@ type preparing struct {
 	updated  map[SegmentKey]bool        // captured into a resident in place
 	order    []SegmentKey               // the newly instantiated, to install in order
 	adding   int64                      // bytes of those, not yet resident
+	addingD  int64                      // device bytes of those
 
 	evictable []SegmentKey // residents the batch may evict, in the order they go (plan)
 	first     int          // the length of evictable's first group
 }
 
-// captureAll records every admitted miss and writes it into a resident of
-// its shape in place when the cache is full, else instantiates it. A
-// rejection with eager fallback safe is remembered; any other error ends
-// the preparation.
-func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []SegmentKey, enqueue func(i int) error) error {
+// captureAll places every admitted miss: when the cache is full, into a
+// resident of its shape in place (its parameters rebound without a
+// capture, else captured and updated from the graph), else captured and
+// instantiated. A rejection with eager fallback safe is remembered; any
+// other error ends the preparation.
+func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []SegmentKey, enc Encoder) error {
 	c := p.c
 	for _, k := range admitted {
 		cand := p.cands[indexOf(p.cands, k)]
-		graph, exe, err := record(s, cand, enqueue)
+		full := len(c.entries)+len(p.order) >= c.prep.capacity
+		var recipe []cuda.Command
+		if enc.Command != nil {
+			recipe = make([]cuda.Command, 0, cand.Len())
+			for i := cand.Start; i < cand.End; i++ {
+				recipe = append(recipe, enc.Command(i))
+			}
+		}
+		var done bool
+		var err error
+		if done, err = p.rebind(r, cand, recipe, full); done {
+			continue
+		}
+		var graph cuda.Graph
+		var exe *Executable
 		if err == nil {
-			var done bool
-			full := len(c.entries)+len(p.order) >= c.prep.capacity
-			exe.Owner, exe.Bytes = p.owner, cand.Bytes
+			t := c.start()
+			graph, exe, err = record(s, cand, enc.Enqueue)
+			c.timed(r, StageCapture, cand.Len(), t)
+		}
+		if err == nil {
+			exe.Owner, exe.Bytes, exe.recipe = p.owner, cand.Bytes, recipe
 			if done, p.evictable, p.first, err = c.update(r, graph, exe, p.evictable, p.first, full); done {
 				p.captured[k], p.updated[k] = c.entries[k], true
 				continue
 			}
 			if err == nil {
+				t := c.start()
 				exe, err = instantiate(graph, exe)
+				c.timed(r, StageInstantiate, cand.Len(), t)
 			}
 		}
 		if err != nil {
@@ -142,12 +181,43 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 			return err
 		}
 		exe.lastUsed, exe.lastBatch = c.tick(), c.batches
-		exe.Owner, exe.Bytes = p.owner, cand.Bytes
+		exe.Owner, exe.Bytes, exe.DeviceBytes = p.owner, cand.Bytes, exe.Exec.DeviceBytes()
+		c.learn(exe)
 		p.captured[k] = exe
 		p.order = append(p.order, k)
 		p.adding += exe.Bytes
+		p.addingD += exe.DeviceBytes
 	}
 	return nil
+}
+
+// rebind gives a resident of the candidate's shape, one the batch does not
+// need, the candidate's parameters in place without a capture, when the
+// cache is full and every command is known (recipe). It reports whether
+// it did; a refusal is recorded and leaves the candidate to be captured.
+func (p *preparing) rebind(r *PrepareReport, cand Candidate, recipe []cuda.Command, full bool) (bool, error) {
+	c := p.c
+	di := c.donor(cand.Shape, p.evictable, p.first, full)
+	if di < 0 || recipe == nil {
+		return false, nil
+	}
+	donor := c.entries[p.evictable[di]]
+	t := c.start()
+	err := donor.Exec.Rebind(recipe)
+	c.timed(r, StageRebind, len(recipe), t)
+	if err != nil {
+		var refused *cuda.RebindRefusedError
+		if errors.As(err, &refused) {
+			r.RebindRefusals = append(r.RebindRefusals, err)
+			return false, nil
+		}
+		return false, &ReplayError{Stage: "rebind", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
+	}
+	exe := &Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes, NodeCounts: donor.NodeCounts,
+		Scope: cand.Scope, Owner: p.owner, Bytes: cand.Bytes, recipe: recipe}
+	p.evictable, p.first = c.rekey(r, di, exe, p.evictable, p.first, UpdateByParameters)
+	p.captured[cand.Key], p.updated[cand.Key] = c.entries[cand.Key], true
+	return true, nil
 }
 
 // destroyCaptured destroys what an aborted preparation instantiated (an
@@ -164,11 +234,30 @@ func (p *preparing) destroyCaptured() {
 // fit the capacity and the byte bound (or nothing is left to evict).
 func (p *preparing) makeRoom(r *PrepareReport) {
 	c := p.c
-	for len(p.evictable) > 0 && (len(c.entries)+len(p.order) > c.prep.capacity || c.byteLimit > 0 && c.residentBytes()+p.adding > c.byteLimit) {
+	for len(p.evictable) > 0 && (len(c.entries)+len(p.order) > c.prep.capacity || c.byteLimit > 0 && c.residentBytes()+p.adding > c.byteLimit ||
+		c.devLimit > 0 && c.devBytes+p.addingD > c.devLimit) {
 		k := p.evictable[0]
 		p.evictable = p.evictable[1:]
 		c.evict(k, true) // placeMisses runs on a quiescent stream only
 		r.Evicted = append(r.Evicted, k)
+	}
+}
+
+// shed destroys the newest executables while the device-byte bound is
+// still exceeded once every evictable resident is gone (a miss admitted
+// on an estimate that proved low): they are capacity deferred, counted
+// in DeviceDeferred.
+func (p *preparing) shed(r *PrepareReport) {
+	c := p.c
+	for c.devLimit > 0 && len(p.order) > 0 && c.devBytes+p.addingD > c.devLimit {
+		k := p.order[len(p.order)-1]
+		p.order = p.order[:len(p.order)-1]
+		e := p.captured[k]
+		_ = e.Exec.Destroy()
+		p.adding -= e.Bytes
+		p.addingD -= e.DeviceBytes
+		delete(p.captured, k)
+		r.DeviceDeferred++
 	}
 }
 
@@ -178,10 +267,20 @@ func (p *preparing) install(r *PrepareReport, s cuda.Stream) error {
 	for _, k := range p.order {
 		c.entries[k] = p.captured[k]
 		c.resident += p.captured[k].Bytes
+		c.devBytes += p.captured[k].DeviceBytes
 	}
 	for _, k := range p.order {
-		if err := c.entries[k].upload(s); err != nil {
+		e := c.entries[k]
+		t := c.start()
+		if err := e.upload(s); err != nil {
 			return err
+		}
+		c.timed(r, StageUpload, e.GraphNodes, t)
+		// The upload may take device memory of its own: charge it.
+		if dev := e.Exec.DeviceBytes(); dev != e.DeviceBytes {
+			c.devBytes += dev - e.DeviceBytes
+			e.DeviceBytes = dev
+			c.learn(e)
 		}
 		r.Uploaded++
 	}
@@ -219,21 +318,33 @@ func (p *preparing) settle(r *PrepareReport) error {
 	return nil
 }
 
-// update writes a recorded graph into a resident executable of the same
-// shape that the batch does not need (the least recently used such), in
-// place, and re-keys it: when the cache is full, this replaces an eviction
-// plus an instantiation and an upload with one cuGraphExecUpdate. It reports
+// donor is the index in evictable of the resident an in-place update of
+// a candidate of shape takes over, or -1: the least recently used of the
+// shape in the first of the evictable list's groups (plan), the one
+// evictions take from next, and only when the cache is full (otherwise the
+// candidate gets an executable of its own and the resident stays).
+func (c *Cache) donor(shape ShapeKey, evictable []SegmentKey, first int, full bool) int {
+	if !full {
+		return -1
+	}
+	return slices.IndexFunc(evictable[:first], func(k SegmentKey) bool { return c.entries[k].Shape == shape })
+}
+
+// update writes a recorded graph into the resident donor picks, in place,
+// and re-keys it: when the cache is full, this replaces an eviction plus
+// an instantiation and an upload with one cuGraphExecUpdate. It reports
 // whether it did; a refusal by the device is recorded and leaves the graph
-// for instantiation; other errors are returned. The donor comes from the
-// first of the evictable list's groups (plan), the one evictions take
-// from next, and leaves the list.
+// for instantiation; other errors are returned.
 func (c *Cache) update(r *PrepareReport, graph cuda.Graph, exe *Executable, evictable []SegmentKey, first int, full bool) (bool, []SegmentKey, int, error) {
-	di := slices.IndexFunc(evictable[:first], func(k SegmentKey) bool { return c.entries[k].Shape == exe.Shape })
-	if di < 0 || !full {
+	di := c.donor(exe.Shape, evictable, first, full)
+	if di < 0 {
 		return false, evictable, first, nil
 	}
 	donor := c.entries[evictable[di]]
-	if err := donor.Exec.Update(graph); err != nil {
+	t := c.start()
+	err := donor.Exec.Update(graph)
+	c.timed(r, StageUpdate, exe.GraphNodes, t)
+	if err != nil {
 		if errors.Is(err, cuda.ErrUpdateRefused) {
 			r.UpdateRefusals = append(r.UpdateRefusals, err)
 			return false, evictable, first, nil
@@ -242,21 +353,56 @@ func (c *Cache) update(r *PrepareReport, graph cuda.Graph, exe *Executable, evic
 		return false, evictable, first, &ReplayError{Stage: "update", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
 	_ = graph.Destroy()
+	evictable, first = c.rekey(r, di, exe, evictable, first, UpdateByGraph)
+	return true, evictable, first, nil
+}
+
+// rekey makes the resident evictable[di], just updated in place, replay
+// exe's candidate: it takes exe's key, counts, scope, owner, bytes and
+// recipe, and leaves the evictable list.
+func (c *Cache) rekey(r *PrepareReport, di int, exe *Executable, evictable []SegmentKey, first int, how UpdateKind) ([]SegmentKey, int) {
+	donor := c.entries[evictable[di]]
 	from := donor.Key
 	delete(c.entries, from)
-	donor.Key, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
+	donor.Key, donor.Shape, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Shape, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
 	c.resident += exe.Bytes - donor.Bytes
-	donor.Owner, donor.Bytes = exe.Owner, exe.Bytes
+	dev := donor.Exec.DeviceBytes()
+	c.devBytes += dev - donor.DeviceBytes
+	donor.Owner, donor.Bytes, donor.DeviceBytes, donor.recipe, donor.Hits = exe.Owner, exe.Bytes, dev, exe.recipe, 0
 	donor.lastUsed, donor.lastBatch = c.tick(), c.batches
 	c.entries[exe.Key] = donor
-	r.Updates = append(r.Updates, Update{From: from, To: exe.Key})
+	r.Updates = append(r.Updates, Update{From: from, To: exe.Key, InPlace: how})
 	r.Evicted = append(r.Evicted, from)
 	r.Updated++
 	evictable = append(evictable[:di:di], evictable[di+1:]...)
 	if first--; first == 0 {
 		first = len(evictable) // the first group is spent: the rest is one
 	}
-	return true, evictable, first, nil
+	return evictable, first
+}
+
+// start reads the cache's clock (0 without one).
+func (c *Cache) start() time.Duration {
+	if c.now == nil {
+		return 0
+	}
+	return c.now()
+}
+
+// timed records a step that began at t, when the cache has a clock.
+func (c *Cache) timed(r *PrepareReport, stage Stage, nodes int, t time.Duration) {
+	if c.now == nil {
+		return
+	}
+	r.Timings = append(r.Timings, Timing{Stage: stage, Nodes: nodes, Took: c.now() - t})
+}
+
+// learn keeps the most device bytes per node an executable of this cache
+// held, the estimate a miss is admitted on.
+func (c *Cache) learn(e *Executable) {
+	if n := int64(max(e.GraphNodes, 1)); e.DeviceBytes > 0 {
+		c.perNode = max(c.perNode, (e.DeviceBytes+n-1)/n)
+	}
 }
 
 // markMisses gives disposition d to every candidate still without one whose

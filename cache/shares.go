@@ -11,7 +11,7 @@ import "sort"
 // Residents this batch needs are never evictable.
 //
 // Each owner with residents, and the batch's owner, has an equal share of
-// the capacity and of the byte bound. The batch may evict its own owner's
+// the capacity, of the host-byte bound and of the device-byte bound. The batch may evict its own owner's
 // residents, and another owner's beyond that owner's share (the least
 // recently used first): while its owner is under its own share, any of
 // those; once its owner has its share, only those not in use (not used
@@ -34,6 +34,7 @@ func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admi
 type use struct {
 	n     int
 	bytes int64
+	dev   int64 // device bytes
 	keys  []SegmentKey
 }
 
@@ -52,6 +53,7 @@ func (c *Cache) uses(owner string, cands []Candidate) map[string]*use {
 		}
 		u.n++
 		u.bytes += e.Bytes
+		u.dev += e.DeviceBytes
 		if !needed[k] {
 			u.keys = append(u.keys, k)
 		}
@@ -70,12 +72,15 @@ func (c *Cache) byUse(keys []SegmentKey) {
 func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []SegmentKey, first int) {
 	countShare := c.prep.capacity / len(uses)
 	byteShare := c.byteLimit / int64(len(uses))
-	within := func(u *use) bool { return u.n <= countShare && (c.byteLimit == 0 || u.bytes <= byteShare) }
+	devShare := c.devLimit / int64(len(uses))
+	within := func(u *use) bool {
+		return u.n <= countShare && (c.byteLimit == 0 || u.bytes <= byteShare) && (c.devLimit == 0 || u.dev <= devShare)
+	}
 	mine := uses[owner]
 	ownFirst := !within(mine)
 	// A batch whose tenant is under its share may take from others' excess
 	// what they use; one at or over its share only what they left idle.
-	under := mine.n < countShare && (c.byteLimit == 0 || mine.bytes < byteShare)
+	under := mine.n < countShare && (c.byteLimit == 0 || mine.bytes < byteShare) && (c.devLimit == 0 || mine.dev < devShare)
 	var others []SegmentKey
 	for o, u := range uses {
 		if o == owner {
@@ -92,6 +97,7 @@ func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []S
 			others = append(others, k)
 			u.n--
 			u.bytes -= c.entries[k].Bytes
+			u.dev -= c.entries[k].DeviceBytes
 		}
 	}
 	c.byUse(others)
@@ -112,18 +118,21 @@ func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []S
 func (c *Cache) admit(misses []SegmentKey, cands []Candidate, evictable []SegmentKey) []SegmentKey {
 	var admitted []SegmentKey
 	rooms := c.prep.capacity - len(c.entries) + len(evictable)
-	bytes := c.byteLimit - c.residentBytes()
+	bytes, dev := c.byteLimit-c.residentBytes(), c.devLimit-c.devBytes
 	for _, k := range evictable {
 		bytes += c.entries[k].Bytes
+		dev += c.entries[k].DeviceBytes
 	}
 	for _, k := range misses {
-		need := cands[indexOf(cands, k)].Bytes
-		if rooms < 1 || c.byteLimit > 0 && need > bytes {
+		cand := cands[indexOf(cands, k)]
+		need, needDev := cand.Bytes, int64(cand.Len())*c.perNode
+		if rooms < 1 || c.byteLimit > 0 && need > bytes || c.devLimit > 0 && needDev > dev {
 			continue // capacity deferred
 		}
 		admitted = append(admitted, k)
 		rooms--
 		bytes -= need
+		dev -= needDev
 	}
 	return admitted
 }

@@ -217,6 +217,19 @@ type Exec interface {
 	// CUDA's update result) and the executable is unchanged. Launches
 	// already enqueued run what they were launched with.
 	Update(g Graph) error
+	// Rebind gives the executable's nodes new parameters in place, without
+	// a capture (cuGraphExecKernelNodeSetParams): cmds are one kernel
+	// launch per node, in the order they were captured, each checked as
+	// Enqueue checks it. Pointers, scalars and launch shapes may change.
+	// An executable whose nodes cannot take them fails with a
+	// *RebindRefusedError (errors.Is ErrUpdateRefused) saying why, and is
+	// unchanged; so is it after a contract error. Launches already
+	// enqueued run what they were launched with.
+	Rebind(cmds []Command) error
+	// DeviceBytes is the device memory the executable holds once
+	// instantiated and uploaded, as the backend measures it (CUDA reports
+	// no size for an executable; see each backend's doc).
+	DeviceBytes() int64
 	// Destroy releases the executable; launches already enqueued complete.
 	Destroy() error
 }

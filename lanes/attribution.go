@@ -4,6 +4,8 @@
 package lanes
 
 import (
+	"errors"
+
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/programs"
@@ -43,6 +45,9 @@ type Attribution struct {
 	Segments []SegmentRecord
 	Prelude  int          // binding-patch commands enqueued before the entries
 	Events   []CacheEvent // what preparation did to the cache for this batch
+	// Preparation times each capture, instantiation, upload, update and
+	// rebind the batch's preparation made (by the lane's clock).
+	Preparation []cache.Timing
 	// Launches is how many launches the submission enqueued: graph
 	// launches, eager kernel launches and eager library calls (each
 	// counts one, whatever it enqueued; a fault rate per launch compares
@@ -52,9 +57,12 @@ type Attribution struct {
 
 // CacheEvent is a cache event of a submission's preparation.
 type CacheEvent struct {
-	Kind   string // "captured", "updated", "update_refused", "capture_rejected" or "evicted"
+	Kind   string // "captured", "updated", "update_refused", "rebind_refused", "capture_rejected" or "evicted"
 	Key    string // the segment fingerprint
-	Detail string // for capture_rejected: the device's answer
+	Detail string // for capture_rejected, update_refused and rebind_refused: the device's answer
+	// Reason is, for "updated", how (cache.UpdateKind: "parameters" or
+	// "graph"); for "rebind_refused", why (cuda.RebindRefusal).
+	Reason string
 }
 
 // Submission is an accepted batch: its fence and what it did.
@@ -78,7 +86,7 @@ func (p *plan) events() []CacheEvent {
 			ev.Kind = "updated"
 			for _, u := range p.rep.Updates {
 				if u.To == key {
-					ev.Detail = "in place of " + u.From.String()
+					ev.Detail, ev.Reason = "in place of "+u.From.String(), u.InPlace.String()
 				}
 			}
 		case cache.DispositionCaptureRejected:
@@ -104,6 +112,14 @@ func (p *plan) events() []CacheEvent {
 	}
 	for _, err := range p.rep.UpdateRefusals {
 		out = append(out, CacheEvent{Kind: "update_refused", Detail: err.Error()})
+	}
+	for _, err := range p.rep.RebindRefusals {
+		ev := CacheEvent{Kind: "rebind_refused", Detail: err.Error()}
+		var refused *cuda.RebindRefusedError
+		if errors.As(err, &refused) {
+			ev.Reason = string(refused.Refusal)
+		}
+		out = append(out, ev)
 	}
 	return out
 }

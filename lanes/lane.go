@@ -68,6 +68,10 @@ type Config struct {
 	// CacheBytes bounds the host memory the lane's executables retain (the
 	// uploads they captured); 0: no bound.
 	CacheBytes int64
+	// CacheDeviceBytes bounds the device memory the lane's executables
+	// hold (cuda.Exec.DeviceBytes), with the same per-tenant shares as
+	// CacheBytes; 0: no bound.
+	CacheDeviceBytes int64
 	// PinBytes bounds the bytes of callers' input buffers the lane keeps
 	// pinned for staged replays (see Replay); 0: DefaultPinBytes;
 	// negative: none are pinned, every input is copied into its staging.
@@ -105,6 +109,18 @@ type Counters struct {
 	// CacheBytes is the host memory the lane's executables retain now
 	// (the uploads they captured), resident and retired.
 	CacheBytes int64
+	// ExecutableDeviceBytes is the device memory the lane's executables
+	// hold now, resident and retired (cuda.Exec.DeviceBytes);
+	// Executables is how many are resident.
+	ExecutableDeviceBytes int64
+	Executables           int
+	// Rebound counts the in-place updates made by parameters alone, with
+	// no capture (also counted in Updated); RebindRefusals the refusals
+	// that sent a candidate to a capture instead.
+	Rebound, RebindRefusals uint64
+	// Warmed counts the executables a rebuilt lane captured again before
+	// it took traffic (Warm); WarmSkipped those it did not.
+	Warmed, WarmSkipped uint64
 	// LibrarySetups counts libraries' Setup runs on the lane (one per
 	// library, and one more after each rebuild); LibraryWorkspaceBytes is
 	// the device memory their workspaces hold now (cuda.Library).
@@ -183,6 +199,8 @@ func New(cfg Config) (*Lane, error) {
 	}
 	c := cache.New()
 	c.LimitBytes(cfg.CacheBytes)
+	c.LimitDeviceBytes(cfg.CacheDeviceBytes)
+	c.SetClock(cfg.Now)
 	l := &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
 		stages: cfg.Sections, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)},
 		configured: cfg.Libraries, onWorkspace: cfg.OnWorkspace}
@@ -248,6 +266,7 @@ func (l *Lane) Held() int { return len(l.held) }
 func (l *Lane) Counters() Counters {
 	c := l.counters
 	c.CacheBytes = l.cache.Bytes()
+	c.ExecutableDeviceBytes, c.Executables = l.cache.DeviceBytes(), l.cache.Len()
 	return c
 }
 

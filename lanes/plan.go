@@ -144,9 +144,12 @@ func (l *Lane) discoveryView(p *plan) []cache.Command {
 // but the stream cannot be trusted.
 func (l *Lane) prepare(p *plan) error {
 	b := &p.batch
-	enqueue := func(i int) error { return l.s.Enqueue(l.bind(b.Entries[i].Command)) }
+	enc := cache.Encoder{
+		Enqueue: func(i int) error { return l.s.Enqueue(l.bind(b.Entries[i].Command)) },
+		Command: func(i int) cuda.Command { return kept(b.Entries[i].Command) },
+	}
 	var err error
-	p.rep, err = l.cache.Prepare(l.s, b.Tenant, p.disc.Candidates, l.quiescent(), enqueue)
+	p.rep, err = l.cache.PrepareWith(l.s, b.Tenant, p.disc.Candidates, l.quiescent(), enc)
 	l.observe(p.disc, p.rep)
 	if p.rep.Captured+p.rep.Updated+p.rep.Uploaded > 0 {
 		l.tailFence = 0 // graph uploads went onto the stream after the last fence
@@ -197,6 +200,12 @@ func (l *Lane) observe(d cache.Discovery, r cache.PrepareReport) {
 	c.Captured += uint64(r.Captured)
 	c.Updated += uint64(r.Updated)
 	c.UpdateRefusals += uint64(len(r.UpdateRefusals))
+	c.RebindRefusals += uint64(len(r.RebindRefusals))
+	for _, u := range r.Updates {
+		if u.InPlace == cache.UpdateByParameters {
+			c.Rebound++
+		}
+	}
 	c.Uploaded += uint64(r.Uploaded)
 	c.Hits += uint64(r.Hits)
 	c.CaptureRejections += uint64(r.CaptureRejections)

@@ -71,7 +71,7 @@ func (l *Lane) enqueue(p *plan) (Submission, error) {
 	l.nextFence++
 	pd := l.newPending()
 	pd.fence, pd.retain, pd.timing = l.nextFence, b.Retain, b.Timing
-	q := enqueuing{l: l, p: p, pd: pd, att: Attribution{Prelude: len(p.prelude), Events: p.events()}, rows: l.rowScratch[:0], exes: l.exeScratch[:0], replayedAll: true}
+	q := enqueuing{l: l, p: p, pd: pd, att: Attribution{Prelude: len(p.prelude), Events: p.events(), Preparation: p.rep.Timings}, rows: l.rowScratch[:0], exes: l.exeScratch[:0], replayedAll: true}
 	q.startReuse()
 	t := l.stamp()
 	if err := q.beginTiming(); err != nil {

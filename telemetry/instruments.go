@@ -28,7 +28,8 @@ var LatencyBounds = func() []float64 {
 
 type instruments struct {
 	submissions, replayed, eager, cacheEvents, gaps, quarantines metric.Int64Counter
-	fenceLatency, deviceTime                                     metric.Float64Histogram
+	graphUpdates, rebindRefusals                                 metric.Int64Counter
+	fenceLatency, deviceTime, prepareTime                        metric.Float64Histogram
 }
 
 func (m *instruments) init(meter metric.Meter, t *Recorder) error {
@@ -44,6 +45,8 @@ func (m *instruments) init(meter metric.Meter, t *Recorder) error {
 	m.cacheEvents = counter("lanes.cache.events", "{event}", "executable cache events, by kind and lane")
 	m.gaps = counter("lanes.gaps", "{command}", "compute commands run eagerly, by typed reason")
 	m.quarantines = counter("lanes.quarantines", "{quarantine}", "lanes taken out of routing, by lane and error type")
+	m.graphUpdates = counter("lanes.graph.updates", "{update}", "executables updated in place for a miss of their shape, by how (parameters: no capture; graph: captured and cuGraphExecUpdate) and lane")
+	m.rebindRefusals = counter("lanes.graph.rebind_refusals", "{refusal}", "in-place parameter updates refused (the miss was captured instead), by reason and lane")
 	histogram := func(name, desc string) metric.Float64Histogram {
 		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(LatencyBounds...))
 		errs = append(errs, err)
@@ -51,6 +54,7 @@ func (m *instruments) init(meter metric.Meter, t *Recorder) error {
 	}
 	m.fenceLatency = histogram("lanes.fence.latency", "submit to receipt, by lane and tenant")
 	m.deviceTime = histogram("lanes.device.time", "device time of timed submissions, by lane")
+	m.prepareTime = histogram("lanes.graph.prepare.time", "host time of each capture, instantiation, upload, in-place update and rebind, by stage and lane")
 	errs = append(errs, t.selfMetrics(meter))
 	return errors.Join(errs...)
 }
@@ -101,7 +105,8 @@ const noLane = -2
 type attrKey struct {
 	outcome, tenant, event string
 	reason                 cache.Reason
-	lane                   int // noLane: absent
+	stage, how, refusal    string // a preparation stage, an update's kind, a rebind refusal
+	lane                   int    // noLane: absent
 }
 
 // attrOptions are one attribute set's options, ready to pass to Add and
@@ -130,6 +135,15 @@ func (t *Recorder) attrs(k attrKey) attrOptions {
 	}
 	if k.reason != cache.ReasonNone {
 		kv = append(kv, attribute.String("lanes.reason", k.reason.String()))
+	}
+	if k.stage != "" {
+		kv = append(kv, attribute.String("lanes.stage", k.stage))
+	}
+	if k.how != "" {
+		kv = append(kv, attribute.String("lanes.update.how", k.how))
+	}
+	if k.refusal != "" {
+		kv = append(kv, attribute.String("lanes.rebind.refusal", k.refusal))
 	}
 	if k.lane != noLane {
 		kv = append(kv, attribute.Int("lanes.lane.id", k.lane))

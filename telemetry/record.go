@@ -229,6 +229,7 @@ func (t *Recorder) submission(s Submission, n int) {
 		}
 		span.AddEvent("lanes."+ev.Kind, trace.WithTimestamp(at), trace.WithAttributes(ea...))
 	}
+	t.preparation(ctx, &s)
 	t.stages(ctx, &s)
 	t.children(ctx, &s)
 	span.End(trace.WithTimestamp(s.End))
@@ -249,6 +250,15 @@ func (t *Recorder) count(s *Submission, out string, replayed, eager, n int) {
 	t.m.eager.Add(ctx, int64(eager), byLane.add...)
 	for _, ev := range s.Receipt.Attribution.Events {
 		t.m.cacheEvents.Add(ctx, 1, t.attrs(attrKey{event: ev.Kind, lane: s.Lane}).add...)
+		switch ev.Kind {
+		case "updated":
+			t.m.graphUpdates.Add(ctx, 1, t.attrs(attrKey{how: ev.Reason, lane: s.Lane}).add...)
+		case "rebind_refused":
+			t.m.rebindRefusals.Add(ctx, 1, t.attrs(attrKey{refusal: ev.Reason, lane: s.Lane}).add...)
+		}
+	}
+	for _, tm := range s.Receipt.Attribution.Preparation {
+		t.m.prepareTime.Record(ctx, tm.Took.Seconds(), t.attrs(attrKey{stage: tm.Stage.String(), lane: s.Lane}).record...)
 	}
 	t.m.fenceLatency.Record(ctx, s.End.Sub(s.Start).Seconds(), t.attrs(attrKey{tenant: tenant, lane: s.Lane}).record...)
 	if d := s.Receipt.DeviceTime; d > 0 {
@@ -354,4 +364,22 @@ func (t *Recorder) quarantined(q Quarantine) {
 	sp.SetStatus(codes.Error, reason)
 	sp.End(trace.WithTimestamp(q.At))
 	t.pipe.commit("", true)
+}
+
+// preparation records each capture, instantiation, upload, update and
+// rebind the submission's preparation made as a child span
+// "lanes.prepare" with its stage and node count, laid end to end from
+// when the lane took the batch (the lane times each step, not where it
+// began; they ran one after another, after validation and discovery).
+func (t *Recorder) preparation(ctx context.Context, s *Submission) {
+	at := s.Taken
+	if at.IsZero() {
+		return
+	}
+	for _, tm := range s.Receipt.Attribution.Preparation {
+		_, span := t.tracer.Start(ctx, "lanes.prepare", trace.WithTimestamp(at), trace.WithAttributes(
+			attribute.String("lanes.stage", tm.Stage.String()), attribute.Int("lanes.graph.nodes", tm.Nodes)))
+		at = at.Add(tm.Took)
+		span.End(trace.WithTimestamp(at))
+	}
 }

@@ -92,7 +92,8 @@ func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cach
 		r.T.Fatalf("cachetest: Discover: got err %v, want nil", err)
 	}
 	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
-	rep, err := r.Cache.Prepare(r.Stream, r.Owner, d.Candidates, quiescent, enqueue)
+	enc := cache.Encoder{Enqueue: enqueue, Command: func(i int) cuda.Command { return cmds[i].Cmd }}
+	rep, err := r.Cache.PrepareWith(r.Stream, r.Owner, d.Candidates, quiescent, enc)
 	if err != nil {
 		r.T.Fatalf("cachetest: Prepare: got err %v, want nil", err)
 	}

@@ -165,13 +165,16 @@ func BenchmarkStreams(b *testing.B) {
 	b.ReportMetric(float64(streams*b.N)/b.Elapsed().Seconds(), "steps/s")
 }
 
-// BenchmarkRecapture compares the two ways to replay a segment whose
-// pointers changed: capture + instantiate + upload a new executable, or
-// capture + update a resident one in place (cuGraphExecUpdate). "capture"
-// is the capture alone, the part both share.
+// BenchmarkRecapture compares the ways to replay a segment whose pointers
+// changed: capture + instantiate + upload a new executable; capture +
+// update a resident one in place (cuGraphExecUpdate); or, with no capture,
+// rebind the resident's kernel nodes to the new commands (Exec.Rebind,
+// cuGraphExecKernelNodeSetParams per node). "capture" is the capture
+// alone, the part the first two share. scripts/anchors/recapture_bench.cu
+// does the same through the driver API alone (its set-params is rebind).
 func BenchmarkRecapture(b *testing.B) {
 	for _, k := range []int{64, 256} {
-		for _, mode := range []string{"capture", "instantiate", "update"} {
+		for _, mode := range []string{"capture", "instantiate", "update", "rebind"} {
 			b.Run(fmt.Sprintf("%s/K=%d", mode, k), func(b *testing.B) {
 				dev := bindOpen(b)
 				rigs := [2]*stepRig{newStepRig(b, dev, k), newStepRig(b, dev, k)}
@@ -192,8 +195,20 @@ func BenchmarkRecapture(b *testing.B) {
 					}
 					return g
 				}
+				cmds := [2][]cuda.Command{}
+				for i, r := range rigs {
+					for range k {
+						cmds[i] = append(cmds[i], r.inc)
+					}
+				}
 				b.ResetTimer()
 				for i := range b.N {
+					if mode == "rebind" {
+						if err := exec.Rebind(cmds[i%2]); err != nil {
+							b.Fatalf("Rebind: got err %v, want nil", err)
+						}
+						continue
+					}
 					g := capture(rigs[i%2])
 					switch mode {
 					case "instantiate":
@@ -233,5 +248,46 @@ func BenchmarkRecapture(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkGraphMemory instantiates and uploads executables of K tiny
+// kernels and reports what each is charged (Exec.DeviceBytes: the fit,
+// scaled to what the device measured around every instantiation and
+// upload) beside what the device's free memory fell by, per executable.
+func BenchmarkGraphMemory(b *testing.B) {
+	for _, k := range []int{16, 64, 256} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			dev := bindOpen(b)
+			r := newStepRig(b, dev, k)
+			var execs []cuda.Exec
+			var charged int64
+			b.ResetTimer()
+			for range b.N {
+				if err := r.s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+					b.Fatalf("BeginCapture: got err %v, want nil", err)
+				}
+				r.eager(b)
+				g, err := r.s.EndCapture()
+				if err != nil {
+					b.Fatalf("EndCapture: got err %v, want nil", err)
+				}
+				x, err := g.Instantiate()
+				if err != nil {
+					b.Fatalf("Instantiate: got err %v, want nil", err)
+				}
+				if err := x.Upload(r.s); err != nil {
+					b.Fatalf("Upload: got err %v, want nil", err)
+				}
+				_ = g.Destroy()
+				execs = append(execs, x)
+			}
+			b.StopTimer()
+			for _, x := range execs {
+				charged += x.DeviceBytes()
+				_ = x.Destroy()
+			}
+			b.ReportMetric(float64(charged)/float64(b.N), "charged-B/exec")
+		})
 	}
 }

@@ -268,6 +268,7 @@ type (
 	cFunction  = C.CUfunction
 	cGraph     = C.CUgraph
 	cGraphExec = C.CUgraphExec
+	cGraphNode = C.CUgraphNode
 	cDevPtr    = C.CUdeviceptr
 	cResult    = C.CUresult
 )

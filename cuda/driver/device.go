@@ -59,6 +59,8 @@ type Device struct {
 	// cuMemFree's wait covers every enqueue that found the buffer live.
 	frees backend.FreeFence
 
+	graphMem graphMemory // the device memory executables take (Exec.DeviceBytes)
+
 	mu       sync.RWMutex // the tables below; hot paths only read
 	buffers  backend.Table[*allocation]
 	nextBuf  uint64

@@ -56,14 +56,24 @@ func (ps *pinSet) release() {
 	ps.spans = nil
 }
 
-// graph is a captured CUgraph.
+// graph is a captured CUgraph. Its executables keep the CUgraph alive
+// (refs) after Destroy: Rebind names their nodes by the graph's.
 type graph struct {
 	dev       *Device
 	g         cGraph
 	nodes     int
 	pins      *pinSet
 	handles   backend.Handles // the buffers its nodes name
+	refs      atomic.Int32    // Destroy's and each executable's
 	destroyed atomic.Bool
+}
+
+// release drops one reference; the last destroys the CUgraph.
+func (g *graph) release() cResult {
+	if g.refs.Add(-1) > 0 {
+		return 0
+	}
+	return destroyGraph(g.dev.ctx, g.g)
 }
 
 var _ cuda.Graph = (*graph)(nil)
@@ -79,11 +89,17 @@ func (g *graph) Instantiate() (cuda.Exec, error) {
 	if err := g.dev.live(op); err != nil {
 		return nil, err
 	}
-	x, r := instantiate(g.dev.ctx, g.g)
+	var x cGraphExec
+	r := g.dev.graphMem.measure(g.dev.ctx, g.nodes, func() cResult {
+		var r cResult
+		x, r = instantiate(g.dev.ctx, g.g)
+		return r
+	})
 	if err := g.dev.check(op, r, "cuGraphInstantiateWithFlags"); err != nil {
 		return nil, err
 	}
-	return &exec{dev: g.dev, x: x, nodes: g.nodes, pins: g.pins.retain(), handles: g.handles}, nil
+	g.refs.Add(1)
+	return &exec{dev: g.dev, x: x, nodes: g.nodes, pins: g.pins.retain(), handles: g.handles, origin: g}, nil
 }
 
 // Destroy releases the graph; executables made from it stay valid.
@@ -93,7 +109,7 @@ func (g *graph) Destroy() error {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "the graph was already destroyed")
 	}
 	g.pins.release()
-	return g.dev.check(op, destroyGraph(g.dev.ctx, g.g), "cuGraphDestroy")
+	return g.dev.check(op, g.release(), "cuGraphDestroy")
 }
 
 // exec is an instantiated CUgraphExec.
@@ -105,6 +121,11 @@ type exec struct {
 	handles   backend.Handles // the buffers its graph names
 	checked   atomic.Uint64   // the device's free epoch when they were last found live, plus one
 	destroyed atomic.Bool
+
+	origin       *graph        // the graph it was instantiated from, kept for Rebind
+	chain        []cGraphNode  // origin's kernel nodes in capture order (walkChain)
+	chainRefusal error         // why origin has no such chain
+	scratch      rebindScratch // Rebind's, reused
 }
 
 var _ cuda.Exec = (*exec)(nil)
@@ -124,7 +145,8 @@ func (x *exec) Upload(st cuda.Stream) error {
 	if err := s.live(op); err != nil {
 		return err
 	}
-	return x.dev.check(op, graphUpload(x.dev.ctx, x.x, s.s), "cuGraphUpload")
+	r := x.dev.graphMem.measure(x.dev.ctx, -1, func() cResult { return graphUpload(x.dev.ctx, x.x, s.s) })
+	return x.dev.check(op, r, "cuGraphUpload")
 }
 
 // updateResults names CUgraphExecUpdateResult values.
@@ -172,6 +194,9 @@ func (x *exec) Destroy() error {
 	}
 	err := x.dev.check(op, destroyExec(x.dev.ctx, x.x), "cuGraphExecDestroy")
 	x.pins.release()
+	if r := x.origin.release(); err == nil {
+		err = x.dev.check(op, r, "cuGraphDestroy")
+	}
 	return err
 }
 

@@ -367,7 +367,9 @@ func (s *stream) EndCapture() (cuda.Graph, error) {
 		pins.release()
 		return nil, err
 	}
-	return &graph{dev: s.dev, g: g, nodes: n, pins: pins.retain(), handles: handles}, nil
+	gr := &graph{dev: s.dev, g: g, nodes: n, pins: pins.retain(), handles: handles}
+	gr.refs.Store(1)
+	return gr, nil
 }
 
 // Capture reports the capture status (cuStreamIsCapturing).

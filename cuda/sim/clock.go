@@ -4,6 +4,8 @@
 package sim
 
 import (
+	"github.com/lanesched/lanes/cuda/internal/backend"
+
 	"math"
 	"runtime"
 	"sync"
@@ -144,10 +146,15 @@ type CostModel struct {
 	TransferDevice    time.Duration // device time of a small copy or memset
 	InstantiateNode   time.Duration // host time per node of cuGraphInstantiate
 	UpdateNode        time.Duration // host time per node of cuGraphExecUpdate
+	RebindNode        time.Duration // host time per node of cuGraphExecKernelNodeSetParams
 	UploadNode        time.Duration // device time per node of cuGraphUpload
 	MemoryBandwidth   float64       // device memory bytes per second for kernels, copies, memsets
 	HostBandwidth     float64       // host-to-device bytes per second for uploads
 	StreamParallelism float64       // how many busy streams the device runs at full speed
+	// ExecBytesBase and ExecBytesPerNode are the device memory an
+	// instantiated, uploaded executable holds: a base and so much per node
+	// (Exec.DeviceBytes).
+	ExecBytesBase, ExecBytesPerNode int64
 }
 
 // DefaultCost returns the costs measured on an H200 with the raw driver API
@@ -165,12 +172,25 @@ func DefaultCost() CostModel {
 		TransferDevice:    1200 * time.Nanosecond,
 		InstantiateNode:   1000 * time.Nanosecond,
 		UpdateNode:        200 * time.Nanosecond,
+		RebindNode:        300 * time.Nanosecond,
 		UploadNode:        100 * time.Nanosecond,
 		MemoryBandwidth:   3.0e12,
 		HostBandwidth:     25e9,
 		StreamParallelism: 5,
+		ExecBytesBase:     DefaultExecBytesBase,
+		ExecBytesPerNode:  DefaultExecBytesPerNode,
 	}
 }
+
+// The device memory of an executable as measured on the GPU
+// (cuMemGetInfo around cuGraphInstantiate and cuGraphUpload of graphs of K
+// tiny kernels on an H100, driver 580: scripts/anchors/graph_memory.cu,
+// docs/measurements/2026-12-05-graph-memory.txt): a base of about 100 KiB
+// and 2.5 KiB a node.
+const (
+	DefaultExecBytesBase    = backend.ExecBytesBase
+	DefaultExecBytesPerNode = backend.ExecBytesPerNode
+)
 
 // withDefaults fills the zero fields from DefaultCost.
 func (c CostModel) withDefaults() CostModel {
@@ -189,12 +209,16 @@ func (c CostModel) withDefaults() CostModel {
 	fill(&c.TransferDevice, d.TransferDevice)
 	fill(&c.InstantiateNode, d.InstantiateNode)
 	fill(&c.UpdateNode, d.UpdateNode)
+	fill(&c.RebindNode, d.RebindNode)
 	fill(&c.UploadNode, d.UploadNode)
 	if c.MemoryBandwidth <= 0 {
 		c.MemoryBandwidth = d.MemoryBandwidth
 	}
 	if c.HostBandwidth <= 0 {
 		c.HostBandwidth = d.HostBandwidth
+	}
+	if c.ExecBytesBase <= 0 && c.ExecBytesPerNode <= 0 {
+		c.ExecBytesBase, c.ExecBytesPerNode = d.ExecBytesBase, d.ExecBytesPerNode
 	}
 	if c.StreamParallelism < 1 {
 		c.StreamParallelism = d.StreamParallelism

@@ -39,6 +39,29 @@ type CacheStats struct {
 	Captures   uint64 `json:"captures"`
 	Rejections uint64 `json:"rejections"`
 	Evictions  uint64 `json:"evictions"`
+	// Updates are in-place updates of a resident for a miss of its shape,
+	// ByParameters those made without a capture (cuda.Exec.Rebind).
+	Updates      uint64 `json:"updates"`
+	ByParameters uint64 `json:"updates_by_parameters"`
+	// Executables are resident at the end; DeviceBytes the device memory
+	// the executables hold then (cuda.Exec.DeviceBytes).
+	Executables int   `json:"executables"`
+	DeviceBytes int64 `json:"device_bytes"`
+	// Warmed are executables rebuilt lanes captured again before traffic.
+	Warmed uint64 `json:"warmed"`
+}
+
+// add adds o's figures to c.
+func (c *CacheStats) add(o CacheStats) {
+	c.Hits += o.Hits
+	c.Captures += o.Captures
+	c.Rejections += o.Rejections
+	c.Evictions += o.Evictions
+	c.Updates += o.Updates
+	c.ByParameters += o.ByParameters
+	c.Executables += o.Executables
+	c.DeviceBytes += o.DeviceBytes
+	c.Warmed += o.Warmed
 }
 
 // LaneReport is one lane's part of the run. Steps counts every submission
@@ -150,7 +173,9 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 		lr := LaneReport{Lane: st.ID, Device: st.Device, Health: st.Health.String(), Submissions: l.subs,
 			StepsPerSec: float64(l.measured) / secs, Latency: latency(l.hist), Replayed: l.replayed, Eager: l.eager,
 			Cache: CacheStats{Hits: st.Counters.Hits, Captures: st.Counters.Captured,
-				Rejections: st.Counters.CaptureRejections + st.Counters.CachedRejections, Evictions: st.Counters.Evictions},
+				Rejections: st.Counters.CaptureRejections + st.Counters.CachedRejections, Evictions: st.Counters.Evictions,
+				Updates: st.Counters.Updated, ByParameters: st.Counters.Rebound, Executables: st.Counters.Executables,
+				DeviceBytes: st.Counters.ExecutableDeviceBytes, Warmed: st.Counters.Warmed},
 			Succeeded: l.ok, Indeterminate: l.indeterminate, Failed: l.failed, Recoveries: st.Recoveries}
 		r.Recoveries += st.Recoveries
 		if st.Cause != nil {
@@ -164,10 +189,7 @@ func (a *aggregate) report(cfg Config, status []actors.LaneStatus, devs []cuda.D
 		r.Failed += l.failed
 		r.ReplayedCommands += l.replayed
 		r.EagerCommands += l.eager
-		r.Cache.Hits += lr.Cache.Hits
-		r.Cache.Captures += lr.Cache.Captures
-		r.Cache.Rejections += lr.Cache.Rejections
-		r.Cache.Evictions += lr.Cache.Evictions
+		r.Cache.add(lr.Cache)
 		r.PerLane = append(r.PerLane, lr)
 	}
 	if u := a.lanes[len(a.lanes)-1]; u.subs > 0 {
@@ -304,6 +326,13 @@ func (r *Report) WriteTable(w io.Writer) {
 		r.ReplayedCommands, r.EagerCommands, r.Cache, r.Failed+r.Indeterminate)
 	tw.Flush()
 	r.writeTenants(w)
+	if c := r.Cache; c.Executables > 0 || c.Updates > 0 {
+		fmt.Fprintf(w, "\nexecutables: %d resident holding %.1f MiB of device memory; %d updated in place (%d by parameters, no capture)",
+			c.Executables, float64(c.DeviceBytes)/(1<<20), c.Updates, c.ByParameters)
+		if c.Warmed > 0 {
+			fmt.Fprintf(w, "; %d captured again by rebuilt lanes before traffic", c.Warmed)
+		}
+	}
 	fmt.Fprintf(w, "\nreplay share %.1f%% of commands", 100*r.ReplayShare)
 	if len(r.Gaps) > 0 {
 		fmt.Fprintf(w, "; compute run eagerly, by reason: %s", counts(r.Gaps))

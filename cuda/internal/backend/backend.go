@@ -314,3 +314,17 @@ func UnwrapStream(s cuda.Stream) cuda.Stream {
 		s = w.Unwrap()
 	}
 }
+
+// The device memory of an instantiated, uploaded executable of n tiny
+// kernel nodes, fitted to cuMemGetInfo around cuGraphInstantiate and
+// cuGraphUpload on an H100 with driver 580 (scripts/anchors/graph_memory.cu,
+// docs/measurements/2026-12-05-graph-memory.txt): about 100 KiB and 2.5 KiB
+// a node (K=1: 113 KiB, 16: 143 KiB, 64: 256 KiB, 256: 748 KiB, 1024:
+// 2.6 MiB, within 4% of the fit).
+const (
+	ExecBytesBase    = 100 << 10
+	ExecBytesPerNode = 2560
+)
+
+// ExecBytes is the fitted device memory of an executable of n nodes.
+func ExecBytes(n int) int64 { return ExecBytesBase + int64(n)*ExecBytesPerNode }

@@ -1,0 +1,71 @@
+// In-place parameter updates of the simulated device's executables, and
+// the device memory an executable holds.
+
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/internal/backend"
+)
+
+// Rebind gives the executable's kernel nodes cmds' parameters, as
+// cuGraphExecKernelNodeSetParams on each node: one kernel launch per node,
+// in capture order, each validated as Enqueue validates it. A
+// FaultUpdateReject rule refuses it as the device would.
+func (x *exec) Rebind(cmds []cuda.Command) error {
+	const op = "graph exec rebind"
+	if x.destroyed.Load() {
+		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
+	}
+	d := x.dev
+	if err := d.check(op); err != nil {
+		return err
+	}
+	if len(cmds) != len(x.nodes) {
+		return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeCount, Node: -1,
+			Detail: fmt.Sprintf("%d commands for an executable of %d nodes", len(cmds), len(x.nodes))}
+	}
+	for i, cmd := range cmds {
+		if cmd.Kind != cuda.KindLaunch || x.nodes[i].cmd.Kind != cuda.KindLaunch {
+			return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
+				Detail: fmt.Sprintf("a %v for a %v node; only kernel nodes take new parameters in place", cmd.Kind, x.nodes[i].cmd.Kind)}
+		}
+	}
+	ns := make([]node, len(cmds))
+	for i, cmd := range cmds {
+		err := backend.ValidateEnqueue(op, cmd, kernelView{d.kernels()}, func(b cuda.Buffer) error {
+			_, err := d.lookup(op, b)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		ns[i] = node{cmd: frozen(cmd)}
+	}
+	d.mu.Lock()
+	refused := d.fire(FaultUpdateReject, nodeKernels(ns))
+	d.mu.Unlock()
+	if refused {
+		return &cuda.RebindRefusedError{Refusal: cuda.RebindDeviceRefused, Node: 0, Detail: "injected update refusal"}
+	}
+	d.clock.spin(time.Duration(len(ns)) * d.cost.RebindNode)
+	x.setNodes(ns)
+	return nil
+}
+
+// DeviceBytes is the cost model's device memory for an executable of its
+// node count (CostModel.ExecBytes).
+func (x *exec) DeviceBytes() int64 { return x.dev.cost.execBytes(len(x.nodes)) }
+
+// execBytes is the device memory of an instantiated and uploaded
+// executable of n nodes; a cost model without the figures (the zero-cost
+// clock, which costs no time) holds the measured ones: memory is not time.
+func (c CostModel) execBytes(n int) int64 {
+	if c.ExecBytesBase <= 0 && c.ExecBytesPerNode <= 0 {
+		return backend.ExecBytes(n)
+	}
+	return c.ExecBytesBase + int64(n)*c.ExecBytesPerNode
+}
