@@ -31,6 +31,7 @@ var typedErrors = []struct {
 		return e
 	}(), cuda.CodeInvalidValue, false},
 	{"cache.ReplayError", &cache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: cuda.DriverError("instantiate", cuda.CodeOutOfMemory, "")}, cuda.CodeOutOfMemory, false},
+	{"cuda.RebindRefusedError", &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: 2, Detail: "a memset node"}, cuda.CodeGraphExecUpdateFailure, false},
 	{"lanes.Error", lanes.Wrap("submit", true, actors.ErrOverloaded), cuda.CodeOverloaded, true},
 	{"actors.BatchTooLargeError", &actors.BatchTooLargeError{Entries: 2000, MaxEntries: 1024}, cuda.CodeBatchTooLarge, true},
 	{"actors.SuspendedError", &actors.SuspendedError{Tenant: "t", Faults: 9}, cuda.CodeTenantSuspended, true},
