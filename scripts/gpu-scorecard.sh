@@ -32,7 +32,10 @@
 #              output-cache replays beside a plain pinned copy of the same
 #              bytes.
 #   recapture  BenchmarkRecapture beside scripts/anchors/recapture_bench.cu,
-#              the same recapture written on the driver API alone.
+#              the same recapture written on the driver API alone (its
+#              set-params is our rebind); BenchmarkGraphMemory beside
+#              scripts/anchors/graph_memory.cu (a process per K); and
+#              BenchmarkWarmRebuild (time to first replay, cold and warm).
 #   multi      lanedemo on every GPU against one GPU (two or more GPUs).
 #   hosts      a lane host per GPU (lanedemo --host-per-gpu) against the same
 #              loop in one process (--in-process), through the same-host data
@@ -67,7 +70,8 @@ cp "$anchors"/k.cu "$anchors"/launch_bench.cu "$anchors"/serve_bench.cu "$anchor
   nvcc -O2 -arch=sm_90 -o launch_bench launch_bench.cu -lcuda &&
   nvcc -O2 -arch=sm_90 -o serve_bench serve_bench.cu -lcuda &&
   nvcc -O2 -arch=sm_90 -o serve_fused serve_fused.cu -lcuda &&
-  nvcc -O2 -arch=sm_90 -o recapture_bench recapture_bench.cu -lcuda) || exit 1
+  nvcc -O2 -arch=sm_90 -o recapture_bench recapture_bench.cu -lcuda &&
+  nvcc -O2 -arch=sm_90 -o graph_memory graph_memory.cu -lcuda) || exit 1
 # lanedemo serving serve_fused's own kernels: k.ptx's inc, 16 per step on a
 # 256-int accumulator, a 512-byte input and a 1 KiB readout (--kernels-from).
 mkdir -p "$work/inc" && cp "$work/k.ptx" "$here/anchors/inc/lanedemo.json" "$work/inc/"
@@ -104,8 +108,9 @@ if want staged; then
   "$bin/driver.test" -test.run '^$' -test.bench 'StagedReplay' -test.benchtime 300x > "$out/staged.txt" 2>&1
 fi
 if want recapture; then
-  "$bin/driver.test" -test.run '^$' -test.bench 'Recapture' -test.benchtime 300x > "$out/recapture.txt" 2>&1
+  "$bin/driver.test" -test.run '^$' -test.bench 'Recapture|GraphMemory|WarmRebuild' -test.benchtime 300x > "$out/recapture.txt" 2>&1
   (cd "$work" && ./recapture_bench 64 300 && ./recapture_bench 256 300) > "$out/recapture-cpp.txt" 2>&1
+  (cd "$work" && for K in 16 64 256; do ./graph_memory $K 400; done) > "$out/graph-memory-cpp.txt" 2>&1
 fi
 if want multi && [ "$gpus" -ge 2 ]; then
   # Three rounds, interleaved: one GPU; every GPU from one process; and a

@@ -83,7 +83,6 @@ static CUresult lanes_mem_info(CUcontext ctx, size_t *free_, size_t *total) {
 import "C"
 
 import (
-	"fmt"
 	"sync"
 	"unsafe"
 
@@ -114,15 +113,8 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 	if err := d.live(op); err != nil {
 		return err
 	}
-	if len(cmds) != x.nodes {
-		return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeCount, Node: -1,
-			Detail: fmt.Sprintf("%d commands for an executable of %d nodes", len(cmds), x.nodes)}
-	}
-	for i := range cmds {
-		if cmds[i].Kind != cuda.KindLaunch {
-			return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
-				Detail: fmt.Sprintf("a %v; only kernel nodes take new parameters in place", cmds[i].Kind)}
-		}
+	if err := backend.CheckRebind(cmds, x.nodes); err != nil {
+		return err
 	}
 	if err := x.walkChain(); err != nil {
 		return err

@@ -24,14 +24,13 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 	if err := d.check(op); err != nil {
 		return err
 	}
-	if len(cmds) != len(x.nodes) {
-		return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeCount, Node: -1,
-			Detail: fmt.Sprintf("%d commands for an executable of %d nodes", len(cmds), len(x.nodes))}
+	if err := backend.CheckRebind(cmds, len(x.nodes)); err != nil {
+		return err
 	}
-	for i, cmd := range cmds {
-		if cmd.Kind != cuda.KindLaunch || x.nodes[i].cmd.Kind != cuda.KindLaunch {
+	for i := range x.nodes {
+		if x.nodes[i].cmd.Kind != cuda.KindLaunch {
 			return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
-				Detail: fmt.Sprintf("a %v for a %v node; only kernel nodes take new parameters in place", cmd.Kind, x.nodes[i].cmd.Kind)}
+				Detail: fmt.Sprintf("the node is a %v; only kernel nodes take new parameters in place", x.nodes[i].cmd.Kind)}
 		}
 	}
 	ns := make([]node, len(cmds))

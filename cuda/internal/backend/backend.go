@@ -328,3 +328,20 @@ const (
 
 // ExecBytes is the fitted device memory of an executable of n nodes.
 func ExecBytes(n int) int64 { return ExecBytesBase + int64(n)*ExecBytesPerNode }
+
+// CheckRebind refuses an in-place parameter update (Exec.Rebind) whose
+// commands cannot be one kernel launch per node of an executable of n
+// nodes: a *cuda.RebindRefusedError saying why.
+func CheckRebind(cmds []cuda.Command, n int) error {
+	if len(cmds) != n {
+		return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeCount, Node: -1,
+			Detail: fmt.Sprintf("%d commands for an executable of %d nodes", len(cmds), n)}
+	}
+	for i := range cmds {
+		if cmds[i].Kind != cuda.KindLaunch {
+			return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
+				Detail: fmt.Sprintf("a %v; only kernel nodes take new parameters in place", cmds[i].Kind)}
+		}
+	}
+	return nil
+}
