@@ -94,7 +94,7 @@ type Config struct {
 	// CacheDeviceBytes bounds each lane's executable cache by the device
 	// memory its executables hold (cuda.Exec.DeviceBytes), with the same
 	// equal shares per tenant as CacheCapacity and CacheBytes. Default
-	// 256 MiB; LaneStatus.Counters.ExecutableDeviceBytes and
+	// (0 or negative) 256 MiB; LaneStatus.Counters.ExecutableDeviceBytes and
 	// LaneStatus.TenantDeviceBytes report it.
 	CacheDeviceBytes int64
 	// WarmRebuild bounds the time a lane rebuilt after a hang spends

@@ -29,6 +29,7 @@ type Cache struct {
 	devRetire int64 // device bytes the retired executables hold
 	perNode   int64 // the most device bytes per node an executable of this cache held: the estimate for a miss
 	now       func() time.Duration
+	sizer     func(nodes int) int64 // the device's charge for an executable (SetSizer)
 	entries   map[SegmentKey]*Executable
 	rejected  map[SegmentKey]uint64
 	retired   []*Executable

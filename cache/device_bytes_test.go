@@ -168,3 +168,34 @@ func TestRebindRefusals(t *testing.T) {
 		t.Fatalf("got updates %+v, want one by graph after the refusal", rep.Updates)
 	}
 }
+
+// TestDeviceBoundFullUpdatesInPlace: a cache full by its device-byte bound
+// (not its count) meeting a miss of a resident's shape updates it in place,
+// as a cache full by count does; with the device's own figure (SetSizer) a
+// segment that fits is admitted beside a smaller one (found from outside:
+// bytes per node of a one-node executable made every larger one look too
+// big, and the device bound never updated in place).
+func TestDeviceBoundFullUpdatesInPlace(t *testing.T) {
+	r := cachetest.New(t, 8)
+	if _, err := r.Cache.Configure(64); err != nil {
+		t.Fatalf("Configure(64): got err %v, want nil", err)
+	}
+	r.Cache.SetSizer(r.Dev.ExecBytes)
+	r.Cache.LimitDeviceBytes(2 * twoNodes)
+	r.Run(r.Segment(0, 1), true)
+	r.Run(r.Segment(2, 3), true)
+	_, rep := r.Run(r.Segment(4, 5), true)
+	if rep.Updated != 1 || len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByParameters {
+		t.Fatalf("a miss of a resident's shape in a cache full by device bytes: got %+v, want one update by parameters", rep)
+	}
+	r = cachetest.New(t, 8)
+	if _, err := r.Cache.Configure(64); err != nil {
+		t.Fatalf("Configure(64): got err %v, want nil", err)
+	}
+	r.Cache.SetSizer(r.Dev.ExecBytes)
+	r.Cache.LimitDeviceBytes(1 << 20)
+	r.Run(r.Segment(0), true)
+	if _, rep := r.Run(r.Segment(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7), true); rep.Captured != 1 {
+		t.Fatalf("a 16-node segment that fits beside a 1-node one: got %+v, want it captured", rep)
+	}
+}

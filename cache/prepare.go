@@ -139,7 +139,11 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 	c := p.c
 	for _, k := range admitted {
 		cand := p.cands[indexOf(p.cands, k)]
-		full := len(c.entries)+len(p.order) >= c.prep.capacity
+		// Full by count, or by a byte bound this miss would cross: an
+		// update in place changes neither.
+		full := len(c.entries)+len(p.order) >= c.prep.capacity ||
+			c.byteLimit > 0 && c.resident+p.adding+cand.Bytes > c.byteLimit ||
+			c.devLimit > 0 && c.devBytes+p.addingD+c.estimate(cand.Len()) > c.devLimit
 		var recipe []cuda.Command
 		if enc.Command != nil {
 			recipe = make([]cuda.Command, 0, cand.Len())
@@ -396,6 +400,22 @@ func (c *Cache) timed(r *PrepareReport, stage Stage, nodes int, t time.Duration)
 	}
 	r.Timings = append(r.Timings, Timing{Stage: stage, Nodes: nodes, Took: c.now() - t})
 }
+
+// estimate is the device bytes a miss of n nodes is expected to cost:
+// the device's own figure when it gives one (SetSizer), else n times the
+// most bytes per node an executable of this cache held.
+func (c *Cache) estimate(n int) int64 {
+	if c.sizer != nil {
+		return c.sizer(n)
+	}
+	return int64(n) * c.perNode
+}
+
+// SetSizer gives the cache what its device charges an executable of n
+// nodes (cuda.Exec.DeviceBytes), for admitting misses against the
+// device-byte bound; nil: the cache learns a figure per node from what it
+// instantiated, which overestimates small segments' neighbours.
+func (c *Cache) SetSizer(bytes func(nodes int) int64) { c.sizer = bytes }
 
 // learn keeps the most device bytes per node an executable of this cache
 // held, the estimate a miss is admitted on.

@@ -125,7 +125,7 @@ func (c *Cache) admit(misses []SegmentKey, cands []Candidate, evictable []Segmen
 	}
 	for _, k := range misses {
 		cand := cands[indexOf(cands, k)]
-		need, needDev := cand.Bytes, int64(cand.Len())*c.perNode
+		need, needDev := cand.Bytes, c.estimate(cand.Len())
 		if rooms < 1 || c.byteLimit > 0 && need > bytes || c.devLimit > 0 && needDev > dev {
 			continue // capacity deferred
 		}

@@ -114,7 +114,7 @@ func (c *Cache) Warm(s cuda.Stream, recipes []Recipe, enqueue func(cuda.Command)
 			continue
 		}
 		if len(c.entries) >= c.prep.capacity || c.byteLimit > 0 && c.resident+rc.Bytes > c.byteLimit ||
-			c.devLimit > 0 && c.devBytes+int64(len(rc.Commands))*c.perNode > c.devLimit {
+			c.devLimit > 0 && c.devBytes+c.estimate(len(rc.Commands)) > c.devLimit {
 			r.Skipped = append(r.Skipped, Skipped{Key: rc.Key, Owner: rc.Owner, Reason: WarmNoRoom})
 			continue
 		}

@@ -201,6 +201,9 @@ func New(cfg Config) (*Lane, error) {
 	c.LimitBytes(cfg.CacheBytes)
 	c.LimitDeviceBytes(cfg.CacheDeviceBytes)
 	c.SetClock(cfg.Now)
+	if sizer, ok := cfg.Device.(interface{ ExecBytes(nodes int) int64 }); ok {
+		c.SetSizer(sizer.ExecBytes)
+	}
 	l := &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: programs.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
 		stages: cfg.Sections, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)},
 		configured: cfg.Libraries, onWorkspace: cfg.OnWorkspace}

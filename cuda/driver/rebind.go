@@ -259,4 +259,15 @@ func (m *graphMemory) bytes(n int) int64 {
 
 // DeviceBytes is what the executable is charged (graphMemory): the fit
 // for its node count, scaled to what this device measured.
-func (x *exec) DeviceBytes() int64 { return x.dev.graphMem.bytes(x.nodes) }
+// A destroyed executable holds nothing.
+func (x *exec) DeviceBytes() int64 {
+	if x.destroyed.Load() {
+		return 0
+	}
+	return x.dev.graphMem.bytes(x.nodes)
+}
+
+// ExecBytes is what an executable of n nodes is charged on this device
+// now (graphMemory): a lane admits misses against its device-byte bound
+// on it.
+func (d *Device) ExecBytes(nodes int) int64 { return d.graphMem.bytes(nodes) }

@@ -30,7 +30,8 @@ const (
 	// FaultHang makes the command never finish; its stream stops there.
 	FaultHang
 	// FaultUpdateReject refuses an executable update
-	// (CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED) that the rules would allow.
+	// (CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED) that the rules would allow,
+	// and an in-place parameter update (Exec.Rebind, as device_refused).
 	FaultUpdateReject
 )
 

@@ -57,7 +57,18 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 
 // DeviceBytes is the cost model's device memory for an executable of its
 // node count (CostModel.ExecBytes).
-func (x *exec) DeviceBytes() int64 { return x.dev.cost.execBytes(len(x.nodes)) }
+// A destroyed executable holds nothing.
+func (x *exec) DeviceBytes() int64 {
+	if x.destroyed.Load() {
+		return 0
+	}
+	return x.dev.cost.execBytes(len(x.nodes))
+}
+
+// ExecBytes is what an executable of n nodes holds on this device (its
+// DeviceBytes once made): a lane admits misses against its device-byte
+// bound on it.
+func (d *Device) ExecBytes(nodes int) int64 { return d.cost.execBytes(nodes) }
 
 // execBytes is the device memory of an instantiated and uploaded
 // executable of n nodes; a cost model without the figures (the zero-cost
