@@ -28,31 +28,23 @@ type Recipe struct {
 // (those prepared through an Encoder with Command), most replayed first
 // (then most recently used).
 func (c *Cache) Recipes() []Recipe {
-	var out []Recipe
-	var used []uint64
+	var kept []*Executable
 	for _, e := range c.entries {
-		if e.recipe == nil {
-			continue
+		if e.recipe != nil {
+			kept = append(kept, e)
 		}
-		out = append(out, Recipe{Key: e.Key, Shape: e.Shape, Scope: e.Scope, Owner: e.Owner, Bytes: e.Bytes, Hits: e.Hits, Commands: e.recipe})
-		used = append(used, e.lastUsed)
 	}
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool {
-		ra, rb := out[idx[a]], out[idx[b]]
-		if ra.Hits != rb.Hits {
-			return ra.Hits > rb.Hits
+	sort.Slice(kept, func(a, b int) bool {
+		if kept[a].Hits != kept[b].Hits {
+			return kept[a].Hits > kept[b].Hits
 		}
-		return used[idx[a]] > used[idx[b]]
+		return kept[a].lastUsed > kept[b].lastUsed
 	})
-	sorted := make([]Recipe, len(out))
-	for i, j := range idx {
-		sorted[i] = out[j]
+	out := make([]Recipe, len(kept))
+	for i, e := range kept {
+		out[i] = Recipe{Key: e.Key, Shape: e.Shape, Scope: e.Scope, Owner: e.Owner, Bytes: e.Bytes, Hits: e.Hits, Commands: e.recipe}
 	}
-	return sorted
+	return out
 }
 
 // WarmSkip is why Warm did not capture a recipe again.
