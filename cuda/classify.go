@@ -60,6 +60,11 @@ const (
 // before any work reached the device.
 const (
 	CodeRuntimeContract Code = -1
+	// CodeUninitializedRead: work read device memory that was never
+	// written (reported by the simulated device under its InitCheck, as
+	// compute-sanitizer's initcheck reports it; a GPU reads whatever the
+	// memory holds). The work ran: a stream's error, not sticky.
+	CodeUninitializedRead Code = -2
 )
 
 // The lane core's codes (package lanes and the cache and programs below it).
@@ -243,6 +248,8 @@ var codes = map[Code]codeInfo{
 	CodeRegistrationRefused: {"registration_refused", BlameNone, false, true},
 	CodeWireUnsupported:     {"wire_unsupported", BlameCaller, false, true},
 	CodeUnauthenticated:     {"unauthenticated", BlameCaller, false, true},
+
+	CodeUninitializedRead: {"uninitialized_read", BlameStream, false, false},
 
 	CodeCanceled:         {"canceled", BlameNone, false, false},
 	CodeDeadlineExceeded: {"deadline_exceeded", BlameNone, false, false},

@@ -81,3 +81,66 @@ func FuzzEnqueue(f *testing.F) {
 		_ = s.Query()
 	})
 }
+
+// BenchmarkInitCheck measures Config.InitCheck, off and on, in the
+// zero-cost mode: the launch path (graph launches of K=8 increments of
+// one element, as BenchmarkLaunch), and a replay-loop step (upload 4 KiB,
+// replay a graph of 8 axpy launches over 1024 floats, read 4 KiB back),
+// with its regions written throughout, and with each launch's x region
+// 4x what is written and read (a kernel that reads a cache up to its
+// position: every launch is probed).
+func BenchmarkInitCheck(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		mode := map[bool]string{false: "off", true: "on"}[on]
+		b.Run("graph/K=8/"+mode, func(b *testing.B) {
+			r := newRig(b, sim.Config{Clock: sim.ClockZeroCost, InitCheck: on})
+			s := r.stream()
+			buf := r.counter(s, 1)
+			x := r.capture(s, buf, 8)
+			b.ResetTimer()
+			for i := range b.N {
+				if err := s.Launch(x); err != nil {
+					b.Fatalf("Launch: got err %v, want nil", err)
+				}
+				if i%64 == 63 {
+					_ = s.Synchronize()
+				}
+			}
+			if err := s.Synchronize(); err != nil {
+				b.Fatalf("Synchronize: got err %v, want nil", err)
+			}
+		})
+		for _, region := range []int{1024, 4096} {
+			name := map[int]string{1024: "step/", 4096: "step-probed/"}[region] + mode
+			b.Run(name, func(b *testing.B) {
+				const n = 1024
+				r := newRig(b, sim.Config{Clock: sim.ClockZeroCost, InitCheck: on, Kernels: testKernels()})
+				s := r.stream()
+				y, x := r.alloc(n, cuda.F32), r.alloc(region, cuda.F32)
+				r.zero(s, y.Whole())
+				in, err := cuda.Upload(r.region(x, 0, n), make([]byte, 4*n))
+				if err != nil {
+					b.Fatalf("cuda.Upload: got err %v, want nil", err)
+				}
+				cmds := make([]cuda.Command, 8)
+				for i := range cmds {
+					cmds[i] = r.axpy(y.Whole(), x.Whole(), n)
+				}
+				_, ex := r.captured(s, cmds...)
+				out := make([]byte, 4*n)
+				b.ResetTimer()
+				for range b.N {
+					if err := s.Enqueue(in); err != nil {
+						b.Fatalf("Enqueue: got err %v, want nil", err)
+					}
+					if err := s.Launch(ex); err != nil {
+						b.Fatalf("Launch: got err %v, want nil", err)
+					}
+					if err := s.Readback(y.Whole(), out); err != nil {
+						b.Fatalf("Readback: got err %v, want nil", err)
+					}
+				}
+			})
+		}
+	}
+}

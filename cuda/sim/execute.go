@@ -56,46 +56,40 @@ func (d *Device) uploadCost(ns []node) time.Duration {
 
 // execute runs the bytes of the nodes, in order; called with execMu held.
 // An access outside an allocation, or to a freed buffer, is CUDA's sticky
-// illegal address.
+// illegal address, and stops the work there. A read of memory never
+// written (Config.InitCheck) is reported, the first of them, once the
+// work ran on: the GPU runs it all.
 func (d *Device) execute(ns []node) error {
+	var report error
 	for _, n := range ns {
-		if err := d.executeCommand(n.cmd); err != nil {
+		err := d.executeCommand(n.cmd)
+		if err == nil {
+			continue
+		}
+		if _, ok := err.(*UninitializedReadError); !ok {
 			return err
 		}
+		if report == nil {
+			report = err
+		}
 	}
-	return nil
+	return report
 }
 
+// executeCommand runs one command's bytes, checked under InitCheck: the
+// one place every command runs, eager or a graph's node.
 func (d *Device) executeCommand(c cuda.Command) error {
+	if d.initCheck {
+		return d.executeChecked(c)
+	}
+	return d.executeBytes(c)
+}
+
+// executeBytes runs one command's bytes.
+func (d *Device) executeBytes(c cuda.Command) error {
 	switch c.Kind {
-	case cuda.KindLaunch:
-		k, ok := d.kernels()[c.Kernel]
-		if !ok {
-			return cuda.DriverError("kernel", cuda.CodeNotFound, "kernel "+c.Kernel+" vanished from the registry")
-		}
-		// The run's memory views and its own copy of the arguments (a body
-		// that writes them changes no replay) reuse the device's scratch:
-		// execMu is held, and a body keeps neither past its return.
-		mem := d.memScratch[:0]
-		for _, a := range c.Args {
-			if a.Kind != cuda.ParamBuffer {
-				continue
-			}
-			m, err := d.regionMemory(a.Region)
-			if err != nil {
-				return err
-			}
-			mem = append(mem, m)
-		}
-		args := append(d.argScratch[:0], c.Args...)
-		d.memScratch, d.argScratch = mem, args
-		err := backend.RunCall("kernel", cuda.CodeLaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, args) })
-		clear(mem) // drop the views: the memory may be freed
-		if errors.Is(err, kernels.ErrIllegalAddress) {
-			return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
-				fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))
-		}
-		return err
+	case cuda.KindLaunch, cuda.KindCall:
+		return d.runCompute(c, d.regionMemory)
 	case cuda.KindUpload:
 		m, err := d.regionMemory(c.Dst)
 		if err == nil {
@@ -138,21 +132,56 @@ func (d *Device) executeCommand(c cuda.Command) error {
 			copy(staging, m[:c.Src.Length])
 		}
 		return err
-	case cuda.KindCall:
-		return d.executeCall(c.LibraryCall)
 	}
 	return cuda.DriverError("execute", cuda.CodeInvalidValue, "unknown command kind")
 }
 
-// executeCall runs a library call's Reference on its regions' bytes. Its
+// runCompute runs a launch's kernel reference, or a library call's, on the
+// memory view gives each of its regions: the device's own (regionMemory),
+// or a scratch copy of it (an InitCheck probe).
+func (d *Device) runCompute(c cuda.Command, view func(cuda.Region) (kernels.Memory, error)) error {
+	if c.Kind == cuda.KindCall {
+		return d.runCall(c.LibraryCall, view)
+	}
+	k, ok := d.kernels()[c.Kernel]
+	if !ok {
+		return cuda.DriverError("kernel", cuda.CodeNotFound, "kernel "+c.Kernel+" vanished from the registry")
+	}
+	// The run's memory views and its own copy of the arguments (a body
+	// that writes them changes no replay) reuse the device's scratch:
+	// execMu is held, and a body keeps neither past its return.
+	mem := d.memScratch[:0]
+	for _, a := range c.Args {
+		if a.Kind != cuda.ParamBuffer {
+			continue
+		}
+		m, err := view(a.Region)
+		if err != nil {
+			clear(mem)
+			return err
+		}
+		mem = append(mem, m)
+	}
+	args := append(d.argScratch[:0], c.Args...)
+	d.memScratch, d.argScratch = mem, args
+	err := backend.RunCall("kernel", cuda.CodeLaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, args) })
+	clear(mem) // drop the views: the memory may be freed
+	if errors.Is(err, kernels.ErrIllegalAddress) {
+		return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
+			fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))
+	}
+	return err
+}
+
+// runCall runs a library call's Reference on its regions' bytes. Its
 // failure is the work failing on the device, as a faulting kernel's is:
 // an access outside an allocation is the sticky illegal address, any other
 // error or a panic a launch failure (sticky too: CUDA cannot tell what the
 // failed work left behind).
-func (d *Device) executeCall(lc *cuda.LibraryCall) error {
+func (d *Device) runCall(lc *cuda.LibraryCall, view func(cuda.Region) (kernels.Memory, error)) error {
 	mem := make([][]byte, len(lc.Regions))
 	for i, t := range lc.Regions {
-		m, err := d.regionMemory(t.Region)
+		m, err := view(t.Region)
 		if err != nil {
 			return err
 		}

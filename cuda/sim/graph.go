@@ -26,7 +26,9 @@ var _ cuda.Event = (*event)(nil)
 func (e *event) stale(op string) error { return backend.CheckEvent(op, e.released.Load()) }
 
 // Query reports the event's state. A poisoned device answers every query
-// with its sticky error, as CUDA does, whether or not the work had finished.
+// with its sticky error, as CUDA does, whether or not the work had finished;
+// an event reached after work its stream failed (Config.InitCheck) answers
+// with that error until a Synchronize or Readback of the stream reported it.
 func (e *event) Query() cuda.FenceQuery {
 	if err := e.stale("event query"); err != nil {
 		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
@@ -45,10 +47,13 @@ func (e *event) Query() cuda.FenceQuery {
 	e.s.mu.Lock()
 	done := e.s.doneSeq >= e.seq
 	e.s.mu.Unlock()
-	if done {
-		return cuda.FenceQuery{State: cuda.FenceComplete}
+	if !done {
+		return cuda.FenceQuery{State: cuda.FencePending}
 	}
-	return cuda.FenceQuery{State: cuda.FencePending}
+	if err := e.s.failedBy(e.seq, false); err != nil {
+		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+	}
+	return cuda.FenceQuery{State: cuda.FenceComplete}
 }
 
 // Synchronize blocks until the event completes.
@@ -57,7 +62,10 @@ func (e *event) Synchronize() error {
 	if err := e.stale(op); err != nil {
 		return err
 	}
-	return e.s.waitSeq(op, e.seq, e.at)
+	if err := e.s.waitSeq(op, e.seq, e.at); err != nil {
+		return err
+	}
+	return e.s.failedBy(e.seq, false)
 }
 
 // Elapsed is the device time from start to e.

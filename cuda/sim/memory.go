@@ -14,12 +14,20 @@ import (
 type allocation struct {
 	buf   cuda.Buffer
 	bytes []byte
+	// written is what was written since Alloc, tracked only under
+	// Config.InitCheck (execMu guards it).
+	written written
 }
 
+// fillByte is what an allocation's bytes hold until they are written.
+const fillByte = 0xA5
+
 // Alloc allocates a buffer. Like cuMemAlloc's, its memory is not
-// initialized: it holds the byte 0xA5 throughout, so code that forgets to
-// zero or upload before reading fails here as it would on a GPU. Any size
-// beyond the free memory is a typed out-of-memory error.
+// initialized: it holds the byte 0xA5 throughout, and code that forgets to
+// zero or upload before reading reads that, as on a GPU it would read
+// whatever the memory held, without an error (Config.InitCheck reports
+// such reads, as compute-sanitizer's initcheck does). Any size beyond the
+// free memory is a typed out-of-memory error.
 func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	const op = "alloc"
 	spec, err := spec.Normalize()
@@ -51,7 +59,7 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	// else of the device (Err, a lane host's heartbeat) waits on the lock.
 	d.memory.InUse += footprint
 	d.mu.Unlock()
-	bytes, err := hostBytes(op, spec.Size, 0xA5)
+	bytes, err := hostBytes(op, spec.Size, fillByte)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	select {

@@ -17,6 +17,9 @@
 // [ClockMode]s: real time, a [VirtualClock] the tests advance, or zero cost.
 // Faults are injected by rule ([Fault]): launch failure, capture rejection,
 // out of memory, a sticky error that poisons the device, and a hung kernel.
+// Memory is not initialized, as on a GPU; reads of bytes never written are
+// reported under [Config.InitCheck], as compute-sanitizer's initcheck
+// reports them.
 //
 // # Virtual time
 //
@@ -38,6 +41,7 @@ package sim
 import (
 	"math"
 	"math/rand"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -73,7 +77,65 @@ type Config struct {
 	// changes. With ClockZeroCost it is the scheduler's own cost, measured
 	// on any machine: nothing is computed and no device time modelled.
 	NoData bool
+	// InitCheck reports reads of device memory never written, as NVIDIA's
+	// compute-sanitizer --tool initcheck does. A GPU itself never fails
+	// such a read: a kernel or a copy reads whatever the memory holds (on
+	// this device, Alloc's fill byte 0xA5). Initcheck tracks which bytes
+	// were written and reports every read of one that was not, by a kernel
+	// ("Uninitialized __global__ memory read") or by a host API call such
+	// as cudaMemcpy's source, and lets the work run on.
+	//
+	// Written, per allocation since Alloc: an upload or a stage_in, a
+	// memset (Zero), a copy's destination, and each region a kernel (by
+	// its spec's parameter access) or a library call declares writable,
+	// whole, once the command ran: region-level, so bytes such a region
+	// holds that the work did not touch count as written too.
+	//
+	// Reported: a copy or a stage_out whose source holds a byte never
+	// written, and a Readback of one, at the first such byte; a kernel or
+	// a library call only when its result depends on such a byte of a
+	// region it declares readable, at the first byte it depends on.
+	// Declared regions over-approximate what work reads (an attention
+	// kernel reads its KV cache only up to its position), so when they
+	// hold unwritten bytes the reference runs again on scratch copies with
+	// those bytes changed (every bit flipped; zeroed; and, where the
+	// command also writes them, a value of their position), and a byte it
+	// writes, or its error, that differs from the real run's is a
+	// dependence. So, unlike initcheck: a read whose value affects no
+	// output (or affects it alike under every pattern tried) is not
+	// reported; bytes outside the declared regions, or read through a
+	// region declared write-only, are not checked; and a reference may run
+	// more than once, so it must be a pure function of its memory and
+	// arguments (as kernels.Kernel.Body and cuda.LibraryCall.Reference
+	// ask). When no readable region holds an unwritten byte (the common
+	// case) nothing runs twice. Work is checked where it runs, in stream
+	// order: eager, or a node of a replayed graph alike.
+	//
+	// A report is an *UninitializedReadError (errors.Is
+	// ErrUninitializedRead) naming the work, the buffer and the byte. The
+	// work runs as it would unchecked: the same bytes and the same faults
+	// (a kernel that faults on garbage still poisons the device, its
+	// error saying what it read). The read is the program's bug, not the
+	// device's: nothing is poisoned, and it classifies as a stream's
+	// error (cuda.BlameStream, not sticky). A Readback returns it, having
+	// filled its destination. Work on a stream reports it at its point in
+	// the stream, as a launch failure that is not sticky would be: the
+	// stream's events at or after that work answer FenceIndeterminate with
+	// it once reached, and so do the stream's Query, Synchronize and
+	// Readback, until a Synchronize or a Readback of the stream returns
+	// it; then it is reset, as CUDA resets a non-sticky error once
+	// reported (a report stands for any other made meanwhile).
+	// Device.Synchronize and Device.Err never report it. Off, nothing is
+	// tracked and no command does any work more; NoData turns it off.
+	InitCheck bool
 }
+
+// InitCheckEnv, set to 1 in a process's environment, turns
+// Config.InitCheck on for every device the process opens: the project's
+// own test command (scripts/test.sh) sets it, so that every test that
+// drives a simulated device also proves its program reads no memory it
+// never wrote. Any other value leaves Config alone.
+const InitCheckEnv = "LANES_SIM_INITCHECK"
 
 // DefaultMaxLaunchThreads is the launch size limit of a simulated device
 // whose Config leaves it zero: about a quarter of a second of reference
@@ -104,8 +166,12 @@ type Device struct {
 	// host reads and writes of buffer memory. Device time is modelled, so
 	// this costs no concurrency of the model, and it keeps the race
 	// detector meaningful.
-	execMu sync.Mutex
-	noData bool // Config.NoData
+	execMu    sync.Mutex
+	noData    bool // Config.NoData
+	initCheck bool // Config.InitCheck, off under NoData
+	// probeScratch is the copies an InitCheck probe runs a reference on
+	// (execMu; see probe.go).
+	probeScratch [3][]byte
 	// memScratch and argScratch are a kernel run's memory views and its
 	// copy of the arguments, reused (execMu).
 	memScratch []kernels.Memory
@@ -170,6 +236,7 @@ func New(cfg Config) (*Device, error) {
 		cost:       cfg.Cost.withDefaults(),
 		maxThreads: cfg.MaxLaunchThreads,
 		noData:     cfg.NoData,
+		initCheck:  (cfg.InitCheck || os.Getenv(InitCheckEnv) == "1") && !cfg.NoData,
 		closed:     make(chan struct{}),
 		buffers:    backend.NewTable[*allocation](),
 		hosts:      backend.NewTable[[]byte](),

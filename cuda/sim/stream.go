@@ -64,7 +64,9 @@ type stream struct {
 	capture   *captureState
 	destroyed bool
 	stopped   bool
-	stalled   bool // the worker is stuck on a hung item
+	stalled   bool        // the worker is stuck on a hung item
+	failure   failure     // the first failure not yet reported (worker.go)
+	failed    atomic.Bool // failure is set
 }
 
 var _ cuda.Stream = (*stream)(nil)
@@ -268,7 +270,19 @@ func (s *stream) Synchronize() error {
 	if err := s.unsupportedDuringCapture(op); err != nil {
 		return err
 	}
-	return s.wait(op)
+	return s.waitReported(op)
+}
+
+// waitReported is wait, then the stream's failure in the work waited for,
+// which is reported then (failedBy).
+func (s *stream) waitReported(op string) error {
+	s.mu.Lock()
+	seq := s.enqSeq
+	s.mu.Unlock()
+	if err := s.wait(op); err != nil {
+		return err
+	}
+	return s.failedBy(seq, true)
 }
 
 // Readback synchronizes the stream and copies src into dst.
@@ -289,7 +303,7 @@ func (s *stream) Readback(src cuda.Region, dst []byte) error {
 	if err := s.unsupportedDuringCapture(op); err != nil {
 		return err
 	}
-	if err := s.wait(op); err != nil {
+	if err := s.waitReported(op); err != nil {
 		return err
 	}
 	a, err := s.dev.lookup(op, src.Buffer)
@@ -298,8 +312,9 @@ func (s *stream) Readback(src cuda.Region, dst []byte) error {
 	}
 	s.dev.execMu.Lock()
 	copy(dst, a.bytes[src.Offset:src.End()])
+	err = s.dev.checkReadback(src)
 	s.dev.execMu.Unlock()
-	return nil
+	return err
 }
 
 // Destroy releases the stream once its work completes.

@@ -59,7 +59,7 @@ func (s *stream) work() {
 			return
 		}
 		d.clock.sleepUntil(it.start, d.closed)
-		d.run(it)
+		d.run(s, it)
 		d.clock.sleepUntil(it.finish, d.closed)
 
 		s.mu.Lock()
@@ -78,8 +78,9 @@ func (s *stream) work() {
 }
 
 // run executes an item's bytes, unless the device was already dead when it
-// started, and poisons the device on a sticky fault.
-func (d *Device) run(it *item) {
+// started, and poisons the device on a sticky fault. Any other error fails
+// the item on its stream s (see stream.failure).
+func (d *Device) run(s *stream, it *item) {
 	d.mu.Lock()
 	dead := d.poison != nil && d.poison.at <= it.start
 	d.mu.Unlock()
@@ -97,9 +98,47 @@ func (d *Device) run(it *item) {
 	err := d.execute(it.nodes)
 	d.execMu.Unlock()
 	var ce *cuda.Error
-	if errors.As(err, &ce) && ce.Sticky {
+	switch {
+	case errors.As(err, &ce) && ce.Sticky:
 		d.poisonAt(it.finish, ce)
+	case err != nil:
+		s.mu.Lock()
+		if s.failure.seq == 0 {
+			s.failure = failure{seq: it.seq, err: err}
+			s.failed.Store(true)
+		}
+		s.mu.Unlock()
 	}
+}
+
+// failure is the error of the work item seq of a stream, one that is not
+// sticky (a read of memory never written, under Config.InitCheck): the
+// stream's fences at and after it report it until a Synchronize or a
+// Readback of the stream has returned it (see Config.InitCheck).
+type failure struct {
+	seq uint64 // 0: none
+	err error
+}
+
+// failedBy returns the stream's failure when it lies at or before item
+// seq, and with take resets it: it has been reported. A stream that has
+// none (every stream, unless InitCheck reported something) answers
+// without its lock.
+func (s *stream) failedBy(seq uint64, take bool) error {
+	if !s.failed.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.failure
+	if f.seq == 0 || f.seq > seq {
+		return nil
+	}
+	if take {
+		s.failure = failure{}
+		s.failed.Store(false)
+	}
+	return f.err
 }
 
 // settle waits until the worker has finished every item due by time t.

@@ -11,6 +11,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -36,6 +37,7 @@ var typedErrors = []struct {
 	{"actors.BatchTooLargeError", &actors.BatchTooLargeError{Entries: 2000, MaxEntries: 1024}, cuda.CodeBatchTooLarge, true},
 	{"actors.SuspendedError", &actors.SuspendedError{Tenant: "t", Faults: 9}, cuda.CodeTenantSuspended, true},
 	{"actors.DetachedError", &actors.DetachedError{Err: fmt.Errorf("waiting: %w", errors.New("deadline"))}, cuda.CodeDetached, false},
+	{"sim.UninitializedReadError", &sim.UninitializedReadError{Op: "launch", Name: "inc_i32", Buffer: 3, Offset: 8}, cuda.CodeUninitializedRead, false},
 	{"remote.PeerError", &remote.PeerError{Code: cuda.CodeNoHealthyLane, Msg: "no healthy lane"}, cuda.CodeNoHealthyLane, true},
 	{"remote.HostLostError", &remote.HostLostError{Host: "gpu0", Epoch: 1, Cause: "silent"}, cuda.CodeHostLost, false},
 	{"remote.DeviceStateLostError", &remote.DeviceStateLostError{Tenant: "t", Host: "gpu0", Epoch: 1}, cuda.CodeDeviceStateLost, true},

@@ -14,6 +14,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
@@ -74,6 +75,7 @@ var sentinels = []struct {
 	{"cuda.ErrUpdateRefused", cuda.ErrUpdateRefused, cuda.CodeGraphExecUpdateFailure},
 	{"cuda/kernels.ErrIllegalAddress", kernels.ErrIllegalAddress, cuda.CodeIllegalAddress},
 	{"cuda/kernels.ErrInvalidModule", kernels.ErrInvalidModule, cuda.CodeRuntimeContract},
+	{"cuda/sim.ErrUninitializedRead", sim.ErrUninitializedRead, cuda.CodeUninitializedRead},
 	{"lanes.ErrCaptureFailed", lanes.ErrCaptureFailed, cuda.CodeCaptureFailed},
 	{"lanes.ErrFailed", lanes.ErrFailed, cuda.CodeLaneFailed},
 	{"lanes.ErrIndexMap", lanes.ErrIndexMap, cuda.CodeStagedInputInvalid},
