@@ -12,6 +12,8 @@
 
 package actors
 
+import "slices"
+
 // work is what a lane's fair queue holds: a batch (*submitRequest) or a
 // staged replay (*stagedRequest).
 type work interface {
@@ -133,6 +135,33 @@ func (q *fairQueue) take(t *tenantQueue) {
 	copy(q.ring[q.next:], q.ring[q.next+1:])
 	q.ring[last] = nil
 	q.ring = q.ring[:last]
+}
+
+// remove takes the first waiting work that match says is it, wherever it
+// waits, or returns nil; the rest keep their order, and their tenants their
+// credit (a tenant left with nothing waiting leaves the ring, as in take).
+func (q *fairQueue) remove(match func(work) bool) work {
+	for i, t := range q.ring {
+		for j := t.head; j < len(t.items); j++ {
+			if !match(t.items[j]) {
+				continue
+			}
+			m := t.items[j]
+			copy(t.items[j:], t.items[j+1:])
+			t.items[len(t.items)-1] = nil
+			t.items = t.items[:len(t.items)-1]
+			q.n--
+			if t.head == len(t.items) {
+				delete(q.queues, t.name)
+				q.ring = slices.Delete(q.ring, i, i+1)
+				if q.next > i {
+					q.next--
+				}
+			}
+			return m
+		}
+	}
+	return nil
 }
 
 // drain takes all waiting work, each tenant's in order.

@@ -81,6 +81,8 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		a.ref.markOpened() // after a panic in open, the supervisor marks it (laneStrategy)
 	case *submitRequest:
 		a.receive(m)
+	case withdrawRequest:
+		a.withdraw(m.call)
 	case pollFences:
 		a.armed = false
 		a.poll()

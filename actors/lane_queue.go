@@ -4,6 +4,7 @@
 package actors
 
 import (
+	"context"
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
@@ -143,6 +144,24 @@ func (a *laneActor) requeue() {
 		}
 	}
 	a.ref.queued.Store(0)
+}
+
+// withdraw ends a batch whose caller's context ended while it waits in
+// the fair queue: not submitted, withdrawn. One the lane took already, or
+// sent on to another lane, is not here: it ends as it runs (a batch still
+// on its way is withdrawn when a lane takes it, by submit's own check).
+func (a *laneActor) withdraw(call uint64) {
+	w := a.queue.remove(func(w work) bool { m, ok := w.(*submitRequest); return ok && m.Call == call })
+	if w == nil {
+		return
+	}
+	a.ref.queued.Store(int64(a.queue.len()))
+	m := w.(*submitRequest)
+	err := context.Canceled
+	if m.ctx != nil && m.ctx.Err() != nil {
+		err = m.ctx.Err()
+	}
+	a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, withdrawn(err)))
 }
 
 // submit puts a batch on the lane's stream.

@@ -27,6 +27,11 @@ type submitRequest struct {
 	commands int             // the batch's commands (Scheduler.checkSize)
 }
 
+// withdrawRequest tells a lane that a submission's context ended: the
+// batch, if it still waits in the lane's fair queue, is withdrawn at once
+// (Scheduler.watch); on the stream already, it runs and ends as it does.
+type withdrawRequest struct{ call uint64 }
+
 // adminOp is an administrative operation on a lane.
 type adminOp uint8
 

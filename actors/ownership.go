@@ -459,7 +459,10 @@ func (c *handleCheck) hostBuffer(h cuda.HostBuffer) error {
 }
 
 func (c *handleCheck) check(k handleKey) error {
-	if slices.Contains(c.passed[:c.npassed], k) {
+	if k.id == 0 || slices.Contains(c.passed[:c.npassed], k) {
+		// The zero handle is no one's: the lane's own check of the
+		// batch's commands refuses it (cuda.ErrStaleHandle), the same
+		// answer with or without scopes.
 		return nil
 	}
 	s, tenant := c.s, c.tenant

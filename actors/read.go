@@ -4,6 +4,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/lanesched/lanes/cuda"
@@ -36,16 +37,16 @@ func (s *Scheduler) Read(ctx context.Context, tenant string, r cuda.Region) ([]b
 	}); err != nil {
 		return nil, err
 	}
-	defer func() { _ = cuda.Bound(dev, func() error { return dev.FreeHost(hb) }) }()
-	hr := cuda.HostRegion{Buffer: hb, Length: r.Length}
-	cmd, err := cuda.StageOut(hr, r)
-	if err != nil {
+	freeHost := func() { _ = cuda.Bound(dev, func() error { return dev.FreeHost(hb) }) }
+	rc, err := s.readInto(ctx, tenant, hb, r)
+	var detached *DetachedError
+	if errors.As(err, &detached) {
+		// The stage-out may still run (its lane took it) and write the
+		// pinned buffer: free it once the submission has ended.
+		go func() { <-detached.Pending.Done(); freeHost() }()
 		return nil, err
 	}
-	if err := s.OwnHost(tenant, hb); err != nil {
-		return nil, err
-	}
-	rc, err := s.Submit(ctx, tenant, lanes.Batch{Tenant: tenant, Entries: []lanes.Entry{{Command: cmd}}})
+	defer freeHost()
 	if err == nil {
 		err = rc.Err
 	}
@@ -53,8 +54,20 @@ func (s *Scheduler) Read(ctx context.Context, tenant string, r cuda.Region) ([]b
 		return nil, err
 	}
 	data := make([]byte, r.Length)
-	if err := cuda.Bound(dev, func() error { return dev.ReadHost(hr, data) }); err != nil {
+	if err := cuda.Bound(dev, func() error { return dev.ReadHost(cuda.HostRegion{Buffer: hb, Length: r.Length}, data) }); err != nil {
 		return nil, err
 	}
 	return data, nil
+}
+
+// readInto submits, for the tenant, the stage-out of r into hb.
+func (s *Scheduler) readInto(ctx context.Context, tenant string, hb cuda.HostBuffer, r cuda.Region) (lanes.Receipt, error) {
+	cmd, err := cuda.StageOut(cuda.HostRegion{Buffer: hb, Length: r.Length}, r)
+	if err != nil {
+		return lanes.Receipt{}, err
+	}
+	if err := s.OwnHost(tenant, hb); err != nil {
+		return lanes.Receipt{}, err
+	}
+	return s.Submit(ctx, tenant, lanes.Batch{Tenant: tenant, Entries: []lanes.Entry{{Command: cmd}}})
 }

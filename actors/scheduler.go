@@ -37,6 +37,7 @@ type call struct {
 	claim    *programs.ID // the program the batch declares, claimed for its tenant
 	cost     int          // the batch's commands (checkSize): its fair queue's cost
 	release  func()       // an administrative call's admission to undo when it ends
+	unwatch  func() bool  // stops watching ctx (watch), when it can end
 
 	start  time.Time         // host time the submission was admitted
 	parent trace.SpanContext // the caller's span, for the telemetry
@@ -193,6 +194,9 @@ func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken,
 		}
 	}
 	c.receipt, c.err = r, err
+	if c.unwatch != nil {
+		c.unwatch()
+	}
 	s.release(c, r.Attribution.Launches)
 	if c.claim != nil {
 		s.settleClaim(*c.claim, err == nil)

@@ -173,13 +173,35 @@ func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Ba
 		id := b.Program.ID
 		p.c.claim = &id
 	}
+	s.watch(ctx, &p.c)
 	if err := s.admit(ts, device, &p.c); err != nil {
+		if p.c.unwatch != nil {
+			p.c.unwatch()
+		}
 		if claimed {
 			s.settleClaim(*p.c.claim, false)
 		}
 		return nil, lanes.Wrap("submit", true, err)
 	}
 	return p, nil
+}
+
+// watch withdraws a submission whose context ends while its batch waits
+// in its lane's fair queue, at once: its Pending ends not submitted
+// (ErrWithdrawn) without waiting for the lane to reach it, and its place
+// in the queue and its admission go to others. A context that cannot end
+// costs nothing; one that ends after the lane took the batch changes
+// nothing. (A batch parked or on its way to a lane meanwhile is withdrawn
+// when a lane takes it.)
+func (s *Scheduler) watch(ctx context.Context, c *call) {
+	if ctx.Done() == nil {
+		return
+	}
+	c.unwatch = context.AfterFunc(ctx, func() {
+		if lane := c.lane.Load(); lane != nil { // sent: its id is set
+			s.system.Root.Send(lane.pid, withdrawRequest{call: c.id})
+		}
+	})
 }
 
 // checkDevice refuses a batch whose buffers live on a device no lane of the
