@@ -74,3 +74,38 @@ func TestFairQueueKeepsEachTenantsOrder(t *testing.T) {
 		t.Fatalf("drain of one queued batch: got %d taken, len %d after; want 1 taken, len 0, nothing left to pop", len(d), q.len())
 	}
 }
+
+// TestFairQueueRemove: a withdrawn batch leaves from wherever it waits (a
+// tenant's head, middle or last one); the others keep their order and
+// turns, and a tenant left with nothing leaves the ring.
+func TestFairQueueRemove(t *testing.T) {
+	q := fairQueue{quantum: 1}
+	var calls []*submitRequest
+	for i, tenant := range []string{"a", "a", "a", "b", "c", "c"} {
+		m := request(tenant, 1, 1)
+		m.Call = uint64(i + 1)
+		calls = append(calls, m)
+		q.push(m)
+	}
+	byCall := func(id uint64) func(work) bool {
+		return func(w work) bool { return w.(*submitRequest).Call == id }
+	}
+	if q.remove(byCall(99)) != nil || q.len() != 6 {
+		t.Fatalf("removing a call not waiting: got len %d, want 6 and nil", q.len())
+	}
+	for _, id := range []uint64{2, 4, 5} { // a's middle, b's only, c's head
+		if got := q.remove(byCall(id)); got != calls[id-1] {
+			t.Fatalf("remove call %d: got %v, want it", id, got)
+		}
+	}
+	if q.len() != 3 || q.has("b") || len(q.ring) != 2 {
+		t.Fatalf("after the removals: got len %d, b waiting %v, %d tenants in the ring; want 3, false, 2", q.len(), q.has("b"), len(q.ring))
+	}
+	var got []uint64
+	for m := q.pop(); m != nil; m = q.pop() {
+		got = append(got, m.(*submitRequest).Call)
+	}
+	if want := []uint64{1, 6, 3}; !slices.Equal(got, want) {
+		t.Fatalf("what is left, in turn: got calls %v, want %v", got, want)
+	}
+}
