@@ -232,8 +232,16 @@ static CUresult lanes_stream_destroy(CUcontext ctx, CUstream s) {
 	CUresult r = lanes_bound(ctx);
 	return r != CUDA_SUCCESS ? r : cuStreamDestroy(s);
 }
-// cuFuncGetParamInfo (CUDA 12.4) is weak: a binary still starts on older drivers.
+// cuFuncGetParamInfo (CUDA 12.4) and cuFuncGetParamCount (declared here for
+// headers older than it) are weak: a binary still starts on older drivers.
 #pragma weak cuFuncGetParamInfo
+CUresult cuFuncGetParamCount(CUfunction func, size_t *paramCount);
+#pragma weak cuFuncGetParamCount
+
+static CUresult lanes_param_count(CUfunction fn, size_t *n) {
+	if (cuFuncGetParamCount == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+	return cuFuncGetParamCount(fn, n);
+}
 
 static CUresult lanes_param_info(CUfunction fn, size_t i, size_t *offset, size_t *size) {
 	if (cuFuncGetParamInfo == NULL) return CUDA_ERROR_NOT_SUPPORTED;
@@ -424,6 +432,14 @@ func paramInfo(fn cFunction, i int) (offset, size uint64, r cResult) {
 	var o, n C.size_t
 	r = C.lanes_param_info(fn, C.size_t(i), &o, &n)
 	return uint64(o), uint64(n), r
+}
+
+// paramCount is how many parameters a function has, where the driver can
+// say (CUDA 13's cuFuncGetParamCount); resultNotSupported otherwise.
+func paramCount(fn cFunction) (int, cResult) {
+	var n C.size_t
+	r := C.lanes_param_count(fn, &n)
+	return int(n), r
 }
 
 // funcLimits is a function's most threads per block and most dynamic shared

@@ -95,7 +95,7 @@ func (d *Device) resolve(m kernels.Module, name string, mod cu.Module) (*kernels
 	}
 	fn := *(*cFunction)(unsafe.Pointer(&f))
 	k := m.Kernels[name].Clone()
-	if err := checkParams(m.Name, &k.Spec, fn); err != nil {
+	if err := checkParams(m, &k.Spec, fn); err != nil {
 		return nil, nil, err
 	}
 	threads, shared, r := funcLimits(fn)
@@ -107,28 +107,63 @@ func (d *Device) resolve(m kernels.Module, name string, mod cu.Module) (*kernels
 }
 
 // checkParams compares a kernel's declared parameters with the driver's
-// view of the function: their count and each one's size. A driver older
-// than CUDA 12.4 cannot say; the declaration is then trusted.
-func checkParams(module string, spec *cuda.KernelSpec, fn cFunction) error {
+// view of the function: their count and each one's size. The count comes
+// from the driver where it can say (cuFuncGetParamCount, CUDA 13), else
+// from the module's PTX; only for a cubin or fatbin on an older driver is
+// it found by asking for one parameter past the last, a call that fails
+// by design (and that compute-sanitizer reports). A driver older than
+// CUDA 12.4 cannot say at all; the declaration is then trusted.
+func checkParams(m kernels.Module, spec *cuda.KernelSpec, fn cFunction) error {
 	const seen = "the driver sees"
+	count, r := paramCount(fn)
+	switch {
+	case r == resultNotSupported:
+		count = ptxParamCount(m, spec.Name)
+	case r != 0:
+		return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter count", int(r), spec.Name))
+	}
 	for i := range spec.Params {
+		if count >= 0 && i >= count {
+			return kernels.TooFewParams(m.Name, spec, i, seen)
+		}
 		offset, size, r := paramInfo(fn, i)
 		switch {
 		case r == resultNotSupported:
 			return nil
 		case r == resultInvalidValue:
-			return kernels.TooFewParams(module, spec, i, seen)
+			return kernels.TooFewParams(m.Name, spec, i, seen)
 		case r != 0:
 			return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
 		}
-		if err := kernels.CheckParam(module, spec, i, size, offset, seen); err != nil {
+		if err := kernels.CheckParam(m.Name, spec, i, size, offset, seen); err != nil {
 			return err
 		}
 	}
+	switch {
+	case count > len(spec.Params):
+		_, size, _ := paramInfo(fn, len(spec.Params))
+		return kernels.TooManyParams(m.Name, spec, size, seen)
+	case count >= 0:
+		return nil
+	}
 	if _, size, r := paramInfo(fn, len(spec.Params)); r == 0 {
-		return kernels.TooManyParams(module, spec, size, seen)
+		return kernels.TooManyParams(m.Name, spec, size, seen)
 	}
 	return nil
+}
+
+// ptxParamCount is how many parameters kernel name has in the module's
+// PTX, or -1 when the image is not PTX (or does not say).
+func ptxParamCount(m kernels.Module, name string) int {
+	entries, ok, err := kernels.ReadPTX(m.Image)
+	if !ok || err != nil {
+		return -1
+	}
+	e, found := entries[name]
+	if !found {
+		return -1
+	}
+	return len(e.ParamSizes)
 }
 
 // resultOf is the CUresult behind an error of gorgonia.org/cu (whose
