@@ -25,6 +25,46 @@
 // examples/hello is this program whole (with its errors checked), and
 // examples/serving the same serving code in process and on lane hosts.
 //
+// # The rules, the same on both sides
+//
+// Each rule holds in process and on lane hosts alike; the parity harness
+// (parity_test.go) runs every call both ways and compares what comes back.
+// The few differences by design are listed in docs/lane-hosts.md ("What
+// differs from in process"), the same list as the harness's.
+//
+//   - Stopped first. After Stop, every call answers stopped
+//     (actors.ErrStopped) before any other check: its tenant's name, its
+//     context, its arguments.
+//   - A context that ends. One already done is refused: nothing ran. One
+//     that ends while a batch waits for its lane withdraws the batch at
+//     once (actors.ErrWithdrawn, code withdrawn: it never ran; through a
+//     front, the front tells the host); one that ends after the lane took
+//     the batch changes nothing, and the Pending's end says which. Submit
+//     itself returns an *actors.DetachedError as soon as its context ends.
+//   - A detached Upload or Free goes on. An Upload or Free whose context
+//     ends while it waits returns an *actors.DetachedError, and the write
+//     or the free goes on to its end (every piece of an Upload); the
+//     tenant's later calls through the server wait for it, so they see its
+//     write (or find the buffer freed), and Forget is refused meanwhile
+//     (actors.ErrTenantBusy). The DetachedError's Pending ends with it.
+//   - Another tenant's buffer is not yours. A buffer the server gave one
+//     tenant, named by another in any call or anywhere in a batch (a
+//     launch, a copy, a retained buffer, a patch), is refused with
+//     actors.ErrNotYours (code not_yours, not submitted), whichever host
+//     each tenant lives on.
+//   - One answer to the zero Buffer: cuda.ErrStaleHandle (code
+//     cuda_runtime_contract), whichever call names it, in a batch too.
+//   - One answer to an upload whose bytes do not match its region:
+//     cuda.ErrOutOfBounds (code cuda_runtime_contract), from Upload or as
+//     an upload command in a batch.
+//   - Receipts are whole: their rows, replayed segments (with each one's
+//     logical commands), preparation timings, cache events, spans and
+//     released buffers, through a front as in process.
+//   - A sticky fault takes its device (in process) or its host (through a
+//     front), not the others: new tenants are placed where work is served,
+//     and a tenant whose device or host was lost starts over there after
+//     Forget.
+//
 // What only one side does is on the type behind it: [Server.Scheduler]
 // (package actors: shared buffers, SubmitNotify, lane administration,
 // staged programs) and [Server.Front] (package remote: encoded steps, host

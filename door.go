@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
@@ -36,6 +37,10 @@ type side interface {
 	// check says whether b is a live buffer this side can name (nil when
 	// only the far side can tell).
 	check(b Buffer) error
+	// checksBatches: the side cannot tell another tenant's buffer in a
+	// batch from one it never handed out (a front's tenants live on
+	// several hosts): the server checks batches against its owner table.
+	checksBatches() bool
 	kernels() Kernels
 	status() Status
 	stop(ctx context.Context) error
@@ -46,38 +51,54 @@ type side interface {
 // server is the Server over either side.
 type server struct {
 	side side
+	// stopping: Stop was called; every call answers stopped before any
+	// other check, on both sides.
+	stopping atomic.Bool
 
 	// freeing serializes Free's and Forget's frees, so that a buffer is
 	// freed once whichever of them comes first.
 	freeing sync.Mutex
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	owners  map[Buffer]string          // each buffer the server allocated, by its tenant
 	bufs    map[string]map[Buffer]bool // each tenant's
+	// detached are the tenants' Uploads and Frees that go on after their
+	// callers stopped waiting (detach): a tenant's later calls wait for
+	// them, so that its order holds. detachedN counts them, so that a
+	// call of a server with none pays one atomic load.
+	detached  map[string]*detachedOp
+	detachedN atomic.Int32
 }
 
 func newServer(s side) *server {
-	return &server{side: s, owners: map[Buffer]string{}, bufs: map[string]map[Buffer]bool{}}
+	return &server{side: s, owners: map[Buffer]string{}, bufs: map[string]map[Buffer]bool{}, detached: map[string]*detachedOp{}}
 }
 
-// admit is every call's first check, the same on both sides: a live
-// context, and a tenant name both sides take. Submissions leave the
-// name's characters and the context's end to their side (checked there
-// once per submission already).
-func admit(op string, ctx context.Context, tenant string) error {
+// admit is every call's first check, the same on both sides: a server
+// stopped answers stopped before anything else; then a live context, and
+// a tenant name both sides take. Submissions leave the name's characters
+// and the context's end to their side (checked there once per submission
+// already). A tenant with a detached Upload or Free still going on waits
+// for it first (detach).
+func (s *server) admit(op string, ctx context.Context, tenant string) error {
+	if s.stopping.Load() {
+		return lanes.Wrap(op, true, actors.ErrStopped)
+	}
 	if ctx == nil {
 		return lanes.Wrap(op, true, fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", actors.ErrInvalidArgument))
 	}
 	if len(tenant) > MaxTenantName {
 		return lanes.Wrap(op, true, fmt.Errorf("%w: the name is %d bytes; the front door takes 1 to %d (lanes.MaxTenantName, the same in process and on lane hosts)", actors.ErrInvalidTenant, len(tenant), MaxTenantName))
 	}
-	if op == "submit" {
-		return nil
+	if op != "submit" {
+		if err := ctx.Err(); err != nil {
+			return lanes.Wrap(op, true, err)
+		}
+		if err := actors.CheckTenant(tenant); err != nil {
+			return lanes.Wrap(op, true, err)
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return lanes.Wrap(op, true, err)
-	}
-	if err := actors.CheckTenant(tenant); err != nil {
-		return lanes.Wrap(op, true, err)
+	if op != "alloc" && s.detachedN.Load() > 0 {
+		return s.awaitDetached(op, ctx, tenant)
 	}
 	return nil
 }
@@ -86,9 +107,12 @@ func admit(op string, ctx context.Context, tenant string) error {
 // ErrNotYours; one the server never handed out is checked by the side
 // (a shared buffer, say, or a stale handle).
 func (s *server) mine(op, tenant string, b Buffer) (recorded bool, err error) {
-	s.mu.Lock()
+	if b.ID == 0 {
+		return false, lanes.Wrap(op, true, errZeroBuffer(op))
+	}
+	s.mu.RLock()
 	owner, ok := s.owners[b]
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	switch {
 	case ok && owner == tenant:
 		return true, nil
@@ -101,8 +125,15 @@ func (s *server) mine(op, tenant string, b Buffer) (recorded bool, err error) {
 	return false, nil
 }
 
+// errZeroBuffer is the one answer to the zero Buffer, whichever call names
+// it and on either side: the answer a command naming it gets (a region of
+// no allocated buffer, cuda.ErrStaleHandle).
+func errZeroBuffer(op string) error {
+	return cuda.Contractf(op, cuda.ErrStaleHandle, "the zero Buffer names no buffer; use a Buffer that Alloc returned")
+}
+
 func (s *server) Alloc(ctx context.Context, tenant string, spec BufferSpec) (Buffer, error) {
-	if err := admit("alloc", ctx, tenant); err != nil {
+	if err := s.admit("alloc", ctx, tenant); err != nil {
 		return Buffer{}, err
 	}
 	b, err := s.side.alloc(ctx, tenant, spec)
@@ -131,39 +162,80 @@ func allocError(err error) error {
 }
 
 func (s *server) Upload(ctx context.Context, tenant string, dst Region, data []byte) error {
-	if err := admit("upload", ctx, tenant); err != nil {
+	if err := s.admit("upload", ctx, tenant); err != nil {
 		return err
 	}
-	if uint64(len(data)) != dst.Length {
-		return lanes.Wrap("upload", true, fmt.Errorf("%w: Upload: %d bytes for a region of %d; give exactly the region's bytes", actors.ErrInvalidArgument, len(data), dst.Length))
+	if dst.Buffer.ID == 0 {
+		return lanes.Wrap("upload", true, errZeroBuffer("upload"))
+	}
+	// The checks an upload command gets, whichever way it comes: bytes
+	// that do not match the region are the same mistake in a batch.
+	if err := (cuda.Command{Kind: cuda.KindUpload, Dst: dst, Host: data}).Validate(); err != nil {
+		return lanes.Wrap("upload", true, err)
 	}
 	if _, err := s.mine("upload", tenant, dst.Buffer); err != nil {
 		return err
 	}
-	if len(data) == 0 {
-		_, err := cuda.Upload(dst, data) // nothing to write: cuda says whether dst is sound
-		return err
-	}
+	// Each piece is submitted under a context that does not end with ctx:
+	// once the first is accepted, the write is the tenant's, and goes on
+	// to its end if ctx ends meanwhile (detach).
+	work := context.WithoutCancel(ctx)
 	for off := 0; off < len(data); off += piece {
-		n := min(piece, len(data)-off)
-		r := Region{Buffer: dst.Buffer, Offset: dst.Offset + uint64(off), Length: uint64(n)}
-		cmd, err := cuda.Upload(r, data[off:off+n])
+		p, err := s.uploadPiece(work, tenant, dst, data, off)
 		if err != nil {
 			return err
 		}
-		rc, err := s.side.submit(ctx, tenant, Batch{Entries: []Entry{Input(cmd)}})
-		if err == nil {
-			err = rc.Err
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			next := off + piece
+			return s.detach(ctx, tenant, func() error {
+				if err := pieceError(p); err != nil {
+					return err
+				}
+				for off := next; off < len(data); off += piece {
+					p, err := s.uploadPiece(work, tenant, dst, data, off)
+					if err != nil {
+						return err
+					}
+					if err := pieceError(p); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		}
-		if err != nil {
+		if err := pieceError(p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// uploadPiece submits the piece of an upload of data into dst that starts
+// at off.
+func (s *server) uploadPiece(ctx context.Context, tenant string, dst Region, data []byte, off int) (Pending, error) {
+	n := min(piece, len(data)-off)
+	r := Region{Buffer: dst.Buffer, Offset: dst.Offset + uint64(off), Length: uint64(n)}
+	cmd, err := cuda.Upload(r, data[off:off+n])
+	if err != nil {
+		return nil, err
+	}
+	return s.side.submitAsync(ctx, tenant, Batch{Entries: []Entry{Input(cmd)}})
+}
+
+// pieceError waits for a piece of an upload and returns why it did not
+// succeed, or nil.
+func pieceError(p Pending) error {
+	rc, err := p.Result()
+	if err == nil {
+		err = rc.Err
+	}
+	return err
+}
+
 func (s *server) Read(ctx context.Context, tenant string, src Region) ([]byte, error) {
-	if err := admit("read", ctx, tenant); err != nil {
+	if err := s.admit("read", ctx, tenant); err != nil {
 		return nil, err
 	}
 	if src.Length == 0 {
@@ -188,7 +260,7 @@ func (s *server) Read(ctx context.Context, tenant string, src Region) ([]byte, e
 }
 
 func (s *server) Free(ctx context.Context, tenant string, b Buffer) error {
-	if err := admit("free", ctx, tenant); err != nil {
+	if err := s.admit("free", ctx, tenant); err != nil {
 		return err
 	}
 	recorded, err := s.mine("free", tenant, b)
@@ -198,11 +270,26 @@ func (s *server) Free(ctx context.Context, tenant string, b Buffer) error {
 	if !recorded {
 		return lanes.Wrap("free", true, cuda.Contractf("free", cuda.ErrStaleHandle, "buffer %d is not one tenant %q allocated through this server (or it was freed)", b.ID, tenant))
 	}
+	// The free goes on to its end if ctx ends while it waits for the
+	// tenant's earlier work (detach): the tenant was told the memory goes.
+	work := context.WithoutCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.free(work, tenant, b) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return s.detach(ctx, tenant, func() error { return <-done })
+	}
+}
+
+// free frees b once the tenant's submissions accepted before it ended.
+func (s *server) free(ctx context.Context, tenant string, b Buffer) error {
 	// A read of one element after the tenant's earlier submissions: once
 	// it is back, they have ended, and the free touches none of them.
 	barrier := Region{Buffer: b, Length: min(b.Size, max(b.Elem.Size(), 1))}
 	if _, err := s.side.read(ctx, tenant, barrier); err != nil {
-		if c := cuda.Classify(err); c.Code == cuda.CodeStopped || c.Code == cuda.CodeCanceled || c.Code == cuda.CodeDeadlineExceeded || c.Code == cuda.CodeDetached {
+		if c := cuda.Classify(err); c.Code == cuda.CodeStopped {
 			return err
 		}
 		// Any other failure ended the tenant's earlier work too (or the
@@ -222,7 +309,7 @@ func (s *server) Free(ctx context.Context, tenant string, b Buffer) error {
 }
 
 func (s *server) Forget(ctx context.Context, tenant string) error {
-	if err := admit("forget", ctx, tenant); err != nil {
+	if err := s.admit("forget", ctx, tenant); err != nil {
 		return err
 	}
 	s.freeing.Lock()
@@ -246,21 +333,72 @@ func (s *server) Forget(ctx context.Context, tenant string) error {
 }
 
 func (s *server) Submit(ctx context.Context, tenant string, b Batch) (Receipt, error) {
-	if err := admit("submit", ctx, tenant); err != nil {
+	if err := s.admitBatch(ctx, tenant, &b); err != nil {
 		return Receipt{Outcome: lanes.OutcomeRefused, Err: err, Tenant: tenant, Lane: -1}, err
 	}
 	return s.side.submit(ctx, tenant, b)
 }
 
 func (s *server) SubmitAsync(ctx context.Context, tenant string, b Batch) (Pending, error) {
-	if err := admit("submit", ctx, tenant); err != nil {
+	if err := s.admitBatch(ctx, tenant, &b); err != nil {
 		return nil, err
 	}
 	return s.side.submitAsync(ctx, tenant, b)
 }
 
-func (s *server) Kernels() Kernels               { return s.side.kernels() }
-func (s *server) Status() Status                 { return s.side.status() }
-func (s *server) Stop(ctx context.Context) error { return s.side.stop(ctx) }
-func (s *server) Scheduler() *actors.Scheduler   { return s.side.scheduler() }
-func (s *server) Front() *remote.Front           { return s.side.front() }
+// admitBatch is a submission's first checks: admit's, and, where the side
+// cannot tell, that the batch names no buffer this server gave another
+// tenant.
+func (s *server) admitBatch(ctx context.Context, tenant string, b *Batch) error {
+	if err := s.admit("submit", ctx, tenant); err != nil {
+		return err
+	}
+	if s.side.checksBatches() {
+		// After the checks one process's scheduler makes before its own
+		// ownership check: a context ended, the tenant's name.
+		err := ctx.Err()
+		if err == nil {
+			err = actors.CheckTenant(tenant)
+		}
+		if err == nil {
+			err = s.theirs(tenant, b)
+		}
+		if err != nil {
+			return lanes.Wrap("submit", true, err)
+		}
+	}
+	return nil
+}
+
+// theirs refuses a batch that names a buffer the server gave another
+// tenant (actors.ErrNotYours, as one process's scheduler refuses it); the
+// rest of what a batch names its side checks.
+func (s *server) theirs(tenant string, b *Batch) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(s.owners) == 0 {
+		return nil
+	}
+	var last Buffer // a step names the same buffer in many commands
+	return b.ForHandles(func(buf cuda.Buffer) error {
+		if buf == last {
+			return nil
+		}
+		if owner, ok := s.owners[buf]; ok && owner != tenant {
+			return fmt.Errorf("%w: the batch names buffer %d, another tenant's; a tenant may use only its own buffers and shared ones", actors.ErrNotYours, buf.ID)
+		}
+		last = buf
+		return nil
+	}, func(cuda.HostBuffer) error { return nil })
+}
+
+func (s *server) Kernels() Kernels { return s.side.kernels() }
+func (s *server) Status() Status   { return s.side.status() }
+
+func (s *server) Stop(ctx context.Context) error {
+	s.stopping.Store(true)
+	return s.side.stop(ctx)
+}
+
+func (s *server) Scheduler() *actors.Scheduler { return s.side.scheduler() }
+func (s *server) Front() *remote.Front         { return s.side.front() }

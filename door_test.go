@@ -12,12 +12,21 @@ import (
 	"github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/conformance"
+	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/examples/callhost/axpy"
 	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/hostcmd"
 )
 
-// TestMain keeps the lane hosts' token of these tests off the user's.
+// TestMain keeps the lane hosts' token of these tests off the user's, and
+// runs this binary as a lane host (with the axpy library call and conformance's user module) when a
+// front of these tests launches it.
 func TestMain(m *testing.M) {
+	if os.Getenv(hostEnv) != "" {
+		os.Exit(hostcmd.Main(hostcmd.Options{Calls: remote.LibraryCalls{axpy.Name: axpy.Build}, Modules: []kernels.Module{conformance.UserModule()}}))
+	}
 	dir, err := os.MkdirTemp("", "lanes-door")
 	if err != nil {
 		os.Exit(1)

@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -27,26 +28,41 @@ func newInProcess(s *actors.Scheduler, devs []cuda.Device) *inProcess {
 	return &inProcess{s: s, devs: devs, placed: map[string]int{}, tenants: make([]int, len(devs))}
 }
 
-// place is the device the tenant's buffers go on.
+// place is the device the tenant's buffers go on: where they went before;
+// else the device of its lane when that device serves; else the serving
+// device with the fewest tenants. A device serves while a lane of it is
+// not out for good: a device whose context a sticky fault poisoned takes
+// no new tenant (and takes them again should its lanes come back).
 func (p *inProcess) place(tenant string) cuda.Device {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if i, ok := p.placed[tenant]; ok {
 		return p.devs[i]
 	}
-	best := 0
-	if lane, ok := p.s.TenantLane(tenant); ok {
-		for _, st := range p.s.Lanes() {
-			if st.ID == lane {
+	serving := make([]bool, len(p.devs))
+	lane, routed := p.s.TenantLane(tenant)
+	best := -1
+	for _, st := range p.s.Lanes() {
+		if st.Device < 0 || st.Device >= len(p.devs) {
+			continue
+		}
+		switch st.Health {
+		case actors.HealthStarting, actors.HealthHealthy, actors.HealthRecovering:
+			serving[st.Device] = true
+			if routed && st.ID == lane {
 				best = st.Device
 			}
 		}
-	} else {
+	}
+	if best < 0 {
 		for i, n := range p.tenants {
-			if n < p.tenants[best] {
+			if serving[i] && (best < 0 || n < p.tenants[best]) {
 				best = i
 			}
 		}
+	}
+	if best < 0 {
+		best = 0 // none serves: its calls say why (the device's error)
 	}
 	p.placed[tenant] = best
 	p.tenants[best]++
@@ -128,7 +144,14 @@ func (p *inProcess) forget(_ context.Context, tenant string, bufs []Buffer) erro
 	p.unplace(tenant)
 	var first error
 	for _, b := range bufs {
-		if err := p.free(context.Background(), tenant, b); err != nil && first == nil {
+		err := p.free(context.Background(), tenant, b)
+		if c := cuda.Classify(err); c.Sticky || errors.Is(err, cuda.ErrDeviceClosed) {
+			// Its memory went with the poisoned (or closed) device: the
+			// tenant starts over elsewhere, as through a front it does
+			// after its host was lost.
+			err = nil
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}
@@ -146,6 +169,8 @@ func (p *inProcess) submitAsync(ctx context.Context, tenant string, b Batch) (Pe
 	}
 	return pd, nil
 }
+
+func (p *inProcess) checksBatches() bool { return false } // the scheduler does
 
 func (p *inProcess) kernels() Kernels { return p.devs[0].Kernels() }
 

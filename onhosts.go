@@ -51,6 +51,10 @@ func (h *onHosts) submitAsync(ctx context.Context, tenant string, b Batch) (Pend
 	return p, nil
 }
 
+// checksBatches: a tenant's host knows its own tenants' buffers, not
+// those of its tenants on other hosts.
+func (h *onHosts) checksBatches() bool { return true }
+
 func (h *onHosts) kernels() Kernels { return h.ks }
 
 func (h *onHosts) status() Status {

@@ -95,12 +95,15 @@ func TestATenantsBuffersAreItsOwn(t *testing.T) {
 	if err := srv.Upload(ctx, "a", a1.Whole(), data); err != nil {
 		t.Fatalf("Upload: got err %v, want nil", err)
 	}
-	if err := srv.Upload(ctx, "a", a1.Whole(), data[:8]); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
-		t.Errorf("Upload of 8 bytes into 64: got %v, want invalid_argument", err)
+	if err := srv.Upload(ctx, "a", a1.Whole(), data[:8]); lanes.Classify(err).Code != cuda.CodeRuntimeContract || !errors.Is(err, cuda.ErrOutOfBounds) {
+		t.Errorf("Upload of 8 bytes into 64: got %v, want cuda_runtime_contract, ErrOutOfBounds (as an upload command of the same mistake)", err)
 	}
 	got, err := srv.Read(ctx, "a", lanes.Region{Buffer: a1, Length: 4})
 	if err != nil || binary.LittleEndian.Uint32(got) != 7 {
 		t.Fatalf("Read back: got %v, %v; want 7, nil", got, err)
+	}
+	if err := srv.Upload(ctx, "a", a2.Whole(), data); err != nil { // Free reads one element of it first
+		t.Fatalf("Upload: got err %v, want nil", err)
 	}
 	if err := srv.Free(ctx, "a", a2); err != nil {
 		t.Fatalf("Free: got err %v, want nil", err)
@@ -228,6 +231,9 @@ func TestFreeWaitsForTheTenantsWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := srv.Upload(ctx, "a", b.Whole(), make([]byte, 4<<10)); err != nil {
+		t.Fatal(err)
+	}
 	inc, err := lanes.Launch(srv.Kernels(), "inc_i32", lanes.Linear(1<<10, 256), lanes.BufferArg(b.Whole()), lanes.I32Arg(1<<10))
 	if err != nil {
 		t.Fatal(err)
@@ -252,5 +258,69 @@ func TestFreeWaitsForTheTenantsWork(t *testing.T) {
 		if _, err := p.Result(); err != nil {
 			t.Errorf("submission %d, accepted before Free: got err %v, want nil", i, err)
 		}
+	}
+}
+
+// TestATenantOnAPoisonedDeviceStartsOverOnAnother: in process, with two
+// devices, a sticky fault on the first takes out that device alone: a new
+// tenant is placed on the device that serves, and the tenant that poisoned
+// the first starts over there after Forget (as through a front a tenant
+// starts over on a serving host).
+func TestATenantOnAPoisonedDeviceStartsOverOnAnother(t *testing.T) {
+	ctx := context.Background()
+	var devs []lanes.Device
+	for i := range 2 {
+		cfg := sim.Config{Clock: sim.ClockZeroCost, Ordinal: i}
+		if i == 0 {
+			cfg.Faults = []sim.Fault{{Kind: sim.FaultSticky, Kernel: "inc_i32", Nth: 1}}
+		}
+		d, err := sim.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		devs = append(devs, d)
+	}
+	srv, err := lanes.Start(ctx, lanes.Config{Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(ctx) })
+	step := func(tenant string) (lanes.Buffer, error) {
+		b, err := srv.Alloc(ctx, tenant, lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+		if err != nil {
+			return b, err
+		}
+		if err := srv.Upload(ctx, tenant, b.Whole(), make([]byte, 64)); err != nil {
+			return b, err
+		}
+		inc, err := lanes.Launch(srv.Kernels(), "inc_i32", lanes.Linear(16, 16), lanes.BufferArg(b.Whole()), lanes.I32Arg(16))
+		if err != nil {
+			return b, err
+		}
+		_, err = srv.Submit(ctx, tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("poison", 0, inc)}})
+		return b, err
+	}
+	b, err := step("culprit")
+	if b.Device != devs[0].Info().Instance || !errors.Is(err, cuda.ErrIllegalAddress) {
+		t.Fatalf("the culprit's step on device 0: got device %d, err %v; want device %d, an illegal address", b.Device, err, devs[0].Info().Instance)
+	}
+	if _, err := srv.Read(ctx, "culprit", b.Whole()); !errors.Is(err, cuda.ErrIllegalAddress) && lanes.Classify(err).Code != cuda.CodeNoHealthyLane {
+		t.Errorf("the culprit's Read on the poisoned device: got %v, want the device's error or no healthy lane", err)
+	}
+	nb, err := step("newcomer")
+	if err != nil || nb.Device != devs[1].Info().Instance {
+		t.Fatalf("a new tenant: got device %d, err %v; want device %d (the one that serves), nil", nb.Device, err, devs[1].Info().Instance)
+	}
+	if err := srv.Forget(ctx, "culprit"); err != nil {
+		t.Fatalf("Forget of the tenant on the poisoned device: got %v, want nil (its memory went with the device)", err)
+	}
+	again, err := step("culprit")
+	if err != nil || again.Device != devs[1].Info().Instance {
+		t.Fatalf("the culprit starting over: got device %d, err %v; want device %d, nil", again.Device, err, devs[1].Info().Instance)
+	}
+	out, err := srv.Read(ctx, "culprit", again.Whole())
+	if err != nil || binary.LittleEndian.Uint32(out) != 1 {
+		t.Errorf("the culprit's step on the serving device: got %v, err %v; want 1s", out[:4], err)
 	}
 }
