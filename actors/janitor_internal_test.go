@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 )
@@ -147,6 +148,7 @@ func TestJanitorReleasesScarceProgramNames(t *testing.T) {
 		_ = dev.Close()
 	})
 	buf, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
+	testdev.Zero(t, dev, buf)
 	inc, _ := cuda.Launch(dev.Registry().MustSpec("inc_i32"), cuda.Linear(16, 16), cuda.BufferArg(buf.Whole()), cuda.I32Arg(16))
 	program := func(tenant, name string) error {
 		b := lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc,

@@ -12,6 +12,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -31,6 +32,7 @@ func newMemoRig(t *testing.T, remember bool) *memoRig {
 		if err != nil {
 			t.Fatalf("Alloc: got err %v, want nil", err)
 		}
+		testdev.Zero(t, r.dev, b)
 		r.bufs = append(r.bufs, b)
 	}
 	return r
@@ -106,6 +108,7 @@ func TestRememberedPlansChangeNothing(t *testing.T) {
 					if err != nil {
 						t.Fatalf("Alloc: got err %v, want nil", err)
 					}
+					testdev.Zero(t, r.dev, b)
 					r.bufs[victim] = b
 				}
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
 )
@@ -37,6 +38,7 @@ func newRig(t *testing.T, faults ...sim.Fault) *rig {
 	}
 	t.Cleanup(func() { _ = dev.Close() })
 	buf, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * 256, Elem: cuda.I32})
+	testdev.Zero(t, dev, buf)
 	r := &rig{t: t, dev: dev, buf: buf, exp: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader()}
 	tel, err := telemetry.New(context.Background(), telemetry.Config{SpanExporter: r.exp, MetricReader: r.reader, ServiceName: "test"})
 	if err != nil {

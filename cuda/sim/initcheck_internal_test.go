@@ -58,6 +58,7 @@ func TestWrittenSpans(t *testing.T) {
 // launch and every graph node) allocates nothing; with it on, a launch
 // whose regions are written throughout allocates nothing either.
 func TestInitCheckOffCostsNothing(t *testing.T) {
+	t.Setenv(InitCheckEnv, "") // off means off, whatever the test command set
 	for _, on := range []bool{false, true} {
 		d, err := New(Config{Clock: ClockZeroCost, InitCheck: on})
 		if err != nil {

@@ -456,6 +456,7 @@ func TestInitCheckLibraryCall(t *testing.T) {
 // check and one with it leaves the same bytes; only the checked one
 // reports, and the unchecked one reports nothing.
 func TestInitCheckOffChangesNothing(t *testing.T) {
+	t.Setenv(sim.InitCheckEnv, "") // off means off, whatever the test command set
 	run := func(on bool) ([]byte, []error) {
 		r := checkRig(t, on)
 		s := r.stream()
