@@ -2,6 +2,7 @@ package lanes_test
 
 import (
 	"context"
+	"fmt"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -176,6 +177,56 @@ func TestForgetAndFreeRace(t *testing.T) {
 		}
 		if ferr != nil && !errors.Is(ferr, cuda.ErrStaleHandle) {
 			t.Fatalf("round %d: Free racing Forget: got %v, want nil or ErrStaleHandle (Forget freed it first)", round, ferr)
+		}
+	}
+}
+
+// TestAnotherHostsTenantsBufferIsNotYours: through a front to two hosts,
+// tenants placed on different hosts name each other's buffers: not_yours,
+// as in one process, not a buffer the host never handed out.
+func TestAnotherHostsTenantsBufferIsNotYours(t *testing.T) {
+	ctx := context.Background()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &remote.FrontConfig{Logf: func(string, ...any) {}}
+	for i := range 2 { // two processes: one lane host per process
+		cfg.Launch = append(cfg.Launch, remote.Launch{Name: fmt.Sprintf("gpu%d", i), Path: exe, Args: []string{"--device", "sim", "--sim-clock", "zero", "--lanes", "1"}, Env: []string{hostEnv + "=1"}})
+	}
+	srv, err := lanes.Start(ctx, lanes.Config{Hosts: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(ctx) })
+	a, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := srv.Alloc(ctx, "b", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ha, _ := srv.Front().Placement("a")
+	hb, _ := srv.Front().Placement("b")
+	if ha == hb {
+		t.Fatalf("tenants a and b both on %s, want them on two hosts (the one with the most headroom takes a new tenant)", ha)
+	}
+	for _, c := range []struct{ tenant, theirs lanes.Buffer }{{a, b}, {b, a}} {
+		tenant := map[lanes.Buffer]string{a: "a", b: "b"}[c.tenant]
+		inc, err := lanes.Launch(srv.Kernels(), "inc_i32", lanes.Linear(16, 16), lanes.BufferArg(c.theirs.Whole()), lanes.I32Arg(16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("theirs", 0, inc)}}
+		if _, err := srv.Submit(ctx, tenant, step); !errors.Is(err, actors.ErrNotYours) || lanes.Classify(err).Code != cuda.CodeNotYours {
+			t.Errorf("%s's batch naming a buffer of a tenant on another host: got %v, want not_yours", tenant, err)
+		}
+		if _, err := srv.SubmitAsync(ctx, tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Input(mustUpload(t, c.tenant.Whole(), make([]byte, 64)))}, Retain: []lanes.Buffer{c.theirs}}); !errors.Is(err, actors.ErrNotYours) {
+			t.Errorf("%s's batch retaining a buffer of a tenant on another host: got %v, want not_yours", tenant, err)
+		}
+		if err := srv.Upload(ctx, tenant, c.theirs.Whole(), make([]byte, 64)); !errors.Is(err, actors.ErrNotYours) {
+			t.Errorf("%s's Upload into a buffer of a tenant on another host: got %v, want not_yours", tenant, err)
 		}
 	}
 }
