@@ -11,8 +11,20 @@ import (
 
 // BenchmarkRoundTrip: encoded steps of 16 replayed launches through a
 // front to a lane host process (zero-cost simulated device) and back, 16
-// tenants submitting at once, one step in flight each.
-func BenchmarkRoundTrip(b *testing.B) {
+// tenants submitting at once, one step in flight each, under
+// context.Background (a serving loop's).
+func BenchmarkRoundTrip(b *testing.B) { roundTrips(context.Background(), b) }
+
+// BenchmarkRoundTripWithdrawable is BenchmarkRoundTrip under a context
+// that can end (and does not): each step is withdrawable, its context
+// watched on the front and the host.
+func BenchmarkRoundTripWithdrawable(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	roundTrips(ctx, b)
+}
+
+func roundTrips(ctx context.Context, b *testing.B) {
 	args := []string{"--sim-clock", "zero", "--lanes", "2"}
 	if p := os.Getenv("LANEHOST_CPUPROFILE"); p != "" {
 		args = append(args, "--cpuprofile", p)
@@ -44,7 +56,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for range per {
-				p, err := f.SubmitEncoded(context.Background(), c.tenant, step)
+				p, err := f.SubmitEncoded(ctx, c.tenant, step)
 				if err == nil {
 					_, err = p.Result()
 				}

@@ -37,6 +37,7 @@ const (
 	planeStaged   uint16 = 7  // a StagedPrepare
 	planeReplay   uint16 = 8  // a StagedReplay
 	planeRelease  uint16 = 9  // a StagedRelease
+	planeWithdraw uint16 = 10 // a Withdraw, after its submission
 	planeReceipts uint16 = 11 // host to front
 	planeResult   uint16 = 12
 	planeLeaving  uint16 = 13

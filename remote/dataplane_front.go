@@ -110,6 +110,8 @@ func planeKindOf(m proto.Message) uint16 {
 		return planeReplay
 	case *wirepb.StagedRelease:
 		return planeRelease
+	case *wirepb.Withdraw:
+		return planeWithdraw
 	default:
 		return planeForget
 	}

@@ -18,15 +18,16 @@ import (
 
 // hostReads are the records a host reads from a front.
 var hostReads = map[uint16]func() proto.Message{
-	planeSubmits: func() proto.Message { return &wirepb.Submits{} },
-	planeAlloc:   func() proto.Message { return &wirepb.Alloc{} },
-	planeFree:    func() proto.Message { return &wirepb.Free{} },
-	planeRead:    func() proto.Message { return &wirepb.Read{} },
-	planeForget:  func() proto.Message { return &wirepb.Forget{} },
-	planeLaneOp:  func() proto.Message { return &wirepb.LaneAdmin{} },
-	planeStaged:  func() proto.Message { return &wirepb.StagedPrepare{} },
-	planeReplay:  func() proto.Message { return &wirepb.StagedReplay{} },
-	planeRelease: func() proto.Message { return &wirepb.StagedRelease{} },
+	planeSubmits:  func() proto.Message { return &wirepb.Submits{} },
+	planeAlloc:    func() proto.Message { return &wirepb.Alloc{} },
+	planeFree:     func() proto.Message { return &wirepb.Free{} },
+	planeRead:     func() proto.Message { return &wirepb.Read{} },
+	planeForget:   func() proto.Message { return &wirepb.Forget{} },
+	planeLaneOp:   func() proto.Message { return &wirepb.LaneAdmin{} },
+	planeStaged:   func() proto.Message { return &wirepb.StagedPrepare{} },
+	planeReplay:   func() proto.Message { return &wirepb.StagedReplay{} },
+	planeRelease:  func() proto.Message { return &wirepb.StagedRelease{} },
+	planeWithdraw: func() proto.Message { return &wirepb.Withdraw{} },
 }
 
 // onThisMachine reports whether a front's address is on this machine as
@@ -134,8 +135,19 @@ func (h *Host) fromPlane(r *registration, kind uint16, b []byte) error {
 	if err != nil {
 		return err
 	}
-	if m, ok := msg.(*wirepb.Submits); ok {
+	switch m := msg.(type) {
+	case *wirepb.Submits:
 		h.submits(m, r.front, true)
+		return nil
+	case *wirepb.Withdraw:
+		// Its submission, read before it from this plane, was admitted
+		// already (the reader admits them itself).
+		if m.Epoch != r.epoch {
+			h.sys.guard.dropped.Add(1)
+			return nil
+		}
+		r.heard()
+		r.watched.withdraw(m.Call, m.Deadline)
 		return nil
 	}
 	op := msg.(tenantOp) // hostReads holds nothing else

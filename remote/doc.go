@@ -35,6 +35,14 @@
 // much, beside the lane's own time, from one call in [SampleEvery]. Keep
 // many calls in flight per host, and [Front.Encode] a repeated step.
 //
+// A submission's context counts on its host as it does in one process: a
+// batch whose context ends while it waits for its lane is withdrawn (it
+// never runs, and its Pending ends with an error that is errors.Is
+// actors.ErrWithdrawn and the context's error, code withdrawn, not
+// submitted); one its lane took already runs and ends as it does. The
+// front tells the host after the submission, by the same way; a context
+// that cannot end (context.Background, the serving loop's) costs nothing.
+//
 // # Security
 //
 // Every connection, both ways and on every address, is mutual TLS: by
@@ -46,8 +54,9 @@
 // learns nothing. A connection that does not prove itself within 5 s is
 // refused before any message of its is read (counted in
 // [WireStats].Handshakes; [ErrUnauthenticated] at a front so refused, or
-// facing something that does not speak TLS). A peer speaks only for itself: the address it says it is must
-// be where it listens with the same certificate. Then a guard checks
+// facing something that does not speak TLS, which is also [ErrNoHost]). A
+// peer speaks only for itself: the address it says it is must be where it
+// listens with the same certificate. Then a guard checks
 // every batch before protoactor-go's handlers see it: a malformed batch
 // ends the connection; a system message about an actor not the sender's
 // own, one no peer may send, one for no actor here, or one from a sender
@@ -108,8 +117,9 @@
 // tenant's batches run on. Stage-ins and stage-outs name pinned memory of
 // the sending process: they have no wire form and are refused on encoding
 // (ErrWire); a staged program is declared by its slots' device regions
-// instead (StagedSpec, Front.PrepareStaged, Front.Replay), and its host
-// makes the staging. Modules of one's own kernels a front's batches
+// instead (StagedSpec, Front.PrepareStaged), and its host makes the
+// staging: it replays as in one process (Front.Replay, Front.ReplayInto,
+// and Front.Repeat, which sends no inputs: the host's lane kept them). Modules of one's own kernels a front's batches
 // launch cross as their images and declarations (FrontConfig.Modules),
 // and the host loads them before it serves the front (HostConfig.Modules
 // for a host of your own, with the Go references the simulated device
@@ -133,4 +143,15 @@
 //     (Front.Alloc) is its own on its host; nothing else is.
 //   - SubmitNotifyMemo and its OwnershipMemo: a front's encoded step
 //     (Front.Encode, Front.SubmitEncoded) is checked once per host.
+//   - SubmitNotify's callback: a front's Pending says when a call ended
+//     (Pending.Done).
+//   - FillShared, with Share; Lanes, TenantLane, Tenants and OpsHandler: a
+//     host's lanes are seen on the host (Host.Scheduler); a front reports
+//     its hosts (Front.Hosts) and where a tenant is (Front.Placement).
+//   - A staged program's staging written in place (lanes.Lane.StagedInputs
+//     and ReplayWritten, on a lane of one's own): the staging is pinned
+//     memory of the host's process; a front's inputs cross with each
+//     Replay or ReplayInto, and Repeat replays them without crossing again.
+//   - A staged replay's context: one that ends while the replay waits for
+//     its lane does not withdraw it on the host (a batch's does).
 package remote

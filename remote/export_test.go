@@ -47,6 +47,14 @@ func PlaneMappings() int {
 
 // What remote's own tests (package remote_test) reach that users do not.
 
+// OnWithdraw has fn called with a submission's Pending once the front
+// queued its Withdraw for the host (nil: no one is), and returns how to
+// undo it.
+func OnWithdraw(fn func(*Pending)) (undo func()) {
+	afterWithdraw.Store(&fn)
+	return func() { afterWithdraw.Store(nil) }
+}
+
 // Calls is the table of calls in flight, by host, epoch and id.
 type Calls[T any] = callTable[T]
 

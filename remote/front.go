@@ -17,6 +17,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -148,12 +149,27 @@ type placement struct {
 }
 
 // StartFront starts a front, joins (or launches) its hosts and returns
-// once every host registered. A host that refuses or is refused (another
-// protocol version; a host full of fronts, or leaving) fails the start
-// with ErrRefused, even when the others serve: start it again, or leave
-// a host out while it drains; one that does not register within
-// JoinTimeout fails it with ErrNoHost.
+// once every host registered, within JoinTimeout. Every error it returns
+// classifies (cuda.Classify) and says what it found: a host that refuses
+// or is refused (another protocol version; a host full of fronts, or
+// leaving) fails the start with ErrRefused, even when the others serve:
+// start it again, or leave a host out while it drains; one that does not
+// register within JoinTimeout (nothing at its address, something there
+// that is no lane host, a launched process that does not say where it
+// listens) fails it with ErrNoHost; a configuration refused (a launch
+// that cannot start, say) with ErrConfig. Hosts it launched are stopped
+// by then.
 func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
+	f, err := startFront(ctx, cfg)
+	if err != nil && cuda.Classify(err).Code == cuda.CodeUnclassified {
+		// What no check above named (a provider's own failure, a file
+		// system's): the front could not be set up as configured.
+		err = fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return f, err
+}
+
+func startFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: a nil context", ErrConfig)
 	}
@@ -164,19 +180,22 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	until := time.Now().Add(cfg.JoinTimeout) // every wait below ends by then
 	if err := shmring.CheckSpinEnv(); err != nil && !cfg.NoDataPlane {
 		cfg.Logf("%v", err)
 	}
 	var member *membership
 	if cfg.Cluster != nil {
 		var err error
-		joinCtx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+		joinCtx, cancel := context.WithDeadline(ctx, until)
 		member, err = followCluster(joinCtx, cfg.Cluster)
 		cancel()
-		if errors.Is(err, errProviderLate) {
+		switch {
+		case errors.Is(err, errProviderLate):
 			return nil, fmt.Errorf("%w: %w", ErrNoHost, err)
-		}
-		if err != nil {
+		case err != nil && cuda.Classify(err).Code == cuda.CodeUnclassified:
+			return nil, fmt.Errorf("%w: cluster %s: its provider: %w", ErrNoHost, cfg.Cluster.Name, err)
+		case err != nil:
 			return nil, err
 		}
 	}
@@ -221,11 +240,20 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if cfg.Cluster != nil {
 		f.unwatch = member.watch(f.clusterHosts)
 	}
-	if err := f.awaitRegistration(ctx); err != nil {
-		_ = f.Stop(context.Background())
+	if err := f.awaitRegistration(ctx, until); err != nil {
+		f.stopBy(until)
 		return nil, err
 	}
 	return f, nil
+}
+
+// stopBy stops a front whose start failed, its launched hosts by the
+// start's deadline (at once, past it: killed, a process that ignores its
+// closed standard input included), so that StartFront keeps JoinTimeout.
+func (f *Front) stopBy(until time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	defer cancel()
+	_ = f.Stop(ctx)
 }
 
 func (c *FrontConfig) check() error {
@@ -284,10 +312,9 @@ func (c *FrontConfig) check() error {
 }
 
 // awaitRegistration waits until every host registered, one refused, or
-// JoinTimeout passed; with a cluster, until a host of it serves and every
-// member known by then answered.
-func (f *Front) awaitRegistration(ctx context.Context) error {
-	until := time.Now().Add(f.cfg.JoinTimeout)
+// until passed (JoinTimeout from the start); with a cluster, until a host
+// of it serves and every member known by then answered.
+func (f *Front) awaitRegistration(ctx context.Context, until time.Time) error {
 	if f.cfg.Cluster != nil {
 		if err := f.awaitCluster(ctx, until); err != nil {
 			return err
@@ -319,7 +346,7 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 				}
 			case <-deadline.C:
 				ask.Stop()
-				return fmt.Errorf("%w: host %s did not register within %v (is it up at that address, named as it prints its address, character for character, and can it reach this front at %s? see Advertise on both sides)", ErrNoHost, l.name, f.cfg.JoinTimeout, f.sys.addr)
+				return fmt.Errorf("%w: host %s did not register within %v: %s (is it up at that address, named as it prints its address, character for character, and can it reach this front at %s? see Advertise on both sides)", ErrNoHost, l.name, f.cfg.JoinTimeout, l.whyNoHost(), f.sys.addr)
 			}
 		}
 		ask.Stop()
@@ -330,7 +357,7 @@ func (f *Front) awaitRegistration(ctx context.Context) error {
 			return &RefusedError{Host: l.name, Reason: st.Refusal, ForNow: forNow}
 		}
 		if err := l.launchFailure(); err != nil {
-			return fmt.Errorf("%w: host %s would not start: %v", ErrConfig, l.name, err)
+			return fmt.Errorf("host %s would not start: %w", l.name, err)
 		}
 	}
 	return nil

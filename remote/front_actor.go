@@ -5,6 +5,8 @@
 package remote
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -207,7 +209,27 @@ func (a *frontActor) receipts(l *link, m *wirepb.Receipts) {
 			p.end(lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: e, Tenant: p.tenant, Lane: -1}, e, nil)
 			continue
 		}
+		if p.w != nil {
+			withdrawnBy(p.w.ctx, r.Err)
+		}
 		p.end(r, r.Err, nil)
+	}
+}
+
+// withdrawnBy lets the error of a submission its host withdrew (its
+// caller's context ended while it waited for its lane) match that
+// context's error too, as one process's does: errors.Is(err,
+// context.DeadlineExceeded) or context.Canceled.
+func withdrawnBy(ctx context.Context, err error) {
+	pe, ok := err.(*PeerError)
+	if !ok || pe.Code != cuda.CodeWithdrawn {
+		return
+	}
+	switch cause := ctx.Err(); {
+	case errors.Is(cause, context.DeadlineExceeded):
+		pe.cause = context.DeadlineExceeded
+	case errors.Is(cause, context.Canceled):
+		pe.cause = context.Canceled
 	}
 }
 
@@ -250,8 +272,14 @@ func (a *frontActor) resend(l *link, w *wirepb.Receipt) {
 		return
 	}
 	l.forgetTemplate(w.Epoch, w.Template)
+	s := &wirepb.Submit{Epoch: w.Epoch, Call: w.Call, Template: p.enc.id, Tenant: p.tenant, Batch: p.enc.wire, Withdrawable: p.w != nil}
 	// From another goroutine: the actor must not send (and so wait) itself.
-	go l.enqueue(&wirepb.Submit{Epoch: w.Epoch, Call: w.Call, Template: p.enc.id, Tenant: p.tenant, Batch: p.enc.wire})
+	go func() {
+		l.enqueue(s)
+		if p.w != nil && p.w.ctx.Err() != nil {
+			l.withdraw(s.Epoch, s.Call, p) // the host ignored the one sent before (it had not taken the call)
+		}
+	}()
 }
 
 // linkAt is the link of the host at address, if any.

@@ -55,7 +55,7 @@ type HostStatus struct {
 	Refusal  string    // why its registration was refused
 	LostHow  string    // how it was last lost
 	PID      int       // the launched host's process id; 0 for a host at a fixed address
-	Since    time.Time // when it entered State
+	Since    time.Time // when it entered Health
 	HostName string    // the name the host gave itself (lanehost --name)
 	Lanes    int       // the lanes it serves (its devices' together): its share of new tenants
 	// Runtime is the runtime fingerprint of the host's programs: a
@@ -126,6 +126,7 @@ type link struct {
 	echoed      atomic.Uint64
 	uploadBytes atomic.Int64          // upload bytes in flight to the host: probes queue behind them
 	credErr     atomic.Pointer[error] // why the host's address and this front do not admit each other, if they do not (checkCredential)
+	found       atomic.Pointer[error] // what the last check found at the address, when it is not a peer that admits the front
 	checking    atomic.Bool
 	plane       atomic.Pointer[linkPlane] // the same-host data plane of an epoch, if the host offered one
 
@@ -523,35 +524,6 @@ func (l *link) endInFlight(epoch uint64, how string) int {
 		p.lost(e)
 	}
 	return len(calls)
-}
-
-// checkCredential asks, off the caller's goroutine, whether what listens
-// at the host's address and this front admit each other (a TLS handshake
-// of their credentials); the verdict lands in credErr for
-// credentialRefused. One check at a time.
-func (l *link) checkCredential() {
-	at := l.at.Load()
-	if at == nil || *at == "" || !l.checking.CompareAndSwap(false, true) {
-		return
-	}
-	go func() {
-		defer l.checking.Store(false)
-		if err := l.f.sys.guard.admittedBy(*at); err != nil {
-			l.credErr.Store(&err)
-			return
-		}
-		l.credErr.Store(nil)
-	}()
-}
-
-// credentialRefused is why the host's address refused this front's
-// credential (or showed none of its own) at the last check; nil if it did
-// not, or was not checked.
-func (l *link) credentialRefused() error {
-	if p := l.credErr.Load(); p != nil {
-		return *p
-	}
-	return nil
 }
 
 // answered lets StartFront see the host's first answer (registered,

@@ -8,7 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -40,6 +40,7 @@ type StagedProgram struct {
 	tenant, host string
 	epoch, id    uint64
 	in, out      uint64
+	outSizes     []uint64 // each output's bytes, in logical order
 }
 
 // of refuses a program that is not one PrepareStaged returned for tenant.
@@ -101,80 +102,31 @@ func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpe
 	if err != nil {
 		return nil, err
 	}
-	return &StagedProgram{tenant: tenant, host: l.name, epoch: epoch, id: res.Staged, in: res.StagedInBytes, out: res.StagedOutBytes}, nil
+	// The host made the program as the spec says (lanes.NewStaged checked
+	// that its output map orders the slots): each logical output is as
+	// long as its slot's region.
+	sizes := make([]uint64, len(spec.Outputs))
+	for slot, r := range spec.Outputs {
+		if slot < len(spec.OutputMap) && spec.OutputMap[slot] >= 0 && spec.OutputMap[slot] < len(sizes) {
+			sizes[spec.OutputMap[slot]] = r.Length
+		}
+	}
+	return &StagedProgram{tenant: tenant, host: l.name, epoch: epoch, id: res.Staged, in: res.StagedInBytes, out: res.StagedOutBytes, outSizes: sizes}, nil
 }
 
-// Replay runs a staged program the tenant prepared, with inputs in logical
-// order, and returns its outputs (when collect), as
-// actors.Scheduler.Replay does: the same StagedResult (OutputCache,
-// Resident, DeviceTime, the receipt) and the same errors, through a
-// *PeerError. Its inputs of 4 KiB or more go into the upload area of the
-// host's data plane where it has room (as uploads do), the rest in the
-// message, and the host copies them into the program's staging: once,
-// from the area where the GPU host pins it. A program of another tenant, released, or prepared under a
-// host registration that is gone is refused (a *DeviceStateLostError for
-// a host lost or restarted since: prepare it again).
-func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
-	if err := f.admit(ctx, tenant); err != nil {
-		return lanes.StagedResult{}, err
+// OutputSizes is each output's bytes, in logical order, as
+// lanes.Staged.OutputSizes: what ReplayInto and Repeat fill.
+func (p *StagedProgram) OutputSizes() []uint64 { return slices.Clone(p.outSizes) }
+
+// MakeOutputs allocates one buffer per output, in logical order and each
+// of its length, as lanes.Staged.MakeOutputs: buffers for ReplayInto and
+// Repeat to fill, reused from one replay to the next.
+func (p *StagedProgram) MakeOutputs() [][]byte {
+	out := make([][]byte, len(p.outSizes))
+	for i, n := range p.outSizes {
+		out[i] = make([]byte, n)
 	}
-	if err := p.of(tenant); err != nil {
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, err)
-	}
-	var bytes int64
-	for i, in := range inputs {
-		if len(in) > MaxHostBytes {
-			return lanes.StagedResult{}, tooLarge("input %d is %d bytes; at most %d cross the wire", i, len(in), MaxHostBytes)
-		}
-		bytes += int64(len(in))
-	}
-	if collect {
-		bytes += int64(min(p.out, maxBytesInFlight))
-	}
-	pl, err := f.place(tenant)
-	if err != nil {
-		return lanes.StagedResult{}, err
-	}
-	l, epoch := pl.link, pl.epoch
-	if l.name != p.host || epoch != p.epoch {
-		return lanes.StagedResult{}, lanes.Wrap("staged replay", true, l.stateLost(tenant, p.epoch))
-	}
-	if err := refuseLeaving(tenant, l, epoch); err != nil {
-		return lanes.StagedResult{}, err
-	}
-	m := &wirepb.StagedReplay{Epoch: epoch, Tenant: tenant, Staged: p.id, Collect: collect}
-	var slots []areaSlot
-	for i, in := range inputs {
-		w := &wirepb.Input{Entry: uint32(i), Host: in}
-		m.Inputs = append(m.Inputs, w)
-		if len(in) >= areaMinUpload {
-			slots = append(slots, areaSlot{host: &w.Host, area: &w.Area})
-		}
-	}
-	res, err := f.opWith(ctx, l, epoch, tenant, bytes, func(p *Pending) {
-		if len(slots) > 0 {
-			l.intoArea(epoch, slots, p)
-		}
-	}, func(call uint64) proto.Message {
-		m.Call = call
-		return m
-	})
-	if res == nil || res.Replay == nil {
-		return lanes.StagedResult{}, err
-	}
-	out := lanes.StagedResult{Outputs: res.Replay.Outputs, DeviceTime: time.Duration(res.Replay.DeviceTimeNs), TimeKnown: res.Replay.TimeKnown,
-		OutputCache: res.Replay.OutputCache, Resident: res.Replay.Resident}
-	if w := res.Replay.Receipt; w != nil {
-		_, _, r, _, rerr := receiptFromWire(w)
-		if rerr != nil && err == nil {
-			err = rerr
-		}
-		out.Receipt = r
-	}
-	if len(out.Outputs) == 0 {
-		out.Outputs = nil
-	}
-	return out, err
+	return out
 }
 
 // ReleaseStaged frees a staged program the tenant prepared, and its

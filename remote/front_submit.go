@@ -6,6 +6,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -40,9 +41,47 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 	if err != nil {
 		return nil, err
 	}
-	l.enqueue(p.sample(&wirepb.Submit{Epoch: epoch, Call: id, Batch: w}))
+	l.send(p, p.sample(&wirepb.Submit{Epoch: epoch, Call: id, Batch: w}))
 	return p, nil
 }
+
+// send queues a submission for its host. One whose caller's context can
+// end is withdrawable: when that context ends while it is in flight, a
+// Withdraw follows it to the host, by the same way, and the host
+// withdraws the batch if it still waits for its lane (it never runs, and
+// ends withdrawn, as in one process). A context that cannot end (the
+// serving loop's Background) costs nothing here.
+func (l *link) send(p *Pending, s *wirepb.Submit) {
+	if p.w == nil {
+		l.enqueue(s)
+		return
+	}
+	s.Withdrawable = true
+	l.enqueue(s) // first: what the context's end queues goes after it
+	epoch, call := s.Epoch, s.Call
+	p.w.watching(context.AfterFunc(p.w.ctx, func() {
+		select {
+		case <-p.done: // ended first: nothing to withdraw
+		default:
+			l.withdraw(epoch, call, p)
+		}
+	}))
+}
+
+// withdraw tells the host that the caller of a withdrawable submission
+// under epoch gave up on it, and why (its context's cause): queued after
+// the submission, as operations are, so it reaches the host after it.
+func (l *link) withdraw(epoch, call uint64, p *Pending) {
+	deadline := errors.Is(p.w.ctx.Err(), context.DeadlineExceeded)
+	l.out.add(frontOut{op: &wirepb.Withdraw{Epoch: epoch, Call: call, Tenant: p.tenant, Deadline: deadline}, epoch: epoch})
+	if fn := afterWithdraw.Load(); fn != nil {
+		(*fn)(p)
+	}
+}
+
+// afterWithdraw, set by a test, runs once a Withdraw was queued for its
+// host: what the caller queues after goes after it.
+var afterWithdraw atomic.Pointer[func(*Pending)]
 
 // Encoded is a batch encoded once for the wire, to submit many times
 // (SubmitEncoded): a serving loop's step. Each host receives it whole
@@ -104,7 +143,7 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded, in
 	if !l.holds(epoch, e.id) {
 		s.Batch = e.wire
 	}
-	l.enqueue(p.sample(s))
+	l.send(p, p.sample(s))
 	return p, nil
 }
 
@@ -212,6 +251,9 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *E
 	pl.calls.Add(1) // before the call exists: Forget refuses from here on
 	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false, func(p *Pending) {
 		p.placed, p.enc = pl, enc
+		if ctx.Done() != nil {
+			p.w = &withdrawable{ctx: ctx} // see send
+		}
 		if len(slots) > 0 {
 			l.intoArea(epoch, slots, p)
 		}

@@ -150,6 +150,9 @@ func (l *link) supervise() {
 				l.mu.Unlock()
 			}
 			if err := l.start(); err != nil {
+				if errors.Is(err, ErrStopped) {
+					return // the front stops
+				}
 				l.f.cfg.Logf("host %s: start: %v", l.name, err)
 				if first {
 					l.mu.Lock()
@@ -324,14 +327,14 @@ func (l *link) start() error {
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return fmt.Errorf("%w: %v", ErrConfig, err) // no such program, not executable: Launch.Path
 	}
 	lines := make(chan string, 1)
 	go func() {
@@ -344,16 +347,19 @@ func (l *link) start() error {
 	select {
 	case line = <-lines:
 	case <-time.After(l.f.cfg.JoinTimeout):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("%w: %s %s did not say where it listens within %v (JoinTimeout): a lane host prints %q and its address first", ErrNoHost, l.launch.Path, strings.Join(args, " "), l.f.cfg.JoinTimeout, ListeningLine)
 	case <-l.f.quit:
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return errors.New("the front stopped while the host started")
+		return fmt.Errorf("%w: the front stopped while the host started", ErrStopped)
 	}
 	said, err := ParseListening(line)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		exit := cmd.Wait()
-		return fmt.Errorf("%s %s: %v (its exit: %v; its standard error says why)", l.launch.Path, strings.Join(args, " "), err, exit)
+		return fmt.Errorf("%w: %s %s: %v (its exit: %v; its standard error says why)", ErrConfig, l.launch.Path, strings.Join(args, " "), err, exit)
 	}
 	exited := make(chan struct{})
 	l.mu.Lock()

@@ -139,7 +139,7 @@ var ErrUnauthenticated = cuda.NewSentinel(cuda.CodeUnauthenticated, "remote: una
 // handshake runs a TLS handshake with the endpoint at address, as a peer
 // of this one would, and returns the key its certificate shows. err wraps
 // ErrUnauthenticated when either side refused the other's credential.
-func (g *guard) handshake(address string) (key string, err error) {
+func (g *guard) handshake(address string, connected func()) (key string, err error) {
 	cfg := g.tls.Clone()
 	cfg.NextProtos = []string{"h2"}
 	if !g.local && cfg.ServerName == "" {
@@ -148,6 +148,9 @@ func (g *guard) handshake(address string) (key string, err error) {
 	raw, err := net.DialTimeout("tcp", address, 3*time.Second)
 	if err != nil {
 		return "", err // nothing there (yet): the caller says so
+	}
+	if connected != nil {
+		connected()
 	}
 	conn := tls.Client(raw, cfg)
 	defer conn.Close()
@@ -166,8 +169,26 @@ func (g *guard) handshake(address string) (key string, err error) {
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return "", fmt.Errorf("what listens at %s took connections but did not complete a TLS handshake within %v (a process stopped or swamped, or something else on its port)", address, handshakeWithin)
 	}
-	return "", fmt.Errorf("%w: what listens at %s does not speak TLS as a lane host or front does (%v): something else on its port", ErrUnauthenticated, address, err)
+	return "", &notAPeer{address: address, err: err}
 }
+
+// notAPeer is what answers at an address in place of a lane host or a
+// front: it does not speak TLS as they do. It holds no credential of
+// theirs (ErrUnauthenticated, its class), and no lane host is there
+// (ErrNoHost).
+type notAPeer struct {
+	address string
+	err     error // the handshake's
+}
+
+// Error says what answered.
+func (e *notAPeer) Error() string {
+	return fmt.Sprintf("%v: what listens at %s does not speak TLS as a lane host or front does (%v): something else on its port", ErrUnauthenticated, e.address, e.err)
+}
+
+// Unwrap makes it errors.Is ErrUnauthenticated, which classifies it, and
+// ErrNoHost.
+func (e *notAPeer) Unwrap() []error { return []error{ErrUnauthenticated, ErrNoHost} }
 
 // handshakeWithin bounds a TLS handshake, both ways: a connection that has
 // not proved its credential by then is closed (a stranger's half-open
@@ -175,14 +196,17 @@ func (g *guard) handshake(address string) (key string, err error) {
 const handshakeWithin = 5 * time.Second
 
 // admittedBy asks the endpoint at address whether it and this one admit
-// each other: an error wrapping ErrUnauthenticated when one refuses the
-// other; nil when they do, or when it cannot be asked (it is not there:
-// the caller says so).
-func (g *guard) admittedBy(address string) error {
-	if _, err := g.handshake(address); errors.Is(err, ErrUnauthenticated) {
-		return err
+// each other: refused wraps ErrUnauthenticated when one refuses the other
+// (or what answers does not speak TLS as a peer); else found says what
+// was found when it is not a peer that admits this one (nothing there,
+// or no handshake in time), nil when they admit each other. connected,
+// if given, is called once a connection to the address is open.
+func (g *guard) admittedBy(address string, connected func()) (refused, found error) {
+	_, err := g.handshake(address, connected)
+	if errors.Is(err, ErrUnauthenticated) {
+		return err, err
 	}
-	return nil
+	return nil, err
 }
 
 // verifyClaim checks that the process on the other end of a connection,
@@ -197,7 +221,7 @@ func (g *guard) verifyClaim(claim, key string) error {
 	if known != "" && known == key {
 		return nil
 	}
-	got, err := g.handshake(claim)
+	got, err := g.handshake(claim, nil)
 	if err != nil {
 		return fmt.Errorf("it says it is %s, which does not answer as a peer: %v", claim, err)
 	}

@@ -442,8 +442,8 @@ func neighbourChild() int {
 	tried, readable := 0, 0
 	answers := map[string]int{} // what a submission naming each guess is told, the id left out
 	for id := mine.ID - min(mine.ID, 64); id < mine.ID+64; id++ {
-		if id == mine.ID {
-			continue
+		if id == mine.ID || id == 0 {
+			continue // 0 is no buffer's id, anyone's: the lane's own check refuses it, in its own words
 		}
 		guess := mine
 		guess.ID = id

@@ -12,7 +12,7 @@ import (
 // Protocol is the wire protocol this build speaks. A host and a front that
 // differ refuse each other at registration, with a Welcome that says why,
 // instead of exchanging messages one of them cannot read.
-const Protocol = 7
+const Protocol = 8
 
 // MaxDevices bounds the devices one Hello may announce.
 const MaxDevices = 64

@@ -169,6 +169,7 @@ type registration struct {
 	out       combiner[outgoing]
 	lastRows  map[uint64][]lanes.Row           // by template: the rows the front holds (the sender's)
 	lastSegs  map[uint64][]lanes.SegmentRecord // and the segments
+	watched   watchedCalls                     // the withdrawable submissions in flight (host_withdraw.go)
 }
 
 // outgoing is a message the host sends its front: a receipt (batched with
@@ -200,15 +201,20 @@ type hostJob struct {
 	timing                *wirepb.Timing        // a sampled call's times; nil for most
 	viaPlane              bool                  // came through the registration's data plane
 	area                  *dataPlane            // whose pinned upload area its uploads read in place until it ends (nil: none)
+	watch                 *registration         // a withdrawable submission's registration, which keeps its context's cancel; nil for most
 	op                    any                   // or an operation of the tenant's, to run after its submissions before it
 }
 
 // ended lets go what the job held until its step ended: the upload area
-// its uploads read.
+// its uploads read, and a withdrawable submission's context.
 func (j *hostJob) ended() {
 	if j.area != nil {
 		j.area.releaseArea()
 		j.area = nil
+	}
+	if j.watch != nil {
+		j.watch.watched.forget(j.call)
+		j.watch = nil
 	}
 }
 
@@ -457,6 +463,10 @@ func (h *Host) Receive(ctx actor.Context) {
 		}
 	case *wirepb.Submits:
 		h.submits(m, ctx.Sender(), false)
+	case *wirepb.Withdraw:
+		if h.opSentBy(ctx, m.Epoch) {
+			h.takeWithdraw(ctx.Sender(), m)
+		}
 	case *leaveNow:
 		h.startLeaving()
 		close(m.done)

@@ -220,6 +220,7 @@ func (h *Host) dropLockedLater(r *registration, why string) {
 	h.dropLocked(r, why)
 	go func() {
 		r.closePlane(why)
+		r.watched.drop()
 		h.ops.retire(r.epoch)
 	}()
 }
@@ -280,6 +281,7 @@ func (h *Host) drop(r *registration, why string) bool {
 	h.mu.Unlock()
 	if held {
 		r.closePlane(why)
+		r.watched.drop()
 		h.ops.retire(r.epoch)
 	}
 	return held

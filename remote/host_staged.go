@@ -241,7 +241,21 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay, inputs [
 		return
 	}
 	defer h.ops.staged.done(sp)
-	r, err := h.sched.Replay(context.Background(), tenant, sp.lane, sp.st, inputs, m.Collect)
+	var r lanes.StagedResult
+	switch {
+	case m.Repeat && len(inputs) > 0:
+		errorToResult(res, wireErr("a repeat with %d inputs: it replays the last replay's", len(inputs)))
+		return
+	case m.Repeat:
+		// The lane's own copy of the last inputs: nothing crossed.
+		var outputs [][]byte
+		if m.Collect {
+			outputs = sp.st.MakeOutputs()
+		}
+		r, err = h.sched.Repeat(context.Background(), tenant, sp.lane, sp.st, outputs)
+	default:
+		r, err = h.sched.Replay(context.Background(), tenant, sp.lane, sp.st, inputs, m.Collect)
+	}
 	out := &wirepb.StagedOutcome{Outputs: r.Outputs, DeviceTimeNs: r.DeviceTime.Nanoseconds(), TimeKnown: r.TimeKnown, OutputCache: r.OutputCache, Resident: r.Resident}
 	if r.Receipt.Outcome != 0 || r.Receipt.Fence != 0 {
 		out.Receipt = h.receiptToFront(epoch, call, r.Receipt, tenant, m.Tenant)

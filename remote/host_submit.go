@@ -71,6 +71,9 @@ func (h *Host) submit(r *registration, s *wirepb.Submit, viaPlane bool) {
 	b.Tenant = scoped(epoch, tenant)
 	h.inFlight.Add(1)
 	j := hostJob{epoch: epoch, call: s.Call, template: s.Template, b: b, memo: memo, tenant: tenant, timing: timing, viaPlane: viaPlane, area: area}
+	if s.Withdrawable {
+		j.watch = r
+	}
 	shard := shardOf(b.Tenant)
 	if viaPlane {
 		// The plane's reader admits them itself, in order: one hand-off
@@ -157,6 +160,10 @@ func (h *Host) shardLoop(shard int, jobs chan hostJob) {
 	for {
 		select {
 		case j := <-jobs:
+			if w, ok := j.op.(*wirepb.Withdraw); ok {
+				h.withdraw(w) // after its submission, admitted before it
+				continue
+			}
 			if j.op != nil {
 				h.ops.enqueue(j.epoch, j.call, j.op) // after the tenant's submissions admitted before it
 				continue
@@ -186,7 +193,11 @@ func (h *Host) admit(j hostJob, shard int) {
 		// SubmitNotifyMemo returns here.
 		j.timing.Admitted = time.Now().UnixNano()
 	}
-	_, err := h.sched.SubmitNotifyMemo(context.Background(), j.b.Tenant, j.b, j.memo, ended)
+	ctx := context.Background() // the serving loop's: one that cannot end costs the scheduler nothing
+	if j.watch != nil {
+		ctx = j.watch.watched.watch(j.call)
+	}
+	_, err := h.sched.SubmitNotifyMemo(ctx, j.b.Tenant, j.b, j.memo, ended)
 	if err != nil {
 		j.ended()
 		h.refuse(j.epoch, j.call, j.tenant, err)

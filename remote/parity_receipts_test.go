@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -19,9 +20,11 @@ type receiptShape struct {
 	rows             []lanes.Row
 	segments         [][4]int // start, end, commands, graph nodes
 	programs         []string // each segment's program, "" for none
+	logical          []string // each segment's logical commands
 	fingerprinted    bool
 	prelude          int
-	events           []string
+	events           []string // kind and reason
+	preparation      [][2]int // stage, nodes (their times are the lane clock's)
 	launches         int
 	spans            [][2]int // index, segment
 	timed, hostTimed bool
@@ -38,10 +41,14 @@ func shapeOf(r lanes.Receipt) receiptShape {
 			name = seg.Program.String()
 		}
 		s.programs = append(s.programs, name)
+		s.logical = append(s.logical, fmt.Sprint(seg.Logical))
 		s.fingerprinted = s.fingerprinted && seg.Fingerprint != ""
 	}
 	for _, e := range r.Attribution.Events {
-		s.events = append(s.events, e.Kind)
+		s.events = append(s.events, e.Kind+":"+e.Reason)
+	}
+	for _, p := range r.Attribution.Preparation {
+		s.preparation = append(s.preparation, [2]int{int(p.Stage), p.Nodes})
 	}
 	for _, sp := range r.Spans {
 		seg := 0
@@ -110,8 +117,11 @@ func TestReceiptsMatchOneProcess(t *testing.T) {
 			t.Fatalf("step %d through the lane host: %v", i, err)
 		}
 		ws, gs := shapeOf(want), shapeOf(got)
-		if len(ws.segments) == 0 || !ws.timed || !ws.hostTimed || ws.released != 1 || len(ws.spans) == 0 {
-			t.Fatalf("step %d (%s) in one process: %+v: want replayed segments, timed spans, a released buffer (the case tests nothing)", i, how, ws)
+		if len(ws.segments) == 0 || !ws.timed || !ws.hostTimed || ws.released != 1 || len(ws.spans) == 0 || len(want.Attribution.Segments[0].Logical) == 0 {
+			t.Fatalf("step %d (%s) in one process: %+v: want replayed segments with logical commands, timed spans, a released buffer (the case tests nothing)", i, how, ws)
+		}
+		if i == 0 && len(ws.preparation) == 0 {
+			t.Fatalf("the first step in one process: %+v: want its capture's preparation timed (the case tests nothing)", ws)
 		}
 		if !equalShape(ws, gs) {
 			t.Errorf("step %d (%s):\n through the lane host %+v\n in one process       %+v\nwant the same", i, how, gs, ws)
@@ -124,6 +134,7 @@ func TestReceiptsMatchOneProcess(t *testing.T) {
 
 func equalShape(a, b receiptShape) bool {
 	return a.outcome == b.outcome && slices.Equal(a.rows, b.rows) && slices.Equal(a.segments, b.segments) && slices.Equal(a.programs, b.programs) && a.fingerprinted == b.fingerprinted &&
+		slices.Equal(a.logical, b.logical) && slices.Equal(a.preparation, b.preparation) &&
 		a.prelude == b.prelude && slices.Equal(a.events, b.events) && a.launches == b.launches && slices.Equal(a.spans, b.spans) &&
 		a.timed == b.timed && a.hostTimed == b.hostTimed && a.released == b.released
 }

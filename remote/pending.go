@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/lanesched/lanes/actors"
@@ -19,7 +20,8 @@ type Pending struct {
 	release func()     // gives back the call's bytes in flight
 	placed  *placement // a submission's tenant placement, whose calls it counts
 	done    chan struct{}
-	sentAt  atomic.Int64 // a sampled call's queuing, Unix nanoseconds; 0 for most (set once it is recorded, read at its answer)
+	sentAt  atomic.Int64  // a sampled call's queuing, Unix nanoseconds; 0 for most (set once it is recorded, read at its answer)
+	w       *withdrawable // a submission whose caller's context can end; nil for most
 	// sharedRows: r's rows are a template's, shared with its other
 	// receipts; Result hands out a copy.
 	sharedRows bool
@@ -72,6 +74,44 @@ func (p *Pending) end(r lanes.Receipt, err error, res *wirepb.OpResult) {
 	}
 	p.r, p.err, p.result = r, err, res
 	close(p.done)
+	if p.w != nil {
+		p.w.unwatch()
+	}
+}
+
+// withdrawable is a submission whose caller's context can end: the
+// context, and how to stop watching it once the call ended.
+type withdrawable struct {
+	ctx   context.Context
+	mu    sync.Mutex
+	stop  func() bool // stops watching ctx (context.AfterFunc's); nil before watching, and once the call ended
+	ended bool
+}
+
+// watching keeps how to stop watching the context, or stops at once if
+// the call ended meanwhile.
+func (w *withdrawable) watching(stop func() bool) {
+	w.mu.Lock()
+	if w.ended {
+		w.mu.Unlock()
+		stop()
+		return
+	}
+	w.stop = stop
+	w.mu.Unlock()
+}
+
+// unwatch stops watching the context: the call ended, so that a context
+// that outlives many calls holds nothing of theirs.
+func (w *withdrawable) unwatch() {
+	w.mu.Lock()
+	w.ended = true
+	stop := w.stop
+	w.stop = nil
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
 
 // lost ends a call whose host was lost.

@@ -35,6 +35,9 @@ type PeerError struct {
 	// from a host that did not say (an older one): then errors.Is matches
 	// every sentinel of its code.
 	Kinds []string
+	// cause is the front's caller's context error of a submission the
+	// host withdrew (code withdrawn), which errors.Is matches too.
+	cause error
 }
 
 // Error is the host's message.
@@ -45,8 +48,12 @@ func (e *PeerError) Class() cuda.Class { return e.Code.Class() }
 
 // Is reports whether target is a sentinel the host's error wrapped (among
 // its Kinds when the host named them, else of its code), or the driver
-// code sentinel of its code.
+// code sentinel of its code; for a submission withdrawn because its
+// caller's context ended, also that context's error.
 func (e *PeerError) Is(target error) bool {
+	if e.cause != nil && target == e.cause {
+		return true
+	}
 	switch t := target.(type) {
 	case *cuda.Sentinel:
 		if e.Kinds != nil { // the host said which (a sentinel's message is its name)
@@ -173,8 +180,7 @@ func rowsToWire(rows []lanes.Row) []*wirepb.Row {
 // both against its in-flight table), the receipt with a *PeerError for an
 // error, and the read-back bytes. A timed receipt's HostStart is on the
 // Unix clock (time.Unix(0, int64(r.HostStart)) is when the host recorded
-// its start), not a scheduler's; a segment's logical commands
-// (SegmentRecord.Logical) stay on the host.
+// its start), not a scheduler's.
 func receiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, readback []byte, err error) {
 	if w == nil {
 		return 0, 0, lanes.Receipt{}, nil, wireErr("no receipt")

@@ -1,12 +1,16 @@
-// The rest of a receipt on the wire: its replayed segments, timed spans,
-// prelude, cache events, released buffers and host start, so that a
-// receipt through a front is the receipt one process gets.
+// The rest of a receipt on the wire: its replayed segments (with their
+// logical commands), timed spans, prelude, cache events, preparation
+// timings, released buffers and host start, so that a receipt through a
+// front is the receipt one process gets.
 
 package remote
 
 import (
+	"math"
+	"slices"
 	"time"
 
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote/wirepb"
@@ -17,6 +21,9 @@ const (
 	maxReceiptSpans  = 2 * MaxEntries
 	maxReceiptEvents = MaxEntries
 	maxReceiptString = 1024
+	// maxReceiptTimings bounds a receipt's preparation timings (a few per
+	// executable its batch prepared).
+	maxReceiptTimings = 4 * MaxEntries
 )
 
 // restToWire puts the rest of r on w (its segments too: a host's
@@ -28,15 +35,21 @@ func restToWire(w *wirepb.Receipt, r lanes.Receipt) {
 	}
 	w.Prelude = uint32(max(r.Attribution.Prelude, 0))
 	for _, e := range r.Attribution.Events {
-		w.Events = append(w.Events, &wirepb.CacheEvent{Kind: e.Kind, Key: e.Key, Detail: e.Detail})
+		w.Events = append(w.Events, &wirepb.CacheEvent{Kind: e.Kind, Key: e.Key, Detail: e.Detail, Reason: e.Reason})
+	}
+	if len(r.Attribution.Preparation) > 0 {
+		w.Preparation = &wirepb.StageTimings{}
+		for _, t := range r.Attribution.Preparation {
+			w.Preparation.Timings = append(w.Preparation.Timings, &wirepb.StageTiming{Stage: uint32(t.Stage), Nodes: int64(t.Nodes), TookNs: t.Took.Nanoseconds()})
+		}
 	}
 	for _, b := range r.Released {
 		w.Released = append(w.Released, bufferToWire(b))
 	}
 }
 
-// segmentsToWire encodes a receipt's replayed segments (their logical
-// commands stay on the host).
+// segmentsToWire encodes a receipt's replayed segments, each with its
+// logical commands.
 func segmentsToWire(segs []lanes.SegmentRecord) []*wirepb.Segment {
 	if len(segs) == 0 {
 		return nil
@@ -47,6 +60,12 @@ func segmentsToWire(segs []lanes.SegmentRecord) []*wirepb.Segment {
 			Commands: uint32(max(s.Commands, 0)), GraphNodes: uint32(max(s.GraphNodes, 0))}
 		if s.Program != nil {
 			w.ProgramRuntime, w.ProgramName = s.Program.Runtime, s.Program.Name
+		}
+		if len(s.Logical) > 0 {
+			w.Logical = make([]int64, 0, 3*len(s.Logical))
+			for _, c := range s.Logical {
+				w.Logical = append(w.Logical, int64(c.Ordinal), int64(c.Node), int64(c.GraphNodes))
+			}
 		}
 		out[i] = w
 	}
@@ -62,7 +81,8 @@ func sameSegments(a, b []lanes.SegmentRecord) bool {
 	for i := range a {
 		x, y := a[i], b[i]
 		if x.Start != y.Start || x.End != y.End || x.Fingerprint != y.Fingerprint || x.Ordinal != y.Ordinal || x.Commands != y.Commands ||
-			x.GraphNodes != y.GraphNodes || (x.Program == nil) != (y.Program == nil) || x.Program != nil && *x.Program != *y.Program {
+			x.GraphNodes != y.GraphNodes || (x.Program == nil) != (y.Program == nil) || x.Program != nil && *x.Program != *y.Program ||
+			!slices.Equal(x.Logical, y.Logical) {
 			return false
 		}
 	}
@@ -78,6 +98,8 @@ func restFromWire(w *wirepb.Receipt, r *lanes.Receipt) error {
 		return wireErr("%d spans; at most %d", len(w.Spans), maxReceiptSpans)
 	case len(w.Events) > maxReceiptEvents:
 		return wireErr("%d cache events; at most %d", len(w.Events), maxReceiptEvents)
+	case len(w.GetPreparation().GetTimings()) > maxReceiptTimings:
+		return wireErr("%d preparation timings; at most %d", len(w.GetPreparation().GetTimings()), maxReceiptTimings)
 	case len(w.Released) > MaxRetain:
 		return wireErr("%d released buffers; at most %d", len(w.Released), MaxRetain)
 	case w.Prelude > MaxEntries:
@@ -93,6 +115,11 @@ func restFromWire(w *wirepb.Receipt, r *lanes.Receipt) error {
 		if s.ProgramRuntime != "" || s.ProgramName != "" {
 			seg.Program = &programs.ID{Runtime: s.ProgramRuntime, Name: s.ProgramName}
 		}
+		logical, err := logicalFromWire(s.Logical)
+		if err != nil {
+			return err
+		}
+		seg.Logical = logical
 		r.Attribution.Segments = append(r.Attribution.Segments, seg)
 	}
 	for _, s := range w.Spans {
@@ -103,10 +130,16 @@ func restFromWire(w *wirepb.Receipt, r *lanes.Receipt) error {
 	}
 	r.Attribution.Prelude = int(w.Prelude)
 	for _, e := range w.Events {
-		if e == nil || len(e.Kind) > maxReceiptString || len(e.Key) > maxReceiptString || len(e.Detail) > maxReceiptString {
+		if e == nil || len(e.Kind) > maxReceiptString || len(e.Key) > maxReceiptString || len(e.Detail) > maxReceiptString || len(e.Reason) > maxReceiptString {
 			return wireErr("bad cache event")
 		}
-		r.Attribution.Events = append(r.Attribution.Events, lanes.CacheEvent{Kind: e.Kind, Key: e.Key, Detail: e.Detail})
+		r.Attribution.Events = append(r.Attribution.Events, lanes.CacheEvent{Kind: e.Kind, Key: e.Key, Detail: e.Detail, Reason: e.Reason})
+	}
+	for _, t := range w.GetPreparation().GetTimings() {
+		if t == nil || t.Stage == 0 || t.Stage > math.MaxUint8 || t.Nodes < 0 || t.Nodes > math.MaxInt32 || t.TookNs < 0 {
+			return wireErr("bad preparation timing")
+		}
+		r.Attribution.Preparation = append(r.Attribution.Preparation, cache.Timing{Stage: cache.Stage(t.Stage), Nodes: int(t.Nodes), Took: time.Duration(t.TookNs)})
 	}
 	for _, b := range w.Released {
 		buf, err := bufferFromWire(b)
@@ -122,4 +155,25 @@ func restFromWire(w *wirepb.Receipt, r *lanes.Receipt) error {
 		r.HostStart, r.HostTimed = time.Duration(w.HostStartUnixNano), true
 	}
 	return nil
+}
+
+// logicalFromWire decodes a segment's logical commands (three numbers
+// each), at most MaxEntries of them: a segment holds no more commands
+// than the batch that captured it.
+func logicalFromWire(vs []int64) ([]programs.LogicalCommand, error) {
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	if len(vs)%3 != 0 || len(vs) > 3*MaxEntries {
+		return nil, wireErr("a segment's logical commands of %d numbers: three each, at most %d commands", len(vs), MaxEntries)
+	}
+	out := make([]programs.LogicalCommand, len(vs)/3)
+	for i := range out {
+		ordinal, node, nodes := vs[3*i], vs[3*i+1], vs[3*i+2]
+		if ordinal < 0 || ordinal > math.MaxInt32 || node < math.MinInt32 || node > math.MaxInt32 || nodes < 0 || nodes > math.MaxInt32 {
+			return nil, wireErr("a logical command out of range")
+		}
+		out[i] = programs.LogicalCommand{Ordinal: int(ordinal), Node: int(node), GraphNodes: int(nodes)}
+	}
+	return out, nil
 }

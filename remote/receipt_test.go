@@ -14,21 +14,29 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
-// TestReceiptRoundTrip: a success comes back with its rows, device time,
-// launches and read-back bytes; an indeterminate end comes back with an
-// error that keeps its code, so errors.Is and cuda.Classify work across the
-// wire; epoch and call are the front's to check.
+// TestReceiptRoundTrip: a success comes back with every field one process
+// gives it: its rows, replayed segments with their logical commands, cache
+// events with their reasons, preparation timings, device time, launches
+// and read-back bytes; an indeterminate end comes back with an error that
+// keeps its code, so errors.Is and cuda.Classify work across the wire;
+// epoch and call are the front's to check.
 func TestReceiptRoundTrip(t *testing.T) {
 	ok := lanes.Receipt{Fence: 7, Outcome: lanes.OutcomeSucceeded, Lane: 2, Tenant: "t", DeviceTime: 12 * time.Microsecond,
 		Attribution: lanes.Attribution{Launches: 1, Rows: []lanes.Row{
 			{Index: 0, Node: cache.NoNode, Op: "stage_in", Transfers: 1, GraphNodes: 1, Phase: cache.PhaseDynamicBinding, Replayed: true},
 			{Index: 1, Node: 0, Op: "launch:add_f32", Dispatches: 1, Phase: cache.PhaseCompute, Reason: cache.ReasonProviderKeyMissing,
 				Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 3}},
-		}}}
+		},
+			Segments: []lanes.SegmentRecord{{Start: 0, End: 2, Fingerprint: "seg", Ordinal: -1, Commands: 2, GraphNodes: 3,
+				Logical: []programs.LogicalCommand{{Ordinal: 0, Node: cache.NoNode, GraphNodes: 1}, {Ordinal: 1, Node: 7, GraphNodes: 2}}}},
+			Events:      []lanes.CacheEvent{{Kind: "updated", Key: "seg", Reason: "parameters"}, {Kind: "rebind_refused", Key: "seg", Detail: "no", Reason: "topology"}},
+			Preparation: []cache.Timing{{Stage: cache.StageCapture, Nodes: 3, Took: 40 * time.Microsecond}, {Stage: cache.StageRebind, Nodes: 3}},
+		}}
 	bad := lanes.Receipt{Fence: 8, Outcome: lanes.OutcomeIndeterminate, Lane: 2, Tenant: "t",
 		Err: lanes.Wrap("fence", false, actors.ErrIndeterminate)}
 	for _, tc := range []struct {
@@ -68,14 +76,19 @@ func TestReceiptRoundTrip(t *testing.T) {
 // refused with ErrWire.
 func TestMalformedReceiptsRefused(t *testing.T) {
 	for name, w := range map[string]*wirepb.Receipt{
-		"nil":                      nil,
-		"no outcome":               {},
-		"an outcome out of range":  {Outcome: 1 << 9},
-		"a success with an error":  {Outcome: uint32(lanes.OutcomeSucceeded), ErrorCode: int32(cuda.CodeIndeterminate)},
-		"negative device time":     {Outcome: uint32(lanes.OutcomeSucceeded), DeviceTimeNs: -1},
-		"a nil row":                {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{nil}},
-		"a row node past int32":    {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{{Node: 1 << 40}}},
-		"too many read-back bytes": {Outcome: uint32(lanes.OutcomeSucceeded), Readback: make([]byte, remote.MaxHostBytes+1)},
+		"nil":                                      nil,
+		"no outcome":                               {},
+		"an outcome out of range":                  {Outcome: 1 << 9},
+		"a success with an error":                  {Outcome: uint32(lanes.OutcomeSucceeded), ErrorCode: int32(cuda.CodeIndeterminate)},
+		"negative device time":                     {Outcome: uint32(lanes.OutcomeSucceeded), DeviceTimeNs: -1},
+		"a nil row":                                {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{nil}},
+		"a row node past int32":                    {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{{Node: 1 << 40}}},
+		"too many read-back bytes":                 {Outcome: uint32(lanes.OutcomeSucceeded), Readback: make([]byte, remote.MaxHostBytes+1)},
+		"logical commands not in threes":           {Outcome: uint32(lanes.OutcomeSucceeded), Segments: []*wirepb.Segment{{Start: 0, End: 1, Ordinal: -1, Logical: []int64{0, 1}}}},
+		"a logical command's negative graph nodes": {Outcome: uint32(lanes.OutcomeSucceeded), Segments: []*wirepb.Segment{{Start: 0, End: 1, Ordinal: -1, Logical: []int64{0, 1, -1}}}},
+		"a timing of no stage":                     {Outcome: uint32(lanes.OutcomeSucceeded), Preparation: &wirepb.StageTimings{Timings: []*wirepb.StageTiming{{Nodes: 1}}}},
+		"a timing that took negative time":         {Outcome: uint32(lanes.OutcomeSucceeded), Preparation: &wirepb.StageTimings{Timings: []*wirepb.StageTiming{{Stage: 1, TookNs: -1}}}},
+		"a nil timing":                             {Outcome: uint32(lanes.OutcomeSucceeded), Preparation: &wirepb.StageTimings{Timings: []*wirepb.StageTiming{nil}}},
 	} {
 		if _, _, _, _, err := remote.ReceiptFromWire(w); !errors.Is(err, remote.ErrWire) {
 			t.Errorf("%s: got err %v, want remote.ErrWire", name, err)
@@ -88,6 +101,10 @@ func TestMalformedReceiptsRefused(t *testing.T) {
 func FuzzReceiptFromWire(f *testing.F) {
 	seed, _ := proto.Marshal(remote.ReceiptToWire(1, 2, lanes.Receipt{Fence: 3, Outcome: lanes.OutcomeIndeterminate, Err: actors.ErrIndeterminate}, nil))
 	f.Add(seed)
+	whole, _ := proto.Marshal(remote.ReceiptToWire(1, 2, lanes.Receipt{Fence: 3, Outcome: lanes.OutcomeSucceeded, Attribution: lanes.Attribution{
+		Segments:    []lanes.SegmentRecord{{End: 1, Ordinal: -1, Logical: []programs.LogicalCommand{{Node: 4, GraphNodes: 1}}}},
+		Preparation: []cache.Timing{{Stage: cache.StageCapture, Nodes: 1, Took: time.Millisecond}}}}, nil))
+	f.Add(whole)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var w wirepb.Receipt
 		if proto.Unmarshal(raw, &w) != nil {

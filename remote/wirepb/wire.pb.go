@@ -2240,7 +2240,13 @@ type Submit struct {
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Call  uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
 	Lane  uint32                 `protobuf:"varint,3,opt,name=lane,proto3" json:"lane,omitempty"`
-	Batch *Batch                 `protobuf:"bytes,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	// The caller's context can end (Withdraw may follow): the host submits
+	// it under a context of its own that a Withdraw of this call ends. Left
+	// false, the host submits it under one that never ends (the serving
+	// loop's case, which costs nothing more). (Declared here, beside lane,
+	// where the generated struct has room for it.)
+	Withdrawable bool   `protobuf:"varint,9,opt,name=withdrawable,proto3" json:"withdrawable,omitempty"`
+	Batch        *Batch `protobuf:"bytes,4,opt,name=batch,proto3" json:"batch,omitempty"`
 	// A batch the front encoded once and submits many times: the host keeps
 	// it under this id for the epoch, and a Submit that names it may leave
 	// batch out (0: no template; batch is the whole submission).
@@ -2310,6 +2316,13 @@ func (x *Submit) GetLane() uint32 {
 	return 0
 }
 
+func (x *Submit) GetWithdrawable() bool {
+	if x != nil {
+		return x.Withdrawable
+	}
+	return false
+}
+
 func (x *Submit) GetBatch() *Batch {
 	if x != nil {
 		return x.Batch
@@ -2345,6 +2358,84 @@ func (x *Submit) GetInputs() []*Input {
 	return nil
 }
 
+// Withdraw tells a host that the caller of a withdrawable submission (call)
+// gave up on it: a batch still waiting for its lane is withdrawn, and never
+// runs (its receipt says so, as in one process); one its lane took already
+// runs and ends as it does. It goes to the host after its Submit, by the
+// same way (the registration's data plane, or the remote): a call the host
+// no longer holds (it ended) is ignored.
+type Withdraw struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Call  uint64                 `protobuf:"varint,2,opt,name=call,proto3" json:"call,omitempty"`
+	// The tenant of the submission, as the front names it: the host takes
+	// the Withdraw in the tenant's order, after its Submit.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The caller's context passed its deadline (else it was canceled): the
+	// withdrawal's error names that cause, as one process's does.
+	Deadline      bool `protobuf:"varint,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Withdraw) Reset() {
+	*x = Withdraw{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Withdraw) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Withdraw) ProtoMessage() {}
+
+func (x *Withdraw) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Withdraw.ProtoReflect.Descriptor instead.
+func (*Withdraw) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Withdraw) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Withdraw) GetCall() uint64 {
+	if x != nil {
+		return x.Call
+	}
+	return 0
+}
+
+func (x *Withdraw) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Withdraw) GetDeadline() bool {
+	if x != nil {
+		return x.Deadline
+	}
+	return false
+}
+
 // Input is one submission's bytes for an upload of its template: in the
 // message (host), or in the data plane's upload area (area).
 type Input struct {
@@ -2358,7 +2449,7 @@ type Input struct {
 
 func (x *Input) Reset() {
 	*x = Input{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2461,7 @@ func (x *Input) String() string {
 func (*Input) ProtoMessage() {}
 
 func (x *Input) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[31]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2474,7 @@ func (x *Input) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Input.ProtoReflect.Descriptor instead.
 func (*Input) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{31}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Input) GetEntry() uint32 {
@@ -2417,7 +2508,7 @@ type Submits struct {
 
 func (x *Submits) Reset() {
 	*x = Submits{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2520,7 @@ func (x *Submits) String() string {
 func (*Submits) ProtoMessage() {}
 
 func (x *Submits) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[32]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2533,7 @@ func (x *Submits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submits.ProtoReflect.Descriptor instead.
 func (*Submits) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{32}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Submits) GetSubmits() []*Submit {
@@ -2472,7 +2563,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2575,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[33]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2588,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{33}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Row) GetIndex() uint32 {
@@ -2621,13 +2712,16 @@ type Receipt struct {
 	// host's clock (host_timed: it was).
 	HostStartUnixNano int64 `protobuf:"varint,26,opt,name=host_start_unix_nano,json=hostStartUnixNano,proto3" json:"host_start_unix_nano,omitempty"`
 	HostTimed         bool  `protobuf:"varint,27,opt,name=host_timed,json=hostTimed,proto3" json:"host_timed,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What the batch's preparation timed (lanes.Attribution.Preparation);
+	// absent when it timed nothing, as for most receipts.
+	Preparation   *StageTimings `protobuf:"bytes,28,opt,name=preparation,proto3" json:"preparation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2733,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[34]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2746,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{34}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Receipt) GetEpoch() uint64 {
@@ -2844,6 +2938,122 @@ func (x *Receipt) GetHostTimed() bool {
 	return false
 }
 
+func (x *Receipt) GetPreparation() *StageTimings {
+	if x != nil {
+		return x.Preparation
+	}
+	return nil
+}
+
+// StageTimings are a submission's preparation timings: each capture,
+// instantiation, upload, update and rebind, in order.
+type StageTimings struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Timings       []*StageTiming         `protobuf:"bytes,1,rep,name=timings,proto3" json:"timings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageTimings) Reset() {
+	*x = StageTimings{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageTimings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageTimings) ProtoMessage() {}
+
+func (x *StageTimings) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageTimings.ProtoReflect.Descriptor instead.
+func (*StageTimings) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *StageTimings) GetTimings() []*StageTiming {
+	if x != nil {
+		return x.Timings
+	}
+	return nil
+}
+
+// StageTiming is one timed step of a submission's preparation
+// (cache.Timing): its stage (cache.Stage), the graph nodes it handled and
+// how long it took on the host's clock.
+type StageTiming struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stage         uint32                 `protobuf:"varint,1,opt,name=stage,proto3" json:"stage,omitempty"`
+	Nodes         int64                  `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	TookNs        int64                  `protobuf:"varint,3,opt,name=took_ns,json=tookNs,proto3" json:"took_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageTiming) Reset() {
+	*x = StageTiming{}
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageTiming) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageTiming) ProtoMessage() {}
+
+func (x *StageTiming) ProtoReflect() protoreflect.Message {
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageTiming.ProtoReflect.Descriptor instead.
+func (*StageTiming) Descriptor() ([]byte, []int) {
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *StageTiming) GetStage() uint32 {
+	if x != nil {
+		return x.Stage
+	}
+	return 0
+}
+
+func (x *StageTiming) GetNodes() int64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *StageTiming) GetTookNs() int64 {
+	if x != nil {
+		return x.TookNs
+	}
+	return 0
+}
+
 // Segment is a replayed segment of a receipt (lanes.SegmentRecord).
 type Segment struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -2857,13 +3067,16 @@ type Segment struct {
 	Ordinal        int32  `protobuf:"varint,6,opt,name=ordinal,proto3" json:"ordinal,omitempty"`
 	Commands       uint32 `protobuf:"varint,7,opt,name=commands,proto3" json:"commands,omitempty"`
 	GraphNodes     uint32 `protobuf:"varint,8,opt,name=graph_nodes,json=graphNodes,proto3" json:"graph_nodes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The segment's logical commands (SegmentRecord.Logical), three numbers
+	// each: its ordinal, its plan node and its graph nodes.
+	Logical       []int64 `protobuf:"zigzag64,9,rep,packed,name=logical,proto3" json:"logical,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +3088,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[35]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3101,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{35}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Segment) GetStart() uint32 {
@@ -2947,6 +3160,13 @@ func (x *Segment) GetGraphNodes() uint32 {
 	return 0
 }
 
+func (x *Segment) GetLogical() []int64 {
+	if x != nil {
+		return x.Logical
+	}
+	return nil
+}
+
 // SpanTiming is a timed span of a receipt (lanes.SpanTiming).
 type SpanTiming struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2960,7 +3180,7 @@ type SpanTiming struct {
 
 func (x *SpanTiming) Reset() {
 	*x = SpanTiming{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3192,7 @@ func (x *SpanTiming) String() string {
 func (*SpanTiming) ProtoMessage() {}
 
 func (x *SpanTiming) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[36]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3205,7 @@ func (x *SpanTiming) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpanTiming.ProtoReflect.Descriptor instead.
 func (*SpanTiming) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{36}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SpanTiming) GetIndex() uint32 {
@@ -3019,17 +3239,19 @@ func (x *SpanTiming) GetDurationNs() int64 {
 // CacheEvent is what a submission's preparation did to the cache
 // (lanes.CacheEvent).
 type CacheEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Detail string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// For "updated", how; for "rebind_refused", why (lanes.CacheEvent.Reason).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CacheEvent) Reset() {
 	*x = CacheEvent{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3263,7 @@ func (x *CacheEvent) String() string {
 func (*CacheEvent) ProtoMessage() {}
 
 func (x *CacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[37]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3276,7 @@ func (x *CacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheEvent.ProtoReflect.Descriptor instead.
 func (*CacheEvent) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{37}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CacheEvent) GetKind() string {
@@ -3078,6 +3300,13 @@ func (x *CacheEvent) GetDetail() string {
 	return ""
 }
 
+func (x *CacheEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Leaving tells a front the host was asked to leave. Not drained: it takes
 // no new submissions and finishes the ones it has (device-state operations
 // still run, so tenants can read their results). Drained: its last
@@ -3092,7 +3321,7 @@ type Leaving struct {
 
 func (x *Leaving) Reset() {
 	*x = Leaving{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3333,7 @@ func (x *Leaving) String() string {
 func (*Leaving) ProtoMessage() {}
 
 func (x *Leaving) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[38]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3346,7 @@ func (x *Leaving) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leaving.ProtoReflect.Descriptor instead.
 func (*Leaving) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{38}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Leaving) GetEpoch() uint64 {
@@ -3152,7 +3381,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3393,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[39]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3406,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{39}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Timing) GetReceived() int64 {
@@ -3218,7 +3447,7 @@ type Receipts struct {
 
 func (x *Receipts) Reset() {
 	*x = Receipts{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3459,7 @@ func (x *Receipts) String() string {
 func (*Receipts) ProtoMessage() {}
 
 func (x *Receipts) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[40]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3472,7 @@ func (x *Receipts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipts.ProtoReflect.Descriptor instead.
 func (*Receipts) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{40}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Receipts) GetReceipts() []*Receipt {
@@ -3270,7 +3499,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3511,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[41]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3524,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{41}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Join) GetProtocol() uint32 {
@@ -3336,7 +3565,7 @@ type Alloc struct {
 
 func (x *Alloc) Reset() {
 	*x = Alloc{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3577,7 @@ func (x *Alloc) String() string {
 func (*Alloc) ProtoMessage() {}
 
 func (x *Alloc) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[42]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3590,7 @@ func (x *Alloc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alloc.ProtoReflect.Descriptor instead.
 func (*Alloc) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{42}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Alloc) GetEpoch() uint64 {
@@ -3426,7 +3655,7 @@ type Free struct {
 
 func (x *Free) Reset() {
 	*x = Free{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3667,7 @@ func (x *Free) String() string {
 func (*Free) ProtoMessage() {}
 
 func (x *Free) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[43]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3680,7 @@ func (x *Free) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Free.ProtoReflect.Descriptor instead.
 func (*Free) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{43}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Free) GetEpoch() uint64 {
@@ -3496,7 +3725,7 @@ type Read struct {
 
 func (x *Read) Reset() {
 	*x = Read{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3508,7 +3737,7 @@ func (x *Read) String() string {
 func (*Read) ProtoMessage() {}
 
 func (x *Read) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[44]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3521,7 +3750,7 @@ func (x *Read) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Read.ProtoReflect.Descriptor instead.
 func (*Read) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{44}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Read) GetEpoch() uint64 {
@@ -3564,7 +3793,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3805,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[45]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3818,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{45}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Forget) GetEpoch() uint64 {
@@ -3629,7 +3858,7 @@ type LaneAdmin struct {
 
 func (x *LaneAdmin) Reset() {
 	*x = LaneAdmin{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3641,7 +3870,7 @@ func (x *LaneAdmin) String() string {
 func (*LaneAdmin) ProtoMessage() {}
 
 func (x *LaneAdmin) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[46]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3654,7 +3883,7 @@ func (x *LaneAdmin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneAdmin.ProtoReflect.Descriptor instead.
 func (*LaneAdmin) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{46}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LaneAdmin) GetEpoch() uint64 {
@@ -3706,7 +3935,7 @@ type StagedPrepare struct {
 
 func (x *StagedPrepare) Reset() {
 	*x = StagedPrepare{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +3947,7 @@ func (x *StagedPrepare) String() string {
 func (*StagedPrepare) ProtoMessage() {}
 
 func (x *StagedPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[47]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +3960,7 @@ func (x *StagedPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedPrepare.ProtoReflect.Descriptor instead.
 func (*StagedPrepare) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{47}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StagedPrepare) GetEpoch() uint64 {
@@ -3793,7 +4022,9 @@ func (x *StagedPrepare) GetCompute() []*Entry {
 // StagedReplay replays a staged program the tenant prepared, with its
 // inputs in logical order (each input's entry is its index), in the
 // message or in the data plane's upload area; collect asks for its
-// outputs.
+// outputs. With repeat, it carries no inputs: the host replays the
+// program on the inputs of its last replay, which its lane kept
+// (lanes.Lane.Repeat).
 type StagedReplay struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -3802,13 +4033,14 @@ type StagedReplay struct {
 	Staged        uint64                 `protobuf:"varint,4,opt,name=staged,proto3" json:"staged,omitempty"`
 	Inputs        []*Input               `protobuf:"bytes,5,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	Collect       bool                   `protobuf:"varint,6,opt,name=collect,proto3" json:"collect,omitempty"`
+	Repeat        bool                   `protobuf:"varint,7,opt,name=repeat,proto3" json:"repeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StagedReplay) Reset() {
 	*x = StagedReplay{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3820,7 +4052,7 @@ func (x *StagedReplay) String() string {
 func (*StagedReplay) ProtoMessage() {}
 
 func (x *StagedReplay) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[48]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3833,7 +4065,7 @@ func (x *StagedReplay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedReplay.ProtoReflect.Descriptor instead.
 func (*StagedReplay) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{48}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StagedReplay) GetEpoch() uint64 {
@@ -3878,6 +4110,13 @@ func (x *StagedReplay) GetCollect() bool {
 	return false
 }
 
+func (x *StagedReplay) GetRepeat() bool {
+	if x != nil {
+		return x.Repeat
+	}
+	return false
+}
+
 // StagedRelease frees a staged program the tenant prepared (its staging).
 type StagedRelease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3891,7 +4130,7 @@ type StagedRelease struct {
 
 func (x *StagedRelease) Reset() {
 	*x = StagedRelease{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +4142,7 @@ func (x *StagedRelease) String() string {
 func (*StagedRelease) ProtoMessage() {}
 
 func (x *StagedRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[49]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +4155,7 @@ func (x *StagedRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedRelease.ProtoReflect.Descriptor instead.
 func (*StagedRelease) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{49}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StagedRelease) GetEpoch() uint64 {
@@ -3963,7 +4202,7 @@ type StagedOutcome struct {
 
 func (x *StagedOutcome) Reset() {
 	*x = StagedOutcome{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3975,7 +4214,7 @@ func (x *StagedOutcome) String() string {
 func (*StagedOutcome) ProtoMessage() {}
 
 func (x *StagedOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[50]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3988,7 +4227,7 @@ func (x *StagedOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagedOutcome.ProtoReflect.Descriptor instead.
 func (*StagedOutcome) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{50}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StagedOutcome) GetOutputs() [][]byte {
@@ -4050,7 +4289,7 @@ type Preparation struct {
 
 func (x *Preparation) Reset() {
 	*x = Preparation{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4301,7 @@ func (x *Preparation) String() string {
 func (*Preparation) ProtoMessage() {}
 
 func (x *Preparation) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[51]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4314,7 @@ func (x *Preparation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preparation.ProtoReflect.Descriptor instead.
 func (*Preparation) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{51}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Preparation) GetState() uint32 {
@@ -4147,7 +4386,7 @@ type ProgramDescriptor struct {
 
 func (x *ProgramDescriptor) Reset() {
 	*x = ProgramDescriptor{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[52]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4159,7 +4398,7 @@ func (x *ProgramDescriptor) String() string {
 func (*ProgramDescriptor) ProtoMessage() {}
 
 func (x *ProgramDescriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[52]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4172,7 +4411,7 @@ func (x *ProgramDescriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgramDescriptor.ProtoReflect.Descriptor instead.
 func (*ProgramDescriptor) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{52}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ProgramDescriptor) GetCapture() *ProgramCapture {
@@ -4214,7 +4453,7 @@ type Gap struct {
 
 func (x *Gap) Reset() {
 	*x = Gap{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[53]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4226,7 +4465,7 @@ func (x *Gap) String() string {
 func (*Gap) ProtoMessage() {}
 
 func (x *Gap) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[53]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4239,7 +4478,7 @@ func (x *Gap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gap.ProtoReflect.Descriptor instead.
 func (*Gap) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{53}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Gap) GetNode() int64 {
@@ -4283,7 +4522,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[54]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4295,7 +4534,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lanes_remote_v1_wire_proto_msgTypes[54]
+	mi := &file_lanes_remote_v1_wire_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4308,7 +4547,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{54}
+	return file_lanes_remote_v1_wire_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *OpResult) GetEpoch() uint64 {
@@ -4582,16 +4821,22 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x10eager_boundaries\x18\x05 \x03(\x03R\x0feagerBoundaries\x12/\n" +
 	"\x06retain\x18\x06 \x03(\v2\x17.lanes.remote.v1.BufferR\x06retain\x129\n" +
 	"\aprogram\x18\a \x01(\v2\x1f.lanes.remote.v1.ProgramCaptureR\aprogram\x120\n" +
-	"\apatches\x18\b \x03(\v2\x16.lanes.remote.v1.PatchR\apatches\"\xfe\x01\n" +
+	"\apatches\x18\b \x03(\v2\x16.lanes.remote.v1.PatchR\apatches\"\xa2\x02\n" +
 	"\x06Submit\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x12\n" +
-	"\x04lane\x18\x03 \x01(\rR\x04lane\x12,\n" +
+	"\x04lane\x18\x03 \x01(\rR\x04lane\x12\"\n" +
+	"\fwithdrawable\x18\t \x01(\bR\fwithdrawable\x12,\n" +
 	"\x05batch\x18\x04 \x01(\v2\x16.lanes.remote.v1.BatchR\x05batch\x12\x1a\n" +
 	"\btemplate\x18\x05 \x01(\x04R\btemplate\x12\x16\n" +
 	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12$\n" +
 	"\x0esent_unix_nano\x18\a \x01(\x03R\fsentUnixNano\x12.\n" +
-	"\x06inputs\x18\b \x03(\v2\x16.lanes.remote.v1.InputR\x06inputs\"_\n" +
+	"\x06inputs\x18\b \x03(\v2\x16.lanes.remote.v1.InputR\x06inputs\"h\n" +
+	"\bWithdraw\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x1a\n" +
+	"\bdeadline\x18\x04 \x01(\bR\bdeadline\"_\n" +
 	"\x05Input\x12\x14\n" +
 	"\x05entry\x18\x01 \x01(\rR\x05entry\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\fR\x04host\x12,\n" +
@@ -4612,7 +4857,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"dispatches\x12\x1c\n" +
 	"\ttransfers\x18\t \x01(\rR\ttransfers\x12)\n" +
 	"\x04work\x18\n" +
-	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\xc5\a\n" +
+	" \x01(\v2\x15.lanes.remote.v1.WorkR\x04work\"\x86\b\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x14\n" +
@@ -4644,7 +4889,14 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\breleased\x18\x19 \x03(\v2\x17.lanes.remote.v1.BufferR\breleased\x12/\n" +
 	"\x14host_start_unix_nano\x18\x1a \x01(\x03R\x11hostStartUnixNano\x12\x1d\n" +
 	"\n" +
-	"host_timed\x18\x1b \x01(\bR\thostTimed\"\xf6\x01\n" +
+	"host_timed\x18\x1b \x01(\bR\thostTimed\x12?\n" +
+	"\vpreparation\x18\x1c \x01(\v2\x1d.lanes.remote.v1.StageTimingsR\vpreparation\"F\n" +
+	"\fStageTimings\x126\n" +
+	"\atimings\x18\x01 \x03(\v2\x1c.lanes.remote.v1.StageTimingR\atimings\"R\n" +
+	"\vStageTiming\x12\x14\n" +
+	"\x05stage\x18\x01 \x01(\rR\x05stage\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x03R\x05nodes\x12\x17\n" +
+	"\atook_ns\x18\x03 \x01(\x03R\x06tookNs\"\x90\x02\n" +
 	"\aSegment\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\x12 \n" +
@@ -4654,19 +4906,21 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\aordinal\x18\x06 \x01(\x05R\aordinal\x12\x1a\n" +
 	"\bcommands\x18\a \x01(\rR\bcommands\x12\x1f\n" +
 	"\vgraph_nodes\x18\b \x01(\rR\n" +
-	"graphNodes\"z\n" +
+	"graphNodes\x12\x18\n" +
+	"\alogical\x18\t \x03(\x12R\alogical\"z\n" +
 	"\n" +
 	"SpanTiming\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x18\n" +
 	"\asegment\x18\x02 \x01(\bR\asegment\x12\x1b\n" +
 	"\toffset_ns\x18\x03 \x01(\x03R\boffsetNs\x12\x1f\n" +
 	"\vduration_ns\x18\x04 \x01(\x03R\n" +
-	"durationNs\"J\n" +
+	"durationNs\"b\n" +
 	"\n" +
 	"CacheEvent\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"9\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"9\n" +
 	"\aLeaving\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\adrained\x18\x02 \x01(\bR\adrained\"j\n" +
@@ -4717,14 +4971,15 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\aoutputs\x18\x06 \x03(\v2\x17.lanes.remote.v1.RegionR\aoutputs\x12\x1d\n" +
 	"\n" +
 	"output_map\x18\a \x03(\x03R\toutputMap\x120\n" +
-	"\acompute\x18\b \x03(\v2\x16.lanes.remote.v1.EntryR\acompute\"\xb2\x01\n" +
+	"\acompute\x18\b \x03(\v2\x16.lanes.remote.v1.EntryR\acompute\"\xca\x01\n" +
 	"\fStagedReplay\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x16\n" +
 	"\x06staged\x18\x04 \x01(\x04R\x06staged\x12.\n" +
 	"\x06inputs\x18\x05 \x03(\v2\x16.lanes.remote.v1.InputR\x06inputs\x12\x18\n" +
-	"\acollect\x18\x06 \x01(\bR\acollect\"i\n" +
+	"\acollect\x18\x06 \x01(\bR\acollect\x12\x16\n" +
+	"\x06repeat\x18\a \x01(\bR\x06repeat\"i\n" +
 	"\rStagedRelease\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04call\x18\x02 \x01(\x04R\x04call\x12\x16\n" +
@@ -4786,7 +5041,7 @@ func file_lanes_remote_v1_wire_proto_rawDescGZIP() []byte {
 	return file_lanes_remote_v1_wire_proto_rawDescData
 }
 
-var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_lanes_remote_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Hello)(nil),             // 0: lanes.remote.v1.Hello
 	(*DataPlane)(nil),         // 1: lanes.remote.v1.DataPlane
@@ -4819,30 +5074,33 @@ var file_lanes_remote_v1_wire_proto_goTypes = []any{
 	(*Patch)(nil),             // 28: lanes.remote.v1.Patch
 	(*Batch)(nil),             // 29: lanes.remote.v1.Batch
 	(*Submit)(nil),            // 30: lanes.remote.v1.Submit
-	(*Input)(nil),             // 31: lanes.remote.v1.Input
-	(*Submits)(nil),           // 32: lanes.remote.v1.Submits
-	(*Row)(nil),               // 33: lanes.remote.v1.Row
-	(*Receipt)(nil),           // 34: lanes.remote.v1.Receipt
-	(*Segment)(nil),           // 35: lanes.remote.v1.Segment
-	(*SpanTiming)(nil),        // 36: lanes.remote.v1.SpanTiming
-	(*CacheEvent)(nil),        // 37: lanes.remote.v1.CacheEvent
-	(*Leaving)(nil),           // 38: lanes.remote.v1.Leaving
-	(*Timing)(nil),            // 39: lanes.remote.v1.Timing
-	(*Receipts)(nil),          // 40: lanes.remote.v1.Receipts
-	(*Join)(nil),              // 41: lanes.remote.v1.Join
-	(*Alloc)(nil),             // 42: lanes.remote.v1.Alloc
-	(*Free)(nil),              // 43: lanes.remote.v1.Free
-	(*Read)(nil),              // 44: lanes.remote.v1.Read
-	(*Forget)(nil),            // 45: lanes.remote.v1.Forget
-	(*LaneAdmin)(nil),         // 46: lanes.remote.v1.LaneAdmin
-	(*StagedPrepare)(nil),     // 47: lanes.remote.v1.StagedPrepare
-	(*StagedReplay)(nil),      // 48: lanes.remote.v1.StagedReplay
-	(*StagedRelease)(nil),     // 49: lanes.remote.v1.StagedRelease
-	(*StagedOutcome)(nil),     // 50: lanes.remote.v1.StagedOutcome
-	(*Preparation)(nil),       // 51: lanes.remote.v1.Preparation
-	(*ProgramDescriptor)(nil), // 52: lanes.remote.v1.ProgramDescriptor
-	(*Gap)(nil),               // 53: lanes.remote.v1.Gap
-	(*OpResult)(nil),          // 54: lanes.remote.v1.OpResult
+	(*Withdraw)(nil),          // 31: lanes.remote.v1.Withdraw
+	(*Input)(nil),             // 32: lanes.remote.v1.Input
+	(*Submits)(nil),           // 33: lanes.remote.v1.Submits
+	(*Row)(nil),               // 34: lanes.remote.v1.Row
+	(*Receipt)(nil),           // 35: lanes.remote.v1.Receipt
+	(*StageTimings)(nil),      // 36: lanes.remote.v1.StageTimings
+	(*StageTiming)(nil),       // 37: lanes.remote.v1.StageTiming
+	(*Segment)(nil),           // 38: lanes.remote.v1.Segment
+	(*SpanTiming)(nil),        // 39: lanes.remote.v1.SpanTiming
+	(*CacheEvent)(nil),        // 40: lanes.remote.v1.CacheEvent
+	(*Leaving)(nil),           // 41: lanes.remote.v1.Leaving
+	(*Timing)(nil),            // 42: lanes.remote.v1.Timing
+	(*Receipts)(nil),          // 43: lanes.remote.v1.Receipts
+	(*Join)(nil),              // 44: lanes.remote.v1.Join
+	(*Alloc)(nil),             // 45: lanes.remote.v1.Alloc
+	(*Free)(nil),              // 46: lanes.remote.v1.Free
+	(*Read)(nil),              // 47: lanes.remote.v1.Read
+	(*Forget)(nil),            // 48: lanes.remote.v1.Forget
+	(*LaneAdmin)(nil),         // 49: lanes.remote.v1.LaneAdmin
+	(*StagedPrepare)(nil),     // 50: lanes.remote.v1.StagedPrepare
+	(*StagedReplay)(nil),      // 51: lanes.remote.v1.StagedReplay
+	(*StagedRelease)(nil),     // 52: lanes.remote.v1.StagedRelease
+	(*StagedOutcome)(nil),     // 53: lanes.remote.v1.StagedOutcome
+	(*Preparation)(nil),       // 54: lanes.remote.v1.Preparation
+	(*ProgramDescriptor)(nil), // 55: lanes.remote.v1.ProgramDescriptor
+	(*Gap)(nil),               // 56: lanes.remote.v1.Gap
+	(*OpResult)(nil),          // 57: lanes.remote.v1.OpResult
 }
 var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	6,  // 0: lanes.remote.v1.Hello.devices:type_name -> lanes.remote.v1.Device
@@ -4879,36 +5137,38 @@ var file_lanes_remote_v1_wire_proto_depIdxs = []int32{
 	25, // 31: lanes.remote.v1.Batch.program:type_name -> lanes.remote.v1.ProgramCapture
 	28, // 32: lanes.remote.v1.Batch.patches:type_name -> lanes.remote.v1.Patch
 	29, // 33: lanes.remote.v1.Submit.batch:type_name -> lanes.remote.v1.Batch
-	31, // 34: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
+	32, // 34: lanes.remote.v1.Submit.inputs:type_name -> lanes.remote.v1.Input
 	17, // 35: lanes.remote.v1.Input.area:type_name -> lanes.remote.v1.AreaRef
 	30, // 36: lanes.remote.v1.Submits.submits:type_name -> lanes.remote.v1.Submit
 	20, // 37: lanes.remote.v1.Row.work:type_name -> lanes.remote.v1.Work
-	33, // 38: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
-	39, // 39: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
-	35, // 40: lanes.remote.v1.Receipt.segments:type_name -> lanes.remote.v1.Segment
-	36, // 41: lanes.remote.v1.Receipt.spans:type_name -> lanes.remote.v1.SpanTiming
-	37, // 42: lanes.remote.v1.Receipt.events:type_name -> lanes.remote.v1.CacheEvent
+	34, // 38: lanes.remote.v1.Receipt.rows:type_name -> lanes.remote.v1.Row
+	42, // 39: lanes.remote.v1.Receipt.timing:type_name -> lanes.remote.v1.Timing
+	38, // 40: lanes.remote.v1.Receipt.segments:type_name -> lanes.remote.v1.Segment
+	39, // 41: lanes.remote.v1.Receipt.spans:type_name -> lanes.remote.v1.SpanTiming
+	40, // 42: lanes.remote.v1.Receipt.events:type_name -> lanes.remote.v1.CacheEvent
 	9,  // 43: lanes.remote.v1.Receipt.released:type_name -> lanes.remote.v1.Buffer
-	34, // 44: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
-	9,  // 45: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
-	10, // 46: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
-	10, // 47: lanes.remote.v1.StagedPrepare.inputs:type_name -> lanes.remote.v1.Region
-	10, // 48: lanes.remote.v1.StagedPrepare.outputs:type_name -> lanes.remote.v1.Region
-	21, // 49: lanes.remote.v1.StagedPrepare.compute:type_name -> lanes.remote.v1.Entry
-	31, // 50: lanes.remote.v1.StagedReplay.inputs:type_name -> lanes.remote.v1.Input
-	34, // 51: lanes.remote.v1.StagedOutcome.receipt:type_name -> lanes.remote.v1.Receipt
-	25, // 52: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
-	23, // 53: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
-	53, // 54: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
-	9,  // 55: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
-	51, // 56: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
-	52, // 57: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
-	50, // 58: lanes.remote.v1.OpResult.replay:type_name -> lanes.remote.v1.StagedOutcome
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	36, // 44: lanes.remote.v1.Receipt.preparation:type_name -> lanes.remote.v1.StageTimings
+	37, // 45: lanes.remote.v1.StageTimings.timings:type_name -> lanes.remote.v1.StageTiming
+	35, // 46: lanes.remote.v1.Receipts.receipts:type_name -> lanes.remote.v1.Receipt
+	9,  // 47: lanes.remote.v1.Free.buffer:type_name -> lanes.remote.v1.Buffer
+	10, // 48: lanes.remote.v1.Read.region:type_name -> lanes.remote.v1.Region
+	10, // 49: lanes.remote.v1.StagedPrepare.inputs:type_name -> lanes.remote.v1.Region
+	10, // 50: lanes.remote.v1.StagedPrepare.outputs:type_name -> lanes.remote.v1.Region
+	21, // 51: lanes.remote.v1.StagedPrepare.compute:type_name -> lanes.remote.v1.Entry
+	32, // 52: lanes.remote.v1.StagedReplay.inputs:type_name -> lanes.remote.v1.Input
+	35, // 53: lanes.remote.v1.StagedOutcome.receipt:type_name -> lanes.remote.v1.Receipt
+	25, // 54: lanes.remote.v1.ProgramDescriptor.capture:type_name -> lanes.remote.v1.ProgramCapture
+	23, // 55: lanes.remote.v1.ProgramDescriptor.segments:type_name -> lanes.remote.v1.ProgramSegment
+	56, // 56: lanes.remote.v1.ProgramDescriptor.gaps:type_name -> lanes.remote.v1.Gap
+	9,  // 57: lanes.remote.v1.OpResult.buffer:type_name -> lanes.remote.v1.Buffer
+	54, // 58: lanes.remote.v1.OpResult.preparation:type_name -> lanes.remote.v1.Preparation
+	55, // 59: lanes.remote.v1.OpResult.programs:type_name -> lanes.remote.v1.ProgramDescriptor
+	53, // 60: lanes.remote.v1.OpResult.replay:type_name -> lanes.remote.v1.StagedOutcome
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_lanes_remote_v1_wire_proto_init() }
@@ -4922,7 +5182,7 @@ func file_lanes_remote_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lanes_remote_v1_wire_proto_rawDesc), len(file_lanes_remote_v1_wire_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
