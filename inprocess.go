@@ -3,7 +3,6 @@ package lanes
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/lanesched/lanes/actors"
@@ -92,10 +91,8 @@ func (p *inProcess) alloc(ctx context.Context, tenant string, spec BufferSpec) (
 		return Buffer{}, lanes.Wrap("alloc", true, err)
 	}
 	dev := p.place(tenant)
-	if total := dev.Info().TotalMemory; spec.Size > total {
-		// Still errors.Is cuda.ErrOutOfMemory, as the device's own answer
-		// (and a lane host's) is; but no retry can help.
-		return Buffer{}, lanes.Wrap("alloc", true, fmt.Errorf("%w: %w: a buffer of %d bytes is larger than the device's %d bytes of memory: no such buffer fits, now or later", actors.ErrInvalidArgument, cuda.ErrOutOfMemory, spec.Size, total))
+	if err := actors.CheckFits(dev, spec); err != nil {
+		return Buffer{}, lanes.Wrap("alloc", true, err)
 	}
 	var b cuda.Buffer
 	if err := cuda.Bound(dev, func() (err error) {

@@ -35,6 +35,18 @@ func (s *Scheduler) sharedLocked(k handleKey) bool {
 // tenant name, so no tenant can pose as it.
 const shared = ""
 
+// CheckFits refuses an allocation larger than the device's whole memory:
+// no retry can help it (errors.Is ErrInvalidArgument, and
+// cuda.ErrOutOfMemory, as the device would answer). The front door and a
+// lane host ask it before they allocate for a tenant, so both answer
+// alike.
+func CheckFits(dev cuda.Device, spec cuda.BufferSpec) error {
+	if total := dev.Info().TotalMemory; spec.Size > total {
+		return fmt.Errorf("%w: %w: a buffer of %d bytes is larger than the device's %d bytes of memory: no such buffer fits, now or later", ErrInvalidArgument, cuda.ErrOutOfMemory, spec.Size, total)
+	}
+	return nil
+}
+
 // Own records buffers as one tenant's: no other tenant's batch may name
 // them. Each must be a live buffer of one of the scheduler's devices, as
 // Alloc returned it (no one can claim an id before it is handed out); one

@@ -260,6 +260,13 @@ func (s *Scheduler) ClockOrigin() time.Time { return s.epoch }
 // (programs.ID.Runtime), or the lane refuses it as another runtime's.
 func (s *Scheduler) Runtime() string { return s.cfg.Runtime }
 
+// BatchBounds are the most commands and upload bytes one batch may carry
+// (Config.MaxBatchEntries and MaxBatchBytes, defaulted): a lane host
+// tells its fronts, which refuse a larger batch as the scheduler does.
+func (s *Scheduler) BatchBounds() (entries int, bytes int64) {
+	return s.cfg.MaxBatchEntries, s.cfg.MaxBatchBytes
+}
+
 // Lanes reports every lane's health and counters.
 func (s *Scheduler) Lanes() []LaneStatus {
 	out := make([]LaneStatus, len(s.lanes))

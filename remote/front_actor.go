@@ -132,7 +132,7 @@ func (a *frontActor) hello(ctx actor.Context, m *wirepb.Hello) {
 	for _, d := range m.Devices {
 		lanes += int(d.Lanes)
 	}
-	if old := l.awaitFirstBeat(w, pendingReg{host: m.Host, lanes: lanes, runtime: m.Runtime, noPlane: why}); old != 0 {
+	if old := l.awaitFirstBeat(w, pendingReg{host: m.Host, lanes: lanes, runtime: m.Runtime, noPlane: why, maxEntries: int64(m.MaxBatchEntries), maxBytes: m.MaxBatchBytes}); old != 0 {
 		l.closePlane(old) // an earlier Hello of this join, since dropped by the host
 	}
 	if plane != nil {

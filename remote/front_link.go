@@ -106,6 +106,10 @@ type link struct {
 	name   string
 	launch *Launch // nil: a host at a fixed address
 
+	// maxEntries and maxBytes are the host's batch bounds under its
+	// current registration (0: not said): see Front.register.
+	maxEntries, maxBytes atomic.Int64
+
 	fromCluster bool         // found in the front's cluster
 	listed      atomic.Bool  // a member of the cluster now (fromCluster)
 	unlistedAt  atomic.Int64 // when it last left the membership (unix nanoseconds)
@@ -304,6 +308,9 @@ type pendingReg struct {
 	lanes   int
 	runtime string // its programs' runtime fingerprint
 	noPlane string // why its traffic takes the remote, when it does
+	// The most commands and upload bytes one batch may carry there (0:
+	// the host did not say).
+	maxEntries, maxBytes int64
 }
 
 // awaitFirstBeat notes the Welcome given to a Hello of the join in
@@ -365,6 +372,8 @@ func (l *link) registered(epoch uint64, reg *pendingReg) bool {
 	l.known = map[uint64]bool{}
 	l.knownMu.Unlock()
 	l.epoch, l.tenants, l.hostName, l.lanes, l.runtime, l.noPlane = epoch, 0, reg.host, max(reg.lanes, 1), reg.runtime, reg.noPlane
+	l.maxEntries.Store(reg.maxEntries)
+	l.maxBytes.Store(reg.maxBytes)
 	l.trips.reset()
 	l.heardAt.Store(time.Now().UnixNano())
 	l.probeSeq.Store(0)

@@ -37,7 +37,8 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 			slots = append(slots, areaSlot{host: &c.Host, area: &c.Area})
 		}
 	}
-	p, l, epoch, id, err := f.register(ctx, tenant, uploadBytes(b), nil, slots)
+	commands, bytes, largest := actors.MeasureBatch(&b)
+	p, l, epoch, id, err := f.register(ctx, tenant, batchSize{commands, bytes, largest}, nil, slots)
 	if err != nil {
 		return nil, err
 	}
@@ -88,9 +89,17 @@ var afterWithdraw atomic.Pointer[func(*Pending)]
 // once per registration and by its id after that, and leaves out the rows
 // of a receipt equal to the previous one's.
 type Encoded struct {
-	id    uint64
-	wire  *wirepb.Batch
-	bytes int64 // its upload bytes
+	id   uint64
+	wire *wirepb.Batch
+	size batchSize // its commands and upload bytes, as a host's bounds measure them
+}
+
+// batchSize is what a host's batch bounds measure of a batch
+// (actors.MeasureBatch): its commands, its upload bytes, its largest
+// upload.
+type batchSize struct {
+	commands       int
+	bytes, largest int64
 }
 
 var encodedIDs atomic.Uint64
@@ -107,7 +116,8 @@ func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Encoded{id: encodedIDs.Add(1), wire: w, bytes: uploadBytes(b)}, nil
+	commands, bytes, largest := actors.MeasureBatch(&b)
+	return &Encoded{id: encodedIDs.Add(1), wire: w, size: batchSize{commands, bytes, largest}}, nil
 }
 
 // SubmitEncoded is SubmitAsync of an encoded batch.
@@ -135,7 +145,7 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded, in
 			slots = append(slots, areaSlot{host: &in.Host, area: &in.Area})
 		}
 	}
-	p, l, epoch, id, err := f.register(ctx, tenant, e.bytes, e, slots)
+	p, l, epoch, id, err := f.register(ctx, tenant, e.size, e, slots)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +246,8 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 // and the call's id. The call's own upload bytes (slots: a batch's
 // uploads, a template's inputs) are written into the upload area of the
 // host's data plane when it has room (see HostConfig.UploadAreaBytes).
-func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *Encoded, slots []areaSlot) (*Pending, *link, uint64, uint64, error) {
+func (f *Front) register(ctx context.Context, tenant string, size batchSize, enc *Encoded, slots []areaSlot) (*Pending, *link, uint64, uint64, error) {
+	bytes := size.bytes
 	if bytes > maxBytesInFlight {
 		return nil, nil, 0, 0, tooLarge("%d bytes of uploads in one call; at most %d: split it", bytes, maxBytesInFlight)
 	}
@@ -246,6 +257,9 @@ func (f *Front) register(ctx context.Context, tenant string, bytes int64, enc *E
 	}
 	l, epoch := pl.link, pl.epoch
 	if err := refuseLeaving(tenant, l, epoch); err != nil {
+		return nil, nil, 0, 0, err
+	}
+	if err := l.checkSize(size); err != nil {
 		return nil, nil, 0, 0, err
 	}
 	pl.calls.Add(1) // before the call exists: Forget refuses from here on
@@ -310,15 +324,15 @@ func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant strin
 	return p, id, nil
 }
 
-// uploadBytes is the bytes a batch's uploads and patches carry.
-func uploadBytes(b lanes.Batch) (n int64) {
-	for _, e := range b.Entries {
-		n += int64(len(e.Command.Host))
+// checkSize refuses a batch beyond the host's bounds, as its scheduler
+// would (a *actors.BatchTooLargeError, not submitted): at once, not at
+// the call's end.
+func (l *link) checkSize(size batchSize) error {
+	entries, bytes := l.maxEntries.Load(), l.maxBytes.Load()
+	if entries == 0 || bytes == 0 || int64(size.commands) <= entries && size.bytes <= bytes {
+		return nil
 	}
-	for _, p := range b.Patches {
-		n += int64(len(p.Bytes))
-	}
-	return n
+	return lanes.Wrap("submit", true, &actors.BatchTooLargeError{Entries: size.commands, MaxEntries: int(entries), Bytes: size.bytes, MaxBytes: bytes, Largest: size.largest})
 }
 
 // roomier reports whether host a has more headroom for a new tenant than

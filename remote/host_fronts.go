@@ -5,6 +5,7 @@
 package remote
 
 import (
+	"math"
 	"fmt"
 	"time"
 
@@ -69,7 +70,9 @@ func (h *Host) join(m *wirepb.Join) *actor.PID {
 	if old != nil {
 		h.ops.retire(old.epoch) // its tenants: the front told them their state was lost
 	}
-	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt, HeartbeatNanos: int64(h.cfg.Heartbeat), Runtime: h.sched.Runtime()}
+	entries, bytes := h.sched.BatchBounds()
+	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt, HeartbeatNanos: int64(h.cfg.Heartbeat), Runtime: h.sched.Runtime(),
+		MaxBatchEntries: uint32(min(entries, math.MaxUint32)), MaxBatchBytes: bytes}
 	for _, d := range h.cfg.Scheduler.Devices {
 		info := d.Info()
 		hello.Devices = append(hello.Devices, &wirepb.Device{Instance: info.Instance, Name: info.Name, Backend: info.Backend,

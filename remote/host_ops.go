@@ -15,6 +15,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
@@ -182,7 +183,11 @@ func (o *hostOps) alloc(tenant string, m *wirepb.Alloc) (cuda.Buffer, error) {
 	if err != nil {
 		return cuda.Buffer{}, err
 	}
-	b, err := dev.Alloc(cuda.BufferSpec{Size: m.Size, Align: m.Align, Elem: cuda.ElementType(m.Elem)})
+	spec := cuda.BufferSpec{Size: m.Size, Align: m.Align, Elem: cuda.ElementType(m.Elem)}
+	if err := actors.CheckFits(dev, spec); err != nil {
+		return cuda.Buffer{}, lanes.Wrap("alloc", true, err) // as one process answers it
+	}
+	b, err := dev.Alloc(spec)
 	if err != nil {
 		return cuda.Buffer{}, err
 	}

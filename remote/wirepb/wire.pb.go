@@ -54,9 +54,14 @@ type Hello struct {
 	// carry it: programs.ID.Runtime).
 	Runtime string `protobuf:"bytes,9,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	// Why the host offers no data plane, when it offers none.
-	NoDataPlane   string `protobuf:"bytes,10,opt,name=no_data_plane,json=noDataPlane,proto3" json:"no_data_plane,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NoDataPlane string `protobuf:"bytes,10,opt,name=no_data_plane,json=noDataPlane,proto3" json:"no_data_plane,omitempty"`
+	// The most commands and upload bytes one batch may carry on the host
+	// (its scheduler's bounds): a front refuses a larger batch at once, as
+	// one process does (0: not said; the host refuses it at its end).
+	MaxBatchEntries uint32 `protobuf:"varint,11,opt,name=max_batch_entries,json=maxBatchEntries,proto3" json:"max_batch_entries,omitempty"`
+	MaxBatchBytes   int64  `protobuf:"varint,12,opt,name=max_batch_bytes,json=maxBatchBytes,proto3" json:"max_batch_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -157,6 +162,20 @@ func (x *Hello) GetNoDataPlane() string {
 		return x.NoDataPlane
 	}
 	return ""
+}
+
+func (x *Hello) GetMaxBatchEntries() uint32 {
+	if x != nil {
+		return x.MaxBatchEntries
+	}
+	return 0
+}
+
+func (x *Hello) GetMaxBatchBytes() int64 {
+	if x != nil {
+		return x.MaxBatchBytes
+	}
+	return 0
 }
 
 // DataPlane is a shared-memory segment a host made for one registration:
@@ -4652,7 +4671,7 @@ var File_lanes_remote_v1_wire_proto protoreflect.FileDescriptor
 
 const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\n" +
-	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xd6\x02\n" +
+	"\x1alanes/remote/v1/wire.proto\x12\x0flanes.remote.v1\"\xaa\x03\n" +
 	"\x05Hello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\rR\bprotocol\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
@@ -4665,7 +4684,9 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x0fheartbeat_nanos\x18\b \x01(\x03R\x0eheartbeatNanos\x12\x18\n" +
 	"\aruntime\x18\t \x01(\tR\aruntime\x12\"\n" +
 	"\rno_data_plane\x18\n" +
-	" \x01(\tR\vnoDataPlane\"\xc6\x01\n" +
+	" \x01(\tR\vnoDataPlane\x12*\n" +
+	"\x11max_batch_entries\x18\v \x01(\rR\x0fmaxBatchEntries\x12&\n" +
+	"\x0fmax_batch_bytes\x18\f \x01(\x03R\rmaxBatchBytes\"\xc6\x01\n" +
 	"\tDataPlane\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x1d\n" +
