@@ -14,6 +14,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -78,6 +79,13 @@ func allocOK(t *testing.T, f *Front, tenant string) cuda.Buffer {
 	b, err := f.Alloc(context.Background(), tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	if err != nil {
 		t.Fatalf("Alloc for %s: got err %v, want nil", tenant, err)
+	}
+	up, err := cuda.Upload(b.Whole(), make([]byte, b.Size)) // written before anything reads it
+	if err == nil {
+		_, err = f.Submit(context.Background(), tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(0, up)}})
+	}
+	if err != nil {
+		t.Fatalf("zeroing %s's buffer: got err %v, want nil", tenant, err)
 	}
 	return b
 }

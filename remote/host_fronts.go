@@ -5,8 +5,8 @@
 package remote
 
 import (
-	"math"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"

@@ -71,6 +71,19 @@ func oneProcess(t *testing.T, lanesPerDevice int) (*sim.Device, *actors.Schedule
 	return dev, s
 }
 
+// zeroOnFront writes zeros over a tenant's buffer through the front, as
+// a program does before its steps read it.
+func zeroOnFront(t *testing.T, f *remote.Front, tenant string, b cuda.Buffer) {
+	t.Helper()
+	up, err := cuda.Upload(b.Whole(), make([]byte, b.Size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Submit(context.Background(), tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Eager(0, up)}}); err != nil {
+		t.Fatalf("zeroing buffer %d: got err %v, want nil", b.ID, err)
+	}
+}
+
 // readLocal reads a region back from a device of this process, on a
 // stream of its own: the one-process side of a parity test.
 func readLocal(t *testing.T, dev cuda.Device, r cuda.Region) []byte {
@@ -215,6 +228,7 @@ func TestAnEncodedStepIsCheckedAgainWhenOwnershipChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	zeroOnFront(t, f, "a", buf)
 	cmd, err := cuda.Launch(kernels.Builtin().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(buf.Whole()), cuda.I32Arg(16))
 	if err != nil {
 		t.Fatal(err)

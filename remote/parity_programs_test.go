@@ -17,6 +17,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
@@ -176,6 +177,7 @@ func TestProgramsMatchOneProcess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			testdev.Zero(t, dev, b)
 			return b
 		},
 		submit:  func(tenant string, b lanes.Batch) (lanes.Receipt, error) { return s.Submit(ctx, tenant, b) },
@@ -199,6 +201,7 @@ func TestProgramsMatchOneProcess(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				zeroOnFront(t, f, tenant, b)
 				return b
 			},
 			submit:  func(tenant string, b lanes.Batch) (lanes.Receipt, error) { return f.Submit(ctx, tenant, b) },
@@ -290,6 +293,11 @@ func programFrontChild() int {
 	}
 	b, err := f.Alloc(ctx, "a", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	up, _ := cuda.Upload(b.Whole(), make([]byte, b.Size))
+	if _, err := f.Submit(ctx, "a", lanes.Batch{Entries: []lanes.Entry{lanes.Eager(0, up)}}); err != nil {
 		fmt.Println(err)
 		return 1
 	}

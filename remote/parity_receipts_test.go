@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -95,6 +96,9 @@ func TestReceiptsMatchOneProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostKeep, _ := f.Alloc(ctx, "a", spec)
+	testdev.Zero(t, dev, localB, localKeep)
+	zeroOnFront(t, f, "a", hostB)
+	zeroOnFront(t, f, "a", hostKeep)
 	enc, err := f.Encode(step(t, hostB, hostKeep))
 	if err != nil {
 		t.Fatal(err)

@@ -396,8 +396,8 @@ func TestNothingGrowsWithHistory(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("Alloc: got err %v, want nil", err)
 	}
-	if err := b.S.Share(buf); err != nil {
-		t.Fatalf("Share: got err %v, want nil", err)
+	if _, err := b.S.FillShared(context.Background(), actors.SharedBytes{Buffer: buf, Bytes: make([]byte, 64)}); err != nil {
+		t.Fatalf("FillShared: got err %v, want nil", err)
 	}
 	// Every one-shot tenant reads the shared buffer (tenants only read
 	// shared buffers) into scratch no one owns.
