@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command: every package under the race detector, then a
-# short run of each fuzz target so the parsers and validators stay fuzzed.
+# The project's test command: every package under the race detector (each
+# fuzz target's seed corpus included), then the embedder suite. CI runs
+# scripts/fuzz.sh after it, a short run of each fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,11 +14,6 @@ case $timing in
   1) ;;
   *) echo "LANES_TIMING=$timing: give 1 (judge wall-clock figures too) or leave it unset" >&2; exit 2 ;;
 esac
-scale=${FUZZ_SCALE:-1}
-if ! [[ $scale =~ ^[1-9][0-9]*$ ]]; then
-  echo "FUZZ_SCALE=$scale: give a whole number of times each fuzz target's count (1 by default)" >&2
-  exit 2
-fi
 
 # Every simulated device the tests open reports a read of device memory
 # never written (sim.Config.InitCheck), as compute-sanitizer's initcheck
@@ -55,19 +51,4 @@ if [ -n "$timing" ]; then
   LANES_TIMING=1 go test -count=1 -run '^(TestAPartitionThatHeals|TestKillNineEndsInFlightOnceAndRestartsTheHost|TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped)$' ./remote
 fi
 
-# A count, not a duration: a duration can end mid-input and fail with
-# "context deadline exceeded" on a slow machine. Each target's count keeps
-# it near ten seconds on a quiet 2-core machine, building it included
-# (the slow ones run the lane core or the scheduler per input), and -fuzzminimizetime bounds the minimizing
-# of each new interesting input (by default up to 60 s, which showed as a
-# target stalled at 0 execs/sec): the whole step stays under two minutes.
-# FUZZ_SCALE multiplies every count (FUZZ_SCALE=10 for a longer run).
-echo "== fuzz targets (at ${SECONDS}s)"
-for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./cache FuzzDiscover 100000" \
-  "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 15000" "./cmd/lanedemo FuzzFlags 12000" "./internal/demo FuzzManifest 15000" \
-  "./remote FuzzBatchFromWire 15000" "./remote FuzzCallFromWire 8000" "./remote FuzzReceiptFromWire 12000" "./remote FuzzGuard 6000" "./remote FuzzHello 20000" \
-  "./internal/shmring FuzzReader 150000" "./cuda/kernels FuzzReadPTX 100000"; do
-  set -- $target
-  go test -run '^$' -fuzz "^$2\$" -fuzztime "$(($3 * scale))x" -fuzzminimizetime 100x "$1"
-done
 echo "== done in ${SECONDS}s"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A short run of every fuzz target, so the parsers and validators stay
+# fuzzed (their seed corpora run with the tests already). CI runs it after
+# scripts/test.sh; FUZZ_SCALE=10 scripts/fuzz.sh runs each ten times longer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scale=${FUZZ_SCALE:-1}
+if ! [[ $scale =~ ^[1-9][0-9]*$ ]]; then
+  echo "FUZZ_SCALE=$scale: give a whole number of times each fuzz target's count (1 by default)" >&2
+  exit 2
+fi
+export LANES_SIM_INITCHECK=1 # as the tests run
+
+# A count, not a duration: a duration can end mid-input and fail with
+# "context deadline exceeded" on a slow machine. Each target's count keeps
+# it near ten seconds on a quiet 2-core machine, building it included
+# (the slow ones run the lane core or the scheduler per input), and -fuzzminimizetime bounds the minimizing
+# of each new interesting input (by default up to 60 s, which showed as a
+# target stalled at 0 execs/sec): the whole step stays under two minutes.
+# FUZZ_SCALE multiplies every count (FUZZ_SCALE=10 for a longer run).
+echo "== fuzz targets"
+for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./cache FuzzDiscover 100000" \
+  "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 15000" "./cmd/lanedemo FuzzFlags 12000" "./internal/demo FuzzManifest 15000" \
+  "./remote FuzzBatchFromWire 15000" "./remote FuzzCallFromWire 8000" "./remote FuzzReceiptFromWire 12000" "./remote FuzzGuard 6000" "./remote FuzzHello 20000" \
+  "./internal/shmring FuzzReader 150000" "./cuda/kernels FuzzReadPTX 100000"; do
+  set -- $target
+  go test -run '^$' -fuzz "^$2\$" -fuzztime "$(($3 * scale))x" -fuzzminimizetime 100x "$1"
+done
+echo "== fuzzed in ${SECONDS}s"
