@@ -46,6 +46,8 @@ func TestStartRefusesABadConfig(t *testing.T) {
 		"both":              {Devices: []lanes.Device{dev}, Hosts: &remote.FrontConfig{}},
 		"a nil device":      {Devices: []lanes.Device{nil}},
 		"scheduler devices": {Devices: []lanes.Device{dev}, Scheduler: actors.Config{Devices: []cuda.Device{dev}}},
+		"12000 lanes":       {Devices: []lanes.Device{dev}, Scheduler: actors.Config{LanesPerDevice: 12000}}, // each an OS thread: it killed the process
+		"65 lanes":          {Devices: []lanes.Device{dev}, Scheduler: actors.Config{LanesPerDevice: actors.MaxLanesPerDevice + 1}},
 	} {
 		srv, err := lanes.Start(context.Background(), cfg)
 		if c := lanes.Classify(err); err == nil || c.Code != cuda.CodeInvalidArgument || c.Blame != cuda.BlameCaller {

@@ -255,6 +255,11 @@ func (c *Config) defaults() error {
 	if err := checkLibraries(c.Libraries); err != nil {
 		return lanes.Wrap("start", true, err)
 	}
+	if c.LanesPerDevice > MaxLanesPerDevice {
+		// Each lane is a goroutine locked to an OS thread: thousands of
+		// them exhaust the runtime's threads and kill the process.
+		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.LanesPerDevice %d: give 1 to %d (MaxLanesPerDevice: each lane holds an OS thread and a stream; a device gains little past a few dozen streams)", ErrInvalidArgument, c.LanesPerDevice, MaxLanesPerDevice))
+	}
 	if c.Spin > maxSpin {
 		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (never) to %v (GPUSpin, 500 µs, suits GPU serving steps)", ErrInvalidArgument, c.Spin, maxSpin))
 	}
@@ -264,6 +269,10 @@ func (c *Config) defaults() error {
 	c.Suspension.defaults()
 	return nil
 }
+
+// MaxLanesPerDevice is the most lanes a device may have
+// (Config.LanesPerDevice; lanehost's --lanes).
+const MaxLanesPerDevice = 64
 
 // GPUSpin is a spin window (Config.Spin) for lanes that serve short GPU
 // steps: lanedemo's and lanehost's default on a GPU. A lane whose steps

@@ -335,8 +335,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case o.lanes < 1 || o.lanes > 64:
-		return o, fmt.Errorf("--lanes %d: give 1 to 64", o.lanes)
+	case o.lanes < 1 || o.lanes > actors.MaxLanesPerDevice:
+		return o, fmt.Errorf("--lanes %d: give 1 to %d", o.lanes, actors.MaxLanesPerDevice)
 	case o.ordinal < 0:
 		return o, fmt.Errorf("--ordinal %d: give 0 or more", o.ordinal)
 	case o.clock != "real" && o.clock != "zero":
