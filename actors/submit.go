@@ -5,6 +5,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,10 +38,15 @@ func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (l
 		return p.Result()
 	case <-ctx.Done():
 		select {
-		case <-p.Done(): // ended too: the end is the answer
-			return p.Result()
+		case <-p.Done(): // ended too: the end is the answer, unless ctx's end caused it
+			if _, err := p.Result(); !errors.Is(err, ErrWithdrawn) {
+				return p.Result()
+			}
 		default:
 		}
+		// Withdrawn or not (ctx's end withdraws a batch still waiting for
+		// its lane), the caller learns it from the Pending, as through a
+		// front, where the withdrawal takes the host's answer.
 		return lanes.Receipt{Tenant: tenant, Lane: -1}, &DetachedError{Pending: p, Err: ctx.Err()}
 	}
 }

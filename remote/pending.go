@@ -4,6 +4,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -57,7 +58,9 @@ func (p *Pending) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		select {
 		case <-p.done:
-			return nil
+			if !errors.Is(p.err, actors.ErrWithdrawn) { // ctx's end withdrew it: say detached, as one process does
+				return nil
+			}
 		default:
 		}
 		return &actors.DetachedError{Pending: p, Err: fmt.Errorf("remote: stopped waiting (the call is still in flight on %s): %w", p.host, ctx.Err())}
