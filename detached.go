@@ -13,8 +13,9 @@ import (
 // accepted, and a tenant told that its memory is going away must not find
 // it still allocated. The caller gets an *actors.DetachedError whose
 // Pending ends with the operation; the tenant's later calls through the
-// server wait for it first, so that they see its write (or its free), in
-// the order the tenant made them.
+// server wait for it first (bounded by their own contexts), so that they
+// see its write (or its free), in the order the tenant made them; a later
+// Upload or Free queues behind it instead, and detaches in turn.
 
 // detachedOp is a tenant's Upload or Free going on after its caller
 // stopped waiting: the Pending of its DetachedError.
@@ -40,6 +41,35 @@ func (d *detachedOp) Result() (Receipt, error) {
 // detach lets rest finish the tenant's operation after ctx ended: the
 // tenant's later calls wait for it (awaitDetached).
 func (s *server) detach(ctx context.Context, tenant string, rest func() error) error {
+	return &actors.DetachedError{Pending: s.chain(tenant, rest), Err: ctx.Err()}
+}
+
+// behindDetached runs an Upload's or a Free's work after the tenant's
+// detached operation still going on, if it has one (its order holds), and
+// waits for it within ctx: past ctx it detaches in turn. queued is false when
+// the tenant has none: the caller runs the work itself.
+func (s *server) behindDetached(ctx context.Context, tenant string, work func() error) (queued bool, err error) {
+	if s.detachedN.Load() == 0 {
+		return false, nil
+	}
+	s.mu.RLock()
+	busy := s.detached[tenant] != nil
+	s.mu.RUnlock()
+	if !busy {
+		return false, nil
+	}
+	op := s.chain(tenant, work)
+	select {
+	case <-op.done:
+		return true, op.err
+	case <-ctx.Done():
+		return true, &actors.DetachedError{Pending: op, Err: ctx.Err()}
+	}
+}
+
+// chain makes work the tenant's operation going on, run once the one
+// before it (if any) ended.
+func (s *server) chain(tenant string, work func() error) *detachedOp {
 	op := &detachedOp{done: make(chan struct{})}
 	s.mu.Lock()
 	prev := s.detached[tenant]
@@ -50,7 +80,7 @@ func (s *server) detach(ctx context.Context, tenant string, rest func() error) e
 		if prev != nil {
 			<-prev.done // one tenant's detached operations end in order
 		}
-		op.err = rest()
+		op.err = work()
 		s.mu.Lock()
 		if s.detached[tenant] == op {
 			delete(s.detached, tenant)
@@ -59,7 +89,7 @@ func (s *server) detach(ctx context.Context, tenant string, rest func() error) e
 		s.detachedN.Add(-1)
 		close(op.done)
 	}()
-	return &actors.DetachedError{Pending: op, Err: ctx.Err()}
+	return op
 }
 
 // awaitDetached waits, within ctx, for the tenant's detached operation, if

@@ -97,7 +97,11 @@ func (s *server) admit(op string, ctx context.Context, tenant string) error {
 			return lanes.Wrap(op, true, err)
 		}
 	}
-	if op != "alloc" && s.detachedN.Load() > 0 {
+	switch op {
+	case "alloc", "upload", "free": // an Upload or Free queues behind it (behindDetached)
+		return nil
+	}
+	if s.detachedN.Load() > 0 {
 		return s.awaitDetached(op, ctx, tenant)
 	}
 	return nil
@@ -136,7 +140,10 @@ func (s *server) Alloc(ctx context.Context, tenant string, spec BufferSpec) (Buf
 	if err := s.admit("alloc", ctx, tenant); err != nil {
 		return Buffer{}, err
 	}
-	b, err := s.side.alloc(ctx, tenant, spec)
+	// Once started an allocation finishes, whatever ctx does: its
+	// handle must reach the tenant (an allocation whose answer was lost
+	// would be the tenant's, unnamed, until Forget).
+	b, err := s.side.alloc(context.WithoutCancel(ctx), tenant, spec)
 	if err != nil {
 		return Buffer{}, allocError(err)
 	}
@@ -180,6 +187,9 @@ func (s *server) Upload(ctx context.Context, tenant string, dst Region, data []b
 	// once the first is accepted, the write is the tenant's, and goes on
 	// to its end if ctx ends meanwhile (detach).
 	work := context.WithoutCancel(ctx)
+	if queued, err := s.behindDetached(ctx, tenant, func() error { return s.uploadFrom(work, tenant, dst, data, 0) }); queued {
+		return err
+	}
 	for off := 0; off < len(data); off += piece {
 		p, err := s.uploadPiece(work, tenant, dst, data, off)
 		if err != nil {
@@ -193,17 +203,23 @@ func (s *server) Upload(ctx context.Context, tenant string, dst Region, data []b
 				if err := pieceError(p); err != nil {
 					return err
 				}
-				for off := next; off < len(data); off += piece {
-					p, err := s.uploadPiece(work, tenant, dst, data, off)
-					if err != nil {
-						return err
-					}
-					if err := pieceError(p); err != nil {
-						return err
-					}
-				}
-				return nil
+				return s.uploadFrom(work, tenant, dst, data, next)
 			})
+		}
+		if err := pieceError(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uploadFrom uploads data into dst from off on, a piece at a time, each
+// after the one before it ended.
+func (s *server) uploadFrom(ctx context.Context, tenant string, dst Region, data []byte, off int) error {
+	for ; off < len(data); off += piece {
+		p, err := s.uploadPiece(ctx, tenant, dst, data, off)
+		if err != nil {
+			return err
 		}
 		if err := pieceError(p); err != nil {
 			return err
@@ -273,6 +289,9 @@ func (s *server) Free(ctx context.Context, tenant string, b Buffer) error {
 	// The free goes on to its end if ctx ends while it waits for the
 	// tenant's earlier work (detach): the tenant was told the memory goes.
 	work := context.WithoutCancel(ctx)
+	if queued, err := s.behindDetached(ctx, tenant, func() error { return s.free(work, tenant, b) }); queued {
+		return err
+	}
 	done := make(chan error, 1)
 	go func() { done <- s.free(work, tenant, b) }()
 	select {
@@ -320,7 +339,7 @@ func (s *server) Forget(ctx context.Context, tenant string) error {
 		bufs = append(bufs, b)
 	}
 	s.mu.Unlock()
-	if err := s.side.forget(ctx, tenant, bufs); err != nil {
+	if err := s.side.forget(context.WithoutCancel(ctx), tenant, bufs); err != nil { // once started, it finishes
 		return err // busy, say: nothing of it is forgotten
 	}
 	s.mu.Lock()

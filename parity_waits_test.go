@@ -226,6 +226,18 @@ func TestWhileWorkWaits(t *testing.T) {
 			if err := srv.Forget(ctx, "writer"); !errors.Is(err, actors.ErrTenantBusy) || !lanes.Classify(err).Retryable {
 				t.Errorf("Forget with an upload waiting: got %v, want ErrTenantBusy, retryable", err)
 			}
+			// A Free behind the detached upload queues behind it, and
+			// detaches in turn when its context ends (a context ended
+			// before the Free even began frees nothing instead).
+			spare := alloc("writer", 64)
+			behindCtx, cancelBehind := context.WithTimeout(ctx, 300*time.Millisecond)
+			behind := srv.Free(behindCtx, "writer", spare)
+			cancelBehind()
+			var behindDetached *actors.DetachedError
+			queuedFree := errors.As(behind, &behindDetached)
+			if !queuedFree && !lanes.Classify(behind).NotSubmitted {
+				t.Fatalf("Free behind a detached Upload, its context ending: got %v, want a *actors.DetachedError", behind)
+			}
 
 			// A Free waiting for the tenant's earlier work detaches when
 			// its context ends; the free goes on.
@@ -272,6 +284,14 @@ func TestWhileWorkWaits(t *testing.T) {
 			}
 			if _, err := srv.Read(ctx, "freer", doomed.Whole()); !errors.Is(err, cuda.ErrStaleHandle) {
 				t.Errorf("Read after a detached Free: got %v, want ErrStaleHandle", err)
+			}
+			if queuedFree {
+				if _, err := behindDetached.Pending.Result(); err != nil {
+					t.Errorf("the Free queued behind the detached Upload: got err %v, want nil", err)
+				}
+				if _, err := srv.Read(ctx, "writer", spare.Whole()); !errors.Is(err, cuda.ErrStaleHandle) {
+					t.Errorf("Read after the queued Free: got %v, want ErrStaleHandle (it was freed)", err)
+				}
 			}
 			if err := srv.Forget(ctx, "writer"); err != nil {
 				t.Errorf("Forget once the work ended: got %v, want nil", err)
