@@ -2,9 +2,9 @@ package lanes_test
 
 import (
 	"context"
-	"fmt"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"

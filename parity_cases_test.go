@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/lanesched/lanes"
@@ -354,6 +355,14 @@ var parityCases = []parityCase{
 	}},
 	{call: "SubmitAsync", name: "mistakes, now or at the end", run: func(r *parityRun) {
 		mine, other := theirs(r)
+		large := r.alloc("a", 66<<20+1, lanes.U8)
+		var big [2]lanes.Command
+		for i := range big {
+			reg, _ := large.Region(uint64(i)*(33<<20), 33<<20)
+			big[i] = lanes.Command{Kind: cuda.KindUpload, Dst: reg, Host: make([]byte, 33<<20)}
+		}
+		whole, _ := large.Region(0, 64<<20+1)
+		huge := lanes.Command{Kind: cuda.KindUpload, Dst: whole, Host: make([]byte, 64<<20+1)}
 		freed := r.alloc("a", 64, lanes.I32)
 		r.must("Free", r.srv.Free(r.ctx, r.tenant("a"), freed))
 		short := lanes.Command{Kind: cuda.KindUpload, Dst: mine.Whole(), Host: make([]byte, 60)}
@@ -370,6 +379,9 @@ var parityCases = []parityCase{
 			{"an upload of fewer bytes than its region", lanes.Batch{Entries: []lanes.Entry{lanes.Input(short)}}},
 			{"no entries", lanes.Batch{}},
 			{"1025 entries", lanes.Batch{Entries: many}},
+			{"65537 entries", lanes.Batch{Entries: slices.Repeat(many[:1], 65537)}},
+			{"two uploads of 33 MiB", lanes.Batch{Entries: []lanes.Entry{lanes.Input(big[0]), lanes.Input(big[1])}}},
+			{"an upload of 64 MiB and a byte", lanes.Batch{Entries: []lanes.Entry{lanes.Input(huge)}}},
 		} {
 			p, err := r.srv.SubmitAsync(r.ctx, r.tenant("a"), c.b)
 			r.noteErr(c.what+": at SubmitAsync", err)

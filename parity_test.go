@@ -70,13 +70,14 @@ type errView struct {
 	Retryable    bool
 	NotSubmitted bool
 	Is           []string
+	As           []string // the error types errors.As finds
 }
 
 func (v errView) String() string {
 	if v.Code == cuda.CodeOK && len(v.Is) == 0 {
 		return "ok"
 	}
-	return fmt.Sprintf("%v (blame %v, retryable %v, not submitted %v) is %s", v.Code, v.Blame, v.Retryable, v.NotSubmitted, strings.Join(v.Is, ","))
+	return fmt.Sprintf("%v (blame %v, retryable %v, not submitted %v) is %s as %s", v.Code, v.Blame, v.Retryable, v.NotSubmitted, strings.Join(v.Is, ","), strings.Join(v.As, ","))
 }
 
 func viewErr(err error) errView {
@@ -85,6 +86,23 @@ func viewErr(err error) errView {
 	for _, s := range paritySentinels {
 		if err != nil && errors.Is(err, s.err) {
 			v.Is = append(v.Is, s.name)
+		}
+	}
+	var tooLarge *actors.BatchTooLargeError
+	var detached *actors.DetachedError
+	var suspended *actors.SuspendedError
+	var uninitialized *sim.UninitializedReadError
+	for _, as := range []struct {
+		name string
+		ok   bool
+	}{
+		{"*actors.BatchTooLargeError", errors.As(err, &tooLarge)},
+		{"*actors.DetachedError", errors.As(err, &detached)},
+		{"*actors.SuspendedError", errors.As(err, &suspended)},
+		{"*sim.UninitializedReadError", errors.As(err, &uninitialized)},
+	} {
+		if as.ok {
+			v.As = append(v.As, as.name)
 		}
 	}
 	return v

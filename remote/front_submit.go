@@ -27,6 +27,11 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 		return nil, err
 	}
 	b.Tenant = tenant
+	commands, bytes, largest := actors.MeasureBatch(&b)
+	size := batchSize{commands, bytes, largest}
+	if err := f.checkSize(tenant, size); err != nil { // the host's bounds first, as its scheduler's come first in one process
+		return nil, err
+	}
 	w, err := batchToWire(b)
 	if err != nil {
 		return nil, err
@@ -37,8 +42,7 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 			slots = append(slots, areaSlot{host: &c.Host, area: &c.Area})
 		}
 	}
-	commands, bytes, largest := actors.MeasureBatch(&b)
-	p, l, epoch, id, err := f.register(ctx, tenant, batchSize{commands, bytes, largest}, nil, slots)
+	p, l, epoch, id, err := f.register(ctx, tenant, size, nil, slots)
 	if err != nil {
 		return nil, err
 	}
@@ -247,6 +251,11 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 // uploads, a template's inputs) are written into the upload area of the
 // host's data plane when it has room (see HostConfig.UploadAreaBytes).
 func (f *Front) register(ctx context.Context, tenant string, size batchSize, enc *Encoded, slots []areaSlot) (*Pending, *link, uint64, uint64, error) {
+	if enc != nil { // SubmitAsync checked its batch before it encoded it
+		if err := f.checkSize(tenant, size); err != nil {
+			return nil, nil, 0, 0, err
+		}
+	}
 	bytes := size.bytes
 	if bytes > maxBytesInFlight {
 		return nil, nil, 0, 0, tooLarge("%d bytes of uploads in one call; at most %d: split it", bytes, maxBytesInFlight)
@@ -257,9 +266,6 @@ func (f *Front) register(ctx context.Context, tenant string, size batchSize, enc
 	}
 	l, epoch := pl.link, pl.epoch
 	if err := refuseLeaving(tenant, l, epoch); err != nil {
-		return nil, nil, 0, 0, err
-	}
-	if err := l.checkSize(size); err != nil {
 		return nil, nil, 0, 0, err
 	}
 	pl.calls.Add(1) // before the call exists: Forget refuses from here on
@@ -322,6 +328,17 @@ func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant strin
 		return nil, 0, l.stateLost(tenant, epoch)
 	}
 	return p, id, nil
+}
+
+// checkSize refuses a batch beyond the bounds of the tenant's host (where
+// it is placed; a tenant that cannot be placed is refused later, by
+// register).
+func (f *Front) checkSize(tenant string, size batchSize) error {
+	pl, err := f.place(tenant)
+	if err != nil {
+		return nil
+	}
+	return pl.link.checkSize(size)
 }
 
 // checkSize refuses a batch beyond the host's bounds, as its scheduler
