@@ -254,6 +254,9 @@ func (s *server) Read(ctx context.Context, tenant string, src Region) ([]byte, e
 	if err := s.admit("read", ctx, tenant); err != nil {
 		return nil, err
 	}
+	if src.Buffer.ID == 0 {
+		return nil, lanes.Wrap("read", true, errZeroBuffer("read"))
+	}
 	if src.Length == 0 {
 		return nil, lanes.Wrap("read", true, fmt.Errorf("%w: Read: an empty region; read 1 byte or more", actors.ErrInvalidArgument))
 	}
@@ -261,7 +264,7 @@ func (s *server) Read(ctx context.Context, tenant string, src Region) ([]byte, e
 		return nil, err
 	}
 	if src.Offset > src.Buffer.Size || src.Length > src.Buffer.Size-src.Offset {
-		return nil, lanes.Wrap("read", true, cuda.Contractf("read", cuda.ErrOutOfBounds, "bytes %d to %d of buffer %d, which holds %d; read within it", src.Offset, src.Offset+src.Length, src.Buffer.ID, src.Buffer.Size))
+		return nil, lanes.Wrap("read", true, cuda.Contractf("read", cuda.ErrOutOfBounds, "%d bytes from byte %d of buffer %d, which holds %d; read within it", src.Length, src.Offset, src.Buffer.ID, src.Buffer.Size))
 	}
 	out := make([]byte, 0, src.Length)
 	for off := uint64(0); off < src.Length; off += piece {

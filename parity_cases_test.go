@@ -171,6 +171,7 @@ var parityCases = []parityCase{
 			{"another tenant's buffer", r.ctx, other.Whole()},
 			{"a freed buffer", r.ctx, freed.Whole()},
 			{"past the buffer's end", r.ctx, lanes.Region{Buffer: mine, Offset: 60, Length: 8}},
+			{"from past the buffer's end", r.ctx, lanes.Region{Buffer: mine, Offset: 1 << 62, Length: 4}},
 			{"an empty region", r.ctx, lanes.Region{Buffer: mine}},
 			{"a canceled context", canceled(), mine.Whole()},
 		} {
@@ -282,6 +283,12 @@ var parityCases = []parityCase{
 		_, err = r.srv.SubmitAsync(r.ctx, r.tenant("a"), launch)
 		r.noteErr("SubmitAsync", err)
 		r.note("theirs unchanged", r.read("b", other.Whole()))
+		gone := r.alloc("b", 64, lanes.I32) // freed by its tenant: no one's
+		r.must("Free", r.srv.Free(r.ctx, r.tenant("b"), gone))
+		r.submit("their freed buffer in a launch", "a", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("parity", 0, r.inc(gone, 16))}})
+		r.submit("their freed buffer retained", "a", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("parity", 0, r.inc(mine, 16))}, Retain: []lanes.Buffer{gone}})
+		_, err = r.srv.Read(r.ctx, r.tenant("a"), gone.Whole())
+		r.noteErr("their freed buffer read", err)
 	}},
 	{call: "Submit", name: "mistakes", run: func(r *parityRun) {
 		mine := r.alloc("a", 64, lanes.I32)
@@ -298,6 +305,13 @@ var parityCases = []parityCase{
 		r.submit("an upload of fewer bytes than its region", "a", lanes.Batch{Entries: []lanes.Entry{lanes.Input(short)}})
 		zeroUp := lanes.Command{Kind: cuda.KindUpload, Dst: lanes.Region{Length: 4}, Host: make([]byte, 4)}
 		r.submit("an upload into the zero Buffer", "a", lanes.Batch{Entries: []lanes.Entry{lanes.Input(zeroUp)}})
+		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("parity", 0, r.inc(mine, 16))}}
+		retained := step
+		retained.Retain = []lanes.Buffer{{}}
+		r.submit("the zero Buffer retained", "a", retained)
+		patched := step
+		patched.Patches = []lanecore.Patch{{Dst: lanes.Region{Length: 4}, Bytes: make([]byte, 4)}}
+		r.submit("a patch into the zero Buffer", "a", patched)
 		r.submit("a freed buffer", "a", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("parity", 0, r.inc(freed, 16))}})
 		r.submit("no entries", "a", lanes.Batch{})
 		var many []lanes.Entry

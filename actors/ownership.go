@@ -6,6 +6,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -463,7 +464,16 @@ type handleCheck struct {
 }
 
 func (c *handleCheck) buffer(b cuda.Buffer) error {
-	return c.check(bufferKey(b))
+	err := c.check(bufferKey(b))
+	if err != nil && errors.Is(err, ErrNotYours) {
+		// Its owner's row outlives a free until the next sweep: a freed
+		// buffer is no one's, and answers as a freed buffer of one's own
+		// does (a stale handle), whoever freed it.
+		if dev := c.s.device(b.Device); dev != nil && dev.CheckBuffer(b) != nil {
+			return fmt.Errorf("%w: %w: the batch names %s, which is not allocated (freed, or never handed out by this device)", lanes.ErrInvalidBatch, cuda.ErrStaleHandle, describeHandle(bufferKey(b)))
+		}
+	}
+	return err
 }
 
 func (c *handleCheck) hostBuffer(h cuda.HostBuffer) error {

@@ -242,6 +242,11 @@ func (l *Lane) checkHandles(b *Batch) error {
 				return nil
 			}
 		}
+		if buf.ID == 0 {
+			// As a command naming it is answered (a region of no
+			// allocated buffer), wherever the batch names it.
+			return cuda.Contractf("validate", cuda.ErrStaleHandle, "the zero Buffer names no buffer; name one the device allocated")
+		}
 		if err := l.dev.CheckBuffer(buf); err != nil {
 			return invalidHandle(err)
 		}
