@@ -171,7 +171,7 @@ func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 
 func startFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: a nil context", ErrConfig)
+		return nil, errNilContext
 	}
 	modules, err := modulesToWire(cfg.Modules)
 	if err != nil {

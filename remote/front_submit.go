@@ -224,10 +224,19 @@ func (f *Front) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes
 	return p.Result()
 }
 
+// admit is every call's first checks: a front stopped answers stopped
+// before anything else (as the front door does); then a live context and a
+// tenant name a host takes.
 func (f *Front) admit(ctx context.Context, tenant string) error {
+	if f == nil || f.quit == nil {
+		return ErrStopped // not a front StartFront returned
+	}
+	if f.stopped.Load() {
+		return ErrStopped
+	}
 	switch {
 	case ctx == nil:
-		return fmt.Errorf("%w: a nil context", ErrConfig)
+		return errNilContext
 	case ctx.Err() != nil:
 		return lanes.Wrap("remote", true, ctx.Err()) // nothing was sent
 	case tenant == "" || len(tenant) > MaxTenantName:
@@ -236,14 +245,12 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	if err := actors.CheckTenant(tenant); err != nil {
 		return lanes.Wrap("remote", true, err) // the host would refuse it, naming it as it scopes it
 	}
-	if f == nil || f.quit == nil {
-		return ErrStopped // not a front StartFront returned
-	}
-	if f.stopped.Load() {
-		return ErrStopped
-	}
 	return nil
 }
+
+// errNilContext is a call given no context: a bad argument (ErrConfig's
+// class), errors.Is actors.ErrInvalidArgument as the scheduler's answer is.
+var errNilContext = fmt.Errorf("%w: %w: a nil context.Context; pass context.Background() or a real context", ErrConfig, actors.ErrInvalidArgument)
 
 // register places the tenant and opens a call to its host for a
 // submission of that many upload bytes: its Pending, the host, its epoch

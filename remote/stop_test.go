@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -216,5 +217,48 @@ func TestForgetWaitsForTheTenantsSubmissions(t *testing.T) {
 	}
 	if refused < 25 {
 		t.Fatalf("Forget right after SubmitAsync: got %d of 50 refused as busy, want most (the step takes a round trip)", refused)
+	}
+}
+
+// TestAStoppedFrontAnswersStoppedFirst: after Stop, every call of a front
+// answers stopped before it looks at its context or its tenant, as the
+// scheduler does; before Stop, a nil context is an invalid argument
+// (errors.Is actors.ErrInvalidArgument, as in one process).
+func TestAStoppedFrontAnswersStoppedFirst(t *testing.T) {
+	ctx := context.Background()
+	_, addr := startHostProcess(t, "--sim-clock", "zero", "--lanes", "1")
+	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{addr}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	//lint:ignore SA1012 the mistake under test
+	if _, err := f.Alloc(nil, "a", cuda.BufferSpec{Size: 64, Elem: cuda.I32}); !errors.Is(err, actors.ErrInvalidArgument) || !errors.Is(err, remote.ErrConfig) {
+		t.Errorf("Alloc with a nil context: got %v, want ErrInvalidArgument and ErrConfig", err)
+	}
+	if err := f.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b cuda.Buffer
+	for what, err := range map[string]error{
+		//lint:ignore SA1012 the mistake under test
+		"Alloc": func() error { _, err := f.Alloc(nil, "", cuda.BufferSpec{}); return err }(),
+		//lint:ignore SA1012 the mistake under test
+		"Read": func() error { _, err := f.Read(nil, "\xff", b.Whole()); return err }(),
+		//lint:ignore SA1012 the mistake under test
+		"Free": f.Free(nil, "", b),
+		//lint:ignore SA1012 the mistake under test
+		"Forget": f.Forget(nil, ""),
+		//lint:ignore SA1012 the mistake under test
+		"Seal": func() error { _, err := f.Seal(nil, ""); return err }(),
+		//lint:ignore SA1012 the mistake under test
+		"Replay": func() error { _, err := f.Replay(nil, "", nil, nil, false); return err }(),
+		//lint:ignore SA1012 the mistake under test
+		"Repeat": func() error { _, err := f.Repeat(nil, "", nil, nil); return err }(),
+		//lint:ignore SA1012 the mistake under test
+		"SubmitAsync": func() error { _, err := f.SubmitAsync(nil, "", lanes.Batch{}); return err }(),
+	} {
+		if !errors.Is(err, actors.ErrStopped) {
+			t.Errorf("%s after Stop, with a nil context and a bad tenant: got %v, want stopped first", what, err)
+		}
 	}
 }
