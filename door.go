@@ -9,8 +9,15 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
 )
+
+// MaxProgramName is the longest program name (programs.ID.Name) a batch
+// through the front door may declare, in bytes: the same in process and on
+// lane hosts (a host scopes each front's program names within
+// programs.MaxIDBytes).
+const MaxProgramName = remote.MaxProgramName
 
 // MaxTenantName is the longest tenant name the front door takes, in bytes:
 // the same in process and on lane hosts (a front keeps 16 bytes of
@@ -374,6 +381,9 @@ func (s *server) SubmitAsync(ctx context.Context, tenant string, b Batch) (Pendi
 func (s *server) admitBatch(ctx context.Context, tenant string, b *Batch) error {
 	if err := s.admit("submit", ctx, tenant); err != nil {
 		return err
+	}
+	if p := b.Program; p != nil && len(p.ID.Name) > MaxProgramName {
+		return lanes.Wrap("submit", true, fmt.Errorf("%w: program name of %d bytes; the front door takes at most %d (lanes.MaxProgramName, the same in process and on lane hosts)", programs.ErrTopology, len(p.ID.Name), MaxProgramName))
 	}
 	if s.side.checksBatches() {
 		// After the checks one process's scheduler makes before its own

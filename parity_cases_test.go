@@ -365,6 +365,9 @@ var parityCases = []parityCase{
 		r.must("Seal", err)
 		r.submit("invoked", "a", invoke)
 		r.submit("another tenant invokes it", "b", invoke)
+		long := decl
+		long.Program = &programs.Capture{ID: programs.ID{Runtime: "lanes/sim", Name: strings.Repeat("p", lanes.MaxProgramName+1)}, Nodes: 2}
+		r.submit("a program name of MaxProgramName+1 bytes", "a", long)
 		r.note("counts", r.read("a", b.Whole())[:4])
 	}},
 	{call: "SubmitAsync", name: "mistakes, now or at the end", run: func(r *parityRun) {
