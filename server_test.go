@@ -307,8 +307,12 @@ func TestATenantOnAPoisonedDeviceStartsOverOnAnother(t *testing.T) {
 	if b.Device != devs[0].Info().Instance || !errors.Is(err, cuda.ErrIllegalAddress) {
 		t.Fatalf("the culprit's step on device 0: got device %d, err %v; want device %d, an illegal address", b.Device, err, devs[0].Info().Instance)
 	}
-	if _, err := srv.Read(ctx, "culprit", b.Whole()); !errors.Is(err, cuda.ErrIllegalAddress) && lanes.Classify(err).Code != cuda.CodeNoHealthyLane {
-		t.Errorf("the culprit's Read on the poisoned device: got %v, want the device's error or no healthy lane", err)
+	if _, err := srv.Read(ctx, "culprit", b.Whole()); !errors.Is(err, cuda.ErrIllegalAddress) || lanes.Classify(err).Retryable {
+		t.Errorf("the culprit's Read on the poisoned device: got %v, want the device's error, not retryable", err)
+	}
+	inc, _ := lanes.Launch(srv.Kernels(), "inc_i32", lanes.Linear(16, 16), lanes.BufferArg(b.Whole()), lanes.I32Arg(16))
+	if _, err := srv.Submit(ctx, "culprit", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("poison", 0, inc)}}); !errors.Is(err, cuda.ErrIllegalAddress) || lanes.Classify(err).Retryable || !lanes.Classify(err).NotSubmitted {
+		t.Errorf("the culprit's Submit on the poisoned device: got %v (%+v), want the device's error, not retryable, not submitted (no retry helps until Forget)", err, lanes.Classify(err))
 	}
 	nb, err := step("newcomer")
 	if err != nil || nb.Device != devs[1].Info().Instance {

@@ -232,6 +232,12 @@ func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef,
 				if s.anyRecovering(device) {
 					return nil, errRecovering
 				}
+				if cause := s.poisoned(device); cause != nil {
+					// No retry helps: the device's error, as its other
+					// calls answer it, until the tenant starts over
+					// elsewhere (Forget).
+					return nil, fmt.Errorf("every lane of device instance %d is out for good, its context poisoned: %w", device, cause)
+				}
 				return nil, fmt.Errorf("%w: every lane of device instance %d is out of routing for good", ErrNoHealthyLane, device)
 			}
 			return nil, fmt.Errorf("%w: every healthy lane has three times its %d submissions in flight; retry later", ErrOverloaded, s.cfg.MaxInFlightPerLane)
@@ -250,6 +256,26 @@ func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef,
 		}
 		return best, nil
 	}
+}
+
+// poisoned is the sticky error that took a lane of the device out for
+// good, or nil (device 0: the batch names no device).
+func (s *Scheduler) poisoned(device uint64) error {
+	if device == 0 {
+		return nil
+	}
+	for _, r := range s.lanes {
+		if r.instance != device {
+			continue
+		}
+		r.mu.Lock()
+		cause := r.cause
+		r.mu.Unlock()
+		if cause != nil && cuda.Classify(cause).Sticky {
+			return cause
+		}
+	}
+	return nil
 }
 
 // anyRecovering reports whether a lane of the device is recovering.
