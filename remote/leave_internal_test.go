@@ -63,13 +63,13 @@ func leaveHeard(t *testing.T, h *Host, f *Front, while string) <-chan error {
 }
 
 func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
-	hold, held, gate := holdFirst()
-	beforeEnqueue = func(*wirepb.Submit) { hold() }
-	t.Cleanup(func() { beforeEnqueue = nil })
 	h := serveHere(t)
 	f := startFrontHere(t, h, &logLines{t: t}, noDataPlane)
 	ctx := context.Background()
-	b := allocOK(t, f, "t")
+	b := allocOK(t, f, "t") // its zeros are a submission too: before the hook holds the first
+	hold, held, gate := holdFirst()
+	beforeEnqueue = func(*wirepb.Submit) { hold() }
+	t.Cleanup(func() { beforeEnqueue = nil })
 	up, err := cuda.Upload(b.Whole(), make([]byte, 64))
 	if err != nil {
 		t.Fatalf("Upload: got err %v, want nil", err)
