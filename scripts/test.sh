@@ -42,10 +42,12 @@ echo "== the embedder suite (at ${SECONDS}s)"
 # beside a flood, a device-wide stall's culprit told from its bystander by
 # hangs declared in wall-clock time, a lost host's detection within its
 # bound (a partition,
-# kill -9, SIGSTOP) and the other host's p99 meanwhile.
+# kill -9, SIGSTOP) and the other host's p99 meanwhile, and a process that
+# fills a gigabyte of simulated memory without standing still.
 if [ -n "$timing" ]; then
   echo "== timing (LANES_TIMING=1): wall-clock figures judged"
   LANES_TIMING=1 go test -race -count=1 -run '^TestQuarantineDoesNotRaiseHealthyP99$' -v ./actors | grep -E '^(=== RUN|--- |ok|FAIL)|p99'
+  LANES_TIMING=1 go test -count=1 -run '^TestALargeAllocLetsTheProcessRun$' -v ./cuda/sim | grep -E '^(=== RUN|--- |ok|FAIL)|stood still'
   (cd examples/embedder && LANES_TIMING=1 go test -count=1 -v -run '^(TestFloodLeavesLightTenantsTheirLatency|TestDeviceWideStallBlamesItsCause)$' ./... |
     grep -E '^(=== RUN|--- |ok|FAIL)|hostile_test|faults_test')
   LANES_TIMING=1 go test -count=1 -run '^(TestAPartitionThatHeals|TestKillNineEndsInFlightOnceAndRestartsTheHost|TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped)$' ./remote

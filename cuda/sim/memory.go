@@ -145,6 +145,15 @@ func (d *Device) Memory() cuda.MemoryStats {
 
 func roundUp(n, align uint64) uint64 { return (n + align - 1) / align * align }
 
+// fillChunk bounds one copy of a fill (see hostBytes).
+const fillChunk = 1 << 20
+
+// fillFrom copies src into dst: one piece of a fill, in a call of its own
+// (hostBytes says why it must not be inlined).
+//
+//go:noinline
+func fillFrom(dst, src []byte) int { return copy(dst, src) }
+
 // hostBytes returns n bytes of the pattern, the simulated memory of an
 // allocation, or an out-of-memory error when the host cannot hold them (a
 // size the Go runtime refuses panics in make; that panic never leaves here).
@@ -159,9 +168,16 @@ func hostBytes(op string, n uint64, pattern byte) (b []byte, err error) {
 	}
 	b = make([]byte, n)
 	if pattern != 0 && n > 0 {
+		// Doubling, in pieces of at most fillChunk, each a call of its
+		// own: a copy (a memmove, which page faults make slow) cannot be
+		// preempted, and a loop of nothing but copies never reaches a
+		// point where the scheduler may stop it, so filling a gigabyte
+		// held up the collector's stop of the world, and every goroutine
+		// of the process with it (a lane host's heartbeat: its front lost
+		// it). A call's prologue is such a point.
 		b[0] = pattern
-		for i := 1; i < len(b); i *= 2 {
-			copy(b[i:], b[:i])
+		for i := 1; i < len(b); {
+			i += fillFrom(b[i:], b[:min(i, fillChunk)])
 		}
 	}
 	return b, nil
