@@ -44,9 +44,13 @@
 //   - A detached Upload or Free goes on. An Upload or Free whose context
 //     ends while it waits returns an *actors.DetachedError, and the write
 //     or the free goes on to its end (every piece of an Upload); the
-//     tenant's later calls through the server wait for it, so they see its
-//     write (or find the buffer freed), and Forget is refused meanwhile
-//     (actors.ErrTenantBusy). The DetachedError's Pending ends with it.
+//     tenant's later calls through the server wait for it (SubmitAsync
+//     too), each within its own context, so they see its write (or find
+//     the buffer freed); a later Upload or Free queues behind it and
+//     detaches in turn; Forget is refused meanwhile (actors.ErrTenantBusy).
+//     The DetachedError's Pending ends with it. Alloc and Forget check
+//     their context before they start and, once started, finish: an
+//     allocation's handle always reaches its tenant.
 //   - Another tenant's buffer is not yours. A buffer the server gave one
 //     tenant, named by another in any call or anywhere in a batch (a
 //     launch, a copy, a retained buffer, a patch), is refused with

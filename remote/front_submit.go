@@ -20,8 +20,14 @@ import (
 // SubmitAsync sends a tenant's batch to the tenant's host (placing a new
 // tenant on the serving host with the most headroom) and returns its
 // Pending. A refusal here is definitely not submitted: a batch with no
-// wire form (ErrWire), no host serving (ErrNoHost), or a tenant whose host
-// was lost (*DeviceStateLostError until it calls Forget).
+// wire form (ErrWire), beyond its host's bounds
+// (*actors.BatchTooLargeError), no host serving (ErrNoHost), or a tenant
+// whose host was lost (*DeviceStateLostError until it calls Forget). A
+// front keeps no table of which tenant allocated which buffer: a batch
+// naming a buffer of another tenant on the same host is refused there
+// (actors.ErrNotYours), one of a tenant on another host as a handle that
+// host never handed out (lanes.ErrInvalidBatch); lanes.Server, which keeps
+// that table, refuses both as not yours.
 func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
 	if err := f.admit(ctx, tenant); err != nil {
 		return nil, err

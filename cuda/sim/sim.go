@@ -117,7 +117,11 @@ type Config struct {
 	// (a kernel that faults on garbage still poisons the device, its
 	// error saying what it read). The read is the program's bug, not the
 	// device's: nothing is poisoned, and it classifies as a stream's
-	// error (cuda.BlameStream, not sticky). A Readback returns it, having
+	// error (cuda.BlameStream, not sticky, code uninitialized_read), so a
+	// lane that meets one recovers as from any stream error, and what was
+	// in flight on its stream with the work ends as the stream answers
+	// (other tenants' work too, as a launch failure's would): a test aid,
+	// as compute-sanitizer is, not a switch for serving. A Readback returns it, having
 	// filled its destination. Work on a stream reports it at its point in
 	// the stream, as a launch failure that is not sticky would be: the
 	// stream's events at or after that work answer FenceIndeterminate with
