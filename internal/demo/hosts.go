@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	serving "github.com/lanesched/lanes"
@@ -98,13 +99,19 @@ func (h *hostsSide) forget(ctx context.Context, tenant string) error {
 	return h.srv.Forget(ctx, tenant)
 }
 
-// hostOf is where the tenant is served: its host, or its device.
-func (h *hostsSide) hostOf(tenant string, index int) string {
+// hostOf is where the tenant is served: its host, or its device (the
+// one its buffer is on, once it started over elsewhere).
+func (h *hostsSide) hostOf(t *hostsTenant) string {
 	if f := h.srv.Front(); f != nil {
-		host, _ := f.Placement(tenant)
+		host, _ := f.Placement(t.name)
 		return host
 	}
-	return "device " + strconv.Itoa(index%len(h.devs))
+	for i, d := range h.devs {
+		if d.Info().Instance == t.device.Load() {
+			return "device " + strconv.Itoa(i)
+		}
+	}
+	return "device " + strconv.Itoa(t.index%len(h.devs))
 }
 
 // status is each host's, by name; empty in process.
@@ -230,6 +237,11 @@ type hostsTenant struct {
 	// from input.
 	upload int
 	input  []byte
+	// waitsFor is the host a tenant that lost its device state waits
+	// for while it starts over ("" once set up again): the report counts
+	// it there, not as unplaced, when the run ends first.
+	waitsFor string
+	device   atomic.Uint64 // its buffer's device instance (in process)
 }
 
 // setUp allocates and zeroes the tenant's buffer and builds its step.
@@ -238,6 +250,7 @@ func (t *hostsTenant) setUp(ctx context.Context, api *hostsSide, k int) error {
 	if err != nil {
 		return err
 	}
+	t.device.Store(b.Device)
 	up, err := cuda.Upload(b.Whole(), make([]byte, 64))
 	if err != nil {
 		return err
@@ -288,13 +301,15 @@ func (t *hostsTenant) startOver(ctx context.Context, api *hostsSide, k, gen int)
 	if t.gen != gen {
 		return nil // another client did
 	}
-	host := api.hostOf(t.name, t.index)
+	host := api.hostOf(t)
 	_ = api.forget(ctx, t.name)
+	t.waitsFor = host
 	api.awaitServing(ctx, host, 30*time.Second) // stay on its device: wait for its host to be back
 	for ctx.Err() == nil {
 		err := t.setUp(ctx, api, k)
 		if err == nil {
 			t.gen++
+			t.waitsFor = ""
 			return nil
 		}
 		if !errors.Is(err, remote.ErrNoHost) && !errors.Is(err, remote.ErrDeviceStateLost) && !errors.Is(err, actors.ErrIndeterminate) {

@@ -14,7 +14,8 @@ import (
 // served, every step ended once, each with an upload of its own (through
 // a host's upload area); a fault on the first host midway costs that
 // host's tenants only, and the host serves again (its tenants set up
-// again, uploads included).
+// again, uploads included; in process they start over on the other
+// device).
 func TestRunHostsInProcessAndRemote(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "lanehost")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lanesched/lanes/cmd/lanehost").CombinedOutput(); err != nil {
@@ -43,6 +44,9 @@ func TestRunHostsInProcessAndRemote(t *testing.T) {
 		}
 		if faulty := rep.Hosts[0]; faulty.Errors+faulty.Indeterminate == 0 {
 			t.Errorf("in process %v: the faulted device: got no error, want its tenants to see the fault", inProcess)
+		}
+		if rep.Hosts[0].StartOvers == 0 {
+			t.Errorf("in process %v: the faulted device's tenants: got no start over, want them to forget and start over where the door places them", inProcess)
 		}
 		if !inProcess && uint64(healthy.Steps) > healthy.AreaUploads+uint64(cfg.Tenants) {
 			t.Errorf("the second host: got %d steps, %d uploads through its upload area; want each step's 8 KiB input through it (but for a few at most, the area full)", healthy.Steps, healthy.AreaUploads)
