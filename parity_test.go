@@ -278,6 +278,11 @@ func launchedHostSide(extra ...string) func(t *testing.T) lanes.Server {
 			Launch:  []remote.Launch{{Name: "gpu0", Path: exe, Args: args, Env: []string{hostEnv + "=1"}}},
 			Modules: []kernels.Module{conformance.UserModule()},
 			Logf:    func(string, ...any) {},
+			// The harness compares answers, not how fast a lost host is
+			// found (remote's tests judge that): a 9 MiB upload through
+			// the remote under the race detector on a loaded machine
+			// holds probes up for over a second.
+			LostAfter: 10 * time.Second,
 		}
 		srv, err := lanes.Start(context.Background(), lanes.Config{Hosts: cfg})
 		if err != nil {

@@ -126,7 +126,7 @@ type link struct {
 	// The way to the host: probes sent (and when, by seq, the last few),
 	// and the newest it echoed.
 	probeSeq    atomic.Uint64
-	probeSent   [64]atomic.Int64 // unix nanoseconds, by seq % 64
+	probeSent   [64]atomic.Int64 // when each is due: unix nanoseconds, by seq % 64
 	echoed      atomic.Uint64
 	uploadBytes atomic.Int64          // upload bytes in flight to the host: probes queue behind them
 	credErr     atomic.Pointer[error] // why the host's address and this front do not admit each other, if they do not (checkCredential)
@@ -206,13 +206,14 @@ func (l *link) setAddress(addr string) {
 }
 
 // deaf is how long the oldest probe the host has not echoed has been on
-// its way (0: every probe echoed).
+// its way past the upload bytes queued before it (0: every probe
+// echoed).
 func (l *link) deaf() time.Duration {
 	sent, echoed := l.probeSeq.Load(), l.echoed.Load()
 	if sent <= echoed {
 		return 0
 	}
-	return time.Since(time.Unix(0, l.probeSent[(echoed+1)%uint64(len(l.probeSent))].Load()))
+	return max(time.Since(time.Unix(0, l.probeSent[(echoed+1)%uint64(len(l.probeSent))].Load())), 0)
 }
 
 // excuse starts the host's silence and deafness afresh at now: the front
@@ -230,7 +231,11 @@ func (l *link) excuse(now time.Time) {
 // probe sends the host the next probe of epoch.
 func (l *link) probe(epoch uint64) {
 	seq := l.probeSeq.Load() + 1
-	l.probeSent[seq%uint64(len(l.probeSent))].Store(time.Now().UnixNano())
+	// A probe queues behind the upload bytes in flight when it is sent:
+	// it is due that much later (bytes sent after it do not delay it,
+	// and the watch allows for those in flight when it looks).
+	due := time.Now().Add(readAllowance(l.uploadBytes.Load()))
+	l.probeSent[seq%uint64(len(l.probeSent))].Store(due.UnixNano())
 	l.probeSeq.Store(seq) // the time first: deaf never reads a probe without one
 	l.mu.Lock()
 	pid := l.pid
