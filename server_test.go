@@ -330,3 +330,55 @@ func TestATenantOnAPoisonedDeviceStartsOverOnAnother(t *testing.T) {
 		t.Errorf("the culprit's step on the serving device: got %v, err %v; want 1s", out[:4], err)
 	}
 }
+
+// TestAStoppedDoorAnswersStoppedFirst: after Stop, every call answers
+// ErrStopped, not submitted, whatever else is wrong with it (a nil
+// context, the zero Buffer, another tenant's buffer, an empty tenant), in
+// process and through a launched lane host alike.
+func TestAStoppedDoorAnswersStoppedFirst(t *testing.T) {
+	for _, side := range paritySides[:2] {
+		t.Run(side.name, func(t *testing.T) {
+			srv := side.start(t)
+			ctx := context.Background()
+			theirs, err := srv.Alloc(ctx, "theirs", lanes.BufferSpec{Size: 64, Elem: lanes.I32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Stop(ctx); err != nil {
+				t.Fatalf("Stop: got err %v, want nil", err)
+			}
+			var nilCtx context.Context
+			_, allocErr := srv.Alloc(nilCtx, "", lanes.BufferSpec{})
+			_, readErr := srv.Read(ctx, "mine", lanes.Buffer{}.Whole())
+			_, submitErr := srv.Submit(nilCtx, "mine", lanes.Batch{})
+			_, asyncErr := srv.SubmitAsync(ctx, "", lanes.Batch{})
+			for call, err := range map[string]error{
+				"Alloc (nil context, no tenant)":      allocErr,
+				"Upload (another's buffer)":           srv.Upload(ctx, "mine", theirs.Whole(), []byte{1}),
+				"Read (the zero Buffer)":              readErr,
+				"Free (another's buffer)":             srv.Free(ctx, "mine", theirs),
+				"Forget (no tenant)":                  srv.Forget(ctx, ""),
+				"Submit (nil context)":                submitErr,
+				"SubmitAsync (no tenant)":             asyncErr,
+				"Free (the owner's, once stopped)":    srv.Free(ctx, "theirs", theirs),
+				"Upload (nil context, zero Buffer)":   srv.Upload(nilCtx, "mine", lanes.Buffer{}.Whole(), nil),
+				"Forget (the owner, once stopped)":    srv.Forget(ctx, "theirs"),
+				"Submit (another's buffer's command)": submitOf(ctx, srv, theirs),
+			} {
+				if !errors.Is(err, actors.ErrStopped) || !lanes.Classify(err).NotSubmitted {
+					t.Errorf("%s after Stop: got %v, want ErrStopped, not submitted", call, err)
+				}
+			}
+		})
+	}
+}
+
+// submitOf submits, as "mine", a batch that writes b.
+func submitOf(ctx context.Context, srv lanes.Server, b lanes.Buffer) error {
+	up, err := lanes.Upload(b.Whole(), make([]byte, b.Size))
+	if err != nil {
+		return err
+	}
+	_, err = srv.Submit(ctx, "mine", lanes.Batch{Entries: []lanes.Entry{lanes.Input(up)}})
+	return err
+}
