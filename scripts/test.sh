@@ -20,10 +20,8 @@ esac
 # does on a GPU: a test whose program reads what it never wrote fails.
 export LANES_SIM_INITCHECK=1
 
-# -p 4: the lane-host and cluster tests spend most of their time waiting
-# on other processes, so four packages at a time keep two cores busy.
 echo "== go test -race ./..."
-go test -race -count=1 -p 4 ./...
+go test -race -count=1 ./...
 
 # The embedder suite: a serving backend in a module of its own
 # (examples/embedder) that uses the public API alone, with careless and

@@ -133,12 +133,12 @@ func TestHostileTenant(t *testing.T) {
 	// The huge tenant's 1024-launch batch holds the simulated device for
 	// its CPU time, about 0.1 s, and 0.4-0.8 s under the race detector: the
 	// others' first step can wait behind one, so the run lasts several.
-	duration := 700 * time.Millisecond
-	if raceEnabled {
-		duration = 3 * time.Second
-	}
 	for _, mode := range []string{"flood", "churn", "huge"} {
 		t.Run(mode, func(t *testing.T) {
+			duration := 700 * time.Millisecond
+			if raceEnabled && mode == "huge" {
+				duration = 3 * time.Second
+			}
 			cfg := demo.Defaults()
 			cfg.Clock, cfg.Duration, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.Kernels, cfg.Hostile = "zero", duration, 2, 3, 0, 8, mode
 			rep, err := demo.Run(context.Background(), cfg, demo.Options{})
