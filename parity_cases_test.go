@@ -243,30 +243,20 @@ var parityCases = []parityCase{
 	}},
 	{call: "Submit", name: "a library call", run: func(r *parityRun) {
 		x, y := r.alloc("a", 16, lanes.F32), r.alloc("a", 16, lanes.F32)
-		ones := make([]byte, 16)
-		for i := 0; i < 16; i += 4 {
-			binary.LittleEndian.PutUint32(ones[i:], math.Float32bits(1))
-		}
-		r.must("Upload", r.srv.Upload(r.ctx, r.tenant("a"), x.Whole(), ones))
+		r.must("Upload", r.srv.Upload(r.ctx, r.tenant("a"), x.Whole(), float32s(4, 1)))
 		call, err := axpy.Command(x.Whole(), y.Whole(), 2)
 		r.must("axpy.Command", err)
 		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("call", 0, call)}}
-		r.submit("first", "a", step)
-		r.submit("second", "a", step)
+		r.submitTwice("a", step)
 		r.note("y", r.read("a", y.Whole()))
 	}},
 	{call: "Submit", name: "a user kernel", run: func(r *parityRun) {
 		x := r.alloc("a", 16, lanes.F32)
-		ones := make([]byte, 16)
-		for i := 0; i < 16; i += 4 {
-			binary.LittleEndian.PutUint32(ones[i:], math.Float32bits(1.5))
-		}
-		r.must("Upload", r.srv.Upload(r.ctx, r.tenant("a"), x.Whole(), ones))
+		r.must("Upload", r.srv.Upload(r.ctx, r.tenant("a"), x.Whole(), float32s(4, 1.5)))
 		cmd, err := lanes.Launch(r.srv.Kernels(), conformance.UserScale, lanes.Linear(4, 32), lanes.BufferArg(x.Whole()), lanes.F32Arg(2), lanes.I32Arg(4))
 		r.must("Launch", err)
 		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("user", 0, cmd)}}
-		r.submit("first", "a", step)
-		r.submit("second", "a", step)
+		r.submitTwice("a", step)
 		r.note("x", r.read("a", x.Whole()))
 	}},
 	{call: "Submit", name: "another tenant's buffer", run: func(r *parityRun) {
@@ -432,4 +422,20 @@ var parityCases = []parityCase{
 		everyCall(r, canceled(), r.tenant("a"), b)
 		r.noteErr("Stop again", r.srv.Stop(r.ctx))
 	}},
+}
+
+// float32s is n copies of v, little-endian.
+func float32s(n int, v float32) []byte {
+	out := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
+	}
+	return out
+}
+
+// submitTwice submits step for tenant twice: the first captures, the
+// second replays.
+func (r *parityRun) submitTwice(tenant string, step lanes.Batch) {
+	r.submit("first", tenant, step)
+	r.submit("second", tenant, step)
 }

@@ -6,9 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -90,13 +88,7 @@ func runRepeats(t *testing.T, side repeatSide) []repeatStep {
 func TestReplayIntoAndRepeatMatchOneProcess(t *testing.T) {
 	ctx := context.Background()
 	dev, s := oneProcess(t, 1)
-	double := func(in, out cuda.Buffer) lanes.Entry {
-		add, err := cuda.Launch(kernels.Builtin().MustSpec(kernels.Add), cuda.Linear(4, 4), cuda.BufferArg(out.Whole()), cuda.BufferArg(in.Whole()), cuda.BufferArg(in.Whole()), cuda.I32Arg(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lanes.Entry{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged", add), cache.PlanScope())}
-	}
+	double := doubling(t)
 	spec := cuda.BufferSpec{Size: 16, Elem: cuda.F32}
 
 	a, _ := dev.Alloc(spec)

@@ -80,13 +80,7 @@ func runStaged(t *testing.T, side stagedSide) []stagedStep {
 func TestStagedReplaysMatchOneProcess(t *testing.T) {
 	ctx := context.Background()
 	dev, s := oneProcess(t, 1)
-	double := func(in, out cuda.Buffer) lanes.Entry {
-		add, err := cuda.Launch(kernels.Builtin().MustSpec(kernels.Add), cuda.Linear(4, 4), cuda.BufferArg(out.Whole()), cuda.BufferArg(in.Whole()), cuda.BufferArg(in.Whole()), cuda.I32Arg(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lanes.Entry{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged", add), cache.PlanScope())}
-	}
+	double := doubling(t)
 	spec := cuda.BufferSpec{Size: 16, Elem: cuda.F32}
 	local := stagedSide{prepare: func(t *testing.T, tenant string) func(string, [][]byte, bool) (lanes.StagedResult, error) {
 		a, _ := dev.Alloc(spec)
@@ -250,5 +244,17 @@ func TestAStagedProgramGoesToAnOpenLane(t *testing.T) {
 	res, err := f.Replay(ctx, "a", prog, [][]byte{f32Bytes(5, 6, 7, 8)}, true)
 	if err != nil || !reflect.DeepEqual(res.Outputs, [][]byte{f32Bytes(10, 12, 14, 16)}) || res.Receipt.Lane == r.Lane {
 		t.Errorf("the replay: got %v on lane %d (%v), want the inputs doubled on the other lane than %d", res.Outputs, res.Receipt.Lane, err, r.Lane)
+	}
+}
+
+// doubling is a staged program's one step: out = in + in over 4 floats,
+// replayed under one key.
+func doubling(t *testing.T) func(in, out cuda.Buffer) lanes.Entry {
+	return func(in, out cuda.Buffer) lanes.Entry {
+		add, err := cuda.Launch(kernels.Builtin().MustSpec(kernels.Add), cuda.Linear(4, 4), cuda.BufferArg(out.Whole()), cuda.BufferArg(in.Whole()), cuda.BufferArg(in.Whole()), cuda.I32Arg(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lanes.Entry{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("staged", add), cache.PlanScope())}
 	}
 }
