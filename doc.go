@@ -48,7 +48,9 @@
 //     too), each within its own context, so they see its write (or find
 //     the buffer freed); a later Upload or Free queues behind it and
 //     detaches in turn; Forget is refused meanwhile (actors.ErrTenantBusy).
-//     The DetachedError's Pending ends with it. Alloc and Forget check
+//     The DetachedError's Pending ends with it. Stop waits for every
+//     Upload and Free going on, detached or not, before it drains.
+//     Alloc and Forget check
 //     their context before they start and, once started, finish: an
 //     allocation's handle always reaches its tenant.
 //   - Another tenant's buffer is not yours. A buffer the server gave one

@@ -74,6 +74,11 @@ type server struct {
 	// call of a server with none pays one atomic load.
 	detached  map[string]*detachedOp
 	detachedN atomic.Int32
+	// ongoing counts the Uploads and Frees going on, detached or not
+	// (begin): Stop waits for them, so that they end as they would have,
+	// on both sides. idle is closed when the last ends after Stop.
+	ongoing int
+	idle    chan struct{}
 }
 
 func newServer(s side) *server {
@@ -192,32 +197,55 @@ func (s *server) Upload(ctx context.Context, tenant string, dst Region, data []b
 	}
 	// Each piece is submitted under a context that does not end with ctx:
 	// once the first is accepted, the write is the tenant's, and goes on
-	// to its end if ctx ends meanwhile (detach).
+	// to its end if ctx ends meanwhile, even while a piece still waits to
+	// be admitted (detach).
 	work := context.WithoutCancel(ctx)
-	if queued, err := s.behindDetached(ctx, tenant, func() error { return s.uploadFrom(work, tenant, dst, data, 0) }); queued {
+	return s.goOn("upload", ctx, tenant, func() error { return s.uploadFrom(work, tenant, dst, data, 0) })
+}
+
+// goOn runs an Upload's or a Free's work to its end, whatever ctx does:
+// behind the tenant's detached operation if it has one, else now; if ctx
+// ends first, the caller gets a DetachedError and the work goes on
+// (detach). Stop waits for it.
+func (s *server) goOn(op string, ctx context.Context, tenant string, work func() error) error {
+	end, err := s.begin(op)
+	if err != nil {
 		return err
 	}
-	for off := 0; off < len(data); off += piece {
-		p, err := s.uploadPiece(work, tenant, dst, data, off)
-		if err != nil {
-			return err
-		}
-		select {
-		case <-p.Done():
-		case <-ctx.Done():
-			next := off + piece
-			return s.detach(ctx, tenant, func() error {
-				if err := pieceError(p); err != nil {
-					return err
-				}
-				return s.uploadFrom(work, tenant, dst, data, next)
-			})
-		}
-		if err := pieceError(p); err != nil {
-			return err
-		}
+	run := func() error { defer end(); return work() }
+	if queued, err := s.behindDetached(ctx, tenant, run); queued {
+		return err
 	}
-	return nil
+	if ctx.Done() == nil {
+		return run()
+	}
+	done := make(chan error, 1)
+	go func() { done <- run() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return s.detach(ctx, tenant, func() error { return <-done })
+	}
+}
+
+// begin counts an Upload or a Free going on until end is called; after
+// Stop it answers stopped.
+func (s *server) begin(op string) (end func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping.Load() {
+		return nil, lanes.Wrap(op, true, actors.ErrStopped)
+	}
+	s.ongoing++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.ongoing--; s.ongoing == 0 && s.idle != nil {
+			close(s.idle)
+			s.idle = nil
+		}
+	}, nil
 }
 
 // uploadFrom uploads data into dst from off on, a piece at a time, each
@@ -299,17 +327,7 @@ func (s *server) Free(ctx context.Context, tenant string, b Buffer) error {
 	// The free goes on to its end if ctx ends while it waits for the
 	// tenant's earlier work (detach): the tenant was told the memory goes.
 	work := context.WithoutCancel(ctx)
-	if queued, err := s.behindDetached(ctx, tenant, func() error { return s.free(work, tenant, b) }); queued {
-		return err
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.free(work, tenant, b) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return s.detach(ctx, tenant, func() error { return <-done })
-	}
+	return s.goOn("free", ctx, tenant, func() error { return s.free(work, tenant, b) })
 }
 
 // free frees b once the tenant's submissions accepted before it ended.
@@ -428,7 +446,29 @@ func (s *server) Kernels() Kernels { return s.side.kernels() }
 func (s *server) Status() Status   { return s.side.status() }
 
 func (s *server) Stop(ctx context.Context) error {
+	s.mu.Lock()
 	s.stopping.Store(true)
+	var idle chan struct{}
+	if s.ongoing > 0 {
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		idle = s.idle
+	}
+	s.mu.Unlock()
+	if idle != nil {
+		// Uploads and Frees going on (detached or not) end first, as
+		// they would have: their pieces and barriers reach the side
+		// before it drains.
+		var gaveUp <-chan struct{}
+		if ctx != nil {
+			gaveUp = ctx.Done()
+		}
+		select {
+		case <-idle:
+		case <-gaveUp:
+		}
+	}
 	return s.side.stop(ctx)
 }
 

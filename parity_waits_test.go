@@ -318,3 +318,114 @@ func countEqual(a, b []byte) int {
 	}
 	return n
 }
+
+// TestAnUploadWaitingForRoomDetaches: an Upload whose piece waits to be
+// admitted (behind 64 MiB of other tenants' uploads, the most a front
+// keeps on its way to a host; in process, behind them in the lane's
+// queue) and whose context ends meanwhile returns detached at once, on
+// both sides, and its write lands once the device runs.
+func TestAnUploadWaitingForRoomDetaches(t *testing.T) {
+	for _, side := range waitingSides {
+		t.Run(side.name, func(t *testing.T) {
+			w := side.start(t)
+			ctx := context.Background()
+			blocker := fillStream(t, w)
+			const fillers = 8
+			filled := make(chan error, fillers)
+			for i := range fillers {
+				tenant := "filler-" + string(rune('a'+i))
+				b, err := w.srv.Alloc(ctx, tenant, lanes.BufferSpec{Size: 8 << 20, Elem: lanes.U8})
+				if err != nil {
+					t.Fatal(err)
+				}
+				queuedOneMore(t, w, func() { go func() { filled <- w.srv.Upload(ctx, tenant, b.Whole(), make([]byte, 8<<20)) }() })
+			}
+			late, err := w.srv.Alloc(ctx, "late", lanes.BufferSpec{Size: 1 << 20, Elem: lanes.U8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := bytes.Repeat([]byte{7}, 1<<20)
+			upCtx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancel()
+			uploaded := make(chan error, 1)
+			go func() { uploaded <- w.srv.Upload(upCtx, "late", late.Whole(), data) }()
+			var detached *actors.DetachedError
+			select {
+			case err := <-uploaded:
+				if !errors.As(err, &detached) {
+					t.Fatalf("Upload waiting for room, its context ended: got %v, want a *actors.DetachedError", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("Upload waiting for room, its context ended: still waiting a minute later, with the device held")
+			}
+			stop := run(w.clock)
+			defer stop()
+			if _, err := blocker.Result(); err != nil {
+				t.Fatal(err)
+			}
+			for range fillers {
+				if err := <-filled; err != nil {
+					t.Errorf("a filler's upload: got %v, want nil", err)
+				}
+			}
+			if _, err := detached.Pending.Result(); err != nil {
+				t.Errorf("the detached Upload's end: got %v, want nil", err)
+			}
+			if got, err := w.srv.Read(ctx, "late", late.Whole()); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("after the detached Upload: got %d of %d bytes written (err %v), want all", countEqual(got, data), len(data), err)
+			}
+		})
+	}
+}
+
+// TestStopLetsDetachedWorkEnd: Stop waits for a detached Upload of two
+// pieces and a detached Free to end as they would have (both ok), on both
+// sides, before it drains.
+func TestStopLetsDetachedWorkEnd(t *testing.T) {
+	for _, side := range waitingSides {
+		t.Run(side.name, func(t *testing.T) {
+			w := side.start(t)
+			ctx := context.Background()
+			big, err := w.srv.Alloc(ctx, "v", lanes.BufferSpec{Size: 9 << 20, Elem: lanes.U8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			doomed, err := w.srv.Alloc(ctx, "w", lanes.BufferSpec{Size: 64, Elem: lanes.U8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fillStream(t, w)
+			detach := func(what string, call func(context.Context) error) lanes.Pending {
+				c, cancel := context.WithCancel(ctx)
+				ended := make(chan error, 1)
+				queuedOneMore(t, w, func() { go func() { ended <- call(c) }() })
+				cancel()
+				var d *actors.DetachedError
+				if err := <-ended; !errors.As(err, &d) {
+					t.Fatalf("%s whose context ended while it waited: got %v, want a *actors.DetachedError", what, err)
+				}
+				return d.Pending
+			}
+			upload := detach("Upload", func(c context.Context) error {
+				return w.srv.Upload(c, "v", big.Whole(), bytes.Repeat([]byte{3}, 9<<20))
+			})
+			free := detach("Free", func(c context.Context) error { return w.srv.Free(c, "w", doomed) })
+			stop := run(w.clock)
+			defer stop()
+			if err := w.srv.Stop(ctx); err != nil {
+				t.Fatalf("Stop: got err %v, want nil", err)
+			}
+			for what, p := range map[string]lanes.Pending{"Upload": upload, "Free": free} {
+				select {
+				case <-p.Done():
+				default:
+					t.Errorf("the detached %s: not ended when Stop returned", what)
+					continue
+				}
+				if _, err := p.Result(); err != nil {
+					t.Errorf("the detached %s, Stop called meanwhile: got %v, want it to end as it would have (nil)", what, err)
+				}
+			}
+		})
+	}
+}

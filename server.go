@@ -52,7 +52,9 @@ type Server interface {
 	Kernels() Kernels
 	// Status says where work runs and how each lane or host stands.
 	Status() Status
-	// Stop drains: every pending submission ends, then the server stops.
+	// Stop drains: every pending submission ends, and every Upload and
+	// Free going on (detached or not) goes on to its end, then the server
+	// stops.
 	// Devices given in Config.Devices stay open (they are the caller's).
 	// If ctx ends first, Stop returns: in process the drain goes on (Stop
 	// again waits for it); through a front, the calls still in flight end
