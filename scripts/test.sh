@@ -20,19 +20,33 @@ esac
 # does on a GPU: a test whose program reads what it never wrote fails.
 export LANES_SIM_INITCHECK=1
 
-echo "== go test -race ./..."
-go test -race -count=1 ./...
-
 # The embedder suite: a serving backend in a module of its own
 # (examples/embedder) that uses the public API alone, with careless and
 # malicious tenants beside healthy ones. EMBEDDER_RUN sets its long run.
 # Its hostile-tenant tests assert heap figures, which the race detector's
 # shadow memory makes meaningless: they skip those checks there and run
-# here once more without it.
-echo "== the embedder suite (at ${SECONDS}s)"
+# once more without it. It runs beside the main packages' tests (whose
+# lane-host and cluster tests spend much of their time waiting on other
+# processes); its output follows theirs.
+embedder_log=$(mktemp)
+trap 'rm -f "$embedder_log"' EXIT
 (cd examples/embedder && go vet ./... && go test -race -count=1 ./... &&
   go test -count=1 -v -run '^(TestHugeBatch|TestKeyChurnLeavesNeighboursReplayed|TestNothingGrowsWithHistory)$' ./... |
-  grep -E '^(=== RUN|--- |ok|FAIL)|hostile_test|faults_test')
+  grep -E '^(=== RUN|--- |ok|FAIL)|hostile_test|faults_test') >"$embedder_log" 2>&1 &
+embedder=$!
+
+echo "== go test -race ./..."
+main_status=0
+go test -race -count=1 ./... || main_status=$?
+
+embedder_status=0
+wait "$embedder" || embedder_status=$?
+echo "== the embedder suite (ended by ${SECONDS}s)"
+cat "$embedder_log"
+if [ "$main_status" != 0 ] || [ "$embedder_status" != 0 ]; then
+  echo "FAIL: go test -race ./... exited $main_status, the embedder suite $embedder_status" >&2
+  exit 1
+fi
 
 # Wall-clock figures (a latency ratio, a detection time) mean something
 # on a quiet machine only, so the default run proves the same isolation
