@@ -49,7 +49,10 @@
 //     the buffer freed); a later Upload or Free queues behind it and
 //     detaches in turn; Forget is refused meanwhile (actors.ErrTenantBusy).
 //     The DetachedError's Pending ends with it. Stop waits for every
-//     Upload and Free going on, detached or not, before it drains.
+//     Upload and Free going on, detached or not, before it drains; a Stop
+//     whose context ends first cuts them short: an Upload part-written
+//     ends indeterminate (actors.ErrIndeterminate), one with nothing
+//     written and a Free not yet done end stopped.
 //     Alloc and Forget check
 //     their context before they start and, once started, finish: an
 //     allocation's handle always reaches its tenant.

@@ -253,14 +253,26 @@ func (s *server) begin(op string) (end func(), err error) {
 func (s *server) uploadFrom(ctx context.Context, tenant string, dst Region, data []byte, off int) error {
 	for ; off < len(data); off += piece {
 		p, err := s.uploadPiece(ctx, tenant, dst, data, off)
-		if err != nil {
-			return err
+		if err == nil {
+			err = pieceError(p)
 		}
-		if err := pieceError(p); err != nil {
-			return err
+		if err != nil {
+			return cutShort(off, len(data), err)
 		}
 	}
 	return nil
+}
+
+// cutShort is an Upload's error when its piece at off failed: a later
+// piece refused (a Stop whose context ended before the Upload did, say)
+// leaves the earlier pieces written, so the Upload as a whole is
+// indeterminate, not "not submitted", as a front's call cut by its Stop
+// is.
+func cutShort(off, total int, err error) error {
+	if off == 0 || !cuda.Classify(err).NotSubmitted {
+		return err
+	}
+	return lanes.Wrap("upload", false, fmt.Errorf("%w: its first %d of %d bytes were written, then the next piece was refused: %w", actors.ErrIndeterminate, off, total, err))
 }
 
 // uploadPiece submits the piece of an upload of data into dst that starts

@@ -429,3 +429,47 @@ func TestStopLetsDetachedWorkEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestAStopCutShortLeavesAnUploadIndeterminate: a Stop whose context ends
+// while a detached Upload of two pieces still waits cuts it short; the
+// Upload then ends indeterminate (its first piece may have been written),
+// never "not submitted", on both sides.
+func TestAStopCutShortLeavesAnUploadIndeterminate(t *testing.T) {
+	for _, side := range waitingSides {
+		t.Run(side.name, func(t *testing.T) {
+			w := side.start(t)
+			ctx := context.Background()
+			big, err := w.srv.Alloc(ctx, "v", lanes.BufferSpec{Size: 9 << 20, Elem: lanes.U8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fillStream(t, w)
+			upCtx, cancel := context.WithCancel(ctx)
+			ended := make(chan error, 1)
+			queuedOneMore(t, w, func() {
+				go func() { ended <- w.srv.Upload(upCtx, "v", big.Whole(), bytes.Repeat([]byte{3}, 9<<20)) }()
+			})
+			cancel()
+			var d *actors.DetachedError
+			if err := <-ended; !errors.As(err, &d) {
+				t.Fatalf("Upload whose context ended while it waited: got %v, want a *actors.DetachedError", err)
+			}
+			short, cancelStop := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancelStop()
+			if err := w.srv.Stop(short); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Stop whose context ended with the device held: got %v, want context.DeadlineExceeded", err)
+			}
+			stop := run(w.clock)
+			defer stop()
+			_, err = d.Pending.Result()
+			if c := lanes.Classify(err); c.Code != cuda.CodeIndeterminate || c.NotSubmitted {
+				t.Errorf("the Upload a short Stop cut: got %v (%+v), want indeterminate, not 'not submitted'", err, c)
+			}
+			// The lanes drain while the clock runs (a lane host's go on
+			// after its front stopped).
+			if err := w.sched.Stop(ctx); err != nil {
+				t.Errorf("the lanes' Stop: got %v, want nil", err)
+			}
+		})
+	}
+}

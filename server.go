@@ -54,7 +54,8 @@ type Server interface {
 	Status() Status
 	// Stop drains: every pending submission ends, and every Upload and
 	// Free going on (detached or not) goes on to its end, then the server
-	// stops.
+	// stops. A Stop whose context ends first cuts those short: an Upload
+	// part-written ends indeterminate, a Free not yet done ends stopped.
 	// Devices given in Config.Devices stay open (they are the caller's).
 	// If ctx ends first, Stop returns: in process the drain goes on (Stop
 	// again waits for it); through a front, the calls still in flight end
