@@ -386,10 +386,7 @@ func TestStopLetsDetachedWorkEnd(t *testing.T) {
 		t.Run(side.name, func(t *testing.T) {
 			w := side.start(t)
 			ctx := context.Background()
-			big, err := w.srv.Alloc(ctx, "v", lanes.BufferSpec{Size: 9 << 20, Elem: lanes.U8})
-			if err != nil {
-				t.Fatal(err)
-			}
+			big := twoPieces(t, w, "v")
 			doomed, err := w.srv.Alloc(ctx, "w", lanes.BufferSpec{Size: 64, Elem: lanes.U8})
 			if err != nil {
 				t.Fatal(err)
@@ -439,10 +436,7 @@ func TestAStopCutShortLeavesAnUploadIndeterminate(t *testing.T) {
 		t.Run(side.name, func(t *testing.T) {
 			w := side.start(t)
 			ctx := context.Background()
-			big, err := w.srv.Alloc(ctx, "v", lanes.BufferSpec{Size: 9 << 20, Elem: lanes.U8})
-			if err != nil {
-				t.Fatal(err)
-			}
+			big := twoPieces(t, w, "v")
 			fillStream(t, w)
 			upCtx, cancel := context.WithCancel(ctx)
 			ended := make(chan error, 1)
@@ -461,7 +455,7 @@ func TestAStopCutShortLeavesAnUploadIndeterminate(t *testing.T) {
 			}
 			stop := run(w.clock)
 			defer stop()
-			_, err = d.Pending.Result()
+			_, err := d.Pending.Result()
 			if c := lanes.Classify(err); c.Code != cuda.CodeIndeterminate || c.NotSubmitted {
 				t.Errorf("the Upload a short Stop cut: got %v (%+v), want indeterminate, not 'not submitted'", err, c)
 			}
@@ -472,4 +466,15 @@ func TestAStopCutShortLeavesAnUploadIndeterminate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoPieces allocates, for tenant, a buffer an Upload fills in two
+// pieces (9 MiB).
+func twoPieces(t *testing.T, w waitingSide, tenant string) lanes.Buffer {
+	t.Helper()
+	b, err := w.srv.Alloc(context.Background(), tenant, lanes.BufferSpec{Size: 9 << 20, Elem: lanes.U8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
