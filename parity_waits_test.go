@@ -392,21 +392,10 @@ func TestStopLetsDetachedWorkEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			fillStream(t, w)
-			detach := func(what string, call func(context.Context) error) lanes.Pending {
-				c, cancel := context.WithCancel(ctx)
-				ended := make(chan error, 1)
-				queuedOneMore(t, w, func() { go func() { ended <- call(c) }() })
-				cancel()
-				var d *actors.DetachedError
-				if err := <-ended; !errors.As(err, &d) {
-					t.Fatalf("%s whose context ended while it waited: got %v, want a *actors.DetachedError", what, err)
-				}
-				return d.Pending
-			}
-			upload := detach("Upload", func(c context.Context) error {
+			upload := detachWhileQueued(t, w, "Upload", func(c context.Context) error {
 				return w.srv.Upload(c, "v", big.Whole(), bytes.Repeat([]byte{3}, 9<<20))
 			})
-			free := detach("Free", func(c context.Context) error { return w.srv.Free(c, "w", doomed) })
+			free := detachWhileQueued(t, w, "Free", func(c context.Context) error { return w.srv.Free(c, "w", doomed) })
 			stop := run(w.clock)
 			defer stop()
 			if err := w.srv.Stop(ctx); err != nil {
@@ -438,16 +427,9 @@ func TestAStopCutShortLeavesAnUploadIndeterminate(t *testing.T) {
 			ctx := context.Background()
 			big := twoPieces(t, w, "v")
 			fillStream(t, w)
-			upCtx, cancel := context.WithCancel(ctx)
-			ended := make(chan error, 1)
-			queuedOneMore(t, w, func() {
-				go func() { ended <- w.srv.Upload(upCtx, "v", big.Whole(), bytes.Repeat([]byte{3}, 9<<20)) }()
+			upload := detachWhileQueued(t, w, "Upload", func(c context.Context) error {
+				return w.srv.Upload(c, "v", big.Whole(), bytes.Repeat([]byte{3}, 9<<20))
 			})
-			cancel()
-			var d *actors.DetachedError
-			if err := <-ended; !errors.As(err, &d) {
-				t.Fatalf("Upload whose context ended while it waited: got %v, want a *actors.DetachedError", err)
-			}
 			short, cancelStop := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancelStop()
 			if err := w.srv.Stop(short); !errors.Is(err, context.DeadlineExceeded) {
@@ -455,7 +437,7 @@ func TestAStopCutShortLeavesAnUploadIndeterminate(t *testing.T) {
 			}
 			stop := run(w.clock)
 			defer stop()
-			_, err := d.Pending.Result()
+			_, err := upload.Result()
 			if c := lanes.Classify(err); c.Code != cuda.CodeIndeterminate || c.NotSubmitted {
 				t.Errorf("the Upload a short Stop cut: got %v (%+v), want indeterminate, not 'not submitted'", err, c)
 			}
@@ -477,4 +459,20 @@ func twoPieces(t *testing.T, w waitingSide, tenant string) lanes.Buffer {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// detachWhileQueued runs call (an Upload or a Free) until it adds a batch
+// to the lane's queue, then ends its context: it must return a
+// *actors.DetachedError, whose Pending it returns.
+func detachWhileQueued(t *testing.T, w waitingSide, what string, call func(context.Context) error) lanes.Pending {
+	t.Helper()
+	c, cancel := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	queuedOneMore(t, w, func() { go func() { ended <- call(c) }() })
+	cancel()
+	var d *actors.DetachedError
+	if err := <-ended; !errors.As(err, &d) {
+		t.Fatalf("%s whose context ended while it waited: got %v, want a *actors.DetachedError", what, err)
+	}
+	return d.Pending
 }

@@ -224,7 +224,10 @@ func (l *link) excuse(now time.Time) {
 	}
 	sent := l.probeSeq.Load()
 	for seq := l.echoed.Load() + 1; seq <= sent && seq+uint64(len(l.probeSent)) > sent; seq++ {
-		l.probeSent[seq%uint64(len(l.probeSent))].Store(now.UnixNano())
+		due := &l.probeSent[seq%uint64(len(l.probeSent))]
+		if d := due.Load(); d < now.UnixNano() {
+			due.CompareAndSwap(d, now.UnixNano()) // a probe due later still waits for its bytes
+		}
 	}
 }
 

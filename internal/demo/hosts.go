@@ -106,12 +106,18 @@ func (h *hostsSide) hostOf(t *hostsTenant) string {
 		host, _ := f.Placement(t.name)
 		return host
 	}
+	return "device " + strconv.Itoa(int(t.device.Load()))
+}
+
+// deviceIndex is the index of the device whose instance is given, else
+// (through a front, where no device is local) the tenant's by its index.
+func (h *hostsSide) deviceIndex(instance uint64, tenantIndex int) int {
 	for i, d := range h.devs {
-		if d.Info().Instance == t.device.Load() {
-			return "device " + strconv.Itoa(i)
+		if d.Info().Instance == instance {
+			return i
 		}
 	}
-	return "device " + strconv.Itoa(t.index%len(h.devs))
+	return tenantIndex % max(len(h.devs), 1)
 }
 
 // status is each host's, by name; empty in process.
@@ -241,7 +247,7 @@ type hostsTenant struct {
 	// for while it starts over ("" once set up again): the report counts
 	// it there, not as unplaced, when the run ends first.
 	waitsFor string
-	device   atomic.Uint64 // its buffer's device instance (in process)
+	device   atomic.Int32 // the index of its buffer's device (in process; set by setUp)
 }
 
 // setUp allocates and zeroes the tenant's buffer and builds its step.
@@ -250,7 +256,7 @@ func (t *hostsTenant) setUp(ctx context.Context, api *hostsSide, k int) error {
 	if err != nil {
 		return err
 	}
-	t.device.Store(b.Device)
+	t.device.Store(int32(api.deviceIndex(b.Device, t.index)))
 	up, err := cuda.Upload(b.Whole(), make([]byte, 64))
 	if err != nil {
 		return err
