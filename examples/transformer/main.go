@@ -59,6 +59,9 @@ type dims struct {
 	tenants, lanes, steps, window int
 	seed                          int64
 	spin                          time.Duration // actors.Config.Spin
+	// The sweep (--sweep): eager against replayed at these counts.
+	sweep                       bool
+	sweepTenants, sweepInFlight []int
 }
 
 // headDim is C/H.
@@ -81,7 +84,17 @@ func parseFlags(args []string) (dims, error) {
 	fs.IntVar(&d.window, "inflight", 4, "steps each tenant keeps in flight")
 	fs.Int64Var(&d.seed, "seed", 1, "seed of the weights and inputs")
 	fs.DurationVar(&d.spin, "spin", 0, "how long a lane spins for its next step (actors.Config.Spin; actors.GPUSpin, 500µs, suits a GPU host of 8 cores or more)")
+	fs.BoolVar(&d.sweep, "sweep", false, "instead: the step eager and replayed, closed loop, at each of --sweep-tenants × --sweep-inflight (--steps steps per tenant, fresh tenants each run), with replayed ÷ eager and one step in flight's wall ÷ device time")
+	tenantList := fs.String("sweep-tenants", "1,4,8", "with --sweep: tenant counts")
+	inFlightList := fs.String("sweep-inflight", "1,2,8", "with --sweep: steps in flight per tenant")
 	if err := fs.Parse(args); err != nil {
+		return d, err
+	}
+	var err error
+	if d.sweepTenants, err = parseCounts("sweep-tenants", *tenantList); err != nil {
+		return d, err
+	}
+	if d.sweepInFlight, err = parseCounts("sweep-inflight", *inFlightList); err != nil {
 		return d, err
 	}
 	if fs.NArg() > 0 {
@@ -135,6 +148,9 @@ func run(args []string) error {
 	f, err := m.uploadWeights(ctx)
 	if err != nil {
 		return err
+	}
+	if d.sweep {
+		return m.sweep(ctx)
 	}
 	fmt.Printf("transformer on %s: one GPT-2 block's decode step, C=%d (%d heads of %d), context %d, %d sequences per tenant, %d steps per tenant\n",
 		dev.Info().Name, d.channels, d.heads, d.headDim(), d.ctx, d.batch, d.steps)
