@@ -75,7 +75,10 @@ func start(t testing.TB, cfg actors.Config) *actors.Scheduler {
 	return s
 }
 
-func TestReceiveRunsOnOneThreadPerLane(t *testing.T) {
+// TestReceiveRunsBoundOnAnyThread: a lane's mailbox runs are bound to the
+// device per run (issue 56): its Receive is recorded on the threads it ran
+// on, and every submission of four tenants on three lanes ends well.
+func TestReceiveRunsBoundOnAnyThread(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 4)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 3, ThreadCheck: true})
 	var wg sync.WaitGroup
@@ -92,15 +95,10 @@ func TestReceiveRunsOnOneThreadPerLane(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	seen := map[int]bool{}
 	for _, l := range s.Lanes() {
-		if len(l.Threads) != 1 {
-			t.Fatalf("lane %d: got Receive on threads %v, want exactly one thread", l.ID, l.Threads)
+		if len(l.Threads) == 0 {
+			t.Fatalf("lane %d: got Receive on no thread, want at least the one it opened on", l.ID)
 		}
-		if seen[l.Threads[0]] {
-			t.Fatalf("lane %d: got thread %d, which another lane runs on; want a thread of its own", l.ID, l.Threads[0])
-		}
-		seen[l.Threads[0]] = true
 	}
 }
 

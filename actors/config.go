@@ -117,29 +117,43 @@ type Config struct {
 	// Suspension is what happens to a tenant whose submissions keep
 	// failing lanes.
 	Suspension Suspension
-	// Fence polling: QuickPolls polls through the mailbox right after a
-	// submission, then timers back off from PollMin to PollMax.
+	// Fence polling, when nothing learned says when a fence is due (see
+	// Spin): QuickPolls polls through the mailbox right after a
+	// submission, then timers back off from PollMin to PollMax. PollMax
+	// also bounds a parked lane's wait for a fence that is due later.
 	QuickPolls       int           // default 4
 	PollMin, PollMax time.Duration // default 20µs, 2ms
 	// Throughput is how many messages a lane's mailbox run takes before
 	// it yields (runtime.Gosched). Default 1<<30: in practice never. A
-	// lane's goroutine is locked to its own thread, so a yield hands the
-	// thread's P to another thread and takes it back (two thread wakes,
+	// lane's run holds its thread locked, so a yield hands the thread's P
+	// to another thread and takes it back (two thread wakes,
 	// a quarter of a chained serving loop's CPU per step on 2 cores),
 	// while Go's preemption keeps other goroutines running without it.
 	Throughput int
-	// Spin is how long a lane's thread keeps spinning after a fence ended
-	// (or work began on an idle lane), and after each batch of messages it
-	// ran: meanwhile it polls its oldest fence every couple of
-	// microseconds and runs new work as it arrives, instead of parking
-	// between timed polls or until the next submission wakes it, so a
-	// short step's end is seen within microseconds, as a hand-written loop
-	// spinning on its event sees it, and the next step needs no thread
-	// hand-off to start. It costs a core per busy lane; after Spin without
-	// a fence ending or new work, the lane backs off to timed polls
-	// (PollMin to PollMax) or parks. Default 0 (or negative): never spin,
-	// timed polls only; Start refuses more than a second. GPUSpin suits a
-	// GPU serving loop.
+	// Spin is how a lane's thread waits for its fences and its next work.
+	//
+	// 0, the default: the lane learns how long its submissions hold the
+	// stream and looks at its oldest fence when it is due, parked on a
+	// timer until then; from 50 µs before it, it spins (polling the fence
+	// every couple of microseconds and running new work as it arrives)
+	// until the fence ends or half a step past its due time, so a step's
+	// end is seen within microseconds. Spinning takes a place among the
+	// process's spinning lanes, a quarter of its CPUs (none on fewer than
+	// 4: there a lane polls at the due time on its timer); a lane with no
+	// place polls on its timer. An idle lane, or one whose fence is not
+	// yet due, costs no core.
+	//
+	// Above 0: a fixed window. The thread keeps spinning for Spin after a
+	// fence ended (or work began on an idle lane), and after each batch of
+	// messages it ran, whatever is due: a short step's end is seen within
+	// microseconds and the next step needs no thread hand-off to start
+	// (a lane host's data plane brings the next step within half a
+	// millisecond), at the cost of a core per busy lane, and of the window
+	// after the lane goes idle. GPUSpin suits a GPU serving loop on a host
+	// of 8 CPUs or more. Start refuses more than a second.
+	//
+	// Below 0: never spin; timed polls only (QuickPolls, then PollMin to
+	// PollMax), the least CPU and the latest ends.
 	Spin time.Duration
 	// HangTimeout is how long a lane may go without any of its submissions
 	// ending, while it has some in flight or waits on its stream, before
@@ -160,7 +174,8 @@ type Config struct {
 	// never handed out (errors.Is cuda.ErrStaleHandle), whoever holds it,
 	// so that probing handles tells nothing of another scope.
 	Scope func(tenant string) string
-	// ThreadCheck records the OS thread of every Receive (LaneStatus.Threads).
+	// ThreadCheck records the OS thread of every Receive
+	// (LaneStatus.Threads).
 	ThreadCheck bool
 	// Logger receives protoactor's logs and the scheduler's own warnings; nil
 	// discards them.
@@ -256,12 +271,13 @@ func (c *Config) defaults() error {
 		return lanes.Wrap("start", true, err)
 	}
 	if c.LanesPerDevice > MaxLanesPerDevice {
-		// Each lane is a goroutine locked to an OS thread: thousands of
-		// them exhaust the runtime's threads and kill the process.
+		// Each lane is a goroutine that locks an OS thread while it runs
+		// and a stream: thousands of them exhaust the device's streams
+		// and, spinning or blocked in the driver, the runtime's threads.
 		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.LanesPerDevice %d: give 1 to %d (MaxLanesPerDevice: each lane holds an OS thread and a stream; a device gains little past a few dozen streams)", ErrInvalidArgument, c.LanesPerDevice, MaxLanesPerDevice))
 	}
 	if c.Spin > maxSpin {
-		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (never) to %v (GPUSpin, 500 µs, suits GPU serving steps)", ErrInvalidArgument, c.Spin, maxSpin))
+		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (the default: spin only while a fence is due), NeverSpin, or a window up to %v (GPUSpin, 500 µs, suits GPU serving steps)", ErrInvalidArgument, c.Spin, maxSpin))
 	}
 	c.admissionDefaults()
 	c.laneDefaults()
@@ -282,10 +298,14 @@ const MaxLanesPerDevice = 64
 // (docs/measurements/2026-12-02-same-host-data-plane.txt).
 const GPUSpin = 500 * time.Microsecond
 
+// NeverSpin is a Config.Spin that never spins: timed polls only.
+const NeverSpin time.Duration = -1
+
 // DefaultGPUSpin is the spin window a GPU process's lanes get when none is
 // given (lanedemo's and lanehost's): GPUSpin on a machine of 8 CPUs or
-// more, 0 on fewer, where a spinning lane takes a core the rest of the
-// process needs.
+// more, 0 on fewer (spin only while a fence is due, within a quarter of
+// the CPUs), where a window would take a core the rest of the process
+// needs.
 func DefaultGPUSpin() time.Duration {
 	if runtime.NumCPU() >= 8 {
 		return GPUSpin
@@ -350,7 +370,6 @@ func (c *Config) laneDefaults() {
 		c.QuickPolls = 4
 	}
 	orDuration(&c.PollMin, 20*time.Microsecond)
-	c.Spin = max(c.Spin, 0)
 	if c.HangTimeout == 0 {
 		c.HangTimeout = 10 * time.Second
 	}

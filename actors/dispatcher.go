@@ -1,5 +1,5 @@
-// The thread dispatcher: one OS thread per lane actor, bound to its device,
-// that runs the actor's mailbox.
+// The thread dispatcher: one goroutine per lane actor that runs the
+// actor's mailbox, each run bound to the device on its thread.
 
 package actors
 
@@ -13,22 +13,30 @@ import (
 	"github.com/lanesched/lanes/cuda"
 )
 
-// threadDispatcher runs every mailbox run of one lane actor on one goroutine
-// that is locked to its OS thread with the device's context current
-// (cuda.Device.BindThread), so the lane's Receive never runs anywhere else.
+// threadDispatcher runs every mailbox run and every fence poll of one lane
+// actor on one goroutine, one at a time, each with the goroutine locked to
+// its OS thread and the device's context current there for the run
+// (cuda.Device.BindThread), so the lane's Receive always runs bound.
 //
-// It also keeps the lane's fence-poll timer. Waking a goroutine locked to
-// its thread costs a thread hand-off in the Go runtime (the runtime's most
-// contended path under load), so the dispatcher avoids wake-ups where it
-// can: it fires the poll itself rather than through a timer goroutine and a
-// message from outside, and, when configured with a spin window, it spins
-// for work instead of parking while a poll is due within the window, and
-// for the window after each mailbox run (like CUDA's spin-wait scheduling
-// policy, for the same reason). A lane host's lane is woken by its data
-// plane's reader, which keeps its own core spinning: waking a parked lane
-// from there took 19 µs a step on average on the H200 at 2 steps in
-// flight per tenant (the scheduler latency of Go's execution trace), and
-// spinning after a run made that loop 16-24% faster.
+// Between runs the goroutine is not locked. It was, from the lane's start
+// to its stop, until issue 56 measured what that cost: waking a goroutine
+// locked to its thread hands the waker's P to the locked thread and parks
+// the waker's thread (a thread hand-off each way, two futex calls each),
+// and it is the runtime's most contended path under load. On a 2-core
+// machine 42-44% of the CPU of a lane host and of one process went to
+// those futex calls, and binding per run (a LockOSThread and, on the GPU,
+// a cuCtxSetCurrent: well under a microsecond) served 1.4x the steps in
+// one process and 1.7x through a lane host
+// (docs/measurements/2026-12-07-fast-by-default.txt).
+//
+// It also keeps the lane's fence-poll timer, and fires the poll itself
+// rather than through a timer goroutine and a message from outside. When
+// configured with a spin window, or asked to spin for a due fence
+// (pacer.go), it spins instead of parking while the poll is due, and, with
+// a spin window, for the window after each mailbox run (like CUDA's
+// spin-wait scheduling policy, for the same reason): a lane host's lane is
+// woken by its data plane's reader, and spinning after a run made that
+// loop 16-24% faster on the H200.
 type threadDispatcher struct {
 	work       chan func()
 	quit       chan struct{}
@@ -41,18 +49,22 @@ type threadDispatcher struct {
 	// The poll request: read and written only on the dispatcher's
 	// goroutine (the lane's Receive runs there too), so it needs no lock.
 	epoch  time.Time
-	pollAt int64  // when the lane wants a poll (ns since epoch); 0: none
-	ranAt  int64  // when the last mailbox run ended (ns since epoch)
-	poll   func() // sends the lane its poll message; set before the first request
+	pollAt int64 // when the lane wants a poll (ns since epoch); 0: none
+	// spinPoll: the lane holds a place among the spinning lanes (pacer.go)
+	// and wants its thread to spin until the poll rather than park.
+	spinPoll bool
+	ranAt    int64  // when the last mailbox run ended (ns since epoch)
+	poll     func() // sends the lane its poll message; set before the first request
+	bind     func() (func(), error)
 }
 
 var _ actor.Dispatcher = (*threadDispatcher)(nil)
 
-// newThreadDispatcher starts the goroutine, binds it to the device, and
-// returns once the binding succeeded or failed.
+// newThreadDispatcher starts the goroutine, binds it to the device once,
+// and returns once that binding succeeded or failed.
 func newThreadDispatcher(dev cuda.Device, throughput int, spin time.Duration) (*threadDispatcher, error) {
 	d := &threadDispatcher{work: make(chan func(), 16), quit: make(chan struct{}), done: make(chan struct{}),
-		throughput: throughput, spin: spin, epoch: time.Now()}
+		throughput: throughput, spin: spin, epoch: time.Now(), bind: dev.BindThread}
 	bound := make(chan error, 1)
 	go func() {
 		defer close(d.done)
@@ -61,13 +73,26 @@ func newThreadDispatcher(dev cuda.Device, throughput int, spin time.Duration) (*
 		if err != nil {
 			return
 		}
-		defer unbind()
+		unbind()
 		d.loop()
 	}()
 	if err := <-bound; err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// bound runs fn with the goroutine bound to the device. A binding that
+// fails (a device closed under the lane) still runs fn: its device calls
+// fail, and the lane classifies their errors as it does any other.
+func (d *threadDispatcher) bound(fn func()) {
+	unbind, err := d.bind()
+	if err != nil {
+		fn()
+		return
+	}
+	defer unbind()
+	fn()
 }
 
 func (d *threadDispatcher) now() int64 { return int64(time.Since(d.epoch)) }
@@ -88,10 +113,10 @@ func (d *threadDispatcher) loop() {
 		due, now := d.pollAt, d.now()
 		switch {
 		case due != 0 && now >= due:
-			d.pollAt = 0
-			d.poll()
+			d.pollAt, d.spinPoll = 0, false
+			d.bound(d.poll)
 			continue
-		case due != 0 && time.Duration(due-now) <= d.spin:
+		case due != 0 && (d.spinPoll || time.Duration(due-now) <= d.spin):
 			d.spinUntil(due)
 			continue
 		case now-d.ranAt < int64(d.spin):
@@ -115,7 +140,7 @@ func (d *threadDispatcher) loop() {
 // run runs a mailbox run and notes when it ended: the spin window after
 // it counts from there.
 func (d *threadDispatcher) run(fn func()) {
-	fn()
+	d.bound(fn)
 	d.ranAt = d.now()
 }
 
@@ -130,17 +155,18 @@ func (d *threadDispatcher) spinUntil(due int64) {
 	}
 }
 
-// requestPoll asks for a poll after delay, unless one is due sooner. It is
-// called from the lane's Receive, so on the dispatcher's own goroutine.
-func (d *threadDispatcher) requestPoll(delay time.Duration) {
+// requestPoll asks for a poll after delay, unless one is due sooner; with
+// spin, the thread spins until then instead of parking. It is called from
+// the lane's Receive, so on the dispatcher's own goroutine.
+func (d *threadDispatcher) requestPoll(delay time.Duration, spin bool) {
 	due := d.now() + int64(delay)
 	if d.pollAt == 0 || due < d.pollAt {
-		d.pollAt = due
+		d.pollAt, d.spinPoll = due, spin
 	}
 }
 
 // cancelPoll drops the requested poll (on the dispatcher's goroutine).
-func (d *threadDispatcher) cancelPoll() { d.pollAt = 0 }
+func (d *threadDispatcher) cancelPoll() { d.pollAt, d.spinPoll = 0, false }
 
 // Schedule hands a mailbox run to the bound goroutine.
 func (d *threadDispatcher) Schedule(fn func()) {

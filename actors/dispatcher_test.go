@@ -100,7 +100,7 @@ func TestDispatcherPolls(t *testing.T) {
 			d, polls := newTestDispatcher(t, spin)
 			var gid string
 			on(d, func() { gid = goroutineID() })
-			on(d, func() { d.requestPoll(2 * time.Millisecond) })
+			on(d, func() { d.requestPoll(2*time.Millisecond, false) })
 			waitPolls(t, polls, 1)
 			advance(d, 5*time.Millisecond)
 			waitParked(t, gid)
@@ -110,13 +110,13 @@ func TestDispatcherPolls(t *testing.T) {
 
 			// A sooner request wins over a later one.
 			on(d, func() {
-				d.requestPoll(time.Hour)
-				d.requestPoll(time.Millisecond)
+				d.requestPoll(time.Hour, false)
+				d.requestPoll(time.Millisecond, false)
 			})
 			waitPolls(t, polls, 2)
 
 			// Work while a poll is due: it runs long before the poll.
-			on(d, func() { d.requestPoll(30 * time.Millisecond) })
+			on(d, func() { d.requestPoll(30*time.Millisecond, false) })
 			start := time.Now()
 			on(d, func() {})
 			if waited := time.Since(start); waited > 20*time.Millisecond {
@@ -125,7 +125,7 @@ func TestDispatcherPolls(t *testing.T) {
 			waitPolls(t, polls, 3)
 
 			on(d, func() {
-				d.requestPoll(time.Millisecond)
+				d.requestPoll(time.Millisecond, false)
 				d.cancelPoll()
 			})
 			advance(d, 10*time.Millisecond)

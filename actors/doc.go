@@ -1,6 +1,6 @@
 // Package actors makes lanes concurrent: each lane is a protoactor-go actor
-// whose mailbox runs on one goroutine locked to one OS thread with the
-// device's context current, and which alone owns its [lanes.Lane] (stream,
+// whose mailbox runs on one goroutine, each run locked to its OS thread
+// with the device's context current, and which alone owns its [lanes.Lane] (stream,
 // executable cache, program catalog). The [Scheduler] is the public API: it
 // routes each tenant's batches to a lane (sticky per tenant, healthy lanes
 // only, least loaded first), bounds admission (per lane and per tenant,
@@ -66,8 +66,8 @@
 // its attribution are remembered (package lanes: a steady step shares its
 // rows with the one before it), so the lane checks that the batch is the
 // same, launches its graph and records its fence; and the thread does not
-// yield between messages (Config.Throughput), since a yield from a
-// goroutine locked to its thread wakes two threads. How this loop
+// yield between messages (Config.Throughput), since a yield while its run
+// holds the thread wakes two threads. How this loop
 // compares with the same loop hand-written in C++ is measured in
 // docs/measurements (the serving-loop files).
 //

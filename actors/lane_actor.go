@@ -38,6 +38,8 @@ type laneActor struct {
 	quick      int           // mailbox polls left before timers take over
 	steady     int           // timer polls left at PollMin before backing off
 	armed      bool          // a poll is requested from the dispatcher
+	pacer      fencePacer    // when the oldest fence is due (pacer.go)
+	spinHeld   bool          // the lane holds a place among the spinning lanes
 	serveArmed bool          // a serveQueue message is on its way
 	stopped    bool
 

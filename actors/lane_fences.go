@@ -42,8 +42,9 @@ func (a *laneActor) poll() {
 	if a.wokeCallers > 0 {
 		a.yieldToCallers()
 	}
-	if ended {
-		now := time.Now()
+	now := time.Now()
+	a.pacer.observe(a.progressAt, now, ended)
+	if ended > 0 {
 		a.progressAt = now
 		a.ref.lastEnd.Store(now.UnixNano())
 		a.dispatch(false)
@@ -51,18 +52,18 @@ func (a *laneActor) poll() {
 		a.abandon()
 		return
 	}
-	a.arm(ended)
+	a.arm(ended > 0)
 }
 
 // deliverEnded delivers every submission the lane has seen end, and
-// reports whether there was any and the tenant of the first that ended
+// reports how many there were and the tenant of the first that ended
 // indeterminate. The poll's slice is reused.
-func (a *laneActor) deliverEnded() (culprit string, ended bool) {
+func (a *laneActor) deliverEnded() (culprit string, ended int) {
 	rs := a.lane.PollInto(a.polled[:0])
 	culprit = a.deliver(rs)
 	clear(rs) // the callers have their receipts; keep only the array
 	a.polled = rs
-	return culprit, len(rs) > 0
+	return culprit, len(rs)
 }
 
 // deliver ends the calls of ended submissions and returns the tenant of
@@ -116,18 +117,23 @@ func (e *indeterminateError) Error() string { return "submission indeterminate: 
 
 func (e *indeterminateError) Unwrap() []error { return []error{ErrIndeterminate, e.cause} }
 
-// arm schedules the next poll while fences are pending. With a spin
-// window (Config.Spin) and a fence ended or work begun within it, the next
-// poll is due in spinPollEvery and the lane's thread spins until then, as
-// a hand-written loop spins on its event: a fence is seen ended within
-// microseconds, at the cost of a core while the lane is busy. Otherwise:
-// first through the mailbox a few times, then on timers that back off from
-// PollMin to PollMax while nothing completes. Nothing is scheduled when
-// nothing is in flight, so an idle lane costs nothing.
+// arm schedules the next poll while fences are pending. Nothing is
+// scheduled when nothing is in flight, so an idle lane costs nothing.
+//
+// With a spin window (Config.Spin above 0) and a fence ended or work begun
+// within it, the next poll is due in spinPollEvery and the lane's thread
+// spins until then, as a hand-written loop spins on its event. With Spin
+// 0 (the default), the lane polls when its oldest fence is due, from what
+// it has learned of its submissions (pacedPoll), and spins for it only
+// from shortly before then, and only with a place among the process's
+// spinning lanes. Otherwise, and past a fence's due time: first through
+// the mailbox a few times, then on timers that back off from PollMin to
+// PollMax while nothing completes.
 func (a *laneActor) arm(progress bool) {
 	if len(a.calls) == 0 || a.armed {
 		if len(a.calls) == 0 {
 			a.delay, a.quick = 0, a.s.cfg.QuickPolls
+			a.releaseSpin()
 		}
 		return
 	}
@@ -135,10 +141,14 @@ func (a *laneActor) arm(progress bool) {
 		a.delay, a.quick, a.steady = 0, a.s.cfg.QuickPolls, steadyPolls
 	}
 	a.armed = true
-	if spin := a.s.cfg.Spin; spin > 0 && time.Since(a.progressAt) < spin {
+	spin := a.s.cfg.Spin
+	if spin > 0 && time.Since(a.progressAt) < spin {
 		// Spinning: poll again almost at once; the dispatcher spins
 		// between polls and runs new work as it arrives.
-		a.ref.disp.requestPoll(spinPollEvery)
+		a.ref.disp.requestPoll(spinPollEvery, false)
+		return
+	}
+	if spin == 0 && a.pacedPoll() {
 		return
 	}
 	if a.quick > 0 {
@@ -154,7 +164,59 @@ func (a *laneActor) arm(progress bool) {
 	case a.delay < a.s.cfg.PollMax:
 		a.delay = min(2*a.delay, a.s.cfg.PollMax)
 	}
-	a.ref.disp.requestPoll(a.delay)
+	a.ref.disp.requestPoll(a.delay, false)
+}
+
+// pacedPoll requests the next poll for when the oldest fence is due: the
+// lane's last progress plus the time one submission holds its stream, as
+// the pacer learned it. A lane with a place among the spinning lanes
+// spins, polling every spinPollEvery, from timerSlack and spinLead before
+// the fence is due until it ends or spinGrace past its due time, and
+// parks on a timer (no longer than PollMax) before that; a lane without
+// one parks until the due time. It reports false when there is nothing to
+// go by (nothing learned yet, or submissions shorter than a timer's
+// resolution) or the fence is overdue: the back-off takes over.
+func (a *laneActor) pacedPoll() bool {
+	est := a.pacer.est
+	if est < quickBelow {
+		return false
+	}
+	left := time.Until(a.progressAt.Add(est))
+	if spinBudget > 0 {
+		if early := left - timerSlack - spinLead; early > 0 {
+			a.releaseSpin()
+			a.ref.disp.requestPoll(min(early, a.s.cfg.PollMax), false)
+			return true
+		}
+		if left > -a.pacer.spinGrace() && a.holdSpin() {
+			a.ref.disp.requestPoll(spinPollEvery, true)
+			return true
+		}
+	}
+	if left > 0 {
+		a.ref.disp.requestPoll(min(left, a.s.cfg.PollMax), false)
+		return true
+	}
+	a.releaseSpin()
+	a.quick = 0 // overdue: polls through the mailbox would find nothing sooner
+	return false
+}
+
+// holdSpin reports whether the lane holds a place among the spinning
+// lanes, taking one if it is free.
+func (a *laneActor) holdSpin() bool {
+	if !a.spinHeld {
+		a.spinHeld = takeSpin()
+	}
+	return a.spinHeld
+}
+
+// releaseSpin gives back the lane's place among the spinning lanes.
+func (a *laneActor) releaseSpin() {
+	if a.spinHeld {
+		a.spinHeld = false
+		giveSpin()
+	}
 }
 
 // spinPollEvery is how often a spinning lane polls its oldest fence (a
@@ -165,6 +227,8 @@ const spinPollEvery = 2 * time.Microsecond
 func (a *laneActor) disarm() {
 	a.ref.disp.cancelPoll()
 	a.armed = false
+	a.releaseSpin()
+	a.pacer.forget() // a rebuilt lane learns its new stream afresh
 }
 
 // yieldToCallers lets the callers this lane just woke run at once. A

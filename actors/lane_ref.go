@@ -134,7 +134,8 @@ type LaneStatus struct {
 	TenantDeviceBytes map[string]int64
 	Staged            lanes.StagedCounters // data movement of staged replays
 	// Threads are the OS thread ids its Receive ran on (with
-	// Config.ThreadCheck): always exactly one.
+	// Config.ThreadCheck): one run at a time, each with its thread bound
+	// to the device for the run, on whichever thread the runtime gave it.
 	Threads []int
 }
 

@@ -115,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		for range cfg.LanesPerDevice {
 			id := len(s.lanes)
 			ref := &laneRef{id: id, name: fmt.Sprintf("lane-%d", id), device: di, dev: dev, instance: dev.Info().Instance, opened: make(chan struct{})}
-			disp, err := newThreadDispatcher(dev, cfg.Throughput, cfg.Spin)
+			disp, err := newThreadDispatcher(dev, cfg.Throughput, max(cfg.Spin, 0))
 			if err != nil {
 				s.abort()
 				return nil, lanes.Wrap("start", true, fmt.Errorf("%w: bind lane %d to device %d: %w", lanes.ErrFailed, ref.id, di, err))

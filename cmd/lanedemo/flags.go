@@ -116,7 +116,7 @@ func parseArgs(args []string, stdout io.Writer) (flags, *flag.FlagSet, error) {
 	fs.Float64Var(&cfg.Telemetry.SuccessRatio, "trace-successes", cfg.Telemetry.SuccessRatio, "fraction of plain successes traced (every error, refusal, quarantine, eager fallback and cache event is traced, and every sampled-out one counted)")
 	fs.StringVar(&cfg.Telemetry.ServiceName, "service-name", "", "OpenTelemetry service name (default OTEL_SERVICE_NAME, else lanedemo)")
 	fs.StringVar(&cfg.Telemetry.Resource, "resource", "", "extra OpenTelemetry resource attributes, k=v,k=v (after OTEL_RESOURCE_ATTRIBUTES)")
-	fs.DurationVar(&cfg.Spin, "spin", 0, "how long a lane's thread keeps polling its fences and spinning for work after a fence ended or a run of its messages, instead of parking between timed polls or until woken (a core per busy lane; 0: never); default "+actors.GPUSpin.String()+" with --device cuda on 8 CPUs or more, else 0")
+	fs.DurationVar(&cfg.Spin, "spin", 0, "how a lane waits for its fences (actors.Config.Spin): 0 spins only while a fence is due, from what the lane measured of its steps, within a quarter of the CPUs; a window such as 500us keeps polling and spinning for work that long after a fence ended or a run of its messages (a core per busy lane); negative (-1ns) never spins; default "+actors.GPUSpin.String()+" with --device cuda on 8 CPUs or more, else 0")
 	fs.StringVar(&f.profiles.cpu, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&f.profiles.mutex, "mutexprofile", "", "write a Go mutex-contention profile of the run to this file")
 	fs.StringVar(&f.profiles.allocs, "memprofile", "", "write a Go allocation profile of the run to this file")

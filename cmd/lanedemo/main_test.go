@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 func TestBadFlagsExit2WithOneLine(t *testing.T) {
 	dir := t.TempDir()
 	for _, args := range [][]string{{"--lanes", "x"}, {"--nope"}, {"--mode", "spiral"}, {"--fault-sticky", "3"}, {"extra"}, {"--device", "cuda"},
-		{"--spin", "-1s"}, {"--spin", "1h"}, {"--transfers", "bogus"}, {"--fault-hang", "NaN"}, {"--fault-sticky", "NaN"}, {"--warmup", "1000000000"},
+		{"--spin", "1001ms"}, {"--spin", "1h"}, {"--transfers", "bogus"}, {"--fault-hang", "NaN"}, {"--fault-sticky", "NaN"}, {"--warmup", "1000000000"},
 		{"--concurrency", "1024", "--tenants", "10000"}, {"--json", "/nonexistent/dir/x.json"}, {"--trace-file", "/nonexistent/dir/t.json"},
 		{"--cpuprofile", dir}, {"--duration", "-1s"}, {"--hang-timeout", "-1s"}, {"--rebuild-window", "-1s"}, {"--rebuild-max-failures", "-2"},
 		{"--mode", "open", "--rate", "NaN"}, {"--rate", "Inf"}, {"--rate", "-5"}, {"--trace-successes", "NaN"}, {"--stream-depth", "-2"},

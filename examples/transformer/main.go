@@ -110,8 +110,8 @@ func parseFlags(args []string) (dims, error) {
 		return d, fmt.Errorf("--steps %d: 2 to --ctx (%d): each step fills one position of the KV cache", d.steps, d.ctx)
 	case d.batch < 1 || d.tenants < 1 || d.lanes < 1 || d.lanes > 64 || d.window < 1:
 		return d, fmt.Errorf("--batch, --tenants and --inflight must be at least 1, --lanes 1 to 64")
-	case d.spin < 0 || d.spin > time.Second:
-		return d, fmt.Errorf("--spin %v: 0 to 1s", d.spin)
+	case d.spin > time.Second:
+		return d, fmt.Errorf("--spin %v: at most 1s", d.spin)
 	case d.batch*d.channels*d.ctx > 1<<28:
 		return d, fmt.Errorf("--batch %d × --channels %d × --ctx %d: a KV cache of more than 2^28 floats per tenant is beyond this example", d.batch, d.channels, d.ctx)
 	}

@@ -47,7 +47,8 @@ type Config struct {
 	// goroutines, heap and device memory, and fails the run unless they
 	// stay flat.
 	Soak time.Duration
-	// Spin is the lanes' spin window (actors.Config.Spin); 0 never spins.
+	// Spin is the lanes' spin window (actors.Config.Spin): 0 spins only
+	// while a fence is due, negative never.
 	Spin time.Duration
 	// StreamDepth is the lanes' stream depth (actors.Config.StreamDepth);
 	// 0 takes the scheduler's default, negative leaves it unbounded.
@@ -172,8 +173,8 @@ func (c Config) Validate() error {
 		return bad("--rate %v: give a positive rate of steps per second, at most 1e7", c.Rate)
 	case c.Kernels < 1 || c.Kernels > 4096:
 		return bad("--kernels %d: use 1 to 4096", c.Kernels)
-	case c.Spin < 0 || c.Spin > time.Second:
-		return bad("--spin %v: give 0 (never spin) to 1s; a spinning lane holds a core while it is busy", c.Spin)
+	case c.Spin > time.Second:
+		return bad("--spin %v: give 0 (spin only while a fence is due), a negative duration (never spin) or a window up to 1s; a spinning lane holds a core while it is busy", c.Spin)
 	case c.Soak < 0:
 		return bad("--soak %v: give a positive duration", c.Soak)
 	case c.Capacity < 0:

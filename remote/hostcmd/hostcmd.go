@@ -285,7 +285,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.name, "name", "", "the host's name in its front's reports (default host-PID)")
 	fs.IntVar(&o.lanes, "lanes", 4, "lanes (streams) on the device")
 	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive (0 means the default too)")
-	fs.DurationVar(&o.spin, "spin", 0, "how long a lane keeps polling its fences and spinning for work after progress or a run of its messages (a core per busy lane; 0: timed polls, parked between), a Go duration such as 500us; default "+actors.GPUSpin.String()+" with --device cuda on 8 CPUs or more, else 0")
+	fs.DurationVar(&o.spin, "spin", 0, "how a lane waits for its fences (actors.Config.Spin): 0 spins only while a fence is due, from what the lane measured of its steps, within a quarter of the CPUs; a window such as 500us keeps polling and spinning for work that long after progress or a run of its messages (a core per busy lane); negative (-1ns) never spins; default "+actors.GPUSpin.String()+" with --device cuda on 8 CPUs or more, else 0")
 	fs.StringVar(&o.clock, "sim-clock", "real", "the simulated device's clock: real (kernels take modelled time) or zero")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "its key (PEM)")
@@ -353,8 +353,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--max-fronts %d: give 1 to 1024", o.maxFronts)
 	case o.uploadArea != 0 && o.uploadArea != -1 && (o.uploadArea < 0 || o.uploadArea%4096 != 0 || o.uploadArea > 1<<30):
 		return o, fmt.Errorf("--upload-area %d: give whole 4096-byte pages up to 1 GiB (0: the default, 16 MiB; -1: none)", o.uploadArea)
-	case o.spin < 0 || o.spin > time.Second:
-		return o, fmt.Errorf("--spin %v: give 0 (never spin) to 1s (a spinning lane holds a core while it is busy; %v suits GPU serving steps)", o.spin, actors.GPUSpin)
+	case o.spin > time.Second:
+		return o, fmt.Errorf("--spin %v: give 0 (spin only while a fence is due), a negative duration (never spin) or a window up to 1s (a spinning lane holds a core while it is busy; %v suits GPU serving steps)", o.spin, actors.GPUSpin)
 	case o.maxInFlight < 0:
 		return o, fmt.Errorf("--max-in-flight-per-lane %d: give 0 (the default) or more", o.maxInFlight)
 	case o.clusterName == "" && (o.membership != "" || len(o.seeds) > 0 || set["cluster-refresh"] || set["membership-fd"]):
