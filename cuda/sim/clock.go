@@ -95,6 +95,12 @@ func (c *clock) now() time.Duration {
 	return time.Since(c.origin)
 }
 
+// timed reports whether work completes at its modelled finish time on the
+// clock (the real-time and virtual modes), not as soon as it has run: the
+// workers run each item's bytes as soon as they can, and queries, waits
+// and a poisoned device's error answer by the clock.
+func (c *clock) timed() bool { return c.mode != ClockZeroCost }
+
 // spin burns d of the calling goroutine's time, as a host-side driver call
 // does. Only the real-time mode spends host time.
 func (c *clock) spin(d time.Duration) {

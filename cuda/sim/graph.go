@@ -41,7 +41,7 @@ func (e *event) Query() cuda.FenceQuery {
 	if err := d.Err(); err != nil {
 		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
 	}
-	if d.clock.mode == ClockVirtual && e.at > now {
+	if d.clock.timed() && e.at > now {
 		return cuda.FenceQuery{State: cuda.FencePending}
 	}
 	e.s.mu.Lock()

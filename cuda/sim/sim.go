@@ -32,6 +32,13 @@
 // and the clock. A blocking call (synchronize, readback) advances the clock
 // to the time the work finishes, as the host would have waited that long.
 //
+// The real-time mode keeps time the same way on the wall clock: a worker
+// runs each item's bytes as soon as it can, and a fence, a wait and a
+// poisoned device's error answer by the item's finish time, so a worker
+// burns no CPU waiting for the modelled time to pass (it did, yielding in
+// a loop, and on a small machine that CPU was what another process, a lane
+// host's front, needed: issue 56).
+//
 // # Concurrency properties
 //
 // A [Device] is safe for concurrent use. Each stream is owned by one
@@ -350,7 +357,7 @@ func (d *Device) poisonedLocked() error {
 	if d.poison == nil {
 		return nil
 	}
-	if d.clock.mode == ClockVirtual && d.poison.at > d.clock.now() {
+	if d.clock.timed() && d.poison.at > d.clock.now() {
 		return nil
 	}
 	return d.poison.err

@@ -58,9 +58,7 @@ func (s *stream) work() {
 			<-d.closed
 			return
 		}
-		d.clock.sleepUntil(it.start, d.closed)
 		d.run(s, it)
-		d.clock.sleepUntil(it.finish, d.closed)
 
 		s.mu.Lock()
 		// Done with it: the queue's array keeps no reference to it (the
@@ -164,6 +162,9 @@ func (s *stream) waitSeq(op string, seq uint64, at time.Duration) error {
 	}
 	done := s.doneSeq >= seq // read under the lock: the worker writes it
 	s.mu.Unlock()
+	if done {
+		d.clock.sleepUntil(at, d.closed) // the real-time mode: the host waits the work's device time
+	}
 	if err := d.Err(); err != nil {
 		return err
 	}
