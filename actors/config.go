@@ -134,14 +134,15 @@ type Config struct {
 	//
 	// 0, the default: the lane learns how long its submissions hold the
 	// stream and looks at its oldest fence when it is due, parked on a
-	// timer until then; from 50 µs before it, it spins (polling the fence
-	// every couple of microseconds and running new work as it arrives)
-	// until the fence ends or half a step past its due time, so a step's
-	// end is seen within microseconds. Spinning takes a place among the
-	// process's spinning lanes, a quarter of its CPUs (none on fewer than
-	// 4: there a lane polls at the due time on its timer); a lane with no
-	// place polls on its timer. An idle lane, or one whose fence is not
-	// yet due, costs no core.
+	// timer until then; from a millisecond and 50 µs before it (a parked
+	// Go timer under a millisecond may fire a millisecond late), it spins
+	// (polling the fence every couple of microseconds and running new work
+	// as it arrives) until the fence ends or half a step past its due
+	// time, so a step's end is seen within microseconds. Spinning takes a
+	// place among the process's spinning lanes, a quarter of its CPUs (none
+	// on fewer than 4: there a lane polls at the due time on its timer); a
+	// lane with no place polls on its timer. An idle lane, or one whose
+	// fence is due more than a millisecond later, costs no core.
 	//
 	// Above 0: a fixed window. The thread keeps spinning for Spin after a
 	// fence ended (or work began on an idle lane), and after each batch of

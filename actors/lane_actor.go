@@ -17,7 +17,8 @@ import (
 
 // laneActor owns one lane: its stream, its lanes.Lane (with the cache and
 // catalog inside), and the calls waiting on its fences. Every Receive runs
-// on the lane's bound OS thread (threadDispatcher).
+// on the lane's goroutine, its thread bound to the device for the run
+// (threadDispatcher).
 type laneActor struct {
 	s             *Scheduler
 	ref           *laneRef

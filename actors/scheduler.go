@@ -91,8 +91,9 @@ type Scheduler struct {
 	gauges   metric.Registration
 }
 
-// Start spawns LanesPerDevice lane actors per device, each on its own
-// bound OS thread with its own stream, cache and catalog, and returns once
+// Start spawns LanesPerDevice lane actors per device, each a goroutine
+// bound to its device for every run, with its own stream, cache and
+// catalog, and returns once
 // every lane has opened its stream (or failed to, and is recovering).
 func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if ctx == nil {

@@ -30,7 +30,7 @@
 //
 // # Usage
 //
-// The owner, on the lane's bound OS thread:
+// The owner, on the lane's goroutine (bound to the device while it runs):
 //
 //  1. [Lane.Submit] a [Batch]. Validation (every handle the batch names
 //     is checked live on the device; a batch equal to one the lane

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -23,9 +22,6 @@ type Pending struct {
 	done    chan struct{}
 	sentAt  atomic.Int64  // a sampled call's queuing, Unix nanoseconds; 0 for most (set once it is recorded, read at its answer)
 	w       *withdrawable // a submission whose caller's context can end; nil for most
-	// sharedRows: r's rows are a template's, shared with its other
-	// receipts; Result hands out a copy.
-	sharedRows bool
 	tenant     string
 	host       string
 	r          lanes.Receipt
@@ -40,14 +36,12 @@ func (p *Pending) Done() <-chan struct{} { return p.done }
 func (p *Pending) Host() string { return p.host }
 
 // Result is the call's receipt and error, once Done is closed. The
-// receipt's rows are the caller's own.
+// receipt's attribution is read-only, as in one process (lanes.Attribution):
+// receipts that attribute identically (a tenant's steady steps) share one
+// copy of their rows.
 func (p *Pending) Result() (lanes.Receipt, error) {
 	<-p.done
-	r := p.r
-	if p.sharedRows {
-		r.Attribution.Rows = slices.Clone(r.Attribution.Rows)
-	}
-	return r, p.err
+	return p.r, p.err
 }
 
 // wait waits for the end or ctx; a ctx that ends first detaches.

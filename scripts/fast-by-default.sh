@@ -18,7 +18,7 @@ case "$device" in
   sim)
     bin=$(mktemp -d); trap 'rm -rf "$bin"' EXIT
     go build -o "$bin/" ./examples/transformer ./cmd/lanedemo ./cmd/lanehost
-    sweep=(--channels 64 --heads 2 --ctx 256 --steps 256 --batch 1)
+    sweep=(--channels 64 --heads 2 --ctx 256 --steps 256)
     ;;
   cuda)
     bin=$(cd "${2:?usage: fast-by-default.sh cuda DIR}" && pwd)

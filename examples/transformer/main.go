@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func parseFlags(args []string) (dims, error) {
 	fs.IntVar(&d.steps, "steps", 32, "decode steps per tenant (at most --ctx)")
 	fs.IntVar(&d.window, "inflight", 4, "steps each tenant keeps in flight")
 	fs.Int64Var(&d.seed, "seed", 1, "seed of the weights and inputs")
-	fs.DurationVar(&d.spin, "spin", 0, "how long a lane spins for its next step (actors.Config.Spin; actors.GPUSpin, 500µs, suits a GPU host of 8 cores or more)")
+	fs.DurationVar(&d.spin, "spin", 0, "how a lane waits for its fences (actors.Config.Spin): 0 spins only while a fence is due, within a quarter of the CPUs; a window such as 500us (actors.GPUSpin) spins that long after progress, a core per busy lane; negative (-1ns) never spins")
 	fs.BoolVar(&d.sweep, "sweep", false, "instead: the step eager and replayed, closed loop, at each of --sweep-tenants × --sweep-inflight (--steps steps per tenant, fresh tenants each run), with replayed ÷ eager and one step in flight's wall ÷ device time")
 	tenantList := fs.String("sweep-tenants", "1,4,8", "with --sweep: tenant counts")
 	inFlightList := fs.String("sweep-inflight", "1,2,8", "with --sweep: steps in flight per tenant")
@@ -96,6 +97,9 @@ func parseFlags(args []string) (dims, error) {
 	}
 	if d.sweepInFlight, err = parseCounts("sweep-inflight", *inFlightList); err != nil {
 		return d, err
+	}
+	if most := slices.Max(d.sweepInFlight); d.sweep && most >= d.steps {
+		return d, fmt.Errorf("--sweep-inflight %d with --steps %d: each step in flight runs (steps-1)/in-flight timed steps, so give more --steps than steps in flight (and --ctx at least --steps)", most, d.steps)
 	}
 	if fs.NArg() > 0 {
 		return d, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -111,7 +115,7 @@ func parseFlags(args []string) (dims, error) {
 	case d.batch < 1 || d.tenants < 1 || d.lanes < 1 || d.lanes > 64 || d.window < 1:
 		return d, fmt.Errorf("--batch, --tenants and --inflight must be at least 1, --lanes 1 to 64")
 	case d.spin > time.Second:
-		return d, fmt.Errorf("--spin %v: at most 1s", d.spin)
+		return d, fmt.Errorf("--spin %v: give 0 (spin only while a fence is due), a negative duration (never spin) or a window up to 1s", d.spin)
 	case d.batch*d.channels*d.ctx > 1<<28:
 		return d, fmt.Errorf("--batch %d × --channels %d × --ctx %d: a KV cache of more than 2^28 floats per tenant is beyond this example", d.batch, d.channels, d.ctx)
 	}

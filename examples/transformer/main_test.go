@@ -80,3 +80,15 @@ func TestShapeRulesRefuseBadAttentionLaunches(t *testing.T) {
 		t.Errorf("seq_stride %d: got err %v, want cuda.ErrOutOfBounds", ctx*channels-1, err)
 	}
 }
+
+// TestSweepRefusesMoreInFlightThanSteps: a sweep whose steps in flight
+// reach its steps per tenant would time no step (rows of zeros and NaN):
+// it is refused, and a small sweep runs and checks its replays.
+func TestSweepRefusesMoreInFlightThanSteps(t *testing.T) {
+	if err := run([]string{"--sweep", "--channels", "32", "--heads", "2", "--sweep-inflight", "1,32"}); err == nil {
+		t.Fatalf("--sweep-inflight 32 with --steps 32: got nil, want a refusal")
+	}
+	if err := run([]string{"--sweep", "--channels", "32", "--heads", "2", "--ctx", "8", "--steps", "8", "--sweep-tenants", "1,2", "--sweep-inflight", "1,2"}); err != nil {
+		t.Fatalf("a small sweep: got err %v, want nil", err)
+	}
+}
