@@ -22,11 +22,11 @@ type Pending struct {
 	done    chan struct{}
 	sentAt  atomic.Int64  // a sampled call's queuing, Unix nanoseconds; 0 for most (set once it is recorded, read at its answer)
 	w       *withdrawable // a submission whose caller's context can end; nil for most
-	tenant     string
-	host       string
-	r          lanes.Receipt
-	err        error
-	result     *wirepb.OpResult
+	tenant  string
+	host    string
+	r       lanes.Receipt
+	err     error
+	result  *wirepb.OpResult
 }
 
 // Done is closed when the call ended.
