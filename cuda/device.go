@@ -17,8 +17,9 @@ import (
 type Device interface {
 	// BindThread prepares the calling goroutine to call into the device: it
 	// locks the goroutine to its OS thread and makes the device's context
-	// current there. The returned function undoes both. A lane calls it once
-	// when its goroutine starts; a backend without thread affinity (the
+	// current there. The returned function unlocks the thread. A lane calls
+	// it for each run of its mailbox and each poll, so it must be cheap (one
+	// cuCtxSetCurrent on the GPU); a backend without thread affinity (the
 	// simulator) only locks the thread. Calls from an unbound thread fail
 	// with ErrThreadNotBound where the backend can tell.
 	BindThread() (unbind func(), err error)

@@ -117,7 +117,7 @@ func parseCounts(flag, v string) ([]int, error) {
 // It fails when a replayed step was not one graph launch or a step failed.
 func (m *model) sweep(ctx context.Context) error {
 	d := m.d
-	fmt.Printf("sweep: %d steps per tenant (the KV cache's --ctx %d positions), a goroutine per step in flight blocked in Submit, actors.Config zero but Devices, LanesPerDevice %d, Libraries and StrictOwnership (Spin %v)\n",
+	fmt.Printf("sweep: %d steps per tenant (a KV cache of --ctx %d positions each), a goroutine per step in flight blocked in Submit, actors.Config zero but Devices, LanesPerDevice %d, Libraries and StrictOwnership (Spin %v)\n",
 		d.steps, d.ctx, d.lanes, d.spin)
 	fmt.Printf("%6s %8s %9s %14s %14s %9s %18s %18s\n", "batch", "tenants", "in flight", "eager steps/s", "replayed st/s", "rep÷eager", "p50 µs eager/rep", "p99 µs eager/rep")
 	next := 0
