@@ -63,6 +63,7 @@ type dims struct {
 	// The sweep (--sweep): eager against replayed at these counts.
 	sweep                       bool
 	sweepTenants, sweepInFlight []int
+	cpuProfile, execTrace       string // files for the run's CPU profile and execution trace
 }
 
 // headDim is C/H.
@@ -86,6 +87,8 @@ func parseFlags(args []string) (dims, error) {
 	fs.Int64Var(&d.seed, "seed", 1, "seed of the weights and inputs")
 	fs.DurationVar(&d.spin, "spin", 0, "how a lane waits for its fences (actors.Config.Spin): 0 spins only while a fence is due, within a quarter of the CPUs; a window such as 500us (actors.GPUSpin) spins that long after progress, a core per busy lane; negative (-1ns) never spins")
 	fs.BoolVar(&d.sweep, "sweep", false, "instead: the step eager and replayed, closed loop, at each of --sweep-tenants × --sweep-inflight (--steps steps per tenant, fresh tenants each run), with replayed ÷ eager and one step in flight's wall ÷ device time")
+	fs.StringVar(&d.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	fs.StringVar(&d.execTrace, "exectrace", "", "write an execution trace of the run to this file (go tool trace)")
 	tenantList := fs.String("sweep-tenants", "1,4,8", "with --sweep: tenant counts")
 	inFlightList := fs.String("sweep-inflight", "1,2,8", "with --sweep: steps in flight per tenant")
 	if err := fs.Parse(args); err != nil {
@@ -128,6 +131,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	stop, err := startProfiles(d.cpuProfile, d.execTrace)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	ctx := context.Background()
 	dev, err := openDevice()
 	if err != nil {
