@@ -274,7 +274,10 @@ func checkOutcome(t *testing.T, c cell, o *outcome) {
 		allowed["cuda_launch_out_of_resources"], allowed["lane_unavailable"] = true, true
 		signature = "cuda_launch_out_of_resources"
 	case "sticky":
-		allowed["cuda_illegal_address"], allowed["lane_unavailable"], allowed["lane_failed"] = true, true, true
+		// A batch that reaches its lane after the device is poisoned, and
+		// before the lane has seen its failed fence, is refused there with
+		// the device's error, not submitted.
+		allowed["cuda_illegal_address"], allowed["refused:cuda_illegal_address"], allowed["lane_unavailable"], allowed["lane_failed"] = true, true, true, true
 		signature = "cuda_illegal_address"
 	case "hang":
 		allowed["lane_hung"], allowed["lane_unavailable"] = true, true
