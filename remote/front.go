@@ -104,6 +104,12 @@ type FrontConfig struct {
 // the front adds --name Name and --exit-with-stdin. The process must print
 // ListeningLine and its address as its first line on standard output
 // (cmd/lanehost does).
+//
+// On a machine of 4 CPUs or fewer, a launched host runs with GOMAXPROCS at
+// half the CPUs unless the front's environment or Env sets GOMAXPROCS: the
+// front's process and the host share the cores, and a process each with a
+// P per CPU made a lane host serve two thirds of one process's steps on 2
+// cores (docs/lane-hosts.md). Give the front's process the other half.
 type Launch struct {
 	Name string
 	Path string

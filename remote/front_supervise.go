@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lanesched/lanes/internal/procs"
 	"github.com/lanesched/lanes/remote/wirepb"
 )
 
@@ -324,6 +325,9 @@ func (l *link) start() error {
 	args := append(append([]string(nil), l.launch.Args...), "--name", l.launch.Name, "--exit-with-stdin")
 	cmd := exec.Command(l.launch.Path, args...)
 	cmd.Env = append(append(os.Environ(), l.launch.Env...), TokenFileEnv+"="+l.f.tokenFile) // the host admits this front
+	if e := procs.Env(l.launch.Env); e != "" {
+		cmd.Env = append(cmd.Env, e) // a small machine: the host takes half its CPUs (internal/procs)
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -22,10 +22,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/lanesched/lanes/internal/demo"
+	"github.com/lanesched/lanes/internal/procs"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -174,8 +176,14 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// runHosts runs the --host-per-gpu mode and prints its report.
+// runHosts runs the --host-per-gpu mode and prints its report. On a small
+// machine, a front whose lane hosts run beside it takes half the CPUs, as
+// each host it launches does (internal/procs); one process (--in-process)
+// keeps them all.
 func runHosts(ctx context.Context, cfg demo.Config, jsonPath string, stdout, stderr io.Writer, signalled func() int) int {
+	if n, ok := procs.Shared(); ok && !cfg.Hosts.InProcess {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+	}
 	rep, err := demo.RunHosts(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
