@@ -106,10 +106,12 @@ type FrontConfig struct {
 // (cmd/lanehost does).
 //
 // On a machine of 4 CPUs or fewer, a launched host runs with GOMAXPROCS at
-// half the CPUs unless the front's environment or Env sets GOMAXPROCS: the
+// half the CPUs (rounded down, at least 1) unless the front's environment
+// or Env sets GOMAXPROCS (to any value: it is passed on as it is): the
 // front's process and the host share the cores, and a process each with a
-// P per CPU made a lane host serve two thirds of one process's steps on 2
-// cores (docs/lane-hosts.md). Give the front's process the other half.
+// P per CPU made a lane host serve 0.65-0.73 of one process's steps at 2
+// in flight on 2 cores (docs/lane-hosts.md, "Same-host data plane",
+// "Measured"). Give the front's process the other half.
 type Launch struct {
 	Name string
 	Path string

@@ -215,7 +215,7 @@ exit status:
 
 // hostFlags are the --host-per-gpu mode's flags.
 func hostFlags(fs *flag.FlagSet, cfg *demo.Config) {
-	fs.BoolVar(&cfg.Hosts.PerGPU, "host-per-gpu", false, "run a lane host process per device (cmd/lanehost) behind a front, so a GPU's sticky fault costs only its own process; each tenant's step is --kernels replayed launches on its own buffer, --concurrency in flight, and the report is per host (its --json is that report: mode, hosts, total, round_trip_us; not "+demo.ReportSchema+"); the profile flags cover the front's process")
+	fs.BoolVar(&cfg.Hosts.PerGPU, "host-per-gpu", false, "run a lane host process per device (cmd/lanehost) behind a front, so a GPU's sticky fault costs only its own process; each tenant's step is --kernels replayed launches on its own buffer, --concurrency in flight, and the report is per host (its --json is that report: mode, hosts, total, round_trip_us; not "+demo.ReportSchema+"); the profile flags cover the front's process; on a machine of 4 CPUs or fewer the front and each host take half the CPUs each (GOMAXPROCS, unless set in the environment; not with --in-process)")
 	fs.BoolVar(&cfg.Hosts.InProcess, "in-process", false, "with --host-per-gpu: run the very same loop on one in-process scheduler over every device instead (the same work, for the ratio)")
 	fs.Func("data-plane", "with --host-per-gpu: true (default): a host on this machine and the front exchange steps, receipts, uploads and read-backs through shared memory (the same-host data plane); false: all through protoactor-go's remote (gRPC), to compare", func(v string) error {
 		on, err := strconv.ParseBool(v)

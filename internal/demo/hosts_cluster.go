@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lanesched/lanes/internal/procs"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -85,6 +86,9 @@ func (fl *fleet) startHost(i int) error {
 	args := append(fl.args(i), "--name", hostName(i), "--cluster", fl.cluster, "--membership", fl.seeds[i], "--membership-fd", "3",
 		"--seeds", strings.Join(fl.seeds, ","), "--exit-with-stdin")
 	cmd := exec.Command(fl.path, args...)
+	if e := procs.Env(nil); e != "" {
+		cmd.Env = append(os.Environ(), e) // a small machine: the host takes half its CPUs, as a launched one does
+	}
 	fl.mu.Lock()
 	cmd.ExtraFiles = []*os.File{fl.sockets[i]}
 	fl.mu.Unlock()
