@@ -37,6 +37,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/examples/internal/cublas"
 	"github.com/lanesched/lanes/examples/internal/hostio"
+	"github.com/lanesched/lanes/internal/profiling"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -131,7 +132,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	stop, err := startProfiles(d.cpuProfile, d.execTrace)
+	stop, err := profiling.Start(d.cpuProfile, d.execTrace)
 	if err != nil {
 		return err
 	}

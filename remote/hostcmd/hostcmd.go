@@ -17,9 +17,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/pprof"
-	"runtime/trace"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -29,6 +26,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/profiling"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -150,7 +148,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer, opts Options)
 			return 2
 		}
 	}
-	stopProfile, err := startProfile(o.cpuProfile, o.execTrace)
+	stopProfile, err := profiling.Start(o.cpuProfile, o.execTrace)
 	if err != nil {
 		_ = dev.Close()
 		fmt.Fprintf(stderr, "lanehost: %v\n", err)
@@ -208,42 +206,6 @@ func leave(h *remote.Host, timeout time.Duration, stderr io.Writer) {
 	if err := h.Leave(ctx); err != nil {
 		fmt.Fprintf(stderr, "lanehost: leave: %v (stopping anyway: what is left ends indeterminate)\n", err)
 	}
-}
-
-// startProfile starts a CPU profile and an execution trace (runtime/trace)
-// into their paths (%p: the process id), if asked for; the returned
-// function writes them.
-func startProfile(cpuPath, tracePath string) (func(), error) {
-	var stops []func()
-	stopAll := func() {
-		for _, s := range stops {
-			s()
-		}
-	}
-	for _, p := range []struct {
-		flag, path string
-		start      func(io.Writer) error
-		stop       func()
-	}{
-		{"--cpuprofile", cpuPath, pprof.StartCPUProfile, pprof.StopCPUProfile},
-		{"--exectrace", tracePath, trace.Start, trace.Stop},
-	} {
-		if p.path == "" {
-			continue
-		}
-		f, err := os.Create(strings.ReplaceAll(p.path, "%p", strconv.Itoa(os.Getpid())))
-		if err == nil {
-			if err = p.start(f); err != nil {
-				_ = f.Close()
-			}
-		}
-		if err != nil {
-			stopAll()
-			return nil, fmt.Errorf("%s %s: %v", p.flag, p.path, err)
-		}
-		stops = append(stops, func() { p.stop(); _ = f.Close() })
-	}
-	return stopAll, nil
 }
 
 // leaveWhenPoisoned checks the host's devices every heartbeat: a poisoned
