@@ -94,14 +94,7 @@ func (st *stepStats) perStep() time.Duration {
 }
 
 // medianDevice is the median of the steps' device times (0 untimed).
-func (st *stepStats) medianDevice() time.Duration {
-	if len(st.device) == 0 {
-		return 0
-	}
-	d := slices.Clone(st.device)
-	slices.Sort(d)
-	return d[len(d)/2]
-}
+func (st *stepStats) medianDevice() time.Duration { return quantile(st.device, 0.5) }
 
 // why says why entries ran eagerly ("" when none did): each reason
 // with its count of entries.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 )
 
 // SmallMachine is the most CPUs of a machine whose front and lane hosts
@@ -34,7 +35,7 @@ func Shared() (n int, ok bool) {
 // or "" when Shared says not to set one.
 func Env(extra []string) string {
 	for _, e := range extra {
-		if len(e) >= len("GOMAXPROCS=") && e[:len("GOMAXPROCS=")] == "GOMAXPROCS=" {
+		if strings.HasPrefix(e, "GOMAXPROCS=") {
 			return ""
 		}
 	}
