@@ -122,8 +122,12 @@
 //     three times the limit a tenant with nothing in flight: the limit is
 //     what one tenant can take, and a lane holds up to three times it in
 //     all. So a flooding tenant fills a lane to its limit and is then
-//     refused ErrOverloaded, while the others are still admitted. MaxInFlightPerTenant is at most
-//     MaxInFlightPerLane (a tenant's work is on one lane).
+//     refused ErrOverloaded, while the others are still admitted.
+//     MaxInFlightPerTenant is at most MaxInFlightPerLane (a tenant's work
+//     is on one lane). With more light tenants per lane than three times
+//     the limit, each with a step in flight, the excess is refused first
+//     come, first served: raise MaxInFlightPerLane to a third of the steps
+//     a lane's tenants keep in flight, or more.
 //   - Lane time. A lane keeps at most Config.StreamDepth of one tenant's
 //     submissions on its stream (and, unless it is empty, less than one
 //     batch's worth of commands); what it receives beyond that waits in its
@@ -146,7 +150,10 @@
 //     starts and stays open until Seal, so a tenant's first steps are
 //     captured wherever they land; the shares are what protect a steady
 //     tenant's executables from one that churns keys (Seal a lane to stop
-//     capture on it altogether).
+//     capture on it altogether). Tenants of one shape beyond what the
+//     cache holds share its executables by rebinding them to their own
+//     buffers, also once sealed: a sealed lane's executables serve every
+//     tenant of their shape, least recently used first (docs/replays.md).
 //   - History. A tenant idle for Config.TenantIdle with nothing in flight,
 //     no owned buffers, no registered programs, no suspension and no recent
 //     fault is forgotten (as Forget would); a name whose every submission
@@ -157,7 +164,8 @@
 //     names reserved at most Config.MaxProgramsPerTenant per tenant and
 //     Config.MaxPrograms in all (Forget releases a tenant's, after every
 //     lane forgot its programs). A forgotten tenant's executables leave
-//     lanes whose preparation is open; a sealed lane keeps them. Nothing
+//     lanes whose preparation is open; a sealed lane keeps them as no
+//     one's, for any tenant of their shape to rebind. Nothing
 //     the scheduler keeps grows with the number of tenants or buffers it
 //     has ever seen. The forgetting is a sweep, not done at once: the
 //     scheduler looks every TenantIdle/2 (at least 10 ms and at most 10 s

@@ -272,6 +272,7 @@ func (a *laneActor) admin(m *adminRequest) {
 	if c, _ := a.deliverEnded(); culprit == "" { // administration retires finished fences too
 		culprit = c
 	}
+	a.publish() // what a trim or seal released, in the status before the caller hears back
 	if a.lane.State() == lanes.StateFailed {
 		a.failed(culprit, a.lane.Err())
 	}
@@ -317,4 +318,6 @@ func (a *laneActor) endRemaining(cause error) {
 }
 
 // publish makes the lane's counters visible to status.
-func (a *laneActor) publish() { a.ref.publish(a.lane.Counters(), a.lane.DeviceBytesByTenant) }
+func (a *laneActor) publish() {
+	a.ref.publish(a.lane.Counters(), a.lane.DeviceBytesByTenant, len(a.calls) == 0)
+}

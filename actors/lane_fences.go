@@ -48,6 +48,9 @@ func (a *laneActor) poll() {
 		a.progressAt = now
 		a.ref.lastEnd.Store(now.UnixNano())
 		a.dispatch(false)
+		if len(a.calls) == 0 {
+			a.publish() // settled: what a busy lane left stale
+		}
 	} else if len(a.calls) > 0 && a.s.cfg.HangTimeout > 0 && time.Since(a.progressAt) > a.s.cfg.HangTimeout {
 		a.abandon()
 		return

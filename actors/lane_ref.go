@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -74,7 +75,11 @@ type laneRef struct {
 	statsMu     sync.Mutex // the lane thread publishes, status reads: no allocation per submission
 	stats       lanes.Counters
 	tenantBytes map[string]int64 // device bytes of each tenant's executables (statsMu; replaced whole)
-	staged      atomic.Value     // lanes.StagedCounters
+	// tenantBytesAt is when the lane last read tenantBytes, and
+	// tenantBytesStale says the cache changed since (the lane's own).
+	tenantBytesAt    time.Time
+	tenantBytesStale bool
+	staged           atomic.Value // lanes.StagedCounters
 }
 
 func (r *laneRef) setState(h Health, cause error) {
@@ -98,20 +103,39 @@ func (r *laneRef) noteThread(tid int) {
 
 // publish makes the lane's counters visible to status, and the device
 // bytes of each tenant's executables, read (byTenant) only when the
-// cache changed.
-func (r *laneRef) publish(c lanes.Counters, byTenant func() map[string]int64) {
+// cache changed: at once when it holds other executables or bytes, and
+// when executables only changed hands (in-place updates, which tenants
+// beyond the cache's count make at every step) at most every
+// tenantBytesEvery, and once the lane is idle (settled). So a step's
+// cost does not grow with the tenants holding executables.
+func (r *laneRef) publish(c lanes.Counters, byTenant func() map[string]int64, settled bool) {
 	r.statsMu.Lock()
-	changed := c.ExecutableDeviceBytes != r.stats.ExecutableDeviceBytes || c.Executables != r.stats.Executables ||
-		c.Updated != r.stats.Updated || c.Warmed != r.stats.Warmed
+	held := c.ExecutableDeviceBytes != r.stats.ExecutableDeviceBytes || c.Executables != r.stats.Executables || c.Warmed != r.stats.Warmed
+	moved := c.Updated != r.stats.Updated
 	r.stats = c
 	r.statsMu.Unlock()
-	if changed {
+	now := time.Time{}
+	if !held && (moved || r.tenantBytesStale) {
+		if now = time.Now(); !settled && now.Sub(r.tenantBytesAt) < tenantBytesEvery {
+			r.tenantBytesStale = true
+			return
+		}
+	}
+	if held || moved || r.tenantBytesStale {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		r.tenantBytesAt, r.tenantBytesStale = now, false
 		m := byTenant()
 		r.statsMu.Lock()
 		r.tenantBytes = m
 		r.statsMu.Unlock()
 	}
 }
+
+// tenantBytesEvery is how often a busy lane publishes its tenants' device
+// bytes when executables only change hands (laneRef.publish).
+const tenantBytesEvery = 10 * time.Millisecond
 
 // LaneStatus is a lane as Scheduler.Lanes reports it.
 type LaneStatus struct {

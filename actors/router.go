@@ -240,7 +240,7 @@ func (s *Scheduler) route(ts *tenantState, device uint64, force bool) (*laneRef,
 				}
 				return nil, fmt.Errorf("%w: every lane of device instance %d is out of routing for good", ErrNoHealthyLane, device)
 			}
-			return nil, fmt.Errorf("%w: every healthy lane has three times its %d submissions in flight; retry later", ErrOverloaded, s.cfg.MaxInFlightPerLane)
+			return nil, s.lanesFull
 		}
 		if force {
 			best.inflight.Add(1)

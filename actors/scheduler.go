@@ -67,10 +67,14 @@ type Scheduler struct {
 	calls    callRegistry  // every admitted, unended call
 	tenants  sync.Map      // tenant -> *tenantState
 	routeMu  sync.Mutex    // picking a new lane for a tenant (the slow path)
-	stallMu  sync.Mutex
-	stalls   map[cuda.Device]*stall // the last device-wide stall of each device
-	waitMu   sync.Mutex
-	waiting  map[*tenantState]struct{} // tenants whose parked batches wait for a lane to recover
+	// lanesFull is route's refusal when every healthy lane holds three
+	// times MaxInFlightPerLane: made once, since thousands of tenants
+	// beyond what the lanes admit meet it at every try.
+	lanesFull error
+	stallMu   sync.Mutex
+	stalls    map[cuda.Device]*stall // the last device-wide stall of each device
+	waitMu    sync.Mutex
+	waiting   map[*tenantState]struct{} // tenants whose parked batches wait for a lane to recover
 
 	ownMu        sync.RWMutex
 	ownGen       uint64                                // bumped by every change under ownMu (see OwnershipMemo)
@@ -107,6 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Scheduler{cfg: cfg, epoch: time.Now(), stopped: make(chan struct{}), waiting: map[*tenantState]struct{}{}, stalls: map[cuda.Device]*stall{}, owners: map[handleKey]string{}, owned: map[string]map[handleKey]func() error{}, programs: map[programs.ID]*programClaim{}, programCount: map[string]int{}}
+	s.lanesFull = fmt.Errorf("%w: every healthy lane has three times its %d submissions in flight; retry later (or raise Config.MaxInFlightPerLane)", ErrOverloaded, cfg.MaxInFlightPerLane)
 	s.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	root := s.system.Root.WithGuardian(laneStrategy{s})
 	// Every lane is made before any actor starts: the supervisor (a panic

@@ -31,6 +31,11 @@ type Cache struct {
 	now       func() time.Duration
 	sizer     func(nodes int) int64 // the device's charge for an executable (SetSizer)
 	entries   map[SegmentKey]*Executable
+	owners    map[string]*ownerUse    // each owner's residents (residents.go)
+	shapes    map[ShapeKey]*shapeRing // each shape's residents, least recently used first
+	noRebind  map[ShapeKey]error      // shapes whose executables refuse a rebind by their nodes (rebind.go)
+	spare     []cuda.Command          // a recipe's storage, reused by the next rebind (rebind.go)
+	misses    []SegmentKey            // lookUp's, reused
 	rejected  map[SegmentKey]uint64
 	retired   []*Executable
 	prep      tracker
@@ -40,7 +45,15 @@ type Cache struct {
 
 // New returns an empty, unconfigured cache.
 func New() *Cache {
-	return &Cache{entries: map[SegmentKey]*Executable{}, rejected: map[SegmentKey]uint64{}}
+	c := &Cache{rejected: map[SegmentKey]uint64{}, noRebind: map[ShapeKey]error{}}
+	c.clear()
+	return c
+}
+
+// clear empties the residents and their indexes.
+func (c *Cache) clear() {
+	c.entries, c.resident, c.devBytes = map[SegmentKey]*Executable{}, 0, 0
+	c.owners, c.shapes = map[string]*ownerUse{}, map[ShapeKey]*shapeRing{}
 }
 
 func (c *Cache) tick() uint64 {
@@ -76,9 +89,9 @@ func (c *Cache) DeviceBytes() int64 { return c.devBytes + c.devRetire }
 // DeviceBytesByOwner is the device memory each owner's resident
 // executables hold.
 func (c *Cache) DeviceBytesByOwner() map[string]int64 {
-	out := map[string]int64{}
-	for _, e := range c.entries {
-		out[e.Owner] += e.DeviceBytes
+	out := make(map[string]int64, len(c.owners))
+	for o, u := range c.owners {
+		out[o] = u.dev
 	}
 	return out
 }
@@ -133,10 +146,7 @@ func (c *Cache) remember(k SegmentKey) {
 // evict removes a resident; it is destroyed now if the stream is quiescent,
 // retired otherwise.
 func (c *Cache) evict(k SegmentKey, quiescent bool) {
-	e := c.entries[k]
-	delete(c.entries, k)
-	c.resident -= e.Bytes
-	c.devBytes -= e.DeviceBytes
+	e := c.remove(k)
 	if quiescent {
 		_ = e.Exec.Destroy()
 	} else {
@@ -149,6 +159,9 @@ func (c *Cache) evict(k SegmentKey, quiescent bool) {
 // EvictOwner removes every resident executable of an owner (a tenant the
 // scheduler forgot) and returns their keys.
 func (c *Cache) EvictOwner(owner string, quiescent bool) []SegmentKey {
+	if c.owners[owner] == nil {
+		return nil
+	}
 	var keys []SegmentKey
 	for k, e := range c.entries {
 		if e.Owner == owner {
@@ -179,7 +192,7 @@ func (c *Cache) Launch(s cuda.Stream, k SegmentKey) (*Executable, error) {
 	if err := e.launch(s); err != nil {
 		return nil, err
 	}
-	e.lastUsed, e.lastBatch = c.tick(), c.batches
+	c.use(e)
 	e.Hits++
 	return e, nil
 }
@@ -212,8 +225,8 @@ func (c *Cache) Trim(quiescent bool) (TrimReport, error) {
 		_ = e.Exec.Destroy()
 	}
 	t.Retired = c.ReleaseRetired(true)
-	c.entries, c.resident, c.devBytes = map[SegmentKey]*Executable{}, 0, 0
-	c.rejected = map[SegmentKey]uint64{}
+	c.clear()
+	c.rejected, c.noRebind = map[SegmentKey]uint64{}, map[ShapeKey]error{}
 	return t, nil
 }
 
@@ -250,6 +263,45 @@ func (c *Cache) CheckInvariants() error {
 	}
 	if dev != c.devBytes {
 		return fmt.Errorf("cache: residents hold %d device bytes, counted %d", dev, c.devBytes)
+	}
+	return c.checkIndexes()
+}
+
+// checkIndexes verifies the owners' uses and the shapes' lists against
+// the residents.
+func (c *Cache) checkIndexes() error {
+	uses := map[string]ownerUse{}
+	for _, e := range c.entries {
+		u := uses[e.Owner]
+		u.n, u.bytes, u.dev = u.n+1, u.bytes+e.Bytes, u.dev+e.DeviceBytes
+		uses[e.Owner] = u
+	}
+	if len(uses) != len(c.owners) {
+		return fmt.Errorf("cache: %d owners hold residents, %d indexed", len(uses), len(c.owners))
+	}
+	for o, u := range uses {
+		if got := c.owners[o]; got == nil || *got != u {
+			return fmt.Errorf("cache: owner %q holds %+v, indexed %+v", o, u, got)
+		}
+	}
+	linked := 0
+	for shape, ring := range c.shapes {
+		var prev *Executable
+		for e := ring.oldest; e != nil; prev, e = e, e.shapeNext {
+			if e.Shape != shape || e.shapePrev != prev || c.entries[e.Key] != e {
+				return fmt.Errorf("cache: shape list of %x holds %s out of place", shape[:4], e.Key.Short())
+			}
+			if prev != nil && prev.lastUsed > e.lastUsed {
+				return fmt.Errorf("cache: shape list of %x is out of recency order at %s", shape[:4], e.Key.Short())
+			}
+			linked++
+		}
+		if ring.newest != prev {
+			return fmt.Errorf("cache: shape list of %x ends at the wrong resident", shape[:4])
+		}
+	}
+	if linked != len(c.entries) {
+		return fmt.Errorf("cache: %d residents, %d in shape lists", len(c.entries), linked)
 	}
 	return nil
 }

@@ -55,6 +55,8 @@ type Executable struct {
 	lastUsed  uint64
 	lastBatch uint64 // the cache's batch count when it was last used
 
+	shapePrev, shapeNext *Executable // its shape's residents, least recently used first (residents.go)
+
 	fingerprint    string     // Key in hex, made once per key
 	fingerprintKey SegmentKey // the key fingerprint was made of
 }

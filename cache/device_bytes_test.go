@@ -147,25 +147,31 @@ func TestRebindInPlace(t *testing.T) {
 }
 
 // TestRebindRefusals: a miss whose commands a resident of its shape cannot
-// take in place (a memset node) is captured and updated from the graph,
-// the refusal reported with its reason.
+// take in place (an upload node) is captured and updated from the graph,
+// the refusal reported with its reason once: the shape is not tried again.
 func TestRebindRefusals(t *testing.T) {
 	r := cachetest.New(t, 6)
 	if _, err := r.Cache.Configure(1); err != nil {
 		t.Fatalf("Configure(1): got err %v, want nil", err)
 	}
-	zeroAt := func(buf int) cache.Command {
-		z, _ := cuda.Zero(r.Bufs[buf].Whole())
-		return cache.Command{Cmd: z, Phase: cache.PhaseCompute, Node: 1, Key: cache.NewKey("test", "zero").U64(r.Bufs[buf].Addr).Finish(), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
+	uploadAt := func(buf int) cache.Command {
+		data := make([]byte, 64)
+		data[0] = byte(buf)
+		up, _ := cuda.Upload(r.Bufs[buf].Whole(), data)
+		return cache.Command{Cmd: up, Phase: cache.PhaseCompute, Node: 1, Key: cache.NewKey("test", "upload").Bytes(data).Finish(), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
 	}
-	r.Run([]cache.Command{r.Inc(0, 0), zeroAt(1)}, true)
-	_, rep := r.Run([]cache.Command{r.Inc(2, 0), zeroAt(3)}, true)
+	r.Run([]cache.Command{r.Inc(0, 0), uploadAt(1)}, true)
+	_, rep := r.Run([]cache.Command{r.Inc(2, 0), uploadAt(3)}, true)
 	var refused *cuda.RebindRefusedError
 	if len(rep.RebindRefusals) != 1 || !errors.As(rep.RebindRefusals[0], &refused) || refused.Refusal != cuda.RebindNodeKind {
 		t.Fatalf("got rebind refusals %v, want one %s", rep.RebindRefusals, cuda.RebindNodeKind)
 	}
 	if len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByGraph {
 		t.Fatalf("got updates %+v, want one by graph after the refusal", rep.Updates)
+	}
+	_, rep = r.Run([]cache.Command{r.Inc(4, 0), uploadAt(5)}, true)
+	if len(rep.RebindRefusals) != 0 || len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByGraph {
+		t.Fatalf("the same shape again: got rebind refusals %v and updates %+v, want none and one by graph", rep.RebindRefusals, rep.Updates)
 	}
 }
 

@@ -32,8 +32,10 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescen
 // enqueues command i on the stream. Command(i), when set, is that command
 // as Enqueue would enqueue it: it lets a miss whose shape a resident has
 // update that resident's parameters in place without a capture
-// (cuda.Exec.Rebind), and it is kept with the executable, the recipe a
-// rebuilt lane captures again (Recipes).
+// (cuda.Exec.Rebind; a miss after preparation closed or while the stream
+// is busy replays that way too, rebind.go), and the cache keeps its own
+// copy with the executable, the recipe a rebuilt lane captures again
+// (Recipes).
 type Encoder struct {
 	Enqueue func(i int) error
 	Command func(i int) cuda.Command
@@ -49,6 +51,10 @@ func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []Candidate, quie
 	if len(misses) == 0 {
 		return r, nil
 	}
+	misses, err := c.share(&r, owner, cands, misses, quiescent, enc)
+	if len(misses) == 0 || err != nil {
+		return r, err
+	}
 	if c.prep.state != PrepOpen || !quiescent {
 		d := DispositionQuiescenceDeferred
 		if c.prep.state != PrepOpen {
@@ -57,7 +63,7 @@ func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []Candidate, quie
 		c.markMisses(&r, cands, d, nil)
 		return r, nil
 	}
-	err := c.placeMisses(&r, s, owner, cands, misses, enc)
+	err = c.placeMisses(&r, s, owner, cands, misses, enc)
 	if err == nil {
 		c.prep.record(r)
 	}
@@ -89,11 +95,10 @@ func (c *Cache) placeMisses(r *PrepareReport, s cuda.Stream, owner string, cands
 // lookUp gives hits and remembered rejections their dispositions and
 // returns the other candidates' keys, each once, in order.
 func (c *Cache) lookUp(r *PrepareReport, cands []Candidate) []SegmentKey {
-	var misses []SegmentKey
-	var missed map[SegmentKey]bool
+	misses := c.misses[:0] // the cache's, reused: placeMisses and share keep no reference
 	for i, cand := range cands {
 		if e, ok := c.entries[cand.Key]; ok {
-			e.lastUsed, e.lastBatch = c.tick(), c.batches
+			c.use(e)
 			r.Dispositions[i] = DispositionHit
 			r.Hits++
 			continue
@@ -103,14 +108,11 @@ func (c *Cache) lookUp(r *PrepareReport, cands []Candidate) []SegmentKey {
 			r.CachedRejections++
 			continue
 		}
-		if missed == nil {
-			missed = map[SegmentKey]bool{}
-		}
-		if !missed[cand.Key] {
-			missed[cand.Key] = true
+		if !slices.Contains(misses, cand.Key) { // a batch's candidates are few
 			misses = append(misses, cand.Key)
 		}
 	}
+	c.misses = misses
 	return misses
 }
 
@@ -146,9 +148,9 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 			c.devLimit > 0 && c.devBytes+p.addingD+c.estimate(cand.Len()) > c.devLimit
 		var recipe []cuda.Command
 		if enc.Command != nil {
-			recipe = make([]cuda.Command, 0, cand.Len())
-			for i := cand.Start; i < cand.End; i++ {
-				recipe = append(recipe, enc.Command(i))
+			recipe = make([]cuda.Command, cand.Len())
+			for i := range recipe {
+				keepInto(&recipe[i], enc.Command(cand.Start+i))
 			}
 		}
 		var done bool
@@ -184,7 +186,6 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 			}
 			return err
 		}
-		exe.lastUsed, exe.lastBatch = c.tick(), c.batches
 		exe.Owner, exe.Bytes, exe.DeviceBytes = p.owner, cand.Bytes, exe.Exec.DeviceBytes()
 		c.learn(exe)
 		p.captured[k] = exe
@@ -202,7 +203,7 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 func (p *preparing) rebind(r *PrepareReport, cand Candidate, recipe []cuda.Command, full bool) (bool, error) {
 	c := p.c
 	di := c.donor(cand.Shape, p.evictable, p.first, full)
-	if di < 0 || recipe == nil {
+	if _, refused := c.noRebind[cand.Shape]; di < 0 || recipe == nil || refused {
 		return false, nil
 	}
 	donor := c.entries[p.evictable[di]]
@@ -269,9 +270,9 @@ func (p *preparing) shed(r *PrepareReport) {
 func (p *preparing) install(r *PrepareReport, s cuda.Stream) error {
 	c := p.c
 	for _, k := range p.order {
-		c.entries[k] = p.captured[k]
-		c.resident += p.captured[k].Bytes
-		c.devBytes += p.captured[k].DeviceBytes
+		e := p.captured[k]
+		e.lastUsed, e.lastBatch = c.tick(), c.batches
+		c.put(e)
 	}
 	for _, k := range p.order {
 		e := c.entries[k]
@@ -282,8 +283,7 @@ func (p *preparing) install(r *PrepareReport, s cuda.Stream) error {
 		c.timed(r, StageUpload, e.GraphNodes, t)
 		// The upload may take device memory of its own: charge it.
 		if dev := e.Exec.DeviceBytes(); dev != e.DeviceBytes {
-			c.devBytes += dev - e.DeviceBytes
-			e.DeviceBytes = dev
+			c.chargeDevice(e, dev)
 			c.learn(e)
 		}
 		r.Uploaded++
@@ -365,19 +365,7 @@ func (c *Cache) update(r *PrepareReport, graph cuda.Graph, exe *Executable, evic
 // exe's candidate: it takes exe's key, counts, scope, owner, bytes and
 // recipe, and leaves the evictable list.
 func (c *Cache) rekey(r *PrepareReport, di int, exe *Executable, evictable []SegmentKey, first int, how UpdateKind) ([]SegmentKey, int) {
-	donor := c.entries[evictable[di]]
-	from := donor.Key
-	delete(c.entries, from)
-	donor.Key, donor.Shape, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Shape, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
-	c.resident += exe.Bytes - donor.Bytes
-	dev := donor.Exec.DeviceBytes()
-	c.devBytes += dev - donor.DeviceBytes
-	donor.Owner, donor.Bytes, donor.DeviceBytes, donor.recipe, donor.Hits = exe.Owner, exe.Bytes, dev, exe.recipe, 0
-	donor.lastUsed, donor.lastBatch = c.tick(), c.batches
-	c.entries[exe.Key] = donor
-	r.Updates = append(r.Updates, Update{From: from, To: exe.Key, InPlace: how})
-	r.Evicted = append(r.Evicted, from)
-	r.Updated++
+	c.take(r, c.entries[evictable[di]], *exe, how)
 	evictable = append(evictable[:di:di], evictable[di+1:]...)
 	if first--; first == 0 {
 		first = len(evictable) // the first group is spent: the rest is one

@@ -99,32 +99,42 @@ func TestCacheBytesBound(t *testing.T) {
 }
 
 // TestNoSquatting: when owners outnumber the capacity, a newcomer still
-// captures (least recently used residents go), and an owner over its share
-// yields its excess before a steady owner within its share loses its own.
+// replays: by rebinding an over-share owner's least recently used resident
+// at once when the commands are known, else by capturing once the others
+// go idle; and an owner over its share yields its excess before a steady
+// owner within its share loses its own.
 func TestNoSquatting(t *testing.T) {
-	r := cachetest.New(t, 8)
-	if _, err := r.Cache.Configure(3); err != nil {
-		t.Fatalf("Configure(3): got err %v, want nil", err)
-	}
-	for i, owner := range []string{"a", "b", "c"} {
-		r.Owner = owner
-		r.Run(r.Segment(i, i), true)
-	}
-	// While the three are in use, a fourth owner runs eagerly rather than
-	// trade executables round robin; once they go idle, it captures.
-	r.Owner = "late"
-	for i := range 5 { // owner a's resident was last used 4 batches before
-		_, rep := r.Run(r.Segment(5, 6), true)
-		if got := rep.Captured + rep.Updated; i < 4 && got != 0 || i == 4 && got != 1 {
-			want := 0
-			if i == 4 {
+	for _, captureOnly := range []bool{true, false} {
+		r := cachetest.New(t, 8)
+		r.CaptureOnly = captureOnly
+		if _, err := r.Cache.Configure(3); err != nil {
+			t.Fatalf("Configure(3): got err %v, want nil", err)
+		}
+		for i, owner := range []string{"a", "b", "c"} {
+			r.Owner = owner
+			r.Run(r.Segment(i, i), true)
+		}
+		// Capture only: while the three are in use, a fourth owner runs
+		// eagerly rather than trade executables round robin by capture;
+		// once they go idle, it captures. With the commands, it rebinds
+		// the least recently used resident (a's) at once, no capture.
+		r.Owner = "late"
+		for i := range 5 { // owner a's resident was last used 4 batches before
+			_, rep := r.Run(r.Segment(5, 6), true)
+			want, got := 0, rep.Captured+rep.Updated
+			if captureOnly && i == 4 || !captureOnly && i == 0 { // then hits
 				want = 1
 			}
-			t.Fatalf("batch %d of a newcomer beside three owners' residents (in use for 6 batches): got Captured+Updated %d, want %d (report %+v)", i, got, want, rep)
+			if got != want || rep.Captured != 0 && !captureOnly {
+				t.Fatalf("capture only %v, batch %d of a newcomer beside three owners' residents (in use for 6 batches): got Captured+Updated %d, want %d (report %+v)", captureOnly, i, got, want, rep)
+			}
+			if !captureOnly && i == 0 && (len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByParameters) {
+				t.Fatalf("the newcomer's first batch: got updates %+v, want one by parameters", rep.Updates)
+			}
 		}
 	}
 
-	r = cachetest.New(t, 8)
+	r := cachetest.New(t, 8)
 	if _, err := r.Cache.Configure(4); err != nil {
 		t.Fatalf("Configure(4): got err %v, want nil", err)
 	}
@@ -147,27 +157,47 @@ func TestNoSquatting(t *testing.T) {
 	}
 }
 
-// TestNoRoundRobinThrash: owners that all need more than their share keep
-// what they use; they do not evict each other's in turn (which would
-// leave every batch capturing and none replaying).
+// TestNoRoundRobinThrash: owners that all need more than their share do
+// not trade executables by capture (which would leave every batch
+// capturing and none replaying): capture only, they keep what they use;
+// with the commands known, they trade them by rebinding, and every batch
+// replays without a capture.
 func TestNoRoundRobinThrash(t *testing.T) {
-	r := cachetest.New(t, 8)
-	if _, err := r.Cache.Configure(4); err != nil {
-		t.Fatalf("Configure(4): got err %v, want nil", err)
-	}
-	owners := []string{"a", "b", "c"}
-	hits, captures := 0, 0
-	for step := range 30 {
-		i := step % 3
-		r.Owner = owners[i]
-		// two segments per batch, split by an eager barrier
-		cmds := append(append(r.Segment(i, i+3), r.Barrier(7)), r.Segment(i+3, i)...)
-		_, rep := r.Run(cmds, true)
-		hits += rep.Hits
-		captures += rep.Captured + rep.Updated
-	}
-	t.Logf("3 owners needing 2 executables each in a cache of 4: %d hits, %d captures in 30 batches", hits, captures)
-	if hits < 30 || captures > 8 {
-		t.Fatalf("got %d hits and %d captures, want at least 30 hits and at most 8 captures: the owners traded executables round robin", hits, captures)
+	for _, captureOnly := range []bool{true, false} {
+		r := cachetest.New(t, 8)
+		r.CaptureOnly = captureOnly
+		if _, err := r.Cache.Configure(4); err != nil {
+			t.Fatalf("Configure(4): got err %v, want nil", err)
+		}
+		owners := []string{"a", "b", "c"}
+		hits, captures, rebound, replayed := 0, 0, 0, 0
+		for step := range 30 {
+			i := step % 3
+			r.Owner = owners[i]
+			// two segments per batch, split by an eager barrier
+			cmds := append(append(r.Segment(i, i+3), r.Barrier(7)), r.Segment(i+3, i)...)
+			_, rep := r.Run(cmds, true)
+			hits += rep.Hits
+			captures += rep.Captured
+			for _, u := range rep.Updates {
+				if u.InPlace == cache.UpdateByParameters {
+					rebound++
+				} else {
+					captures++
+				}
+			}
+			for _, d := range rep.Dispositions {
+				if d.Resident() {
+					replayed++
+				}
+			}
+		}
+		t.Logf("capture only %v: 3 owners needing 2 executables each in a cache of 4: %d hits, %d captures, %d rebinds, %d of 60 segments replayed", captureOnly, hits, captures, rebound, replayed)
+		if captureOnly && (hits < 30 || captures > 8) {
+			t.Fatalf("got %d hits and %d captures, want at least 30 hits and at most 8 captures: the owners traded executables round robin", hits, captures)
+		}
+		if !captureOnly && (replayed != 60 || captures > 4) {
+			t.Fatalf("with the commands: got %d of 60 segments replayed and %d captures, want all replayed and at most 4 captures (the rest rebound)", replayed, captures)
+		}
 	}
 }

@@ -42,7 +42,7 @@ func (c *Cache) Recipes() []Recipe {
 	})
 	out := make([]Recipe, len(kept))
 	for i, e := range kept {
-		out[i] = Recipe{Key: e.Key, Shape: e.Shape, Scope: e.Scope, Owner: e.Owner, Bytes: e.Bytes, Hits: e.Hits, Commands: e.recipe}
+		out[i] = Recipe{Key: e.Key, Shape: e.Shape, Scope: e.Scope, Owner: e.Owner, Bytes: e.Bytes, Hits: e.Hits, Commands: keepAll(e.recipe)}
 	}
 	return out
 }
@@ -130,9 +130,7 @@ func (c *Cache) Warm(s cuda.Stream, recipes []Recipe, enqueue func(cuda.Command)
 			r.Skipped = append(r.Skipped, Skipped{Key: rc.Key, Owner: rc.Owner, Reason: WarmNoRoom})
 			continue
 		}
-		c.entries[rc.Key] = e
-		c.resident += e.Bytes
-		c.devBytes += e.DeviceBytes
+		c.put(e)
 		r.Captured++
 	}
 	r.Timings = prep.Timings

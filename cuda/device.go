@@ -219,13 +219,22 @@ type Exec interface {
 	// already enqueued run what they were launched with.
 	Update(g Graph) error
 	// Rebind gives the executable's nodes new parameters in place, without
-	// a capture (cuGraphExecKernelNodeSetParams): cmds are one kernel
-	// launch per node, in the order they were captured, each checked as
-	// Enqueue checks it. Pointers, scalars and launch shapes may change.
-	// An executable whose nodes cannot take them fails with a
+	// a capture (cuGraphExecKernelNodeSetParams,
+	// cuGraphExecMemcpyNodeSetParams, cuGraphExecMemsetNodeSetParams):
+	// cmds are one command per node, in the order they were captured, each
+	// of the very kind its node was captured from (a kernel launch; a
+	// device-to-device copy, a stage-in or a stage-out, each only for a
+	// node of its own kind; a memset; never an upload or a library call)
+	// and checked as Enqueue checks it.
+	// Pointers, scalars, lengths and launch shapes may change. An
+	// executable whose nodes cannot take them fails with a
 	// *RebindRefusedError (errors.Is ErrUpdateRefused) saying why, and is
-	// unchanged; so is it after a contract error. Launches already
-	// enqueued run what they were launched with.
+	// unchanged, except after RebindDeviceRefused at a node past the first
+	// (RebindRefusedError.Node: the nodes before it took theirs; launch it
+	// again only after a Rebind that succeeds, to its old commands say);
+	// it is unchanged after a contract error.
+	// Launches already enqueued run what they were launched with, so a
+	// Rebind need not wait for them.
 	Rebind(cmds []Command) error
 	// DeviceBytes is the device memory the executable holds once
 	// instantiated and uploaded, as the backend measures it (CUDA reports

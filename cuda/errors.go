@@ -114,11 +114,12 @@ type RebindRefusal string
 const (
 	// RebindNodeCount: the commands are not one per node of the executable.
 	RebindNodeCount RebindRefusal = "node_count"
-	// RebindNodeKind: a command or a node is not a kernel launch (copies,
-	// uploads, memsets and library calls are captured again).
+	// RebindNodeKind: a command or a node takes no parameters in place (an
+	// upload or a library call, which are captured again), or a command is
+	// of another kind than its node was captured from.
 	RebindNodeKind RebindRefusal = "node_kind"
-	// RebindNotChain: the executable's graph is not one chain of kernel
-	// nodes in capture order, so its nodes cannot be matched to commands.
+	// RebindNotChain: the executable's graph is not one chain of nodes in
+	// capture order, so its nodes cannot be matched to commands.
 	RebindNotChain RebindRefusal = "not_a_chain"
 	// RebindDeviceRefused: the device refused a node's new parameters.
 	RebindDeviceRefused RebindRefusal = "device_refused"

@@ -5,6 +5,7 @@ package lanes
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -101,12 +102,8 @@ func (p *plan) events() []CacheEvent {
 		ev.Key = key.String()
 		out = append(out, ev)
 	}
-	updated := map[cache.SegmentKey]bool{}
-	for _, u := range p.rep.Updates {
-		updated[u.From] = true
-	}
 	for _, k := range p.rep.Evicted {
-		if !updated[k] {
+		if !slices.ContainsFunc(p.rep.Updates, func(u cache.Update) bool { return u.From == k }) { // an update re-keys, it evicts nothing
 			out = append(out, CacheEvent{Kind: "evicted", Key: k.String()})
 		}
 	}

@@ -150,6 +150,11 @@ func (l *Lane) collect() error {
 	if l.state == StateSubmitted && len(l.pending) == 0 {
 		l.state = StateReady
 	}
+	if l.cache.Retired() > 0 && l.quiescent() {
+		// Executables evicted while work was in flight: nothing runs them
+		// any more, so their device memory goes now.
+		l.cache.ReleaseRetired(true)
+	}
 	return nil
 }
 

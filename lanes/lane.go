@@ -115,8 +115,11 @@ type Counters struct {
 	ExecutableDeviceBytes int64
 	Executables           int
 	// Rebound counts the in-place updates made by parameters alone, with
-	// no capture (also counted in Updated); RebindRefusals the refusals
-	// that sent a candidate to a capture instead.
+	// no capture (also counted in Updated): a cache full of executables of
+	// a miss's shape, or one whose preparation has closed, serves misses
+	// that way (docs/replays.md). RebindRefusals counts the refusals of
+	// such updates: the candidate was captured instead while it could be,
+	// else ran eagerly.
 	Rebound, RebindRefusals uint64
 	// Warmed counts the executables a rebuilt lane captured again before
 	// it took traffic (Warm); WarmSkipped those it did not.
@@ -362,13 +365,16 @@ func (l *Lane) Trim() (cache.TrimReport, error) {
 // forgot: its programs (so that their names may be registered afresh) and,
 // while preparation is open, every executable its batches captured (so
 // that they hold no room others could capture into; a sealed cache keeps
-// them, and a tenant that comes back under the name still replays).
+// them as no one's, for any tenant's miss of their shape to rebind, and a
+// tenant that comes back under the name replays them or rebinds).
 // Evicted executables are retired until the stream is quiescent if it has
 // work in flight; other programs that used them turn them into gaps.
 func (l *Lane) ForgetTenant(tenant string, ids []programs.ID) {
 	var evicted []cache.SegmentKey
 	if l.cache.Preparation().State == cache.PrepOpen {
 		evicted = l.cache.EvictOwner(tenant, l.quiescent())
+	} else {
+		l.cache.Disown(tenant)
 	}
 	for _, id := range ids {
 		for _, k := range l.catalog.Remove(id) {

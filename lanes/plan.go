@@ -146,7 +146,7 @@ func (l *Lane) prepare(p *plan) error {
 	b := &p.batch
 	enc := cache.Encoder{
 		Enqueue: func(i int) error { return l.s.Enqueue(l.bind(b.Entries[i].Command)) },
-		Command: func(i int) cuda.Command { return kept(b.Entries[i].Command) },
+		Command: func(i int) cuda.Command { return b.Entries[i].Command }, // the cache keeps its own copy
 	}
 	var err error
 	p.rep, err = l.cache.PrepareWith(l.s, b.Tenant, p.disc.Candidates, l.quiescent(), enc)

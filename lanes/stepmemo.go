@@ -26,22 +26,28 @@ import (
 // library calls or keyed uploads (whose keys cover their bytes), of at most
 // maxMemoEntries entries. A batch is remembered on its second sighting, so a
 // tenant that never repeats a step costs a fingerprint and no copy.
+//
+// The bounds let one lane serve thousands of tenants, each with a step of
+// a few dozen commands (under a kilobyte an entry), and remember every
+// tenant's step until its next one: 4,096 tenants of 18-entry steps hold
+// about 55 MB on one lane, and a lane keeps only what it was sent.
 const (
-	memoSteps      = 256  // batches remembered per lane, first in first out
-	memoSeen       = 512  // fingerprints of batches seen once
-	maxMemoEntries = 256  // the largest batch remembered
-	memoEntries    = 8192 // entries remembered in all
+	memoSteps      = 8192       // batches remembered per lane, first in first out
+	memoSeen       = 2 * 8192   // fingerprints of batches seen once
+	maxMemoEntries = 256        // the largest batch remembered
+	memoEntries    = 128 * 1024 // entries remembered in all
 )
 
 // stepMemo is a lane's remembered steps.
 type stepMemo struct {
 	steps  []memoStep
-	next   int            // the ring slot the next step takes
-	index  map[uint64]int // fingerprint -> slot in steps
-	held   int            // entries held by the remembered steps
-	seen   [memoSeen]uint64
-	seenAt int
-	off    bool // plan every batch afresh (tests compare the two)
+	next   int                 // the ring slot the next step takes
+	index  map[uint64]int      // fingerprint -> slot in steps
+	held   int                 // entries held by the remembered steps
+	seen   []uint64            // ring of fingerprints seen once (memoSeen), oldest at seenAt once full
+	seenAt int                 // the ring slot the next fingerprint takes
+	seenBy map[uint64]struct{} // the fingerprints in seen
+	off    bool                // plan every batch afresh (tests compare the two)
 }
 
 // memoStep is one remembered batch: a copy of what planning read, and what
@@ -171,9 +177,8 @@ func sameHostRegion(a, b *cuda.HostRegion) bool {
 // device free count frees) if b was seen before; otherwise it notes b's
 // fingerprint.
 func (m *stepMemo) remember(b *Batch, fp uint64, d cache.Discovery, frees uint64) {
-	if !slices.Contains(m.seen[:], fp) {
-		m.seen[m.seenAt] = fp
-		m.seenAt = (m.seenAt + 1) % memoSeen
+	if _, ok := m.seenBy[fp]; !ok {
+		m.see(fp)
 		return
 	}
 	if m.index == nil {
@@ -202,6 +207,22 @@ func (m *stepMemo) remember(b *Batch, fp uint64, d cache.Discovery, frees uint64
 	}
 	m.index[fp] = slot
 	m.held += len(b.Entries)
+}
+
+// see notes a fingerprint seen once, forgetting the oldest beyond
+// memoSeen.
+func (m *stepMemo) see(fp uint64) {
+	if m.seenBy == nil {
+		m.seenBy = make(map[uint64]struct{}, 256)
+	}
+	if len(m.seen) < memoSeen {
+		m.seen = append(m.seen, fp)
+	} else {
+		delete(m.seenBy, m.seen[m.seenAt])
+		m.seen[m.seenAt] = fp
+		m.seenAt = (m.seenAt + 1) % memoSeen
+	}
+	m.seenBy[fp] = struct{}{}
 }
 
 // drop forgets the step in slot i (its slot stays, empty).

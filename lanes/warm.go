@@ -5,25 +5,11 @@ package lanes
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
-
-// kept is cmd as an executable's recipe keeps it: its arguments and host
-// bytes its own, so a caller that reuses its slices after the submission
-// ended changes no recipe.
-func kept(cmd cuda.Command) cuda.Command {
-	if len(cmd.Args) > 0 {
-		cmd.Args = slices.Clone(cmd.Args)
-	}
-	if len(cmd.Host) > 0 {
-		cmd.Host = slices.Clone(cmd.Host)
-	}
-	return cmd
-}
 
 // Recipes lists what the lane's resident executables replay, most
 // replayed first: what a lane rebuilt in its place captures again (Warm).

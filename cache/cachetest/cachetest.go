@@ -21,6 +21,9 @@ type Rig struct {
 	Cache  *cache.Cache
 	Bufs   []cuda.Buffer
 	Owner  string // the tenant Run prepares for
+	// CaptureOnly prepares without the commands (no cache.Encoder.Command):
+	// misses are captured, never served by rebinding a resident.
+	CaptureOnly bool
 }
 
 // New makes a rig with the given number of counters and device faults.
@@ -93,6 +96,9 @@ func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cach
 	}
 	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
 	enc := cache.Encoder{Enqueue: enqueue, Command: func(i int) cuda.Command { return cmds[i].Cmd }}
+	if r.CaptureOnly {
+		enc.Command = nil
+	}
 	rep, err := r.Cache.PrepareWith(r.Stream, r.Owner, d.Candidates, quiescent, enc)
 	if err != nil {
 		r.T.Fatalf("cachetest: Prepare: got err %v, want nil", err)

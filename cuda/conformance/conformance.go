@@ -60,6 +60,7 @@ func Run(t *testing.T, opener Open) {
 	t.Run("capture-rules", func(t *testing.T) { testCaptureRules(t, open) })
 	t.Run("exec-update", func(t *testing.T) { testUpdate(t, open(t)) })
 	t.Run("exec-rebind", func(t *testing.T) { testRebind(t, open(t)) })
+	t.Run("exec-rebind-copies", func(t *testing.T) { testRebindCopies(t, open(t)) })
 	t.Run("host-staging", func(t *testing.T) { testStaging(t, open(t)) })
 	t.Run("pin-in-place", func(t *testing.T) { testPinInPlace(t, open(t)) })
 	t.Run("out-of-memory", func(t *testing.T) { testOutOfMemory(t, open(t)) })

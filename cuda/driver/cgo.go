@@ -279,6 +279,7 @@ type (
 	cGraphNode = C.CUgraphNode
 	cDevPtr    = C.CUdeviceptr
 	cResult    = C.CUresult
+	cInt       = C.int
 )
 
 func launchKernel(ctx cContext, fn cFunction, cfg cuda.LaunchConfig, s cStream, argv []uint64) cResult {

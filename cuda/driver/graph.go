@@ -122,10 +122,12 @@ type exec struct {
 	checked   atomic.Uint64   // the device's free epoch when they were last found live, plus one
 	destroyed atomic.Bool
 
-	origin       *graph        // the graph it was instantiated from, kept for Rebind
-	chain        []cGraphNode  // origin's kernel nodes in capture order (walkChain)
-	chainRefusal error         // why origin has no such chain
-	scratch      rebindScratch // Rebind's, reused
+	origin       *graph         // the graph it was instantiated from, kept for Rebind
+	chain        []cGraphNode   // origin's nodes in capture order (walkChain)
+	kinds        []cInt         // their kinds (nodeKernel, nodeMemcpy, nodeMemset)
+	rebound      []cuda.Command // the commands the last Rebind gave the nodes (Args its own)
+	chainRefusal error          // why origin has no such chain
+	scratch      rebindScratch  // Rebind's, reused
 }
 
 var _ cuda.Exec = (*exec)(nil)

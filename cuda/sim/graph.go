@@ -148,14 +148,39 @@ type exec struct {
 	checked   atomic.Uint64   // the device's free epoch when its handles were last found live, plus one
 	uploaded  atomic.Bool
 	destroyed atomic.Bool
+
+	// The last launch (idle): its stream and item, and on how many
+	// streams it was launched (2: more than one). The owner's alone.
+	lastStream *stream
+	lastSeq    uint64
+	launchedOn int
+	scratch    []string // Rebind's kernel list, reused
 }
 
 // setNodes gives the executable its nodes and the handles they name.
-func (x *exec) setNodes(ns []node) {
-	x.nodes = append([]node(nil), ns...)
-	x.kernels, x.cost = nodeKernels(ns), x.dev.nodesCost(ns)
-	x.handles = backend.Handles{}
-	for _, n := range ns {
+func (x *exec) setNodes(ns []node) { x.takeNodes(append([]node(nil), ns...)) }
+
+// takeNodes makes ns, which the caller gives up, the executable's nodes.
+func (x *exec) takeNodes(ns []node) {
+	x.nodes = ns
+	x.refresh()
+}
+
+// refresh derives what the executable keeps of its nodes: their kernels,
+// cost and handles (none of which a launch holds once it is enqueued).
+func (x *exec) refresh() {
+	x.kernels = x.kernels[:0]
+	for i := range x.nodes {
+		switch c := &x.nodes[i].cmd; c.Kind {
+		case cuda.KindLaunch:
+			x.kernels = append(x.kernels, c.Kernel)
+		case cuda.KindCall:
+			x.kernels = append(x.kernels, c.LibraryCall.Name)
+		}
+	}
+	x.cost = x.dev.nodesCost(x.nodes)
+	x.handles.Reset()
+	for _, n := range x.nodes {
 		x.handles.Add(n.cmd)
 	}
 	x.checked.Store(0)

@@ -4,17 +4,20 @@
 package sim
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/internal/backend"
 )
 
-// Rebind gives the executable's kernel nodes cmds' parameters, as
-// cuGraphExecKernelNodeSetParams on each node: one kernel launch per node,
-// in capture order, each validated as Enqueue validates it. A
-// FaultUpdateReject rule refuses it as the device would.
+// Rebind gives the executable's nodes cmds' parameters, as
+// cuGraphExecKernelNodeSetParams, cuGraphExecMemcpyNodeSetParams and
+// cuGraphExecMemsetNodeSetParams on each node: one command per node, in
+// capture order, each of the kind its node was captured from and
+// validated as Enqueue validates it. A FaultUpdateReject rule refuses it
+// as the device would. Launches already enqueued keep the nodes they were
+// launched with: while one holds them, the executable takes a new node
+// list rather than change the one it holds.
 func (x *exec) Rebind(cmds []cuda.Command) error {
 	const op = "graph exec rebind"
 	if x.destroyed.Load() {
@@ -27,32 +30,127 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 	if err := backend.CheckRebind(cmds, len(x.nodes)); err != nil {
 		return err
 	}
+	args := 0
 	for i := range x.nodes {
-		if x.nodes[i].cmd.Kind != cuda.KindLaunch {
-			return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
-				Detail: fmt.Sprintf("the node is a %v; only kernel nodes take new parameters in place", x.nodes[i].cmd.Kind)}
+		if k := x.nodes[i].cmd.Kind; k != cmds[i].Kind {
+			return backend.RebindKindMismatch(i, k, cmds[i].Kind)
+		}
+		args += len(cmds[i].Args)
+	}
+	// A step names a few buffers many times: each is looked up once.
+	var seen [8]cuda.Buffer
+	nseen := 0
+	lookup := func(b cuda.Buffer) error {
+		for i := range nseen {
+			if seen[i] == b {
+				return nil
+			}
+		}
+		if _, err := d.lookup(op, b); err != nil {
+			return err
+		}
+		if nseen < len(seen) {
+			seen[nseen] = b
+			nseen++
+		}
+		return nil
+	}
+	for i := range cmds {
+		cmd := &cmds[i]
+		if cmd.Kind == cuda.KindStageIn || cmd.Kind == cuda.KindStageOut {
+			if _, err := d.hostLookup(op, cmd.Staging.Buffer); err != nil {
+				return err
+			}
+		}
+		if backend.CheckedLike(cmd, &x.nodes[i].cmd) && backend.CheckRegions(cmd, lookup) {
+			continue // the node's checks hold for it but its buffers', which passed
+		}
+		if err := backend.ValidateEnqueue(op, *cmd, kernelView{d.kernels()}, lookup); err != nil {
+			return err
 		}
 	}
-	ns := make([]node, len(cmds))
-	for i, cmd := range cmds {
-		err := backend.ValidateEnqueue(op, cmd, kernelView{d.kernels()}, func(b cuda.Buffer) error {
-			_, err := d.lookup(op, b)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		ns[i] = node{cmd: frozen(cmd)}
-	}
+	x.scratch = commandKernels(x.scratch[:0], cmds)
 	d.mu.Lock()
-	refused := d.fire(FaultUpdateReject, nodeKernels(ns))
+	refused := d.fire(FaultUpdateReject, x.scratch)
 	d.mu.Unlock()
 	if refused {
 		return &cuda.RebindRefusedError{Refusal: cuda.RebindDeviceRefused, Node: 0, Detail: "injected update refusal"}
 	}
-	d.clock.spin(time.Duration(len(ns)) * d.cost.RebindNode)
-	x.setNodes(ns)
+	d.clock.spin(time.Duration(len(cmds)) * d.cost.RebindNode)
+	if x.idle() {
+		// No launch holds the nodes any more: they take the new
+		// parameters where they are (a serving loop rebinds at every step
+		// of a tenant beyond the cache, and allocates nothing).
+		for i := range cmds {
+			n := &x.nodes[i].cmd
+			kept := n.Args[:0]
+			*n = cmds[i]
+			n.Args = nil
+			if len(cmds[i].Args) > 0 {
+				n.Args = append(kept, cmds[i].Args...)
+			}
+		}
+		x.refresh()
+		return nil
+	}
+	// A launch in flight holds the nodes: new ones, in one allocation for
+	// the nodes and one for all their arguments.
+	ns := make([]node, len(cmds))
+	frozenArgs := make([]cuda.Arg, 0, args)
+	for i, cmd := range cmds {
+		if len(cmd.Args) > 0 {
+			n := len(frozenArgs)
+			frozenArgs = append(frozenArgs, cmd.Args...)
+			cmd.Args = frozenArgs[n:len(frozenArgs):len(frozenArgs)]
+		}
+		ns[i] = node{cmd: cmd}
+	}
+	x.takeNodes(ns)
 	return nil
+}
+
+// commandKernels appends the kernels cmds launch to out, as nodeKernels
+// lists a graph's.
+func commandKernels(out []string, cmds []cuda.Command) []string {
+	for i := range cmds {
+		switch cmds[i].Kind {
+		case cuda.KindLaunch:
+			out = append(out, cmds[i].Kernel)
+		case cuda.KindCall:
+			out = append(out, cmds[i].LibraryCall.Name)
+		}
+	}
+	return out
+}
+
+// idle reports whether every launch of the executable has finished (the
+// worker retired it), so nothing holds its nodes.
+func (x *exec) idle() bool {
+	s := x.lastStream
+	if x.launchedOn > 1 {
+		return false // launched on more than one stream: not tracked
+	}
+	if s == nil {
+		return true
+	}
+	s.mu.Lock()
+	done := s.doneSeq >= x.lastSeq
+	s.mu.Unlock()
+	return done
+}
+
+// launched notes a launch of the executable, item seq on s (idle).
+func (x *exec) launched(s *stream, seq uint64) {
+	if x.lastStream != s {
+		if x.lastStream != nil && x.launchedOn < 2 {
+			x.launchedOn++
+		}
+		if x.launchedOn == 0 {
+			x.launchedOn = 1
+		}
+		x.lastStream = s
+	}
+	x.lastSeq = seq
 }
 
 // DeviceBytes is the cost model's device memory for an executable of its

@@ -152,7 +152,14 @@ func (s *stream) Launch(e cuda.Exec) error {
 	if !x.uploaded.Swap(true) {
 		device += s.dev.uploadCost(x.nodes)
 	}
-	return s.submitKernels(op, x.nodes, x.kernels, host, device)
+	if err := s.submitKernels(op, x.nodes, x.kernels, host, device); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	seq := s.enqSeq // the launch's item: the stream has one owner, which launches
+	s.mu.Unlock()
+	x.launched(s, seq)
+	return nil
 }
 
 // submit schedules work: it decides its faults, charges the host cost, and

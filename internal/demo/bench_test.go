@@ -44,3 +44,36 @@ func BenchmarkServingLoop(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTenants is the same loop at 16, 256, 1,024 and 4,096 tenants of
+// one shape on 4 lanes of 64 executables each (so from 1,024 tenants on,
+// most steps replay by rebinding a resident of their shape, a tenant's
+// step landing where another's ran): the scheduler's cost per step beside
+// each other, with the replay share (replayed-%), which must stay 100. b.N
+// is steps in all (at least one per tenant). The same figures from the
+// command line (--duration instead of a step count):
+//
+//	lanedemo --clock none --lanes 4 --tenants T --eager-tenants 0 --timing off --concurrency 1
+func BenchmarkTenants(b *testing.B) {
+	for _, tenants := range []int{16, 256, 1024, 4096} {
+		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
+			cfg := demo.Defaults()
+			cfg.Clock, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.Timing, cfg.Concurrency = "none", 4, tenants, 0, "off", 1
+			cfg.Warmup, cfg.Steps = 1, max(b.N/cfg.Tenants, 1)
+			b.ResetTimer()
+			rep, err := demo.Run(context.Background(), cfg, demo.Options{})
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("demo.Run: got err %v, want nil", err)
+			}
+			if !rep.OK() || rep.Accepted != rep.Ended {
+				b.Fatalf("got ok %v, accepted %d, ended %d; want every accepted step ended", rep.OK(), rep.Accepted, rep.Ended)
+			}
+			b.ReportMetric(rep.StepsPerSec, "steps/s")
+			b.ReportMetric(rep.Runtime.CPUPerStep/1e3, "cpu-us/step")
+			b.ReportMetric(rep.Runtime.BytesPerStep, "B/step")
+			b.ReportMetric(rep.Runtime.ObjectsPerStep, "objects/step")
+			b.ReportMetric(100*rep.ReplayShare, "replayed-%")
+		})
+	}
+}

@@ -70,7 +70,7 @@ func submitOne(ctx context.Context, s *actors.Scheduler, tn *tenant, b lanes.Bat
 	p, err := s.SubmitAsync(context.Background(), tn.name, b)
 	if err != nil {
 		agg.refused(tn, err)
-		backOff(ctx, err)
+		backOff(ctx, err, 0)
 		return
 	}
 	agg.accepted.Add(1)
@@ -108,7 +108,7 @@ func floodLoop(ctx context.Context, s *actors.Scheduler, tn *tenant, timing lane
 			end()
 		case err != nil:
 			agg.refused(tn, err)
-			backOff(ctx, err)
+			backOff(ctx, err, 0)
 		default:
 			agg.accepted.Add(1)
 			pending = append(pending, inflight{p, time.Now()})

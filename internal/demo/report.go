@@ -249,16 +249,7 @@ func (r *Report) writeTenants(w io.Writer) {
 	rows := r.PerTenant
 	fmt.Fprintln(w)
 	if len(rows) > maxTenantRows {
-		p99 := make([]int64, 0, len(rows))
-		for _, t := range rows {
-			if !t.Hostile {
-				p99 = append(p99, t.Latency.P99)
-			}
-		}
-		sort.Slice(p99, func(i, j int) bool { return p99[i] < p99[j] })
-		if len(p99) > 0 {
-			fmt.Fprintf(w, "tenants' p99 µs: min %d, median %d, max %d (JSON lists each)\n", p99[0], p99[len(p99)/2], p99[len(p99)-1])
-		}
+		writeTenantSpread(w, rows)
 		rows = slices.DeleteFunc(slices.Clone(rows), func(t TenantReport) bool { return !t.Hostile })
 		if len(rows) == 0 {
 			return
@@ -406,4 +397,37 @@ func counts(m map[string]int64) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// writeTenantSpread summarises many tenants (the hostile one aside, which
+// gets its own row): how many ran a step in the measured phase, and the
+// least, median and most of their steps, p99 and replay share.
+func writeTenantSpread(w io.Writer, rows []TenantReport) {
+	var steps, p99 []int64
+	var share []float64
+	idle := 0
+	for _, t := range rows {
+		switch {
+		case t.Hostile:
+		case t.Steps == 0:
+			idle++
+		default:
+			steps, p99, share = append(steps, t.Steps), append(p99, t.Latency.P99), append(share, t.ReplayShare)
+		}
+	}
+	if len(steps) == 0 {
+		fmt.Fprintf(w, "tenants: %d, none ran a step in the measured phase\n", idle)
+		return
+	}
+	slices.Sort(steps)
+	slices.Sort(p99)
+	slices.Sort(share)
+	mid := len(steps) / 2
+	fmt.Fprintf(w, "tenants: %d ran steps in the measured phase", len(steps))
+	if idle > 0 {
+		fmt.Fprintf(w, ", %d none", idle)
+	}
+	fmt.Fprintf(w, " (min, median, max; JSON lists each)\n")
+	fmt.Fprintf(w, "  steps %d, %d, %d; p99 µs %d, %d, %d; replayed %.1f%%, %.1f%%, %.1f%%\n",
+		steps[0], steps[mid], steps[len(steps)-1], p99[0], p99[mid], p99[len(p99)-1], 100*share[0], 100*share[mid], 100*share[len(share)-1])
 }

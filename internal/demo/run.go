@@ -77,7 +77,7 @@ func Run(ctx context.Context, cfg Config, opt Options) (*Report, error) {
 	}
 	defer func() { _ = shutdownTelemetry() }()
 	s, err := actors.Start(ctx, actors.Config{Devices: devs, LanesPerDevice: cfg.Lanes, CacheCapacity: capacity,
-		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), MaxBatchEntries: maxBatchEntries(cfg), StreamDepth: cfg.StreamDepth, Spin: cfg.Spin, Telemetry: tel,
+		MaxInFlightPerTenant: max(64, 2*cfg.Concurrency), MaxInFlightPerLane: maxInFlightPerLane(cfg, len(devs)), MaxBatchEntries: maxBatchEntries(cfg), StreamDepth: cfg.StreamDepth, Spin: cfg.Spin, Telemetry: tel,
 		HangTimeout: cfg.HangTimeout, Recovery: cfg.Recovery})
 	if err != nil {
 		return nil, err
@@ -360,15 +360,23 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 		var mu sync.Mutex // the tenant's input generator
 		for w := range cfg.Concurrency {
 			g.Go(func() error {
+				var retry *lanes.Batch // a refused step, submitted again
+				tries := 0
 				for ctx.Err() == nil {
-					if cfg.Steps > 0 && issued.Add(1) > int64(cfg.Steps) {
-						return nil
-					}
-					mu.Lock()
-					b, err := tn.step(timing, w)
-					mu.Unlock()
-					if err != nil {
-						return err
+					var b lanes.Batch
+					if retry != nil {
+						b, retry = *retry, nil
+					} else {
+						if cfg.Steps > 0 && issued.Add(1) > int64(cfg.Steps) {
+							return nil
+						}
+						mu.Lock()
+						var err error
+						b, err = tn.step(timing, w)
+						mu.Unlock()
+						if err != nil {
+							return err
+						}
 					}
 					// The step is the run's, not the client's: it ends on
 					// its own once admitted, also after the run's deadline.
@@ -378,9 +386,11 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 						if clientStops(s, err) {
 							return nil
 						}
-						backOff(ctx, err)
+						backOff(ctx, err, tries)
+						retry, tries = &b, tries+1
 						continue
 					}
+					tries = 0
 					agg.accepted.Add(1)
 					t0 := time.Now()
 					r, err := p.Result()
@@ -450,17 +460,30 @@ func allOut(s *actors.Scheduler) bool {
 }
 
 // backOff waits before a refused client tries again: as long as a
-// suspension says, else briefly.
-func backOff(ctx context.Context, err error) {
-	d := 100 * time.Microsecond
-	var se *actors.SuspendedError
-	if errors.As(err, &se) {
-		d = se.RetryAfter
-	}
+// suspension says, else 100 µs doubled for each refusal in a row before
+// this one (tries), up to 6.4 ms: thousands of clients refused at
+// admission must not spend the CPU the admitted ones need.
+func backOff(ctx context.Context, err error, tries int) {
+	d := retryDelay(err, tries)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// maxInFlightPerLane is the scheduler's admission bound per lane: the
+// default 256, or, when the closed loop's clients outnumber what lanes of
+// that bound admit (a tenant with nothing in flight is admitted up to
+// three times the bound), enough that every client's step is admitted with
+// room for an uneven spread. Otherwise thousands of tenants would meet
+// ErrOverloaded at every other try, and the ones refused would starve
+// behind the ones admitted, which resubmit the moment a step ends.
+func maxInFlightPerLane(cfg Config, devices int) int {
+	if cfg.Mode == "open" {
+		return 0
+	}
+	perLane := (cfg.Tenants*cfg.Concurrency + cfg.Lanes*devices - 1) / max(cfg.Lanes*devices, 1)
+	return max(256, (perLane+1)/2)
 }

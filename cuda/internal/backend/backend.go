@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -178,6 +179,9 @@ type Handles struct {
 	buffers, hosts []uint64
 }
 
+// Reset empties h, keeping its storage.
+func (h *Handles) Reset() { h.buffers, h.hosts = h.buffers[:0], h.hosts[:0] }
+
 // Add adds the handles one command names.
 func (h *Handles) Add(c cuda.Command) {
 	_ = c.ForRegions(func(r cuda.Region) error {
@@ -330,18 +334,94 @@ const (
 func ExecBytes(n int) int64 { return ExecBytesBase + int64(n)*ExecBytesPerNode }
 
 // CheckRebind refuses an in-place parameter update (Exec.Rebind) whose
-// commands cannot be one kernel launch per node of an executable of n
-// nodes: a *cuda.RebindRefusedError saying why.
+// commands are not one per node of an executable of n nodes, or include
+// a kind no node takes in place (Rebindable).
 func CheckRebind(cmds []cuda.Command, n int) error {
 	if len(cmds) != n {
 		return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeCount, Node: -1,
 			Detail: fmt.Sprintf("%d commands for an executable of %d nodes", len(cmds), n)}
 	}
 	for i := range cmds {
-		if cmds[i].Kind != cuda.KindLaunch {
+		if !Rebindable(cmds[i].Kind) {
 			return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
-				Detail: fmt.Sprintf("a %v; only kernel nodes take new parameters in place", cmds[i].Kind)}
+				Detail: fmt.Sprintf("%s; only kernel, copy and memset nodes take new parameters in place", Article(cmds[i].Kind))}
 		}
 	}
 	return nil
+}
+
+// Rebindable reports whether a node captured from a command of kind k
+// takes new parameters in place: a kernel launch
+// (cuGraphExecKernelNodeSetParams), a copy between device memory and
+// device or pinned staging memory (cuGraphExecMemcpyNodeSetParams), a
+// memset (cuGraphExecMemsetNodeSetParams). Not an upload, whose source is
+// pinned memory the graph itself holds, nor a library call, whose nodes
+// are the library's.
+func Rebindable(k cuda.CommandKind) bool {
+	switch k {
+	case cuda.KindLaunch, cuda.KindCopy, cuda.KindZero, cuda.KindStageIn, cuda.KindStageOut:
+		return true
+	}
+	return false
+}
+
+// CheckedLike reports whether cmd passes every check its node's command
+// (checked, when it was captured or last rebound) passed but those of its
+// buffers: the same launch (kernel, shape, argument kinds, element types,
+// scalars, structs, region offsets and lengths) on other buffers of the
+// same element types, or a copy or memset of the same lengths. Then a
+// Rebind need only check each region against its buffer and look the
+// buffers up (CheckRegions): a kernel's extent checks and the launch
+// shape's are functions of what is equal. A serving loop rebinds one
+// tenant's step in place of another's, the same step on other buffers.
+func CheckedLike(cmd, checked *cuda.Command) bool {
+	if cmd.Kind != checked.Kind || cmd.Kernel != checked.Kernel || cmd.Config != checked.Config || len(cmd.Args) != len(checked.Args) ||
+		cmd.LibraryCall != nil || checked.LibraryCall != nil || len(cmd.Host) != 0 {
+		return false
+	}
+	for i := range cmd.Args {
+		a, b := &cmd.Args[i], &checked.Args[i]
+		if a.Kind != b.Kind || a.Elem != b.Elem || a.Bits != b.Bits || a.Struct != b.Struct || !sameExtent(a.Region, b.Region) {
+			return false
+		}
+	}
+	return sameExtent(cmd.Dst, checked.Dst) && sameExtent(cmd.Src, checked.Src) &&
+		cmd.Staging.Offset == checked.Staging.Offset && cmd.Staging.Length == checked.Staging.Length
+}
+
+// sameExtent reports whether two regions cover the same bytes of buffers
+// of one element type.
+func sameExtent(a, b cuda.Region) bool {
+	return a.Offset == b.Offset && a.Length == b.Length && a.Buffer.Elem == b.Buffer.Elem
+}
+
+// CheckRegions checks each region cmd names against its buffer and looks
+// the buffer up, and reports whether all passed (a caller runs the full
+// check for the error of one that did not).
+func CheckRegions(cmd *cuda.Command, lookup func(cuda.Buffer) error) bool {
+	if st := cmd.Staging; (cmd.Kind == cuda.KindStageIn || cmd.Kind == cuda.KindStageOut) &&
+		(st.Buffer.ID == 0 || st.Length == 0 || st.Offset > st.Buffer.Size || st.Length > st.Buffer.Size-st.Offset) {
+		return false
+	}
+	return cmd.ForRegions(func(r cuda.Region) error {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+		return lookup(r.Buffer)
+	}) == nil
+}
+
+// RebindKindMismatch refuses a command of another kind than the one its
+// node was captured from.
+func RebindKindMismatch(i int, node, cmd cuda.CommandKind) error {
+	return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
+		Detail: fmt.Sprintf("the node was captured from %s, the command is %s", Article(node), Article(cmd))}
+}
+
+// Article is a command kind with its indefinite article.
+func Article(k cuda.CommandKind) string {
+	if s := k.String(); s != "" && strings.ContainsRune("aeiou", rune(s[0])) {
+		return "an " + s
+	}
+	return "a " + k.String()
 }

@@ -1,0 +1,224 @@
+// Sharing executables by rebinding: a miss whose shape a resident has
+// replays that resident with the miss's own parameters written into it in
+// place (cuda.Exec.Rebind), so tenants of one shape share a few executables
+// instead of holding one each, and a miss replays after preparation closed.
+
+package cache
+
+import (
+	"errors"
+
+	"github.com/lanesched/lanes/cuda"
+)
+
+// MinSharedNodes is the fewest commands a segment needs for a miss to be
+// served by rebinding a resident of its shape. A rebind writes one set of
+// parameters per node (a fraction of a launch's cost: 0.44 µs a node on
+// the H200 against 2 to 3 µs an eager launch), and the graph launch then
+// replaces one launch per command; for one command the two come out even,
+// so such a miss runs eagerly when it cannot be captured.
+const MinSharedNodes = 2
+
+// maxNoRebind bounds the shapes remembered as refusing a rebind.
+const maxNoRebind = 256
+
+// share serves the misses it can by rebinding a resident of their shape
+// and returns the others, in order. It takes a miss when its commands are
+// known (enc.Command), it has at least MinSharedNodes commands, and it
+// cannot be captured into an executable of its own: preparation closed,
+// the stream busy, or the cache full by any of its bounds. The resident it
+// takes is its shape's least recently used one that this batch does not
+// need (donorFor): while preparation is open, the batch's owner's or one
+// of an owner beyond its equal share, so a tenant within its share keeps
+// its executables whatever its neighbours do, and the rest are traded,
+// which costs a rebind where trading them by capture would cost a capture
+// each (placeMisses' rule for those); once it closed, any tenant's. A rebind needs no quiescent stream: launches already
+// enqueued keep the parameters they were launched with (CUDA's rule for
+// cuGraphExecKernelNodeSetParams, which the simulated device keeps too).
+func (c *Cache) share(r *PrepareReport, owner string, cands []Candidate, misses []SegmentKey, quiescent bool, enc Encoder) ([]SegmentKey, error) {
+	if enc.Command == nil || len(c.shapes) == 0 {
+		return misses, nil
+	}
+	capture := c.prep.state == PrepOpen && quiescent
+	rest := misses[:0]
+	for _, k := range misses {
+		cand := cands[indexOf(cands, k)]
+		if cand.Len() < MinSharedNodes || capture && !c.full(cand) {
+			rest = append(rest, k)
+			continue
+		}
+		done, err := c.shareOne(r, owner, cands, cand, !capture || c.atShare(owner), c.prep.state == PrepOpen, quiescent, enc)
+		if err != nil {
+			return nil, err
+		}
+		if !done {
+			rest = append(rest, k)
+		}
+	}
+	return rest, nil
+}
+
+// full reports whether a new executable for cand would exceed the
+// cache's count, host-byte or device-byte bound.
+func (c *Cache) full(cand Candidate) bool {
+	return len(c.entries) >= c.prep.capacity ||
+		c.byteLimit > 0 && c.resident+cand.Bytes > c.byteLimit ||
+		c.devLimit > 0 && c.devBytes+c.estimate(cand.Len()) > c.devLimit
+}
+
+// shareOne rebinds a donor for cand (see share) and reports whether it
+// did. A refusal is recorded: by the executable's nodes, the shape is not
+// tried again; by the device, the donor, which may hold a part of the new
+// parameters, is evicted. Any other failure that leaves eager fallback
+// safe is remembered as the candidate's rejection.
+func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand Candidate, own, shares, quiescent bool, enc Encoder) (bool, error) {
+	if _, refused := c.noRebind[cand.Shape]; refused {
+		return false, nil
+	}
+	donor := c.donorFor(owner, own, shares, cands, cand.Shape)
+	if donor == nil {
+		return false, nil
+	}
+	recipe := c.spare
+	if cap(recipe) < cand.Len() {
+		recipe = make([]cuda.Command, cand.Len())
+	}
+	recipe = recipe[:cand.Len()]
+	for i := range recipe {
+		keepInto(&recipe[i], enc.Command(cand.Start+i))
+	}
+	t := c.start()
+	err := donor.Exec.Rebind(recipe)
+	c.timed(r, StageRebind, len(recipe), t)
+	if err != nil {
+		c.spare = recipe
+		var refused *cuda.RebindRefusedError
+		switch {
+		case errors.As(err, &refused):
+			r.RebindRefusals = append(r.RebindRefusals, err)
+			if refused.Refusal == cuda.RebindDeviceRefused {
+				if err := c.restore(r, donor, refused, quiescent); err != nil {
+					return false, err
+				}
+			} else {
+				if len(c.noRebind) >= maxNoRebind {
+					clear(c.noRebind)
+				}
+				c.noRebind[cand.Shape] = err
+			}
+			return false, nil
+		case cuda.Classify(err).Sticky:
+			return false, &ReplayError{Stage: "rebind", Detail: err.Error(), Err: err}
+		}
+		c.remember(cand.Key)
+		r.Rejections = append(r.Rejections, &ReplayError{Stage: "rebind", Detail: err.Error(), EagerFallbackSafe: true, Err: err})
+		c.dispose(r, cands, cand.Key, DispositionCaptureRejected)
+		r.CaptureRejections++
+		return true, nil
+	}
+	c.spare = donor.recipe
+	c.take(r, donor, Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes,
+		NodeCounts: donor.NodeCounts, Scope: cand.Scope, Owner: owner, Bytes: cand.Bytes, recipe: recipe}, UpdateByParameters)
+	c.dispose(r, cands, cand.Key, DispositionUpdated)
+	return true, nil
+}
+
+// restore makes a donor whose rebind the device refused replay its own
+// key again: unchanged when the refusal came at its first node, else
+// rebound to its own recipe (the nodes before the refused one took the
+// new parameters). One it cannot restore is evicted: a sealed cache never
+// gets it back, so it is kept whenever it can be.
+func (c *Cache) restore(r *PrepareReport, donor *Executable, refused *cuda.RebindRefusedError, quiescent bool) error {
+	if refused.Node <= 0 {
+		return nil
+	}
+	if donor.recipe != nil {
+		err := donor.Exec.Rebind(donor.recipe)
+		if err == nil {
+			return nil
+		}
+		if cuda.Classify(err).Sticky {
+			return &ReplayError{Stage: "rebind", Detail: err.Error(), Err: err}
+		}
+	}
+	c.evict(donor.Key, quiescent)
+	r.Evicted = append(r.Evicted, donor.Key)
+	return nil
+}
+
+// donorFor is the resident a miss of owner's batch of this shape may take
+// (see share), or nil: walking the shape's residents least recently used
+// first, past those the batch needs, the owner's own unless own (an owner
+// under its share that can capture gets an executable of its own rather
+// than trade its own away), and, with shares (while preparation is open),
+// those of other owners within their share (no one's, Disown, are
+// anyone's). With more owners than the cache holds executables every
+// owner is beyond its share, and the walk ends at the first resident.
+// Once preparation has closed, nothing can be captured in a resident's
+// place: every tenant of the shape shares its residents, least recently
+// used first, and a tenant whose executable another took rebinds in turn.
+func (c *Cache) donorFor(owner string, own, shares bool, cands []Candidate, shape ShapeKey) *Executable {
+	ring := c.shapes[shape]
+	if ring == nil {
+		return nil
+	}
+	for e := ring.oldest; e != nil; e = e.shapeNext {
+		mine := e.Owner == owner
+		if mine && !own || shares && !mine && e.Owner != "" && !c.overShare(e.Owner, owner) || indexOf(cands, e.Key) >= 0 {
+			continue
+		}
+		return e
+	}
+	return nil
+}
+
+// take makes the resident donor, just rebound or updated in place, replay
+// exe's candidate: it takes exe's key, counts, scope, owner, bytes and
+// recipe, becomes the most recently used, and the report says so.
+func (c *Cache) take(r *PrepareReport, donor *Executable, exe Executable, how UpdateKind) {
+	from := donor.Key
+	c.remove(from)
+	donor.Key, donor.Shape, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Shape, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
+	donor.Owner, donor.Bytes, donor.DeviceBytes, donor.recipe, donor.Hits = exe.Owner, exe.Bytes, donor.Exec.DeviceBytes(), exe.recipe, 0
+	donor.lastUsed, donor.lastBatch = c.tick(), c.batches
+	c.put(donor)
+	r.Updates = append(r.Updates, Update{From: from, To: exe.Key, InPlace: how})
+	r.Evicted = append(r.Evicted, from)
+	r.Updated++
+}
+
+// dispose gives disposition d to every candidate of key k.
+func (c *Cache) dispose(r *PrepareReport, cands []Candidate, k SegmentKey, d Disposition) {
+	for i := range cands {
+		if cands[i].Key == k {
+			r.Dispositions[i] = d
+		}
+	}
+}
+
+// keepInto copies cmd into dst as the cache keeps it (a recipe), reusing
+// dst's argument and host-byte storage: the caller may change cmd's
+// slices afterwards.
+func keepInto(dst *cuda.Command, cmd cuda.Command) {
+	args, host := dst.Args[:0], dst.Host[:0]
+	*dst = cmd
+	dst.Args, dst.Host = nil, nil
+	if len(cmd.Args) > 0 {
+		dst.Args = append(args, cmd.Args...)
+	}
+	if len(cmd.Host) > 0 {
+		dst.Host = append(host, cmd.Host...)
+	}
+}
+
+// keepAll is a copy of cmds the caller may keep.
+func keepAll(cmds []cuda.Command) []cuda.Command {
+	if cmds == nil {
+		return nil
+	}
+	out := make([]cuda.Command, len(cmds))
+	for i := range cmds {
+		keepInto(&out[i], cmds[i])
+	}
+	return out
+}
