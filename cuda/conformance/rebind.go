@@ -37,30 +37,7 @@ func testRebind(t *testing.T, dev cuda.Device) {
 			build(kernels.Axpy, threads, cuda.BufferArg(y.Whole()), cuda.BufferArg(x.Whole()), cuda.F32Arg(a), cuda.I32Arg(n)),
 		}
 	}
-	capture := func(cmds []cuda.Command) cuda.Exec {
-		t.Helper()
-		if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range cmds {
-			if err := s.Enqueue(c); err != nil {
-				t.Fatal(err)
-			}
-		}
-		g, err := s.EndCapture()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Destroy()
-		x, err := g.Instantiate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := x.Upload(s); err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
+	capture := func(cmds []cuda.Command) cuda.Exec { t.Helper(); return f.instantiated(s, cmds) }
 	launch := func(x cuda.Exec) {
 		t.Helper()
 		if err := s.Launch(x); err != nil {
@@ -187,30 +164,7 @@ func testRebindCopies(t *testing.T, dev cuda.Device) {
 		}
 		return []cuda.Command{in, cp, z, axpy, out}
 	}
-	capture := func(cmds []cuda.Command) cuda.Exec {
-		t.Helper()
-		if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range cmds {
-			if err := s.Enqueue(c); err != nil {
-				t.Fatal(err)
-			}
-		}
-		g, err := s.EndCapture()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Destroy()
-		x, err := g.Instantiate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := x.Upload(s); err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
+	capture := func(cmds []cuda.Command) cuda.Exec { t.Helper(); return f.instantiated(s, cmds) }
 	readOut := func(tn tenant) []byte {
 		t.Helper()
 		if err := s.Synchronize(); err != nil {
@@ -278,4 +232,32 @@ func testRebindCopies(t *testing.T, dev cuda.Device) {
 		t.Fatalf("a launch in flight took a later Rebind's parameters: tenant a's output\n%v\nwant\n%v", DecodeF32(got), DecodeF32(firstA))
 	}
 	equalF32(t, "the launch after the in-flight rebind", DecodeF32(readOut(b)), want)
+}
+
+// instantiated captures cmds on s, instantiates the graph and uploads the
+// executable (the graph is destroyed).
+func (f fixture) instantiated(s cuda.Stream, cmds []cuda.Command) cuda.Exec {
+	t := f.t
+	t.Helper()
+	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		if err := s.Enqueue(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := s.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Destroy()
+	x, err := g.Instantiate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Upload(s); err != nil {
+		t.Fatal(err)
+	}
+	return x
 }

@@ -144,3 +144,39 @@ func BenchmarkInitCheck(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRebind is the simulated device's own cost of an in-place
+// parameter update of K kernel nodes (Exec.Rebind), in turn to two
+// tenants' buffers: of the same sizes (only the buffers differ, the
+// checks the nodes passed hold but the buffers'), and of other sizes (each
+// command checked in full). ns per rebind, and per node.
+func BenchmarkRebind(b *testing.B) {
+	for _, k := range []int{16, 64} {
+		for _, sizes := range []string{"same", "other"} {
+			b.Run(fmt.Sprintf("K=%d/sizes=%s", k, sizes), func(b *testing.B) {
+				r := newRig(b, sim.Config{Clock: sim.ClockZeroCost})
+				s := r.stream()
+				a := r.counter(s, 16)
+				n := 16
+				if sizes == "other" {
+					n = 32
+				}
+				other := r.counter(s, n)
+				x := r.capture(s, a, k)
+				steps := [2][]cuda.Command{}
+				for i, buf := range []cuda.Buffer{a, other} {
+					for range k {
+						steps[i] = append(steps[i], r.inc(buf))
+					}
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					if err := x.Rebind(steps[i%2]); err != nil {
+						b.Fatalf("Rebind: got err %v, want nil", err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*k), "ns/node")
+			})
+		}
+	}
+}

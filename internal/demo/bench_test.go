@@ -26,20 +26,8 @@ func BenchmarkServingLoop(b *testing.B) {
 			b.Run(fmt.Sprintf("next=%s/lanes=%d", next, lanes), func(b *testing.B) {
 				cfg := demo.Defaults()
 				cfg.Clock, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.Timing, cfg.Concurrency, cfg.NextStep = "none", lanes, 16, 0, "off", 1, next
-				cfg.Warmup, cfg.Steps = 2, max(b.N/cfg.Tenants, 1)
-				b.ResetTimer()
-				rep, err := demo.Run(context.Background(), cfg, demo.Options{})
-				b.StopTimer()
-				if err != nil {
-					b.Fatalf("demo.Run: got err %v, want nil", err)
-				}
-				if !rep.OK() || rep.Accepted != rep.Ended {
-					b.Fatalf("got ok %v, accepted %d, ended %d; want every accepted step ended", rep.OK(), rep.Accepted, rep.Ended)
-				}
-				b.ReportMetric(rep.StepsPerSec, "steps/s")
-				b.ReportMetric(rep.Runtime.CPUPerStep/1e3, "cpu-us/step")
-				b.ReportMetric(rep.Runtime.BytesPerStep, "B/step")
-				b.ReportMetric(rep.Runtime.ObjectsPerStep, "objects/step")
+				cfg.Warmup = 2
+				runLoop(b, cfg)
 			})
 		}
 	}
@@ -59,21 +47,29 @@ func BenchmarkTenants(b *testing.B) {
 		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
 			cfg := demo.Defaults()
 			cfg.Clock, cfg.Lanes, cfg.Tenants, cfg.EagerTenants, cfg.Timing, cfg.Concurrency = "none", 4, tenants, 0, "off", 1
-			cfg.Warmup, cfg.Steps = 1, max(b.N/cfg.Tenants, 1)
-			b.ResetTimer()
-			rep, err := demo.Run(context.Background(), cfg, demo.Options{})
-			b.StopTimer()
-			if err != nil {
-				b.Fatalf("demo.Run: got err %v, want nil", err)
-			}
-			if !rep.OK() || rep.Accepted != rep.Ended {
-				b.Fatalf("got ok %v, accepted %d, ended %d; want every accepted step ended", rep.OK(), rep.Accepted, rep.Ended)
-			}
-			b.ReportMetric(rep.StepsPerSec, "steps/s")
-			b.ReportMetric(rep.Runtime.CPUPerStep/1e3, "cpu-us/step")
-			b.ReportMetric(rep.Runtime.BytesPerStep, "B/step")
-			b.ReportMetric(rep.Runtime.ObjectsPerStep, "objects/step")
+			cfg.Warmup = 1
+			rep := runLoop(b, cfg)
 			b.ReportMetric(100*rep.ReplayShare, "replayed-%")
 		})
 	}
+}
+
+// runLoop runs cfg's loop for b.N steps in all (at least one per tenant),
+// timed, and reports what lanedemo's report says of the scheduler's cost.
+func runLoop(b *testing.B, cfg demo.Config) *demo.Report {
+	cfg.Steps = max(b.N/cfg.Tenants, 1)
+	b.ResetTimer()
+	rep, err := demo.Run(context.Background(), cfg, demo.Options{})
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("demo.Run: got err %v, want nil", err)
+	}
+	if !rep.OK() || rep.Accepted != rep.Ended {
+		b.Fatalf("got ok %v, accepted %d, ended %d; want every accepted step ended", rep.OK(), rep.Accepted, rep.Ended)
+	}
+	b.ReportMetric(rep.StepsPerSec, "steps/s")
+	b.ReportMetric(rep.Runtime.CPUPerStep/1e3, "cpu-us/step")
+	b.ReportMetric(rep.Runtime.BytesPerStep, "B/step")
+	b.ReportMetric(rep.Runtime.ObjectsPerStep, "objects/step")
+	return rep
 }
