@@ -12,8 +12,6 @@
 
 package actors
 
-import "slices"
-
 // work is what a lane's fair queue holds: a batch (*submitRequest) or a
 // staged replay (*stagedRequest).
 type work interface {
@@ -42,23 +40,27 @@ func (m *stagedRequest) cost() int {
 }
 func (m *stagedRequest) share() int { return m.weight }
 
-// fairQueue is a lane's waiting work, per tenant.
+// fairQueue is a lane's waiting work, per tenant. Its tenants with work
+// waiting form a ring in visiting order, linked through their queues, so
+// that a tenant joins and leaves it in constant time however many wait.
 type fairQueue struct {
 	quantum int
 	queues  map[string]*tenantQueue
-	ring    []*tenantQueue // tenants with waiting batches, in visiting order
-	next    int            // the ring position visited next
-	n       int            // waiting batches
+	first   *tenantQueue // the ring's first tenant (nil: none waits)
+	cur     *tenantQueue // the tenant visited next (nil: first)
+	size    int          // tenants in the ring
+	n       int          // waiting batches
 }
 
 // tenantQueue is one tenant's waiting batches and its credit.
 type tenantQueue struct {
-	name     string
-	weight   int
-	items    []work
-	head     int
-	deficit  int
-	credited bool // this visit's credit was given
+	name       string
+	weight     int
+	items      []work
+	head       int
+	deficit    int
+	credited   bool         // this visit's credit was given
+	prev, next *tenantQueue // the ring's neighbours
 }
 
 // len is the number of waiting batches.
@@ -76,10 +78,45 @@ func (q *fairQueue) push(m work) {
 	if t == nil {
 		t = &tenantQueue{name: m.owner(), weight: max(1, m.share())}
 		q.queues[m.owner()] = t
-		q.ring = append(q.ring, t)
+		q.join(t)
 	}
 	t.items = append(t.items, m)
 	q.n++
+}
+
+// join adds a tenant at the ring's end (just before its first).
+func (q *fairQueue) join(t *tenantQueue) {
+	if q.first == nil {
+		t.prev, t.next = t, t
+		q.first = t
+	} else {
+		last := q.first.prev
+		t.prev, t.next = last, q.first
+		last.next, q.first.prev = t, t
+	}
+	q.size++
+}
+
+// leave takes a tenant out of the ring; the tenant after it is visited
+// next if it was.
+func (q *fairQueue) leave(t *tenantQueue) {
+	delete(q.queues, t.name)
+	q.size--
+	if q.size == 0 {
+		q.first, q.cur = nil, nil
+	} else {
+		t.prev.next, t.next.prev = t.next, t.prev
+		if q.cur == t {
+			q.cur = t.next
+			if q.cur == q.first {
+				q.cur = nil // t was the last: the next visit starts the ring over
+			}
+		}
+		if q.first == t {
+			q.first = t.next
+		}
+	}
+	t.prev, t.next = nil, nil
 }
 
 // pop takes the next work by deficit round robin, or nil when none waits.
@@ -93,15 +130,15 @@ func (q *fairQueue) popFor(ready func(tenant string) bool) work {
 		return nil
 	}
 	for skipped := 0; ; {
-		if q.next >= len(q.ring) {
-			q.next = 0
+		if q.cur == nil {
+			q.cur = q.first
 		}
-		t := q.ring[q.next]
+		t := q.cur
 		if ready != nil && !ready(t.name) {
-			if skipped++; skipped >= len(q.ring) {
+			if skipped++; skipped >= q.size {
 				return nil
 			}
-			q.next++
+			q.advance()
 			continue
 		}
 		skipped = 0
@@ -117,7 +154,15 @@ func (q *fairQueue) popFor(ready func(tenant string) bool) work {
 		}
 		// Not enough credit for its next batch: the next tenant's turn.
 		t.credited = false
-		q.next++
+		q.advance()
+	}
+}
+
+// advance moves the visit to the next tenant of the ring (past the last:
+// the first again).
+func (q *fairQueue) advance() {
+	if q.cur = q.cur.next; q.cur == q.first {
+		q.cur = nil
 	}
 }
 
@@ -130,18 +175,14 @@ func (q *fairQueue) take(t *tenantQueue) {
 	if t.head < len(t.items) {
 		return
 	}
-	delete(q.queues, t.name)
-	last := len(q.ring) - 1
-	copy(q.ring[q.next:], q.ring[q.next+1:])
-	q.ring[last] = nil
-	q.ring = q.ring[:last]
+	q.leave(t)
 }
 
 // remove takes the first waiting work that match says is it, wherever it
 // waits, or returns nil; the rest keep their order, and their tenants their
 // credit (a tenant left with nothing waiting leaves the ring, as in take).
 func (q *fairQueue) remove(match func(work) bool) work {
-	for i, t := range q.ring {
+	for t, i := q.first, 0; i < q.size; t, i = t.next, i+1 {
 		for j := t.head; j < len(t.items); j++ {
 			if !match(t.items[j]) {
 				continue
@@ -152,11 +193,7 @@ func (q *fairQueue) remove(match func(work) bool) work {
 			t.items = t.items[:len(t.items)-1]
 			q.n--
 			if t.head == len(t.items) {
-				delete(q.queues, t.name)
-				q.ring = slices.Delete(q.ring, i, i+1)
-				if q.next > i {
-					q.next--
-				}
+				q.leave(t)
 			}
 			return m
 		}
@@ -167,11 +204,10 @@ func (q *fairQueue) remove(match func(work) bool) work {
 // drain takes all waiting work, each tenant's in order.
 func (q *fairQueue) drain() []work {
 	all := make([]work, 0, q.n)
-	for _, t := range q.ring {
+	for t, i := q.first, 0; i < q.size; t, i = t.next, i+1 {
 		all = append(all, t.items[t.head:]...)
 	}
 	clear(q.queues)
-	clear(q.ring)
-	q.ring, q.next, q.n = q.ring[:0], 0, 0
+	q.first, q.cur, q.size, q.n = nil, nil, 0, 0
 	return all
 }

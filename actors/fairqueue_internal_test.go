@@ -29,8 +29,8 @@ func TestFairQueueTakesTurns(t *testing.T) {
 	if got, want := order(&q), []string{"flood", "light", "other", "flood", "flood", "flood"}; !slices.Equal(got, want) {
 		t.Fatalf("got order %v, want %v", got, want)
 	}
-	if q.len() != 0 || len(q.queues) != 0 || len(q.ring) != 0 {
-		t.Fatalf("the emptied queue: got len %d, %d tenant queues, %d tenants in the ring; want 0, 0, 0", q.len(), len(q.queues), len(q.ring))
+	if q.len() != 0 || len(q.queues) != 0 || q.size != 0 {
+		t.Fatalf("the emptied queue: got len %d, %d tenant queues, %d tenants in the ring; want 0, 0, 0", q.len(), len(q.queues), q.size)
 	}
 }
 
@@ -98,8 +98,8 @@ func TestFairQueueRemove(t *testing.T) {
 			t.Fatalf("remove call %d: got %v, want it", id, got)
 		}
 	}
-	if q.len() != 3 || q.has("b") || len(q.ring) != 2 {
-		t.Fatalf("after the removals: got len %d, b waiting %v, %d tenants in the ring; want 3, false, 2", q.len(), q.has("b"), len(q.ring))
+	if q.len() != 3 || q.has("b") || q.size != 2 {
+		t.Fatalf("after the removals: got len %d, b waiting %v, %d tenants in the ring; want 3, false, 2", q.len(), q.has("b"), q.size)
 	}
 	var got []uint64
 	for m := q.pop(); m != nil; m = q.pop() {

@@ -181,9 +181,8 @@ func (m *stepMemo) remember(b *Batch, fp uint64, d cache.Discovery, frees uint64
 		m.see(fp)
 		return
 	}
-	if m.index == nil {
-		m.index = make(map[uint64]int, memoSteps)
-		m.steps = make([]memoStep, 0, memoSteps)
+	if m.index == nil { // grown as steps come: most lanes remember a few
+		m.index = make(map[uint64]int)
 	}
 	if i, ok := m.index[fp]; ok { // a colliding batch: the newer one takes its place
 		m.drop(i)
