@@ -94,10 +94,11 @@ func TestClosedLoopNextStep(t *testing.T) {
 			for _, tr := range rep.PerTenant {
 				refused += tr.Refused
 			}
-			// Every issued step is accepted or refused once: a refusal
-			// spends its step as the caller's loop does.
-			if want := int64(cfg.Tenants * cfg.Steps); rep.Accepted+refused != want {
-				t.Errorf("next step %s, faults %v: got %d accepted and %d refused, want %d steps issued in all", next, faults, rep.Accepted, refused, want)
+			// Every issued step is accepted once: a refused step is
+			// submitted again after a back-off (the same batch), and its
+			// refusals are counted apart.
+			if want := int64(cfg.Tenants * cfg.Steps); rep.Accepted != want {
+				t.Errorf("next step %s, faults %v: got %d accepted (and %d refusals), want the %d steps issued", next, faults, rep.Accepted, refused, want)
 			}
 			if !faults {
 				cpu[next] = rep.Runtime.CPUPerStep
