@@ -96,6 +96,8 @@ func (a *laneActor) Receive(ctx actor.Context) {
 		delete(a.wantCapture, m.tenant)
 		if a.lane != nil {
 			a.lane.ForgetTenant(m.tenant, m.programs)
+			a.ref.tenantBytesStale = true // its executables left, or are no one's now: publish at once
+			a.ref.publish(a.lane.Counters(), a.lane.DeviceBytesByTenant, true)
 		}
 	case *adminRequest:
 		a.admin(m)

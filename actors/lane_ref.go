@@ -154,7 +154,11 @@ type LaneStatus struct {
 	Counters lanes.Counters
 	// TenantDeviceBytes is the device memory each tenant's resident
 	// executables on the lane hold (Counters.ExecutableDeviceBytes is
-	// the lane's, retired executables included).
+	// the lane's, retired executables and no one's included: a tenant
+	// forgotten while the lane is sealed leaves its executables to
+	// whoever rebinds them). While executables change hands at every step
+	// (tenants beyond the cache, docs/replays.md) it is read at most every
+	// 10 ms, and once the lane is idle.
 	TenantDeviceBytes map[string]int64
 	Staged            lanes.StagedCounters // data movement of staged replays
 	// Threads are the OS thread ids its Receive ran on (with

@@ -56,3 +56,47 @@ func TestHungLaneComesBackWarm(t *testing.T) {
 		}
 	}
 }
+
+// TestForgottenTenantsExecutables: a tenant forgotten while its lane is
+// sealed leaves its executable resident for others to rebind, and the
+// lane's status lists it under no tenant; forgotten while preparation is
+// open, its executable leaves the lane, also in the status.
+func TestForgottenTenantsExecutables(t *testing.T) {
+	for _, sealed := range []bool{true, false} {
+		dev := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 4)
+		s := start(t, actors.Config{Devices: []cuda.Device{dev}})
+		ctx := context.Background()
+		for _, tn := range []string{"a", "b"} {
+			buf := 0
+			if tn == "b" {
+				buf = 2
+			}
+			if _, err := s.Submit(ctx, tn, dev.batch(buf, 4)); err != nil {
+				t.Fatalf("%s's step: got err %v, want nil", tn, err)
+			}
+		}
+		if sealed {
+			if _, err := s.Seal(ctx, 0); err != nil {
+				t.Fatalf("Seal: got err %v, want nil", err)
+			}
+		}
+		if err := s.Forget("a"); err != nil {
+			t.Fatalf("Forget(a): got err %v, want nil", err)
+		}
+		want := 1
+		if sealed {
+			want = 2
+		}
+		var st actors.LaneStatus
+		for try := 0; try < 200; try++ {
+			if st = s.Lanes()[0]; st.Counters.Executables == want && st.TenantDeviceBytes["a"] == 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, listed := st.TenantDeviceBytes["a"]; listed || st.Counters.Executables != want || st.TenantDeviceBytes["b"] <= 0 {
+			t.Fatalf("sealed %v, after Forget(a): got %d executables, tenant bytes %v; want %d, none listed under a, b's listed",
+				sealed, st.Counters.Executables, st.TenantDeviceBytes, want)
+		}
+	}
+}

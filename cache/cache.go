@@ -87,11 +87,13 @@ func (c *Cache) LimitDeviceBytes(n int64) { c.devLimit = max(n, 0) }
 func (c *Cache) DeviceBytes() int64 { return c.devBytes + c.devRetire }
 
 // DeviceBytesByOwner is the device memory each owner's resident
-// executables hold.
+// executables hold; no one's (Disown) are left out.
 func (c *Cache) DeviceBytesByOwner() map[string]int64 {
 	out := make(map[string]int64, len(c.owners))
 	for o, u := range c.owners {
-		out[o] = u.dev
+		if o != "" {
+			out[o] = u.dev
+		}
 	}
 	return out
 }

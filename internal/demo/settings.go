@@ -29,16 +29,19 @@ type Settings struct {
 	Seed            int64      `json:"seed"`
 	SpinSeconds     float64    `json:"spin_s"`
 	StreamDepth     int        `json:"stream_depth"`
-	Hostile         string     `json:"hostile,omitempty"`
-	KernelsFrom     string     `json:"kernels_from,omitempty"`
-	SoakSeconds     float64    `json:"soak_s,omitempty"`
-	HangSeconds     float64    `json:"hang_timeout_s"`
-	WarmupTimeout   float64    `json:"warmup_timeout_s"`
-	Rebuild         Rebuild    `json:"rebuild"`
-	TraceFile       string     `json:"trace_file,omitempty"`
-	OTLPEndpoint    string     `json:"otlp_endpoint,omitempty"`
-	Metrics         string     `json:"metrics,omitempty"`
-	TraceSuccesses  float64    `json:"trace_successes"`
+	// MaxInFlightPerLane is the admission bound lanedemo gave the
+	// scheduler (0: the default, in open loop): its closed loop's steps fit.
+	MaxInFlightPerLane int     `json:"max_in_flight_per_lane,omitempty"`
+	Hostile            string  `json:"hostile,omitempty"`
+	KernelsFrom        string  `json:"kernels_from,omitempty"`
+	SoakSeconds        float64 `json:"soak_s,omitempty"`
+	HangSeconds        float64 `json:"hang_timeout_s"`
+	WarmupTimeout      float64 `json:"warmup_timeout_s"`
+	Rebuild            Rebuild `json:"rebuild"`
+	TraceFile          string  `json:"trace_file,omitempty"`
+	OTLPEndpoint       string  `json:"otlp_endpoint,omitempty"`
+	Metrics            string  `json:"metrics,omitempty"`
+	TraceSuccesses     float64 `json:"trace_successes"`
 }
 
 // Rebuild is the lanes' rebuild policy (actors.Recovery) in the report.
@@ -56,7 +59,7 @@ func (c Config) settings() Settings {
 	r := c.Recovery
 	rebuild := Rebuild{Disabled: r.Disabled, MaxFailures: orDefault(r.MaxFailures, 5), WindowSeconds: orDur(r.Window, time.Minute),
 		BackoffSeconds: orDur(r.Backoff, time.Millisecond), MaxBackoffSeconds: orDur(r.MaxBackoff, time.Second)}
-	return Settings{Device: c.Device, Clock: c.Clock, Devices: c.Devices, Lanes: c.Lanes, Tenants: c.Tenants, EagerTenants: c.EagerTenants,
+	return Settings{MaxInFlightPerLane: maxInFlightPerLane(c, c.Devices), Device: c.Device, Clock: c.Clock, Devices: c.Devices, Lanes: c.Lanes, Tenants: c.Tenants, EagerTenants: c.EagerTenants,
 		DurationSeconds: c.Duration.Seconds(), Steps: c.Steps, Warmup: c.Warmup, Mode: c.Mode, Concurrency: c.Concurrency, NextStep: c.nextStep(), Rate: c.Rate,
 		Kernels: c.Kernels, Capacity: c.Capacity, Timing: c.Timing, Transfers: c.Transfers, Faults: c.Faults, Seed: c.Seed,
 		SpinSeconds: c.Spin.Seconds(), StreamDepth: c.StreamDepth, Hostile: c.Hostile, KernelsFrom: c.KernelsFrom,
