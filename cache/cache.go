@@ -33,19 +33,22 @@ type Cache struct {
 	entries   map[SegmentKey]*Executable
 	owners    map[string]*ownerUse    // each owner's residents (residents.go)
 	shapes    map[ShapeKey]*shapeRing // each shape's residents, least recently used first
-	noRebind  map[ShapeKey]error      // shapes whose executables refuse a rebind by their nodes (rebind.go)
-	spare     []cuda.Command          // a recipe's storage, reused by the next rebind (rebind.go)
-	misses    []SegmentKey            // lookUp's, reused
-	rejected  map[SegmentKey]uint64
-	retired   []*Executable
-	prep      tracker
-	clock     uint64
-	batches   uint64 // batches prepared (with candidates): the clock of "in use"
+	noRebind  map[ShapeKey]refusal    // shapes not rebound: their nodes refuse it, or the device did, often (rebind.go)
+	// refusedInARow counts each shape's rebinds the device refused since
+	// its last that succeeded (rebind.go).
+	refusedInARow map[ShapeKey]int
+	spare         []cuda.Command // a recipe's storage, reused by the next rebind (rebind.go)
+	misses        []SegmentKey   // lookUp's, reused
+	rejected      map[SegmentKey]uint64
+	retired       []*Executable
+	prep          tracker
+	clock         uint64
+	batches       uint64 // batches prepared (with candidates): the clock of "in use"
 }
 
 // New returns an empty, unconfigured cache.
 func New() *Cache {
-	c := &Cache{rejected: map[SegmentKey]uint64{}, noRebind: map[ShapeKey]error{}}
+	c := &Cache{rejected: map[SegmentKey]uint64{}, noRebind: map[ShapeKey]refusal{}, refusedInARow: map[ShapeKey]int{}}
 	c.clear()
 	return c
 }
@@ -228,7 +231,7 @@ func (c *Cache) Trim(quiescent bool) (TrimReport, error) {
 	}
 	t.Retired = c.ReleaseRetired(true)
 	c.clear()
-	c.rejected, c.noRebind = map[SegmentKey]uint64{}, map[ShapeKey]error{}
+	c.rejected, c.noRebind, c.refusedInARow = map[SegmentKey]uint64{}, map[ShapeKey]refusal{}, map[ShapeKey]int{}
 	return t, nil
 }
 

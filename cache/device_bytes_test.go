@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
@@ -203,5 +204,39 @@ func TestDeviceBoundFullUpdatesInPlace(t *testing.T) {
 	r.Run(r.Segment(0), true)
 	if _, rep := r.Run(r.Segment(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7), true); rep.Captured != 1 {
 		t.Fatalf("a 16-node segment that fits beside a 1-node one: got %+v, want it captured", rep)
+	}
+}
+
+// TestDeviceRefusalsPauseRebinds: on a sealed cache, a shape whose rebinds
+// the device refuses every time is tried eight times in a row, then not
+// again for a while (a driver that refuses a kind of node would otherwise
+// cost a refused rebind at every step); the resident keeps replaying its
+// own key throughout.
+func TestDeviceRefusalsPauseRebinds(t *testing.T) {
+	r := cachetest.New(t, 8, sim.Fault{Kind: sim.FaultUpdateReject, Rate: 1})
+	if _, err := r.Cache.Configure(1); err != nil {
+		t.Fatalf("Configure(1): got err %v, want nil", err)
+	}
+	r.Owner = "a"
+	own := r.Segment(0, 1)
+	r.Run(own, true)
+	if _, err := r.Cache.Seal(); err != nil {
+		t.Fatalf("Seal: got err %v, want nil", err)
+	}
+	refusals := 0
+	for i := range 20 {
+		r.Owner = fmt.Sprintf("t%d", i)
+		_, rep := r.Run(r.Segment(2+i%6, 3), true)
+		refusals += len(rep.RebindRefusals)
+		if rep.Updated != 0 || rep.OutsidePreparation != 1 {
+			t.Fatalf("batch %d: got %d updated, %d outside preparation; want the miss eager", i, rep.Updated, rep.OutsidePreparation)
+		}
+	}
+	if refusals != 8 {
+		t.Fatalf("got %d rebinds refused in 20 batches, want 8, then none tried", refusals)
+	}
+	r.Owner = "a"
+	if _, rep := r.Run(own, true); rep.Hits != 1 {
+		t.Fatalf("the resident's own batch after the refusals: got %d hits, want 1", rep.Hits)
 	}
 }

@@ -203,7 +203,7 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 func (p *preparing) rebind(r *PrepareReport, cand Candidate, recipe []cuda.Command, full bool) (bool, error) {
 	c := p.c
 	di := c.donor(cand.Shape, p.evictable, p.first, full)
-	if _, refused := c.noRebind[cand.Shape]; di < 0 || recipe == nil || refused {
+	if di < 0 || recipe == nil || c.rebindRefused(cand.Shape) {
 		return false, nil
 	}
 	donor := c.entries[p.evictable[di]]

@@ -22,6 +22,40 @@ const MinSharedNodes = 2
 // maxNoRebind bounds the shapes remembered as refusing a rebind.
 const maxNoRebind = 256
 
+// Refusals by the device: a shape whose rebinds the device refused
+// refusalsToPause times in a row is not rebound for rebindPause prepared
+// batches (a driver that refuses a kind of node would otherwise cost a
+// refused rebind at every step), then tried again.
+const (
+	refusalsToPause = 8
+	rebindPause     = 4096
+)
+
+// refusal is why a shape is not rebound, and until when.
+type refusal struct {
+	err   error
+	until uint64 // the prepared-batch count it may be tried again at (0: never)
+}
+
+// rebindRefused reports whether shape's rebinds are refused for now.
+func (c *Cache) rebindRefused(shape ShapeKey) bool {
+	f, ok := c.noRebind[shape]
+	if ok && f.until != 0 && c.batches >= f.until {
+		delete(c.noRebind, shape)
+		return false
+	}
+	return ok
+}
+
+// refuseRebinds remembers that shape's rebinds are refused (until 0:
+// for good, as its nodes refuse them).
+func (c *Cache) refuseRebinds(shape ShapeKey, err error, until uint64) {
+	if len(c.noRebind) >= maxNoRebind {
+		clear(c.noRebind)
+	}
+	c.noRebind[shape] = refusal{err: err, until: until}
+}
+
 // share serves the misses it can by rebinding a resident of their shape
 // and returns the others, in order. It takes a miss when its commands are
 // known (enc.Command), it has at least MinSharedNodes commands, and it
@@ -68,11 +102,12 @@ func (c *Cache) full(cand Candidate) bool {
 
 // shareOne rebinds a donor for cand (see share) and reports whether it
 // did. A refusal is recorded: by the executable's nodes, the shape is not
-// tried again; by the device, the donor, which may hold a part of the new
-// parameters, is evicted. Any other failure that leaves eager fallback
-// safe is remembered as the candidate's rejection.
+// tried again; by the device, the donor is restored (restore), and a shape
+// refused refusalsToPause times in a row rests for rebindPause batches.
+// Any other failure that leaves eager fallback safe is remembered as the
+// candidate's rejection.
 func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand Candidate, own, shares, quiescent bool, enc Encoder) (bool, error) {
-	if _, refused := c.noRebind[cand.Shape]; refused {
+	if c.rebindRefused(cand.Shape) {
 		return false, nil
 	}
 	donor := c.donorFor(owner, own, shares, cands, cand.Shape)
@@ -96,15 +131,19 @@ func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand
 		switch {
 		case errors.As(err, &refused):
 			r.RebindRefusals = append(r.RebindRefusals, err)
-			if refused.Refusal == cuda.RebindDeviceRefused {
-				if err := c.restore(r, donor, refused, quiescent); err != nil {
-					return false, err
-				}
-			} else {
-				if len(c.noRebind) >= maxNoRebind {
-					clear(c.noRebind)
-				}
-				c.noRebind[cand.Shape] = err
+			if refused.Refusal != cuda.RebindDeviceRefused {
+				c.refuseRebinds(cand.Shape, err, 0)
+				return false, nil
+			}
+			if err := c.restore(r, donor, refused, quiescent); err != nil {
+				return false, err
+			}
+			if len(c.refusedInARow) >= maxNoRebind {
+				clear(c.refusedInARow)
+			}
+			if c.refusedInARow[cand.Shape]++; c.refusedInARow[cand.Shape] >= refusalsToPause {
+				delete(c.refusedInARow, cand.Shape)
+				c.refuseRebinds(cand.Shape, err, c.batches+rebindPause)
 			}
 			return false, nil
 		case cuda.Classify(err).Sticky:
@@ -115,6 +154,9 @@ func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand
 		c.dispose(r, cands, cand.Key, DispositionCaptureRejected)
 		r.CaptureRejections++
 		return true, nil
+	}
+	if len(c.refusedInARow) > 0 {
+		delete(c.refusedInARow, cand.Shape)
 	}
 	c.spare = donor.recipe
 	c.take(r, donor, Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes,
