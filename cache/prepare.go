@@ -199,7 +199,8 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 // rebind gives a resident of the candidate's shape, one the batch does not
 // need, the candidate's parameters in place without a capture, when the
 // cache is full and every command is known (recipe). It reports whether
-// it did; a refusal is recorded and leaves the candidate to be captured.
+// it did; a refusal is recorded (rebindDonor) and leaves the candidate to
+// be captured.
 func (p *preparing) rebind(r *PrepareReport, cand Candidate, recipe []cuda.Command, full bool) (bool, error) {
 	c := p.c
 	di := c.donor(cand.Shape, p.evictable, p.first, full)
@@ -207,16 +208,15 @@ func (p *preparing) rebind(r *PrepareReport, cand Candidate, recipe []cuda.Comma
 		return false, nil
 	}
 	donor := c.entries[p.evictable[di]]
-	t := c.start()
-	err := donor.Exec.Rebind(recipe)
-	c.timed(r, StageRebind, len(recipe), t)
+	ok, gone, err := c.rebindDonor(r, donor, recipe, cand.Shape, true) // placeMisses runs on a quiescent stream only
+	if gone {
+		p.evictable, p.first = withoutEvictable(p.evictable, p.first, di)
+	}
 	if err != nil {
-		var refused *cuda.RebindRefusedError
-		if errors.As(err, &refused) {
-			r.RebindRefusals = append(r.RebindRefusals, err)
-			return false, nil
-		}
-		return false, &ReplayError{Stage: "rebind", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
+		return false, err
+	}
+	if !ok {
+		return false, nil
 	}
 	exe := &Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes, NodeCounts: donor.NodeCounts,
 		Scope: cand.Scope, Owner: p.owner, Bytes: cand.Bytes, recipe: recipe}
@@ -366,6 +366,12 @@ func (c *Cache) update(r *PrepareReport, graph cuda.Graph, exe *Executable, evic
 // recipe, and leaves the evictable list.
 func (c *Cache) rekey(r *PrepareReport, di int, exe *Executable, evictable []SegmentKey, first int, how UpdateKind) ([]SegmentKey, int) {
 	c.take(r, c.entries[evictable[di]], *exe, how)
+	return withoutEvictable(evictable, first, di)
+}
+
+// withoutEvictable removes evictable[di], of the first group, from the
+// evictable list (plan) and returns it with its first group's length.
+func withoutEvictable(evictable []SegmentKey, first, di int) ([]SegmentKey, int) {
 	evictable = append(evictable[:di:di], evictable[di+1:]...)
 	if first--; first == 0 {
 		first = len(evictable) // the first group is spent: the rest is one

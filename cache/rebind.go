@@ -122,41 +122,19 @@ func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand
 	for i := range recipe {
 		keepInto(&recipe[i], enc.Command(cand.Start+i))
 	}
-	t := c.start()
-	err := donor.Exec.Rebind(recipe)
-	c.timed(r, StageRebind, len(recipe), t)
-	if err != nil {
+	if ok, _, err := c.rebindDonor(r, donor, recipe, cand.Shape, quiescent); !ok {
 		c.spare = recipe
-		var refused *cuda.RebindRefusedError
-		switch {
-		case errors.As(err, &refused):
-			r.RebindRefusals = append(r.RebindRefusals, err)
-			if refused.Refusal != cuda.RebindDeviceRefused {
-				c.refuseRebinds(cand.Shape, err, 0)
-				return false, nil
-			}
-			if err := c.restore(r, donor, refused, quiescent); err != nil {
-				return false, err
-			}
-			if len(c.refusedInARow) >= maxNoRebind {
-				clear(c.refusedInARow)
-			}
-			if c.refusedInARow[cand.Shape]++; c.refusedInARow[cand.Shape] >= refusalsToPause {
-				delete(c.refusedInARow, cand.Shape)
-				c.refuseRebinds(cand.Shape, err, c.batches+rebindPause)
-			}
+		if err == nil {
 			return false, nil
-		case cuda.Classify(err).Sticky:
-			return false, &ReplayError{Stage: "rebind", Detail: err.Error(), Err: err}
+		}
+		if !err.EagerFallbackSafe {
+			return false, err
 		}
 		c.remember(cand.Key)
-		r.Rejections = append(r.Rejections, &ReplayError{Stage: "rebind", Detail: err.Error(), EagerFallbackSafe: true, Err: err})
+		r.Rejections = append(r.Rejections, err)
 		c.dispose(r, cands, cand.Key, DispositionCaptureRejected)
 		r.CaptureRejections++
 		return true, nil
-	}
-	if len(c.refusedInARow) > 0 {
-		delete(c.refusedInARow, cand.Shape)
 	}
 	c.spare = donor.recipe
 	c.take(r, donor, Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes,
@@ -165,27 +143,67 @@ func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand
 	return true, nil
 }
 
+// rebindDonor writes recipe, the commands of a miss of shape, into the
+// resident donor in place (cuda.Exec.Rebind), timed, and reports whether
+// it did. A refusal is recorded in r and returns neither ok nor an error:
+// by the executable's nodes, the shape is not rebound again; by the
+// device, the donor is restored (restore; gone: it could not be, and was
+// evicted), and a shape refused refusalsToPause times in a row rests for
+// rebindPause batches. Any other failure is returned, saying whether eager
+// fallback is safe.
+func (c *Cache) rebindDonor(r *PrepareReport, donor *Executable, recipe []cuda.Command, shape ShapeKey, quiescent bool) (ok, gone bool, err *ReplayError) {
+	t := c.start()
+	rerr := donor.Exec.Rebind(recipe)
+	c.timed(r, StageRebind, len(recipe), t)
+	var refused *cuda.RebindRefusedError
+	switch {
+	case rerr == nil:
+		if len(c.refusedInARow) > 0 {
+			delete(c.refusedInARow, shape)
+		}
+		return true, false, nil
+	case !errors.As(rerr, &refused):
+		return false, false, &ReplayError{Stage: "rebind", Detail: rerr.Error(), EagerFallbackSafe: !cuda.Classify(rerr).Sticky, Err: rerr}
+	}
+	r.RebindRefusals = append(r.RebindRefusals, rerr)
+	if refused.Refusal != cuda.RebindDeviceRefused {
+		c.refuseRebinds(shape, rerr, 0)
+		return false, false, nil
+	}
+	if gone, err = c.restore(r, donor, refused, quiescent); err != nil {
+		return false, gone, err
+	}
+	if len(c.refusedInARow) >= maxNoRebind {
+		clear(c.refusedInARow)
+	}
+	if c.refusedInARow[shape]++; c.refusedInARow[shape] >= refusalsToPause {
+		delete(c.refusedInARow, shape)
+		c.refuseRebinds(shape, rerr, c.batches+rebindPause)
+	}
+	return false, gone, nil
+}
+
 // restore makes a donor whose rebind the device refused replay its own
 // key again: unchanged when the refusal came at its first node, else
 // rebound to its own recipe (the nodes before the refused one took the
-// new parameters). One it cannot restore is evicted: a sealed cache never
-// gets it back, so it is kept whenever it can be.
-func (c *Cache) restore(r *PrepareReport, donor *Executable, refused *cuda.RebindRefusedError, quiescent bool) error {
+// new parameters). One it cannot restore is evicted (gone): a sealed cache
+// never gets it back, so it is kept whenever it can be.
+func (c *Cache) restore(r *PrepareReport, donor *Executable, refused *cuda.RebindRefusedError, quiescent bool) (gone bool, err *ReplayError) {
 	if refused.Node <= 0 {
-		return nil
+		return false, nil
 	}
 	if donor.recipe != nil {
 		err := donor.Exec.Rebind(donor.recipe)
 		if err == nil {
-			return nil
+			return false, nil
 		}
 		if cuda.Classify(err).Sticky {
-			return &ReplayError{Stage: "rebind", Detail: err.Error(), Err: err}
+			return false, &ReplayError{Stage: "rebind", Detail: err.Error(), Err: err}
 		}
 	}
 	c.evict(donor.Key, quiescent)
 	r.Evicted = append(r.Evicted, donor.Key)
-	return nil
+	return true, nil
 }
 
 // donorFor is the resident a miss of owner's batch of this shape may take

@@ -58,9 +58,9 @@ func TestRestoreAfterPartialRebind(t *testing.T) {
 		{"refused past the first node, no recipe", 2, nil, false, 0},
 	} {
 		e, x := put(byte(len(c.entries)+1), tc.recipe)
-		err := c.restore(&r, e, &cuda.RebindRefusedError{Refusal: cuda.RebindDeviceRefused, Node: tc.at}, true)
-		if err != nil {
-			t.Fatalf("%s: restore: got err %v, want nil", tc.name, err)
+		gone, err := c.restore(&r, e, &cuda.RebindRefusedError{Refusal: cuda.RebindDeviceRefused, Node: tc.at}, true)
+		if err != nil || gone == tc.resident {
+			t.Fatalf("%s: restore: got gone %v, err %v; want gone %v, nil", tc.name, gone, err, !tc.resident)
 		}
 		if _, ok := c.entries[e.Key]; ok != tc.resident || x.destroyed == tc.resident {
 			t.Fatalf("%s: got resident %v (destroyed %v), want resident %v", tc.name, ok, x.destroyed, tc.resident)
