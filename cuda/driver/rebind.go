@@ -264,10 +264,7 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 	}
 	x.rebound = x.rebound[:len(cmds)]
 	for i := range cmds {
-		args := x.rebound[i].Args[:0]
-		x.rebound[i] = cmds[i]
-		x.rebound[i].Args = append(args, cmds[i].Args...)
-		x.rebound[i].Host = nil
+		backend.KeepRebound(&x.rebound[i], &cmds[i])
 	}
 	return nil
 }

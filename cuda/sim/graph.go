@@ -169,15 +169,7 @@ func (x *exec) takeNodes(ns []node) {
 // refresh derives what the executable keeps of its nodes: their kernels,
 // cost and handles (none of which a launch holds once it is enqueued).
 func (x *exec) refresh() {
-	x.kernels = x.kernels[:0]
-	for i := range x.nodes {
-		switch c := &x.nodes[i].cmd; c.Kind {
-		case cuda.KindLaunch:
-			x.kernels = append(x.kernels, c.Kernel)
-		case cuda.KindCall:
-			x.kernels = append(x.kernels, c.LibraryCall.Name)
-		}
-	}
+	x.kernels = appendKernels(x.kernels[:0], x.nodes)
 	x.cost = x.dev.nodesCost(x.nodes)
 	x.handles.Reset()
 	for _, n := range x.nodes {
@@ -280,15 +272,26 @@ func (d *Device) ownStream(op string, st cuda.Stream) (*stream, error) {
 }
 
 // nodeKernels lists the kernels the nodes launch.
-func nodeKernels(ns []node) []string {
-	var out []string
-	for _, n := range ns {
-		switch n.cmd.Kind {
-		case cuda.KindLaunch:
-			out = append(out, n.cmd.Kernel)
-		case cuda.KindCall: // a library call is a launch of its own name
-			out = append(out, n.cmd.LibraryCall.Name)
+func nodeKernels(ns []node) []string { return appendKernels(nil, ns) }
+
+// appendKernels appends the kernels the nodes launch to out.
+func appendKernels(out []string, ns []node) []string {
+	for i := range ns {
+		if k, ok := kernelOf(&ns[i].cmd); ok {
+			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// kernelOf is the kernel a command launches, if it launches one (a library
+// call is a launch of its own name).
+func kernelOf(c *cuda.Command) (string, bool) {
+	switch c.Kind {
+	case cuda.KindLaunch:
+		return c.Kernel, true
+	case cuda.KindCall:
+		return c.LibraryCall.Name, true
+	}
+	return "", false
 }

@@ -69,7 +69,12 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 			return err
 		}
 	}
-	x.scratch = commandKernels(x.scratch[:0], cmds)
+	x.scratch = x.scratch[:0]
+	for i := range cmds {
+		if k, ok := kernelOf(&cmds[i]); ok {
+			x.scratch = append(x.scratch, k)
+		}
+	}
 	d.mu.Lock()
 	refused := d.fire(FaultUpdateReject, x.scratch)
 	d.mu.Unlock()
@@ -82,13 +87,7 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 		// parameters where they are (a serving loop rebinds at every step
 		// of a tenant beyond the cache, and allocates nothing).
 		for i := range cmds {
-			n := &x.nodes[i].cmd
-			kept := n.Args[:0]
-			*n = cmds[i]
-			n.Args = nil
-			if len(cmds[i].Args) > 0 {
-				n.Args = append(kept, cmds[i].Args...)
-			}
+			backend.KeepRebound(&x.nodes[i].cmd, &cmds[i])
 		}
 		x.refresh()
 		return nil
@@ -107,20 +106,6 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 	}
 	x.takeNodes(ns)
 	return nil
-}
-
-// commandKernels appends the kernels cmds launch to out, as nodeKernels
-// lists a graph's.
-func commandKernels(out []string, cmds []cuda.Command) []string {
-	for i := range cmds {
-		switch cmds[i].Kind {
-		case cuda.KindLaunch:
-			out = append(out, cmds[i].Kernel)
-		case cuda.KindCall:
-			out = append(out, cmds[i].LibraryCall.Name)
-		}
-	}
-	return out
 }
 
 // idle reports whether every launch of the executable has finished (the

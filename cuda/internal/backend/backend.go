@@ -411,6 +411,18 @@ func CheckRegions(cmd *cuda.Command, lookup func(cuda.Buffer) error) bool {
 	}) == nil
 }
 
+// KeepRebound copies cmd into dst as an executable keeps a command a
+// Rebind gave one of its nodes, reusing dst's argument storage (a serving
+// loop rebinds at every step): rebindable commands carry no host bytes.
+func KeepRebound(dst, cmd *cuda.Command) {
+	args := dst.Args[:0]
+	*dst = *cmd
+	dst.Args, dst.Host = nil, nil
+	if len(cmd.Args) > 0 {
+		dst.Args = append(args, cmd.Args...)
+	}
+}
+
 // RebindKindMismatch refuses a command of another kind than the one its
 // node was captured from.
 func RebindKindMismatch(i int, node, cmd cuda.CommandKind) error {
