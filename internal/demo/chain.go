@@ -4,7 +4,6 @@
 package demo
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"sync"
@@ -46,9 +45,8 @@ type chain struct {
 	sent time.Time
 	// retry is a step refused at admission, submitted again after a
 	// back-off (tries refusals in a row) rather than built again.
-	retry   *lanes.Batch
-	tries   int
-	retrier *retrier
+	retry *lanes.Batch
+	tries int
 	// state settles who goes on when a step ends while its submission is
 	// still returning (a re-entrant or very fast end): the submitter, not
 	// a nested call, so the stack never grows with the steps.
@@ -73,11 +71,10 @@ func runChains(ctx context.Context, cfg Config, s *actors.Scheduler, served []*t
 	var once sync.Once
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rt := newRetrier(ctx)
 	for _, tn := range served {
 		issued, gen := new(atomic.Int64), new(sync.Mutex)
 		for w := range cfg.Concurrency {
-			c := &chain{ctx: ctx, cfg: cfg, s: s, tn: tn, slot: w, timing: timing, agg: agg, issued: issued, gen: gen, retrier: rt}
+			c := &chain{ctx: ctx, cfg: cfg, s: s, tn: tn, slot: w, timing: timing, agg: agg, issued: issued, gen: gen}
 			c.onEnd = c.ended
 			c.stop = func(err error) {
 				if err != nil {
@@ -94,8 +91,9 @@ func runChains(ctx context.Context, cfg Config, s *actors.Scheduler, served []*t
 }
 
 // next submits the client's next step, or stops the client. A refused
-// step is tried again from a goroutine of its own after a back-off: the
-// goroutine that ended the last step may be a lane's thread.
+// step is submitted again, the same batch, from a timer after a back-off
+// (retryDelay): the goroutine that ended the last step may be a lane's
+// thread.
 func (c *chain) next() {
 	for {
 		var b lanes.Batch
@@ -131,7 +129,7 @@ func (c *chain) next() {
 				return
 			}
 			c.retry, c.tries = &b, c.tries+1
-			c.retrier.after(retryDelay(err, c.tries-1), c)
+			time.AfterFunc(retryDelay(err, c.tries-1), c.next)
 			return
 		}
 		c.tries = 0
@@ -160,77 +158,6 @@ func (c *chain) finish(err error) {
 	}
 }
 
-// retrier tries refused chains again once their back-off passed, from one
-// goroutine: a goroutine per refusal would grow a fresh stack at every try
-// of thousands of refused clients. At the context's end it goes on at
-// once, and each chain stops at its next step.
-type retrier struct {
-	ctx     context.Context
-	mu      sync.Mutex
-	due     retryHeap
-	stopped bool // run returned: the context ended with no chain due
-	wake    chan struct{}
-}
-
-// newRetrier starts a retrier that runs until ctx ends and it has no
-// chain left to go on.
-func newRetrier(ctx context.Context) *retrier {
-	r := &retrier{ctx: ctx, wake: make(chan struct{}, 1)}
-	go r.run()
-	return r
-}
-
-// after has c go on (next) in d.
-func (r *retrier) after(d time.Duration, c *chain) {
-	r.mu.Lock()
-	if r.stopped {
-		r.mu.Unlock()
-		go c.next() // it stops there
-		return
-	}
-	heap.Push(&r.due, retryAt{at: time.Now().Add(d), c: c})
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (r *retrier) run() {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		r.mu.Lock()
-		var ready []*chain
-		now := time.Now()
-		for len(r.due) > 0 && (!r.due[0].at.After(now) || r.ctx.Err() != nil) {
-			ready = append(ready, heap.Pop(&r.due).(retryAt).c)
-		}
-		wait := time.Hour
-		if len(r.due) > 0 {
-			wait = r.due[0].at.Sub(now)
-		}
-		if len(ready) == 0 && len(r.due) == 0 && r.ctx.Err() != nil {
-			r.stopped = true
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-		for _, c := range ready {
-			c.next()
-		}
-		if len(ready) > 0 {
-			continue
-		}
-		t.Reset(wait)
-		select {
-		case <-t.C:
-		case <-r.wake:
-		case <-r.ctx.Done():
-		}
-	}
-}
-
 // retryDelay is how long a client refused err waits before trying again,
 // after tries refusals in a row before this one (backOff's rule).
 func retryDelay(err error, tries int) time.Duration {
@@ -239,24 +166,4 @@ func retryDelay(err error, tries int) time.Duration {
 		return se.RetryAfter
 	}
 	return 100 * time.Microsecond << min(tries, 6)
-}
-
-// retryAt is a chain due to try again at a time.
-type retryAt struct {
-	at time.Time
-	c  *chain
-}
-
-// retryHeap orders chains by when they try again (container/heap).
-type retryHeap []retryAt
-
-func (h retryHeap) Len() int           { return len(h) }
-func (h retryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *retryHeap) Push(x any)        { *h = append(*h, x.(retryAt)) }
-func (h *retryHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
