@@ -190,12 +190,12 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 	sc := &x.scratch
 	sc.fns, sc.dims, sc.argv, sc.argc, sc.offs, sc.blob = sc.fns[:0], sc.dims[:0], sc.argv[:0], sc.argc[:0], sc.offs[:0], sc.blob[:0]
 	sc.ptrs, sc.lens, sc.mtypes = sc.ptrs[:0], sc.lens[:0], sc.mtypes[:0]
+	lookup := func(b cuda.Buffer) error {
+		_, err := d.lookup(op, b)
+		return err
+	}
 	for i := range cmds {
 		cmd := &cmds[i]
-		lookup := func(b cuda.Buffer) error {
-			_, err := d.lookup(op, b)
-			return err
-		}
 		switch {
 		case cmd.Kind == cuda.KindLaunch && i > 0 && sameLaunch(cmd, &cmds[i-1]):
 		case i < len(x.rebound) && backend.CheckedLike(cmd, &x.rebound[i]) && backend.CheckRegions(cmd, lookup):
