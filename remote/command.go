@@ -7,7 +7,7 @@ import (
 	"math"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 func commandToWire(c cuda.Command) *wirepb.Command {

@@ -101,7 +101,7 @@
 // [FrontConfig].NoDataPlane and [HostConfig].NoDataPlane keep to the
 // remote.
 //
-// The wire form is the protobuf messages of remote/wirepb, generated from
+// The wire form is the protobuf messages of internal/wirepb, generated from
 // proto/lanes/remote/v1 by scripts/gen-proto.sh. Decoding is a boundary: a
 // batch that arrives from another process is checked for the wire's limits
 // here (entry, argument and byte counts, enum ranges, sizes that fit)

@@ -3,7 +3,7 @@ package remote
 import (
 	"crypto/tls"
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 	"os"
 	"strings"
 	"time"

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // Replay runs a staged program the tenant prepared, with inputs in logical

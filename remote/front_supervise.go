@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/internal/procs"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // awaitGone waits, after the host left under epoch, for the answers to

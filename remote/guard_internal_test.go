@@ -7,7 +7,7 @@ import (
 	premote "github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // guardHere is a guard in front of an actor system with one actor,

@@ -36,7 +36,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 func init() {

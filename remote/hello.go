@@ -6,7 +6,7 @@ package remote
 import (
 	"fmt"
 
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // Protocol is the wire protocol this build speaks. A host and a front that

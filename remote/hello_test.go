@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/remote"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // TestHelloChecked: a host of the same protocol with a name, an epoch and

@@ -20,7 +20,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // hostActorName is the name of a lane host's actor: a front reaches a host at

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // errHostStopped is a Leave of a host Stop stopped (or stops meanwhile).

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // Pending is a call in flight on a lane host.

@@ -13,7 +13,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // MaxRows bounds a receipt's attribution rows on the wire (a batch's

@@ -5,7 +5,7 @@ package remote
 
 import (
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // refusedReceipt is the wire receipt of a submission the host turned away

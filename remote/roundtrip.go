@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // SampleEvery is how often a front samples a call's round trip: one

@@ -15,7 +15,7 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/remote/wirepb"
+	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // TestAreaSpansAgainstAModel: spans handed out lie in the area, on the

@@ -5048,7 +5048,7 @@ const file_lanes_remote_v1_wire_proto_rawDesc = "" +
 	"\x06staged\x18\v \x01(\x04R\x06staged\x12&\n" +
 	"\x0fstaged_in_bytes\x18\f \x01(\x04R\rstagedInBytes\x12(\n" +
 	"\x10staged_out_bytes\x18\r \x01(\x04R\x0estagedOutBytes\x126\n" +
-	"\x06replay\x18\x0e \x01(\v2\x1e.lanes.remote.v1.StagedOutcomeR\x06replayB1Z/github.com/lanesched/lanes/remote/wirepb;wirepbb\x06proto3"
+	"\x06replay\x18\x0e \x01(\v2\x1e.lanes.remote.v1.StagedOutcomeR\x06replayB3Z1github.com/lanesched/lanes/internal/wirepb;wirepbb\x06proto3"
 
 var (
 	file_lanes_remote_v1_wire_proto_rawDescOnce sync.Once
