@@ -40,7 +40,7 @@ func (d *detachedOp) Result() (Receipt, error) {
 
 // detach lets rest finish the tenant's operation after ctx ended: the
 // tenant's later calls wait for it (awaitDetached).
-func (s *server) detach(ctx context.Context, tenant string, rest func() error) error {
+func (s *Server) detach(ctx context.Context, tenant string, rest func() error) error {
 	return &actors.DetachedError{Pending: s.chain(tenant, rest), Err: ctx.Err()}
 }
 
@@ -48,7 +48,7 @@ func (s *server) detach(ctx context.Context, tenant string, rest func() error) e
 // detached operation still going on, if it has one (its order holds), and
 // waits for it within ctx: past ctx it detaches in turn. queued is false when
 // the tenant has none: the caller runs the work itself.
-func (s *server) behindDetached(ctx context.Context, tenant string, work func() error) (queued bool, err error) {
+func (s *Server) behindDetached(ctx context.Context, tenant string, work func() error) (queued bool, err error) {
 	if s.detachedN.Load() == 0 {
 		return false, nil
 	}
@@ -69,7 +69,7 @@ func (s *server) behindDetached(ctx context.Context, tenant string, work func() 
 
 // chain makes work the tenant's operation going on, run once the one
 // before it (if any) ended.
-func (s *server) chain(tenant string, work func() error) *detachedOp {
+func (s *Server) chain(tenant string, work func() error) *detachedOp {
 	op := &detachedOp{done: make(chan struct{})}
 	s.mu.Lock()
 	prev := s.detached[tenant]
@@ -95,7 +95,7 @@ func (s *server) chain(tenant string, work func() error) *detachedOp {
 // awaitDetached waits, within ctx, for the tenant's detached operation, if
 // it has one going on; Forget is refused meanwhile (actors.ErrTenantBusy),
 // as it is while any of the tenant's work is in flight.
-func (s *server) awaitDetached(op string, ctx context.Context, tenant string) error {
+func (s *Server) awaitDetached(op string, ctx context.Context, tenant string) error {
 	s.mu.RLock()
 	d := s.detached[tenant]
 	s.mu.RUnlock()

@@ -74,10 +74,17 @@
 //     and a tenant whose device or host was lost starts over there after
 //     Forget.
 //
-// What only one side does is on the type behind it: [Server.Scheduler]
-// (package actors: shared buffers, SubmitNotify, lane administration,
-// staged programs) and [Server.Front] (package remote: encoded steps, host
-// status). The packages below this one are the mechanism: lanes/lanes (one
+// What only one side does is on the type behind it, which [Server.Raw]
+// returns: an *actors.Scheduler in process (shared buffers, SubmitNotify,
+// lane administration, staged programs), a *remote.Front on lane hosts
+// (encoded steps, placement).
+//
+// A receipt says what replayed ([Receipt] Replays: how many entries, and
+// why each other one ran eagerly); [EncodeF32], [DecodeF32] and their
+// I32, F16 and BF16 kin turn elements into the bytes Upload takes and Read
+// returns. A submitted [Batch] belongs to the server until its submission
+// ends: to keep several submissions of one step in flight, give each its
+// own Entries slice (the commands may be shared). The packages below this one are the mechanism: lanes/lanes (one
 // lane), actors (many lanes), remote (lane hosts), cuda (the device
 // boundary, cuda/sim and cuda/driver its two backends), telemetry.
 package lanes

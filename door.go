@@ -55,8 +55,16 @@ type side interface {
 	front() *remote.Front
 }
 
-// server is the Server over either side.
-type server struct {
+// Server serves tenants' work: an in-process scheduler over devices of
+// this process, or a front to lane host processes. Both keep each tenant's
+// buffers its own, run its batches in the order it submitted them on one
+// lane, and end every accepted submission exactly once. It is safe for
+// concurrent use.
+//
+// In process and on lane hosts are its two sides, checked alike before
+// either is reached: a call answers the same on both (parity_test.go runs
+// every case on both and compares).
+type Server struct {
 	side side
 	// stopping: Stop was called; every call answers stopped before any
 	// other check, on both sides.
@@ -81,8 +89,8 @@ type server struct {
 	idle    chan struct{}
 }
 
-func newServer(s side) *server {
-	return &server{side: s, owners: map[Buffer]string{}, bufs: map[string]map[Buffer]bool{}, detached: map[string]*detachedOp{}}
+func newServer(s side) *Server {
+	return &Server{side: s, owners: map[Buffer]string{}, bufs: map[string]map[Buffer]bool{}, detached: map[string]*detachedOp{}}
 }
 
 // admit is every call's first check, the same on both sides: a server
@@ -91,7 +99,7 @@ func newServer(s side) *server {
 // and the context's end to their side (checked there once per submission
 // already). A tenant with a detached Upload or Free still going on waits
 // for it first (detach).
-func (s *server) admit(op string, ctx context.Context, tenant string) error {
+func (s *Server) admit(op string, ctx context.Context, tenant string) error {
 	if s.stopping.Load() {
 		return lanes.Wrap(op, true, actors.ErrStopped)
 	}
@@ -122,7 +130,7 @@ func (s *server) admit(op string, ctx context.Context, tenant string) error {
 // mine checks that b is one of the tenant's: another tenant's is
 // ErrNotYours; one the server never handed out is checked by the side
 // (a shared buffer, say, or a stale handle).
-func (s *server) mine(op, tenant string, b Buffer) (recorded bool, err error) {
+func (s *Server) mine(op, tenant string, b Buffer) (recorded bool, err error) {
 	if b.ID == 0 {
 		return false, lanes.Wrap(op, true, errZeroBuffer(op))
 	}
@@ -148,7 +156,10 @@ func errZeroBuffer(op string) error {
 	return cuda.Contractf(op, cuda.ErrStaleHandle, "the zero Buffer names no buffer; use a Buffer that Alloc returned")
 }
 
-func (s *server) Alloc(ctx context.Context, tenant string, spec BufferSpec) (Buffer, error) {
+// Alloc allocates a buffer that the tenant alone may name, on the
+// device (in process) or the host (lane hosts) its work runs on.
+func (s *Server) Alloc(ctx context.Context, tenant string, spec BufferSpec) (_ Buffer, err error) {
+	defer named(&err)
 	if err := s.admit("alloc", ctx, tenant); err != nil {
 		return Buffer{}, err
 	}
@@ -180,7 +191,13 @@ func allocError(err error) error {
 	return &lanes.Error{Op: "alloc", Code: c.Code, Blame: cuda.BlameNone, Retryable: true, NotSubmitted: true, Err: err}
 }
 
-func (s *server) Upload(ctx context.Context, tenant string, dst Region, data []byte) error {
+// Upload writes data into dst, a region of the tenant's buffer, after
+// the tenant's submissions accepted before it, and waits for it: one
+// submission per 8 MiB. Like Submit, it may return a
+// *actors.DetachedError when ctx ends while it waits (the write goes
+// on).
+func (s *Server) Upload(ctx context.Context, tenant string, dst Region, data []byte) (err error) {
+	defer named(&err)
 	if err := s.admit("upload", ctx, tenant); err != nil {
 		return err
 	}
@@ -207,7 +224,7 @@ func (s *server) Upload(ctx context.Context, tenant string, dst Region, data []b
 // behind the tenant's detached operation if it has one, else now; if ctx
 // ends first, the caller gets a DetachedError and the work goes on
 // (detach). Stop waits for it.
-func (s *server) goOn(op string, ctx context.Context, tenant string, work func() error) error {
+func (s *Server) goOn(op string, ctx context.Context, tenant string, work func() error) error {
 	end, err := s.begin(op)
 	if err != nil {
 		return err
@@ -231,7 +248,7 @@ func (s *server) goOn(op string, ctx context.Context, tenant string, work func()
 
 // begin counts an Upload or a Free going on until end is called; after
 // Stop it answers stopped.
-func (s *server) begin(op string) (end func(), err error) {
+func (s *Server) begin(op string) (end func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping.Load() {
@@ -250,7 +267,7 @@ func (s *server) begin(op string) (end func(), err error) {
 
 // uploadFrom uploads data into dst from off on, a piece at a time, each
 // after the one before it ended.
-func (s *server) uploadFrom(ctx context.Context, tenant string, dst Region, data []byte, off int) error {
+func (s *Server) uploadFrom(ctx context.Context, tenant string, dst Region, data []byte, off int) error {
 	for ; off < len(data); off += piece {
 		p, err := s.uploadPiece(ctx, tenant, dst, data, off)
 		if err == nil {
@@ -277,7 +294,7 @@ func cutShort(off, total int, err error) error {
 
 // uploadPiece submits the piece of an upload of data into dst that starts
 // at off.
-func (s *server) uploadPiece(ctx context.Context, tenant string, dst Region, data []byte, off int) (Pending, error) {
+func (s *Server) uploadPiece(ctx context.Context, tenant string, dst Region, data []byte, off int) (Pending, error) {
 	n := min(piece, len(data)-off)
 	r := Region{Buffer: dst.Buffer, Offset: dst.Offset + uint64(off), Length: uint64(n)}
 	cmd, err := cuda.Upload(r, data[off:off+n])
@@ -297,7 +314,10 @@ func pieceError(p Pending) error {
 	return err
 }
 
-func (s *server) Read(ctx context.Context, tenant string, src Region) ([]byte, error) {
+// Read copies a region of the tenant's buffer (or of a shared one)
+// back, after the tenant's submissions accepted before it.
+func (s *Server) Read(ctx context.Context, tenant string, src Region) (_ []byte, err error) {
+	defer named(&err)
 	if err := s.admit("read", ctx, tenant); err != nil {
 		return nil, err
 	}
@@ -325,7 +345,11 @@ func (s *server) Read(ctx context.Context, tenant string, src Region) ([]byte, e
 	return out, nil
 }
 
-func (s *server) Free(ctx context.Context, tenant string, b Buffer) error {
+// Free frees one of the tenant's buffers after the tenant's
+// submissions accepted before it have ended (it waits for them); a
+// submission accepted later that names the buffer is refused.
+func (s *Server) Free(ctx context.Context, tenant string, b Buffer) (err error) {
+	defer named(&err)
 	if err := s.admit("free", ctx, tenant); err != nil {
 		return err
 	}
@@ -343,7 +367,7 @@ func (s *server) Free(ctx context.Context, tenant string, b Buffer) error {
 }
 
 // free frees b once the tenant's submissions accepted before it ended.
-func (s *server) free(ctx context.Context, tenant string, b Buffer) error {
+func (s *Server) free(ctx context.Context, tenant string, b Buffer) error {
 	// A read of one element after the tenant's earlier submissions: once
 	// it is back, they have ended, and the free touches none of them.
 	barrier := Region{Buffer: b, Length: min(b.Size, max(b.Elem.Size(), 1))}
@@ -367,7 +391,11 @@ func (s *server) free(ctx context.Context, tenant string, b Buffer) error {
 	return s.side.free(ctx, tenant, b)
 }
 
-func (s *server) Forget(ctx context.Context, tenant string) error {
+// Forget frees every buffer the tenant allocated and forgets it: what
+// it registered, its routing and its fault record. It is refused
+// (retryable) while the tenant has work in flight.
+func (s *Server) Forget(ctx context.Context, tenant string) (err error) {
+	defer named(&err)
 	if err := s.admit("forget", ctx, tenant); err != nil {
 		return err
 	}
@@ -391,24 +419,35 @@ func (s *server) Forget(ctx context.Context, tenant string) error {
 	return nil
 }
 
-func (s *server) Submit(ctx context.Context, tenant string, b Batch) (Receipt, error) {
+// Submit runs a batch for the tenant and waits for its receipt. An
+// error says why it did not succeed; Classify says what it means.
+func (s *Server) Submit(ctx context.Context, tenant string, b Batch) (_ Receipt, err error) {
+	defer named(&err)
 	if err := s.admitBatch(ctx, tenant, &b); err != nil {
 		return Receipt{Outcome: lanes.OutcomeRefused, Err: err, Tenant: tenant, Lane: -1}, err
 	}
 	return s.side.submit(ctx, tenant, b)
 }
 
-func (s *server) SubmitAsync(ctx context.Context, tenant string, b Batch) (Pending, error) {
+// SubmitAsync admits a batch and returns at once; the Pending ends
+// exactly once. An error here means it was not admitted (nothing ran).
+// The batch belongs to the server until Done is closed.
+func (s *Server) SubmitAsync(ctx context.Context, tenant string, b Batch) (_ Pending, err error) {
+	defer named(&err)
 	if err := s.admitBatch(ctx, tenant, &b); err != nil {
 		return nil, err
 	}
-	return s.side.submitAsync(ctx, tenant, b)
+	p, err := s.side.submitAsync(ctx, tenant, b)
+	if err != nil {
+		return nil, err
+	}
+	return pending{p}, nil
 }
 
 // admitBatch is a submission's first checks: admit's, and, where the side
 // cannot tell, that the batch names no buffer this server gave another
 // tenant.
-func (s *server) admitBatch(ctx context.Context, tenant string, b *Batch) error {
+func (s *Server) admitBatch(ctx context.Context, tenant string, b *Batch) error {
 	if err := s.admit("submit", ctx, tenant); err != nil {
 		return err
 	}
@@ -435,7 +474,7 @@ func (s *server) admitBatch(ctx context.Context, tenant string, b *Batch) error 
 // theirs refuses a batch that names a buffer the server gave another
 // tenant (actors.ErrNotYours, as one process's scheduler refuses it); the
 // rest of what a batch names its side checks.
-func (s *server) theirs(tenant string, b *Batch) error {
+func (s *Server) theirs(tenant string, b *Batch) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if len(s.owners) == 0 {
@@ -454,10 +493,25 @@ func (s *server) theirs(tenant string, b *Batch) error {
 	}, func(cuda.HostBuffer) error { return nil })
 }
 
-func (s *server) Kernels() Kernels { return s.side.kernels() }
-func (s *server) Status() Status   { return s.side.status() }
+// Kernels are the kernels a batch may launch: the device's (in process),
+// or the built-in kernels and FrontConfig.Modules' (lane hosts).
+// Kernels().Names() lists them.
+func (s *Server) Kernels() Kernels { return s.side.kernels() }
 
-func (s *server) Stop(ctx context.Context) error {
+// Status says where work runs and how each lane or host stands.
+func (s *Server) Status() Status { return s.side.status() }
+
+// Stop drains: every pending submission ends, and every Upload and
+// Free going on (detached or not) goes on to its end, then the server
+// stops. A Stop whose context ends first cuts those short: an Upload
+// part-written ends indeterminate, a Free not yet done ends stopped.
+// Devices given in Config.Devices stay open (they are the caller's).
+// If ctx ends first, Stop returns: in process the drain goes on (Stop
+// again waits for it); through a front, the calls still in flight end
+// indeterminate then (the front's answers stop with it). Give Stop a
+// context that outlasts the work in flight.
+func (s *Server) Stop(ctx context.Context) (err error) {
+	defer named(&err)
 	s.mu.Lock()
 	s.stopping.Store(true)
 	var idle chan struct{}
@@ -484,5 +538,19 @@ func (s *server) Stop(ctx context.Context) error {
 	return s.side.stop(ctx)
 }
 
-func (s *server) Scheduler() *actors.Scheduler { return s.side.scheduler() }
-func (s *server) Front() *remote.Front         { return s.side.front() }
+// Raw is what serves s, for what only that side does: an
+// *actors.Scheduler in process (FillShared, Own, Trim, ...), a
+// *remote.Front on lane hosts (Hosts, Placement, SubmitEncoded, ...).
+// Assert the type you expect:
+//
+//	if sched, ok := srv.Raw().(*actors.Scheduler); ok { ... }
+//
+// It stays valid until Stop; work submitted through it bypasses the
+// server's own checks and owner table (a buffer allocated through it is
+// not one Server.Free or Forget frees).
+func (s *Server) Raw() any {
+	if sched := s.side.scheduler(); sched != nil {
+		return sched
+	}
+	return s.side.front()
+}

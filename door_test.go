@@ -13,10 +13,10 @@ import (
 	"github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/conformance"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/examples/callhost/axpy"
+	"github.com/lanesched/lanes/internal/conformance"
 	"github.com/lanesched/lanes/remote"
 	"github.com/lanesched/lanes/remote/hostcmd"
 )
@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 
 // onALaneHost is a server whose lanes run on a lane host (served in this
 // process, reached through the remote on loopback as any host is).
-func onALaneHost(t *testing.T) lanes.Server {
+func onALaneHost(t *testing.T) *lanes.Server {
 	t.Helper()
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {
@@ -65,9 +65,9 @@ func onALaneHost(t *testing.T) lanes.Server {
 func TestTheSameDoorEitherWay(t *testing.T) {
 	for _, side := range []struct {
 		name  string
-		start func(t *testing.T) lanes.Server
+		start func(t *testing.T) *lanes.Server
 	}{
-		{"in process", func(t *testing.T) lanes.Server { s, _ := newServer(t, 1); return s }},
+		{"in process", func(t *testing.T) *lanes.Server { s, _ := newServer(t, 1); return s }},
 		{"on a lane host", onALaneHost},
 	} {
 		t.Run(side.name, func(t *testing.T) {
@@ -148,7 +148,7 @@ func TestTheSameDoorEitherWay(t *testing.T) {
 			if err := srv.Forget(ctx, "b"); err != nil {
 				t.Errorf("Forget: got err %v, want nil", err)
 			}
-			if st := srv.Status(); st.Serving != st.Total || st.Total == 0 || st.InProcess != (srv.Scheduler() != nil) || (srv.Front() == nil) == (srv.Scheduler() == nil) {
+			if st := srv.Status(); st.Serving != st.Total || st.Total == 0 || st.InProcess != (schedulerOf(srv) != nil) || (frontOf(srv) == nil) == (schedulerOf(srv) == nil) {
 				t.Errorf("Status: got %+v, want everything serving, and one of Scheduler and Front", st)
 			}
 		})
@@ -192,7 +192,7 @@ func TestAnotherHostsTenantsBufferIsNotYours(t *testing.T) {
 	}
 	cfg := &remote.FrontConfig{Logf: func(string, ...any) {}}
 	for i := range 2 { // two processes: one lane host per process
-		cfg.Launch = append(cfg.Launch, remote.Launch{Name: fmt.Sprintf("gpu%d", i), Path: exe, Args: []string{"--device", "sim", "--sim-clock", "zero", "--lanes", "1"}, Env: []string{hostEnv + "=1"}})
+		cfg.Processes = append(cfg.Processes, remote.HostProcess{Name: fmt.Sprintf("gpu%d", i), Path: exe, Args: []string{"--device", "sim", "--sim-clock", "zero", "--lanes", "1"}, Env: []string{hostEnv + "=1"}})
 	}
 	srv, err := lanes.Start(ctx, lanes.Config{Hosts: cfg})
 	if err != nil {
@@ -207,8 +207,8 @@ func TestAnotherHostsTenantsBufferIsNotYours(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ha, _ := srv.Front().Placement("a")
-	hb, _ := srv.Front().Placement("b")
+	ha, _ := frontOf(srv).Placement("a")
+	hb, _ := frontOf(srv).Placement("b")
 	if ha == hb {
 		t.Fatalf("tenants a and b both on %s, want them on two hosts (the one with the most headroom takes a new tenant)", ha)
 	}

@@ -46,7 +46,7 @@ func (p *inProcess) place(tenant string) cuda.Device {
 			continue
 		}
 		switch st.Health {
-		case actors.HealthStarting, actors.HealthHealthy, actors.HealthRecovering:
+		case actors.HealthStarting, actors.HealthServing, actors.HealthRecovering:
 			serving[st.Device] = true
 			if routed && st.ID == lane {
 				best = st.Device
@@ -176,7 +176,7 @@ func (p *inProcess) status() Status {
 	st.Total = len(st.Lanes)
 	for _, l := range st.Lanes {
 		st.InFlight += l.InFlight
-		if l.Health == actors.HealthHealthy {
+		if l.Health == actors.HealthServing {
 			st.Serving++
 		}
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/conformance"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/examples/callhost/axpy"
+	"github.com/lanesched/lanes/internal/conformance"
 	lanecore "github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 )
@@ -70,7 +70,7 @@ func eagerBatch(r *parityRun, a, b lanes.Buffer) lanes.Batch {
 	return lanes.Batch{Entries: []lanes.Entry{lanes.Input(up), lanecore.Eager(0, zero), lanes.Output(cp)}}
 }
 
-// parityCases are the calls of lanes.Server and the mistakes made with
+// parityCases are the calls of *lanes.Server and the mistakes made with
 // each, in the order they run on a side's shared server.
 var parityCases = []parityCase{
 	{call: "Alloc", name: "a buffer", run: func(r *parityRun) {
@@ -347,10 +347,10 @@ var parityCases = []parityCase{
 		invoke := lanes.Batch{Entries: []lanes.Entry{{Node: -1, Invoke: &inv}}}
 		r.submit("before the seal", "a", invoke)
 		var err error
-		if s := r.srv.Scheduler(); s != nil {
+		if s := schedulerOf(r.srv); s != nil {
 			_, err = s.Seal(r.ctx, rc.Lane)
 		} else {
-			_, err = r.srv.Front().Seal(r.ctx, r.tenant("a"))
+			_, err = frontOf(r.srv).Seal(r.ctx, r.tenant("a"))
 		}
 		r.must("Seal", err)
 		r.submit("invoked", "a", invoke)

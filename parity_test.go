@@ -16,15 +16,15 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/conformance"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/conformance"
 	lanecore "github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
 )
 
-// The parity harness: each public call of lanes.Server, and each
+// The parity harness: each public call of *lanes.Server, and each
 // documented mistake with it, runs in process and through lane hosts
 // (launched processes, with and without the same-host data plane); what
 // comes back (results, receipts field by field, Classify's class and the
@@ -167,7 +167,7 @@ func viewReceipt(r lanes.Receipt) receiptView {
 // parityRun is one case's record on one side: what it observed, in order.
 type parityRun struct {
 	t    *testing.T
-	srv  lanes.Server
+	srv  *lanes.Server
 	side string
 	ctx  context.Context
 	seen []observation
@@ -245,11 +245,11 @@ func (r *parityRun) inc(b lanes.Buffer, n int32) lanes.Command {
 // paritySide starts a server one way.
 type paritySide struct {
 	name  string
-	start func(t *testing.T) lanes.Server
+	start func(t *testing.T) *lanes.Server
 }
 
 // inProcessSide serves from a simulated device in this process.
-func inProcessSide(t *testing.T) lanes.Server {
+func inProcessSide(t *testing.T) *lanes.Server {
 	t.Helper()
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost, Modules: []kernels.Module{conformance.UserModule()}})
 	if err != nil {
@@ -266,8 +266,8 @@ func inProcessSide(t *testing.T) lanes.Server {
 
 // launchedHostSide serves from one lane host process (this test binary as
 // lanehost) with one lane, as in process; extra are more lanehost flags.
-func launchedHostSide(extra ...string) func(t *testing.T) lanes.Server {
-	return func(t *testing.T) lanes.Server {
+func launchedHostSide(extra ...string) func(t *testing.T) *lanes.Server {
+	return func(t *testing.T) *lanes.Server {
 		t.Helper()
 		exe, err := os.Executable()
 		if err != nil {
@@ -275,9 +275,9 @@ func launchedHostSide(extra ...string) func(t *testing.T) lanes.Server {
 		}
 		args := append([]string{"--device", "sim", "--sim-clock", "zero", "--lanes", "1"}, extra...)
 		cfg := &remote.FrontConfig{
-			Launch:  []remote.Launch{{Name: "gpu0", Path: exe, Args: args, Env: []string{hostEnv + "=1"}}},
-			Modules: []kernels.Module{conformance.UserModule()},
-			Logf:    func(string, ...any) {},
+			Processes: []remote.HostProcess{{Name: "gpu0", Path: exe, Args: args, Env: []string{hostEnv + "=1"}}},
+			Modules:   []kernels.Module{conformance.UserModule()},
+			Logf:      func(string, ...any) {},
 			// The harness compares answers, not how fast a lost host is
 			// found (remote's tests judge that): a 9 MiB upload through
 			// the remote under the race detector on a loaded machine

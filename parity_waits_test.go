@@ -24,7 +24,7 @@ import (
 // waitingSide is a server whose device's clock the test holds, and the
 // scheduler its lanes run in (the lane host's own, through a front).
 type waitingSide struct {
-	srv   lanes.Server
+	srv   *lanes.Server
 	sched *actors.Scheduler
 	clock *sim.VirtualClock
 }
@@ -44,7 +44,7 @@ var waitingSides = []struct {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { stopRunning(srv, clock) })
-		return waitingSide{srv: srv, sched: srv.Scheduler(), clock: clock}
+		return waitingSide{srv: srv, sched: schedulerOf(srv), clock: clock}
 	}},
 	{"lane host", func(t *testing.T) waitingSide {
 		clock := &sim.VirtualClock{}
@@ -74,7 +74,7 @@ func virtualDevice(t *testing.T, clock *sim.VirtualClock) lanes.Device {
 }
 
 // stopRunning stops a server with its device's clock running.
-func stopRunning(srv lanes.Server, clock *sim.VirtualClock) {
+func stopRunning(srv *lanes.Server, clock *sim.VirtualClock) {
 	stop := run(clock)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -14,7 +14,7 @@ import (
 	"github.com/lanesched/lanes/remote"
 )
 
-func newServer(t *testing.T, devices int) (lanes.Server, []lanes.Device) {
+func newServer(t *testing.T, devices int) (*lanes.Server, []lanes.Device) {
 	t.Helper()
 	var devs []lanes.Device
 	for i := range devices {
@@ -133,7 +133,7 @@ func TestATenantsBuffersAreItsOwn(t *testing.T) {
 	if !st.InProcess || st.Total != 4 || st.Serving != 4 || len(st.Lanes) != 4 || st.Hosts != nil {
 		t.Errorf("Status: got %+v, want in process, 4 lanes serving", st)
 	}
-	if srv.Scheduler() == nil || srv.Front() != nil {
+	if schedulerOf(srv) == nil || frontOf(srv) != nil {
 		t.Error("an in-process server: want its Scheduler, no Front")
 	}
 }
@@ -374,7 +374,7 @@ func TestAStoppedDoorAnswersStoppedFirst(t *testing.T) {
 }
 
 // submitOf submits, as "mine", a batch that writes b.
-func submitOf(ctx context.Context, srv lanes.Server, b lanes.Buffer) error {
+func submitOf(ctx context.Context, srv *lanes.Server, b lanes.Buffer) error {
 	up, err := lanes.Upload(b.Whole(), make([]byte, b.Size))
 	if err != nil {
 		return err

@@ -56,8 +56,10 @@ type (
 
 // Replayed is a compute entry keyed for replay: cmd as plan node node of
 // the provider (a name and version that changes whenever what its commands
-// compute does). A lane captures repeated runs of such entries into a CUDA
-// graph and replays it.
+// compute does). A plan node is one step of the provider's plan: the
+// command's place in the step, the same number every time the step runs
+// (0, 1, 2, ... for a step of several launches). A lane captures repeated
+// runs of such entries into a CUDA graph and replays it.
 func Replayed(provider string, node int, cmd Command) Entry {
 	return lanes.Replayed(provider, node, cmd)
 }
@@ -85,7 +87,7 @@ func Linear(n, blockSize uint32) LaunchConfig { return cuda.Linear(n, blockSize)
 // BufferArg passes a region of a buffer as a pointer argument.
 func BufferArg(r Region) Arg { return cuda.BufferArg(r) }
 
-// I32Arg, U32Arg, I64Arg, U64Arg, F32Arg and F64Arg pass scalars.
+// I32Arg passes an int32 scalar.
 func I32Arg(v int32) Arg { return cuda.I32Arg(v) }
 
 // U32Arg passes a uint32 scalar.
@@ -102,6 +104,18 @@ func F32Arg(v float32) Arg { return cuda.F32Arg(v) }
 
 // F64Arg passes a float64 scalar.
 func F64Arg(v float64) Arg { return cuda.F64Arg(v) }
+
+// F16Arg passes a float32 as a half-precision scalar (__half), rounded to
+// nearest even.
+func F16Arg(v float32) Arg { return cuda.F16Arg(v) }
+
+// BF16Arg passes a float32 as a bfloat16 scalar (__nv_bfloat16), rounded
+// to nearest even.
+func BF16Arg(v float32) Arg { return cuda.BF16Arg(v) }
+
+// StructArg passes a struct by value: its bytes, copied, exactly as the
+// kernel's C type lies in memory (sizeof bytes, padding included).
+func StructArg(b []byte) Arg { return cuda.StructArg(b) }
 
 // Class is what an error means: its stable Code, whose failure it was
 // (Blame), whether to retry, and whether the batch ran at all.

@@ -14,10 +14,10 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/cachetest"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -105,7 +105,7 @@ func TestReceiveRunsBoundOnAnyThread(t *testing.T) {
 func TestOverloadIsRetryableAndLosesNothing(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockVirtual}, 1)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxInFlightPerTenant: 3, CacheCapacity: -1, PollMax: 200 * time.Microsecond})
-	var ps []*actors.Pending
+	var ps []lanes.Pending
 	for i := range 3 {
 		p, err := s.SubmitAsync(context.Background(), "t", dev.batch(0, 1))
 		if err != nil {

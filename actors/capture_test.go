@@ -8,6 +8,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // TestTenantsSharingABusyLaneStillCapture: a lane captures only on a
@@ -20,7 +21,7 @@ func TestTenantsSharingABusyLaneStillCapture(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, tenants)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 16})
 	ctx := context.Background()
-	type flight struct{ ps []*actors.Pending }
+	type flight struct{ ps []lanes.Pending }
 	inFlight := make([]flight, tenants)
 	replayed := make([]int, tenants)
 	wait := func(i int) {

@@ -12,6 +12,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // TestStepsSubmittedFromTheirEndEndOnce drives the serving loop the
@@ -45,11 +46,11 @@ func TestStepsSubmittedFromTheirEndEndOnce(t *testing.T) {
 			}
 			var accepted, ended, refused atomic.Int64
 			var retries sync.WaitGroup
-			seen := sync.Map{} // *Pending -> ends seen
+			seen := sync.Map{} // *pending -> ends seen
 			for i := range tenants {
 				tenant, batch := fmt.Sprintf("t%d", i), dev.batch(i, 2)
 				var submit func()
-				next := func(p *actors.Pending) {
+				next := func(p lanes.Pending) {
 					if n, _ := seen.LoadOrStore(p, new(atomic.Int32)); n.(*atomic.Int32).Add(1) != 1 {
 						t.Errorf("%s: a submission ended twice", tenant)
 					}

@@ -35,8 +35,8 @@
 // thread in the middle of its mailbox run, so the next step's message is
 // taken in the same run, with no thread woken and nothing parked:
 //
-//	var next func(*actors.Pending)
-//	next = func(p *actors.Pending) {
+//	var next func(lanes.Pending)
+//	next = func(p lanes.Pending) {
 //		record(p.Result())          // at once: the receipt is ready
 //		if b, more := step(); more { // write the pinned input, reuse the batch
 //			if _, err := s.SubmitNotify(ctx, tenant, b, next); err != nil {

@@ -48,7 +48,7 @@ func TestFailedLaneRecoversAndTenantsMove(t *testing.T) {
 			waitHealth(t, s, 0, actors.HealthQuarantined)
 			continue
 		}
-		waitHealth(t, s, 0, actors.HealthHealthy)
+		waitHealth(t, s, 0, actors.HealthServing)
 		if st := s.Lanes()[0]; st.Recoveries != 1 || st.Cause == nil {
 			t.Fatalf("lane 0 after recovering: got %d recoveries, cause %v; want 1 recovery and the failure kept as its cause (status %+v)", st.Recoveries, st.Cause, st)
 		}
@@ -89,8 +89,8 @@ func TestStickyFaultQuarantinesTheDevice(t *testing.T) {
 	if _, err := s.Submit(ctx, "t", other.batch(0, 1)); err != nil {
 		t.Fatalf("the other device: got err %v, want nil (it keeps serving)", err)
 	}
-	if st := s.Lanes(); st[2].Health != actors.HealthHealthy && st[3].Health != actors.HealthHealthy {
-		t.Fatalf("the other device's lanes 2 and 3: got %v and %v, want at least one %v (lanes %+v)", st[2].Health, st[3].Health, actors.HealthHealthy, st)
+	if st := s.Lanes(); st[2].Health != actors.HealthServing && st[3].Health != actors.HealthServing {
+		t.Fatalf("the other device's lanes 2 and 3: got %v and %v, want at least one %v (lanes %+v)", st[2].Health, st[3].Health, actors.HealthServing, st)
 	}
 }
 

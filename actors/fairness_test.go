@@ -29,7 +29,7 @@ func TestFloodLeavesOthersTheirShare(t *testing.T) {
 	const limit, depth = 16, 2
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, MaxInFlightPerLane: limit, StreamDepth: depth, HangTimeout: -1, CacheCapacity: -1})
 	ctx := context.Background()
-	var pending []*actors.Pending
+	var pending []lanes.Pending
 	flooded := 0
 	for {
 		p, err := s.SubmitAsync(ctx, "flood", dev.batch(0, 16))

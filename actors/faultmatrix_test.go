@@ -245,7 +245,7 @@ func runCell(t *testing.T, c cell) {
 	}
 	if isCallerFault(c.fault) {
 		for _, l := range health {
-			if l.Health != actors.HealthHealthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
+			if l.Health != actors.HealthServing || l.Recoveries != 0 || l.Counters.Failures != 0 {
 				t.Fatalf("%s on the %s path, lane %d: got %v, %d recoveries, %d failures; want untouched by the caller's error: healthy, none, none (%+v)",
 					c.fault, c.path, l.ID, l.Health, l.Recoveries, l.Counters.Failures, l)
 			}

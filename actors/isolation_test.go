@@ -94,7 +94,7 @@ func TestFloodCannotStarve(t *testing.T) {
 	dev := newDevice(t, sim.Config{Clock: sim.ClockRealTime}, 2)
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, LanesPerDevice: 2, MaxInFlightPerTenant: 8})
 	var flooded, refused int
-	var pending []*actors.Pending
+	var pending []lanes.Pending
 	maxInFlight := 0
 	for range 500 {
 		p, err := s.SubmitAsync(context.Background(), "flood", dev.batch(0, 8))
@@ -239,7 +239,7 @@ func TestQuarantineLeavesHealthyLanesTheirWork(t *testing.T) {
 		}
 		var sum lanes.Counters
 		for _, l := range s.Lanes()[2:] {
-			if l.Health != actors.HealthHealthy || l.Recoveries != 0 {
+			if l.Health != actors.HealthServing || l.Recoveries != 0 {
 				t.Fatalf("quarantine %v: healthy device's lane %d: got %v after %d recoveries, want healthy, never recovered", quarantine, l.ID, l.Health, l.Recoveries)
 			}
 			c := l.Counters

@@ -169,12 +169,12 @@ func (a *laneActor) serve() {
 	a.ref.mu.Lock()
 	cause := a.ref.cause
 	a.ref.mu.Unlock()
-	a.ref.setState(HealthHealthy, cause)
+	a.ref.setState(HealthServing, cause)
 }
 
 // serving reports whether the lane takes work.
 func (a *laneActor) serving() bool {
-	return a.lane != nil && a.lane.State() != lanes.StateFailed && !a.stopped && a.ref.State() == HealthHealthy
+	return a.lane != nil && a.lane.State() != lanes.StateFailed && !a.stopped && a.ref.State() == HealthServing
 }
 
 // sharedWindow is how long after another tenant's last work a lane counts

@@ -21,7 +21,7 @@ type Health uint8
 // Lane health.
 const (
 	HealthStarting    Health = iota // the actor is opening its stream
-	HealthHealthy                   // routed to
+	HealthServing                   // routed to
 	HealthRecovering                // its stream failed: out of routing until rebuilt on a fresh one
 	HealthQuarantined               // out of routing for good (its device is poisoned, or it kept failing)
 	HealthStopped                   // drained and stopped
@@ -29,7 +29,7 @@ const (
 
 // String names the health.
 func (h Health) String() string {
-	return [...]string{"starting", "healthy", "recovering", "quarantined", "stopped", "unknown"}[min(int(h), 5)]
+	return [...]string{"starting", "serving", "recovering", "quarantined", "stopped", "unknown"}[min(int(h), 5)]
 }
 
 // laneRef is the scheduler's handle on one lane actor: what the router

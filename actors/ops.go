@@ -70,7 +70,7 @@ func (s *Scheduler) serveReady(w http.ResponseWriter, _ *http.Request) {
 			h.Cause = st.Cause.Error()
 		}
 		r.Lanes = append(r.Lanes, h)
-		r.Ready = r.Ready || st.Health == HealthHealthy
+		r.Ready = r.Ready || st.Health == HealthServing
 	}
 	r.Ready = r.Ready && !s.stopping.Load()
 	w.Header().Set("Content-Type", "application/json")

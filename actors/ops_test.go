@@ -47,7 +47,7 @@ func TestOpsHandler(t *testing.T) {
 	var ready struct {
 		Lanes []struct{ Health string }
 	}
-	if err := json.Unmarshal([]byte(body), &ready); err != nil || len(ready.Lanes) != 2 || ready.Lanes[0].Health != "healthy" {
+	if err := json.Unmarshal([]byte(body), &ready); err != nil || len(ready.Lanes) != 2 || ready.Lanes[0].Health != "serving" {
 		t.Errorf("/readyz body: got %s (%v), want two healthy lanes", body, err)
 	}
 	if code, body := get(s.OpsHandler(nil), "/metrics"); code != http.StatusNotFound || !strings.Contains(body, "prometheus") {

@@ -243,7 +243,7 @@ func (s *Scheduler) deviceFailed(ref *laneRef, cause error) {
 		if r == ref || !same {
 			continue
 		}
-		if h := r.State(); h == HealthHealthy || h == HealthRecovering || h == HealthStarting {
+		if h := r.State(); h == HealthServing || h == HealthRecovering || h == HealthStarting {
 			r.setState(HealthQuarantined, cause)
 			s.system.Root.Send(r.pid, failLane{cause: cause})
 		}

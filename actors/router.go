@@ -194,7 +194,7 @@ func recovering(r *laneRef, device uint64) bool {
 
 // eligible reports whether a lane may take a batch of the device.
 func eligible(r *laneRef, device uint64) bool {
-	return r != nil && r.State() == HealthHealthy && (device == 0 || r.instance == device)
+	return r != nil && r.State() == HealthServing && (device == 0 || r.instance == device)
 }
 
 // errRecovering is route's answer when no lane of the device is healthy but

@@ -51,21 +51,21 @@ func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (l
 	}
 }
 
-// Pending is a submission in flight.
-type Pending struct{ c call } // the call itself: one allocation per submission
+// pending is a submission in flight: a lanes.Pending.
+type pending struct{ c call } // the call itself: one allocation per submission
 
 // Done is closed when the submission has ended.
-func (p *Pending) Done() <-chan struct{} { return p.c.done }
+func (p *pending) Done() <-chan struct{} { return p.c.done }
 
 // Result returns the receipt and error once Done is closed (it waits).
-func (p *Pending) Result() (lanes.Receipt, error) {
+func (p *pending) Result() (lanes.Receipt, error) {
 	<-p.c.done
 	return p.c.receipt, p.c.err
 }
 
 // Lane is the lane the submission was routed to (last, after a move), or
 // -1 while it waits to move.
-func (p *Pending) Lane() int {
+func (p *pending) Lane() int {
 	if l := p.c.lane.Load(); l != nil {
 		return l.id
 	}
@@ -80,7 +80,7 @@ func (p *Pending) Lane() int {
 //
 // The batch, with its entries and their slices, belongs to the scheduler
 // until the submission ends: reuse it only after Done is closed.
-func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
+func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (lanes.Pending, error) {
 	return s.SubmitNotify(ctx, tenant, b, nil)
 }
 
@@ -97,7 +97,7 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 // woken, the loop a hand-written driver program runs (see "A serving loop
 // without hand-offs" in the package doc, which says where ended runs).
 // ended can run before SubmitNotify returns, and must not block.
-func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Batch, ended func(*Pending)) (*Pending, error) {
+func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Batch, ended func(lanes.Pending)) (lanes.Pending, error) {
 	return s.SubmitNotifyMemo(ctx, tenant, b, nil, ended)
 }
 
@@ -109,16 +109,17 @@ func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Bat
 // changed in place is not seen: see OwnershipMemo for what that costs. A
 // batch that declares a program is checked every time (its claim is
 // counted). A nil memo is SubmitNotify.
-func (s *Scheduler) SubmitNotifyMemo(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(*Pending)) (*Pending, error) {
+func (s *Scheduler) SubmitNotifyMemo(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(lanes.Pending)) (lanes.Pending, error) {
 	p, err := s.admitSubmission(ctx, tenant, b, memo, ended)
 	if err != nil {
 		s.traceRefusal(ctx, tenant, &b, err)
+		return nil, err
 	}
-	return p, err
+	return p, nil
 }
 
 // admitSubmission is SubmitNotify but for the refusal's trace.
-func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(*Pending)) (*Pending, error) {
+func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(lanes.Pending)) (*pending, error) {
 	if err := s.refuseStopped("submit"); err != nil {
 		return nil, err
 	}
@@ -154,7 +155,7 @@ func (s *Scheduler) traceRefusal(ctx context.Context, tenant string, b *lanes.Ba
 }
 
 // submitAsync is SubmitAsync once the tenant's state is found.
-func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch, memo *OwnershipMemo, ended func(*Pending)) (*Pending, error) {
+func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch, memo *OwnershipMemo, ended func(lanes.Pending)) (*pending, error) {
 	tenant := ts.name
 	cost, err := s.checkSize(&b)
 	if err != nil {
@@ -168,7 +169,7 @@ func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Ba
 	if err != nil {
 		return nil, lanes.Wrap("submit", true, err)
 	}
-	p := &Pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now(), cost: cost}}
+	p := &pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now(), cost: cost}}
 	if ended != nil {
 		p.c.ended = func() { ended(p) }
 	}

@@ -35,12 +35,12 @@ func TestHungLaneComesBackWarm(t *testing.T) {
 		var st actors.LaneStatus
 		for try := 0; try < 200; try++ {
 			st = s.Lanes()[0]
-			if st.Health == actors.HealthHealthy {
+			if st.Health == actors.HealthServing {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if st.Health != actors.HealthHealthy {
+		if st.Health != actors.HealthServing {
 			t.Fatalf("the lane after the hang: got %v, want healthy again", st.Health)
 		}
 		if _, err := s.Submit(ctx, "t", dev.batch(0, 4)); err != nil {

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/cachetest"
 )
 
 // oneNode and twoNodes are the simulated device's device bytes of an

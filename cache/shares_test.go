@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/cachetest"
 )
 
 // upload is a replayable plan-scoped upload of n bytes into counter buf,

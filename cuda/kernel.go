@@ -116,7 +116,10 @@ type KernelSpec struct {
 // Kernels resolves kernel names to their specs. A device serves the kernels
 // it can launch through it.
 type Kernels interface {
+	// Kernel is the spec of the kernel named name, if there is one.
 	Kernel(name string) (KernelSpec, bool)
+	// Names lists every kernel's name, sorted.
+	Names() []string
 }
 
 // Dim3 is a grid or block shape.

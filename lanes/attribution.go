@@ -155,3 +155,32 @@ func (l *Lane) row(i int, e Entry, replayed bool, reason cache.Reason) Row {
 	}
 	return r
 }
+
+// ReplayCount is how many of a submission's entries replayed, and why
+// each of the others ran eagerly.
+type ReplayCount struct {
+	Entries  int
+	Replayed int
+	// Eager counts the entries that did not replay, by reason: the
+	// reason's name (cache.Reason's String: "not_compute" for an Input or
+	// Output entry, "outside_preparation", "capacity_deferred", ...).
+	Eager map[string]int
+}
+
+// Replays counts the receipt's entries that replayed and, by reason, the
+// ones that did not (from Attribution.Rows). A receipt of a submission
+// that never ran counts no entries.
+func (r Receipt) Replays() ReplayCount {
+	c := ReplayCount{Entries: len(r.Attribution.Rows)}
+	for _, row := range r.Attribution.Rows {
+		if row.Replayed {
+			c.Replayed++
+			continue
+		}
+		if c.Eager == nil {
+			c.Eager = map[string]int{}
+		}
+		c.Eager[row.Reason.String()]++
+	}
+	return c
+}

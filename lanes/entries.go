@@ -43,9 +43,9 @@ func Input(cmd cuda.Command) Entry { return Eager(cache.PhaseDynamicBinding, cmd
 // readout).
 func Output(cmd cuda.Command) Entry { return Eager(cache.PhaseReadout, cmd) }
 
-// Pending is a submission in flight, whichever side runs it: an in-process
-// scheduler's (*actors.Pending) or a front's to lane hosts
-// (*remote.Pending).
+// Pending is a submission in flight, whichever side runs it: the one type
+// an in-process scheduler's, a front's and a lanes.Server's SubmitAsync
+// return.
 type Pending interface {
 	// Done is closed when the submission has ended.
 	Done() <-chan struct{}

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/cachetest"
 	"github.com/lanesched/lanes/lanes"
 )
 

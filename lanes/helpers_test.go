@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/cachetest"
 	"github.com/lanesched/lanes/lanes"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cache/cachetest"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/cachetest"
 	"github.com/lanesched/lanes/programs"
 )
 

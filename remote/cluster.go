@@ -43,10 +43,10 @@ const DefaultRefresh = 500 * time.Millisecond
 type ClusterConfig struct {
 	// Name is the cluster's; members of other clusters are ignored.
 	Name string
-	// Provider finds the members: any protoactor-go cluster provider
+	// Discovery finds the members: any protoactor-go cluster provider
 	// (etcd, Consul, Kubernetes; see the README). nil: the automanaged
 	// provider over Seeds, which needs no service of its own.
-	Provider cluster.ClusterProvider
+	Discovery cluster.ClusterProvider
 	// Seeds are the automanaged membership endpoints (host:port) of every
 	// host that may join, its own included: a provider checks each every
 	// Refresh, and a host is a member while its endpoint answers.
@@ -84,7 +84,7 @@ func (c *ClusterConfig) check(member bool, tlsOn bool) error {
 	if c.Refresh < 10*time.Millisecond || c.Refresh > time.Minute {
 		return fmt.Errorf("%w: cluster %s: Refresh %v: give 10ms to 1m", ErrConfig, c.Name, c.Refresh)
 	}
-	if c.Provider != nil {
+	if c.Discovery != nil {
 		if len(c.Seeds) > 0 || c.Membership != "" {
 			return fmt.Errorf("%w: cluster %s: Seeds and Membership are the automanaged provider's: give them or a Provider, not both", ErrConfig, c.Name)
 		}
@@ -158,7 +158,7 @@ func (c *ClusterConfig) same(o *ClusterConfig) bool {
 	if c == nil || o == nil {
 		return c == o
 	}
-	return c.Name == o.Name && c.Provider == o.Provider && slices.Equal(c.Seeds, o.Seeds) && c.Refresh == o.Refresh
+	return c.Name == o.Name && c.Discovery == o.Discovery && slices.Equal(c.Seeds, o.Seeds) && c.Refresh == o.Refresh
 }
 
 // membership is a view of a cluster: the latest members, and who wants to
@@ -196,7 +196,7 @@ func startCluster(ctx context.Context, as *actor.ActorSystem, remoteCfg *premote
 // join starts a cluster of generation gen on the actor system.
 func (m *membership) join(ctx context.Context, as *actor.ActorSystem, remoteCfg *premote.Config, gen int) (c *cluster.Cluster, provider cluster.ClusterProvider, err error) {
 	cfg := m.cfg
-	provider = cfg.Provider
+	provider = cfg.Discovery
 	var server *echo.Echo
 	defer func() {
 		if err != nil && server != nil {
@@ -401,7 +401,7 @@ func (m *membership) topology(gen int, t *cluster.ClusterTopology) {
 	for _, w := range m.watchers {
 		watchers = append(watchers, w)
 	}
-	renew := !m.member && m.cfg.Provider == nil && len(t.Left) > 0 && !m.renewing
+	renew := !m.member && m.cfg.Discovery == nil && len(t.Left) > 0 && !m.renewing
 	if renew {
 		m.renewing = true
 	}

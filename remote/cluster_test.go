@@ -82,7 +82,7 @@ func TestClusterConfigIsChecked(t *testing.T) {
 		{"a blank name", remote.ClusterConfig{Name: "  ", Seeds: seeds}, "without leading or trailing spaces"},
 		{"a front with a membership endpoint", remote.ClusterConfig{Name: "c", Seeds: seeds, Membership: seeds[0]}, "a front is no member"},
 		{"a seed twice", remote.ClusterConfig{Name: "c", Seeds: []string{seeds[0], seeds[0]}}, "listed twice"},
-		{"seeds and a provider", remote.ClusterConfig{Name: "c", Seeds: seeds, Provider: automanaged.New()}, "not both"},
+		{"seeds and a provider", remote.ClusterConfig{Name: "c", Seeds: seeds, Discovery: automanaged.New()}, "not both"},
 	} {
 		_, err := remote.StartFront(context.Background(), remote.FrontConfig{Cluster: &c.cfg})
 		if !errors.Is(err, remote.ErrConfig) || !strings.Contains(err.Error(), c.want) {
@@ -324,7 +324,7 @@ func TestAProviderThatNeverAnswersIsBounded(t *testing.T) {
 	p := &stuckProvider{done: make(chan struct{})}
 	defer p.Shutdown(false)
 	began := time.Now()
-	_, err := remote.StartFront(context.Background(), remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "stuck", Provider: p}, JoinTimeout: 300 * time.Millisecond})
+	_, err := remote.StartFront(context.Background(), remote.FrontConfig{Cluster: &remote.ClusterConfig{Name: "stuck", Discovery: p}, JoinTimeout: 300 * time.Millisecond})
 	if !errors.Is(err, remote.ErrNoHost) || !strings.Contains(err.Error(), "provider did not start") {
 		t.Errorf("StartFront with a provider that never answers: got err %v, want ErrNoHost saying its provider did not start", err)
 	}
@@ -352,7 +352,7 @@ func serveStuckChild() int {
 	p := &stuckProvider{done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	cfg := remote.HostConfig{Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Cluster: &remote.ClusterConfig{Name: "stuck", Provider: p}}
+	cfg := remote.HostConfig{Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Cluster: &remote.ClusterConfig{Name: "stuck", Discovery: p}}
 	began := time.Now()
 	_, err = remote.Serve(ctx, cfg)
 	fmt.Printf("serve: %v after %v\n", err, time.Since(began).Round(100*time.Millisecond))
@@ -404,7 +404,7 @@ func serveProviderChild() int {
 	port := ln.Addr().(*net.TCPAddr).Port
 	p := automanaged.NewWithTesting(100*time.Millisecond, port, e, ln.Addr().String())
 	h, err := remote.Serve(context.Background(), remote.HostConfig{Name: "P", Scheduler: actors.Config{Devices: []cuda.Device{dev}},
-		Cluster: &remote.ClusterConfig{Name: "own", Provider: p}})
+		Cluster: &remote.ClusterConfig{Name: "own", Discovery: p}})
 	if err != nil {
 		fmt.Println("Serve:", err)
 		return 1
@@ -417,7 +417,7 @@ func serveProviderChild() int {
 }
 
 // TestAHostWithAProviderOfItsOwn: a host given any protoactor-go provider
-// (ClusterConfig.Provider) is a member that a front finds and is served by.
+// (ClusterConfig.Discovery) is a member that a front finds and is served by.
 func TestAHostWithAProviderOfItsOwn(t *testing.T) {
 	m := holdSocket(t)
 	child := exec.Command(os.Args[0], "-test.run", "^$")

@@ -170,7 +170,7 @@ type areaSlot struct {
 // it ends (its release), when the host has read them. An upload that
 // finds no room, or a plane that has none or went, keeps its bytes in the
 // message.
-func (l *link) intoArea(epoch uint64, slots []areaSlot, p *Pending) {
+func (l *link) intoArea(epoch uint64, slots []areaSlot, p *pending) {
 	plane := l.planeUnder(epoch)
 	if plane == nil || plane.spans == nil {
 		return

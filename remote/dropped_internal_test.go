@@ -14,8 +14,8 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // logLines keeps what a front or host logs, for tests that look for a line.

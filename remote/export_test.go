@@ -2,8 +2,8 @@ package remote
 
 import (
 	"crypto/tls"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 	"os"
 	"strings"
 	"time"
@@ -50,8 +50,9 @@ func PlaneMappings() int {
 // OnWithdraw has fn called with a submission's Pending once the front
 // queued its Withdraw for the host (nil: no one is), and returns how to
 // undo it.
-func OnWithdraw(fn func(*Pending)) (undo func()) {
-	afterWithdraw.Store(&fn)
+func OnWithdraw(fn func(lanes.Pending)) (undo func()) {
+	f := func(p *pending) { fn(p) }
+	afterWithdraw.Store(&f)
 	return func() { afterWithdraw.Store(nil) }
 }
 

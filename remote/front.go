@@ -32,9 +32,9 @@ type FrontConfig struct {
 	// Hosts are addresses (host:port) of lane hosts already running; the
 	// front joins each and keeps joining it after a loss.
 	Hosts []string
-	// Launch are lane host processes the front starts itself, one per
+	// Processes are lane host processes the front starts itself, one per
 	// entry, and restarts when they die or hang.
-	Launch []Launch
+	Processes []HostProcess
 	// Cluster names a cluster whose hosts the front finds itself: it joins
 	// each host that becomes a member (which takes new tenants at once),
 	// places no new tenants on a host that left the membership, and
@@ -100,7 +100,7 @@ type FrontConfig struct {
 	Logf func(format string, args ...any)
 }
 
-// Launch is a lane host process a front starts: Path with Args, to which
+// HostProcess is a lane host process a front starts: Path with Args, to which
 // the front adds --name Name and --exit-with-stdin. The process must print
 // ListeningLine and its address as its first line on standard output
 // (cmd/lanehost does).
@@ -112,7 +112,7 @@ type FrontConfig struct {
 // P per CPU made a lane host serve 0.65-0.73 of one process's steps at 2
 // in flight on 2 cores (docs/lane-hosts.md, "Same-host data plane",
 // "Measured"). Give the front's process the other half.
-type Launch struct {
+type HostProcess struct {
 	Name string
 	Path string
 	Args []string
@@ -128,7 +128,7 @@ type Front struct {
 	cfg       FrontConfig
 	sys       *system
 	pid       *actor.PID
-	calls     callTable[*Pending]
+	calls     callTable[*pending]
 	tokenFile string           // the token's file, for the hosts it launches
 	modules   []*wirepb.Module // cfg.Modules as every Welcome carries them
 
@@ -227,8 +227,8 @@ func startFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
 	for _, a := range cfg.Hosts {
 		fixed = append(fixed, newLink(f, a, nil))
 	}
-	for i := range cfg.Launch {
-		fixed = append(fixed, newLink(f, cfg.Launch[i].Name, &cfg.Launch[i]))
+	for i := range cfg.Processes {
+		fixed = append(fixed, newLink(f, cfg.Processes[i].Name, &cfg.Processes[i]))
 	}
 	f.links.Store(&fixed)
 	f.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &frontActor{f: f} }), frontActorName)
@@ -265,7 +265,7 @@ func (f *Front) stopBy(until time.Time) {
 }
 
 func (c *FrontConfig) check() error {
-	if len(c.Hosts)+len(c.Launch) == 0 && c.Cluster == nil {
+	if len(c.Hosts)+len(c.Processes) == 0 && c.Cluster == nil {
 		return fmt.Errorf("%w: no hosts: give host addresses, processes to launch or a cluster", ErrConfig)
 	}
 	if c.Cluster != nil {
@@ -310,7 +310,7 @@ func (c *FrontConfig) check() error {
 		}
 		names[a] = true
 	}
-	for _, l := range c.Launch {
+	for _, l := range c.Processes {
 		if l.Name == "" || l.Path == "" || names[l.Name] {
 			return fmt.Errorf("%w: launch %q: give each launched host a distinct name and a path", ErrConfig, l.Name)
 		}

@@ -13,8 +13,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // frontActor receives every message hosts send the front. Hosts send with

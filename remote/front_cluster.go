@@ -118,7 +118,7 @@ func (f *Front) awaitCluster(ctx context.Context, until time.Time) error {
 				return nil // the slow ones join when they can
 			}
 			where := fmt.Sprintf("seeds %v", f.cfg.Cluster.Seeds)
-			if f.cfg.Cluster.Provider != nil {
+			if f.cfg.Cluster.Discovery != nil {
 				where = "its provider"
 			}
 			return fmt.Errorf("%w: no host of cluster %s registered within %v (are hosts up and members, with this cluster's name and %s? can they reach this front at %s? see Advertise on both sides)",

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lanesched/lanes/actors"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // HostHealth is a host's standing with a front.
@@ -104,7 +104,7 @@ func (f *Front) Hosts() []HostStatus {
 type link struct {
 	f      *Front
 	name   string
-	launch *Launch // nil: a host at a fixed address
+	launch *HostProcess // nil: a host at a fixed address
 
 	// maxEntries and maxBytes are the host's batch bounds under its
 	// current registration (0: not said): see Front.register.
@@ -174,7 +174,7 @@ type link struct {
 	answerOnce  sync.Once
 }
 
-func newLink(f *Front, name string, launch *Launch) *link {
+func newLink(f *Front, name string, launch *HostProcess) *link {
 	l := &link{f: f, name: name, launch: launch, events: make(chan string, 4), firstAnswer: make(chan struct{}),
 		bytes: semaphore.NewWeighted(maxBytesInFlight)}
 	l.out = combiner[frontOut]{most: 512, send: l.sendBatch}

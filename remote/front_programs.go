@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/programs"
 )
 
 // Seal closes the preparation of the lane the tenant's batches run on, on

@@ -12,8 +12,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // Replay runs a staged program the tenant prepared, with inputs in logical
@@ -120,7 +120,7 @@ func (f *Front) replay(ctx context.Context, tenant string, p *StagedProgram, c s
 			slots = append(slots, areaSlot{host: &w.Host, area: &w.Area})
 		}
 	}
-	res, err := f.opWith(ctx, l, epoch, tenant, bytes, func(p *Pending) {
+	res, err := f.opWith(ctx, l, epoch, tenant, bytes, func(p *pending) {
 		if len(slots) > 0 {
 			l.intoArea(epoch, slots, p)
 		}

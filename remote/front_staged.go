@@ -14,8 +14,8 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // StagedSpec is a staged program as a front declares it (lanes.NewStaged's

@@ -11,8 +11,8 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // Forget drops a tenant: on its host (its buffers freed) if the host still
@@ -126,7 +126,7 @@ func (f *Front) op(ctx context.Context, l *link, epoch uint64, tenant string, by
 
 // opWith is op with set, which fills in the call before it is recorded
 // (see newCall).
-func (f *Front) opWith(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, set func(*Pending), msg func(call uint64) proto.Message) (*wirepb.OpResult, error) {
+func (f *Front) opWith(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, set func(*pending), msg func(call uint64) proto.Message) (*wirepb.OpResult, error) {
 	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, bytes > 0, set) // an op's bytes are a read's
 	if err != nil {
 		return nil, err

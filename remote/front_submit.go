@@ -13,8 +13,8 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // SubmitAsync sends a tenant's batch to the tenant's host (placing a new
@@ -26,9 +26,9 @@ import (
 // front keeps no table of which tenant allocated which buffer: a batch
 // naming a buffer of another tenant on the same host is refused there
 // (actors.ErrNotYours), one of a tenant on another host as a handle that
-// host never handed out (lanes.ErrInvalidBatch); lanes.Server, which keeps
+// host never handed out (lanes.ErrInvalidBatch); *lanes.Server, which keeps
 // that table, refuses both as not yours.
-func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (*Pending, error) {
+func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (lanes.Pending, error) {
 	if err := f.admit(ctx, tenant); err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 // withdraws the batch if it still waits for its lane (it never runs, and
 // ends withdrawn, as in one process). A context that cannot end (the
 // serving loop's Background) costs nothing here.
-func (l *link) send(p *Pending, s *wirepb.Submit) {
+func (l *link) send(p *pending, s *wirepb.Submit) {
 	if p.w == nil {
 		l.enqueue(s)
 		return
@@ -82,7 +82,7 @@ func (l *link) send(p *Pending, s *wirepb.Submit) {
 // withdraw tells the host that the caller of a withdrawable submission
 // under epoch gave up on it, and why (its context's cause): queued after
 // the submission, as operations are, so it reaches the host after it.
-func (l *link) withdraw(epoch, call uint64, p *Pending) {
+func (l *link) withdraw(epoch, call uint64, p *pending) {
 	deadline := errors.Is(p.w.ctx.Err(), context.DeadlineExceeded)
 	l.out.add(frontOut{op: &wirepb.Withdraw{Epoch: epoch, Call: call, Tenant: p.tenant, Deadline: deadline}, epoch: epoch})
 	if fn := afterWithdraw.Load(); fn != nil {
@@ -92,7 +92,7 @@ func (l *link) withdraw(epoch, call uint64, p *Pending) {
 
 // afterWithdraw, set by a test, runs once a Withdraw was queued for its
 // host: what the caller queues after goes after it.
-var afterWithdraw atomic.Pointer[func(*Pending)]
+var afterWithdraw atomic.Pointer[func(*pending)]
 
 // Encoded is a batch encoded once for the wire, to submit many times
 // (SubmitEncoded): a serving loop's step. Each host receives it whole
@@ -138,7 +138,7 @@ func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
 // length of the upload it replaces; the front reads them until the call
 // ends. A bad input (an entry that is no upload, another length, the same
 // entry twice) is refused before anything is sent (lanes.ErrInvalidBatch).
-func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded, inputs ...Input) (*Pending, error) {
+func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded, inputs ...Input) (lanes.Pending, error) {
 	if e == nil || e.wire == nil {
 		return nil, fmt.Errorf("%w: a nil or zero Encoded: make one with Front.Encode", ErrConfig)
 	}
@@ -207,7 +207,7 @@ func (e *Encoded) inputsToWire(inputs []Input) ([]*wirepb.Input, error) {
 
 // sample marks one submission in SampleEvery to carry its times there
 // and back (HostStatus.RoundTrip).
-func (p *Pending) sample(s *wirepb.Submit) *wirepb.Submit {
+func (p *pending) sample(s *wirepb.Submit) *wirepb.Submit {
 	if s.Call%SampleEvery == 0 {
 		s.SentUnixNano = time.Now().UnixNano()
 		p.sentAt.Store(s.SentUnixNano)
@@ -224,7 +224,7 @@ func (f *Front) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes
 	if err != nil {
 		return lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Tenant: tenant, Lane: -1}, err
 	}
-	if err := p.wait(ctx); err != nil {
+	if err := p.(*pending).wait(ctx); err != nil {
 		return lanes.Receipt{Tenant: tenant, Lane: -1}, err
 	}
 	return p.Result()
@@ -263,7 +263,7 @@ var errNilContext = fmt.Errorf("%w: %w: a nil context.Context; pass context.Back
 // and the call's id. The call's own upload bytes (slots: a batch's
 // uploads, a template's inputs) are written into the upload area of the
 // host's data plane when it has room (see HostConfig.UploadAreaBytes).
-func (f *Front) register(ctx context.Context, tenant string, size batchSize, enc *Encoded, slots []areaSlot) (*Pending, *link, uint64, uint64, error) {
+func (f *Front) register(ctx context.Context, tenant string, size batchSize, enc *Encoded, slots []areaSlot) (*pending, *link, uint64, uint64, error) {
 	if enc != nil { // SubmitAsync checked its batch before it encoded it
 		if err := f.checkSize(tenant, size); err != nil {
 			return nil, nil, 0, 0, err
@@ -282,7 +282,7 @@ func (f *Front) register(ctx context.Context, tenant string, size batchSize, enc
 		return nil, nil, 0, 0, err
 	}
 	pl.calls.Add(1) // before the call exists: Forget refuses from here on
-	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false, func(p *Pending) {
+	p, id, err := f.newCall(ctx, l, epoch, tenant, bytes, false, func(p *pending) {
 		p.placed, p.enc = pl, enc
 		if ctx.Done() != nil {
 			p.w = &withdrawable{ctx: ctx} // see send
@@ -309,11 +309,11 @@ func (f *Front) register(ctx context.Context, tenant string, size batchSize, enc
 //
 // set, if given, fills in the call before it is recorded: from then on a
 // loss may end it on another goroutine.
-func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, reading bool, set func(*Pending)) (*Pending, uint64, error) {
+func (f *Front) newCall(ctx context.Context, l *link, epoch uint64, tenant string, bytes int64, reading bool, set func(*pending)) (*pending, uint64, error) {
 	if !l.servingUnder(epoch) {
 		return nil, 0, l.stateLost(tenant, epoch)
 	}
-	p := &Pending{done: make(chan struct{}), tenant: tenant, host: l.name}
+	p := &pending{done: make(chan struct{}), tenant: tenant, host: l.name}
 	if bytes > 0 {
 		if err := l.bytes.Acquire(ctx, bytes); err != nil {
 			return nil, 0, fmt.Errorf("remote: waiting for room for %d bytes on the way to or from host %s: %w (definitely not submitted)", bytes, l.name, err)

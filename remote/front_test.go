@@ -190,7 +190,7 @@ func TestStartFrontRefusesBadConfig(t *testing.T) {
 		{Hosts: []string{"nonsense"}},
 		{Hosts: []string{"127.0.0.1:1"}, Address: "0.0.0.0:0"},
 		{Hosts: []string{"127.0.0.1:1"}, LostAfter: time.Millisecond},
-		{Launch: []remote.Launch{{Name: "x"}}},
+		{Processes: []remote.HostProcess{{Name: "x"}}},
 		{Hosts: []string{"127.0.0.1:1", "127.0.0.1:1"}},
 	} {
 		f, err := remote.StartFront(context.Background(), cfg)
@@ -530,9 +530,9 @@ func frontChild() int {
 // TestBadLaunchFailsAtOnce: a host that will not start fails StartFront at
 // once with why, not after the join timeout.
 func TestBadLaunchFailsAtOnce(t *testing.T) {
-	for _, l := range []remote.Launch{{Name: "missing", Path: "/nonexistent/lanehost"}, {Name: "bad-flag", Path: lanehostBin, Args: []string{"--bogus"}}} {
+	for _, l := range []remote.HostProcess{{Name: "missing", Path: "/nonexistent/lanehost"}, {Name: "bad-flag", Path: lanehostBin, Args: []string{"--bogus"}}} {
 		start := time.Now()
-		f, err := remote.StartFront(context.Background(), remote.FrontConfig{Launch: []remote.Launch{l}, Logf: t.Logf})
+		f, err := remote.StartFront(context.Background(), remote.FrontConfig{Processes: []remote.HostProcess{l}, Logf: t.Logf})
 		if err == nil {
 			_ = f.Stop(context.Background())
 		}

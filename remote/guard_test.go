@@ -34,9 +34,9 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
-	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 func init() {

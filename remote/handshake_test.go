@@ -166,7 +166,7 @@ func TestALaunchedHostThatNeverListens(t *testing.T) {
 	} {
 		start := time.Now()
 		f, err := remote.StartFront(context.Background(), remote.FrontConfig{JoinTimeout: join, Logf: t.Logf,
-			Launch: []remote.Launch{{Name: "none", Path: os.Args[0], Env: []string{"LANES_CHILD=never-listens", "LANES_LISTEN_AT=" + tc.at}}}})
+			Processes: []remote.HostProcess{{Name: "none", Path: os.Args[0], Env: []string{"LANES_CHILD=never-listens", "LANES_LISTEN_AT=" + tc.at}}}})
 		took := time.Since(start)
 		if err == nil {
 			_ = f.Stop(context.Background())

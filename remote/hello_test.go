@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lanesched/lanes/remote"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/remote"
 )
 
 // TestHelloChecked: a host of the same protocol with a name, an epoch and

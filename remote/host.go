@@ -19,8 +19,8 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/shmring"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // hostActorName is the name of a lane host's actor: a front reaches a host at

@@ -15,9 +15,9 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
-	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // MaxReadBytes bounds one Read's bytes (a receipt's read-back).

@@ -14,8 +14,8 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // submits hands each submission of the current epoch to the scheduler; a
@@ -179,13 +179,13 @@ func (h *Host) shardLoop(shard int, jobs chan hostJob) {
 // now; admitted, its shard's replier answers it at its end.
 func (h *Host) admit(j hostJob, shard int) {
 	q := h.replies[shard]
-	ended := func(p *actors.Pending) { q.push(hostReply{j: j, p: p}) }
+	ended := func(p lanes.Pending) { q.push(hostReply{j: j, p: p}) }
 	if j.viaPlane {
 		// Through a data plane the answer never waits (a full ring's
 		// backlog takes it): the goroutine that ended the step answers it,
 		// a hand-off less (measured: up to a fifth more steps at 2 in
 		// flight on 2 cores).
-		ended = func(p *actors.Pending) { h.reply(j, p) }
+		ended = func(p lanes.Pending) { h.reply(j, p) }
 	}
 	if j.timing != nil {
 		// Stamped before admission, not after: once admitted, the step may
@@ -206,7 +206,7 @@ func (h *Host) admit(j hostJob, shard int) {
 }
 
 // reply answers one ended submission.
-func (h *Host) reply(j hostJob, p *actors.Pending) {
+func (h *Host) reply(j hostJob, p lanes.Pending) {
 	if j.timing != nil {
 		j.timing.Ended = time.Now().UnixNano()
 	}
@@ -467,7 +467,7 @@ func encodeAttribution(o outgoing, last map[uint64][]lanes.Row, lastSegs map[uin
 // hostReply is a submission that ended, to answer.
 type hostReply struct {
 	j hostJob
-	p *actors.Pending
+	p lanes.Pending
 }
 
 // replyQueue takes ended submissions from whatever goroutine ended them

@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // A CallBuilder makes a lane host's library call from what a front's

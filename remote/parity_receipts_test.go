@@ -112,7 +112,7 @@ func TestReceiptsMatchOneProcess(t *testing.T) {
 		if i < 3 {
 			got, err = f.Submit(ctx, "a", step(t, hostB, hostKeep))
 		} else {
-			var p *remote.Pending
+			var p lanes.Pending
 			if p, err = f.SubmitEncoded(ctx, "a", enc); err == nil {
 				got, err = p.Result()
 			}

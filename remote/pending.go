@@ -10,12 +10,12 @@ import (
 	"sync/atomic"
 
 	"github.com/lanesched/lanes/actors"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
-// Pending is a call in flight on a lane host.
-type Pending struct {
+// pending is a call in flight on a lane host: a lanes.Pending.
+type pending struct {
 	enc     *Encoded   // the template, if it was submitted encoded
 	release func()     // gives back the call's bytes in flight
 	placed  *placement // a submission's tenant placement, whose calls it counts
@@ -30,22 +30,22 @@ type Pending struct {
 }
 
 // Done is closed when the call ended.
-func (p *Pending) Done() <-chan struct{} { return p.done }
+func (p *pending) Done() <-chan struct{} { return p.done }
 
 // Host is the name of the host the call went to.
-func (p *Pending) Host() string { return p.host }
+func (p *pending) Host() string { return p.host }
 
 // Result is the call's receipt and error, once Done is closed. The
 // receipt's attribution is read-only, as in one process (lanes.Attribution):
 // receipts that attribute identically (a tenant's steady steps) share one
 // copy of their rows.
-func (p *Pending) Result() (lanes.Receipt, error) {
+func (p *pending) Result() (lanes.Receipt, error) {
 	<-p.done
 	return p.r, p.err
 }
 
 // wait waits for the end or ctx; a ctx that ends first detaches.
-func (p *Pending) wait(ctx context.Context) error {
+func (p *pending) wait(ctx context.Context) error {
 	select {
 	case <-p.done:
 		return nil
@@ -62,7 +62,7 @@ func (p *Pending) wait(ctx context.Context) error {
 }
 
 // end ends the call; the in-flight table makes it once.
-func (p *Pending) end(r lanes.Receipt, err error, res *wirepb.OpResult) {
+func (p *pending) end(r lanes.Receipt, err error, res *wirepb.OpResult) {
 	if p.release != nil {
 		p.release()
 	}
@@ -112,7 +112,7 @@ func (w *withdrawable) unwatch() {
 }
 
 // lost ends a call whose host was lost.
-func (p *Pending) lost(e error) {
+func (p *pending) lost(e error) {
 	p.end(lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: e, Tenant: p.tenant, Lane: -1}, e, nil)
 }
 

@@ -266,7 +266,7 @@ func launchTwo(t *testing.T, lostAfter time.Duration, more ...string) (*remote.F
 	t.Helper()
 	args := append([]string{"--lanes", "2", "--heartbeat", "50ms"}, more...)
 	f, err := remote.StartFront(context.Background(), remote.FrontConfig{LostAfter: lostAfter, Logf: t.Logf,
-		Launch: []remote.Launch{{Name: "a", Path: lanehostBin, Args: args}, {Name: "b", Path: lanehostBin, Args: args}}})
+		Processes: []remote.HostProcess{{Name: "a", Path: lanehostBin, Args: args}, {Name: "b", Path: lanehostBin, Args: args}}})
 	if err != nil {
 		t.Fatalf("StartFront: got err %v, want nil", err)
 	}

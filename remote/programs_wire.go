@@ -13,9 +13,9 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
-	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // Wire limits of programs: a decoder refuses more than these.

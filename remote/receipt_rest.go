@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
-	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // Bounds of the rest of a receipt a front takes.

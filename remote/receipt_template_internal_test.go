@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
-	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // TestTemplatedReceiptsCarryLogicalCommands: a host leaves out a templated

@@ -13,10 +13,10 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
-	"github.com/lanesched/lanes/internal/wirepb"
 )
 
 // TestReceiptRoundTrip: a success comes back with every field one process

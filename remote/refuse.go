@@ -4,8 +4,8 @@
 package remote
 
 import (
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // refusedReceipt is the wire receipt of a submission the host turned away

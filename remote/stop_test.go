@@ -43,7 +43,7 @@ func TestStopKeepsItsDeadlineAndLeavesNoProcess(t *testing.T) {
 	}
 
 	g, err := remote.StartFront(context.Background(), remote.FrontConfig{Logf: t.Logf, RestartBackoff: 50 * time.Millisecond,
-		Launch: []remote.Launch{{Name: "r", Path: lanehostBin, Args: []string{"--heartbeat", "50ms"}}}})
+		Processes: []remote.HostProcess{{Name: "r", Path: lanehostBin, Args: []string{"--heartbeat", "50ms"}}}})
 	if err != nil {
 		t.Fatalf("StartFront: got err %v, want nil", err)
 	}

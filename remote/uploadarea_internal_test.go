@@ -14,8 +14,8 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/shmring"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
 )
 
 // TestAreaSpansAgainstAModel: spans handed out lie in the area, on the

@@ -76,7 +76,7 @@ func gateHostChild() int {
 	select {}
 }
 
-// ender is a submission in flight: an actors.Pending or a remote.Pending.
+// ender is a submission in flight: a lanes.Pending.
 type ender interface {
 	Done() <-chan struct{}
 	Result() (lanes.Receipt, error)
@@ -275,7 +275,7 @@ func TestWithdrawnAsInOneProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		withdrawn := make(chan struct{}, 4)
-		undo := remote.OnWithdraw(func(*remote.Pending) { withdrawn <- struct{}{} })
+		undo := remote.OnWithdraw(func(lanes.Pending) { withdrawn <- struct{}{} })
 		viaHost := gateSide{name: fmt.Sprintf("through a lane host (NoDataPlane %v)", noPlane),
 			alloc: func() cuda.Buffer {
 				b, err := f.Alloc(ctx, "a", cuda.BufferSpec{Size: 64, Elem: cuda.I32})

@@ -3,7 +3,7 @@
 # the CUDA toolkit, e.g. the GPU machine), or, with --check, fails if a
 # committed PTX differs from what nvcc makes now:
 #   cuda/kernels/kernels.cu         -> kernels.ptx    (the built-in kernels)
-#   cuda/conformance/usermodule.cu  -> usermodule.ptx (the suite's user module)
+#   internal/conformance/usermodule.cu  -> usermodule.ptx (the suite's user module)
 #   examples/customkernels/rmsnorm.cu -> rmsnorm.ptx  (the example's own kernel)
 #   examples/transformer/transformer.cu -> transformer.ptx (the transformer example's kernels)
 #
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 status=0
-for src in cuda/kernels/kernels.cu cuda/conformance/usermodule.cu examples/customkernels/rmsnorm.cu examples/transformer/transformer.cu; do
+for src in cuda/kernels/kernels.cu internal/conformance/usermodule.cu examples/customkernels/rmsnorm.cu examples/transformer/transformer.cu; do
   out=${src%.cu}.ptx
   tmp=$(mktemp)
   "$NVCC" -ptx -arch=compute_80 -fmad=false -O3 -o "$tmp" "$src"

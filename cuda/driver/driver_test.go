@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/conformance"
 	"github.com/lanesched/lanes/cuda/driver"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/conformance"
 )
 
 func open(t *testing.T) cuda.Device {

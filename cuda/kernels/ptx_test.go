@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lanesched/lanes/cuda/conformance"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/conformance"
 )
 
 // TestReadPTX: the committed PTX of nvcc 13 reads as the driver sees it;

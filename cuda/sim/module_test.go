@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/conformance"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/conformance"
 )
 
 // TestModulesAtOpenAndWhileLaunching: a module given at open is loaded

@@ -213,7 +213,7 @@ func (w *workload) measure(ctx context.Context, path lanes.Path) error {
 		}
 	}
 	const window = 16
-	inFlight := make([][]*actors.Pending, len(w.tenants))
+	inFlight := make([][]lanes.Pending, len(w.tenants))
 	var device []time.Duration
 	used := map[int]bool{}
 	wait := func(i int) error {

@@ -129,8 +129,8 @@ func wantRefused(t *testing.T, what string, err error, sentinel error) {
 func lanesUntouched(t *testing.T, b *embedder.Backend) {
 	t.Helper()
 	for _, l := range b.S.Lanes() {
-		if l.Health != actors.HealthHealthy || l.Recoveries != 0 || l.Counters.Failures != 0 {
-			t.Errorf("lane %d: got %v, %d recoveries, %d failures (cause %v); want untouched: %v, none, none", l.ID, l.Health, l.Recoveries, l.Counters.Failures, l.Cause, actors.HealthHealthy)
+		if l.Health != actors.HealthServing || l.Recoveries != 0 || l.Counters.Failures != 0 {
+			t.Errorf("lane %d: got %v, %d recoveries, %d failures (cause %v); want untouched: %v, none, none", l.ID, l.Health, l.Recoveries, l.Counters.Failures, l.Cause, actors.HealthServing)
 		}
 	}
 }
@@ -142,13 +142,13 @@ func waitAllHealthy(t *testing.T, b *embedder.Backend, within time.Duration) {
 	for {
 		healthy := true
 		for _, l := range b.S.Lanes() {
-			healthy = healthy && l.Health == actors.HealthHealthy
+			healthy = healthy && l.Health == actors.HealthServing
 		}
 		if healthy {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v: got lanes %+v, want every lane %v", within, b.S.Lanes(), actors.HealthHealthy)
+			t.Fatalf("after %v: got lanes %+v, want every lane %v", within, b.S.Lanes(), actors.HealthServing)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -249,7 +249,7 @@ func (c *counter) read(t *testing.T) []int32 {
 // waits for all; it returns how many were refused as overloaded on the way.
 func (c *counter) submitInOrder(t *testing.T, n int) (overloaded int) {
 	t.Helper()
-	var pending []*actors.Pending
+	var pending []lanes.Pending
 	for i := 0; i < n; {
 		p, err := c.backend.S.SubmitAsync(context.Background(), c.tenant, c.batch(t, i))
 		if errors.Is(err, actors.ErrOverloaded) {

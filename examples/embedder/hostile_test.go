@@ -115,7 +115,7 @@ func flood(t *testing.T, b *embedder.Backend, tn *embedder.Tenant, k int, stop <
 		t.Errorf("the flood's Step: got err %v, want nil", err)
 		return
 	}
-	var pending []*actors.Pending
+	var pending []lanes.Pending
 	defer func() {
 		for _, p := range pending {
 			<-p.Done()

@@ -37,7 +37,7 @@ func virtualBackend(t *testing.T, cfg actors.Config) (*embedder.Backend, *sim.Vi
 
 // drain advances the clock until every submission ended, and returns
 // their receipts in order.
-func drain(t *testing.T, clock *sim.VirtualClock, pending []*actors.Pending) []lanes.Receipt {
+func drain(t *testing.T, clock *sim.VirtualClock, pending []lanes.Pending) []lanes.Receipt {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	out := make([]lanes.Receipt, len(pending))
@@ -98,7 +98,7 @@ func TestFloodLeavesLightTenantsTheirTurn(t *testing.T) {
 			b, clock := virtualBackend(t, actors.Config{LanesPerDevice: lanesN, StreamDepth: depth, MaxInFlightPerLane: limit, HangTimeout: -1, TenantIdle: -1})
 			ctx := context.Background()
 			var submitted uint64
-			async := func(tenant string, batch lanes.Batch) (*actors.Pending, error) {
+			async := func(tenant string, batch lanes.Batch) (lanes.Pending, error) {
 				p, err := b.S.SubmitAsync(ctx, tenant, batch)
 				if err == nil {
 					submitted++
@@ -106,7 +106,7 @@ func TestFloodLeavesLightTenantsTheirTurn(t *testing.T) {
 				return p, err
 			}
 			var light []*embedder.Tenant
-			var setUp []*actors.Pending
+			var setUp []lanes.Pending
 			for _, name := range []string{"flood", "light0", "light1", "light2", "light3"} {
 				tn, err := b.NewTenant(name, n)
 				if err != nil {
@@ -134,7 +134,7 @@ func TestFloodLeavesLightTenantsTheirTurn(t *testing.T) {
 			for round := range rounds {
 				// The flood fills its admission, then each light tenant
 				// takes its next step.
-				var pending []*actors.Pending
+				var pending []lanes.Pending
 				for {
 					p, err := async(heavy.Name, flood)
 					if errors.Is(err, actors.ErrOverloaded) {

@@ -1,4 +1,4 @@
-// Command serving serves two tenants' steps through lanes.Server, in this
+// Command serving serves two tenants' steps through *lanes.Server, in this
 // process or on lane hosts, by one flag: the serving code is the same.
 //
 //	go run ./examples/serving            # lanes in this process
@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Hosts = &remote.FrontConfig{}
 		for i := range *hosts {
-			cfg.Hosts.Launch = append(cfg.Hosts.Launch, remote.Launch{Name: fmt.Sprintf("gpu%d", i), Path: exe, Args: []string{"--device", "sim"}, Env: []string{hostEnv + "=1"}})
+			cfg.Hosts.Processes = append(cfg.Hosts.Processes, remote.HostProcess{Name: fmt.Sprintf("gpu%d", i), Path: exe, Args: []string{"--device", "sim"}, Env: []string{hostEnv + "=1"}})
 		}
 	}
 	srv, err := lanes.Start(ctx, cfg)
@@ -113,7 +113,7 @@ type result struct {
 // serve runs each tenant's steps on its own goroutine, two in flight at a
 // time, then reads its buffer back: the serving code, the same whichever
 // side srv is.
-func serve(ctx context.Context, srv lanes.Server, tenants []string, steps int) []result {
+func serve(ctx context.Context, srv *lanes.Server, tenants []string, steps int) []result {
 	out := make([]result, len(tenants))
 	var wg sync.WaitGroup
 	for i, tenant := range tenants {
@@ -127,7 +127,7 @@ func serve(ctx context.Context, srv lanes.Server, tenants []string, steps int) [
 	return out
 }
 
-func serveTenant(ctx context.Context, srv lanes.Server, tenant string, steps int) result {
+func serveTenant(ctx context.Context, srv *lanes.Server, tenant string, steps int) result {
 	r := result{tenant: tenant}
 	var buf lanes.Buffer
 	// Retry what says it may succeed later: a host restarting, a full lane.

@@ -127,8 +127,8 @@ func solo(ctx context.Context, s *actors.Scheduler, t *tenant, steps, window int
 		return nil, fmt.Errorf("%s, step 1: %w", t.name, err)
 	}
 	st := &stepStats{}
-	var inFlight []*actors.Pending
-	wait := func(p *actors.Pending) error {
+	var inFlight []lanes.Pending
+	wait := func(p lanes.Pending) error {
 		rc, err := p.Result()
 		if err == nil {
 			st.record(rc)
@@ -221,7 +221,7 @@ func (c *chain) submit() {
 
 // ended records a step's receipt and submits the next: it runs on the
 // goroutine that ended the step, so it only records and submits.
-func (c *chain) ended(p *actors.Pending) {
+func (c *chain) ended(p lanes.Pending) {
 	rc, err := p.Result()
 	if err != nil {
 		c.finish(err)

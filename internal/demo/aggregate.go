@@ -37,7 +37,7 @@ type aggregate struct {
 }
 
 // warmEnded counts a warm-up submission's end (it waits for it).
-func (a *aggregate) warmEnded(p *actors.Pending) {
+func (a *aggregate) warmEnded(p lanes.Pending) {
 	if _, err := p.Result(); err != nil {
 		a.warmFailed.Add(1)
 	}

@@ -51,7 +51,7 @@ type chain struct {
 	// still returning (a re-entrant or very fast end): the submitter, not
 	// a nested call, so the stack never grows with the steps.
 	state  atomic.Int32
-	onEnd  func(*actors.Pending)
+	onEnd  func(lanes.Pending)
 	closed atomic.Bool
 }
 
@@ -142,9 +142,9 @@ func (c *chain) next() {
 
 // ended records a step's end and submits the client's next step, unless
 // the step's submission is still returning: then that goes on.
-func (c *chain) ended(p *actors.Pending) {
+func (c *chain) ended(p lanes.Pending) {
 	r, err := p.Result()
-	c.agg.ended(p.Lane(), c.tn, time.Since(c.sent), r, err)
+	c.agg.ended(laneOf(p), c.tn, time.Since(c.sent), r, err)
 	if c.state.CompareAndSwap(chainSubmitting, chainEndedEarly) {
 		return
 	}
@@ -166,4 +166,13 @@ func retryDelay(err error, tries int) time.Duration {
 		return se.RetryAfter
 	}
 	return 100 * time.Microsecond << min(tries, 6)
+}
+
+// laneOf is the lane an in-process submission was routed to (-1 while it
+// waits to move, or for a submission of a front's).
+func laneOf(p lanes.Pending) int {
+	if l, ok := p.(interface{ Lane() int }); ok {
+		return l.Lane()
+	}
+	return -1
 }

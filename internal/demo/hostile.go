@@ -75,13 +75,13 @@ func submitOne(ctx context.Context, s *actors.Scheduler, tn *tenant, b lanes.Bat
 	}
 	agg.accepted.Add(1)
 	r, err := p.Result()
-	agg.ended(p.Lane(), tn, time.Since(t0), r, err)
+	agg.ended(laneOf(p), tn, time.Since(t0), r, err)
 }
 
 // floodLoop keeps the tenant's admission full.
 func floodLoop(ctx context.Context, s *actors.Scheduler, tn *tenant, timing lanes.TimingMode, agg *aggregate) error {
 	type inflight struct {
-		p  *actors.Pending
+		p  lanes.Pending
 		t0 time.Time
 	}
 	var pending []inflight
@@ -89,7 +89,7 @@ func floodLoop(ctx context.Context, s *actors.Scheduler, tn *tenant, timing lane
 		f := pending[0]
 		pending = pending[1:]
 		r, err := f.p.Result()
-		agg.ended(f.p.Lane(), tn, time.Since(f.t0), r, err)
+		agg.ended(laneOf(f.p), tn, time.Since(f.t0), r, err)
 	}
 	defer func() {
 		for len(pending) > 0 {

@@ -55,7 +55,7 @@ type HostsConfig struct {
 // every device, which places tenant i on device i mod n as the front
 // places them on hosts; and, with --cluster, the hosts' processes.
 type hostsSide struct {
-	srv   serving.Server
+	srv   *serving.Server
 	devs  []cuda.Device // in process: the devices, closed at stop
 	fleet *fleet
 }
@@ -73,7 +73,7 @@ func (h *hostsSide) submit(ctx context.Context, tenant string, b lanes.Batch) er
 // the front, encoded once (its upload, if any, crosses with each
 // submission, the rest once).
 func (h *hostsSide) submitStep(ctx context.Context, t *hostsTenant, step lanes.Batch, enc *remote.Encoded) (lanes.Receipt, error) {
-	f := h.srv.Front()
+	f := frontOf(h.srv)
 	if f == nil || enc == nil {
 		return h.srv.Submit(ctx, t.name, step)
 	}
@@ -89,7 +89,7 @@ func (h *hostsSide) submitStep(ctx context.Context, t *hostsTenant, step lanes.B
 }
 
 func (h *hostsSide) encode(b lanes.Batch) (*remote.Encoded, error) {
-	if f := h.srv.Front(); f != nil {
+	if f := frontOf(h.srv); f != nil {
 		return f.Encode(b)
 	}
 	return nil, nil
@@ -102,7 +102,7 @@ func (h *hostsSide) forget(ctx context.Context, tenant string) error {
 // hostOf is where the tenant is served: its host, or its device (the
 // one its buffer is on, once it started over elsewhere).
 func (h *hostsSide) hostOf(t *hostsTenant) string {
-	if f := h.srv.Front(); f != nil {
+	if f := frontOf(h.srv); f != nil {
 		host, _ := f.Placement(t.name)
 		return host
 	}
@@ -132,7 +132,7 @@ func (h *hostsSide) status() map[string]remote.HostStatus {
 // awaitServing waits, up to within, for a host to serve again (or to
 // leave the cluster, its tenants placed elsewhere); at once in process.
 func (h *hostsSide) awaitServing(ctx context.Context, host string, within time.Duration) {
-	if h.srv.Front() == nil {
+	if frontOf(h.srv) == nil {
 		return
 	}
 	deadline := time.Now().Add(within)
@@ -217,7 +217,7 @@ func startHostsAPI(ctx context.Context, cfg Config) (*hostsSide, error) {
 		fc.Cluster = &remote.ClusterConfig{Name: fl.cluster, Seeds: fl.seeds}
 	} else {
 		for i := range cfg.Devices {
-			fc.Launch = append(fc.Launch, remote.Launch{Name: fmt.Sprintf("gpu%d", i), Path: path, Args: hostArgs(i)})
+			fc.Processes = append(fc.Processes, remote.HostProcess{Name: fmt.Sprintf("gpu%d", i), Path: path, Args: hostArgs(i)})
 		}
 	}
 	srv, err := serving.Start(ctx, serving.Config{Hosts: &fc})
@@ -330,4 +330,10 @@ func (t *hostsTenant) current() (lanes.Batch, *remote.Encoded, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.step, t.enc, t.gen
+}
+
+// frontOf is the front behind a server on lane hosts (nil in process).
+func frontOf(srv *serving.Server) *remote.Front {
+	f, _ := srv.Raw().(*remote.Front)
+	return f
 }

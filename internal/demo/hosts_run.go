@@ -141,7 +141,7 @@ func RunHosts(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var events sync.WaitGroup
 	if api.fleet != nil {
-		events.Go(func() { api.fleet.schedule(runCtx, cfg, api.srv.Front(), l.start) })
+		events.Go(func() { api.fleet.schedule(runCtx, cfg, frontOf(api.srv), l.start) })
 	}
 	var faultSent time.Time
 	var faultHost string

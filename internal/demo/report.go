@@ -356,19 +356,19 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 }
 
-// healthSummary is how many lanes are healthy, recovering or out: "4/4
-// healthy", or "2/4 healthy, 1 recovering, 1 out".
+// healthSummary is how many lanes are serving, recovering or out: "4/4
+// serving", or "2/4 serving, 1 recovering, 1 out".
 func (r *Report) healthSummary() string {
 	healthy, out := 0, 0
 	for _, l := range r.PerLane {
 		switch l.Health {
-		case "healthy":
+		case "serving":
 			healthy++
 		case "quarantined", "stopped":
 			out++
 		}
 	}
-	s := fmt.Sprintf("%d/%d healthy", healthy, len(r.PerLane))
+	s := fmt.Sprintf("%d/%d serving", healthy, len(r.PerLane))
 	if rec := len(r.PerLane) - healthy - out; rec > 0 {
 		s += fmt.Sprintf(", %d recovering", rec)
 	}

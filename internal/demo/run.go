@@ -394,7 +394,7 @@ func drive(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*tena
 					agg.accepted.Add(1)
 					t0 := time.Now()
 					r, err := p.Result()
-					agg.ended(p.Lane(), tn, time.Since(t0), r, err)
+					agg.ended(laneOf(p), tn, time.Since(t0), r, err)
 				}
 				return nil
 			})
@@ -436,7 +436,7 @@ func openLoop(ctx context.Context, cfg Config, s *actors.Scheduler, tenants []*t
 		go func() {
 			defer wg.Done()
 			r, err := p.Result()
-			agg.ended(p.Lane(), tn, time.Since(t0), r, err)
+			agg.ended(laneOf(p), tn, time.Since(t0), r, err)
 		}()
 	}
 	return nil
