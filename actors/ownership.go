@@ -211,27 +211,18 @@ func (s *Scheduler) lockOwnership() {
 }
 
 // OwnershipMemo remembers that a batch passed a scheduler's ownership
-// check for a tenant (every buffer and host staging it names is the
-// tenant's or shared, it writes no shared buffer, and it invokes no other
-// tenant's program), so that the same batch, submitted again by the same
-// tenant, skips the check (Scheduler.SubmitNotifyMemo) until ownership
-// changes anywhere in the scheduler: an Own, Share or free, a tenant
-// forgotten, a program claimed or released, a sweep of dead handles. The
-// lane still checks that each handle is live.
+// check for a tenant, so that the same batch (the same Entries, Retain and
+// Patches slices), submitted again by the same tenant through
+// Scheduler.SubmitNotifyMemo, skips the check until ownership changes
+// anywhere in the scheduler (an Own, Share or free, a tenant forgotten, a
+// program claimed or released). The lane still checks that each handle is
+// live.
 //
-// The same batch is the same slices: its Entries, Retain and Patches, by
-// their arrays and lengths. Any other batch is checked anew (and the memo
-// then remembers that one). But a batch changed in place (an entry's
-// command, a region, an argument, a retained buffer rewritten in the same
-// array) is taken as the batch that passed: the check is skipped and the
-// change runs unchecked. So keep a memo where only code that never
-// changes its batch's handles can reach it (a lane host keeps one per
-// encoded step, which nothing changes; a step's upload bytes may
-// change: the check does not read them), never where a tenant chooses it.
-//
-// The zero value remembers nothing; a memo is safe for concurrent use (a
-// submission of another tenant, or another batch, replaces what it
-// remembers).
+// A batch changed in place is not seen: its change runs unchecked. Keep
+// a memo only where code that never rewrites its batch's handles reaches
+// it (a lane host keeps one per encoded step), never where a tenant
+// chooses it. The zero value remembers nothing; a memo is safe for
+// concurrent use.
 type OwnershipMemo struct {
 	v atomic.Pointer[ownershipVerdict]
 }

@@ -54,28 +54,11 @@ func (l *Lane) Prepare(st *Staged) error {
 // instead, and allocates nothing). The inputs are staged with zero
 // padding up to each slot's length.
 //
-// What it costs on the host: the inputs are compared with the last staged
-// ones once (against the lane's copy of them), and new ones copied into
-// the staging and into that copy (the second copy while the graph runs);
-// no hash. A caller that passes an input of MinPinnedInput bytes or more
-// (a whole number of its slot's elements) in a buffer one of the lane's
-// recent staged replays had saves the first copy: the lane pins that
-// buffer where it is (cuMemHostRegister, once) and copies the input to
-// the device straight from it, then runs the resident-input graph. The
-// lane keeps such buffers reachable and pinned, at most Config.PinBytes
-// of them; one idle for a while makes way for a new one, and when all are
-// in use the new one is copied instead (no pinning and unpinning at every
-// replay). Windows of one buffer share one pin spanning them. They stay
-// pinned until UnpinInputs (an actors scheduler calls it when the lane
-// stops, and when its device is lost). A buffer the device will not pin
-// (its pages pinned by someone else) is copied as before. A program whose
-// staging the caller addresses (StagedInputs) always has its inputs
-// copied there: the staging keeps the last inputs. An output-cache hit
-// costs that comparison and a copy of the outputs; it launches nothing
-// and touches no device or staging memory (it answers even after the
-// program's buffers were freed). Copies and comparisons of megabytes are
-// split across a few cores. Inputs written in place skip both
-// (StagedInputs, ReplayWritten); Repeat skips the comparison.
+// An input of MinPinnedInput bytes or more, in a buffer a recent replay
+// had, is copied to the device straight from it (the lane pins it, up to
+// Config.PinBytes, until UnpinInputs); an output-cache hit launches
+// nothing. docs/replays.md, "What a staged replay costs on the host", says
+// what each path copies and compares.
 func (l *Lane) Replay(st *Staged, inputs [][]byte, collect bool) (StagedResult, error) {
 	return l.replay(st, inputs, false, collect, nil)
 }
