@@ -119,3 +119,25 @@ func TestReceiptReplaysKernelsAndErrors(t *testing.T) {
 		t.Errorf("after Stop: got %v, want lanes: stopped", err)
 	}
 }
+
+// Stop with a nil context is refused, as every other call is, and the
+// server goes on to stop with a real one.
+func TestStopRefusesANilContext(t *testing.T) {
+	ctx := context.Background()
+	dev, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	srv, err := lanes.Start(ctx, lanes.Config{Devices: []lanes.Device{dev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var none context.Context
+	if err := srv.Stop(none); !errors.Is(err, actors.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "lanes: ") {
+		t.Errorf("Stop(nil): got %v, want lanes: invalid argument", err)
+	}
+	if err := srv.Stop(ctx); err != nil {
+		t.Errorf("Stop after: got %v, want nil", err)
+	}
+}

@@ -79,8 +79,8 @@
 // lane administration, staged programs), a *remote.Front on lane hosts
 // (encoded steps, placement).
 //
-// A receipt says what replayed ([Receipt] Replays: how many entries, and
-// why each other one ran eagerly); [EncodeF32], [DecodeF32] and their
+// A receipt says what replayed ([ReplayCount], from Receipt.Replays: how
+// many entries, and why each other one ran eagerly); [EncodeF32], [DecodeF32] and their
 // I32, F16 and BF16 kin turn elements into the bytes Upload takes and Read
 // returns. A submitted [Batch] belongs to the server until its submission
 // ends: to keep several submissions of one step in flight, give each its

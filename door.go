@@ -59,7 +59,8 @@ type side interface {
 // this process, or a front to lane host processes. Both keep each tenant's
 // buffers its own, run its batches in the order it submitted them on one
 // lane, and end every accepted submission exactly once. It is safe for
-// concurrent use.
+// concurrent use. Use the *Server that Start returns: the zero Server
+// serves nothing.
 //
 // In process and on lane hosts are its two sides, checked alike before
 // either is reached: a call answers the same on both (parity_test.go runs
@@ -512,6 +513,9 @@ func (s *Server) Status() Status { return s.side.status() }
 // context that outlasts the work in flight.
 func (s *Server) Stop(ctx context.Context) (err error) {
 	defer named(&err)
+	if ctx == nil {
+		return fmt.Errorf("%w: Stop: a nil context.Context; pass context.Background() or a context that outlasts the work in flight", actors.ErrInvalidArgument)
+	}
 	s.mu.Lock()
 	s.stopping.Store(true)
 	var idle chan struct{}

@@ -44,6 +44,10 @@ type (
 	Receipt = lanes.Receipt
 )
 
+// ReplayCount is how many of a receipt's entries replayed, and why each
+// other one ran eagerly (Receipt.Replays).
+type ReplayCount = lanes.ReplayCount
+
 // Command is one device command (a launch, upload, copy, library call);
 // Arg one kernel argument; Kernels the kernels a device can launch;
 // LaunchConfig a launch's grid, block and shared memory.

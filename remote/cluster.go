@@ -44,7 +44,7 @@ type ClusterConfig struct {
 	// Name is the cluster's; members of other clusters are ignored.
 	Name string
 	// Discovery finds the members: any protoactor-go cluster provider
-	// (etcd, Consul, Kubernetes; see the README). nil: the automanaged
+	// (etcd, Consul, Kubernetes; see docs/cluster.md). nil: the automanaged
 	// provider over Seeds, which needs no service of its own.
 	Discovery cluster.ClusterProvider
 	// Seeds are the automanaged membership endpoints (host:port) of every

@@ -41,7 +41,7 @@ type FrontConfig struct {
 	// rejoins a lost host only while it is a member. The cluster's word
 	// is checked by the front's own: a member is routed to only while its
 	// heartbeats say it serves. May be given alone or with Hosts and
-	// Launch.
+	// Processes.
 	Cluster *ClusterConfig
 	// PruneAfter is how long a host found in the cluster stays in Hosts
 	// after it left the membership, while it serves no one and holds no
@@ -429,6 +429,9 @@ func (f *Front) Placement(tenant string) (host string, ok bool) {
 func (f *Front) Stop(ctx context.Context) error {
 	if f == nil || f.quit == nil {
 		return ErrStopped // not a front StartFront returned
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: Stop: a nil context.Context; pass context.Background() or a context that outlasts the calls in flight", ErrConfig)
 	}
 	if f.stopped.Swap(true) {
 		return nil
