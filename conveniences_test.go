@@ -57,15 +57,7 @@ func TestReceiptReplaysKernelsAndErrors(t *testing.T) {
 	if _, err := lanes.Start(ctx, lanes.Config{}); err == nil || !strings.HasPrefix(err.Error(), "lanes: invalid argument: ") || !errors.Is(err, actors.ErrInvalidArgument) {
 		t.Errorf("an empty Config: got %v, want lanes: invalid argument", err)
 	}
-	dev, err := sim.New(sim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	srv, err := lanes.Start(ctx, lanes.Config{Devices: []lanes.Device{dev}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := startSim(t)
 	defer srv.Stop(ctx)
 	names := srv.Kernels().Names()
 	if !slices.Contains(names, "inc_i32") || !slices.IsSorted(names) {
@@ -124,15 +116,7 @@ func TestReceiptReplaysKernelsAndErrors(t *testing.T) {
 // server goes on to stop with a real one.
 func TestStopRefusesANilContext(t *testing.T) {
 	ctx := context.Background()
-	dev, err := sim.New(sim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	srv, err := lanes.Start(ctx, lanes.Config{Devices: []lanes.Device{dev}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := startSim(t)
 	var none context.Context
 	if err := srv.Stop(none); !errors.Is(err, actors.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "lanes: ") {
 		t.Errorf("Stop(nil): got %v, want lanes: invalid argument", err)
@@ -140,4 +124,19 @@ func TestStopRefusesANilContext(t *testing.T) {
 	if err := srv.Stop(ctx); err != nil {
 		t.Errorf("Stop after: got %v, want nil", err)
 	}
+}
+
+// startSim starts an in-process server on a simulated device of its own.
+func startSim(t *testing.T) *lanes.Server {
+	t.Helper()
+	dev, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Close() })
+	srv, err := lanes.Start(context.Background(), lanes.Config{Devices: []lanes.Device{dev}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
