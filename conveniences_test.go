@@ -10,7 +10,6 @@ import (
 
 	"github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/actors"
-	"github.com/lanesched/lanes/cuda/sim"
 )
 
 // The element helpers round-trip what each element type holds exactly,
@@ -57,8 +56,7 @@ func TestReceiptReplaysKernelsAndErrors(t *testing.T) {
 	if _, err := lanes.Start(ctx, lanes.Config{}); err == nil || !strings.HasPrefix(err.Error(), "lanes: invalid argument: ") || !errors.Is(err, actors.ErrInvalidArgument) {
 		t.Errorf("an empty Config: got %v, want lanes: invalid argument", err)
 	}
-	srv := startSim(t)
-	defer srv.Stop(ctx)
+	srv, _ := newServer(t, 1)
 	names := srv.Kernels().Names()
 	if !slices.Contains(names, "inc_i32") || !slices.IsSorted(names) {
 		t.Errorf("Kernels().Names(): got %v, want a sorted list with inc_i32", names)
@@ -116,7 +114,7 @@ func TestReceiptReplaysKernelsAndErrors(t *testing.T) {
 // server goes on to stop with a real one.
 func TestStopRefusesANilContext(t *testing.T) {
 	ctx := context.Background()
-	srv := startSim(t)
+	srv, _ := newServer(t, 1)
 	var none context.Context
 	if err := srv.Stop(none); !errors.Is(err, actors.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "lanes: ") {
 		t.Errorf("Stop(nil): got %v, want lanes: invalid argument", err)
@@ -124,19 +122,4 @@ func TestStopRefusesANilContext(t *testing.T) {
 	if err := srv.Stop(ctx); err != nil {
 		t.Errorf("Stop after: got %v, want nil", err)
 	}
-}
-
-// startSim starts an in-process server on a simulated device of its own.
-func startSim(t *testing.T) *lanes.Server {
-	t.Helper()
-	dev, err := sim.New(sim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dev.Close() })
-	srv, err := lanes.Start(context.Background(), lanes.Config{Devices: []lanes.Device{dev}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv
 }

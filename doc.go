@@ -80,11 +80,13 @@
 // (encoded steps, placement).
 //
 // A receipt says what replayed ([ReplayCount], from Receipt.Replays: how
-// many entries, and why each other one ran eagerly); [EncodeF32], [DecodeF32] and their
-// I32, F16 and BF16 kin turn elements into the bytes Upload takes and Read
-// returns. A submitted [Batch] belongs to the server until its submission
-// ends: to keep several submissions of one step in flight, give each its
-// own Entries slice (the commands may be shared). The packages below this one are the mechanism: lanes/lanes (one
-// lane), actors (many lanes), remote (lane hosts), cuda (the device
-// boundary, cuda/sim and cuda/driver its two backends), telemetry.
+// many entries, and why each other one ran eagerly); [EncodeF32],
+// [DecodeF32] and their I32, F16 and BF16 kin turn elements into the bytes
+// Upload takes and Read returns. A submitted [Batch] belongs to the server
+// until its submission ends: to keep several submissions of one step in
+// flight, give each its own Entries slice (the commands may be shared).
+//
+// The packages below this one are the mechanism: lanes/lanes (one lane),
+// actors (many lanes), remote (lane hosts), cuda (the device boundary,
+// cuda/sim and cuda/driver its two backends), telemetry.
 package lanes

@@ -25,6 +25,9 @@ const MaxProgramName = remote.MaxProgramName
 // one works in the other.
 const MaxTenantName = remote.MaxTenantName
 
+// errNilContext answers a call given a nil context, on both sides.
+var errNilContext = fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", actors.ErrInvalidArgument)
+
 // piece bounds one upload or read submission's bytes: within every side's
 // batch and read bounds, a multiple of every element's size.
 const piece = 8 << 20
@@ -105,7 +108,7 @@ func (s *Server) admit(op string, ctx context.Context, tenant string) error {
 		return lanes.Wrap(op, true, actors.ErrStopped)
 	}
 	if ctx == nil {
-		return lanes.Wrap(op, true, fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", actors.ErrInvalidArgument))
+		return lanes.Wrap(op, true, errNilContext)
 	}
 	if len(tenant) > MaxTenantName {
 		return lanes.Wrap(op, true, fmt.Errorf("%w: the name is %d bytes; the front door takes 1 to %d (lanes.MaxTenantName, the same in process and on lane hosts)", actors.ErrInvalidTenant, len(tenant), MaxTenantName))
@@ -514,7 +517,7 @@ func (s *Server) Status() Status { return s.side.status() }
 func (s *Server) Stop(ctx context.Context) (err error) {
 	defer named(&err)
 	if ctx == nil {
-		return fmt.Errorf("%w: Stop: a nil context.Context; pass context.Background() or a context that outlasts the work in flight", actors.ErrInvalidArgument)
+		return lanes.Wrap("stop", true, errNilContext)
 	}
 	s.mu.Lock()
 	s.stopping.Store(true)

@@ -98,7 +98,7 @@ func DecodeBF16(b []byte) ([]float32, error) {
 	}
 	out := make([]float32, len(b)/2)
 	for i := range out {
-		out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
+		out[i] = cuda.BFloat16From(binary.LittleEndian.Uint16(b[2*i:]))
 	}
 	return out, nil
 }

@@ -88,7 +88,7 @@ func (a Arg) F16() float32 { return Float16From(uint16(a.Bits)) }
 
 // BF16 reads a scalar argument's low 2 bytes as a bfloat16 (BF16Arg),
 // widened to float32 exactly.
-func (a Arg) BF16() float32 { return math.Float32frombits(uint32(uint16(a.Bits)) << 16) }
+func (a Arg) BF16() float32 { return BFloat16From(uint16(a.Bits)) }
 
 // StructBytes is a struct argument's bytes (a copy).
 func (a Arg) StructBytes() []byte { return []byte(a.Struct) }

@@ -63,6 +63,10 @@ func Float16From(h uint16) float32 {
 	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
 }
 
+// BFloat16From widens bfloat16 bits (a float32's upper half) to a
+// float32, exactly.
+func BFloat16From(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
 // BFloat16Bits converts a float32 to bfloat16 bits (its upper half),
 // rounded to nearest even (NaN kept a NaN).
 func BFloat16Bits(v float32) uint16 {

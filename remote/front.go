@@ -431,7 +431,7 @@ func (f *Front) Stop(ctx context.Context) error {
 		return ErrStopped // not a front StartFront returned
 	}
 	if ctx == nil {
-		return fmt.Errorf("%w: Stop: a nil context.Context; pass context.Background() or a context that outlasts the calls in flight", ErrConfig)
+		return errNilContext
 	}
 	if f.stopped.Swap(true) {
 		return nil

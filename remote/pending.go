@@ -32,9 +32,6 @@ type pending struct {
 // Done is closed when the call ended.
 func (p *pending) Done() <-chan struct{} { return p.done }
 
-// Host is the name of the host the call went to.
-func (p *pending) Host() string { return p.host }
-
 // Result is the call's receipt and error, once Done is closed. The
 // receipt's attribution is read-only, as in one process (lanes.Attribution):
 // receipts that attribute identically (a tenant's steady steps) share one

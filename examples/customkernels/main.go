@@ -26,6 +26,7 @@ import (
 	"slices"
 	"time"
 
+	serving "github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -160,7 +161,7 @@ func newWorkload(ctx context.Context, s *actors.Scheduler, dev cuda.Device, sh s
 	if err != nil {
 		return nil, err
 	}
-	if w.fill, err = s.FillShared(ctx, actors.SharedBytes{Buffer: wt, Bytes: hostio.Encode(w.wt)}, actors.SharedBytes{Buffer: b, Bytes: hostio.Encode(w.b)}); err != nil {
+	if w.fill, err = s.FillShared(ctx, actors.SharedBytes{Buffer: wt, Bytes: serving.EncodeF32(w.wt)}, actors.SharedBytes{Buffer: b, Bytes: serving.EncodeF32(w.b)}); err != nil {
 		return nil, err
 	}
 	for i := range sh.tenants {
@@ -176,7 +177,7 @@ func newWorkload(ctx context.Context, s *actors.Scheduler, dev cuda.Device, sh s
 		}
 		x := bufs[0]
 		t.y, t.c = bufs[1], bufs[2]
-		up, err := cuda.Upload(x.Whole(), hostio.Encode(t.x))
+		up, err := cuda.Upload(x.Whole(), serving.EncodeF32(t.x))
 		if err != nil {
 			return nil, err
 		}

@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"math"
 
+	serving "github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/examples/internal/cublas"
-	"github.com/lanesched/lanes/examples/internal/hostio"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -44,7 +44,7 @@ func (m *model) uploadWeights(ctx context.Context) (actors.SharedFill, error) {
 			return actors.SharedFill{}, err
 		}
 		m.w[i] = buf
-		fills = append(fills, actors.SharedBytes{Buffer: buf, Bytes: hostio.Encode(v)})
+		fills = append(fills, actors.SharedBytes{Buffer: buf, Bytes: serving.EncodeF32(v)})
 	}
 	return m.s.FillShared(ctx, fills...)
 }
@@ -94,7 +94,7 @@ func (m *model) newTenant(ctx context.Context, name string, input []float32) (*t
 		}
 		init = append(init, lanes.Eager(cache.PhaseInitialization, cmd))
 	}
-	up, err := cuda.Upload(st.x.Whole(), hostio.Encode(input))
+	up, err := cuda.Upload(st.x.Whole(), serving.EncodeF32(input))
 	if err != nil {
 		return nil, err
 	}

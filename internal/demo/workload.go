@@ -4,12 +4,11 @@
 package demo
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand"
 
+	serving "github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
@@ -249,11 +248,7 @@ func (d *deviceSetup) allocStaging(tn *tenant) error {
 }
 
 func upload(st cuda.Stream, r cuda.Region, v []float32) error {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	c, err := cuda.Upload(r, b)
+	c, err := cuda.Upload(r, serving.EncodeF32(v))
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
-// Package hostio is the examples' host side of float32 data: encoding it
-// for an upload, decoding what came back, and reading a buffer back on a
-// stream of the caller's own.
+// Package hostio is the examples' host side of float32 data in device
+// memory: decoding and writing it in place (a kernel's reference, a
+// library call's), and reading a buffer back on a stream of the caller's
+// own. An upload's bytes come from lanes.EncodeF32.
 package hostio
 
 import (
@@ -24,13 +25,6 @@ func Put(b []byte, v []float32) {
 	for i, f := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
 	}
-}
-
-// Encode is v as the bytes an upload carries.
-func Encode(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	Put(b, v)
-	return b
 }
 
 // Readback copies a float32 buffer to the host on a stream of this
