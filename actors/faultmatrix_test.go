@@ -23,6 +23,11 @@ import (
 type panicky struct {
 	*device
 	mode atomic.Value // string
+	// hold, while set, stops every enqueue and launch on the device's
+	// streams until it is closed: in the overload cell the tenant's first
+	// batch holds its lane, so its in-flight bound is met whatever the
+	// machine's speed.
+	hold atomic.Pointer[chan struct{}]
 }
 
 func (d *panicky) NewStream() (cuda.Stream, error) {
@@ -38,12 +43,25 @@ type panickyStream struct {
 func (s *panickyStream) Unwrap() cuda.Stream { return s.Stream }
 
 func (s *panickyStream) Enqueue(c cuda.Command) error {
+	s.wait()
 	mode, _ := s.d.mode.Load().(string)
 	capturing := s.Capture() != cuda.CaptureNone
 	if mode == "capture" && capturing || mode == "eager" && !capturing {
 		panic("provider bug during " + mode)
 	}
 	return s.Stream.Enqueue(c)
+}
+
+func (s *panickyStream) Launch(e cuda.Exec) error {
+	s.wait()
+	return s.Stream.Launch(e)
+}
+
+// wait waits while the device is held.
+func (s *panickyStream) wait() {
+	if h := s.d.hold.Load(); h != nil {
+		<-*h
+	}
 }
 
 type matrixPath string
@@ -179,6 +197,12 @@ func runCell(t *testing.T, c cell) {
 
 	o := &outcome{codes: map[string]int{}, reasons: map[cache.Reason]int{}}
 	var wg sync.WaitGroup
+	release := func() {}
+	if c.fault == "overload" {
+		hold := make(chan struct{})
+		faulty.hold.Store(&hold)
+		release = func() { faulty.hold.Store(nil); close(hold) }
+	}
 	for i := range 8 {
 		// cancel: every fourth submission's context is done before Submit
 		// (refused, never run); every other one's ends right after it was
@@ -222,6 +246,7 @@ func runCell(t *testing.T, c cell) {
 			break
 		}
 	}
+	release()
 	if c.fault != "stop" && c.fault != "overload" {
 		wg.Wait()
 	}
