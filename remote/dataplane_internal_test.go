@@ -11,28 +11,29 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/internal/wirepb"
+	dataplane "github.com/lanesched/lanes/remote/internal/dataplane"
+	hostroom "github.com/lanesched/lanes/remote/internal/host"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 )
 
 // planePair makes a segment as a host does and maps it as a front does.
-func planePair(t *testing.T, ringBytes int) (host, front *dataPlane, offer *wirepb.DataPlane) {
+func planePair(t *testing.T, ringBytes int) (host, front *dataplane.DataPlane, offer *wirepb.DataPlane) {
 	t.Helper()
-	host, offer, err := makePlane(ringBytes, 0)
+	host, offer, err := dataplane.MakePlane(ringBytes, 0)
 	if err != nil {
 		t.Fatalf("makePlane: got err %v, want nil", err)
 	}
-	t.Cleanup(host.close)
-	front, err = attachPlane(offer)
+	t.Cleanup(host.Close)
+	front, err = dataplane.AttachPlane(offer)
 	if err != nil {
 		t.Fatalf("attachPlane: got err %v, want nil", err)
 	}
-	t.Cleanup(front.close)
-	host.held = func() bool { return true }
-	front.held = host.held
+	t.Cleanup(front.Close)
+	host.Held = func() bool { return true }
+	front.Held = host.Held
 	return host, front, offer
 }
 
@@ -49,19 +50,19 @@ func TestAPlaneCarriesMessagesInOrder(t *testing.T) {
 			m.Submits[0].Batch = &wirepb.Batch{Tenant: strings.Repeat("x", 3*shmring.MinCapacity)} // in fragments
 		}
 		want = append(want, m)
-		if err := front.send(planeSubmits, m); err != nil {
+		if err := front.Send(dataplane.PlaneSubmits, m); err != nil {
 			t.Fatalf("send %d: got err %v, want nil", i, err)
 		}
 	}
-	if !host.startReading() {
+	if !host.StartReading() {
 		t.Fatal("startReading: got false, want true")
 	}
 	var got []*wirepb.Submits
 	var mu sync.Mutex
 	done := make(chan error, 1)
 	go func() {
-		done <- host.read(func(kind uint16, b []byte) error {
-			m, err := decodePlane(kind, b, hostReads)
+		done <- host.Read(func(kind uint16, b []byte) error {
+			m, err := dataplane.DecodePlane(kind, b, hostroom.HostReads)
 			if err != nil {
 				return err
 			}
@@ -70,14 +71,14 @@ func TestAPlaneCarriesMessagesInOrder(t *testing.T) {
 			n := len(got)
 			mu.Unlock()
 			if n == len(want) {
-				front.close()
+				front.Close()
 			}
 			return nil
 		}, func() bool { return true })
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, errPeerClosed) {
+		if !errors.Is(err, dataplane.ErrPeerClosed) {
 			t.Fatalf("read: got err %v, want errPeerClosed (the other side closed)", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -91,9 +92,9 @@ func TestAPlaneCarriesMessagesInOrder(t *testing.T) {
 			t.Fatalf("message %d: got call %d, want call %d, the same", i, got[i].Submits[0].Call, want[i].Submits[0].Call)
 		}
 	}
-	<-host.done
-	<-front.done
-	if err := front.send(planeSubmits, want[0]); !errors.Is(err, errPlaneClosed) {
+	<-host.Done
+	<-front.Done
+	if err := front.Send(dataplane.PlaneSubmits, want[0]); !errors.Is(err, dataplane.ErrPlaneClosed) {
 		t.Errorf("send on a closed plane: got %v, want errPlaneClosed", err)
 	}
 }
@@ -105,16 +106,16 @@ func TestAPlaneCarriesMessagesInOrder(t *testing.T) {
 // with the reason; so are doorbells that are not pipes of the process
 // holding the segment. The host itself cannot shrink what it offered.
 func TestAttachChecksTheSegment(t *testing.T) {
-	fresh := func() (*dataPlane, *wirepb.DataPlane) {
-		p, offer, err := makePlane(shmring.MinCapacity, 0)
+	fresh := func() (*dataplane.DataPlane, *wirepb.DataPlane) {
+		p, offer, err := dataplane.MakePlane(shmring.MinCapacity, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(p.close)
+		t.Cleanup(p.Close)
 		return p, offer
 	}
 	p, _ := fresh()
-	if err := unix.Ftruncate((*p.offered.Load())[0], 4096); err == nil {
+	if err := unix.Ftruncate((*p.Offered.Load())[0], 4096); err == nil {
 		t.Errorf("shrinking an offered segment: got nil, want the seal to refuse it")
 	}
 	unsealed := func(o *wirepb.DataPlane) {
@@ -123,7 +124,7 @@ func TestAttachChecksTheSegment(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = unix.Close(fd) })
-		_ = unix.Ftruncate(fd, int64(planeSize(shmring.MinCapacity, 0)))
+		_ = unix.Ftruncate(fd, int64(dataplane.PlaneSize(shmring.MinCapacity, 0)))
 		o.Path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
 	}
 	for name, c := range map[string]struct {
@@ -131,7 +132,7 @@ func TestAttachChecksTheSegment(t *testing.T) {
 		want  string
 	}{
 		"not sealed":           {unsealed, "not sealed"},
-		"another nonce":        {func(o *wirepb.DataPlane) { o.Nonce = bytes.Repeat([]byte{1}, planeNonce) }, "nonce differs"},
+		"another nonce":        {func(o *wirepb.DataPlane) { o.Nonce = bytes.Repeat([]byte{1}, dataplane.PlaneNonce) }, "nonce differs"},
 		"a short nonce":        {func(o *wirepb.DataPlane) { o.Nonce = o.Nonce[:8] }, "a nonce of 8 bytes"},
 		"rings of no size":     {func(o *wirepb.DataPlane) { o.RingBytes = 1000 }, "rings of 1000 bytes"},
 		"rings of another":     {func(o *wirepb.DataPlane) { o.RingBytes = 2 * shmring.MinCapacity }, "not the"},
@@ -159,9 +160,9 @@ func TestAttachChecksTheSegment(t *testing.T) {
 	} {
 		_, offer := fresh()
 		c.spoil(offer)
-		p, err := attachPlane(offer)
+		p, err := dataplane.AttachPlane(offer)
 		if err == nil {
-			p.close()
+			p.Close()
 			t.Errorf("%s: got a plane, want it refused", name)
 			continue
 		}
@@ -176,28 +177,30 @@ func TestAttachChecksTheSegment(t *testing.T) {
 // whose length runs past the ring) end the reading with the reason; the
 // process reads nothing past the segment and the plane is shut.
 func TestACorruptRingEndsThePlaneNotTheProcess(t *testing.T) {
-	for name, corrupt := range map[string]func(front *dataPlane){
-		"an unknown kind": func(front *dataPlane) { _ = front.write(99, []byte{1, 2, 3}, time.Second, nil) },
-		"no message":      func(front *dataPlane) { _ = front.write(planeSubmits, []byte{0xff, 0xff, 0xff}, time.Second, nil) },
-		"a forged length": func(front *dataPlane) {
-			toHost, _ := planeRings(front.mem, shmring.MinCapacity)
+	for name, corrupt := range map[string]func(front *dataplane.DataPlane){
+		"an unknown kind": func(front *dataplane.DataPlane) { _ = front.Write(99, []byte{1, 2, 3}, time.Second, nil) },
+		"no message": func(front *dataplane.DataPlane) {
+			_ = front.Write(dataplane.PlaneSubmits, []byte{0xff, 0xff, 0xff}, time.Second, nil)
+		},
+		"a forged length": func(front *dataplane.DataPlane) {
+			toHost, _ := dataplane.PlaneRings(front.Mem, shmring.MinCapacity)
 			binary.LittleEndian.PutUint32(toHost[320:], 1<<30) // the first record's length
 			binary.LittleEndian.PutUint64(toHost[0:], 64)      // published
 		},
 	} {
 		host, front, _ := planePair(t, shmring.MinCapacity)
 		corrupt(front)
-		if !host.startReading() {
+		if !host.StartReading() {
 			t.Fatal("startReading: got false")
 		}
-		err := host.read(func(kind uint16, b []byte) error {
-			_, err := decodePlane(kind, b, hostReads)
+		err := host.Read(func(kind uint16, b []byte) error {
+			_, err := dataplane.DecodePlane(kind, b, hostroom.HostReads)
 			return err
 		}, func() bool { return true })
 		if err == nil {
 			t.Errorf("%s: read ended with nil, want the reason", name)
 		}
-		if !host.shut.Load() {
+		if !host.Shut.Load() {
 			t.Errorf("%s: the plane after a corrupt record: want it shut", name)
 		}
 		t.Logf("%s: %v", name, err)
@@ -209,15 +212,15 @@ func TestACorruptRingEndsThePlaneNotTheProcess(t *testing.T) {
 // not waited on for ever: past planeStall the plane is shut and its owner
 // told, and a side whose peer closed the plane learns it at once.
 func TestARingThatStopsMovingIsALoss(t *testing.T) {
-	old := planeStall
-	planeStall = 200 * time.Millisecond
-	t.Cleanup(func() { planeStall = old })
+	old := dataplane.PlaneStall
+	dataplane.PlaneStall = 200 * time.Millisecond
+	t.Cleanup(func() { dataplane.PlaneStall = old })
 	host, front, _ := planePair(t, shmring.MinCapacity)
 	stalled := make(chan error, 1)
-	host.stalled = func(err error) { stalled <- err }
+	host.Stalled = func(err error) { stalled <- err }
 	for i := range 64 { // the front never reads: the ring fills, then the backlog
 		m := &wirepb.Receipts{Receipts: []*wirepb.Receipt{{Epoch: 1, Call: uint64(i), Error: strings.Repeat("x", 200)}}}
-		if err := host.send(planeReceipts, m); err != nil {
+		if err := host.Send(dataplane.PlaneReceipts, m); err != nil {
 			t.Fatalf("send %d: got err %v, want nil (queued)", i, err)
 		}
 	}
@@ -227,15 +230,15 @@ func TestARingThatStopsMovingIsALoss(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a ring no one reads: got no stall after 10 s, want one after planeStall")
 	}
-	if !host.shut.Load() {
+	if !host.Shut.Load() {
 		t.Error("the stalled plane: want it shut")
 	}
-	if !front.startReading() {
+	if !front.StartReading() {
 		t.Fatal("startReading: got false")
 	}
 	n := 0
-	err := front.read(func(uint16, []byte) error { n++; return nil }, func() bool { return true })
-	if !errors.Is(err, errPeerClosed) {
+	err := front.Read(func(uint16, []byte) error { n++; return nil }, func() bool { return true })
+	if !errors.Is(err, dataplane.ErrPeerClosed) {
 		t.Errorf("the other side's read: got %v after %d records, want errPeerClosed (the records before it, then the close)", err, n)
 	}
 }
@@ -253,34 +256,34 @@ func TestPlanesLeaveNoDescriptorsBehind(t *testing.T) {
 	}
 	before := count()
 	for i := range 60 {
-		host, offer, err := makePlane(shmring.MinCapacity, 4096)
+		host, offer, err := dataplane.MakePlane(shmring.MinCapacity, 4096)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 { // offered, never taken
-			host.close()
+			host.Close()
 			continue
 		}
-		front, err := attachPlane(offer)
+		front, err := dataplane.AttachPlane(offer)
 		if err != nil {
 			t.Fatal(err)
 		}
-		host.release() // the Welcome came
-		host.held, front.held = func() bool { return true }, func() bool { return true }
+		host.Release() // the Welcome came
+		host.Held, front.Held = func() bool { return true }, func() bool { return true }
 		if i%3 == 1 { // both read, the front closes
-			for _, p := range []*dataPlane{host, front} {
-				if !p.startReading() {
+			for _, p := range []*dataplane.DataPlane{host, front} {
+				if !p.StartReading() {
 					t.Fatal("startReading: got false")
 				}
-				go func() { _ = p.read(func(uint16, []byte) error { return nil }, func() bool { return true }) }()
+				go func() { _ = p.Read(func(uint16, []byte) error { return nil }, func() bool { return true }) }()
 			}
-			front.close()
+			front.Close()
 		} else { // never read, the host closes first
-			host.close()
-			front.close()
+			host.Close()
+			front.Close()
 		}
-		<-host.done
-		<-front.done
+		<-host.Done
+		<-front.Done
 	}
 	if after := count(); after != before {
 		t.Fatalf("open descriptors: %d before, %d after 60 planes came and went", before, after)

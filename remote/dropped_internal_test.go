@@ -10,12 +10,16 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
+	front "github.com/lanesched/lanes/remote/internal/front"
+
+	host "github.com/lanesched/lanes/remote/internal/host"
+
+	wire "github.com/lanesched/lanes/remote/internal/wire"
 )
 
 // logLines keeps what a front or host logs, for tests that look for a line.
@@ -46,13 +50,13 @@ func (l *logLines) said(part string) bool {
 
 // serveHere serves a host in this process on a sim device: the front of
 // the same process reaches it at its own address.
-func serveHere(t *testing.T) *Host {
+func serveHere(t *testing.T) *host.Host {
 	t.Helper()
 	dev, err := sim.New(sim.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := Serve(context.Background(), HostConfig{Name: "here", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf})
+	h, err := host.Serve(context.Background(), host.Config{Name: "here", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("Serve: got err %v, want nil", err)
 	}
@@ -63,9 +67,9 @@ func serveHere(t *testing.T) *Host {
 // startFrontHere starts a front on the host of this process. Its bound is
 // long: a loss by silence would say so, and the tests here look for the
 // host's own word.
-func startFrontHere(t *testing.T, h *Host, log *logLines, noDataPlane bool) *Front {
+func startFrontHere(t *testing.T, h *host.Host, log *logLines, noDataPlane bool) *front.Front {
 	t.Helper()
-	f, err := StartFront(context.Background(), FrontConfig{Hosts: []string{h.Address()}, LostAfter: 30 * time.Second, Logf: log.logf, NoDataPlane: noDataPlane})
+	f, err := front.Start(context.Background(), front.Config{Hosts: []string{h.Address()}, LostAfter: 30 * time.Second, Logf: log.logf, NoDataPlane: noDataPlane})
 	if err != nil {
 		t.Fatalf("StartFront: got err %v, want nil", err)
 	}
@@ -74,7 +78,7 @@ func startFrontHere(t *testing.T, h *Host, log *logLines, noDataPlane bool) *Fro
 }
 
 // allocOK allocates a buffer of 64 bytes for the tenant, or fails.
-func allocOK(t *testing.T, f *Front, tenant string) cuda.Buffer {
+func allocOK(t *testing.T, f *front.Front, tenant string) cuda.Buffer {
 	t.Helper()
 	b, err := f.Alloc(context.Background(), tenant, cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	if err != nil {
@@ -107,19 +111,19 @@ func onBothPaths(t *testing.T, test func(t *testing.T, noDataPlane bool)) {
 func TestARegistrationDroppedBeforeItServesIsJoinedAgain(t *testing.T) {
 	var dropped uint64
 	var once sync.Once
-	afterHello = func(h *Host, front *actor.PID) {
+	host.AfterHello = func(h *host.Host, front *actor.PID) {
 		once.Do(func() {
 			dropped = h.Epoch()
-			h.frontGone(front)
+			h.FrontGone(front)
 		})
 	}
-	t.Cleanup(func() { afterHello = nil })
+	t.Cleanup(func() { host.AfterHello = nil })
 	h := serveHere(t)
 	log := &logLines{t: t}
 	f := startFrontHere(t, h, log, false)
 	allocOK(t, f, "t")
 	st := f.Hosts()[0]
-	if st.Health != HostServing || st.Epoch == dropped || st.Losses != 0 {
+	if st.Health != front.HostServing || st.Epoch == dropped || st.Losses != 0 {
 		t.Errorf("the host: got %v under epoch %d with %d losses, want serving under another epoch than the dropped %d, never lost", st.Health, st.Epoch, st.Losses, dropped)
 	}
 	if !log.said("before it served") {
@@ -141,19 +145,19 @@ func droppedIsLostAtOnce(t *testing.T, noDataPlane bool) {
 	f := startFrontHere(t, h, log, noDataPlane)
 	allocOK(t, f, "t")
 	first := f.Hosts()[0].Epoch
-	h.frontGone(actor.NewPID(f.sys.addr, FrontActor))
+	h.FrontGone(actor.NewPID(f.Sys.Addr, FrontActor))
 	_, err := f.Alloc(context.Background(), "u", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
-	var lost *HostLostError
+	var lost *wire.HostLostError
 	switch {
 	case errors.As(err, &lost) && strings.Contains(lost.Cause, "dropped the registration"):
-	case !noDataPlane && (errors.Is(err, ErrNoHost) || errors.Is(err, ErrDeviceStateLost)):
+	case !noDataPlane && (errors.Is(err, wire.ErrNoHost) || errors.Is(err, wire.ErrDeviceStateLost)):
 		// The plane's last record came first: the host was lost before
 		// the call was sent (before it was placed, or after).
 	default:
 		t.Fatalf("Alloc under the dropped registration: got err %v, want a HostLostError saying the host dropped the registration", err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for st := f.Hosts()[0]; st.Health != HostServing || st.Epoch == first; st = f.Hosts()[0] {
+	for st := f.Hosts()[0]; st.Health != front.HostServing || st.Epoch == first; st = f.Hosts()[0] {
 		if time.Now().After(deadline) {
 			t.Fatalf("the host after its drop: got %v under epoch %d (lost: %s), want serving again under a new epoch", st.Health, st.Epoch, st.LostHow)
 		}
@@ -178,7 +182,7 @@ func TestABusyFrontKeepsItsPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := Serve(context.Background(), HostConfig{Name: "here", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf,
+	h, err := host.Serve(context.Background(), host.Config{Name: "here", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf,
 		MaxFronts: 1, SilentFront: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Serve: got err %v, want nil", err)
@@ -192,10 +196,10 @@ func TestABusyFrontKeepsItsPlace(t *testing.T) {
 		}
 		allocOK(t, f, "t")
 	}
-	if front := h.join(&wirepb.Join{Protocol: Protocol, Front: "127.0.0.1:9", Attempt: 1}); front != nil {
+	if front := h.Join(&wirepb.Join{Protocol: wire.Protocol, Front: "127.0.0.1:9", Attempt: 1}); front != nil {
 		t.Fatalf("a second front's join on a full host: got a registration, want it refused while the first front's calls keep coming")
 	}
-	if st := f.Hosts()[0]; st.Health != HostServing || st.Losses != 0 {
+	if st := f.Hosts()[0]; st.Health != front.HostServing || st.Losses != 0 {
 		t.Errorf("the busy front's host: got %v with %d losses, want serving, never lost", st.Health, st.Losses)
 	}
 }
@@ -210,20 +214,20 @@ func TestALossAtTheFirstHeartbeatIsJoinedAgain(t *testing.T) {
 	log := &logLines{t: t}
 	var once sync.Once
 	var first uint64
-	afterRegistered = func(l *link) {
+	front.AfterRegistered = func(l *front.Link) {
 		once.Do(func() {
-			first = l.status().Epoch
-			h.frontGone(actor.NewPID(l.f.sys.addr, FrontActor))
+			first = l.Status().Epoch
+			h.FrontGone(actor.NewPID(l.F.Sys.Addr, FrontActor))
 			// The plane's last record loses it on the plane's reader.
-			for deadline := time.Now().Add(10 * time.Second); l.status().Health != HostLost && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(10 * time.Second); l.Status().Health != front.HostLost && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
 		})
 	}
-	t.Cleanup(func() { afterRegistered = nil })
+	t.Cleanup(func() { front.AfterRegistered = nil })
 	f := startFrontHere(t, h, log, false)
 	deadline := time.Now().Add(20 * time.Second)
-	for st := f.Hosts()[0]; st.Health != HostServing || st.Epoch == first; st = f.Hosts()[0] {
+	for st := f.Hosts()[0]; st.Health != front.HostServing || st.Epoch == first; st = f.Hosts()[0] {
 		if time.Now().After(deadline) {
 			t.Fatalf("the host after its drop: got %v under epoch %d (first %d, lost: %s), want serving again under a new epoch", st.Health, st.Epoch, first, st.LostHow)
 		}

@@ -1,31 +1,106 @@
-// The front: a scheduler whose lanes live in lane host processes. It
-// places tenants on hosts, sends their batches and device-state calls, and
-// ends every call exactly once: by its host's answer, or when the host is
-// lost.
+// The front's face: its configuration, StartFront, and the calls a
+// running front takes. The front itself is remote/internal/front; what
+// its calls answer with (a host's status, a staged program) is defined
+// there and named here.
 
 package remote
 
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
-	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
-	"github.com/lanesched/lanes/internal/shmring"
-	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/programs"
+	"github.com/lanesched/lanes/remote/internal/front"
+	"github.com/lanesched/lanes/remote/internal/system"
 )
 
-// frontActorName is the name of a front's actor: hosts answer it at the
-// front's address and this name.
-const frontActorName = "lanefront"
+// The defaults of a front's configuration, and where fronts and hosts
+// find their token.
+const (
+	// DefaultAddress is where fronts and hosts listen unless told
+	// otherwise: loopback, a port the system picks.
+	DefaultAddress = system.DefaultAddress
+	// DefaultLostAfter is how long a host may stay silent by default: ten
+	// of its default heartbeats.
+	DefaultLostAfter = front.DefaultLostAfter
+	// DefaultPruneAfter is FrontConfig.PruneAfter's default.
+	DefaultPruneAfter = front.DefaultPruneAfter
+	// TokenFileEnv names the environment variable that overrides the
+	// default token file (DefaultTokenFile).
+	TokenFileEnv = system.TokenFileEnv
+)
+
+// DefaultTokenFile is where fronts and hosts look for the token when their
+// configuration names none: $LANES_TOKEN_FILE if set, else lanes/token
+// under $XDG_RUNTIME_DIR (a directory of the user's own, cleared at
+// logout; ignored unless absolute, as the XDG spec says), else under the
+// user's configuration directory ($XDG_CONFIG_HOME/lanes/token, by default
+// ~/.config/lanes/token).
+func DefaultTokenFile() (string, error) { return system.DefaultTokenFile() }
+
+// LoadTLS builds the mutual TLS configuration fronts and hosts use off
+// loopback: this process's certificate and key, and the CA that signed its
+// peers' (every connection checks the other side's certificate, both
+// ways; TLS 1.3 only). The certificate must name the addresses peers dial
+// (its SANs).
+func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	return system.LoadTLS(certFile, keyFile, caFile)
+}
+
+// What a front reports and takes, defined with the front.
+type (
+	// HostStatus is a host as its front sees it (Front.Hosts): its Name,
+	// Address and Health, its current Epoch, the Tenants placed on it and
+	// the calls InFlight, its Losses and Restarts, why it was refused
+	// (Refusal) or last lost (LostHow), a launched host's PID, its Lanes
+	// and Runtime fingerprint, where sampled calls' time went (RoundTrip),
+	// whether the cluster found it (FromCluster, Member), and whether its
+	// traffic takes a same-host data plane (DataPlane, NoDataPlane says
+	// why not; DataPlaneSent, DataPlaneRead, AreaUploads, AreaBytesInUse).
+	HostStatus = front.HostStatus
+	// HostHealth is a host's standing with a front: HostJoining,
+	// HostServing, HostLost, HostRefused, HostStopped or HostLeft.
+	HostHealth = front.HostHealth
+	// RoundTrip is where sampled calls to a host spent their time, as
+	// means since the host last registered: Total, of which Wire (both
+	// ways through the remote, on the front's clock less the host's
+	// time), HostQueue, Lane (what the same submission costs in one
+	// process) and HostReply; Samples is how many calls the means hold.
+	RoundTrip = front.RoundTrip
+	// WireStats is what an endpoint's guard refused (Front.Wire,
+	// Host.Wire): Unauthenticated calls, Malformed connections, Dropped
+	// messages, recovered Panics and refused TLS Handshakes.
+	WireStats = system.WireStats
+	// Encoded is a batch encoded once for the wire (Front.Encode), to
+	// submit many times (Front.SubmitEncoded): a serving loop's step.
+	Encoded = front.Encoded
+	// Input is one submission's bytes for an upload of an Encoded batch
+	// (SubmitEncoded): a serving step's new input, by the upload's entry.
+	Input = front.Input
+	// StagedSpec is a staged program as a front declares it
+	// (Front.PrepareStaged): the device region of each input and output
+	// slot, the index maps, and the compute entries.
+	StagedSpec = front.StagedSpec
+	// StagedProgram is a staged program prepared on a tenant's host: it
+	// replays there until released, its tenant forgotten, or its host
+	// lost (then prepare it again).
+	StagedProgram = front.StagedProgram
+)
+
+// A host's standing with a front (HostStatus.Health).
+const (
+	HostJoining = front.HostJoining // started or asked to join; not registered yet
+	HostServing = front.HostServing // registered under its epoch: routed to
+	HostLost    = front.HostLost    // lost: its calls ended, its tenants' state gone; rejoining or restarting
+	HostRefused = front.HostRefused // registration refused: another protocol (for good), or the host full or leaving (asked again)
+	HostStopped = front.HostStopped // the front stopped
+	HostLeft    = front.HostLeft    // left when asked to, its work done: its tenants move
+)
 
 // FrontConfig configures a front.
 type FrontConfig struct {
@@ -100,6 +175,26 @@ type FrontConfig struct {
 	Logf func(format string, args ...any)
 }
 
+// room is the configuration as front takes it.
+func (c FrontConfig) room() front.Config {
+	return front.Config{
+		Hosts:          c.Hosts,
+		Processes:      processes(c.Processes),
+		Cluster:        c.Cluster.room(),
+		PruneAfter:     c.PruneAfter,
+		Address:        c.Address,
+		Advertise:      c.Advertise,
+		TLS:            c.TLS,
+		TokenFile:      c.TokenFile,
+		LostAfter:      c.LostAfter,
+		JoinTimeout:    c.JoinTimeout,
+		RestartBackoff: c.RestartBackoff,
+		NoDataPlane:    c.NoDataPlane,
+		Modules:        c.Modules,
+		Logf:           c.Logf,
+	}
+}
+
 // HostProcess is a lane host process a front starts: Path with Args, to which
 // the front adds --name Name and --exit-with-stdin. The process must print
 // ListeningLine and its address as its first line on standard output
@@ -119,41 +214,29 @@ type HostProcess struct {
 	Env  []string // added to the front's environment
 }
 
-// DefaultLostAfter is how long a host may stay silent by default: ten of
-// its default heartbeats.
-const DefaultLostAfter = time.Second
+// processes are the host processes as the front takes them.
+func processes(ps []HostProcess) []front.Process {
+	if ps == nil {
+		return nil
+	}
+	out := make([]front.Process, len(ps))
+	for i, p := range ps {
+		out[i] = front.Process(p)
+	}
+	return out
+}
 
 // Front routes tenants' work to lane hosts. It is safe for concurrent use.
 type Front struct {
-	cfg       FrontConfig
-	sys       *system
-	pid       *actor.PID
-	calls     callTable[*pending]
-	tokenFile string           // the token's file, for the hosts it launches
-	modules   []*wirepb.Module // cfg.Modules as every Welcome carries them
-
-	linksMu        sync.Mutex              // adding links (the cluster's hosts)
-	links          atomic.Pointer[[]*link] // every host, fixed, launched or the cluster's: copied on add
-	member         *membership             // the cluster it follows; nil: none
-	refusedMembers map[string]bool         // members not joined, said once (under linksMu)
-	unwatch        func()                  // stops hearing the cluster's topology
-
-	stopped atomic.Bool
-
-	mu      sync.RWMutex
-	tenants map[string]*placement
-	last    map[string]*link // where a forgotten tenant was: placed there again while it serves
-
-	quit chan struct{}
-	wg   sync.WaitGroup
+	f *front.Front
 }
 
-// placement is where a tenant's device state lives: one host, under one
-// epoch.
-type placement struct {
-	link  *link
-	epoch uint64
-	calls atomic.Int64 // submissions in flight: Forget refuses while there are any
+// room is the front that serves, nil for a nil Front.
+func (f *Front) room() *front.Front {
+	if f == nil {
+		return nil
+	}
+	return f.f
 }
 
 // StartFront starts a front, joins (or launches) its hosts and returns
@@ -168,257 +251,163 @@ type placement struct {
 // that cannot start, say) with ErrConfig. Hosts it launched are stopped
 // by then.
 func StartFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
-	f, err := startFront(ctx, cfg)
-	if err != nil && cuda.Classify(err).Code == cuda.CodeUnclassified {
-		// What no check above named (a provider's own failure, a file
-		// system's): the front could not be set up as configured.
-		err = fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	return f, err
-}
-
-func startFront(ctx context.Context, cfg FrontConfig) (*Front, error) {
-	if ctx == nil {
-		return nil, errNilContext
-	}
-	modules, err := modulesToWire(cfg.Modules)
+	f, err := front.Start(ctx, cfg.room())
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
-	until := time.Now().Add(cfg.JoinTimeout) // every wait below ends by then
-	if err := shmring.CheckSpinEnv(); err != nil && !cfg.NoDataPlane {
-		cfg.Logf("%v", err)
-	}
-	var member *membership
-	if cfg.Cluster != nil {
-		var err error
-		joinCtx, cancel := context.WithDeadline(ctx, until)
-		member, err = followCluster(joinCtx, cfg.Cluster)
-		cancel()
-		switch {
-		case errors.Is(err, errProviderLate):
-			return nil, fmt.Errorf("%w: %w", ErrNoHost, err)
-		case err != nil && cuda.Classify(err).Code == cuda.CodeUnclassified:
-			return nil, fmt.Errorf("%w: cluster %s: its provider: %w", ErrNoHost, cfg.Cluster.Name, err)
-		case err != nil:
-			return nil, err
-		}
-	}
-	sys, err := acquireSystem(ctx, endpointConfig{address: cfg.Address, advertise: cfg.Advertise, tls: cfg.TLS, tokenFile: cfg.TokenFile, logf: cfg.Logf}, frontActorName)
-	if err != nil {
-		if member != nil {
-			unfollow(member)
-		}
-		return nil, err
-	}
-	if sys.bound != sys.addr {
-		// Whoever maps the advertised address here needs the port.
-		cfg.Logf("listening on %s, advertised to hosts as %s", sys.bound, sys.addr)
-	}
-	tokenFile := cfg.TokenFile
-	if tokenFile == "" {
-		tokenFile, _ = DefaultTokenFile() // the endpoint found it already
-	}
-	f := &Front{cfg: cfg, sys: sys, tokenFile: tokenFile, modules: modules, member: member, refusedMembers: map[string]bool{}, tenants: map[string]*placement{}, last: map[string]*link{}, quit: make(chan struct{})}
-	var fixed []*link
-	for _, a := range cfg.Hosts {
-		fixed = append(fixed, newLink(f, a, nil))
-	}
-	for i := range cfg.Processes {
-		fixed = append(fixed, newLink(f, cfg.Processes[i].Name, &cfg.Processes[i]))
-	}
-	f.links.Store(&fixed)
-	f.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &frontActor{f: f} }), frontActorName)
-	if err != nil {
-		releaseSystem(sys, frontActorName, nil)
-		if member != nil {
-			unfollow(member)
-		}
-		return nil, fmt.Errorf("%w: spawn the front actor: %v", ErrConfig, err)
-	}
-	for _, l := range fixed {
-		f.wg.Add(1)
-		go l.supervise()
-	}
-	f.wg.Add(1)
-	go f.watchSilence()
-	if cfg.Cluster != nil {
-		f.unwatch = member.watch(f.clusterHosts)
-	}
-	if err := f.awaitRegistration(ctx, until); err != nil {
-		f.stopBy(until)
-		return nil, err
-	}
-	return f, nil
-}
-
-// stopBy stops a front whose start failed, its launched hosts by the
-// start's deadline (at once, past it: killed, a process that ignores its
-// closed standard input included), so that StartFront keeps JoinTimeout.
-func (f *Front) stopBy(until time.Time) {
-	ctx, cancel := context.WithDeadline(context.Background(), until)
-	defer cancel()
-	_ = f.Stop(ctx)
-}
-
-func (c *FrontConfig) check() error {
-	if len(c.Hosts)+len(c.Processes) == 0 && c.Cluster == nil {
-		return fmt.Errorf("%w: no hosts: give host addresses, processes to launch or a cluster", ErrConfig)
-	}
-	if c.Cluster != nil {
-		cl := *c.Cluster
-		if err := cl.check(false, c.TLS != nil); err != nil {
-			return err
-		}
-		c.Cluster = &cl
-	}
-	if c.LostAfter == 0 {
-		c.LostAfter = DefaultLostAfter
-	}
-	if c.JoinTimeout == 0 {
-		c.JoinTimeout = 30 * time.Second
-	}
-	if c.RestartBackoff == 0 {
-		c.RestartBackoff = 100 * time.Millisecond
-	}
-	if c.PruneAfter == 0 {
-		c.PruneAfter = DefaultPruneAfter
-	}
-	if c.Logf == nil {
-		c.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanes front: "+format+"\n", args...) }
-	}
-	switch {
-	case c.LostAfter < 10*time.Millisecond || c.LostAfter > time.Minute:
-		return fmt.Errorf("%w: LostAfter %v: give 10ms to 1m (a few of the hosts' heartbeats)", ErrConfig, c.LostAfter)
-	case c.JoinTimeout < 0 || c.RestartBackoff < 0 || c.PruneAfter < 0:
-		return fmt.Errorf("%w: negative JoinTimeout, RestartBackoff or PruneAfter", ErrConfig)
-	}
-	names := map[string]bool{}
-	for _, a := range c.Hosts {
-		host, _, err := splitAddress(a)
-		if err != nil {
-			return err
-		}
-		if c.TLS == nil && !isLoopback(host) {
-			return fmt.Errorf("%w: host %s is not loopback: give a mutual TLS configuration (LoadTLS) to reach it", ErrConfig, a)
-		}
-		if names[a] {
-			return fmt.Errorf("%w: host %s listed twice: a front joins a host once", ErrConfig, a)
-		}
-		names[a] = true
-	}
-	for _, l := range c.Processes {
-		if l.Name == "" || l.Path == "" || names[l.Name] {
-			return fmt.Errorf("%w: launch %q: give each launched host a distinct name and a path", ErrConfig, l.Name)
-		}
-		names[l.Name] = true
-	}
-	return nil
-}
-
-// awaitRegistration waits until every host registered, one refused, or
-// until passed (JoinTimeout from the start); with a cluster, until a host
-// of it serves and every member known by then answered.
-func (f *Front) awaitRegistration(ctx context.Context, until time.Time) error {
-	if f.cfg.Cluster != nil {
-		if err := f.awaitCluster(ctx, until); err != nil {
-			return err
-		}
-	}
-	deadline := time.NewTimer(time.Until(until))
-	defer deadline.Stop()
-	for _, l := range f.allLinks() {
-		if l.fromCluster {
-			continue
-		}
-		// A host slow to answer is asked whether the two admit each other:
-		// one that refuses this front's credential (or has none of its own)
-		// fails the start now, not at JoinTimeout.
-		ask := time.NewTicker(250 * time.Millisecond)
-	wait:
-		for {
-			select {
-			case <-l.firstAnswer:
-				break wait
-			case <-ctx.Done():
-				ask.Stop()
-				return ctx.Err()
-			case <-ask.C:
-				l.checkCredential() // its verdict by the next tick: the deadline is kept
-				if err := l.credentialRefused(); err != nil {
-					ask.Stop()
-					return fmt.Errorf("host %s: %w", l.name, err)
-				}
-			case <-deadline.C:
-				ask.Stop()
-				return fmt.Errorf("%w: host %s did not register within %v: %s (is it up at that address, named as it prints its address, character for character, and can it reach this front at %s? see Advertise on both sides)", ErrNoHost, l.name, f.cfg.JoinTimeout, l.whyNoHost(), f.sys.addr)
-			}
-		}
-		ask.Stop()
-		if st := l.status(); st.Health == HostRefused {
-			l.mu.Lock()
-			forNow := l.refusedForNow
-			l.mu.Unlock()
-			return &RefusedError{Host: l.name, Reason: st.Refusal, ForNow: forNow}
-		}
-		if err := l.launchFailure(); err != nil {
-			return fmt.Errorf("host %s would not start: %w", l.name, err)
-		}
-	}
-	return nil
+	return &Front{f: f}, nil
 }
 
 // Address is where hosts reach the front: FrontConfig.Advertise if given,
 // else where it listens ("" for a Front StartFront did not return).
 func (f *Front) Address() string {
-	if f == nil || f.sys == nil {
-		return ""
-	}
-	return f.sys.addr
+	return f.room().Address()
 }
 
-// tell sends a host a message from the front's actor: the host takes a
-// registration's messages only from the front that registered (the
-// sender's address), and the endpoint's guard drops a sender that is not
-// the connection's own.
-func (f *Front) tell(host *actor.PID, msg any) {
-	f.sys.actors.Root.RequestWithCustomSender(host, msg, f.pid)
+// Alloc allocates device memory for the tenant on its host (placing a new
+// tenant), owned by the tenant there.
+func (f *Front) Alloc(ctx context.Context, tenant string, spec cuda.BufferSpec) (cuda.Buffer, error) {
+	return f.room().Alloc(ctx, tenant, spec)
 }
 
-// Wire is what the process's endpoint refused (see WireStats); zero for
-// a Front StartFront did not return.
-func (f *Front) Wire() WireStats {
-	if f == nil || f.sys == nil {
-		return WireStats{}
-	}
-	return f.sys.guard.stats()
+// Catalog returns the sealed catalog of the lane the tenant's batches run
+// on, as actors.Scheduler.Catalog does, but holding only the programs of
+// this front's tenants (a host keeps each front's program names apart, as
+// it keeps its tenants), named as they were declared: an invocation
+// (programs.Invocation) names a program and one of its segments from here.
+func (f *Front) Catalog(ctx context.Context, tenant string) ([]programs.Descriptor, error) {
+	return f.room().Catalog(ctx, tenant)
+}
+
+// Encode encodes a batch for SubmitEncoded. The batch's Tenant is ignored
+// (each submission names its tenant); a batch with no wire form is
+// refused (ErrWire).
+func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
+	return f.room().Encode(b)
+}
+
+// Forget drops a tenant: on its host (its buffers freed) if the host still
+// holds its state, and its placement here, so its next call places it
+// afresh. After a lost host this is how a tenant starts over. While the
+// tenant has submissions in flight (through this front, or through
+// another front on its host) it is refused, actors.ErrTenantBusy
+// (retryable), and frees nothing.
+func (f *Front) Forget(ctx context.Context, tenant string) error {
+	return f.room().Forget(ctx, tenant)
+}
+
+// Free frees a buffer the tenant allocated through Alloc.
+func (f *Front) Free(ctx context.Context, tenant string, b cuda.Buffer) error {
+	return f.room().Free(ctx, tenant, b)
+}
+
+// Hosts reports every host of the front.
+func (f *Front) Hosts() []HostStatus {
+	return f.room().Hosts()
+}
+
+// InFlight is the number of calls in flight on every host: each ends once,
+// by its host's answer or by the host's loss.
+func (f *Front) InFlight() int {
+	return f.room().InFlight()
 }
 
 // ListenAddress is where the front listens: Address, unless it advertises
 // another ("" for a Front StartFront did not return).
 func (f *Front) ListenAddress() string {
-	if f == nil || f.sys == nil {
-		return ""
-	}
-	return f.sys.bound
+	return f.room().ListenAddress()
 }
-
-// InFlight is the number of calls in flight on every host: each ends once,
-// by its host's answer or by the host's loss.
-func (f *Front) InFlight() int { return f.calls.Len() }
 
 // Placement names the host a tenant was placed on, if it was.
 func (f *Front) Placement(tenant string) (host string, ok bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	pl, ok := f.tenants[tenant]
-	if !ok {
-		return "", false
-	}
-	return pl.link.name, true
+	return f.room().Placement(tenant)
+}
+
+// Preparation reports the preparation of the lane the tenant's batches run
+// on, as actors.Scheduler.Preparation does.
+func (f *Front) Preparation(ctx context.Context, tenant string) (cache.Preparation, error) {
+	return f.room().Preparation(ctx, tenant)
+}
+
+// PrepareStaged prepares a staged program for the tenant on its host, as
+// actors.Scheduler.PrepareStaged does in one process, on the lane the
+// tenant's batches run on (for a tenant that ran nothing yet, the lane of
+// its buffers' device that holds the fewest staged programs; a lane whose
+// preparation is open before one sealed): the host makes pinned staging
+// for each slot,
+// owned by the tenant, and captures the program's two variants there (the
+// lane's preparation must be open). Slots are 1 byte to MaxHostBytes
+// each, at most MaxStagedSlots in all; a host keeps MaxStagedPerTenant
+// programs of a tenant (actors.ErrProgramLimit past it). The spec's
+// mistakes are refused as lanes.NewStaged refuses them.
+func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpec) (*StagedProgram, error) {
+	return f.room().PrepareStaged(ctx, tenant, spec)
+}
+
+// Read copies a region of the tenant's buffer back, after the tenant's
+// submissions the host received before it.
+func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte, error) {
+	return f.room().Read(ctx, tenant, r)
+}
+
+// ReleaseStaged frees a staged program the tenant prepared, and its
+// staging on the host; one with replays in flight is refused
+// (actors.ErrTenantBusy, retryable). A program whose host was lost is
+// gone already: releasing it is nil.
+func (f *Front) ReleaseStaged(ctx context.Context, tenant string, p *StagedProgram) error {
+	return f.room().ReleaseStaged(ctx, tenant, p)
+}
+
+// Repeat runs a staged program again on the inputs of its last replay, as
+// actors.Scheduler.Repeat: the inputs are not sent again (the host's lane
+// kept its own copy of them, and replays them exactly without comparing;
+// while their outputs are cached, it copies them into outputs and launches
+// nothing). With nil outputs it collects nothing and always runs; other
+// outputs are as ReplayInto's. A program never replayed yet is refused as
+// one process refuses it (lanes.ErrStagedInput: nothing to repeat).
+func (f *Front) Repeat(ctx context.Context, tenant string, p *StagedProgram, outputs [][]byte) (lanes.StagedResult, error) {
+	return f.room().Repeat(ctx, tenant, p, outputs)
+}
+
+// Replay runs a staged program the tenant prepared, with inputs in logical
+// order, and returns its outputs (when collect), as
+// actors.Scheduler.Replay does: the same StagedResult (OutputCache,
+// Resident, DeviceTime, the receipt) and the same errors, through a
+// *PeerError. Its inputs of 4 KiB or more go into the upload area of the
+// host's data plane where it has room (as uploads do), the rest in the
+// message, and the host copies them into the program's staging: once,
+// from the area where the GPU host pins it. A program of another tenant,
+// released, or prepared under a host registration that is gone is refused
+// (a *DeviceStateLostError for a host lost or restarted since: prepare it
+// again).
+func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
+	return f.room().Replay(ctx, tenant, p, inputs, collect)
+}
+
+// ReplayInto is Replay with the outputs copied into the caller's buffers,
+// as actors.Scheduler.ReplayInto: one per output, in logical order, each
+// exactly its length (StagedProgram.MakeOutputs allocates them), the
+// result's Outputs being those buffers. Buffers of another number or
+// length are refused before anything is sent, with the error one process
+// gives (lanes.ErrStagedInput). They are written only while ReplayInto
+// waits; a replay that fails leaves their contents unspecified.
+func (f *Front) ReplayInto(ctx context.Context, tenant string, p *StagedProgram, inputs, outputs [][]byte) (lanes.StagedResult, error) {
+	return f.room().ReplayInto(ctx, tenant, p, inputs, outputs)
+}
+
+// Seal closes the preparation of the lane the tenant's batches run on, on
+// its host, as actors.Scheduler.Seal does in one process: from then on
+// its resident segments replay, its misses run eagerly, and its catalog
+// is readable (Catalog), so that batches may invoke the programs
+// registered there (lanes.Entry.Invoke). It acts on the lane for every
+// tenant it serves, of every front. It runs after the tenant's
+// submissions that reached the host before it, and needs the lane
+// quiescent (lanes.ErrNotQuiescent, retryable, while any tenant's work is
+// in flight there); a tenant that has submitted nothing yet has no lane
+// (actors.ErrUnknownLane); a lane sealed already answers
+// cache.ErrNotOpen. Errors are as Alloc's.
+func (f *Front) Seal(ctx context.Context, tenant string) (cache.Preparation, error) {
+	return f.room().Seal(ctx, tenant)
 }
 
 // Stop stops the front: new calls are refused with ErrStopped; calls in
@@ -427,39 +416,46 @@ func (f *Front) Placement(tenant string) (host string, ok bool) {
 // host lost); launched hosts are stopped. Unlike a scheduler's drain, a
 // front's does not go on after ctx ends: its hosts' answers need it.
 func (f *Front) Stop(ctx context.Context) error {
-	if f == nil || f.quit == nil {
-		return ErrStopped // not a front StartFront returned
-	}
-	if ctx == nil {
-		return errNilContext
-	}
-	if f.stopped.Swap(true) {
-		return nil
-	}
-	for f.calls.Len() > 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
-	if f.unwatch != nil {
-		// Under linksMu: a topology being taken ends first, and none adds
-		// a link after (stopped).
-		f.linksMu.Lock()
-		f.unwatch()
-		f.linksMu.Unlock()
-		unfollow(f.member)
-	}
-	close(f.quit)
-	for _, l := range f.allLinks() {
-		l.stopLink()
-	}
-	f.wg.Wait() // the supervisors: no host process is started after this
-	var procs sync.WaitGroup
-	for _, l := range f.allLinks() {
-		procs.Go(func() { l.stopProcess(ctx) })
-	}
-	procs.Wait()
-	releaseSystem(f.sys, frontActorName, f.pid)
-	if ctx.Err() != nil {
-		return fmt.Errorf("remote: stop: %w (calls still in flight ended indeterminate)", ctx.Err())
-	}
-	return nil
+	return f.room().Stop(ctx)
+}
+
+// Submit is SubmitAsync, then waiting for its end (or ctx). It returns the
+// receipt and its error: a host's error as a *PeerError with its code, a
+// host lost with the batch in flight as a *HostLostError (errors.Is
+// actors.ErrIndeterminate).
+func (f *Front) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes.Receipt, error) {
+	return f.room().Submit(ctx, tenant, b)
+}
+
+// SubmitAsync sends a tenant's batch to the tenant's host (placing a new
+// tenant on the serving host with the most headroom) and returns its
+// Pending. A refusal here is definitely not submitted: a batch with no
+// wire form (ErrWire), beyond its host's bounds
+// (*actors.BatchTooLargeError), no host serving (ErrNoHost), or a tenant
+// whose host was lost (*DeviceStateLostError until it calls Forget). A
+// front keeps no table of which tenant allocated which buffer: a batch
+// naming a buffer of another tenant on the same host is refused there
+// (actors.ErrNotYours), one of a tenant on another host as a handle that
+// host never handed out (lanes.ErrInvalidBatch); *lanes.Server, which keeps
+// that table, refuses both as not yours.
+func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (lanes.Pending, error) {
+	return f.room().SubmitAsync(ctx, tenant, b)
+}
+
+// SubmitEncoded is SubmitAsync of an encoded batch.
+//
+// Inputs, if given, are this submission's own bytes for some of the
+// batch's uploads (a serving step's new input): they cross with the
+// submission while the rest of the batch crosses once per host, each the
+// length of the upload it replaces; the front reads them until the call
+// ends. A bad input (an entry that is no upload, another length, the same
+// entry twice) is refused before anything is sent (lanes.ErrInvalidBatch).
+func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded, inputs ...Input) (lanes.Pending, error) {
+	return f.room().SubmitEncoded(ctx, tenant, e, inputs...)
+}
+
+// Wire is what the process's endpoint refused (see WireStats); zero for
+// a Front StartFront did not return.
+func (f *Front) Wire() WireStats {
+	return f.room().Wire()
 }

@@ -4,29 +4,34 @@ import (
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
-	premote "github.com/asynkron/protoactor-go/remote"
-	"google.golang.org/protobuf/proto"
+	system "github.com/lanesched/lanes/remote/internal/system"
 
+	cluster "github.com/lanesched/lanes/remote/internal/cluster"
+
+	wire "github.com/lanesched/lanes/remote/internal/wire"
+
+	premote "github.com/asynkron/protoactor-go/remote"
 	"github.com/lanesched/lanes/internal/wirepb"
+	"google.golang.org/protobuf/proto"
 )
 
 // guardHere is a guard in front of an actor system with one actor,
 // HostActor, at address here.
-func guardHere(tb testing.TB) (*guard, *actor.PID) {
+func guardHere(tb testing.TB) (*system.Guard, *actor.PID) {
 	tb.Helper()
-	as := quietActorSystem()
+	as := cluster.QuietActorSystem()
 	as.ProcessRegistry.Address = "127.0.0.1:7001"
 	pid, err := as.Root.SpawnNamed(actor.PropsFromFunc(func(actor.Context) {}), HostActor)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(as.Shutdown)
-	cfg, err := localTLS(token("0123456789abcdef0123456789abcdef"))
+	cfg, err := system.LocalTLS(system.Token("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := newGuard(cfg, true, nil)
-	g.sys.Store(as)
+	g := system.NewGuard(cfg, true, nil)
+	g.Sys.Store(as)
 	return g, pid
 }
 
@@ -78,15 +83,15 @@ func TestGuardChecksBatches(t *testing.T) {
 		{"the JSON serializer", []string{"lanes.remote.v1.Probe"}, &premote.MessageEnvelope{SerializerId: 1}, false, true},
 	} {
 		b := batch(c.types, c.env)
-		err := g.check(b, from)
+		err := g.Check(b, from)
 		if (err != nil) != c.bad || (err == nil && (len(b.Envelopes) == 1) != c.kept) {
 			t.Errorf("%s: got err %v, %d kept; want malformed %v, kept %v", c.name, err, len(b.Envelopes), c.bad, c.kept)
 		}
 	}
-	if err := g.check(batch([]string{"lanes.remote.v1.Probe"}), from); err != nil {
+	if err := g.Check(batch([]string{"lanes.remote.v1.Probe"}), from); err != nil {
 		t.Errorf("an empty batch: got err %v, want nil", err)
 	}
-	if err := g.check(batch([]string{"lanes.remote.v1.Probe"}, (*premote.MessageEnvelope)(nil)), from); err == nil {
+	if err := g.Check(batch([]string{"lanes.remote.v1.Probe"}, (*premote.MessageEnvelope)(nil)), from); err == nil {
 		t.Errorf("a nil message: got nil, want malformed")
 	}
 }
@@ -111,7 +116,7 @@ func FuzzGuard(f *testing.F) {
 		if proto.Unmarshal(data, &b) != nil {
 			return
 		}
-		if g.check(&b, peer.Address) != nil {
+		if g.Check(&b, peer.Address) != nil {
 			return
 		}
 		for _, e := range b.Envelopes {
@@ -129,15 +134,15 @@ func FuzzGuard(f *testing.F) {
 // FuzzHello: whatever a host's Hello holds, checking it never panics and
 // answers a Welcome with the protocol.
 func FuzzHello(f *testing.F) {
-	f.Add(mustMarshal(f, &wirepb.Hello{Protocol: Protocol, Host: "h", Epoch: 1, Devices: []*wirepb.Device{{Lanes: 4}}}))
-	f.Add(mustMarshal(f, &wirepb.Hello{Protocol: Protocol + 1, Refusal: "full"}))
+	f.Add(mustMarshal(f, &wirepb.Hello{Protocol: wire.Protocol, Host: "h", Epoch: 1, Devices: []*wirepb.Device{{Lanes: 4}}}))
+	f.Add(mustMarshal(f, &wirepb.Hello{Protocol: wire.Protocol + 1, Refusal: "full"}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var h wirepb.Hello
 		if proto.Unmarshal(data, &h) != nil {
 			return
 		}
 		w := CheckHello(&h)
-		if w == nil || w.Protocol != Protocol || (w.Accepted && w.Refusal != "") {
+		if w == nil || w.Protocol != wire.Protocol || (w.Accepted && w.Refusal != "") {
 			t.Fatalf("CheckHello(%v): got %v, want a Welcome of this protocol, accepted or refused with a reason", &h, w)
 		}
 	})

@@ -1,31 +1,40 @@
-// The lane host: one process's devices and lane actors, served to a front
-// through protoactor-go's remote.
+// The lane host's face: its configuration, Serve, and what a running host
+// answers. The host itself is remote/internal/host.
 
 package remote
 
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
-	"maps"
-	"os"
-	"sync"
-	"sync/atomic"
 	"time"
-	"unicode/utf8"
-
-	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda/kernels"
-	"github.com/lanesched/lanes/internal/shmring"
-	"github.com/lanesched/lanes/internal/wirepb"
-	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote/internal/dataplane"
+	"github.com/lanesched/lanes/remote/internal/host"
+	"github.com/lanesched/lanes/remote/internal/wire"
 )
 
-// hostActorName is the name of a lane host's actor: a front reaches a host at
-// its address and this name.
-const hostActorName = "lanehost"
+// The defaults of a lane host's configuration.
+const (
+	// DefaultHeartbeat is how often a host tells its fronts it is alive.
+	DefaultHeartbeat = host.DefaultHeartbeat
+	// DefaultMaxFronts is how many fronts a host serves at once.
+	DefaultMaxFronts = host.DefaultMaxFronts
+	// DefaultSilentFront is how long a front may send nothing before its
+	// place goes to a new front that finds the host full.
+	DefaultSilentFront = host.DefaultSilentFront
+	// MaxTemplates is the most templated batches a host keeps per epoch.
+	MaxTemplates = wire.MaxTemplates
+	// DefaultRingBytes is the data area of each ring of a same-host data
+	// plane.
+	DefaultRingBytes = dataplane.DefaultRingBytes
+	// DefaultUploadAreaBytes is each same-host data plane's upload area.
+	DefaultUploadAreaBytes = dataplane.DefaultUploadAreaBytes
+	// MaxTenantName is the longest tenant name a front takes, in bytes: a
+	// host scopes each tenant to its front's registration.
+	MaxTenantName = wire.MaxTenantName
+)
 
 // HostConfig configures a lane host.
 type HostConfig struct {
@@ -108,11 +117,29 @@ type HostConfig struct {
 	Logf func(format string, args ...any)
 }
 
-// DefaultHeartbeat is how often a host proves itself alive by default.
-const DefaultHeartbeat = 100 * time.Millisecond
-
-// DefaultMaxFronts is how many fronts a host serves at once by default.
-const DefaultMaxFronts = 8
+// room is the configuration as host takes it.
+func (c HostConfig) room() host.Config {
+	return host.Config{
+		Name:            c.Name,
+		Address:         c.Address,
+		Advertise:       c.Advertise,
+		TLS:             c.TLS,
+		TokenFile:       c.TokenFile,
+		Scheduler:       c.Scheduler,
+		Heartbeat:       c.Heartbeat,
+		Protocol:        c.Protocol,
+		MaxTemplates:    c.MaxTemplates,
+		Calls:           c.Calls,
+		Modules:         c.Modules,
+		MaxFronts:       c.MaxFronts,
+		SilentFront:     c.SilentFront,
+		NoDataPlane:     c.NoDataPlane,
+		RingBytes:       c.RingBytes,
+		UploadAreaBytes: c.UploadAreaBytes,
+		Cluster:         c.Cluster.room(),
+		Logf:            c.Logf,
+	}
+}
 
 // Host is a running lane host: a scheduler over its devices, served to
 // the fronts that join it (up to MaxFronts at once), each under an epoch
@@ -120,111 +147,16 @@ const DefaultMaxFronts = 8
 // the host held for tenants set up under its old one is dropped; other
 // fronts' registrations go on.
 type Host struct {
-	cfg     HostConfig
-	sys     *system
-	sched   *actors.Scheduler
-	pid     *actor.PID
-	ops     *hostOps
-	modules hostModules // what its devices loaded of modules, theirs and fronts'
-
-	mu        sync.Mutex
-	regs      map[uint64]*registration // by epoch
-	byFront   map[string]*registration // by the front's address
-	replaced  map[uint64]*registration // registrations a front's new Join replaced, by epoch (a few)
-	dropped   map[uint64]*droppedReg   // registrations the host dropped, by epoch (a few): told their fronts when they speak under them
-	lastEpoch uint64
-	heartbeat uint64
-
-	shards  []chan hostJob // submissions by tenant: each shard keeps its tenants' order
-	replies []*replyQueue  // each shard's ended submissions, answered by its replier
-	quit    chan struct{}
-	wg      sync.WaitGroup
-
-	leaving  atomic.Bool  // asked to leave (the actor sets it; data planes read it too)
-	inFlight atomic.Int64 // submissions handed to the scheduler and not yet answered
-	stopped  atomic.Bool
+	h *host.Host
 }
 
-// heard notes a message of the registration's front now.
-func (r *registration) heard() { r.heardAt.Store(time.Now().UnixNano()) }
-
-// leaveNow asks the host's actor to stop taking submissions (Leave).
-type leaveNow struct{ done chan struct{} }
-
-// registration is one front's registration with the host.
-type registration struct {
-	front    *actor.PID
-	epoch    uint64
-	attempt  uint64 // the Join attempt it answers
-	hello    *wirepb.Hello
-	welcomed bool          // under Host.mu
-	joined   time.Time     // when the front joined
-	probed   atomic.Uint64 // the newest Probe from the front (the actor writes, heartbeats read)
-	heardAt  atomic.Int64  // when the front's last message came (unix nanoseconds): its proof of life
-	released atomic.Bool   // the front heard the host left and has nothing in flight on it (Leave waits for it)
-
-	templates map[uint64]*hostTemplate  // by the front's id: only the reader of its submissions touches the map (the actor, or the data plane's reader)
-	offered   atomic.Pointer[dataPlane] // the data plane offered in its Hello, until the Welcome
-	plane     atomic.Pointer[dataPlane] // the data plane the front took: every message of the registration but heartbeats goes through it
-	out       combiner[outgoing]
-	lastRows  map[uint64][]lanes.Row           // by template: the rows the front holds (the sender's)
-	lastSegs  map[uint64][]lanes.SegmentRecord // and the segments
-	watched   watchedCalls                     // the withdrawable submissions in flight (host_withdraw.go)
-}
-
-// outgoing is a message the host sends its front: a receipt (batched with
-// others; the rows of a templated one are encoded by the sender, which
-// leaves out rows equal to the template's previous) or an op's result.
-type outgoing struct {
-	receipt  *wirepb.Receipt // with its Timing, for a sampled call: Sent is set as it goes
-	rows     []lanes.Row     // its receipt's rows and segments, encoded as it is sent (encodeAttribution)
-	segments []lanes.SegmentRecord
-	template uint64
-	result   *wirepb.OpResult
-	leaving  *wirepb.Leaving // that the host left: after every receipt before it
-}
-
-// hostTemplate is a batch a front encoded once, and what the scheduler's
-// ownership check of it last concluded: its steps, the same handles every
-// time, are not checked again until ownership changes.
-type hostTemplate struct {
-	b    lanes.Batch
-	memo actors.OwnershipMemo
-}
-
-// hostJob is a decoded submission on its way to the scheduler.
-type hostJob struct {
-	epoch, call, template uint64
-	b                     lanes.Batch           // its Tenant scoped to the epoch (scoped)
-	memo                  *actors.OwnershipMemo // a template's (nil: a whole batch)
-	tenant                string                // as the front named it
-	timing                *wirepb.Timing        // a sampled call's times; nil for most
-	viaPlane              bool                  // came through the registration's data plane
-	area                  *dataPlane            // whose pinned upload area its uploads read in place until it ends (nil: none)
-	watch                 *registration         // a withdrawable submission's registration, which keeps its context's cancel; nil for most
-	op                    any                   // or an operation of the tenant's, to run after its submissions before it
-}
-
-// ended lets go what the job held until its step ended: the upload area
-// its uploads read, and a withdrawable submission's context.
-func (j *hostJob) ended() {
-	if j.area != nil {
-		j.area.releaseArea()
-		j.area = nil
+// room is the host that serves, nil for a nil Host.
+func (h *Host) room() *host.Host {
+	if h == nil {
+		return nil
 	}
-	if j.watch != nil {
-		j.watch.watched.forget(j.call)
-		j.watch = nil
-	}
+	return h.h
 }
-
-// hostShards is how many goroutines hand submissions to the scheduler:
-// admission costs microseconds, and one goroutine would cap a host's rate.
-const hostShards = 4
-
-// MaxTemplates bounds the templated batches a host keeps per epoch; past
-// it, a template is decoded for each submission that carries it.
-const MaxTemplates = 1 << 14
 
 // Serve starts a lane host: its scheduler over cfg.Scheduler's devices
 // (which the host closes when it stops) and its actor on the process's
@@ -235,186 +167,62 @@ const MaxTemplates = 1 << 14
 // process serves at most one cluster host in its life (start the next in
 // a new process).
 func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
-	h, err := serve(ctx, cfg)
-	if err != nil && cfg.Cluster != nil && cfg.Cluster.MembershipListener != nil {
-		_ = cfg.Cluster.MembershipListener.Close() // taken over, as its doc says, also by a Serve that fails
-	}
-	return h, err
-}
-
-func serve(ctx context.Context, cfg HostConfig) (*Host, error) {
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = DefaultHeartbeat
-	}
-	if cfg.Heartbeat < time.Millisecond || cfg.Heartbeat > 10*time.Second {
-		return nil, fmt.Errorf("%w: Heartbeat %v: give 1ms to 10s (0 for the default %v)", ErrConfig, cfg.Heartbeat, DefaultHeartbeat)
-	}
-	if cfg.Name == "" {
-		cfg.Name = fmt.Sprintf("host-%d", os.Getpid())
-	}
-	if len(cfg.Name) > 256 || !utf8.ValidString(cfg.Name) {
-		return nil, fmt.Errorf("%w: host name %.40q of %d bytes: give at most 256 bytes of UTF-8", ErrConfig, cfg.Name, len(cfg.Name))
-	}
-	if cfg.Protocol == 0 {
-		cfg.Protocol = Protocol
-	}
-	if err := cfg.Calls.check(); err != nil {
-		return nil, err
-	}
-	cfg.Calls = maps.Clone(cfg.Calls) // the host's own: the caller's map may change
-	if cfg.MaxTemplates <= 0 {
-		cfg.MaxTemplates = MaxTemplates
-	}
-	switch {
-	case cfg.SilentFront == 0:
-		cfg.SilentFront = DefaultSilentFront
-	case cfg.SilentFront < 100*time.Millisecond || cfg.SilentFront > time.Hour:
-		return nil, fmt.Errorf("%w: SilentFront %v: give 100ms to 1h (0 for the default %v)", ErrConfig, cfg.SilentFront, DefaultSilentFront)
-	}
-	if cfg.RingBytes == 0 {
-		cfg.RingBytes = DefaultRingBytes
-	}
-	if err := checkRingBytes(cfg.RingBytes); err != nil {
-		return nil, err
-	}
-	switch cfg.UploadAreaBytes {
-	case 0:
-		cfg.UploadAreaBytes = DefaultUploadAreaBytes
-	case -1:
-		cfg.UploadAreaBytes = 0
-	default:
-		if err := checkUploadArea(cfg.UploadAreaBytes); err != nil {
-			return nil, err
-		}
-	}
-	switch {
-	case cfg.MaxFronts == 0:
-		cfg.MaxFronts = DefaultMaxFronts
-	case cfg.MaxFronts < 0:
-		return nil, fmt.Errorf("%w: MaxFronts %d: give the most fronts served at once (0 for the default %d)", ErrConfig, cfg.MaxFronts, DefaultMaxFronts)
-	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lanehost: "+format+"\n", args...) }
-	}
-	if err := shmring.CheckSpinEnv(); err != nil && !cfg.NoDataPlane {
-		cfg.Logf("%v", err)
-	}
-	if len(cfg.Scheduler.Devices) == 0 {
-		return nil, fmt.Errorf("%w: a host with no devices: give Scheduler.Devices (one GPU, usually)", ErrConfig)
-	}
-	if cfg.Cluster != nil {
-		c := *cfg.Cluster
-		if err := c.check(true, cfg.TLS != nil); err != nil {
-			return nil, err
-		}
-		if c.Membership != "" && (c.Membership == cfg.Address || c.Membership == cfg.Advertise) {
-			return nil, fmt.Errorf("%w: cluster %s: membership endpoint %s is the host's own address: give it a port of its own", ErrConfig, c.Name, c.Membership)
-		}
-		cfg.Cluster = &c
-	}
-	// Each front's tenants are a scope of their own: another front's
-	// buffers are, to them, buffers never handed out.
-	cfg.Scheduler.Scope = scopeOf
-	sched, err := actors.Start(ctx, cfg.Scheduler)
+	h, err := host.Serve(ctx, cfg.room())
 	if err != nil {
 		return nil, err
 	}
-	sys, err := acquireSystem(ctx, endpointConfig{address: cfg.Address, advertise: cfg.Advertise, tls: cfg.TLS, tokenFile: cfg.TokenFile, cluster: cfg.Cluster, logf: cfg.Logf}, hostActorName)
-	if err != nil {
-		_ = sched.Stop(context.Background())
-		return nil, err
-	}
-	h := &Host{cfg: cfg, sys: sys, sched: sched, quit: make(chan struct{}), regs: map[uint64]*registration{}, byFront: map[string]*registration{},
-		replaced: map[uint64]*registration{}, dropped: map[uint64]*droppedReg{}, modules: hostModules{sums: map[string]moduleSum{}}}
-	for _, m := range cfg.Modules {
-		if err := h.modules.load(cfg.Scheduler.Devices, m); err != nil {
-			releaseSystem(sys, hostActorName, nil)
-			_ = sched.Stop(context.Background())
-			return nil, fmt.Errorf("%w: HostConfig.Modules: %w", ErrConfig, err)
-		}
-	}
-	h.ops, err = startHostOps(h)
-	if err != nil {
-		releaseSystem(sys, hostActorName, nil)
-		_ = sched.Stop(context.Background())
-		return nil, err
-	}
-	h.pid, err = sys.actors.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return h }), hostActorName)
-	if err != nil {
-		h.ops.stop()
-		releaseSystem(sys, hostActorName, nil)
-		_ = sched.Stop(context.Background())
-		return nil, fmt.Errorf("%w: spawn the host actor: %v", ErrConfig, err)
-	}
-	// A front's connection that ends frees its place at once: its process
-	// ended (or the way to it broke, and it joins again).
-	gone := func(addr string) { h.frontGone(actor.NewPID(addr, frontActorName)) }
-	sys.guard.peerGone.Store(&gone)
-	h.wg.Add(1 + 2*hostShards)
-	go h.heartbeatLoop()
-	for i := range hostShards {
-		jobs := make(chan hostJob, 4096)
-		h.shards = append(h.shards, jobs)
-		h.replies = append(h.replies, newReplyQueue())
-		go h.shardLoop(i, jobs)
-		go h.replyLoop(h.replies[i])
-	}
-	return h, nil
+	return &Host{h: h}, nil
 }
 
 // Address is where fronts reach the host (what a front's Hosts names):
 // HostConfig.Advertise if given, else where it listens.
-func (h *Host) Address() string { return h.sys.addr }
+func (h *Host) Address() string {
+	return h.room().Address()
+}
+
+// DeviceFault is the sticky error that poisoned one of the host's devices,
+// or nil. A poisoned device stays poisoned for the life of its process: a
+// host that reports one is replaced (lanehost exits; a front that launched
+// it starts another).
+func (h *Host) DeviceFault() error {
+	return h.room().DeviceFault()
+}
+
+// Epoch is the host's newest registration, 0 before a front joined.
+func (h *Host) Epoch() uint64 {
+	return h.room().Epoch()
+}
+
+// Fronts is how many fronts the host serves now (registered and welcomed).
+func (h *Host) Fronts() int {
+	return h.room().Fronts()
+}
+
+// Leave asks the host to leave well: from now on it refuses new
+// submissions and allocations (the fronts hear it is leaving and place no
+// new tenants on it), finishes every submission it has, then tells its
+// fronts it left, whose tenants then move (DeviceStateLostError with
+// Left). Reads, frees and forgets still run meanwhile, and after. It
+// returns once every front it told has answered that it heard and has
+// nothing more in flight on the host (what a front sent before it heard
+// is answered first: a submission refused, an operation run), or a
+// front's registration ended meanwhile; or with ctx's error
+// (the host still leaves: Stop ends what is left, and what a front still
+// has in flight on it ends indeterminate there). Stop the host after.
+func (h *Host) Leave(ctx context.Context) error {
+	return h.room().Leave(ctx)
+}
 
 // Listening is where the host serves, as its process's first line says
 // it (cmd/lanehost prints it): its address, where it is bound when it
 // advertises another, and its membership endpoint in a cluster.
 func (h *Host) Listening() Listening {
-	l := Listening{Address: h.sys.addr}
-	if h.sys.bound != h.sys.addr {
-		l.Bound = h.sys.bound
-	}
-	if m := h.sys.member; m != nil {
-		l.Membership = m.cfg.Membership
-	}
-	return l
+	return h.room().Listening()
 }
-
-// Wire is what the process's endpoint refused: connections that did not
-// authenticate, malformed ones, messages dropped unread, panics of the
-// remote's handler recovered. A front and a host of one process share it.
-func (h *Host) Wire() WireStats { return h.sys.guard.stats() }
 
 // Scheduler is the host's own scheduler (its lanes' status, say).
-func (h *Host) Scheduler() *actors.Scheduler { return h.sched }
-
-// serving is the registration of epoch, if a front welcomed it and it
-// was not dropped since.
-func (h *Host) serving(epoch uint64) (*registration, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	r, ok := h.regs[epoch]
-	return r, ok && r.welcomed
-}
-
-// Epoch is the host's newest registration, 0 before a front joined.
-func (h *Host) Epoch() uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.lastEpoch
-}
-
-// Fronts is how many fronts the host serves now (registered and welcomed).
-func (h *Host) Fronts() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, r := range h.regs {
-		if r.welcomed {
-			n++
-		}
-	}
-	return n
+func (h *Host) Scheduler() *actors.Scheduler {
+	return h.room().Scheduler()
 }
 
 // Stop stops serving: the host's actor first (the front hears no more
@@ -422,102 +230,12 @@ func (h *Host) Fronts() int {
 // submission in flight ends), then the devices. The process's endpoint
 // stays (see Serve).
 func (h *Host) Stop(ctx context.Context) error {
-	if h.stopped.Swap(true) {
-		return nil // stopped already
-	}
-	close(h.quit)
-	h.sys.guard.peerGone.Store(nil)
-	h.wg.Wait()
-	h.closePlanes()
-	if h.sys.member != nil {
-		h.sys.member.leave() // fronts see it go from the membership too
-	}
-	releaseSystem(h.sys, hostActorName, h.pid)
-	err := h.sched.Stop(ctx)
-	h.ops.stop()
-	for _, d := range h.cfg.Scheduler.Devices {
-		_ = d.Close()
-	}
-	return err
+	return h.room().Stop(ctx)
 }
 
-// Receive is the host actor: registration, submissions, device-state ops.
-func (h *Host) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
-	case *actor.Terminated:
-		h.frontGone(m.Who)
-	case *wirepb.Join:
-		if s := ctx.Sender(); s == nil || s.Address != m.Front {
-			h.sys.guard.dropped.Add(1) // a Join for a front that did not send it
-			return
-		}
-		if front := h.join(m); front != nil {
-			ctx.Watch(front) // a front that dies before it welcomes the host frees its place
-		}
-	case *wirepb.Welcome:
-		if h.sentBy(ctx, m.Epoch) {
-			h.welcome(m) // the front is watched since it joined
-			if m.Accepted {
-				h.tellDropped(ctx.Sender(), m.Epoch)
-			}
-		}
-	case *wirepb.Submits:
-		h.submits(m, ctx.Sender(), false)
-	case *wirepb.Withdraw:
-		if h.opSentBy(ctx, m.Epoch) {
-			h.takeWithdraw(ctx.Sender(), m)
-		}
-	case *leaveNow:
-		h.startLeaving()
-		close(m.done)
-	case *wirepb.Alloc, *wirepb.Free, *wirepb.Read, *wirepb.Forget, *wirepb.LaneAdmin, *wirepb.StagedPrepare, *wirepb.StagedReplay, *wirepb.StagedRelease:
-		if op := m.(tenantOp); h.opSentBy(ctx, op.GetEpoch()) {
-			if r, ok := h.serving(op.GetEpoch()); ok {
-				r.heard()
-			} else {
-				h.tellDropped(ctx.Sender(), op.GetEpoch())
-			}
-			h.takeOp(op)
-		}
-	case *wirepb.Leaving: // a front's: it heard the host left and sends nothing more under the epoch
-		if r, ok := h.serving(m.Epoch); ok && h.sentBy(ctx, m.Epoch) {
-			r.released.Store(true)
-		}
-	case *wirepb.Probe:
-		if r, ok := h.serving(m.Epoch); ok && m.Seq > r.probed.Load() && h.sentBy(ctx, m.Epoch) {
-			r.probed.Store(m.Seq) // echoed in the next heartbeat
-			r.heard()
-		} else if !ok {
-			h.tellDropped(ctx.Sender(), m.Epoch)
-		}
-	}
-}
-
-// sentBy reports whether a message under epoch came from the front that
-// registered it: a registration's epoch is no password, and another
-// front's message naming it (or one with no sender) is dropped and
-// counted. An epoch the host does not hold is answered as before (the
-// front's calls end with its loss of the host).
-func (h *Host) sentBy(ctx actor.Context, epoch uint64) bool {
-	h.mu.Lock()
-	r, ok := h.regs[epoch]
-	h.mu.Unlock()
-	if !ok {
-		return true // not a registration: the rest drops it as stale
-	}
-	if s := ctx.Sender(); s == nil || s.Address != r.front.Address {
-		h.sys.guard.dropped.Add(1)
-		return false
-	}
-	return true
-}
-
-// opSentBy is sentBy for a registration's operations, which come through
-// its data plane when it has one (the plane's reader takes them there).
-func (h *Host) opSentBy(ctx actor.Context, epoch uint64) bool {
-	if r, ok := h.serving(epoch); ok && r.planeFor() != nil {
-		h.sys.guard.dropped.Add(1) // sent around the registration's data plane
-		return false
-	}
-	return h.sentBy(ctx, epoch)
+// Wire is what the process's endpoint refused: connections that did not
+// authenticate, malformed ones, messages dropped unread, panics of the
+// remote's handler recovered. A front and a host of one process share it.
+func (h *Host) Wire() WireStats {
+	return h.room().Wire()
 }

@@ -13,6 +13,11 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
+	front "github.com/lanesched/lanes/remote/internal/front"
+
+	host "github.com/lanesched/lanes/remote/internal/host"
+
+	wire "github.com/lanesched/lanes/remote/internal/wire"
 )
 
 // TestALeavingHostAnswersWhatWasSentBeforeTheFrontHeard: a tenant's call
@@ -44,7 +49,7 @@ func holdFirst() (hold func(), held, gate chan struct{}) {
 // leaveHeard starts the host's Leave and waits until the front hears it
 // left (while says what the test holds meanwhile); Leave's error comes on
 // the channel.
-func leaveHeard(t *testing.T, h *Host, f *Front, while string) <-chan error {
+func leaveHeard(t *testing.T, h *host.Host, f *front.Front, while string) <-chan error {
 	t.Helper()
 	left := make(chan error, 1)
 	go func() {
@@ -53,7 +58,7 @@ func leaveHeard(t *testing.T, h *Host, f *Front, while string) <-chan error {
 		left <- h.Leave(ctx)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for f.Hosts()[0].Health != HostLeft {
+	for f.Hosts()[0].Health != front.HostLeft {
 		if time.Now().After(deadline) {
 			t.Fatalf("the front: got %v %s, want it to hear the host left", f.Hosts()[0].Health, while)
 		}
@@ -68,8 +73,8 @@ func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
 	ctx := context.Background()
 	b := allocOK(t, f, "t") // its zeros are a submission too: before the hook holds the first
 	hold, held, gate := holdFirst()
-	beforeEnqueue = func(*wirepb.Submit) { hold() }
-	t.Cleanup(func() { beforeEnqueue = nil })
+	front.BeforeEnqueue = func(*wirepb.Submit) { hold() }
+	t.Cleanup(func() { front.BeforeEnqueue = nil })
 	up, err := cuda.Upload(b.Whole(), make([]byte, 64))
 	if err != nil {
 		t.Fatalf("Upload: got err %v, want nil", err)
@@ -92,7 +97,7 @@ func leaveAnswersHeldCall(t *testing.T, noDataPlane bool) {
 	}
 	close(gate)
 	err = <-result
-	var leaving *HostLeavingError
+	var leaving *wire.HostLeavingError
 	if !errors.As(err, &leaving) || errors.Is(err, actors.ErrIndeterminate) {
 		t.Fatalf("the call held up while the host left: got err %v, want a *HostLeavingError (refused, definitely not submitted)", err)
 	}
@@ -112,12 +117,12 @@ func TestAReadInFlightDoesNotHoldUpALeave(t *testing.T) { onBothPaths(t, readDoe
 
 func readDoesNotHoldUpLeave(t *testing.T, noDataPlane bool) {
 	hold, held, gate := holdFirst()
-	beforeOp = func(msg any) {
+	host.BeforeOp = func(msg any) {
 		if _, read := msg.(*wirepb.Read); read {
 			hold()
 		}
 	}
-	t.Cleanup(func() { beforeOp = nil })
+	t.Cleanup(func() { host.BeforeOp = nil })
 	h := serveHere(t)
 	f := startFrontHere(t, h, &logLines{t: t}, noDataPlane)
 	b := allocOK(t, f, "t")
@@ -153,10 +158,10 @@ func TestAnAllocationALeavingHostRefusesIsAHostLeavingError(t *testing.T) {
 	h := serveHere(t)
 	f := startFrontHere(t, h, &logLines{t: t}, false)
 	allocOK(t, f, "t")
-	h.leaving.Store(true) // as startLeaving, before the front hears
+	h.Leaving.Store(true) // as startLeaving, before the front hears
 	_, err := f.Alloc(context.Background(), "t", cuda.BufferSpec{Size: 64, Elem: cuda.I32})
-	var leaving *HostLeavingError
-	if !errors.As(err, &leaving) || leaving.Tenant != "t" || leaving.Host != f.Hosts()[0].Name || !errors.Is(err, ErrHostLeaving) {
+	var leaving *wire.HostLeavingError
+	if !errors.As(err, &leaving) || leaving.Tenant != "t" || leaving.Host != f.Hosts()[0].Name || !errors.Is(err, wire.ErrHostLeaving) {
 		t.Fatalf("Alloc on a leaving host: got err %v (%T), want a *HostLeavingError for tenant t on %s", err, err, f.Hosts()[0].Name)
 	}
 }
@@ -166,13 +171,13 @@ func TestAnAllocationALeavingHostRefusesIsAHostLeavingError(t *testing.T) {
 // host restarted meanwhile) does not make it joining (after Stop, the
 // state read "joining" under load).
 func TestAStoppedHostStaysStopped(t *testing.T) {
-	l := &link{epoch: 7}
-	l.setState(HostServing)
-	l.setState(HostStopped)
-	for _, s := range []HostHealth{HostJoining, HostServing, HostLost, HostLeft} {
-		l.setState(s)
-		if l.state != HostStopped || l.serving.Load() != 0 {
-			t.Fatalf("a stopped host set %v: got %v, serving epoch %d; want stopped, serving none", s, l.state, l.serving.Load())
+	l := &front.Link{Epoch: 7}
+	l.SetState(front.HostServing)
+	l.SetState(front.HostStopped)
+	for _, s := range []front.HostHealth{front.HostJoining, front.HostServing, front.HostLost, front.HostLeft} {
+		l.SetState(s)
+		if l.State != front.HostStopped || l.Serving.Load() != 0 {
+			t.Fatalf("a stopped host set %v: got %v, serving epoch %d; want stopped, serving none", s, l.State, l.Serving.Load())
 		}
 	}
 }

@@ -8,6 +8,11 @@ import (
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
+	front "github.com/lanesched/lanes/remote/internal/front"
+
+	host "github.com/lanesched/lanes/remote/internal/host"
+
+	wire "github.com/lanesched/lanes/remote/internal/wire"
 )
 
 // TestTemplatedReceiptsCarryLogicalCommands: a host leaves out a templated
@@ -24,21 +29,21 @@ func TestTemplatedReceiptsCarryLogicalCommands(t *testing.T) {
 	}
 	rows := []lanes.Row{{Index: 0, Op: "launch:inc_i32", Replayed: true, Phase: cache.PhaseCompute}}
 	lastRows, lastSegs := map[uint64][]lanes.Row{}, map[uint64][]lanes.SegmentRecord{}
-	l, a := &link{}, &frontActor{}
+	l, a := &front.Link{}, &front.FrontActor{}
 	for i, step := range []struct {
 		segs   []lanes.SegmentRecord
 		before bool // left out as the same as the previous receipt's
 	}{{seg(0, 1), false}, {seg(0, 1), true}, {seg(0, 2), false}, {seg(0, 2), true}, {nil, false}} {
-		o := outgoing{receipt: &wirepb.Receipt{Epoch: 1, Call: uint64(i + 1), Outcome: uint32(lanes.OutcomeSucceeded)}, rows: rows, segments: step.segs, template: 9}
-		encodeAttribution(o, lastRows, lastSegs)
-		if o.receipt.SegmentsAsBefore != step.before {
-			t.Fatalf("receipt %d: SegmentsAsBefore %v, want %v", i, o.receipt.SegmentsAsBefore, step.before)
+		o := host.Outgoing{Receipt: &wirepb.Receipt{Epoch: 1, Call: uint64(i + 1), Outcome: uint32(lanes.OutcomeSucceeded)}, Rows: rows, Segments: step.segs, Template: 9}
+		host.EncodeAttribution(o, lastRows, lastSegs)
+		if o.Receipt.SegmentsAsBefore != step.before {
+			t.Fatalf("receipt %d: SegmentsAsBefore %v, want %v", i, o.Receipt.SegmentsAsBefore, step.before)
 		}
-		_, _, r, _, err := receiptFromWire(o.receipt)
+		_, _, r, _, err := wire.ReceiptFromWire(o.Receipt)
 		if err != nil {
 			t.Fatalf("receipt %d: %v", i, err)
 		}
-		a.templateRows(l, o.receipt, &r)
+		a.TemplateRows(l, o.Receipt, &r)
 		if !reflect.DeepEqual(r.Attribution.Segments, step.segs) || !reflect.DeepEqual(r.Attribution.Rows, rows) {
 			t.Fatalf("receipt %d at the front: segments %+v, rows %+v; want %+v, %+v", i, r.Attribution.Segments, r.Attribution.Rows, step.segs, rows)
 		}

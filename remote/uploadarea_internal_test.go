@@ -16,6 +16,11 @@ import (
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
+	host "github.com/lanesched/lanes/remote/internal/host"
+
+	dataplane "github.com/lanesched/lanes/remote/internal/dataplane"
+
+	wire "github.com/lanesched/lanes/remote/internal/wire"
 )
 
 // TestAreaSpansAgainstAModel: spans handed out lie in the area, on the
@@ -23,12 +28,12 @@ import (
 // run of the area is that long; spans given back in any order leave the
 // whole area free again.
 func TestAreaSpansAgainstAModel(t *testing.T) {
-	const size = 64 * areaGrain
+	const size = 64 * dataplane.AreaGrain
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 7))
-		a := newAreaSpans(size)
-		owner := make([]int, size/areaGrain) // 0: free, else the span's number
-		var held []span
+		a := dataplane.NewAreaSpans(size)
+		owner := make([]int, size/dataplane.AreaGrain) // 0: free, else the span's number
+		var held []dataplane.Span
 		longestFree := func() int {
 			best, run := 0, 0
 			for _, o := range owner {
@@ -46,25 +51,25 @@ func TestAreaSpansAgainstAModel(t *testing.T) {
 				i := r.IntN(len(held))
 				s := held[i]
 				held = append(held[:i], held[i+1:]...)
-				a.release(s)
-				for g := s.off / areaGrain; g < (s.off+s.n)/areaGrain; g++ {
+				a.Release(s)
+				for g := s.Off / dataplane.AreaGrain; g < (s.Off+s.N)/dataplane.AreaGrain; g++ {
 					owner[g] = 0
 				}
 				continue
 			}
-			n := uint64(1 + r.IntN(12*areaGrain))
-			grains := int((n + areaGrain - 1) / areaGrain)
-			s, ok := a.alloc(n)
+			n := uint64(1 + r.IntN(12*dataplane.AreaGrain))
+			grains := int((n + dataplane.AreaGrain - 1) / dataplane.AreaGrain)
+			s, ok := a.Alloc(n)
 			if !ok {
 				if longestFree() >= grains {
 					t.Fatalf("seed %d step %d: alloc(%d) refused with a free run of %d grains, want a span", seed, step, n, longestFree())
 				}
 				continue
 			}
-			if s.off%areaGrain != 0 || s.n < n || s.off+s.n > size {
+			if s.Off%dataplane.AreaGrain != 0 || s.N < n || s.Off+s.N > size {
 				t.Fatalf("seed %d step %d: alloc(%d) = %+v, want a span of at least %d on the grain within %d", seed, step, n, s, n, size)
 			}
-			for g := s.off / areaGrain; g < (s.off+s.n)/areaGrain; g++ {
+			for g := s.Off / dataplane.AreaGrain; g < (s.Off+s.N)/dataplane.AreaGrain; g++ {
 				if owner[g] != 0 {
 					t.Fatalf("seed %d step %d: alloc(%d) = %+v overlaps span %d", seed, step, n, s, owner[g])
 				}
@@ -73,10 +78,10 @@ func TestAreaSpansAgainstAModel(t *testing.T) {
 			held = append(held, s)
 		}
 		for _, s := range held {
-			a.release(s)
+			a.Release(s)
 		}
-		if a.inUse() != 0 || len(a.free) != 1 || a.free[0] != (span{0, size}) {
-			t.Fatalf("seed %d: after every span came back: in use %d, free %v; want 0 and the whole area as one span", seed, a.inUse(), a.free)
+		if a.InUse() != 0 || len(a.Free) != 1 || a.Free[0] != (dataplane.Span{Off: 0, N: size}) {
+			t.Fatalf("seed %d: after every span came back: in use %d, free %v; want 0 and the whole area as one span", seed, a.InUse(), a.Free)
 		}
 	}
 }
@@ -107,11 +112,11 @@ func TestAnUploadAreaRefIsChecked(t *testing.T) {
 		{"no length", &wirepb.AreaRef{Offset: 0, Length: 0}, nil, area},
 		{"in its message too", &wirepb.AreaRef{Offset: 0, Length: 4096}, []byte{1}, area},
 	} {
-		if _, err := batchFromWire(batch(c.ref, c.host), decoding{area: c.area}); !errors.Is(err, ErrWire) {
+		if _, err := wire.BatchFromWire(batch(c.ref, c.host), wire.Decoding{Area: c.area}); !errors.Is(err, wire.ErrWire) {
 			t.Errorf("%s: got err %v, want ErrWire", c.what, err)
 		}
 	}
-	b, err := batchFromWire(batch(&wirepb.AreaRef{Offset: 4096, Length: 4096}, nil), decoding{area: area})
+	b, err := wire.BatchFromWire(batch(&wirepb.AreaRef{Offset: 4096, Length: 4096}, nil), wire.Decoding{Area: area})
 	if err != nil {
 		t.Fatalf("a span within the area: got err %v, want nil", err)
 	}
@@ -120,7 +125,7 @@ func TestAnUploadAreaRefIsChecked(t *testing.T) {
 	if got := b.Entries[0].Command.Host; !bytes.Equal(got, want) {
 		t.Fatalf("the upload's bytes after the area was written again: got %d bytes (equal %v), want the bytes it held when decoded", len(got), bytes.Equal(got, want))
 	}
-	if _, err := BatchFromWire(batch(&wirepb.AreaRef{Offset: 0, Length: 4096}, nil)); !errors.Is(err, ErrWire) {
+	if _, err := BatchFromWire(batch(&wirepb.AreaRef{Offset: 0, Length: 4096}, nil)); !errors.Is(err, wire.ErrWire) {
 		t.Errorf("BatchFromWire of an area ref (no plane): got err %v, want ErrWire", err)
 	}
 }
@@ -148,7 +153,7 @@ func TestUploadsAreReadInPlaceFromAPinnedArea(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := &pinningSim{Device: base}
-	h, err := Serve(context.Background(), HostConfig{Name: "pinned", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf})
+	h, err := host.Serve(context.Background(), host.Config{Name: "pinned", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("Serve: got err %v, want nil", err)
 	}
@@ -177,22 +182,22 @@ func TestUploadsAreReadInPlaceFromAPinnedArea(t *testing.T) {
 		}
 	}
 	st := f.Hosts()[0]
-	h.mu.Lock()
-	r := h.regs[st.Epoch]
-	h.mu.Unlock()
-	if r == nil || r.planeFor() == nil {
+	h.Mu.Lock()
+	r := h.Regs[st.Epoch]
+	h.Mu.Unlock()
+	if r == nil || r.PlaneFor() == nil {
 		t.Fatalf("the host's registration under epoch %d: got none with a data plane, want one", st.Epoch)
 	}
-	p := r.planeFor()
-	if st.AreaUploads != 20 || p.heldSteps.Load() != 20 || p.holds.Load() != 0 || dev.pins.Load() != 1 {
-		t.Fatalf("got %d uploads through the area, %d steps reading it in place, %d holding it now, %d pins; want 20, 20, 0, 1", st.AreaUploads, p.heldSteps.Load(), p.holds.Load(), dev.pins.Load())
+	p := r.PlaneFor()
+	if st.AreaUploads != 20 || p.HeldSteps.Load() != 20 || p.Holds.Load() != 0 || dev.pins.Load() != 1 {
+		t.Fatalf("got %d uploads through the area, %d steps reading it in place, %d holding it now, %d pins; want 20, 20, 0, 1", st.AreaUploads, p.HeldSteps.Load(), p.Holds.Load(), dev.pins.Load())
 	}
 	if got := dev.unpins.Load(); got != 0 {
 		t.Fatalf("unpins while the front is served: got %d, want 0", got)
 	}
 	_ = f.Stop(ctx) // the host drops the registration and lets its plane go
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the plane of a stopped front: still mapped after 10 s, want it unmapped")
 	}
@@ -206,40 +211,40 @@ func TestUploadsAreReadInPlaceFromAPinnedArea(t *testing.T) {
 // until the last of them ended, then is unpinned once and unmapped; once
 // it is going, no new step may hold it.
 func TestAPinnedAreaStaysMappedWhileAStepReadsIt(t *testing.T) {
-	host, offer, err := makePlane(shmring.MinCapacity, 4096)
+	host, offer, err := dataplane.MakePlane(shmring.MinCapacity, 4096)
 	if err != nil {
 		t.Fatalf("makePlane: got err %v, want nil", err)
 	}
-	front, err := attachPlane(offer)
+	front, err := dataplane.AttachPlane(offer)
 	if err != nil {
 		t.Fatalf("attachPlane: got err %v, want nil", err)
 	}
-	defer front.close()
+	defer front.Close()
 	var unpins atomic.Int32
-	if host.holdArea() {
+	if host.HoldArea() {
 		t.Fatal("holdArea of an unpinned area: got true, want false (its uploads are copied out)")
 	}
-	host.unpin = func() error { unpins.Add(1); return nil }
+	host.Unpin = func() error { unpins.Add(1); return nil }
 	for range 2 { // two steps read it
-		if !host.holdArea() {
+		if !host.HoldArea() {
 			t.Fatal("holdArea of a pinned area: got false, want true")
 		}
 	}
-	host.close()
+	host.Close()
 	for range 2 {
 		select {
-		case <-host.done:
+		case <-host.Done:
 			t.Fatal("the plane closed with steps reading its area: unmapped, want it mapped until they ended")
 		default:
 		}
-		if unpins.Load() != 0 || host.holdArea() {
-			t.Fatalf("while going: got %d unpins, a new hold granted %v; want 0 and none", unpins.Load(), host.holds.Load() > 2)
+		if unpins.Load() != 0 || host.HoldArea() {
+			t.Fatalf("while going: got %d unpins, a new hold granted %v; want 0 and none", unpins.Load(), host.Holds.Load() > 2)
 		}
-		copy(host.area, "still mapped") // a step's copy reading it would not fault
-		host.releaseArea()
+		copy(host.Area, "still mapped") // a step's copy reading it would not fault
+		host.ReleaseArea()
 	}
 	select {
-	case <-host.done:
+	case <-host.Done:
 	default:
 		t.Fatal("the last step reading the area ended: still mapped, want it unmapped")
 	}

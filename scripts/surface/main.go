@@ -4,7 +4,9 @@
 // import path has no internal/ element, skipping commands, examples and
 // scripts, and counts exported types, functions, methods (on exported
 // types, interface methods included), constants, variables and the
-// exported fields of exported struct types.
+// exported fields of exported struct types. An alias of a type defined
+// in an internal package counts that type's exported fields and methods
+// too: a user reaches them through the alias.
 //
 //	go run ./scripts/surface            # the table, per package
 //	go run ./scripts/surface -max 1000  # and fail above 1,000 in all
@@ -87,7 +89,7 @@ func countTree(root string) (map[string]int, error) {
 		if file.Name.Name == "main" {
 			return nil
 		}
-		counts[filepath.ToSlash(filepath.Dir(rel))] += countFile(file)
+		counts[filepath.ToSlash(filepath.Dir(rel))] += countFile(file) + countAliased(root, file)
 		return nil
 	})
 	return counts, err
@@ -134,6 +136,105 @@ func countFile(file *ast.File) int {
 						if name.IsExported() {
 							n++
 						}
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// countAliased counts the exported fields and methods of the internal
+// types that a file's exported aliases name.
+func countAliased(root string, file *ast.File) int {
+	n := 0
+	for _, decl := range file.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok {
+			continue
+		}
+		for _, spec := range gen.Specs {
+			ts, ok := spec.(*ast.TypeSpec)
+			if !ok || !ts.Assign.IsValid() || !ts.Name.IsExported() {
+				continue
+			}
+			sel, ok := ts.Type.(*ast.SelectorExpr)
+			if !ok {
+				continue
+			}
+			pkg, _ := sel.X.(*ast.Ident)
+			if pkg == nil {
+				continue
+			}
+			dir := internalDir(root, file, pkg.Name)
+			if dir == "" {
+				continue
+			}
+			n += typeMembers(dir, sel.Sel.Name)
+		}
+	}
+	return n
+}
+
+// internalDir is the directory of the internal package a file imports
+// under name, or "" when that package is not one of the module's internal
+// ones.
+func internalDir(root string, file *ast.File, name string) string {
+	mod := modulePath(root)
+	for _, imp := range file.Imports {
+		path := strings.Trim(imp.Path.Value, `"`)
+		local := path[strings.LastIndex(path, "/")+1:]
+		if imp.Name != nil {
+			local = imp.Name.Name
+		}
+		if local != name || !strings.HasPrefix(path, mod+"/") || !strings.Contains(path, "/internal/") {
+			continue
+		}
+		return filepath.Join(root, filepath.FromSlash(strings.TrimPrefix(path, mod+"/")))
+	}
+	return ""
+}
+
+// modulePath is the module's path, from root's go.mod.
+func modulePath(root string) string {
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
+// typeMembers counts the exported fields (or interface methods) and the
+// exported methods of the type name defined in the package in dir.
+func typeMembers(dir, name string) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
+		if err != nil {
+			continue
+		}
+		for _, decl := range file.Decls {
+			switch decl := decl.(type) {
+			case *ast.FuncDecl:
+				if decl.Recv != nil && decl.Name.IsExported() && receiverName(decl.Recv.List[0].Type) == name {
+					n++
+				}
+			case *ast.GenDecl:
+				for _, spec := range decl.Specs {
+					if ts, ok := spec.(*ast.TypeSpec); ok && ts.Name.Name == name {
+						n += members(ts.Type)
 					}
 				}
 			}
