@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"golang.org/x/sys/unix"
-
-	"github.com/lanesched/lanes/cache"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/lanes"
+	"golang.org/x/sys/unix"
 )
 
 // laneActor owns one lane: its stream, its lanes.Lane (with the cache and
@@ -127,7 +126,7 @@ func (a *laneActor) Receive(ctx actor.Context) {
 // open makes a stream and a fresh lane, opens preparation, and captures
 // recipes again (a predecessor's, most replayed first) within
 // Config.WarmRebuild before the lane takes traffic.
-func (a *laneActor) open(recipes ...cache.Recipe) error {
+func (a *laneActor) open(recipes ...execcache.Recipe) error {
 	st, err := a.ref.dev.NewStream()
 	if err != nil {
 		return err

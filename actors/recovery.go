@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -194,7 +194,7 @@ func (a *laneActor) rebuildNow() {
 	}
 	var err error
 	if a.lane == nil || a.hung {
-		var recipes []cache.Recipe
+		var recipes []execcache.Recipe
 		if a.lane != nil {
 			recipes = a.lane.Recipes() // host data: what the hung lane replayed
 		}

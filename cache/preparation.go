@@ -4,8 +4,6 @@
 package cache
 
 import (
-	"fmt"
-
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -54,43 +52,5 @@ var (
 	ErrNoDisposition = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: a non-resident candidate has no typed disposition")
 )
 
-type tracker struct {
-	state    PrepState
-	capacity int
-	counts   Preparation
-}
-
-func (t *tracker) configure(capacity, resident int) error {
-	switch {
-	case t.state == PrepOpen:
-		return fmt.Errorf("%w: seal it before configuring again", ErrAlreadyOpen)
-	case capacity <= 0:
-		return fmt.Errorf("%w: %d; give a capacity of at least 1 executable", ErrCapacity, capacity)
-	case capacity < resident:
-		return fmt.Errorf("%w: %d is below the %d resident executables; trim first", ErrCapacity, capacity, resident)
-	}
-	t.state, t.capacity = PrepOpen, capacity
-	t.counts = Preparation{}
-	return nil
-}
-
-func (t *tracker) seal() error {
-	if t.state != PrepOpen {
-		return fmt.Errorf("%w: seal needs an open preparation (state %v)", ErrNotOpen, t.state)
-	}
-	t.state = PrepSealed
-	return nil
-}
-
-func (t *tracker) record(r PrepareReport) {
-	t.counts.Batches++
-	t.counts.Captured += r.Captured
-	t.counts.Uploaded += r.Uploaded
-	t.counts.CapacityDeferred += r.CapacityDeferred
-}
-
-func (t *tracker) snapshot(resident, rejected int) Preparation {
-	p := t.counts
-	p.State, p.Capacity, p.Resident, p.Rejected = t.state, t.capacity, resident, rejected
-	return p
-}
+// TrimReport says what a trim released.
+type TrimReport struct{ Executables, Rejections, Retired int }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/programs"
 )
 
@@ -140,7 +141,7 @@ type Lane struct {
 	id      int
 	dev     cuda.Device
 	s       cuda.Stream
-	cache   *cache.Cache
+	cache   *execcache.Cache
 	catalog *programs.Catalog
 	stages  SectionSink
 	now     func() time.Duration
@@ -200,7 +201,7 @@ func New(cfg Config) (*Lane, error) {
 	if cfg.Runtime == "" {
 		cfg.Runtime = "lanes/" + cfg.Device.Info().Backend
 	}
-	c := cache.New()
+	c := execcache.New()
 	c.LimitBytes(cfg.CacheBytes)
 	c.LimitDeviceBytes(cfg.CacheDeviceBytes)
 	c.SetClock(cfg.Now)

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/lanesched/lanes/cache"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
 // A tenant's steady step replays the same executables over the same
@@ -34,7 +35,7 @@ type memoAttribution struct {
 // part of its identity (an update in place changes it), and cand is the
 // plan's candidate it replayed.
 type memoExecutable struct {
-	exe  *cache.Executable
+	exe  *execcache.Executable
 	key  cache.SegmentKey
 	cand int
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/programs"
 )
 
@@ -144,7 +145,7 @@ func (l *Lane) discoveryView(p *plan) []cache.Command {
 // but the stream cannot be trusted.
 func (l *Lane) prepare(p *plan) error {
 	b := &p.batch
-	enc := cache.Encoder{
+	enc := execcache.Encoder{
 		Enqueue: func(i int) error { return l.s.Enqueue(l.bind(b.Entries[i].Command)) },
 		Command: func(i int) cuda.Command { return b.Entries[i].Command }, // the cache keeps its own copy
 	}

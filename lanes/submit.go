@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/programs"
 )
 
@@ -222,7 +223,7 @@ func (q *enqueuing) replay(i int) (int, error) {
 	l, p := q.l, q.p
 	ci := p.resident[i]
 	cand := p.disc.Candidates[ci]
-	exe, err := q.timed(p.batch.Timing >= TimingReplay, q.segments, cand.End, true, func() (*cache.Executable, error) {
+	exe, err := q.timed(p.batch.Timing >= TimingReplay, q.segments, cand.End, true, func() (*execcache.Executable, error) {
 		return l.cache.Launch(l.s, cand.Key)
 	})
 	if err != nil {
@@ -242,7 +243,7 @@ func (q *enqueuing) replay(i int) (int, error) {
 
 // attributeSegment adds the rows and the segment record of a replayed
 // candidate.
-func (q *enqueuing) attributeSegment(cand cache.Candidate, exe *cache.Executable) {
+func (q *enqueuing) attributeSegment(cand cache.Candidate, exe *execcache.Executable) {
 	l, p, entries := q.l, q.p, q.p.batch.Entries
 	rec := SegmentRecord{Start: cand.Start, End: cand.End, Ordinal: -1, Commands: cand.Len()}
 	if p.program != nil {
@@ -269,7 +270,7 @@ func (q *enqueuing) attributeSegment(cand cache.Candidate, exe *cache.Executable
 // invoke launches the program segment entry i invokes by reference.
 func (q *enqueuing) invoke(i int) (int, error) {
 	l, e, res := q.l, q.p.batch.Entries[i], q.p.resolved[i]
-	exe, err := q.timed(q.p.batch.Timing >= TimingReplay, q.segments, i+1, true, func() (*cache.Executable, error) {
+	exe, err := q.timed(q.p.batch.Timing >= TimingReplay, q.segments, i+1, true, func() (*execcache.Executable, error) {
 		return l.cache.Launch(l.s, res.Key)
 	})
 	if err != nil {
@@ -292,7 +293,7 @@ func (q *enqueuing) invoke(i int) (int, error) {
 // was not replayed.
 func (q *enqueuing) eager(i int) (int, error) {
 	l, e := q.l, q.p.batch.Entries[i]
-	if _, err := q.timed(q.p.batch.Timing >= TimingKernel, i, i+1, false, func() (*cache.Executable, error) {
+	if _, err := q.timed(q.p.batch.Timing >= TimingKernel, i, i+1, false, func() (*execcache.Executable, error) {
 		return nil, l.s.Enqueue(l.bind(e.Command))
 	}); err != nil {
 		return i, err
@@ -343,7 +344,7 @@ func (l *Lane) refuseMidway(pd *pending, att Attribution, rows []Row, cause erro
 // an event pair when on: the submission's start event when nothing was
 // enqueued since it, and its timed fence when the batch ends with this
 // enqueue (see span).
-func (q *enqueuing) timed(on bool, index, next int, segment bool, run func() (*cache.Executable, error)) (*cache.Executable, error) {
+func (q *enqueuing) timed(on bool, index, next int, segment bool, run func() (*execcache.Executable, error)) (*execcache.Executable, error) {
 	if !on {
 		q.enqueued++
 		return run()

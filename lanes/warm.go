@@ -7,28 +7,28 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
 // Recipes lists what the lane's resident executables replay, most
 // replayed first: what a lane rebuilt in its place captures again (Warm).
 // They are host data, valid after the lane failed, even hung.
-func (l *Lane) Recipes() []cache.Recipe { return l.cache.Recipes() }
+func (l *Lane) Recipes() []execcache.Recipe { return l.cache.Recipes() }
 
 // Warm captures recipes (a predecessor's Recipes) into the lane's cache,
 // in order, until budget has passed on the lane's clock (Config.Now; a
 // lane without one is given no bound) or the cache is full; it evicts
 // nothing. The lane must be ready with nothing in flight, its cache
 // configured. A recipe that names a buffer no longer live, or that fails
-// to capture, is skipped with its reason (cache.WarmReport); a failure
+// to capture, is skipped with its reason (execcache.WarmReport); a failure
 // that leaves the stream unsafe fails the lane and is returned.
-func (l *Lane) Warm(recipes []cache.Recipe, budget time.Duration) (cache.WarmReport, error) {
+func (l *Lane) Warm(recipes []execcache.Recipe, budget time.Duration) (execcache.WarmReport, error) {
 	switch {
 	case l.state != StateReady:
-		return cache.WarmReport{}, rejected("warm", fmt.Errorf("%w: lane %d is %v", ErrInvalidBatch, l.id, l.state))
+		return execcache.WarmReport{}, rejected("warm", fmt.Errorf("%w: lane %d is %v", ErrInvalidBatch, l.id, l.state))
 	case len(l.pending) > 0:
-		return cache.WarmReport{}, rejected("warm", fmt.Errorf("%w: lane %d has %d submissions in flight", ErrNotQuiescent, l.id, len(l.pending)))
+		return execcache.WarmReport{}, rejected("warm", fmt.Errorf("%w: lane %d has %d submissions in flight", ErrNotQuiescent, l.id, len(l.pending)))
 	}
 	var outOfTime func() bool
 	if l.now != nil {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -90,14 +90,14 @@ func TestWarmSkips(t *testing.T) {
 	r, next, _ := warmRig(t, 2)
 	recipes := r.lane.Recipes()
 	rep, err := next.Warm(recipes, 0)
-	if err != nil || rep.Captured != 0 || len(rep.Skipped) != 3 || rep.Skipped[0].Reason != cache.WarmOutOfTime {
+	if err != nil || rep.Captured != 0 || len(rep.Skipped) != 3 || rep.Skipped[0].Reason != execcache.WarmOutOfTime {
 		t.Fatalf("Warm with no time: got %v, %v; want all 3 skipped out_of_time", rep, err)
 	}
 	rep, err = next.Warm(recipes, time.Second)
-	if err != nil || rep.Captured != 2 || len(rep.Skipped) != 1 || rep.Skipped[0].Reason != cache.WarmNoRoom || rep.Skipped[0].Key != recipes[2].Key {
+	if err != nil || rep.Captured != 2 || len(rep.Skipped) != 1 || rep.Skipped[0].Reason != execcache.WarmNoRoom || rep.Skipped[0].Key != recipes[2].Key {
 		t.Fatalf("Warm into a cache of 2: got %v, %v; want the 2 most replayed captured, the last no_room", rep, err)
 	}
-	if rep, _ = next.Warm(recipes[:1], time.Second); len(rep.Skipped) != 1 || rep.Skipped[0].Reason != cache.WarmResident {
+	if rep, _ = next.Warm(recipes[:1], time.Second); len(rep.Skipped) != 1 || rep.Skipped[0].Reason != execcache.WarmResident {
 		t.Fatalf("Warm of a resident recipe: got %v, want it skipped as resident", rep)
 	}
 	// A recipe naming a freed buffer.
@@ -116,13 +116,13 @@ func TestWarmSkips(t *testing.T) {
 		t.Fatalf("Free: got err %v, want nil", err)
 	}
 	rep, err = third.Warm(recipes, time.Second)
-	if err != nil || rep.Captured != 2 || len(rep.Skipped) != 1 || rep.Skipped[0].Reason != cache.WarmStaleBuffer ||
+	if err != nil || rep.Captured != 2 || len(rep.Skipped) != 1 || rep.Skipped[0].Reason != execcache.WarmStaleBuffer ||
 		!errors.Is(rep.Skipped[0].Err, cuda.ErrForeignHandle) && !errors.Is(rep.Skipped[0].Err, cuda.ErrStaleHandle) {
 		t.Fatalf("Warm with a freed buffer: got %v, %v (%+v); want 2 captured, 1 stale_buffer", rep, err, rep.Skipped)
 	}
 }
 
-func hitsOf(rs []cache.Recipe) []uint64 {
+func hitsOf(rs []execcache.Recipe) []uint64 {
 	var out []uint64
 	for _, r := range rs {
 		out = append(out, r.Hits)

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/lanesched/lanes/cache"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
 // LogicalCommand attributes one command of a resident segment: its ordinal
@@ -36,13 +37,13 @@ type program struct {
 // the cache it is owned by the lane and not safe for concurrent use.
 type Catalog struct {
 	runtime  string
-	cache    *cache.Cache
+	cache    *execcache.Cache
 	programs map[ID]*program
 }
 
 // New returns an empty catalog for a runtime implementation fingerprint,
 // backed by the lane's cache.
-func New(runtime string, c *cache.Cache) *Catalog {
+func New(runtime string, c *execcache.Cache) *Catalog {
 	return &Catalog{runtime: runtime, cache: c, programs: map[ID]*program{}}
 }
 
@@ -112,7 +113,7 @@ func (c *Catalog) Register(capture Capture, batch []cache.Command, disc cache.Di
 
 // newSegment makes the segment of a resident candidate: its commands must
 // cover one contiguous range of plan nodes, one command per node.
-func newSegment(ordinal int, cand cache.Candidate, batch []cache.Command, exe *cache.Executable) (segment, error) {
+func newSegment(ordinal int, cand cache.Candidate, batch []cache.Command, exe *execcache.Executable) (segment, error) {
 	start := batch[cand.Start].Node
 	if start == cache.NoNode {
 		return segment{}, fmt.Errorf("%w: resident segment at commands %d..%d has no first plan node", ErrRegistration, cand.Start, cand.End)

@@ -1,4 +1,4 @@
-// Package cachetest drives a [cache.Cache] against the simulated device the
+// Package cachetest drives an [execcache.Cache] against the simulated device the
 // way a lane does, for the tests of cache and of the packages above it.
 package cachetest
 
@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
 // Rig is a zero-cost simulated device with one stream, a cache, and a few
@@ -18,10 +19,10 @@ type Rig struct {
 	T      testing.TB
 	Dev    *sim.Device
 	Stream cuda.Stream
-	Cache  *cache.Cache
+	Cache  *execcache.Cache
 	Bufs   []cuda.Buffer
 	Owner  string // the tenant Run prepares for
-	// CaptureOnly prepares without the commands (no cache.Encoder.Command):
+	// CaptureOnly prepares without the commands (no execcache.Encoder.Command):
 	// misses are captured, never served by rebinding a resident.
 	CaptureOnly bool
 }
@@ -38,7 +39,7 @@ func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
 	if err != nil {
 		t.Fatalf("cachetest: NewStream: got err %v, want nil", err)
 	}
-	return &Rig{T: t, Dev: dev, Stream: s, Cache: cache.New(), Bufs: Counters(t, dev, s, counters)}
+	return &Rig{T: t, Dev: dev, Stream: s, Cache: execcache.New(), Bufs: Counters(t, dev, s, counters)}
 }
 
 // Counters allocates n int32 counters of 16 elements on dev and enqueues
@@ -95,7 +96,7 @@ func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cach
 		r.T.Fatalf("cachetest: Discover: got err %v, want nil", err)
 	}
 	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
-	enc := cache.Encoder{Enqueue: enqueue, Command: func(i int) cuda.Command { return cmds[i].Cmd }}
+	enc := execcache.Encoder{Enqueue: enqueue, Command: func(i int) cuda.Command { return cmds[i].Cmd }}
 	if r.CaptureOnly {
 		enc.Command = nil
 	}

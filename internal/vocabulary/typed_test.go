@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/actors"
-	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -31,7 +31,7 @@ var typedErrors = []struct {
 		e.Contract = &cuda.CallError{Kind: "library call", Name: "gemm", Err: errors.New("bad shape")}
 		return e
 	}(), cuda.CodeInvalidValue, false},
-	{"cache.ReplayError", &cache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: cuda.DriverError("instantiate", cuda.CodeOutOfMemory, "")}, cuda.CodeOutOfMemory, false},
+	{"execcache.ReplayError", &execcache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: cuda.DriverError("instantiate", cuda.CodeOutOfMemory, "")}, cuda.CodeOutOfMemory, false},
 	{"cuda.RebindRefusedError", &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: 2, Detail: "a memset node"}, cuda.CodeGraphExecUpdateFailure, false},
 	{"lanes.Error", lanes.Wrap("submit", true, actors.ErrOverloaded), cuda.CodeOverloaded, true},
 	{"actors.BatchTooLargeError", &actors.BatchTooLargeError{Entries: 2000, MaxEntries: 1024}, cuda.CodeBatchTooLarge, true},

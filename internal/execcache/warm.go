@@ -1,13 +1,14 @@
 // Warm: what a rebuilt lane captures again of what its predecessor
 // replayed (Recipes), most hit first, before it takes traffic.
 
-package cache
+package execcache
 
 import (
 	"errors"
 	"fmt"
 	"sort"
 
+	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -15,9 +16,9 @@ import (
 // scope, owner and host bytes, the commands it replays, and how often it
 // was replayed.
 type Recipe struct {
-	Key      SegmentKey
-	Shape    ShapeKey
-	Scope    Scope
+	Key      cache.SegmentKey
+	Shape    cache.ShapeKey
+	Scope    cache.Scope
 	Owner    string
 	Bytes    int64
 	Hits     uint64
@@ -69,7 +70,7 @@ const (
 
 // Skipped is one recipe Warm did not capture: its key, owner and why.
 type Skipped struct {
-	Key    SegmentKey
+	Key    cache.SegmentKey
 	Owner  string
 	Reason WarmSkip
 	Err    error // the failure behind WarmCaptureFailed or WarmStaleBuffer
@@ -77,9 +78,9 @@ type Skipped struct {
 
 // WarmReport is what one Warm did.
 type WarmReport struct {
-	Captured int       // recipes now resident
-	Skipped  []Skipped // the others, with why
-	Timings  []Timing  // each capture, instantiation and upload, by the cache's clock
+	Captured int            // recipes now resident
+	Skipped  []Skipped      // the others, with why
+	Timings  []cache.Timing // each capture, instantiation and upload, by the cache's clock
 }
 
 // Warm captures recipes on s, in order, into this cache as resident
@@ -90,7 +91,7 @@ type WarmReport struct {
 // could not be proven) is returned, and the rest are skipped.
 func (c *Cache) Warm(s cuda.Stream, recipes []Recipe, enqueue func(cuda.Command) error, outOfTime func() bool) (WarmReport, error) {
 	var r WarmReport
-	var prep PrepareReport // collects Timings
+	var prep cache.PrepareReport // collects Timings
 	skip := func(rest []Recipe, why WarmSkip) {
 		for _, rc := range rest {
 			r.Skipped = append(r.Skipped, Skipped{Key: rc.Key, Owner: rc.Owner, Reason: why})
@@ -138,17 +139,17 @@ func (c *Cache) Warm(s cuda.Stream, recipes []Recipe, enqueue func(cuda.Command)
 }
 
 // warmOne captures, instantiates and uploads one recipe.
-func (c *Cache) warmOne(s cuda.Stream, rc Recipe, enqueue func(cuda.Command) error, prep *PrepareReport) (*Executable, error) {
-	cand := Candidate{Start: 0, End: len(rc.Commands), Key: rc.Key, Shape: rc.Shape, Scope: rc.Scope, Bytes: rc.Bytes}
+func (c *Cache) warmOne(s cuda.Stream, rc Recipe, enqueue func(cuda.Command) error, prep *cache.PrepareReport) (*Executable, error) {
+	cand := cache.Candidate{Start: 0, End: len(rc.Commands), Key: rc.Key, Shape: rc.Shape, Scope: rc.Scope, Bytes: rc.Bytes}
 	t := c.start()
 	graph, exe, err := record(s, cand, func(i int) error { return enqueue(rc.Commands[i]) })
-	c.timed(prep, StageCapture, len(rc.Commands), t)
+	c.timed(prep, cache.StageCapture, len(rc.Commands), t)
 	if err != nil {
 		return nil, err
 	}
 	t = c.start()
 	exe, err = instantiate(graph, exe)
-	c.timed(prep, StageInstantiate, len(rc.Commands), t)
+	c.timed(prep, cache.StageInstantiate, len(rc.Commands), t)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func (c *Cache) warmOne(s cuda.Stream, rc Recipe, enqueue func(cuda.Command) err
 		_ = exe.Exec.Destroy()
 		return nil, err
 	}
-	c.timed(prep, StageUpload, exe.GraphNodes, t)
+	c.timed(prep, cache.StageUpload, exe.GraphNodes, t)
 	exe.Owner, exe.Bytes, exe.Hits, exe.recipe = rc.Owner, rc.Bytes, rc.Hits, rc.Commands
 	exe.DeviceBytes = exe.Exec.DeviceBytes()
 	exe.lastUsed, exe.lastBatch = c.tick(), c.batches

@@ -1,4 +1,4 @@
-package cache_test
+package execcache_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/cachetest"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
 type rig struct{ *cachetest.Rig }
@@ -121,9 +122,9 @@ func TestDispositions(t *testing.T) {
 		if len(rep.Rejections) != 1 {
 			t.Fatalf("got %d rejections %v, want 1", len(rep.Rejections), rep.Rejections)
 		}
-		var re *cache.ReplayError
+		var re *execcache.ReplayError
 		if !errors.As(rep.Rejections[0], &re) {
-			t.Fatalf("rejection: got %T %v, want a *cache.ReplayError", rep.Rejections[0], rep.Rejections[0])
+			t.Fatalf("rejection: got %T %v, want a *execcache.ReplayError", rep.Rejections[0], rep.Rejections[0])
 		}
 		if !re.EagerFallbackSafe || !errors.Is(re, cuda.ErrCaptureUnsupported) {
 			t.Fatalf("rejection %v: got EagerFallbackSafe %v, wraps cuda.ErrCaptureUnsupported %v; want both true", re, re.EagerFallbackSafe, errors.Is(re, cuda.ErrCaptureUnsupported))
@@ -209,9 +210,9 @@ func TestPanickingCommandEndsCapture(t *testing.T) {
 		}
 		return r.Stream.Enqueue(cmds[i].Cmd)
 	})
-	var re *cache.ReplayError
+	var re *execcache.ReplayError
 	if !errors.As(err, &re) {
-		t.Fatalf("panic during capture: got err %v, want a *cache.ReplayError", err)
+		t.Fatalf("panic during capture: got err %v, want a *execcache.ReplayError", err)
 	}
 	if re.EagerFallbackSafe || re.Stage != "encode capture" {
 		t.Fatalf("panic during capture: got EagerFallbackSafe %v, Stage %q; want false, %q", re.EagerFallbackSafe, re.Stage, "encode capture")
@@ -223,7 +224,7 @@ func TestPanickingCommandEndsCapture(t *testing.T) {
 }
 
 func TestLifecycle(t *testing.T) {
-	c := cache.New()
+	c := execcache.New()
 	if _, err := c.Seal(); !errors.Is(err, cache.ErrNotOpen) {
 		t.Fatalf("Seal before Configure: got err %v, want one wrapping cache.ErrNotOpen", err)
 	}

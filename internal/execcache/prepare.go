@@ -1,7 +1,7 @@
 // Prepare: hits, remembered rejections and misses; misses captured,
 // updated in place or deferred; residents evicted to make room.
 
-package cache
+package execcache
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -24,7 +25,7 @@ import (
 // command i on s. A capture failure that leaves eager fallback
 // safe is remembered (bounded by capacity, oldest forgotten first) and
 // reported; any other failure is returned.
-func (c *Cache) Prepare(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enqueue func(i int) error) (PrepareReport, error) {
+func (c *Cache) Prepare(s cuda.Stream, owner string, cands []cache.Candidate, quiescent bool, enqueue func(i int) error) (cache.PrepareReport, error) {
 	return c.PrepareWith(s, owner, cands, quiescent, Encoder{Enqueue: enqueue})
 }
 
@@ -42,8 +43,8 @@ type Encoder struct {
 }
 
 // PrepareWith is Prepare with an Encoder.
-func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []Candidate, quiescent bool, enc Encoder) (PrepareReport, error) {
-	r := PrepareReport{Dispositions: make([]Disposition, len(cands))}
+func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []cache.Candidate, quiescent bool, enc Encoder) (cache.PrepareReport, error) {
+	r := cache.PrepareReport{Dispositions: make([]cache.Disposition, len(cands))}
 	if len(cands) > 0 {
 		c.batches++
 	}
@@ -55,10 +56,10 @@ func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []Candidate, quie
 	if len(misses) == 0 || err != nil {
 		return r, err
 	}
-	if c.prep.state != PrepOpen || !quiescent {
-		d := DispositionQuiescenceDeferred
-		if c.prep.state != PrepOpen {
-			d = DispositionOutsidePreparation
+	if c.prep.state != cache.PrepOpen || !quiescent {
+		d := cache.DispositionQuiescenceDeferred
+		if c.prep.state != cache.PrepOpen {
+			d = cache.DispositionOutsidePreparation
 		}
 		c.markMisses(&r, cands, d, nil)
 		return r, nil
@@ -75,10 +76,10 @@ func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []Candidate, quie
 // every remaining candidate its disposition. The stream, the report and
 // enqueue are passed along rather than kept in the preparing state, so
 // that a Prepare of hits alone allocates nothing for them.
-func (c *Cache) placeMisses(r *PrepareReport, s cuda.Stream, owner string, cands []Candidate, misses []SegmentKey, enc Encoder) error {
+func (c *Cache) placeMisses(r *cache.PrepareReport, s cuda.Stream, owner string, cands []cache.Candidate, misses []cache.SegmentKey, enc Encoder) error {
 	p := preparing{c: c, owner: owner, cands: cands,
-		captured: map[SegmentKey]*Executable{}, updated: map[SegmentKey]bool{}}
-	var admitted []SegmentKey
+		captured: map[cache.SegmentKey]*Executable{}, updated: map[cache.SegmentKey]bool{}}
+	var admitted []cache.SegmentKey
 	admitted, p.evictable, p.first = c.plan(owner, misses, cands)
 	if err := p.captureAll(r, s, admitted, enc); err != nil {
 		p.destroyCaptured()
@@ -94,17 +95,17 @@ func (c *Cache) placeMisses(r *PrepareReport, s cuda.Stream, owner string, cands
 
 // lookUp gives hits and remembered rejections their dispositions and
 // returns the other candidates' keys, each once, in order.
-func (c *Cache) lookUp(r *PrepareReport, cands []Candidate) []SegmentKey {
+func (c *Cache) lookUp(r *cache.PrepareReport, cands []cache.Candidate) []cache.SegmentKey {
 	misses := c.misses[:0] // the cache's, reused: placeMisses and share keep no reference
 	for i, cand := range cands {
 		if e, ok := c.entries[cand.Key]; ok {
 			c.use(e)
-			r.Dispositions[i] = DispositionHit
+			r.Dispositions[i] = cache.DispositionHit
 			r.Hits++
 			continue
 		}
 		if _, ok := c.rejected[cand.Key]; ok {
-			r.Dispositions[i] = DispositionCachedRejection
+			r.Dispositions[i] = cache.DispositionCachedRejection
 			r.CachedRejections++
 			continue
 		}
@@ -121,15 +122,15 @@ func (c *Cache) lookUp(r *PrepareReport, cands []Candidate) []SegmentKey {
 type preparing struct {
 	c        *Cache
 	owner    string
-	cands    []Candidate
-	captured map[SegmentKey]*Executable // nil: capture rejected, eager fallback safe
-	updated  map[SegmentKey]bool        // captured into a resident in place
-	order    []SegmentKey               // the newly instantiated, to install in order
-	adding   int64                      // bytes of those, not yet resident
-	addingD  int64                      // device bytes of those
+	cands    []cache.Candidate
+	captured map[cache.SegmentKey]*Executable // nil: capture rejected, eager fallback safe
+	updated  map[cache.SegmentKey]bool        // captured into a resident in place
+	order    []cache.SegmentKey               // the newly instantiated, to install in order
+	adding   int64                            // bytes of those, not yet resident
+	addingD  int64                            // device bytes of those
 
-	evictable []SegmentKey // residents the batch may evict, in the order they go (plan)
-	first     int          // the length of evictable's first group
+	evictable []cache.SegmentKey // residents the batch may evict, in the order they go (plan)
+	first     int                // the length of evictable's first group
 }
 
 // captureAll places every admitted miss: when the cache is full, into a
@@ -137,7 +138,7 @@ type preparing struct {
 // capture, else captured and updated from the graph), else captured and
 // instantiated. A rejection with eager fallback safe is remembered; any
 // other error ends the preparation.
-func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []SegmentKey, enc Encoder) error {
+func (p *preparing) captureAll(r *cache.PrepareReport, s cuda.Stream, admitted []cache.SegmentKey, enc Encoder) error {
 	c := p.c
 	for _, k := range admitted {
 		cand := p.cands[indexOf(p.cands, k)]
@@ -163,7 +164,7 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 		if err == nil {
 			t := c.start()
 			graph, exe, err = record(s, cand, enc.Enqueue)
-			c.timed(r, StageCapture, cand.Len(), t)
+			c.timed(r, cache.StageCapture, cand.Len(), t)
 		}
 		if err == nil {
 			exe.Owner, exe.Bytes, exe.recipe = p.owner, cand.Bytes, recipe
@@ -174,7 +175,7 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 			if err == nil {
 				t := c.start()
 				exe, err = instantiate(graph, exe)
-				c.timed(r, StageInstantiate, cand.Len(), t)
+				c.timed(r, cache.StageInstantiate, cand.Len(), t)
 			}
 		}
 		if err != nil {
@@ -201,7 +202,7 @@ func (p *preparing) captureAll(r *PrepareReport, s cuda.Stream, admitted []Segme
 // cache is full and every command is known (recipe). It reports whether
 // it did; a refusal is recorded (rebindDonor) and leaves the candidate to
 // be captured.
-func (p *preparing) rebind(r *PrepareReport, cand Candidate, recipe []cuda.Command, full bool) (bool, error) {
+func (p *preparing) rebind(r *cache.PrepareReport, cand cache.Candidate, recipe []cuda.Command, full bool) (bool, error) {
 	c := p.c
 	di := c.donor(cand.Shape, p.evictable, p.first, full)
 	if di < 0 || recipe == nil || c.rebindRefused(cand.Shape) {
@@ -220,7 +221,7 @@ func (p *preparing) rebind(r *PrepareReport, cand Candidate, recipe []cuda.Comma
 	}
 	exe := &Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes, NodeCounts: donor.NodeCounts,
 		Scope: cand.Scope, Owner: p.owner, Bytes: cand.Bytes, recipe: recipe}
-	p.evictable, p.first = c.rekey(r, di, exe, p.evictable, p.first, UpdateByParameters)
+	p.evictable, p.first = c.rekey(r, di, exe, p.evictable, p.first, cache.UpdateByParameters)
 	p.captured[cand.Key], p.updated[cand.Key] = c.entries[cand.Key], true
 	return true, nil
 }
@@ -237,7 +238,7 @@ func (p *preparing) destroyCaptured() {
 
 // makeRoom evicts evictable residents, in order, until the new executables
 // fit the capacity and the byte bound (or nothing is left to evict).
-func (p *preparing) makeRoom(r *PrepareReport) {
+func (p *preparing) makeRoom(r *cache.PrepareReport) {
 	c := p.c
 	for len(p.evictable) > 0 && (len(c.entries)+len(p.order) > c.prep.capacity || c.byteLimit > 0 && c.residentBytes()+p.adding > c.byteLimit ||
 		c.devLimit > 0 && c.devBytes+p.addingD > c.devLimit) {
@@ -252,7 +253,7 @@ func (p *preparing) makeRoom(r *PrepareReport) {
 // still exceeded once every evictable resident is gone (a miss admitted
 // on an estimate that proved low): they are capacity deferred, counted
 // in DeviceDeferred.
-func (p *preparing) shed(r *PrepareReport) {
+func (p *preparing) shed(r *cache.PrepareReport) {
 	c := p.c
 	for c.devLimit > 0 && len(p.order) > 0 && c.devBytes+p.addingD > c.devLimit {
 		k := p.order[len(p.order)-1]
@@ -267,7 +268,7 @@ func (p *preparing) shed(r *PrepareReport) {
 }
 
 // install makes the new executables resident and uploads them.
-func (p *preparing) install(r *PrepareReport, s cuda.Stream) error {
+func (p *preparing) install(r *cache.PrepareReport, s cuda.Stream) error {
 	c := p.c
 	for _, k := range p.order {
 		e := p.captured[k]
@@ -280,7 +281,7 @@ func (p *preparing) install(r *PrepareReport, s cuda.Stream) error {
 		if err := e.upload(s); err != nil {
 			return err
 		}
-		c.timed(r, StageUpload, e.GraphNodes, t)
+		c.timed(r, cache.StageUpload, e.GraphNodes, t)
 		// The upload may take device memory of its own: charge it.
 		if dev := e.Exec.DeviceBytes(); dev != e.DeviceBytes {
 			c.chargeDevice(e, dev)
@@ -295,9 +296,9 @@ func (p *preparing) install(r *PrepareReport, s cuda.Stream) error {
 // settle gives every remaining candidate its disposition (captured,
 // updated, capture rejected, or capacity deferred when it did not fit) and
 // fails if one was left without.
-func (p *preparing) settle(r *PrepareReport) error {
+func (p *preparing) settle(r *cache.PrepareReport) error {
 	c, cands := p.c, p.cands
-	c.markMisses(r, cands, DispositionCapacityDeferred, p.captured)
+	c.markMisses(r, cands, cache.DispositionCapacityDeferred, p.captured)
 	for i, d := range r.Dispositions {
 		if d != 0 {
 			continue
@@ -305,18 +306,18 @@ func (p *preparing) settle(r *PrepareReport) error {
 		if exe, ok := p.captured[cands[i].Key]; ok {
 			switch _, seen := c.entries[cands[i].Key]; {
 			case exe == nil:
-				r.Dispositions[i] = DispositionCaptureRejected
+				r.Dispositions[i] = cache.DispositionCaptureRejected
 				r.CaptureRejections++
 			case p.updated[cands[i].Key]:
-				r.Dispositions[i] = DispositionUpdated
+				r.Dispositions[i] = cache.DispositionUpdated
 			case seen:
-				r.Dispositions[i] = DispositionCaptured
+				r.Dispositions[i] = cache.DispositionCaptured
 			}
 		}
 	}
 	for i, d := range r.Dispositions {
 		if d == 0 {
-			return fmt.Errorf("%w: candidate %d (%s)", ErrNoDisposition, i, cands[i].Key.Short())
+			return fmt.Errorf("%w: candidate %d (%s)", cache.ErrNoDisposition, i, cands[i].Key.Short())
 		}
 	}
 	return nil
@@ -327,11 +328,11 @@ func (p *preparing) settle(r *PrepareReport) error {
 // shape in the first of the evictable list's groups (plan), the one
 // evictions take from next, and only when the cache is full (otherwise the
 // candidate gets an executable of its own and the resident stays).
-func (c *Cache) donor(shape ShapeKey, evictable []SegmentKey, first int, full bool) int {
+func (c *Cache) donor(shape cache.ShapeKey, evictable []cache.SegmentKey, first int, full bool) int {
 	if !full {
 		return -1
 	}
-	return slices.IndexFunc(evictable[:first], func(k SegmentKey) bool { return c.entries[k].Shape == shape })
+	return slices.IndexFunc(evictable[:first], func(k cache.SegmentKey) bool { return c.entries[k].Shape == shape })
 }
 
 // update writes a recorded graph into the resident donor picks, in place,
@@ -339,7 +340,7 @@ func (c *Cache) donor(shape ShapeKey, evictable []SegmentKey, first int, full bo
 // an instantiation and an upload with one cuGraphExecUpdate. It reports
 // whether it did; a refusal by the device is recorded and leaves the graph
 // for instantiation; other errors are returned.
-func (c *Cache) update(r *PrepareReport, graph cuda.Graph, exe *Executable, evictable []SegmentKey, first int, full bool) (bool, []SegmentKey, int, error) {
+func (c *Cache) update(r *cache.PrepareReport, graph cuda.Graph, exe *Executable, evictable []cache.SegmentKey, first int, full bool) (bool, []cache.SegmentKey, int, error) {
 	di := c.donor(exe.Shape, evictable, first, full)
 	if di < 0 {
 		return false, evictable, first, nil
@@ -347,7 +348,7 @@ func (c *Cache) update(r *PrepareReport, graph cuda.Graph, exe *Executable, evic
 	donor := c.entries[evictable[di]]
 	t := c.start()
 	err := donor.Exec.Update(graph)
-	c.timed(r, StageUpdate, exe.GraphNodes, t)
+	c.timed(r, cache.StageUpdate, exe.GraphNodes, t)
 	if err != nil {
 		if errors.Is(err, cuda.ErrUpdateRefused) {
 			r.UpdateRefusals = append(r.UpdateRefusals, err)
@@ -357,21 +358,21 @@ func (c *Cache) update(r *PrepareReport, graph cuda.Graph, exe *Executable, evic
 		return false, evictable, first, &ReplayError{Stage: "update", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
 	_ = graph.Destroy()
-	evictable, first = c.rekey(r, di, exe, evictable, first, UpdateByGraph)
+	evictable, first = c.rekey(r, di, exe, evictable, first, cache.UpdateByGraph)
 	return true, evictable, first, nil
 }
 
 // rekey makes the resident evictable[di], just updated in place, replay
 // exe's candidate: it takes exe's key, counts, scope, owner, bytes and
 // recipe, and leaves the evictable list.
-func (c *Cache) rekey(r *PrepareReport, di int, exe *Executable, evictable []SegmentKey, first int, how UpdateKind) ([]SegmentKey, int) {
+func (c *Cache) rekey(r *cache.PrepareReport, di int, exe *Executable, evictable []cache.SegmentKey, first int, how cache.UpdateKind) ([]cache.SegmentKey, int) {
 	c.take(r, c.entries[evictable[di]], *exe, how)
 	return withoutEvictable(evictable, first, di)
 }
 
 // withoutEvictable removes evictable[di], of the first group, from the
 // evictable list (plan) and returns it with its first group's length.
-func withoutEvictable(evictable []SegmentKey, first, di int) ([]SegmentKey, int) {
+func withoutEvictable(evictable []cache.SegmentKey, first, di int) ([]cache.SegmentKey, int) {
 	evictable = append(evictable[:di:di], evictable[di+1:]...)
 	if first--; first == 0 {
 		first = len(evictable) // the first group is spent: the rest is one
@@ -388,11 +389,11 @@ func (c *Cache) start() time.Duration {
 }
 
 // timed records a step that began at t, when the cache has a clock.
-func (c *Cache) timed(r *PrepareReport, stage Stage, nodes int, t time.Duration) {
+func (c *Cache) timed(r *cache.PrepareReport, stage cache.Stage, nodes int, t time.Duration) {
 	if c.now == nil {
 		return
 	}
-	r.Timings = append(r.Timings, Timing{Stage: stage, Nodes: nodes, Took: c.now() - t})
+	r.Timings = append(r.Timings, cache.Timing{Stage: stage, Nodes: nodes, Took: c.now() - t})
 }
 
 // estimate is the device bytes a miss of n nodes is expected to cost:
@@ -421,7 +422,7 @@ func (c *Cache) learn(e *Executable) {
 
 // markMisses gives disposition d to every candidate still without one whose
 // key is not in done.
-func (c *Cache) markMisses(r *PrepareReport, cands []Candidate, d Disposition, done map[SegmentKey]*Executable) {
+func (c *Cache) markMisses(r *cache.PrepareReport, cands []cache.Candidate, d cache.Disposition, done map[cache.SegmentKey]*Executable) {
 	for i := range r.Dispositions {
 		if r.Dispositions[i] != 0 {
 			continue
@@ -431,11 +432,11 @@ func (c *Cache) markMisses(r *PrepareReport, cands []Candidate, d Disposition, d
 		}
 		r.Dispositions[i] = d
 		switch d {
-		case DispositionQuiescenceDeferred:
+		case cache.DispositionQuiescenceDeferred:
 			r.QuiescenceDeferred++
-		case DispositionOutsidePreparation:
+		case cache.DispositionOutsidePreparation:
 			r.OutsidePreparation++
-		case DispositionCapacityDeferred:
+		case cache.DispositionCapacityDeferred:
 			r.CapacityDeferred++
 		}
 	}

@@ -1,8 +1,9 @@
-package cache
+package execcache
 
 import (
 	"testing"
 
+	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -41,11 +42,11 @@ func TestRestoreAfterPartialRebind(t *testing.T) {
 	own := []cuda.Command{{Kind: cuda.KindLaunch, Kernel: "k"}}
 	put := func(key byte, recipe []cuda.Command) (*Executable, *partialExec) {
 		x := &partialExec{}
-		e := &Executable{Key: SegmentKey{key}, Exec: x, Owner: "a", recipe: recipe, uploaded: true, DeviceBytes: 1, lastUsed: c.tick()}
+		e := &Executable{Key: cache.SegmentKey{key}, Exec: x, Owner: "a", recipe: recipe, uploaded: true, DeviceBytes: 1, lastUsed: c.tick()}
 		c.put(e)
 		return e, x
 	}
-	var r PrepareReport
+	var r cache.PrepareReport
 	for _, tc := range []struct {
 		name     string
 		at       int

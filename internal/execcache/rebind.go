@@ -3,11 +3,12 @@
 // place (cuda.Exec.Rebind), so tenants of one shape share a few executables
 // instead of holding one each, and a miss replays after preparation closed.
 
-package cache
+package execcache
 
 import (
 	"errors"
 
+	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -38,7 +39,7 @@ type refusal struct {
 }
 
 // rebindRefused reports whether shape's rebinds are refused for now.
-func (c *Cache) rebindRefused(shape ShapeKey) bool {
+func (c *Cache) rebindRefused(shape cache.ShapeKey) bool {
 	f, ok := c.noRebind[shape]
 	if ok && f.until != 0 && c.batches >= f.until {
 		delete(c.noRebind, shape)
@@ -49,7 +50,7 @@ func (c *Cache) rebindRefused(shape ShapeKey) bool {
 
 // refuseRebinds remembers that shape's rebinds are refused (until 0:
 // for good, as its nodes refuse them).
-func (c *Cache) refuseRebinds(shape ShapeKey, err error, until uint64) {
+func (c *Cache) refuseRebinds(shape cache.ShapeKey, err error, until uint64) {
 	if len(c.noRebind) >= maxNoRebind {
 		clear(c.noRebind)
 	}
@@ -69,11 +70,11 @@ func (c *Cache) refuseRebinds(shape ShapeKey, err error, until uint64) {
 // each (placeMisses' rule for those); once it closed, any tenant's. A rebind needs no quiescent stream: launches already
 // enqueued keep the parameters they were launched with (CUDA's rule for
 // cuGraphExecKernelNodeSetParams, which the simulated device keeps too).
-func (c *Cache) share(r *PrepareReport, owner string, cands []Candidate, misses []SegmentKey, quiescent bool, enc Encoder) ([]SegmentKey, error) {
+func (c *Cache) share(r *cache.PrepareReport, owner string, cands []cache.Candidate, misses []cache.SegmentKey, quiescent bool, enc Encoder) ([]cache.SegmentKey, error) {
 	if enc.Command == nil || len(c.shapes) == 0 {
 		return misses, nil
 	}
-	capture := c.prep.state == PrepOpen && quiescent
+	capture := c.prep.state == cache.PrepOpen && quiescent
 	rest := misses[:0]
 	for _, k := range misses {
 		cand := cands[indexOf(cands, k)]
@@ -81,7 +82,7 @@ func (c *Cache) share(r *PrepareReport, owner string, cands []Candidate, misses 
 			rest = append(rest, k)
 			continue
 		}
-		done, err := c.shareOne(r, owner, cands, cand, !capture || c.atShare(owner), c.prep.state == PrepOpen, quiescent, enc)
+		done, err := c.shareOne(r, owner, cands, cand, !capture || c.atShare(owner), c.prep.state == cache.PrepOpen, quiescent, enc)
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +95,7 @@ func (c *Cache) share(r *PrepareReport, owner string, cands []Candidate, misses 
 
 // full reports whether a new executable for cand would exceed the
 // cache's count, host-byte or device-byte bound.
-func (c *Cache) full(cand Candidate) bool {
+func (c *Cache) full(cand cache.Candidate) bool {
 	return len(c.entries) >= c.prep.capacity ||
 		c.byteLimit > 0 && c.resident+cand.Bytes > c.byteLimit ||
 		c.devLimit > 0 && c.devBytes+c.estimate(cand.Len()) > c.devLimit
@@ -106,7 +107,7 @@ func (c *Cache) full(cand Candidate) bool {
 // refused refusalsToPause times in a row rests for rebindPause batches.
 // Any other failure that leaves eager fallback safe is remembered as the
 // candidate's rejection.
-func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand Candidate, own, shares, quiescent bool, enc Encoder) (bool, error) {
+func (c *Cache) shareOne(r *cache.PrepareReport, owner string, cands []cache.Candidate, cand cache.Candidate, own, shares, quiescent bool, enc Encoder) (bool, error) {
 	if c.rebindRefused(cand.Shape) {
 		return false, nil
 	}
@@ -132,14 +133,14 @@ func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand
 		}
 		c.remember(cand.Key)
 		r.Rejections = append(r.Rejections, err)
-		c.dispose(r, cands, cand.Key, DispositionCaptureRejected)
+		c.dispose(r, cands, cand.Key, cache.DispositionCaptureRejected)
 		r.CaptureRejections++
 		return true, nil
 	}
 	c.spare = donor.recipe
 	c.take(r, donor, Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes,
-		NodeCounts: donor.NodeCounts, Scope: cand.Scope, Owner: owner, Bytes: cand.Bytes, recipe: recipe}, UpdateByParameters)
-	c.dispose(r, cands, cand.Key, DispositionUpdated)
+		NodeCounts: donor.NodeCounts, Scope: cand.Scope, Owner: owner, Bytes: cand.Bytes, recipe: recipe}, cache.UpdateByParameters)
+	c.dispose(r, cands, cand.Key, cache.DispositionUpdated)
 	return true, nil
 }
 
@@ -151,10 +152,10 @@ func (c *Cache) shareOne(r *PrepareReport, owner string, cands []Candidate, cand
 // evicted), and a shape refused refusalsToPause times in a row rests for
 // rebindPause batches. Any other failure is returned, saying whether eager
 // fallback is safe.
-func (c *Cache) rebindDonor(r *PrepareReport, donor *Executable, recipe []cuda.Command, shape ShapeKey, quiescent bool) (ok, gone bool, err *ReplayError) {
+func (c *Cache) rebindDonor(r *cache.PrepareReport, donor *Executable, recipe []cuda.Command, shape cache.ShapeKey, quiescent bool) (ok, gone bool, err *ReplayError) {
 	t := c.start()
 	rerr := donor.Exec.Rebind(recipe)
-	c.timed(r, StageRebind, len(recipe), t)
+	c.timed(r, cache.StageRebind, len(recipe), t)
 	var refused *cuda.RebindRefusedError
 	switch {
 	case rerr == nil:
@@ -188,7 +189,7 @@ func (c *Cache) rebindDonor(r *PrepareReport, donor *Executable, recipe []cuda.C
 // rebound to its own recipe (the nodes before the refused one took the
 // new parameters). One it cannot restore is evicted (gone): a sealed cache
 // never gets it back, so it is kept whenever it can be.
-func (c *Cache) restore(r *PrepareReport, donor *Executable, refused *cuda.RebindRefusedError, quiescent bool) (gone bool, err *ReplayError) {
+func (c *Cache) restore(r *cache.PrepareReport, donor *Executable, refused *cuda.RebindRefusedError, quiescent bool) (gone bool, err *ReplayError) {
 	if refused.Node <= 0 {
 		return false, nil
 	}
@@ -217,7 +218,7 @@ func (c *Cache) restore(r *PrepareReport, donor *Executable, refused *cuda.Rebin
 // Once preparation has closed, nothing can be captured in a resident's
 // place: every tenant of the shape shares its residents, least recently
 // used first, and a tenant whose executable another took rebinds in turn.
-func (c *Cache) donorFor(owner string, own, shares bool, cands []Candidate, shape ShapeKey) *Executable {
+func (c *Cache) donorFor(owner string, own, shares bool, cands []cache.Candidate, shape cache.ShapeKey) *Executable {
 	ring := c.shapes[shape]
 	if ring == nil {
 		return nil
@@ -235,20 +236,20 @@ func (c *Cache) donorFor(owner string, own, shares bool, cands []Candidate, shap
 // take makes the resident donor, just rebound or updated in place, replay
 // exe's candidate: it takes exe's key, counts, scope, owner, bytes and
 // recipe, becomes the most recently used, and the report says so.
-func (c *Cache) take(r *PrepareReport, donor *Executable, exe Executable, how UpdateKind) {
+func (c *Cache) take(r *cache.PrepareReport, donor *Executable, exe Executable, how cache.UpdateKind) {
 	from := donor.Key
 	c.remove(from)
 	donor.Key, donor.Shape, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Shape, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
 	donor.Owner, donor.Bytes, donor.DeviceBytes, donor.recipe, donor.Hits = exe.Owner, exe.Bytes, donor.Exec.DeviceBytes(), exe.recipe, 0
 	donor.lastUsed, donor.lastBatch = c.tick(), c.batches
 	c.put(donor)
-	r.Updates = append(r.Updates, Update{From: from, To: exe.Key, InPlace: how})
+	r.Updates = append(r.Updates, cache.Update{From: from, To: exe.Key, InPlace: how})
 	r.Evicted = append(r.Evicted, from)
 	r.Updated++
 }
 
 // dispose gives disposition d to every candidate of key k.
-func (c *Cache) dispose(r *PrepareReport, cands []Candidate, k SegmentKey, d Disposition) {
+func (c *Cache) dispose(r *cache.PrepareReport, cands []cache.Candidate, k cache.SegmentKey, d cache.Disposition) {
 	for i := range cands {
 		if cands[i].Key == k {
 			r.Dispositions[i] = d

@@ -1,9 +1,13 @@
 // Shares: which residents a batch may evict, so that each owner keeps an
 // equal share of the capacity and byte bound, and which misses fit.
 
-package cache
+package execcache
 
-import "sort"
+import (
+	"sort"
+
+	cache "github.com/lanesched/lanes/cache"
+)
 
 // plan admits the misses that fit, by count and by bytes, once every
 // evictable resident is evicted, and lists the evictable residents in the
@@ -23,7 +27,7 @@ import "sort"
 // they use instead of trading executables round robin (which would leave
 // every owner capturing and none replaying); and the residents of owners
 // gone idle make room for newcomers.
-func (c *Cache) plan(owner string, misses []SegmentKey, cands []Candidate) (admitted, evictable []SegmentKey, first int) {
+func (c *Cache) plan(owner string, misses []cache.SegmentKey, cands []cache.Candidate) (admitted, evictable []cache.SegmentKey, first int) {
 	uses := c.uses(owner, cands)
 	evictable, first = c.evictionOrder(owner, uses)
 	return c.admit(misses, cands, evictable), evictable, first
@@ -35,12 +39,12 @@ type use struct {
 	n     int
 	bytes int64
 	dev   int64 // device bytes
-	keys  []SegmentKey
+	keys  []cache.SegmentKey
 }
 
 // uses is every owner's use of the cache, the batch's owner's included.
-func (c *Cache) uses(owner string, cands []Candidate) map[string]*use {
-	needed := map[SegmentKey]bool{}
+func (c *Cache) uses(owner string, cands []cache.Candidate) map[string]*use {
+	needed := map[cache.SegmentKey]bool{}
 	for _, cand := range cands {
 		needed[cand.Key] = true
 	}
@@ -62,14 +66,14 @@ func (c *Cache) uses(owner string, cands []Candidate) map[string]*use {
 }
 
 // byUse sorts residents least recently used first.
-func (c *Cache) byUse(keys []SegmentKey) {
+func (c *Cache) byUse(keys []cache.SegmentKey) {
 	sort.Slice(keys, func(i, j int) bool { return c.entries[keys[i]].lastUsed < c.entries[keys[j]].lastUsed })
 }
 
 // evictionOrder lists the residents the owner's batch may evict, in the
 // order they go, in two groups: others' excess beyond their share and the
 // owner's own, the owner's first once it is beyond its share.
-func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []SegmentKey, first int) {
+func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []cache.SegmentKey, first int) {
 	countShare := c.prep.capacity / len(uses)
 	byteShare := c.byteLimit / int64(len(uses))
 	devShare := c.devLimit / int64(len(uses))
@@ -81,7 +85,7 @@ func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []S
 	// A batch whose tenant is under its share may take from others' excess
 	// what they use; one at or over its share only what they left idle.
 	under := mine.n < countShare && (c.byteLimit == 0 || mine.bytes < byteShare) && (c.devLimit == 0 || mine.dev < devShare)
-	var others []SegmentKey
+	var others []cache.SegmentKey
 	for o, u := range uses {
 		if o == owner {
 			continue
@@ -115,8 +119,8 @@ func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []S
 
 // admit lists the misses that fit by count and by bytes once every
 // evictable resident is gone; the others are capacity deferred.
-func (c *Cache) admit(misses []SegmentKey, cands []Candidate, evictable []SegmentKey) []SegmentKey {
-	var admitted []SegmentKey
+func (c *Cache) admit(misses []cache.SegmentKey, cands []cache.Candidate, evictable []cache.SegmentKey) []cache.SegmentKey {
+	var admitted []cache.SegmentKey
 	rooms := c.prep.capacity - len(c.entries) + len(evictable)
 	bytes, dev := c.byteLimit-c.residentBytes(), c.devLimit-c.devBytes
 	for _, k := range evictable {

@@ -2,7 +2,9 @@
 // with the residents or the owners: each owner's use of the cache, and
 // each shape's residents from least to most recently used.
 
-package cache
+package execcache
+
+import cache "github.com/lanesched/lanes/cache"
 
 // ownerUse is what one owner's residents hold: their count, host bytes
 // and device bytes.
@@ -26,7 +28,7 @@ func (c *Cache) put(e *Executable) {
 
 // remove takes the resident of key k out of the map and the indexes and
 // returns it.
-func (c *Cache) remove(k SegmentKey) *Executable {
+func (c *Cache) remove(k cache.SegmentKey) *Executable {
 	e := c.entries[k]
 	delete(c.entries, k)
 	c.resident -= e.Bytes

@@ -1,12 +1,13 @@
 // The Cache: its residents and retired executables, lookups, eviction,
 // launch, trim and the invariants tests check after every operation.
 
-package cache
+package execcache
 
 import (
 	"fmt"
 	"time"
 
+	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -30,16 +31,16 @@ type Cache struct {
 	perNode   int64 // the most device bytes per node an executable of this cache held: the estimate for a miss
 	now       func() time.Duration
 	sizer     func(nodes int) int64 // the device's charge for an executable (SetSizer)
-	entries   map[SegmentKey]*Executable
-	owners    map[string]*ownerUse    // each owner's residents (residents.go)
-	shapes    map[ShapeKey]*shapeRing // each shape's residents, least recently used first
-	noRebind  map[ShapeKey]refusal    // shapes not rebound: their nodes refuse it, or the device did, often (rebind.go)
+	entries   map[cache.SegmentKey]*Executable
+	owners    map[string]*ownerUse          // each owner's residents (residents.go)
+	shapes    map[cache.ShapeKey]*shapeRing // each shape's residents, least recently used first
+	noRebind  map[cache.ShapeKey]refusal    // shapes not rebound: their nodes refuse it, or the device did, often (rebind.go)
 	// refusedInARow counts each shape's rebinds the device refused since
 	// its last that succeeded (rebind.go).
-	refusedInARow map[ShapeKey]int
-	spare         []cuda.Command // a recipe's storage, reused by the next rebind (rebind.go)
-	misses        []SegmentKey   // lookUp's, reused
-	rejected      map[SegmentKey]uint64
+	refusedInARow map[cache.ShapeKey]int
+	spare         []cuda.Command     // a recipe's storage, reused by the next rebind (rebind.go)
+	misses        []cache.SegmentKey // lookUp's, reused
+	rejected      map[cache.SegmentKey]uint64
 	retired       []*Executable
 	prep          tracker
 	clock         uint64
@@ -48,15 +49,15 @@ type Cache struct {
 
 // New returns an empty, unconfigured cache.
 func New() *Cache {
-	c := &Cache{rejected: map[SegmentKey]uint64{}, noRebind: map[ShapeKey]refusal{}, refusedInARow: map[ShapeKey]int{}}
+	c := &Cache{rejected: map[cache.SegmentKey]uint64{}, noRebind: map[cache.ShapeKey]refusal{}, refusedInARow: map[cache.ShapeKey]int{}}
 	c.clear()
 	return c
 }
 
 // clear empties the residents and their indexes.
 func (c *Cache) clear() {
-	c.entries, c.resident, c.devBytes = map[SegmentKey]*Executable{}, 0, 0
-	c.owners, c.shapes = map[string]*ownerUse{}, map[ShapeKey]*shapeRing{}
+	c.entries, c.resident, c.devBytes = map[cache.SegmentKey]*Executable{}, 0, 0
+	c.owners, c.shapes = map[string]*ownerUse{}, map[cache.ShapeKey]*shapeRing{}
 }
 
 func (c *Cache) tick() uint64 {
@@ -65,7 +66,7 @@ func (c *Cache) tick() uint64 {
 }
 
 // Configure opens preparation with a capacity of resident executables.
-func (c *Cache) Configure(capacity int) (Preparation, error) {
+func (c *Cache) Configure(capacity int) (cache.Preparation, error) {
 	err := c.prep.configure(capacity, len(c.entries))
 	return c.Preparation(), err
 }
@@ -107,18 +108,18 @@ func (c *Cache) DeviceBytesByOwner() map[string]int64 {
 func (c *Cache) SetClock(now func() time.Duration) { c.now = now }
 
 // Seal closes preparation: from now on misses run eagerly.
-func (c *Cache) Seal() (Preparation, error) {
+func (c *Cache) Seal() (cache.Preparation, error) {
 	err := c.prep.seal()
 	return c.Preparation(), err
 }
 
 // Preparation snapshots the lifecycle.
-func (c *Cache) Preparation() Preparation {
+func (c *Cache) Preparation() cache.Preparation {
 	return c.prep.snapshot(len(c.entries), len(c.rejected))
 }
 
 // Lookup returns a resident executable without touching its recency.
-func (c *Cache) Lookup(k SegmentKey) (*Executable, bool) {
+func (c *Cache) Lookup(k cache.SegmentKey) (*Executable, bool) {
 	e, ok := c.entries[k]
 	return e, ok
 }
@@ -134,9 +135,9 @@ func (c *Cache) residentBytes() int64 { return c.resident }
 
 // remember records a capture rejection, forgetting the oldest beyond
 // capacity.
-func (c *Cache) remember(k SegmentKey) {
+func (c *Cache) remember(k cache.SegmentKey) {
 	if len(c.rejected) >= c.prep.capacity {
-		var oldest SegmentKey
+		var oldest cache.SegmentKey
 		first := true
 		for rk, t := range c.rejected {
 			if first || t < c.rejected[oldest] {
@@ -150,7 +151,7 @@ func (c *Cache) remember(k SegmentKey) {
 
 // evict removes a resident; it is destroyed now if the stream is quiescent,
 // retired otherwise.
-func (c *Cache) evict(k SegmentKey, quiescent bool) {
+func (c *Cache) evict(k cache.SegmentKey, quiescent bool) {
 	e := c.remove(k)
 	if quiescent {
 		_ = e.Exec.Destroy()
@@ -163,11 +164,11 @@ func (c *Cache) evict(k SegmentKey, quiescent bool) {
 
 // EvictOwner removes every resident executable of an owner (a tenant the
 // scheduler forgot) and returns their keys.
-func (c *Cache) EvictOwner(owner string, quiescent bool) []SegmentKey {
+func (c *Cache) EvictOwner(owner string, quiescent bool) []cache.SegmentKey {
 	if c.owners[owner] == nil {
 		return nil
 	}
-	var keys []SegmentKey
+	var keys []cache.SegmentKey
 	for k, e := range c.entries {
 		if e.Owner == owner {
 			keys = append(keys, k)
@@ -180,7 +181,7 @@ func (c *Cache) EvictOwner(owner string, quiescent bool) []SegmentKey {
 }
 
 // Evict removes one resident executable. It reports whether it was resident.
-func (c *Cache) Evict(k SegmentKey, quiescent bool) bool {
+func (c *Cache) Evict(k cache.SegmentKey, quiescent bool) bool {
 	if _, ok := c.entries[k]; !ok {
 		return false
 	}
@@ -189,7 +190,7 @@ func (c *Cache) Evict(k SegmentKey, quiescent bool) bool {
 }
 
 // Launch replays a resident executable on s and marks it most recently used.
-func (c *Cache) Launch(s cuda.Stream, k SegmentKey) (*Executable, error) {
+func (c *Cache) Launch(s cuda.Stream, k cache.SegmentKey) (*Executable, error) {
 	e, ok := c.entries[k]
 	if !ok {
 		return nil, &ReplayError{Stage: "launch", Detail: "executable " + k.Short() + " is not resident", EagerFallbackSafe: true}
@@ -216,32 +217,29 @@ func (c *Cache) ReleaseRetired(quiescent bool) int {
 	return n
 }
 
-// TrimReport says what a trim released.
-type TrimReport struct{ Executables, Rejections, Retired int }
-
 // Trim destroys every executable and forgets every rejection. It refuses
 // while the stream has work in flight. Preparation stays in its state.
-func (c *Cache) Trim(quiescent bool) (TrimReport, error) {
+func (c *Cache) Trim(quiescent bool) (cache.TrimReport, error) {
 	if !quiescent {
-		return TrimReport{}, fmt.Errorf("%w: trim waits for a quiescent stream", ErrNotQuiescent)
+		return cache.TrimReport{}, fmt.Errorf("%w: trim waits for a quiescent stream", cache.ErrNotQuiescent)
 	}
-	t := TrimReport{Executables: len(c.entries), Rejections: len(c.rejected)}
+	t := cache.TrimReport{Executables: len(c.entries), Rejections: len(c.rejected)}
 	for _, e := range c.entries {
 		_ = e.Exec.Destroy()
 	}
 	t.Retired = c.ReleaseRetired(true)
 	c.clear()
-	c.rejected, c.noRebind, c.refusedInARow = map[SegmentKey]uint64{}, map[ShapeKey]refusal{}, map[ShapeKey]int{}
+	c.rejected, c.noRebind, c.refusedInARow = map[cache.SegmentKey]uint64{}, map[cache.ShapeKey]refusal{}, map[cache.ShapeKey]int{}
 	return t, nil
 }
 
 // CheckInvariants verifies the cache's internal consistency; tests call it
 // after every operation.
 func (c *Cache) CheckInvariants() error {
-	if c.prep.state != PrepUnconfigured && len(c.entries) > c.prep.capacity {
+	if c.prep.state != cache.PrepUnconfigured && len(c.entries) > c.prep.capacity {
 		return fmt.Errorf("cache: %d residents exceed capacity %d", len(c.entries), c.prep.capacity)
 	}
-	if c.prep.state != PrepUnconfigured && len(c.rejected) > c.prep.capacity {
+	if c.prep.state != cache.PrepUnconfigured && len(c.rejected) > c.prep.capacity {
 		return fmt.Errorf("cache: %d remembered rejections exceed capacity %d", len(c.rejected), c.prep.capacity)
 	}
 	seen := map[uint64]bool{}
@@ -311,7 +309,7 @@ func (c *Cache) checkIndexes() error {
 	return nil
 }
 
-func indexOf(cands []Candidate, k SegmentKey) int {
+func indexOf(cands []cache.Candidate, k cache.SegmentKey) int {
 	for i, c := range cands {
 		if c.Key == k {
 			return i

@@ -1,4 +1,4 @@
-package cache_test
+package execcache_test
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/internal/cachetest"
+	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
 // Recipes lists what a cache kept, most replayed first, and Warm captures
@@ -34,7 +35,7 @@ func TestWarmCarriesRecipesIntoAFreshCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm := cache.New()
+	warm := execcache.New()
 	if _, err := warm.Configure(2); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestWarmCarriesRecipesIntoAFreshCache(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Warm: got %v, want nil", err)
 	}
-	if rep.Captured != 2 || len(rep.Skipped) != 1 || rep.Skipped[0].Reason != cache.WarmNoRoom || rep.Skipped[0].Owner != "c" || len(rep.Timings) == 0 {
+	if rep.Captured != 2 || len(rep.Skipped) != 1 || rep.Skipped[0].Reason != execcache.WarmNoRoom || rep.Skipped[0].Owner != "c" || len(rep.Timings) == 0 {
 		t.Fatalf("Warm into room for 2: got %+v, want a and b captured, c skipped no_room, timed", rep)
 	}
 	if e, ok := warm.Lookup(recipes[0].Key); !ok || e.Owner != "a" || e.Hits != recipes[0].Hits {
@@ -56,8 +57,8 @@ func TestWarmCarriesRecipesIntoAFreshCache(t *testing.T) {
 	if _, err := warm.Launch(s2, recipes[1].Key); err != nil {
 		t.Fatalf("replaying a warmed recipe: got %v, want nil", err)
 	}
-	late, err := cache.New().Warm(s2, recipes, s2.Enqueue, func() bool { return true })
-	if err != nil || late.Captured != 0 || len(late.Skipped) != 3 || late.Skipped[0].Reason != cache.WarmOutOfTime {
+	late, err := execcache.New().Warm(s2, recipes, s2.Enqueue, func() bool { return true })
+	if err != nil || late.Captured != 0 || len(late.Skipped) != 3 || late.Skipped[0].Reason != execcache.WarmOutOfTime {
 		t.Fatalf("Warm out of time: got %+v, %v; want all 3 skipped out_of_time", late, err)
 	}
 	if got := rep.String(); !strings.Contains(got, "warmed 2") || !strings.Contains(got, "no_room") {

@@ -1,4 +1,4 @@
-package cache_test
+package execcache_test
 
 import (
 	"errors"

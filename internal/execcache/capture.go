@@ -1,11 +1,12 @@
 // Capturing a candidate into a CUDA graph: recording, instantiation,
 // upload and launch of an Executable, and the ReplayError of a failed one.
 
-package cache
+package execcache
 
 import (
 	"fmt"
 
+	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -35,13 +36,13 @@ func (e *ReplayError) Unwrap() error { return e.Err }
 
 // Executable is a captured, instantiated segment.
 type Executable struct {
-	Key        SegmentKey
-	Shape      ShapeKey
+	Key        cache.SegmentKey
+	Shape      cache.ShapeKey
 	Exec       cuda.Exec
 	Commands   int   // logical commands captured
 	GraphNodes int   // nodes in the captured graph
 	NodeCounts []int // graph nodes per command; nil when they could not be attributed
-	Scope      Scope
+	Scope      cache.Scope
 	Owner      string // the tenant whose batch captured it ("" for none)
 	Bytes      int64  // host memory it retains: the uploads it captured
 	// DeviceBytes is the device memory it holds, as its device measured
@@ -57,8 +58,8 @@ type Executable struct {
 
 	shapePrev, shapeNext *Executable // its shape's residents, least recently used first (residents.go)
 
-	fingerprint    string     // Key in hex, made once per key
-	fingerprintKey SegmentKey // the key fingerprint was made of
+	fingerprint    string           // Key in hex, made once per key
+	fingerprintKey cache.SegmentKey // the key fingerprint was made of
 }
 
 // Uploaded reports whether the executable was uploaded by its preparation.
@@ -77,7 +78,7 @@ func (e *Executable) Fingerprint() string {
 // relaxed mode and returns the graph and what it holds. A panicking enqueue
 // is recovered: the capture is ended, and the error says whether that could
 // be proven.
-func record(s cuda.Stream, cand Candidate, enqueue func(i int) error) (cuda.Graph, *Executable, error) {
+func record(s cuda.Stream, cand cache.Candidate, enqueue func(i int) error) (cuda.Graph, *Executable, error) {
 	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
 		return nil, nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
@@ -133,7 +134,7 @@ func instantiate(graph cuda.Graph, exe *Executable) (*Executable, error) {
 }
 
 // encode enqueues the candidate's commands, recovering a panic.
-func encode(cand Candidate, enqueue func(i int) error) (panicked any, err error) {
+func encode(cand cache.Candidate, enqueue func(i int) error) (panicked any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
