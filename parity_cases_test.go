@@ -14,7 +14,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/examples/callhost/axpy"
 	"github.com/lanesched/lanes/internal/conformance"
-	lanecore "github.com/lanesched/lanes/lanes"
+	core "github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 )
 
@@ -67,7 +67,7 @@ func eagerBatch(r *parityRun, a, b lanes.Buffer) lanes.Batch {
 	half, _ := a.Region(0, a.Size/2)
 	zero, err := cuda.Zero(half)
 	r.must("Zero command", err)
-	return lanes.Batch{Entries: []lanes.Entry{lanes.Input(up), lanecore.Eager(0, zero), lanes.Output(cp)}}
+	return lanes.Batch{Entries: []lanes.Entry{lanes.Input(up), core.Eager(0, zero), lanes.Output(cp)}}
 }
 
 // parityCases are the calls of *lanes.Server and the mistakes made with
@@ -227,7 +227,7 @@ var parityCases = []parityCase{
 	{call: "Submit", name: "timed, with retained buffers", run: func(r *parityRun) {
 		b := r.alloc("a", 64*4, lanes.I32)
 		scratch := r.alloc("a", 32, lanes.U8)
-		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("parity", 0, r.inc(b, 64))}, Timing: lanecore.TimingKernel, Retain: []lanes.Buffer{scratch}}
+		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("parity", 0, r.inc(b, 64))}, Timing: core.TimingKernel, Retain: []lanes.Buffer{scratch}}
 		r.submit("captured", "a", step)
 		r.submit("replayed", "a", step)
 	}},
@@ -235,10 +235,10 @@ var parityCases = []parityCase{
 		b := r.alloc("a", 64*4, lanes.I32)
 		bind := r.alloc("a", 16, lanes.U8)
 		part, _ := bind.Region(4, 4)
-		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("patch", 0, r.inc(b, 64))}, Patches: []lanecore.Patch{{Dst: part, Bytes: []byte{1, 2, 3, 4}}}}
+		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("patch", 0, r.inc(b, 64))}, Patches: []core.Patch{{Dst: part, Bytes: []byte{1, 2, 3, 4}}}}
 		r.submit("patched", "a", step)
 		r.note("bound", r.read("a", bind.Whole()))
-		step.Patches = []lanecore.Patch{{Dst: part, Bytes: []byte{1, 2}}}
+		step.Patches = []core.Patch{{Dst: part, Bytes: []byte{1, 2}}}
 		r.submit("a patch of the wrong length", "a", step)
 	}},
 	{call: "Submit", name: "a library call", run: func(r *parityRun) {
@@ -300,7 +300,7 @@ var parityCases = []parityCase{
 		retained.Retain = []lanes.Buffer{{}}
 		r.submit("the zero Buffer retained", "a", retained)
 		patched := step
-		patched.Patches = []lanecore.Patch{{Dst: lanes.Region{Length: 4}, Bytes: make([]byte, 4)}}
+		patched.Patches = []core.Patch{{Dst: lanes.Region{Length: 4}, Bytes: make([]byte, 4)}}
 		r.submit("a patch into the zero Buffer", "a", patched)
 		r.submit("a freed buffer", "a", lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("parity", 0, r.inc(freed, 16))}})
 		r.submit("no entries", "a", lanes.Batch{})

@@ -19,7 +19,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/conformance"
-	lanecore "github.com/lanesched/lanes/lanes"
+	core "github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
 )
@@ -54,8 +54,8 @@ var paritySentinels = []struct {
 	{"cuda.ErrUnknownKernel", cuda.ErrUnknownKernel}, {"cuda.ErrLaunchConfig", cuda.ErrLaunchConfig},
 	{"cuda.ErrInvalidCommand", cuda.ErrInvalidCommand}, {"cuda.ErrAlignment", cuda.ErrAlignment},
 	{"cuda.ErrOutOfMemory", cuda.ErrOutOfMemory}, {"cuda.ErrIllegalAddress", cuda.ErrIllegalAddress},
-	{"lanes.ErrInvalidBatch", lanecore.ErrInvalidBatch}, {"lanes.ErrPatch", lanecore.ErrPatch},
-	{"lanes.ErrStagedInput", lanecore.ErrStagedInput},
+	{"lanes.ErrInvalidBatch", core.ErrInvalidBatch}, {"lanes.ErrPatch", core.ErrPatch},
+	{"lanes.ErrStagedInput", core.ErrStagedInput},
 	{"programs.ErrNotSealed", programs.ErrNotSealed}, {"programs.ErrUnknownProgram", programs.ErrUnknownProgram},
 	{"cache.ErrNotOpen", cache.ErrNotOpen},
 	{"remote.ErrNoHost", remote.ErrNoHost}, {"remote.ErrHostLost", remote.ErrHostLost},
@@ -120,13 +120,13 @@ type segmentView struct {
 // receiptView is a receipt but for what differs by nature between two
 // runs: its fence, its times and its buffers' ids.
 type receiptView struct {
-	Outcome     lanecore.Outcome
+	Outcome     core.Outcome
 	Err         errView
 	Tenant      string
 	Timed       bool
 	HostTimed   bool
 	Spans       [][2]int // index, segment
-	Rows        []lanecore.Row
+	Rows        []core.Row
 	Segments    []segmentView
 	Prelude     int
 	Events      [][3]string      // kind, reason, whether it has a detail

@@ -12,7 +12,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
-	lanecore "github.com/lanesched/lanes/lanes"
+	core "github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -125,7 +125,7 @@ func fillStream(t *testing.T, w waitingSide) lanes.Pending {
 	}
 	entries := make([]lanes.Entry, 1024) // actors.Config.MaxBatchEntries's default
 	for i := range entries {
-		entries[i] = lanecore.Eager(0, inc)
+		entries[i] = core.Eager(0, inc)
 	}
 	before := lane0(w).Received
 	p, err := w.srv.SubmitAsync(ctx, "blocker", lanes.Batch{Entries: entries})
@@ -218,7 +218,7 @@ func TestWhileWorkWaits(t *testing.T) {
 				t.Fatal("a waiting batch whose context ended: not withdrawn within a minute")
 			}
 			rc, err := quit.Result()
-			if c := lanes.Classify(err); !errors.Is(err, actors.ErrWithdrawn) || c.Code != cuda.CodeWithdrawn || !c.NotSubmitted || rc.Outcome != lanecore.OutcomeRefused {
+			if c := lanes.Classify(err); !errors.Is(err, actors.ErrWithdrawn) || c.Code != cuda.CodeWithdrawn || !c.NotSubmitted || rc.Outcome != core.OutcomeRefused {
 				t.Errorf("a waiting batch whose context ended: got %v (outcome %v), want withdrawn, not submitted", err, rc.Outcome)
 			}
 

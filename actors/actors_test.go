@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -19,6 +17,7 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/cachetest"
 	"github.com/lanesched/lanes/lanes"
+	"go.uber.org/goleak"
 )
 
 // protoactor's dead-letter throttle parks a goroutine for its one-second
@@ -294,27 +293,29 @@ func TestAdministration(t *testing.T) {
 
 // prepareStagedInc prepares, for tenant "t" on lane 0, a staged program
 // that increments a 4-element counter staged in from 16 bytes and back.
-func prepareStagedInc(t *testing.T, s *actors.Scheduler, dev *device) *lanes.Staged {
+func prepareStagedInc(t *testing.T, s *actors.Scheduler, dev *device) *actors.StagedProgram {
 	t.Helper()
 	return prepareStagedIncN(t, s, dev, 4)
 }
 
 // prepareStagedIncN is prepareStagedInc over n int32.
-func prepareStagedIncN(t *testing.T, s *actors.Scheduler, dev *device, n uint32) *lanes.Staged {
+func prepareStagedIncN(t *testing.T, s *actors.Scheduler, dev *device, n uint32) *actors.StagedProgram {
 	t.Helper()
+	st, err := s.PrepareStaged(context.Background(), "t", 0, stagedIncSpec(dev, n))
+	if err != nil {
+		t.Fatalf("PrepareStaged(lane 0): got err %v, want nil", err)
+	}
+	return st
+}
+
+// stagedIncSpec is a staged program that increments n int32 in place.
+func stagedIncSpec(dev *device, n uint32) lanes.StagedSpec {
 	a, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * uint64(n), Elem: cuda.I32})
 	h, _ := dev.AllocHost(4 * uint64(n))
 	o, _ := dev.AllocHost(4 * uint64(n))
 	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(n, min(n, 256)), cuda.BufferArg(a.Whole()), cuda.I32Arg(int32(n)))
-	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
-		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
-	if err != nil {
-		t.Fatalf("lanes.NewStaged: got err %v, want nil", err)
-	}
-	if err := s.PrepareStaged(context.Background(), "t", 0, st); err != nil {
-		t.Fatalf("PrepareStaged(lane 0): got err %v, want nil", err)
-	}
-	return st
+	return lanes.StagedSpec{Inputs: []lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, InputMap: []int{0}, Outputs: []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, OutputMap: []int{0},
+		Compute: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}}}
 }
 
 func TestStagedReplayThroughTheScheduler(t *testing.T) {
@@ -322,7 +323,7 @@ func TestStagedReplayThroughTheScheduler(t *testing.T) {
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
 	st := prepareStagedInc(t, s, dev)
 	ctx := context.Background()
-	res, err := s.Replay(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, true)
+	res, err := s.Replay(ctx, "t", st, [][]byte{{7, 0, 0, 0}}, true)
 	if err != nil {
 		t.Fatalf("Replay: got err %v, want nil", err)
 	}
@@ -342,21 +343,21 @@ func TestStagedReplayIntoAndRepeatThroughTheScheduler(t *testing.T) {
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8})
 	st := prepareStagedInc(t, s, dev)
 	ctx := context.Background()
-	if _, err := s.ReplayInto(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, [][]byte{make([]byte, 15)}); !errors.Is(err, lanes.ErrStagedInput) {
+	if _, err := s.ReplayInto(ctx, "t", st, [][]byte{{7, 0, 0, 0}}, [][]byte{make([]byte, 15)}); !errors.Is(err, lanes.ErrStagedInput) {
 		t.Fatalf("ReplayInto with a 15-byte buffer for a 16-byte output: got err %v, want lanes.ErrStagedInput", err)
 	}
-	if _, err := s.ReplayInto(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, nil); !errors.Is(err, lanes.ErrStagedInput) {
+	if _, err := s.ReplayInto(ctx, "t", st, [][]byte{{7, 0, 0, 0}}, nil); !errors.Is(err, lanes.ErrStagedInput) {
 		t.Fatalf("ReplayInto with no buffers: got err %v, want lanes.ErrStagedInput", err)
 	}
 	if c := s.Lanes()[0].Staged; c.GraphLaunches != 0 {
 		t.Fatalf("after refused replays: got %d graph launches, want 0", c.GraphLaunches)
 	}
 	outs := st.MakeOutputs()
-	if res, err := s.ReplayInto(ctx, "t", 0, st, [][]byte{{7, 0, 0, 0}}, outs); err != nil || outs[0][0] != 8 || &res.Outputs[0][0] != &outs[0][0] {
+	if res, err := s.ReplayInto(ctx, "t", st, [][]byte{{7, 0, 0, 0}}, outs); err != nil || outs[0][0] != 8 || &res.Outputs[0][0] != &outs[0][0] {
 		t.Fatalf("ReplayInto of input 7: got output %d, err %v; want 8 in the caller's buffer, nil", outs[0][0], err)
 	}
 	clear(outs[0])
-	res, err := s.Repeat(ctx, "t", 0, st, outs)
+	res, err := s.Repeat(ctx, "t", st, outs)
 	if err != nil || !res.OutputCache || outs[0][0] != 8 {
 		t.Fatalf("Repeat: got output %d, output cache %v, err %v; want 8 from the cache, nil", outs[0][0], res.OutputCache, err)
 	}
@@ -374,13 +375,10 @@ func TestStagedProgramNeverReplayableIsRefused(t *testing.T) {
 	a, _ := dev.Alloc(cuda.BufferSpec{Size: 16, Elem: cuda.I32})
 	h, _ := dev.AllocHost(16)
 	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(4, 4), cuda.BufferArg(a.Whole()), cuda.I32Arg(4))
-	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, nil, nil,
-		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}})
-	if err != nil {
-		t.Fatalf("lanes.NewStaged: got err %v, want nil", err)
-	}
+	spec := lanes.StagedSpec{Inputs: []lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, InputMap: []int{0},
+		Compute: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("t", inc), cache.PlanScope())}}}
 	var big *actors.BatchTooLargeError
-	if err := s.PrepareStaged(context.Background(), "t", 0, st); !errors.As(err, &big) || big.Bytes != 16 || !cuda.Classify(err).NotSubmitted {
+	if _, err := s.PrepareStaged(context.Background(), "t", 0, spec); !errors.As(err, &big) || big.Bytes != 16 || !cuda.Classify(err).NotSubmitted {
 		t.Fatalf("PrepareStaged of 16 input bytes against MaxBatchBytes 8: got err %v, want a *actors.BatchTooLargeError of 16 bytes, not submitted", err)
 	}
 }

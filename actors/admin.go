@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/lanesched/lanes/cache"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 )
@@ -116,22 +117,30 @@ func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
 	return err
 }
 
-// PrepareStaged captures a staged program's two variants on one lane (its
-// preparation must be open), for the tenant that owns its buffers and
-// staging. A program whose input slots alone move more than
+// PrepareStaged builds the staged program spec declares and captures its
+// two variants on one lane (its preparation must be open), for the tenant
+// that owns its buffers and staging; the program replays there
+// (Replay, ReplayInto, Repeat). A spec whose slots or maps do not fit is
+// refused with lanes.ErrIndexMap or lanes.ErrStagedInput. A program whose input slots alone move more than
 // MaxBatchBytes could never be replayed: it is refused with a
 // *BatchTooLargeError (one whose outputs push a collecting replay past
 // the limit is prepared; those replays are refused).
-func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, st *lanes.Staged) error {
+func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, spec lanes.StagedSpec) (*StagedProgram, error) {
 	if err := s.refuseStopped("prepare staged"); err != nil {
-		return err
+		return nil, err
+	}
+	st, err := lanecore.NewStaged(spec.Inputs, spec.InputMap, spec.Outputs, spec.OutputMap, spec.Compute)
+	if err != nil {
+		return nil, lanes.Wrap("prepare staged", true, err)
 	}
 	if err := s.checkStaged(tenant, st); err != nil {
-		return lanes.Wrap("prepare staged", true, err)
+		return nil, lanes.Wrap("prepare staged", true, err)
 	}
 	if in, _ := st.Bytes(); int64(in) > s.cfg.MaxBatchBytes {
-		return lanes.Wrap("prepare staged", true, &BatchTooLargeError{Bytes: int64(in), MaxBytes: s.cfg.MaxBatchBytes, Staged: true})
+		return nil, lanes.Wrap("prepare staged", true, &BatchTooLargeError{Bytes: int64(in), MaxBytes: s.cfg.MaxBatchBytes, Staged: true})
 	}
-	_, err := ask[struct{}](ctx, s, "prepare staged", lane, func(id uint64) any { return &stagedRequest{Call: id, Prepare: true, Program: st} })
-	return err
+	if _, err := ask[struct{}](ctx, s, "prepare staged", lane, func(id uint64) any { return &stagedRequest{Call: id, Prepare: true, Program: st} }); err != nil {
+		return nil, err
+	}
+	return &StagedProgram{st: st, lane: lane}, nil
 }

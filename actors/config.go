@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
 )
@@ -99,17 +100,16 @@ type Config struct {
 	CacheDeviceBytes int64
 	// WarmRebuild bounds the time a lane rebuilt after a hang spends
 	// capturing again, most replayed first, what the lane it replaces
-	// replayed, before it takes traffic (lanes.Lane.Warm). Default
-	// 250 ms; negative: a rebuilt lane starts cold.
+	// replayed, before it takes traffic (docs/replays.md, "A
+	// lane that comes back warm"). Default 250 ms; negative: a rebuilt lane starts cold.
 	WarmRebuild time.Duration
 	// PinBytes bounds the bytes of callers' input buffers each lane keeps
 	// pinned where they are, for staged replays that pass the same buffers
-	// again (lanes.Config.PinBytes): 0, lanes.DefaultPinBytes; negative,
-	// none (every input is copied into its staging).
+	// again: 0, 256 MiB; negative, none (every input is copied into its
+	// staging).
 	PinBytes int64
 	// Libraries are set up on every lane when it starts and after each
-	// rebuild (lanes.Config.Libraries): a cuBLAS handle and workspace per
-	// lane, say. A call of a library not listed here is set up on a lane
+	// rebuild: a cuBLAS handle and workspace per lane, say. A call of a library not listed here is set up on a lane
 	// before the first submission that names it.
 	Libraries []*cuda.Library
 	// Recovery is what happens to a lane whose stream failed.
@@ -406,8 +406,8 @@ func (sp *Suspension) defaults() {
 // checkLibraries refuses Config.Libraries a lane could not hold: a nil or
 // invalid one, two of one name, more than a lane holds.
 func checkLibraries(libs []*cuda.Library) error {
-	if len(libs) > lanes.MaxLibraries {
-		return fmt.Errorf("%w: Config.Libraries has %d; a lane holds at most %d", ErrInvalidArgument, len(libs), lanes.MaxLibraries)
+	if len(libs) > lanecore.MaxLibraries {
+		return fmt.Errorf("%w: Config.Libraries has %d; a lane holds at most %d", ErrInvalidArgument, len(libs), lanecore.MaxLibraries)
 	}
 	for i, lib := range libs {
 		if lib == nil {

@@ -207,7 +207,7 @@ func TestStagedReplayBounds(t *testing.T) {
 	var big *actors.BatchTooLargeError
 	// Its slots move 16 bytes in and, collected, 16 out: whatever the
 	// caller passes, that is what a replay costs.
-	_, err := s.Replay(ctx, "t", 0, st, [][]byte{{1}}, true)
+	_, err := s.Replay(ctx, "t", st, [][]byte{{1}}, true)
 	if !errors.As(err, &big) {
 		t.Fatalf("a replay moving 32 bytes against 24: got err %v, want a *actors.BatchTooLargeError", err)
 	}
@@ -219,7 +219,7 @@ func TestStagedReplayBounds(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Replay(ctx, "t", 0, st, [][]byte{{1, 0, 0, 0}}, false); err != nil {
+			if _, err := s.Replay(ctx, "t", st, [][]byte{{1, 0, 0, 0}}, false); err != nil {
 				t.Errorf("Replay: got err %v, want nil", err)
 			}
 		}()
@@ -254,7 +254,7 @@ func TestStagedReplayBounds(t *testing.T) {
 			defer wg.Done()
 			for i := range 50 {
 				cctx, cancel := context.WithTimeout(ctx, time.Duration(i%5)*20*time.Microsecond)
-				_, err := s.Replay(cctx, "t", 0, st, [][]byte{{byte(g), byte(i), 1, 0}}, false)
+				_, err := s.Replay(cctx, "t", st, [][]byte{{byte(g), byte(i), 1, 0}}, false)
 				cancel()
 				switch {
 				case err == nil:

@@ -49,7 +49,7 @@ const reservedTenantPrefix = "lanes:"
 const workspaceOwner = reservedTenantPrefix + "workspaces"
 
 // ownWorkspace records a lane's workspace as the lanes' own, or forgets it
-// (lanes.Config.OnWorkspace).
+// (lanecore.Config.OnWorkspace).
 func (s *Scheduler) ownWorkspace(buf cuda.Buffer, allocated bool) {
 	k := s.bufferKeys([]cuda.Buffer{buf})[0]
 	s.lockOwnership()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 )
 
 // stalledBehind reports whether a lane that hung stalled behind another
@@ -95,4 +95,4 @@ func (w *hangWaiter) Pause(progressed bool) error {
 	return nil
 }
 
-var _ lanes.Waiter = (*hangWaiter)(nil)
+var _ lanecore.Waiter = (*hangWaiter)(nil)

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
+
 	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/lanes"
 	"golang.org/x/sys/unix"
 )
 
-// laneActor owns one lane: its stream, its lanes.Lane (with the cache and
+// laneActor owns one lane: its stream, its lanecore.Lane (with the cache and
 // catalog inside), and the calls waiting on its fences. Every Receive runs
 // on the lane's goroutine, its thread bound to the device for the run
 // (threadDispatcher).
@@ -22,7 +24,7 @@ type laneActor struct {
 	s             *Scheduler
 	ref           *laneRef
 	self          *actor.PID
-	lane          *lanes.Lane
+	lane          *lanecore.Lane
 	calls         map[uint64]waiting // fence -> the call waiting on it
 	queue         fairQueue          // received batches waiting for room on the stream
 	streamEntries int                // entries of the batches on the stream (in calls)
@@ -132,7 +134,7 @@ func (a *laneActor) open(recipes ...execcache.Recipe) error {
 		return err
 	}
 	epoch := a.s.epoch
-	l, err := lanes.New(lanes.Config{ID: a.ref.id, Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime,
+	l, err := lanecore.New(lanecore.Config{ID: a.ref.id, Device: a.ref.dev, Stream: st, Runtime: a.s.cfg.Runtime,
 		Now: func() time.Duration { return time.Since(epoch) }, Waiter: &a.waiter, CacheBytes: a.s.cfg.CacheBytes, CacheDeviceBytes: a.s.cfg.CacheDeviceBytes, PinBytes: a.s.cfg.PinBytes, Libraries: a.s.cfg.Libraries, OnWorkspace: a.s.ownWorkspace})
 	if err != nil {
 		_ = st.Destroy()
@@ -173,7 +175,7 @@ func (a *laneActor) serve() {
 
 // serving reports whether the lane takes work.
 func (a *laneActor) serving() bool {
-	return a.lane != nil && a.lane.State() != lanes.StateFailed && !a.stopped && a.ref.State() == HealthServing
+	return a.lane != nil && a.lane.State() != lanecore.StateFailed && !a.stopped && a.ref.State() == HealthServing
 }
 
 // sharedWindow is how long after another tenant's last work a lane counts
@@ -236,7 +238,7 @@ func (a *laneActor) staged(m *stagedRequest) {
 	culprit, _ := a.deliverEnded()
 	a.ref.staged.Store(a.lane.StagedCounters())
 	a.publish()
-	if a.lane.State() == lanes.StateFailed {
+	if a.lane.State() == lanecore.StateFailed {
 		a.failed(culprit, a.lane.Err())
 	}
 	a.s.completeAdmin(m.Call, res, err)
@@ -274,7 +276,7 @@ func (a *laneActor) admin(m *adminRequest) {
 		culprit = c
 	}
 	a.publish() // what a trim or seal released, in the status before the caller hears back
-	if a.lane.State() == lanes.StateFailed {
+	if a.lane.State() == lanecore.StateFailed {
 		a.failed(culprit, a.lane.Err())
 	}
 	a.s.completeAdmin(m.Call, res, err)
@@ -285,11 +287,11 @@ func (a *laneActor) admin(m *adminRequest) {
 func (a *laneActor) drain() {
 	a.disarm()
 	a.cancelRebuild()
-	if a.lane != nil && a.lane.State() != lanes.StateFailed {
+	if a.lane != nil && a.lane.State() != lanecore.StateFailed {
 		a.dispatch(true) // what it received before the stop runs
 	}
 	a.stopped = true
-	if a.lane != nil && a.lane.State() != lanes.StateFailed {
+	if a.lane != nil && a.lane.State() != lanecore.StateFailed {
 		rs, _, err := a.lane.Synchronize()
 		a.deliver(rs)
 		if err == nil {

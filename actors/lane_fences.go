@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -31,11 +31,11 @@ func (a *laneActor) pollDirect(root *actor.RootContext, self *actor.PID) {
 // poll delivers every ended submission and re-arms the next poll.
 func (a *laneActor) poll() {
 	a.releaseHungPins()
-	if a.lane == nil || a.lane.State() == lanes.StateFailed && len(a.calls) == 0 {
+	if a.lane == nil || a.lane.State() == lanecore.StateFailed && len(a.calls) == 0 {
 		return
 	}
 	culprit, ended := a.deliverEnded()
-	if a.lane.State() == lanes.StateFailed {
+	if a.lane.State() == lanecore.StateFailed {
 		a.failed(culprit, a.lane.Err())
 		return
 	}

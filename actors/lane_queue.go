@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -179,7 +180,7 @@ func (a *laneActor) submit(m *submitRequest) {
 	a.publish()
 	if err != nil && sub.Fence == 0 {
 		// The lane leaves routing before its caller hears of the failure.
-		if a.lane.State() == lanes.StateFailed {
+		if a.lane.State() == lanecore.StateFailed {
 			a.failed(m.Tenant, a.lane.Err())
 		}
 		r := lanes.Receipt{}

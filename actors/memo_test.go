@@ -126,12 +126,9 @@ func TestSharedStagingIsReadOnly(t *testing.T) {
 	a, _ := dev.Alloc(cuda.BufferSpec{Size: 64, Elem: cuda.I32})
 	o, _ := dev.AllocHost(64)
 	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(a.Whole()), cuda.I32Arg(16))
-	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, []int{0},
-		[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("a", inc), cache.PlanScope())}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.PrepareStaged(context.Background(), "a", 0, st); !errors.Is(err, actors.ErrNotYours) {
+	spec := lanes.StagedSpec{Inputs: []lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, InputMap: []int{0}, Outputs: []lanes.Slot{{Staging: o.Whole(), Device: a.Whole()}}, OutputMap: []int{0},
+		Compute: []lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: inc, Replay: lanes.Replayable(inc, cache.LaunchKey("a", inc), cache.PlanScope())}}}
+	if _, err := s.PrepareStaged(context.Background(), "a", 0, spec); !errors.Is(err, actors.ErrNotYours) {
 		t.Fatalf("a staged program with an input slot in shared staging: got err %v, want actors.ErrNotYours", err)
 	}
 	out, err := cuda.StageOut(h.Whole(), dev.bufs[0].Whole())

@@ -6,6 +6,7 @@ import (
 	"context"
 	"sync/atomic"
 
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 )
@@ -89,7 +90,7 @@ type rebuildLane struct{}
 type stagedRequest struct {
 	Call    uint64
 	Prepare bool // capture both variants instead of replaying
-	Program *lanes.Staged
+	Program *lanecore.Staged
 	Inputs  [][]byte
 	Outputs [][]byte // the caller's buffers for the outputs (ReplayInto, Repeat)
 	Into    bool     // the outputs go into Outputs

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/lanesched/lanes/cuda"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 )
@@ -500,7 +501,7 @@ func (c *handleCheck) check(k handleKey) error {
 
 // checkStaged checks a staged program's handles (slots and compute) for a
 // tenant.
-func (s *Scheduler) checkStaged(tenant string, st *lanes.Staged) error {
+func (s *Scheduler) checkStaged(tenant string, st *lanecore.Staged) error {
 	if err := checkTenant(tenant); err != nil {
 		return err
 	}

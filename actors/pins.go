@@ -1,13 +1,13 @@
 // What a lane holds on the device beyond its stream: the callers' input
-// buffers it pinned for staged replays (lanes.Lane.UnpinInputs) and its
-// libraries' state and workspaces (lanes.Lane.ReleaseLibraries), let go of
+// buffers it pinned for staged replays (lanecore.Lane.UnpinInputs) and its
+// libraries' state and workspaces (lanecore.Lane.ReleaseLibraries), let go of
 // once nothing can use them.
 
 package actors
 
 import (
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/lanes"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 )
 
 // hungPins is a lane abandoned after a hang that still held pinned input
@@ -15,7 +15,7 @@ import (
 // its stream was given: a copy from those buffers, or a replay using a
 // workspace, may still run until that event completes.
 type hungPins struct {
-	lane    *lanes.Lane
+	lane    *lanecore.Lane
 	drained cuda.Event
 }
 
@@ -83,7 +83,7 @@ func (a *laneActor) releaseHungPins() {
 // as long as the hang lasts (freeing a workspace, or cuBLAS's handle
 // teardown, waits for the device's work): then the lane's libraries are
 // left to the device's close instead.
-func (a *laneActor) letGo(l *lanes.Lane) {
+func (a *laneActor) letGo(l *lanecore.Lane) {
 	_ = l.UnpinInputs()
 	if a.s.deviceHung(a.ref.dev) {
 		l.AbandonLibraries()

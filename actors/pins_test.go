@@ -13,6 +13,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -58,12 +59,12 @@ func TestPinnedInputsLetGoWhenNothingReadsThem(t *testing.T) {
 			if err != nil {
 				t.Fatalf("actors.Start: got err %v, want nil", err)
 			}
-			st := prepareStagedIncN(t, s, dev.device, lanes.MinPinnedInput/4)
+			st := prepareStagedIncN(t, s, dev.device, lanecore.MinPinnedInput/4)
 			ctx := context.Background()
-			x := make([]byte, lanes.MinPinnedInput)
+			x := make([]byte, lanecore.MinPinnedInput)
 			for i := range 3 {
 				binary.LittleEndian.PutUint32(x, uint32(i))
-				res, err := s.Replay(ctx, "t", 0, st, [][]byte{x}, true)
+				res, err := s.Replay(ctx, "t", st, [][]byte{x}, true)
 				if err != nil || binary.LittleEndian.Uint32(res.Outputs[0]) != uint32(i+1) {
 					t.Fatalf("replay %d: got err %v, want the input incremented", i, err)
 				}
@@ -74,7 +75,7 @@ func TestPinnedInputsLetGoWhenNothingReadsThem(t *testing.T) {
 			if c.fault != 0 {
 				_ = dev.InjectFault(sim.Fault{Kind: c.fault, Nth: 1})
 				binary.LittleEndian.PutUint32(x, 9)
-				if _, err := s.Replay(ctx, "t", 0, st, [][]byte{x}, true); err == nil {
+				if _, err := s.Replay(ctx, "t", st, [][]byte{x}, true); err == nil {
 					t.Fatalf("a replay meeting a %v fault: got nil, want an error", c.fault)
 				}
 			}
@@ -107,12 +108,16 @@ func TestHungLanePinsGoOnceItsStreamDrains(t *testing.T) {
 	// (timed, not computed: NoData).
 	dev := &pinCounter{device: newDevice(t, sim.Config{Clock: sim.ClockRealTime, Cost: sim.CostModel{MemoryBandwidth: 1e9}, NoData: true}, 0)}
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, HangTimeout: 400 * time.Millisecond})
-	st := prepareStagedIncN(t, s, dev.device, lanes.MinPinnedInput/4)
+	spec := stagedIncSpec(dev.device, lanecore.MinPinnedInput/4)
 	ctx := context.Background()
-	x := make([]byte, lanes.MinPinnedInput)
+	st, err := s.PrepareStaged(ctx, "t", 0, spec)
+	if err != nil {
+		t.Fatalf("PrepareStaged: got err %v, want nil", err)
+	}
+	x := make([]byte, lanecore.MinPinnedInput)
 	replay := func(i int) error {
 		binary.LittleEndian.PutUint32(x, uint32(i))
-		_, err := s.Replay(ctx, "t", 0, st, [][]byte{x}, true)
+		_, err := s.Replay(ctx, "t", st, [][]byte{x}, true)
 		return err
 	}
 	for i := range 3 {
@@ -146,8 +151,10 @@ func TestHungLanePinsGoOnceItsStreamDrains(t *testing.T) {
 		}
 		if err := replay(i); errors.Is(err, lanes.ErrStagedInput) {
 			// The rebuilt lane is a fresh one: prepare the program there.
-			if err := s.PrepareStaged(ctx, "t", 0, st); err != nil {
+			if p, err := s.PrepareStaged(ctx, "t", 0, spec); err != nil {
 				t.Logf("PrepareStaged on the rebuilt lane: %v", err)
+			} else {
+				st = p
 			}
 		} else if err != nil {
 			t.Logf("replay %d while the lane is rebuilt: %v", i, err)

@@ -15,7 +15,7 @@ import (
 )
 
 // failed reacts to the lane's failure (the lane core is in
-// lanes.StateFailed, or was never opened): the lane leaves routing, ends what it had in flight (its
+// lanecore.StateFailed, or was never opened): the lane leaves routing, ends what it had in flight (its
 // stream drained within the hang timeout, unless it hung), the tenant whose
 // submission failed it takes a strike, and the blame decides the rest: a
 // device's error takes every lane of the device out for good; a stream's
@@ -167,7 +167,7 @@ func (a *laneActor) cancelRebuild() {
 }
 
 // rebuildNow brings the lane back on a fresh stream once its device is
-// healthy: it keeps its cache and catalog (lanes.Lane.Recover), so its
+// healthy: it keeps its cache and catalog (lanecore.Lane.Recover), so its
 // tenants keep their replays and programs and the operator's seal holds;
 // after a hang it starts over with a fresh lane, since the hung stream's
 // executables cannot be launched again. A failure to open counts as

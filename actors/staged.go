@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -24,6 +25,37 @@ const (
 	stagedCanceled
 )
 
+// StagedProgram is a staged program prepared on one lane
+// (PrepareStaged): it replays there, for a tenant that owns its buffers
+// and staging, until the lane is rebuilt (then prepare it again).
+type StagedProgram struct {
+	st   *lanecore.Staged
+	lane int
+}
+
+// Lane is the lane the program was prepared on, where it replays.
+func (p *StagedProgram) Lane() int { return p.lane }
+
+// Bytes are the bytes one replay moves through the program's input and
+// output slots.
+func (p *StagedProgram) Bytes() (in, out uint64) { return p.st.Bytes() }
+
+// OutputSizes are the outputs' lengths, in logical order.
+func (p *StagedProgram) OutputSizes() []uint64 { return p.st.OutputSizes() }
+
+// MakeOutputs allocates one buffer per output, each exactly its length,
+// for ReplayInto.
+func (p *StagedProgram) MakeOutputs() [][]byte { return p.st.MakeOutputs() }
+
+// program is the lane's staged program and its lane; a nil program is
+// refused.
+func (p *StagedProgram) program() (*lanecore.Staged, int, error) {
+	if p == nil || p.st == nil {
+		return nil, 0, fmt.Errorf("%w: nil staged program: prepare one (PrepareStaged)", lanes.ErrStagedInput)
+	}
+	return p.st, p.lane, nil
+}
+
 // Replay runs a staged program, for the tenant that owns its buffers and
 // staging, on the lane it was prepared on, with inputs in logical order,
 // and returns its outputs (when collect). It answers ErrOverloaded when
@@ -34,32 +66,37 @@ const (
 // replay, it never runs (not submitted); once it runs, Replay waits for it
 // (within the hang timeout), so the lane never reads inputs its caller
 // has taken back.
-func (s *Scheduler) Replay(ctx context.Context, tenant string, lane int, st *lanes.Staged, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
-	return s.replay(ctx, &stagedRequest{Program: st, Inputs: inputs, Collect: collect}, tenant, lane)
+func (s *Scheduler) Replay(ctx context.Context, tenant string, p *StagedProgram, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
+	return s.replay(ctx, &stagedRequest{Inputs: inputs, Collect: collect}, tenant, p)
 }
 
 // ReplayInto is Replay with the outputs copied into the caller's buffers
-// (lanes.Lane.ReplayInto: one per output, each exactly its length;
-// Staged.MakeOutputs allocates them). The lane writes them only while
+// (one per output, each exactly its length: StagedProgram.MakeOutputs
+// allocates them). The lane writes them only while
 // ReplayInto waits, so they are the caller's again when it returns.
-func (s *Scheduler) ReplayInto(ctx context.Context, tenant string, lane int, st *lanes.Staged, inputs, outputs [][]byte) (lanes.StagedResult, error) {
-	return s.replay(ctx, &stagedRequest{Program: st, Inputs: inputs, Outputs: outputs, Into: true, Collect: true}, tenant, lane)
+func (s *Scheduler) ReplayInto(ctx context.Context, tenant string, p *StagedProgram, inputs, outputs [][]byte) (lanes.StagedResult, error) {
+	return s.replay(ctx, &stagedRequest{Inputs: inputs, Outputs: outputs, Into: true, Collect: true}, tenant, p)
 }
 
 // Repeat runs a staged program again on the inputs of its last replay
-// (lanes.Lane.Repeat: exact without comparing them; with the outputs
-// cached, a hit costs one copy into outputs), held to the same shares as
+// (exact without comparing them; with the outputs cached, a hit costs one
+// copy into outputs), held to the same shares as
 // Replay. With nil outputs it collects nothing.
-func (s *Scheduler) Repeat(ctx context.Context, tenant string, lane int, st *lanes.Staged, outputs [][]byte) (lanes.StagedResult, error) {
-	return s.replay(ctx, &stagedRequest{Program: st, Outputs: outputs, Into: outputs != nil, Collect: outputs != nil, Repeat: true}, tenant, lane)
+func (s *Scheduler) Repeat(ctx context.Context, tenant string, p *StagedProgram, outputs [][]byte) (lanes.StagedResult, error) {
+	return s.replay(ctx, &stagedRequest{Outputs: outputs, Into: outputs != nil, Collect: outputs != nil, Repeat: true}, tenant, p)
 }
 
 // replay is Replay, ReplayInto and Repeat: m says which, and what with.
-func (s *Scheduler) replay(ctx context.Context, m *stagedRequest, tenant string, lane int) (lanes.StagedResult, error) {
-	op, st, collect := "staged replay", m.Program, m.Collect
+func (s *Scheduler) replay(ctx context.Context, m *stagedRequest, tenant string, p *StagedProgram) (lanes.StagedResult, error) {
+	op, collect := "staged replay", m.Collect
 	if m.Repeat {
 		op = "staged repeat"
 	}
+	st, lane, err := p.program()
+	if err != nil {
+		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+	}
+	m.Program = st
 	if err := s.checkAsk(ctx, op, lane); err != nil {
 		return lanes.StagedResult{}, err
 	}

@@ -4,8 +4,6 @@
 package lanes
 
 import (
-	"fmt"
-
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/programs"
@@ -129,63 +127,6 @@ type Batch struct {
 	Retain []cuda.Buffer
 }
 
-// validate checks everything about a batch that needs no enqueue.
-func (l *Lane) validate(b *Batch) error {
-	if len(b.Entries) == 0 {
-		return invalid("the batch has no entries; submit at least one command")
-	}
-	if b.Path > PathReplayedWithBoundaries {
-		return invalid("unknown compute path %d", b.Path)
-	}
-	if b.Timing > TimingVerification {
-		return invalid("unknown timing mode %d", b.Timing)
-	}
-	if b.Path == PathReplayedWithBoundaries && len(b.EagerBoundaries) == 0 {
-		return invalid("path %v needs declared eager boundaries; use %v instead", b.Path, PathReplayedOnly)
-	}
-	if b.Program != nil {
-		if err := b.Program.Validate(); err != nil {
-			return err
-		}
-	}
-	for i := range b.Entries {
-		e := &b.Entries[i]
-		if e.Node < cache.NoNode {
-			return invalid("entry %d names plan node %d; use a node >= 0 or cache.NoNode", i, e.Node)
-		}
-		if b.Program != nil && e.Node >= b.Program.Nodes {
-			return invalid("entry %d names node %d of a %d-node program", i, e.Node, b.Program.Nodes)
-		}
-		if e.Phase > cache.PhaseReadout {
-			return invalid("entry %d has unknown phase %d", i, e.Phase)
-		}
-		if e.Work.Form > FormWave {
-			return invalid("entry %d has unknown batching form %d", i, e.Work.Form)
-		}
-		if e.Invoke != nil {
-			if e.Command.Kind != 0 || e.Replay != nil {
-				return invalid("entry %d invokes a program segment and also carries a command; give one or the other", i)
-			}
-			if e.Phase != cache.PhaseCompute {
-				return invalid("entry %d invokes a program segment in phase %v; invocations are compute", i, e.Phase)
-			}
-			if _, err := l.catalog.Resolve(*e.Invoke, b.Timing == TimingVerification); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := l.validateCommand(i, e.Command); err != nil {
-			return err
-		}
-		if e.Replay != nil {
-			if n := e.Command.RegionCount(); len(e.Replay.Scopes) != n {
-				return invalid("entry %d declares %d region scopes for a command with %d regions; attribution lengths must agree", i, len(e.Replay.Scopes), n)
-			}
-		}
-	}
-	return l.checkHandles(b)
-}
-
 // ForHandles calls buffer for every device buffer the batch names and host
 // for every pinned host buffer, and stops at the first error: the entries'
 // commands (their regions in [cuda.Command.ForRegions] order, then a stage
@@ -222,70 +163,6 @@ func (b *Batch) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.HostBu
 		if err := buffer(r); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// checkHandles checks that every buffer the batch names is live on the
-// lane's device, exactly as allocated, before anything is enqueued: a freed,
-// forged or foreign handle is the caller's error, never the stream's. A
-// handle the lane found live is not asked about again while the device has
-// freed nothing since (cuda.Device.Frees): a tenant's steady steps name the
-// same few buffers.
-func (l *Lane) checkHandles(b *Batch) error {
-	if frees := l.dev.Frees(); frees != l.liveFrees {
-		l.live, l.liveFrees = l.live[:0], frees
-	}
-	return b.ForHandles(func(buf cuda.Buffer) error {
-		for _, s := range l.live {
-			if s == buf {
-				return nil
-			}
-		}
-		if buf.ID == 0 {
-			// As a command naming it is answered (a region of no
-			// allocated buffer), wherever the batch names it.
-			return cuda.Contractf("validate", cuda.ErrStaleHandle, "the zero Buffer names no buffer; name one the device allocated")
-		}
-		if err := l.dev.CheckBuffer(buf); err != nil {
-			return invalidHandle(err)
-		}
-		if len(l.live) == maxLive {
-			l.live = l.live[:0]
-		}
-		l.live = append(l.live, buf)
-		return nil
-	}, func(h cuda.HostBuffer) error {
-		if err := l.dev.CheckHost(h); err != nil {
-			return invalidHandle(err)
-		}
-		return nil
-	})
-}
-
-// maxLive bounds the handles a lane remembers as live (the scan is linear;
-// past it the lane starts over).
-const maxLive = 32
-
-// invalidHandle is a device's refusal of a handle as a batch error: it
-// wraps both, so errors.Is finds lanes.ErrInvalidBatch and the device's
-// sentinel (cuda.ErrStaleHandle, say).
-func invalidHandle(err error) error {
-	return fmt.Errorf("%w: %w", ErrInvalidBatch, err)
-}
-
-// validateCommand checks a command against the lane's device without
-// enqueuing it: structure, kernel, and that every region is of this device.
-func (l *Lane) validateCommand(i int, c cuda.Command) error {
-	inst := l.dev.Info().Instance
-	err := cuda.ValidateFor("validate", c, l.dev.Kernels(), func(b cuda.Buffer) error {
-		if b.Device != inst {
-			return cuda.Contractf("validate", cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, not this lane's %d", b.ID, b.Device, inst)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("entry %d: %w", i, err)
 	}
 	return nil
 }

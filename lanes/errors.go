@@ -4,8 +4,6 @@
 package lanes
 
 import (
-	"fmt"
-
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -75,14 +73,4 @@ func Wrap(op string, notSubmitted bool, err error) *Error {
 	c := cuda.Classify(err)
 	e := &Error{Op: op, Code: c.Code, Blame: c.Blame, NotSubmitted: notSubmitted, Retryable: c.Retryable && notSubmitted, Sticky: c.Sticky, Err: err}
 	return e
-}
-
-// rejected wraps an error caught before anything was enqueued.
-func rejected(op string, err error) *Error { return Wrap(op, true, err) }
-
-// failed wraps an error after enqueue began.
-func failed(op string, err error) *Error { return Wrap(op, false, err) }
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidBatch}, args...)...)
 }

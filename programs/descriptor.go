@@ -6,7 +6,6 @@ package programs
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/lanesched/lanes/cache"
@@ -28,13 +27,6 @@ const MaxIDBytes = 256
 
 // String prints "runtime/name".
 func (id ID) String() string { return id.Runtime + "/" + id.Name }
-
-func (id ID) compare(o ID) int {
-	if c := strings.Compare(id.Runtime, o.Runtime); c != 0 {
-		return c
-	}
-	return strings.Compare(id.Name, o.Name)
-}
 
 // Capture describes a plan's topology as a batch declares it while
 // preparation is open: how many nodes, which must run eagerly, and which are
@@ -138,81 +130,18 @@ type Descriptor struct {
 // through an explicit eviction.
 func (d Descriptor) DeterminismReady() bool { return len(d.Gaps) == 0 }
 
-// validate checks that every node is in exactly one of a segment, the eager
-// boundaries, or the gaps, and that segments are ordered by ordinal.
-func (d Descriptor) validate() error {
-	if err := d.Capture.Validate(); err != nil {
-		return err
-	}
-	owner := make([]string, d.Nodes)
-	claim := func(n int, what string) error {
-		if n < 0 || n >= d.Nodes {
-			return fmt.Errorf("%w: %s names node %d outside 0..%d", ErrTopology, what, n, d.Nodes-1)
-		}
-		if owner[n] != "" {
-			return fmt.Errorf("%w: node %d is both %s and %s", ErrTopology, n, owner[n], what)
-		}
-		owner[n] = what
-		return nil
-	}
-	for i, s := range d.Segments {
-		if s.Ordinal != i || s.Start >= s.End || s.Commands <= 0 {
-			return fmt.Errorf("%w: segment %+v at position %d", ErrTopology, s, i)
-		}
-		for n := s.Start; n < s.End; n++ {
-			if err := claim(n, fmt.Sprintf("segment %d", i)); err != nil {
-				return err
-			}
-		}
-	}
-	for _, n := range d.EagerBoundaries {
-		if err := claim(n, "an eager boundary"); err != nil {
-			return err
-		}
-	}
-	for i, g := range d.Gaps {
-		if i > 0 && d.Gaps[i-1].Node >= g.Node {
-			return fmt.Errorf("%w: gaps are not sorted by node", ErrTopology)
-		}
-		if g.Reason == cache.ReasonNone {
-			return fmt.Errorf("%w: gap at node %d has no reason", ErrTopology, g.Node)
-		}
-		if err := claim(g.Node, "a gap"); err != nil {
-			return err
-		}
-	}
-	for n, o := range owner {
-		if o == "" {
-			return fmt.Errorf("%w: node %d is in no segment, boundary or gap", ErrTopology, n)
-		}
-	}
-	return nil
-}
-
-// segmentBindings keeps the binding nodes that lie inside some segment.
-func segmentBindings(bindings []int, segs []Segment) []int {
-	var out []int
-	for _, b := range bindings {
-		for _, s := range segs {
-			if s.Contains(b) {
-				out = append(out, b)
-				break
-			}
-		}
-	}
-	return out
-}
-
-func (d Descriptor) equal(o Descriptor) bool {
-	return d.ID == o.ID && d.Nodes == o.Nodes && slices.Equal(d.EagerBoundaries, o.EagerBoundaries) &&
-		slices.Equal(d.Bindings, o.Bindings) && slices.Equal(d.Segments, o.Segments) &&
-		slices.Equal(d.SegmentBindings, o.SegmentBindings) && slices.Equal(d.Gaps, o.Gaps)
-}
-
 // Invocation is a reference to one segment of a sealed program: plain data
 // that can cross a wire. A submission that carries one is validated against
 // the catalog before anything is enqueued.
 type Invocation struct {
 	Program ID
 	Segment Segment
+}
+
+// LogicalCommand attributes one command of a resident segment: its ordinal
+// within the segment, its plan node and the graph nodes it captured.
+type LogicalCommand struct {
+	Ordinal    int
+	Node       int
+	GraphNodes int
 }

@@ -339,7 +339,7 @@ func (f *Front) Preparation(ctx context.Context, tenant string) (cache.Preparati
 // lane's preparation must be open). Slots are 1 byte to MaxHostBytes
 // each, at most MaxStagedSlots in all; a host keeps MaxStagedPerTenant
 // programs of a tenant (actors.ErrProgramLimit past it). The spec's
-// mistakes are refused as lanes.NewStaged refuses them.
+// mistakes are refused as actors.Scheduler.PrepareStaged refuses them.
 func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpec) (*StagedProgram, error) {
 	return f.room().PrepareStaged(ctx, tenant, spec)
 }

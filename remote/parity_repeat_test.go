@@ -101,22 +101,19 @@ func TestReplayIntoAndRepeatMatchOneProcess(t *testing.T) {
 	if err := s.OwnHost("a", h, o); err != nil {
 		t.Fatal(err)
 	}
-	st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: b.Whole()}}, []int{0}, []lanes.Entry{double(a, b)})
+	st, err := s.PrepareStaged(ctx, "a", 0, lanes.StagedSpec{Inputs: []lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, InputMap: []int{0}, Outputs: []lanes.Slot{{Staging: o.Whole(), Device: b.Whole()}}, OutputMap: []int{0}, Compute: []lanes.Entry{double(a, b)}})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.PrepareStaged(ctx, "a", 0, st); err != nil {
 		t.Fatalf("PrepareStaged: got err %v, want nil", err)
 	}
 	local := repeatSide{
 		replay: func(tenant string, inputs [][]byte) (lanes.StagedResult, error) {
-			return s.Replay(ctx, tenant, 0, st, inputs, true)
+			return s.Replay(ctx, tenant, st, inputs, true)
 		},
 		replayInto: func(tenant string, inputs, outputs [][]byte) (lanes.StagedResult, error) {
-			return s.ReplayInto(ctx, tenant, 0, st, inputs, outputs)
+			return s.ReplayInto(ctx, tenant, st, inputs, outputs)
 		},
 		repeat: func(tenant string, outputs [][]byte) (lanes.StagedResult, error) {
-			return s.Repeat(ctx, tenant, 0, st, outputs)
+			return s.Repeat(ctx, tenant, st, outputs)
 		},
 		outputs: st.MakeOutputs,
 	}

@@ -93,15 +93,12 @@ func TestStagedReplaysMatchOneProcess(t *testing.T) {
 		if err := s.OwnHost(tenant, h, o); err != nil {
 			t.Fatal(err)
 		}
-		st, err := lanes.NewStaged([]lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, []int{0}, []lanes.Slot{{Staging: o.Whole(), Device: b.Whole()}}, []int{0}, []lanes.Entry{double(a, b)})
+		st, err := s.PrepareStaged(ctx, tenant, 0, lanes.StagedSpec{Inputs: []lanes.Slot{{Staging: h.Whole(), Device: a.Whole()}}, InputMap: []int{0}, Outputs: []lanes.Slot{{Staging: o.Whole(), Device: b.Whole()}}, OutputMap: []int{0}, Compute: []lanes.Entry{double(a, b)}})
 		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.PrepareStaged(ctx, tenant, 0, st); err != nil {
 			t.Fatalf("PrepareStaged: got err %v, want nil", err)
 		}
 		return func(tenant string, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
-			return s.Replay(ctx, tenant, 0, st, inputs, collect)
+			return s.Replay(ctx, tenant, st, inputs, collect)
 		}
 	}}
 	_, addr := startHostProcess(t, "--sim-clock", "zero", "--lanes", "1")

@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -38,13 +39,13 @@ func BenchmarkStagedReplay(b *testing.B) {
 				if err != nil {
 					b.Fatalf("NewStream: got err %v, want nil", err)
 				}
-				cfg := lanes.Config{Device: dev, Stream: st}
+				cfg := lanecore.Config{Device: dev, Stream: st}
 				if mode == "staged-copied" {
 					cfg.PinBytes = -1 // every input copied into its staging
 				}
-				l, err := lanes.New(cfg)
+				l, err := lanecore.New(cfg)
 				if err != nil {
-					b.Fatalf("lanes.New: got err %v, want nil", err)
+					b.Fatalf("lanecore.New: got err %v, want nil", err)
 				}
 				size := uint64(4 * n)
 				alloc := func() cuda.Buffer {
@@ -75,11 +76,11 @@ func BenchmarkStagedReplay(b *testing.B) {
 				if err != nil {
 					b.Fatalf("cuda.Launch(add): got err %v, want nil", err)
 				}
-				program, err := lanes.NewStaged([]lanes.Slot{{Staging: host(), Device: a.Whole()}, {Staging: host(), Device: bb.Whole()}}, []int{0, 1},
+				program, err := lanecore.NewStaged([]lanes.Slot{{Staging: host(), Device: a.Whole()}, {Staging: host(), Device: bb.Whole()}}, []int{0, 1},
 					[]lanes.Slot{{Staging: host(), Device: out.Whole()}}, []int{0},
 					[]lanes.Entry{{Phase: cache.PhaseCompute, Node: 0, Command: add, Replay: lanes.Replayable(add, cache.LaunchKey("bench", add), cache.PlanScope())}})
 				if err != nil {
-					b.Fatalf("lanes.NewStaged: got err %v, want nil", err)
+					b.Fatalf("lanecore.NewStaged: got err %v, want nil", err)
 				}
 				if _, err := l.Configure(4); err != nil {
 					b.Fatalf("Configure(4): got err %v, want nil", err)
@@ -189,7 +190,7 @@ func benchCopy(b *testing.B, size int) {
 
 // benchInPlace times replays of inputs written into the program's staging
 // in place: one byte changes per replay, and the full graph runs.
-func benchInPlace(b *testing.B, l *lanes.Lane, program *lanes.Staged) {
+func benchInPlace(b *testing.B, l *lanecore.Lane, program *lanecore.Staged) {
 	views, err := l.StagedInputs(program)
 	if err != nil {
 		b.Fatalf("StagedInputs: got err %v, want nil", err)

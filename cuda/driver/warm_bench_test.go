@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -38,21 +39,21 @@ func BenchmarkWarmRebuild(b *testing.B) {
 	}
 	epoch := time.Now()
 	now := func() time.Duration { return time.Since(epoch) }
-	newLane := func() *lanes.Lane {
+	newLane := func() *lanecore.Lane {
 		st, err := dev.NewStream()
 		if err != nil {
 			b.Fatalf("NewStream: got err %v, want nil", err)
 		}
-		l, err := lanes.New(lanes.Config{Device: dev, Stream: st, Now: now})
+		l, err := lanecore.New(lanecore.Config{Device: dev, Stream: st, Now: now})
 		if err != nil {
-			b.Fatalf("lanes.New: got err %v, want nil", err)
+			b.Fatalf("lanecore.New: got err %v, want nil", err)
 		}
 		if _, err := l.Configure(16); err != nil {
 			b.Fatalf("Configure: got err %v, want nil", err)
 		}
 		return l
 	}
-	step := func(l *lanes.Lane, batch lanes.Batch) {
+	step := func(l *lanecore.Lane, batch lanes.Batch) {
 		if _, err := l.Submit(batch); err != nil {
 			b.Fatalf("Submit: got err %v, want nil", err)
 		}

@@ -64,7 +64,7 @@ type stagedCall struct {
 }
 
 // checkOutputs refuses buffers that do not fit the program's outputs, as
-// lanes.Staged.CheckOutputs does, in its words.
+// lanecore.Staged.CheckOutputs does, in its words.
 func (p *StagedProgram) checkOutputs(outputs [][]byte) error {
 	if len(outputs) != len(p.outSizes) {
 		return fmt.Errorf("%w: Fix: the staged program has %d output(s) but %d buffer(s) were passed for them; allocate them with MakeOutputs", lanes.ErrStagedInput, len(p.outSizes), len(outputs))

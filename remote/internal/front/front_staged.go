@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// StagedSpec is a staged program as a front declares it (lanes.NewStaged's
+// StagedSpec is a staged program as a front declares it (lanes.StagedSpec's
 // arguments but the staging): the device region of each input and output
 // slot, in slot order, the index maps that say which logical input or
 // output each slot is, and the compute entries (each with a replay key).
@@ -56,7 +56,7 @@ func (p *StagedProgram) of(tenant string) error {
 }
 
 // Bytes is what one replay moves: its input slots' bytes and its output
-// slots' (read back when collected), as lanes.Staged.Bytes.
+// slots' (read back when collected), as lanecore.Staged.Bytes.
 func (p *StagedProgram) Bytes() (in, out uint64) { return p.in, p.out }
 
 // PrepareStaged prepares a staged program for the tenant on its host, as
@@ -69,7 +69,7 @@ func (p *StagedProgram) Bytes() (in, out uint64) { return p.in, p.out }
 // lane's preparation must be open). Slots are 1 byte to MaxHostBytes
 // each, at most MaxStagedSlots in all; a host keeps MaxStagedPerTenant
 // programs of a tenant (actors.ErrProgramLimit past it). The spec's
-// mistakes are refused as lanes.NewStaged refuses them.
+// mistakes are refused as actors.Scheduler.PrepareStaged refuses them.
 func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpec) (*StagedProgram, error) {
 	if err := f.admit(ctx, tenant); err != nil {
 		return nil, err
@@ -103,7 +103,7 @@ func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpe
 	if err != nil {
 		return nil, err
 	}
-	// The host made the program as the spec says (lanes.NewStaged checked
+	// The host made the program as the spec says (lanecore.NewStaged checked
 	// that its output map orders the slots): each logical output is as
 	// long as its slot's region.
 	sizes := make([]uint64, len(spec.Outputs))
@@ -116,11 +116,11 @@ func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpe
 }
 
 // OutputSizes is each output's bytes, in logical order, as
-// lanes.Staged.OutputSizes: what ReplayInto and Repeat fill.
+// lanecore.Staged.OutputSizes: what ReplayInto and Repeat fill.
 func (p *StagedProgram) OutputSizes() []uint64 { return slices.Clone(p.outSizes) }
 
 // MakeOutputs allocates one buffer per output, in logical order and each
-// of its length, as lanes.Staged.MakeOutputs: buffers for ReplayInto and
+// of its length, as lanecore.Staged.MakeOutputs: buffers for ReplayInto and
 // Repeat to fill, reused from one replay to the next.
 func (p *StagedProgram) MakeOutputs() [][]byte {
 	out := make([][]byte, len(p.outSizes))

@@ -13,8 +13,10 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
+
 	dataplane "github.com/lanesched/lanes/remote/internal/dataplane"
 
 	wire "github.com/lanesched/lanes/remote/internal/wire"
@@ -24,7 +26,7 @@ import (
 // (where it was prepared, and alone replays it), its staging, and its
 // replays in flight.
 type stagedProgram struct {
-	st      *lanes.Staged
+	st      *actors.StagedProgram
 	tenant  string // the host's (scoped) name of its tenant
 	lane    int
 	dev     cuda.Device
@@ -118,8 +120,9 @@ func (o *hostOps) prepareStaged(res *wirepb.OpResult, epoch uint64, tenant strin
 	if err != nil {
 		return fail(err)
 	}
-	if sp.st, err = lanes.NewStaged(ins, inMap, outs, outMap, compute.Entries); err != nil {
-		return fail(err)
+	spec := lanes.StagedSpec{Inputs: ins, InputMap: inMap, Outputs: outs, OutputMap: outMap, Compute: compute.Entries}
+	if _, err := lanecore.NewStaged(spec.Inputs, spec.InputMap, spec.Outputs, spec.OutputMap, spec.Compute); err != nil {
+		return fail(err) // refused before its staging is owned or a lane chosen
 	}
 	if err := o.h.sched.OwnHost(tenant, sp.staging...); err != nil {
 		return fail(err)
@@ -127,7 +130,7 @@ func (o *hostOps) prepareStaged(res *wirepb.OpResult, epoch uint64, tenant strin
 	if sp.lane, err = o.stagedLane(tenant, sp.dev); err != nil {
 		return fail(err)
 	}
-	if err := o.h.sched.PrepareStaged(context.Background(), tenant, sp.lane, sp.st); err != nil {
+	if sp.st, err = o.h.sched.PrepareStaged(context.Background(), tenant, sp.lane, spec); err != nil {
 		return fail(err)
 	}
 	hs.mu.Lock()
@@ -248,9 +251,9 @@ func (h *Host) replayStaged(epoch, call uint64, m *wirepb.StagedReplay, inputs [
 		if m.Collect {
 			outputs = sp.st.MakeOutputs()
 		}
-		r, err = h.sched.Repeat(context.Background(), tenant, sp.lane, sp.st, outputs)
+		r, err = h.sched.Repeat(context.Background(), tenant, sp.st, outputs)
 	default:
-		r, err = h.sched.Replay(context.Background(), tenant, sp.lane, sp.st, inputs, m.Collect)
+		r, err = h.sched.Replay(context.Background(), tenant, sp.st, inputs, m.Collect)
 	}
 	out := &wirepb.StagedOutcome{Outputs: r.Outputs, DeviceTimeNs: r.DeviceTime.Nanoseconds(), TimeKnown: r.TimeKnown, OutputCache: r.OutputCache, Resident: r.Resident}
 	if r.Receipt.Outcome != 0 || r.Receipt.Fence != 0 {
