@@ -62,8 +62,9 @@ type side interface {
 // this process, or a front to lane host processes. Both keep each tenant's
 // buffers its own, run its batches in the order it submitted them on one
 // lane, and end every accepted submission exactly once. It is safe for
-// concurrent use. Use the *Server that Start returns: the zero Server
-// serves nothing.
+// concurrent use. Use the *Server that Start returns: a nil or zero
+// Server serves nothing (its calls answer stopped; Status, Kernels and Raw
+// are zero).
 //
 // In process and on lane hosts are its two sides, checked alike before
 // either is reached: a call answers the same on both (parity_test.go runs
@@ -104,6 +105,9 @@ func newServer(s side) *Server {
 // already). A tenant with a detached Upload or Free still going on waits
 // for it first (detach).
 func (s *Server) admit(op string, ctx context.Context, tenant string) error {
+	if s.unstarted() {
+		return lanes.Wrap(op, true, errNotStarted)
+	}
 	if s.stopping.Load() {
 		return lanes.Wrap(op, true, actors.ErrStopped)
 	}
@@ -500,10 +504,20 @@ func (s *Server) theirs(tenant string, b *Batch) error {
 // Kernels are the kernels a batch may launch: the device's (in process),
 // or the built-in kernels and FrontConfig.Modules' (lane hosts).
 // Kernels().Names() lists them.
-func (s *Server) Kernels() Kernels { return s.side.kernels() }
+func (s *Server) Kernels() Kernels {
+	if s.unstarted() {
+		return nil
+	}
+	return s.side.kernels()
+}
 
 // Status says where work runs and how each lane or host stands.
-func (s *Server) Status() Status { return s.side.status() }
+func (s *Server) Status() Status {
+	if s.unstarted() {
+		return Status{}
+	}
+	return s.side.status()
+}
 
 // Stop drains: every pending submission ends, and every Upload and
 // Free going on (detached or not) goes on to its end, then the server
@@ -516,6 +530,9 @@ func (s *Server) Status() Status { return s.side.status() }
 // context that outlasts the work in flight.
 func (s *Server) Stop(ctx context.Context) (err error) {
 	defer named(&err)
+	if s.unstarted() {
+		return lanes.Wrap("stop", true, errNotStarted)
+	}
 	if ctx == nil {
 		return lanes.Wrap("stop", true, errNilContext)
 	}
@@ -556,8 +573,17 @@ func (s *Server) Stop(ctx context.Context) (err error) {
 // server's own checks and owner table (a buffer allocated through it is
 // not one Server.Free or Forget frees).
 func (s *Server) Raw() any {
+	if s.unstarted() {
+		return nil
+	}
 	if sched := s.side.scheduler(); sched != nil {
 		return sched
 	}
 	return s.side.front()
 }
+
+// errNotStarted answers every call on a Server Start did not return.
+var errNotStarted = fmt.Errorf("%w: this Server was not started: use the *Server that lanes.Start returns", actors.ErrStopped)
+
+// unstarted reports whether s is nil or zero: no side serves it.
+func (s *Server) unstarted() bool { return s == nil || s.side == nil }

@@ -333,6 +333,28 @@ func TestStagedReplayThroughTheScheduler(t *testing.T) {
 	if st := s.Lanes()[0].Staged; st.Uploads != 1 || st.GraphLaunches != 1 || st.Readbacks != 1 {
 		t.Fatalf("lane 0 staged counters: got %d uploads, %d graph launches, %d readbacks; want 1 of each (%+v)", st.Uploads, st.GraphLaunches, st.Readbacks, st)
 	}
+	// The same input again is an output-cache hit; after ForgetOutputs it
+	// runs the graph again (what a program whose weights changed needs).
+	if res, err := s.Replay(ctx, "t", st, [][]byte{{7, 0, 0, 0}}, true); err != nil || !res.OutputCache || res.Outputs[0][0] != 8 {
+		t.Fatalf("the same input again: err %v, output cache %v, output %v; want a hit of 8", err, res.OutputCache, res.Outputs)
+	}
+	st.ForgetOutputs()
+	if res, err := s.Replay(ctx, "t", st, [][]byte{{7, 0, 0, 0}}, true); err != nil || res.OutputCache || res.Outputs[0][0] != 8 {
+		t.Fatalf("after ForgetOutputs: err %v, output cache %v, output %v; want the graph run again, 8", err, res.OutputCache, res.Outputs)
+	}
+	if got := s.Lanes()[0].Staged.GraphLaunches; got != 2 {
+		t.Fatalf("graph launches after a hit and a forgotten replay: %d, want 2", got)
+	}
+	// A program is its scheduler's: another scheduler refuses it, saying
+	// so, before anything runs.
+	other := start(t, actors.Config{Devices: []cuda.Device{newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 0)}, CacheCapacity: 8})
+	if _, err := other.Replay(ctx, "t", st, [][]byte{{7, 0, 0, 0}}, true); !errors.Is(err, lanes.ErrStagedInput) || !strings.Contains(err.Error(), "another scheduler") || !cuda.Classify(err).NotSubmitted {
+		t.Fatalf("another scheduler's program: got %v, want lanes.ErrStagedInput naming another scheduler, not submitted", err)
+	}
+	// An empty spec says what it lacks.
+	if _, err := s.PrepareStaged(ctx, "t", 0, lanes.StagedSpec{}); !errors.Is(err, lanes.ErrStagedInput) || !strings.Contains(err.Error(), "no slots and no compute") {
+		t.Fatalf("an empty spec: got %v, want lanes.ErrStagedInput saying it has no slots and no compute", err)
+	}
 }
 
 // TestStagedReplayIntoAndRepeatThroughTheScheduler: outputs land in the

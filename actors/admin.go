@@ -82,11 +82,17 @@ func adminCall[T any](ctx context.Context, s *Scheduler, lane int, op adminOp, c
 // it returns ctx's error, not marked not submitted: the operation may
 // still happen on the lane.
 func (s *Scheduler) Configure(ctx context.Context, lane, capacity int) (cache.Preparation, error) {
+	if s.unstarted() {
+		return cache.Preparation{}, errUnstarted
+	}
 	return adminCall[cache.Preparation](ctx, s, lane, opConfigure, capacity)
 }
 
 // Seal closes a lane's preparation.
 func (s *Scheduler) Seal(ctx context.Context, lane int) (cache.Preparation, error) {
+	if s.unstarted() {
+		return cache.Preparation{}, errUnstarted
+	}
 	return adminCall[cache.Preparation](ctx, s, lane, opSeal, 0)
 }
 
@@ -96,16 +102,25 @@ func (s *Scheduler) Seal(ctx context.Context, lane int) (cache.Preparation, erro
 // the snapshot comes back all the same, with lanes.ErrNotQuiescent: its
 // counts may move before the lane is quiescent.
 func (s *Scheduler) Preparation(ctx context.Context, lane int) (cache.Preparation, error) {
+	if s.unstarted() {
+		return cache.Preparation{}, errUnstarted
+	}
 	return adminCall[cache.Preparation](ctx, s, lane, opPreparation, 0)
 }
 
 // Trim releases a lane's executables and programs.
 func (s *Scheduler) Trim(ctx context.Context, lane int) (cache.TrimReport, error) {
+	if s.unstarted() {
+		return cache.TrimReport{}, errUnstarted
+	}
 	return adminCall[cache.TrimReport](ctx, s, lane, opTrim, 0)
 }
 
 // Catalog returns a lane's sealed program catalog.
 func (s *Scheduler) Catalog(ctx context.Context, lane int) ([]programs.Descriptor, error) {
+	if s.unstarted() {
+		return nil, errUnstarted
+	}
 	return adminCall[[]programs.Descriptor](ctx, s, lane, opCatalog, 0)
 }
 
@@ -113,6 +128,9 @@ func (s *Scheduler) Catalog(ctx context.Context, lane int) ([]programs.Descripto
 // timeout: a kernel that never finishes abandons the stream and answers
 // ErrHung.
 func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
+	if s.unstarted() {
+		return errUnstarted
+	}
 	_, err := adminCall[struct{}](ctx, s, lane, opSynchronize, 0)
 	return err
 }
@@ -126,6 +144,9 @@ func (s *Scheduler) Synchronize(ctx context.Context, lane int) error {
 // *BatchTooLargeError (one whose outputs push a collecting replay past
 // the limit is prepared; those replays are refused).
 func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, spec lanes.StagedSpec) (*StagedProgram, error) {
+	if s.unstarted() {
+		return nil, errUnstarted
+	}
 	if err := s.refuseStopped("prepare staged"); err != nil {
 		return nil, err
 	}
@@ -142,5 +163,5 @@ func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, 
 	if _, err := ask[struct{}](ctx, s, "prepare staged", lane, func(id uint64) any { return &stagedRequest{Call: id, Prepare: true, Program: st} }); err != nil {
 		return nil, err
 	}
-	return &StagedProgram{st: st, lane: lane}, nil
+	return &StagedProgram{st: st, lane: lane, sched: s}, nil
 }

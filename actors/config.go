@@ -100,8 +100,9 @@ type Config struct {
 	CacheDeviceBytes int64
 	// WarmRebuild bounds the time a lane rebuilt after a hang spends
 	// capturing again, most replayed first, what the lane it replaces
-	// replayed, before it takes traffic (docs/replays.md, "A
-	// lane that comes back warm"). Default 250 ms; negative: a rebuilt lane starts cold.
+	// replayed, before it takes traffic (docs/replays.md, "A lane that
+	// comes back warm"). Default 250 ms; negative: a rebuilt lane starts
+	// cold.
 	WarmRebuild time.Duration
 	// PinBytes bounds the bytes of callers' input buffers each lane keeps
 	// pinned where they are, for staged replays that pass the same buffers
@@ -109,8 +110,9 @@ type Config struct {
 	// staging).
 	PinBytes int64
 	// Libraries are set up on every lane when it starts and after each
-	// rebuild: a cuBLAS handle and workspace per lane, say. A call of a library not listed here is set up on a lane
-	// before the first submission that names it.
+	// rebuild: a cuBLAS handle and workspace per lane, say. A call of a
+	// library not listed here is set up on a lane before the first
+	// submission that names it.
 	Libraries []*cuda.Library
 	// Recovery is what happens to a lane whose stream failed.
 	Recovery Recovery

@@ -1,7 +1,7 @@
 // Package actors makes lanes concurrent: each lane is a protoactor-go actor
 // whose mailbox runs on one goroutine, each run locked to its OS thread
-// with the device's context current, and which alone owns its [lanes.Lane] (stream,
-// executable cache, program catalog). The [Scheduler] is the public API: it
+// with the device's context current, and which alone owns its lane (stream,
+// executable cache, program catalog: the lane core, internal/lanecore). The [Scheduler] is the public API: it
 // routes each tenant's batches to a lane (sticky per tenant, healthy lanes
 // only, least loaded first), bounds admission (per lane and per tenant,
 // answering the retryable [ErrOverloaded] instead of queueing without

@@ -78,6 +78,9 @@ func (s *Scheduler) ownWorkspace(buf cuda.Buffer, allocated bool) {
 // upload fails, or ctx ends, none is shared, each is no one's, their
 // contents undefined, and the error says so; fill them again.
 func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (SharedFill, error) {
+	if s.unstarted() {
+		return SharedFill{}, errUnstarted
+	}
 	const op = "fill shared"
 	start := time.Now()
 	refused := SharedFill{Lane: -1}

@@ -57,6 +57,9 @@ func CheckFits(dev cuda.Device, spec cuda.BufferSpec) error {
 // freed: then its row is dropped at the scheduler's next sweep
 // (Config.TenantIdle says when).
 func (s *Scheduler) Own(tenant string, bufs ...cuda.Buffer) error {
+	if s.unstarted() {
+		return errUnstarted
+	}
 	if err := s.refuseStopped("own"); err != nil {
 		return err
 	}
@@ -73,6 +76,9 @@ func (s *Scheduler) Own(tenant string, bufs ...cuda.Buffer) error {
 // ErrNotYours, so no tenant can corrupt what every tenant reads. Write
 // shared buffers before sharing them, or on a stream of your own.
 func (s *Scheduler) Share(bufs ...cuda.Buffer) error {
+	if s.unstarted() {
+		return errUnstarted
+	}
 	if err := s.refuseStopped("share"); err != nil {
 		return err
 	}
@@ -81,6 +87,9 @@ func (s *Scheduler) Share(bufs ...cuda.Buffer) error {
 
 // OwnHost records pinned host staging as one tenant's, as Own does buffers.
 func (s *Scheduler) OwnHost(tenant string, hosts ...cuda.HostBuffer) error {
+	if s.unstarted() {
+		return errUnstarted
+	}
 	if err := s.refuseStopped("own"); err != nil {
 		return err
 	}
@@ -94,6 +103,9 @@ func (s *Scheduler) OwnHost(tenant string, hosts ...cuda.HostBuffer) error {
 // read: a batch that stages out into it is refused (ErrNotYours), as a
 // write to a shared device buffer is.
 func (s *Scheduler) ShareHost(hosts ...cuda.HostBuffer) error {
+	if s.unstarted() {
+		return errUnstarted
+	}
 	if err := s.refuseStopped("share"); err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ const MaxReadBytes = 256 << 20
 // out of its bounds, ErrOverloaded when the tenant's lane is full. r's
 // Length is 1 to MaxReadBytes.
 func (s *Scheduler) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte, error) {
+	if s.unstarted() {
+		return nil, errUnstarted
+	}
 	if r.Length == 0 || r.Length > MaxReadBytes {
 		return nil, fmt.Errorf("%w: Read: %d bytes; read 1 to %d at a time", ErrInvalidArgument, r.Length, uint64(MaxReadBytes))
 	}

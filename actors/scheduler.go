@@ -50,7 +50,9 @@ type call struct {
 }
 
 // Scheduler routes tenants' batches to lane actors. It is safe for
-// concurrent use.
+// concurrent use. Use the *Scheduler that Start returns: a nil or zero
+// Scheduler serves nothing (its calls answer ErrStopped, its reports are
+// zero, Done is closed).
 type Scheduler struct {
 	cfg    Config
 	system *actor.ActorSystem
@@ -259,22 +261,38 @@ func (s *Scheduler) completeAdmin(id uint64, res any, err error) {
 // ClockOrigin is when the lanes' host clock started: a receipt's
 // HostStart is a duration on that clock, so ClockOrigin().Add(HostStart)
 // is when its start event was recorded.
-func (s *Scheduler) ClockOrigin() time.Time { return s.epoch }
+func (s *Scheduler) ClockOrigin() time.Time {
+	if s.unstarted() {
+		return time.Time{}
+	}
+	return s.epoch
+}
 
 // Runtime is the runtime fingerprint of the lanes' programs
 // (Config.Runtime, defaulted): a program's id must carry it
 // (programs.ID.Runtime), or the lane refuses it as another runtime's.
-func (s *Scheduler) Runtime() string { return s.cfg.Runtime }
+func (s *Scheduler) Runtime() string {
+	if s.unstarted() {
+		return ""
+	}
+	return s.cfg.Runtime
+}
 
 // BatchBounds are the most commands and upload bytes one batch may carry
 // (Config.MaxBatchEntries and MaxBatchBytes, defaulted): a lane host
 // tells its fronts, which refuse a larger batch as the scheduler does.
 func (s *Scheduler) BatchBounds() (entries int, bytes int64) {
+	if s.unstarted() {
+		return 0, 0
+	}
 	return s.cfg.MaxBatchEntries, s.cfg.MaxBatchBytes
 }
 
 // Lanes reports every lane's health and counters.
 func (s *Scheduler) Lanes() []LaneStatus {
+	if s.unstarted() {
+		return nil
+	}
 	out := make([]LaneStatus, len(s.lanes))
 	for i, r := range s.lanes {
 		out[i] = r.status()
@@ -293,3 +311,10 @@ func (s *Scheduler) adminFor(ref *laneRef, closed *atomic.Bool) *call {
 	}
 	return c
 }
+
+// errUnstarted answers every call on a Scheduler that Start did not
+// return (nil or zero).
+var errUnstarted = fmt.Errorf("%w: this Scheduler was not started: use the *Scheduler that actors.Start returns", ErrStopped)
+
+// unstarted reports whether s is nil or zero: Start made neither.
+func (s *Scheduler) unstarted() bool { return s == nil || s.system == nil }

@@ -26,32 +26,73 @@ const (
 )
 
 // StagedProgram is a staged program prepared on one lane
-// (PrepareStaged): it replays there, for a tenant that owns its buffers
-// and staging, until the lane is rebuilt (then prepare it again).
+// (PrepareStaged): it replays there, through the scheduler that prepared
+// it, for a tenant that owns its buffers and staging, until the lane is
+// rebuilt after a hang (then prepare it again; a lane that recovers from
+// a failed stream keeps its programs). Its methods are safe on a nil
+// program, which replays nothing.
 type StagedProgram struct {
-	st   *lanecore.Staged
-	lane int
+	st    *lanecore.Staged
+	lane  int
+	sched *Scheduler
 }
 
 // Lane is the lane the program was prepared on, where it replays.
-func (p *StagedProgram) Lane() int { return p.lane }
+func (p *StagedProgram) Lane() int {
+	if p == nil {
+		return -1
+	}
+	return p.lane
+}
 
 // Bytes are the bytes one replay moves through the program's input and
 // output slots.
-func (p *StagedProgram) Bytes() (in, out uint64) { return p.st.Bytes() }
+func (p *StagedProgram) Bytes() (in, out uint64) {
+	if p == nil || p.st == nil {
+		return 0, 0
+	}
+	return p.st.Bytes()
+}
 
 // OutputSizes are the outputs' lengths, in logical order.
-func (p *StagedProgram) OutputSizes() []uint64 { return p.st.OutputSizes() }
+func (p *StagedProgram) OutputSizes() []uint64 {
+	if p == nil || p.st == nil {
+		return nil
+	}
+	return p.st.OutputSizes()
+}
 
 // MakeOutputs allocates one buffer per output, each exactly its length,
 // for ReplayInto.
-func (p *StagedProgram) MakeOutputs() [][]byte { return p.st.MakeOutputs() }
+func (p *StagedProgram) MakeOutputs() [][]byte {
+	if p == nil || p.st == nil {
+		return nil
+	}
+	return p.st.MakeOutputs()
+}
 
-// program is the lane's staged program and its lane; a nil program is
-// refused.
-func (p *StagedProgram) program() (*lanecore.Staged, int, error) {
+// ForgetOutputs drops the program's output cache and its record of the
+// inputs on the device: the next replay stages its inputs and runs the
+// full graph even when they are the same. Call it when something other
+// than Replay's inputs changed what the program computes (device memory
+// it reads, its weights say, written by other work), or identical inputs
+// return the old outputs without a launch. It is safe to call from any
+// goroutine, also while the program replays (it applies from the next
+// replay).
+func (p *StagedProgram) ForgetOutputs() {
+	if p != nil && p.st != nil {
+		p.st.ForgetOutputs()
+	}
+}
+
+// program is the lane's staged program and its lane; a nil program, or
+// one another scheduler prepared, is refused.
+func (p *StagedProgram) program(s *Scheduler) (*lanecore.Staged, int, error) {
 	if p == nil || p.st == nil {
 		return nil, 0, fmt.Errorf("%w: nil staged program: prepare one (PrepareStaged)", lanes.ErrStagedInput)
+	}
+	if p.sched != s {
+		return nil, 0, fmt.Errorf("%w: the staged program was prepared by another scheduler, which alone replays it: replay it there, or prepare its spec on this one", lanes.ErrStagedInput)
 	}
 	return p.st, p.lane, nil
 }
@@ -67,6 +108,9 @@ func (p *StagedProgram) program() (*lanecore.Staged, int, error) {
 // (within the hang timeout), so the lane never reads inputs its caller
 // has taken back.
 func (s *Scheduler) Replay(ctx context.Context, tenant string, p *StagedProgram, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
+	if s.unstarted() {
+		return lanes.StagedResult{}, errUnstarted
+	}
 	return s.replay(ctx, &stagedRequest{Inputs: inputs, Collect: collect}, tenant, p)
 }
 
@@ -75,6 +119,9 @@ func (s *Scheduler) Replay(ctx context.Context, tenant string, p *StagedProgram,
 // allocates them). The lane writes them only while
 // ReplayInto waits, so they are the caller's again when it returns.
 func (s *Scheduler) ReplayInto(ctx context.Context, tenant string, p *StagedProgram, inputs, outputs [][]byte) (lanes.StagedResult, error) {
+	if s.unstarted() {
+		return lanes.StagedResult{}, errUnstarted
+	}
 	return s.replay(ctx, &stagedRequest{Inputs: inputs, Outputs: outputs, Into: true, Collect: true}, tenant, p)
 }
 
@@ -83,6 +130,9 @@ func (s *Scheduler) ReplayInto(ctx context.Context, tenant string, p *StagedProg
 // copy into outputs), held to the same shares as
 // Replay. With nil outputs it collects nothing.
 func (s *Scheduler) Repeat(ctx context.Context, tenant string, p *StagedProgram, outputs [][]byte) (lanes.StagedResult, error) {
+	if s.unstarted() {
+		return lanes.StagedResult{}, errUnstarted
+	}
 	return s.replay(ctx, &stagedRequest{Outputs: outputs, Into: outputs != nil, Collect: outputs != nil, Repeat: true}, tenant, p)
 }
 
@@ -92,7 +142,7 @@ func (s *Scheduler) replay(ctx context.Context, m *stagedRequest, tenant string,
 	if m.Repeat {
 		op = "staged repeat"
 	}
-	st, lane, err := p.program()
+	st, lane, err := p.program(s)
 	if err != nil {
 		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
 	}

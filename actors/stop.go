@@ -18,6 +18,9 @@ import (
 // within about HangTimeout. If ctx ends first, Stop returns ctx.Err() and
 // the drain goes on: call Stop again, or wait on Done, to see it finish.
 func (s *Scheduler) Stop(ctx context.Context) error {
+	if s.unstarted() {
+		return errUnstarted
+	}
 	s.stopOnce.Do(s.beginStop)
 	if ctx == nil {
 		ctx = context.Background() // a nil context waits for the drain, as Background would
@@ -40,7 +43,16 @@ func (s *Scheduler) refuseStopped(op string) error {
 }
 
 // Done is closed once Stop has drained every lane and stopped the actors.
-func (s *Scheduler) Done() <-chan struct{} { return s.stopped }
+func (s *Scheduler) Done() <-chan struct{} {
+	if s.unstarted() {
+		return closedChan
+	}
+	return s.stopped
+}
+
+// closedChan is the Done of a Scheduler Start did not return: it serves
+// nothing, so it is done.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (s *Scheduler) beginStop() {
 	s.stopping.Store(true)

@@ -28,6 +28,9 @@ import (
 // the lane's and the device's sentinels (cuda.ErrIllegalAddress,
 // ErrIndeterminate, ErrHung, ...).
 func (s *Scheduler) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes.Receipt, error) {
+	if s.unstarted() {
+		return lanes.Receipt{}, errUnstarted
+	}
 	p, err := s.SubmitAsync(ctx, tenant, b)
 	if err != nil {
 		return lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Tenant: tenant, Lane: -1}, err
@@ -81,6 +84,9 @@ func (p *pending) Lane() int {
 // The batch, with its entries and their slices, belongs to the scheduler
 // until the submission ends: reuse it only after Done is closed.
 func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (lanes.Pending, error) {
+	if s.unstarted() {
+		return nil, errUnstarted
+	}
 	return s.SubmitNotify(ctx, tenant, b, nil)
 }
 
@@ -98,6 +104,9 @@ func (s *Scheduler) SubmitAsync(ctx context.Context, tenant string, b lanes.Batc
 // without hand-offs" in the package doc, which says where ended runs).
 // ended can run before SubmitNotify returns, and must not block.
 func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Batch, ended func(lanes.Pending)) (lanes.Pending, error) {
+	if s.unstarted() {
+		return nil, errUnstarted
+	}
 	return s.SubmitNotifyMemo(ctx, tenant, b, nil, ended)
 }
 
@@ -110,6 +119,9 @@ func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Bat
 // batch that declares a program is checked every time (its claim is
 // counted). A nil memo is SubmitNotify.
 func (s *Scheduler) SubmitNotifyMemo(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(lanes.Pending)) (lanes.Pending, error) {
+	if s.unstarted() {
+		return nil, errUnstarted
+	}
 	p, err := s.admitSubmission(ctx, tenant, b, memo, ended)
 	if err != nil {
 		s.traceRefusal(ctx, tenant, &b, err)

@@ -59,6 +59,9 @@ func checkTenant(name string) error {
 // are free for any tenant to register. A later submission under the name
 // starts afresh.
 func (s *Scheduler) Forget(tenant string) error {
+	if s.unstarted() {
+		return errUnstarted
+	}
 	if err := s.refuseStopped("forget"); err != nil {
 		return err
 	}
@@ -131,6 +134,9 @@ func (s *Scheduler) releaseLanes(tenant string) {
 
 // Tenants is the number of tenants the scheduler keeps state for.
 func (s *Scheduler) Tenants() int {
+	if s.unstarted() {
+		return 0
+	}
 	n := 0
 	s.tenants.Range(func(any, any) bool { n++; return true })
 	return n
@@ -207,6 +213,9 @@ func (s *Scheduler) tenant(name string) (*tenantState, error) {
 // while it has nothing in flight (see Submit), so the answer holds until
 // the tenant is idle again.
 func (s *Scheduler) TenantLane(tenant string) (int, bool) {
+	if s.unstarted() {
+		return -1, false
+	}
 	v, ok := s.tenants.Load(tenant)
 	if !ok {
 		return 0, false

@@ -1,5 +1,8 @@
-// Package cache is the replay half of lanes: exact replay keys, segment
-// discovery, capture, and the bounded executable cache of one lane's stream.
+// Package cache is the words of replay: exact replay keys, the discovery
+// of replayable segments, and what preparation did to each and why a
+// command was not replayed. The bounded executable cache of one lane's
+// stream that acts on them is internal (internal/execcache): a lane owns
+// it.
 //
 // The cache never infers replay safety. A provider attaches a [ProviderKey]
 // to each command it is willing to see replayed, binding its implementation
@@ -9,24 +12,16 @@
 // with a region whose address scope nobody declared, runs eagerly with a
 // typed [Reason].
 //
-// # Usage
-//
-// A lane, for each batch:
-//
-//  1. [Discover] the candidates: maximal runs of replayable compute commands,
-//     split by eager-boundary nodes and by every non-replayable command.
-//  2. [Cache.Prepare] them: every candidate gets one [Disposition]; misses
-//     are captured only while preparation is open ([Cache.Configure]) and
-//     the stream is quiescent.
-//  3. Launch resident candidates with [Cache.Launch]; enqueue the rest
-//     eagerly.
-//
-// [Cache.Seal] closes preparation; [Cache.Trim] releases everything while the
-// stream is quiescent.
+// For each batch a lane [Discover]s the candidates (maximal runs of
+// replayable compute commands, split by eager-boundary nodes and by every
+// non-replayable command), prepares them (each gets one [Disposition]:
+// misses are captured only while preparation is open and the stream is
+// quiescent, [Preparation]), launches the resident ones and enqueues the
+// rest eagerly. A receipt's rows carry each command's [Reason], and its
+// cache events each candidate's disposition.
 //
 // # Concurrency properties
 //
-// Nothing here is safe for concurrent use: a cache belongs to the lane that
-// owns its stream, as the lane core's single-owner design requires. Keys and
-// the functions that build them are pure.
+// Keys and the functions that build them are pure; a [Memo] belongs to
+// one goroutine, like the lane that holds it.
 package cache

@@ -108,7 +108,7 @@ func (m TimingMode) String() string {
 type Batch struct {
 	// Tenant is whose batch it is: the lane's executable cache gives each
 	// tenant an equal share of its room (a scheduler sets it; a lane
-	// driven directly may leave it empty).
+	// driven by hand may leave it empty).
 	Tenant  string
 	Entries []Entry
 	Path    Path

@@ -39,8 +39,8 @@ type Receipt struct {
 	// Err is why the submission did not succeed: an [*Error], classified
 	// (cuda.Classify); nil when it succeeded.
 	Err error
-	// Tenant and Lane say where it ran: the lane's Config.ID, and the
-	// tenant a scheduler submitted it for ("" for a lane driven directly).
+	// Tenant and Lane say where it ran: the lane's id, and the tenant a
+	// scheduler submitted it for.
 	Tenant string
 	Lane   int
 	// DeviceTime is from the point of the stream where the submission
@@ -49,9 +49,9 @@ type Receipt struct {
 	// fence; 0 without timing.
 	DeviceTime time.Duration
 	Spans      []SpanTiming
-	// HostStart is the host time (on Config.Now's clock) at which the
+	// HostStart is the host time (on the lane's clock) at which the
 	// submission's start event was recorded: the anchor that places device
-	// times on the host timeline. HostTimed is false without Config.Now or
+	// times on the host timeline. HostTimed is false without a lane clock or
 	// without timing.
 	HostStart   time.Duration
 	HostTimed   bool
@@ -67,7 +67,7 @@ const (
 	OutcomeSucceeded     Outcome = iota + 1 // the fence completed
 	OutcomeIndeterminate                    // the device failed with the work in flight: its effect is unknown
 	// OutcomeRefused: the batch was refused: by the caller's error partway (see
-	// [Lane.Submit]; what was enqueued before it ran to completion, the
+	// the lane's submit; what was enqueued before it ran to completion, the
 	// rest never ran, and the lane is healthy), or, as a scheduler reports
 	// it, before any of it ran (Err's class says NotSubmitted).
 	OutcomeRefused

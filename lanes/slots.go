@@ -22,7 +22,7 @@ type StagedCounters struct {
 	OutputCacheHits, ResidentInputReplays uint64
 	// PinnedUploads are inputs copied to the device straight from the
 	// caller's buffer, pinned where it is, with no copy into the staging
-	// (see Lane.Replay).
+	// (docs/replays.md, "Staged programs").
 	PinnedUploads uint64
 }
 

@@ -7,8 +7,8 @@
 // node is in exactly one of these. Updates are monotonic: a segment keeps
 // its identity until an explicit eviction rewrites it into gaps. Once the
 // cache is sealed the catalog is readable, and a submission may invoke a
-// program segment by reference ([Invocation]), validated by
-// [Catalog.Resolve] before anything is enqueued.
+// program segment by reference ([Invocation]), validated against the
+// lane's catalog (internal/catalog) before anything is enqueued.
 //
 // # Concurrency properties
 //

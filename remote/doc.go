@@ -32,7 +32,7 @@
 //
 // A round trip costs a fixed time through the remote (about a dozen
 // goroutine hand-offs in two processes); [HostStatus.RoundTrip] says how
-// much, beside the lane's own time, from one call in [SampleEvery]. Keep
+// much, beside the lane's own time, from one call in 64. Keep
 // many calls in flight per host, and [Front.Encode] a repeated step.
 //
 // A submission's context counts on its host as it does in one process: a
@@ -148,8 +148,7 @@
 //   - FillShared, with Share; Lanes, TenantLane, Tenants and OpsHandler: a
 //     host's lanes are seen on the host (Host.Scheduler); a front reports
 //     its hosts (Front.Hosts) and where a tenant is (Front.Placement).
-//   - A staged program's staging written in place (lanes.Lane.StagedInputs
-//     and ReplayWritten, on a lane of one's own): the staging is pinned
+//   - A staged program's staging written in place: the staging is pinned
 //     memory of the host's process; a front's inputs cross with each
 //     Replay or ReplayInto, and Repeat replays them without crossing again.
 //   - A staged replay's context: one that ends while the replay waits for

@@ -71,8 +71,11 @@ type (
 	// for good or by the host for now (ForNow: retryable). errors.Is
 	// ErrRefused.
 	RefusedError = wire.RefusedError
-	// PeerError is an error a lane host reported for a call, with its
-	// stable Code and what its message said, so that errors.Is finds the
-	// sentinels of the code on this side.
+	// PeerError is an error a lane host reported for a call: its stable
+	// Code (cuda.Code), its message (Msg), the names of the sentinels it
+	// wrapped (Kinds; nil from an older host, when errors.Is matches every
+	// sentinel of the code), and for a submission the host withdrew, the
+	// front's caller's context error (Cause). errors.Is finds those
+	// sentinels and Cause on this side; Class is its classification.
 	PeerError = wire.PeerError
 )

@@ -54,52 +54,14 @@ func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 
 // What a front reports and takes, defined with the front.
 type (
-	// HostStatus is a host as its front sees it (Front.Hosts): its Name,
-	// Address and Health, its current Epoch, the Tenants placed on it and
-	// the calls InFlight, its Losses and Restarts, why it was refused
-	// (Refusal) or last lost (LostHow), a launched host's PID, its Lanes
-	// and Runtime fingerprint, where sampled calls' time went (RoundTrip),
-	// whether the cluster found it (FromCluster, Member), and whether its
-	// traffic takes a same-host data plane (DataPlane, NoDataPlane says
-	// why not; DataPlaneSent, DataPlaneRead, AreaUploads, AreaBytesInUse).
-	HostStatus = front.HostStatus
-	// HostHealth is a host's standing with a front: HostJoining,
-	// HostServing, HostLost, HostRefused, HostStopped or HostLeft.
-	HostHealth = front.HostHealth
-	// RoundTrip is where sampled calls to a host spent their time, as
-	// means since the host last registered: Total, of which Wire (both
-	// ways through the remote, on the front's clock less the host's
-	// time), HostQueue, Lane (what the same submission costs in one
-	// process) and HostReply; Samples is how many calls the means hold.
-	RoundTrip = front.RoundTrip
-	// WireStats is what an endpoint's guard refused (Front.Wire,
-	// Host.Wire): Unauthenticated calls, Malformed connections, Dropped
-	// messages, recovered Panics and refused TLS Handshakes.
-	WireStats = system.WireStats
 	// Encoded is a batch encoded once for the wire (Front.Encode), to
 	// submit many times (Front.SubmitEncoded): a serving loop's step.
 	Encoded = front.Encoded
 	// Input is one submission's bytes for an upload of an Encoded batch
-	// (SubmitEncoded): a serving step's new input, by the upload's entry.
+	// (SubmitEncoded): a serving step's new input. Entry is the index, in
+	// the batch given to Encode, of an upload entry; Bytes are exactly as
+	// many bytes as that upload, read until the call ends.
 	Input = front.Input
-	// StagedSpec is a staged program as a front declares it
-	// (Front.PrepareStaged): the device region of each input and output
-	// slot, the index maps, and the compute entries.
-	StagedSpec = front.StagedSpec
-	// StagedProgram is a staged program prepared on a tenant's host: it
-	// replays there until released, its tenant forgotten, or its host
-	// lost (then prepare it again).
-	StagedProgram = front.StagedProgram
-)
-
-// A host's standing with a front (HostStatus.Health).
-const (
-	HostJoining = front.HostJoining // started or asked to join; not registered yet
-	HostServing = front.HostServing // registered under its epoch: routed to
-	HostLost    = front.HostLost    // lost: its calls ended, its tenants' state gone; rejoining or restarting
-	HostRefused = front.HostRefused // registration refused: another protocol (for good), or the host full or leaving (asked again)
-	HostStopped = front.HostStopped // the front stopped
-	HostLeft    = front.HostLeft    // left when asked to, its work done: its tenants move
 )
 
 // FrontConfig configures a front.
@@ -227,6 +189,8 @@ func processes(ps []HostProcess) []front.Process {
 }
 
 // Front routes tenants' work to lane hosts. It is safe for concurrent use.
+// A nil or zero Front serves nothing: its calls answer ErrStopped, its
+// reports are empty.
 type Front struct {
 	f *front.Front
 }
@@ -303,7 +267,15 @@ func (f *Front) Free(ctx context.Context, tenant string, b cuda.Buffer) error {
 
 // Hosts reports every host of the front.
 func (f *Front) Hosts() []HostStatus {
-	return f.room().Hosts()
+	hs := f.room().Hosts()
+	if hs == nil {
+		return nil
+	}
+	out := make([]HostStatus, len(hs))
+	for i, h := range hs {
+		out[i] = hostStatus(h)
+	}
+	return out
 }
 
 // InFlight is the number of calls in flight on every host: each ends once,
@@ -337,11 +309,14 @@ func (f *Front) Preparation(ctx context.Context, tenant string) (cache.Preparati
 // for each slot,
 // owned by the tenant, and captures the program's two variants there (the
 // lane's preparation must be open). Slots are 1 byte to MaxHostBytes
-// each, at most MaxStagedSlots in all; a host keeps MaxStagedPerTenant
-// programs of a tenant (actors.ErrProgramLimit past it). The spec's
+// each, at most 1,024 in all; a host keeps 64 programs of a tenant (actors.ErrProgramLimit past it). The spec's
 // mistakes are refused as actors.Scheduler.PrepareStaged refuses them.
 func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpec) (*StagedProgram, error) {
-	return f.room().PrepareStaged(ctx, tenant, spec)
+	p, err := f.room().PrepareStaged(ctx, tenant, front.StagedSpec(spec))
+	if err != nil {
+		return nil, err
+	}
+	return &StagedProgram{p: p}, nil
 }
 
 // Read copies a region of the tenant's buffer back, after the tenant's
@@ -355,7 +330,7 @@ func (f *Front) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte,
 // (actors.ErrTenantBusy, retryable). A program whose host was lost is
 // gone already: releasing it is nil.
 func (f *Front) ReleaseStaged(ctx context.Context, tenant string, p *StagedProgram) error {
-	return f.room().ReleaseStaged(ctx, tenant, p)
+	return f.room().ReleaseStaged(ctx, tenant, p.room())
 }
 
 // Repeat runs a staged program again on the inputs of its last replay, as
@@ -366,7 +341,7 @@ func (f *Front) ReleaseStaged(ctx context.Context, tenant string, p *StagedProgr
 // outputs are as ReplayInto's. A program never replayed yet is refused as
 // one process refuses it (lanes.ErrStagedInput: nothing to repeat).
 func (f *Front) Repeat(ctx context.Context, tenant string, p *StagedProgram, outputs [][]byte) (lanes.StagedResult, error) {
-	return f.room().Repeat(ctx, tenant, p, outputs)
+	return f.room().Repeat(ctx, tenant, p.room(), outputs)
 }
 
 // Replay runs a staged program the tenant prepared, with inputs in logical
@@ -381,7 +356,7 @@ func (f *Front) Repeat(ctx context.Context, tenant string, p *StagedProgram, out
 // (a *DeviceStateLostError for a host lost or restarted since: prepare it
 // again).
 func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inputs [][]byte, collect bool) (lanes.StagedResult, error) {
-	return f.room().Replay(ctx, tenant, p, inputs, collect)
+	return f.room().Replay(ctx, tenant, p.room(), inputs, collect)
 }
 
 // ReplayInto is Replay with the outputs copied into the caller's buffers,
@@ -392,7 +367,7 @@ func (f *Front) Replay(ctx context.Context, tenant string, p *StagedProgram, inp
 // gives (lanes.ErrStagedInput). They are written only while ReplayInto
 // waits; a replay that fails leaves their contents unspecified.
 func (f *Front) ReplayInto(ctx context.Context, tenant string, p *StagedProgram, inputs, outputs [][]byte) (lanes.StagedResult, error) {
-	return f.room().ReplayInto(ctx, tenant, p, inputs, outputs)
+	return f.room().ReplayInto(ctx, tenant, p.room(), inputs, outputs)
 }
 
 // Seal closes the preparation of the lane the tenant's batches run on, on
@@ -457,5 +432,5 @@ func (f *Front) SubmitEncoded(ctx context.Context, tenant string, e *Encoded, in
 // Wire is what the process's endpoint refused (see WireStats); zero for
 // a Front StartFront did not return.
 func (f *Front) Wire() WireStats {
-	return f.room().Wire()
+	return WireStats(f.room().Wire())
 }

@@ -6,6 +6,7 @@ package remote
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"time"
 
 	"github.com/lanesched/lanes/actors"
@@ -145,7 +146,8 @@ func (c HostConfig) room() host.Config {
 // the fronts that join it (up to MaxFronts at once), each under an epoch
 // of its own. A front's Join starts a new epoch for that front, and what
 // the host held for tenants set up under its old one is dropped; other
-// fronts' registrations go on.
+// fronts' registrations go on. A nil or zero Host serves nothing: Leave
+// and Stop answer ErrStopped, the rest are zero.
 type Host struct {
 	h *host.Host
 }
@@ -177,6 +179,9 @@ func Serve(ctx context.Context, cfg HostConfig) (*Host, error) {
 // Address is where fronts reach the host (what a front's Hosts names):
 // HostConfig.Advertise if given, else where it listens.
 func (h *Host) Address() string {
+	if h.room() == nil {
+		return ""
+	}
 	return h.room().Address()
 }
 
@@ -185,16 +190,25 @@ func (h *Host) Address() string {
 // host that reports one is replaced (lanehost exits; a front that launched
 // it starts another).
 func (h *Host) DeviceFault() error {
+	if h.room() == nil {
+		return nil
+	}
 	return h.room().DeviceFault()
 }
 
 // Epoch is the host's newest registration, 0 before a front joined.
 func (h *Host) Epoch() uint64 {
+	if h.room() == nil {
+		return 0
+	}
 	return h.room().Epoch()
 }
 
 // Fronts is how many fronts the host serves now (registered and welcomed).
 func (h *Host) Fronts() int {
+	if h.room() == nil {
+		return 0
+	}
 	return h.room().Fronts()
 }
 
@@ -210,6 +224,9 @@ func (h *Host) Fronts() int {
 // (the host still leaves: Stop ends what is left, and what a front still
 // has in flight on it ends indeterminate there). Stop the host after.
 func (h *Host) Leave(ctx context.Context) error {
+	if h.room() == nil {
+		return errNoHostServed
+	}
 	return h.room().Leave(ctx)
 }
 
@@ -217,11 +234,17 @@ func (h *Host) Leave(ctx context.Context) error {
 // it (cmd/lanehost prints it): its address, where it is bound when it
 // advertises another, and its membership endpoint in a cluster.
 func (h *Host) Listening() Listening {
+	if h.room() == nil {
+		return Listening{}
+	}
 	return h.room().Listening()
 }
 
 // Scheduler is the host's own scheduler (its lanes' status, say).
 func (h *Host) Scheduler() *actors.Scheduler {
+	if h.room() == nil {
+		return nil
+	}
 	return h.room().Scheduler()
 }
 
@@ -230,6 +253,9 @@ func (h *Host) Scheduler() *actors.Scheduler {
 // submission in flight ends), then the devices. The process's endpoint
 // stays (see Serve).
 func (h *Host) Stop(ctx context.Context) error {
+	if h.room() == nil {
+		return errNoHostServed
+	}
 	return h.room().Stop(ctx)
 }
 
@@ -237,5 +263,11 @@ func (h *Host) Stop(ctx context.Context) error {
 // authenticate, malformed ones, messages dropped unread, panics of the
 // remote's handler recovered. A front and a host of one process share it.
 func (h *Host) Wire() WireStats {
-	return h.room().Wire()
+	if h.room() == nil {
+		return WireStats{}
+	}
+	return WireStats(h.room().Wire())
 }
+
+// errNoHostServed answers Leave and Stop on a Host Serve did not return.
+var errNoHostServed = fmt.Errorf("%w: this Host was not served: use the *Host that remote.Serve returns", ErrStopped)

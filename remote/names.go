@@ -26,7 +26,7 @@ func ParseListening(line string) (Listening, error) { return wire.ParseListening
 // CallBuilder builds a lane host's library call from what a front's
 // cuda.LibraryCall carried: its regions (resolved to this host's buffers)
 // and its Params. Build the front's command and the host's call from one
-// function of yours, so that the two agree (see the README's "Library
+// function of yours, so that the two agree (docs/lane-hosts.md, "Library
 // calls on a lane host"). An error refuses the batch before any of it runs
 // (lanes.ErrInvalidBatch). It runs on the goroutine that decodes the
 // host's messages: keep it short, and do not keep regions or params.

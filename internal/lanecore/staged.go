@@ -78,6 +78,9 @@ func checkIndexMap(kind string, slots int, m []int) error {
 // NewStaged builds a staged program around compute entries (each with a
 // replay key) and checks its slots and index maps.
 func NewStaged(inputs []lanes.Slot, inputMap []int, outputs []lanes.Slot, outputMap []int, compute []lanes.Entry) (*Staged, error) {
+	if len(inputs) == 0 && len(outputs) == 0 && len(compute) == 0 {
+		return nil, fmt.Errorf("%w: Fix: the staged program has no slots and no compute: give it input or output slots, compute entries, or both", lanes.ErrStagedInput)
+	}
 	if err := checkIndexMap("input", len(inputs), inputMap); err != nil {
 		return nil, err
 	}

@@ -184,7 +184,7 @@ func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
 // checkBuilt refuses a nil program or one not built by NewStaged.
 func checkBuilt(st *Staged) error {
 	if st == nil || len(st.full.Entries) == 0 {
-		return fmt.Errorf("%w: Fix: the staged program is nil or was not built by lanes.NewStaged; build it with lanes.NewStaged", lanes.ErrStagedInput)
+		return fmt.Errorf("%w: Fix: the staged program is nil or empty; prepare one from a lanes.StagedSpec with slots or compute (actors.Scheduler.PrepareStaged)", lanes.ErrStagedInput)
 	}
 	return nil
 }
@@ -200,7 +200,7 @@ func (l *Lane) checkHome(st *Staged) error {
 	case home != l && home.id == l.id:
 		return fmt.Errorf("%w: Fix: lane %d was rebuilt since the staged program was prepared on it; prepare it again", lanes.ErrStagedInput, l.id)
 	case home != l:
-		return fmt.Errorf("%w: Fix: the staged program was prepared on lane %d, which alone replays it; replay it there, or build another with lanes.NewStaged and prepare it on lane %d", lanes.ErrStagedInput, home.id, l.id)
+		return fmt.Errorf("%w: Fix: the staged program was prepared on lane %d, which alone replays it; replay it there, or prepare its spec again on lane %d", lanes.ErrStagedInput, home.id, l.id)
 	}
 	return nil
 }

@@ -344,10 +344,18 @@ func (f *Front) ListenAddress() string {
 
 // InFlight is the number of calls in flight on every host: each ends once,
 // by its host's answer or by the host's loss.
-func (f *Front) InFlight() int { return f.calls.Len() }
+func (f *Front) InFlight() int {
+	if f == nil {
+		return 0
+	}
+	return f.calls.Len()
+}
 
 // Placement names the host a tenant was placed on, if it was.
 func (f *Front) Placement(tenant string) (host string, ok bool) {
+	if f == nil {
+		return "", false
+	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	pl, ok := f.tenants[tenant]

@@ -29,14 +29,14 @@ import (
 // HostHealth is a host's standing with a front.
 type HostHealth uint8
 
-// Host states.
+// Host states: see remote.HostJoining and the rest.
 const (
-	HostJoining HostHealth = iota // started or asked to join; not registered yet
-	HostServing                   // registered under its epoch: routed to
-	HostLost                      // lost: its calls ended, its tenants' state gone; rejoining or restarting
-	HostRefused                   // registration refused: another protocol version (for good), or the host is full or leaving (asked again)
-	HostStopped                   // the front stopped
-	HostLeft                      // left when asked to, its work done: its tenants move; a host at an address is asked to join again
+	HostJoining HostHealth = iota
+	HostServing
+	HostLost
+	HostRefused
+	HostStopped
+	HostLeft
 )
 
 // String names the state.
@@ -44,49 +44,31 @@ func (s HostHealth) String() string {
 	return [...]string{"joining", "serving", "lost", "refused", "stopped", "left", "unknown"}[min(int(s), 6)]
 }
 
-// HostStatus is a host as its front sees it.
+// HostStatus is remote.HostStatus as this package makes it: see there for
+// what each field means.
 type HostStatus struct {
-	Name     string
-	Address  string
-	Health   HostHealth
-	Epoch    uint64    // the current (or last) registration
-	Tenants  int       // tenants placed on it under its current epoch
-	InFlight int       // calls in flight on it
-	Losses   int       // times it was lost
-	Restarts int       // times the front started it again
-	Stale    uint64    // messages dropped for carrying an epoch not current
-	Refusal  string    // why its registration was refused
-	LostHow  string    // how it was last lost
-	PID      int       // the launched host's process id; 0 for a host at a fixed address
-	Since    time.Time // when it entered Health
-	HostName string    // the name the host gave itself (lanehost --name)
-	Lanes    int       // the lanes it serves (its devices' together): its share of new tenants
-	// Runtime is the runtime fingerprint of the host's programs: a
-	// program a batch declares or invokes on it carries it
-	// (programs.ID.Runtime; lanehost's default "lanes/<backend>").
-	Runtime string
-	// RoundTrip is where sampled calls' time went since the host last
-	// registered: the remote's cost beside the lanes' own.
-	RoundTrip RoundTrip
-	// FromCluster: the front found the host in its cluster; Member: the
-	// host is a member now (a host that left the membership takes no new
-	// tenants, and is not joined again until it is one again).
-	FromCluster, Member bool
-	// DataPlane: the registration's traffic goes (for a host lost or
-	// left, went) through a same-host data plane (shared memory), not the
-	// remote; DataPlaneSent and DataPlaneRead count its records each way.
+	Name                         string
+	Address                      string
+	Health                       HostHealth
+	Epoch                        uint64
+	Tenants                      int
+	InFlight                     int
+	Losses                       int
+	Restarts                     int
+	Stale                        uint64
+	Refusal                      string
+	LostHow                      string
+	PID                          int
+	Since                        time.Time
+	HostName                     string
+	Lanes                        int
+	Runtime                      string
+	RoundTrip                    RoundTrip
+	FromCluster, Member          bool
 	DataPlane                    bool
 	DataPlaneSent, DataPlaneRead uint64
-	// NoDataPlane says why the registration's traffic takes the remote
-	// when it does: the front or the host keeps to it (NoDataPlane), the
-	// front is on another machine, or the plane offered could not be
-	// opened (another PID namespace, say).
-	NoDataPlane string
-	// AreaUploads counts the uploads written into the data plane's upload
-	// area rather than carried in their messages (HostConfig.UploadAreaBytes)
-	// since the host last registered (each registration has a plane of its
-	// own); AreaBytesInUse is the area's bytes held by calls in flight.
-	AreaUploads, AreaBytesInUse uint64
+	NoDataPlane                  string
+	AreaUploads, AreaBytesInUse  uint64
 }
 
 // Hosts reports every host of the front.

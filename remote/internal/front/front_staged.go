@@ -19,12 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// StagedSpec is a staged program as a front declares it (lanes.StagedSpec's
-// arguments but the staging): the device region of each input and output
-// slot, in slot order, the index maps that say which logical input or
-// output each slot is, and the compute entries (each with a replay key).
-// The host makes each slot's pinned staging itself, as long as its
-// region: a front's process has no pinned memory the host can reach.
+// StagedSpec is remote.StagedSpec as this package makes it: see there for
+// what each field means.
 type StagedSpec struct {
 	Inputs    []cuda.Region
 	InputMap  []int
@@ -75,7 +71,7 @@ func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpe
 		return nil, err
 	}
 	if len(spec.Inputs)+len(spec.Outputs) > wire.MaxStagedSlots {
-		return nil, wire.WireErr("%d slots; a staged program through a front has at most %d (remote.MaxStagedSlots)", len(spec.Inputs)+len(spec.Outputs), wire.MaxStagedSlots)
+		return nil, wire.WireErr("%d slots; a staged program through a front has at most %d", len(spec.Inputs)+len(spec.Outputs), wire.MaxStagedSlots)
 	}
 	compute, err := wire.BatchToWire(lanes.Batch{Entries: spec.Compute})
 	if err != nil {

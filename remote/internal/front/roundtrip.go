@@ -14,29 +14,14 @@ import (
 // submission in this many carries times to its host and back.
 const SampleEvery = 64
 
-// RoundTrip is where sampled calls to a host spent their time, as means
-// since the host last registered. Wire is measured on the front's clock
-// less the host's own time, so it holds across machines whose clocks
-// differ; the rest are on the host's clock.
+// RoundTrip is remote.RoundTrip as this package makes it: see there for
+// what each field means.
 type RoundTrip struct {
-	// Samples is how many sampled calls the means hold: 0 while none
-	// ended, or with a host that sets no times (one older than the
-	// front), when every field is 0.
-	Samples uint64
-	// Total is from the front queuing the submission to the front
-	// taking its receipt off the wire.
-	Total time.Duration
-	// Wire is both ways through the remote (the front's sender queue, the
-	// front's and the host's endpoints and actors' mailboxes, gRPC and the
-	// network): Total less the host's time.
-	Wire time.Duration
-	// HostQueue is from the host's actor taking the submission off the
-	// wire to its scheduler admitting it.
+	Samples   uint64
+	Total     time.Duration
+	Wire      time.Duration
 	HostQueue time.Duration
-	// Lane is from admission to the end on its lane: what the same
-	// submission costs in one process.
-	Lane time.Duration
-	// HostReply is from the end to the receipt handed to the remote.
+	Lane      time.Duration
 	HostReply time.Duration
 }
 

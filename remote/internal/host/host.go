@@ -198,7 +198,7 @@ func serve(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.Protocol == 0 {
 		cfg.Protocol = wire.Protocol
 	}
-	if err := cfg.Calls.Check(); err != nil {
+	if err := wire.CheckLibraryCalls(cfg.Calls); err != nil {
 		return nil, err
 	}
 	cfg.Calls = maps.Clone(cfg.Calls) // the host's own: the caller's map may change

@@ -44,31 +44,14 @@ const (
 	maxBatchEnvelopes = 1 << 20
 )
 
-// WireStats is what an endpoint's guard refused: the process's fronts and
-// host share one endpoint, so one set of counts.
+// WireStats is remote.WireStats as this package makes it: see there for
+// what each field means.
 type WireStats struct {
-	// Unauthenticated are calls refused before any message was read: a
-	// connection whose certificate was not checked (the handshake refuses
-	// one of another authority before this), or a call that is not the
-	// remote's stream.
 	Unauthenticated uint64
-	// Malformed are connections ended for what they sent: a batch before
-	// the connection said who it is, an address it said it is where
-	// another process listens, an index out of range, an unknown
-	// serializer, a type this build does not know.
-	Malformed uint64
-	// Dropped are messages dropped unread: a system message naming an
-	// actor that is not the sender's (a forged Terminated, Watch or
-	// Unwatch), one no peer may send (PoisonPill, Stop), or one for an
-	// actor this endpoint does not have.
-	Dropped uint64
-	// Panics are panics in the remote's handler, recovered: the connection
-	// ended, the process served on.
-	Panics uint64
-	// Handshakes are connections refused at their TLS handshake: no
-	// certificate, one of another authority or token, not TLS at all, or
-	// none within 5 s (each is logged, at most once a second).
-	Handshakes uint64
+	Malformed       uint64
+	Dropped         uint64
+	Panics          uint64
+	Handshakes      uint64
 }
 
 // guard is one endpoint's interceptors and counts.

@@ -40,8 +40,8 @@ var ErrUnknownCall = cuda.NewSentinel(cuda.CodeWireUnsupported, "remote: the lan
 // MaxCallParams bounds a library call's parameters on the wire.
 const MaxCallParams = 64 << 10
 
-// check refuses a name no front could send, or a nil builder.
-func (c LibraryCalls) Check() error {
+// CheckLibraryCalls refuses a name no front could send, or a nil builder.
+func CheckLibraryCalls(c LibraryCalls) error {
 	for name, b := range c {
 		switch {
 		case !cuda.ValidCallName(name):
