@@ -149,7 +149,7 @@ func TestHungLanePinsGoOnceItsStreamDrains(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the hung stream drained: %d pins, %d unpins; want the buffer let go and pinned again by the rebuilt lane", dev.pins.Load(), dev.unpins.Load())
 		}
-		if err := replay(i); errors.Is(err, lanes.ErrStagedInput) {
+		if err := replay(i); errors.Is(err, lanes.ErrStagedLost) {
 			// The rebuilt lane is a fresh one: prepare the program there.
 			if p, err := s.PrepareStaged(ctx, "t", 0, spec); err != nil {
 				t.Logf("PrepareStaged on the rebuilt lane: %v", err)

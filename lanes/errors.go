@@ -23,6 +23,11 @@ var (
 	ErrIndexMap      = cuda.NewSentinel(cuda.CodeStagedInputInvalid, "lanes: invalid index map")
 	ErrStagedInput   = cuda.NewSentinel(cuda.CodeStagedInputInvalid, "lanes: invalid staged input")
 	ErrLibrarySetup  = cuda.NewSentinel(cuda.CodeLibrarySetupFailed, "lanes: a library's per-lane setup failed")
+	// ErrStagedLost is a staged program whose lane was rebuilt after a
+	// hang: its staging and executables went with the old lane, through no
+	// fault of the caller's. Prepare it again (code device_state_lost, as a
+	// lane host's program whose host was lost).
+	ErrStagedLost = cuda.NewSentinel(cuda.CodeDeviceStateLost, "lanes: staged program lost with its lane")
 )
 
 // Error is every error a lane returns: its cause, classified once when the

@@ -198,7 +198,7 @@ func (l *Lane) checkHome(st *Staged) error {
 	case home == nil:
 		return fmt.Errorf("%w: Fix: the staged program was never prepared; call Prepare on this lane (%d) first", lanes.ErrStagedInput, l.id)
 	case home != l && home.id == l.id:
-		return fmt.Errorf("%w: Fix: lane %d was rebuilt since the staged program was prepared on it; prepare it again", lanes.ErrStagedInput, l.id)
+		return fmt.Errorf("%w: lane %d was rebuilt after a hang since the staged program was prepared on it; prepare it again", lanes.ErrStagedLost, l.id)
 	case home != l:
 		return fmt.Errorf("%w: Fix: the staged program was prepared on lane %d, which alone replays it; replay it there, or prepare its spec again on lane %d", lanes.ErrStagedInput, home.id, l.id)
 	}

@@ -48,7 +48,7 @@ type Config struct {
 	Refresh            time.Duration
 }
 
-// check validates the configuration for a host (member) or a front.
+// Check validates the configuration for a host (member) or a front.
 func (c *Config) Check(member bool, tlsOn bool) error {
 	if strings.TrimSpace(c.Name) != c.Name || c.Name == "" {
 		return fmt.Errorf("%w: cluster name %q: give it a name without leading or trailing spaces (every host and front of a cluster the same one)", wire.ErrConfig, c.Name)
@@ -130,7 +130,7 @@ func (c *Config) Check(member bool, tlsOn bool) error {
 	return nil
 }
 
-// same reports whether two processes' worth of configuration name the
+// Same reports whether two processes' worth of configuration name the
 // same cluster the same way (one endpoint per process joins one cluster).
 func (c *Config) Same(o *Config) bool {
 	if c == nil || o == nil {
@@ -139,7 +139,7 @@ func (c *Config) Same(o *Config) bool {
 	return c.Name == o.Name && c.Discovery == o.Discovery && slices.Equal(c.Seeds, o.Seeds) && c.Refresh == o.Refresh
 }
 
-// membership is a view of a cluster: the latest members, and who wants to
+// Membership is a view of a cluster: the latest members, and who wants to
 // hear of changes. A host's is its endpoint's (a member); fronts follow
 // their cluster through one of their own (followCluster).
 type Membership struct {
@@ -157,7 +157,7 @@ type Membership struct {
 	left     bool
 }
 
-// startCluster starts the process's remote as a cluster member (a host)
+// StartCluster starts the process's remote as a cluster member (a host)
 // or client (a front) on the actor system, with remoteCfg.
 func StartCluster(ctx context.Context, as *actor.ActorSystem, remoteCfg *premote.Config, cfg *Config, member bool) (*Membership, *premote.Remote, error) {
 	m := &Membership{Cfg: cfg, member: member, watchers: map[int]func([]string){}}
@@ -272,7 +272,7 @@ func newCluster(as *actor.ActorSystem, config *actorcluster.Config) (c *actorclu
 	return actorcluster.New(as, config), nil
 }
 
-// errProviderLate is a cluster provider that did not start in time.
+// ErrProviderLate is a cluster provider that did not start in time.
 var ErrProviderLate = errors.New("remote: cluster provider late")
 
 // The process's fronts' view of their cluster: a client on an actor
@@ -287,7 +287,7 @@ var following struct {
 	users int // fronts following it: the last to stop stops it
 }
 
-// followCluster is the process's view of cfg's cluster, started by the
+// FollowCluster is the process's view of cfg's cluster, started by the
 // first front that follows it and stopped with the last (unfollow).
 func FollowCluster(ctx context.Context, cfg *Config) (*Membership, error) {
 	following.mu.Lock()
@@ -311,7 +311,7 @@ func FollowCluster(ctx context.Context, cfg *Config) (*Membership, error) {
 	return m, nil
 }
 
-// unfollow is a front that stopped following m: the last one stops it.
+// Unfollow is a front that stopped following m: the last one stops it.
 func Unfollow(m *Membership) {
 	following.mu.Lock()
 	defer following.mu.Unlock()
@@ -438,7 +438,7 @@ const RemoteLogEnv = "LANES_REMOTE_LOG"
 // badRemoteLog says once that RemoteLogEnv's value was not a level.
 var badRemoteLog sync.Once
 
-// quietActorSystem is an actor system that logs only what RemoteLogEnv
+// QuietActorSystem is an actor system that logs only what RemoteLogEnv
 // asks for.
 func QuietActorSystem() *actor.ActorSystem {
 	logger := slog.New(slog.DiscardHandler)
@@ -455,7 +455,7 @@ func QuietActorSystem() *actor.ActorSystem {
 	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 }
 
-// watch calls fn with the cluster's hosts now and after every change,
+// Watch calls fn with the cluster's hosts now and after every change,
 // until the returned function is called.
 func (m *Membership) Watch(fn func(hosts []string)) (stop func()) {
 	m.mu.Lock()
@@ -472,7 +472,7 @@ func (m *Membership) Watch(fn func(hosts []string)) (stop func()) {
 	}
 }
 
-// leave takes a member host out of the cluster (its provider stops
+// Leave takes a member host out of the cluster (its provider stops
 // answering for it); the process cannot join again.
 func (m *Membership) Leave() {
 	m.mu.Lock()
@@ -488,14 +488,14 @@ func (m *Membership) Leave() {
 	stopProvider(p, true)
 }
 
-// hasLeft reports whether the process left its cluster.
+// HasLeft reports whether the process left its cluster.
 func (m *Membership) HasLeft() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.left
 }
 
-// errLeftCluster is a host started in a process whose host left the
+// ErrLeftCluster is a host started in a process whose host left the
 // cluster.
 var ErrLeftCluster = errors.New("this process's host left its cluster; start the next host in a new process")
 

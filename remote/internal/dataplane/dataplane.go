@@ -55,14 +55,14 @@ const (
 	offNonce     = 32 // the nonce, planeNonce bytes
 )
 
-// errPlaneClosed is a write to a data plane that was shut.
+// ErrPlaneClosed is a write to a data plane that was shut.
 var ErrPlaneClosed = errors.New("remote: the data plane is shut")
 
-// errPeerClosed is a data plane the other side closed (it stopped, let
+// ErrPeerClosed is a data plane the other side closed (it stopped, let
 // the registration go, or found the ring corrupt).
 var ErrPeerClosed = errors.New("remote: the other side closed the data plane")
 
-// planeStall bounds how long a record may wait for room while both sides
+// PlaneStall bounds how long a record may wait for room while both sides
 // live: a ring that does not move for this long (a reader stuck, its
 // counters scribbled) is a broken plane, not a wait.
 var PlaneStall = 5 * time.Second
@@ -71,14 +71,14 @@ var PlaneStall = 5 * time.Second
 // pages.
 func ringSpan(ringBytes int) int { return (shmring.Size(ringBytes) + 4095) &^ 4095 }
 
-// planeSize is a segment's bytes: its header, its two rings and its
+// PlaneSize is a segment's bytes: its header, its two rings and its
 // upload area (whole pages).
 func PlaneSize(ringBytes, areaBytes int) int { return planeHeader + 2*ringSpan(ringBytes) + areaBytes }
 
 // planeArea is a segment's upload area (empty when it has none).
 func planeArea(mem []byte, ringBytes int) []byte { return mem[planeHeader+2*ringSpan(ringBytes):] }
 
-// checkRingBytes says what is wrong with a ring size, if anything.
+// CheckRingBytes says what is wrong with a ring size, if anything.
 func CheckRingBytes(n int) error {
 	if n < shmring.MinCapacity || n > 64<<20 || n&(n-1) != 0 {
 		return fmt.Errorf("%w: RingBytes %d: give a power of two from %d to %d", wire.ErrConfig, n, shmring.MinCapacity, 64<<20)
@@ -86,7 +86,7 @@ func CheckRingBytes(n int) error {
 	return nil
 }
 
-// dataPlane is one side's view of a segment: it writes its own ring (any
+// DataPlane is one side's view of a segment: it writes its own ring (any
 // goroutine, one at a time) and one goroutine reads the other's.
 type DataPlane struct {
 	Mem []byte
@@ -134,7 +134,7 @@ type DataPlane struct {
 	order          atomic.Uint64 // bumped before each record is written, read after each is read
 }
 
-// planeRings is the front's ring (front to host) and the host's.
+// PlaneRings is the front's ring (front to host) and the host's.
 func PlaneRings(mem []byte, ringBytes int) (toHost, toFront []byte) {
 	span := ringSpan(ringBytes)
 	return mem[planeHeader : planeHeader+shmring.Size(ringBytes)], mem[planeHeader+span : planeHeader+span+shmring.Size(ringBytes)]
@@ -163,7 +163,7 @@ func newPlane(mem, mine, theirs []byte, park, ring *os.File) (*DataPlane, error)
 	return p, nil
 }
 
-// send sends one message through the plane, in order, and never waits
+// Send sends one message through the plane, in order, and never waits
 // for room: a record that does not fit now (the other side stopped
 // reading: SIGSTOP, or a burst) waits in a backlog that a goroutine of
 // the plane writes as room comes, while alive says the other side is
@@ -191,7 +191,7 @@ func (p *DataPlane) Send(kind uint16, msg proto.Message) error {
 	return nil
 }
 
-// sendLast sends the plane's last record, after every record sent before
+// SendLast sends the plane's last record, after every record sent before
 // it (the backlog drained), waiting at most within for it to be written:
 // the caller closes the plane next, and a record still waiting then would
 // be dropped (the other side would see the plane close without hearing
@@ -249,7 +249,7 @@ func (p *DataPlane) drain() {
 	}
 }
 
-// write writes one record, waiting for room in steps of wait while alive
+// Write writes one record, waiting for room in steps of wait while alive
 // says so (nil: one attempt, ErrTimeout when there is no room).
 func (p *DataPlane) Write(kind uint16, b []byte, wait time.Duration, alive func() bool) error {
 	p.wmu.Lock()
@@ -278,7 +278,7 @@ func (p *DataPlane) Write(kind uint16, b []byte, wait time.Duration, alive func(
 	}
 }
 
-// read runs the reading side until the plane is shut, the other side
+// Read runs the reading side until the plane is shut, the other side
 // closes it, or alive says it is no longer held: each record goes to
 // handle (which may keep nothing of its payload). It returns why it ended
 // (nil for a shut plane) and unmaps the segment.
@@ -315,7 +315,7 @@ func (p *DataPlane) Read(handle func(kind uint16, payload []byte) error, alive f
 	}
 }
 
-// writeArea copies b into the upload area at off, unless the segment was
+// WriteArea copies b into the upload area at off, unless the segment was
 // unmapped (false).
 func (p *DataPlane) WriteArea(off uint64, b []byte) bool {
 	p.MapMu.RLock()
@@ -327,7 +327,7 @@ func (p *DataPlane) WriteArea(off uint64, b []byte) bool {
 	return true
 }
 
-// startReading marks the plane read by a goroutine (which unmaps it when
+// StartReading marks the plane read by a goroutine (which unmaps it when
 // it ends): false if it was shut already.
 func (p *DataPlane) StartReading() bool {
 	p.MapMu.Lock()
@@ -339,7 +339,7 @@ func (p *DataPlane) StartReading() bool {
 	return true
 }
 
-// close shuts both rings (the other side's reads and writes end) and,
+// Close shuts both rings (the other side's reads and writes end) and,
 // with no reader to do it, unmaps the segment.
 func (p *DataPlane) Close() {
 	if !p.Shut.CompareAndSwap(false, true) {
@@ -392,7 +392,7 @@ func (p *DataPlane) unmap() {
 	close(p.Done)
 }
 
-// holdArea keeps the segment mapped for a step whose uploads read the
+// HoldArea keeps the segment mapped for a step whose uploads read the
 // pinned area in place (on the reader's goroutine, as it decodes the
 // step): false once the plane is going.
 func (p *DataPlane) HoldArea() bool {
@@ -406,7 +406,7 @@ func (p *DataPlane) HoldArea() bool {
 	return true
 }
 
-// releaseArea is the end of a step holdArea held the segment for.
+// ReleaseArea is the end of a step holdArea held the segment for.
 func (p *DataPlane) ReleaseArea() {
 	if p.Holds.Add(-1) > 0 {
 		return
@@ -419,7 +419,7 @@ func (p *DataPlane) ReleaseArea() {
 	}
 }
 
-// decodePlane decodes a record of a kind the side reads.
+// DecodePlane decodes a record of a kind the side reads.
 func DecodePlane(kind uint16, payload []byte, kinds map[uint16]func() proto.Message) (proto.Message, error) {
 	mk, ok := kinds[kind]
 	if !ok {

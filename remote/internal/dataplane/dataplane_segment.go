@@ -30,7 +30,7 @@ var procFD = regexp.MustCompile(`^/proc/[1-9][0-9]{0,9}/fd/[0-9]{1,9}$`)
 // fault in that process), grow it, or change the seals.
 const planeSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
-// makePlane makes a segment for a registration: a memfd of the size its
+// MakePlane makes a segment for a registration: a memfd of the size its
 // rings and upload area take, its pages reserved (so that a machine out of memory fails
 // here, not as a fault later), sealed, mapped, its rings laid out. Its fd
 // stays open for the front to open it; release closes it.
@@ -130,7 +130,7 @@ func openBell(path, segment string, flags int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// attachPlane maps a host's offered segment on the front's side, after
+// AttachPlane maps a host's offered segment on the front's side, after
 // checking it is what the host said: a /proc entry of a memfd this user's
 // process holds, sealed against shrinking, of the size its rings take,
 // holding the Hello's nonce. An error says why the front will not use it.
@@ -205,7 +205,7 @@ func AttachPlane(offer *wirepb.DataPlane) (*DataPlane, error) {
 	return p, nil
 }
 
-// release closes the host's fd of the segment and the doorbells' ends
+// Release closes the host's fd of the segment and the doorbells' ends
 // that were the front's (its mapping and its own ends stay): once
 // the front opened it, or will not, no one needs it.
 func (p *DataPlane) Release() {

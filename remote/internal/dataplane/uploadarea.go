@@ -18,18 +18,18 @@ import (
 // HostConfig.UploadAreaBytes says otherwise.
 const DefaultUploadAreaBytes = 16 << 20
 
-// areaMinUpload is the smallest upload that goes through the area: a
+// AreaMinUpload is the smallest upload that goes through the area: a
 // smaller one crosses in its message, whose copies cost less than the
 // area's bookkeeping.
 const AreaMinUpload = 4 << 10
 
-// areaGrain is the area's unit of allocation: each span starts on it.
+// AreaGrain is the area's unit of allocation: each span starts on it.
 const AreaGrain = 256
 
 // maxUploadArea bounds HostConfig.UploadAreaBytes.
 const maxUploadArea = 1 << 30
 
-// checkUploadArea says what is wrong with an upload area's size, if
+// CheckUploadArea says what is wrong with an upload area's size, if
 // anything (0 is none; HostConfig's -1 is none too).
 func CheckUploadArea(n int) error {
 	if n < 0 || n > maxUploadArea || n%4096 != 0 {
@@ -38,7 +38,7 @@ func CheckUploadArea(n int) error {
 	return nil
 }
 
-// span is a run of the area, [off, off+n).
+// Span is a run of the area, [off, off+n).
 type Span struct{ Off, N uint64 }
 
 // areaSpans hands out spans of an area of size bytes, first fit, and
@@ -52,6 +52,7 @@ type areaSpans struct {
 	used uint64
 }
 
+// NewAreaSpans hands out spans of an area of size bytes.
 func NewAreaSpans(size uint64) *areaSpans {
 	a := &areaSpans{size: size}
 	if size > 0 {
@@ -60,7 +61,7 @@ func NewAreaSpans(size uint64) *areaSpans {
 	return a
 }
 
-// alloc takes a span of at least n bytes (rounded up to areaGrain): its
+// Alloc takes a span of at least n bytes (rounded up to areaGrain): its
 // offset, or false when no free span is that long.
 func (a *areaSpans) Alloc(n uint64) (Span, bool) {
 	if n == 0 || n > a.size {
@@ -84,7 +85,7 @@ func (a *areaSpans) Alloc(n uint64) (Span, bool) {
 	return Span{}, false
 }
 
-// release gives a span alloc handed out back.
+// Release gives a span alloc handed out back.
 func (a *areaSpans) Release(s Span) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -109,7 +110,7 @@ func (a *areaSpans) Release(s Span) {
 	}
 }
 
-// inUse is the bytes handed out and not given back.
+// InUse is the bytes handed out and not given back.
 func (a *areaSpans) InUse() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -20,7 +20,7 @@ import (
 	wire "github.com/lanesched/lanes/remote/internal/wire"
 )
 
-// frontActor receives every message hosts send the front. Hosts send with
+// FrontActor receives every message hosts send the front. Hosts send with
 // their own actor as the sender, so the sender's address names the link.
 type FrontActor struct{ f *Front }
 
@@ -235,7 +235,7 @@ func withdrawnBy(ctx context.Context, err error) {
 	}
 }
 
-// templateRows fills in the rows a host left out as the same as the
+// TemplateRows fills in the rows a host left out as the same as the
 // template's previous receipt's, and remembers a template's rows. The
 // rows are then shared, read-only, with other receipts of the template,
 // as one process's lanes share a steady step's rows (lanes.Attribution):

@@ -13,7 +13,7 @@ import (
 	wire "github.com/lanesched/lanes/remote/internal/wire"
 )
 
-// allLinks is every host the front knows now.
+// AllLinks is every host the front knows now.
 func (f *Front) AllLinks() []*Link {
 	if p := f.links.Load(); p != nil {
 		return *p

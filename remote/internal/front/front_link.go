@@ -85,7 +85,7 @@ func (f *Front) Hosts() []HostStatus {
 	return out
 }
 
-// link is the front's side of one host.
+// Link is the front's side of one host.
 type Link struct {
 	F      *Front
 	Name   string
@@ -169,7 +169,7 @@ func newLink(f *Front, name string, launch *Process) *Link {
 	return l
 }
 
-// setState changes the host's state (l.mu held), and the lock-free view
+// SetState changes the host's state (l.mu held), and the lock-free view
 // of whether and under which epoch it serves.
 func (l *Link) SetState(s HostHealth) {
 	if l.State == HostStopped {
@@ -266,6 +266,7 @@ func (l *Link) hasLeft(epoch uint64) {
 	l.event("left")
 }
 
+// Status is the host as the link sees it now.
 func (l *Link) Status() HostStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -15,7 +15,7 @@ import (
 	wire "github.com/lanesched/lanes/remote/internal/wire"
 )
 
-// pending is a call in flight on a lane host: a lanes.Pending.
+// Pending is a call in flight on a lane host: a lanes.Pending.
 type Pending struct {
 	enc     *Encoded   // the template, if it was submitted encoded
 	release func()     // gives back the call's bytes in flight

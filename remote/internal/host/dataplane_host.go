@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// hostReads are the records a host reads from a front.
+// HostReads are the records a host reads from a front.
 var HostReads = map[uint16]func() proto.Message{
 	dataplane.PlaneSubmits:  func() proto.Message { return &wirepb.Submits{} },
 	dataplane.PlaneAlloc:    func() proto.Message { return &wirepb.Alloc{} },
@@ -160,7 +160,7 @@ func (h *Host) fromPlane(r *registration, kind uint16, b []byte) error {
 	return nil
 }
 
-// planeFor is the registration's data plane, or nil: its messages go
+// PlaneFor is the registration's data plane, or nil: its messages go
 // through the remote.
 func (r *registration) PlaneFor() *dataplane.DataPlane { return r.plane.Load() }
 

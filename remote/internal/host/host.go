@@ -116,7 +116,7 @@ type registration struct {
 	watched   watchedCalls                     // the withdrawable submissions in flight (host_withdraw.go)
 }
 
-// outgoing is a message the host sends its front: a receipt (batched with
+// Outgoing is a message the host sends its front: a receipt (batched with
 // others; the rows of a templated one are encoded by the sender, which
 // leaves out rows equal to the template's previous) or an op's result.
 type Outgoing struct {

@@ -16,7 +16,7 @@ import (
 	wire "github.com/lanesched/lanes/remote/internal/wire"
 )
 
-// join answers a front's Join with a Hello under a new epoch for that
+// Join answers a front's Join with a Hello under a new epoch for that
 // front. A front of another protocol hears this host's protocol and
 // refuses it; the host serves nothing to it. A front past MaxFronts is
 // refused with the reason.

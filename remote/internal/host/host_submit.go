@@ -426,7 +426,7 @@ func (h *Host) sendBatch(r *registration, batch []Outgoing) {
 	flush()
 }
 
-// encodeAttribution puts a receipt's rows and segments on it, or, for a template
+// EncodeAttribution puts a receipt's rows and segments on it, or, for a template
 // whose previous receipt had the same, says so instead (the front keeps
 // what it was sent as the host does: both keep at most MaxTemplates).
 func EncodeAttribution(o Outgoing, last map[uint64][]lanes.Row, lastSegs map[uint64][]lanes.SegmentRecord) {

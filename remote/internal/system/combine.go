@@ -39,7 +39,7 @@ func (c *Combiner[T]) Add(item T) {
 	}
 }
 
-// stack is a list that any goroutine pushes onto without a lock (a
+// Stack is a list that any goroutine pushes onto without a lock (a
 // compare-and-swap) and one takes off whole.
 type Stack[T any] struct {
 	top atomic.Pointer[queuedItem[T]] // newest first

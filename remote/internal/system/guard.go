@@ -54,7 +54,7 @@ type WireStats struct {
 	Handshakes      uint64
 }
 
-// guard is one endpoint's interceptors and counts.
+// Guard is one endpoint's interceptors and counts.
 type Guard struct {
 	tls      *tls.Config // the endpoint's: the token's (local) or the user's mutual TLS
 	local    bool        // rooted in the token, not in a CA the user gave
@@ -71,11 +71,13 @@ type Guard struct {
 	verified map[string]string // an address a peer said it is, and the key its listener there showed
 }
 
+// NewGuard is an endpoint's guard: TLS from cfg (local: rooted in the
+// token), refusals logged through logf.
 func NewGuard(cfg *tls.Config, local bool, logf func(string, ...any)) *Guard {
 	return &Guard{tls: cfg, local: local, logf: logf, peers: map[string]int{}, verified: map[string]string{}}
 }
 
-// stats reads the counts.
+// Stats reads the counts.
 func (g *Guard) Stats() WireStats {
 	return WireStats{Unauthenticated: g.unauthenticated.Load(), Malformed: g.malformed.Load(), Dropped: g.Dropped.Load(), Panics: g.panics.Load(),
 		Handshakes: g.handshakes.Load()}
@@ -180,7 +182,7 @@ func (e *notAPeer) Unwrap() []error { return []error{ErrUnauthenticated, wire.Er
 // connections hold no descriptor for long).
 const handshakeWithin = 5 * time.Second
 
-// admittedBy asks the endpoint at address whether it and this one admit
+// AdmittedBy asks the endpoint at address whether it and this one admit
 // each other: refused wraps ErrUnauthenticated when one refuses the other
 // (or what answers does not speak TLS as a peer); else found says what
 // was found when it is not a peer that admits this one (nothing there,
@@ -360,7 +362,7 @@ func (s *guardedStream) ended() {
 	}
 }
 
-// check checks a batch from the peer at address from, in place: it returns
+// Check checks a batch from the peer at address from, in place: it returns
 // an error for a malformed one (the connection ends) and drops, counting
 // them, the envelopes no actor here may receive from that peer.
 func (g *Guard) Check(b *premote.MessageBatch, from string) error {

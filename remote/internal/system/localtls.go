@@ -25,7 +25,7 @@ import (
 // apart by their keys, not their names.
 const localName = "lanes.local"
 
-// localTLS is the TLS configuration of a process that holds the token: a
+// LocalTLS is the TLS configuration of a process that holds the token: a
 // fresh key of its own, certified by the authority the token derives, and
 // peers checked to hold a certificate of the same authority, both ways.
 func LocalTLS(t Token) (*tls.Config, error) {

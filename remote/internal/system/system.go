@@ -34,7 +34,7 @@ const DefaultAddress = "127.0.0.1:0"
 // maxBytesInFlight of uploads and reads in flight to a host.
 const maxMessage = 768 << 20
 
-// maxBytesInFlight bounds the upload bytes (of batches sent whole) and
+// MaxBytesInFlight bounds the upload bytes (of batches sent whole) and
 // read bytes a front has in flight to one host; a call that would pass it
 // waits for room. Heartbeats share the connection with them, so it also
 // bounds how long a heartbeat can queue behind bulk bytes.
@@ -58,7 +58,7 @@ var endpoint struct {
 	names     map[string]bool
 }
 
-// system is the process's actor system and its remote endpoint.
+// System is the process's actor system and its remote endpoint.
 type System struct {
 	Actors *actor.ActorSystem
 	remote *premote.Remote
@@ -68,7 +68,7 @@ type System struct {
 	Guard  *Guard              // what it admits, and what it refused
 }
 
-// endpointConfig is what a front or a host asks of the process's endpoint.
+// EndpointConfig is what a front or a host asks of the process's endpoint.
 type EndpointConfig struct {
 	Address, Advertise string
 	Tls                *tls.Config
@@ -77,7 +77,7 @@ type EndpointConfig struct {
 	Logf               func(format string, args ...any)
 }
 
-// acquireSystem returns the process's endpoint for an actor named name,
+// AcquireSystem returns the process's endpoint for an actor named name,
 // starting it on address (DefaultAddress when empty) the first time. A
 // non-loopback address needs tlsCfg, whose certificates then secure every
 // connection both ways; without TLS the token authenticates every
@@ -154,7 +154,7 @@ func AcquireSystem(ctx context.Context, ec EndpointConfig, name string) (*System
 	return s, nil
 }
 
-// releaseSystem stops the actor of that name; the endpoint stays for the
+// ReleaseSystem stops the actor of that name; the endpoint stays for the
 // next front or host of the process.
 func ReleaseSystem(s *System, name string, pid *actor.PID) {
 	if pid != nil {

@@ -57,7 +57,7 @@ func DefaultTokenFile() (string, error) {
 	return filepath.Join(dir, "lanes", "token"), nil
 }
 
-// loadToken reads the token file at path (DefaultTokenFile when empty),
+// LoadToken reads the token file at path (DefaultTokenFile when empty),
 // creating it with a new random token when it does not exist. It refuses
 // a file another user owns or may read or write, a symbolic link, a file
 // in a directory others may change, and a file that holds no token,

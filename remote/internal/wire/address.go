@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// isLoopback reports whether host is a loopback name or address.
+// IsLoopback reports whether host is a loopback name or address.
 func IsLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
@@ -18,10 +18,16 @@ func IsLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// SplitAddress is an address's host and port, or ErrConfig saying what
+// is wrong with it.
 func SplitAddress(address string) (string, int, error) {
 	host, p, err := net.SplitHostPort(address)
 	if err != nil {
-		return "", 0, fmt.Errorf("%w: address %q: %v; give host:port", ErrConfig, address, err)
+		why := err.Error()
+		if ae, ok := err.(*net.AddrError); ok {
+			why = ae.Err // without the address again
+		}
+		return "", 0, fmt.Errorf("%w: address %q: %s; give host:port", ErrConfig, address, why)
 	}
 	port, err := strconv.Atoi(p)
 	if err != nil || port < 0 || port > 65535 {

@@ -27,18 +27,19 @@ const (
 // malformed: errors.Is finds it, and the message says what was wrong.
 var ErrWire = cuda.NewSentinel(cuda.CodeWireUnsupported, "remote: bad wire message")
 
-// tooLarge is a batch past the wire's bounds: the scheduler's
+// TooLarge is a batch past the wire's bounds: the scheduler's
 // actors.ErrBatchTooLarge (what one process says of a batch too large for
 // it, and its code), and ErrWire; definitely not submitted.
 func TooLarge(format string, args ...any) error {
 	return fmt.Errorf("%w: %w: "+format+" (definitely not submitted)", append([]any{actors.ErrBatchTooLarge, ErrWire}, args...)...)
 }
 
+// WireErr is an ErrWire saying what was wrong.
 func WireErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrWire}, args...)...)
 }
 
-// batchToWire encodes a batch. A stage-in or stage-out (pinned host
+// BatchToWire encodes a batch. A stage-in or stage-out (pinned host
 // memory of this process) has no wire form and is refused (ErrWire). A
 // library call crosses as its declaration (name, regions, parameters),
 // not its code: the host runs the call it serves under that name
@@ -105,7 +106,7 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 	return w, nil
 }
 
-// decoding is what a host decodes a batch with: the upload area of the
+// Decoding is what a host decodes a batch with: the upload area of the
 // data plane its message came through (nil: none, and a command naming
 // one is refused), where an upload named there is copied out of it, once,
 // or (inPlace: the area is pinned and held until the step ends) read; and
@@ -119,7 +120,7 @@ type Decoding struct {
 	Scope   string // the registration's program scope (programScope); "": none
 }
 
-// batchFromWire is BatchFromWire with what the host decodes with.
+// BatchFromWire is BatchFromWire with what the host decodes with.
 func BatchFromWire(w *wirepb.Batch, d Decoding) (lanes.Batch, error) {
 	if w == nil {
 		return lanes.Batch{}, WireErr("no batch")
@@ -207,7 +208,7 @@ func entryFromWire(we *wirepb.Entry, d Decoding) (lanes.Entry, error) {
 	return e, nil
 }
 
-// intsFromWire narrows wire integers to ints (nil for none), refusing one
+// IntsFromWire narrows wire integers to ints (nil for none), refusing one
 // that does not fit.
 func IntsFromWire(vs []int64, what string) ([]int, error) {
 	if len(vs) == 0 {

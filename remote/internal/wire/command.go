@@ -86,10 +86,12 @@ func dim3(d *wirepb.Dim3) cuda.Dim3 {
 	return cuda.Dim3{X: d.X, Y: d.Y, Z: d.Z}
 }
 
+// BufferToWire is a buffer handle on the wire.
 func BufferToWire(b cuda.Buffer) *wirepb.Buffer {
 	return &wirepb.Buffer{Device: b.Device, Id: b.ID, Size: b.Size, Align: b.Align, Elem: uint32(b.Elem), Addr: b.Addr}
 }
 
+// BufferFromWire is a buffer handle from the wire, checked.
 func BufferFromWire(w *wirepb.Buffer) (cuda.Buffer, error) {
 	if w == nil {
 		return cuda.Buffer{}, nil
@@ -100,6 +102,7 @@ func BufferFromWire(w *wirepb.Buffer) (cuda.Buffer, error) {
 	return cuda.Buffer{Device: w.Device, ID: w.Id, Size: w.Size, Align: w.Align, Elem: cuda.ElementType(w.Elem), Addr: w.Addr}, nil
 }
 
+// RegionToWire is a region on the wire.
 func RegionToWire(r cuda.Region) *wirepb.Region {
 	if r == (cuda.Region{}) {
 		return nil
@@ -107,6 +110,7 @@ func RegionToWire(r cuda.Region) *wirepb.Region {
 	return &wirepb.Region{Buffer: BufferToWire(r.Buffer), Offset: r.Offset, Length: r.Length}
 }
 
+// RegionFromWire is a region from the wire, checked.
 func RegionFromWire(w *wirepb.Region) (cuda.Region, error) {
 	if w == nil {
 		return cuda.Region{}, nil
@@ -118,7 +122,7 @@ func RegionFromWire(w *wirepb.Region) (cuda.Region, error) {
 	return cuda.Region{Buffer: b, Offset: w.Offset, Length: w.Length}, nil
 }
 
-// fromArea is an upload's bytes in a data plane's upload area (nil: the
+// FromArea is an upload's bytes in a data plane's upload area (nil: the
 // message came through none), checked against its bounds: read there
 // (inPlace: the area is pinned and held until the step ends) or copied
 // out now, once (the front may write the span again once the call ended,

@@ -17,7 +17,7 @@ const Protocol = 8
 // MaxDevices bounds the devices one Hello may announce.
 const MaxDevices = 64
 
-// checkHello checks a lane host's registration: the protocol version, a
+// CheckHello checks a lane host's registration: the protocol version, a
 // host name, a non-zero epoch (a restarted host announces a new one) and
 // its devices. It returns the Welcome to answer with: accepted, or refused
 // with the reason.

@@ -26,7 +26,7 @@ const (
 	MaxModuleKernels = 1 << 10   // one module's kernels
 )
 
-// moduleSum identifies a module by its name, image and declarations: two
+// ModuleSum identifies a module by its name, image and declarations: two
 // modules of one name load as one only when their sums are equal.
 type ModuleSum [sha256.Size]byte
 
@@ -52,7 +52,7 @@ func sumOf(m kernels.Module) ModuleSum {
 	return s
 }
 
-// modulesToWire checks a front's modules and encodes them for its
+// ModulesToWire checks a front's modules and encodes them for its
 // Welcomes: each as kernels.Module.Check finds it (a Go reference is not
 // needed: it does not cross), their names and kernel names unique, each
 // image at most MaxModuleBytes.
@@ -92,7 +92,7 @@ func ModulesToWire(ms []kernels.Module) ([]*wirepb.Module, error) {
 	return out, nil
 }
 
-// moduleFromWire decodes a module a front sent: its kernels carry their
+// ModuleFromWire decodes a module a front sent: its kernels carry their
 // declared parameters alone (no extent check, no Go reference).
 func ModuleFromWire(w *wirepb.Module) (kernels.Module, error) {
 	switch {
@@ -121,13 +121,13 @@ func ModuleFromWire(w *wirepb.Module) (kernels.Module, error) {
 	return m, nil
 }
 
-// hostModules is what a host's devices have loaded of modules, by name.
+// HostModules is what a host's devices have loaded of modules, by name.
 type HostModules struct {
 	mu   sync.Mutex
 	Sums map[string]ModuleSum
 }
 
-// load loads a module on every device of the host, unless a module of
+// Load loads a module on every device of the host, unless a module of
 // its name is loaded already: then it must be the same (the same image
 // and declarations), or it is refused.
 func (hm *HostModules) Load(devs []cuda.Device, m kernels.Module) error {

@@ -81,7 +81,7 @@ func segmentFromWire(w *wirepb.ProgramSegment) (programs.Segment, error) {
 	return s, nil
 }
 
-// nodesToWire is node indices (or any ints) in wire form; nil for none.
+// NodesToWire is node indices (or any ints) in wire form; nil for none.
 func NodesToWire(ns []int) []int64 {
 	if len(ns) == 0 {
 		return nil
@@ -281,7 +281,7 @@ func scopePrograms(b *lanes.Batch, scope string) {
 	}
 }
 
-// unscopeSegments names the programs of a receipt's segments as the front
+// UnscopeSegments names the programs of a receipt's segments as the front
 // of the registration (epoch) named them.
 func UnscopeSegments(ws []*wirepb.Segment, epoch uint64) {
 	scope := ""
@@ -304,11 +304,13 @@ func unscopeProgram(id programs.ID, epoch uint64) (programs.ID, bool) {
 	return id, ok
 }
 
+// PreparationToWire is a lane's preparation on the wire.
 func PreparationToWire(p cache.Preparation) *wirepb.Preparation {
 	return &wirepb.Preparation{State: uint32(p.State), Capacity: int64(p.Capacity), Resident: int64(p.Resident), Rejected: int64(p.Rejected),
 		Batches: int64(p.Batches), Captured: int64(p.Captured), Uploaded: int64(p.Uploaded), CapacityDeferred: int64(p.CapacityDeferred)}
 }
 
+// PreparationFromWire is a lane's preparation from the wire, checked.
 func PreparationFromWire(w *wirepb.Preparation) (cache.Preparation, error) {
 	if w == nil {
 		return cache.Preparation{}, WireErr("an answer with no preparation")
@@ -331,7 +333,7 @@ func PreparationFromWire(w *wirepb.Preparation) (cache.Preparation, error) {
 	return p, nil
 }
 
-// catalogToWire encodes the registration's programs of a lane's catalog,
+// CatalogToWire encodes the registration's programs of a lane's catalog,
 // named as its front named them.
 func CatalogToWire(ds []programs.Descriptor, epoch uint64) []*wirepb.ProgramDescriptor {
 	var out []*wirepb.ProgramDescriptor
@@ -354,7 +356,7 @@ func CatalogToWire(ds []programs.Descriptor, epoch uint64) []*wirepb.ProgramDesc
 	return out
 }
 
-// catalogFromWire decodes a catalog answer.
+// CatalogFromWire decodes a catalog answer.
 func CatalogFromWire(ws []*wirepb.ProgramDescriptor) ([]programs.Descriptor, error) {
 	if len(ws) > MaxCatalogPrograms {
 		return nil, WireErr("a catalog of %d programs; at most %d", len(ws), MaxCatalogPrograms)

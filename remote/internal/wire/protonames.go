@@ -11,10 +11,10 @@ const (
 	LaneCatalog     = 3
 )
 
-// frontActorName is the name of a front's actor: hosts answer it at the
+// FrontActorName is the name of a front's actor: hosts answer it at the
 // front's address and this name.
 const FrontActorName = "lanefront"
 
-// hostActorName is the name of a lane host's actor: a front reaches a host at
+// HostActorName is the name of a lane host's actor: a front reaches a host at
 // its address and this name.
 const HostActorName = "lanehost"

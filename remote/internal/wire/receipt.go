@@ -118,7 +118,7 @@ const (
 	maxKindBytes = 256
 )
 
-// newPeerError is the error a host reported with code, message and kinds
+// NewPeerError is the error a host reported with code, message and kinds
 // (named: the host's whole list). Kinds out of bounds are dropped, and the
 // error then matches by code alone.
 func NewPeerError(code int32, msg string, kinds []string, named bool) *PeerError {
@@ -139,14 +139,14 @@ func errorToWire(err error, msg string) (code int32, text string, kinds []string
 	return int32(cuda.Classify(err).Code), strings.ToValidUTF8(msg, "\uFFFD"), sentinelKinds(err)
 }
 
-// errorToResult puts a host's err on an op's result (see errorToWire),
+// ErrorToResult puts a host's err on an op's result (see errorToWire),
 // its text as the result's front reads it (unscoped).
 func ErrorToResult(res *wirepb.OpResult, err error) {
 	res.ErrorCode, res.Error, res.ErrorKinds = errorToWire(err, Unscoped(err.Error(), res.Epoch))
 	res.ErrorKindsNamed = true
 }
 
-// receiptToWire encodes a receipt of the host's epoch for the front's call,
+// ReceiptToWire encodes a receipt of the host's epoch for the front's call,
 // with the bytes it read back, if any, and the programs of its segments
 // named as the front named them: all of it but HostStart, which a
 // host sets on the Unix clock (wirepb.Receipt.HostStartUnixNano) from its
@@ -164,7 +164,7 @@ func ReceiptToWire(epoch, call uint64, r lanes.Receipt, readback []byte) *wirepb
 	return w
 }
 
-// rowsToWire encodes a receipt's attribution rows.
+// RowsToWire encodes a receipt's attribution rows.
 func RowsToWire(rows []lanes.Row) []*wirepb.Row {
 	out := make([]*wirepb.Row, 0, len(rows))
 	for _, row := range rows {
@@ -176,7 +176,7 @@ func RowsToWire(rows []lanes.Row) []*wirepb.Row {
 	return out
 }
 
-// receiptFromWire decodes a receipt: its epoch and call (the front checks
+// ReceiptFromWire decodes a receipt: its epoch and call (the front checks
 // both against its in-flight table), the receipt with a *PeerError for an
 // error, and the read-back bytes. A timed receipt's HostStart is on the
 // Unix clock (time.Unix(0, int64(r.HostStart)) is when the host recorded
@@ -230,7 +230,7 @@ func ReceiptFromWire(w *wirepb.Receipt) (epoch, call uint64, r lanes.Receipt, re
 	return w.Epoch, w.Call, r, readback, nil
 }
 
-// unscoped is an error's text as the front of the registration (epoch)
+// Unscoped is an error's text as the front of the registration (epoch)
 // reads it: its tenants and programs by the front's own names for them.
 func Unscoped(msg string, epoch uint64) string {
 	if !strings.Contains(msg, "@") {

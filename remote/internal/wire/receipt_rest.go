@@ -48,7 +48,7 @@ func restToWire(w *wirepb.Receipt, r lanes.Receipt) {
 	}
 }
 
-// segmentsToWire encodes a receipt's replayed segments, each with its
+// SegmentsToWire encodes a receipt's replayed segments, each with its
 // logical commands.
 func SegmentsToWire(segs []lanes.SegmentRecord) []*wirepb.Segment {
 	if len(segs) == 0 {
@@ -72,7 +72,7 @@ func SegmentsToWire(segs []lanes.SegmentRecord) []*wirepb.Segment {
 	return out
 }
 
-// sameSegments reports whether two receipts' segments say the same (a
+// SameSegments reports whether two receipts' segments say the same (a
 // host leaves a template's segments out when they do).
 func SameSegments(a, b []lanes.SegmentRecord) bool {
 	if len(a) != len(b) {
