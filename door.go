@@ -502,7 +502,7 @@ func (s *Server) theirs(tenant string, b *Batch) error {
 }
 
 // Kernels are the kernels a batch may launch: the device's (in process),
-// or the built-in kernels and FrontConfig.Modules' (lane hosts).
+// or the built-in kernels and remote.FrontConfig.Modules' (lane hosts).
 // Kernels().Names() lists them.
 func (s *Server) Kernels() Kernels {
 	if s.unstarted() {
@@ -582,8 +582,18 @@ func (s *Server) Raw() any {
 	return s.side.front()
 }
 
-// errNotStarted answers every call on a Server Start did not return.
-var errNotStarted = fmt.Errorf("%w: this Server was not started: use the *Server that lanes.Start returns", actors.ErrStopped)
+// errNotStarted answers every call on a Server Start did not return: it
+// is errors.Is actors.ErrStopped (code stopped), and says what to use.
+var errNotStarted error = notStarted("this Server was not started: use the *Server that lanes.Start returns")
+
+// notStarted is a call on a value its constructor did not make.
+type notStarted string
+
+// Error says what was not started, and what to use instead.
+func (e notStarted) Error() string { return "lanes: " + string(e) }
+
+// Unwrap makes it errors.Is actors.ErrStopped.
+func (e notStarted) Unwrap() error { return actors.ErrStopped }
 
 // unstarted reports whether s is nil or zero: no side serves it.
 func (s *Server) unstarted() bool { return s == nil || s.side == nil }

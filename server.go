@@ -41,7 +41,7 @@ type Config struct {
 	// Hosts, when set, serves tenants from lane host processes through a
 	// front: hosts at addresses, hosts the front launches itself, or a
 	// cluster's (remote.FrontConfig). Start returns once every host has
-	// registered (FrontConfig.JoinTimeout). A host lost later ends its
+	// registered (remote.FrontConfig.JoinTimeout). A host lost later ends its
 	// calls in flight indeterminate, and its tenants' calls answer
 	// device_state_lost until they Forget and set up again (on it once it
 	// serves again, or on another host).

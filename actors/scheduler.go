@@ -313,8 +313,17 @@ func (s *Scheduler) adminFor(ref *laneRef, closed *atomic.Bool) *call {
 }
 
 // errUnstarted answers every call on a Scheduler that Start did not
-// return (nil or zero).
-var errUnstarted = fmt.Errorf("%w: this Scheduler was not started: use the *Scheduler that actors.Start returns", ErrStopped)
+// return (nil or zero): errors.Is ErrStopped, saying what to use.
+var errUnstarted error = notStarted("actors: this Scheduler was not started: use the *Scheduler that actors.Start returns")
+
+// notStarted is a call on a value its constructor did not make.
+type notStarted string
+
+// Error says what was not started, and what to use instead.
+func (e notStarted) Error() string { return string(e) }
+
+// Unwrap makes it errors.Is ErrStopped.
+func (e notStarted) Unwrap() error { return ErrStopped }
 
 // unstarted reports whether s is nil or zero: Start made neither.
 func (s *Scheduler) unstarted() bool { return s == nil || s.system == nil }

@@ -39,7 +39,7 @@ type StagedProgram struct {
 
 // Lane is the lane the program was prepared on, where it replays.
 func (p *StagedProgram) Lane() int {
-	if p == nil {
+	if p == nil || p.st == nil {
 		return -1
 	}
 	return p.lane

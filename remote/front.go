@@ -189,8 +189,8 @@ func processes(ps []HostProcess) []front.Process {
 }
 
 // Front routes tenants' work to lane hosts. It is safe for concurrent use.
-// A nil or zero Front serves nothing: its calls answer ErrStopped, its
-// reports are empty.
+// A nil or zero Front serves nothing: its calls to hosts answer ErrStopped,
+// its reports are empty (Encode, which asks no host, still encodes).
 type Front struct {
 	f *front.Front
 }
@@ -411,8 +411,8 @@ func (f *Front) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes
 // front keeps no table of which tenant allocated which buffer: a batch
 // naming a buffer of another tenant on the same host is refused there
 // (actors.ErrNotYours), one of a tenant on another host as a handle that
-// host never handed out (lanes.ErrInvalidBatch); *lanes.Server, which keeps
-// that table, refuses both as not yours.
+// host never handed out (lanes.ErrInvalidBatch); the root package's
+// *lanes.Server, which keeps that table, refuses both as not yours.
 func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (lanes.Pending, error) {
 	return f.room().SubmitAsync(ctx, tenant, b)
 }

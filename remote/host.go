@@ -6,7 +6,6 @@ package remote
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"time"
 
 	"github.com/lanesched/lanes/actors"
@@ -270,4 +269,15 @@ func (h *Host) Wire() WireStats {
 }
 
 // errNoHostServed answers Leave and Stop on a Host Serve did not return.
-var errNoHostServed = fmt.Errorf("%w: this Host was not served: use the *Host that remote.Serve returns", ErrStopped)
+var errNoHostServed error = notServed{}
+
+// notServed is a call on a Host that Serve did not return.
+type notServed struct{}
+
+// Error says what to use instead.
+func (notServed) Error() string {
+	return "remote: this Host was not served: use the *Host that remote.Serve returns"
+}
+
+// Unwrap makes it errors.Is ErrStopped.
+func (notServed) Unwrap() error { return ErrStopped }

@@ -372,7 +372,7 @@ func (f *Front) Placement(tenant string) (host string, ok bool) {
 // front's does not go on after ctx ends: its hosts' answers need it.
 func (f *Front) Stop(ctx context.Context) error {
 	if f == nil || f.quit == nil {
-		return wire.ErrStopped // not a front StartFront returned
+		return errNotStarted
 	}
 	if ctx == nil {
 		return errNilContext
@@ -407,3 +407,16 @@ func (f *Front) Stop(ctx context.Context) error {
 	}
 	return nil
 }
+
+// errNotStarted answers the calls of a Front that Start did not return
+// (nil or zero): errors.Is ErrStopped, saying what to use.
+var errNotStarted error = notStarted("remote: this Front was not started: use the *Front that remote.StartFront returns")
+
+// notStarted is a call on a value its constructor did not make.
+type notStarted string
+
+// Error says what was not started, and what to use instead.
+func (e notStarted) Error() string { return string(e) }
+
+// Unwrap makes it errors.Is ErrStopped.
+func (e notStarted) Unwrap() error { return wire.ErrStopped }

@@ -241,7 +241,7 @@ func (f *Front) Submit(ctx context.Context, tenant string, b lanes.Batch) (lanes
 // tenant name a host takes.
 func (f *Front) admit(ctx context.Context, tenant string) error {
 	if f == nil || f.quit == nil {
-		return wire.ErrStopped // not a front StartFront returned
+		return errNotStarted
 	}
 	if f.stopped.Load() {
 		return wire.ErrStopped
