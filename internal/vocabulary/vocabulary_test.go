@@ -87,6 +87,7 @@ var sentinels = []struct {
 	{"lanes.ErrProviderPanic", lanes.ErrProviderPanic, cuda.CodeProviderPanic},
 	{"lanes.ErrReadback", lanes.ErrReadback, cuda.CodeReadbackInvalid},
 	{"lanes.ErrStagedInput", lanes.ErrStagedInput, cuda.CodeStagedInputInvalid},
+	{"lanes.ErrStagedLost", lanes.ErrStagedLost, cuda.CodeDeviceStateLost},
 	{"lanes.ErrUnknownFence", lanes.ErrUnknownFence, cuda.CodeUnknownFence},
 	{"programs.ErrForeignRuntime", programs.ErrForeignRuntime, cuda.CodeProgramInvalid},
 	{"programs.ErrMonotonic", programs.ErrMonotonic, cuda.CodeProgramInvalid},
