@@ -124,14 +124,16 @@ func (r Registry) MustSpec(name string) *cuda.KernelSpec {
 	return &s
 }
 
-// Names of the built-in kernels: every one is in Builtin().
+// Names of the built-in kernels: every one is in Builtin(). Each comment
+// gives its arguments in launch order (buffers as regions, BufferArg;
+// scalars of the type named) and what it computes for i < n.
 const (
-	Fill   = "fill_f32"
-	Axpy   = "axpy_f32"
-	Add    = "add_f32"
-	RowSum = "row_sum_f32"
-	Gemv   = "gemv_f32"
-	Inc    = "inc_i32"
+	Fill   = "fill_f32"    // (out f32 buffer, value f32, n i32): out[i] = value
+	Axpy   = "axpy_f32"    // (y f32 buffer, x f32 buffer, a f32, n i32): y[i] += a*x[i]
+	Add    = "add_f32"     // (out f32 buffer, a f32 buffer, b f32 buffer, n i32): out[i] = a[i] + b[i]
+	RowSum = "row_sum_f32" // (out f32 buffer, in f32 buffer, rows i32, cols i32): out[r] = the sum of row r of in
+	Gemv   = "gemv_f32"    // (y f32 buffer, a f32 buffer, x f32 buffer, rows i32, cols i32): y = a·x, a row-major
+	Inc    = "inc_i32"     // (p i32 buffer, n i32): p[i]++
 )
 
 // Poke names the fault-injection kernel that writes any index of its
