@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
@@ -584,16 +585,7 @@ func (s *Server) Raw() any {
 
 // errNotStarted answers every call on a Server Start did not return: it
 // is errors.Is actors.ErrStopped (code stopped), and says what to use.
-var errNotStarted error = notStarted("this Server was not started: use the *Server that lanes.Start returns")
-
-// notStarted is a call on a value its constructor did not make.
-type notStarted string
-
-// Error says what was not started, and what to use instead.
-func (e notStarted) Error() string { return "lanes: " + string(e) }
-
-// Unwrap makes it errors.Is actors.ErrStopped.
-func (e notStarted) Unwrap() error { return actors.ErrStopped }
+var errNotStarted error = &notstarted.Error{Msg: "lanes: this Server was not started: use the *Server that lanes.Start returns", Stopped: actors.ErrStopped}
 
 // unstarted reports whether s is nil or zero: no side serves it.
 func (s *Server) unstarted() bool { return s == nil || s.side == nil }

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/telemetry"
@@ -314,16 +315,7 @@ func (s *Scheduler) adminFor(ref *laneRef, closed *atomic.Bool) *call {
 
 // errUnstarted answers every call on a Scheduler that Start did not
 // return (nil or zero): errors.Is ErrStopped, saying what to use.
-var errUnstarted error = notStarted("actors: this Scheduler was not started: use the *Scheduler that actors.Start returns")
-
-// notStarted is a call on a value its constructor did not make.
-type notStarted string
-
-// Error says what was not started, and what to use instead.
-func (e notStarted) Error() string { return string(e) }
-
-// Unwrap makes it errors.Is ErrStopped.
-func (e notStarted) Unwrap() error { return ErrStopped }
+var errUnstarted error = &notstarted.Error{Msg: "actors: this Scheduler was not started: use the *Scheduler that actors.Start returns", Stopped: ErrStopped}
 
 // unstarted reports whether s is nil or zero: Start made neither.
 func (s *Scheduler) unstarted() bool { return s == nil || s.system == nil }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/remote/internal/dataplane"
 	"github.com/lanesched/lanes/remote/internal/host"
 	"github.com/lanesched/lanes/remote/internal/wire"
@@ -269,15 +270,4 @@ func (h *Host) Wire() WireStats {
 }
 
 // errNoHostServed answers Leave and Stop on a Host Serve did not return.
-var errNoHostServed error = notServed{}
-
-// notServed is a call on a Host that Serve did not return.
-type notServed struct{}
-
-// Error says what to use instead.
-func (notServed) Error() string {
-	return "remote: this Host was not served: use the *Host that remote.Serve returns"
-}
-
-// Unwrap makes it errors.Is ErrStopped.
-func (notServed) Unwrap() error { return ErrStopped }
+var errNoHostServed error = &notstarted.Error{Msg: "remote: this Host was not served: use the *Host that remote.Serve returns", Stopped: ErrStopped}

@@ -24,9 +24,7 @@ const (
 )
 
 // String names the state.
-func (s HostHealth) String() string {
-	return [...]string{"joining", "serving", "lost", "refused", "stopped", "left", "unknown"}[min(int(s), 6)]
-}
+func (s HostHealth) String() string { return front.HostHealth(s).String() }
 
 // HostStatus is a host as its front sees it.
 type HostStatus struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/internal/wirepb"
 	system "github.com/lanesched/lanes/remote/internal/system"
@@ -410,13 +411,4 @@ func (f *Front) Stop(ctx context.Context) error {
 
 // errNotStarted answers the calls of a Front that Start did not return
 // (nil or zero): errors.Is ErrStopped, saying what to use.
-var errNotStarted error = notStarted("remote: this Front was not started: use the *Front that remote.StartFront returns")
-
-// notStarted is a call on a value its constructor did not make.
-type notStarted string
-
-// Error says what was not started, and what to use instead.
-func (e notStarted) Error() string { return string(e) }
-
-// Unwrap makes it errors.Is ErrStopped.
-func (e notStarted) Unwrap() error { return wire.ErrStopped }
+var errNotStarted error = &notstarted.Error{Msg: "remote: this Front was not started: use the *Front that remote.StartFront returns", Stopped: wire.ErrStopped}
