@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -194,7 +195,7 @@ func (s *Server) Alloc(ctx context.Context, tenant string, spec BufferSpec) (_ B
 // when others have).
 func allocError(err error) error {
 	c := cuda.Classify(err)
-	if c.Code != cuda.CodeOutOfMemory {
+	if c.Code != codes.OutOfMemory {
 		return err
 	}
 	return &lanes.Error{Op: "alloc", Code: c.Code, Blame: cuda.BlameNone, Retryable: true, NotSubmitted: true, Err: err}
@@ -381,7 +382,7 @@ func (s *Server) free(ctx context.Context, tenant string, b Buffer) error {
 	// it is back, they have ended, and the free touches none of them.
 	barrier := Region{Buffer: b, Length: min(b.Size, max(b.Elem.Size(), 1))}
 	if _, err := s.side.read(ctx, tenant, barrier); err != nil {
-		if c := cuda.Classify(err); c.Code == cuda.CodeStopped {
+		if c := cuda.Classify(err); c.Code == codes.Stopped {
 			return err
 		}
 		// Any other failure ended the tenant's earlier work too (or the

@@ -16,6 +16,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/examples/callhost/axpy"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/conformance"
 	"github.com/lanesched/lanes/remote"
 	"github.com/lanesched/lanes/remote/hostcmd"
@@ -108,13 +109,13 @@ func TestTheSameDoorEitherWay(t *testing.T) {
 					t.Errorf("%s: got %v, want ErrNotYours, the caller's", what, err)
 				}
 			}
-			if _, err := srv.Read(ctx, "a", lanes.Region{Buffer: a}); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+			if _, err := srv.Read(ctx, "a", lanes.Region{Buffer: a}); lanes.Classify(err).Code != codes.InvalidArgument {
 				t.Errorf("Read of 0 bytes: got %v, want invalid_argument", err)
 			}
 			if _, err := srv.Alloc(ctx, strings.Repeat("t", lanes.MaxTenantName+1), lanes.BufferSpec{Size: 64, Elem: lanes.U8}); !errors.Is(err, actors.ErrInvalidTenant) {
 				t.Errorf("a tenant name of MaxTenantName+1 bytes: got %v, want ErrInvalidTenant", err)
 			}
-			if err := srv.Free(ctx, "a", lanes.Buffer{}); lanes.Classify(err).Code != cuda.CodeRuntimeContract || errors.Is(err, actors.ErrNotYours) {
+			if err := srv.Free(ctx, "a", lanes.Buffer{}); lanes.Classify(err).Code != codes.RuntimeContract || errors.Is(err, actors.ErrNotYours) {
 				t.Errorf("Free of a zero Buffer: got %v, want a contract error, not another tenant's", err)
 			}
 			for range 20 {
@@ -134,7 +135,7 @@ func TestTheSameDoorEitherWay(t *testing.T) {
 			}
 			done, cancel := context.WithCancel(ctx)
 			cancel()
-			if err := srv.Forget(done, "b"); lanes.Classify(err).Code != cuda.CodeCanceled {
+			if err := srv.Forget(done, "b"); lanes.Classify(err).Code != codes.Canceled {
 				t.Errorf("Forget with a canceled context: got %v, want canceled (nothing forgotten)", err)
 			}
 			if _, err := srv.Read(ctx, "\xff", a.Whole()); !errors.Is(err, actors.ErrInvalidTenant) {
@@ -219,7 +220,7 @@ func TestAnotherHostsTenantsBufferIsNotYours(t *testing.T) {
 			t.Fatal(err)
 		}
 		step := lanes.Batch{Entries: []lanes.Entry{lanes.Replayed("theirs", 0, inc)}}
-		if _, err := srv.Submit(ctx, tenant, step); !errors.Is(err, actors.ErrNotYours) || lanes.Classify(err).Code != cuda.CodeNotYours {
+		if _, err := srv.Submit(ctx, tenant, step); !errors.Is(err, actors.ErrNotYours) || lanes.Classify(err).Code != codes.NotYours {
 			t.Errorf("%s's batch naming a buffer of a tenant on another host: got %v, want not_yours", tenant, err)
 		}
 		if _, err := srv.SubmitAsync(ctx, tenant, lanes.Batch{Entries: []lanes.Entry{lanes.Input(mustUpload(t, c.tenant.Whole(), make([]byte, 64)))}, Retain: []lanes.Buffer{c.theirs}}); !errors.Is(err, actors.ErrNotYours) {

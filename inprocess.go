@@ -7,6 +7,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -112,10 +113,10 @@ func (p *inProcess) read(ctx context.Context, tenant string, src Region) ([]byte
 	return p.s.Read(ctx, tenant, src)
 }
 
-func (p *inProcess) device(b Buffer) cuda.Device {
+func (p *inProcess) device(b Buffer) backend.Device {
 	for _, d := range p.devs {
 		if d.Info().Instance == b.Device {
-			return d
+			return backend.Must(d) // the scheduler's start checked it is one
 		}
 	}
 	return nil

@@ -18,7 +18,9 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/conformance"
+
 	core "github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
@@ -74,7 +76,7 @@ type errView struct {
 }
 
 func (v errView) String() string {
-	if v.Code == cuda.CodeOK && len(v.Is) == 0 {
+	if v.Code == codes.OK && len(v.Is) == 0 {
 		return "ok"
 	}
 	return fmt.Sprintf("%v (blame %v, retryable %v, not submitted %v) is %s as %s", v.Code, v.Blame, v.Retryable, v.NotSubmitted, strings.Join(v.Is, ","), strings.Join(v.As, ","))

@@ -12,6 +12,8 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
+
 	core "github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -194,7 +196,7 @@ func TestWhileWorkWaits(t *testing.T) {
 			cancelUp()
 			err := <-uploaded
 			var detached *actors.DetachedError
-			if !errors.As(err, &detached) || lanes.Classify(err).Code != cuda.CodeDetached {
+			if !errors.As(err, &detached) || lanes.Classify(err).Code != codes.Detached {
 				t.Fatalf("Upload whose context ended while it waited: got %v, want a *actors.DetachedError (code detached)", err)
 			}
 
@@ -218,7 +220,7 @@ func TestWhileWorkWaits(t *testing.T) {
 				t.Fatal("a waiting batch whose context ended: not withdrawn within a minute")
 			}
 			rc, err := quit.Result()
-			if c := lanes.Classify(err); !errors.Is(err, actors.ErrWithdrawn) || c.Code != cuda.CodeWithdrawn || !c.NotSubmitted || rc.Outcome != core.OutcomeRefused {
+			if c := lanes.Classify(err); !errors.Is(err, actors.ErrWithdrawn) || c.Code != codes.Withdrawn || !c.NotSubmitted || rc.Outcome != core.OutcomeRefused {
 				t.Errorf("a waiting batch whose context ended: got %v (outcome %v), want withdrawn, not submitted", err, rc.Outcome)
 			}
 
@@ -438,7 +440,7 @@ func TestAStopCutShortLeavesAnUploadIndeterminate(t *testing.T) {
 			stop := run(w.clock)
 			defer stop()
 			_, err := upload.Result()
-			if c := lanes.Classify(err); c.Code != cuda.CodeIndeterminate || c.NotSubmitted {
+			if c := lanes.Classify(err); c.Code != codes.Indeterminate || c.NotSubmitted {
 				t.Errorf("the Upload a short Stop cut: got %v (%+v), want indeterminate, not 'not submitted'", err, c)
 			}
 			// The lanes drain while the clock runs (a lane host's go on

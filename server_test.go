@@ -11,6 +11,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -50,7 +51,7 @@ func TestStartRefusesABadConfig(t *testing.T) {
 		"65 lanes":          {Devices: []lanes.Device{dev}, Scheduler: actors.Config{LanesPerDevice: actors.MaxLanesPerDevice + 1}},
 	} {
 		srv, err := lanes.Start(context.Background(), cfg)
-		if c := lanes.Classify(err); err == nil || c.Code != cuda.CodeInvalidArgument || c.Blame != cuda.BlameCaller {
+		if c := lanes.Classify(err); err == nil || c.Code != codes.InvalidArgument || c.Blame != cuda.BlameCaller {
 			t.Errorf("%s: got %v (%+v), want invalid_argument, the caller's", name, err, c)
 		}
 		if srv != nil {
@@ -58,7 +59,7 @@ func TestStartRefusesABadConfig(t *testing.T) {
 		}
 	}
 	//lint:ignore SA1012 a nil context is what this checks
-	if _, err := lanes.Start(nil, lanes.Config{Devices: []lanes.Device{dev}}); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+	if _, err := lanes.Start(nil, lanes.Config{Devices: []lanes.Device{dev}}); lanes.Classify(err).Code != codes.InvalidArgument {
 		t.Errorf("a nil context: got %v, want invalid_argument", err)
 	}
 }
@@ -97,7 +98,7 @@ func TestATenantsBuffersAreItsOwn(t *testing.T) {
 	if err := srv.Upload(ctx, "a", a1.Whole(), data); err != nil {
 		t.Fatalf("Upload: got err %v, want nil", err)
 	}
-	if err := srv.Upload(ctx, "a", a1.Whole(), data[:8]); lanes.Classify(err).Code != cuda.CodeRuntimeContract || !errors.Is(err, cuda.ErrOutOfBounds) {
+	if err := srv.Upload(ctx, "a", a1.Whole(), data[:8]); lanes.Classify(err).Code != codes.RuntimeContract || !errors.Is(err, cuda.ErrOutOfBounds) {
 		t.Errorf("Upload of 8 bytes into 64: got %v, want cuda_runtime_contract, ErrOutOfBounds (as an upload command of the same mistake)", err)
 	}
 	got, err := srv.Read(ctx, "a", lanes.Region{Buffer: a1, Length: 4})
@@ -168,7 +169,7 @@ func TestTheDoorRefusesWhatCannotWork(t *testing.T) {
 	srv, devs := newServer(t, 1)
 	ctx := context.Background()
 	_, err := srv.Alloc(ctx, "a", lanes.BufferSpec{Size: 1 << 62, Elem: lanes.U8})
-	if c := lanes.Classify(err); c.Code != cuda.CodeInvalidArgument || c.Blame != cuda.BlameCaller || c.Retryable || !c.NotSubmitted || !errors.Is(err, cuda.ErrOutOfMemory) {
+	if c := lanes.Classify(err); c.Code != codes.InvalidArgument || c.Blame != cuda.BlameCaller || c.Retryable || !c.NotSubmitted || !errors.Is(err, cuda.ErrOutOfMemory) {
 		t.Errorf("Alloc larger than the device: got %v (%+v), want invalid_argument, the caller's, not retryable, not submitted", err, c)
 	}
 	long := strings.Repeat("t", lanes.MaxTenantName+1)
@@ -179,13 +180,13 @@ func TestTheDoorRefusesWhatCannotWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Read(ctx, "a", lanes.Region{Buffer: b}); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+	if _, err := srv.Read(ctx, "a", lanes.Region{Buffer: b}); lanes.Classify(err).Code != codes.InvalidArgument {
 		t.Errorf("Read of 0 bytes: got %v, want invalid_argument", err)
 	}
 	if _, err := srv.Read(ctx, "a", lanes.Region{Buffer: b, Offset: 60, Length: 8}); !errors.Is(err, cuda.ErrOutOfBounds) {
 		t.Errorf("Read past the end: got %v, want ErrOutOfBounds", err)
 	}
-	if err := srv.Free(ctx, "a", lanes.Buffer{}); lanes.Classify(err).Code != cuda.CodeRuntimeContract || errors.Is(err, actors.ErrNotYours) {
+	if err := srv.Free(ctx, "a", lanes.Buffer{}); lanes.Classify(err).Code != codes.RuntimeContract || errors.Is(err, actors.ErrNotYours) {
 		t.Errorf("Free of a zero Buffer: got %v, want a contract error (no such buffer), not another tenant's", err)
 	}
 	forged := b
@@ -201,7 +202,7 @@ func TestTheDoorRefusesWhatCannotWork(t *testing.T) {
 		"the same device twice": {Devices: []lanes.Device{devs[0], devs[0]}},
 		"Scheduler with Hosts":  {Hosts: &remote.FrontConfig{}, Scheduler: actors.Config{LanesPerDevice: 2}},
 	} {
-		if _, err := lanes.Start(ctx, cfg); lanes.Classify(err).Code != cuda.CodeInvalidArgument {
+		if _, err := lanes.Start(ctx, cfg); lanes.Classify(err).Code != codes.InvalidArgument {
 			t.Errorf("%s: got %v, want invalid_argument", name, err)
 		}
 	}
@@ -210,7 +211,7 @@ func TestTheDoorRefusesWhatCannotWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = closed.Close()
-	if srv, err := lanes.Start(ctx, lanes.Config{Devices: []lanes.Device{closed}}); lanes.Classify(err).Code != cuda.CodeInvalidArgument || srv != nil {
+	if srv, err := lanes.Start(ctx, lanes.Config{Devices: []lanes.Device{closed}}); lanes.Classify(err).Code != codes.InvalidArgument || srv != nil {
 		t.Errorf("a closed device: got %v, want invalid_argument and no server", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
 	"github.com/lanesched/lanes/lanes"
 	"go.uber.org/goleak"
@@ -477,7 +478,7 @@ func TestStartRefusesAnUnboundedSpin(t *testing.T) {
 // panickyDevice panics when a lane opens its stream.
 type panickyDevice struct{ cuda.Device }
 
-func (panickyDevice) NewStream() (cuda.Stream, error) { panic("no streams today") }
+func (panickyDevice) NewStream() (backend.Stream, error) { panic("no streams today") }
 
 // TestStartReturnsWhenALaneActorPanicsWhileOpening: a panic while a lane
 // opens takes that lane out for good; Start returns at once with the lane

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
@@ -93,7 +94,7 @@ type Config struct {
 	// bounds their number. Default 256 MiB.
 	CacheBytes int64
 	// CacheDeviceBytes bounds each lane's executable cache by the device
-	// memory its executables hold (cuda.Exec.DeviceBytes), with the same
+	// memory its executables hold (backend.Exec.DeviceBytes), with the same
 	// equal shares per tenant as CacheCapacity and CacheBytes. Default
 	// (0 or negative) 256 MiB; LaneStatus.Counters.ExecutableDeviceBytes and
 	// LaneStatus.TenantDeviceBytes report it.
@@ -268,6 +269,9 @@ func (c *Config) defaults() error {
 	for i, d := range c.Devices {
 		if d == nil {
 			return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is nil", ErrInvalidArgument, i))
+		}
+		if _, err := backend.Of(d); err != nil {
+			return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is a %T, not a device of lanes' backends: make it with sim.New or driver.Open", ErrInvalidArgument, i, d))
 		}
 	}
 	if err := checkLibraries(c.Libraries); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -18,55 +19,55 @@ import (
 var (
 	// ErrOverloaded: admission is full (the tenant's, or its lane's);
 	// nothing was submitted; retry later.
-	ErrOverloaded = cuda.NewSentinel(cuda.CodeOverloaded, "actors: overloaded")
+	ErrOverloaded = codes.NewSentinel(codes.Overloaded, "actors: overloaded")
 	// ErrStopped: the scheduler is stopping or stopped. It is the one
 	// ErrStopped: a front to lane hosts that was stopped answers it too
 	// (remote.ErrStopped is this value).
-	ErrStopped = cuda.NewSentinel(cuda.CodeStopped, "actors: stopped (the scheduler, or the front to lane hosts, was stopped)")
+	ErrStopped = codes.NewSentinel(codes.Stopped, "actors: stopped (the scheduler, or the front to lane hosts, was stopped)")
 	// ErrWithdrawn: the batch was admitted, then its context ended before
 	// its lane took it, so it never ran (not submitted); errors.Is finds
 	// the context's error too. Its code (withdrawn) tells it from an
 	// admission refused for a context already done (canceled,
 	// deadline_exceeded) and from a caller that stopped waiting for a
 	// batch that goes on ([*DetachedError], detached).
-	ErrWithdrawn = cuda.NewSentinel(cuda.CodeWithdrawn, "actors: withdrawn before it ran (its context ended while it waited for its lane)")
+	ErrWithdrawn = codes.NewSentinel(codes.Withdrawn, "actors: withdrawn before it ran (its context ended while it waited for its lane)")
 	// ErrNoHealthyLane: no lane of the batch's device can take work now
 	// (lanes recovering come back; retry later).
-	ErrNoHealthyLane = cuda.NewSentinel(cuda.CodeNoHealthyLane, "actors: no healthy lane")
+	ErrNoHealthyLane = codes.NewSentinel(codes.NoHealthyLane, "actors: no healthy lane")
 	// ErrLaneUnavailable: the lane left routing before it took the batch,
 	// and the batch could not be moved; nothing was submitted.
-	ErrLaneUnavailable = cuda.NewSentinel(cuda.CodeLaneUnavailable, "actors: lane unavailable")
+	ErrLaneUnavailable = codes.NewSentinel(codes.LaneUnavailable, "actors: lane unavailable")
 	// ErrIndeterminate: the device failed with the submission in flight;
 	// its effect is unknown. The error also wraps the device's cause.
-	ErrIndeterminate = cuda.NewSentinel(cuda.CodeIndeterminate, "actors: submission indeterminate")
+	ErrIndeterminate = codes.NewSentinel(codes.Indeterminate, "actors: submission indeterminate")
 	// ErrUnknownLane: no lane has the index an administrative call named.
-	ErrUnknownLane = cuda.NewSentinel(cuda.CodeUnknownLane, "actors: unknown lane")
+	ErrUnknownLane = codes.NewSentinel(codes.UnknownLane, "actors: unknown lane")
 	// ErrHung: a lane's oldest submission did not end within
 	// Config.HangTimeout; its stream is abandoned.
-	ErrHung = cuda.NewSentinel(cuda.CodeLaneHung, "actors: lane hung")
+	ErrHung = codes.NewSentinel(codes.LaneHung, "actors: lane hung")
 	// ErrNotYours: the batch names a buffer, host staging or program that
 	// another tenant owns (or, with StrictOwnership, that no one owns).
-	ErrNotYours = cuda.NewSentinel(cuda.CodeNotYours, "actors: tenant names what another tenant owns")
+	ErrNotYours = codes.NewSentinel(codes.NotYours, "actors: tenant names what another tenant owns")
 	// ErrInvalidTenant: the tenant name is empty, longer than MaxTenantName
 	// bytes, not UTF-8, holds a non-printable character, or begins or ends
 	// with a space.
-	ErrInvalidTenant = cuda.NewSentinel(cuda.CodeTenantInvalid, "actors: invalid tenant name")
+	ErrInvalidTenant = codes.NewSentinel(codes.TenantInvalid, "actors: invalid tenant name")
 	// ErrSuspended: the tenant's submissions kept failing lanes; it is
 	// refused for a while ([*SuspendedError] says how long).
-	ErrSuspended = cuda.NewSentinel(cuda.CodeTenantSuspended, "actors: tenant suspended")
+	ErrSuspended = codes.NewSentinel(codes.TenantSuspended, "actors: tenant suspended")
 	// ErrTenantBusy: Forget found the tenant with submissions in flight.
-	ErrTenantBusy = cuda.NewSentinel(cuda.CodeTenantBusy, "actors: tenant has submissions in flight")
+	ErrTenantBusy = codes.NewSentinel(codes.TenantBusy, "actors: tenant has submissions in flight")
 	// ErrInvalidArgument: a call's argument or Config is unusable (a nil
 	// context, no devices). A nil or malformed staged program is
 	// lanes.ErrStagedInput.
-	ErrInvalidArgument = cuda.NewSentinel(cuda.CodeInvalidArgument, "actors: invalid argument")
+	ErrInvalidArgument = codes.NewSentinel(codes.InvalidArgument, "actors: invalid argument")
 	// ErrBatchTooLarge: the batch has more entries or upload bytes than
 	// Config allows ([*BatchTooLargeError] says which and how to split).
-	ErrBatchTooLarge = cuda.NewSentinel(cuda.CodeBatchTooLarge, "actors: batch too large")
+	ErrBatchTooLarge = codes.NewSentinel(codes.BatchTooLarge, "actors: batch too large")
 	// ErrProgramLimit: the batch declares a new program name, and its
 	// tenant (Config.MaxProgramsPerTenant) or the scheduler
 	// (Config.MaxPrograms) already holds as many as allowed.
-	ErrProgramLimit = cuda.NewSentinel(cuda.CodeProgramLimit, "actors: program limit")
+	ErrProgramLimit = codes.NewSentinel(codes.ProgramLimit, "actors: program limit")
 )
 
 // BatchTooLargeError is the refusal of a batch beyond Config's bounds:
@@ -150,7 +151,7 @@ func (e *DetachedError) Unwrap() error { return e.Err }
 
 // Class classifies the error as detached: the submission's fate is still
 // open (not known to be unsubmitted), and nothing failed.
-func (e *DetachedError) Class() cuda.Class { return cuda.CodeDetached.Class() }
+func (e *DetachedError) Class() cuda.Class { return codes.Detached.Class() }
 
 // withdrawn is the error of an admitted batch whose context ended before
 // its lane took it: ErrWithdrawn, and the context's error.

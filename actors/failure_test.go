@@ -12,6 +12,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -110,26 +111,26 @@ func waitHealth(t *testing.T, s *actors.Scheduler, lane int, want actors.Health)
 // recovery.
 type panicDevice struct{ *device }
 
-func (d panicDevice) NewStream() (cuda.Stream, error) {
+func (d panicDevice) NewStream() (backend.Stream, error) {
 	s, err := d.device.NewStream()
 	return panicStream{s}, err
 }
 
-type panicStream struct{ cuda.Stream }
+type panicStream struct{ backend.Stream }
 
-func (s panicStream) Record() (cuda.Event, error) {
+func (s panicStream) Record() (backend.Event, error) {
 	e, err := s.Stream.Record()
 	return panicEvent{e}, err
 }
 
-func (s panicStream) RecordFence() (cuda.Event, error) {
+func (s panicStream) RecordFence() (backend.Event, error) {
 	e, err := s.Stream.RecordFence()
 	return panicEvent{e}, err
 }
 
-type panicEvent struct{ cuda.Event }
+type panicEvent struct{ backend.Event }
 
-func (panicEvent) Query() cuda.FenceQuery { panic("backend bug in event query") }
+func (panicEvent) Query() backend.FenceQuery { panic("backend bug in event query") }
 
 func TestPanicInLaneActorQuarantines(t *testing.T) {
 	bad := newDevice(t, sim.Config{Clock: sim.ClockZeroCost}, 1)

@@ -14,6 +14,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 )
@@ -30,29 +32,29 @@ type panicky struct {
 	hold atomic.Pointer[chan struct{}]
 }
 
-func (d *panicky) NewStream() (cuda.Stream, error) {
+func (d *panicky) NewStream() (backend.Stream, error) {
 	s, err := d.device.NewStream()
 	return &panickyStream{Stream: s, d: d}, err
 }
 
 type panickyStream struct {
-	cuda.Stream
+	backend.Stream
 	d *panicky
 }
 
-func (s *panickyStream) Unwrap() cuda.Stream { return s.Stream }
+func (s *panickyStream) Unwrap() backend.Stream { return s.Stream }
 
 func (s *panickyStream) Enqueue(c cuda.Command) error {
 	s.wait()
 	mode, _ := s.d.mode.Load().(string)
-	capturing := s.Capture() != cuda.CaptureNone
+	capturing := s.Capture() != backend.CaptureNone
 	if mode == "capture" && capturing || mode == "eager" && !capturing {
 		panic("provider bug during " + mode)
 	}
 	return s.Stream.Enqueue(c)
 }
 
-func (s *panickyStream) Launch(e cuda.Exec) error {
+func (s *panickyStream) Launch(e backend.Exec) error {
 	s.wait()
 	return s.Stream.Launch(e)
 }
@@ -280,7 +282,7 @@ func runCell(t *testing.T, c cell) {
 }
 
 func refusal(err error) string {
-	if c := cuda.Classify(err); c.NotSubmitted && c.Code != cuda.CodeUnclassified {
+	if c := cuda.Classify(err); c.NotSubmitted && c.Code != codes.Unclassified {
 		return c.Code.String()
 	}
 	return err.Error()

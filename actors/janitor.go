@@ -10,6 +10,8 @@ package actors
 
 import (
 	"time"
+
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // janitorPeriod is how often the janitor looks: half the idle time, within
@@ -116,7 +118,7 @@ func (ts *tenantState) quiet(now time.Time, window time.Duration) bool {
 func (s *Scheduler) sweepOwnership() {
 	var frees uint64
 	for _, d := range s.cfg.Devices {
-		frees += d.Frees()
+		frees += backend.Must(d).Frees()
 	}
 	if frees == s.sweptFrees {
 		return

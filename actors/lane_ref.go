@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -38,12 +37,12 @@ type laneRef struct {
 	id       int
 	name     string // its actor's name, set before the actor starts
 	device   int
-	dev      cuda.Device
+	dev      backend.Device
 	instance uint64 // the device instance; batches are routed to lanes of their buffers' device
 	pid      *actor.PID
 	disp     *threadDispatcher
-	stream   cuda.Stream   // owned by the actor
-	opened   chan struct{} // closed once the lane first opened its stream (or failed to, or panicked): markOpened
+	stream   backend.Stream // owned by the actor
+	opened   chan struct{}  // closed once the lane first opened its stream (or failed to, or panicked): markOpened
 	openOnce sync.Once
 
 	health atomic.Uint32 // a Health; written under mu with cause

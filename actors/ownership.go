@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -119,10 +120,10 @@ type ownedKey struct {
 }
 
 // device is the scheduler's device of an instance, or nil.
-func (s *Scheduler) device(instance uint64) cuda.Device {
+func (s *Scheduler) device(instance uint64) backend.Device {
 	for _, d := range s.cfg.Devices {
 		if d.Info().Instance == instance {
-			return d
+			return backend.Must(d) // Config.defaults checked it is one
 		}
 	}
 	return nil

@@ -7,6 +7,8 @@ package actors
 
 import (
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 )
 
@@ -16,7 +18,7 @@ import (
 // workspace, may still run until that event completes.
 type hungPins struct {
 	lane    *lanecore.Lane
-	drained cuda.Event
+	drained backend.Event
 }
 
 // releasePins lets go of the lane's pinned input buffers when its stream
@@ -66,7 +68,7 @@ func (a *laneActor) releaseHungPins() {
 	}
 	keep := a.hungLanes[:0]
 	for _, h := range a.hungLanes {
-		if q := h.drained.Query(); q.State == cuda.FencePending && q.Err == nil {
+		if q := h.drained.Query(); q.State == backend.FencePending && q.Err == nil {
 			keep = append(keep, h)
 			continue
 		}

@@ -13,6 +13,8 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -91,8 +93,8 @@ func TestPinnedInputsLetGoWhenNothingReadsThem(t *testing.T) {
 				// Still pinned: the caller cannot pin it, the hung
 				// stream's copy may read it yet.
 				var ce *cuda.Error
-				if _, err := dev.device.PinHost(x); !errors.As(err, &ce) || ce.Code != cuda.CodeHostMemoryRegistered {
-					t.Fatalf("pinning a buffer a hung lane kept pinned: got err %v, want code %d", err, cuda.CodeHostMemoryRegistered)
+				if _, err := dev.device.PinHost(x); !errors.As(err, &ce) || ce.Code != codes.HostMemoryRegistered {
+					t.Fatalf("pinning a buffer a hung lane kept pinned: got err %v, want code %d", err, codes.HostMemoryRegistered)
 				}
 			}
 		})

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -120,7 +121,8 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	// Every lane is made before any actor starts: the supervisor (a panic
 	// while a lane opens) reads s.lanes, and finds a lane by its actor's
 	// name, set before the actor runs.
-	for di, dev := range cfg.Devices {
+	for di, d := range cfg.Devices {
+		dev := backend.Must(d) // Config.defaults checked it is one
 		for range cfg.LanesPerDevice {
 			id := len(s.lanes)
 			ref := &laneRef{id: id, name: fmt.Sprintf("lane-%d", id), device: di, dev: dev, instance: dev.Info().Instance, opened: make(chan struct{})}

@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // laterCtx is a context that is live for its first Err call (admission's
@@ -42,7 +43,7 @@ func TestRefusalWithdrawalAndDetachmentHaveTheirOwnCodes(t *testing.T) {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Submit(done, "t", dev.batch(0, 1))
-	if c := cuda.Classify(err); c.Code != cuda.CodeCanceled || !c.NotSubmitted || !errors.Is(err, context.Canceled) {
+	if c := cuda.Classify(err); c.Code != codes.Canceled || !c.NotSubmitted || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Submit with a canceled context: got %v (%+v), want code canceled, not submitted", err, c)
 	}
 
@@ -52,7 +53,7 @@ func TestRefusalWithdrawalAndDetachmentHaveTheirOwnCodes(t *testing.T) {
 		t.Fatalf("SubmitAsync with a context live at admission: got err %v, want nil", err)
 	}
 	_, err = p.Result()
-	if c := cuda.Classify(err); c.Code != cuda.CodeWithdrawn || !c.NotSubmitted || !errors.Is(err, actors.ErrWithdrawn) || !errors.Is(err, context.DeadlineExceeded) {
+	if c := cuda.Classify(err); c.Code != codes.Withdrawn || !c.NotSubmitted || !errors.Is(err, actors.ErrWithdrawn) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a batch whose context ended before its lane took it: got %v (%+v), want code withdrawn, not submitted, errors.Is ErrWithdrawn and context.DeadlineExceeded", err, c)
 	}
 
@@ -67,7 +68,7 @@ func TestRefusalWithdrawalAndDetachmentHaveTheirOwnCodes(t *testing.T) {
 	ctx.pass()
 	err = <-submitted
 	var de *actors.DetachedError
-	if c := cuda.Classify(err); c.Code != cuda.CodeDetached || c.NotSubmitted || !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) {
+	if c := cuda.Classify(err); c.Code != codes.Detached || c.NotSubmitted || !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Submit that stopped waiting: got %v (%+v), want a *DetachedError of code detached, not classified not submitted", err, c)
 	}
 	dev.Clock().Advance(time.Second)

@@ -64,7 +64,7 @@ type PrepareReport struct {
 	// refused and the candidate was instantiated instead.
 	UpdateRefusals []error
 	// RebindRefusals are the refusals of an in-place parameter update
-	// (cuda.Exec.Rebind) before the candidate was captured instead: each
+	// (backend.Exec.Rebind) before the candidate was captured instead: each
 	// a *cuda.RebindRefusedError saying why.
 	RebindRefusals []error
 	// Timings are the capture, instantiation, upload, update and rebind
@@ -96,7 +96,7 @@ const (
 	// from the graph (cuGraphExecUpdate).
 	UpdateByGraph UpdateKind = iota + 1
 	// UpdateByParameters: no capture; each kernel node took the
-	// candidate's parameters (cuda.Exec.Rebind), when only pointers,
+	// candidate's parameters (backend.Exec.Rebind), when only pointers,
 	// scalars or launch shapes changed.
 	UpdateByParameters
 )

@@ -3,9 +3,7 @@
 
 package cache
 
-import (
-	"github.com/lanesched/lanes/cuda"
-)
+import "github.com/lanesched/lanes/internal/codes"
 
 // PrepState is the state of a cache's preparation lifecycle.
 type PrepState uint8
@@ -45,11 +43,11 @@ type Preparation struct {
 
 // Errors of the lifecycle, classified by [cuda.Classify].
 var (
-	ErrNotOpen       = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: preparation is not open")
-	ErrAlreadyOpen   = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: preparation is already open")
-	ErrCapacity      = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: invalid capacity")
-	ErrNotQuiescent  = cuda.NewSentinel(cuda.CodeLaneNotQuiescent, "cache: the stream has work in flight")
-	ErrNoDisposition = cuda.NewSentinel(cuda.CodePreparationInvalid, "cache: a non-resident candidate has no typed disposition")
+	ErrNotOpen       = codes.NewSentinel(codes.PreparationInvalid, "cache: preparation is not open")
+	ErrAlreadyOpen   = codes.NewSentinel(codes.PreparationInvalid, "cache: preparation is already open")
+	ErrCapacity      = codes.NewSentinel(codes.PreparationInvalid, "cache: invalid capacity")
+	ErrNotQuiescent  = codes.NewSentinel(codes.LaneNotQuiescent, "cache: the stream has work in flight")
+	ErrNoDisposition = codes.NewSentinel(codes.PreparationInvalid, "cache: a non-resident candidate has no typed disposition")
 )
 
 // TrimReport says what a trim released.

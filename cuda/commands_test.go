@@ -8,11 +8,12 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // simDevice is a zero-cost simulated device with two live buffers of 64
 // float32s.
-func simDevice(t *testing.T) (*sim.Device, cuda.Stream, cuda.Buffer, cuda.Buffer) {
+func simDevice(t *testing.T) (*sim.Device, backend.Stream, cuda.Buffer, cuda.Buffer) {
 	t.Helper()
 	dev, err := sim.New(sim.Config{})
 	if err != nil {
@@ -117,11 +118,11 @@ func TestLaunchesChecked(t *testing.T) {
 	if len(cmd.Touches(&spec)) != 1 || cmd.Bytes() != 0 && cmd.RegionCount() != 1 {
 		t.Errorf("a launch's touches: %v", cmd.Touches(&spec))
 	}
-	if err := cuda.ValidateFor("enqueue", cmd, ks, func(cuda.Buffer) error { return nil }); err != nil {
+	if err := backend.ValidateFor("enqueue", cmd, ks, func(cuda.Buffer) error { return nil }); err != nil {
 		t.Errorf("ValidateFor a good launch: got %v", err)
 	}
 	gone := errors.New("freed")
-	if err := cuda.ValidateFor("enqueue", cmd, ks, func(cuda.Buffer) error { return gone }); !errors.Is(err, gone) {
+	if err := backend.ValidateFor("enqueue", cmd, ks, func(cuda.Buffer) error { return gone }); !errors.Is(err, gone) {
 		t.Errorf("ValidateFor a launch of a freed buffer: got %v, want the lookup's error", err)
 	}
 	if err := s.Enqueue(cmd); err != nil {
@@ -136,10 +137,10 @@ func TestLaunchesChecked(t *testing.T) {
 	if _, err := cuda.LaunchNamed(ks, "no_such_kernel", cuda.Linear(1, 1)); !errors.Is(err, cuda.ErrUnknownKernel) {
 		t.Errorf("an unknown kernel: got %v, want ErrUnknownKernel", err)
 	}
-	if err := cuda.ValidateFor("enqueue", cuda.Command{Kind: cuda.KindLaunch, Kernel: "no_such_kernel"}, ks, nil); !errors.Is(err, cuda.ErrUnknownKernel) {
+	if err := backend.ValidateFor("enqueue", cuda.Command{Kind: cuda.KindLaunch, Kernel: "no_such_kernel"}, ks, nil); !errors.Is(err, cuda.ErrUnknownKernel) {
 		t.Errorf("ValidateFor an unknown kernel: got %v, want ErrUnknownKernel", err)
 	}
-	if h := cuda.NativeHandle(s); h != 0 {
+	if h := backend.NativeHandle(s); h != 0 {
 		t.Errorf("NativeHandle of a simulated stream: got %#x, want 0", h)
 	}
 	ran := false
@@ -180,12 +181,12 @@ func TestLibrariesChecked(t *testing.T) {
 	if !errors.Is(ce, boom) || !strings.Contains(ce.Error(), "gemm") {
 		t.Errorf("CallError: %q does not name its call or unwrap to its cause", ce.Error())
 	}
-	for _, s := range []cuda.CaptureStatus{cuda.CaptureNone, cuda.CaptureActive, cuda.CaptureInvalidated, 9} {
+	for _, s := range []backend.CaptureStatus{backend.CaptureNone, backend.CaptureActive, backend.CaptureInvalidated, 9} {
 		if s.String() == "" {
 			t.Errorf("capture status %d has no name", s)
 		}
 	}
-	for _, s := range []cuda.FenceState{cuda.FencePending, cuda.FenceComplete, cuda.FenceIndeterminate, 9} {
+	for _, s := range []backend.FenceState{backend.FencePending, backend.FenceComplete, backend.FenceIndeterminate, 9} {
 		if s.String() == "" {
 			t.Errorf("fence state %d has no name", s)
 		}

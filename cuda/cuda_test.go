@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 func testBuffer(elem cuda.ElementType, size uint64) cuda.Buffer {
@@ -105,7 +106,7 @@ func TestRegionOverlaps(t *testing.T) {
 }
 
 func TestErrorsClassify(t *testing.T) {
-	oom := cuda.DriverError("alloc", cuda.CodeOutOfMemory, "full")
+	oom := cuda.DriverError("alloc", codes.OutOfMemory, "full")
 	if !errors.Is(oom, cuda.ErrOutOfMemory) || errors.Is(oom, cuda.ErrIllegalAddress) {
 		t.Fatalf("out of memory %v: got Is(ErrOutOfMemory) %v, Is(ErrIllegalAddress) %v; want true, false",
 			oom, errors.Is(oom, cuda.ErrOutOfMemory), errors.Is(oom, cuda.ErrIllegalAddress))
@@ -113,13 +114,13 @@ func TestErrorsClassify(t *testing.T) {
 	if !oom.Retryable || oom.Sticky {
 		t.Fatalf("out of memory: got Retryable %v, Sticky %v; want true, false (%+v)", oom.Retryable, oom.Sticky, oom)
 	}
-	ill := fmt.Errorf("lane 3: %w", cuda.DriverError("fence query", cuda.CodeIllegalAddress, ""))
+	ill := fmt.Errorf("lane 3: %w", cuda.DriverError("fence query", codes.IllegalAddress, ""))
 	if r := cuda.Classify(ill); !r.Sticky || r.Retryable || !errors.Is(ill, cuda.ErrIllegalAddress) {
 		t.Fatalf("illegal address %v: got Sticky %v, Retryable %v, Is(ErrIllegalAddress) %v; want true, false, true", ill, r.Sticky, r.Retryable, errors.Is(ill, cuda.ErrIllegalAddress))
 	}
-	if r := cuda.Classify(ill); r.Code != cuda.CodeIllegalAddress || r.Code.String() != "cuda_illegal_address" || !r.Sticky || r.Blame != cuda.BlameDevice {
+	if r := cuda.Classify(ill); r.Code != codes.IllegalAddress || r.Code.String() != "cuda_illegal_address" || !r.Sticky || r.Blame != cuda.BlameDevice {
 		t.Fatalf("Classify(illegal address): got Code %v (%q), Sticky %v, Blame %v; want %d (%q), true, %v",
-			int(r.Code), r.Code, r.Sticky, r.Blame, int(cuda.CodeIllegalAddress), "cuda_illegal_address", cuda.BlameDevice)
+			int(r.Code), r.Code, r.Sticky, r.Blame, int(codes.IllegalAddress), "cuda_illegal_address", cuda.BlameDevice)
 	}
 	c := cuda.Contractf("launch", cuda.ErrKernelArity, "2 != 3")
 	if !errors.Is(c, cuda.ErrKernelArity) || errors.Is(c, cuda.ErrOutOfMemory) {
@@ -128,34 +129,34 @@ func TestErrorsClassify(t *testing.T) {
 	if got, want := c.Error(), "cuda: launch: cuda_runtime_contract: 2 != 3"; got != want {
 		t.Fatalf("contract error: got message %q, want %q", got, want)
 	}
-	if r := cuda.Classify(c); r.Code != cuda.CodeRuntimeContract || r.Blame != cuda.BlameCaller || !r.NotSubmitted {
-		t.Fatalf("Classify(contract error): got Code %v, Blame %v, NotSubmitted %v; want %v, %v, true", r.Code, r.Blame, r.NotSubmitted, cuda.CodeRuntimeContract, cuda.BlameCaller)
+	if r := cuda.Classify(c); r.Code != codes.RuntimeContract || r.Blame != cuda.BlameCaller || !r.NotSubmitted {
+		t.Fatalf("Classify(contract error): got Code %v, Blame %v, NotSubmitted %v; want %v, %v, true", r.Code, r.Blame, r.NotSubmitted, codes.RuntimeContract, cuda.BlameCaller)
 	}
-	if r := cuda.Classify(errors.New("boom")); r.Code != cuda.CodeUnclassified || r.Sticky || r.Retryable {
-		t.Fatalf("Classify(foreign error): got Code %v, Sticky %v, Retryable %v; want %v, false, false", r.Code, r.Sticky, r.Retryable, cuda.CodeUnclassified)
+	if r := cuda.Classify(errors.New("boom")); r.Code != codes.Unclassified || r.Sticky || r.Retryable {
+		t.Fatalf("Classify(foreign error): got Code %v, Sticky %v, Retryable %v; want %v, false, false", r.Code, r.Sticky, r.Retryable, codes.Unclassified)
 	}
-	if r := cuda.Classify(fmt.Errorf("waiting: %w", context.DeadlineExceeded)); r.Code != cuda.CodeDeadlineExceeded || r.Blame != cuda.BlameNone {
-		t.Fatalf("Classify(wrapped context.DeadlineExceeded): got Code %v, Blame %v; want %v, %v", r.Code, r.Blame, cuda.CodeDeadlineExceeded, cuda.BlameNone)
+	if r := cuda.Classify(fmt.Errorf("waiting: %w", context.DeadlineExceeded)); r.Code != codes.DeadlineExceeded || r.Blame != cuda.BlameNone {
+		t.Fatalf("Classify(wrapped context.DeadlineExceeded): got Code %v, Blame %v; want %v, %v", r.Code, r.Blame, codes.DeadlineExceeded, cuda.BlameNone)
 	}
 	if got, want := cuda.Code(12345).String(), "cuda_driver_error_12345"; got != want {
 		t.Fatalf("Code(12345).String(): got %q, want %q", got, want)
 	}
-	if got := cuda.Classify(nil).Code; got != cuda.CodeOK {
-		t.Fatalf("Classify(nil).Code: got %v, want %v", got, cuda.CodeOK)
+	if got := cuda.Classify(nil).Code; got != codes.OK {
+		t.Fatalf("Classify(nil).Code: got %v, want %v", got, codes.OK)
 	}
 	if r := cuda.Code(12345).Class(); r.Blame != cuda.BlameStream || r.Sticky {
 		t.Fatalf("Code(12345).Class(), an unknown driver code: got Blame %v, Sticky %v; want %v, false", r.Blame, r.Sticky, cuda.BlameStream)
 	}
 	// A sentinel of an upper layer: matched by errors.Is through wrapping,
 	// classified by its code.
-	over := cuda.NewSentinel(cuda.CodeOverloaded, "actors: overloaded")
+	over := codes.NewSentinel(codes.Overloaded, "actors: overloaded")
 	w := fmt.Errorf("tenant t: %w", over)
 	if !errors.Is(w, over) {
 		t.Fatalf("errors.Is(%v, the sentinel): got false, want true", w)
 	}
-	if r := cuda.Classify(w); r.Code != cuda.CodeOverloaded || !r.Retryable || !r.NotSubmitted || r.Blame != cuda.BlameNone {
+	if r := cuda.Classify(w); r.Code != codes.Overloaded || !r.Retryable || !r.NotSubmitted || r.Blame != cuda.BlameNone {
 		t.Fatalf("Classify(wrapped sentinel): got Code %v, Retryable %v, NotSubmitted %v, Blame %v; want %v, true, true, %v",
-			r.Code, r.Retryable, r.NotSubmitted, r.Blame, cuda.CodeOverloaded, cuda.BlameNone)
+			r.Code, r.Retryable, r.NotSubmitted, r.Blame, codes.Overloaded, cuda.BlameNone)
 	}
 }
 
@@ -252,8 +253,8 @@ func FuzzCommandDecode(f *testing.F) {
 		err := c.UnmarshalBinary(data)
 		if err != nil {
 			var ce *cuda.Error
-			if !errors.As(err, &ce) || ce.Code != cuda.CodeRuntimeContract {
-				t.Fatalf("UnmarshalBinary: got err %v (%T), want a *cuda.Error with code %v", err, err, cuda.CodeRuntimeContract)
+			if !errors.As(err, &ce) || ce.Code != codes.RuntimeContract {
+				t.Fatalf("UnmarshalBinary: got err %v (%T), want a *cuda.Error with code %v", err, err, codes.RuntimeContract)
 			}
 			return
 		}

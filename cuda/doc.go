@@ -20,7 +20,7 @@
 //	st, _ := dev.NewStream()
 //	_ = st.Enqueue(up)
 //	ev, _ := st.Record()
-//	for ev.Query().State == cuda.FencePending { /* do other work */ }
+//	for ev.Query().State == backend.FencePending { /* do other work */ }
 //
 // # Values and handles
 //

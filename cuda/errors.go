@@ -5,11 +5,13 @@ package cuda
 
 import (
 	"fmt"
+
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // Error is every error a backend returns. Op names the operation that failed,
 // Code classifies it. A contract violation (the caller's mistake, caught
-// before anything was enqueued) has Code [CodeRuntimeContract] and wraps one of the
+// before anything was enqueued) has Code [codes.RuntimeContract] and wraps one of the
 // Err sentinels below, so errors.Is(err, cuda.ErrOutOfBounds) works. A driver
 // error matches the code sentinels: errors.Is(err, cuda.ErrOutOfMemory).
 type Error struct {
@@ -18,7 +20,7 @@ type Error struct {
 	Sticky    bool   // the device's context is poisoned; every later call fails
 	Retryable bool   // the same call may succeed later
 	Detail    string // what was wrong and how to fix it
-	Contract  error  // what it wraps: for CodeRuntimeContract the sentinel that names the violation; for a library call's failure its *CallError
+	Contract  error  // what it wraps: for codes.RuntimeContract the sentinel that names the violation; for a library call's failure its *CallError
 }
 
 // Error formats the error as "cuda: op: code: detail" (a code sentinel,
@@ -52,40 +54,40 @@ func (e *Error) Class() Class {
 // Is matches a code sentinel such as [ErrOutOfMemory] by code.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Op == "" && t.Code == e.Code && t.Code != CodeRuntimeContract
+	return ok && t.Op == "" && t.Code == e.Code && t.Code != codes.RuntimeContract
 }
 
 // Contract sentinels: the caller's mistakes, caught at the boundary. A
 // contract *Error wraps one, so errors.Is finds it; alone, each classifies
 // as the caller's error.
 var (
-	ErrOutOfBounds    = NewSentinel(CodeRuntimeContract, "cuda: region out of bounds")
-	ErrEmptyRegion    = NewSentinel(CodeRuntimeContract, "cuda: empty region")
-	ErrForeignHandle  = NewSentinel(CodeRuntimeContract, "cuda: handle belongs to another device instance")
-	ErrStaleHandle    = NewSentinel(CodeRuntimeContract, "cuda: handle was freed or destroyed")
-	ErrElementType    = NewSentinel(CodeRuntimeContract, "cuda: element type mismatch")
-	ErrKernelArity    = NewSentinel(CodeRuntimeContract, "cuda: wrong number of kernel arguments")
-	ErrUnknownKernel  = NewSentinel(CodeRuntimeContract, "cuda: unknown kernel")
-	ErrLaunchConfig   = NewSentinel(CodeRuntimeContract, "cuda: invalid launch configuration")
-	ErrInvalidCommand = NewSentinel(CodeRuntimeContract, "cuda: invalid command")
-	ErrAlignment      = NewSentinel(CodeRuntimeContract, "cuda: invalid alignment")
-	ErrEncoding       = NewSentinel(CodeRuntimeContract, "cuda: malformed command encoding")
-	ErrDeviceClosed   = NewSentinel(CodeRuntimeContract, "cuda: device closed")
-	ErrThreadNotBound = NewSentinel(CodeRuntimeContract, "cuda: calling thread is not bound to the device")
+	ErrOutOfBounds    = codes.NewSentinel(codes.RuntimeContract, "cuda: region out of bounds")
+	ErrEmptyRegion    = codes.NewSentinel(codes.RuntimeContract, "cuda: empty region")
+	ErrForeignHandle  = codes.NewSentinel(codes.RuntimeContract, "cuda: handle belongs to another device instance")
+	ErrStaleHandle    = codes.NewSentinel(codes.RuntimeContract, "cuda: handle was freed or destroyed")
+	ErrElementType    = codes.NewSentinel(codes.RuntimeContract, "cuda: element type mismatch")
+	ErrKernelArity    = codes.NewSentinel(codes.RuntimeContract, "cuda: wrong number of kernel arguments")
+	ErrUnknownKernel  = codes.NewSentinel(codes.RuntimeContract, "cuda: unknown kernel")
+	ErrLaunchConfig   = codes.NewSentinel(codes.RuntimeContract, "cuda: invalid launch configuration")
+	ErrInvalidCommand = codes.NewSentinel(codes.RuntimeContract, "cuda: invalid command")
+	ErrAlignment      = codes.NewSentinel(codes.RuntimeContract, "cuda: invalid alignment")
+	ErrEncoding       = codes.NewSentinel(codes.RuntimeContract, "cuda: malformed command encoding")
+	ErrDeviceClosed   = codes.NewSentinel(codes.RuntimeContract, "cuda: device closed")
+	ErrThreadNotBound = codes.NewSentinel(codes.RuntimeContract, "cuda: calling thread is not bound to the device")
 )
 
 // Code sentinels: match driver errors by code with errors.Is.
 var (
-	ErrOutOfMemory        = &Error{Code: CodeOutOfMemory}
-	ErrIllegalAddress     = &Error{Code: CodeIllegalAddress}
-	ErrLaunchFailed       = &Error{Code: CodeLaunchFailed}
-	ErrLaunchResources    = &Error{Code: CodeLaunchOutOfResources}
-	ErrIllegalState       = &Error{Code: CodeIllegalState}
-	ErrInvalidHandle      = &Error{Code: CodeInvalidHandle}
-	ErrCaptureUnsupported = &Error{Code: CodeStreamCaptureUnsupported}
-	ErrCaptureInvalidated = &Error{Code: CodeStreamCaptureInvalidated}
-	ErrDeinitialized      = &Error{Code: CodeDeinitialized}
-	ErrUpdateRefused      = &Error{Code: CodeGraphExecUpdateFailure}
+	ErrOutOfMemory        = &Error{Code: codes.OutOfMemory}
+	ErrIllegalAddress     = &Error{Code: codes.IllegalAddress}
+	ErrLaunchFailed       = &Error{Code: codes.LaunchFailed}
+	ErrLaunchResources    = &Error{Code: codes.LaunchOutOfResources}
+	ErrIllegalState       = &Error{Code: codes.IllegalState}
+	ErrInvalidHandle      = &Error{Code: codes.InvalidHandle}
+	ErrCaptureUnsupported = &Error{Code: codes.StreamCaptureUnsupported}
+	ErrCaptureInvalidated = &Error{Code: codes.StreamCaptureInvalidated}
+	ErrDeinitialized      = &Error{Code: codes.Deinitialized}
+	ErrUpdateRefused      = &Error{Code: codes.GraphExecUpdateFailure}
 )
 
 // Contractf builds a contract error: sentinel names the violation, the
@@ -96,7 +98,7 @@ func Contractf(op string, sentinel error, format string, args ...any) *Error {
 }
 
 func contractf(op string, sentinel error, format string, args ...any) *Error {
-	return &Error{Op: op, Code: CodeRuntimeContract, Contract: sentinel, Detail: fmt.Sprintf(format, args...)}
+	return &Error{Op: op, Code: codes.RuntimeContract, Contract: sentinel, Detail: fmt.Sprintf(format, args...)}
 }
 
 // DriverError builds the error for a failed device call, classifying the
@@ -151,5 +153,5 @@ func (e *RebindRefusedError) Error() string {
 // Is matches [ErrUpdateRefused].
 func (e *RebindRefusedError) Is(target error) bool { return target == ErrUpdateRefused }
 
-// Class is [CodeGraphExecUpdateFailure]'s class.
-func (e *RebindRefusedError) Class() Class { return CodeGraphExecUpdateFailure.Class() }
+// Class is [codes.GraphExecUpdateFailure]'s class.
+func (e *RebindRefusedError) Class() Class { return codes.GraphExecUpdateFailure.Class() }

@@ -68,30 +68,6 @@ type HostMemory interface {
 	ReadHost(src HostRegion, dst []byte) error
 }
 
-// HostView is pinned host memory the host addresses in place: both
-// backends implement it beside [HostMemory]. HostBytes returns a region's
-// bytes with no copy, to fill before the commands that read them run, or
-// read after those that write them ended; no such command may be in flight
-// while the slice is used, and it is valid only while the host buffer
-// lives.
-type HostView interface {
-	HostBytes(r HostRegion) ([]byte, error)
-}
-
-// HostPinner is a device that can pin host memory it did not allocate
-// (cuMemHostRegister on the GPU): copies from it then run as from its own
-// pinned staging, the GPU reading it directly, not through the driver's
-// bounce buffer for pageable memory. The memory must stay mapped until
-// unpin returned, and no command that reads it may be in flight then.
-// Both are called, as every call into the device, from a goroutine bound
-// to it (BindThread). Pinning is by whole pages: a range overlapping pages
-// pinned already fails (CodeHostMemoryRegistered). Both backends implement
-// it; the simulated device keeps the driver's bookkeeping (overlaps, the
-// pinned-memory limit), reading any memory the same way.
-type HostPinner interface {
-	PinHost(mem []byte) (unpin func() error, err error)
-}
-
 // StageIn copies a host staging region into device memory when it runs
 // (a host-to-device memcpy node in a graph, reading the staging at every
 // replay).

@@ -5,29 +5,30 @@ package lanes
 
 import (
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // Sentinels of the lane; every error the lane returns is an [*Error] that
 // wraps one of these, a cache or programs sentinel, or a device error, so
 // errors.Is reaches each of them and [cuda.Classify] classifies it.
 var (
-	ErrFailed        = cuda.NewSentinel(cuda.CodeLaneFailed, "lanes: lane failed")
-	ErrNotQuiescent  = cuda.NewSentinel(cuda.CodeLaneNotQuiescent, "lanes: lane is not quiescent")
-	ErrInvalidBatch  = cuda.NewSentinel(cuda.CodeBatchInvalid, "lanes: invalid batch")
-	ErrPathRequired  = cuda.NewSentinel(cuda.CodeComputePathUnmet, "lanes: compute path requirement not met")
-	ErrPatch         = cuda.NewSentinel(cuda.CodeBindingPatchInvalid, "lanes: invalid program-binding patch")
-	ErrUnknownFence  = cuda.NewSentinel(cuda.CodeUnknownFence, "lanes: unknown fence")
-	ErrReadback      = cuda.NewSentinel(cuda.CodeReadbackInvalid, "lanes: invalid readback")
-	ErrProviderPanic = cuda.NewSentinel(cuda.CodeProviderPanic, "lanes: provider panicked")
-	ErrCaptureFailed = cuda.NewSentinel(cuda.CodeCaptureFailed, "lanes: capture failed and left the stream untrustworthy")
-	ErrIndexMap      = cuda.NewSentinel(cuda.CodeStagedInputInvalid, "lanes: invalid index map")
-	ErrStagedInput   = cuda.NewSentinel(cuda.CodeStagedInputInvalid, "lanes: invalid staged input")
-	ErrLibrarySetup  = cuda.NewSentinel(cuda.CodeLibrarySetupFailed, "lanes: a library's per-lane setup failed")
+	ErrFailed        = codes.NewSentinel(codes.LaneFailed, "lanes: lane failed")
+	ErrNotQuiescent  = codes.NewSentinel(codes.LaneNotQuiescent, "lanes: lane is not quiescent")
+	ErrInvalidBatch  = codes.NewSentinel(codes.BatchInvalid, "lanes: invalid batch")
+	ErrPathRequired  = codes.NewSentinel(codes.ComputePathUnmet, "lanes: compute path requirement not met")
+	ErrPatch         = codes.NewSentinel(codes.BindingPatchInvalid, "lanes: invalid program-binding patch")
+	ErrUnknownFence  = codes.NewSentinel(codes.UnknownFence, "lanes: unknown fence")
+	ErrReadback      = codes.NewSentinel(codes.ReadbackInvalid, "lanes: invalid readback")
+	ErrProviderPanic = codes.NewSentinel(codes.ProviderPanic, "lanes: provider panicked")
+	ErrCaptureFailed = codes.NewSentinel(codes.CaptureFailed, "lanes: capture failed and left the stream untrustworthy")
+	ErrIndexMap      = codes.NewSentinel(codes.StagedInputInvalid, "lanes: invalid index map")
+	ErrStagedInput   = codes.NewSentinel(codes.StagedInputInvalid, "lanes: invalid staged input")
+	ErrLibrarySetup  = codes.NewSentinel(codes.LibrarySetupFailed, "lanes: a library's per-lane setup failed")
 	// ErrStagedLost is a staged program whose lane was rebuilt after a
 	// hang: its staging and executables went with the old lane, through no
 	// fault of the caller's. Prepare it again (code device_state_lost, as a
 	// lane host's program whose host was lost).
-	ErrStagedLost = cuda.NewSentinel(cuda.CodeDeviceStateLost, "lanes: staged program lost with its lane")
+	ErrStagedLost = codes.NewSentinel(codes.DeviceStateLost, "lanes: staged program lost with its lane")
 )
 
 // Error is every error a lane returns: its cause, classified once when the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -133,17 +134,17 @@ func TestForHandlesVisitsEveryHandle(t *testing.T) {
 // message says which.
 func TestWrapClassifies(t *testing.T) {
 	e := lanes.Wrap("submit", true, lanes.ErrInvalidBatch)
-	if !errors.Is(e, lanes.ErrInvalidBatch) || !e.Class().NotSubmitted || e.Class().Code != cuda.CodeBatchInvalid || !strings.HasSuffix(e.Error(), "(definitely not submitted)") {
+	if !errors.Is(e, lanes.ErrInvalidBatch) || !e.Class().NotSubmitted || e.Class().Code != codes.BatchInvalid || !strings.HasSuffix(e.Error(), "(definitely not submitted)") {
 		t.Fatalf("not submitted: %v, class %+v", e, e.Class())
 	}
 	oom := lanes.Wrap("fence", false, cuda.ErrOutOfMemory)
-	if oom.Retryable || oom.NotSubmitted || strings.Contains(oom.Error(), "not submitted") || cuda.Classify(oom).Code != cuda.CodeOutOfMemory {
+	if oom.Retryable || oom.NotSubmitted || strings.Contains(oom.Error(), "not submitted") || cuda.Classify(oom).Code != codes.OutOfMemory {
 		t.Fatalf("submitted: %v, class %+v", oom, oom.Class())
 	}
 	if retry := lanes.Wrap("submit", true, cuda.ErrOutOfMemory); retry.Retryable != cuda.Classify(cuda.ErrOutOfMemory).Retryable {
 		t.Fatalf("not submitted keeps the cause's retryability: %+v", retry.Class())
 	}
-	if s := (&lanes.Error{Code: cuda.CodeLaneFailed}).Error(); !strings.Contains(s, "with no cause") {
+	if s := (&lanes.Error{Code: codes.LaneFailed}).Error(); !strings.Contains(s, "with no cause") {
 		t.Fatalf("an error without a cause reads %q", s)
 	}
 }

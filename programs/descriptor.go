@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // ID names a program. It carries the runtime implementation
@@ -46,15 +46,15 @@ const MaxNodes = 1 << 16
 // Errors of programs, each wrapped with what was wrong and classified by
 // [cuda.Classify] as program_invalid.
 var (
-	ErrTopology        = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: invalid program topology")
-	ErrForeignRuntime  = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: program of another runtime")
-	ErrNotSealed       = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: the catalog needs a sealed cache")
-	ErrUnknownProgram  = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: no such program")
-	ErrSegmentMismatch = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: segment reference differs from the sealed catalog")
-	ErrNotResident     = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: segment executable is not resident")
-	ErrNoAttribution   = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: segment lacks logical graph-node attribution")
-	ErrMonotonic       = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: update is not monotonic")
-	ErrRegistration    = cuda.NewSentinel(cuda.CodeProgramInvalid, "programs: batch does not match its capture")
+	ErrTopology        = codes.NewSentinel(codes.ProgramInvalid, "programs: invalid program topology")
+	ErrForeignRuntime  = codes.NewSentinel(codes.ProgramInvalid, "programs: program of another runtime")
+	ErrNotSealed       = codes.NewSentinel(codes.ProgramInvalid, "programs: the catalog needs a sealed cache")
+	ErrUnknownProgram  = codes.NewSentinel(codes.ProgramInvalid, "programs: no such program")
+	ErrSegmentMismatch = codes.NewSentinel(codes.ProgramInvalid, "programs: segment reference differs from the sealed catalog")
+	ErrNotResident     = codes.NewSentinel(codes.ProgramInvalid, "programs: segment executable is not resident")
+	ErrNoAttribution   = codes.NewSentinel(codes.ProgramInvalid, "programs: segment lacks logical graph-node attribution")
+	ErrMonotonic       = codes.NewSentinel(codes.ProgramInvalid, "programs: update is not monotonic")
+	ErrRegistration    = codes.NewSentinel(codes.ProgramInvalid, "programs: batch does not match its capture")
 )
 
 func sortedUnique(name string, v []int, n int) error {

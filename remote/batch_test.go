@@ -5,17 +5,17 @@ import (
 	"reflect"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
+	"google.golang.org/protobuf/proto"
 )
 
 // sample is a batch with every kind of command that crosses the wire, replay
@@ -134,7 +134,7 @@ func TestBatchesWithoutAWireForm(t *testing.T) {
 		"an upload too long": {Entries: []lanes.Entry{{Command: up}}},
 	} {
 		_, err := remote.BatchToWire(b)
-		if !errors.Is(err, remote.ErrWire) || !errors.Is(err, actors.ErrBatchTooLarge) || cuda.Classify(err).Code != cuda.CodeBatchTooLarge {
+		if !errors.Is(err, remote.ErrWire) || !errors.Is(err, actors.ErrBatchTooLarge) || cuda.Classify(err).Code != codes.BatchTooLarge {
 			t.Errorf("%s: got err %v (code %v), want actors.ErrBatchTooLarge and its code (as one process says), and remote.ErrWire", name, err, cuda.Classify(err).Code)
 		}
 	}

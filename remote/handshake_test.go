@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -89,7 +90,7 @@ func TestAnAddressThatIsNoLaneHost(t *testing.T) {
 	} {
 		start := time.Now()
 		_, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{serve(answer)}, JoinTimeout: join, Logf: t.Logf})
-		if !errors.Is(err, remote.ErrUnauthenticated) || !errors.Is(err, remote.ErrNoHost) || cuda.Classify(err).Code != cuda.CodeUnauthenticated ||
+		if !errors.Is(err, remote.ErrUnauthenticated) || !errors.Is(err, remote.ErrNoHost) || cuda.Classify(err).Code != codes.Unauthenticated ||
 			!strings.Contains(err.Error(), "does not speak TLS") {
 			t.Errorf("%s: got %v (%v), want ErrUnauthenticated and ErrNoHost, classified unauthenticated, saying it does not speak TLS", name, err, cuda.Classify(err).Code)
 		}
@@ -111,7 +112,7 @@ func TestAnAddressThatIsNoLaneHost(t *testing.T) {
 	for len(hangs) > 0 {
 		held = append(held, <-hangs)
 	}
-	if !errors.Is(err, remote.ErrNoHost) || cuda.Classify(err).Code != cuda.CodeNoHost || !strings.Contains(err.Error(), "did not register") ||
+	if !errors.Is(err, remote.ErrNoHost) || cuda.Classify(err).Code != codes.NoHost || !strings.Contains(err.Error(), "did not register") ||
 		!strings.Contains(err.Error(), "took a connection but has not completed a TLS handshake") {
 		t.Errorf("a listener that says nothing: got %v, want ErrNoHost, saying what listens there took a connection and no handshake", err)
 	}
@@ -171,7 +172,7 @@ func TestALaunchedHostThatNeverListens(t *testing.T) {
 		if err == nil {
 			_ = f.Stop(context.Background())
 		}
-		if !errors.Is(err, remote.ErrNoHost) || cuda.Classify(err).Code != cuda.CodeNoHost || !strings.Contains(err.Error(), tc.found) {
+		if !errors.Is(err, remote.ErrNoHost) || cuda.Classify(err).Code != codes.NoHost || !strings.Contains(err.Error(), tc.found) {
 			t.Errorf("%s: got %v (%v), want ErrNoHost saying %q", tc.name, err, cuda.Classify(err).Code, tc.found)
 		}
 		if took > join+margin {

@@ -12,6 +12,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -86,7 +87,7 @@ func zeroOnFront(t *testing.T, f *remote.Front, tenant string, b cuda.Buffer) {
 
 // readLocal reads a region back from a device of this process, on a
 // stream of its own: the one-process side of a parity test.
-func readLocal(t *testing.T, dev cuda.Device, r cuda.Region) []byte {
+func readLocal(t *testing.T, dev backend.Device, r cuda.Region) []byte {
 	t.Helper()
 	st, err := dev.NewStream()
 	if err != nil {

@@ -7,16 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestReceiptRoundTrip: a success comes back with every field one process
@@ -57,7 +57,7 @@ func TestReceiptRoundTrip(t *testing.T) {
 		}
 		want := tc.r
 		if want.Err != nil {
-			if !errors.Is(got.Err, actors.ErrIndeterminate) || cuda.Classify(got.Err).Code != cuda.CodeIndeterminate || got.Err.Error() != want.Err.Error() {
+			if !errors.Is(got.Err, actors.ErrIndeterminate) || cuda.Classify(got.Err).Code != codes.Indeterminate || got.Err.Error() != want.Err.Error() {
 				t.Fatalf("the error after the wire: got %v (code %v), want errors.Is actors.ErrIndeterminate, code indeterminate, message %q", got.Err, cuda.Classify(got.Err).Code, want.Err.Error())
 			}
 			var pe *remote.PeerError
@@ -79,7 +79,7 @@ func TestMalformedReceiptsRefused(t *testing.T) {
 		"nil":                                      nil,
 		"no outcome":                               {},
 		"an outcome out of range":                  {Outcome: 1 << 9},
-		"a success with an error":                  {Outcome: uint32(lanes.OutcomeSucceeded), ErrorCode: int32(cuda.CodeIndeterminate)},
+		"a success with an error":                  {Outcome: uint32(lanes.OutcomeSucceeded), ErrorCode: int32(codes.Indeterminate)},
 		"negative device time":                     {Outcome: uint32(lanes.OutcomeSucceeded), DeviceTimeNs: -1},
 		"a nil row":                                {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{nil}},
 		"a row node past int32":                    {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{{Node: 1 << 40}}},
@@ -132,7 +132,7 @@ func TestPeerErrorsMatchWhatTheHostWrapped(t *testing.T) {
 		t.Fatalf("a stale handle's error through the wire: Is(ErrStaleHandle) %v, Is(ErrOutOfBounds) %v, Is(ErrOutOfMemory) %v; want true, false, false",
 			errors.Is(r.Err, cuda.ErrStaleHandle), errors.Is(r.Err, cuda.ErrOutOfBounds), errors.Is(r.Err, cuda.ErrOutOfMemory))
 	}
-	oom := &cuda.Error{Op: "alloc", Code: cuda.CodeOutOfMemory, Detail: "no room"}
+	oom := &cuda.Error{Op: "alloc", Code: codes.OutOfMemory, Detail: "no room"}
 	w = remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: oom, Lane: 0}, nil)
 	if _, _, r, _, _ = remote.ReceiptFromWire(w); !errors.Is(r.Err, cuda.ErrOutOfMemory) {
 		t.Fatalf("out of memory through the wire: got %v, want errors.Is(cuda.ErrOutOfMemory)", r.Err)
@@ -150,7 +150,7 @@ func TestPeerErrorsMatchWhatTheHostWrapped(t *testing.T) {
 // crosses as indeterminate and as the driver's code, not as every
 // sentinel of that code; an older host's error (no names) matches by code.
 func TestAnIndeterminateEndKeepsItsSentinels(t *testing.T) {
-	lost := fmt.Errorf("%w: %w", actors.ErrIndeterminate, &cuda.Error{Op: "kernel", Code: cuda.CodeIllegalAddress, Sticky: true})
+	lost := fmt.Errorf("%w: %w", actors.ErrIndeterminate, &cuda.Error{Op: "kernel", Code: codes.IllegalAddress, Sticky: true})
 	w := remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: lost, Lane: 0}, nil)
 	_, _, r, _, err := remote.ReceiptFromWire(w)
 	if err != nil {
@@ -160,7 +160,7 @@ func TestAnIndeterminateEndKeepsItsSentinels(t *testing.T) {
 		t.Fatalf("a step lost to a sticky fault: Is(ErrIndeterminate) %v, Is(cuda.ErrIllegalAddress) %v, Is(kernels.ErrIllegalAddress) %v; want true, true, false",
 			errors.Is(r.Err, actors.ErrIndeterminate), errors.Is(r.Err, cuda.ErrIllegalAddress), errors.Is(r.Err, kernels.ErrIllegalAddress))
 	}
-	w = remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: &cuda.Error{Op: "kernel", Code: cuda.CodeIllegalAddress}, Lane: 0}, nil)
+	w = remote.ReceiptToWire(1, 2, lanes.Receipt{Outcome: lanes.OutcomeIndeterminate, Err: &cuda.Error{Op: "kernel", Code: codes.IllegalAddress}, Lane: 0}, nil)
 	w.ErrorKinds, w.ErrorKindsNamed = nil, false // an older host
 	if _, _, r, _, _ = remote.ReceiptFromWire(w); !errors.Is(r.Err, kernels.ErrIllegalAddress) || !errors.Is(r.Err, cuda.ErrIllegalAddress) {
 		t.Fatalf("an older host's error: got %v, want it matched by its code", r.Err)

@@ -18,6 +18,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -264,7 +265,7 @@ func TestWithdrawnAsInOneProcess(t *testing.T) {
 		release: func() { open <- struct{}{} },
 	}
 	want, wantCount := runWithdrawals(t, local)
-	if wantCount != 2 || !want[0].Withdrawn || !want[0].Canceled || !want[1].Expired || want[2].Code != cuda.CodeOK {
+	if wantCount != 2 || !want[0].Withdrawn || !want[0].Canceled || !want[1].Expired || want[2].Code != codes.OK {
 		t.Fatalf("in one process: got %+v and the counter at %d, want two withdrawn and a batch that ran (the case tests nothing)", want, wantCount)
 	}
 

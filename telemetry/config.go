@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -29,7 +31,7 @@ const (
 
 // ErrConfig marks a configuration New refuses (errors.Is): the caller's,
 // not submitted (cuda.Classify: invalid_argument).
-var ErrConfig = cuda.NewSentinel(cuda.CodeInvalidArgument, "telemetry: bad configuration")
+var ErrConfig = codes.NewSentinel(codes.InvalidArgument, "telemetry: bad configuration")
 
 // Config selects where traces and metrics go. Each of Traces and Metrics
 // left "" is taken from the environment, as the OpenTelemetry spec says:

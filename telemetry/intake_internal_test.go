@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/lanes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func newTestIntake(limit int) (*intake, *dropCounts) {
@@ -81,11 +80,11 @@ func TestIntakeFloodLosesItsOwn(t *testing.T) {
 // caller's span does not.
 func TestIntakeSummarisesRefusals(t *testing.T) {
 	in, drops := newTestIntake(100)
-	over := cuda.NewSentinel(cuda.CodeOverloaded, "test: overloaded")
+	over := codes.NewSentinel(codes.Overloaded, "test: overloaded")
 	for range 5 {
 		in.put(refusal("a", over))
 	}
-	in.put(refusal("a", cuda.NewSentinel(cuda.CodeCanceled, "test: canceled"))) // another kind
+	in.put(refusal("a", codes.NewSentinel(codes.Canceled, "test: canceled"))) // another kind
 	in.put(refusal("a", over))
 	in.put(ended("a"))
 	in.put(refusal("a", over))
@@ -113,7 +112,7 @@ func TestIntakeSummarisesRefusals(t *testing.T) {
 // tenant that never holds the most never loses anything.
 func TestIntakeAgainstAModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	over := cuda.NewSentinel(cuda.CodeOverloaded, "test: overloaded")
+	over := codes.NewSentinel(codes.Overloaded, "test: overloaded")
 	for trial := range 50 {
 		limit := 1 + r.IntN(40)
 		in, drops := newTestIntake(limit)

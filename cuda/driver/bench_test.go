@@ -11,6 +11,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/driver"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // stepRig is the workload of the hand-written C++ and PyTorch loops lanes is
@@ -18,10 +19,10 @@ import (
 // step, each adding 1 to 1024 int32, launched as 4 blocks of 256 threads.
 type stepRig struct {
 	dev  *driver.Device
-	s    cuda.Stream
+	s    backend.Stream
 	buf  cuda.Buffer
 	inc  cuda.Command
-	exec cuda.Exec
+	exec backend.Exec
 	k    int
 }
 
@@ -43,7 +44,7 @@ func newStepRig(b testing.TB, dev *driver.Device, k int) *stepRig {
 	if err := s.Enqueue(z); err != nil {
 		b.Fatalf("Enqueue(zero): got err %v, want nil", err)
 	}
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		b.Fatalf("BeginCapture: got err %v, want nil", err)
 	}
 	r.eager(b)
@@ -180,8 +181,8 @@ func BenchmarkRecapture(b *testing.B) {
 				rigs := [2]*stepRig{newStepRig(b, dev, k), newStepRig(b, dev, k)}
 				s := rigs[0].s
 				exec := rigs[0].exec
-				capture := func(r *stepRig) cuda.Graph {
-					if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+				capture := func(r *stepRig) backend.Graph {
+					if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 						b.Fatalf("BeginCapture: got err %v, want nil", err)
 					}
 					for range k {
@@ -260,11 +261,11 @@ func BenchmarkGraphMemory(b *testing.B) {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
 			dev := bindOpen(b)
 			r := newStepRig(b, dev, k)
-			var execs []cuda.Exec
+			var execs []backend.Exec
 			var charged int64
 			b.ResetTimer()
 			for range b.N {
-				if err := r.s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+				if err := r.s.BeginCapture(backend.CaptureRelaxed); err != nil {
 					b.Fatalf("BeginCapture: got err %v, want nil", err)
 				}
 				r.eager(b)

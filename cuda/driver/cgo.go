@@ -6,6 +6,14 @@
 
 package driver
 
+import (
+	"time"
+	"unsafe"
+
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+)
+
 /*
 #cgo LDFLAGS: -lcuda
 #include <stdint.h>
@@ -255,13 +263,6 @@ static CUresult lanes_func_limits(CUfunction fn, int *threads, int *shared) {
 */
 import "C"
 
-import (
-	"time"
-	"unsafe"
-
-	"github.com/lanesched/lanes/cuda"
-)
-
 const (
 	codeNotBound  = C.LANES_NOT_BOUND
 	codeCapturing = C.LANES_CAPTURING
@@ -337,16 +338,16 @@ func readback(ctx cContext, dst []byte, src uint64, s cStream) cResult {
 	return C.lanes_readback(ctx, unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst)), s)
 }
 
-func captureStatus(ctx cContext, s cStream) (cuda.CaptureStatus, cResult) {
+func captureStatus(ctx cContext, s cStream) (backend.CaptureStatus, cResult) {
 	var st C.int
 	r := C.lanes_capture_status(ctx, s, &st)
 	switch st {
 	case C.CU_STREAM_CAPTURE_STATUS_ACTIVE:
-		return cuda.CaptureActive, r
+		return backend.CaptureActive, r
 	case C.CU_STREAM_CAPTURE_STATUS_INVALIDATED:
-		return cuda.CaptureInvalidated, r
+		return backend.CaptureInvalidated, r
 	}
-	return cuda.CaptureNone, r
+	return backend.CaptureNone, r
 }
 
 // recordEvent records ev (nil: a new event, timed or not) on s.
@@ -372,9 +373,9 @@ func elapsed(ctx cContext, start, end cEvent) (time.Duration, cResult) {
 func queryStream(ctx cContext, s cStream) cResult { return C.lanes_stream_query(ctx, s) }
 func syncStream(ctx cContext, s cStream) cResult  { return C.lanes_stream_sync(ctx, s) }
 
-func beginCapture(ctx cContext, s cStream, mode cuda.CaptureMode) cResult {
+func beginCapture(ctx cContext, s cStream, mode backend.CaptureMode) cResult {
 	relaxed := C.int(0)
-	if mode == cuda.CaptureRelaxed {
+	if mode == backend.CaptureRelaxed {
 		relaxed = 1
 	}
 	return C.lanes_begin_capture(ctx, s, relaxed)

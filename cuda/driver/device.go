@@ -11,11 +11,11 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"gorgonia.org/cu"
-
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
+	"gorgonia.org/cu"
 )
 
 // Config configures a device.
@@ -170,7 +170,7 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	}
 	if spec.Size > d.info.TotalMemory {
 		// Refused here: a size near 2^64 would wrap when padded below.
-		return cuda.Buffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot allocate %d bytes on a %d-byte GPU", spec.Size, d.info.TotalMemory))
+		return cuda.Buffer{}, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot allocate %d bytes on a %d-byte GPU", spec.Size, d.info.TotalMemory))
 	}
 	size := spec.Size
 	if spec.Align > cuda.DefaultAlignment {
@@ -275,7 +275,7 @@ func (d *Device) Memory() cuda.MemoryStats {
 }
 
 // NewStream creates a non-blocking stream.
-func (d *Device) NewStream() (cuda.Stream, error) {
+func (d *Device) NewStream() (backend.Stream, error) {
 	const op = "stream create"
 	if err := d.live(op); err != nil {
 		return nil, err

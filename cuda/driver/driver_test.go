@@ -5,13 +5,13 @@ package driver_test
 import (
 	"testing"
 
-	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/driver"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/conformance"
 )
 
-func open(t *testing.T) cuda.Device {
+func open(t *testing.T) backend.Device {
 	d, err := driver.Open(driver.Config{Kernels: kernels.Builtin().With(kernels.FaultInjection())})
 	if err != nil {
 		t.Fatalf("driver.Open: got err %v, want nil (a GPU to test)", err)

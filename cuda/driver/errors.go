@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // Err returns the sticky error that poisoned the device, or nil.
@@ -49,7 +50,7 @@ func (d *Device) check(op string, r cResult, detail string) error {
 		return cuda.Contractf(op, cuda.ErrThreadNotBound,
 			"the calling OS thread does not have device %d's context current; call BindThread on this goroutine first", d.info.Instance)
 	case codeCapturing:
-		err = cuda.DriverError(op, cuda.CodeIllegalState, "events are not recorded during a capture; record after EndCapture")
+		err = cuda.DriverError(op, codes.IllegalState, "events are not recorded during a capture; record after EndCapture")
 	default:
 		err = cuda.DriverError(op, cuda.Code(r), fmt.Sprintf("CUresult %d: %s", int(r), detail))
 	}
@@ -67,7 +68,7 @@ func (d *Device) check(op string, r cResult, detail string) error {
 // driverError converts an error from gorgonia/cu, whose CUresult type is
 // unexported but an int underneath.
 func driverError(op string, err error, detail string) *cuda.Error {
-	code := cuda.CodeDriverError
+	code := codes.DriverError
 	if r, ok := resultOf(err); ok {
 		code = cuda.Code(r)
 	}

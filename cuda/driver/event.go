@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 type eventHandle struct {
@@ -43,10 +43,10 @@ type event struct {
 func (e *event) stale(op string) error { return backend.CheckEvent(op, e.slot.gen.Load() != e.gen) }
 
 // Query reports the event's state (cuEventQuery).
-func (e *event) Query() cuda.FenceQuery {
+func (e *event) Query() backend.FenceQuery {
 	const op = "event query"
 	if err := errors.Join(e.stale(op), e.s.dev.live(op)); err != nil {
-		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+		return backend.FenceQuery{State: backend.FenceIndeterminate, Err: err}
 	}
 	q := e.s.dev.fence(op, queryEvent(e.s.dev.ctx, e.slot.ev))
 	runtime.KeepAlive(e.slot)
@@ -65,7 +65,7 @@ func (e *event) Synchronize() error {
 }
 
 // Elapsed is the device time from start to e (cuEventElapsedTime).
-func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
+func (e *event) Elapsed(start backend.Event) (time.Duration, error) {
 	const op = "event elapsed"
 	st, ok := start.(*event)
 	if !ok || st.s.dev.ctx != e.s.dev.ctx {

@@ -12,7 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // pinSet is the staging memory of the uploads recorded into one graph. The
@@ -76,12 +76,12 @@ func (g *graph) release() cResult {
 	return destroyGraph(g.dev.ctx, g.g)
 }
 
-var _ cuda.Graph = (*graph)(nil)
+var _ backend.Graph = (*graph)(nil)
 
 func (g *graph) NodeCount() int { return g.nodes }
 
 // Instantiate makes an executable (cuGraphInstantiateWithFlags).
-func (g *graph) Instantiate() (cuda.Exec, error) {
+func (g *graph) Instantiate() (backend.Exec, error) {
 	const op = "graph instantiate"
 	if g.destroyed.Load() {
 		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "the graph was destroyed")
@@ -130,12 +130,12 @@ type exec struct {
 	scratch      rebindScratch  // Rebind's, reused
 }
 
-var _ cuda.Exec = (*exec)(nil)
+var _ backend.Exec = (*exec)(nil)
 
 func (x *exec) NodeCount() int { return x.nodes }
 
 // Upload uploads the executable through a stream (cuGraphUpload).
-func (x *exec) Upload(st cuda.Stream) error {
+func (x *exec) Upload(st backend.Stream) error {
 	const op = "graph upload"
 	if x.destroyed.Load() {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
@@ -157,7 +157,7 @@ var updateResults = []string{"SUCCESS", "ERROR", "ERROR_TOPOLOGY_CHANGED", "ERRO
 
 // Update updates the executable in place with g (cuGraphExecUpdate); it
 // takes over g's pinned staging, since its memcpy nodes now read there.
-func (x *exec) Update(g cuda.Graph) error {
+func (x *exec) Update(g backend.Graph) error {
 	const op = "graph exec update"
 	if x.destroyed.Load() {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
@@ -203,7 +203,7 @@ func (x *exec) Destroy() error {
 }
 
 // exec checks that e is a live executable of this device instance.
-func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
+func (d *Device) exec(op string, e backend.Exec) (*exec, error) {
 	x, ok := e.(*exec)
 	mine := ok && x != nil && x.dev == d
 	if err := backend.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {

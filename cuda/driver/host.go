@@ -11,11 +11,13 @@ import (
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 var (
-	_ cuda.HostMemory = (*Device)(nil)
-	_ cuda.HostPinner = (*Device)(nil)
+	_ cuda.HostMemory    = (*Device)(nil)
+	_ backend.HostPinner = (*Device)(nil)
 )
 
 type pinnedHost struct {
@@ -52,7 +54,7 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 		return cuda.HostBuffer{}, err
 	}
 	if size > math.MaxInt/2 {
-		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot pin %d bytes of host memory", size))
+		return cuda.HostBuffer{}, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d bytes of host memory", size))
 	}
 	p, r := hostAlloc(d.ctx, size)
 	if err := d.check(op, r, "cuMemAllocHost"); err != nil {
@@ -131,13 +133,13 @@ func (d *Device) stagingPointer(op string, r cuda.HostRegion) (unsafe.Pointer, e
 }
 
 // HostBytes returns a pinned host region's bytes to fill or read in place
-// (cuda.HostView), with no copy: valid while the host buffer lives, and
+// (backend.HostView), with no copy: valid while the host buffer lives, and
 // only while no command that reads or writes the region is in flight.
 func (d *Device) HostBytes(r cuda.HostRegion) ([]byte, error) {
 	return d.hostBytes("host view", r, int(min(r.Length, 1<<62)))
 }
 
-var _ cuda.HostView = (*Device)(nil)
+var _ backend.HostView = (*Device)(nil)
 
 // PinHost pins memory this device did not allocate (cuMemHostRegister,
 // portable to every context): copies from it are DMA from pinned memory.

@@ -123,7 +123,7 @@ import (
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // rebindScratch is the marshalled form of one Rebind, reused.

@@ -10,6 +10,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -147,7 +149,7 @@ func BenchmarkStagedReplay(b *testing.B) {
 // (cuMemcpyHtoDAsync) and the output back into pinned staging
 // (cuMemcpyDtoHAsync), then a synchronize: the link's speed for the same
 // bytes, with no kernel and no graph.
-func benchPinnedCopy(b *testing.B, st cuda.Stream, dst []cuda.Region, src []cuda.HostRegion, out cuda.Region, outStaging cuda.HostRegion) {
+func benchPinnedCopy(b *testing.B, st backend.Stream, dst []cuda.Region, src []cuda.HostRegion, out cuda.Region, outStaging cuda.HostRegion) {
 	cmds := make([]cuda.Command, 0, len(dst)+1)
 	for i := range dst {
 		c, err := cuda.StageIn(dst[i], src[i])

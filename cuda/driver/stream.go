@@ -11,10 +11,11 @@ import (
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
-// stream is a non-blocking CUDA stream. Like every cuda.Stream it has one
+// stream is a non-blocking CUDA stream. Like every backend.Stream it has one
 // owner; its capture bookkeeping needs no lock beyond that.
 type stream struct {
 	dev       *Device
@@ -68,7 +69,7 @@ func equalArgs(a, b []cuda.Arg) bool {
 	return true
 }
 
-var _ cuda.Stream = (*stream)(nil)
+var _ backend.Stream = (*stream)(nil)
 
 func (s *stream) ID() uint64             { return s.id }
 func (s *stream) DeviceInstance() uint64 { return s.dev.info.Instance }
@@ -148,7 +149,7 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 	switch cmd.Kind {
 	case cuda.KindUpload:
 		src := unsafe.Pointer(&cmd.Host[0])
-		if st, r := captureStatus(d.ctx, s.s); r == 0 && st != cuda.CaptureNone {
+		if st, r := captureStatus(d.ctx, s.s); r == 0 && st != backend.CaptureNone {
 			// A graph's memcpy node reads its host source at every replay:
 			// it must be pinned memory that lives as long as the graph.
 			p, err := s.pin(op, cmd.Host)
@@ -204,7 +205,7 @@ func (s *stream) launchStructs(op string, cmd *cuda.Command) error {
 	return nil
 }
 
-// Native is the stream's CUstream (cuda.NativeStream).
+// Native is the stream's CUstream (backend.NativeStream).
 func (s *stream) Native() uintptr { return uintptr(unsafe.Pointer(s.s)) }
 
 // call runs a library call's Enqueue on this thread, which must have the
@@ -221,14 +222,14 @@ func (s *stream) call(op string, lc *cuda.LibraryCall) error {
 		return err
 	}
 	stream := s.Native()
-	return backend.RunCall(op, cuda.CodeDriverError, "library call", lc.Name, func() error { return lc.Enqueue(stream) })
+	return backend.RunCall(op, codes.DriverError, "library call", lc.Name, func() error { return lc.Enqueue(stream) })
 }
 
 // pin copies host bytes into the staging arena for the current capture.
 func (s *stream) pin(op string, host []byte) (unsafe.Pointer, error) {
 	p, ok := s.dev.staging.alloc(uint64(len(host)))
 	if !ok {
-		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, "the pinned staging arena for captured uploads is full; destroy unused graphs or open the device with a larger Config.StagingBytes")
+		return nil, cuda.DriverError(op, codes.OutOfMemory, "the pinned staging arena for captured uploads is full; destroy unused graphs or open the device with a larger Config.StagingBytes")
 	}
 	copy(unsafe.Slice((*byte)(p), len(host)), host)
 	if s.pins == nil {
@@ -239,7 +240,7 @@ func (s *stream) pin(op string, host []byte) (unsafe.Pointer, error) {
 }
 
 // Launch enqueues one replay of an executable.
-func (s *stream) Launch(e cuda.Exec) error {
+func (s *stream) Launch(e backend.Exec) error {
 	const op = "graph launch"
 	x, err := s.dev.exec(op, e)
 	if err != nil {
@@ -257,14 +258,14 @@ func (s *stream) Launch(e cuda.Exec) error {
 }
 
 // Record records a timing event after the work enqueued so far.
-func (s *stream) Record() (cuda.Event, error) { return s.record(true) }
+func (s *stream) Record() (backend.Event, error) { return s.record(true) }
 
 // RecordFence records an event without timing (CU_EVENT_DISABLE_TIMING).
-func (s *stream) RecordFence() (cuda.Event, error) { return s.record(false) }
+func (s *stream) RecordFence() (backend.Event, error) { return s.record(false) }
 
 // record re-records a released event of the kind when the stream has one,
 // and creates one otherwise: a steady lane creates no events at all.
-func (s *stream) record(timed bool) (cuda.Event, error) {
+func (s *stream) record(timed bool) (backend.Event, error) {
 	const op = "event record"
 	if err := s.live(op); err != nil {
 		return nil, err
@@ -286,10 +287,10 @@ func (s *stream) record(timed bool) (cuda.Event, error) {
 }
 
 // Query reports whether the stream's work has finished (cuStreamQuery).
-func (s *stream) Query() cuda.FenceQuery {
+func (s *stream) Query() backend.FenceQuery {
 	const op = "stream query"
 	if err := s.live(op); err != nil {
-		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+		return backend.FenceQuery{State: backend.FenceIndeterminate, Err: err}
 	}
 	return s.dev.fence(op, queryStream(s.dev.ctx, s.s))
 }
@@ -297,18 +298,18 @@ func (s *stream) Query() cuda.FenceQuery {
 // fence turns the answer of a fence query into a FenceQuery: not ready is
 // pending, a sticky error is indeterminate, and a refused query (during a
 // capture) is pending with the error.
-func (d *Device) fence(op string, r cResult) cuda.FenceQuery {
+func (d *Device) fence(op string, r cResult) backend.FenceQuery {
 	switch {
 	case r == 0:
-		return cuda.FenceQuery{State: cuda.FenceComplete}
-	case cuda.Code(r) == cuda.CodeNotReady:
-		return cuda.FenceQuery{State: cuda.FencePending}
+		return backend.FenceQuery{State: backend.FenceComplete}
+	case cuda.Code(r) == codes.NotReady:
+		return backend.FenceQuery{State: backend.FencePending}
 	}
 	err := d.check(op, r, "query")
 	if cuda.Classify(err).Sticky {
-		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+		return backend.FenceQuery{State: backend.FenceIndeterminate, Err: err}
 	}
-	return cuda.FenceQuery{State: cuda.FencePending, Err: err}
+	return backend.FenceQuery{State: backend.FencePending, Err: err}
 }
 
 // Synchronize blocks until the stream's work has finished.
@@ -339,12 +340,12 @@ func (s *stream) Readback(src cuda.Region, dst []byte) error {
 }
 
 // BeginCapture starts a stream capture.
-func (s *stream) BeginCapture(mode cuda.CaptureMode) error {
+func (s *stream) BeginCapture(mode backend.CaptureMode) error {
 	const op = "begin capture"
 	if err := s.live(op); err != nil {
 		return err
 	}
-	if mode > cuda.CaptureRelaxed {
+	if mode > backend.CaptureRelaxed {
 		return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown capture mode %d", mode)
 	}
 	if err := s.dev.check(op, beginCapture(s.dev.ctx, s.s, mode), "cuStreamBeginCapture"); err != nil {
@@ -355,7 +356,7 @@ func (s *stream) BeginCapture(mode cuda.CaptureMode) error {
 }
 
 // EndCapture ends the capture and returns its graph.
-func (s *stream) EndCapture() (cuda.Graph, error) {
+func (s *stream) EndCapture() (backend.Graph, error) {
 	const op = "end capture"
 	if err := s.live(op); err != nil {
 		return nil, err
@@ -373,7 +374,7 @@ func (s *stream) EndCapture() (cuda.Graph, error) {
 }
 
 // Capture reports the capture status (cuStreamIsCapturing).
-func (s *stream) Capture() cuda.CaptureStatus {
+func (s *stream) Capture() backend.CaptureStatus {
 	st, _ := captureStatus(s.dev.ctx, s.s)
 	return st
 }
@@ -393,7 +394,7 @@ func (s *stream) Destroy() error {
 	return nil
 }
 
-var _ cuda.Event = (*event)(nil)
+var _ backend.Event = (*event)(nil)
 
 // maxPooledEvents bounds each free list: a burst's surplus is left to the
 // collector.

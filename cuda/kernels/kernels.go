@@ -6,6 +6,8 @@
 package kernels
 
 import (
+	"github.com/lanesched/lanes/internal/codes"
+
 	_ "embed"
 	"encoding/binary"
 	"math"
@@ -34,7 +36,7 @@ type Memory []byte
 // ErrIllegalAddress is returned by a reference kernel that touches memory
 // outside its allocation; the simulated device turns it into CUDA's sticky
 // illegal-address error.
-var ErrIllegalAddress = cuda.NewSentinel(cuda.CodeIllegalAddress, "kernels: access outside the allocation")
+var ErrIllegalAddress = codes.NewSentinel(codes.IllegalAddress, "kernels: access outside the allocation")
 
 // Shape is a launch as a reference kernel sees it: the kernels here index
 // by the global x thread id (blockIdx.x*blockDim.x + threadIdx.x), so a

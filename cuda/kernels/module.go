@@ -10,13 +10,14 @@ import (
 	"strings"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // ErrInvalidModule: a module, or a kernel it declares, cannot be loaded as
 // declared (a missing image or reference, a name already loaded, or a
 // parameter list the driver's view of the function contradicts). It is
 // the caller's error: nothing was loaded.
-var ErrInvalidModule = cuda.NewSentinel(cuda.CodeRuntimeContract, "kernels: invalid module")
+var ErrInvalidModule = codes.NewSentinel(codes.RuntimeContract, "kernels: invalid module")
 
 // Module is a compiled module of one's own kernels. Image is what nvcc or
 // Triton produced, as cuModuleLoadData takes it: PTX text (NUL-terminated

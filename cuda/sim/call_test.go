@@ -7,6 +7,8 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // addOne is a library call whose reference adds 1 to every int32 of its
@@ -90,8 +92,8 @@ func TestLibraryCallRefusedAndFailing(t *testing.T) {
 	if !errors.As(err, &ce) || !ce.Panicked || ce.Name != "add_one" {
 		t.Fatalf("Synchronize after a panicking reference: got err %v, want a *cuda.CallError for add_one, panicked", err)
 	}
-	if cl := cuda.Classify(err); cl.Code != cuda.CodeLaunchFailed || !cl.Sticky {
-		t.Fatalf("a panicking reference: got code %v sticky %v, want %v, sticky (as a faulting kernel)", cl.Code, cl.Sticky, cuda.CodeLaunchFailed)
+	if cl := cuda.Classify(err); cl.Code != codes.LaunchFailed || !cl.Sticky {
+		t.Fatalf("a panicking reference: got code %v sticky %v, want %v, sticky (as a faulting kernel)", cl.Code, cl.Sticky, codes.LaunchFailed)
 	}
 }
 
@@ -132,7 +134,7 @@ func TestCapturedWorkIsFrozen(t *testing.T) {
 }
 
 // TestCallWithoutReferenceRefusedUpFront: the check a lane runs on every
-// entry before enqueueing any (cuda.ValidateFor with the device's kernels)
+// entry before enqueueing any (backend.ValidateFor with the device's kernels)
 // already refuses a call the simulated device cannot run.
 func TestCallWithoutReferenceRefusedUpFront(t *testing.T) {
 	r := newRig(t, sim.Config{Clock: sim.ClockZeroCost})
@@ -143,7 +145,7 @@ func TestCallWithoutReferenceRefusedUpFront(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cuda.Call(enqueue only): got err %v, want nil", err)
 	}
-	err = cuda.ValidateFor("validate", c, r.dev.Kernels(), func(cuda.Buffer) error { return nil })
+	err = backend.ValidateFor("validate", c, r.dev.Kernels(), func(cuda.Buffer) error { return nil })
 	if !errors.Is(err, cuda.ErrInvalidCommand) || !cuda.Classify(err).NotSubmitted {
 		t.Fatalf("ValidateFor(call without Reference): got err %v, want cuda.ErrInvalidCommand, not submitted", err)
 	}

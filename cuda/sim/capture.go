@@ -3,7 +3,11 @@
 
 package sim
 
-import "github.com/lanesched/lanes/cuda"
+import (
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
+)
 
 // record appends n to an active capture. It reports whether the stream was
 // capturing; a rejected command invalidates the capture.
@@ -15,14 +19,14 @@ func (s *stream) record(op string, n node) (bool, error) {
 		return false, nil
 	}
 	if c.invalidated {
-		return true, cuda.DriverError(op, cuda.CodeStreamCaptureInvalidated, "the capture on this stream was invalidated; end it and capture again")
+		return true, cuda.DriverError(op, codes.StreamCaptureInvalidated, "the capture on this stream was invalidated; end it and capture again")
 	}
 	s.dev.mu.Lock()
 	rejected := s.dev.fire(FaultCaptureReject, nodeKernels([]node{n}))
 	s.dev.mu.Unlock()
 	if rejected {
 		c.invalidated = true
-		return true, cuda.DriverError(op, cuda.CodeStreamCaptureUnsupported, "injected capture rejection; the capture is invalidated")
+		return true, cuda.DriverError(op, codes.StreamCaptureUnsupported, "injected capture rejection; the capture is invalidated")
 	}
 	c.nodes = append(c.nodes, n)
 	return true, nil
@@ -37,14 +41,14 @@ func (s *stream) unsupportedDuringCapture(op string) error {
 		return nil
 	}
 	s.capture.invalidated = true
-	return cuda.DriverError(op, cuda.CodeStreamCaptureUnsupported, op+" on a capturing stream is not allowed; the capture is invalidated. End the capture first")
+	return cuda.DriverError(op, codes.StreamCaptureUnsupported, op+" on a capturing stream is not allowed; the capture is invalidated. End the capture first")
 }
 
 // invalidateGlobalCapture invalidates a global-mode capture.
 func (s *stream) invalidateGlobalCapture() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.capture == nil || s.capture.mode != cuda.CaptureGlobal {
+	if s.capture == nil || s.capture.mode != backend.CaptureGlobal {
 		return false
 	}
 	s.capture.invalidated = true
@@ -52,25 +56,25 @@ func (s *stream) invalidateGlobalCapture() bool {
 }
 
 // BeginCapture starts recording.
-func (s *stream) BeginCapture(mode cuda.CaptureMode) error {
+func (s *stream) BeginCapture(mode backend.CaptureMode) error {
 	const op = "begin capture"
 	if err := s.check(op); err != nil {
 		return err
 	}
-	if mode > cuda.CaptureRelaxed {
+	if mode > backend.CaptureRelaxed {
 		return cuda.Contractf(op, cuda.ErrInvalidCommand, "unknown capture mode %d", mode)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.capture != nil {
-		return cuda.DriverError(op, cuda.CodeIllegalState, "the stream is already capturing; end that capture first")
+		return cuda.DriverError(op, codes.IllegalState, "the stream is already capturing; end that capture first")
 	}
 	s.capture = &captureState{mode: mode}
 	return nil
 }
 
 // EndCapture ends the capture and returns its graph.
-func (s *stream) EndCapture() (cuda.Graph, error) {
+func (s *stream) EndCapture() (backend.Graph, error) {
 	const op = "end capture"
 	if err := s.check(op); err != nil {
 		return nil, err
@@ -81,28 +85,28 @@ func (s *stream) EndCapture() (cuda.Graph, error) {
 	s.mu.Unlock()
 	switch {
 	case c == nil:
-		return nil, cuda.DriverError(op, cuda.CodeIllegalState, "the stream is not capturing; call BeginCapture first")
+		return nil, cuda.DriverError(op, codes.IllegalState, "the stream is not capturing; call BeginCapture first")
 	case c.invalidated:
-		return nil, cuda.DriverError(op, cuda.CodeStreamCaptureInvalidated, "a call during the capture invalidated it; no graph was made, capture again")
+		return nil, cuda.DriverError(op, codes.StreamCaptureInvalidated, "a call during the capture invalidated it; no graph was made, capture again")
 	}
 	return &graph{dev: s.dev, nodes: c.nodes}, nil
 }
 
 // Capture reports the capture status.
-func (s *stream) Capture() cuda.CaptureStatus {
+func (s *stream) Capture() backend.CaptureStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.capture == nil:
-		return cuda.CaptureNone
+		return backend.CaptureNone
 	case s.capture.invalidated:
-		return cuda.CaptureInvalidated
+		return backend.CaptureInvalidated
 	}
-	return cuda.CaptureActive
+	return backend.CaptureActive
 }
 
 type captureState struct {
-	mode        cuda.CaptureMode
+	mode        backend.CaptureMode
 	nodes       []node
 	invalidated bool
 }

@@ -4,7 +4,7 @@
 package sim
 
 import (
-	"github.com/lanesched/lanes/cuda/internal/backend"
+	"github.com/lanesched/lanes/internal/backend"
 
 	"math"
 	"runtime"

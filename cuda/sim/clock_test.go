@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // TestVirtualEagerTiming pins the cost model on the virtual clock: each
@@ -31,9 +32,9 @@ func TestVirtualEagerTiming(t *testing.T) {
 	}
 	clk := r.dev.Clock()
 	clk.AdvanceTo(13 * us)
-	wantState(t, "event at 13µs", e.Query(), cuda.FencePending)
+	wantState(t, "event at 13µs", e.Query(), backend.FencePending)
 	clk.AdvanceTo(14 * us)
-	wantState(t, "event at 14µs", e.Query(), cuda.FenceComplete)
+	wantState(t, "event at 14µs", e.Query(), backend.FenceComplete)
 	if got := r.first(s, b); got != 3 {
 		t.Fatalf("got counter %d, want 3", got)
 	}
@@ -101,11 +102,11 @@ func TestStreamsRunConcurrently(t *testing.T) {
 	// Each: 2.5 µs host, then 1.3 µs launch + 100 × 0.9 µs nodes + 10 µs
 	// first-launch upload: due at t0 + 103.8 µs.
 	clk.Advance(100 * us)
-	wantState(t, "stream a", ea.Query(), cuda.FencePending)
-	wantState(t, "stream b", eb.Query(), cuda.FencePending)
+	wantState(t, "stream a", ea.Query(), backend.FencePending)
+	wantState(t, "stream b", eb.Query(), backend.FencePending)
 	clk.Advance(5 * us)
-	wantState(t, "stream a", ea.Query(), cuda.FenceComplete)
-	wantState(t, "stream b", eb.Query(), cuda.FenceComplete)
+	wantState(t, "stream a", ea.Query(), backend.FenceComplete)
+	wantState(t, "stream b", eb.Query(), backend.FenceComplete)
 	if d := clk.Now() - t0; d > 120*us {
 		t.Fatalf("two streams of 100 nodes: got %v, want at most 120 µs: they must overlap", d)
 	}
@@ -116,8 +117,8 @@ func TestStreamsRunConcurrently(t *testing.T) {
 func TestContention(t *testing.T) {
 	r := virtualRig(t)
 	const streams = 8
-	var ss []cuda.Stream
-	var xs []cuda.Exec
+	var ss []backend.Stream
+	var xs []backend.Exec
 	for range streams {
 		s := r.stream()
 		xs = append(xs, r.capture(s, r.counter(s, 256), 64))
@@ -155,12 +156,12 @@ func TestVirtualRunsAreDeterministic(t *testing.T) {
 		defer d.Close()
 		r := rig{t, d}
 		var outcomes []string
-		ss := []cuda.Stream{r.stream(), r.stream(), r.stream()}
+		ss := []backend.Stream{r.stream(), r.stream(), r.stream()}
 		bs := []cuda.Buffer{r.counter(ss[0], 64), r.counter(ss[1], 4096), r.counter(ss[2], 16)}
 		for step := range 40 {
 			i := step % 3
 			if step%7 == 0 {
-				_ = ss[i].BeginCapture(cuda.CaptureRelaxed)
+				_ = ss[i].BeginCapture(backend.CaptureRelaxed)
 				_ = ss[i].Enqueue(r.inc(bs[i]))
 				_, err := ss[i].EndCapture()
 				outcomes = append(outcomes, cuda.Classify(err).Code.String())
@@ -240,14 +241,14 @@ func TestNoDataWorkBehindNothingEndsAtOnce(t *testing.T) {
 	b := r.counter(s, 16)
 	for i := range 2 {
 		r.enqueue(s, r.inc(b))
-		if q := s.Query(); q.State != cuda.FenceComplete || q.Err != nil {
+		if q := s.Query(); q.State != backend.FenceComplete || q.Err != nil {
 			t.Fatalf("launch %d behind nothing: got %+v, want complete at once", i, q)
 		}
 	}
 	r.enqueue(s, r.inc(b)) // the third launch hangs
 	r.enqueue(s, r.inc(b)) // behind it: never ends
 	for range 3 {
-		if q := s.Query(); q.State != cuda.FencePending {
+		if q := s.Query(); q.State != backend.FencePending {
 			t.Fatalf("behind a hung launch: got %+v, want pending", q)
 		}
 		time.Sleep(time.Millisecond)

@@ -7,6 +7,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // Capture three increments into a graph, replay it twice, and read the
@@ -21,7 +22,7 @@ func Example() {
 
 	inc, _ := cuda.Launch(dev.Registry().MustSpec(kernels.Inc), cuda.Linear(256, 128),
 		cuda.BufferArg(buf.Whole()), cuda.I32Arg(256))
-	_ = st.BeginCapture(cuda.CaptureRelaxed)
+	_ = st.BeginCapture(backend.CaptureRelaxed)
 	for range 3 {
 		_ = st.Enqueue(inc)
 	}

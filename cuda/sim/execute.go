@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // commandCost is the host and device time of one command, eager or as a
@@ -117,7 +118,7 @@ func (d *Device) executeBytes(c cuda.Command) error {
 		host, ok := d.hosts.Entry(c.Staging.Buffer.ID)
 		d.mu.Unlock()
 		if !ok {
-			return cuda.DriverError("memcpy", cuda.CodeIllegalAddress, "host staging was freed before the copy that uses it ran; the device is poisoned")
+			return cuda.DriverError("memcpy", codes.IllegalAddress, "host staging was freed before the copy that uses it ran; the device is poisoned")
 		}
 		staging := host[c.Staging.Offset:c.Staging.End()]
 		if c.Kind == cuda.KindStageIn {
@@ -133,7 +134,7 @@ func (d *Device) executeBytes(c cuda.Command) error {
 		}
 		return err
 	}
-	return cuda.DriverError("execute", cuda.CodeInvalidValue, "unknown command kind")
+	return cuda.DriverError("execute", codes.InvalidValue, "unknown command kind")
 }
 
 // runCompute runs a launch's kernel reference, or a library call's, on the
@@ -145,7 +146,7 @@ func (d *Device) runCompute(c cuda.Command, view func(cuda.Region) (kernels.Memo
 	}
 	k, ok := d.kernels()[c.Kernel]
 	if !ok {
-		return cuda.DriverError("kernel", cuda.CodeNotFound, "kernel "+c.Kernel+" vanished from the registry")
+		return cuda.DriverError("kernel", codes.NotFound, "kernel "+c.Kernel+" vanished from the registry")
 	}
 	// The run's memory views and its own copy of the arguments (a body
 	// that writes them changes no replay) reuse the device's scratch:
@@ -164,10 +165,10 @@ func (d *Device) runCompute(c cuda.Command, view func(cuda.Region) (kernels.Memo
 	}
 	args := append(d.argScratch[:0], c.Args...)
 	d.memScratch, d.argScratch = mem, args
-	err := backend.RunCall("kernel", cuda.CodeLaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, args) })
+	err := backend.RunCall("kernel", codes.LaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, args) })
 	clear(mem) // drop the views: the memory may be freed
 	if errors.Is(err, kernels.ErrIllegalAddress) {
-		return cuda.DriverError("kernel", cuda.CodeIllegalAddress,
+		return cuda.DriverError("kernel", codes.IllegalAddress,
 			fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))
 	}
 	return err
@@ -187,9 +188,9 @@ func (d *Device) runCall(lc *cuda.LibraryCall, view func(cuda.Region) (kernels.M
 		}
 		mem[i] = m[:t.Region.Length:t.Region.Length]
 	}
-	err := backend.RunCall("call", cuda.CodeLaunchFailed, "library call", lc.Name, func() error { return lc.Reference(mem) })
+	err := backend.RunCall("call", codes.LaunchFailed, "library call", lc.Name, func() error { return lc.Reference(mem) })
 	if err != nil && errors.Is(err, kernels.ErrIllegalAddress) {
-		return cuda.DriverError("call", cuda.CodeIllegalAddress, fmt.Sprintf("library call %q touched memory outside its regions' allocations; the device is poisoned", lc.Name))
+		return cuda.DriverError("call", codes.IllegalAddress, fmt.Sprintf("library call %q touched memory outside its regions' allocations; the device is poisoned", lc.Name))
 	}
 	return err
 }
@@ -201,7 +202,7 @@ func (d *Device) regionMemory(r cuda.Region) (kernels.Memory, error) {
 	a, ok := d.buffers.Entry(r.Buffer.ID)
 	d.mu.Unlock()
 	if !ok || a.buf != r.Buffer {
-		return nil, cuda.DriverError("kernel", cuda.CodeIllegalAddress,
+		return nil, cuda.DriverError("kernel", codes.IllegalAddress,
 			fmt.Sprintf("buffer %d was freed before work that uses it ran; the device is poisoned", r.Buffer.ID))
 	}
 	return a.bytes[r.Offset:], nil

@@ -9,6 +9,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 func TestFaultLaunchFailsOneCallOnly(t *testing.T) {
@@ -34,14 +35,14 @@ func TestFaultCaptureRejectInvalidates(t *testing.T) {
 	s := r.stream()
 	b := r.counter(s, 8)
 	r.enqueue(s, r.inc(b)) // not capturing: the rule does not match
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		t.Fatalf("BeginCapture: got err %v, want nil", err)
 	}
 	if err := s.Enqueue(r.inc(b)); !errors.Is(err, cuda.ErrCaptureUnsupported) {
 		t.Fatalf("Enqueue under a rejecting capture: got err %v, want one wrapping cuda.ErrCaptureUnsupported", err)
 	}
-	if got := s.Capture(); got != cuda.CaptureInvalidated {
-		t.Fatalf("capture state after the rejection: got %v, want %v", got, cuda.CaptureInvalidated)
+	if got := s.Capture(); got != backend.CaptureInvalidated {
+		t.Fatalf("capture state after the rejection: got %v, want %v", got, backend.CaptureInvalidated)
 	}
 	if _, err := s.EndCapture(); !errors.Is(err, cuda.ErrCaptureInvalidated) {
 		t.Fatalf("EndCapture: got err %v, want one wrapping cuda.ErrCaptureInvalidated", err)
@@ -97,15 +98,15 @@ func TestFaultStickyPoisonsAtItsTime(t *testing.T) {
 	}
 	r.enqueue(a, r.inc(ba)) // the second inc: faults when it runs
 	ea := r.record(a)
-	wantState(t, "victim before the fault runs", ea.Query(), cuda.FencePending)
-	wantState(t, "bystander before the fault runs", b.Query(), cuda.FenceComplete)
+	wantState(t, "victim before the fault runs", ea.Query(), backend.FencePending)
+	wantState(t, "bystander before the fault runs", b.Query(), backend.FenceComplete)
 	if err := r.dev.Err(); err != nil {
 		t.Fatalf("device Err before the fault ran: got %v, want nil", err)
 	}
 	r.dev.Clock().Advance(time.Millisecond)
-	for name, q := range map[string]cuda.FenceQuery{"victim": ea.Query(), "bystander": eb.Query(), "bystander stream": b.Query()} {
-		if q.State != cuda.FenceIndeterminate || !errors.Is(q.Err, cuda.ErrIllegalAddress) {
-			t.Fatalf("%s after the fault: got state %v, err %v; want %v, one wrapping cuda.ErrIllegalAddress", name, q.State, q.Err, cuda.FenceIndeterminate)
+	for name, q := range map[string]backend.FenceQuery{"victim": ea.Query(), "bystander": eb.Query(), "bystander stream": b.Query()} {
+		if q.State != backend.FenceIndeterminate || !errors.Is(q.Err, cuda.ErrIllegalAddress) {
+			t.Fatalf("%s after the fault: got state %v, err %v; want %v, one wrapping cuda.ErrIllegalAddress", name, q.State, q.Err, backend.FenceIndeterminate)
 		}
 	}
 	if _, err := r.dev.NewStream(); !cuda.Classify(err).Sticky {
@@ -126,7 +127,7 @@ func TestFaultHangStopsOneStream(t *testing.T) {
 	after := r.record(hung)
 	r.enqueue(ok, r.inc(bo))
 	r.dev.Clock().Advance(time.Second)
-	wantState(t, "hung stream after 1 s", after.Query(), cuda.FencePending)
+	wantState(t, "hung stream after 1 s", after.Query(), backend.FencePending)
 	if got := r.first(ok, bo); got != 1 {
 		t.Fatalf("the healthy stream: got counter %d, want 1", got)
 	}

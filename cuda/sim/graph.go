@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // event marks a point in a stream: the item seq, due at device time at.
@@ -20,7 +21,7 @@ type event struct {
 	released atomic.Bool // handed back with Release: the handle is stale
 }
 
-var _ cuda.Event = (*event)(nil)
+var _ backend.Event = (*event)(nil)
 
 // stale is the error of a handle used after Release.
 func (e *event) stale(op string) error { return backend.CheckEvent(op, e.released.Load()) }
@@ -29,9 +30,9 @@ func (e *event) stale(op string) error { return backend.CheckEvent(op, e.release
 // with its sticky error, as CUDA does, whether or not the work had finished;
 // an event reached after work its stream failed (Config.InitCheck) answers
 // with that error until a Synchronize or Readback of the stream reported it.
-func (e *event) Query() cuda.FenceQuery {
+func (e *event) Query() backend.FenceQuery {
 	if err := e.stale("event query"); err != nil {
-		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+		return backend.FenceQuery{State: backend.FenceIndeterminate, Err: err}
 	}
 	d := e.s.dev
 	now := d.clock.now()
@@ -39,21 +40,21 @@ func (e *event) Query() cuda.FenceQuery {
 		d.settle(now)
 	}
 	if err := d.Err(); err != nil {
-		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+		return backend.FenceQuery{State: backend.FenceIndeterminate, Err: err}
 	}
 	if d.clock.timed() && e.at > now {
-		return cuda.FenceQuery{State: cuda.FencePending}
+		return backend.FenceQuery{State: backend.FencePending}
 	}
 	e.s.mu.Lock()
 	done := e.s.doneSeq >= e.seq
 	e.s.mu.Unlock()
 	if !done {
-		return cuda.FenceQuery{State: cuda.FencePending}
+		return backend.FenceQuery{State: backend.FencePending}
 	}
 	if err := e.s.failedBy(e.seq, false); err != nil {
-		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+		return backend.FenceQuery{State: backend.FenceIndeterminate, Err: err}
 	}
-	return cuda.FenceQuery{State: cuda.FenceComplete}
+	return backend.FenceQuery{State: backend.FenceComplete}
 }
 
 // Synchronize blocks until the event completes.
@@ -69,7 +70,7 @@ func (e *event) Synchronize() error {
 }
 
 // Elapsed is the device time from start to e.
-func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
+func (e *event) Elapsed(start backend.Event) (time.Duration, error) {
 	const op = "event elapsed"
 	s, ok := start.(*event)
 	if !ok || s.s.dev != e.s.dev {
@@ -80,13 +81,13 @@ func (e *event) Elapsed(start cuda.Event) (time.Duration, error) {
 			return 0, err
 		}
 		if !ev.timed {
-			return 0, cuda.DriverError(op, cuda.CodeInvalidHandle, "an event recorded with RecordFence has no timing; record both ends with Record")
+			return 0, cuda.DriverError(op, codes.InvalidHandle, "an event recorded with RecordFence has no timing; record both ends with Record")
 		}
-		if q := ev.Query(); q.State != cuda.FenceComplete {
+		if q := ev.Query(); q.State != backend.FenceComplete {
 			if q.Err != nil {
 				return 0, q.Err
 			}
-			return 0, cuda.DriverError(op, cuda.CodeNotReady, "an event has not completed yet; query it until it completes")
+			return 0, cuda.DriverError(op, codes.NotReady, "an event has not completed yet; query it until it completes")
 		}
 	}
 	return e.at - s.at, nil
@@ -103,13 +104,13 @@ type graph struct {
 	destroyed atomic.Bool
 }
 
-var _ cuda.Graph = (*graph)(nil)
+var _ backend.Graph = (*graph)(nil)
 
 func (g *graph) NodeCount() int { return len(g.nodes) }
 
 // Instantiate makes an executable from the graph. The buffers its nodes
 // name are checked when it is launched, not here (see stream.Launch).
-func (g *graph) Instantiate() (cuda.Exec, error) {
+func (g *graph) Instantiate() (backend.Exec, error) {
 	const op = "graph instantiate"
 	if g.destroyed.Load() {
 		return nil, cuda.Contractf(op, cuda.ErrStaleHandle, "the graph was destroyed")
@@ -122,7 +123,7 @@ func (g *graph) Instantiate() (cuda.Exec, error) {
 	oom := d.fire(FaultOutOfMemory, nil)
 	d.mu.Unlock()
 	if oom {
-		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault while instantiating")
+		return nil, cuda.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault while instantiating")
 	}
 	d.clock.spin(time.Duration(len(g.nodes)) * d.cost.InstantiateNode)
 	x := &exec{dev: d}
@@ -178,12 +179,12 @@ func (x *exec) refresh() {
 	x.checked.Store(0)
 }
 
-var _ cuda.Exec = (*exec)(nil)
+var _ backend.Exec = (*exec)(nil)
 
 func (x *exec) NodeCount() int { return len(x.nodes) }
 
 // Upload prepares the executable through s.
-func (x *exec) Upload(st cuda.Stream) error {
+func (x *exec) Upload(st backend.Stream) error {
 	const op = "graph upload"
 	if x.destroyed.Load() {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
@@ -208,7 +209,7 @@ func (x *exec) Upload(st cuda.Stream) error {
 // same node count (else TOPOLOGY_CHANGED) and the same kind at every position
 // (else NODE_TYPE_CHANGED); a kernel node may change its kernel, as drivers
 // since 11.2 allow.
-func (x *exec) Update(g cuda.Graph) error {
+func (x *exec) Update(g backend.Graph) error {
 	const op = "graph exec update"
 	if x.destroyed.Load() {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "the executable was destroyed")
@@ -224,12 +225,12 @@ func (x *exec) Update(g cuda.Graph) error {
 		return err
 	}
 	if len(gr.nodes) != len(x.nodes) {
-		return cuda.DriverError(op, cuda.CodeGraphExecUpdateFailure,
+		return cuda.DriverError(op, codes.GraphExecUpdateFailure,
 			fmt.Sprintf("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: the graph has %d nodes, the executable %d; instantiate it instead", len(gr.nodes), len(x.nodes)))
 	}
 	for i := range gr.nodes {
 		if a, b := gr.nodes[i].cmd.Kind, x.nodes[i].cmd.Kind; a != b {
-			return cuda.DriverError(op, cuda.CodeGraphExecUpdateFailure,
+			return cuda.DriverError(op, codes.GraphExecUpdateFailure,
 				fmt.Sprintf("CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: node %d is a %v, the executable's a %v; instantiate it instead", i, a, b))
 		}
 	}
@@ -237,7 +238,7 @@ func (x *exec) Update(g cuda.Graph) error {
 	refused := x.dev.fire(FaultUpdateReject, nodeKernels(gr.nodes))
 	x.dev.mu.Unlock()
 	if refused {
-		return cuda.DriverError(op, cuda.CodeGraphExecUpdateFailure, "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: injected update refusal")
+		return cuda.DriverError(op, codes.GraphExecUpdateFailure, "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: injected update refusal")
 	}
 	x.dev.clock.spin(time.Duration(len(gr.nodes)) * x.dev.cost.UpdateNode)
 	x.setNodes(gr.nodes)
@@ -253,7 +254,7 @@ func (x *exec) Destroy() error {
 }
 
 // exec checks that e is a live executable of this device.
-func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
+func (d *Device) exec(op string, e backend.Exec) (*exec, error) {
 	x, ok := e.(*exec)
 	mine := ok && x != nil && x.dev == d
 	if err := backend.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {
@@ -263,7 +264,7 @@ func (d *Device) exec(op string, e cuda.Exec) (*exec, error) {
 }
 
 // ownStream checks that st is a stream of this device.
-func (d *Device) ownStream(op string, st cuda.Stream) (*stream, error) {
+func (d *Device) ownStream(op string, st backend.Stream) (*stream, error) {
 	s, ok := backend.UnwrapStream(st).(*stream)
 	if !ok || s == nil || s.dev != d {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the stream does not belong to device %d", d.info.Instance)

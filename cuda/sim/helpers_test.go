@@ -8,6 +8,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 const us = time.Microsecond
@@ -31,7 +32,7 @@ func virtualRig(t testing.TB, faults ...sim.Fault) rig {
 	return newRig(t, sim.Config{Clock: sim.ClockVirtual, Trace: true, Faults: faults, Memory: 1 << 30})
 }
 
-func (r rig) stream() cuda.Stream {
+func (r rig) stream() backend.Stream {
 	r.t.Helper()
 	s, err := r.dev.NewStream()
 	if err != nil {
@@ -40,7 +41,7 @@ func (r rig) stream() cuda.Stream {
 	return s
 }
 
-func (r rig) counter(s cuda.Stream, n int) cuda.Buffer {
+func (r rig) counter(s backend.Stream, n int) cuda.Buffer {
 	r.t.Helper()
 	b, err := r.dev.Alloc(cuda.BufferSpec{Size: uint64(4 * n), Elem: cuda.I32})
 	if err != nil {
@@ -63,14 +64,14 @@ func (r rig) inc(b cuda.Buffer) cuda.Command {
 	return c
 }
 
-func (r rig) enqueue(s cuda.Stream, c cuda.Command) {
+func (r rig) enqueue(s backend.Stream, c cuda.Command) {
 	r.t.Helper()
 	if err := s.Enqueue(c); err != nil {
 		r.t.Fatalf("Enqueue(%v): got err %v, want nil", c, err)
 	}
 }
 
-func (r rig) record(s cuda.Stream) cuda.Event {
+func (r rig) record(s backend.Stream) backend.Event {
 	r.t.Helper()
 	e, err := s.Record()
 	if err != nil {
@@ -79,7 +80,7 @@ func (r rig) record(s cuda.Stream) cuda.Event {
 	return e
 }
 
-func (r rig) first(s cuda.Stream, b cuda.Buffer) int32 {
+func (r rig) first(s backend.Stream, b cuda.Buffer) int32 {
 	r.t.Helper()
 	out := make([]byte, 4)
 	reg, _ := b.Region(0, 4)
@@ -90,7 +91,7 @@ func (r rig) first(s cuda.Stream, b cuda.Buffer) int32 {
 }
 
 // capture records k increments of b into an uploaded executable.
-func (r rig) capture(s cuda.Stream, b cuda.Buffer, k int) cuda.Exec {
+func (r rig) capture(s backend.Stream, b cuda.Buffer, k int) backend.Exec {
 	r.t.Helper()
 	incs := make([]cuda.Command, k)
 	for i := range incs {
@@ -100,7 +101,7 @@ func (r rig) capture(s cuda.Stream, b cuda.Buffer, k int) cuda.Exec {
 	return x
 }
 
-func wantState(t testing.TB, what string, q cuda.FenceQuery, want cuda.FenceState) {
+func wantState(t testing.TB, what string, q backend.FenceQuery, want backend.FenceState) {
 	t.Helper()
 	if q.State != want {
 		t.Fatalf("%s: got state %v (err %v), want %v", what, q.State, q.Err, want)
@@ -108,9 +109,9 @@ func wantState(t testing.TB, what string, q cuda.FenceQuery, want cuda.FenceStat
 }
 
 // captured captures cmds on s into an instantiated executable.
-func (r rig) captured(s cuda.Stream, cmds ...cuda.Command) (cuda.Graph, cuda.Exec) {
+func (r rig) captured(s backend.Stream, cmds ...cuda.Command) (backend.Graph, backend.Exec) {
 	r.t.Helper()
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		r.t.Fatalf("BeginCapture: got err %v, want nil", err)
 	}
 	for _, c := range cmds {

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 var _ cuda.HostMemory = (*Device)(nil)
@@ -46,10 +48,10 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fire(FaultOutOfMemory, nil) {
-		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
+		return cuda.HostBuffer{}, cuda.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault")
 	}
 	if size > d.memory.Total-min(d.hostInUse, d.memory.Total) {
-		return cuda.HostBuffer{}, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
+		return cuda.HostBuffer{}, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
 	}
 	bytes, err := hostBytes(op, size, 0)
 	if err != nil {
@@ -124,13 +126,13 @@ func (d *Device) hostRegion(op string, r cuda.HostRegion, n int) ([]byte, error)
 }
 
 // HostBytes returns a pinned host region's bytes to fill or read in place
-// (cuda.HostView), with no copy: valid while the host buffer lives, and
+// (backend.HostView), with no copy: valid while the host buffer lives, and
 // only while no command that reads or writes the region is in flight.
 func (d *Device) HostBytes(r cuda.HostRegion) ([]byte, error) {
 	return d.hostRegion("host view", r, int(min(r.Length, 1<<62)))
 }
 
-var _ cuda.HostView = (*Device)(nil)
+var _ backend.HostView = (*Device)(nil)
 
 // pinnedRange is host memory pinned in place: its page-rounded address
 // range and the memory itself, kept reachable while it is pinned.
@@ -143,7 +145,7 @@ type pinnedRange struct {
 // whole pages.
 const simPage = 4096
 
-var _ cuda.HostPinner = (*Device)(nil)
+var _ backend.HostPinner = (*Device)(nil)
 
 // PinHost pins memory the device did not allocate, as cuMemHostRegister:
 // whole pages, none of them pinned already (an overlap fails with
@@ -164,22 +166,22 @@ func (d *Device) PinHost(mem []byte) (unpin func() error, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fire(FaultOutOfMemory, nil) {
-		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, "injected out-of-memory fault")
+		return nil, cuda.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault")
 	}
 	for _, p := range d.pins {
 		if r.start < p.end && p.start < r.end {
-			return nil, cuda.DriverError(op, cuda.CodeHostMemoryRegistered, fmt.Sprintf("pages [%#x, %#x) overlap host memory pinned already; pin each page once", r.start, r.end))
+			return nil, cuda.DriverError(op, codes.HostMemoryRegistered, fmt.Sprintf("pages [%#x, %#x) overlap host memory pinned already; pin each page once", r.start, r.end))
 		}
 	}
 	if size > d.memory.Total-min(d.hostInUse, d.memory.Total) {
-		return nil, cuda.DriverError(op, cuda.CodeOutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
+		return nil, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
 	}
 	d.pins = append(d.pins, r)
 	d.hostInUse += size
 	var once sync.Once
 	return func() (err error) {
 		once.Do(func() { // a second call does nothing, as the driver's
-			err = cuda.DriverError("unpin host memory", cuda.CodeHostMemoryNotRegistered, "the memory is not pinned (the device was closed since)")
+			err = cuda.DriverError("unpin host memory", codes.HostMemoryNotRegistered, "the memory is not pinned (the device was closed since)")
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			for i, p := range d.pins {

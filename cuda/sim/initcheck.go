@@ -10,13 +10,14 @@ import (
 	"sort"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // ErrUninitializedRead is what every [*UninitializedReadError] wraps, for
-// errors.Is. Its code is [cuda.CodeUninitializedRead], a stream's error
+// errors.Is. Its code is [codes.UninitializedRead], a stream's error
 // that is not sticky ([cuda.BlameStream]): the work ran, the device is not
 // poisoned, and the program that read memory it never wrote is at fault.
-var ErrUninitializedRead = cuda.NewSentinel(cuda.CodeUninitializedRead, "sim: read of uninitialized device memory")
+var ErrUninitializedRead = codes.NewSentinel(codes.UninitializedRead, "sim: read of uninitialized device memory")
 
 // UninitializedReadError reports work that read device memory never
 // written since Alloc, under [Config.InitCheck]: a copy, a stage_out or a

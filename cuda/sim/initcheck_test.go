@@ -12,6 +12,8 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // gather is a test kernel whose reads depend on its data, as an attention
@@ -80,7 +82,7 @@ func (r rig) region(b cuda.Buffer, from, to int) cuda.Region {
 }
 
 // upload writes the 4-byte values vs to elements [from, from+len(vs)) of b.
-func (r rig) upload(s cuda.Stream, b cuda.Buffer, from int, vs ...uint32) {
+func (r rig) upload(s backend.Stream, b cuda.Buffer, from int, vs ...uint32) {
 	r.t.Helper()
 	data := make([]byte, 4*len(vs))
 	for i, v := range vs {
@@ -116,7 +118,7 @@ func (r rig) axpy(y, x cuda.Region, n int) cuda.Command {
 	return r.launch(kernels.Axpy, n, cuda.BufferArg(y), cuda.BufferArg(x), cuda.F32Arg(2), cuda.I32Arg(int32(n)))
 }
 
-func (r rig) zero(s cuda.Stream, reg cuda.Region) {
+func (r rig) zero(s backend.Stream, reg cuda.Region) {
 	r.t.Helper()
 	z, err := cuda.Zero(reg)
 	if err != nil {
@@ -138,19 +140,19 @@ func wantUninit(t testing.TB, what string, err error, op, name string, b cuda.Bu
 		t.Fatalf("%s: got %+v, want %+v", what, *ue, want)
 	}
 	c := cuda.Classify(err)
-	if c.Blame != cuda.BlameStream || c.Sticky || c.NotSubmitted || c.Code != cuda.CodeUninitializedRead {
-		t.Fatalf("%s: classified %+v, want the stream's, not sticky, submitted, code %v", what, c, cuda.CodeUninitializedRead)
+	if c.Blame != cuda.BlameStream || c.Sticky || c.NotSubmitted || c.Code != codes.UninitializedRead {
+		t.Fatalf("%s: classified %+v, want the stream's, not sticky, submitted, code %v", what, c, codes.UninitializedRead)
 	}
 }
 
-func wantSync(t testing.TB, what string, s cuda.Stream) {
+func wantSync(t testing.TB, what string, s backend.Stream) {
 	t.Helper()
 	if err := s.Synchronize(); err != nil {
 		t.Fatalf("%s: Synchronize: got err %v, want nil", what, err)
 	}
 }
 
-func (r rig) read(s cuda.Stream, reg cuda.Region) ([]byte, error) {
+func (r rig) read(s backend.Stream, reg cuda.Region) ([]byte, error) {
 	out := make([]byte, reg.Length)
 	err := s.Readback(reg, out)
 	return out, err
@@ -390,10 +392,10 @@ func TestInitCheckStreamReport(t *testing.T) {
 	if err := before.Synchronize(); err != nil {
 		t.Fatalf("event before the read: Synchronize got err %v, want nil", err)
 	}
-	wantState(t, "event before the read", before.Query(), cuda.FenceComplete)
+	wantState(t, "event before the read", before.Query(), backend.FenceComplete)
 	wantUninit(t, "event after the read: Synchronize", after.Synchronize(), "launch", kernels.Axpy, x, 0)
 	q := after.Query()
-	wantState(t, "event after the read", q, cuda.FenceIndeterminate)
+	wantState(t, "event after the read", q, backend.FenceIndeterminate)
 	wantUninit(t, "event after the read: Query", q.Err, "launch", kernels.Axpy, x, 0)
 	wantUninit(t, "stream Query", s.Query().Err, "launch", kernels.Axpy, x, 0)
 	b := r.counter(other, 4)
@@ -403,14 +405,14 @@ func TestInitCheckStreamReport(t *testing.T) {
 		t.Fatalf("device Synchronize: got err %v, want nil", err)
 	}
 	wantUninit(t, "stream Synchronize", s.Synchronize(), "launch", kernels.Axpy, x, 0)
-	wantState(t, "stream Query once reported", s.Query(), cuda.FenceComplete)
-	wantState(t, "event after the read, once reported", after.Query(), cuda.FenceComplete)
+	wantState(t, "stream Query once reported", s.Query(), backend.FenceComplete)
+	wantState(t, "event after the read, once reported", after.Query(), backend.FenceComplete)
 	r.enqueue(s, r.inc(b))
 	e := r.record(s)
 	if err := e.Synchronize(); err != nil {
 		t.Fatalf("an event after new work: Synchronize got err %v, want nil", err)
 	}
-	wantState(t, "an event after new work", e.Query(), cuda.FenceComplete)
+	wantState(t, "an event after new work", e.Query(), backend.FenceComplete)
 }
 
 func TestInitCheckLibraryCall(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/conformance"
 )
 
@@ -97,7 +98,7 @@ func TestUserCodeFailsWithoutCrashing(t *testing.T) {
 		r.enqueue(s, c)
 		err = s.Synchronize()
 		var ce *cuda.CallError
-		if !errors.As(err, &ce) || cuda.Classify(err).Code != cuda.CodeLaunchFailed || !cuda.Classify(err).Sticky {
+		if !errors.As(err, &ce) || cuda.Classify(err).Code != codes.LaunchFailed || !cuda.Classify(err).Sticky {
 			t.Fatalf("%s: Synchronize: got err %v, want a sticky launch failure carrying a *cuda.CallError", name, err)
 		}
 	}

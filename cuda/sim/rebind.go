@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // Rebind gives the executable's nodes cmds' parameters, as

@@ -42,7 +42,7 @@
 // # Concurrency properties
 //
 // A [Device] is safe for concurrent use. Each stream is owned by one
-// goroutine at a time, as in the [cuda.Stream] contract.
+// goroutine at a time, as in the [backend.Stream] contract.
 package sim
 
 import (
@@ -55,8 +55,9 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // Config configures a simulated device. The zero value is a real-time H200
@@ -298,7 +299,7 @@ func (d *Device) Info() cuda.DeviceInfo { return d.info }
 
 // Kernels returns the kernels the device launches, as published: a copy
 // of the device's own (what a caller changes in it changes nothing the
-// device enforces). It also refuses, as a [cuda.CallValidator], a library
+// device enforces). It also refuses, as a [backend.CallValidator], a library
 // call without the Reference this device runs it through.
 func (d *Device) Kernels() cuda.Kernels { return kernelView{*d.public.Load()} }
 
@@ -440,14 +441,14 @@ func (d *Device) unsafeDuringCapture(op string) error {
 		}
 	}
 	if hit {
-		return cuda.DriverError(op, cuda.CodeStreamCaptureUnsupported,
+		return cuda.DriverError(op, codes.StreamCaptureUnsupported,
 			op+" is not allowed while a stream captures in global mode; the capture is invalidated. Do it before BeginCapture or capture in relaxed mode")
 	}
 	return nil
 }
 
 // NewStream creates a stream with its own worker.
-func (d *Device) NewStream() (cuda.Stream, error) {
+func (d *Device) NewStream() (backend.Stream, error) {
 	if err := d.check("stream create"); err != nil {
 		return nil, err
 	}

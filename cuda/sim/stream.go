@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/cuda/internal/backend"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // node is one unit of recorded work: a command.
@@ -69,7 +70,7 @@ type stream struct {
 	failed    atomic.Bool // failure is set
 }
 
-var _ cuda.Stream = (*stream)(nil)
+var _ backend.Stream = (*stream)(nil)
 
 func newStream(d *Device, id uint64) *stream {
 	s := &stream{dev: d, id: id}
@@ -131,7 +132,7 @@ func (s *stream) Enqueue(cmd cuda.Command) error {
 // Launch enqueues one replay of an executable. As on the GPU (CUDA 13),
 // launching a graph into a capturing stream is unsupported and invalidates
 // the capture.
-func (s *stream) Launch(e cuda.Exec) error {
+func (s *stream) Launch(e backend.Exec) error {
 	const op = "graph launch"
 	x, err := s.dev.exec(op, e)
 	if err != nil {
@@ -177,7 +178,7 @@ func (s *stream) submitKernels(op string, nodes []node, kernels []string, host, 
 	case len(kernels) > 0 && d.fire(FaultLaunch, kernels):
 		d.mu.Unlock()
 		d.clock.spin(host)
-		return cuda.DriverError(op, cuda.CodeLaunchOutOfResources, "injected launch failure; the stream is unaffected")
+		return cuda.DriverError(op, codes.LaunchOutOfResources, "injected launch failure; the stream is unaffected")
 	case len(kernels) > 0 && d.fire(FaultSticky, kernels):
 		fault = FaultSticky
 	case len(kernels) > 0 && d.fire(FaultHang, kernels):
@@ -233,12 +234,12 @@ func (s *stream) submitKernels(op string, nodes []node, kernels []string, host, 
 }
 
 // Record records a timing event after the work enqueued so far.
-func (s *stream) Record() (cuda.Event, error) { return s.recordEvent(true) }
+func (s *stream) Record() (backend.Event, error) { return s.recordEvent(true) }
 
 // RecordFence records an event without timing.
-func (s *stream) RecordFence() (cuda.Event, error) { return s.recordEvent(false) }
+func (s *stream) RecordFence() (backend.Event, error) { return s.recordEvent(false) }
 
-func (s *stream) recordEvent(timed bool) (cuda.Event, error) {
+func (s *stream) recordEvent(timed bool) (backend.Event, error) {
 	const op = "event record"
 	if err := s.check(op); err != nil {
 		return nil, err
@@ -246,7 +247,7 @@ func (s *stream) recordEvent(timed bool) (cuda.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.capture != nil {
-		return nil, cuda.DriverError(op, cuda.CodeIllegalState, "events are not recorded during a capture; record after EndCapture")
+		return nil, cuda.DriverError(op, codes.IllegalState, "events are not recorded during a capture; record after EndCapture")
 	}
 	at := max(time.Duration(s.tail.Load()), s.dev.clock.now())
 	if s.dev.clock.mode == ClockVirtual {
@@ -256,14 +257,14 @@ func (s *stream) recordEvent(timed bool) (cuda.Event, error) {
 }
 
 // Query reports whether the stream's work so far has finished.
-func (s *stream) Query() cuda.FenceQuery {
+func (s *stream) Query() backend.FenceQuery {
 	const op = "stream query"
 	if err := s.unsupportedDuringCapture(op); err != nil {
-		return cuda.FenceQuery{State: cuda.FencePending, Err: err}
+		return backend.FenceQuery{State: backend.FencePending, Err: err}
 	}
 	e, err := s.recordEvent(false)
 	if err != nil {
-		return cuda.FenceQuery{State: cuda.FenceIndeterminate, Err: err}
+		return backend.FenceQuery{State: backend.FenceIndeterminate, Err: err}
 	}
 	return e.Query()
 }
@@ -333,7 +334,7 @@ func (s *stream) Destroy() error {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "stream %d was already destroyed", s.id)
 	}
 	if s.capture != nil {
-		return cuda.DriverError(op, cuda.CodeIllegalState, "the stream is capturing; end the capture before destroying it")
+		return cuda.DriverError(op, codes.IllegalState, "the stream is capturing; end the capture before destroying it")
 	}
 	s.destroyed = true
 	s.cond.Broadcast()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // contended stretches a device duration while more streams are busy at
@@ -86,7 +87,7 @@ func (d *Device) run(s *stream, it *item) {
 		return
 	}
 	if it.fault == FaultSticky {
-		d.poisonAt(it.finish, cuda.DriverError("kernel", cuda.CodeIllegalAddress, "injected sticky fault in "+it.op+"; the device is poisoned, open a new one"))
+		d.poisonAt(it.finish, cuda.DriverError("kernel", codes.IllegalAddress, "injected sticky fault in "+it.op+"; the device is poisoned, open a new one"))
 		return
 	}
 	if d.noData {
@@ -169,7 +170,7 @@ func (s *stream) waitSeq(op string, seq uint64, at time.Duration) error {
 		return err
 	}
 	if !done {
-		return cuda.DriverError(op, cuda.CodeDeinitialized, "the device was closed while the work was still running (a hung kernel?)")
+		return cuda.DriverError(op, codes.Deinitialized, "the device was closed while the work was still running (a hung kernel?)")
 	}
 	return nil
 }

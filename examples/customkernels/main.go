@@ -287,7 +287,7 @@ func (w *workload) check() (float64, error) {
 	sh := w.sh
 	var worst float64
 	for _, t := range w.tenants {
-		got, err := hostio.Readback(w.dev, t.c)
+		got, err := hostio.Readback(context.Background(), w.s, t.name, t.c)
 		if err != nil {
 			return 0, err
 		}

@@ -56,8 +56,8 @@ func TestOutOfBoundsKernelErrorChain(t *testing.T) {
 		t.Fatalf("Submit's error: got %v, want one errors.Is reaches cuda.ErrIllegalAddress through", err)
 	case !errors.As(err, &ce):
 		t.Fatalf("Submit's error: got %v, want one wrapping the device's *cuda.Error", err)
-	case ce.Code != cuda.CodeIllegalAddress || int(ce.Code) != 700:
-		t.Fatalf("the device's code: got CUresult %d (%v), want CUresult 700 (%v)", int(ce.Code), ce.Code, cuda.CodeIllegalAddress)
+	case !errors.Is(err, cuda.ErrIllegalAddress) || ce.Code.String() != "cuda_illegal_address" || int(ce.Code) != 700:
+		t.Fatalf("the device's code: got CUresult %d (%v), want CUresult 700 (cuda_illegal_address, errors.Is cuda.ErrIllegalAddress)", int(ce.Code), ce.Code)
 	}
 	if cl := cuda.Classify(err); cl.Blame != cuda.BlameDevice || !cl.Sticky || cl.NotSubmitted || cl.Retryable {
 		t.Fatalf("Classify: got %+v, want the device's blame, sticky, submitted, not retryable", cl)

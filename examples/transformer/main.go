@@ -256,7 +256,7 @@ func (m *model) check(ctx context.Context, eager, replayed *tenant, ts []*tenant
 	}
 	got := map[*tenant][]float32{}
 	for _, t := range append([]*tenant{eager, replayed}, ts...) {
-		v, err := hostio.Readback(m.dev, t.x)
+		v, err := hostio.Readback(ctx, m.s, t.name, t.x)
 		if err != nil {
 			return err
 		}

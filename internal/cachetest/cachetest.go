@@ -10,6 +10,8 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
+
 	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
@@ -18,7 +20,7 @@ import (
 type Rig struct {
 	T      testing.TB
 	Dev    *sim.Device
-	Stream cuda.Stream
+	Stream backend.Stream
 	Cache  *execcache.Cache
 	Bufs   []cuda.Buffer
 	Owner  string // the tenant Run prepares for
@@ -44,7 +46,7 @@ func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
 
 // Counters allocates n int32 counters of 16 elements on dev and enqueues
 // their zeroing on s.
-func Counters(t testing.TB, dev *sim.Device, s cuda.Stream, n int) []cuda.Buffer {
+func Counters(t testing.TB, dev *sim.Device, s backend.Stream, n int) []cuda.Buffer {
 	t.Helper()
 	bufs := make([]cuda.Buffer, 0, n)
 	for range n {
@@ -141,7 +143,7 @@ func (r *Rig) Count(buf int) int32 {
 
 // ReadCounter reads a counter buffer's first element through s (which
 // synchronizes first).
-func ReadCounter(t testing.TB, s cuda.Stream, counter cuda.Buffer) int32 {
+func ReadCounter(t testing.TB, s backend.Stream, counter cuda.Buffer) int32 {
 	t.Helper()
 	out := make([]byte, 4)
 	reg, _ := counter.Region(0, 4)

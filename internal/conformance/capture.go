@@ -10,6 +10,8 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // decodeStep is a model's decode step in miniature: h = W·x; h += b; y =
@@ -19,7 +21,7 @@ type decodeStep struct {
 	rows, cols       int32
 }
 
-func newDecodeStep(f fixture, s cuda.Stream) decodeStep {
+func newDecodeStep(f fixture, s backend.Stream) decodeStep {
 	const rows, cols = 64, 48
 	d := decodeStep{rows: rows, cols: cols,
 		w: f.alloc(cuda.F32, rows*cols), x: f.alloc(cuda.F32, cols), b: f.alloc(cuda.F32, rows),
@@ -37,7 +39,7 @@ func newDecodeStep(f fixture, s cuda.Stream) decodeStep {
 }
 
 // enqueue adds the step's commands: five launches and a copy.
-func (d decodeStep) enqueue(f fixture, s cuda.Stream) int {
+func (d decodeStep) enqueue(f fixture, s backend.Stream) int {
 	f.launch(s, kernels.Gemv, uint32(d.rows), cuda.BufferArg(d.h.Whole()), cuda.BufferArg(d.w.Whole()), cuda.BufferArg(d.x.Whole()), cuda.I32Arg(d.rows), cuda.I32Arg(d.cols))
 	f.launch(s, kernels.Axpy, uint32(d.rows), cuda.BufferArg(d.h.Whole()), cuda.BufferArg(d.b.Whole()), cuda.F32Arg(0.5), cuda.I32Arg(d.rows))
 	f.launch(s, kernels.Add, uint32(d.rows), cuda.BufferArg(d.y.Whole()), cuda.BufferArg(d.y.Whole()), cuda.BufferArg(d.h.Whole()), cuda.I32Arg(d.rows))
@@ -55,7 +57,7 @@ func (d decodeStep) enqueue(f fixture, s cuda.Stream) int {
 	return 6
 }
 
-func (d decodeStep) snapshot(f fixture, s cuda.Stream) [][]byte {
+func (d decodeStep) snapshot(f fixture, s backend.Stream) [][]byte {
 	var out [][]byte
 	for _, b := range []cuda.Buffer{d.b, d.h, d.y, d.p} {
 		out = append(out, f.read(s, b))
@@ -63,15 +65,15 @@ func (d decodeStep) snapshot(f fixture, s cuda.Stream) [][]byte {
 	return out
 }
 
-func testCaptureRecords(t *testing.T, dev cuda.Device) {
+func testCaptureRecords(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	d := newDecodeStep(f, s)
 	before := d.snapshot(f, s)
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Capture(); got != cuda.CaptureActive {
+	if got := s.Capture(); got != backend.CaptureActive {
 		t.Fatalf("capture status %v while capturing", got)
 	}
 	n := d.enqueue(f, s)
@@ -79,7 +81,7 @@ func testCaptureRecords(t *testing.T, dev cuda.Device) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Capture(); got != cuda.CaptureNone {
+	if got := s.Capture(); got != backend.CaptureNone {
 		t.Fatalf("capture status %v after EndCapture", got)
 	}
 	if g.NodeCount() != n {
@@ -109,11 +111,11 @@ func testCaptureRecords(t *testing.T, dev cuda.Device) {
 
 // testReplayEqualsEager runs the same step eagerly on one set of buffers and
 // by graph replay on another, several times, and compares every byte.
-func testReplayEqualsEager(t *testing.T, dev cuda.Device) {
+func testReplayEqualsEager(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	eager, replay := newDecodeStep(f, s), newDecodeStep(f, s)
-	if err := s.BeginCapture(cuda.CaptureGlobal); err != nil {
+	if err := s.BeginCapture(backend.CaptureGlobal); err != nil {
 		t.Fatal(err)
 	}
 	replay.enqueue(f, s)
@@ -146,48 +148,48 @@ func testReplayEqualsEager(t *testing.T, dev cuda.Device) {
 	}
 	// Launching a graph into a capturing stream is unsupported (as the H200
 	// with CUDA 13 answers) and invalidates the capture.
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, s.Launch(exec), cuda.CodeStreamCaptureUnsupported)
-	if got := s.Capture(); got != cuda.CaptureInvalidated {
+	wantCode(t, s.Launch(exec), codes.StreamCaptureUnsupported)
+	if got := s.Capture(); got != backend.CaptureInvalidated {
 		t.Fatalf("capture status %v after a graph launch into it, want invalidated", got)
 	}
 	_, err = s.EndCapture()
-	wantCode(t, err, cuda.CodeStreamCaptureInvalidated)
+	wantCode(t, err, codes.StreamCaptureInvalidated)
 }
 
 func testCaptureRules(t *testing.T, open Open) {
-	syncCalls := map[string]func(f fixture, s cuda.Stream, b cuda.Buffer) error{
-		"synchronize": func(_ fixture, s cuda.Stream, _ cuda.Buffer) error { return s.Synchronize() },
-		"query":       func(_ fixture, s cuda.Stream, _ cuda.Buffer) error { return s.Query().Err },
-		"readback": func(_ fixture, s cuda.Stream, b cuda.Buffer) error {
+	syncCalls := map[string]func(f fixture, s backend.Stream, b cuda.Buffer) error{
+		"synchronize": func(_ fixture, s backend.Stream, _ cuda.Buffer) error { return s.Synchronize() },
+		"query":       func(_ fixture, s backend.Stream, _ cuda.Buffer) error { return s.Query().Err },
+		"readback": func(_ fixture, s backend.Stream, b cuda.Buffer) error {
 			return s.Readback(b.Whole(), make([]byte, b.Size))
 		},
-		"global-alloc": func(f fixture, _ cuda.Stream, _ cuda.Buffer) error {
+		"global-alloc": func(f fixture, _ backend.Stream, _ cuda.Buffer) error {
 			_, err := f.dev.Alloc(cuda.BufferSpec{Size: 4, Elem: cuda.I32})
 			return err
 		},
-		"global-free":        func(f fixture, _ cuda.Stream, b cuda.Buffer) error { return f.dev.Free(b) },
-		"global-device-sync": func(f fixture, _ cuda.Stream, _ cuda.Buffer) error { return f.dev.Synchronize() },
+		"global-free":        func(f fixture, _ backend.Stream, b cuda.Buffer) error { return f.dev.Free(b) },
+		"global-device-sync": func(f fixture, _ backend.Stream, _ cuda.Buffer) error { return f.dev.Synchronize() },
 	}
 	for name, call := range syncCalls {
 		t.Run(name+"-invalidates", func(t *testing.T) {
 			f := fixture{t, open(t)}
 			s := f.stream()
 			b := f.alloc(cuda.I32, 16)
-			if err := s.BeginCapture(cuda.CaptureGlobal); err != nil {
+			if err := s.BeginCapture(backend.CaptureGlobal); err != nil {
 				t.Fatal(err)
 			}
 			f.launch(s, kernels.Inc, 16, cuda.BufferArg(b.Whole()), cuda.I32Arg(16))
-			wantCode(t, call(f, s, b), cuda.CodeStreamCaptureUnsupported)
-			if got := s.Capture(); got != cuda.CaptureInvalidated {
+			wantCode(t, call(f, s, b), codes.StreamCaptureUnsupported)
+			if got := s.Capture(); got != backend.CaptureInvalidated {
 				t.Fatalf("capture status %v after %s, want invalidated", got, name)
 			}
 			c, _ := cuda.Zero(b.Whole())
-			wantCode(t, s.Enqueue(c), cuda.CodeStreamCaptureInvalidated)
+			wantCode(t, s.Enqueue(c), codes.StreamCaptureInvalidated)
 			_, err := s.EndCapture()
-			wantCode(t, err, cuda.CodeStreamCaptureInvalidated)
+			wantCode(t, err, codes.StreamCaptureInvalidated)
 			if !errors.Is(err, cuda.ErrCaptureInvalidated) {
 				t.Fatalf("%v does not match ErrCaptureInvalidated", err)
 			}
@@ -200,7 +202,7 @@ func testCaptureRules(t *testing.T, open Open) {
 	t.Run("relaxed-allows-alloc", func(t *testing.T) {
 		f := fixture{t, open(t)}
 		s := f.stream()
-		if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 			t.Fatal(err)
 		}
 		b := f.alloc(cuda.I32, 16)
@@ -214,11 +216,11 @@ func testCaptureRules(t *testing.T, open Open) {
 		f := fixture{t, open(t)}
 		s := f.stream()
 		_, err := s.EndCapture()
-		wantCode(t, err, cuda.CodeIllegalState)
-		if err := s.BeginCapture(cuda.CaptureGlobal); err != nil {
+		wantCode(t, err, codes.IllegalState)
+		if err := s.BeginCapture(backend.CaptureGlobal); err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, s.BeginCapture(cuda.CaptureGlobal), cuda.CodeIllegalState)
+		wantCode(t, s.BeginCapture(backend.CaptureGlobal), codes.IllegalState)
 		g, err := s.EndCapture()
 		if err != nil || g.NodeCount() != 0 {
 			t.Fatalf("empty capture: %v", err)
@@ -238,7 +240,7 @@ func testCaptureRules(t *testing.T, open Open) {
 		f := fixture{t, open(t)}
 		s, other := f.stream(), f.stream()
 		b := f.alloc(cuda.I32, 16)
-		if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 			t.Fatal(err)
 		}
 		z, _ := cuda.Zero(b.Whole())
@@ -248,7 +250,7 @@ func testCaptureRules(t *testing.T, open Open) {
 		if err := other.Synchronize(); err != nil {
 			t.Fatalf("synchronizing another stream during a relaxed capture: %v", err)
 		}
-		if got := s.Capture(); got != cuda.CaptureActive {
+		if got := s.Capture(); got != backend.CaptureActive {
 			t.Fatalf("capture status %v, want active", got)
 		}
 		if _, err := s.EndCapture(); err != nil {
@@ -260,7 +262,7 @@ func testCaptureRules(t *testing.T, open Open) {
 // testUpdate updates an executable in place: the new graph's pointers and
 // host bytes take effect, and a topology or node-type change is refused
 // with the executable left as it was.
-func testUpdate(t *testing.T, dev cuda.Device) {
+func testUpdate(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	a, b := f.alloc(cuda.I32, 16), f.alloc(cuda.I32, 16)
@@ -270,9 +272,9 @@ func testUpdate(t *testing.T, dev cuda.Device) {
 			t.Fatal(err)
 		}
 	}
-	capture := func(enqueue func()) cuda.Graph {
+	capture := func(enqueue func()) backend.Graph {
 		t.Helper()
-		if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+		if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 			t.Fatal(err)
 		}
 		enqueue()
@@ -303,7 +305,7 @@ func testUpdate(t *testing.T, dev cuda.Device) {
 	}
 	twice := capture(func() { incOf(a)(); incOf(a)() })
 	err = exec.Update(twice)
-	wantCode(t, err, cuda.CodeGraphExecUpdateFailure)
+	wantCode(t, err, codes.GraphExecUpdateFailure)
 	if !errors.Is(err, cuda.ErrUpdateRefused) {
 		t.Fatalf("%v does not match ErrUpdateRefused", err)
 	}
@@ -313,7 +315,7 @@ func testUpdate(t *testing.T, dev cuda.Device) {
 			t.Fatal(err)
 		}
 	})
-	wantCode(t, exec.Update(zero), cuda.CodeGraphExecUpdateFailure)
+	wantCode(t, exec.Update(zero), codes.GraphExecUpdateFailure)
 	if err := s.Launch(exec); err != nil {
 		t.Fatal(err)
 	}

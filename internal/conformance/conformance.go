@@ -1,4 +1,4 @@
-// Package conformance is the behaviour every [cuda.Device] backend must
+// Package conformance is the behaviour every [backend.Device] backend must
 // share, as one suite: ordering, events, capture rules, replay == eager
 // bytes, error classes, ownership and bounds checks, and a sticky fault. The
 // simulated device runs it in CI; the real device runs it on the GPU. Where
@@ -7,7 +7,7 @@
 // # Usage
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.Run(t, func(t *testing.T) cuda.Device { return openMyDevice(t) })
+//		conformance.Run(t, func(t *testing.T) backend.Device { return openMyDevice(t) })
 //	}
 //
 // The device must launch the kernels of kernels.Builtin and
@@ -28,15 +28,17 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // Open returns a fresh device for one subtest.
-type Open func(t *testing.T) cuda.Device
+type Open func(t *testing.T) backend.Device
 
 // Run runs the whole suite against the backend that open returns. Every
 // subtest binds its goroutine to the devices it opens, as a lane does.
 func Run(t *testing.T, opener Open) {
-	open := func(t *testing.T) cuda.Device {
+	open := func(t *testing.T) backend.Device {
 		t.Helper()
 		dev := opener(t)
 		unbind, err := dev.BindThread()
@@ -76,7 +78,7 @@ func Run(t *testing.T, opener Open) {
 // fixture bundles a device with the helpers the tests share.
 type fixture struct {
 	t   *testing.T
-	dev cuda.Device
+	dev backend.Device
 }
 
 func (f fixture) alloc(elem cuda.ElementType, n int) cuda.Buffer {
@@ -89,7 +91,7 @@ func (f fixture) alloc(elem cuda.ElementType, n int) cuda.Buffer {
 }
 
 // zeroed allocates n elements and enqueues their zeroing on s.
-func (f fixture) zeroed(s cuda.Stream, elem cuda.ElementType, n int) cuda.Buffer {
+func (f fixture) zeroed(s backend.Stream, elem cuda.ElementType, n int) cuda.Buffer {
 	f.t.Helper()
 	b := f.alloc(elem, n)
 	z, _ := cuda.Zero(b.Whole())
@@ -100,7 +102,7 @@ func (f fixture) zeroed(s cuda.Stream, elem cuda.ElementType, n int) cuda.Buffer
 }
 
 // record records a timing event (timed) or a fence on s.
-func (f fixture) record(s cuda.Stream, timed bool) cuda.Event {
+func (f fixture) record(s backend.Stream, timed bool) backend.Event {
 	f.t.Helper()
 	record := s.RecordFence
 	if timed {
@@ -113,7 +115,7 @@ func (f fixture) record(s cuda.Stream, timed bool) cuda.Event {
 	return e
 }
 
-func (f fixture) stream() cuda.Stream {
+func (f fixture) stream() backend.Stream {
 	f.t.Helper()
 	s, err := f.dev.NewStream()
 	if err != nil {
@@ -131,7 +133,7 @@ func (f fixture) spec(name string) *cuda.KernelSpec {
 	return &k
 }
 
-func (f fixture) launch(s cuda.Stream, name string, threads uint32, args ...cuda.Arg) {
+func (f fixture) launch(s backend.Stream, name string, threads uint32, args ...cuda.Arg) {
 	f.t.Helper()
 	c, err := cuda.Launch(f.spec(name), cuda.Linear(threads, 128), args...)
 	if err != nil {
@@ -144,9 +146,9 @@ func (f fixture) launch(s cuda.Stream, name string, threads uint32, args ...cuda
 
 // replay captures what enqueue enqueues on s into a graph and launches
 // its executable times times.
-func (f fixture) replay(s cuda.Stream, times int, enqueue func()) {
+func (f fixture) replay(s backend.Stream, times int, enqueue func()) {
 	f.t.Helper()
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		f.t.Fatalf("BeginCapture: got err %v, want nil", err)
 	}
 	enqueue()
@@ -167,7 +169,7 @@ func (f fixture) replay(s cuda.Stream, times int, enqueue func()) {
 	}
 }
 
-func (f fixture) upload(s cuda.Stream, b cuda.Buffer, data []byte) {
+func (f fixture) upload(s backend.Stream, b cuda.Buffer, data []byte) {
 	f.t.Helper()
 	c, err := cuda.Upload(b.Whole(), data)
 	if err != nil {
@@ -178,7 +180,7 @@ func (f fixture) upload(s cuda.Stream, b cuda.Buffer, data []byte) {
 	}
 }
 
-func (f fixture) read(s cuda.Stream, b cuda.Buffer) []byte {
+func (f fixture) read(s backend.Stream, b cuda.Buffer) []byte {
 	f.t.Helper()
 	out := make([]byte, b.Size)
 	if err := s.Readback(b.Whole(), out); err != nil {
@@ -187,9 +189,9 @@ func (f fixture) read(s cuda.Stream, b cuda.Buffer) []byte {
 	return out
 }
 
-func (f fixture) f32s(s cuda.Stream, b cuda.Buffer) []float32 { return DecodeF32(f.read(s, b)) }
+func (f fixture) f32s(s backend.Stream, b cuda.Buffer) []float32 { return DecodeF32(f.read(s, b)) }
 
-func (f fixture) i32s(s cuda.Stream, b cuda.Buffer) []int32 {
+func (f fixture) i32s(s backend.Stream, b cuda.Buffer) []int32 {
 	raw := f.read(s, b)
 	out := make([]int32, len(raw)/4)
 	for i := range out {
@@ -240,7 +242,7 @@ func wantContract(t *testing.T, err error, sentinel error) {
 		t.Fatalf("got error %v, want %v", err, sentinel)
 	}
 	var e *cuda.Error
-	if !errors.As(err, &e) || e.Code != cuda.CodeRuntimeContract {
+	if !errors.As(err, &e) || e.Code != codes.RuntimeContract {
 		t.Fatalf("error %v is not a contract *cuda.Error", err)
 	}
 }

@@ -8,9 +8,10 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
-func testOutOfMemory(t *testing.T, dev cuda.Device) {
+func testOutOfMemory(t *testing.T, dev backend.Device) {
 	total := dev.Memory().Total
 	_, err := dev.Alloc(cuda.BufferSpec{Size: total + (1 << 30), Elem: cuda.U8})
 	if !errors.Is(err, cuda.ErrOutOfMemory) || !cuda.Classify(err).Retryable || cuda.Classify(err).Sticky {
@@ -44,7 +45,7 @@ func testOutOfMemory(t *testing.T, dev cuda.Device) {
 	wantContract(t, dev.CheckBuffer(b), cuda.ErrStaleHandle)
 }
 
-func testOwnership(t *testing.T, a, b cuda.Device) {
+func testOwnership(t *testing.T, a, b backend.Device) {
 	fa, fb := fixture{t, a}, fixture{t, b}
 	sa, sb := fa.stream(), fb.stream()
 	foreign := fb.alloc(cuda.I32, 16)
@@ -56,7 +57,7 @@ func testOwnership(t *testing.T, a, b cuda.Device) {
 	wantContract(t, sa.Readback(foreign.Whole(), make([]byte, 64)), cuda.ErrForeignHandle)
 	wantContract(t, a.Free(foreign), cuda.ErrForeignHandle)
 
-	if err := sb.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := sb.BeginCapture(backend.CaptureRelaxed); err != nil {
 		t.Fatal(err)
 	}
 	if err := sb.Enqueue(c); err != nil {
@@ -86,7 +87,7 @@ func testOwnership(t *testing.T, a, b cuda.Device) {
 	wantContract(t, sa.Enqueue(z), cuda.ErrStaleHandle)
 }
 
-func testBounds(t *testing.T, dev cuda.Device) {
+func testBounds(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	b := f.alloc(cuda.F32, 64)
@@ -124,14 +125,14 @@ func testBounds(t *testing.T, dev cuda.Device) {
 	wantContract(t, s.Enqueue(bad), cuda.ErrUnknownKernel)
 	wantContract(t, s.Enqueue(cuda.Command{Kind: 77}), cuda.ErrInvalidCommand)
 	wantContract(t, s.Readback(b.Whole(), make([]byte, 5)), cuda.ErrOutOfBounds)
-	if q := s.Query(); q.State != cuda.FenceComplete {
+	if q := s.Query(); q.State != backend.FenceComplete {
 		t.Fatalf("rejected commands left work on the stream: %v", q.State)
 	}
 }
 
 // testStickyFault writes outside an allocation on purpose: the device must
 // classify it sticky, fail every stream, and the process must live on.
-func testStickyFault(t *testing.T, dev cuda.Device) {
+func testStickyFault(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	victim, bystander := f.stream(), f.stream()
 	p := f.alloc(cuda.I32, 16)
@@ -155,7 +156,7 @@ func testStickyFault(t *testing.T, dev cuda.Device) {
 	if dev.Err() == nil {
 		t.Fatal("the device does not report the sticky error")
 	}
-	if q := bystander.Query(); q.State != cuda.FenceIndeterminate || !cuda.Classify(q.Err).Sticky {
+	if q := bystander.Query(); q.State != backend.FenceIndeterminate || !cuda.Classify(q.Err).Sticky {
 		t.Fatalf("another stream of the poisoned device: %v %v; want indeterminate", q.State, q.Err)
 	}
 	if err := bystander.Synchronize(); !cuda.Classify(err).Sticky {

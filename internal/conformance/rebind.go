@@ -10,13 +10,15 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // testRebind gives an executable new pointers, scalars and launch shapes
 // in place, without a capture: its replay writes what a fresh capture of
 // the same commands writes, bit for bit; what it cannot take is refused
 // with a typed reason and leaves it as it was.
-func testRebind(t *testing.T, dev cuda.Device) {
+func testRebind(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	const n = 64
@@ -37,8 +39,8 @@ func testRebind(t *testing.T, dev cuda.Device) {
 			build(kernels.Axpy, threads, cuda.BufferArg(y.Whole()), cuda.BufferArg(x.Whole()), cuda.F32Arg(a), cuda.I32Arg(n)),
 		}
 	}
-	capture := func(cmds []cuda.Command) cuda.Exec { t.Helper(); return f.instantiated(s, cmds) }
-	launch := func(x cuda.Exec) {
+	capture := func(cmds []cuda.Command) backend.Exec { t.Helper(); return f.instantiated(s, cmds) }
+	launch := func(x backend.Exec) {
 		t.Helper()
 		if err := s.Launch(x); err != nil {
 			t.Fatal(err)
@@ -77,7 +79,7 @@ func testRebind(t *testing.T, dev cuda.Device) {
 		t.Helper()
 		err := rebound.Rebind(cmds)
 		var re *cuda.RebindRefusedError
-		if !errors.As(err, &re) || re.Refusal != want || !errors.Is(err, cuda.ErrUpdateRefused) || cuda.Classify(err).Code != cuda.CodeGraphExecUpdateFailure {
+		if !errors.As(err, &re) || re.Refusal != want || !errors.Is(err, cuda.ErrUpdateRefused) || cuda.Classify(err).Code != codes.GraphExecUpdateFailure {
 			t.Fatalf("Rebind: got %v, want a *cuda.RebindRefusedError %s matching ErrUpdateRefused", err, want)
 		}
 	}
@@ -129,7 +131,7 @@ func testRebind(t *testing.T, dev cuda.Device) {
 // another tenant's staging and buffers: its replay writes what a fresh
 // capture of the same commands writes, and the first tenant's memory is
 // untouched.
-func testRebindCopies(t *testing.T, dev cuda.Device) {
+func testRebindCopies(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	hm := cuda.HostMemory(dev)
@@ -164,7 +166,7 @@ func testRebindCopies(t *testing.T, dev cuda.Device) {
 		}
 		return []cuda.Command{in, cp, z, axpy, out}
 	}
-	capture := func(cmds []cuda.Command) cuda.Exec { t.Helper(); return f.instantiated(s, cmds) }
+	capture := func(cmds []cuda.Command) backend.Exec { t.Helper(); return f.instantiated(s, cmds) }
 	readOut := func(tn tenant) []byte {
 		t.Helper()
 		if err := s.Synchronize(); err != nil {
@@ -236,10 +238,10 @@ func testRebindCopies(t *testing.T, dev cuda.Device) {
 
 // instantiated captures cmds on s, instantiates the graph and uploads the
 // executable (the graph is destroyed).
-func (f fixture) instantiated(s cuda.Stream, cmds []cuda.Command) cuda.Exec {
+func (f fixture) instantiated(s backend.Stream, cmds []cuda.Command) backend.Exec {
 	t := f.t
 	t.Helper()
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cmds {

@@ -9,9 +9,11 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
-func testMemory(t *testing.T, dev cuda.Device) {
+func testMemory(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	before := dev.Memory()
 	b := f.alloc(cuda.F32, 1000)
@@ -37,7 +39,7 @@ func testMemory(t *testing.T, dev cuda.Device) {
 	wantContract(t, dev.Free(b), cuda.ErrStaleHandle)
 }
 
-func testUploadReadback(t *testing.T, dev cuda.Device) {
+func testUploadReadback(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	b := f.alloc(cuda.U8, 300)
@@ -77,7 +79,7 @@ func testUploadReadback(t *testing.T, dev cuda.Device) {
 	}
 }
 
-func testKernels(t *testing.T, dev cuda.Device) {
+func testKernels(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	const rows, cols = 37, 53
@@ -131,7 +133,7 @@ func testKernels(t *testing.T, dev cuda.Device) {
 }
 
 // testInOrder enqueues a chain where every step reads the last one's output.
-func testInOrder(t *testing.T, dev cuda.Device) {
+func testInOrder(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	const n = 1000
@@ -151,10 +153,10 @@ func testInOrder(t *testing.T, dev cuda.Device) {
 }
 
 // testStreams runs independent chains on several streams at once.
-func testStreams(t *testing.T, dev cuda.Device) {
+func testStreams(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	const n, streams = 512, 4
-	ss := make([]cuda.Stream, streams)
+	ss := make([]backend.Stream, streams)
 	bs := make([]cuda.Buffer, streams)
 	for i := range ss {
 		ss[i], bs[i] = f.stream(), f.alloc(cuda.I32, n)
@@ -174,7 +176,7 @@ func testStreams(t *testing.T, dev cuda.Device) {
 		t.Fatal(err)
 	}
 	for i := range ss {
-		if q := ss[i].Query(); q.State != cuda.FenceComplete {
+		if q := ss[i].Query(); q.State != backend.FenceComplete {
 			t.Fatalf("stream %d after device synchronize: %v %v", i, q.State, q.Err)
 		}
 		if got := f.i32s(ss[i], bs[i])[n-1]; got != int32(5*(i+1)) {
@@ -183,10 +185,10 @@ func testStreams(t *testing.T, dev cuda.Device) {
 	}
 }
 
-func testEmptyStream(t *testing.T, dev cuda.Device) {
+func testEmptyStream(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
-	if q := s.Query(); q.State != cuda.FenceComplete || q.Err != nil {
+	if q := s.Query(); q.State != backend.FenceComplete || q.Err != nil {
 		t.Fatalf("query of an empty stream: %v %v", q.State, q.Err)
 	}
 	if err := s.Synchronize(); err != nil {
@@ -199,7 +201,7 @@ func testEmptyStream(t *testing.T, dev cuda.Device) {
 	if err := ev.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	if q := ev.Query(); q.State != cuda.FenceComplete {
+	if q := ev.Query(); q.State != backend.FenceComplete {
 		t.Fatalf("event on an empty stream: %v", q.State)
 	}
 	if err := s.Destroy(); err != nil {
@@ -208,7 +210,7 @@ func testEmptyStream(t *testing.T, dev cuda.Device) {
 	wantContract(t, s.Synchronize(), cuda.ErrStaleHandle)
 }
 
-func testEvents(t *testing.T, dev cuda.Device) {
+func testEvents(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	p := f.zeroed(s, cuda.I32, 4096)
@@ -220,8 +222,8 @@ func testEvents(t *testing.T, dev cuda.Device) {
 	if err := end.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range []cuda.Event{start, end} {
-		if q := ev.Query(); q.State != cuda.FenceComplete {
+	for _, ev := range []backend.Event{start, end} {
+		if q := ev.Query(); q.State != backend.FenceComplete {
 			t.Fatalf("event after synchronize: %v %v", q.State, q.Err)
 		}
 	}
@@ -237,7 +239,7 @@ func testEvents(t *testing.T, dev cuda.Device) {
 // testEventReuse checks fence events (no timing) and the release-and-reuse
 // contract: a released handle is stale, a reused event tracks only its new
 // recording, and a fence cannot be timed.
-func testEventReuse(t *testing.T, dev cuda.Device) {
+func testEventReuse(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	p := f.zeroed(s, cuda.I32, 4096)
@@ -245,20 +247,20 @@ func testEventReuse(t *testing.T, dev cuda.Device) {
 	if err := fence.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	if q := fence.Query(); q.State != cuda.FenceComplete || q.Err != nil {
+	if q := fence.Query(); q.State != backend.FenceComplete || q.Err != nil {
 		t.Fatalf("fence after synchronize: %v %v", q.State, q.Err)
 	}
 	_, err := fence.Elapsed(start)
-	wantCode(t, err, cuda.CodeInvalidHandle)
+	wantCode(t, err, codes.InvalidHandle)
 	_, err = start.Elapsed(fence)
-	wantCode(t, err, cuda.CodeInvalidHandle)
+	wantCode(t, err, codes.InvalidHandle)
 
 	// Released handles are stale; a second release does nothing.
 	fence.Release()
 	fence.Release()
 	q := fence.Query()
 	wantContract(t, q.Err, cuda.ErrStaleHandle)
-	if q.State != cuda.FenceIndeterminate {
+	if q.State != backend.FenceIndeterminate {
 		t.Fatalf("query of a released event: %v", q.State)
 	}
 	wantContract(t, fence.Synchronize(), cuda.ErrStaleHandle)
@@ -277,8 +279,8 @@ func testEventReuse(t *testing.T, dev cuda.Device) {
 		if err := done.Synchronize(); err != nil {
 			t.Fatal(err)
 		}
-		for _, ev := range []cuda.Event{begin, end, done} {
-			if q := ev.Query(); q.State != cuda.FenceComplete || q.Err != nil {
+		for _, ev := range []backend.Event{begin, end, done} {
+			if q := ev.Query(); q.State != backend.FenceComplete || q.Err != nil {
 				t.Fatalf("round %d: event after its fence: %v %v", round, q.State, q.Err)
 			}
 		}
@@ -314,7 +316,7 @@ func testEventReuse(t *testing.T, dev cuda.Device) {
 // freed is refused at launch (the caller's error), eager work naming it is
 // refused at enqueue, and the device stays healthy (on a GPU, a replay over
 // freed memory would poison the context).
-func testFreeFencesWork(t *testing.T, dev cuda.Device) {
+func testFreeFencesWork(t *testing.T, dev backend.Device) {
 	f := fixture{t, dev}
 	s := f.stream()
 	b := f.zeroed(s, cuda.I32, 64)
@@ -322,7 +324,7 @@ func testFreeFencesWork(t *testing.T, dev cuda.Device) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Enqueue(inc); err != nil {

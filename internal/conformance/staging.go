@@ -9,11 +9,13 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // testStaging: pinned host staging is read and written when the copies
 // run, so a captured graph replays over whatever the host wrote last.
-func testStaging(t *testing.T, dev cuda.Device) {
+func testStaging(t *testing.T, dev backend.Device) {
 	hm := cuda.HostMemory(dev)
 	f := fixture{t, dev}
 	s := f.stream()
@@ -50,7 +52,7 @@ func testStaging(t *testing.T, dev cuda.Device) {
 	if got := f.read(s, b); !bytes.Equal(got, ints(10)) {
 		t.Fatal("eager stage_in did not land")
 	}
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Enqueue(stageIn); err != nil {
@@ -100,10 +102,10 @@ func testStaging(t *testing.T, dev cuda.Device) {
 // is, is read by an upload when it runs; pinning its pages twice is
 // refused; unpinning twice does nothing the second time; after unpinning
 // it can be pinned again.
-func testPinInPlace(t *testing.T, dev cuda.Device) {
-	pinner, ok := dev.(cuda.HostPinner)
+func testPinInPlace(t *testing.T, dev backend.Device) {
+	pinner, ok := dev.(backend.HostPinner)
 	if !ok {
-		t.Fatal("the device does not implement cuda.HostPinner")
+		t.Fatal("the device does not implement backend.HostPinner")
 	}
 	f := fixture{t, dev}
 	s := f.stream()
@@ -117,7 +119,7 @@ func testPinInPlace(t *testing.T, dev cuda.Device) {
 		t.Fatal(err)
 	}
 	_, err = pinner.PinHost(mem[8192:])
-	wantCode(t, err, cuda.CodeHostMemoryRegistered)
+	wantCode(t, err, codes.HostMemoryRegistered)
 	b := f.alloc(cuda.I32, n)
 	// The upload reads the caller's memory itself (no copy retained).
 	up := cuda.Command{Kind: cuda.KindUpload, Dst: b.Whole(), Host: mem}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // The user module's kernels with struct and 2-byte scalar parameters.
@@ -86,7 +87,7 @@ func StructModule() kernels.Module {
 // reach the kernel as the C types lie in memory, eagerly and replayed; a
 // struct declared with the wrong size or an alignment its offset breaks is
 // refused when the module loads, alike on every backend.
-func testStructParams(t *testing.T, dev cuda.Device) {
+func testStructParams(t *testing.T, dev backend.Device) {
 	loader := dev.(kernels.Loader)
 	for _, wrong := range []struct {
 		what  string

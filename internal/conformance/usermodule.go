@@ -15,6 +15,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // UserModulePTX is usermodule.cu compiled for compute_80.
@@ -58,7 +59,7 @@ func UserModule(params ...cuda.Param) kernels.Module {
 	return kernels.Module{Name: "usermodule", Image: UserModulePTX, Kernels: kernels.Registry{UserScale: k}}
 }
 
-func testUserModule(t *testing.T, dev cuda.Device) {
+func testUserModule(t *testing.T, dev backend.Device) {
 	loader, ok := dev.(kernels.Loader)
 	if !ok {
 		t.Fatalf("device %T: got no LoadModule, want every backend a kernels.Loader", dev)
@@ -108,7 +109,7 @@ func testUserModule(t *testing.T, dev cuda.Device) {
 // refused at LoadModule, and nothing is loaded, on every backend: what the
 // module says of itself, and what the image holds of the function (its
 // parameter sizes and count, its name), as the driver sees it.
-func testUserModuleDeclarations(t *testing.T, dev cuda.Device) {
+func testUserModuleDeclarations(t *testing.T, dev backend.Device) {
 	loader := dev.(kernels.Loader)
 	noImage := UserModule()
 	noImage.Image = nil

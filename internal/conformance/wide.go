@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // The user module's kernels with 8-byte scalars.
@@ -82,7 +83,7 @@ func WideModule() kernels.Module {
 // testWideScalars: 8-byte scalars reach the kernel whole (bits past 32
 // included), eagerly and replayed from a graph, and 8-byte elements are
 // read and written as such.
-func testWideScalars(t *testing.T, dev cuda.Device) {
+func testWideScalars(t *testing.T, dev backend.Device) {
 	// The image's view of the function: an 8-byte n declared as i32
 	// is refused, and nothing is loaded.
 	wrong := WideModule()

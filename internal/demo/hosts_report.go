@@ -6,7 +6,7 @@ package demo
 import (
 	"time"
 
-	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // report is the run as lanedemo-report/1: the counts, rates and latency
@@ -28,7 +28,7 @@ func (rep *HostsReport) report(cfg Config, l *hostsLoad, meter *runtimeMeter) *R
 	}
 	refused := map[string]int64{}
 	if rep.Total.RefusedLeaving > 0 {
-		refused[cuda.CodeHostLeaving.String()] = int64(rep.Total.RefusedLeaving)
+		refused[codes.HostLeaving.String()] = int64(rep.Total.RefusedLeaving)
 	}
 	replayed, eager := l.replayed.Load(), l.eager.Load()
 	out := &Report{

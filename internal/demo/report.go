@@ -40,11 +40,11 @@ type CacheStats struct {
 	Rejections uint64 `json:"rejections"`
 	Evictions  uint64 `json:"evictions"`
 	// Updates are in-place updates of a resident for a miss of its shape,
-	// ByParameters those made without a capture (cuda.Exec.Rebind).
+	// ByParameters those made without a capture (backend.Exec.Rebind).
 	Updates      uint64 `json:"updates"`
 	ByParameters uint64 `json:"updates_by_parameters"`
 	// Executables are resident at the end; DeviceBytes the device memory
-	// the executables hold then (cuda.Exec.DeviceBytes).
+	// the executables hold then (backend.Exec.DeviceBytes).
 	Executables int   `json:"executables"`
 	DeviceBytes int64 `json:"device_bytes"`
 	// Warmed are executables rebuilt lanes captured again before traffic.

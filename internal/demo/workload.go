@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math/rand"
 
+	"github.com/lanesched/lanes/internal/backend"
+
 	serving "github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -29,7 +31,7 @@ const provider = "lanedemo.kernels.v1"
 // the device's shared weights.
 type tenant struct {
 	name       string
-	dev        cuda.Device
+	dev        backend.Device
 	replay     bool
 	rows, cols int32
 	weights    cuda.Region // plan-owned, shared by the device's tenants
@@ -123,7 +125,11 @@ func setup(cfg Config, w *workload, devs []cuda.Device) ([]*tenant, error) {
 	return tenants, nil
 }
 
-func setupDevice(cfg Config, w *workload, di, ndev int, dev cuda.Device) ([]*tenant, error) {
+func setupDevice(cfg Config, w *workload, di, ndev int, cdev cuda.Device) ([]*tenant, error) {
+	dev, err := backend.Of(cdev)
+	if err != nil {
+		return nil, err
+	}
 	unbind, err := dev.BindThread()
 	if err != nil {
 		return nil, err
@@ -173,8 +179,8 @@ type deviceSetup struct {
 	cfg     Config
 	work    *workload     // --kernels-from's, or nil
 	shared  []cuda.Buffer // by manifest buffer index; zero where not shared
-	dev     cuda.Device
-	st      cuda.Stream
+	dev     backend.Device
+	st      backend.Stream
 	weights cuda.Buffer
 }
 
@@ -247,7 +253,7 @@ func (d *deviceSetup) allocStaging(tn *tenant) error {
 	return nil
 }
 
-func upload(st cuda.Stream, r cuda.Region, v []float32) error {
+func upload(st backend.Stream, r cuda.Region, v []float32) error {
 	c, err := cuda.Upload(r, serving.EncodeF32(v))
 	if err != nil {
 		return err

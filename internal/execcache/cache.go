@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lanesched/lanes/internal/backend"
+
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
@@ -80,7 +82,7 @@ func (c *Cache) LimitBytes(n int64) { c.byteLimit = max(n, 0) }
 func (c *Cache) Bytes() int64 { return c.resident + c.retiredB }
 
 // LimitDeviceBytes bounds the device memory the resident executables hold
-// (cuda.Exec.DeviceBytes), with the same equal shares per owner as the
+// (backend.Exec.DeviceBytes), with the same equal shares per owner as the
 // count and the host-byte bound; 0 or less removes the bound. A miss is
 // admitted on an estimate (its node count times the most bytes per node
 // an executable of this cache held) and checked again once instantiated.
@@ -190,7 +192,7 @@ func (c *Cache) Evict(k cache.SegmentKey, quiescent bool) bool {
 }
 
 // Launch replays a resident executable on s and marks it most recently used.
-func (c *Cache) Launch(s cuda.Stream, k cache.SegmentKey) (*Executable, error) {
+func (c *Cache) Launch(s backend.Stream, k cache.SegmentKey) (*Executable, error) {
 	e, ok := c.entries[k]
 	if !ok {
 		return nil, &ReplayError{Stage: "launch", Detail: "executable " + k.Short() + " is not resident", EagerFallbackSafe: true}

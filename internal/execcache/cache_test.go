@@ -8,7 +8,9 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
+
 	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
@@ -217,8 +219,8 @@ func TestPanickingCommandEndsCapture(t *testing.T) {
 	if re.EagerFallbackSafe || re.Stage != "encode capture" {
 		t.Fatalf("panic during capture: got EagerFallbackSafe %v, Stage %q; want false, %q", re.EagerFallbackSafe, re.Stage, "encode capture")
 	}
-	if got := r.Stream.Capture(); got != cuda.CaptureNone {
-		t.Fatalf("after the panic: got capture state %v, want %v", got, cuda.CaptureNone)
+	if got := r.Stream.Capture(); got != backend.CaptureNone {
+		t.Fatalf("after the panic: got capture state %v, want %v", got, backend.CaptureNone)
 	}
 	t.Log(err)
 }

@@ -6,6 +6,8 @@ package execcache
 import (
 	"fmt"
 
+	"github.com/lanesched/lanes/internal/backend"
+
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
@@ -38,7 +40,7 @@ func (e *ReplayError) Unwrap() error { return e.Err }
 type Executable struct {
 	Key        cache.SegmentKey
 	Shape      cache.ShapeKey
-	Exec       cuda.Exec
+	Exec       backend.Exec
 	Commands   int   // logical commands captured
 	GraphNodes int   // nodes in the captured graph
 	NodeCounts []int // graph nodes per command; nil when they could not be attributed
@@ -46,7 +48,7 @@ type Executable struct {
 	Owner      string // the tenant whose batch captured it ("" for none)
 	Bytes      int64  // host memory it retains: the uploads it captured
 	// DeviceBytes is the device memory it holds, as its device measured
-	// it once instantiated (cuda.Exec.DeviceBytes).
+	// it once instantiated (backend.Exec.DeviceBytes).
 	DeviceBytes int64
 	// Hits counts its replays (Launch); a rebuilt lane captures the most
 	// hit again first (Recipes).
@@ -78,13 +80,13 @@ func (e *Executable) Fingerprint() string {
 // relaxed mode and returns the graph and what it holds. A panicking enqueue
 // is recovered: the capture is ended, and the error says whether that could
 // be proven.
-func record(s cuda.Stream, cand cache.Candidate, enqueue func(i int) error) (cuda.Graph, *Executable, error) {
-	if err := s.BeginCapture(cuda.CaptureRelaxed); err != nil {
+func record(s backend.Stream, cand cache.Candidate, enqueue func(i int) error) (backend.Graph, *Executable, error) {
+	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		return nil, nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
 	panicked, encodeErr := encode(cand, enqueue)
 	graph, endErr := s.EndCapture()
-	terminated := s.Capture() == cuda.CaptureNone
+	terminated := s.Capture() == backend.CaptureNone
 	discard := func() {
 		if graph != nil {
 			_ = graph.Destroy()
@@ -123,7 +125,7 @@ func record(s cuda.Stream, cand cache.Candidate, enqueue func(i int) error) (cud
 }
 
 // instantiate makes the recorded graph executable; the graph is destroyed.
-func instantiate(graph cuda.Graph, exe *Executable) (*Executable, error) {
+func instantiate(graph backend.Graph, exe *Executable) (*Executable, error) {
 	defer graph.Destroy()
 	x, err := graph.Instantiate()
 	if err != nil {
@@ -148,7 +150,7 @@ func encode(cand cache.Candidate, enqueue func(i int) error) (panicked any, err 
 	return nil, nil
 }
 
-func (e *Executable) upload(s cuda.Stream) error {
+func (e *Executable) upload(s backend.Stream) error {
 	if err := e.Exec.Upload(s); err != nil {
 		return &ReplayError{Stage: "upload", Detail: err.Error(), Err: err}
 	}
@@ -156,7 +158,7 @@ func (e *Executable) upload(s cuda.Stream) error {
 	return nil
 }
 
-func (e *Executable) launch(s cuda.Stream) error {
+func (e *Executable) launch(s backend.Stream) error {
 	if !e.uploaded {
 		return &ReplayError{Stage: "launch", Detail: "executable " + e.Key.Short() + " was not uploaded by its preparation"}
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lanesched/lanes/internal/backend"
+
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
@@ -25,7 +27,7 @@ import (
 // command i on s. A capture failure that leaves eager fallback
 // safe is remembered (bounded by capacity, oldest forgotten first) and
 // reported; any other failure is returned.
-func (c *Cache) Prepare(s cuda.Stream, owner string, cands []cache.Candidate, quiescent bool, enqueue func(i int) error) (cache.PrepareReport, error) {
+func (c *Cache) Prepare(s backend.Stream, owner string, cands []cache.Candidate, quiescent bool, enqueue func(i int) error) (cache.PrepareReport, error) {
 	return c.PrepareWith(s, owner, cands, quiescent, Encoder{Enqueue: enqueue})
 }
 
@@ -33,7 +35,7 @@ func (c *Cache) Prepare(s cuda.Stream, owner string, cands []cache.Candidate, qu
 // enqueues command i on the stream. Command(i), when set, is that command
 // as Enqueue would enqueue it: it lets a miss whose shape a resident has
 // update that resident's parameters in place without a capture
-// (cuda.Exec.Rebind; a miss after preparation closed or while the stream
+// (backend.Exec.Rebind; a miss after preparation closed or while the stream
 // is busy replays that way too, rebind.go), and the cache keeps its own
 // copy with the executable, the recipe a rebuilt lane captures again
 // (Recipes).
@@ -43,7 +45,7 @@ type Encoder struct {
 }
 
 // PrepareWith is Prepare with an Encoder.
-func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []cache.Candidate, quiescent bool, enc Encoder) (cache.PrepareReport, error) {
+func (c *Cache) PrepareWith(s backend.Stream, owner string, cands []cache.Candidate, quiescent bool, enc Encoder) (cache.PrepareReport, error) {
 	r := cache.PrepareReport{Dispositions: make([]cache.Disposition, len(cands))}
 	if len(cands) > 0 {
 		c.batches++
@@ -76,7 +78,7 @@ func (c *Cache) PrepareWith(s cuda.Stream, owner string, cands []cache.Candidate
 // every remaining candidate its disposition. The stream, the report and
 // enqueue are passed along rather than kept in the preparing state, so
 // that a Prepare of hits alone allocates nothing for them.
-func (c *Cache) placeMisses(r *cache.PrepareReport, s cuda.Stream, owner string, cands []cache.Candidate, misses []cache.SegmentKey, enc Encoder) error {
+func (c *Cache) placeMisses(r *cache.PrepareReport, s backend.Stream, owner string, cands []cache.Candidate, misses []cache.SegmentKey, enc Encoder) error {
 	p := preparing{c: c, owner: owner, cands: cands,
 		captured: map[cache.SegmentKey]*Executable{}, updated: map[cache.SegmentKey]bool{}}
 	var admitted []cache.SegmentKey
@@ -138,7 +140,7 @@ type preparing struct {
 // capture, else captured and updated from the graph), else captured and
 // instantiated. A rejection with eager fallback safe is remembered; any
 // other error ends the preparation.
-func (p *preparing) captureAll(r *cache.PrepareReport, s cuda.Stream, admitted []cache.SegmentKey, enc Encoder) error {
+func (p *preparing) captureAll(r *cache.PrepareReport, s backend.Stream, admitted []cache.SegmentKey, enc Encoder) error {
 	c := p.c
 	for _, k := range admitted {
 		cand := p.cands[indexOf(p.cands, k)]
@@ -159,7 +161,7 @@ func (p *preparing) captureAll(r *cache.PrepareReport, s cuda.Stream, admitted [
 		if done, err = p.rebind(r, cand, recipe, full); done {
 			continue
 		}
-		var graph cuda.Graph
+		var graph backend.Graph
 		var exe *Executable
 		if err == nil {
 			t := c.start()
@@ -268,7 +270,7 @@ func (p *preparing) shed(r *cache.PrepareReport) {
 }
 
 // install makes the new executables resident and uploads them.
-func (p *preparing) install(r *cache.PrepareReport, s cuda.Stream) error {
+func (p *preparing) install(r *cache.PrepareReport, s backend.Stream) error {
 	c := p.c
 	for _, k := range p.order {
 		e := p.captured[k]
@@ -340,7 +342,7 @@ func (c *Cache) donor(shape cache.ShapeKey, evictable []cache.SegmentKey, first 
 // an instantiation and an upload with one cuGraphExecUpdate. It reports
 // whether it did; a refusal by the device is recorded and leaves the graph
 // for instantiation; other errors are returned.
-func (c *Cache) update(r *cache.PrepareReport, graph cuda.Graph, exe *Executable, evictable []cache.SegmentKey, first int, full bool) (bool, []cache.SegmentKey, int, error) {
+func (c *Cache) update(r *cache.PrepareReport, graph backend.Graph, exe *Executable, evictable []cache.SegmentKey, first int, full bool) (bool, []cache.SegmentKey, int, error) {
 	di := c.donor(exe.Shape, evictable, first, full)
 	if di < 0 {
 		return false, evictable, first, nil
@@ -407,7 +409,7 @@ func (c *Cache) estimate(n int) int64 {
 }
 
 // SetSizer gives the cache what its device charges an executable of n
-// nodes (cuda.Exec.DeviceBytes), for admitting misses against the
+// nodes (backend.Exec.DeviceBytes), for admitting misses against the
 // device-byte bound; nil: the cache learns a figure per node from what it
 // instantiated, which overestimates small segments' neighbours.
 func (c *Cache) SetSizer(bytes func(nodes int) int64) { c.sizer = bytes }

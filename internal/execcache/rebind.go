@@ -1,6 +1,6 @@
 // Sharing executables by rebinding: a miss whose shape a resident has
 // replays that resident with the miss's own parameters written into it in
-// place (cuda.Exec.Rebind), so tenants of one shape share a few executables
+// place (backend.Exec.Rebind), so tenants of one shape share a few executables
 // instead of holding one each, and a miss replays after preparation closed.
 
 package execcache
@@ -145,7 +145,7 @@ func (c *Cache) shareOne(r *cache.PrepareReport, owner string, cands []cache.Can
 }
 
 // rebindDonor writes recipe, the commands of a miss of shape, into the
-// resident donor in place (cuda.Exec.Rebind), timed, and reports whether
+// resident donor in place (backend.Exec.Rebind), timed, and reports whether
 // it did. A refusal is recorded in r and returns neither ok nor an error:
 // by the executable's nodes, the shape is not rebound again; by the
 // device, the donor is restored (restore; gone: it could not be, and was

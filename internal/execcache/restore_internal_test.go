@@ -3,6 +3,8 @@ package execcache
 import (
 	"testing"
 
+	"github.com/lanesched/lanes/internal/backend"
+
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
@@ -11,7 +13,7 @@ import (
 // a node past the first (the nodes before it took theirs), as the GPU
 // does node by node, then takes rebinds again.
 type partialExec struct {
-	cuda.Exec
+	backend.Exec
 	refuseAt  int
 	rebinds   [][]cuda.Command
 	destroyed bool

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/lanesched/lanes/internal/backend"
+
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
@@ -89,7 +91,7 @@ type WarmReport struct {
 // one command as the lane would. s must be quiescent. An error that
 // leaves the stream unsafe (a sticky device error, or a capture whose end
 // could not be proven) is returned, and the rest are skipped.
-func (c *Cache) Warm(s cuda.Stream, recipes []Recipe, enqueue func(cuda.Command) error, outOfTime func() bool) (WarmReport, error) {
+func (c *Cache) Warm(s backend.Stream, recipes []Recipe, enqueue func(cuda.Command) error, outOfTime func() bool) (WarmReport, error) {
 	var r WarmReport
 	var prep cache.PrepareReport // collects Timings
 	skip := func(rest []Recipe, why WarmSkip) {
@@ -139,7 +141,7 @@ func (c *Cache) Warm(s cuda.Stream, recipes []Recipe, enqueue func(cuda.Command)
 }
 
 // warmOne captures, instantiates and uploads one recipe.
-func (c *Cache) warmOne(s cuda.Stream, rc Recipe, enqueue func(cuda.Command) error, prep *cache.PrepareReport) (*Executable, error) {
+func (c *Cache) warmOne(s backend.Stream, rc Recipe, enqueue func(cuda.Command) error, prep *cache.PrepareReport) (*Executable, error) {
 	cand := cache.Candidate{Start: 0, End: len(rc.Commands), Key: rc.Key, Shape: rc.Shape, Scope: rc.Scope, Bytes: rc.Bytes}
 	t := c.start()
 	graph, exe, err := record(s, cand, func(i int) error { return enqueue(rc.Commands[i]) })

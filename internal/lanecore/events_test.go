@@ -5,38 +5,39 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
 
 // countingStream counts the events a lane records and releases.
 type countingStream struct {
-	cuda.Stream
+	backend.Stream
 	timed, fences, released *int
 }
 
-func (s countingStream) Record() (cuda.Event, error) {
+func (s countingStream) Record() (backend.Event, error) {
 	*s.timed++
 	e, err := s.Stream.Record()
 	return countingEvent{e, s.released}, err
 }
 
-func (s countingStream) RecordFence() (cuda.Event, error) {
+func (s countingStream) RecordFence() (backend.Event, error) {
 	*s.fences++
 	e, err := s.Stream.RecordFence()
 	return countingEvent{e, s.released}, err
 }
 
 type countingEvent struct {
-	cuda.Event
+	backend.Event
 	released *int
 }
 
 // Elapsed unwraps the other event, which the device knows only bare.
-func (e countingEvent) Elapsed(start cuda.Event) (time.Duration, error) {
+func (e countingEvent) Elapsed(start backend.Event) (time.Duration, error) {
 	if c, ok := start.(countingEvent); ok {
 		start = c.Event
 	}

@@ -11,6 +11,9 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -29,8 +32,8 @@ func TestFailureMidBatchQuarantines(t *testing.T) {
 	if st, q := r.lane.State(), r.lane.Held(); st != lanecore.StateFailed || q != 1 {
 		t.Fatalf("after the failure: got state %v, %d held; want %v, 1", st, q, lanecore.StateFailed)
 	}
-	if c := cuda.Classify(err); c.Code != cuda.CodeLaunchOutOfResources || c.Blame != cuda.BlameStream || c.Retryable || c.NotSubmitted {
-		t.Fatalf("Classify: got Code %v, Blame %v, Retryable %v, NotSubmitted %v; want %v, %v, false, false", c.Code, c.Blame, c.Retryable, c.NotSubmitted, cuda.CodeLaunchOutOfResources, cuda.BlameStream)
+	if c := cuda.Classify(err); c.Code != codes.LaunchOutOfResources || c.Blame != cuda.BlameStream || c.Retryable || c.NotSubmitted {
+		t.Fatalf("Classify: got Code %v, Blame %v, Retryable %v, NotSubmitted %v; want %v, %v, false, false", c.Code, c.Blame, c.Retryable, c.NotSubmitted, codes.LaunchOutOfResources, cuda.BlameStream)
 	}
 	if _, err := r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0)}}); !errors.Is(err, lanes.ErrFailed) || !errors.As(err, &le) || !le.NotSubmitted {
 		t.Fatalf("Submit to a failed lane: got err %v (%+v), want a not-submitted *lanes.Error wrapping lanes.ErrFailed", err, cuda.Classify(err))
@@ -113,14 +116,14 @@ func TestCallerErrorMidwayKeepsTheLane(t *testing.T) {
 
 // freeingStream frees buf on the device right after its after-th enqueue.
 type freeingStream struct {
-	cuda.Stream
+	backend.Stream
 	dev   *sim.Device
 	buf   cuda.Buffer
 	after int
 	n     int
 }
 
-func (s *freeingStream) Unwrap() cuda.Stream { return s.Stream }
+func (s *freeingStream) Unwrap() backend.Stream { return s.Stream }
 
 func (s *freeingStream) Enqueue(c cuda.Command) error {
 	err := s.Stream.Enqueue(c)
@@ -148,7 +151,7 @@ func TestProviderPanicFailsTheLane(t *testing.T) {
 }
 
 // panicStream is a stream whose enqueue panics, as a buggy backend would.
-type panicStream struct{ cuda.Stream }
+type panicStream struct{ backend.Stream }
 
 func (panicStream) Enqueue(cuda.Command) error { panic("backend bug") }
 
@@ -212,26 +215,26 @@ func TestWaiterBoundsWaitsOnAHungKernel(t *testing.T) {
 
 // slowEvents makes every event the stream records answer "pending" to its
 // first two queries, as a fence that ends between two queries does.
-type slowEvents struct{ cuda.Stream }
+type slowEvents struct{ backend.Stream }
 
-func (s slowEvents) Record() (cuda.Event, error) {
+func (s slowEvents) Record() (backend.Event, error) {
 	e, err := s.Stream.Record()
 	return &slowEvent{Event: e}, err
 }
 
-func (s slowEvents) RecordFence() (cuda.Event, error) {
+func (s slowEvents) RecordFence() (backend.Event, error) {
 	e, err := s.Stream.RecordFence()
 	return &slowEvent{Event: e}, err
 }
 
 type slowEvent struct {
-	cuda.Event
+	backend.Event
 	queries int
 }
 
-func (e *slowEvent) Query() cuda.FenceQuery {
+func (e *slowEvent) Query() backend.FenceQuery {
 	if e.queries++; e.queries <= 2 {
-		return cuda.FenceQuery{State: cuda.FencePending}
+		return backend.FenceQuery{State: backend.FencePending}
 	}
 	if e.queries == 3 {
 		_ = e.Event.Synchronize() // it has ended by the third query

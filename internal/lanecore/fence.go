@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 
@@ -20,14 +22,14 @@ import (
 type span struct {
 	index       int
 	segment     bool
-	start, end  cuda.Event
+	start, end  backend.Event
 	startShared bool
 	endAtFence  bool
 }
 
 // events are the span's start and end: its own, or the submission's it
 // shares (nil when the submission's start was dropped, by a refusal).
-func (s *span) events(p *pending) (start, end cuda.Event) {
+func (s *span) events(p *pending) (start, end backend.Event) {
 	start, end = s.start, s.end
 	if s.startShared {
 		start = p.start
@@ -41,7 +43,7 @@ func (s *span) events(p *pending) (start, end cuda.Event) {
 // pending is an accepted submission whose fence is not terminal.
 type pending struct {
 	fence      uint64
-	start, end cuda.Event
+	start, end backend.Event
 	// endLent: the next submission's start is this one's end event (see
 	// Lane.borrowStart), so the next one releases it. lender is whom start
 	// was borrowed from (its fence in lenderFence, records being reused).
@@ -65,10 +67,10 @@ func (l *Lane) collect() error {
 	for len(l.pending) > 0 {
 		p := l.pending[0]
 		q := p.end.Query()
-		if q.State == cuda.FencePending && q.Err == nil {
+		if q.State == backend.FencePending && q.Err == nil {
 			break
 		}
-		if q.State != cuda.FenceComplete {
+		if q.State != backend.FenceComplete {
 			err := q.Err
 			if err == nil {
 				err = fmt.Errorf("%w: fence %d answered %v", lanes.ErrFailed, p.fence, q.State)

@@ -7,6 +7,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -66,8 +68,8 @@ func FuzzSubmit(f *testing.F) {
 		sub, err := r.lane.Submit(b)
 		if err != nil {
 			var le *lanes.Error
-			if !errors.As(err, &le) || le.Code == cuda.CodeUnclassified || le.Blame != cuda.BlameCaller || !le.NotSubmitted {
-				t.Fatalf("refused batch: got err %v (%+v), want a not-submitted *lanes.Error, blame %v, with a code other than %v", err, cuda.Classify(err), cuda.BlameCaller, cuda.CodeUnclassified)
+			if !errors.As(err, &le) || le.Code == codes.Unclassified || le.Blame != cuda.BlameCaller || !le.NotSubmitted {
+				t.Fatalf("refused batch: got err %v (%+v), want a not-submitted *lanes.Error, blame %v, with a code other than %v", err, cuda.Classify(err), cuda.BlameCaller, codes.Unclassified)
 			}
 			if st := r.lane.State(); st == lanecore.StateFailed {
 				t.Fatalf("after a refused batch (%v): got lane state %v, want not failed", err, st)

@@ -9,7 +9,9 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -19,7 +21,7 @@ const us = time.Microsecond
 type rig struct {
 	t    testing.TB
 	dev  *sim.Device
-	s    cuda.Stream
+	s    backend.Stream
 	lane *lanecore.Lane
 	bufs []cuda.Buffer
 }
@@ -40,7 +42,7 @@ func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault)
 
 // simStream opens a simulated device, closed when the test ends, and a
 // stream on it.
-func simStream(t testing.TB, cfg sim.Config) (*sim.Device, cuda.Stream) {
+func simStream(t testing.TB, cfg sim.Config) (*sim.Device, backend.Stream) {
 	t.Helper()
 	dev, err := sim.New(cfg)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+
 	catalog "github.com/lanesched/lanes/internal/catalog"
 
 	lanes "github.com/lanesched/lanes/lanes"
@@ -61,8 +63,8 @@ type SectionSink interface {
 // submission's device times on the host timeline (Receipt.HostStart).
 type Config struct {
 	ID       int
-	Device   cuda.Device
-	Stream   cuda.Stream
+	Device   backend.Device
+	Stream   backend.Stream
 	Runtime  string // runtime implementation fingerprint of the programs
 	Sections SectionSink
 	Now      func() time.Duration
@@ -74,7 +76,7 @@ type Config struct {
 	// uploads they captured); 0: no bound.
 	CacheBytes int64
 	// CacheDeviceBytes bounds the device memory the lane's executables
-	// hold (cuda.Exec.DeviceBytes), with the same per-tenant shares as
+	// hold (backend.Exec.DeviceBytes), with the same per-tenant shares as
 	// CacheBytes; 0: no bound.
 	CacheDeviceBytes int64
 	// PinBytes bounds the bytes of callers' input buffers the lane keeps
@@ -100,8 +102,8 @@ type Config struct {
 // produced. Not safe for concurrent use.
 type Lane struct {
 	id      int
-	dev     cuda.Device
-	s       cuda.Stream
+	dev     backend.Device
+	s       backend.Stream
 	cache   *execcache.Cache
 	catalog *catalog.Catalog
 	stages  SectionSink
@@ -193,7 +195,7 @@ func New(cfg Config) (*Lane, error) {
 // old stream. Do not recover a lane whose stream hung: launches of an
 // executable are ordered after its earlier launches on any stream, so the
 // hung stream's executables would hang the new one too; start a new Lane.
-func (l *Lane) Recover(st cuda.Stream) error {
+func (l *Lane) Recover(st backend.Stream) error {
 	switch {
 	case l.state != StateFailed:
 		return rejected("recover", fmt.Errorf("%w: lane %d is %v, not failed", lanes.ErrInvalidBatch, l.id, l.state))

@@ -8,6 +8,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -305,8 +307,8 @@ func TestValidationRejectsBeforeEnqueue(t *testing.T) {
 	for name, b := range cases {
 		_, err := r.lane.Submit(b)
 		var le *lanes.Error
-		if !errors.As(err, &le) || !le.NotSubmitted || le.Blame != cuda.BlameCaller || le.Code == cuda.CodeUnclassified {
-			t.Errorf("%s: got err %v (%+v), want a not-submitted *lanes.Error, blame %v, with a code other than %v", name, err, cuda.Classify(err), cuda.BlameCaller, cuda.CodeUnclassified)
+		if !errors.As(err, &le) || !le.NotSubmitted || le.Blame != cuda.BlameCaller || le.Code == codes.Unclassified {
+			t.Errorf("%s: got err %v (%+v), want a not-submitted *lanes.Error, blame %v, with a code other than %v", name, err, cuda.Classify(err), cuda.BlameCaller, codes.Unclassified)
 		}
 		t.Logf("%s: %v", name, err)
 	}

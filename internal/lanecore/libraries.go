@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 
@@ -74,7 +76,7 @@ func (l *Lane) setUpLibrary(lib *cuda.Library) error {
 	if st.ready {
 		return nil
 	}
-	st.lane.Stream, st.lane.State = cuda.NativeHandle(l.s), nil
+	st.lane.Stream, st.lane.State = backend.NativeHandle(l.s), nil
 	if lib.Setup != nil {
 		v, err := runLibraryCode(lib, "setup", func() (any, error) { return lib.Setup(st.lane) })
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -195,7 +197,7 @@ func TestLibrarySetupFails(t *testing.T) {
 		_, err := r.lane.Submit(lanes.Batch{Entries: []lanes.Entry{r.eagerInc(0, 0), entry()}})
 		var ce *cuda.CallError
 		c := cuda.Classify(err)
-		if !errors.Is(err, lanes.ErrLibrarySetup) || !errors.As(err, &ce) || ce.Name != "flaky" || c.Code != cuda.CodeLibrarySetupFailed || !c.NotSubmitted || c.Blame != cuda.BlameCaller {
+		if !errors.Is(err, lanes.ErrLibrarySetup) || !errors.As(err, &ce) || ce.Name != "flaky" || c.Code != codes.LibrarySetupFailed || !c.NotSubmitted || c.Blame != cuda.BlameCaller {
 			t.Fatalf("submission %d: got err %v (%+v), want lanes.ErrLibrarySetup with a *cuda.CallError, not submitted, the caller's", i, err, c)
 		}
 		if ce.Panicked != (i == 1) || !errors.Is(err, fail) && i == 0 {

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"unsafe"
 
-	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // Pinning the caller's inputs, by default: inputs of at least
@@ -77,7 +77,7 @@ func (l *Lane) pinned(in []byte, callers bool) *pinnedInput {
 			return p
 		}
 	}
-	pinner, ok := l.dev.(cuda.HostPinner)
+	pinner, ok := l.dev.(backend.HostPinner)
 	if !ok || !callers || !ps.reused(in) || ps.refused[addr(in)] {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 

@@ -6,6 +6,7 @@ package lanecore
 import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 

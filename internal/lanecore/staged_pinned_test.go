@@ -10,6 +10,9 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/codes"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -22,11 +25,11 @@ const pinnedFloats = 2 * lanecore.MinPinnedInput / 4
 // whose pin budget is pinBytes (0: the default).
 func newBigStaged(t *testing.T, pinBytes int64) (*sim.Device, *lanecore.Lane, *lanecore.Staged) {
 	t.Helper()
-	return newBigStagedOn(t, pinBytes, func(d *sim.Device) cuda.Device { return d })
+	return newBigStagedOn(t, pinBytes, func(d *sim.Device) backend.Device { return d })
 }
 
 // newBigStagedOn is newBigStaged with the lane's device made by wrap.
-func newBigStagedOn(t *testing.T, pinBytes int64, wrap func(*sim.Device) cuda.Device) (*sim.Device, *lanecore.Lane, *lanecore.Staged) {
+func newBigStagedOn(t *testing.T, pinBytes int64, wrap func(*sim.Device) backend.Device) (*sim.Device, *lanecore.Lane, *lanecore.Staged) {
 	t.Helper()
 	dev, s := simStream(t, sim.Config{Clock: sim.ClockVirtual})
 	l, err := lanecore.New(lanecore.Config{ID: 1, Device: wrap(dev), Stream: s, PinBytes: pinBytes})
@@ -185,8 +188,8 @@ func TestStagedReplayCopiesWhatTheDeviceWillNotPin(t *testing.T) {
 		t.Fatalf("PinHost(x): got err %v, want nil", err)
 	}
 	var ce *cuda.Error
-	if _, err := dev.PinHost(x[4096:]); !errors.As(err, &ce) || ce.Code != cuda.CodeHostMemoryRegistered {
-		t.Fatalf("pinning pages pinned already: got err %v, want code %d", err, cuda.CodeHostMemoryRegistered)
+	if _, err := dev.PinHost(x[4096:]); !errors.As(err, &ce) || ce.Code != codes.HostMemoryRegistered {
+		t.Fatalf("pinning pages pinned already: got err %v, want code %d", err, codes.HostMemoryRegistered)
 	}
 	for i := range 3 {
 		fill(x, func(j int) float32 { return float32(i - j) })
@@ -344,7 +347,7 @@ func TestStagedReplayPinningWindowsAndViews(t *testing.T) {
 	const size = 4 * pinnedFloats
 	t.Run("overlapping windows of one buffer used in turn", func(t *testing.T) {
 		var counted *countingPins
-		_, l, st2 := newBigStagedOn(t, 0, func(d *sim.Device) cuda.Device { counted = &countingPins{Device: d}; return counted })
+		_, l, st2 := newBigStagedOn(t, 0, func(d *sim.Device) backend.Device { counted = &countingPins{Device: d}; return counted })
 		big, y := make([]byte, 4*size), make([]byte, size)
 		for i := range 20 {
 			w := big[(i%2)*size/2:][:size] // [0, size) and [size/2, 3size/2) in turn

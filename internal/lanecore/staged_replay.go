@@ -11,7 +11,9 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/bulk"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 
@@ -150,14 +152,14 @@ func (l *Lane) replay(st *Staged, inputs [][]byte, repeat, collect bool, into []
 // length are the caller's to zero). Write them only between replays: no
 // replay of the program may be in flight, which a lane's blocking Replay
 // and ReplayWritten guarantee. The device must let the host address its
-// pinned memory (cuda.HostView; both backends do).
+// pinned memory (backend.HostView; both backends do).
 func (l *Lane) StagedInputs(st *Staged) ([][]byte, error) {
 	if err := l.checkHome(st); err != nil {
 		return nil, rejected("staged inputs", err)
 	}
-	hv, ok := l.dev.(cuda.HostView)
+	hv, ok := l.dev.(backend.HostView)
 	if !ok {
-		return nil, rejected("staged inputs", fmt.Errorf("%w: Fix: this device does not let the host address its pinned memory (cuda.HostView); pass the inputs to Replay", lanes.ErrStagedInput))
+		return nil, rejected("staged inputs", fmt.Errorf("%w: Fix: this device does not let the host address its pinned memory (backend.HostView); pass the inputs to Replay", lanes.ErrStagedInput))
 	}
 	st.viewsTaken = true
 	if st.stagingStale && st.known {
@@ -356,7 +358,7 @@ func (l *Lane) stageInputs(hm cuda.HostMemory, st *Staged, inputs [][]byte) erro
 // place where the host addresses the staging (one copy, and zeroes only
 // past the input), else through WriteHost.
 func stageSlot(hm cuda.HostMemory, s lanes.Slot, in []byte) error {
-	if hv, direct := hm.(cuda.HostView); direct {
+	if hv, direct := hm.(backend.HostView); direct {
 		b, err := hv.HostBytes(s.Staging)
 		if err != nil {
 			return err
@@ -398,7 +400,7 @@ func (l *Lane) collectOutputs(hm cuda.HostMemory, st *Staged) error {
 // readStaging copies pinned host memory into dst: in place where the host
 // addresses it (split across cores when large), else through ReadHost.
 func readStaging(hm cuda.HostMemory, src cuda.HostRegion, dst []byte) error {
-	hv, direct := hm.(cuda.HostView)
+	hv, direct := hm.(backend.HostView)
 	if !direct {
 		return hm.ReadHost(src, dst)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+
 	lanes "github.com/lanesched/lanes/lanes"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
@@ -127,7 +129,7 @@ type enqueuing struct {
 func (q *enqueuing) fail(err error) (Submission, error) {
 	l := q.l
 	q.stopReuse()
-	if cuda.Classify(err).Blame == cuda.BlameCaller && l.s.Capture() == cuda.CaptureNone {
+	if cuda.Classify(err).Blame == cuda.BlameCaller && l.s.Capture() == backend.CaptureNone {
 		if sub, ok := l.refuseMidway(q.pd, q.att, q.rows, err); ok {
 			return sub, failed("submit", err)
 		}
@@ -168,7 +170,7 @@ func (l *Lane) borrowStart(pd *pending) bool {
 	if prev.fence != l.tailFence || prev.start == nil || prev.endLent {
 		return false
 	}
-	if q := prev.end.Query(); q.State != cuda.FencePending || q.Err != nil {
+	if q := prev.end.Query(); q.State != backend.FencePending || q.Err != nil {
 		return false
 	}
 	prev.endLent = true

@@ -9,6 +9,8 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -21,7 +23,7 @@ import (
 type thousands struct {
 	t       *testing.T
 	dev     *sim.Device
-	s       cuda.Stream
+	s       backend.Stream
 	lane    *lanecore.Lane
 	tenants []thousandsTenant
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 
@@ -119,7 +121,7 @@ func invalidHandle(err error) error {
 // enqueuing it: structure, kernel, and that every region is of this device.
 func (l *Lane) validateCommand(i int, c cuda.Command) error {
 	inst := l.dev.Info().Instance
-	err := cuda.ValidateFor("validate", c, l.dev.Kernels(), func(b cuda.Buffer) error {
+	err := backend.ValidateFor("validate", c, l.dev.Kernels(), func(b cuda.Buffer) error {
 		if b.Device != inst {
 			return cuda.Contractf("validate", cuda.ErrForeignHandle, "buffer %d belongs to device instance %d, not this lane's %d", b.ID, b.Device, inst)
 		}

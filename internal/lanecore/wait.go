@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 
@@ -32,9 +34,9 @@ func (l *Lane) Wait(fence uint64) (lanes.Receipt, error) {
 	// then on the target is answered as ended, and its events are not
 	// touched again.
 	retired := func() bool { return !slices.Contains(l.pending, target) }
-	query := func() cuda.FenceQuery {
+	query := func() backend.FenceQuery {
 		if retired() {
-			return cuda.FenceQuery{State: cuda.FenceComplete}
+			return backend.FenceQuery{State: backend.FenceComplete}
 		}
 		return target.end.Query()
 	}
@@ -44,7 +46,7 @@ func (l *Lane) Wait(fence uint64) (lanes.Receipt, error) {
 		}
 		return target.end.Synchronize()
 	}
-	if q := target.end.Query(); q.State == cuda.FenceComplete {
+	if q := target.end.Query(); q.State == backend.FenceComplete {
 		l.counters.SpeculativeHits++
 	} else if err := l.await(query, block); err != nil {
 		l.fail(err)
@@ -78,7 +80,7 @@ func (l *Lane) Synchronize() ([]lanes.Receipt, []cuda.Buffer, error) {
 // and every pending submission ends indeterminate.
 func (l *Lane) awaitStream() error {
 	q := l.s.Query()
-	if q.State == cuda.FenceComplete && q.Err == nil {
+	if q.State == backend.FenceComplete && q.Err == nil {
 		l.counters.SpeculativeHits++
 		return nil
 	}
@@ -98,7 +100,7 @@ func (l *Lane) awaitStream() error {
 // without blocking and pausing in the Waiter between queries, retiring
 // finished submissions as it goes (which is the progress the Waiter sees).
 // It counts one sync point either way.
-func (l *Lane) await(query func() cuda.FenceQuery, block func() error) error {
+func (l *Lane) await(query func() backend.FenceQuery, block func() error) error {
 	l.counters.SyncPoints++
 	if l.waiter == nil {
 		return block()
@@ -109,7 +111,7 @@ func (l *Lane) await(query func() cuda.FenceQuery, block func() error) error {
 		switch {
 		case q.Err != nil:
 			return q.Err
-		case q.State != cuda.FencePending:
+		case q.State != backend.FencePending:
 			return nil
 		}
 		before := len(l.ready)

@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // Zero writes zeros over each buffer, on a stream of its own, and waits
 // for them: what a program does before its first step reads a buffer.
-func Zero(t testing.TB, dev cuda.Device, bufs ...cuda.Buffer) {
+func Zero(t testing.TB, dev backend.Device, bufs ...cuda.Buffer) {
 	t.Helper()
 	err := cuda.Bound(dev, func() error {
 		st, err := dev.NewStream()

@@ -11,6 +11,8 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/codes"
+
 	execcache "github.com/lanesched/lanes/internal/execcache"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
@@ -25,24 +27,24 @@ var typedErrors = []struct {
 	code         cuda.Code
 	notSubmitted bool
 }{
-	{"cuda.Error", cuda.DriverError("launch", cuda.CodeLaunchFailed, "a kernel faulted"), cuda.CodeLaunchFailed, false},
+	{"cuda.Error", cuda.DriverError("launch", codes.LaunchFailed, "a kernel faulted"), codes.LaunchFailed, false},
 	{"cuda.CallError", func() error {
-		e := cuda.DriverError("enqueue", cuda.CodeInvalidValue, "a library call failed")
+		e := cuda.DriverError("enqueue", codes.InvalidValue, "a library call failed")
 		e.Contract = &cuda.CallError{Kind: "library call", Name: "gemm", Err: errors.New("bad shape")}
 		return e
-	}(), cuda.CodeInvalidValue, false},
-	{"execcache.ReplayError", &execcache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: cuda.DriverError("instantiate", cuda.CodeOutOfMemory, "")}, cuda.CodeOutOfMemory, false},
-	{"cuda.RebindRefusedError", &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: 2, Detail: "a memset node"}, cuda.CodeGraphExecUpdateFailure, false},
-	{"lanes.Error", lanes.Wrap("submit", true, actors.ErrOverloaded), cuda.CodeOverloaded, true},
-	{"actors.BatchTooLargeError", &actors.BatchTooLargeError{Entries: 2000, MaxEntries: 1024}, cuda.CodeBatchTooLarge, true},
-	{"actors.SuspendedError", &actors.SuspendedError{Tenant: "t", Faults: 9}, cuda.CodeTenantSuspended, true},
-	{"actors.DetachedError", &actors.DetachedError{Err: fmt.Errorf("waiting: %w", errors.New("deadline"))}, cuda.CodeDetached, false},
-	{"sim.UninitializedReadError", &sim.UninitializedReadError{Op: "launch", Name: "inc_i32", Buffer: 3, Offset: 8}, cuda.CodeUninitializedRead, false},
-	{"remote.PeerError", &remote.PeerError{Code: cuda.CodeNoHealthyLane, Msg: "no healthy lane"}, cuda.CodeNoHealthyLane, true},
-	{"remote.HostLostError", &remote.HostLostError{Host: "gpu0", Epoch: 1, Cause: "silent"}, cuda.CodeHostLost, false},
-	{"remote.DeviceStateLostError", &remote.DeviceStateLostError{Tenant: "t", Host: "gpu0", Epoch: 1}, cuda.CodeDeviceStateLost, true},
-	{"remote.HostLeavingError", &remote.HostLeavingError{Tenant: "t", Host: "gpu0"}, cuda.CodeHostLeaving, true},
-	{"remote.RefusedError", &remote.RefusedError{Host: "gpu0", Reason: "full", ForNow: true}, cuda.CodeRegistrationRefused, true},
+	}(), codes.InvalidValue, false},
+	{"execcache.ReplayError", &execcache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: cuda.DriverError("instantiate", codes.OutOfMemory, "")}, codes.OutOfMemory, false},
+	{"cuda.RebindRefusedError", &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: 2, Detail: "a memset node"}, codes.GraphExecUpdateFailure, false},
+	{"lanes.Error", lanes.Wrap("submit", true, actors.ErrOverloaded), codes.Overloaded, true},
+	{"actors.BatchTooLargeError", &actors.BatchTooLargeError{Entries: 2000, MaxEntries: 1024}, codes.BatchTooLarge, true},
+	{"actors.SuspendedError", &actors.SuspendedError{Tenant: "t", Faults: 9}, codes.TenantSuspended, true},
+	{"actors.DetachedError", &actors.DetachedError{Err: fmt.Errorf("waiting: %w", errors.New("deadline"))}, codes.Detached, false},
+	{"sim.UninitializedReadError", &sim.UninitializedReadError{Op: "launch", Name: "inc_i32", Buffer: 3, Offset: 8}, codes.UninitializedRead, false},
+	{"remote.PeerError", &remote.PeerError{Code: codes.NoHealthyLane, Msg: "no healthy lane"}, codes.NoHealthyLane, true},
+	{"remote.HostLostError", &remote.HostLostError{Host: "gpu0", Epoch: 1, Cause: "silent"}, codes.HostLost, false},
+	{"remote.DeviceStateLostError", &remote.DeviceStateLostError{Tenant: "t", Host: "gpu0", Epoch: 1}, codes.DeviceStateLost, true},
+	{"remote.HostLeavingError", &remote.HostLeavingError{Tenant: "t", Host: "gpu0"}, codes.HostLeaving, true},
+	{"remote.RefusedError", &remote.RefusedError{Host: "gpu0", Reason: "full", ForNow: true}, codes.RegistrationRefused, true},
 }
 
 // TestEveryErrorTypeClassifies: each typed error classifies to its code
@@ -51,7 +53,7 @@ var typedErrors = []struct {
 func TestEveryErrorTypeClassifies(t *testing.T) {
 	for _, e := range typedErrors {
 		got := cuda.Classify(e.err)
-		if got.Code != e.code || got.Code == cuda.CodeUnclassified {
+		if got.Code != e.code || got.Code == codes.Unclassified {
 			t.Errorf("%s: got code %v, want %v", e.name, got.Code, e.code)
 		}
 		if got.NotSubmitted != e.notSubmitted {

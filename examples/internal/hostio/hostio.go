@@ -1,13 +1,15 @@
 // Package hostio is the examples' host side of float32 data in device
 // memory: decoding and writing it in place (a kernel's reference, a
-// library call's), and reading a buffer back on a stream of the caller's
-// own. An upload's bytes come from lanes.EncodeF32.
+// library call's), and reading a buffer back through the scheduler.
+// An upload's bytes come from lanes.EncodeF32.
 package hostio
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 
+	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -27,22 +29,12 @@ func Put(b []byte, v []float32) {
 	}
 }
 
-// Readback copies a float32 buffer to the host on a stream of this
-// goroutine's own (bound to the device while it runs), once the work
-// that wrote it has ended.
-func Readback(dev cuda.Device, b cuda.Buffer) ([]float32, error) {
-	unbind, err := dev.BindThread()
+// Readback reads a float32 buffer back through the scheduler, as the
+// tenant's (its own buffer or a shared one), after every submission of
+// the tenant accepted before it.
+func Readback(ctx context.Context, s *actors.Scheduler, tenant string, b cuda.Buffer) ([]float32, error) {
+	out, err := s.Read(ctx, tenant, b.Whole())
 	if err != nil {
-		return nil, err
-	}
-	defer unbind()
-	st, err := dev.NewStream()
-	if err != nil {
-		return nil, err
-	}
-	defer st.Destroy()
-	out := make([]byte, b.Size)
-	if err := st.Readback(b.Whole(), out); err != nil {
 		return nil, err
 	}
 	return F32s(out), nil

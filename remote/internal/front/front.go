@@ -18,9 +18,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/internal/wirepb"
+
 	system "github.com/lanesched/lanes/remote/internal/system"
 
 	cluster "github.com/lanesched/lanes/remote/internal/cluster"
@@ -106,7 +108,7 @@ type placement struct {
 // by then.
 func Start(ctx context.Context, cfg Config) (*Front, error) {
 	f, err := startFront(ctx, cfg)
-	if err != nil && cuda.Classify(err).Code == cuda.CodeUnclassified {
+	if err != nil && cuda.Classify(err).Code == codes.Unclassified {
 		// What no check above named (a provider's own failure, a file
 		// system's): the front could not be set up as configured.
 		err = fmt.Errorf("%w: %w", wire.ErrConfig, err)
@@ -138,7 +140,7 @@ func startFront(ctx context.Context, cfg Config) (*Front, error) {
 		switch {
 		case errors.Is(err, cluster.ErrProviderLate):
 			return nil, fmt.Errorf("%w: %w", wire.ErrNoHost, err)
-		case err != nil && cuda.Classify(err).Code == cuda.CodeUnclassified:
+		case err != nil && cuda.Classify(err).Code == codes.Unclassified:
 			return nil, fmt.Errorf("%w: cluster %s: its provider: %w", wire.ErrNoHost, cfg.Cluster.Name, err)
 		case err != nil:
 			return nil, err

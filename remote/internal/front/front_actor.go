@@ -12,6 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 
@@ -86,7 +87,7 @@ func (a *FrontActor) fromHost(l *Link, msg any) {
 		}
 		if p, ok := a.f.calls.Settle(l.Name, m.Epoch, m.Call); ok {
 			err := opError(m)
-			if cuda.Code(m.ErrorCode) == cuda.CodeHostLeaving { // an allocation sent before the front heard
+			if cuda.Code(m.ErrorCode) == codes.HostLeaving { // an allocation sent before the front heard
 				err = &wire.HostLeavingError{Tenant: p.tenant, Host: l.Name}
 			}
 			p.end(p.r, err, m)
@@ -224,7 +225,7 @@ func (a *FrontActor) receipts(l *Link, m *wirepb.Receipts) {
 // context.DeadlineExceeded) or context.Canceled.
 func withdrawnBy(ctx context.Context, err error) {
 	pe, ok := err.(*wire.PeerError)
-	if !ok || pe.Code != cuda.CodeWithdrawn {
+	if !ok || pe.Code != codes.Withdrawn {
 		return
 	}
 	switch cause := ctx.Err(); {

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/wirepb"
+
 	dataplane "github.com/lanesched/lanes/remote/internal/dataplane"
 	"google.golang.org/protobuf/proto"
 )
@@ -168,7 +170,7 @@ func (r *registration) PlaneFor() *dataplane.DataPlane { return r.plane.Load() }
 const lastRecordWait = 100 * time.Millisecond
 
 // pinArea pins a plane's upload area with the host's first device that
-// can (cuda.HostPinner: the GPU), so that the steps' copies read uploads
+// can (backend.HostPinner: the GPU), so that the steps' copies read uploads
 // there, in place; where none can, or pinning fails (said once), uploads
 // are copied out of the area as they are decoded.
 func (h *Host) pinArea(r *registration, p *dataplane.DataPlane) {
@@ -176,7 +178,7 @@ func (h *Host) pinArea(r *registration, p *dataplane.DataPlane) {
 		return
 	}
 	for _, d := range h.cfg.Scheduler.Devices {
-		pinner, ok := d.(cuda.HostPinner)
+		pinner, ok := d.(backend.HostPinner)
 		if !ok {
 			continue
 		}

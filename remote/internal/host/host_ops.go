@@ -15,6 +15,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -217,10 +218,10 @@ func (o *hostOps) owned(tenant string, w *wirepb.Buffer) (cuda.Buffer, error) {
 	return b, nil
 }
 
-func (o *hostOps) deviceOf(b cuda.Buffer) cuda.Device {
+func (o *hostOps) deviceOf(b cuda.Buffer) backend.Device {
 	for _, d := range o.h.cfg.Scheduler.Devices {
 		if d.Info().Instance == b.Device {
-			return d
+			return backend.Must(d) // the scheduler's start checked it is one
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
@@ -29,7 +30,7 @@ type stagedProgram struct {
 	st      *actors.StagedProgram
 	tenant  string // the host's (scoped) name of its tenant
 	lane    int
-	dev     cuda.Device
+	dev     backend.Device
 	staging []cuda.HostBuffer
 	busy    int // replays in flight (hostStaged.mu)
 }

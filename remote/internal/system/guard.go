@@ -18,10 +18,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	lanescodes "github.com/lanesched/lanes/internal/codes"
+
 	wire "github.com/lanesched/lanes/remote/internal/wire"
 
 	premote "github.com/asynkron/protoactor-go/remote"
-	"github.com/lanesched/lanes/cuda"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -121,7 +122,7 @@ func (g *Guard) serverOptions() []grpc.ServerOption {
 // credential, or did not prove it holds the same one: the token of
 // another file, or a certificate another CA signed. Nothing was
 // submitted.
-var ErrUnauthenticated = cuda.NewSentinel(cuda.CodeUnauthenticated, "remote: unauthenticated")
+var ErrUnauthenticated = lanescodes.NewSentinel(lanescodes.Unauthenticated, "remote: unauthenticated")
 
 // handshake runs a TLS handshake with the endpoint at address, as a peer
 // of this one would, and returns the key its certificate shows. err wraps

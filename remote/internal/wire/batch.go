@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -25,7 +26,7 @@ const (
 
 // ErrWire marks a message that cannot cross the wire or that arrived
 // malformed: errors.Is finds it, and the message says what was wrong.
-var ErrWire = cuda.NewSentinel(cuda.CodeWireUnsupported, "remote: bad wire message")
+var ErrWire = codes.NewSentinel(codes.WireUnsupported, "remote: bad wire message")
 
 // TooLarge is a batch past the wire's bounds: the scheduler's
 // actors.ErrBatchTooLarge (what one process says of a batch too large for

@@ -9,13 +9,14 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 )
 
 // ErrHostLost marks a call that a lane host did not answer because the
 // host was lost (killed, crashed, hung past the heartbeat bound, or cut
 // off). A submission in flight on it ends with a *HostLostError that is
 // also errors.Is actors.ErrIndeterminate: it may or may not have run.
-var ErrHostLost = cuda.NewSentinel(cuda.CodeHostLost, "remote: lane host lost")
+var ErrHostLost = codes.NewSentinel(codes.HostLost, "remote: lane host lost")
 
 // HostLostError is the end of a call in flight on a host that was lost.
 type HostLostError struct {
@@ -34,13 +35,13 @@ func (e *HostLostError) Unwrap() []error { return []error{ErrHostLost, actors.Er
 
 // Class is host_lost: not retryable as it stands (its effect is unknown),
 // maybe submitted.
-func (e *HostLostError) Class() cuda.Class { return cuda.CodeHostLost.Class() }
+func (e *HostLostError) Class() cuda.Class { return codes.HostLost.Class() }
 
 // ErrDeviceStateLost marks a tenant's call refused because the host that
 // held its device state (its buffers, what it uploaded) was lost. Nothing
 // is replayed elsewhere: the tenant calls Front.Forget, then sets itself up
 // again (allocates and uploads), and is placed on a serving host.
-var ErrDeviceStateLost = cuda.NewSentinel(cuda.CodeDeviceStateLost, "remote: the tenant's device state was lost with its host")
+var ErrDeviceStateLost = codes.NewSentinel(codes.DeviceStateLost, "remote: the tenant's device state was lost with its host")
 
 // DeviceStateLostError is the refusal of a tenant's call after its host
 // was lost, or left; definitely not submitted.
@@ -72,7 +73,7 @@ func (e *DeviceStateLostError) Unwrap() error { return ErrDeviceStateLost }
 // the submissions it has and takes no new ones; definitely not submitted.
 // Reads and the tenant's other device-state calls still work until the
 // host left; then its calls answer *DeviceStateLostError with Left set.
-var ErrHostLeaving = cuda.NewSentinel(cuda.CodeHostLeaving, "remote: lane host leaving")
+var ErrHostLeaving = codes.NewSentinel(codes.HostLeaving, "remote: lane host leaving")
 
 // HostLeavingError is the refusal of a submission to a leaving host.
 type HostLeavingError struct {
@@ -91,13 +92,13 @@ func (e *HostLeavingError) Unwrap() error { return ErrHostLeaving }
 // ErrNoHost marks a call refused because no lane host is serving now (all
 // lost, restarting or not yet registered): retry later; definitely not
 // submitted.
-var ErrNoHost = cuda.NewSentinel(cuda.CodeNoHost, "remote: no lane host is serving")
+var ErrNoHost = codes.NewSentinel(codes.NoHost, "remote: no lane host is serving")
 
 // ErrRefused marks a host the front refused at registration (another
 // protocol version, a malformed hello: for good), or that refused the
 // front for now (it serves its most fronts, or it is leaving: a running
 // front asks it again).
-var ErrRefused = cuda.NewSentinel(cuda.CodeRegistrationRefused, "remote: registration refused")
+var ErrRefused = codes.NewSentinel(codes.RegistrationRefused, "remote: registration refused")
 
 // RefusedError is a registration refused, errors.Is ErrRefused: by the
 // front for good (another protocol, a malformed hello: not retryable), or
@@ -122,7 +123,7 @@ func (e *RefusedError) Unwrap() error { return ErrRefused }
 
 // Class is registration_refused, retryable when the host refused for now.
 func (e *RefusedError) Class() cuda.Class {
-	c := cuda.CodeRegistrationRefused.Class()
+	c := codes.RegistrationRefused.Class()
 	c.Retryable = e.ForNow
 	return c
 }
@@ -133,4 +134,4 @@ var ErrStopped = actors.ErrStopped
 
 // ErrConfig marks a front's or a host's configuration refused before
 // anything started: errors.Is finds it, the message says what to fix.
-var ErrConfig = cuda.NewSentinel(cuda.CodeInvalidArgument, "remote: bad configuration")
+var ErrConfig = codes.NewSentinel(codes.InvalidArgument, "remote: bad configuration")

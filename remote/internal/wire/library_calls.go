@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -35,7 +36,7 @@ type LibraryCalls map[string]CallBuilder
 
 // ErrUnknownCall is a batch naming a library call its lane host does not
 // serve (HostConfig.Calls): refused before any of it ran.
-var ErrUnknownCall = cuda.NewSentinel(cuda.CodeWireUnsupported, "remote: the lane host serves no library call of that name")
+var ErrUnknownCall = codes.NewSentinel(codes.WireUnsupported, "remote: the lane host serves no library call of that name")
 
 // MaxCallParams bounds a library call's parameters on the wire.
 const MaxCallParams = 64 << 10

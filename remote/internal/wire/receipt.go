@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -61,7 +62,7 @@ func (e *PeerError) Is(target error) bool {
 		}
 		return t.Code() == e.Code
 	case *cuda.Error:
-		if t.Op != "" || t.Code == cuda.CodeRuntimeContract {
+		if t.Op != "" || t.Code == codes.RuntimeContract {
 			return false
 		}
 		if e.Kinds != nil {
@@ -90,7 +91,7 @@ func sentinelKinds(err error) []string {
 				kinds = append(kinds, u.Error())
 			}
 		case *cuda.Error:
-			if k := codeKind(u.Code); u.Code != cuda.CodeRuntimeContract && !slices.Contains(kinds, k) {
+			if k := codeKind(u.Code); u.Code != codes.RuntimeContract && !slices.Contains(kinds, k) {
 				kinds = append(kinds, k)
 			}
 			if u.Contract != nil {

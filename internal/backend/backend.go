@@ -278,7 +278,7 @@ func CheckExec(op string, inst uint64, mine, destroyed bool) error {
 }
 
 // ValidateEnqueue is a stream's check of a command it is given:
-// [cuda.ValidateFor], and no call of a Library that no lane bound (see
+// [ValidateFor], and no call of a Library that no lane bound (see
 // [LibraryCall.CheckBound]).
 func ValidateEnqueue(op string, cmd cuda.Command, kernels cuda.Kernels, lookup func(cuda.Buffer) error) error {
 	if cmd.Kind == cuda.KindCall && cmd.LibraryCall != nil {
@@ -286,7 +286,7 @@ func ValidateEnqueue(op string, cmd cuda.Command, kernels cuda.Kernels, lookup f
 			return err
 		}
 	}
-	return cuda.ValidateFor(op, cmd, kernels, lookup)
+	return ValidateFor(op, cmd, kernels, lookup)
 }
 
 // instances counts device instances from a random base, so that two
@@ -309,9 +309,9 @@ func NextInstance() uint64 { return instances.Add(1) }
 // another (for instrumentation, say) and has an Unwrap method. Backends
 // unwrap before their ownership checks, so decorated streams are accepted
 // wherever their inner stream is.
-func UnwrapStream(s cuda.Stream) cuda.Stream {
+func UnwrapStream(s Stream) Stream {
 	for {
-		w, ok := s.(interface{ Unwrap() cuda.Stream })
+		w, ok := s.(interface{ Unwrap() Stream })
 		if !ok {
 			return s
 		}
