@@ -6,11 +6,11 @@
 
 package actors
 
-import "github.com/lanesched/lanes/cache"
+import discovery "github.com/lanesched/lanes/internal/discovery"
 
 // noteCapture records whether a tenant's batch just submitted had
 // segments to capture that waited for a quiescent stream.
-func (a *laneActor) noteCapture(tenant string, r cache.PrepareReport) {
+func (a *laneActor) noteCapture(tenant string, r discovery.PrepareReport) {
 	if r.QuiescenceDeferred > 0 {
 		a.wantCapture[tenant] = true
 	} else if len(a.wantCapture) > 0 {

@@ -5,8 +5,6 @@ package cache
 
 import (
 	"fmt"
-
-	"github.com/lanesched/lanes/cuda"
 )
 
 // ScopeKind says who owns the addresses a command touches.
@@ -42,17 +40,6 @@ func (s Scope) String() string {
 	return "none"
 }
 
-// combine merges two scopes: plan joins anything, two lanes must agree.
-func combine(a, b Scope) (Scope, bool) {
-	switch {
-	case a.Kind == ScopePlan:
-		return b, true
-	case b.Kind == ScopePlan:
-		return a, true
-	}
-	return a, a == b
-}
-
 // Phase is the phase of a batch entry, and of its command as discovery
 // sees it. Only compute commands are ever replayed; the others run eagerly
 // and are barriers between replay segments.
@@ -73,49 +60,3 @@ func (p Phase) String() string {
 
 // NoNode marks a command that belongs to no plan node.
 const NoNode = -1
-
-// Command is one command of a batch as replay sees it: the device command,
-// its phase, its plan node, the replay key its provider declared (if any),
-// and the scope of each region it names, in [cuda.Command.ForRegions] order.
-// Replay is never inferred: a command without a key, or with a region
-// without a scope, is always run eagerly.
-type Command struct {
-	Cmd    cuda.Command
-	Phase  Phase
-	Node   int // plan node index, or NoNode
-	Key    ProviderKey
-	HasKey bool
-	Scopes []Scope
-}
-
-// Binding is a command's replay contract once bound: its exact key and
-// combined scope, or the reason it cannot be replayed.
-type Binding struct {
-	Key    Key
-	Scope  Scope
-	Reason Reason // ReasonNone when the command is replayable
-}
-
-// Bind binds the command's provider key to its runtime payload and combines
-// its regions' scopes.
-func (c Command) Bind() Binding { return (*Memo)(nil).bindCommand(c) }
-
-func (m *Memo) bindCommand(c Command) Binding {
-	if !c.HasKey {
-		return Binding{Reason: ReasonProviderKeyMissing}
-	}
-	if len(c.Scopes) != c.Cmd.RegionCount() {
-		return Binding{Reason: ReasonAddressScopeMissing}
-	}
-	scope := PlanScope()
-	for _, s := range c.Scopes {
-		if s.Kind == ScopeNone {
-			return Binding{Reason: ReasonAddressScopeMissing}
-		}
-		var ok bool
-		if scope, ok = combine(scope, s); !ok {
-			return Binding{Reason: ReasonAddressScopeConflict}
-		}
-	}
-	return Binding{Key: m.bind(c.Key, c.Cmd), Scope: scope}
-}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 )
 
 func buffer(id uint64, elem cuda.ElementType, addr uint64) cuda.Buffer {
@@ -38,7 +39,7 @@ func (in keyInputs) key() cache.Key {
 	} else {
 		c = cuda.Command{Kind: cuda.KindZero, Dst: reg}
 	}
-	return cache.Bind(pk, c)
+	return discovery.Bind(pk, c)
 }
 
 func randomInputs(r *rand.Rand) keyInputs {
@@ -132,7 +133,7 @@ func BenchmarkKey(b *testing.B) {
 		Args: []cuda.Arg{cuda.BufferArg(y.Whole()), cuda.BufferArg(x.Whole()), cuda.F32Arg(0.5), cuda.I32Arg(4096)}}
 	b.Run("launch-key+bind", func(b *testing.B) {
 		for range b.N {
-			_ = cache.Bind(cache.LaunchKey("lanes.kernels.v1", c), c)
+			_ = discovery.Bind(cache.LaunchKey("lanes.kernels.v1", c), c)
 		}
 	})
 	up := cuda.Command{Kind: cuda.KindUpload, Dst: x.Whole(), Host: make([]byte, x.Size)}
@@ -140,7 +141,7 @@ func BenchmarkKey(b *testing.B) {
 		pk := cache.NewKey("p", "upload").Finish()
 		b.SetBytes(int64(len(up.Host)))
 		for range b.N {
-			_ = cache.Bind(pk, up)
+			_ = discovery.Bind(pk, up)
 		}
 	})
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cuda"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 )
 
 // The snake_case names of reasons, dispositions, stages, phases, scopes
@@ -33,12 +33,12 @@ func TestNamesAreStableAndDistinct(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{cache.Stage(0).String(), "none"},
 		{cache.Stage(99).String(), "none"},
-		{cache.DispositionHit.String(), "hit"},
-		{cache.DispositionOutsidePreparation.String(), "outside_preparation"},
-		{cache.Disposition(0).String(), "none"},
-		{cache.UpdateByGraph.String(), "graph"},
-		{cache.UpdateByParameters.String(), "parameters"},
-		{cache.UpdateKind(0).String(), "none"},
+		{discovery.DispositionHit.String(), "hit"},
+		{discovery.DispositionOutsidePreparation.String(), "outside_preparation"},
+		{discovery.Disposition(0).String(), "none"},
+		{discovery.UpdateByGraph.String(), "graph"},
+		{discovery.UpdateByParameters.String(), "parameters"},
+		{discovery.UpdateKind(0).String(), "none"},
 		{cache.PrepUnconfigured.String(), "unconfigured"},
 		{cache.PrepOpen.String(), "open"},
 		{cache.PrepSealed.String(), "sealed"},
@@ -53,58 +53,4 @@ func TestNamesAreStableAndDistinct(t *testing.T) {
 			t.Fatalf("name %q, want %q", c.got, c.want)
 		}
 	}
-}
-
-// A disposition says whether its candidate stays resident and, when it
-// does not, which reason the receipt gives.
-func TestDispositionsMapToReasons(t *testing.T) {
-	resident := map[cache.Disposition]bool{cache.DispositionHit: true, cache.DispositionCaptured: true, cache.DispositionUpdated: true}
-	reasons := map[cache.Disposition]cache.Reason{
-		cache.DispositionCaptureRejected:    cache.ReasonCaptureRejected,
-		cache.DispositionCachedRejection:    cache.ReasonCachedRejection,
-		cache.DispositionQuiescenceDeferred: cache.ReasonQuiescenceDeferred,
-		cache.DispositionCapacityDeferred:   cache.ReasonCapacityDeferred,
-		cache.DispositionOutsidePreparation: cache.ReasonOutsidePreparation,
-	}
-	for d := cache.DispositionHit; d <= cache.DispositionOutsidePreparation; d++ {
-		if d.Resident() != resident[d] {
-			t.Fatalf("%s: resident %v, want %v", d, d.Resident(), resident[d])
-		}
-		if want, ok := reasons[d]; ok && d.Reason() != want {
-			t.Fatalf("%s: reason %s, want %s", d, d.Reason(), want)
-		}
-		if resident[d] && d.Reason() != cache.ReasonNone {
-			t.Fatalf("%s is resident but gives reason %s", d, d.Reason())
-		}
-	}
-}
-
-// Keys print as their hex fingerprints; a segment's short name is the
-// first 12 digits of its full one.
-func TestKeysPrintAsHex(t *testing.T) {
-	b := cuda.Buffer{Device: 1, ID: 7, Size: 1 << 20, Align: 256, Elem: cuda.F32, Addr: 1 << 20}
-	c, err := cuda.Zero(b.Whole())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pk := cache.LaunchKey("test", c)
-	k := cache.Bind(pk, c)
-	if len(pk.String()) != 64 || len(k.String()) != 64 || pk.String() == k.String() {
-		t.Fatalf("provider key %q, bound key %q: want two distinct 64-digit fingerprints", pk, k)
-	}
-	d, err := cache.Discover([]cache.Command{{Cmd: c, Key: pk, HasKey: true, Node: 0, Phase: cache.PhaseCompute, Scopes: []cache.Scope{cache.PlanScope()}}}, nil)
-	if err != nil || len(d.Candidates) != 1 {
-		t.Fatalf("discover one keyed compute command: %v, %d candidates; want one", err, len(d.Candidates))
-	}
-	seg := d.Candidates[0].Key
-	if s := seg.String(); len(s) != 64 || seg.Short() != s[:12] {
-		t.Fatalf("segment key %q, short %q", s, seg.Short())
-	}
-	bound := cache.Command{Cmd: c, Key: pk, HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}.Bind()
-	if bound.Key != k {
-		t.Fatalf("Command.Bind gave key %s, Bind gave %s", bound.Key, k)
-	}
-	m := cache.NewMemo(4)
-	m.Release()
-	(*cache.Memo)(nil).Release()
 }

@@ -57,7 +57,7 @@ type CacheEvent struct {
 	Kind   string // "captured", "updated", "update_refused", "rebind_refused", "capture_rejected" or "evicted"
 	Key    string // the segment fingerprint
 	Detail string // for capture_rejected, update_refused and rebind_refused: the device's answer
-	// Reason is, for "updated", how (cache.UpdateKind: "parameters" or
+	// Reason is, for "updated", how (discovery.UpdateKind: "parameters" or
 	// "graph"); for "rebind_refused", why (cuda.RebindRefusal).
 	Reason string
 }

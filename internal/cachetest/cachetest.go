@@ -11,6 +11,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/backend"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
 )
@@ -64,18 +65,18 @@ func Counters(t testing.TB, dev *sim.Device, s backend.Stream, n int) []cuda.Buf
 }
 
 // Inc is a replayable, plan-scoped increment of counter buf at a plan node.
-func (r *Rig) Inc(buf, node int) cache.Command {
+func (r *Rig) Inc(buf, node int) discovery.Command {
 	r.T.Helper()
 	c, err := cuda.Launch(r.Dev.Registry().MustSpec(kernels.Inc), cuda.Linear(16, 16), cuda.BufferArg(r.Bufs[buf].Whole()), cuda.I32Arg(16))
 	if err != nil {
 		r.T.Fatalf("cachetest: cuda.Launch(inc of counter %d): got err %v, want nil", buf, err)
 	}
-	return cache.Command{Cmd: c, Phase: cache.PhaseCompute, Node: node, Key: cache.LaunchKey("cachetest", c), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
+	return discovery.Command{Cmd: c, Phase: cache.PhaseCompute, Node: node, Key: cache.LaunchKey("cachetest", c), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
 }
 
 // Segment is increments of the given counters at nodes 0, 1, 2, ...
-func (r *Rig) Segment(bufs ...int) []cache.Command {
-	var cmds []cache.Command
+func (r *Rig) Segment(bufs ...int) []discovery.Command {
+	var cmds []discovery.Command
 	for n, b := range bufs {
 		cmds = append(cmds, r.Inc(b, n))
 	}
@@ -83,17 +84,17 @@ func (r *Rig) Segment(bufs ...int) []cache.Command {
 }
 
 // Barrier is an input-phase memset of a counter: an eager barrier.
-func (r *Rig) Barrier(buf int) cache.Command {
+func (r *Rig) Barrier(buf int) discovery.Command {
 	z, _ := cuda.Zero(r.Bufs[buf].Whole())
-	return cache.Command{Cmd: z, Phase: cache.PhaseDynamicBinding, Node: cache.NoNode}
+	return discovery.Command{Cmd: z, Phase: cache.PhaseDynamicBinding, Node: cache.NoNode}
 }
 
 // Run discovers, prepares and executes a batch as a lane does: resident
 // candidates replayed, everything else eager. It checks the cache's
 // invariants and that every candidate got a disposition.
-func (r *Rig) Run(cmds []cache.Command, quiescent bool, boundaries ...int) (cache.Discovery, cache.PrepareReport) {
+func (r *Rig) Run(cmds []discovery.Command, quiescent bool, boundaries ...int) (discovery.Discovery, discovery.PrepareReport) {
 	r.T.Helper()
-	d, err := cache.Discover(cmds, boundaries)
+	d, err := discovery.Discover(cmds, boundaries)
 	if err != nil {
 		r.T.Fatalf("cachetest: Discover: got err %v, want nil", err)
 	}

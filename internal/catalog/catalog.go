@@ -9,6 +9,8 @@ import (
 	"sort"
 
 	"github.com/lanesched/lanes/cache"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	programs "github.com/lanesched/lanes/programs"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
@@ -16,7 +18,7 @@ import (
 
 type segment struct {
 	desc        programs.Segment
-	key         cache.SegmentKey
+	key         discovery.SegmentKey
 	fingerprint string
 	logical     []programs.LogicalCommand // nil when the capture could not attribute graph nodes
 }
@@ -52,7 +54,7 @@ func (c *Catalog) Runtime() string { return c.runtime }
 // program must be monotonic: it may keep resident segments and fill gaps,
 // never change a segment's identity, topology or bindings, and a
 // determinism-ready program may not change at all.
-func (c *Catalog) Register(capture programs.Capture, batch []cache.Command, disc cache.Discovery, rep cache.PrepareReport) (bool, error) {
+func (c *Catalog) Register(capture programs.Capture, batch []discovery.Command, disc discovery.Discovery, rep discovery.PrepareReport) (bool, error) {
 	if c.cache.Preparation().State != cache.PrepOpen {
 		return false, nil
 	}
@@ -107,7 +109,7 @@ func (c *Catalog) Register(capture programs.Capture, batch []cache.Command, disc
 
 // newSegment makes the segment of a resident candidate: its commands must
 // cover one contiguous range of plan nodes, one command per node.
-func newSegment(ordinal int, cand cache.Candidate, batch []cache.Command, exe *execcache.Executable) (segment, error) {
+func newSegment(ordinal int, cand discovery.Candidate, batch []discovery.Command, exe *execcache.Executable) (segment, error) {
 	start := batch[cand.Start].Node
 	if start == cache.NoNode {
 		return segment{}, fmt.Errorf("%w: resident segment at commands %d..%d has no first plan node", programs.ErrRegistration, cand.Start, cand.End)
@@ -176,7 +178,7 @@ func bindingsIn(b []int, s programs.Segment) []int {
 // ErrUnknownProgram), so the catalog holds no more programs than the cache
 // holds executables. It returns how many programs changed. Call it with every key a cache
 // preparation or explicit eviction reports.
-func (c *Catalog) Evict(key cache.SegmentKey) (int, error) {
+func (c *Catalog) Evict(key discovery.SegmentKey) (int, error) {
 	changed := 0
 	for id, p := range c.programs {
 		if !slices.ContainsFunc(p.segments, func(s segment) bool { return s.key == key }) {
@@ -213,13 +215,13 @@ func (c *Catalog) Evict(key cache.SegmentKey) (int, error) {
 // Remove forgets a program and returns the keys of its segments'
 // executables, for the caller to evict (and to Evict from the catalog, so
 // that any other program using one of them turns it into a gap).
-func (c *Catalog) Remove(id programs.ID) []cache.SegmentKey {
+func (c *Catalog) Remove(id programs.ID) []discovery.SegmentKey {
 	p, ok := c.programs[id]
 	if !ok {
 		return nil
 	}
 	delete(c.programs, id)
-	keys := make([]cache.SegmentKey, len(p.segments))
+	keys := make([]discovery.SegmentKey, len(p.segments))
 	for i, s := range p.segments {
 		keys[i] = s.key
 	}
@@ -265,7 +267,7 @@ func (c *Catalog) residency() error {
 // Resolved is a validated invocation: the executable to launch and, when
 // recorded, the logical commands it stands for.
 type Resolved struct {
-	Key     cache.SegmentKey
+	Key     discovery.SegmentKey
 	Logical []programs.LogicalCommand
 }
 

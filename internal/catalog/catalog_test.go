@@ -9,6 +9,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/cachetest"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	catalog "github.com/lanesched/lanes/internal/catalog"
 	"github.com/lanesched/lanes/programs"
 )
@@ -28,7 +30,7 @@ func newRig(t *testing.T, counters int, faults ...sim.Fault) rig {
 }
 
 // register runs a batch and registers it as program name.
-func (r rig) register(capture programs.Capture, cmds []cache.Command, quiescent bool) error {
+func (r rig) register(capture programs.Capture, cmds []discovery.Command, quiescent bool) error {
 	r.T.Helper()
 	d, rep := r.Run(cmds, quiescent, capture.EagerBoundaries...)
 	for _, k := range rep.Evicted {
@@ -79,7 +81,7 @@ func TestRegisterGapReasons(t *testing.T) {
 	lane1, lane2 := r.Inc(2, 4), r.Inc(3, 5)
 	lane1.Scopes = []cache.Scope{cache.LaneScope(1)}
 	lane2.Scopes = []cache.Scope{cache.LaneScope(2)}
-	batch := []cache.Command{
+	batch := []discovery.Command{
 		r.Inc(0, 0), r.Inc(0, 1), // one resident segment over nodes 0..2
 		noKey,        // node 2
 		r.Barrier(0), // input phase, no node
@@ -138,7 +140,7 @@ func TestPreparationGapReasons(t *testing.T) {
 			nodes := 1
 			if c.want == cache.ReasonCapacityDeferred {
 				capacity = 1
-				batch = []cache.Command{r.Inc(1, 0), r.Barrier(0), r.Inc(0, 1)}
+				batch = []discovery.Command{r.Inc(1, 0), r.Barrier(0), r.Inc(0, 1)}
 				nodes = 2
 			}
 			_, _ = r.Cache.Configure(capacity)
@@ -171,7 +173,7 @@ func TestPreparationGapReasons(t *testing.T) {
 func TestRegisterRejects(t *testing.T) {
 	r := newRig(t, 2)
 	batch := r.Segment(0, 1)
-	if ok, err := r.cat.Register(programs.Capture{ID: id("p"), Nodes: 2}, batch, cache.Discovery{}, cache.PrepareReport{}); ok || err != nil {
+	if ok, err := r.cat.Register(programs.Capture{ID: id("p"), Nodes: 2}, batch, discovery.Discovery{}, discovery.PrepareReport{}); ok || err != nil {
 		t.Fatalf("Register outside preparation: got (%v, %v), want (false, nil)", ok, err)
 	}
 	_, _ = r.Cache.Configure(4)
@@ -198,7 +200,7 @@ func TestRegisterRejects(t *testing.T) {
 	if _, err := r.cat.Register(programs.Capture{ID: id("p"), Nodes: 2}, batch, d, rep); !errors.Is(err, programs.ErrRegistration) {
 		t.Fatalf("Register with mismatched attribution lengths: got err %v, want one wrapping programs.ErrRegistration", err)
 	}
-	split := []cache.Command{r.Inc(0, 0), r.Inc(1, 2)} // one candidate over nodes 0 and 2
+	split := []discovery.Command{r.Inc(0, 0), r.Inc(1, 2)} // one candidate over nodes 0 and 2
 	if err := r.register(programs.Capture{ID: id("q"), Nodes: 3}, split, true); !errors.Is(err, programs.ErrRegistration) {
 		t.Fatalf("register a non-contiguous resident segment: got err %v, want one wrapping programs.ErrRegistration", err)
 	}
@@ -209,9 +211,9 @@ func TestMonotonicUpdates(t *testing.T) {
 	_, _ = r.Cache.Configure(8)
 	capture := programs.Capture{ID: id("p"), Nodes: 3, Bindings: []int{0}}
 	// Node 2 deferred at first, filled later: allowed.
-	batch := []cache.Command{r.Inc(0, 0), r.Inc(1, 1), r.Barrier(2), r.Inc(2, 2)}
+	batch := []discovery.Command{r.Inc(0, 0), r.Inc(1, 1), r.Barrier(2), r.Inc(2, 2)}
 	d, rep := r.Run(batch, true)
-	rep.Dispositions[1] = cache.DispositionQuiescenceDeferred // as if the stream had been busy
+	rep.Dispositions[1] = discovery.DispositionQuiescenceDeferred // as if the stream had been busy
 	if _, err := r.cat.Register(capture, batch, d, rep); err != nil {
 		t.Fatalf("Register with node 1 deferred: got err %v, want nil", err)
 	}
@@ -220,11 +222,11 @@ func TestMonotonicUpdates(t *testing.T) {
 	}
 	cases := map[string]struct {
 		capture programs.Capture
-		batch   []cache.Command
+		batch   []discovery.Command
 	}{
 		"topology changed":           {programs.Capture{ID: id("p"), Nodes: 4, Bindings: []int{0}}, batch},
-		"segment changed executable": {capture, []cache.Command{r.Inc(1, 0), r.Inc(0, 1), r.Barrier(2), r.Inc(2, 2)}},
-		"segment disappeared":        {capture, []cache.Command{r.Inc(0, 0), r.Barrier(1), r.Inc(1, 1), r.Barrier(2), r.Inc(2, 2)}},
+		"segment changed executable": {capture, []discovery.Command{r.Inc(1, 0), r.Inc(0, 1), r.Barrier(2), r.Inc(2, 2)}},
+		"segment disappeared":        {capture, []discovery.Command{r.Inc(0, 0), r.Barrier(1), r.Inc(1, 1), r.Barrier(2), r.Inc(2, 2)}},
 		"bindings changed":           {programs.Capture{ID: id("p"), Nodes: 3, Bindings: []int{1}}, batch},
 	}
 	for name, c := range cases {
@@ -239,11 +241,11 @@ func TestMonotonicUpdates(t *testing.T) {
 func TestEvictionRewritesPrograms(t *testing.T) {
 	r := newRig(t, 3)
 	_, _ = r.Cache.Configure(8)
-	batch := []cache.Command{r.Inc(0, 0), r.Barrier(2), r.Inc(1, 1), r.Barrier(2), r.Inc(2, 2)}
+	batch := []discovery.Command{r.Inc(0, 0), r.Barrier(2), r.Inc(1, 1), r.Barrier(2), r.Inc(2, 2)}
 	if err := r.register(programs.Capture{ID: id("p"), Nodes: 3, Bindings: []int{0, 2}}, batch, true); err != nil {
 		t.Fatalf("register: got err %v, want nil", err)
 	}
-	d, _ := cache.Discover(batch, nil)
+	d, _ := discovery.Discover(batch, nil)
 	victim := d.Candidates[0].Key
 	if !r.Cache.Evict(victim, true) {
 		t.Fatalf("Cache.Evict(%v): got false, want true (the segment is resident)", victim.Short())
@@ -347,7 +349,7 @@ func TestCatalogInvariantsUnderRandomOperations(t *testing.T) {
 		switch op := rng.Intn(10); {
 		case op < 7:
 			nodes := 1 + rng.Intn(4)
-			var batch []cache.Command
+			var batch []discovery.Command
 			var bounds []int
 			for n := range nodes {
 				if rng.Intn(5) == 0 {
@@ -371,7 +373,7 @@ func TestCatalogInvariantsUnderRandomOperations(t *testing.T) {
 				t.Fatalf("step %d: Register: got err %v, want nil or one wrapping programs.ErrMonotonic or programs.ErrRegistration", step, err)
 			}
 		case op < 9:
-			d, _ := cache.Discover(r.Segment(rng.Intn(5)), nil)
+			d, _ := discovery.Discover(r.Segment(rng.Intn(5)), nil)
 			if r.Cache.Evict(d.Candidates[0].Key, true) {
 				if _, err := r.cat.Evict(d.Candidates[0].Key); err != nil {
 					t.Fatalf("step %d: Catalog.Evict(%v): got err %v, want nil", step, d.Candidates[0].Key.Short(), err)

@@ -4,11 +4,13 @@ package catalog
 
 import (
 	"github.com/lanesched/lanes/cache"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	programs "github.com/lanesched/lanes/programs"
 )
 
 // gaps types every node that is neither resident nor an eager boundary.
-func gaps(capture programs.Capture, segs []programs.Segment, batch []cache.Command, disc cache.Discovery, rep cache.PrepareReport) []programs.Gap {
+func gaps(capture programs.Capture, segs []programs.Segment, batch []discovery.Command, disc discovery.Discovery, rep discovery.PrepareReport) []programs.Gap {
 	covered := make([]bool, capture.Nodes)
 	for _, s := range segs {
 		for n := s.Start; n < s.End; n++ {
@@ -40,7 +42,7 @@ func gaps(capture programs.Capture, segs []programs.Segment, batch []cache.Comma
 // nodeChains links the compute commands of each plan node, in batch
 // order: first[node] is its first command, next[i] the command after i of
 // the same node (-1 at the end). One pass over the batch, not one per node.
-func nodeChains(batch []cache.Command) (first map[int]int, next []int) {
+func nodeChains(batch []discovery.Command) (first map[int]int, next []int) {
 	first = make(map[int]int, len(batch))
 	next = make([]int, len(batch))
 	last := map[int]int{}
@@ -64,7 +66,7 @@ func nodeChains(batch []cache.Command) (first map[int]int, next []int) {
 // conflicts, then preparation's dispositions; a node with no compute
 // command is missing one, and one whose commands were all replayable, yet
 // owned by no candidate, is a scope conflict.
-func gapReason(n int, first map[int]int, next, candidateOf []int, disc cache.Discovery, rep cache.PrepareReport) cache.Reason {
+func gapReason(n int, first map[int]int, next, candidateOf []int, disc discovery.Discovery, rep discovery.PrepareReport) cache.Reason {
 	reason := cache.ReasonMissingComputeCommand
 	var bindReason, discReason, prepReason cache.Reason
 	i, ok := first[n]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/internal/backend"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -33,16 +34,16 @@ type Cache struct {
 	perNode   int64 // the most device bytes per node an executable of this cache held: the estimate for a miss
 	now       func() time.Duration
 	sizer     func(nodes int) int64 // the device's charge for an executable (SetSizer)
-	entries   map[cache.SegmentKey]*Executable
-	owners    map[string]*ownerUse          // each owner's residents (residents.go)
-	shapes    map[cache.ShapeKey]*shapeRing // each shape's residents, least recently used first
-	noRebind  map[cache.ShapeKey]refusal    // shapes not rebound: their nodes refuse it, or the device did, often (rebind.go)
+	entries   map[discovery.SegmentKey]*Executable
+	owners    map[string]*ownerUse              // each owner's residents (residents.go)
+	shapes    map[discovery.ShapeKey]*shapeRing // each shape's residents, least recently used first
+	noRebind  map[discovery.ShapeKey]refusal    // shapes not rebound: their nodes refuse it, or the device did, often (rebind.go)
 	// refusedInARow counts each shape's rebinds the device refused since
 	// its last that succeeded (rebind.go).
-	refusedInARow map[cache.ShapeKey]int
-	spare         []cuda.Command     // a recipe's storage, reused by the next rebind (rebind.go)
-	misses        []cache.SegmentKey // lookUp's, reused
-	rejected      map[cache.SegmentKey]uint64
+	refusedInARow map[discovery.ShapeKey]int
+	spare         []cuda.Command         // a recipe's storage, reused by the next rebind (rebind.go)
+	misses        []discovery.SegmentKey // lookUp's, reused
+	rejected      map[discovery.SegmentKey]uint64
 	retired       []*Executable
 	prep          tracker
 	clock         uint64
@@ -51,15 +52,15 @@ type Cache struct {
 
 // New returns an empty, unconfigured cache.
 func New() *Cache {
-	c := &Cache{rejected: map[cache.SegmentKey]uint64{}, noRebind: map[cache.ShapeKey]refusal{}, refusedInARow: map[cache.ShapeKey]int{}}
+	c := &Cache{rejected: map[discovery.SegmentKey]uint64{}, noRebind: map[discovery.ShapeKey]refusal{}, refusedInARow: map[discovery.ShapeKey]int{}}
 	c.clear()
 	return c
 }
 
 // clear empties the residents and their indexes.
 func (c *Cache) clear() {
-	c.entries, c.resident, c.devBytes = map[cache.SegmentKey]*Executable{}, 0, 0
-	c.owners, c.shapes = map[string]*ownerUse{}, map[cache.ShapeKey]*shapeRing{}
+	c.entries, c.resident, c.devBytes = map[discovery.SegmentKey]*Executable{}, 0, 0
+	c.owners, c.shapes = map[string]*ownerUse{}, map[discovery.ShapeKey]*shapeRing{}
 }
 
 func (c *Cache) tick() uint64 {
@@ -121,7 +122,7 @@ func (c *Cache) Preparation() cache.Preparation {
 }
 
 // Lookup returns a resident executable without touching its recency.
-func (c *Cache) Lookup(k cache.SegmentKey) (*Executable, bool) {
+func (c *Cache) Lookup(k discovery.SegmentKey) (*Executable, bool) {
 	e, ok := c.entries[k]
 	return e, ok
 }
@@ -137,9 +138,9 @@ func (c *Cache) residentBytes() int64 { return c.resident }
 
 // remember records a capture rejection, forgetting the oldest beyond
 // capacity.
-func (c *Cache) remember(k cache.SegmentKey) {
+func (c *Cache) remember(k discovery.SegmentKey) {
 	if len(c.rejected) >= c.prep.capacity {
-		var oldest cache.SegmentKey
+		var oldest discovery.SegmentKey
 		first := true
 		for rk, t := range c.rejected {
 			if first || t < c.rejected[oldest] {
@@ -153,7 +154,7 @@ func (c *Cache) remember(k cache.SegmentKey) {
 
 // evict removes a resident; it is destroyed now if the stream is quiescent,
 // retired otherwise.
-func (c *Cache) evict(k cache.SegmentKey, quiescent bool) {
+func (c *Cache) evict(k discovery.SegmentKey, quiescent bool) {
 	e := c.remove(k)
 	if quiescent {
 		_ = e.Exec.Destroy()
@@ -166,11 +167,11 @@ func (c *Cache) evict(k cache.SegmentKey, quiescent bool) {
 
 // EvictOwner removes every resident executable of an owner (a tenant the
 // scheduler forgot) and returns their keys.
-func (c *Cache) EvictOwner(owner string, quiescent bool) []cache.SegmentKey {
+func (c *Cache) EvictOwner(owner string, quiescent bool) []discovery.SegmentKey {
 	if c.owners[owner] == nil {
 		return nil
 	}
-	var keys []cache.SegmentKey
+	var keys []discovery.SegmentKey
 	for k, e := range c.entries {
 		if e.Owner == owner {
 			keys = append(keys, k)
@@ -183,7 +184,7 @@ func (c *Cache) EvictOwner(owner string, quiescent bool) []cache.SegmentKey {
 }
 
 // Evict removes one resident executable. It reports whether it was resident.
-func (c *Cache) Evict(k cache.SegmentKey, quiescent bool) bool {
+func (c *Cache) Evict(k discovery.SegmentKey, quiescent bool) bool {
 	if _, ok := c.entries[k]; !ok {
 		return false
 	}
@@ -192,7 +193,7 @@ func (c *Cache) Evict(k cache.SegmentKey, quiescent bool) bool {
 }
 
 // Launch replays a resident executable on s and marks it most recently used.
-func (c *Cache) Launch(s backend.Stream, k cache.SegmentKey) (*Executable, error) {
+func (c *Cache) Launch(s backend.Stream, k discovery.SegmentKey) (*Executable, error) {
 	e, ok := c.entries[k]
 	if !ok {
 		return nil, &ReplayError{Stage: "launch", Detail: "executable " + k.Short() + " is not resident", EagerFallbackSafe: true}
@@ -231,7 +232,7 @@ func (c *Cache) Trim(quiescent bool) (cache.TrimReport, error) {
 	}
 	t.Retired = c.ReleaseRetired(true)
 	c.clear()
-	c.rejected, c.noRebind, c.refusedInARow = map[cache.SegmentKey]uint64{}, map[cache.ShapeKey]refusal{}, map[cache.ShapeKey]int{}
+	c.rejected, c.noRebind, c.refusedInARow = map[discovery.SegmentKey]uint64{}, map[discovery.ShapeKey]refusal{}, map[discovery.ShapeKey]int{}
 	return t, nil
 }
 
@@ -311,7 +312,7 @@ func (c *Cache) checkIndexes() error {
 	return nil
 }
 
-func indexOf(cands []cache.Candidate, k cache.SegmentKey) int {
+func indexOf(cands []discovery.Candidate, k discovery.SegmentKey) int {
 	for i, c := range cands {
 		if c.Key == k {
 			return i

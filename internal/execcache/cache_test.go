@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
 )
@@ -21,16 +22,16 @@ func newRig(t testing.TB, buffers int, faults ...sim.Fault) rig {
 	return rig{r}
 }
 
-func (r rig) segment(bufs ...int) []cache.Command { return r.Segment(bufs...) }
-func (r rig) barrier(b int) cache.Command         { return r.Barrier(b) }
-func (r rig) count(b int) int32                   { return r.Count(b) }
-func (r rig) run(cmds []cache.Command, quiescent bool) cache.PrepareReport {
+func (r rig) segment(bufs ...int) []discovery.Command { return r.Segment(bufs...) }
+func (r rig) barrier(b int) discovery.Command         { return r.Barrier(b) }
+func (r rig) count(b int) int32                       { return r.Count(b) }
+func (r rig) run(cmds []discovery.Command, quiescent bool) discovery.PrepareReport {
 	r.T.Helper()
 	_, rep := r.Run(cmds, quiescent)
 	return rep
 }
 
-func wantDispositions(t *testing.T, rep cache.PrepareReport, want ...cache.Disposition) {
+func wantDispositions(t *testing.T, rep discovery.PrepareReport, want ...discovery.Disposition) {
 	t.Helper()
 	if len(rep.Dispositions) != len(want) {
 		t.Fatalf("got %d dispositions %v, want %d: %v", len(rep.Dispositions), rep.Dispositions, len(want), want)
@@ -49,12 +50,12 @@ func TestDispositions(t *testing.T) {
 			t.Fatalf("Configure(4): got err %v, want nil", err)
 		}
 		rep := r.run(r.segment(0, 0, 1), true)
-		wantDispositions(t, rep, cache.DispositionCaptured)
+		wantDispositions(t, rep, discovery.DispositionCaptured)
 		if rep.Captured != 1 || rep.Uploaded != 1 {
 			t.Fatalf("first run: got Captured %d, Uploaded %d, want 1 and 1 (report %+v)", rep.Captured, rep.Uploaded, rep)
 		}
 		for range 3 {
-			wantDispositions(t, r.run(r.segment(0, 0, 1), true), cache.DispositionHit)
+			wantDispositions(t, r.run(r.segment(0, 0, 1), true), discovery.DispositionHit)
 		}
 		if c0, c1 := r.count(0), r.count(1); c0 != 8 || c1 != 4 {
 			t.Fatalf("after 4 steps: got counts %d %d, want 8 4", c0, c1)
@@ -62,15 +63,15 @@ func TestDispositions(t *testing.T) {
 	})
 	t.Run("outside preparation: unconfigured and sealed", func(t *testing.T) {
 		r := newRig(t, 2)
-		wantDispositions(t, r.run(r.segment(0), true), cache.DispositionOutsidePreparation)
+		wantDispositions(t, r.run(r.segment(0), true), discovery.DispositionOutsidePreparation)
 		_, _ = r.Cache.Configure(2)
-		wantDispositions(t, r.run(r.segment(0), true), cache.DispositionCaptured)
+		wantDispositions(t, r.run(r.segment(0), true), discovery.DispositionCaptured)
 		if _, err := r.Cache.Seal(); err != nil {
 			t.Fatalf("Seal: got err %v, want nil", err)
 		}
-		rep := r.run(append(r.segment(0), append([]cache.Command{r.barrier(1)}, r.segment(1)...)...), true)
-		wantDispositions(t, rep, cache.DispositionHit, cache.DispositionOutsidePreparation)
-		if got := cache.DispositionOutsidePreparation.Reason(); got != cache.ReasonOutsidePreparation {
+		rep := r.run(append(r.segment(0), append([]discovery.Command{r.barrier(1)}, r.segment(1)...)...), true)
+		wantDispositions(t, rep, discovery.DispositionHit, discovery.DispositionOutsidePreparation)
+		if got := discovery.DispositionOutsidePreparation.Reason(); got != cache.ReasonOutsidePreparation {
 			t.Fatalf("DispositionOutsidePreparation.Reason(): got %v, want %v", got, cache.ReasonOutsidePreparation)
 		}
 	})
@@ -78,7 +79,7 @@ func TestDispositions(t *testing.T) {
 		r := newRig(t, 1)
 		_, _ = r.Cache.Configure(2)
 		rep := r.run(r.segment(0), false)
-		wantDispositions(t, rep, cache.DispositionQuiescenceDeferred)
+		wantDispositions(t, rep, discovery.DispositionQuiescenceDeferred)
 		if n := r.Cache.Len(); rep.QuiescenceDeferred != 1 || n != 0 {
 			t.Fatalf("not quiescent: got QuiescenceDeferred %d, %d residents, want 1 and 0 (report %+v)", rep.QuiescenceDeferred, n, rep)
 		}
@@ -86,11 +87,11 @@ func TestDispositions(t *testing.T) {
 	t.Run("capacity deferred keeps what the batch needs", func(t *testing.T) {
 		r := newRig(t, 3)
 		_, _ = r.Cache.Configure(1)
-		batch := append(r.segment(0), append([]cache.Command{r.barrier(2)}, r.segment(1)...)...)
+		batch := append(r.segment(0), append([]discovery.Command{r.barrier(2)}, r.segment(1)...)...)
 		rep := r.run(batch, true)
-		wantDispositions(t, rep, cache.DispositionCaptured, cache.DispositionCapacityDeferred)
+		wantDispositions(t, rep, discovery.DispositionCaptured, discovery.DispositionCapacityDeferred)
 		rep = r.run(batch, true)
-		wantDispositions(t, rep, cache.DispositionHit, cache.DispositionCapacityDeferred)
+		wantDispositions(t, rep, discovery.DispositionHit, discovery.DispositionCapacityDeferred)
 		if len(rep.Evicted) != 0 {
 			t.Fatalf("got evicted %v, want none: the batch needs every resident", rep.Evicted)
 		}
@@ -99,16 +100,16 @@ func TestDispositions(t *testing.T) {
 		r := newRig(t, 3)
 		_, _ = r.Cache.Configure(2)
 		a, b := r.segment(0), r.segment(1)
-		c := []cache.Command{r.Inc(2, 0), r.Barrier(2)} // another shape: no update possible
+		c := []discovery.Command{r.Inc(2, 0), r.Barrier(2)} // another shape: no update possible
 		c[1].Phase = cache.PhaseCompute
 		c[1].Key, c[1].HasKey, c[1].Scopes = cache.NewKey("t", "zero").Finish(), true, []cache.Scope{cache.PlanScope()}
 		r.run(a, true)
 		r.run(b, true)
 		r.run(a, true) // a is now more recent than b
 		rep := r.run(c, true)
-		wantDispositions(t, rep, cache.DispositionCaptured)
-		da, _ := cache.Discover(a, nil)
-		db, _ := cache.Discover(b, nil)
+		wantDispositions(t, rep, discovery.DispositionCaptured)
+		da, _ := discovery.Discover(a, nil)
+		db, _ := discovery.Discover(b, nil)
 		if len(rep.Evicted) != 1 || rep.Evicted[0] != db.Candidates[0].Key {
 			t.Fatalf("got evicted %v, want [%v] (b, the least recently used; a is %v)", rep.Evicted, db.Candidates[0].Key, da.Candidates[0].Key)
 		}
@@ -120,7 +121,7 @@ func TestDispositions(t *testing.T) {
 		r := newRig(t, 1, sim.Fault{Kind: sim.FaultCaptureReject, Nth: 1})
 		_, _ = r.Cache.Configure(2)
 		rep := r.run(r.segment(0), true)
-		wantDispositions(t, rep, cache.DispositionCaptureRejected)
+		wantDispositions(t, rep, discovery.DispositionCaptureRejected)
 		if len(rep.Rejections) != 1 {
 			t.Fatalf("got %d rejections %v, want 1", len(rep.Rejections), rep.Rejections)
 		}
@@ -132,7 +133,7 @@ func TestDispositions(t *testing.T) {
 			t.Fatalf("rejection %v: got EagerFallbackSafe %v, wraps cuda.ErrCaptureUnsupported %v; want both true", re, re.EagerFallbackSafe, errors.Is(re, cuda.ErrCaptureUnsupported))
 		}
 		rep = r.run(r.segment(0), true)
-		wantDispositions(t, rep, cache.DispositionCachedRejection)
+		wantDispositions(t, rep, discovery.DispositionCachedRejection)
 		if got := r.count(0); got != 2 {
 			t.Fatalf("got count %d, want 2: both steps must have run eagerly", got)
 		}
@@ -151,12 +152,12 @@ func TestInPlaceUpdate(t *testing.T) {
 	a, b, c := r.segment(0, 0), r.segment(1, 1), r.segment(2, 2)
 	r.run(a, true)
 	rep := r.run(b, true)
-	wantDispositions(t, rep, cache.DispositionCaptured) // room left: no update
+	wantDispositions(t, rep, discovery.DispositionCaptured) // room left: no update
 	r.run(a, true)
 	rep = r.run(c, true)
-	wantDispositions(t, rep, cache.DispositionUpdated)
-	db, _ := cache.Discover(b, nil)
-	dc, _ := cache.Discover(c, nil)
+	wantDispositions(t, rep, discovery.DispositionUpdated)
+	db, _ := discovery.Discover(b, nil)
+	dc, _ := discovery.Discover(c, nil)
 	from, to := db.Candidates[0].Key, dc.Candidates[0].Key
 	if len(rep.Updates) != 1 || rep.Updates[0].From != from || rep.Updates[0].To != to {
 		t.Fatalf("got updates %v, want [{%v %v}] (b's executable re-keyed to c)", rep.Updates, from, to)
@@ -170,7 +171,7 @@ func TestInPlaceUpdate(t *testing.T) {
 	if _, ok := r.Cache.Lookup(from); ok {
 		t.Fatal("Lookup(b's old key): got resident, want not: an updated executable must be re-keyed")
 	}
-	wantDispositions(t, r.run(c, true), cache.DispositionHit)
+	wantDispositions(t, r.run(c, true), discovery.DispositionHit)
 	if c2, c1 := r.Count(2), r.Count(1); c2 != 4 || c1 != 2 {
 		t.Fatalf("got counts %d (buffer 2) and %d (buffer 1), want 4 and 2: the updated executable must touch buffer 2 only", c2, c1)
 	}
@@ -184,7 +185,7 @@ func TestRefusedUpdateFallsBackToCapture(t *testing.T) {
 	_, _ = r.Cache.Configure(1)
 	r.run(r.segment(0), true)
 	rep := r.run(r.segment(1), true)
-	wantDispositions(t, rep, cache.DispositionCaptured)
+	wantDispositions(t, rep, discovery.DispositionCaptured)
 	var refused *cuda.RebindRefusedError
 	if len(rep.RebindRefusals) != 1 || !errors.As(rep.RebindRefusals[0], &refused) || refused.Refusal != cuda.RebindDeviceRefused {
 		t.Fatalf("got rebind refusals %v, want one *cuda.RebindRefusedError %s", rep.RebindRefusals, cuda.RebindDeviceRefused)
@@ -205,7 +206,7 @@ func TestPanickingCommandEndsCapture(t *testing.T) {
 	r := newRig(t, 1)
 	_, _ = r.Cache.Configure(2)
 	cmds := r.segment(0, 0)
-	d, _ := cache.Discover(cmds, nil)
+	d, _ := discovery.Discover(cmds, nil)
 	_, err := r.Cache.Prepare(r.Stream, "", d.Candidates, true, func(i int) error {
 		if i == 1 {
 			panic("provider bug")
@@ -259,7 +260,7 @@ func TestTrimAndRetire(t *testing.T) {
 	if _, err := r.Cache.Trim(false); !errors.Is(err, cache.ErrNotQuiescent) {
 		t.Fatalf("Trim with work in flight: got err %v, want one wrapping cache.ErrNotQuiescent", err)
 	}
-	d, _ := cache.Discover(r.segment(0), nil)
+	d, _ := discovery.Discover(r.segment(0), nil)
 	if !r.Cache.Evict(d.Candidates[0].Key, false) {
 		t.Fatal("Evict(resident, not quiescent): got false, want true")
 	}
@@ -292,18 +293,18 @@ func TestCacheAgainstModel(t *testing.T) {
 	_, _ = r.Cache.Configure(capacity)
 	rng := rand.New(rand.NewSource(5))
 	type entry struct{ used int }
-	model := map[cache.SegmentKey]*entry{}
+	model := map[discovery.SegmentKey]*entry{}
 	clock := 0
 	for step := range 300 {
-		var cmds []cache.Command
+		var cmds []discovery.Command
 		for s := range 1 + rng.Intn(3) {
 			if s > 0 {
 				cmds = append(cmds, r.barrier(rng.Intn(nbuf)))
 			}
 			cmds = append(cmds, r.segment(rng.Intn(nbuf), rng.Intn(nbuf))...)
 		}
-		d, _ := cache.Discover(cmds, nil)
-		needed := map[cache.SegmentKey]bool{}
+		d, _ := discovery.Discover(cmds, nil)
+		needed := map[discovery.SegmentKey]bool{}
 		for _, c := range d.Candidates {
 			needed[c.Key] = true
 		}
@@ -313,7 +314,7 @@ func TestCacheAgainstModel(t *testing.T) {
 		// resident the batch does not need when the cache is full.
 		evicted := 0
 		for i, c := range d.Candidates {
-			if rep.Dispositions[i] == cache.DispositionHit {
+			if rep.Dispositions[i] == discovery.DispositionHit {
 				if model[c.Key] == nil {
 					t.Fatalf("step %d: got a hit on %s, want a miss: the model does not hold it", step, c.Key.Short())
 				}
@@ -323,13 +324,13 @@ func TestCacheAgainstModel(t *testing.T) {
 		}
 		for i, c := range d.Candidates {
 			switch disp := rep.Dispositions[i]; disp {
-			case cache.DispositionHit:
-			case cache.DispositionCaptured, cache.DispositionUpdated: // an update is an eviction and a capture in one
+			case discovery.DispositionHit:
+			case discovery.DispositionCaptured, discovery.DispositionUpdated: // an update is an eviction and a capture in one
 				if model[c.Key] != nil {
 					continue // a repeated candidate of this batch
 				}
 				if len(model) == capacity {
-					var lru cache.SegmentKey
+					var lru discovery.SegmentKey
 					best := -1
 					for k, e := range model {
 						if !needed[k] && (best < 0 || e.used < best) {
@@ -344,7 +345,7 @@ func TestCacheAgainstModel(t *testing.T) {
 				}
 				clock++
 				model[c.Key] = &entry{used: clock}
-			case cache.DispositionCapacityDeferred:
+			case discovery.DispositionCapacityDeferred:
 				free := capacity - len(model)
 				for k := range model {
 					if !needed[k] {
@@ -378,14 +379,14 @@ func TestCacheAgainstModel(t *testing.T) {
 func BenchmarkPrepareHit(b *testing.B) {
 	r := newRig(b, 4)
 	_, _ = r.Cache.Configure(8)
-	var cmds []cache.Command
+	var cmds []discovery.Command
 	for i := range 4 {
 		if i > 0 {
 			cmds = append(cmds, r.barrier(i))
 		}
 		cmds = append(cmds, r.segment(i)...)
 	}
-	d, _ := cache.Discover(cmds, nil)
+	d, _ := discovery.Discover(cmds, nil)
 	enqueue := func(i int) error { return r.Stream.Enqueue(cmds[i].Cmd) }
 	if _, err := r.Cache.Prepare(r.Stream, "", d.Candidates, true, enqueue); err != nil {
 		b.Fatalf("Prepare (capture): got err %v, want nil", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/lanesched/lanes/internal/backend"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -38,8 +39,8 @@ func (e *ReplayError) Unwrap() error { return e.Err }
 
 // Executable is a captured, instantiated segment.
 type Executable struct {
-	Key        cache.SegmentKey
-	Shape      cache.ShapeKey
+	Key        discovery.SegmentKey
+	Shape      discovery.ShapeKey
 	Exec       backend.Exec
 	Commands   int   // logical commands captured
 	GraphNodes int   // nodes in the captured graph
@@ -60,8 +61,8 @@ type Executable struct {
 
 	shapePrev, shapeNext *Executable // its shape's residents, least recently used first (residents.go)
 
-	fingerprint    string           // Key in hex, made once per key
-	fingerprintKey cache.SegmentKey // the key fingerprint was made of
+	fingerprint    string               // Key in hex, made once per key
+	fingerprintKey discovery.SegmentKey // the key fingerprint was made of
 }
 
 // Uploaded reports whether the executable was uploaded by its preparation.
@@ -80,7 +81,7 @@ func (e *Executable) Fingerprint() string {
 // relaxed mode and returns the graph and what it holds. A panicking enqueue
 // is recovered: the capture is ended, and the error says whether that could
 // be proven.
-func record(s backend.Stream, cand cache.Candidate, enqueue func(i int) error) (backend.Graph, *Executable, error) {
+func record(s backend.Stream, cand discovery.Candidate, enqueue func(i int) error) (backend.Graph, *Executable, error) {
 	if err := s.BeginCapture(backend.CaptureRelaxed); err != nil {
 		return nil, nil, &ReplayError{Stage: "begin capture", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
@@ -136,7 +137,7 @@ func instantiate(graph backend.Graph, exe *Executable) (*Executable, error) {
 }
 
 // encode enqueues the candidate's commands, recovering a panic.
-func encode(cand cache.Candidate, enqueue func(i int) error) (panicked any, err error) {
+func encode(cand discovery.Candidate, enqueue func(i int) error) (panicked any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p

@@ -9,6 +9,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/cachetest"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 )
 
 // oneNode and twoNodes are the simulated device's device bytes of an
@@ -120,7 +121,7 @@ func TestRebindInPlace(t *testing.T) {
 	}
 	r.Run(r.Segment(0, 1), true)
 	_, rep := r.Run(r.Segment(2, 3), true)
-	if rep.Updated != 1 || rep.Captured != 0 || len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByParameters {
+	if rep.Updated != 1 || rep.Captured != 0 || len(rep.Updates) != 1 || rep.Updates[0].InPlace != discovery.UpdateByParameters {
 		t.Fatalf("a miss of a resident's shape in a full cache: got %+v, want one update by parameters", rep)
 	}
 	var stages []cache.Stage
@@ -155,23 +156,23 @@ func TestRebindRefusals(t *testing.T) {
 	if _, err := r.Cache.Configure(1); err != nil {
 		t.Fatalf("Configure(1): got err %v, want nil", err)
 	}
-	uploadAt := func(buf int) cache.Command {
+	uploadAt := func(buf int) discovery.Command {
 		data := make([]byte, 64)
 		data[0] = byte(buf)
 		up, _ := cuda.Upload(r.Bufs[buf].Whole(), data)
-		return cache.Command{Cmd: up, Phase: cache.PhaseCompute, Node: 1, Key: cache.NewKey("test", "upload").Bytes(data).Finish(), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
+		return discovery.Command{Cmd: up, Phase: cache.PhaseCompute, Node: 1, Key: cache.NewKey("test", "upload").Bytes(data).Finish(), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
 	}
-	r.Run([]cache.Command{r.Inc(0, 0), uploadAt(1)}, true)
-	_, rep := r.Run([]cache.Command{r.Inc(2, 0), uploadAt(3)}, true)
+	r.Run([]discovery.Command{r.Inc(0, 0), uploadAt(1)}, true)
+	_, rep := r.Run([]discovery.Command{r.Inc(2, 0), uploadAt(3)}, true)
 	var refused *cuda.RebindRefusedError
 	if len(rep.RebindRefusals) != 1 || !errors.As(rep.RebindRefusals[0], &refused) || refused.Refusal != cuda.RebindNodeKind {
 		t.Fatalf("got rebind refusals %v, want one %s", rep.RebindRefusals, cuda.RebindNodeKind)
 	}
-	if len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByGraph {
+	if len(rep.Updates) != 1 || rep.Updates[0].InPlace != discovery.UpdateByGraph {
 		t.Fatalf("got updates %+v, want one by graph after the refusal", rep.Updates)
 	}
-	_, rep = r.Run([]cache.Command{r.Inc(4, 0), uploadAt(5)}, true)
-	if len(rep.RebindRefusals) != 0 || len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByGraph {
+	_, rep = r.Run([]discovery.Command{r.Inc(4, 0), uploadAt(5)}, true)
+	if len(rep.RebindRefusals) != 0 || len(rep.Updates) != 1 || rep.Updates[0].InPlace != discovery.UpdateByGraph {
 		t.Fatalf("the same shape again: got rebind refusals %v and updates %+v, want none and one by graph", rep.RebindRefusals, rep.Updates)
 	}
 }
@@ -192,7 +193,7 @@ func TestDeviceBoundFullUpdatesInPlace(t *testing.T) {
 	r.Run(r.Segment(0, 1), true)
 	r.Run(r.Segment(2, 3), true)
 	_, rep := r.Run(r.Segment(4, 5), true)
-	if rep.Updated != 1 || len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByParameters {
+	if rep.Updated != 1 || len(rep.Updates) != 1 || rep.Updates[0].InPlace != discovery.UpdateByParameters {
 		t.Fatalf("a miss of a resident's shape in a cache full by device bytes: got %+v, want one update by parameters", rep)
 	}
 	r = cachetest.New(t, 8)

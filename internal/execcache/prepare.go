@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/internal/backend"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -27,7 +28,7 @@ import (
 // command i on s. A capture failure that leaves eager fallback
 // safe is remembered (bounded by capacity, oldest forgotten first) and
 // reported; any other failure is returned.
-func (c *Cache) Prepare(s backend.Stream, owner string, cands []cache.Candidate, quiescent bool, enqueue func(i int) error) (cache.PrepareReport, error) {
+func (c *Cache) Prepare(s backend.Stream, owner string, cands []discovery.Candidate, quiescent bool, enqueue func(i int) error) (discovery.PrepareReport, error) {
 	return c.PrepareWith(s, owner, cands, quiescent, Encoder{Enqueue: enqueue})
 }
 
@@ -45,8 +46,8 @@ type Encoder struct {
 }
 
 // PrepareWith is Prepare with an Encoder.
-func (c *Cache) PrepareWith(s backend.Stream, owner string, cands []cache.Candidate, quiescent bool, enc Encoder) (cache.PrepareReport, error) {
-	r := cache.PrepareReport{Dispositions: make([]cache.Disposition, len(cands))}
+func (c *Cache) PrepareWith(s backend.Stream, owner string, cands []discovery.Candidate, quiescent bool, enc Encoder) (discovery.PrepareReport, error) {
+	r := discovery.PrepareReport{Dispositions: make([]discovery.Disposition, len(cands))}
 	if len(cands) > 0 {
 		c.batches++
 	}
@@ -59,9 +60,9 @@ func (c *Cache) PrepareWith(s backend.Stream, owner string, cands []cache.Candid
 		return r, err
 	}
 	if c.prep.state != cache.PrepOpen || !quiescent {
-		d := cache.DispositionQuiescenceDeferred
+		d := discovery.DispositionQuiescenceDeferred
 		if c.prep.state != cache.PrepOpen {
-			d = cache.DispositionOutsidePreparation
+			d = discovery.DispositionOutsidePreparation
 		}
 		c.markMisses(&r, cands, d, nil)
 		return r, nil
@@ -78,10 +79,10 @@ func (c *Cache) PrepareWith(s backend.Stream, owner string, cands []cache.Candid
 // every remaining candidate its disposition. The stream, the report and
 // enqueue are passed along rather than kept in the preparing state, so
 // that a Prepare of hits alone allocates nothing for them.
-func (c *Cache) placeMisses(r *cache.PrepareReport, s backend.Stream, owner string, cands []cache.Candidate, misses []cache.SegmentKey, enc Encoder) error {
+func (c *Cache) placeMisses(r *discovery.PrepareReport, s backend.Stream, owner string, cands []discovery.Candidate, misses []discovery.SegmentKey, enc Encoder) error {
 	p := preparing{c: c, owner: owner, cands: cands,
-		captured: map[cache.SegmentKey]*Executable{}, updated: map[cache.SegmentKey]bool{}}
-	var admitted []cache.SegmentKey
+		captured: map[discovery.SegmentKey]*Executable{}, updated: map[discovery.SegmentKey]bool{}}
+	var admitted []discovery.SegmentKey
 	admitted, p.evictable, p.first = c.plan(owner, misses, cands)
 	if err := p.captureAll(r, s, admitted, enc); err != nil {
 		p.destroyCaptured()
@@ -97,17 +98,17 @@ func (c *Cache) placeMisses(r *cache.PrepareReport, s backend.Stream, owner stri
 
 // lookUp gives hits and remembered rejections their dispositions and
 // returns the other candidates' keys, each once, in order.
-func (c *Cache) lookUp(r *cache.PrepareReport, cands []cache.Candidate) []cache.SegmentKey {
+func (c *Cache) lookUp(r *discovery.PrepareReport, cands []discovery.Candidate) []discovery.SegmentKey {
 	misses := c.misses[:0] // the cache's, reused: placeMisses and share keep no reference
 	for i, cand := range cands {
 		if e, ok := c.entries[cand.Key]; ok {
 			c.use(e)
-			r.Dispositions[i] = cache.DispositionHit
+			r.Dispositions[i] = discovery.DispositionHit
 			r.Hits++
 			continue
 		}
 		if _, ok := c.rejected[cand.Key]; ok {
-			r.Dispositions[i] = cache.DispositionCachedRejection
+			r.Dispositions[i] = discovery.DispositionCachedRejection
 			r.CachedRejections++
 			continue
 		}
@@ -124,15 +125,15 @@ func (c *Cache) lookUp(r *cache.PrepareReport, cands []cache.Candidate) []cache.
 type preparing struct {
 	c        *Cache
 	owner    string
-	cands    []cache.Candidate
-	captured map[cache.SegmentKey]*Executable // nil: capture rejected, eager fallback safe
-	updated  map[cache.SegmentKey]bool        // captured into a resident in place
-	order    []cache.SegmentKey               // the newly instantiated, to install in order
-	adding   int64                            // bytes of those, not yet resident
-	addingD  int64                            // device bytes of those
+	cands    []discovery.Candidate
+	captured map[discovery.SegmentKey]*Executable // nil: capture rejected, eager fallback safe
+	updated  map[discovery.SegmentKey]bool        // captured into a resident in place
+	order    []discovery.SegmentKey               // the newly instantiated, to install in order
+	adding   int64                                // bytes of those, not yet resident
+	addingD  int64                                // device bytes of those
 
-	evictable []cache.SegmentKey // residents the batch may evict, in the order they go (plan)
-	first     int                // the length of evictable's first group
+	evictable []discovery.SegmentKey // residents the batch may evict, in the order they go (plan)
+	first     int                    // the length of evictable's first group
 }
 
 // captureAll places every admitted miss: when the cache is full, into a
@@ -140,7 +141,7 @@ type preparing struct {
 // capture, else captured and updated from the graph), else captured and
 // instantiated. A rejection with eager fallback safe is remembered; any
 // other error ends the preparation.
-func (p *preparing) captureAll(r *cache.PrepareReport, s backend.Stream, admitted []cache.SegmentKey, enc Encoder) error {
+func (p *preparing) captureAll(r *discovery.PrepareReport, s backend.Stream, admitted []discovery.SegmentKey, enc Encoder) error {
 	c := p.c
 	for _, k := range admitted {
 		cand := p.cands[indexOf(p.cands, k)]
@@ -204,7 +205,7 @@ func (p *preparing) captureAll(r *cache.PrepareReport, s backend.Stream, admitte
 // cache is full and every command is known (recipe). It reports whether
 // it did; a refusal is recorded (rebindDonor) and leaves the candidate to
 // be captured.
-func (p *preparing) rebind(r *cache.PrepareReport, cand cache.Candidate, recipe []cuda.Command, full bool) (bool, error) {
+func (p *preparing) rebind(r *discovery.PrepareReport, cand discovery.Candidate, recipe []cuda.Command, full bool) (bool, error) {
 	c := p.c
 	di := c.donor(cand.Shape, p.evictable, p.first, full)
 	if di < 0 || recipe == nil || c.rebindRefused(cand.Shape) {
@@ -223,7 +224,7 @@ func (p *preparing) rebind(r *cache.PrepareReport, cand cache.Candidate, recipe 
 	}
 	exe := &Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes, NodeCounts: donor.NodeCounts,
 		Scope: cand.Scope, Owner: p.owner, Bytes: cand.Bytes, recipe: recipe}
-	p.evictable, p.first = c.rekey(r, di, exe, p.evictable, p.first, cache.UpdateByParameters)
+	p.evictable, p.first = c.rekey(r, di, exe, p.evictable, p.first, discovery.UpdateByParameters)
 	p.captured[cand.Key], p.updated[cand.Key] = c.entries[cand.Key], true
 	return true, nil
 }
@@ -240,7 +241,7 @@ func (p *preparing) destroyCaptured() {
 
 // makeRoom evicts evictable residents, in order, until the new executables
 // fit the capacity and the byte bound (or nothing is left to evict).
-func (p *preparing) makeRoom(r *cache.PrepareReport) {
+func (p *preparing) makeRoom(r *discovery.PrepareReport) {
 	c := p.c
 	for len(p.evictable) > 0 && (len(c.entries)+len(p.order) > c.prep.capacity || c.byteLimit > 0 && c.residentBytes()+p.adding > c.byteLimit ||
 		c.devLimit > 0 && c.devBytes+p.addingD > c.devLimit) {
@@ -255,7 +256,7 @@ func (p *preparing) makeRoom(r *cache.PrepareReport) {
 // still exceeded once every evictable resident is gone (a miss admitted
 // on an estimate that proved low): they are capacity deferred, counted
 // in DeviceDeferred.
-func (p *preparing) shed(r *cache.PrepareReport) {
+func (p *preparing) shed(r *discovery.PrepareReport) {
 	c := p.c
 	for c.devLimit > 0 && len(p.order) > 0 && c.devBytes+p.addingD > c.devLimit {
 		k := p.order[len(p.order)-1]
@@ -270,7 +271,7 @@ func (p *preparing) shed(r *cache.PrepareReport) {
 }
 
 // install makes the new executables resident and uploads them.
-func (p *preparing) install(r *cache.PrepareReport, s backend.Stream) error {
+func (p *preparing) install(r *discovery.PrepareReport, s backend.Stream) error {
 	c := p.c
 	for _, k := range p.order {
 		e := p.captured[k]
@@ -298,9 +299,9 @@ func (p *preparing) install(r *cache.PrepareReport, s backend.Stream) error {
 // settle gives every remaining candidate its disposition (captured,
 // updated, capture rejected, or capacity deferred when it did not fit) and
 // fails if one was left without.
-func (p *preparing) settle(r *cache.PrepareReport) error {
+func (p *preparing) settle(r *discovery.PrepareReport) error {
 	c, cands := p.c, p.cands
-	c.markMisses(r, cands, cache.DispositionCapacityDeferred, p.captured)
+	c.markMisses(r, cands, discovery.DispositionCapacityDeferred, p.captured)
 	for i, d := range r.Dispositions {
 		if d != 0 {
 			continue
@@ -308,12 +309,12 @@ func (p *preparing) settle(r *cache.PrepareReport) error {
 		if exe, ok := p.captured[cands[i].Key]; ok {
 			switch _, seen := c.entries[cands[i].Key]; {
 			case exe == nil:
-				r.Dispositions[i] = cache.DispositionCaptureRejected
+				r.Dispositions[i] = discovery.DispositionCaptureRejected
 				r.CaptureRejections++
 			case p.updated[cands[i].Key]:
-				r.Dispositions[i] = cache.DispositionUpdated
+				r.Dispositions[i] = discovery.DispositionUpdated
 			case seen:
-				r.Dispositions[i] = cache.DispositionCaptured
+				r.Dispositions[i] = discovery.DispositionCaptured
 			}
 		}
 	}
@@ -330,11 +331,11 @@ func (p *preparing) settle(r *cache.PrepareReport) error {
 // shape in the first of the evictable list's groups (plan), the one
 // evictions take from next, and only when the cache is full (otherwise the
 // candidate gets an executable of its own and the resident stays).
-func (c *Cache) donor(shape cache.ShapeKey, evictable []cache.SegmentKey, first int, full bool) int {
+func (c *Cache) donor(shape discovery.ShapeKey, evictable []discovery.SegmentKey, first int, full bool) int {
 	if !full {
 		return -1
 	}
-	return slices.IndexFunc(evictable[:first], func(k cache.SegmentKey) bool { return c.entries[k].Shape == shape })
+	return slices.IndexFunc(evictable[:first], func(k discovery.SegmentKey) bool { return c.entries[k].Shape == shape })
 }
 
 // update writes a recorded graph into the resident donor picks, in place,
@@ -342,7 +343,7 @@ func (c *Cache) donor(shape cache.ShapeKey, evictable []cache.SegmentKey, first 
 // an instantiation and an upload with one cuGraphExecUpdate. It reports
 // whether it did; a refusal by the device is recorded and leaves the graph
 // for instantiation; other errors are returned.
-func (c *Cache) update(r *cache.PrepareReport, graph backend.Graph, exe *Executable, evictable []cache.SegmentKey, first int, full bool) (bool, []cache.SegmentKey, int, error) {
+func (c *Cache) update(r *discovery.PrepareReport, graph backend.Graph, exe *Executable, evictable []discovery.SegmentKey, first int, full bool) (bool, []discovery.SegmentKey, int, error) {
 	di := c.donor(exe.Shape, evictable, first, full)
 	if di < 0 {
 		return false, evictable, first, nil
@@ -360,21 +361,21 @@ func (c *Cache) update(r *cache.PrepareReport, graph backend.Graph, exe *Executa
 		return false, evictable, first, &ReplayError{Stage: "update", Detail: err.Error(), EagerFallbackSafe: !cuda.Classify(err).Sticky, Err: err}
 	}
 	_ = graph.Destroy()
-	evictable, first = c.rekey(r, di, exe, evictable, first, cache.UpdateByGraph)
+	evictable, first = c.rekey(r, di, exe, evictable, first, discovery.UpdateByGraph)
 	return true, evictable, first, nil
 }
 
 // rekey makes the resident evictable[di], just updated in place, replay
 // exe's candidate: it takes exe's key, counts, scope, owner, bytes and
 // recipe, and leaves the evictable list.
-func (c *Cache) rekey(r *cache.PrepareReport, di int, exe *Executable, evictable []cache.SegmentKey, first int, how cache.UpdateKind) ([]cache.SegmentKey, int) {
+func (c *Cache) rekey(r *discovery.PrepareReport, di int, exe *Executable, evictable []discovery.SegmentKey, first int, how discovery.UpdateKind) ([]discovery.SegmentKey, int) {
 	c.take(r, c.entries[evictable[di]], *exe, how)
 	return withoutEvictable(evictable, first, di)
 }
 
 // withoutEvictable removes evictable[di], of the first group, from the
 // evictable list (plan) and returns it with its first group's length.
-func withoutEvictable(evictable []cache.SegmentKey, first, di int) ([]cache.SegmentKey, int) {
+func withoutEvictable(evictable []discovery.SegmentKey, first, di int) ([]discovery.SegmentKey, int) {
 	evictable = append(evictable[:di:di], evictable[di+1:]...)
 	if first--; first == 0 {
 		first = len(evictable) // the first group is spent: the rest is one
@@ -391,7 +392,7 @@ func (c *Cache) start() time.Duration {
 }
 
 // timed records a step that began at t, when the cache has a clock.
-func (c *Cache) timed(r *cache.PrepareReport, stage cache.Stage, nodes int, t time.Duration) {
+func (c *Cache) timed(r *discovery.PrepareReport, stage cache.Stage, nodes int, t time.Duration) {
 	if c.now == nil {
 		return
 	}
@@ -424,7 +425,7 @@ func (c *Cache) learn(e *Executable) {
 
 // markMisses gives disposition d to every candidate still without one whose
 // key is not in done.
-func (c *Cache) markMisses(r *cache.PrepareReport, cands []cache.Candidate, d cache.Disposition, done map[cache.SegmentKey]*Executable) {
+func (c *Cache) markMisses(r *discovery.PrepareReport, cands []discovery.Candidate, d discovery.Disposition, done map[discovery.SegmentKey]*Executable) {
 	for i := range r.Dispositions {
 		if r.Dispositions[i] != 0 {
 			continue
@@ -434,11 +435,11 @@ func (c *Cache) markMisses(r *cache.PrepareReport, cands []cache.Candidate, d ca
 		}
 		r.Dispositions[i] = d
 		switch d {
-		case cache.DispositionQuiescenceDeferred:
+		case discovery.DispositionQuiescenceDeferred:
 			r.QuiescenceDeferred++
-		case cache.DispositionOutsidePreparation:
+		case discovery.DispositionOutsidePreparation:
 			r.OutsidePreparation++
-		case cache.DispositionCapacityDeferred:
+		case discovery.DispositionCapacityDeferred:
 			r.CapacityDeferred++
 		}
 	}

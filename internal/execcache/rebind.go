@@ -8,6 +8,8 @@ package execcache
 import (
 	"errors"
 
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
@@ -39,7 +41,7 @@ type refusal struct {
 }
 
 // rebindRefused reports whether shape's rebinds are refused for now.
-func (c *Cache) rebindRefused(shape cache.ShapeKey) bool {
+func (c *Cache) rebindRefused(shape discovery.ShapeKey) bool {
 	f, ok := c.noRebind[shape]
 	if ok && f.until != 0 && c.batches >= f.until {
 		delete(c.noRebind, shape)
@@ -50,7 +52,7 @@ func (c *Cache) rebindRefused(shape cache.ShapeKey) bool {
 
 // refuseRebinds remembers that shape's rebinds are refused (until 0:
 // for good, as its nodes refuse them).
-func (c *Cache) refuseRebinds(shape cache.ShapeKey, err error, until uint64) {
+func (c *Cache) refuseRebinds(shape discovery.ShapeKey, err error, until uint64) {
 	if len(c.noRebind) >= maxNoRebind {
 		clear(c.noRebind)
 	}
@@ -70,7 +72,7 @@ func (c *Cache) refuseRebinds(shape cache.ShapeKey, err error, until uint64) {
 // each (placeMisses' rule for those); once it closed, any tenant's. A rebind needs no quiescent stream: launches already
 // enqueued keep the parameters they were launched with (CUDA's rule for
 // cuGraphExecKernelNodeSetParams, which the simulated device keeps too).
-func (c *Cache) share(r *cache.PrepareReport, owner string, cands []cache.Candidate, misses []cache.SegmentKey, quiescent bool, enc Encoder) ([]cache.SegmentKey, error) {
+func (c *Cache) share(r *discovery.PrepareReport, owner string, cands []discovery.Candidate, misses []discovery.SegmentKey, quiescent bool, enc Encoder) ([]discovery.SegmentKey, error) {
 	if enc.Command == nil || len(c.shapes) == 0 {
 		return misses, nil
 	}
@@ -95,7 +97,7 @@ func (c *Cache) share(r *cache.PrepareReport, owner string, cands []cache.Candid
 
 // full reports whether a new executable for cand would exceed the
 // cache's count, host-byte or device-byte bound.
-func (c *Cache) full(cand cache.Candidate) bool {
+func (c *Cache) full(cand discovery.Candidate) bool {
 	return len(c.entries) >= c.prep.capacity ||
 		c.byteLimit > 0 && c.resident+cand.Bytes > c.byteLimit ||
 		c.devLimit > 0 && c.devBytes+c.estimate(cand.Len()) > c.devLimit
@@ -107,7 +109,7 @@ func (c *Cache) full(cand cache.Candidate) bool {
 // refused refusalsToPause times in a row rests for rebindPause batches.
 // Any other failure that leaves eager fallback safe is remembered as the
 // candidate's rejection.
-func (c *Cache) shareOne(r *cache.PrepareReport, owner string, cands []cache.Candidate, cand cache.Candidate, own, shares, quiescent bool, enc Encoder) (bool, error) {
+func (c *Cache) shareOne(r *discovery.PrepareReport, owner string, cands []discovery.Candidate, cand discovery.Candidate, own, shares, quiescent bool, enc Encoder) (bool, error) {
 	if c.rebindRefused(cand.Shape) {
 		return false, nil
 	}
@@ -133,14 +135,14 @@ func (c *Cache) shareOne(r *cache.PrepareReport, owner string, cands []cache.Can
 		}
 		c.remember(cand.Key)
 		r.Rejections = append(r.Rejections, err)
-		c.dispose(r, cands, cand.Key, cache.DispositionCaptureRejected)
+		c.dispose(r, cands, cand.Key, discovery.DispositionCaptureRejected)
 		r.CaptureRejections++
 		return true, nil
 	}
 	c.spare = donor.recipe
 	c.take(r, donor, Executable{Key: cand.Key, Shape: cand.Shape, Commands: cand.Len(), GraphNodes: donor.GraphNodes,
-		NodeCounts: donor.NodeCounts, Scope: cand.Scope, Owner: owner, Bytes: cand.Bytes, recipe: recipe}, cache.UpdateByParameters)
-	c.dispose(r, cands, cand.Key, cache.DispositionUpdated)
+		NodeCounts: donor.NodeCounts, Scope: cand.Scope, Owner: owner, Bytes: cand.Bytes, recipe: recipe}, discovery.UpdateByParameters)
+	c.dispose(r, cands, cand.Key, discovery.DispositionUpdated)
 	return true, nil
 }
 
@@ -152,7 +154,7 @@ func (c *Cache) shareOne(r *cache.PrepareReport, owner string, cands []cache.Can
 // evicted), and a shape refused refusalsToPause times in a row rests for
 // rebindPause batches. Any other failure is returned, saying whether eager
 // fallback is safe.
-func (c *Cache) rebindDonor(r *cache.PrepareReport, donor *Executable, recipe []cuda.Command, shape cache.ShapeKey, quiescent bool) (ok, gone bool, err *ReplayError) {
+func (c *Cache) rebindDonor(r *discovery.PrepareReport, donor *Executable, recipe []cuda.Command, shape discovery.ShapeKey, quiescent bool) (ok, gone bool, err *ReplayError) {
 	t := c.start()
 	rerr := donor.Exec.Rebind(recipe)
 	c.timed(r, cache.StageRebind, len(recipe), t)
@@ -189,7 +191,7 @@ func (c *Cache) rebindDonor(r *cache.PrepareReport, donor *Executable, recipe []
 // rebound to its own recipe (the nodes before the refused one took the
 // new parameters). One it cannot restore is evicted (gone): a sealed cache
 // never gets it back, so it is kept whenever it can be.
-func (c *Cache) restore(r *cache.PrepareReport, donor *Executable, refused *cuda.RebindRefusedError, quiescent bool) (gone bool, err *ReplayError) {
+func (c *Cache) restore(r *discovery.PrepareReport, donor *Executable, refused *cuda.RebindRefusedError, quiescent bool) (gone bool, err *ReplayError) {
 	if refused.Node <= 0 {
 		return false, nil
 	}
@@ -218,7 +220,7 @@ func (c *Cache) restore(r *cache.PrepareReport, donor *Executable, refused *cuda
 // Once preparation has closed, nothing can be captured in a resident's
 // place: every tenant of the shape shares its residents, least recently
 // used first, and a tenant whose executable another took rebinds in turn.
-func (c *Cache) donorFor(owner string, own, shares bool, cands []cache.Candidate, shape cache.ShapeKey) *Executable {
+func (c *Cache) donorFor(owner string, own, shares bool, cands []discovery.Candidate, shape discovery.ShapeKey) *Executable {
 	ring := c.shapes[shape]
 	if ring == nil {
 		return nil
@@ -236,20 +238,20 @@ func (c *Cache) donorFor(owner string, own, shares bool, cands []cache.Candidate
 // take makes the resident donor, just rebound or updated in place, replay
 // exe's candidate: it takes exe's key, counts, scope, owner, bytes and
 // recipe, becomes the most recently used, and the report says so.
-func (c *Cache) take(r *cache.PrepareReport, donor *Executable, exe Executable, how cache.UpdateKind) {
+func (c *Cache) take(r *discovery.PrepareReport, donor *Executable, exe Executable, how discovery.UpdateKind) {
 	from := donor.Key
 	c.remove(from)
 	donor.Key, donor.Shape, donor.Commands, donor.GraphNodes, donor.NodeCounts, donor.Scope = exe.Key, exe.Shape, exe.Commands, exe.GraphNodes, exe.NodeCounts, exe.Scope
 	donor.Owner, donor.Bytes, donor.DeviceBytes, donor.recipe, donor.Hits = exe.Owner, exe.Bytes, donor.Exec.DeviceBytes(), exe.recipe, 0
 	donor.lastUsed, donor.lastBatch = c.tick(), c.batches
 	c.put(donor)
-	r.Updates = append(r.Updates, cache.Update{From: from, To: exe.Key, InPlace: how})
+	r.Updates = append(r.Updates, discovery.Update{From: from, To: exe.Key, InPlace: how})
 	r.Evicted = append(r.Evicted, from)
 	r.Updated++
 }
 
 // dispose gives disposition d to every candidate of key k.
-func (c *Cache) dispose(r *cache.PrepareReport, cands []cache.Candidate, k cache.SegmentKey, d cache.Disposition) {
+func (c *Cache) dispose(r *discovery.PrepareReport, cands []discovery.Candidate, k discovery.SegmentKey, d discovery.Disposition) {
 	for i := range cands {
 		if cands[i].Key == k {
 			r.Dispositions[i] = d

@@ -4,7 +4,7 @@
 
 package execcache
 
-import cache "github.com/lanesched/lanes/cache"
+import discovery "github.com/lanesched/lanes/internal/discovery"
 
 // ownerUse is what one owner's residents hold: their count, host bytes
 // and device bytes.
@@ -28,7 +28,7 @@ func (c *Cache) put(e *Executable) {
 
 // remove takes the resident of key k out of the map and the indexes and
 // returns it.
-func (c *Cache) remove(k cache.SegmentKey) *Executable {
+func (c *Cache) remove(k discovery.SegmentKey) *Executable {
 	e := c.entries[k]
 	delete(c.entries, k)
 	c.resident -= e.Bytes

@@ -3,10 +3,9 @@ package execcache
 import (
 	"testing"
 
-	"github.com/lanesched/lanes/internal/backend"
-
-	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 )
 
 // partialExec is an executable whose device refuses its next rebind at
@@ -44,11 +43,11 @@ func TestRestoreAfterPartialRebind(t *testing.T) {
 	own := []cuda.Command{{Kind: cuda.KindLaunch, Kernel: "k"}}
 	put := func(key byte, recipe []cuda.Command) (*Executable, *partialExec) {
 		x := &partialExec{}
-		e := &Executable{Key: cache.SegmentKey{key}, Exec: x, Owner: "a", recipe: recipe, uploaded: true, DeviceBytes: 1, lastUsed: c.tick()}
+		e := &Executable{Key: discovery.SegmentKey{key}, Exec: x, Owner: "a", recipe: recipe, uploaded: true, DeviceBytes: 1, lastUsed: c.tick()}
 		c.put(e)
 		return e, x
 	}
-	var r cache.PrepareReport
+	var r discovery.PrepareReport
 	for _, tc := range []struct {
 		name     string
 		at       int

@@ -6,7 +6,7 @@ package execcache
 import (
 	"sort"
 
-	cache "github.com/lanesched/lanes/cache"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 )
 
 // plan admits the misses that fit, by count and by bytes, once every
@@ -27,7 +27,7 @@ import (
 // they use instead of trading executables round robin (which would leave
 // every owner capturing and none replaying); and the residents of owners
 // gone idle make room for newcomers.
-func (c *Cache) plan(owner string, misses []cache.SegmentKey, cands []cache.Candidate) (admitted, evictable []cache.SegmentKey, first int) {
+func (c *Cache) plan(owner string, misses []discovery.SegmentKey, cands []discovery.Candidate) (admitted, evictable []discovery.SegmentKey, first int) {
 	uses := c.uses(owner, cands)
 	evictable, first = c.evictionOrder(owner, uses)
 	return c.admit(misses, cands, evictable), evictable, first
@@ -39,12 +39,12 @@ type use struct {
 	n     int
 	bytes int64
 	dev   int64 // device bytes
-	keys  []cache.SegmentKey
+	keys  []discovery.SegmentKey
 }
 
 // uses is every owner's use of the cache, the batch's owner's included.
-func (c *Cache) uses(owner string, cands []cache.Candidate) map[string]*use {
-	needed := map[cache.SegmentKey]bool{}
+func (c *Cache) uses(owner string, cands []discovery.Candidate) map[string]*use {
+	needed := map[discovery.SegmentKey]bool{}
 	for _, cand := range cands {
 		needed[cand.Key] = true
 	}
@@ -66,14 +66,14 @@ func (c *Cache) uses(owner string, cands []cache.Candidate) map[string]*use {
 }
 
 // byUse sorts residents least recently used first.
-func (c *Cache) byUse(keys []cache.SegmentKey) {
+func (c *Cache) byUse(keys []discovery.SegmentKey) {
 	sort.Slice(keys, func(i, j int) bool { return c.entries[keys[i]].lastUsed < c.entries[keys[j]].lastUsed })
 }
 
 // evictionOrder lists the residents the owner's batch may evict, in the
 // order they go, in two groups: others' excess beyond their share and the
 // owner's own, the owner's first once it is beyond its share.
-func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []cache.SegmentKey, first int) {
+func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []discovery.SegmentKey, first int) {
 	countShare := c.prep.capacity / len(uses)
 	byteShare := c.byteLimit / int64(len(uses))
 	devShare := c.devLimit / int64(len(uses))
@@ -85,7 +85,7 @@ func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []c
 	// A batch whose tenant is under its share may take from others' excess
 	// what they use; one at or over its share only what they left idle.
 	under := mine.n < countShare && (c.byteLimit == 0 || mine.bytes < byteShare) && (c.devLimit == 0 || mine.dev < devShare)
-	var others []cache.SegmentKey
+	var others []discovery.SegmentKey
 	for o, u := range uses {
 		if o == owner {
 			continue
@@ -119,8 +119,8 @@ func (c *Cache) evictionOrder(owner string, uses map[string]*use) (evictable []c
 
 // admit lists the misses that fit by count and by bytes once every
 // evictable resident is gone; the others are capacity deferred.
-func (c *Cache) admit(misses []cache.SegmentKey, cands []cache.Candidate, evictable []cache.SegmentKey) []cache.SegmentKey {
-	var admitted []cache.SegmentKey
+func (c *Cache) admit(misses []discovery.SegmentKey, cands []discovery.Candidate, evictable []discovery.SegmentKey) []discovery.SegmentKey {
+	var admitted []discovery.SegmentKey
 	rooms := c.prep.capacity - len(c.entries) + len(evictable)
 	bytes, dev := c.byteLimit-c.residentBytes(), c.devLimit-c.devBytes
 	for _, k := range evictable {

@@ -6,11 +6,12 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/cachetest"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 )
 
 // upload is a replayable plan-scoped upload of n bytes into counter buf,
 // keyed by its bytes' first value.
-func upload(t *testing.T, r *cachetest.Rig, buf, n int, tag byte) cache.Command {
+func upload(t *testing.T, r *cachetest.Rig, buf, n int, tag byte) discovery.Command {
 	t.Helper()
 	data := make([]byte, n)
 	data[0] = tag
@@ -22,11 +23,11 @@ func upload(t *testing.T, r *cachetest.Rig, buf, n int, tag byte) cache.Command 
 	if err != nil {
 		t.Fatalf("cuda.Upload of %d bytes: got err %v, want nil", n, err)
 	}
-	return cache.Command{Cmd: c, Phase: cache.PhaseCompute, Node: 0, Key: cache.NewKey("shares", "upload").Bytes(data).Finish(), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
+	return discovery.Command{Cmd: c, Phase: cache.PhaseCompute, Node: 0, Key: cache.NewKey("shares", "upload").Bytes(data).Finish(), HasKey: true, Scopes: []cache.Scope{cache.PlanScope()}}
 }
 
-func resident(r *cachetest.Rig, cmds []cache.Command) bool {
-	d, _ := cache.Discover(cmds, nil)
+func resident(r *cachetest.Rig, cmds []discovery.Command) bool {
+	d, _ := discovery.Discover(cmds, nil)
 	for _, c := range d.Candidates {
 		if _, ok := r.Cache.Lookup(c.Key); !ok {
 			return false
@@ -43,7 +44,7 @@ func TestChurnEvictsOnlyTheChurner(t *testing.T) {
 		t.Fatalf("Configure(4): got err %v, want nil", err)
 	}
 	r.Owner = "steady"
-	mine := [][]cache.Command{r.Segment(0, 1), r.Segment(1, 0)}
+	mine := [][]discovery.Command{r.Segment(0, 1), r.Segment(1, 0)}
 	for _, seg := range mine {
 		r.Run(seg, true)
 	}
@@ -79,11 +80,11 @@ func TestCacheBytesBound(t *testing.T) {
 	}
 	r.Cache.LimitBytes(128)
 	r.Owner = "steady"
-	keep := []cache.Command{upload(t, r, 0, 32, 1)}
+	keep := []discovery.Command{upload(t, r, 0, 32, 1)}
 	r.Run(keep, true)
 	r.Owner = "big"
 	for i := range 20 {
-		r.Run([]cache.Command{upload(t, r, 1+i%7, 48, byte(i+10))}, true)
+		r.Run([]discovery.Command{upload(t, r, 1+i%7, 48, byte(i+10))}, true)
 		if b := r.Cache.Bytes(); b > 128 {
 			t.Fatalf("after %d uploads: got %d bytes retained, want at most the bound 128", i+1, b)
 		}
@@ -92,7 +93,7 @@ func TestCacheBytesBound(t *testing.T) {
 		t.Fatal("the steady tenant's 32-byte executable, within its 64-byte share: got evicted, want resident")
 	}
 	// A segment larger than the whole bound never becomes resident.
-	_, rep := r.Run([]cache.Command{upload(t, r, 0, 64, 99), upload(t, r, 1, 64, 98)}, true)
+	_, rep := r.Run([]discovery.Command{upload(t, r, 0, 64, 99), upload(t, r, 1, 64, 98)}, true)
 	if rep.Captured != 0 || rep.CapacityDeferred == 0 {
 		t.Fatalf("a 128-byte segment beside 32 resident bytes: got Captured %d, CapacityDeferred %d; want 0 and at least 1 (report %+v)", rep.Captured, rep.CapacityDeferred, rep)
 	}
@@ -128,7 +129,7 @@ func TestNoSquatting(t *testing.T) {
 			if got != want || rep.Captured != 0 && !captureOnly {
 				t.Fatalf("capture only %v, batch %d of a newcomer beside three owners' residents (in use for 6 batches): got Captured+Updated %d, want %d (report %+v)", captureOnly, i, got, want, rep)
 			}
-			if !captureOnly && i == 0 && (len(rep.Updates) != 1 || rep.Updates[0].InPlace != cache.UpdateByParameters) {
+			if !captureOnly && i == 0 && (len(rep.Updates) != 1 || rep.Updates[0].InPlace != discovery.UpdateByParameters) {
 				t.Fatalf("the newcomer's first batch: got updates %+v, want one by parameters", rep.Updates)
 			}
 		}
@@ -180,7 +181,7 @@ func TestNoRoundRobinThrash(t *testing.T) {
 			hits += rep.Hits
 			captures += rep.Captured
 			for _, u := range rep.Updates {
-				if u.InPlace == cache.UpdateByParameters {
+				if u.InPlace == discovery.UpdateByParameters {
 					rebound++
 				} else {
 					captures++

@@ -5,6 +5,8 @@ package execcache
 import (
 	"fmt"
 
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	cache "github.com/lanesched/lanes/cache"
 )
 
@@ -36,7 +38,7 @@ func (t *tracker) seal() error {
 	return nil
 }
 
-func (t *tracker) record(r cache.PrepareReport) {
+func (t *tracker) record(r discovery.PrepareReport) {
 	t.counts.Batches++
 	t.counts.Captured += r.Captured
 	t.counts.Uploaded += r.Uploaded

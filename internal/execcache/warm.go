@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/lanesched/lanes/internal/backend"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	cache "github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
@@ -18,8 +19,8 @@ import (
 // scope, owner and host bytes, the commands it replays, and how often it
 // was replayed.
 type Recipe struct {
-	Key      cache.SegmentKey
-	Shape    cache.ShapeKey
+	Key      discovery.SegmentKey
+	Shape    discovery.ShapeKey
 	Scope    cache.Scope
 	Owner    string
 	Bytes    int64
@@ -72,7 +73,7 @@ const (
 
 // Skipped is one recipe Warm did not capture: its key, owner and why.
 type Skipped struct {
-	Key    cache.SegmentKey
+	Key    discovery.SegmentKey
 	Owner  string
 	Reason WarmSkip
 	Err    error // the failure behind WarmCaptureFailed or WarmStaleBuffer
@@ -93,7 +94,7 @@ type WarmReport struct {
 // could not be proven) is returned, and the rest are skipped.
 func (c *Cache) Warm(s backend.Stream, recipes []Recipe, enqueue func(cuda.Command) error, outOfTime func() bool) (WarmReport, error) {
 	var r WarmReport
-	var prep cache.PrepareReport // collects Timings
+	var prep discovery.PrepareReport // collects Timings
 	skip := func(rest []Recipe, why WarmSkip) {
 		for _, rc := range rest {
 			r.Skipped = append(r.Skipped, Skipped{Key: rc.Key, Owner: rc.Owner, Reason: why})
@@ -141,8 +142,8 @@ func (c *Cache) Warm(s backend.Stream, recipes []Recipe, enqueue func(cuda.Comma
 }
 
 // warmOne captures, instantiates and uploads one recipe.
-func (c *Cache) warmOne(s backend.Stream, rc Recipe, enqueue func(cuda.Command) error, prep *cache.PrepareReport) (*Executable, error) {
-	cand := cache.Candidate{Start: 0, End: len(rc.Commands), Key: rc.Key, Shape: rc.Shape, Scope: rc.Scope, Bytes: rc.Bytes}
+func (c *Cache) warmOne(s backend.Stream, rc Recipe, enqueue func(cuda.Command) error, prep *discovery.PrepareReport) (*Executable, error) {
+	cand := discovery.Candidate{Start: 0, End: len(rc.Commands), Key: rc.Key, Shape: rc.Shape, Scope: rc.Scope, Bytes: rc.Bytes}
 	t := c.start()
 	graph, exe, err := record(s, cand, func(i int) error { return enqueue(rc.Commands[i]) })
 	c.timed(prep, cache.StageCapture, len(rc.Commands), t)

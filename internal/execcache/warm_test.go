@@ -7,6 +7,8 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/internal/cachetest"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	execcache "github.com/lanesched/lanes/internal/execcache"
 )
 
@@ -20,7 +22,7 @@ func TestWarmCarriesRecipesIntoAFreshCache(t *testing.T) {
 	if _, err := r.Cache.Configure(8); err != nil {
 		t.Fatal(err)
 	}
-	segs := [][]cache.Command{r.Segment(0, 1), r.Segment(1, 2), r.Segment(2, 3)}
+	segs := [][]discovery.Command{r.Segment(0, 1), r.Segment(1, 2), r.Segment(2, 3)}
 	for i, seg := range segs {
 		r.Owner = []string{"a", "b", "c"}[i]
 		for range 3 - i { // a's replayed most
@@ -114,7 +116,7 @@ func TestNamesAreStable(t *testing.T) {
 	if len(seen) < 10 || cache.ReasonNone.String() == "" || cache.Reason(200).String() != "unknown" {
 		t.Errorf("Reasons: got %d names, none %q, out of range %q", len(seen), cache.ReasonNone, cache.Reason(200))
 	}
-	for _, d := range []cache.Disposition{cache.DispositionHit, cache.DispositionCaptured, cache.DispositionUpdated, cache.DispositionCaptureRejected, cache.DispositionQuiescenceDeferred, cache.DispositionOutsidePreparation} {
+	for _, d := range []discovery.Disposition{discovery.DispositionHit, discovery.DispositionCaptured, discovery.DispositionUpdated, discovery.DispositionCaptureRejected, discovery.DispositionQuiescenceDeferred, discovery.DispositionOutsidePreparation} {
 		if d.String() == "" {
 			t.Errorf("disposition %d has no name", d)
 		}
@@ -131,7 +133,7 @@ func TestNamesAreStable(t *testing.T) {
 }
 
 // r0SegmentKey is the key of a segment a rig captured.
-func r0SegmentKey(t *testing.T) cache.SegmentKey {
+func r0SegmentKey(t *testing.T) discovery.SegmentKey {
 	r := cachetest.New(t, 2)
 	if _, err := r.Cache.Configure(8); err != nil {
 		t.Fatal(err)

@@ -4,9 +4,9 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -40,9 +40,9 @@ func TestLibraryCallCapturedAndReplayed(t *testing.T) {
 		if row.Op != "call:add" || !row.Replayed {
 			t.Fatalf("submission %d, row 0: got op %q replayed %v (%v), want call:add replayed", i, row.Op, row.Replayed, row.Reason)
 		}
-		want := cache.DispositionCaptured
+		want := discovery.DispositionCaptured
 		if i == 1 {
-			want = cache.DispositionHit
+			want = discovery.DispositionHit
 		}
 		if got := sub.Preparation.Dispositions[0]; got != want {
 			t.Fatalf("submission %d: got disposition %v, want %v (a call of other parameters is another key)", i, got, want)

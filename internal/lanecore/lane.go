@@ -11,6 +11,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	catalog "github.com/lanesched/lanes/internal/catalog"
 
@@ -119,15 +120,15 @@ type Lane struct {
 	ready     []lanes.Receipt
 	counters  lanes.Counters
 	staged    lanes.StagedCounters
-	scratch   []cache.Command   // plan's view of a batch, reused
-	live      []cuda.Buffer     // handles found live while the device freed nothing (batch.go)
-	liveFrees uint64            // the device's free count when live was filled
-	planned   plan              // the plan of the Submit in progress, reused
-	memo      *cache.Memo       // keys of the commands and segments the lane has seen
-	steps     stepMemo          // batches planned before, and what planning found (stepmemo.go)
-	tailFence uint64            // the submission whose timed fence was the stream's last work, or 0 (borrowStart)
-	ops       map[string]string // kernel -> its row operation id
-	callOps   map[string]string // library call -> its row operation id
+	scratch   []discovery.Command // plan's view of a batch, reused
+	live      []cuda.Buffer       // handles found live while the device freed nothing (batch.go)
+	liveFrees uint64              // the device's free count when live was filled
+	planned   plan                // the plan of the Submit in progress, reused
+	memo      *discovery.Memo     // keys of the commands and segments the lane has seen
+	steps     stepMemo            // batches planned before, and what planning found (stepmemo.go)
+	tailFence uint64              // the submission whose timed fence was the stream's last work, or 0 (borrowStart)
+	ops       map[string]string   // kernel -> its row operation id
+	callOps   map[string]string   // library call -> its row operation id
 
 	// Attributions repeat step after step: rows and logical commands are
 	// built in scratch slices and interned (intern.go).
@@ -171,7 +172,7 @@ func New(cfg Config) (*Lane, error) {
 	if sizer, ok := cfg.Device.(interface{ ExecBytes(nodes int) int64 }); ok {
 		c.SetSizer(sizer.ExecBytes)
 	}
-	l := &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: catalog.New(cfg.Runtime, c), memo: cache.NewMemo(keyMemoLimit),
+	l := &Lane{id: cfg.ID, dev: cfg.Device, s: cfg.Stream, cache: c, catalog: catalog.New(cfg.Runtime, c), memo: discovery.NewMemo(keyMemoLimit),
 		stages: cfg.Sections, now: cfg.Now, waiter: cfg.Waiter, attrHash: newAttributionHash(), pins: inputPins{budget: pinBudget(cfg.PinBytes)},
 		configured: cfg.Libraries, onWorkspace: cfg.OnWorkspace}
 	for _, lib := range cfg.Libraries {
@@ -334,7 +335,7 @@ func (l *Lane) Trim() (cache.TrimReport, error) {
 // Evicted executables are retired until the stream is quiescent if it has
 // work in flight; other programs that used them turn them into gaps.
 func (l *Lane) ForgetTenant(tenant string, ids []programs.ID) {
-	var evicted []cache.SegmentKey
+	var evicted []discovery.SegmentKey
 	if l.cache.Preparation().State == cache.PrepOpen {
 		evicted = l.cache.EvictOwner(tenant, l.quiescent())
 	} else {

@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/codes"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
@@ -155,7 +156,7 @@ func TestLibraryStateAfterRecover(t *testing.T) {
 	}
 	sub := r.submit(lanes.Batch{Entries: []lanes.Entry{tl.call(t, r.bufs[0])}})
 	r.settle()
-	if got := sub.Preparation.Dispositions[0]; got != cache.DispositionHit {
+	if got := sub.Preparation.Dispositions[0]; got != discovery.DispositionHit {
 		t.Fatalf("the step after recovery: got disposition %v, want a hit (the executable kept its workspace)", got)
 	}
 	if len(tl.setups) != 2 || tl.setups[1].Workspace != tl.setups[0].Workspace {

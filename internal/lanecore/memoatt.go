@@ -6,7 +6,8 @@ package lanecore
 import (
 	"slices"
 
-	"github.com/lanesched/lanes/cache"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	lanes "github.com/lanesched/lanes/lanes"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
@@ -38,7 +39,7 @@ type memoAttribution struct {
 // plan's candidate it replayed.
 type memoExecutable struct {
 	exe  *execcache.Executable
-	key  cache.SegmentKey
+	key  discovery.SegmentKey
 	cand int
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	catalog "github.com/lanesched/lanes/internal/catalog"
 
 	lanes "github.com/lanesched/lanes/lanes"
@@ -22,8 +24,8 @@ import (
 type plan struct {
 	batch    lanes.Batch // a copy, so the caller's batch does not escape per Submit
 	prelude  []cuda.Command
-	disc     cache.Discovery
-	rep      cache.PrepareReport
+	disc     discovery.Discovery
+	rep      discovery.PrepareReport
 	resident []int // per entry: index of its resident candidate, or -1
 	program  *programs.ID
 	resolved []catalog.Resolved // per entry: the resolved invocation
@@ -82,7 +84,7 @@ func (l *Lane) planRemembered(b *lanes.Batch, s *memoStep) (*plan, error) {
 
 // finishPlan is the part of planning every batch goes through: the path's
 // candidates, preparation, the path requirement and program registration.
-func (l *Lane) finishPlan(p *plan, cmds []cache.Command) (*plan, error) {
+func (l *Lane) finishPlan(p *plan, cmds []discovery.Command) (*plan, error) {
 	const op = "submit"
 	b := &p.batch
 	if b.Path == lanes.PathEagerOnly {
@@ -122,14 +124,14 @@ func (l *Lane) newPlan(b *lanes.Batch, prelude []cuda.Command) *plan {
 // reused scratch slice (valid through this call): each entry's command,
 // phase and node, and its replay key unless the path is eager only; an
 // invocation is resolved against the catalog and splits discovery.
-func (l *Lane) discoveryView(p *plan) []cache.Command {
+func (l *Lane) discoveryView(p *plan) []discovery.Command {
 	b := &p.batch
 	if cap(l.scratch) < len(b.Entries) {
-		l.scratch = make([]cache.Command, len(b.Entries))
+		l.scratch = make([]discovery.Command, len(b.Entries))
 	}
 	cmds := l.scratch[:len(b.Entries)]
 	for i, e := range b.Entries {
-		cmds[i] = cache.Command{Cmd: e.Command, Phase: e.Phase, Node: e.Node}
+		cmds[i] = discovery.Command{Cmd: e.Command, Phase: e.Phase, Node: e.Node}
 		if e.Invoke != nil {
 			cmds[i].Phase = cache.PhaseReadout // a replay by reference splits discovery
 			if p.resolved == nil {
@@ -182,7 +184,7 @@ func (l *Lane) prepare(p *plan) error {
 
 // register registers the program the batch declares, if any, and keeps
 // its id for the attribution.
-func (l *Lane) register(p *plan, cmds []cache.Command) error {
+func (l *Lane) register(p *plan, cmds []discovery.Command) error {
 	b := &p.batch
 	if b.Program == nil {
 		return nil
@@ -199,7 +201,7 @@ func (l *Lane) register(p *plan, cmds []cache.Command) error {
 }
 
 // observe adds a preparation's outcome to the counters.
-func (l *Lane) observe(d cache.Discovery, r cache.PrepareReport) {
+func (l *Lane) observe(d discovery.Discovery, r discovery.PrepareReport) {
 	c := &l.counters
 	c.Candidates += uint64(len(d.Candidates))
 	c.Captured += uint64(r.Captured)
@@ -207,7 +209,7 @@ func (l *Lane) observe(d cache.Discovery, r cache.PrepareReport) {
 	c.UpdateRefusals += uint64(len(r.UpdateRefusals))
 	c.RebindRefusals += uint64(len(r.RebindRefusals))
 	for _, u := range r.Updates {
-		if u.InPlace == cache.UpdateByParameters {
+		if u.InPlace == discovery.UpdateByParameters {
 			c.Rebound++
 		}
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 
@@ -16,7 +18,7 @@ import (
 type Submission struct {
 	Fence       uint64
 	Attribution lanes.Attribution
-	Preparation cache.PrepareReport
+	Preparation discovery.PrepareReport
 }
 
 // events lists what preparation did to the cache.
@@ -27,16 +29,16 @@ func (p *plan) events() []lanes.CacheEvent {
 		key := p.disc.Candidates[ci].Key
 		var ev lanes.CacheEvent
 		switch d {
-		case cache.DispositionCaptured:
+		case discovery.DispositionCaptured:
 			ev.Kind = "captured"
-		case cache.DispositionUpdated:
+		case discovery.DispositionUpdated:
 			ev.Kind = "updated"
 			for _, u := range p.rep.Updates {
 				if u.To == key {
 					ev.Detail, ev.Reason = "in place of "+u.From.String(), u.InPlace.String()
 				}
 			}
-		case cache.DispositionCaptureRejected:
+		case discovery.DispositionCaptureRejected:
 			ev.Kind = "capture_rejected"
 			if rej < len(p.rep.Rejections) {
 				ev.Detail = p.rep.Rejections[rej].Error()
@@ -49,7 +51,7 @@ func (p *plan) events() []lanes.CacheEvent {
 		out = append(out, ev)
 	}
 	for _, k := range p.rep.Evicted {
-		if !slices.ContainsFunc(p.rep.Updates, func(u cache.Update) bool { return u.From == k }) { // an update re-keys, it evicts nothing
+		if !slices.ContainsFunc(p.rep.Updates, func(u discovery.Update) bool { return u.From == k }) { // an update re-keys, it evicts nothing
 			out = append(out, lanes.CacheEvent{Kind: "evicted", Key: k.String()})
 		}
 	}

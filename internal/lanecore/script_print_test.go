@@ -12,6 +12,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -148,7 +149,7 @@ func (s *script) ledger(p func(string, ...any)) {
 func (s *script) coverage(p func(string, ...any)) {
 	var dis, rs []string
 	n := 0
-	for d := cache.DispositionHit; d <= cache.DispositionOutsidePreparation; d++ {
+	for d := discovery.DispositionHit; d <= discovery.DispositionOutsidePreparation; d++ {
 		n++
 		if !s.dispositions[d] {
 			dis = append(dis, d.String())

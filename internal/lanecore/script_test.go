@@ -13,6 +13,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -94,8 +96,8 @@ type script struct {
 	segs  map[string]string // segment fingerprint -> seg1, seg2, ...
 	nsegs int
 
-	dispositions map[cache.Disposition]bool // shown by a submission
-	reasons      map[cache.Reason]bool      // shown on a row or a catalog gap
+	dispositions map[discovery.Disposition]bool // shown by a submission
+	reasons      map[cache.Reason]bool          // shown on a row or a catalog gap
 
 	accepted     []uint64       // fences of accepted submissions, in order
 	receipts     map[uint64]int // fence -> receipts seen
@@ -109,7 +111,7 @@ func newScript(t *testing.T) *script {
 	r := newRig(t, sim.ClockVirtual, scriptCounters)
 	s := &script{t: t, r: r, bufs: map[string]cuda.Buffer{}, segs: map[string]string{},
 		receipts: map[uint64]int{}, outcomes: map[lanes.Outcome]int{},
-		dispositions: map[cache.Disposition]bool{}, reasons: map[cache.Reason]bool{}}
+		dispositions: map[discovery.Disposition]bool{}, reasons: map[cache.Reason]bool{}}
 	for i, b := range r.bufs {
 		s.bufs[fmt.Sprintf("c%d", i)] = b
 	}

@@ -8,8 +8,9 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 
@@ -57,7 +58,7 @@ type memoStep struct {
 	fp       uint64
 	batch    lanes.Batch // entries (commands copied, upload bytes dropped), path, timing, boundaries, retained buffers
 	hostLens []int       // per entry: the upload's byte count, which validation checked
-	disc     cache.Discovery
+	disc     discovery.Discovery
 	frees    uint64 // the device's free count when its handles were last found live
 	att      memoAttribution
 }
@@ -177,7 +178,7 @@ func sameHostRegion(a, b *cuda.HostRegion) bool {
 // remember keeps b's plan (its discovery d, its handles found live at
 // device free count frees) if b was seen before; otherwise it notes b's
 // fingerprint.
-func (m *stepMemo) remember(b *lanes.Batch, fp uint64, d cache.Discovery, frees uint64) {
+func (m *stepMemo) remember(b *lanes.Batch, fp uint64, d discovery.Discovery, frees uint64) {
 	if _, ok := m.seenBy[fp]; !ok {
 		m.see(fp)
 		return
@@ -255,10 +256,10 @@ func copyPlanned(b *lanes.Batch) lanes.Batch {
 }
 
 // copyDiscovery copies a discovery out of the cache memo's reused slices.
-func copyDiscovery(d cache.Discovery) cache.Discovery {
-	c := cache.Discovery{Bindings: slices.Clone(d.Bindings), Reasons: slices.Clone(d.Reasons)}
+func copyDiscovery(d discovery.Discovery) discovery.Discovery {
+	c := discovery.Discovery{Bindings: slices.Clone(d.Bindings), Reasons: slices.Clone(d.Reasons)}
 	if len(d.Candidates) > 0 {
-		c.Candidates = make([]cache.Candidate, len(d.Candidates))
+		c.Candidates = make([]discovery.Candidate, len(d.Candidates))
 		for i, cand := range d.Candidates {
 			cand.Keys = slices.Clone(cand.Keys)
 			c.Candidates[i] = cand

@@ -7,6 +7,8 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	discovery "github.com/lanesched/lanes/internal/discovery"
+
 	lanes "github.com/lanesched/lanes/lanes"
 )
 
@@ -25,8 +27,8 @@ func TestRememberedStepMatchesOnlyItsOwnBatch(t *testing.T) {
 	var m stepMemo
 	b := base()
 	const fp = 42
-	m.remember(&b, fp, cache.Discovery{}, 0)
-	m.remember(&b, fp, cache.Discovery{}, 0) // the second sighting is kept
+	m.remember(&b, fp, discovery.Discovery{}, 0)
+	m.remember(&b, fp, discovery.Discovery{}, 0) // the second sighting is kept
 	if m.lookup(&b, fp) == nil {
 		t.Fatalf("lookup of the remembered batch: got nil, want its step")
 	}
@@ -79,8 +81,8 @@ func TestMemoComparesEveryField(t *testing.T) {
 	var m stepMemo
 	b := base()
 	const fp = 7
-	m.remember(&b, fp, cache.Discovery{}, 0)
-	m.remember(&b, fp, cache.Discovery{}, 0)
+	m.remember(&b, fp, discovery.Discovery{}, 0)
+	m.remember(&b, fp, discovery.Discovery{}, 0)
 	if m.lookup(&b, fp) == nil {
 		t.Fatalf("lookup of the remembered batch: got nil, want its step")
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	lanes "github.com/lanesched/lanes/lanes"
 
@@ -247,7 +248,7 @@ func (q *enqueuing) replay(i int) (int, error) {
 
 // attributeSegment adds the rows and the segment record of a replayed
 // candidate.
-func (q *enqueuing) attributeSegment(cand cache.Candidate, exe *execcache.Executable) {
+func (q *enqueuing) attributeSegment(cand discovery.Candidate, exe *execcache.Executable) {
 	l, p, entries := q.l, q.p, q.p.batch.Entries
 	rec := lanes.SegmentRecord{Start: cand.Start, End: cand.End, Ordinal: -1, Commands: cand.Len()}
 	if p.program != nil {

@@ -1,4 +1,4 @@
-package cache_test
+package discovery_test
 
 import (
 	"math/rand"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cache"
+	discovery "github.com/lanesched/lanes/internal/discovery"
 )
 
 // TestMemoGivesTheSameDiscovery: a memo changes no key. Random batches,
@@ -14,11 +15,11 @@ import (
 // memo reuses one discovery's slices for the next.
 func TestMemoGivesTheSameDiscovery(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
-	memo := cache.NewMemo(7)
-	var batches [][]cache.Command
+	memo := discovery.NewMemo(7)
+	var batches [][]discovery.Command
 	for range 40 {
 		n := 1 + r.Intn(12)
-		var cmds []cache.Command
+		var cmds []discovery.Command
 		for i := range n {
 			c := zeroCmd(uint64(1+r.Intn(6)), i, cache.PlanScope())
 			if r.Intn(5) == 0 {
@@ -33,7 +34,7 @@ func TestMemoGivesTheSameDiscovery(t *testing.T) {
 	}
 	for i := range 400 {
 		cmds := batches[r.Intn(len(batches))]
-		want, err := cache.Discover(cmds, nil)
+		want, err := discovery.Discover(cmds, nil)
 		if err != nil {
 			t.Fatalf("discovery %d: Discover: got err %v, want nil", i, err)
 		}
@@ -50,11 +51,11 @@ func TestMemoGivesTheSameDiscovery(t *testing.T) {
 // BenchmarkDiscover compares discovery of a 16-command segment with and
 // without a memo: the memo answers repeated keys by lookup, not SHA-256.
 func BenchmarkDiscover(b *testing.B) {
-	var cmds []cache.Command
+	var cmds []discovery.Command
 	for i := range 16 {
 		cmds = append(cmds, zeroCmd(uint64(1+i), i, cache.PlanScope()))
 	}
-	for _, memo := range []*cache.Memo{nil, cache.NewMemo(64)} {
+	for _, memo := range []*discovery.Memo{nil, discovery.NewMemo(64)} {
 		name := "hashed"
 		if memo != nil {
 			name = "memo"

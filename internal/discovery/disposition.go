@@ -1,9 +1,9 @@
 // What preparation did with each candidate (its Disposition) and with the
 // batch (the PrepareReport).
 
-package cache
+package discovery
 
-import "time"
+import "github.com/lanesched/lanes/cache"
 
 // Disposition is what preparation did with one candidate.
 type Disposition uint8
@@ -36,20 +36,20 @@ func (d Disposition) Resident() bool {
 }
 
 // Reason is the gap reason of a non-resident disposition.
-func (d Disposition) Reason() Reason {
+func (d Disposition) Reason() cache.Reason {
 	switch d {
 	case DispositionCaptureRejected:
-		return ReasonCaptureRejected
+		return cache.ReasonCaptureRejected
 	case DispositionCachedRejection:
-		return ReasonCachedRejection
+		return cache.ReasonCachedRejection
 	case DispositionQuiescenceDeferred:
-		return ReasonQuiescenceDeferred
+		return cache.ReasonQuiescenceDeferred
 	case DispositionCapacityDeferred:
-		return ReasonCapacityDeferred
+		return cache.ReasonCapacityDeferred
 	case DispositionOutsidePreparation:
-		return ReasonOutsidePreparation
+		return cache.ReasonOutsidePreparation
 	}
-	return ReasonNone
+	return cache.ReasonNone
 }
 
 // PrepareReport is what one Prepare did.
@@ -69,7 +69,7 @@ type PrepareReport struct {
 	RebindRefusals []error
 	// Timings are the capture, instantiation, upload, update and rebind
 	// it made, each timed by the cache's clock (SetClock; none without).
-	Timings []Timing
+	Timings []cache.Timing
 	// DeviceDeferred counts the candidates capacity deferred because the
 	// device-byte bound (LimitDeviceBytes) left no room for them.
 	DeviceDeferred int
@@ -110,39 +110,4 @@ func (k UpdateKind) String() string {
 		return "parameters"
 	}
 	return "none"
-}
-
-// Stage is one timed step of preparing an executable.
-type Stage uint8
-
-// The timed steps of preparation.
-const (
-	StageCapture     Stage = iota + 1 // begin capture, enqueue the commands, end capture
-	StageInstantiate                  // cuGraphInstantiate
-	StageUpload                       // cuGraphUpload
-	StageUpdate                       // cuGraphExecUpdate from a new capture
-	StageRebind                       // in-place parameter update, no capture
-)
-
-var stageNames = [...]string{"", "capture", "instantiate", "upload", "update", "rebind"}
-
-// String is the stage's snake_case name.
-func (s Stage) String() string {
-	if int(s) < len(stageNames) && s != 0 {
-		return stageNames[s]
-	}
-	return "none"
-}
-
-// Stages lists every stage, in order.
-func Stages() []Stage {
-	return []Stage{StageCapture, StageInstantiate, StageUpload, StageUpdate, StageRebind}
-}
-
-// Timing is one timed step: its stage, the nodes it handled and how long
-// it took by the cache's clock.
-type Timing struct {
-	Stage Stage
-	Nodes int
-	Took  time.Duration
 }

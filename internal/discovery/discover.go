@@ -1,12 +1,13 @@
 // Discovery: a batch's replayable runs of commands become candidates, and
 // every other command gets the reason it runs eagerly.
 
-package cache
+package discovery
 
 import (
 	"fmt"
 	"sort"
 
+	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 )
 
@@ -16,9 +17,9 @@ type Candidate struct {
 	Start, End int
 	Key        SegmentKey
 	Shape      ShapeKey // what it does, regardless of addresses and scalars
-	Scope      Scope
-	Keys       []Key // the command keys, in order
-	Bytes      int64 // host bytes its uploads carry, which its executable retains
+	Scope      cache.Scope
+	Keys       []cache.Key // the command keys, in order
+	Bytes      int64       // host bytes its uploads carry, which its executable retains
 }
 
 // hostBytes is the host bytes commands carry.
@@ -41,7 +42,7 @@ type Discovery struct {
 	// Reasons holds, per command, why it joins no candidate: ReasonNone for
 	// candidate members, ReasonEagerBoundary, ReasonNotCompute, a binding
 	// reason, or ReasonAddressScopeConflict when its run mixed two lanes.
-	Reasons []Reason
+	Reasons []cache.Reason
 }
 
 // StableTransfer reports whether commands of kind k move bytes between
@@ -93,21 +94,21 @@ func (m *Memo) Discover(cmds []Command, eagerBoundaries []int) (Discovery, error
 		b := m.bindCommand(c)
 		d.Bindings[i] = b
 		switch {
-		case c.Phase != PhaseCompute && !(c.HasKey && StableTransfer(c.Cmd.Kind)):
-			d.Reasons[i] = ReasonNotCompute
-		case c.Node != NoNode && boundary[c.Node]:
-			d.Reasons[i] = ReasonEagerBoundary
+		case c.Phase != cache.PhaseCompute && !(c.HasKey && StableTransfer(c.Cmd.Kind)):
+			d.Reasons[i] = cache.ReasonNotCompute
+		case c.Node != cache.NoNode && boundary[c.Node]:
+			d.Reasons[i] = cache.ReasonEagerBoundary
 		default:
 			d.Reasons[i] = b.Reason
 		}
 	}
 	for i := 0; i < len(cmds); {
-		if d.Reasons[i] != ReasonNone {
+		if d.Reasons[i] != cache.ReasonNone {
 			i++
 			continue
 		}
 		j := i
-		for j < len(cmds) && d.Reasons[j] == ReasonNone {
+		for j < len(cmds) && d.Reasons[j] == cache.ReasonNone {
 			j++
 		}
 		keys = m.segment(&d, keys, cmds, i, j)
@@ -130,10 +131,10 @@ func checkNodes(cmds []Command, eagerBoundaries []int) error {
 	}
 	attributed := false
 	for i, c := range cmds {
-		if c.Node < NoNode {
+		if c.Node < cache.NoNode {
 			return fmt.Errorf("cache: command %d names plan node %d; use a node index >= 0 or NoNode", i, c.Node)
 		}
-		attributed = attributed || c.Node != NoNode
+		attributed = attributed || c.Node != cache.NoNode
 	}
 	if len(eagerBoundaries) > 0 && len(cmds) > 0 && !attributed {
 		return fmt.Errorf("cache: the batch declares eager boundaries %v but attributes no command to a plan node; set Command.Node", sortedInts(eagerBoundaries))
@@ -144,14 +145,14 @@ func checkNodes(cmds []Command, eagerBoundaries []int) error {
 // segment makes the replayable run cmds[i:j] a candidate, or marks it a
 // scope conflict when its regions' scopes do not combine. It appends the
 // run's keys to keys and returns it.
-func (m *Memo) segment(d *Discovery, keys []Key, cmds []Command, i, j int) []Key {
-	scope, ok := PlanScope(), true
+func (m *Memo) segment(d *Discovery, keys []cache.Key, cmds []Command, i, j int) []cache.Key {
+	scope, ok := cache.PlanScope(), true
 	for k := i; k < j && ok; k++ {
 		scope, ok = combine(scope, d.Bindings[k].Scope)
 	}
 	if !ok {
 		for k := i; k < j; k++ {
-			d.Reasons[k] = ReasonAddressScopeConflict
+			d.Reasons[k] = cache.ReasonAddressScopeConflict
 		}
 		return keys
 	}
@@ -167,9 +168,9 @@ func (m *Memo) segment(d *Discovery, keys []Key, cmds []Command, i, j int) []Key
 // discovery returns an empty discovery for n commands and the array the
 // candidates' keys are appended to: fresh without a memo, else the memo's
 // from its last Discover.
-func (m *Memo) discovery(n int) (Discovery, []Key) {
+func (m *Memo) discovery(n int) (Discovery, []cache.Key) {
 	if m == nil {
-		return Discovery{Bindings: make([]Binding, n), Reasons: make([]Reason, n)}, make([]Key, 0, n)
+		return Discovery{Bindings: make([]Binding, n), Reasons: make([]cache.Reason, n)}, make([]cache.Key, 0, n)
 	}
 	d := m.last
 	d.Bindings = resize(d.Bindings, n)
@@ -179,7 +180,7 @@ func (m *Memo) discovery(n int) (Discovery, []Key) {
 }
 
 // keep remembers the slices of a discovery for the memo's next one.
-func (m *Memo) keep(d Discovery, keys []Key) {
+func (m *Memo) keep(d Discovery, keys []cache.Key) {
 	if m == nil {
 		return
 	}
