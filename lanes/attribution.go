@@ -58,7 +58,7 @@ type CacheEvent struct {
 	Key    string // the segment fingerprint
 	Detail string // for capture_rejected, update_refused and rebind_refused: the device's answer
 	// Reason is, for "updated", how (discovery.UpdateKind: "parameters" or
-	// "graph"); for "rebind_refused", why (cuda.RebindRefusal).
+	// "graph"); for "rebind_refused", why (backend.RebindRefusal).
 	Reason string
 }
 

@@ -182,7 +182,7 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 	}
 	for i := range cmds {
 		if got := nodeKindOf(cmds[i].Kind); got != x.kinds[i] {
-			return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
+			return &backend.RebindRefusedError{Refusal: backend.RebindNodeKind, Node: i,
 				Detail: "the node is a " + nodeKindNames[x.kinds[i]] + " node, the command " + backend.Article(cmds[i].Kind)}
 		}
 	}
@@ -249,7 +249,7 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 		if cuda.Classify(err).Sticky || r == codeNotBound {
 			return err
 		}
-		return &cuda.RebindRefusedError{Refusal: cuda.RebindDeviceRefused, Node: int(failed), Detail: err.Error()}
+		return &backend.RebindRefusedError{Refusal: backend.RebindDeviceRefused, Node: int(failed), Detail: err.Error()}
 	}
 	h := backend.Handles{}
 	for _, cmd := range cmds {
@@ -322,9 +322,9 @@ func (x *exec) walkChain() error {
 	}
 	switch {
 	case x.nodes == 0 || rc == -1:
-		x.chainRefusal = &cuda.RebindRefusedError{Refusal: cuda.RebindNotChain, Node: -1, Detail: "the captured graph is not one chain of nodes"}
+		x.chainRefusal = &backend.RebindRefusedError{Refusal: backend.RebindNotChain, Node: -1, Detail: "the captured graph is not one chain of nodes"}
 	case rc < -1:
-		x.chainRefusal = &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: int(-2 - rc), Detail: "the node is not a kernel, memcpy or memset node"}
+		x.chainRefusal = &backend.RebindRefusedError{Refusal: backend.RebindNodeKind, Node: int(-2 - rc), Detail: "the node is not a kernel, memcpy or memset node"}
 	case rc > 0:
 		return x.dev.check("graph exec rebind", cResult(rc), "cuGraphNodeGetDependentNodes")
 	default:

@@ -79,7 +79,7 @@ func (x *exec) Rebind(cmds []cuda.Command) error {
 	refused := d.fire(FaultUpdateReject, x.scratch)
 	d.mu.Unlock()
 	if refused {
-		return &cuda.RebindRefusedError{Refusal: cuda.RebindDeviceRefused, Node: 0, Detail: "injected update refusal"}
+		return &backend.RebindRefusedError{Refusal: backend.RebindDeviceRefused, Node: 0, Detail: "injected update refusal"}
 	}
 	d.clock.spin(time.Duration(len(cmds)) * d.cost.RebindNode)
 	if x.idle() {

@@ -338,12 +338,12 @@ func ExecBytes(n int) int64 { return ExecBytesBase + int64(n)*ExecBytesPerNode }
 // a kind no node takes in place (Rebindable).
 func CheckRebind(cmds []cuda.Command, n int) error {
 	if len(cmds) != n {
-		return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeCount, Node: -1,
+		return &RebindRefusedError{Refusal: RebindNodeCount, Node: -1,
 			Detail: fmt.Sprintf("%d commands for an executable of %d nodes", len(cmds), n)}
 	}
 	for i := range cmds {
 		if !Rebindable(cmds[i].Kind) {
-			return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
+			return &RebindRefusedError{Refusal: RebindNodeKind, Node: i,
 				Detail: fmt.Sprintf("%s; only kernel, copy and memset nodes take new parameters in place", Article(cmds[i].Kind))}
 		}
 	}
@@ -426,7 +426,7 @@ func KeepRebound(dst, cmd *cuda.Command) {
 // RebindKindMismatch refuses a command of another kind than the one its
 // node was captured from.
 func RebindKindMismatch(i int, node, cmd cuda.CommandKind) error {
-	return &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: i,
+	return &RebindRefusedError{Refusal: RebindNodeKind, Node: i,
 		Detail: fmt.Sprintf("the node was captured from %s, the command is %s", Article(node), Article(cmd))}
 }
 

@@ -210,9 +210,9 @@ type Exec interface {
 	// and checked as Enqueue checks it.
 	// Pointers, scalars, lengths and launch shapes may change. An
 	// executable whose nodes cannot take them fails with a
-	// *cuda.RebindRefusedError (errors.Is cuda.ErrUpdateRefused) saying why, and is
-	// unchanged, except after cuda.RebindDeviceRefused at a node past the first
-	// (cuda.RebindRefusedError.Node: the nodes before it took theirs; launch it
+	// *RebindRefusedError (errors.Is cuda.ErrUpdateRefused) saying why, and is
+	// unchanged, except after RebindDeviceRefused at a node past the first
+	// (RebindRefusedError.Node: the nodes before it took theirs; launch it
 	// again only after a Rebind that succeeds, to its old commands say);
 	// it is unchanged after a contract error.
 	// Launches already enqueued run what they were launched with, so a

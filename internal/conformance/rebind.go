@@ -75,17 +75,17 @@ func testRebind(t *testing.T, dev backend.Device) {
 		t.Fatalf("y2 after the rebound replay: got %v, want its first half %v (the new launch shape's threads), the rest 0", y, 2*-2.5*0.375)
 	}
 	// Refusals leave the executable as it was.
-	refused := func(cmds []cuda.Command, want cuda.RebindRefusal) {
+	refused := func(cmds []cuda.Command, want backend.RebindRefusal) {
 		t.Helper()
 		err := rebound.Rebind(cmds)
-		var re *cuda.RebindRefusedError
+		var re *backend.RebindRefusedError
 		if !errors.As(err, &re) || re.Refusal != want || !errors.Is(err, cuda.ErrUpdateRefused) || cuda.Classify(err).Code != codes.GraphExecUpdateFailure {
-			t.Fatalf("Rebind: got %v, want a *cuda.RebindRefusedError %s matching ErrUpdateRefused", err, want)
+			t.Fatalf("Rebind: got %v, want a *backend.RebindRefusedError %s matching ErrUpdateRefused", err, want)
 		}
 	}
-	refused(next[:2], cuda.RebindNodeCount)
+	refused(next[:2], backend.RebindNodeCount)
 	zero, _ := cuda.Zero(y2.Whole())
-	refused([]cuda.Command{next[0], next[1], zero}, cuda.RebindNodeKind)
+	refused([]cuda.Command{next[0], next[1], zero}, backend.RebindNodeKind)
 	// A contract error (a freed buffer) is the caller's, and changes nothing.
 	gone := f.zeroed(s, cuda.F32, n)
 	stale := step(y2, gone, 1, 1, n)
@@ -106,17 +106,17 @@ func testRebind(t *testing.T, dev backend.Device) {
 	mixed := capture([]cuda.Command{zero, next[1]})
 	defer mixed.Destroy()
 	err := mixed.Rebind([]cuda.Command{next[1], next[1]})
-	var re *cuda.RebindRefusedError
-	if !errors.As(err, &re) || re.Refusal != cuda.RebindNodeKind || re.Node != 0 {
-		t.Fatalf("Rebind of a memset node with a launch: got %v, want refusal %s at node 0", err, cuda.RebindNodeKind)
+	var re *backend.RebindRefusedError
+	if !errors.As(err, &re) || re.Refusal != backend.RebindNodeKind || re.Node != 0 {
+		t.Fatalf("Rebind of a memset node with a launch: got %v, want refusal %s at node 0", err, backend.RebindNodeKind)
 	}
 	// An upload's node (its source pinned memory the graph holds) takes
 	// no parameters in place.
 	up, _ := cuda.Upload(x2.Whole(), EncodeF32(randF32(3, n)))
 	withUpload := capture([]cuda.Command{up, next[1]})
 	defer withUpload.Destroy()
-	if err := withUpload.Rebind([]cuda.Command{up, next[1]}); !errors.As(err, &re) || re.Refusal != cuda.RebindNodeKind {
-		t.Fatalf("Rebind of an executable with an upload node: got %v, want refusal %s", err, cuda.RebindNodeKind)
+	if err := withUpload.Rebind([]cuda.Command{up, next[1]}); !errors.As(err, &re) || re.Refusal != backend.RebindNodeKind {
+		t.Fatalf("Rebind of an executable with an upload node: got %v, want refusal %s", err, backend.RebindNodeKind)
 	}
 	if err := rebound.Destroy(); err != nil {
 		t.Fatal(err)

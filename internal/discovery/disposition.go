@@ -65,7 +65,7 @@ type PrepareReport struct {
 	UpdateRefusals []error
 	// RebindRefusals are the refusals of an in-place parameter update
 	// (backend.Exec.Rebind) before the candidate was captured instead: each
-	// a *cuda.RebindRefusedError saying why.
+	// a *backend.RebindRefusedError saying why.
 	RebindRefusals []error
 	// Timings are the capture, instantiation, upload, update and rebind
 	// it made, each timed by the cache's clock (SetClock; none without).

@@ -186,9 +186,9 @@ func TestRefusedUpdateFallsBackToCapture(t *testing.T) {
 	r.run(r.segment(0), true)
 	rep := r.run(r.segment(1), true)
 	wantDispositions(t, rep, discovery.DispositionCaptured)
-	var refused *cuda.RebindRefusedError
-	if len(rep.RebindRefusals) != 1 || !errors.As(rep.RebindRefusals[0], &refused) || refused.Refusal != cuda.RebindDeviceRefused {
-		t.Fatalf("got rebind refusals %v, want one *cuda.RebindRefusedError %s", rep.RebindRefusals, cuda.RebindDeviceRefused)
+	var refused *backend.RebindRefusedError
+	if len(rep.RebindRefusals) != 1 || !errors.As(rep.RebindRefusals[0], &refused) || refused.Refusal != backend.RebindDeviceRefused {
+		t.Fatalf("got rebind refusals %v, want one *backend.RebindRefusedError %s", rep.RebindRefusals, backend.RebindDeviceRefused)
 	}
 	if len(rep.UpdateRefusals) != 1 || !errors.Is(rep.UpdateRefusals[0], cuda.ErrUpdateRefused) {
 		t.Fatalf("got update refusals %v, want one wrapping cuda.ErrUpdateRefused", rep.UpdateRefusals)

@@ -8,7 +8,9 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
+
 	discovery "github.com/lanesched/lanes/internal/discovery"
 )
 
@@ -164,9 +166,9 @@ func TestRebindRefusals(t *testing.T) {
 	}
 	r.Run([]discovery.Command{r.Inc(0, 0), uploadAt(1)}, true)
 	_, rep := r.Run([]discovery.Command{r.Inc(2, 0), uploadAt(3)}, true)
-	var refused *cuda.RebindRefusedError
-	if len(rep.RebindRefusals) != 1 || !errors.As(rep.RebindRefusals[0], &refused) || refused.Refusal != cuda.RebindNodeKind {
-		t.Fatalf("got rebind refusals %v, want one %s", rep.RebindRefusals, cuda.RebindNodeKind)
+	var refused *backend.RebindRefusedError
+	if len(rep.RebindRefusals) != 1 || !errors.As(rep.RebindRefusals[0], &refused) || refused.Refusal != backend.RebindNodeKind {
+		t.Fatalf("got rebind refusals %v, want one %s", rep.RebindRefusals, backend.RebindNodeKind)
 	}
 	if len(rep.Updates) != 1 || rep.Updates[0].InPlace != discovery.UpdateByGraph {
 		t.Fatalf("got updates %+v, want one by graph after the refusal", rep.Updates)

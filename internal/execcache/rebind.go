@@ -8,6 +8,8 @@ package execcache
 import (
 	"errors"
 
+	"github.com/lanesched/lanes/internal/backend"
+
 	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	cache "github.com/lanesched/lanes/cache"
@@ -158,7 +160,7 @@ func (c *Cache) rebindDonor(r *discovery.PrepareReport, donor *Executable, recip
 	t := c.start()
 	rerr := donor.Exec.Rebind(recipe)
 	c.timed(r, cache.StageRebind, len(recipe), t)
-	var refused *cuda.RebindRefusedError
+	var refused *backend.RebindRefusedError
 	switch {
 	case rerr == nil:
 		if len(c.refusedInARow) > 0 {
@@ -169,7 +171,7 @@ func (c *Cache) rebindDonor(r *discovery.PrepareReport, donor *Executable, recip
 		return false, false, &ReplayError{Stage: "rebind", Detail: rerr.Error(), EagerFallbackSafe: !cuda.Classify(rerr).Sticky, Err: rerr}
 	}
 	r.RebindRefusals = append(r.RebindRefusals, rerr)
-	if refused.Refusal != cuda.RebindDeviceRefused {
+	if refused.Refusal != backend.RebindDeviceRefused {
 		c.refuseRebinds(shape, rerr, 0)
 		return false, false, nil
 	}
@@ -191,7 +193,7 @@ func (c *Cache) rebindDonor(r *discovery.PrepareReport, donor *Executable, recip
 // rebound to its own recipe (the nodes before the refused one took the
 // new parameters). One it cannot restore is evicted (gone): a sealed cache
 // never gets it back, so it is kept whenever it can be.
-func (c *Cache) restore(r *discovery.PrepareReport, donor *Executable, refused *cuda.RebindRefusedError, quiescent bool) (gone bool, err *ReplayError) {
+func (c *Cache) restore(r *discovery.PrepareReport, donor *Executable, refused *backend.RebindRefusedError, quiescent bool) (gone bool, err *ReplayError) {
 	if refused.Node <= 0 {
 		return false, nil
 	}

@@ -23,7 +23,7 @@ func (x *partialExec) Rebind(cmds []cuda.Command) error {
 	if x.refuseAt > 0 {
 		at := x.refuseAt
 		x.refuseAt = 0
-		return &cuda.RebindRefusedError{Refusal: cuda.RebindDeviceRefused, Node: at, Detail: "refused"}
+		return &backend.RebindRefusedError{Refusal: backend.RebindDeviceRefused, Node: at, Detail: "refused"}
 	}
 	return nil
 }
@@ -60,7 +60,7 @@ func TestRestoreAfterPartialRebind(t *testing.T) {
 		{"refused past the first node, no recipe", 2, nil, false, 0},
 	} {
 		e, x := put(byte(len(c.entries)+1), tc.recipe)
-		gone, err := c.restore(&r, e, &cuda.RebindRefusedError{Refusal: cuda.RebindDeviceRefused, Node: tc.at}, true)
+		gone, err := c.restore(&r, e, &backend.RebindRefusedError{Refusal: backend.RebindDeviceRefused, Node: tc.at}, true)
 		if err != nil || gone == tc.resident {
 			t.Fatalf("%s: restore: got gone %v, err %v; want gone %v, nil", tc.name, gone, err, !tc.resident)
 		}

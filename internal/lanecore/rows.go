@@ -9,6 +9,8 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
+
 	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	lanes "github.com/lanesched/lanes/lanes"
@@ -60,7 +62,7 @@ func (p *plan) events() []lanes.CacheEvent {
 	}
 	for _, err := range p.rep.RebindRefusals {
 		ev := lanes.CacheEvent{Kind: "rebind_refused", Detail: err.Error()}
-		var refused *cuda.RebindRefusedError
+		var refused *backend.RebindRefusedError
 		if errors.As(err, &refused) {
 			ev.Reason = string(refused.Refusal)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
@@ -34,7 +35,7 @@ var typedErrors = []struct {
 		return e
 	}(), codes.InvalidValue, false},
 	{"execcache.ReplayError", &execcache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: cuda.DriverError("instantiate", codes.OutOfMemory, "")}, codes.OutOfMemory, false},
-	{"cuda.RebindRefusedError", &cuda.RebindRefusedError{Refusal: cuda.RebindNodeKind, Node: 2, Detail: "a memset node"}, codes.GraphExecUpdateFailure, false},
+	{"backend.RebindRefusedError", &backend.RebindRefusedError{Refusal: backend.RebindNodeKind, Node: 2, Detail: "a memset node"}, codes.GraphExecUpdateFailure, false},
 	{"lanes.Error", lanes.Wrap("submit", true, actors.ErrOverloaded), codes.Overloaded, true},
 	{"actors.BatchTooLargeError", &actors.BatchTooLargeError{Entries: 2000, MaxEntries: 1024}, codes.BatchTooLarge, true},
 	{"actors.SuspendedError", &actors.SuspendedError{Tenant: "t", Faults: 9}, codes.TenantSuspended, true},
