@@ -17,6 +17,7 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
+	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/lanes"
 	"go.uber.org/goleak"
 )
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 
 // device is a simulated device with one zeroed counter per tenant slot.
 type device struct {
-	*sim.Device
+	testdev.Device
 	bufs []cuda.Buffer
 }
 
@@ -42,8 +43,8 @@ func newDevice(t testing.TB, cfg sim.Config, counters int) *device {
 	t.Cleanup(func() { _ = d.Close() })
 	unbind, _ := d.BindThread()
 	defer unbind()
-	st, _ := d.NewStream()
-	dev := &device{Device: d, bufs: cachetest.Counters(t, d, st, counters)}
+	st, _ := backend.Must(d).NewStream()
+	dev := &device{Device: testdev.Sim(d), bufs: cachetest.Counters(t, d, st, counters)}
 	_ = st.Synchronize()
 	_ = st.Destroy()
 	return dev

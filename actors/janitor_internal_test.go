@@ -15,7 +15,7 @@ import (
 	"github.com/lanesched/lanes/programs"
 )
 
-func janitorRig(t *testing.T, idle time.Duration) (*Scheduler, *sim.Device) {
+func janitorRig(t *testing.T, idle time.Duration) (*Scheduler, sim.Device) {
 	t.Helper()
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {

@@ -13,14 +13,14 @@ import (
 
 // simDevice is a zero-cost simulated device with two live buffers of 64
 // float32s.
-func simDevice(t *testing.T) (*sim.Device, backend.Stream, cuda.Buffer, cuda.Buffer) {
+func simDevice(t *testing.T) (sim.Device, backend.Stream, cuda.Buffer, cuda.Buffer) {
 	t.Helper()
 	dev, err := sim.New(sim.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = dev.Close() })
-	s, err := dev.NewStream()
+	s, err := backend.Must(dev).NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/examples/callhost/axpy"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -95,7 +96,7 @@ func TestLibraryCallsMatchOneProcess(t *testing.T) {
 		bx, _ := dev.Alloc(spec)
 		by, _ := dev.Alloc(spec)
 		return bx, by
-	}, func(b lanes.Batch) (lanes.Receipt, error) { return s.Submit(ctx, "a", b) }, func(r cuda.Region) []byte { return readLocal(t, dev, r) })
+	}, func(b lanes.Batch) (lanes.Receipt, error) { return s.Submit(ctx, "a", b) }, func(r cuda.Region) []byte { return readLocal(t, backend.Must(dev), r) })
 	alloc := func() (cuda.Buffer, cuda.Buffer) {
 		bx, err := f.Alloc(ctx, "a", spec)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/conformance"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
@@ -110,7 +111,7 @@ func TestModulesMatchOneProcess(t *testing.T) {
 		}
 		local.rows = append(local.rows, r.Attribution.Rows)
 	}
-	local.x = readLocal(t, dev, x.Whole())
+	local.x = readLocal(t, backend.Must(dev), x.Whole())
 
 	addr := startChildHost(t, "modules-host")
 	f, err := remote.StartFront(ctx, remote.FrontConfig{Hosts: []string{addr}, Modules: []kernels.Module{module}, Logf: t.Logf})

@@ -58,7 +58,7 @@ func mustAlloc(t *testing.T, p paritySide, tenant string) cuda.Buffer {
 // oneProcess starts a scheduler on a simulated device of its own (zero
 // cost clock), stopped when the test ends: the one-process side of a
 // parity test.
-func oneProcess(t *testing.T, lanesPerDevice int) (*sim.Device, *actors.Scheduler) {
+func oneProcess(t *testing.T, lanesPerDevice int) (sim.Device, *actors.Scheduler) {
 	t.Helper()
 	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -183,7 +184,7 @@ func TestProgramsMatchOneProcess(t *testing.T) {
 		submit:  func(tenant string, b lanes.Batch) (lanes.Receipt, error) { return s.Submit(ctx, tenant, b) },
 		seal:    func(_ string, lane int) (cache.Preparation, error) { return s.Seal(ctx, lane) },
 		catalog: func(_ string, lane int) ([]programs.Descriptor, error) { return s.Catalog(ctx, lane) },
-		read:    func(_ string, r cuda.Region) []byte { return readLocal(t, dev, r) },
+		read:    func(_ string, r cuda.Region) []byte { return readLocal(t, backend.Must(dev), r) },
 	}
 	_, addr := startHostProcess(t, "--sim-clock", "zero", "--lanes", "1")
 	front := func(t *testing.T) (*remote.Front, programSide) { // one front per process

@@ -18,6 +18,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
@@ -260,7 +261,7 @@ func TestWithdrawnAsInOneProcess(t *testing.T) {
 			}
 			return s.SubmitAsync(ctx, "a", b)
 		},
-		read:    func(r cuda.Region) []byte { return readLocal(t, dev, r) },
+		read:    func(r cuda.Region) []byte { return readLocal(t, backend.Must(dev), r) },
 		entered: func() { <-entered },
 		release: func() { open <- struct{}{} },
 	}

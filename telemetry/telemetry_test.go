@@ -23,7 +23,7 @@ import (
 
 type rig struct {
 	t      *testing.T
-	dev    *sim.Device
+	dev    sim.Device
 	buf    cuda.Buffer
 	exp    *tracetest.InMemoryExporter
 	reader *sdkmetric.ManualReader

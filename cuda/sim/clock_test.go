@@ -87,7 +87,7 @@ func TestStreamsRunConcurrently(t *testing.T) {
 	a, b := r.stream(), r.stream()
 	ba, bb := r.counter(a, 256), r.counter(b, 256)
 	x, y := r.capture(a, ba, 100), r.capture(b, bb, 100)
-	if err := r.dev.Synchronize(); err != nil {
+	if err := backend.Must(r.dev).Synchronize(); err != nil {
 		t.Fatalf("device Synchronize: got err %v, want nil", err)
 	}
 	clk := r.dev.Clock()
@@ -124,7 +124,7 @@ func TestContention(t *testing.T) {
 		xs = append(xs, r.capture(s, r.counter(s, 256), 64))
 		ss = append(ss, s)
 	}
-	if err := r.dev.Synchronize(); err != nil {
+	if err := backend.Must(r.dev).Synchronize(); err != nil {
 		t.Fatalf("device Synchronize: got err %v, want nil", err)
 	}
 	clk := r.dev.Clock()
@@ -134,7 +134,7 @@ func TestContention(t *testing.T) {
 			t.Fatalf("Launch on stream %d: got err %v, want nil", i, err)
 		}
 	}
-	if err := r.dev.Synchronize(); err != nil {
+	if err := backend.Must(r.dev).Synchronize(); err != nil {
 		t.Fatalf("device Synchronize after the launches: got err %v, want nil", err)
 	}
 	all := clk.Now() - t0

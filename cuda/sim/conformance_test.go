@@ -16,7 +16,7 @@ func openSim(mode sim.ClockMode) conformance.Open {
 			t.Fatalf("sim.New(%v): got err %v, want nil", mode, err)
 		}
 		t.Cleanup(func() { _ = d.Close() })
-		return d
+		return backend.Must(d)
 	}
 }
 
@@ -33,6 +33,6 @@ func TestConformanceInitCheck(t *testing.T) {
 			t.Fatalf("sim.New: got err %v, want nil", err)
 		}
 		t.Cleanup(func() { _ = d.Close() })
-		return d
+		return backend.Must(d)
 	})
 }

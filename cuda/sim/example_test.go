@@ -15,7 +15,7 @@ import (
 func Example() {
 	dev, _ := sim.New(sim.Config{Clock: sim.ClockVirtual})
 	defer dev.Close()
-	st, _ := dev.NewStream()
+	st, _ := backend.Must(dev).NewStream()
 	buf, _ := dev.Alloc(cuda.BufferSpec{Size: 4 * 256, Elem: cuda.I32})
 	zero, _ := cuda.Zero(buf.Whole())
 	_ = st.Enqueue(zero)

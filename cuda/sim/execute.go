@@ -16,7 +16,7 @@ import (
 
 // commandCost is the host and device time of one command, eager or as a
 // graph node.
-func (d *Device) commandCost(c cuda.Command, asNode bool) (host, device time.Duration) {
+func (d *device) commandCost(c cuda.Command, asNode bool) (host, device time.Duration) {
 	cost := d.cost
 	switch c.Kind {
 	case cuda.KindLaunch, cuda.KindCall:
@@ -41,7 +41,7 @@ func (d *Device) commandCost(c cuda.Command, asNode bool) (host, device time.Dur
 }
 
 // nodesCost is the device time of a graph's nodes.
-func (d *Device) nodesCost(ns []node) time.Duration {
+func (d *device) nodesCost(ns []node) time.Duration {
 	var t time.Duration
 	for _, n := range ns {
 		_, dev := d.commandCost(n.cmd, true)
@@ -51,7 +51,7 @@ func (d *Device) nodesCost(ns []node) time.Duration {
 }
 
 // uploadCost is the device time of uploading an executable.
-func (d *Device) uploadCost(ns []node) time.Duration {
+func (d *device) uploadCost(ns []node) time.Duration {
 	return time.Duration(len(ns)) * d.cost.UploadNode
 }
 
@@ -60,7 +60,7 @@ func (d *Device) uploadCost(ns []node) time.Duration {
 // illegal address, and stops the work there. A read of memory never
 // written (Config.InitCheck) is reported, the first of them, once the
 // work ran on: the GPU runs it all.
-func (d *Device) execute(ns []node) error {
+func (d *device) execute(ns []node) error {
 	var report error
 	for _, n := range ns {
 		err := d.executeCommand(n.cmd)
@@ -79,7 +79,7 @@ func (d *Device) execute(ns []node) error {
 
 // executeCommand runs one command's bytes, checked under InitCheck: the
 // one place every command runs, eager or a graph's node.
-func (d *Device) executeCommand(c cuda.Command) error {
+func (d *device) executeCommand(c cuda.Command) error {
 	if d.initCheck {
 		return d.executeChecked(c)
 	}
@@ -87,7 +87,7 @@ func (d *Device) executeCommand(c cuda.Command) error {
 }
 
 // executeBytes runs one command's bytes.
-func (d *Device) executeBytes(c cuda.Command) error {
+func (d *device) executeBytes(c cuda.Command) error {
 	switch c.Kind {
 	case cuda.KindLaunch, cuda.KindCall:
 		return d.runCompute(c, d.regionMemory)
@@ -140,7 +140,7 @@ func (d *Device) executeBytes(c cuda.Command) error {
 // runCompute runs a launch's kernel reference, or a library call's, on the
 // memory view gives each of its regions: the device's own (regionMemory),
 // or a scratch copy of it (an InitCheck probe).
-func (d *Device) runCompute(c cuda.Command, view func(cuda.Region) (kernels.Memory, error)) error {
+func (d *device) runCompute(c cuda.Command, view func(cuda.Region) (kernels.Memory, error)) error {
 	if c.Kind == cuda.KindCall {
 		return d.runCall(c.LibraryCall, view)
 	}
@@ -179,7 +179,7 @@ func (d *Device) runCompute(c cuda.Command, view func(cuda.Region) (kernels.Memo
 // an access outside an allocation is the sticky illegal address, any other
 // error or a panic a launch failure (sticky too: CUDA cannot tell what the
 // failed work left behind).
-func (d *Device) runCall(lc *cuda.LibraryCall, view func(cuda.Region) (kernels.Memory, error)) error {
+func (d *device) runCall(lc *cuda.LibraryCall, view func(cuda.Region) (kernels.Memory, error)) error {
 	mem := make([][]byte, len(lc.Regions))
 	for i, t := range lc.Regions {
 		m, err := view(t.Region)
@@ -197,7 +197,7 @@ func (d *Device) runCall(lc *cuda.LibraryCall, view func(cuda.Region) (kernels.M
 
 // regionMemory returns the bytes from r's start to the end of its allocation; a
 // buffer freed since the command was enqueued is an illegal address.
-func (d *Device) regionMemory(r cuda.Region) (kernels.Memory, error) {
+func (d *device) regionMemory(r cuda.Region) (kernels.Memory, error) {
 	d.mu.Lock()
 	a, ok := d.buffers.Entry(r.Buffer.ID)
 	d.mu.Unlock()

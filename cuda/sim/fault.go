@@ -106,7 +106,7 @@ func matchesKernel(want string, kernels []string) bool {
 // fire reports whether a fault of kind fires for an operation launching
 // kernels. It is called with d.mu held, in the order the operations are made,
 // so a seeded device fires the same faults on the same operations.
-func (d *Device) fire(kind FaultKind, kernels []string) bool {
+func (d *device) fire(kind FaultKind, kernels []string) bool {
 	fired := false
 	for _, f := range d.faults {
 		if f.Kind != kind || !matchesKernel(f.Kernel, kernels) {
@@ -136,7 +136,7 @@ func (d *Device) fire(kind FaultKind, kernels []string) bool {
 
 // InjectFault adds a fault rule to the device. Rules fire in the order they
 // were added; an operation takes at most one fault of each kind.
-func (d *Device) InjectFault(f Fault) error {
+func (d *device) InjectFault(f Fault) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (d *Device) InjectFault(f Fault) error {
 
 // ClearFaults removes every fault rule. A device already poisoned stays
 // poisoned, and a hung stream stays hung.
-func (d *Device) ClearFaults() {
+func (d *device) ClearFaults() {
 	d.mu.Lock()
 	d.faults = nil
 	d.mu.Unlock()

@@ -109,7 +109,7 @@ func TestFaultStickyPoisonsAtItsTime(t *testing.T) {
 			t.Fatalf("%s after the fault: got state %v, err %v; want %v, one wrapping cuda.ErrIllegalAddress", name, q.State, q.Err, backend.FenceIndeterminate)
 		}
 	}
-	if _, err := r.dev.NewStream(); !cuda.Classify(err).Sticky {
+	if _, err := backend.Must(r.dev).NewStream(); !cuda.Classify(err).Sticky {
 		t.Fatalf("NewStream on a poisoned device: got err %v, want a sticky one", err)
 	}
 	if err := r.dev.Close(); err != nil {
@@ -229,7 +229,7 @@ func TestConcurrentStreams(t *testing.T) {
 	errs := make(chan error, workers)
 	for range workers {
 		go func() {
-			s, err := r.dev.NewStream()
+			s, err := backend.Must(r.dev).NewStream()
 			if err != nil {
 				errs <- err
 				return

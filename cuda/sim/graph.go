@@ -99,7 +99,7 @@ func (e *event) Release() { e.released.Store(true) }
 
 // graph is a captured node list.
 type graph struct {
-	dev       *Device
+	dev       *device
 	nodes     []node
 	destroyed atomic.Bool
 }
@@ -141,7 +141,7 @@ func (g *graph) Destroy() error {
 
 // exec is an executable graph.
 type exec struct {
-	dev       *Device
+	dev       *device
 	nodes     []node
 	kernels   []string        // the kernels its nodes launch (nodeKernels), for the fault rules
 	cost      time.Duration   // its nodes' device time (nodesCost): a launch charges it every time
@@ -254,7 +254,7 @@ func (x *exec) Destroy() error {
 }
 
 // exec checks that e is a live executable of this device.
-func (d *Device) exec(op string, e backend.Exec) (*exec, error) {
+func (d *device) exec(op string, e backend.Exec) (*exec, error) {
 	x, ok := e.(*exec)
 	mine := ok && x != nil && x.dev == d
 	if err := backend.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {
@@ -264,7 +264,7 @@ func (d *Device) exec(op string, e backend.Exec) (*exec, error) {
 }
 
 // ownStream checks that st is a stream of this device.
-func (d *Device) ownStream(op string, st backend.Stream) (*stream, error) {
+func (d *device) ownStream(op string, st backend.Stream) (*stream, error) {
 	s, ok := backend.UnwrapStream(st).(*stream)
 	if !ok || s == nil || s.dev != d {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "the stream does not belong to device %d", d.info.Instance)

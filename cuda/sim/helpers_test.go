@@ -15,7 +15,7 @@ const us = time.Microsecond
 
 type rig struct {
 	t   testing.TB
-	dev *sim.Device
+	dev sim.Device
 }
 
 func newRig(t testing.TB, cfg sim.Config) rig {
@@ -34,7 +34,7 @@ func virtualRig(t testing.TB, faults ...sim.Fault) rig {
 
 func (r rig) stream() backend.Stream {
 	r.t.Helper()
-	s, err := r.dev.NewStream()
+	s, err := backend.Must(r.dev).NewStream()
 	if err != nil {
 		r.t.Fatalf("NewStream: got err %v, want nil", err)
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/lanesched/lanes/internal/codes"
 )
 
-var _ cuda.HostMemory = (*Device)(nil)
+var _ cuda.HostMemory = (*device)(nil)
 
 // hostLookup checks that h is a live host buffer of this device.
-func (d *Device) hostLookup(op string, h cuda.HostBuffer) ([]byte, error) {
+func (d *device) hostLookup(op string, h cuda.HostBuffer) ([]byte, error) {
 	if h.Device != d.info.Instance {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, not %d", h.ID, h.Device, d.info.Instance)
 	}
@@ -30,14 +30,14 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) ([]byte, error) {
 }
 
 // CheckHost reports whether h is live pinned host memory of this device.
-func (d *Device) CheckHost(h cuda.HostBuffer) error {
+func (d *device) CheckHost(h cuda.HostBuffer) error {
 	_, err := d.hostLookup("check host buffer", h)
 	return err
 }
 
 // AllocHost allocates zeroed pinned host memory. The simulator pins at
 // most as many bytes as the device has memory, in all.
-func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
+func (d *device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	const op = "host alloc"
 	if size == 0 {
 		return cuda.HostBuffer{}, cuda.Contractf(op, cuda.ErrEmptyRegion, "host buffer size is 0")
@@ -66,7 +66,7 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 
 // FreeHost releases pinned host memory after the device's outstanding work,
 // as cuMemFreeHost.
-func (d *Device) FreeHost(h cuda.HostBuffer) error {
+func (d *device) FreeHost(h cuda.HostBuffer) error {
 	const op = "host free"
 	if _, err := d.hostLookup(op, h); err != nil {
 		return err
@@ -86,7 +86,7 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 }
 
 // WriteHost copies src into pinned host memory now.
-func (d *Device) WriteHost(dst cuda.HostRegion, src []byte) error {
+func (d *device) WriteHost(dst cuda.HostRegion, src []byte) error {
 	const op = "host write"
 	b, err := d.hostRegion(op, dst, len(src))
 	if err != nil {
@@ -99,7 +99,7 @@ func (d *Device) WriteHost(dst cuda.HostRegion, src []byte) error {
 }
 
 // ReadHost copies pinned host memory into dst now.
-func (d *Device) ReadHost(src cuda.HostRegion, dst []byte) error {
+func (d *device) ReadHost(src cuda.HostRegion, dst []byte) error {
 	const op = "host read"
 	b, err := d.hostRegion(op, src, len(dst))
 	if err != nil {
@@ -111,7 +111,7 @@ func (d *Device) ReadHost(src cuda.HostRegion, dst []byte) error {
 	return nil
 }
 
-func (d *Device) hostRegion(op string, r cuda.HostRegion, n int) ([]byte, error) {
+func (d *device) hostRegion(op string, r cuda.HostRegion, n int) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -128,11 +128,11 @@ func (d *Device) hostRegion(op string, r cuda.HostRegion, n int) ([]byte, error)
 // HostBytes returns a pinned host region's bytes to fill or read in place
 // (backend.HostView), with no copy: valid while the host buffer lives, and
 // only while no command that reads or writes the region is in flight.
-func (d *Device) HostBytes(r cuda.HostRegion) ([]byte, error) {
+func (d *device) HostBytes(r cuda.HostRegion) ([]byte, error) {
 	return d.hostRegion("host view", r, int(min(r.Length, 1<<62)))
 }
 
-var _ backend.HostView = (*Device)(nil)
+var _ backend.HostView = (*device)(nil)
 
 // pinnedRange is host memory pinned in place: its page-rounded address
 // range and the memory itself, kept reachable while it is pinned.
@@ -145,14 +145,14 @@ type pinnedRange struct {
 // whole pages.
 const simPage = 4096
 
-var _ backend.HostPinner = (*Device)(nil)
+var _ backend.HostPinner = (*device)(nil)
 
 // PinHost pins memory the device did not allocate, as cuMemHostRegister:
 // whole pages, none of them pinned already (an overlap fails with
 // CodeHostMemoryRegistered), counted against the pinned-memory limit
 // AllocHost keeps. The simulator reads any memory the same way, so what
 // pinning changes here is the bookkeeping a real driver would refuse.
-func (d *Device) PinHost(mem []byte) (unpin func() error, err error) {
+func (d *device) PinHost(mem []byte) (unpin func() error, err error) {
 	const op = "pin host memory"
 	if len(mem) == 0 {
 		return nil, cuda.Contractf(op, cuda.ErrEmptyRegion, "no bytes to pin")

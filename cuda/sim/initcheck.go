@@ -110,7 +110,7 @@ func (w *written) gaps(lo, hi uint64, f func(lo, hi uint64)) {
 
 // allocOf is the allocation r names while it is handed out, or nil (freed
 // since: the command's run fails with the illegal address).
-func (d *Device) allocOf(r cuda.Region) *allocation {
+func (d *device) allocOf(r cuda.Region) *allocation {
 	d.mu.Lock()
 	a, ok := d.buffers.Entry(r.Buffer.ID)
 	d.mu.Unlock()
@@ -124,7 +124,7 @@ func (d *Device) allocOf(r cuda.Region) *allocation {
 // buffer arguments with its kernel's declared access, a call's regions,
 // a copy's source (read) and destination (write), a stage_out's source,
 // and the destination of the others.
-func (d *Device) eachTouch(c cuda.Command, f func(cuda.Region, cuda.Access)) {
+func (d *device) eachTouch(c cuda.Command, f func(cuda.Region, cuda.Access)) {
 	switch c.Kind {
 	case cuda.KindLaunch:
 		k := d.kernels()[c.Kernel]
@@ -158,7 +158,7 @@ func (d *Device) eachTouch(c cuda.Command, f func(cuda.Region, cuda.Access)) {
 // as it would run unchecked, and then counts the regions it writes as
 // written. A report comes back as the command's error unless the command
 // itself failed.
-func (d *Device) executeChecked(c cuda.Command) error {
+func (d *device) executeChecked(c cuda.Command) error {
 	if c.Kind == cuda.KindLaunch || c.Kind == cuda.KindCall {
 		return d.executeProbed(c)
 	}
@@ -180,7 +180,7 @@ func (d *Device) executeChecked(c cuda.Command) error {
 
 // unwritten reports r's first byte never written, as a read by op, or
 // returns nil.
-func (d *Device) unwritten(op string, r cuda.Region) *UninitializedReadError {
+func (d *device) unwritten(op string, r cuda.Region) *UninitializedReadError {
 	a := d.allocOf(r)
 	if a == nil {
 		return nil
@@ -192,7 +192,7 @@ func (d *Device) unwritten(op string, r cuda.Region) *UninitializedReadError {
 }
 
 // markWritten counts every region c writes as written, whole.
-func (d *Device) markWritten(c cuda.Command) {
+func (d *device) markWritten(c cuda.Command) {
 	d.eachTouch(c, func(r cuda.Region, acc cuda.Access) {
 		if acc.Writes() {
 			if a := d.allocOf(r); a != nil {
@@ -204,7 +204,7 @@ func (d *Device) markWritten(c cuda.Command) {
 
 // checkReadback reports a Readback of src that reads a byte never
 // written, under InitCheck; called with execMu held.
-func (d *Device) checkReadback(src cuda.Region) error {
+func (d *device) checkReadback(src cuda.Region) error {
 	if !d.initCheck {
 		return nil
 	}

@@ -60,7 +60,8 @@ func TestWrittenSpans(t *testing.T) {
 func TestInitCheckOffCostsNothing(t *testing.T) {
 	t.Setenv(InitCheckEnv, "") // off means off, whatever the test command set
 	for _, on := range []bool{false, true} {
-		d, err := New(Config{Clock: ClockZeroCost, InitCheck: on})
+		dev, err := New(Config{Clock: ClockZeroCost, InitCheck: on})
+		d, _ := dev.(*device)
 		if err != nil {
 			t.Fatalf("New: got err %v, want nil", err)
 		}

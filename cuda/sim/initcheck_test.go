@@ -401,7 +401,7 @@ func TestInitCheckStreamReport(t *testing.T) {
 	b := r.counter(other, 4)
 	r.enqueue(other, r.inc(b))
 	wantSync(t, "another stream", other)
-	if err := r.dev.Synchronize(); err != nil {
+	if err := backend.Must(r.dev).Synchronize(); err != nil {
 		t.Fatalf("device Synchronize: got err %v, want nil", err)
 	}
 	wantUninit(t, "stream Synchronize", s.Synchronize(), "launch", kernels.Axpy, x, 0)

@@ -29,7 +29,7 @@ const fillByte = 0xA5
 // whatever the memory held, without an error (Config.InitCheck reports
 // such reads, as compute-sanitizer's initcheck does). Any size beyond the
 // free memory is a typed out-of-memory error.
-func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
+func (d *device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	const op = "alloc"
 	spec, err := spec.Normalize()
 	if err != nil {
@@ -87,7 +87,7 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 // (ErrStaleHandle); work enqueued before it finishes first. Like cuMemFree
 // it waits for the whole device: with a kernel that never finishes, it
 // never returns.
-func (d *Device) Free(b cuda.Buffer) error {
+func (d *device) Free(b cuda.Buffer) error {
 	const op = "free"
 	if _, err := d.lookup(op, b); err != nil {
 		return err
@@ -112,11 +112,11 @@ func (d *Device) Free(b cuda.Buffer) error {
 
 // Frees counts the frees (Free and FreeHost) begun on the device: a handle
 // CheckBuffer or CheckHost found live stays live while it is unchanged.
-func (d *Device) Frees() uint64 { return d.fence.Frees() }
+func (d *device) Frees() uint64 { return d.fence.Frees() }
 
 // lookup checks that b is a live buffer of this device, exactly as it was
 // handed out and not being freed, and returns its allocation.
-func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
+func (d *device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 	d.mu.Lock()
 	a, ok := d.buffers.Live(b.ID)
 	d.mu.Unlock()
@@ -132,13 +132,13 @@ func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 
 // CheckBuffer reports whether b is a live buffer of this device, exactly as
 // Alloc returned it.
-func (d *Device) CheckBuffer(b cuda.Buffer) error {
+func (d *device) CheckBuffer(b cuda.Buffer) error {
 	_, err := d.lookup("check buffer", b)
 	return err
 }
 
 // Memory reports the device's memory accounting.
-func (d *Device) Memory() cuda.MemoryStats {
+func (d *device) Memory() cuda.MemoryStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.memory

@@ -19,7 +19,7 @@ import (
 // kernel's .maxntid or .reqntid bounds its blocks as on the GPU. A cubin
 // or fatbin image, which only the driver reads, is taken as declared, with
 // a note (ModuleNotes). On an error nothing is loaded.
-func (d *Device) LoadModule(m kernels.Module) error {
+func (d *device) LoadModule(m kernels.Module) error {
 	const op = "load module"
 	if err := d.check(op); err != nil {
 		return err
@@ -50,7 +50,7 @@ func (d *Device) LoadModule(m kernels.Module) error {
 
 // ModuleNotes says what the device could not check of the modules it
 // loaded: one line per module whose image it cannot read.
-func (d *Device) ModuleNotes() []string {
+func (d *device) ModuleNotes() []string {
 	d.loadMu.Lock()
 	defer d.loadMu.Unlock()
 	return slices.Clone(d.notes)

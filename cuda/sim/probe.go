@@ -102,7 +102,7 @@ const maxKeptScratch = 32 << 20
 // (nothing else is done then but the look-up); otherwise probed, reporting
 // a dependence on such a byte as an *UninitializedReadError. A command
 // that fails carries its own error, with the report added to its detail.
-func (d *Device) executeProbed(c cuda.Command) error {
+func (d *device) executeProbed(c cuda.Command) error {
 	if !d.readsUnwritten(c) {
 		err := d.executeBytes(c)
 		if err == nil {
@@ -141,7 +141,7 @@ func (d *Device) executeProbed(c cuda.Command) error {
 
 // readsUnwritten reports whether a region c declares readable holds a
 // byte never written.
-func (d *Device) readsUnwritten(c cuda.Command) bool {
+func (d *device) readsUnwritten(c cuda.Command) bool {
 	found := false
 	d.eachTouch(c, func(r cuda.Region, acc cuda.Access) {
 		if found || acc == cuda.AccessWrite {
@@ -156,7 +156,7 @@ func (d *Device) readsUnwritten(c cuda.Command) bool {
 
 // planProbe plans probing c, or returns nil when a buffer it names was
 // freed.
-func (d *Device) planProbe(c cuda.Command) *probe {
+func (d *device) planProbe(c cuda.Command) *probe {
 	p := &probe{c: c}
 	freed := false
 	d.eachTouch(c, func(r cuda.Region, acc cuda.Access) {
@@ -238,7 +238,7 @@ func union(ss []span) []span {
 
 // probeScratchFor gives the plan the device's scratch copies, grown to its
 // spans' size.
-func (d *Device) probeScratchFor(p *probe) {
+func (d *device) probeScratchFor(p *probe) {
 	for i := range d.probeScratch {
 		if uint64(cap(d.probeScratch[i])) < p.size {
 			d.probeScratch[i] = make([]byte, p.size)
@@ -255,7 +255,7 @@ func (d *Device) probeScratchFor(p *probe) {
 // changed); of those, the first is the last start of a range up to that
 // byte whose change still shows it. A result that needs one byte is
 // reported at that byte, at the start of its element.
-func (d *Device) dependence(p *probe, realErr error) *UninitializedReadError {
+func (d *device) dependence(p *probe, realErr error) *UninitializedReadError {
 	for pat := flipped; pat <= byPosition; pat++ {
 		if pat == byPosition && !p.overlap {
 			break
@@ -312,7 +312,7 @@ func (p *probe) nth(i uint64) (uint64, uint64) {
 // differs unless the run left it alone (the real run left the device's
 // byte as it was, the probe left the pattern's) or wrote the real run's
 // value there; any other byte differs unless it holds the real run's value.
-func (d *Device) differs(p *probe, pat pattern, from, to uint64, realErr error) bool {
+func (d *device) differs(p *probe, pat pattern, from, to uint64, realErr error) bool {
 	copy(p.work, p.pristine)
 	p.eachChanged(from, to, func(_ int, b *probeBuf, lo, hi uint64) {
 		j := b.at + lo - b.lo

@@ -151,7 +151,7 @@ func (x *exec) DeviceBytes() int64 {
 // ExecBytes is what an executable of n nodes holds on this device (its
 // DeviceBytes once made): a lane admits misses against its device-byte
 // bound on it.
-func (d *Device) ExecBytes(nodes int) int64 { return d.cost.execBytes(nodes) }
+func (d *device) ExecBytes(nodes int) int64 { return d.cost.execBytes(nodes) }
 
 // execBytes is the device memory of an instantiated and uploaded
 // executable of n nodes; a cost model without the figures (the zero-cost

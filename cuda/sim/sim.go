@@ -160,8 +160,38 @@ const DefaultMemory = 16 << 30
 // Base of the simulated device address space.
 const addressBase = 0x7f00_0000_0000
 
-// Device is a simulated CUDA device. It implements [cuda.Device].
-type Device struct {
+// Device is a simulated CUDA device: a [cuda.Device] that loads kernel
+// modules ([kernels.Loader]), with what only a simulated device offers: its
+// clock, fault injection, its kernel registry and a trace of what it
+// scheduled. [New] makes one. A Device is safe for concurrent use.
+type Device interface {
+	cuda.Device
+	kernels.Loader
+	// ModuleNotes says what the device could not check of the modules it
+	// loaded: one line per module whose image it cannot read.
+	ModuleNotes() []string
+	// Clock returns the device's virtual clock, or nil outside the
+	// Virtual mode.
+	Clock() *VirtualClock
+	// Mode returns the device's clock mode.
+	Mode() ClockMode
+	// Now returns the device's current time since its origin.
+	Now() time.Duration
+	// Registry returns a copy of the device's kernel registry: changing
+	// it changes nothing on the device (load a module to add kernels).
+	Registry() kernels.Registry
+	// InjectFault adds a fault rule (see [Fault]); ClearFaults removes
+	// every rule.
+	InjectFault(f Fault) error
+	ClearFaults()
+	// Trace returns the operations scheduled so far, in scheduling order
+	// (with Config.Trace).
+	Trace() []TraceEntry
+}
+
+// device is the simulated CUDA device: [Device], and the streams, graphs
+// and executables a lane drives (internal/backend's Device).
+type device struct {
 	info  cuda.DeviceInfo
 	clock clock
 	cost  CostModel
@@ -212,7 +242,7 @@ type Device struct {
 	tracing    bool
 }
 
-var _ cuda.Device = (*Device)(nil)
+var _ cuda.Device = (*device)(nil)
 
 // poisoning records the sticky error that poisoned the device and the device
 // time it struck.
@@ -222,7 +252,7 @@ type poisoning struct {
 }
 
 // New creates a simulated device.
-func New(cfg Config) (*Device, error) {
+func New(cfg Config) (Device, error) {
 	if cfg.Clock > ClockZeroCost {
 		return nil, cuda.Contractf("sim new", cuda.ErrInvalidCommand, "unknown clock mode %d", cfg.Clock)
 	}
@@ -239,7 +269,7 @@ func New(cfg Config) (*Device, error) {
 		return nil, err
 	}
 	cfg.Kernels = limitLaunches(cfg.Kernels, cfg.MaxLaunchThreads) // clones: the device's own
-	d := &Device{
+	d := &device{
 		info: cuda.DeviceInfo{
 			Instance: backend.NextInstance(), Ordinal: cfg.Ordinal, Name: "sim (H200 model)",
 			Backend: "sim", TotalMemory: cfg.Memory,
@@ -279,29 +309,29 @@ func New(cfg Config) (*Device, error) {
 }
 
 // Clock returns the device's virtual clock, or nil outside the Virtual mode.
-func (d *Device) Clock() *VirtualClock { return d.clock.virtual }
+func (d *device) Clock() *VirtualClock { return d.clock.virtual }
 
 // Mode returns the device's clock mode.
-func (d *Device) Mode() ClockMode { return d.clock.mode }
+func (d *device) Mode() ClockMode { return d.clock.mode }
 
 // Now returns the device's current time since its origin.
-func (d *Device) Now() time.Duration { return d.clock.now() }
+func (d *device) Now() time.Duration { return d.clock.now() }
 
 // BindThread locks the calling goroutine to its OS thread, as a lane does;
 // the simulator has no context to make current.
-func (d *Device) BindThread() (func(), error) {
+func (d *device) BindThread() (func(), error) {
 	runtime.LockOSThread()
 	return runtime.UnlockOSThread, nil
 }
 
 // Info describes the device.
-func (d *Device) Info() cuda.DeviceInfo { return d.info }
+func (d *device) Info() cuda.DeviceInfo { return d.info }
 
 // Kernels returns the kernels the device launches, as published: a copy
 // of the device's own (what a caller changes in it changes nothing the
 // device enforces). It also refuses, as a [backend.CallValidator], a library
 // call without the Reference this device runs it through.
-func (d *Device) Kernels() cuda.Kernels { return kernelView{*d.public.Load()} }
+func (d *device) Kernels() cuda.Kernels { return kernelView{*d.public.Load()} }
 
 // kernelView is the device's kernels as Kernels returns them.
 type kernelView struct{ kernels.Registry }
@@ -317,14 +347,14 @@ func (kernelView) ValidateCall(op string, c *cuda.LibraryCall) error {
 
 // Registry returns a copy of the device's kernel registry: changing it
 // changes nothing on the device (load a module to add kernels).
-func (d *Device) Registry() kernels.Registry { return d.kernels().Clone() }
+func (d *device) Registry() kernels.Registry { return d.kernels().Clone() }
 
 // kernels is the current registry, the device's own.
-func (d *Device) kernels() kernels.Registry { return *d.registry.Load() }
+func (d *device) kernels() kernels.Registry { return *d.registry.Load() }
 
 // setRegistry makes r the device's registry, and a clone of it the one
 // Kernels publishes.
-func (d *Device) setRegistry(r kernels.Registry) {
+func (d *device) setRegistry(r kernels.Registry) {
 	pub := r.Clone()
 	d.public.Store(&pub)
 	d.registry.Store(&r)
@@ -332,7 +362,7 @@ func (d *Device) setRegistry(r kernels.Registry) {
 
 // check returns the error every call gets once the device is closed or
 // poisoned.
-func (d *Device) check(op string) error {
+func (d *device) check(op string) error {
 	if err := d.Err(); err != nil {
 		return err
 	}
@@ -345,7 +375,7 @@ func (d *Device) check(op string) error {
 }
 
 // Err returns the sticky error that poisoned the device, once it has struck.
-func (d *Device) Err() error {
+func (d *device) Err() error {
 	if d.clock.mode == ClockVirtual {
 		d.settle(d.clock.now())
 	}
@@ -354,7 +384,7 @@ func (d *Device) Err() error {
 	return d.poisonedLocked()
 }
 
-func (d *Device) poisonedLocked() error {
+func (d *device) poisonedLocked() error {
 	if d.poison == nil {
 		return nil
 	}
@@ -366,7 +396,7 @@ func (d *Device) poisonedLocked() error {
 
 // poisonAt records a sticky error striking at device time at; the earliest
 // strike wins.
-func (d *Device) poisonAt(at time.Duration, err *cuda.Error) {
+func (d *device) poisonAt(at time.Duration, err *cuda.Error) {
 	d.mu.Lock()
 	if d.poison == nil || at < d.poison.at {
 		d.poison = &poisoning{at: at, err: err}
@@ -375,7 +405,7 @@ func (d *Device) poisonAt(at time.Duration, err *cuda.Error) {
 }
 
 // streamList returns the device's streams.
-func (d *Device) streamList() []*stream {
+func (d *device) streamList() []*stream {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make([]*stream, 0, len(d.streams))
@@ -387,7 +417,7 @@ func (d *Device) streamList() []*stream {
 
 // settle waits until every stream's worker has executed all work due by
 // device time t, so that the state at t is fully known.
-func (d *Device) settle(t time.Duration) {
+func (d *device) settle(t time.Duration) {
 	streams := d.streamList()
 	for _, s := range streams {
 		s.settle(t)
@@ -396,7 +426,7 @@ func (d *Device) settle(t time.Duration) {
 
 // checkExecHandles checks an executable's buffers before a launch (see
 // backend.FreeFence.CheckExec).
-func (d *Device) checkExecHandles(op string, x *exec) error {
+func (d *device) checkExecHandles(op string, x *exec) error {
 	return d.fence.CheckExec(op, &x.handles, &x.checked, func(id uint64, host bool) bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -410,7 +440,7 @@ func (d *Device) checkExecHandles(op string, x *exec) error {
 }
 
 // Synchronize waits for all work of every stream (cuCtxSynchronize).
-func (d *Device) Synchronize() error {
+func (d *device) Synchronize() error {
 	const op = "device synchronize"
 	if err := d.check(op); err != nil {
 		return err
@@ -430,7 +460,7 @@ func (d *Device) Synchronize() error {
 // unsafeDuringCapture fails a potentially unsafe call while any stream of
 // the device captures in global mode, and invalidates those captures, as
 // CUDA does.
-func (d *Device) unsafeDuringCapture(op string) error {
+func (d *device) unsafeDuringCapture(op string) error {
 	// The stream list is taken under d.mu and each stream is locked after
 	// it is released: a recording stream holds its own lock and then takes
 	// d.mu, so holding both here in the other order would deadlock.
@@ -448,7 +478,7 @@ func (d *Device) unsafeDuringCapture(op string) error {
 }
 
 // NewStream creates a stream with its own worker.
-func (d *Device) NewStream() (backend.Stream, error) {
+func (d *device) NewStream() (backend.Stream, error) {
 	if err := d.check("stream create"); err != nil {
 		return nil, err
 	}
@@ -463,7 +493,7 @@ func (d *Device) NewStream() (backend.Stream, error) {
 
 // Close waits for the outstanding work that can finish, stops every worker
 // (a hung stream is abandoned) and releases all memory.
-func (d *Device) Close() error {
+func (d *device) Close() error {
 	d.mu.Lock()
 	if d.isClosed {
 		d.mu.Unlock()
@@ -500,10 +530,10 @@ type TraceEntry struct {
 }
 
 // Trace returns the operations scheduled so far, in scheduling order.
-func (d *Device) Trace() []TraceEntry {
+func (d *device) Trace() []TraceEntry {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]TraceEntry(nil), d.trace...)
 }
 
-var _ kernels.Loader = (*Device)(nil)
+var _ kernels.Loader = (*device)(nil)

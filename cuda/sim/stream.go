@@ -51,7 +51,7 @@ type item struct {
 }
 
 type stream struct {
-	dev *Device
+	dev *device
 	id  uint64
 	use sync.Mutex // held while an enqueue or launch checks handles and schedules work (see backend.FreeFence)
 
@@ -72,7 +72,7 @@ type stream struct {
 
 var _ backend.Stream = (*stream)(nil)
 
-func newStream(d *Device, id uint64) *stream {
+func newStream(d *device, id uint64) *stream {
 	s := &stream{dev: d, id: id}
 	s.cond = sync.NewCond(&s.mu)
 	go s.work()

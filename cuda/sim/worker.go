@@ -13,7 +13,7 @@ import (
 
 // contended stretches a device duration while more streams are busy at
 // start than the device runs at full speed.
-func (d *Device) contended(self *stream, start, dur time.Duration) time.Duration {
+func (d *device) contended(self *stream, start, dur time.Duration) time.Duration {
 	if d.cost.StreamParallelism <= 1 || dur == 0 {
 		return dur
 	}
@@ -79,7 +79,7 @@ func (s *stream) work() {
 // run executes an item's bytes, unless the device was already dead when it
 // started, and poisons the device on a sticky fault. Any other error fails
 // the item on its stream s (see stream.failure).
-func (d *Device) run(s *stream, it *item) {
+func (d *device) run(s *stream, it *item) {
 	d.mu.Lock()
 	dead := d.poison != nil && d.poison.at <= it.start
 	d.mu.Unlock()

@@ -20,7 +20,7 @@ import (
 // zeroed int32 counters of 16 elements.
 type Rig struct {
 	T      testing.TB
-	Dev    *sim.Device
+	Dev    sim.Device
 	Stream backend.Stream
 	Cache  *execcache.Cache
 	Bufs   []cuda.Buffer
@@ -38,7 +38,7 @@ func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
 		t.Fatalf("cachetest: sim.New: got err %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = dev.Close() })
-	s, err := dev.NewStream()
+	s, err := backend.Must(dev).NewStream()
 	if err != nil {
 		t.Fatalf("cachetest: NewStream: got err %v, want nil", err)
 	}
@@ -47,7 +47,7 @@ func New(t testing.TB, counters int, faults ...sim.Fault) *Rig {
 
 // Counters allocates n int32 counters of 16 elements on dev and enqueues
 // their zeroing on s.
-func Counters(t testing.TB, dev *sim.Device, s backend.Stream, n int) []cuda.Buffer {
+func Counters(t testing.TB, dev sim.Device, s backend.Stream, n int) []cuda.Buffer {
 	t.Helper()
 	bufs := make([]cuda.Buffer, 0, n)
 	for range n {

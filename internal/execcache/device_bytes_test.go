@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
+	"github.com/lanesched/lanes/internal/testdev"
 
 	discovery "github.com/lanesched/lanes/internal/discovery"
 )
@@ -190,7 +191,7 @@ func TestDeviceBoundFullUpdatesInPlace(t *testing.T) {
 	if _, err := r.Cache.Configure(64); err != nil {
 		t.Fatalf("Configure(64): got err %v, want nil", err)
 	}
-	r.Cache.SetSizer(r.Dev.ExecBytes)
+	r.Cache.SetSizer(testdev.Sim(r.Dev).ExecBytes)
 	r.Cache.LimitDeviceBytes(2 * twoNodes)
 	r.Run(r.Segment(0, 1), true)
 	r.Run(r.Segment(2, 3), true)
@@ -202,7 +203,7 @@ func TestDeviceBoundFullUpdatesInPlace(t *testing.T) {
 	if _, err := r.Cache.Configure(64); err != nil {
 		t.Fatalf("Configure(64): got err %v, want nil", err)
 	}
-	r.Cache.SetSizer(r.Dev.ExecBytes)
+	r.Cache.SetSizer(testdev.Sim(r.Dev).ExecBytes)
 	r.Cache.LimitDeviceBytes(1 << 20)
 	r.Run(r.Segment(0), true)
 	if _, rep := r.Run(r.Segment(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7), true); rep.Captured != 1 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/cachetest"
 	discovery "github.com/lanesched/lanes/internal/discovery"
 
@@ -33,7 +34,7 @@ func TestWarmCarriesRecipesIntoAFreshCache(t *testing.T) {
 	if len(recipes) != 3 || recipes[0].Owner != "a" || recipes[2].Owner != "c" || recipes[0].Hits < recipes[1].Hits {
 		t.Fatalf("Recipes: got %d (%+v), want 3, a's first", len(recipes), recipes)
 	}
-	s2, err := r.Dev.NewStream()
+	s2, err := backend.Must(r.Dev).NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,13 +73,13 @@ func TestCompletedSubmissionsReleaseTheirEvents(t *testing.T) {
 				t.Fatalf("sim.New: got err %v, want nil", err)
 			}
 			defer dev.Close()
-			s, err := dev.NewStream()
+			s, err := backend.Must(dev).NewStream()
 			if err != nil {
 				t.Fatalf("NewStream: got err %v, want nil", err)
 			}
 			var timed, fences, released int
 			cs := countingStream{s, &timed, &fences, &released}
-			l, err := lanecore.New(lanecore.Config{ID: 1, Device: dev, Stream: cs, Runtime: "lanes-test"})
+			l, err := lanecore.New(lanecore.Config{ID: 1, Device: backend.Must(dev), Stream: cs, Runtime: "lanes-test"})
 			if err != nil {
 				t.Fatalf("lanecore.New: got err %v, want nil", err)
 			}

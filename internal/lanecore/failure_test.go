@@ -81,7 +81,7 @@ func TestCallerErrorMidwayKeepsTheLane(t *testing.T) {
 	r := newRig(t, sim.ClockVirtual, 2)
 	victim := r.bufs[1]
 	s := &freeingStream{Stream: r.s, dev: r.dev, buf: victim, after: 1}
-	l, err := lanecore.New(lanecore.Config{ID: 2, Device: r.dev, Stream: s, Runtime: "lanes-test"})
+	l, err := lanecore.New(lanecore.Config{ID: 2, Device: backend.Must(r.dev), Stream: s, Runtime: "lanes-test"})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}
@@ -117,7 +117,7 @@ func TestCallerErrorMidwayKeepsTheLane(t *testing.T) {
 // freeingStream frees buf on the device right after its after-th enqueue.
 type freeingStream struct {
 	backend.Stream
-	dev   *sim.Device
+	dev   sim.Device
 	buf   cuda.Buffer
 	after int
 	n     int
@@ -140,7 +140,7 @@ func (s *freeingStream) Enqueue(c cuda.Command) error {
 
 func TestProviderPanicFailsTheLane(t *testing.T) {
 	r := newRig(t, sim.ClockVirtual, 1)
-	l, err := lanecore.New(lanecore.Config{ID: 2, Device: r.dev, Stream: panicStream{r.s}})
+	l, err := lanecore.New(lanecore.Config{ID: 2, Device: backend.Must(r.dev), Stream: panicStream{r.s}})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}
@@ -182,7 +182,7 @@ func TestWaiterBoundsWaitsOnAHungKernel(t *testing.T) {
 	r := newRig(t, sim.ClockRealTime, 1, sim.Fault{Kind: sim.FaultHang, Nth: 2})
 	hung := errors.New("test: hung")
 	w := &countingWaiter{limit: 50, give: hung}
-	l, err := lanecore.New(lanecore.Config{ID: 3, Device: r.dev, Stream: r.s, Runtime: "lanes-test", Waiter: w})
+	l, err := lanecore.New(lanecore.Config{ID: 3, Device: backend.Must(r.dev), Stream: r.s, Runtime: "lanes-test", Waiter: w})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}
@@ -248,7 +248,7 @@ func (e *slowEvent) Query() backend.FenceQuery {
 // the lane.
 func TestWaitSurvivesItsFenceEndingMidWait(t *testing.T) {
 	r := newRig(t, sim.ClockZeroCost, 1)
-	l, err := lanecore.New(lanecore.Config{ID: 4, Device: r.dev, Stream: slowEvents{r.s}, Runtime: "lanes-test", Waiter: &countingWaiter{limit: 100}})
+	l, err := lanecore.New(lanecore.Config{ID: 4, Device: backend.Must(r.dev), Stream: slowEvents{r.s}, Runtime: "lanes-test", Waiter: &countingWaiter{limit: 100}})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}

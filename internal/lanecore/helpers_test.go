@@ -20,7 +20,7 @@ const us = time.Microsecond
 
 type rig struct {
 	t    testing.TB
-	dev  *sim.Device
+	dev  sim.Device
 	s    backend.Stream
 	lane *lanecore.Lane
 	bufs []cuda.Buffer
@@ -29,7 +29,7 @@ type rig struct {
 func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault) *rig {
 	t.Helper()
 	dev, s := simStream(t, sim.Config{Clock: mode, Faults: faults, Trace: mode == sim.ClockVirtual})
-	l, err := lanecore.New(lanecore.Config{ID: 1, Device: dev, Stream: s, Runtime: "lanes-test"})
+	l, err := lanecore.New(lanecore.Config{ID: 1, Device: backend.Must(dev), Stream: s, Runtime: "lanes-test"})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}
@@ -42,14 +42,14 @@ func newRig(t testing.TB, mode sim.ClockMode, counters int, faults ...sim.Fault)
 
 // simStream opens a simulated device, closed when the test ends, and a
 // stream on it.
-func simStream(t testing.TB, cfg sim.Config) (*sim.Device, backend.Stream) {
+func simStream(t testing.TB, cfg sim.Config) (sim.Device, backend.Stream) {
 	t.Helper()
 	dev, err := sim.New(cfg)
 	if err != nil {
 		t.Fatalf("sim.New: got err %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = dev.Close() })
-	s, err := dev.NewStream()
+	s, err := backend.Must(dev).NewStream()
 	if err != nil {
 		t.Fatalf("NewStream: got err %v, want nil", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
 
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
@@ -321,7 +322,7 @@ func TestStageTimings(t *testing.T) {
 	r := newRig(t, sim.ClockVirtual, 1)
 	sink := &stageLog{}
 	clock := r.dev.Clock()
-	l, err := lanecore.New(lanecore.Config{ID: 3, Device: r.dev, Stream: r.s, Sections: sink, Now: clock.Now})
+	l, err := lanecore.New(lanecore.Config{ID: 3, Device: backend.Must(r.dev), Stream: r.s, Sections: sink, Now: clock.Now})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}
@@ -331,7 +332,7 @@ func TestStageTimings(t *testing.T) {
 	if len(sink.stages) != 4 || sink.stages[0] != lanecore.SectionValidatePrepare || sink.stages[3] != lanecore.SectionRecordFence {
 		t.Fatalf("got stages %v, want 4, the first %v, the last %v", sink.stages, lanecore.SectionValidatePrepare, lanecore.SectionRecordFence)
 	}
-	if _, err := lanecore.New(lanecore.Config{Device: r.dev, Stream: r.s, Sections: sink}); err == nil {
+	if _, err := lanecore.New(lanecore.Config{Device: backend.Must(r.dev), Stream: r.s, Sections: sink}); err == nil {
 		t.Fatal("lanecore.New with a stage sink and no clock: got err nil, want an error")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
 	discovery "github.com/lanesched/lanes/internal/discovery"
 
@@ -89,11 +90,11 @@ func TestLibraryStatePerLane(t *testing.T) {
 	}
 
 	// A second lane of the same device counts in a workspace of its own.
-	st, err := r.dev.NewStream()
+	st, err := backend.Must(r.dev).NewStream()
 	if err != nil {
 		t.Fatalf("NewStream: got err %v, want nil", err)
 	}
-	other, err := lanecore.New(lanecore.Config{ID: 2, Device: r.dev, Stream: st, Libraries: []*cuda.Library{tl.lib}})
+	other, err := lanecore.New(lanecore.Config{ID: 2, Device: backend.Must(r.dev), Stream: st, Libraries: []*cuda.Library{tl.lib}})
 	if err != nil {
 		t.Fatalf("lanecore.New with the library configured: got err %v, want nil", err)
 	}
@@ -115,7 +116,7 @@ func TestLibraryStatePerLane(t *testing.T) {
 	if n, b := other.Libraries(); n != 0 || b != 0 || tl.downs != 1 {
 		t.Fatalf("after ReleaseLibraries: got %d libraries, %d bytes, %d teardowns; want 0, 0, 1", n, b, tl.downs)
 	}
-	if err := r.dev.CheckBuffer(tl.setups[1].Workspace.Buffer); !errors.Is(err, cuda.ErrStaleHandle) {
+	if err := backend.Must(r.dev).CheckBuffer(tl.setups[1].Workspace.Buffer); !errors.Is(err, cuda.ErrStaleHandle) {
 		t.Fatalf("the released workspace: got CheckBuffer %v, want it freed (cuda.ErrStaleHandle)", err)
 	}
 	_, err = other.Submit(lanes.Batch{Entries: []lanes.Entry{tl.call(t, r.bufs[1])}})
@@ -144,7 +145,7 @@ func TestLibraryStateAfterRecover(t *testing.T) {
 		t.Fatalf("a step whose launch fails: got err %v, lane %v; want an error and a failed lane", err, r.lane.State())
 	}
 	_, _, _ = r.lane.Synchronize()
-	st, err := r.dev.NewStream()
+	st, err := backend.Must(r.dev).NewStream()
 	if err != nil {
 		t.Fatalf("NewStream: got err %v, want nil", err)
 	}
@@ -271,7 +272,7 @@ func TestLibrariesALaneCannotHold(t *testing.T) {
 		}
 		t.Fatalf("workspace %d let go of, never allocated", b.ID)
 	}
-	l, err := lanecore.New(lanecore.Config{ID: 7, Device: dev, Stream: s, OnWorkspace: hook})
+	l, err := lanecore.New(lanecore.Config{ID: 7, Device: backend.Must(dev), Stream: s, OnWorkspace: hook})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}
@@ -298,7 +299,7 @@ func TestLibrariesALaneCannotHold(t *testing.T) {
 	if n, b := l.Libraries(); n != 0 || b != 0 || len(live) != lanecore.MaxLibraries {
 		t.Fatalf("after AbandonLibraries: got %d libraries, %d bytes, %d workspaces live; want none, 0, all %d (still allocated)", n, b, len(live), lanecore.MaxLibraries)
 	}
-	if err := dev.CheckBuffer(kept); err != nil {
+	if err := backend.Must(dev).CheckBuffer(kept); err != nil {
 		t.Fatalf("an abandoned workspace: got CheckBuffer %v, want it still allocated (the device's close frees it)", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	discovery "github.com/lanesched/lanes/internal/discovery"
 
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
@@ -170,7 +171,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 			p("synchronized")
 		}
 	case "recover":
-		st, err := s.r.dev.NewStream()
+		st, err := backend.Must(s.r.dev).NewStream()
 		if err != nil {
 			p("new stream: %s", s.scrub(err.Error()))
 			break

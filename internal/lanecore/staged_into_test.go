@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -106,7 +107,7 @@ func TestRepeatNeverRunsOlderInputs(t *testing.T) {
 		t.Fatalf("after the failed launch: got lane state %v, want failed", s.lane.State())
 	}
 	_, _, _ = s.lane.Synchronize() // ends what was in flight, so that Recover may run
-	st, err := s.dev.NewStream()
+	st, err := backend.Must(s.dev).NewStream()
 	if err != nil {
 		t.Fatalf("NewStream: got err %v, want nil", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
+	"github.com/lanesched/lanes/internal/testdev"
 
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
@@ -23,13 +24,13 @@ const pinnedFloats = 2 * lanecore.MinPinnedInput / 4
 
 // newBigStaged is out = in[0] + in[1] over pinnedFloats f32 on a lane
 // whose pin budget is pinBytes (0: the default).
-func newBigStaged(t *testing.T, pinBytes int64) (*sim.Device, *lanecore.Lane, *lanecore.Staged) {
+func newBigStaged(t *testing.T, pinBytes int64) (sim.Device, *lanecore.Lane, *lanecore.Staged) {
 	t.Helper()
-	return newBigStagedOn(t, pinBytes, func(d *sim.Device) backend.Device { return d })
+	return newBigStagedOn(t, pinBytes, func(d sim.Device) backend.Device { return backend.Must(d) })
 }
 
 // newBigStagedOn is newBigStaged with the lane's device made by wrap.
-func newBigStagedOn(t *testing.T, pinBytes int64, wrap func(*sim.Device) backend.Device) (*sim.Device, *lanecore.Lane, *lanecore.Staged) {
+func newBigStagedOn(t *testing.T, pinBytes int64, wrap func(sim.Device) backend.Device) (sim.Device, *lanecore.Lane, *lanecore.Staged) {
 	t.Helper()
 	dev, s := simStream(t, sim.Config{Clock: sim.ClockVirtual})
 	l, err := lanecore.New(lanecore.Config{ID: 1, Device: wrap(dev), Stream: s, PinBytes: pinBytes})
@@ -183,12 +184,12 @@ func TestStagedReplayCopiesWhatTheDeviceWillNotPin(t *testing.T) {
 	x, y := make([]byte, 4*pinnedFloats), make([]byte, 4*pinnedFloats)
 	// Someone else pinned x's pages already: the device refuses a second
 	// pin, and the lane copies x as before.
-	unpin, err := dev.PinHost(x)
+	unpin, err := testdev.Sim(dev).PinHost(x)
 	if err != nil {
 		t.Fatalf("PinHost(x): got err %v, want nil", err)
 	}
 	var ce *cuda.Error
-	if _, err := dev.PinHost(x[4096:]); !errors.As(err, &ce) || ce.Code != codes.HostMemoryRegistered {
+	if _, err := testdev.Sim(dev).PinHost(x[4096:]); !errors.As(err, &ce) || ce.Code != codes.HostMemoryRegistered {
 		t.Fatalf("pinning pages pinned already: got err %v, want code %d", err, codes.HostMemoryRegistered)
 	}
 	for i := range 3 {
@@ -328,7 +329,7 @@ func TestStagedReplayPinningEdges(t *testing.T) {
 
 // countingPins is a simulated device counting its pins and unpins.
 type countingPins struct {
-	*sim.Device
+	testdev.Device
 	pins, unpins int
 }
 
@@ -347,7 +348,7 @@ func TestStagedReplayPinningWindowsAndViews(t *testing.T) {
 	const size = 4 * pinnedFloats
 	t.Run("overlapping windows of one buffer used in turn", func(t *testing.T) {
 		var counted *countingPins
-		_, l, st2 := newBigStagedOn(t, 0, func(d *sim.Device) backend.Device { counted = &countingPins{Device: d}; return counted })
+		_, l, st2 := newBigStagedOn(t, 0, func(d sim.Device) backend.Device { counted = &countingPins{Device: testdev.Sim(d)}; return counted })
 		big, y := make([]byte, 4*size), make([]byte, size)
 		for i := range 20 {
 			w := big[(i%2)*size/2:][:size] // [0, size) and [size/2, 3size/2) in turn

@@ -12,6 +12,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -283,11 +284,11 @@ func TestStagedInputsThenReplay(t *testing.T) {
 // NewStaged is refused with ErrStagedInput and a fix, never a panic.
 func TestStagedProgramServesOneLane(t *testing.T) {
 	s := newStagedRig(t, []int{0, 1})
-	st2, err := s.dev.NewStream()
+	st2, err := backend.Must(s.dev).NewStream()
 	if err != nil {
 		t.Fatalf("NewStream: got err %v, want nil", err)
 	}
-	other, err := lanecore.New(lanecore.Config{ID: 2, Device: s.dev, Stream: st2, Runtime: "lanes-test"})
+	other, err := lanecore.New(lanecore.Config{ID: 2, Device: backend.Must(s.dev), Stream: st2, Runtime: "lanes-test"})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}

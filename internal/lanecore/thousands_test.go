@@ -22,7 +22,7 @@ import (
 // tenant's executable rebound to its buffers, or eagerly.
 type thousands struct {
 	t       *testing.T
-	dev     *sim.Device
+	dev     sim.Device
 	s       backend.Stream
 	lane    *lanecore.Lane
 	tenants []thousandsTenant
@@ -36,7 +36,7 @@ type thousandsTenant struct {
 
 func newThousands(t *testing.T, n int, faults ...sim.Fault) *thousands {
 	dev, s := simStream(t, sim.Config{Clock: sim.ClockVirtual, Faults: faults, Kernels: kernels.Builtin().With(kernels.FaultInjection())})
-	l, err := lanecore.New(lanecore.Config{ID: 1, Device: dev, Stream: s, Runtime: "lanes-test"})
+	l, err := lanecore.New(lanecore.Config{ID: 1, Device: backend.Must(dev), Stream: s, Runtime: "lanes-test"})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}

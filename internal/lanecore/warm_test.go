@@ -7,6 +7,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
@@ -35,12 +36,12 @@ func warmRig(t *testing.T, capacity int) (*rig, *lanecore.Lane, []lanes.Batch) {
 			}
 		}
 	}
-	st, err := r.dev.NewStream()
+	st, err := backend.Must(r.dev).NewStream()
 	if err != nil {
 		t.Fatalf("NewStream: got err %v, want nil", err)
 	}
 	var clock time.Duration
-	next, err := lanecore.New(lanecore.Config{ID: 2, Device: r.dev, Stream: st, Now: func() time.Duration { clock += time.Millisecond; return clock }})
+	next, err := lanecore.New(lanecore.Config{ID: 2, Device: backend.Must(r.dev), Stream: st, Now: func() time.Duration { clock += time.Millisecond; return clock }})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}
@@ -103,11 +104,11 @@ func TestWarmSkips(t *testing.T) {
 		t.Fatalf("Warm of a resident recipe: got %v, want it skipped as resident", rep)
 	}
 	// A recipe naming a freed buffer.
-	st, err := r.dev.NewStream()
+	st, err := backend.Must(r.dev).NewStream()
 	if err != nil {
 		t.Fatalf("NewStream: got err %v, want nil", err)
 	}
-	third, err := lanecore.New(lanecore.Config{ID: 3, Device: r.dev, Stream: st})
+	third, err := lanecore.New(lanecore.Config{ID: 3, Device: backend.Must(r.dev), Stream: st})
 	if err != nil {
 		t.Fatalf("lanecore.New: got err %v, want nil", err)
 	}

@@ -8,13 +8,15 @@ import (
 	"testing"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/backend"
 )
 
 // Zero writes zeros over each buffer, on a stream of its own, and waits
 // for them: what a program does before its first step reads a buffer.
-func Zero(t testing.TB, dev backend.Device, bufs ...cuda.Buffer) {
+func Zero(t testing.TB, d cuda.Device, bufs ...cuda.Buffer) {
 	t.Helper()
+	dev := backend.Must(d)
 	err := cuda.Bound(dev, func() error {
 		st, err := dev.NewStream()
 		if err != nil {
@@ -36,3 +38,22 @@ func Zero(t testing.TB, dev backend.Device, bufs ...cuda.Buffer) {
 		t.Fatalf("zeroing %d buffers: got err %v, want nil", len(bufs), err)
 	}
 }
+
+// Full is a device of lanes' backends as the lane core drives it (streams,
+// graphs, the handle checks): what a test that drives a device directly
+// needs beyond cuda.Device.
+func Full(dev cuda.Device) backend.Device { return backend.Must(dev) }
+
+// Device is a simulated device with everything a lane drives on it: what
+// a test wrapper embeds to stand in for one (a wrapper of a sim.Device
+// alone is refused by a scheduler, which drives streams).
+type Device interface {
+	sim.Device
+	backend.Device
+	backend.HostPinner
+	backend.HostView
+	ExecBytes(nodes int) int64
+}
+
+// Sim is d as a [Device].
+func Sim(d sim.Device) Device { return d.(Device) }
