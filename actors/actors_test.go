@@ -477,7 +477,7 @@ func TestStartRefusesAnUnboundedSpin(t *testing.T) {
 }
 
 // panickyDevice panics when a lane opens its stream.
-type panickyDevice struct{ cuda.Device }
+type panickyDevice struct{ backend.Device }
 
 func (panickyDevice) NewStream() (backend.Stream, error) { panic("no streams today") }
 
@@ -494,7 +494,7 @@ func TestStartReturnsWhenALaneActorPanicsWhileOpening(t *testing.T) {
 	var s *actors.Scheduler
 	go func() {
 		defer close(done)
-		s, err = actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{panickyDevice{dev}}, LanesPerDevice: 2})
+		s, err = actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{panickyDevice{backend.Must(dev)}}, LanesPerDevice: 2})
 	}()
 	select {
 	case <-done:
@@ -509,5 +509,28 @@ func TestStartReturnsWhenALaneActorPanicsWhileOpening(t *testing.T) {
 		if l.Health != actors.HealthQuarantined {
 			t.Errorf("lane %d: got health %v, want %v", l.ID, l.Health, actors.HealthQuarantined)
 		}
+	}
+}
+
+// foreignDevice is a cuda.Device of no backend of lanes': it has no
+// streams to give a lane.
+type foreignDevice struct{ cuda.Device }
+
+// TestStartRefusesADeviceOfNoBackend: a Device made elsewhere than
+// sim.New or driver.Open is refused at start, the caller's error, saying
+// how to make one.
+func TestStartRefusesADeviceOfNoBackend(t *testing.T) {
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatalf("sim.New: got err %v, want nil", err)
+	}
+	defer dev.Close()
+	s, err := actors.Start(context.Background(), actors.Config{Devices: []cuda.Device{foreignDevice{dev}}})
+	if err == nil {
+		s.Stop(context.Background())
+		t.Fatal("Start with a foreign device: got nil, want ErrInvalidArgument")
+	}
+	if !errors.Is(err, actors.ErrInvalidArgument) || !strings.Contains(err.Error(), "sim.New or driver.Open") || cuda.Classify(err).Blame != cuda.BlameCaller {
+		t.Fatalf("Start with a foreign device: got %v, want ErrInvalidArgument naming sim.New or driver.Open, the caller's", err)
 	}
 }

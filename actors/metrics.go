@@ -6,13 +6,14 @@ package actors
 import (
 	"context"
 
+	"github.com/lanesched/lanes/internal/recording"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
 // registerGauges reports lane health and in-flight depth as gauges.
 func (s *Scheduler) registerGauges() error {
-	m := s.cfg.Telemetry.Meter()
+	m := recording.Of(s.cfg.Telemetry).Meter()
 	if m == nil {
 		return nil
 	}

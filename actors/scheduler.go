@@ -14,15 +14,14 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/notstarted"
+	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
-	"github.com/lanesched/lanes/telemetry"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // call is one waiting caller: a submission or an administrative request.
@@ -214,13 +213,13 @@ func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken,
 	}
 	if t := s.cfg.Telemetry; t != nil && !c.admin {
 		// The recorder runs later: hand it copies, not the caller's batch.
-		sub := telemetry.Submission{Tenant: c.tenant, Lane: r.Lane, Device: -1, Entries: len(c.batch.Entries), Path: c.batch.Path,
+		sub := recording.Submission{Tenant: c.tenant, Lane: r.Lane, Device: -1, Entries: len(c.batch.Entries), Path: c.batch.Path,
 			Timing: c.batch.Timing, Parent: c.parent, Start: c.start, Taken: taken, Enqueued: enqueued, End: time.Now(),
 			Anchor: s.epoch, Receipt: r, Err: err, SegmentNodes: segmentNodes(c.batch.Entries, r.Attribution.Segments)}
 		if lane != nil {
 			sub.Device, sub.DeviceName = lane.device, lane.dev.Info().Name
 		}
-		t.Submission(context.Background(), sub)
+		recording.Of(t).Submission(context.Background(), sub)
 	}
 	close(c.done)
 	if c.ended != nil {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/telemetry"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -161,7 +161,7 @@ func (s *Scheduler) traceRefusal(ctx context.Context, tenant string, b *lanes.Ba
 			parent = trace.SpanContextFromContext(ctx)
 		}
 		now := time.Now()
-		t.Submission(context.Background(), telemetry.Submission{Tenant: tenant, Lane: -1, Device: -1, Entries: len(b.Entries), Path: b.Path, Timing: b.Timing,
+		recording.Of(t).Submission(context.Background(), recording.Submission{Tenant: tenant, Lane: -1, Device: -1, Entries: len(b.Entries), Path: b.Path, Timing: b.Timing,
 			Parent: parent, Start: now, End: now, Receipt: lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Lane: -1}, Err: err})
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/telemetry"
 )
 
 // laneStrategy turns a panic in a lane actor (outside the lane core, which
@@ -35,7 +35,7 @@ func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor,
 
 // traceQuarantine hands a lane's quarantine to the telemetry.
 func (s *Scheduler) traceQuarantine(ref *laneRef, cause error) {
-	s.cfg.Telemetry.Quarantine(context.Background(), telemetry.Quarantine{At: time.Now(), Lane: ref.id, Device: ref.device,
+	recording.Of(s.cfg.Telemetry).Quarantine(context.Background(), recording.Quarantine{At: time.Now(), Lane: ref.id, Device: ref.device,
 		DeviceName: ref.dev.Info().Name, Cause: cause})
 }
 

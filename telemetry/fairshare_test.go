@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesched/lanes/internal/recording"
 	"go.opentelemetry.io/otel/attribute"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
@@ -23,6 +23,8 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // slowExporter holds every export until its gate opens, then takes its
@@ -250,10 +252,10 @@ func sum(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue)
 
 // refusedUnder is a refusal under a caller's sampled span: never
 // summarised, so a flood of them keeps the recorder busy.
-func refusedUnder(tenant string, i int) telemetry.Submission {
+func refusedUnder(tenant string, i int) recording.Submission {
 	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, byte(i)}, SpanID: trace.SpanID{byte(i), 1}, TraceFlags: trace.FlagsSampled})
 	now := time.Now()
-	return telemetry.Submission{Tenant: tenant, Lane: -1, Start: now, End: now, Parent: parent, Err: actors.ErrOverloaded}
+	return recording.Submission{Tenant: tenant, Lane: -1, Start: now, End: now, Parent: parent, Err: actors.ErrOverloaded}
 }
 
 // TestFlushReturnsDuringAFlood: Flush waits for what was handed over
@@ -275,7 +277,7 @@ func TestFlushReturnsDuringAFlood(t *testing.T) {
 				return
 			default:
 			}
-			rec.Submission(context.Background(), refusedUnder("flood", i))
+			recording.Of(rec).Submission(context.Background(), refusedUnder("flood", i))
 		}
 	})
 	defer func() { close(stop); wg.Wait() }()
@@ -313,7 +315,7 @@ func TestAStuckExporterIsCountedNotWaitedFor(t *testing.T) {
 		t.Fatalf("telemetry.New: got err %v, want nil", err)
 	}
 	for range 20 {
-		rec.Submission(context.Background(), replayedSubmission("a"))
+		recording.Of(rec).Submission(context.Background(), replayedSubmission("a"))
 	}
 	done := make(chan struct{})
 	go func() { rec.Flush(); close(done) }()
@@ -341,8 +343,8 @@ func TestAnInvalidTenantNameStaysOutOfTheMetrics(t *testing.T) {
 	}
 	defer rec.Shutdown(context.Background())
 	now := time.Now()
-	rec.Submission(context.Background(), telemetry.Submission{Tenant: "\xff\xfe", Lane: -1, Start: now, End: now, Err: actors.ErrInvalidTenant})
-	rec.Submission(context.Background(), telemetry.Submission{Tenant: strings.Repeat("x", 1<<20), Lane: -1, Start: now, End: now, Err: actors.ErrInvalidTenant})
+	recording.Of(rec).Submission(context.Background(), recording.Submission{Tenant: "\xff\xfe", Lane: -1, Start: now, End: now, Err: actors.ErrInvalidTenant})
+	recording.Of(rec).Submission(context.Background(), recording.Submission{Tenant: strings.Repeat("x", 1<<20), Lane: -1, Start: now, End: now, Err: actors.ErrInvalidTenant})
 	rec.Flush()
 	w := httptest.NewRecorder()
 	rec.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))

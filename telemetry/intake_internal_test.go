@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/internal/codes"
+	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -17,11 +18,11 @@ func newTestIntake(limit int) (*intake, *dropCounts) {
 }
 
 func ended(tenant string) item {
-	return item{isSub: true, sub: Submission{Tenant: tenant, Lane: 0, Receipt: lanes.Receipt{Outcome: lanes.OutcomeSucceeded}}}
+	return item{isSub: true, sub: recording.Submission{Tenant: tenant, Lane: 0, Receipt: lanes.Receipt{Outcome: lanes.OutcomeSucceeded}}}
 }
 
 func refusal(tenant string, err error) item {
-	return item{isSub: true, sub: Submission{Tenant: tenant, Lane: -1, Err: err, Start: time.Now(), End: time.Now()}}
+	return item{isSub: true, sub: recording.Submission{Tenant: tenant, Lane: -1, Err: err, Start: time.Now(), End: time.Now()}}
 }
 
 // TestIntakeTakesTurns: tenants' work is taken in turns, quarantines
@@ -32,7 +33,7 @@ func TestIntakeTakesTurns(t *testing.T) {
 		in.put(ended("flood"))
 	}
 	in.put(ended("quiet"))
-	in.put(item{quarantine: &Quarantine{Lane: 1}})
+	in.put(item{quarantine: &recording.Quarantine{Lane: 1}})
 	var got []string
 	for it, ok := in.take(); ok; it, ok = in.take() {
 		if it.quarantine != nil {
@@ -55,7 +56,7 @@ func TestIntakeFloodLosesItsOwn(t *testing.T) {
 		in.put(ended("flood"))
 	}
 	in.put(ended("quiet"))
-	in.put(item{quarantine: &Quarantine{Lane: 2}})
+	in.put(item{quarantine: &recording.Quarantine{Lane: 2}})
 	in.put(ended("quiet"))
 	counts := map[string]int{}
 	for it, ok := in.take(); ok; it, ok = in.take() {

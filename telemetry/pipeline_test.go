@@ -16,14 +16,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesched/lanes/internal/recording"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // gatedExporter holds every export until its gate opens.
@@ -49,10 +50,10 @@ func (e *gatedExporter) Shutdown(context.Context) error { return nil }
 
 // replayedSubmission is a succeeded submission with two replayed segments
 // and its stages: five spans (submit, queue, enqueue, two replays).
-func replayedSubmission(tenant string) telemetry.Submission {
+func replayedSubmission(tenant string) recording.Submission {
 	now := time.Now()
 	seg := lanes.SegmentRecord{Start: 0, End: 1, Commands: 1, GraphNodes: 1}
-	return telemetry.Submission{Tenant: tenant, Lane: 0, Start: now, Taken: now.Add(time.Microsecond), Enqueued: now.Add(2 * time.Microsecond),
+	return recording.Submission{Tenant: tenant, Lane: 0, Start: now, Taken: now.Add(time.Microsecond), Enqueued: now.Add(2 * time.Microsecond),
 		End: now.Add(10 * time.Microsecond), Receipt: lanes.Receipt{Outcome: lanes.OutcomeSucceeded,
 			Attribution: lanes.Attribution{Segments: []lanes.SegmentRecord{seg, seg}}}}
 }
@@ -67,7 +68,7 @@ func TestWholeSubmissionsDroppedAndCounted(t *testing.T) {
 		t.Fatalf("telemetry.New: got err %v, want nil", err)
 	}
 	for range 20 {
-		rec.Submission(context.Background(), replayedSubmission("a"))
+		recording.Of(rec).Submission(context.Background(), replayedSubmission("a"))
 	}
 	flushed := make(chan struct{})
 	go func() { rec.Flush(); close(flushed) }() // the first export waits at the gate
@@ -113,13 +114,13 @@ func TestSuccessesSampledFailuresKept(t *testing.T) {
 	}
 	defer rec.Shutdown(context.Background())
 	for range 100 {
-		rec.Submission(context.Background(), replayedSubmission("a"))
+		recording.Of(rec).Submission(context.Background(), replayedSubmission("a"))
 	}
 	failed := replayedSubmission("a")
 	failed.Err = lanes.Wrap("fence", false, cuda.ErrIllegalAddress)
 	failed.Receipt.Outcome = lanes.OutcomeIndeterminate
 	for range 10 {
-		rec.Submission(context.Background(), failed)
+		recording.Of(rec).Submission(context.Background(), failed)
 	}
 	rec.Flush()
 	subs, errs := 0, 0
@@ -148,7 +149,7 @@ func TestCallersSpanIsTheParent(t *testing.T) {
 		}
 		s := replayedSubmission("a")
 		s.Parent = parent
-		rec.Submission(context.Background(), s)
+		recording.Of(rec).Submission(context.Background(), s)
 		rec.Flush()
 		var sub tracetest.SpanStub
 		for _, sp := range exp.GetSpans() {
@@ -174,7 +175,7 @@ func TestOTLPJSONFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("telemetry.New: got err %v, want nil", err)
 	}
-	rec.Submission(context.Background(), replayedSubmission("a"))
+	recording.Of(rec).Submission(context.Background(), replayedSubmission("a"))
 	if err := rec.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown: got err %v, want nil", err)
 	}
@@ -242,7 +243,7 @@ func TestPrometheusEndpoint(t *testing.T) {
 		t.Fatalf("telemetry.New(metrics only): got (%v, %v), want a recorder", rec, err)
 	}
 	defer rec.Shutdown(context.Background())
-	rec.Submission(context.Background(), replayedSubmission("tenant-x"))
+	recording.Of(rec).Submission(context.Background(), replayedSubmission("tenant-x"))
 	rec.Flush()
 	w := httptest.NewRecorder()
 	rec.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
@@ -270,7 +271,7 @@ func TestDeadCollectorReported(t *testing.T) {
 	if err != nil || rec == nil {
 		t.Fatalf("telemetry.New from the environment: got (%v, %v), want a recorder", rec, err)
 	}
-	rec.Submission(context.Background(), replayedSubmission("a"))
+	recording.Of(rec).Submission(context.Background(), replayedSubmission("a"))
 	rec.Flush()
 	_ = rec.Shutdown(context.Background())
 	s := rec.Stats()
@@ -321,8 +322,8 @@ func TestOTLPMetricsPushed(t *testing.T) {
 	if err != nil || rec == nil {
 		t.Fatalf("telemetry.New(OTLP metrics only): got (%v, %v), want a recorder", rec, err)
 	}
-	rec.Submission(context.Background(), replayedSubmission("first"))
-	rec.Submission(context.Background(), replayedSubmission("second"))
+	recording.Of(rec).Submission(context.Background(), replayedSubmission("first"))
+	recording.Of(rec).Submission(context.Background(), replayedSubmission("second"))
 	rec.Flush()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -349,8 +350,8 @@ func TestOTLPMetricsPushed(t *testing.T) {
 		t.Fatalf("telemetry.New(prometheus): got err %v, want nil", err)
 	}
 	defer prom.Shutdown(context.Background())
-	prom.Submission(context.Background(), replayedSubmission("first"))
-	prom.Submission(context.Background(), replayedSubmission("second"))
+	recording.Of(prom).Submission(context.Background(), replayedSubmission("first"))
+	recording.Of(prom).Submission(context.Background(), replayedSubmission("second"))
 	prom.Flush()
 	w := httptest.NewRecorder()
 	prom.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
@@ -370,8 +371,8 @@ func TestLateWorkIsDropped(t *testing.T) {
 	if err := rec.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown: got err %v, want nil", err)
 	}
-	rec.Submission(context.Background(), replayedSubmission("late"))
-	rec.Quarantine(context.Background(), telemetry.Quarantine{Lane: 1})
+	recording.Of(rec).Submission(context.Background(), replayedSubmission("late"))
+	recording.Of(rec).Quarantine(context.Background(), recording.Quarantine{Lane: 1})
 	rec.Flush()
 	if err := rec.Shutdown(context.Background()); err != nil {
 		t.Fatalf("second Shutdown: got err %v, want nil", err)

@@ -16,71 +16,32 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
 )
 
-// Submission is one ended (or refused) submission, as the scheduler hands
-// it over.
-type Submission struct {
-	Tenant     string
-	Lane       int // -1: refused before any lane took it
-	Device     int
-	DeviceName string
-	Entries    int
-	Path       lanes.Path
-	Timing     lanes.TimingMode
-	// Parent is the caller's span (from Submit's context), if any: the
-	// submission's span is its child (or linked, with Config.LinkParent).
-	Parent trace.SpanContext
-	// Start: submitted; Taken: the lane took it from its queue; Enqueued:
-	// the lane had planned it and enqueued its work; End: its receipt was
-	// observed. Taken and Enqueued are zero for a submission no lane took.
-	Start, Taken, Enqueued, End time.Time
-	// Anchor maps the lane clock's durations (Receipt.HostStart) to host
-	// time: the lane clock's origin.
-	Anchor  time.Time
-	Receipt lanes.Receipt
-	Err     error
-	// SegmentNodes is each replayed segment's plan-node range, [first, one
-	// past the last), in Receipt.Attribution.Segments' order; {-1, -1}
-	// (or a missing range) where the entries carry no plan nodes.
-	SegmentNodes [][2]int
-}
-
-// Quarantine is a lane leaving routing because it failed, whether it then
-// recovers onto a fresh stream or stays out for good (the scheduler's
-// HealthRecovering and HealthQuarantined): when, which lane of which
-// device, and why.
-type Quarantine struct {
-	At         time.Time
-	Lane       int
-	Device     int
-	DeviceName string
-	Cause      error
-}
-
 // item is one piece of work for the recording goroutine.
 type item struct {
-	sub        Submission // when isSub
+	sub        recording.Submission // when isSub
 	isSub      bool
 	refusals   int    // refusals summarised into sub (0 and 1: sub alone)
 	seq        uint64 // its place in the order things were handed over
-	quarantine *Quarantine
+	quarantine *recording.Quarantine
 }
 
-// Submission hands one ended or refused submission to the recorder. It
+// handSubmission hands one ended or refused submission to the recorder. It
 // never blocks: when the recorder is behind by 8192 items, the tenant
 // with the most waiting loses its oldest (or this one, if it is that
 // tenant's), counted (Stats.Behind, Stats.ByTenant).
-func (t *Recorder) Submission(_ context.Context, s Submission) {
+func (t *Recorder) handSubmission(_ context.Context, s recording.Submission) {
 	if t != nil {
 		t.hand(item{sub: s, isSub: true})
 	}
 }
 
-// Quarantine hands a lane's quarantine to the recorder (never blocking, as
-// Submission).
-func (t *Recorder) Quarantine(_ context.Context, q Quarantine) {
+// handQuarantine hands a lane's quarantine to the recorder (never
+// blocking, as handSubmission).
+func (t *Recorder) handQuarantine(_ context.Context, q recording.Quarantine) {
 	if t != nil {
 		if q.At.IsZero() {
 			q.At = time.Now()
@@ -128,7 +89,7 @@ func (t *Recorder) settle(all bool) {
 }
 
 // outcome names how a submission ended.
-func outcome(s *Submission) string {
+func outcome(s *recording.Submission) string {
 	switch {
 	case s.Err == nil:
 		return "succeeded"
@@ -145,7 +106,7 @@ var byDesign = map[cache.Reason]bool{cache.ReasonProviderKeyMissing: true, cache
 // keep decides whether a submission gets spans: every failure,
 // fallback and cache event, what the caller's sampled span asks for, and
 // successes by Config.SuccessRatio.
-func (t *Recorder) keep(s *Submission, fallbacks int) bool {
+func (t *Recorder) keep(s *recording.Submission, fallbacks int) bool {
 	if s.Err != nil || fallbacks > 0 || len(s.Receipt.Attribution.Events) > 0 {
 		return true
 	}
@@ -162,7 +123,7 @@ func (t *Recorder) keep(s *Submission, fallbacks int) bool {
 
 // submission records one submission, or refusals summarised into one
 // (n of them, refused alike): every one counted in the metrics, one span.
-func (t *Recorder) submission(s Submission, n int) {
+func (t *Recorder) submission(s recording.Submission, n int) {
 	r := s.Receipt
 	out := outcome(&s)
 	replayed, eager, fallbacks := len(r.Attribution.Segments), 0, 0
@@ -238,7 +199,7 @@ func (t *Recorder) submission(s Submission, n int) {
 
 // count records a submission's metrics (every submission's, traced or
 // not).
-func (t *Recorder) count(s *Submission, out string, replayed, eager, n int) {
+func (t *Recorder) count(s *recording.Submission, out string, replayed, eager, n int) {
 	ctx := context.Background()
 	tenant := t.names.of(s.Tenant)
 	t.m.submissions.Add(ctx, int64(n), t.attrs(attrKey{outcome: out, tenant: tenant, lane: s.Lane}).add...)
@@ -270,7 +231,7 @@ func (t *Recorder) count(s *Submission, out string, replayed, eager, n int) {
 // lane (admission, mailbox and the lane's fair queue), then planning and
 // enqueueing its work, and, when device events timed it, the wait between
 // the device finishing and the fence being seen.
-func (t *Recorder) stages(ctx context.Context, s *Submission) {
+func (t *Recorder) stages(ctx context.Context, s *recording.Submission) {
 	span := func(name string, from, to time.Time, attrs ...attribute.KeyValue) {
 		if from.IsZero() || to.Before(from) {
 			return
@@ -288,7 +249,7 @@ func (t *Recorder) stages(ctx context.Context, s *Submission) {
 // children records the replayed segments and timed eager commands: at
 // device time when events timed them, else across the interval in which
 // the device ran them (enqueued to receipt), marked untimed.
-func (t *Recorder) children(ctx context.Context, s *Submission) {
+func (t *Recorder) children(ctx context.Context, s *recording.Submission) {
 	r := s.Receipt
 	timed := map[[2]int]lanes.SpanTiming{}
 	for _, st := range r.Spans {
@@ -344,7 +305,7 @@ func (t *Recorder) children(ctx context.Context, s *Submission) {
 
 // quarantined records a lane leaving routing, linked to the submissions
 // that failed on it since its last quarantine.
-func (t *Recorder) quarantined(q Quarantine) {
+func (t *Recorder) quarantined(q recording.Quarantine) {
 	c := cuda.Classify(q.Cause)
 	reason := "unknown"
 	if q.Cause != nil {
@@ -371,7 +332,7 @@ func (t *Recorder) quarantined(q Quarantine) {
 // "lanes.prepare" with its stage and node count, laid end to end from
 // when the lane took the batch (the lane times each step, not where it
 // began; they ran one after another, after validation and discovery).
-func (t *Recorder) preparation(ctx context.Context, s *Submission) {
+func (t *Recorder) preparation(ctx context.Context, s *recording.Submission) {
 	at := s.Taken
 	if at.IsZero() {
 		return

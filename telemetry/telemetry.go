@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lanesched/lanes/internal/recording"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -62,9 +63,9 @@ type Recorder struct {
 
 	// Owned by the recording goroutine.
 	attrSets map[attrKey]attrOptions
-	failing  map[int][]trace.Link // per lane: failed submissions since its last quarantine
-	waitingQ map[int]Quarantine   // per lane: a quarantine waiting for its failed submission
-	sampleAt float64              // success sampling's accumulator
+	failing  map[int][]trace.Link         // per lane: failed submissions since its last quarantine
+	waitingQ map[int]recording.Quarantine // per lane: a quarantine waiting for its failed submission
+	sampleAt float64                      // success sampling's accumulator
 }
 
 // queueLength bounds the work waiting to be recorded, all tenants'
@@ -88,7 +89,7 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 		return nil, err
 	}
 	names := &tenantNames{max: c.MaxTenants}
-	t := &Recorder{cfg: c, names: names, drops: &dropCounts{names: names}, attrSets: map[attrKey]attrOptions{}, failing: map[int][]trace.Link{}, waitingQ: map[int]Quarantine{}}
+	t := &Recorder{cfg: c, names: names, drops: &dropCounts{names: names}, attrSets: map[attrKey]attrOptions{}, failing: map[int][]trace.Link{}, waitingQ: map[int]recording.Quarantine{}}
 	if traces {
 		exp, err := spanExporter(ctx, c)
 		if err != nil {
@@ -111,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Recorder, error) {
 		mopts = append(mopts, sdkmetric.WithReader(reader))
 	}
 	t.mp = sdkmetric.NewMeterProvider(mopts...)
-	if err := t.m.init(t.Meter(), t); err != nil {
+	if err := t.m.init(t.meter(), t); err != nil {
 		return nil, err
 	}
 	t.in, t.flush, t.stopped = newIntake(queueLength, t.drops), make(chan chan struct{}), make(chan struct{})
@@ -261,9 +262,9 @@ func (t *Recorder) Flush() {
 	}
 }
 
-// Meter returns the meter for the gauges the scheduler registers
+// meter returns the meter for the gauges the scheduler registers
 // (nil-safe).
-func (t *Recorder) Meter() metric.Meter {
+func (t *Recorder) meter() metric.Meter {
 	if t == nil {
 		return nil
 	}
@@ -374,4 +375,18 @@ func ParseAttributes(s string) (map[string]string, error) {
 		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
 	return out, nil
+}
+
+// sink is a recorder as the scheduler drives it (internal/recording).
+type sink struct{ r *Recorder }
+
+func (s sink) Submission(ctx context.Context, sub recording.Submission) { s.r.handSubmission(ctx, sub) }
+func (s sink) Quarantine(ctx context.Context, q recording.Quarantine)   { s.r.handQuarantine(ctx, q) }
+func (s sink) Meter() metric.Meter                                      { return s.r.meter() }
+
+func init() {
+	recording.Register(func(recorder any) recording.Sink {
+		r, _ := recorder.(*Recorder)
+		return sink{r}
+	})
 }

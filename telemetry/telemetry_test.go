@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesched/lanes/internal/recording"
 	"go.opentelemetry.io/otel/attribute"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cache"
@@ -19,6 +19,8 @@ import (
 	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 type rig struct {
@@ -232,10 +234,10 @@ func TestRejectedAndQuarantinedWork(t *testing.T) {
 
 func TestNilTelemetryRecordsNothing(t *testing.T) {
 	var tel *telemetry.Recorder
-	tel.Submission(context.Background(), telemetry.Submission{})
+	recording.Of(tel).Submission(context.Background(), recording.Submission{})
 	tel.Flush()
-	tel.Quarantine(context.Background(), telemetry.Quarantine{})
-	if m := tel.Meter(); m != nil {
+	recording.Of(tel).Quarantine(context.Background(), recording.Quarantine{})
+	if m := recording.Of(tel).Meter(); m != nil {
 		t.Fatalf("nil Recorder's Meter: got %v, want nil", m)
 	}
 	if err := tel.Shutdown(context.Background()); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
 )
@@ -44,7 +45,7 @@ func main() {
 	for tick := time.NewTicker(time.Millisecond); time.Since(start) < *duration; <-tick.C {
 		due := int(time.Since(start).Seconds() * *rate)
 		for ; handed < due; handed++ {
-			rec.Submission(context.Background(), submission(handed, *failEvery))
+			recording.Of(rec).Submission(context.Background(), submission(handed, *failEvery))
 		}
 	}
 	fed := time.Since(start)
@@ -63,10 +64,10 @@ func main() {
 
 // submission is the i-th synthetic submission: two replayed segments, its
 // stages, 120 µs end to end; every failEvery-th ends indeterminate.
-func submission(i, failEvery int) telemetry.Submission {
+func submission(i, failEvery int) recording.Submission {
 	now := time.Now()
 	seg := lanes.SegmentRecord{Start: 1, End: 9, Commands: 8, GraphNodes: 8}
-	s := telemetry.Submission{Tenant: fmt.Sprintf("tenant-%02d", i%16), Lane: i % 8, Device: 0, DeviceName: "synthetic", Entries: 10,
+	s := recording.Submission{Tenant: fmt.Sprintf("tenant-%02d", i%16), Lane: i % 8, Device: 0, DeviceName: "synthetic", Entries: 10,
 		Start: now.Add(-120 * time.Microsecond), Taken: now.Add(-100 * time.Microsecond), Enqueued: now.Add(-80 * time.Microsecond), End: now,
 		Receipt: lanes.Receipt{Outcome: lanes.OutcomeSucceeded, Attribution: lanes.Attribution{Segments: []lanes.SegmentRecord{seg, seg}}}}
 	if i%failEvery == failEvery-1 {
