@@ -18,7 +18,7 @@ import (
 // measured against (scripts/gpu-scorecard.sh): K tiny kernels per
 // step, each adding 1 to 1024 int32, launched as 4 blocks of 256 threads.
 type stepRig struct {
-	dev  *driver.Device
+	dev  driver.Device
 	s    backend.Stream
 	buf  cuda.Buffer
 	inc  cuda.Command
@@ -26,8 +26,8 @@ type stepRig struct {
 	k    int
 }
 
-func newStepRig(b testing.TB, dev *driver.Device, k int) *stepRig {
-	s, err := dev.NewStream()
+func newStepRig(b testing.TB, dev driver.Device, k int) *stepRig {
+	s, err := backend.Must(dev).NewStream()
 	if err != nil {
 		b.Fatalf("NewStream: got err %v, want nil", err)
 	}
@@ -85,7 +85,7 @@ func (r *stepRig) counter(b testing.TB) int {
 	return int(int32(binary.LittleEndian.Uint32(out)))
 }
 
-func bindOpen(b *testing.B) *driver.Device {
+func bindOpen(b *testing.B) driver.Device {
 	d, err := driver.Open(driver.Config{})
 	if err != nil {
 		b.Fatalf("driver.Open: got err %v, want nil", err)

@@ -33,9 +33,17 @@ type Config struct {
 	Modules []kernels.Module
 }
 
-// Device is one device instance on a GPU's primary context. It implements
-// [cuda.Device].
-type Device struct {
+// Device is one device instance on a GPU's primary context: a
+// [cuda.Device] that loads kernel modules ([kernels.Loader]). [Open] makes
+// one. Its streams, graphs and executables are what a lane drives
+// (internal/backend's Device, which the device implements).
+type Device interface {
+	cuda.Device
+	kernels.Loader
+}
+
+// device is the real device (see [Device]).
+type device struct {
 	info    cuda.DeviceInfo
 	dev     cu.Device
 	ctx     cContext
@@ -72,7 +80,7 @@ type Device struct {
 	closed   bool
 }
 
-var _ cuda.Device = (*Device)(nil)
+var _ cuda.Device = (*device)(nil)
 
 type allocation struct {
 	buf  cuda.Buffer
@@ -82,7 +90,7 @@ type allocation struct {
 // Open opens a device instance on GPU cfg.Ordinal: it retains the primary
 // context, loads the kernels' PTX and sets up the staging arena. Several
 // instances of one GPU share its context but not their handles.
-func Open(cfg Config) (*Device, error) {
+func Open(cfg Config) (Device, error) {
 	const op = "open"
 	if cfg.StagingBytes == 0 {
 		cfg.StagingBytes = 64 << 20
@@ -98,7 +106,7 @@ func Open(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, driverError(op, err, "retain the primary context")
 	}
-	d := &Device{
+	d := &device{
 		dev: dev, primary: primary, ctx: *(*cContext)(unsafe.Pointer(&primary)),
 		buffers: backend.NewTable[*allocation](), hosts: backend.NewTable[*pinnedHost](),
 	}
@@ -142,7 +150,7 @@ func Open(cfg Config) (*Device, error) {
 
 // BindThread locks the calling goroutine to its OS thread and makes the
 // device's context current there.
-func (d *Device) BindThread() (func(), error) {
+func (d *device) BindThread() (func(), error) {
 	runtime.LockOSThread()
 	if err := cu.SetCurrentContext(d.primary); err != nil {
 		runtime.UnlockOSThread()
@@ -152,14 +160,14 @@ func (d *Device) BindThread() (func(), error) {
 }
 
 // Info describes the device.
-func (d *Device) Info() cuda.DeviceInfo { return d.info }
+func (d *device) Info() cuda.DeviceInfo { return d.info }
 
 // Kernels returns the kernels the device launches.
-func (d *Device) Kernels() cuda.Kernels { return d.table.Load().kernels }
+func (d *device) Kernels() cuda.Kernels { return d.table.Load().kernels }
 
 // Alloc allocates a buffer with cuMemAlloc, over-allocating to honour an
 // alignment above the 256 bytes cuMemAlloc guarantees.
-func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
+func (d *device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	const op = "alloc"
 	spec, err := spec.Normalize()
 	if err != nil {
@@ -196,7 +204,7 @@ func (d *Device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 // kernel that never finishes it never returns). From the moment it begins,
 // enqueues and launches that name the buffer are refused (ErrStaleHandle);
 // work issued before finishes first.
-func (d *Device) Free(b cuda.Buffer) error {
+func (d *device) Free(b cuda.Buffer) error {
 	const op = "free"
 	a, err := d.lookup(op, b)
 	if err != nil {
@@ -226,11 +234,11 @@ func (d *Device) Free(b cuda.Buffer) error {
 
 // Frees counts the frees (Free and FreeHost) begun on the device: a handle
 // CheckBuffer or CheckHost found live stays live while it is unchanged.
-func (d *Device) Frees() uint64 { return d.frees.Frees() }
+func (d *device) Frees() uint64 { return d.frees.Frees() }
 
 // checkExecHandles checks an executable's buffers before a launch (see
 // backend.FreeFence.CheckExec).
-func (d *Device) checkExecHandles(op string, x *exec) error {
+func (d *device) checkExecHandles(op string, x *exec) error {
 	return d.frees.CheckExec(op, &x.handles, &x.checked, func(id uint64, host bool) bool {
 		d.mu.RLock()
 		defer d.mu.RUnlock()
@@ -245,7 +253,7 @@ func (d *Device) checkExecHandles(op string, x *exec) error {
 
 // lookup checks that b is a live buffer of this device as it was handed
 // out, not being freed.
-func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
+func (d *device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 	d.mu.RLock()
 	a, ok := d.buffers.Live(b.ID)
 	d.mu.RUnlock()
@@ -261,21 +269,21 @@ func (d *Device) lookup(op string, b cuda.Buffer) (*allocation, error) {
 
 // CheckBuffer reports whether b is a live buffer of this device instance,
 // exactly as Alloc returned it.
-func (d *Device) CheckBuffer(b cuda.Buffer) error {
+func (d *device) CheckBuffer(b cuda.Buffer) error {
 	_, err := d.lookup("check buffer", b)
 	return err
 }
 
 // Memory reports the device's memory accounting: Total is the GPU's, InUse
 // what this instance allocated.
-func (d *Device) Memory() cuda.MemoryStats {
+func (d *device) Memory() cuda.MemoryStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.memory
 }
 
 // NewStream creates a non-blocking stream.
-func (d *Device) NewStream() (backend.Stream, error) {
+func (d *device) NewStream() (backend.Stream, error) {
 	const op = "stream create"
 	if err := d.live(op); err != nil {
 		return nil, err
@@ -294,7 +302,7 @@ func (d *Device) NewStream() (backend.Stream, error) {
 }
 
 // Synchronize waits for all work of the context (cuCtxSynchronize).
-func (d *Device) Synchronize() error {
+func (d *device) Synchronize() error {
 	const op = "device synchronize"
 	if err := d.live(op); err != nil {
 		return err
@@ -305,7 +313,7 @@ func (d *Device) Synchronize() error {
 // Close waits for the device's work, frees every buffer this instance
 // allocated and releases its hold on the primary context. The calling
 // thread need not be bound.
-func (d *Device) Close() error {
+func (d *device) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()

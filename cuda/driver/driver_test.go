@@ -17,7 +17,7 @@ func open(t *testing.T) backend.Device {
 		t.Fatalf("driver.Open: got err %v, want nil (a GPU to test)", err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return backend.Must(d)
 }
 
 // TestConformance runs the shared suite on the GPU. Its last subtest

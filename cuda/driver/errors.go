@@ -13,7 +13,7 @@ import (
 )
 
 // Err returns the sticky error that poisoned the device, or nil.
-func (d *Device) Err() error {
+func (d *device) Err() error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.poison == nil {
@@ -23,7 +23,7 @@ func (d *Device) Err() error {
 }
 
 // live fails a call on a closed or poisoned device.
-func (d *Device) live(op string) error {
+func (d *device) live(op string) error {
 	if !d.unwell.Load() {
 		return nil
 	}
@@ -40,7 +40,7 @@ func (d *Device) live(op string) error {
 
 // check turns a CUresult into an error, classifies it, and poisons the
 // device on a sticky code.
-func (d *Device) check(op string, r cResult, detail string) error {
+func (d *device) check(op string, r cResult, detail string) error {
 	if r == 0 {
 		return nil
 	}

@@ -17,14 +17,14 @@ import (
 )
 
 type eventHandle struct {
-	dev *Device
+	dev *device
 	ev  cEvent
 }
 
 // destroyEvent runs from the garbage collector's cleanup: it destroys the
 // event unless the device was closed (its context, and with it the event,
 // may be gone), holding ctxMu so Close cannot release the context meanwhile.
-func (d *Device) destroyEvent(ev cEvent) {
+func (d *device) destroyEvent(ev cEvent) {
 	d.ctxMu.RLock()
 	defer d.ctxMu.RUnlock()
 	if !d.ctxReleased {

@@ -59,7 +59,7 @@ func (ps *pinSet) release() {
 // graph is a captured CUgraph. Its executables keep the CUgraph alive
 // (refs) after Destroy: Rebind names their nodes by the graph's.
 type graph struct {
-	dev       *Device
+	dev       *device
 	g         cGraph
 	nodes     int
 	pins      *pinSet
@@ -114,7 +114,7 @@ func (g *graph) Destroy() error {
 
 // exec is an instantiated CUgraphExec.
 type exec struct {
-	dev       *Device
+	dev       *device
 	x         cGraphExec
 	nodes     int
 	pins      *pinSet
@@ -203,7 +203,7 @@ func (x *exec) Destroy() error {
 }
 
 // exec checks that e is a live executable of this device instance.
-func (d *Device) exec(op string, e backend.Exec) (*exec, error) {
+func (d *device) exec(op string, e backend.Exec) (*exec, error) {
 	x, ok := e.(*exec)
 	mine := ok && x != nil && x.dev == d
 	if err := backend.CheckExec(op, d.info.Instance, mine, mine && x.destroyed.Load()); err != nil {

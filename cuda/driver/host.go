@@ -16,8 +16,8 @@ import (
 )
 
 var (
-	_ cuda.HostMemory    = (*Device)(nil)
-	_ backend.HostPinner = (*Device)(nil)
+	_ cuda.HostMemory    = (*device)(nil)
+	_ backend.HostPinner = (*device)(nil)
 )
 
 type pinnedHost struct {
@@ -25,7 +25,7 @@ type pinnedHost struct {
 	p   unsafe.Pointer
 }
 
-func (d *Device) hostLookup(op string, h cuda.HostBuffer) (*pinnedHost, error) {
+func (d *device) hostLookup(op string, h cuda.HostBuffer) (*pinnedHost, error) {
 	if h.Device != d.info.Instance {
 		return nil, cuda.Contractf(op, cuda.ErrForeignHandle, "host buffer %d belongs to device instance %d, not %d", h.ID, h.Device, d.info.Instance)
 	}
@@ -39,13 +39,13 @@ func (d *Device) hostLookup(op string, h cuda.HostBuffer) (*pinnedHost, error) {
 }
 
 // CheckHost reports whether h is live pinned host memory of this device.
-func (d *Device) CheckHost(h cuda.HostBuffer) error {
+func (d *device) CheckHost(h cuda.HostBuffer) error {
 	_, err := d.hostLookup("check host buffer", h)
 	return err
 }
 
 // AllocHost allocates pinned host memory (cuMemAllocHost), zeroed.
-func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
+func (d *device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	const op = "host alloc"
 	if size == 0 {
 		return cuda.HostBuffer{}, cuda.Contractf(op, cuda.ErrEmptyRegion, "host buffer size is 0")
@@ -70,7 +70,7 @@ func (d *Device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 }
 
 // FreeHost releases pinned host memory (cuMemFreeHost).
-func (d *Device) FreeHost(h cuda.HostBuffer) error {
+func (d *device) FreeHost(h cuda.HostBuffer) error {
 	const op = "host free"
 	a, err := d.hostLookup(op, h)
 	if err != nil {
@@ -91,7 +91,7 @@ func (d *Device) FreeHost(h cuda.HostBuffer) error {
 	return err
 }
 
-func (d *Device) hostBytes(op string, r cuda.HostRegion, n int) ([]byte, error) {
+func (d *device) hostBytes(op string, r cuda.HostRegion, n int) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (d *Device) hostBytes(op string, r cuda.HostRegion, n int) ([]byte, error) 
 }
 
 // WriteHost copies src into pinned host memory now.
-func (d *Device) WriteHost(dst cuda.HostRegion, src []byte) error {
+func (d *device) WriteHost(dst cuda.HostRegion, src []byte) error {
 	b, err := d.hostBytes("host write", dst, len(src))
 	if err == nil {
 		copy(b, src)
@@ -115,7 +115,7 @@ func (d *Device) WriteHost(dst cuda.HostRegion, src []byte) error {
 }
 
 // ReadHost copies pinned host memory into dst now.
-func (d *Device) ReadHost(src cuda.HostRegion, dst []byte) error {
+func (d *device) ReadHost(src cuda.HostRegion, dst []byte) error {
 	b, err := d.hostBytes("host read", src, len(dst))
 	if err == nil {
 		copy(dst, b)
@@ -124,7 +124,7 @@ func (d *Device) ReadHost(src cuda.HostRegion, dst []byte) error {
 }
 
 // stagingPointer is the pinned address of a host region.
-func (d *Device) stagingPointer(op string, r cuda.HostRegion) (unsafe.Pointer, error) {
+func (d *device) stagingPointer(op string, r cuda.HostRegion) (unsafe.Pointer, error) {
 	a, err := d.hostLookup(op, r.Buffer)
 	if err != nil {
 		return nil, err
@@ -135,17 +135,17 @@ func (d *Device) stagingPointer(op string, r cuda.HostRegion) (unsafe.Pointer, e
 // HostBytes returns a pinned host region's bytes to fill or read in place
 // (backend.HostView), with no copy: valid while the host buffer lives, and
 // only while no command that reads or writes the region is in flight.
-func (d *Device) HostBytes(r cuda.HostRegion) ([]byte, error) {
+func (d *device) HostBytes(r cuda.HostRegion) ([]byte, error) {
 	return d.hostBytes("host view", r, int(min(r.Length, 1<<62)))
 }
 
-var _ backend.HostView = (*Device)(nil)
+var _ backend.HostView = (*device)(nil)
 
 // PinHost pins memory this device did not allocate (cuMemHostRegister,
 // portable to every context): copies from it are DMA from pinned memory.
 // mem must stay mapped until unpin returned, with no copy from it in
 // flight then.
-func (d *Device) PinHost(mem []byte) (unpin func() error, err error) {
+func (d *device) PinHost(mem []byte) (unpin func() error, err error) {
 	const op = "pin host memory"
 	if len(mem) == 0 {
 		return nil, cuda.Contractf(op, cuda.ErrEmptyRegion, "no bytes to pin")

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // BenchmarkHostBytes times what the host alone does with the bytes of a
@@ -21,7 +23,7 @@ func BenchmarkHostBytes(b *testing.B) {
 	if err != nil {
 		b.Fatalf("AllocHost: got err %v, want nil", err)
 	}
-	pinned, err := dev.HostBytes(h.Whole())
+	pinned, err := dev.(backend.HostView).HostBytes(h.Whole())
 	if err != nil {
 		b.Fatalf("HostBytes: got err %v, want nil", err)
 	}

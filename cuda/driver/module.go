@@ -32,7 +32,7 @@ const (
 	resultNotSupported = 801
 )
 
-var _ kernels.Loader = (*Device)(nil)
+var _ kernels.Loader = (*device)(nil)
 
 // LoadModule loads a module of one's own kernels (see [kernels.Module])
 // with cuModuleLoadData and makes its declared kernels launchable by name.
@@ -45,7 +45,7 @@ var _ kernels.Loader = (*Device)(nil)
 // kernels.ErrInvalidModule (or the driver's, for an image it cannot load)
 // and loads nothing. It binds the calling goroutine to the device for the
 // call.
-func (d *Device) LoadModule(m kernels.Module) error {
+func (d *device) LoadModule(m kernels.Module) error {
 	const op = "load module"
 	if err := d.live(op); err != nil {
 		return err
@@ -85,7 +85,7 @@ func (d *Device) LoadModule(m kernels.Module) error {
 // resolve finds a declared kernel's function in the loaded module, checks
 // its parameters against the driver's view, and returns a copy of the
 // kernel whose spec carries the function's launch limits.
-func (d *Device) resolve(m kernels.Module, name string, mod cu.Module) (*kernels.Kernel, cFunction, error) {
+func (d *device) resolve(m kernels.Module, name string, mod cu.Module) (*kernels.Kernel, cFunction, error) {
 	f, err := mod.Function(name)
 	if err != nil {
 		if code, ok := resultOf(err); ok && code == resultNotFound {

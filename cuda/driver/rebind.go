@@ -277,7 +277,7 @@ func sameLaunch(a, b *cuda.Command) bool {
 
 // addCopy adds a node's copy or memset operands (zeros for a kernel
 // node): the staging's address of a staged copy, the device's of the rest.
-func (sc *rebindScratch) addCopy(d *Device, op string, cmd *cuda.Command) error {
+func (sc *rebindScratch) addCopy(d *device, op string, cmd *cuda.Command) error {
 	var dst, src uint64
 	var dstType, srcType C.int = C.CU_MEMORYTYPE_DEVICE, C.CU_MEMORYTYPE_DEVICE
 	var n uint64
@@ -393,4 +393,4 @@ func (x *exec) DeviceBytes() int64 {
 // ExecBytes is what an executable of n nodes is charged on this device
 // now (graphMemory): a lane admits misses against its device-byte bound
 // on it.
-func (d *Device) ExecBytes(nodes int) int64 { return d.graphMem.bytes(nodes) }
+func (d *device) ExecBytes(nodes int) int64 { return d.graphMem.bytes(nodes) }

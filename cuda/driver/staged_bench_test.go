@@ -37,11 +37,11 @@ func BenchmarkStagedReplay(b *testing.B) {
 		for _, mode := range []string{"copy-output", "pinned-copy", "staged", "staged-copied", "staged-into", "in-place", "resident", "resident-collect", "output-cache", "output-cache-into", "repeat"} {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				dev := bindOpen(b)
-				st, err := dev.NewStream()
+				st, err := backend.Must(dev).NewStream()
 				if err != nil {
 					b.Fatalf("NewStream: got err %v, want nil", err)
 				}
-				cfg := lanecore.Config{Device: dev, Stream: st}
+				cfg := lanecore.Config{Device: backend.Must(dev), Stream: st}
 				if mode == "staged-copied" {
 					cfg.PinBytes = -1 // every input copied into its staging
 				}

@@ -18,7 +18,7 @@ import (
 // stream is a non-blocking CUDA stream. Like every backend.Stream it has one
 // owner; its capture bookkeeping needs no lock beyond that.
 type stream struct {
-	dev       *Device
+	dev       *device
 	id        uint64
 	use       sync.Mutex // held while an enqueue or launch checks handles and issues work (see backend.FreeFence)
 	s         cStream
@@ -298,7 +298,7 @@ func (s *stream) Query() backend.FenceQuery {
 // fence turns the answer of a fence query into a FenceQuery: not ready is
 // pending, a sticky error is indeterminate, and a refused query (during a
 // capture) is pending with the error.
-func (d *Device) fence(op string, r cResult) backend.FenceQuery {
+func (d *device) fence(op string, r cResult) backend.FenceQuery {
 	switch {
 	case r == 0:
 		return backend.FenceQuery{State: backend.FenceComplete}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -40,11 +41,11 @@ func BenchmarkWarmRebuild(b *testing.B) {
 	epoch := time.Now()
 	now := func() time.Duration { return time.Since(epoch) }
 	newLane := func() *lanecore.Lane {
-		st, err := dev.NewStream()
+		st, err := backend.Must(dev).NewStream()
 		if err != nil {
 			b.Fatalf("NewStream: got err %v, want nil", err)
 		}
-		l, err := lanecore.New(lanecore.Config{Device: dev, Stream: st, Now: now})
+		l, err := lanecore.New(lanecore.Config{Device: backend.Must(dev), Stream: st, Now: now})
 		if err != nil {
 			b.Fatalf("lanecore.New: got err %v, want nil", err)
 		}
