@@ -22,6 +22,7 @@ import (
 	"slices"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -34,7 +35,7 @@ const maxReroutes = 3
 func batchDevice(b *lanes.Batch) uint64 {
 	for _, e := range b.Entries {
 		var inst uint64
-		_ = e.Command.ForRegions(func(r cuda.Region) error {
+		_ = backend.ForRegions(e.Command, func(r cuda.Region) error {
 			if inst == 0 {
 				inst = r.Buffer.Device
 			}

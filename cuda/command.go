@@ -129,17 +129,6 @@ func (k CommandKind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-var enqueueOps = [...]string{"enqueue", "enqueue launch", "enqueue upload", "enqueue copy", "enqueue zero", "enqueue stage_in", "enqueue stage_out", "enqueue call"}
-
-// EnqueueOp is the operation name a device reports for enqueuing a command
-// of this kind ("enqueue launch"); it allocates nothing.
-func (k CommandKind) EnqueueOp() string {
-	if int(k) < len(enqueueOps) {
-		return enqueueOps[k]
-	}
-	return enqueueOps[0]
-}
-
 // Command is one unit of device work. Build it with [Launch], [Upload],
 // [Copy] or [Zero], which validate it; a device validates it again, against
 // its own handles, when it is enqueued. A command is a plain value; an upload

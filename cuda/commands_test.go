@@ -69,15 +69,15 @@ func TestCommandsDescribeAndValidate(t *testing.T) {
 			t.Errorf("%v: Validate: got %v, want nil", c.cmd, err)
 		}
 		n := 0
-		if err := c.cmd.ForRegions(func(cuda.Region) error { n++; return nil }); err != nil || n != c.regions || c.cmd.RegionCount() != c.regions || int(c.cmd.Bytes()) != c.bytes {
-			t.Errorf("%v: %d regions (RegionCount %d), %d bytes; want %d and %d", c.cmd, n, c.cmd.RegionCount(), c.cmd.Bytes(), c.regions, c.bytes)
+		if err := backend.ForRegions(c.cmd, func(cuda.Region) error { n++; return nil }); err != nil || n != c.regions || backend.RegionCount(c.cmd) != c.regions || int(backend.CommandBytes(c.cmd)) != c.bytes {
+			t.Errorf("%v: %d regions (RegionCount %d), %d bytes; want %d and %d", c.cmd, n, backend.RegionCount(c.cmd), backend.CommandBytes(c.cmd), c.regions, c.bytes)
 		}
-		if len(c.cmd.Touches(nil)) != c.regions || c.cmd.String() == "" || !strings.HasPrefix(c.cmd.Kind.EnqueueOp(), "enqueue ") {
-			t.Errorf("%v: touches %v, op %q", c.cmd, c.cmd.Touches(nil), c.cmd.Kind.EnqueueOp())
+		if len(backend.Touches(c.cmd, nil)) != c.regions || c.cmd.String() == "" || !strings.HasPrefix(backend.EnqueueOp(c.cmd.Kind), "enqueue ") {
+			t.Errorf("%v: touches %v, op %q", c.cmd, backend.Touches(c.cmd, nil), backend.EnqueueOp(c.cmd.Kind))
 		}
 	}
 	stop := errors.New("stop")
-	if err := cp.ForRegions(func(cuda.Region) error { return stop }); !errors.Is(err, stop) {
+	if err := backend.ForRegions(cp, func(cuda.Region) error { return stop }); !errors.Is(err, stop) {
 		t.Errorf("ForRegions: got %v, want the callback's error", err)
 	}
 	if _, err := cuda.Upload(a.Whole(), make([]byte, 3)); !errors.Is(err, cuda.ErrOutOfBounds) {
@@ -91,8 +91,8 @@ func TestCommandsDescribeAndValidate(t *testing.T) {
 		t.Error("a zero of the zero region: got nil, want an error")
 	}
 	for k := cuda.KindLaunch; k <= cuda.KindCall+1; k++ {
-		if k.String() == "" || k.EnqueueOp() == "" {
-			t.Errorf("kind %d: name %q, op %q", k, k.String(), k.EnqueueOp())
+		if k.String() == "" || backend.EnqueueOp(k) == "" {
+			t.Errorf("kind %d: name %q, op %q", k, k.String(), backend.EnqueueOp(k))
 		}
 	}
 	if (cuda.Command{}).Validate() == nil {
@@ -115,8 +115,8 @@ func TestLaunchesChecked(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a good launch by spec: got %v", err)
 	}
-	if len(cmd.Touches(&spec)) != 1 || cmd.Bytes() != 0 && cmd.RegionCount() != 1 {
-		t.Errorf("a launch's touches: %v", cmd.Touches(&spec))
+	if len(backend.Touches(cmd, &spec)) != 1 || backend.CommandBytes(cmd) != 0 && backend.RegionCount(cmd) != 1 {
+		t.Errorf("a launch's touches: %v", backend.Touches(cmd, &spec))
 	}
 	if err := backend.ValidateFor("enqueue", cmd, ks, func(cuda.Buffer) error { return nil }); err != nil {
 		t.Errorf("ValidateFor a good launch: got %v", err)

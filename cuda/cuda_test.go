@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
 )
 
@@ -106,7 +107,7 @@ func TestRegionOverlaps(t *testing.T) {
 }
 
 func TestErrorsClassify(t *testing.T) {
-	oom := cuda.DriverError("alloc", codes.OutOfMemory, "full")
+	oom := backend.DriverError("alloc", codes.OutOfMemory, "full")
 	if !errors.Is(oom, cuda.ErrOutOfMemory) || errors.Is(oom, cuda.ErrIllegalAddress) {
 		t.Fatalf("out of memory %v: got Is(ErrOutOfMemory) %v, Is(ErrIllegalAddress) %v; want true, false",
 			oom, errors.Is(oom, cuda.ErrOutOfMemory), errors.Is(oom, cuda.ErrIllegalAddress))
@@ -114,7 +115,7 @@ func TestErrorsClassify(t *testing.T) {
 	if !oom.Retryable || oom.Sticky {
 		t.Fatalf("out of memory: got Retryable %v, Sticky %v; want true, false (%+v)", oom.Retryable, oom.Sticky, oom)
 	}
-	ill := fmt.Errorf("lane 3: %w", cuda.DriverError("fence query", codes.IllegalAddress, ""))
+	ill := fmt.Errorf("lane 3: %w", backend.DriverError("fence query", codes.IllegalAddress, ""))
 	if r := cuda.Classify(ill); !r.Sticky || r.Retryable || !errors.Is(ill, cuda.ErrIllegalAddress) {
 		t.Fatalf("illegal address %v: got Sticky %v, Retryable %v, Is(ErrIllegalAddress) %v; want true, false, true", ill, r.Sticky, r.Retryable, errors.Is(ill, cuda.ErrIllegalAddress))
 	}

@@ -100,9 +100,3 @@ func Contractf(op string, sentinel error, format string, args ...any) *Error {
 func contractf(op string, sentinel error, format string, args ...any) *Error {
 	return &Error{Op: op, Code: codes.RuntimeContract, Contract: sentinel, Detail: fmt.Sprintf(format, args...)}
 }
-
-// DriverError builds the error for a failed device call, classifying the
-// code as sticky and retryable from CUDA's documented behaviour.
-func DriverError(op string, code Code, detail string) *Error {
-	return &Error{Op: op, Code: code, Sticky: code.Sticky(), Retryable: code.Retryable(), Detail: detail}
-}

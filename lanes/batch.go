@@ -6,6 +6,7 @@ package lanes
 import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/programs"
 )
 
@@ -47,7 +48,7 @@ type ReplayContract struct {
 // scope.
 func Replayable(cmd cuda.Command, key cache.ProviderKey, scope cache.Scope) *ReplayContract {
 	r := &ReplayContract{Key: key}
-	_ = cmd.ForRegions(func(cuda.Region) error { r.Scopes = append(r.Scopes, scope); return nil })
+	_ = backend.ForRegions(cmd, func(cuda.Region) error { r.Scopes = append(r.Scopes, scope); return nil })
 	return r
 }
 
@@ -141,7 +142,7 @@ func (b *Batch) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.HostBu
 		if b.Entries[i].Invoke != nil {
 			continue
 		}
-		if err := c.ForRegions(func(r cuda.Region) error { return buffer(r.Buffer) }); err != nil {
+		if err := backend.ForRegions(*c, func(r cuda.Region) error { return buffer(r.Buffer) }); err != nil {
 			return err
 		}
 		if c.Kind == cuda.KindStageIn || c.Kind == cuda.KindStageOut {

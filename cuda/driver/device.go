@@ -178,7 +178,7 @@ func (d *device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	}
 	if spec.Size > d.info.TotalMemory {
 		// Refused here: a size near 2^64 would wrap when padded below.
-		return cuda.Buffer{}, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot allocate %d bytes on a %d-byte GPU", spec.Size, d.info.TotalMemory))
+		return cuda.Buffer{}, backend.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot allocate %d bytes on a %d-byte GPU", spec.Size, d.info.TotalMemory))
 	}
 	size := spec.Size
 	if spec.Align > cuda.DefaultAlignment {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
 )
 
@@ -50,9 +51,9 @@ func (d *device) check(op string, r cResult, detail string) error {
 		return cuda.Contractf(op, cuda.ErrThreadNotBound,
 			"the calling OS thread does not have device %d's context current; call BindThread on this goroutine first", d.info.Instance)
 	case codeCapturing:
-		err = cuda.DriverError(op, codes.IllegalState, "events are not recorded during a capture; record after EndCapture")
+		err = backend.DriverError(op, codes.IllegalState, "events are not recorded during a capture; record after EndCapture")
 	default:
-		err = cuda.DriverError(op, cuda.Code(r), fmt.Sprintf("CUresult %d: %s", int(r), detail))
+		err = backend.DriverError(op, cuda.Code(r), fmt.Sprintf("CUresult %d: %s", int(r), detail))
 	}
 	if err.Sticky {
 		d.mu.Lock()
@@ -72,5 +73,5 @@ func driverError(op string, err error, detail string) *cuda.Error {
 	if r, ok := resultOf(err); ok {
 		code = cuda.Code(r)
 	}
-	return cuda.DriverError(op, code, detail+": "+err.Error())
+	return backend.DriverError(op, code, detail+": "+err.Error())
 }

@@ -54,7 +54,7 @@ func (d *device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 		return cuda.HostBuffer{}, err
 	}
 	if size > math.MaxInt/2 {
-		return cuda.HostBuffer{}, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d bytes of host memory", size))
+		return cuda.HostBuffer{}, backend.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d bytes of host memory", size))
 	}
 	p, r := hostAlloc(d.ctx, size)
 	if err := d.check(op, r, "cuMemAllocHost"); err != nil {

@@ -12,10 +12,10 @@ import (
 	"reflect"
 	"unsafe"
 
-	"gorgonia.org/cu"
-
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
+	"gorgonia.org/cu"
 )
 
 // kernelTable is what launches read: the registry validation checks
@@ -120,7 +120,7 @@ func checkParams(m kernels.Module, spec *cuda.KernelSpec, fn cFunction) error {
 	case r == resultNotSupported:
 		count = ptxParamCount(m, spec.Name)
 	case r != 0:
-		return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter count", int(r), spec.Name))
+		return backend.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter count", int(r), spec.Name))
 	}
 	for i := range spec.Params {
 		if count >= 0 && i >= count {
@@ -133,7 +133,7 @@ func checkParams(m kernels.Module, spec *cuda.KernelSpec, fn cFunction) error {
 		case r == resultInvalidValue:
 			return kernels.TooFewParams(m.Name, spec, i, seen)
 		case r != 0:
-			return cuda.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
+			return backend.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
 		}
 		if err := kernels.CheckParam(m.Name, spec, i, size, offset, seen); err != nil {
 			return err

@@ -130,7 +130,7 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 // Enqueue validates cmd and issues it on the stream (recorded, if the
 // stream captures).
 func (s *stream) Enqueue(cmd cuda.Command) error {
-	op := cmd.Kind.EnqueueOp()
+	op := backend.EnqueueOp(cmd.Kind)
 	if err := s.live(op); err != nil {
 		return err
 	}
@@ -229,7 +229,7 @@ func (s *stream) call(op string, lc *cuda.LibraryCall) error {
 func (s *stream) pin(op string, host []byte) (unsafe.Pointer, error) {
 	p, ok := s.dev.staging.alloc(uint64(len(host)))
 	if !ok {
-		return nil, cuda.DriverError(op, codes.OutOfMemory, "the pinned staging arena for captured uploads is full; destroy unused graphs or open the device with a larger Config.StagingBytes")
+		return nil, backend.DriverError(op, codes.OutOfMemory, "the pinned staging arena for captured uploads is full; destroy unused graphs or open the device with a larger Config.StagingBytes")
 	}
 	copy(unsafe.Slice((*byte)(p), len(host)), host)
 	if s.pins == nil {

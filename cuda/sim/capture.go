@@ -19,14 +19,14 @@ func (s *stream) record(op string, n node) (bool, error) {
 		return false, nil
 	}
 	if c.invalidated {
-		return true, cuda.DriverError(op, codes.StreamCaptureInvalidated, "the capture on this stream was invalidated; end it and capture again")
+		return true, backend.DriverError(op, codes.StreamCaptureInvalidated, "the capture on this stream was invalidated; end it and capture again")
 	}
 	s.dev.mu.Lock()
 	rejected := s.dev.fire(FaultCaptureReject, nodeKernels([]node{n}))
 	s.dev.mu.Unlock()
 	if rejected {
 		c.invalidated = true
-		return true, cuda.DriverError(op, codes.StreamCaptureUnsupported, "injected capture rejection; the capture is invalidated")
+		return true, backend.DriverError(op, codes.StreamCaptureUnsupported, "injected capture rejection; the capture is invalidated")
 	}
 	c.nodes = append(c.nodes, n)
 	return true, nil
@@ -41,7 +41,7 @@ func (s *stream) unsupportedDuringCapture(op string) error {
 		return nil
 	}
 	s.capture.invalidated = true
-	return cuda.DriverError(op, codes.StreamCaptureUnsupported, op+" on a capturing stream is not allowed; the capture is invalidated. End the capture first")
+	return backend.DriverError(op, codes.StreamCaptureUnsupported, op+" on a capturing stream is not allowed; the capture is invalidated. End the capture first")
 }
 
 // invalidateGlobalCapture invalidates a global-mode capture.
@@ -67,7 +67,7 @@ func (s *stream) BeginCapture(mode backend.CaptureMode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.capture != nil {
-		return cuda.DriverError(op, codes.IllegalState, "the stream is already capturing; end that capture first")
+		return backend.DriverError(op, codes.IllegalState, "the stream is already capturing; end that capture first")
 	}
 	s.capture = &captureState{mode: mode}
 	return nil
@@ -85,9 +85,9 @@ func (s *stream) EndCapture() (backend.Graph, error) {
 	s.mu.Unlock()
 	switch {
 	case c == nil:
-		return nil, cuda.DriverError(op, codes.IllegalState, "the stream is not capturing; call BeginCapture first")
+		return nil, backend.DriverError(op, codes.IllegalState, "the stream is not capturing; call BeginCapture first")
 	case c.invalidated:
-		return nil, cuda.DriverError(op, codes.StreamCaptureInvalidated, "a call during the capture invalidated it; no graph was made, capture again")
+		return nil, backend.DriverError(op, codes.StreamCaptureInvalidated, "a call during the capture invalidated it; no graph was made, capture again")
 	}
 	return &graph{dev: s.dev, nodes: c.nodes}, nil
 }

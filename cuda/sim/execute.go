@@ -24,19 +24,19 @@ func (d *device) commandCost(c cuda.Command, asNode bool) (host, device time.Dur
 		if asNode {
 			device = cost.GraphNode
 		}
-		return host, device + perBytes(c.Bytes(), cost.MemoryBandwidth)
+		return host, device + perBytes(backend.CommandBytes(c), cost.MemoryBandwidth)
 	case cuda.KindUpload, cuda.KindStageIn, cuda.KindStageOut:
 		host, device = cost.TransferHost, cost.TransferDevice
 		if asNode {
 			device = cost.GraphNode
 		}
-		return host, device + perBytes(c.Bytes(), cost.HostBandwidth)
+		return host, device + perBytes(backend.CommandBytes(c), cost.HostBandwidth)
 	default:
 		host, device = cost.TransferHost, cost.TransferDevice
 		if asNode {
 			device = cost.GraphNode
 		}
-		return host, device + perBytes(c.Bytes(), cost.MemoryBandwidth)
+		return host, device + perBytes(backend.CommandBytes(c), cost.MemoryBandwidth)
 	}
 }
 
@@ -118,7 +118,7 @@ func (d *device) executeBytes(c cuda.Command) error {
 		host, ok := d.hosts.Entry(c.Staging.Buffer.ID)
 		d.mu.Unlock()
 		if !ok {
-			return cuda.DriverError("memcpy", codes.IllegalAddress, "host staging was freed before the copy that uses it ran; the device is poisoned")
+			return backend.DriverError("memcpy", codes.IllegalAddress, "host staging was freed before the copy that uses it ran; the device is poisoned")
 		}
 		staging := host[c.Staging.Offset:c.Staging.End()]
 		if c.Kind == cuda.KindStageIn {
@@ -134,7 +134,7 @@ func (d *device) executeBytes(c cuda.Command) error {
 		}
 		return err
 	}
-	return cuda.DriverError("execute", codes.InvalidValue, "unknown command kind")
+	return backend.DriverError("execute", codes.InvalidValue, "unknown command kind")
 }
 
 // runCompute runs a launch's kernel reference, or a library call's, on the
@@ -146,7 +146,7 @@ func (d *device) runCompute(c cuda.Command, view func(cuda.Region) (kernels.Memo
 	}
 	k, ok := d.kernels()[c.Kernel]
 	if !ok {
-		return cuda.DriverError("kernel", codes.NotFound, "kernel "+c.Kernel+" vanished from the registry")
+		return backend.DriverError("kernel", codes.NotFound, "kernel "+c.Kernel+" vanished from the registry")
 	}
 	// The run's memory views and its own copy of the arguments (a body
 	// that writes them changes no replay) reuse the device's scratch:
@@ -168,7 +168,7 @@ func (d *device) runCompute(c cuda.Command, view func(cuda.Region) (kernels.Memo
 	err := backend.RunCall("kernel", codes.LaunchFailed, "kernel", c.Kernel, func() error { return k.Run(c.Config, mem, args) })
 	clear(mem) // drop the views: the memory may be freed
 	if errors.Is(err, kernels.ErrIllegalAddress) {
-		return cuda.DriverError("kernel", codes.IllegalAddress,
+		return backend.DriverError("kernel", codes.IllegalAddress,
 			fmt.Sprintf("kernel %s accessed memory outside its allocation; the device is poisoned, open a new one", c.Kernel))
 	}
 	return err
@@ -190,7 +190,7 @@ func (d *device) runCall(lc *cuda.LibraryCall, view func(cuda.Region) (kernels.M
 	}
 	err := backend.RunCall("call", codes.LaunchFailed, "library call", lc.Name, func() error { return lc.Reference(mem) })
 	if err != nil && errors.Is(err, kernels.ErrIllegalAddress) {
-		return cuda.DriverError("call", codes.IllegalAddress, fmt.Sprintf("library call %q touched memory outside its regions' allocations; the device is poisoned", lc.Name))
+		return backend.DriverError("call", codes.IllegalAddress, fmt.Sprintf("library call %q touched memory outside its regions' allocations; the device is poisoned", lc.Name))
 	}
 	return err
 }
@@ -202,7 +202,7 @@ func (d *device) regionMemory(r cuda.Region) (kernels.Memory, error) {
 	a, ok := d.buffers.Entry(r.Buffer.ID)
 	d.mu.Unlock()
 	if !ok || a.buf != r.Buffer {
-		return nil, cuda.DriverError("kernel", codes.IllegalAddress,
+		return nil, backend.DriverError("kernel", codes.IllegalAddress,
 			fmt.Sprintf("buffer %d was freed before work that uses it ran; the device is poisoned", r.Buffer.ID))
 	}
 	return a.bytes[r.Offset:], nil

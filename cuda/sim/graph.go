@@ -81,13 +81,13 @@ func (e *event) Elapsed(start backend.Event) (time.Duration, error) {
 			return 0, err
 		}
 		if !ev.timed {
-			return 0, cuda.DriverError(op, codes.InvalidHandle, "an event recorded with RecordFence has no timing; record both ends with Record")
+			return 0, backend.DriverError(op, codes.InvalidHandle, "an event recorded with RecordFence has no timing; record both ends with Record")
 		}
 		if q := ev.Query(); q.State != backend.FenceComplete {
 			if q.Err != nil {
 				return 0, q.Err
 			}
-			return 0, cuda.DriverError(op, codes.NotReady, "an event has not completed yet; query it until it completes")
+			return 0, backend.DriverError(op, codes.NotReady, "an event has not completed yet; query it until it completes")
 		}
 	}
 	return e.at - s.at, nil
@@ -123,7 +123,7 @@ func (g *graph) Instantiate() (backend.Exec, error) {
 	oom := d.fire(FaultOutOfMemory, nil)
 	d.mu.Unlock()
 	if oom {
-		return nil, cuda.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault while instantiating")
+		return nil, backend.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault while instantiating")
 	}
 	d.clock.spin(time.Duration(len(g.nodes)) * d.cost.InstantiateNode)
 	x := &exec{dev: d}
@@ -225,12 +225,12 @@ func (x *exec) Update(g backend.Graph) error {
 		return err
 	}
 	if len(gr.nodes) != len(x.nodes) {
-		return cuda.DriverError(op, codes.GraphExecUpdateFailure,
+		return backend.DriverError(op, codes.GraphExecUpdateFailure,
 			fmt.Sprintf("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: the graph has %d nodes, the executable %d; instantiate it instead", len(gr.nodes), len(x.nodes)))
 	}
 	for i := range gr.nodes {
 		if a, b := gr.nodes[i].cmd.Kind, x.nodes[i].cmd.Kind; a != b {
-			return cuda.DriverError(op, codes.GraphExecUpdateFailure,
+			return backend.DriverError(op, codes.GraphExecUpdateFailure,
 				fmt.Sprintf("CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: node %d is a %v, the executable's a %v; instantiate it instead", i, a, b))
 		}
 	}
@@ -238,7 +238,7 @@ func (x *exec) Update(g backend.Graph) error {
 	refused := x.dev.fire(FaultUpdateReject, nodeKernels(gr.nodes))
 	x.dev.mu.Unlock()
 	if refused {
-		return cuda.DriverError(op, codes.GraphExecUpdateFailure, "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: injected update refusal")
+		return backend.DriverError(op, codes.GraphExecUpdateFailure, "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: injected update refusal")
 	}
 	x.dev.clock.spin(time.Duration(len(gr.nodes)) * x.dev.cost.UpdateNode)
 	x.setNodes(gr.nodes)

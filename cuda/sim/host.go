@@ -48,10 +48,10 @@ func (d *device) AllocHost(size uint64) (cuda.HostBuffer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fire(FaultOutOfMemory, nil) {
-		return cuda.HostBuffer{}, cuda.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault")
+		return cuda.HostBuffer{}, backend.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault")
 	}
 	if size > d.memory.Total-min(d.hostInUse, d.memory.Total) {
-		return cuda.HostBuffer{}, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
+		return cuda.HostBuffer{}, backend.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
 	}
 	bytes, err := hostBytes(op, size, 0)
 	if err != nil {
@@ -166,22 +166,22 @@ func (d *device) PinHost(mem []byte) (unpin func() error, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fire(FaultOutOfMemory, nil) {
-		return nil, cuda.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault")
+		return nil, backend.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault")
 	}
 	for _, p := range d.pins {
 		if r.start < p.end && p.start < r.end {
-			return nil, cuda.DriverError(op, codes.HostMemoryRegistered, fmt.Sprintf("pages [%#x, %#x) overlap host memory pinned already; pin each page once", r.start, r.end))
+			return nil, backend.DriverError(op, codes.HostMemoryRegistered, fmt.Sprintf("pages [%#x, %#x) overlap host memory pinned already; pin each page once", r.start, r.end))
 		}
 	}
 	if size > d.memory.Total-min(d.hostInUse, d.memory.Total) {
-		return nil, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
+		return nil, backend.DriverError(op, codes.OutOfMemory, fmt.Sprintf("cannot pin %d more bytes of host memory: %d of at most %d (the device's memory) are pinned", size, d.hostInUse, d.memory.Total))
 	}
 	d.pins = append(d.pins, r)
 	d.hostInUse += size
 	var once sync.Once
 	return func() (err error) {
 		once.Do(func() { // a second call does nothing, as the driver's
-			err = cuda.DriverError("unpin host memory", codes.HostMemoryNotRegistered, "the memory is not pinned (the device was closed since)")
+			err = backend.DriverError("unpin host memory", codes.HostMemoryNotRegistered, "the memory is not pinned (the device was closed since)")
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			for i, p := range d.pins {

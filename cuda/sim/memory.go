@@ -44,7 +44,7 @@ func (d *device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	d.mu.Lock()
 	if d.fire(FaultOutOfMemory, nil) {
 		d.mu.Unlock()
-		return cuda.Buffer{}, cuda.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault")
+		return cuda.Buffer{}, backend.DriverError(op, codes.OutOfMemory, "injected out-of-memory fault")
 	}
 	// Compare before rounding too: a size near 2^64 would round up past
 	// zero.
@@ -52,7 +52,7 @@ func (d *device) Alloc(spec cuda.BufferSpec) (cuda.Buffer, error) {
 	if spec.Size > d.memory.Total || footprint < spec.Size || footprint > d.memory.Free() {
 		free, total := d.memory.Free(), d.memory.Total
 		d.mu.Unlock()
-		return cuda.Buffer{}, cuda.DriverError(op, codes.OutOfMemory,
+		return cuda.Buffer{}, backend.DriverError(op, codes.OutOfMemory,
 			fmt.Sprintf("cannot allocate %d bytes: %d of %d free; free buffers or wait for other work", spec.Size, free, total))
 	}
 	// Reserve the memory, then make its bytes without the device's lock:
@@ -161,7 +161,7 @@ func fillFrom(dst, src []byte) int { return copy(dst, src) }
 func hostBytes(op string, n uint64, pattern byte) (b []byte, err error) {
 	defer func() {
 		if recover() != nil {
-			b, err = nil, cuda.DriverError(op, codes.OutOfMemory, fmt.Sprintf("the simulator cannot hold %d bytes in host memory; configure less Memory or allocate less", n))
+			b, err = nil, backend.DriverError(op, codes.OutOfMemory, fmt.Sprintf("the simulator cannot hold %d bytes in host memory; configure less Memory or allocate less", n))
 		}
 	}()
 	if n > math.MaxInt {

@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/conformance"
 )
@@ -106,7 +107,7 @@ func TestUserCodeFailsWithoutCrashing(t *testing.T) {
 		t.Fatalf("cuda.Call(nil): got err %v, want cuda.ErrInvalidCommand", err)
 	}
 	nilCall := cuda.Command{Kind: cuda.KindCall}
-	if n := nilCall.RegionCount() + len(nilCall.Touches(nil)) + int(nilCall.Bytes()); n != 0 {
+	if n := backend.RegionCount(nilCall) + len(backend.Touches(nilCall, nil)) + int(backend.CommandBytes(nilCall)); n != 0 {
 		t.Fatalf("a call command without its LibraryCall: got %d regions, touches and bytes, want none (and no panic)", n)
 	}
 }

@@ -471,7 +471,7 @@ func (d *device) unsafeDuringCapture(op string) error {
 		}
 	}
 	if hit {
-		return cuda.DriverError(op, codes.StreamCaptureUnsupported,
+		return backend.DriverError(op, codes.StreamCaptureUnsupported,
 			op+" is not allowed while a stream captures in global mode; the capture is invalidated. Do it before BeginCapture or capture in relaxed mode")
 	}
 	return nil

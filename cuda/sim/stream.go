@@ -112,7 +112,7 @@ func (s *stream) validate(op string, cmd cuda.Command) error {
 // lock, so a concurrent Free either waits for this work or makes the
 // enqueue fail (see backend.FreeFence).
 func (s *stream) Enqueue(cmd cuda.Command) error {
-	op := cmd.Kind.EnqueueOp()
+	op := backend.EnqueueOp(cmd.Kind)
 	if err := s.check(op); err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (s *stream) submitKernels(op string, nodes []node, kernels []string, host, 
 	case len(kernels) > 0 && d.fire(FaultLaunch, kernels):
 		d.mu.Unlock()
 		d.clock.spin(host)
-		return cuda.DriverError(op, codes.LaunchOutOfResources, "injected launch failure; the stream is unaffected")
+		return backend.DriverError(op, codes.LaunchOutOfResources, "injected launch failure; the stream is unaffected")
 	case len(kernels) > 0 && d.fire(FaultSticky, kernels):
 		fault = FaultSticky
 	case len(kernels) > 0 && d.fire(FaultHang, kernels):
@@ -247,7 +247,7 @@ func (s *stream) recordEvent(timed bool) (backend.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.capture != nil {
-		return nil, cuda.DriverError(op, codes.IllegalState, "events are not recorded during a capture; record after EndCapture")
+		return nil, backend.DriverError(op, codes.IllegalState, "events are not recorded during a capture; record after EndCapture")
 	}
 	at := max(time.Duration(s.tail.Load()), s.dev.clock.now())
 	if s.dev.clock.mode == ClockVirtual {
@@ -334,7 +334,7 @@ func (s *stream) Destroy() error {
 		return cuda.Contractf(op, cuda.ErrStaleHandle, "stream %d was already destroyed", s.id)
 	}
 	if s.capture != nil {
-		return cuda.DriverError(op, codes.IllegalState, "the stream is capturing; end the capture before destroying it")
+		return backend.DriverError(op, codes.IllegalState, "the stream is capturing; end the capture before destroying it")
 	}
 	s.destroyed = true
 	s.cond.Broadcast()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
 )
 
@@ -87,7 +88,7 @@ func (d *device) run(s *stream, it *item) {
 		return
 	}
 	if it.fault == FaultSticky {
-		d.poisonAt(it.finish, cuda.DriverError("kernel", codes.IllegalAddress, "injected sticky fault in "+it.op+"; the device is poisoned, open a new one"))
+		d.poisonAt(it.finish, backend.DriverError("kernel", codes.IllegalAddress, "injected sticky fault in "+it.op+"; the device is poisoned, open a new one"))
 		return
 	}
 	if d.noData {
@@ -170,7 +171,7 @@ func (s *stream) waitSeq(op string, seq uint64, at time.Duration) error {
 		return err
 	}
 	if !done {
-		return cuda.DriverError(op, codes.Deinitialized, "the device was closed while the work was still running (a hung kernel?)")
+		return backend.DriverError(op, codes.Deinitialized, "the device was closed while the work was still running (a hung kernel?)")
 	}
 	return nil
 }

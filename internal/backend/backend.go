@@ -184,7 +184,7 @@ func (h *Handles) Reset() { h.buffers, h.hosts = h.buffers[:0], h.hosts[:0] }
 
 // Add adds the handles one command names.
 func (h *Handles) Add(c cuda.Command) {
-	_ = c.ForRegions(func(r cuda.Region) error {
+	_ = ForRegions(c, func(r cuda.Region) error {
 		h.buffers = addID(h.buffers, r.Buffer.ID)
 		return nil
 	})
@@ -227,14 +227,14 @@ func RunCall(op string, code cuda.Code, kind, name string, f func() error) (err 
 	defer func() {
 		if p := recover(); p != nil {
 			ce := &cuda.CallError{Kind: kind, Name: name, Panicked: true, Err: fmt.Errorf("%v", p)}
-			e := cuda.DriverError(op, code, ce.Error())
+			e := DriverError(op, code, ce.Error())
 			e.Contract = ce
 			err = e
 		}
 	}()
 	if fe := f(); fe != nil {
 		ce := &cuda.CallError{Kind: kind, Name: name, Err: fe}
-		e := cuda.DriverError(op, code, ce.Error())
+		e := DriverError(op, code, ce.Error())
 		e.Contract = ce
 		return e
 	}
@@ -403,7 +403,7 @@ func CheckRegions(cmd *cuda.Command, lookup func(cuda.Buffer) error) bool {
 		(st.Buffer.ID == 0 || st.Length == 0 || st.Offset > st.Buffer.Size || st.Length > st.Buffer.Size-st.Offset) {
 		return false
 	}
-	return cmd.ForRegions(func(r cuda.Region) error {
+	return ForRegions(*cmd, func(r cuda.Region) error {
 		if err := r.Validate(); err != nil {
 			return err
 		}

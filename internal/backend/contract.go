@@ -299,5 +299,5 @@ func ValidateFor(op string, cmd cuda.Command, kernels cuda.Kernels, lookup func(
 	} else if err := cmd.Validate(); err != nil {
 		return err
 	}
-	return cmd.ForRegions(func(r cuda.Region) error { return lookup(r.Buffer) })
+	return ForRegions(cmd, func(r cuda.Region) error { return lookup(r.Buffer) })
 }

@@ -1,4 +1,5 @@
-// Why an executable refused new parameters in place.
+// Why an executable refused new parameters in place, and the error of a
+// failed driver call.
 
 package backend
 
@@ -57,3 +58,9 @@ func (e *RebindRefusedError) Is(target error) bool { return target == cuda.ErrUp
 
 // Class is [codes.GraphExecUpdateFailure]'s class.
 func (e *RebindRefusedError) Class() cuda.Class { return codes.GraphExecUpdateFailure.Class() }
+
+// DriverError builds the error for a failed device call, classifying the
+// code as sticky and retryable from CUDA's documented behaviour.
+func DriverError(op string, code cuda.Code, detail string) *cuda.Error {
+	return &cuda.Error{Op: op, Code: code, Sticky: code.Sticky(), Retryable: code.Retryable(), Detail: detail}
+}

@@ -312,7 +312,7 @@ func (tn *tenant) addCompute(cmd cuda.Command, shared func(cuda.Region) bool) {
 		Work: lanes.Work{Form: lanes.FormSingle, ParticipantCount: 1, Tokens: 1}}
 	if tn.replay {
 		e.Replay = &lanes.ReplayContract{Key: cache.LaunchKey(tn.provider, cmd)}
-		_ = cmd.ForRegions(func(rg cuda.Region) error {
+		_ = backend.ForRegions(cmd, func(rg cuda.Region) error {
 			scope := tn.owner
 			if shared(rg) {
 				scope = cache.PlanScope()

@@ -5,6 +5,7 @@ package discovery
 import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // Command is one command of a batch as replay sees it: the device command,
@@ -37,7 +38,7 @@ func (m *Memo) bindCommand(c Command) Binding {
 	if !c.HasKey {
 		return Binding{Reason: cache.ReasonProviderKeyMissing}
 	}
-	if len(c.Scopes) != c.Cmd.RegionCount() {
+	if len(c.Scopes) != backend.RegionCount(c.Cmd) {
 		return Binding{Reason: cache.ReasonAddressScopeMissing}
 	}
 	scope := cache.PlanScope()

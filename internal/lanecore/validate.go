@@ -61,7 +61,7 @@ func (l *Lane) validate(b *lanes.Batch) error {
 			return err
 		}
 		if e.Replay != nil {
-			if n := e.Command.RegionCount(); len(e.Replay.Scopes) != n {
+			if n := backend.RegionCount(e.Command); len(e.Replay.Scopes) != n {
 				return invalid("entry %d declares %d region scopes for a command with %d regions; attribution lengths must agree", i, len(e.Replay.Scopes), n)
 			}
 		}

@@ -28,13 +28,13 @@ var typedErrors = []struct {
 	code         cuda.Code
 	notSubmitted bool
 }{
-	{"cuda.Error", cuda.DriverError("launch", codes.LaunchFailed, "a kernel faulted"), codes.LaunchFailed, false},
+	{"cuda.Error", backend.DriverError("launch", codes.LaunchFailed, "a kernel faulted"), codes.LaunchFailed, false},
 	{"cuda.CallError", func() error {
-		e := cuda.DriverError("enqueue", codes.InvalidValue, "a library call failed")
+		e := backend.DriverError("enqueue", codes.InvalidValue, "a library call failed")
 		e.Contract = &cuda.CallError{Kind: "library call", Name: "gemm", Err: errors.New("bad shape")}
 		return e
 	}(), codes.InvalidValue, false},
-	{"execcache.ReplayError", &execcache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: cuda.DriverError("instantiate", codes.OutOfMemory, "")}, codes.OutOfMemory, false},
+	{"execcache.ReplayError", &execcache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: backend.DriverError("instantiate", codes.OutOfMemory, "")}, codes.OutOfMemory, false},
 	{"backend.RebindRefusedError", &backend.RebindRefusedError{Refusal: backend.RebindNodeKind, Node: 2, Detail: "a memset node"}, codes.GraphExecUpdateFailure, false},
 	{"lanes.Error", lanes.Wrap("submit", true, actors.ErrOverloaded), codes.Overloaded, true},
 	{"actors.BatchTooLargeError", &actors.BatchTooLargeError{Entries: 2000, MaxEntries: 1024}, codes.BatchTooLarge, true},
