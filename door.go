@@ -10,6 +10,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/codes"
 	"github.com/lanesched/lanes/internal/notstarted"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
@@ -123,7 +124,7 @@ func (s *Server) admit(op string, ctx context.Context, tenant string) error {
 		if err := ctx.Err(); err != nil {
 			return lanes.Wrap(op, true, err)
 		}
-		if err := actors.CheckTenant(tenant); err != nil {
+		if err := schedhook.CheckTenant(tenant); err != nil {
 			return lanes.Wrap(op, true, err)
 		}
 	}
@@ -469,7 +470,7 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, b *Batch) error 
 		// ownership check: a context ended, the tenant's name.
 		err := ctx.Err()
 		if err == nil {
-			err = actors.CheckTenant(tenant)
+			err = schedhook.CheckTenant(tenant)
 		}
 		if err == nil {
 			err = s.theirs(tenant, b)

@@ -8,6 +8,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -88,11 +89,11 @@ func (p *inProcess) alloc(ctx context.Context, tenant string, spec BufferSpec) (
 	if err := ctx.Err(); err != nil {
 		return Buffer{}, lanes.Wrap("alloc", true, err)
 	}
-	if err := actors.CheckTenant(tenant); err != nil {
+	if err := schedhook.CheckTenant(tenant); err != nil {
 		return Buffer{}, lanes.Wrap("alloc", true, err)
 	}
 	dev := p.place(tenant)
-	if err := actors.CheckFits(dev, spec); err != nil {
+	if err := schedhook.CheckFits(dev, spec); err != nil {
 		return Buffer{}, lanes.Wrap("alloc", true, err)
 	}
 	var b cuda.Buffer

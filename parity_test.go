@@ -319,7 +319,7 @@ type parityCase struct {
 // between one process and lane hosts, with why: the same list as
 // docs/lane-hosts.md's "What differs from in process" (a test checks).
 // None today: a host refuses an Alloc larger than its device as one
-// process does (actors.CheckFits), and a front refuses a batch beyond its
+// process does (schedhook.CheckFits), and a front refuses a batch beyond its
 // host's bounds at once (its Hello says them), the last two that
 // differed.
 var documentedDifferences = map[string]string{}

@@ -156,19 +156,19 @@ func (s *Scheduler) release(c *call, launches int) {
 // the one it holds), patches count as entries (each is a command of the
 // batch's prelude) and their bytes as upload bytes.
 func (s *Scheduler) checkSize(b *lanes.Batch) (int, error) {
-	commands, bytes, largest := MeasureBatch(b)
+	commands, bytes, largest := measureBatch(b)
 	if commands > s.cfg.MaxBatchEntries || bytes > s.cfg.MaxBatchBytes {
 		return 0, &BatchTooLargeError{Entries: commands, MaxEntries: s.cfg.MaxBatchEntries, Bytes: bytes, MaxBytes: s.cfg.MaxBatchBytes, Largest: largest}
 	}
 	return commands, nil
 }
 
-// MeasureBatch is what Config.MaxBatchEntries and MaxBatchBytes bound of
+// measureBatch is what Config.MaxBatchEntries and MaxBatchBytes bound of
 // a batch: its commands (an invocation counts its segment's commands, a
 // patch one), the host bytes its uploads and patches carry, and the
 // largest of them. A front to lane hosts measures a batch so against its
 // host's bounds, to refuse it as one process does.
-func MeasureBatch(b *lanes.Batch) (commands int, bytes, largest int64) {
+func measureBatch(b *lanes.Batch) (commands int, bytes, largest int64) {
 	commands = len(b.Patches)
 	for i := range b.Entries {
 		e := &b.Entries[i]

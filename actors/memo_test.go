@@ -12,12 +12,13 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/lanes"
 )
 
 // submitMemo submits b for tenant with memo and waits for its end.
-func submitMemo(s *actors.Scheduler, tenant string, b lanes.Batch, memo *actors.OwnershipMemo) error {
-	p, err := s.SubmitNotifyMemo(context.Background(), tenant, b, memo, nil)
+func submitMemo(s *actors.Scheduler, tenant string, b lanes.Batch, memo *schedhook.OwnershipMemo) error {
+	p, err := schedhook.SubmitNotifyMemo(s, context.Background(), tenant, b, memo, nil)
 	if err != nil {
 		return err
 	}
@@ -36,7 +37,7 @@ func TestAMemoHoldsOnlyWhileOwnershipStands(t *testing.T) {
 		t.Fatalf("Own(a, buffer 0): %v", err)
 	}
 	step := dev.batch(0, 1)
-	var memo actors.OwnershipMemo
+	var memo schedhook.OwnershipMemo
 	for i := range 3 {
 		if err := submitMemo(s, "a", step, &memo); err != nil {
 			t.Fatalf("tenant a's step %d with the memo: got err %v, want nil", i, err)

@@ -9,11 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 )
@@ -38,12 +38,12 @@ func (s *Scheduler) sharedLocked(k handleKey) bool {
 // tenant name, so no tenant can pose as it.
 const shared = ""
 
-// CheckFits refuses an allocation larger than the device's whole memory:
+// checkFits refuses an allocation larger than the device's whole memory:
 // no retry can help it (errors.Is ErrInvalidArgument, and
 // cuda.ErrOutOfMemory, as the device would answer). The front door and a
 // lane host ask it before they allocate for a tenant, so both answer
 // alike.
-func CheckFits(dev cuda.Device, spec cuda.BufferSpec) error {
+func checkFits(dev cuda.Device, spec cuda.BufferSpec) error {
 	if total := dev.Info().TotalMemory; spec.Size > total {
 		return fmt.Errorf("%w: %w: a buffer of %d bytes is larger than the device's %d bytes of memory: no such buffer fits, now or later", ErrInvalidArgument, cuda.ErrOutOfMemory, spec.Size, total)
 	}
@@ -218,78 +218,10 @@ func describeOwner(owner string) string {
 }
 
 // lockOwnership takes ownMu to change what it guards: every such change
-// moves the generation on, so no OwnershipMemo made before it holds.
+// moves the generation on, so no ownership memo made before it holds.
 func (s *Scheduler) lockOwnership() {
 	s.ownMu.Lock()
 	s.ownGen++
-}
-
-// OwnershipMemo remembers that a batch passed a scheduler's ownership
-// check for a tenant, so that the same batch (the same Entries, Retain and
-// Patches slices), submitted again by the same tenant through
-// Scheduler.SubmitNotifyMemo, skips the check until ownership changes
-// anywhere in the scheduler (an Own, Share or free, a tenant forgotten, a
-// program claimed or released). The lane still checks that each handle is
-// live.
-//
-// A batch changed in place is not seen: its change runs unchecked. Keep
-// a memo only where code that never rewrites its batch's handles reaches
-// it (a lane host keeps one per encoded step), never where a tenant
-// chooses it. The zero value remembers nothing; a memo is safe for
-// concurrent use.
-type OwnershipMemo struct {
-	v atomic.Pointer[ownershipVerdict]
-}
-
-// ownershipVerdict is one passed check: by whom, of which batch, and
-// under which generation of the scheduler's ownership.
-type ownershipVerdict struct {
-	s      *Scheduler
-	tenant string
-	batch  batchIdentity
-	gen    uint64
-}
-
-// batchIdentity is which batch a verdict is of: the slices that name its
-// handles, by their arrays and lengths. Another batch is checked anew; a
-// batch changed in place is not seen (hence the memo's rule).
-type batchIdentity struct {
-	entries *lanes.Entry
-	retain  *cuda.Buffer
-	patches *lanes.Patch
-	lens    [3]int
-}
-
-func identityOf(b *lanes.Batch) batchIdentity {
-	id := batchIdentity{lens: [3]int{len(b.Entries), len(b.Retain), len(b.Patches)}}
-	if len(b.Entries) > 0 {
-		id.entries = &b.Entries[0]
-	}
-	if len(b.Retain) > 0 {
-		id.retain = &b.Retain[0]
-	}
-	if len(b.Patches) > 0 {
-		id.patches = &b.Patches[0]
-	}
-	return id
-}
-
-// holds reports whether the memo's last verdict stands for b (ownMu
-// read-held).
-func (m *OwnershipMemo) holds(s *Scheduler, tenant string, b *lanes.Batch) bool {
-	if m == nil {
-		return false
-	}
-	v := m.v.Load()
-	return v != nil && v.s == s && v.gen == s.ownGen && v.tenant == tenant && v.batch == identityOf(b)
-}
-
-// passed records a check of b that passed now (ownMu read-held: the
-// generation cannot move meanwhile).
-func (m *OwnershipMemo) passed(s *Scheduler, tenant string, b *lanes.Batch) {
-	if m != nil {
-		m.v.Store(&ownershipVerdict{s: s, tenant: tenant, batch: identityOf(b), gen: s.ownGen})
-	}
 }
 
 // programClaim is a program's owner and the state of its registration: a
@@ -307,17 +239,17 @@ type programClaim struct {
 // batch declares (reports claimed; the call must later settleClaim). It
 // reads under a shared lock, so tenants check in parallel; a batch that
 // declares a program takes the lock exclusively.
-func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch, memo *OwnershipMemo) (claimed bool, err error) {
+func (s *Scheduler) checkOwnership(tenant string, b *lanes.Batch, memo *schedhook.OwnershipMemo) (claimed bool, err error) {
 	if b.Program == nil {
 		s.ownMu.RLock()
 		defer s.ownMu.RUnlock()
-		if memo.holds(s, tenant, b) {
+		if memo.Holds(s, s.ownGen, tenant, b) {
 			return false, nil
 		}
 		if err := s.checkOwnershipLocked(tenant, b); err != nil {
 			return false, err
 		}
-		memo.passed(s, tenant, b)
+		memo.Passed(s, s.ownGen, tenant, b)
 		return false, nil
 	}
 	s.lockOwnership()

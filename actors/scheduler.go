@@ -280,10 +280,10 @@ func (s *Scheduler) Runtime() string {
 	return s.cfg.Runtime
 }
 
-// BatchBounds are the most commands and upload bytes one batch may carry
+// batchBounds are the most commands and upload bytes one batch may carry
 // (Config.MaxBatchEntries and MaxBatchBytes, defaulted): a lane host
 // tells its fronts, which refuse a larger batch as the scheduler does.
-func (s *Scheduler) BatchBounds() (entries int, bytes int64) {
+func (s *Scheduler) batchBounds() (entries int, bytes int64) {
 	if s.unstarted() {
 		return 0, 0
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/recording"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/lanes"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -107,18 +108,18 @@ func (s *Scheduler) SubmitNotify(ctx context.Context, tenant string, b lanes.Bat
 	if s.unstarted() {
 		return nil, errUnstarted
 	}
-	return s.SubmitNotifyMemo(ctx, tenant, b, nil, ended)
+	return s.submitNotifyMemo(ctx, tenant, b, nil, ended)
 }
 
-// SubmitNotifyMemo is SubmitNotify for a batch submitted again and again,
+// submitNotifyMemo is SubmitNotify for a batch submitted again and again,
 // unchanged (a step encoded once, say): memo keeps what the ownership
 // check of the batch concluded, and the next submission of the same batch
 // (the same Entries, Retain and Patches slices) by the same tenant skips
 // that check while ownership changed nowhere in the scheduler. A batch
-// changed in place is not seen: see OwnershipMemo for what that costs. A
+// changed in place is not seen: see schedhook.OwnershipMemo for what that costs. A
 // batch that declares a program is checked every time (its claim is
 // counted). A nil memo is SubmitNotify.
-func (s *Scheduler) SubmitNotifyMemo(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(lanes.Pending)) (lanes.Pending, error) {
+func (s *Scheduler) submitNotifyMemo(ctx context.Context, tenant string, b lanes.Batch, memo *schedhook.OwnershipMemo, ended func(lanes.Pending)) (lanes.Pending, error) {
 	if s.unstarted() {
 		return nil, errUnstarted
 	}
@@ -131,7 +132,7 @@ func (s *Scheduler) SubmitNotifyMemo(ctx context.Context, tenant string, b lanes
 }
 
 // admitSubmission is SubmitNotify but for the refusal's trace.
-func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch, memo *OwnershipMemo, ended func(lanes.Pending)) (*pending, error) {
+func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.Batch, memo *schedhook.OwnershipMemo, ended func(lanes.Pending)) (*pending, error) {
 	if err := s.refuseStopped("submit"); err != nil {
 		return nil, err
 	}
@@ -167,7 +168,7 @@ func (s *Scheduler) traceRefusal(ctx context.Context, tenant string, b *lanes.Ba
 }
 
 // submitAsync is SubmitAsync once the tenant's state is found.
-func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch, memo *OwnershipMemo, ended func(lanes.Pending)) (*pending, error) {
+func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Batch, memo *schedhook.OwnershipMemo, ended func(lanes.Pending)) (*pending, error) {
 	tenant := ts.name
 	cost, err := s.checkSize(&b)
 	if err != nil {

@@ -18,12 +18,6 @@ import (
 // MaxTenantName is the longest tenant name, in bytes.
 const MaxTenantName = 256
 
-// CheckTenant says why name is no tenant's name (errors.Is
-// ErrInvalidTenant), or nil: the check every call naming a tenant makes,
-// for callers that take names from elsewhere (a lane host's fronts make it
-// before a name crosses the wire).
-func CheckTenant(name string) error { return checkTenant(name) }
-
 // checkTenant validates a tenant name: non-empty, at most MaxTenantName
 // bytes of printable UTF-8 (unicode.IsPrint: letters, marks, numbers,
 // punctuation, symbols and the ASCII space; no control, format or

@@ -141,8 +141,9 @@
 //     Front.Preparation, Front.Catalog).
 //   - Own and OwnHost: what a tenant allocates through the front
 //     (Front.Alloc) is its own on its host; nothing else is.
-//   - SubmitNotifyMemo and its OwnershipMemo: a front's encoded step
-//     (Front.Encode, Front.SubmitEncoded) is checked once per host.
+//   - An encoded step (Front.Encode, Front.SubmitEncoded) is checked for
+//     ownership once per host, as a lane host remembers it; in process a
+//     batch is checked at every submit.
 //   - SubmitNotify's callback: a front's Pending says when a call ended
 //     (Pending.Done).
 //   - FillShared, with Share; Lanes, TenantLane, Tenants and OpsHandler: a

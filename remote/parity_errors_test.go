@@ -214,7 +214,7 @@ func TestErrorsMatchAsInOneProcess(t *testing.T) {
 
 // TestAnEncodedStepIsCheckedAgainWhenOwnershipChanges: a host keeps the
 // ownership verdict of an encoded step between its submissions
-// (actors.OwnershipMemo); the verdict is the tenant's alone and lapses
+// (schedhook.OwnershipMemo); the verdict is the tenant's alone and lapses
 // when ownership changes: another tenant submitting the same step is
 // refused, and so is the tenant's own step once it freed the buffer.
 func TestAnEncodedStepIsCheckedAgainWhenOwnershipChanges(t *testing.T) {

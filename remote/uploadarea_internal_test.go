@@ -14,6 +14,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/shmring"
+	"github.com/lanesched/lanes/internal/testdev"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	host "github.com/lanesched/lanes/remote/internal/host"
@@ -133,7 +134,7 @@ func TestAnUploadAreaRefIsChecked(t *testing.T) {
 // pinningSim is a simulated device that says it pins host memory (as the
 // GPU does with cuMemHostRegister), counting pins and unpins.
 type pinningSim struct {
-	cuda.Device
+	testdev.Device
 	pins, unpins atomic.Int32
 }
 
@@ -152,7 +153,7 @@ func TestUploadsAreReadInPlaceFromAPinnedArea(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := &pinningSim{Device: base}
+	dev := &pinningSim{Device: testdev.Sim(base)}
 	h, err := host.Serve(context.Background(), host.Config{Name: "pinned", Scheduler: actors.Config{Devices: []cuda.Device{dev}}, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("Serve: got err %v, want nil", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 
@@ -39,7 +40,7 @@ func (f *Front) SubmitAsync(ctx context.Context, tenant string, b lanes.Batch) (
 		return nil, err
 	}
 	b.Tenant = tenant
-	commands, bytes, largest := actors.MeasureBatch(&b)
+	commands, bytes, largest := schedhook.MeasureBatch(&b)
 	size := batchSize{commands, bytes, largest}
 	if err := f.checkSize(tenant, size); err != nil { // the host's bounds first, as its scheduler's come first in one process
 		return nil, err
@@ -111,7 +112,7 @@ type Encoded struct {
 }
 
 // batchSize is what a host's batch bounds measure of a batch
-// (actors.MeasureBatch): its commands, its upload bytes, its largest
+// (schedhook.MeasureBatch): its commands, its upload bytes, its largest
 // upload.
 type batchSize struct {
 	commands       int
@@ -132,7 +133,7 @@ func (f *Front) Encode(b lanes.Batch) (*Encoded, error) {
 	if err != nil {
 		return nil, err
 	}
-	commands, bytes, largest := actors.MeasureBatch(&b)
+	commands, bytes, largest := schedhook.MeasureBatch(&b)
 	return &Encoded{id: encodedIDs.Add(1), wire: w, size: batchSize{commands, bytes, largest}}, nil
 }
 
@@ -254,7 +255,7 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	case tenant == "" || len(tenant) > wire.MaxTenantName:
 		return lanes.Wrap("remote", true, fmt.Errorf("%w: the name is %d bytes; a front takes 1 to %d (remote.MaxTenantName)", actors.ErrInvalidTenant, len(tenant), wire.MaxTenantName))
 	}
-	if err := actors.CheckTenant(tenant); err != nil {
+	if err := schedhook.CheckTenant(tenant); err != nil {
 		return lanes.Wrap("remote", true, err) // the host would refuse it, naming it as it scopes it
 	}
 	return nil

@@ -17,9 +17,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/internal/shmring"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
+
 	dataplane "github.com/lanesched/lanes/remote/internal/dataplane"
 
 	system "github.com/lanesched/lanes/remote/internal/system"
@@ -133,20 +135,20 @@ type Outgoing struct {
 // time, are not checked again until ownership changes.
 type hostTemplate struct {
 	b    lanes.Batch
-	memo actors.OwnershipMemo
+	memo schedhook.OwnershipMemo
 }
 
 // hostJob is a decoded submission on its way to the scheduler.
 type hostJob struct {
 	epoch, call, template uint64
-	b                     lanes.Batch           // its Tenant scoped to the epoch (scoped)
-	memo                  *actors.OwnershipMemo // a template's (nil: a whole batch)
-	tenant                string                // as the front named it
-	timing                *wirepb.Timing        // a sampled call's times; nil for most
-	viaPlane              bool                  // came through the registration's data plane
-	area                  *dataplane.DataPlane  // whose pinned upload area its uploads read in place until it ends (nil: none)
-	watch                 *registration         // a withdrawable submission's registration, which keeps its context's cancel; nil for most
-	op                    any                   // or an operation of the tenant's, to run after its submissions before it
+	b                     lanes.Batch              // its Tenant scoped to the epoch (scoped)
+	memo                  *schedhook.OwnershipMemo // a template's (nil: a whole batch)
+	tenant                string                   // as the front named it
+	timing                *wirepb.Timing           // a sampled call's times; nil for most
+	viaPlane              bool                     // came through the registration's data plane
+	area                  *dataplane.DataPlane     // whose pinned upload area its uploads read in place until it ends (nil: none)
+	watch                 *registration            // a withdrawable submission's registration, which keeps its context's cancel; nil for most
+	op                    any                      // or an operation of the tenant's, to run after its submissions before it
 }
 
 // ended lets go what the job held until its step ended: the upload area

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/internal/wirepb"
+
 	system "github.com/lanesched/lanes/remote/internal/system"
 
 	wire "github.com/lanesched/lanes/remote/internal/wire"
@@ -73,7 +75,7 @@ func (h *Host) Join(m *wirepb.Join) *actor.PID {
 	if old != nil {
 		h.ops.retire(old.epoch) // its tenants: the front told them their state was lost
 	}
-	entries, bytes := h.sched.BatchBounds()
+	entries, bytes := schedhook.BatchBounds(h.sched)
 	hello := &wirepb.Hello{Protocol: h.cfg.Protocol, Host: h.cfg.Name, Epoch: r.epoch, Attempt: m.Attempt, HeartbeatNanos: int64(h.cfg.Heartbeat), Runtime: h.sched.Runtime(),
 		MaxBatchEntries: uint32(min(entries, math.MaxUint32)), MaxBatchBytes: bytes}
 	for _, d := range h.cfg.Scheduler.Devices {

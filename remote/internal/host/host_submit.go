@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
+
 	dataplane "github.com/lanesched/lanes/remote/internal/dataplane"
 
 	system "github.com/lanesched/lanes/remote/internal/system"
@@ -197,7 +198,7 @@ func (h *Host) admit(j hostJob, shard int) {
 	if j.watch != nil {
 		ctx = j.watch.watched.watch(j.call)
 	}
-	_, err := h.sched.SubmitNotifyMemo(ctx, j.b.Tenant, j.b, j.memo, ended)
+	_, err := schedhook.SubmitNotifyMemo(h.sched, ctx, j.b.Tenant, j.b, j.memo, ended)
 	if err != nil {
 		j.ended()
 		h.refuse(j.epoch, j.call, j.tenant, err)
@@ -230,7 +231,7 @@ func (h *Host) reply(j hostJob, p lanes.Pending) {
 // A submission's uploads in the upload area are copied out of it, unless
 // the area is pinned: then they are read in place by the step's copies,
 // and area (returned) is held until the step ends (hostJob.ended).
-func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *dataplane.DataPlane, memo *actors.OwnershipMemo, ok bool) {
+func (h *Host) batchOf(r *registration, s *wirepb.Submit) (b lanes.Batch, area *dataplane.DataPlane, memo *schedhook.OwnershipMemo, ok bool) {
 	epoch := r.epoch
 	if s.Template == 0 {
 		p := r.PlaneFor()
