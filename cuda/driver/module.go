@@ -15,6 +15,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/ptx"
 	"gorgonia.org/cu"
 )
 
@@ -124,30 +125,30 @@ func checkParams(m kernels.Module, spec *cuda.KernelSpec, fn cFunction) error {
 	}
 	for i := range spec.Params {
 		if count >= 0 && i >= count {
-			return kernels.TooFewParams(m.Name, spec, i, seen)
+			return ptx.TooFewParams(m.Name, spec, i, seen)
 		}
 		offset, size, r := paramInfo(fn, i)
 		switch {
 		case r == resultNotSupported:
 			return nil
 		case r == resultInvalidValue:
-			return kernels.TooFewParams(m.Name, spec, i, seen)
+			return ptx.TooFewParams(m.Name, spec, i, seen)
 		case r != 0:
 			return backend.DriverError("load module", cuda.Code(r), fmt.Sprintf("CUresult %d: read kernel %q's parameter %d", int(r), spec.Name, i))
 		}
-		if err := kernels.CheckParam(m.Name, spec, i, size, offset, seen); err != nil {
+		if err := ptx.CheckParam(m.Name, spec, i, size, offset, seen); err != nil {
 			return err
 		}
 	}
 	switch {
 	case count > len(spec.Params):
 		_, size, _ := paramInfo(fn, len(spec.Params))
-		return kernels.TooManyParams(m.Name, spec, size, seen)
+		return ptx.TooManyParams(m.Name, spec, size, seen)
 	case count >= 0:
 		return nil
 	}
 	if _, size, r := paramInfo(fn, len(spec.Params)); r == 0 {
-		return kernels.TooManyParams(m.Name, spec, size, seen)
+		return ptx.TooManyParams(m.Name, spec, size, seen)
 	}
 	return nil
 }
@@ -155,7 +156,7 @@ func checkParams(m kernels.Module, spec *cuda.KernelSpec, fn cFunction) error {
 // ptxParamCount is how many parameters kernel name has in the module's
 // PTX, or -1 when the image is not PTX (or does not say).
 func ptxParamCount(m kernels.Module, name string) int {
-	entries, ok, err := kernels.ReadPTX(m.Image)
+	entries, ok, err := ptx.ReadPTX(m.Image)
 	if !ok || err != nil {
 		return -1
 	}

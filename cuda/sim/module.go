@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/ptx"
 )
 
 // LoadModule loads a module of one's own kernels (see [kernels.Module]):
@@ -30,7 +31,7 @@ func (d *device) LoadModule(m kernels.Module) error {
 	if err := m.Check(cur, true); err != nil {
 		return err
 	}
-	entries, read, err := m.CheckImage()
+	entries, read, err := ptx.CheckImage(m)
 	if err != nil {
 		return err
 	}

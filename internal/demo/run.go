@@ -13,13 +13,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"golang.org/x/sync/errgroup"
-
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/ptx"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
+	"go.opentelemetry.io/otel"
+	"golang.org/x/sync/errgroup"
 )
 
 // Options are how a run reports while it runs.
@@ -157,7 +157,7 @@ func userWorkload(cfg *Config, opt Options) (*workload, error) {
 	if err := work.readImage(); err != nil {
 		return nil, err
 	}
-	if _, _, err := work.module.CheckImage(); err != nil {
+	if _, _, err := ptx.CheckImage(work.module); err != nil {
 		return nil, errManifest(work.dir, "%v", err)
 	}
 	if err := work.withReferences(cfg.Device, opt.References); err != nil {

@@ -1,7 +1,7 @@
-// Reading a PTX image's kernel signatures, as the driver sees them: so the
-// simulated device refuses the declarations the real one would.
-
-package kernels
+// Package ptx reads a PTX image's kernel signatures as the driver sees
+// them, so the simulated device refuses the declarations the real one
+// would, and both devices word a parameter mismatch alike.
+package ptx
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/cuda/kernels"
 )
 
 // Entry is one kernel (.entry) of a PTX image: its parameters' sizes in
@@ -39,7 +40,7 @@ func ReadPTX(image []byte) (map[string]Entry, bool, error) {
 	}
 	text := string(image)
 	if !looksLikePTX(text) {
-		return nil, true, fmt.Errorf("%w: the image is neither PTX text (with a .version directive) nor a cubin or fatbin; give the bytes nvcc -ptx, -cubin or -fatbin wrote, not a path or other text", ErrInvalidModule)
+		return nil, true, fmt.Errorf("%w: the image is neither PTX text (with a .version directive) nor a cubin or fatbin; give the bytes nvcc -ptx, -cubin or -fatbin wrote, not a path or other text", kernels.ErrInvalidModule)
 	}
 	entries := map[string]Entry{}
 	rest := stripComments(text)
@@ -55,7 +56,7 @@ func ReadPTX(image []byte) (map[string]Entry, bool, error) {
 			// An entry with no parameter list: none.
 			name := strings.TrimSpace(rest[:max(body, 0)])
 			if body < 0 || !validSymbol(name) {
-				return nil, true, fmt.Errorf("%w: a PTX .entry without a readable name", ErrInvalidModule)
+				return nil, true, fmt.Errorf("%w: a PTX .entry without a readable name", kernels.ErrInvalidModule)
 			}
 			entries[name] = Entry{Name: name}
 			rest = rest[body:]
@@ -63,14 +64,14 @@ func ReadPTX(image []byte) (map[string]Entry, bool, error) {
 		}
 		name := strings.TrimSpace(rest[:open])
 		if !validSymbol(name) {
-			return nil, true, fmt.Errorf("%w: a PTX .entry named %s cannot be read", ErrInvalidModule, quote(name))
+			return nil, true, fmt.Errorf("%w: a PTX .entry named %s cannot be read", kernels.ErrInvalidModule, quote(name))
 		}
 		closing := strings.IndexByte(rest[open:], ')')
 		if closing < 0 {
-			return nil, true, fmt.Errorf("%w: PTX entry %s's parameter list does not end", ErrInvalidModule, name)
+			return nil, true, fmt.Errorf("%w: PTX entry %s's parameter list does not end", kernels.ErrInvalidModule, name)
 		}
 		if _, dup := entries[name]; dup {
-			return nil, true, fmt.Errorf("%w: the PTX image has two entries named %s", ErrInvalidModule, name)
+			return nil, true, fmt.Errorf("%w: the PTX image has two entries named %s", kernels.ErrInvalidModule, name)
 		}
 		e := Entry{Name: name}
 		var used uint64 // the parameter buffer's bytes so far
@@ -80,7 +81,7 @@ func ReadPTX(image []byte) (map[string]Entry, bool, error) {
 			}
 			size, align, err := paramBytes(decl)
 			if err != nil {
-				return nil, true, fmt.Errorf("%w: PTX entry %s: %v", ErrInvalidModule, name, err)
+				return nil, true, fmt.Errorf("%w: PTX entry %s: %v", kernels.ErrInvalidModule, name, err)
 			}
 			offset := (used + align - 1) &^ (align - 1)
 			e.ParamSizes = append(e.ParamSizes, size)
@@ -94,7 +95,7 @@ func ReadPTX(image []byte) (map[string]Entry, bool, error) {
 			end = len(rest)
 		}
 		if err := e.readBounds(rest[:end]); err != nil {
-			return nil, true, fmt.Errorf("%w: PTX entry %s: %v", ErrInvalidModule, name, err)
+			return nil, true, fmt.Errorf("%w: PTX entry %s: %v", kernels.ErrInvalidModule, name, err)
 		}
 		entries[name] = e
 		rest = rest[end:]
@@ -260,9 +261,9 @@ func (e *Entry) readBounds(directives string) error {
 // CheckImage compares a module's declarations with its image, as the driver
 // does when it loads one (see the real device's LoadModule): every declared
 // kernel must be an entry of the image, with as many parameters, each of
-// the size declared (ParamSize). It reports false, checking nothing, when
+// the size declared (kernels.ParamSize). It reports false, checking nothing, when
 // the image is not PTX text: a cubin or fatbin only the driver reads.
-func (m Module) CheckImage() (map[string]Entry, bool, error) {
+func CheckImage(m kernels.Module) (map[string]Entry, bool, error) {
 	entries, ok, err := ReadPTX(m.Image)
 	if !ok || err != nil {
 		return nil, ok, err
@@ -271,7 +272,7 @@ func (m Module) CheckImage() (map[string]Entry, bool, error) {
 		spec := &m.Kernels[name].Spec
 		e, found := entries[name]
 		if !found {
-			return nil, true, fmt.Errorf("%w: module %q has no kernel %q (declare it extern \"C\" so its name is not mangled)", ErrInvalidModule, m.Name, name)
+			return nil, true, fmt.Errorf("%w: module %q has no kernel %q (declare it extern \"C\" so its name is not mangled)", kernels.ErrInvalidModule, m.Name, name)
 		}
 		for i := range spec.Params {
 			if i >= len(e.ParamSizes) {
@@ -299,13 +300,13 @@ func (m Module) CheckImage() (map[string]Entry, bool, error) {
 // must divide its offset.
 func CheckParam(module string, spec *cuda.KernelSpec, i int, size, offset uint64, seen string) error {
 	p := spec.Params[i]
-	if got := ParamSize(p); got != size {
+	if got := kernels.ParamSize(p); got != size {
 		return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, %d B, but %s %d B there%s",
-			ErrInvalidModule, spec.Name, module, i, p.Name, DescribeParam(p), got, seen, size, wideParamHint(p, size))
+			kernels.ErrInvalidModule, spec.Name, module, i, p.Name, DescribeParam(p), got, seen, size, wideParamHint(p, size))
 	}
 	if p.Kind == cuda.ParamStruct && offset%uint64(p.Align) != 0 {
 		return fmt.Errorf("%w: kernel %q of module %q declares parameter %d (%s) as %s, but %s it at offset %d, which is not a multiple of its alignment; declare alignof of the C type",
-			ErrInvalidModule, spec.Name, module, i, p.Name, DescribeParam(p), seen, offset)
+			kernels.ErrInvalidModule, spec.Name, module, i, p.Name, DescribeParam(p), seen, offset)
 	}
 	return nil
 }
@@ -314,14 +315,14 @@ func CheckParam(module string, spec *cuda.KernelSpec, i int, size, offset uint64
 // image's function has (it has have).
 func TooFewParams(module string, spec *cuda.KernelSpec, have int, seen string) error {
 	return fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but %s %d; declare the function's parameters exactly, in order",
-		ErrInvalidModule, spec.Name, module, len(spec.Params), seen, have)
+		kernels.ErrInvalidModule, spec.Name, module, len(spec.Params), seen, have)
 }
 
 // TooManyParams is the error for a declaration of fewer parameters than
 // the image's function has (the first undeclared one of next bytes).
 func TooManyParams(module string, spec *cuda.KernelSpec, next uint64, seen string) error {
 	return fmt.Errorf("%w: kernel %q of module %q declares %d parameters, but %s more (parameter %d: %d B); declare every parameter",
-		ErrInvalidModule, spec.Name, module, len(spec.Params), seen, len(spec.Params), next)
+		kernels.ErrInvalidModule, spec.Name, module, len(spec.Params), seen, len(spec.Params), next)
 }
 
 // wideParamHint is what an error about a parameter of size bytes adds

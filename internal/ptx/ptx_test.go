@@ -1,19 +1,19 @@
-package kernels_test
+package ptx_test
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/conformance"
+	"github.com/lanesched/lanes/internal/ptx"
 )
 
 // TestReadPTX: the committed PTX of nvcc 13 reads as the driver sees it;
 // a struct by value, comments and directives in odd places too; a binary
 // image is not read.
 func TestReadPTX(t *testing.T) {
-	entries, ok, err := kernels.ReadPTX(conformance.UserModulePTX)
+	entries, ok, err := ptx.ReadPTX(conformance.UserModulePTX)
 	if err != nil || !ok {
 		t.Fatalf("ReadPTX(usermodule.ptx): got ok %v, err %v; want read", ok, err)
 	}
@@ -30,11 +30,8 @@ func TestReadPTX(t *testing.T) {
 			t.Errorf("entry %s: got sizes %v, bound %d; want %v, %d", name, e.ParamSizes, e.MaxBlockThreads, want.sizes, want.bound)
 		}
 	}
-	b, err := os.ReadFile("kernels.ptx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if all, ok, err := kernels.ReadPTX(b); err != nil || !ok || len(all) == 0 {
+	b := []byte(kernels.PTX)
+	if all, ok, err := ptx.ReadPTX(b); err != nil || !ok || len(all) == 0 {
 		t.Fatalf("ReadPTX(kernels.ptx): got %d entries, ok %v, err %v; want the built-in kernels", len(all), ok, err)
 	}
 
@@ -47,14 +44,14 @@ func TestReadPTX(t *testing.T) {
 { ret; }
 .entry none
 { ret; }` + "\x00"
-	entries, ok, err = kernels.ReadPTX([]byte(odd))
+	entries, ok, err = ptx.ReadPTX([]byte(odd))
 	if err != nil || !ok {
 		t.Fatalf("ReadPTX(odd): got ok %v, err %v", ok, err)
 	}
 	if e := entries["by_value"]; !equal(e.ParamSizes, []uint64{24, 8, 2}) || !equal(e.ParamOffsets, []uint64{0, 24, 32}) || e.MaxBlockThreads != 128 {
 		t.Errorf("by_value: got sizes %v at %v, bound %d; want [24 8 2] at [0 24 32], 128", e.ParamSizes, e.ParamOffsets, e.MaxBlockThreads)
 	}
-	padded, _, err := kernels.ReadPTX([]byte(".version 8.0\n.entry p(.param .u32 n, .param .align 8 .b8 s[16], .param .b8 c, .param .align 2 .b8 h[2])\n{ ret; }"))
+	padded, _, err := ptx.ReadPTX([]byte(".version 8.0\n.entry p(.param .u32 n, .param .align 8 .b8 s[16], .param .b8 c, .param .align 2 .b8 h[2])\n{ ret; }"))
 	if e := padded["p"]; err != nil || !equal(e.ParamSizes, []uint64{4, 16, 1, 2}) || !equal(e.ParamOffsets, []uint64{0, 8, 24, 26}) {
 		t.Errorf("parameters laid out with padding: got sizes %v at %v, err %v; want [4 16 1 2] at [0 8 24 26]", e.ParamSizes, e.ParamOffsets, err)
 	}
@@ -65,26 +62,26 @@ func TestReadPTX(t *testing.T) {
 		t.Errorf("got %d entries, want 2 (the comment's .entry is no entry)", len(entries))
 	}
 	for _, bin := range [][]byte{{0x7f, 'E', 'L', 'F', 2, 1, 1, 0}, {0x50, 0xed, 0x55, 0xba, 1, 0}} {
-		if _, ok, err := kernels.ReadPTX(bin); ok || err != nil {
+		if _, ok, err := ptx.ReadPTX(bin); ok || err != nil {
 			t.Errorf("ReadPTX(% x): got ok %v, err %v; want not read (only the driver reads a cubin or fatbin)", bin, ok, err)
 		}
 	}
 	// Read up to the first NUL, as the driver reads PTX.
 	withTail := append(append([]byte(nil), conformance.UserModulePTX...), 0, 'x', 0x01)
-	if e, ok, err := kernels.ReadPTX(withTail); err != nil || !ok || len(e) != 5 {
+	if e, ok, err := ptx.ReadPTX(withTail); err != nil || !ok || len(e) != 5 {
 		t.Errorf("ReadPTX(PTX, NUL, junk): got %d entries, ok %v, err %v; want the PTX's 5", len(e), ok, err)
 	}
-	ptr, _, err := kernels.ReadPTX([]byte(".version 8.0\n.entry k(.param .u32 n, .param .u64 .ptr .global .align 16 p, .param .u32 m)\n{ ret; }"))
+	ptr, _, err := ptx.ReadPTX([]byte(".version 8.0\n.entry k(.param .u32 n, .param .u64 .ptr .global .align 16 p, .param .u32 m)\n{ ret; }"))
 	if e := ptr["k"]; err != nil || !equal(e.ParamOffsets, []uint64{0, 8, 16}) {
 		t.Errorf("a pointer with the pointed-to memory's .align: got offsets %v, err %v; want [0 8 16] (the .align after .ptr is not the parameter's)", e.ParamOffsets, err)
 	}
-	vec, _, err := kernels.ReadPTX([]byte(".version 8.0\n.entry v(.param .v2 .f32 a, .param .v4 .u32 b)\n{ ret; }"))
+	vec, _, err := ptx.ReadPTX([]byte(".version 8.0\n.entry v(.param .v2 .f32 a, .param .v4 .u32 b)\n{ ret; }"))
 	if e := vec["v"]; err != nil || !equal(e.ParamSizes, []uint64{8, 16}) {
 		t.Errorf("vector parameters: got sizes %v, err %v; want [8 16]", e.ParamSizes, err)
 	}
 	for _, bad := range []string{".version 8.0\n.entry k(.param .u64 a", ".version 8.0\n.entry k(.param .q99 a)\n{", ".version 8.0\n.entry (.param .u64 a)\n{", ".version 8.0\n.entry k(.param .b8 a[x])\n{",
 		".version 8.0\n.entry k(.param .b8 a[0])\n{", ".version 8.0\n.entry k()\n{ }\n.entry k()\n{ }", ".version 8.0\n.entry k() .maxntid 0x40\n{", "examples/customkernels/rmsnorm.ptx", "\x01\x02garbage"} {
-		if _, _, err := kernels.ReadPTX([]byte(bad)); err == nil || !strings.Contains(err.Error(), "invalid module") {
+		if _, _, err := ptx.ReadPTX([]byte(bad)); err == nil || !strings.Contains(err.Error(), "invalid module") {
 			t.Errorf("ReadPTX(%q): got err %v, want kernels.ErrInvalidModule", bad, err)
 		}
 	}
@@ -109,7 +106,7 @@ func FuzzReadPTX(f *testing.F) {
 	f.Add([]byte(".version 8.0\n.entry k(.param .align 8 .b8 s[16], .param .u32 n) .maxntid 32\n{ ret; }"))
 	f.Add([]byte{0x7f, 'E', 'L', 'F'})
 	f.Fuzz(func(t *testing.T, image []byte) {
-		entries, ok, err := kernels.ReadPTX(image)
+		entries, ok, err := ptx.ReadPTX(image)
 		if !ok && (entries != nil || err != nil) {
 			t.Fatalf("an image not read: got entries %v, err %v", entries, err)
 		}
