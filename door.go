@@ -20,13 +20,13 @@ import (
 // through the front door may declare, in bytes: the same in process and on
 // lane hosts (a host scopes each front's program names within
 // programs.MaxIDBytes).
-const MaxProgramName = remote.MaxProgramName
+const MaxProgramName = programs.MaxIDBytes - 16
 
 // MaxTenantName is the longest tenant name the front door takes, in bytes:
 // the same in process and on lane hosts (a front keeps 16 bytes of
 // actors.MaxTenantName to scope names per front), so a name that works in
 // one works in the other.
-const MaxTenantName = remote.MaxTenantName
+const MaxTenantName = actors.MaxTenantName - 16
 
 // errNilContext answers a call given a nil context, on both sides.
 var errNilContext = fmt.Errorf("%w: a nil context.Context; pass context.Background() or a real context", actors.ErrInvalidArgument)

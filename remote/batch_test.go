@@ -15,6 +15,7 @@ import (
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/internal/wire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -109,7 +110,7 @@ func TestBatchesWithoutAWireForm(t *testing.T) {
 		"a call without its LibraryCall": {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall}}}},
 		"a kernel name not UTF-8":        {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindLaunch, Kernel: "k\xff"}}}},
 		"a call name not UTF-8":          {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindCall, LibraryCall: &cuda.LibraryCall{Name: "ax\xffpy"}}}}},
-		"an invocation's long name":      {Entries: []lanes.Entry{{Invoke: &programs.Invocation{Program: programs.ID{Name: string(make([]byte, remote.MaxProgramName+1))}}}}},
+		"an invocation's long name":      {Entries: []lanes.Entry{{Invoke: &programs.Invocation{Program: programs.ID{Name: string(make([]byte, wire.MaxProgramName+1))}}}}},
 		"a layout id not UTF-8":          {Patches: []lanes.Patch{{Layout: &lanes.Layout{ID: "w\xff"}}}},
 		"a layout of no region":          {Patches: []lanes.Patch{{Layout: &lanes.Layout{ID: "w"}}}},
 		"a stage-in":                     {Entries: []lanes.Entry{{Command: cuda.Command{Kind: cuda.KindStageIn}}}},
@@ -128,9 +129,9 @@ func TestBatchesWithoutAWireForm(t *testing.T) {
 			t.Errorf("%s: got err %v, want programs.ErrTopology, as one process says", name, err)
 		}
 	}
-	up, _ := cuda.Upload(cuda.Region{Length: remote.MaxHostBytes + 4}, make([]byte, remote.MaxHostBytes+4))
+	up, _ := cuda.Upload(cuda.Region{Length: wire.MaxHostBytes + 4}, make([]byte, wire.MaxHostBytes+4))
 	for name, b := range map[string]lanes.Batch{
-		"too many entries":   {Entries: make([]lanes.Entry, remote.MaxEntries+1)},
+		"too many entries":   {Entries: make([]lanes.Entry, wire.MaxEntries+1)},
 		"an upload too long": {Entries: []lanes.Entry{{Command: up}}},
 	} {
 		_, err := remote.BatchToWire(b)
@@ -164,9 +165,9 @@ func TestMalformedBatchesRefused(t *testing.T) {
 		"a path out of range":    func(w *wirepb.Batch) { w.Path = 1 << 9 },
 		"too many boundaries":    func(w *wirepb.Batch) { w.EagerBoundaries = make([]int64, remote.MaxBoundaries+1) },
 		"a boundary past int":    func(w *wirepb.Batch) { w.EagerBoundaries = []int64{-1 << 40} },
-		"too many entries":       func(w *wirepb.Batch) { w.Entries = make([]*wirepb.Entry, remote.MaxEntries+1) },
-		"too many upload bytes":  func(w *wirepb.Batch) { w.Entries[2].Command.Host = make([]byte, remote.MaxHostBytes+1) },
-		"a long program name":    func(w *wirepb.Batch) { w.Program.Id.Name = string(make([]byte, remote.MaxProgramName+1)) },
+		"too many entries":       func(w *wirepb.Batch) { w.Entries = make([]*wirepb.Entry, wire.MaxEntries+1) },
+		"too many upload bytes":  func(w *wirepb.Batch) { w.Entries[2].Command.Host = make([]byte, wire.MaxHostBytes+1) },
+		"a long program name":    func(w *wirepb.Batch) { w.Program.Id.Name = string(make([]byte, wire.MaxProgramName+1)) },
 		"a program with no id":   func(w *wirepb.Batch) { w.Program.Id = nil },
 		"a program too large":    func(w *wirepb.Batch) { w.Program.Nodes = programs.MaxNodes + 1 },
 		"a negative binding":     func(w *wirepb.Batch) { w.Program.Bindings = []int64{-1} },
@@ -177,7 +178,7 @@ func TestMalformedBatchesRefused(t *testing.T) {
 		"a layout, empty region": func(w *wirepb.Batch) { w.Patches[0].Layout.Region = &wirepb.Region{} },
 		"a layout's nil field":   func(w *wirepb.Batch) { w.Patches[0].Layout.Fields[0] = nil },
 		"a patch field past int": func(w *wirepb.Batch) { w.Patches[0].Field = 1 << 40 },
-		"too many patch bytes":   func(w *wirepb.Batch) { w.Patches[2].Bytes = make([]byte, remote.MaxHostBytes+1) },
+		"too many patch bytes":   func(w *wirepb.Batch) { w.Patches[2].Bytes = make([]byte, wire.MaxHostBytes+1) },
 		"too many patches":       func(w *wirepb.Batch) { w.Patches = make([]*wirepb.Patch, remote.MaxPatches+1) },
 	} {
 		w := proto.Clone(ok).(*wirepb.Batch)

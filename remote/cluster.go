@@ -12,20 +12,6 @@ import (
 	"github.com/lanesched/lanes/remote/internal/cluster"
 )
 
-// HostKind is the cluster kind a lane host registers: fronts route to
-// the members that have it.
-const HostKind = cluster.HostKind
-
-// DefaultRefresh is how often the automanaged provider checks the
-// cluster's membership endpoints by default.
-const DefaultRefresh = cluster.DefaultRefresh
-
-// RemoteLogEnv names the variable that makes protoactor-go's own log
-// (its endpoints connecting, losing connections, dead letters) go to
-// standard error at a level: "debug", "info", "warn" or "error". Unset,
-// it logs nothing: fronts and hosts say what matters themselves (Logf).
-const RemoteLogEnv = cluster.RemoteLogEnv
-
 // ClusterConfig makes a host a member of a named cluster, and a front a
 // client that learns the cluster's hosts from it: hosts that join are
 // joined (and take new tenants at once), hosts that leave the membership
@@ -56,7 +42,7 @@ type ClusterConfig struct {
 	// then defaults to its address. nil: the host listens on Membership.
 	MembershipListener net.Listener
 	// Refresh is how often the automanaged provider checks the Seeds; 0:
-	// DefaultRefresh. A killed host leaves the membership within about
+	// 500 ms. A killed host leaves the membership within about
 	// Refresh (a hung one within Refresh and 2 s).
 	Refresh time.Duration
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
+	lanescluster "github.com/lanesched/lanes/remote/internal/cluster"
 )
 
 // clusterHost starts lanehost as a member of the cluster name, serving
@@ -414,7 +415,7 @@ func serveProviderChild() int {
 	}
 	host, wport, _ := net.SplitHostPort(h.Address())
 	n, _ := strconv.Atoi(wport)
-	node.Store(automanaged.NewNode("own", "P", host, n, port, []string{remote.HostKind}))
+	node.Store(automanaged.NewNode("own", "P", host, n, port, []string{lanescluster.HostKind}))
 	fmt.Println(h.Listening())
 	select {}
 }

@@ -8,7 +8,7 @@
 // its lanes' admission across them. A front ([StartFront]) joins hosts at
 // addresses it is given, or launches host processes itself and restarts
 // them. Registration agrees on
-// a protocol version ([Protocol]; a mismatch is refused, not crashed on)
+// a protocol version (a mismatch is refused, not crashed on)
 // and gives the host an epoch that every later message carries: what a
 // lost host says late is dropped. It takes three messages: the host's
 // Hello, the front's Welcome, and the host's first heartbeat under the

@@ -19,21 +19,9 @@ import (
 	"github.com/lanesched/lanes/remote/internal/system"
 )
 
-// The defaults of a front's configuration, and where fronts and hosts
-// find their token.
-const (
-	// DefaultAddress is where fronts and hosts listen unless told
-	// otherwise: loopback, a port the system picks.
-	DefaultAddress = system.DefaultAddress
-	// DefaultLostAfter is how long a host may stay silent by default: ten
-	// of its default heartbeats.
-	DefaultLostAfter = front.DefaultLostAfter
-	// DefaultPruneAfter is FrontConfig.PruneAfter's default.
-	DefaultPruneAfter = front.DefaultPruneAfter
-	// TokenFileEnv names the environment variable that overrides the
-	// default token file (DefaultTokenFile).
-	TokenFileEnv = system.TokenFileEnv
-)
+// TokenFileEnv names the environment variable that overrides the default
+// token file (DefaultTokenFile).
+const TokenFileEnv = system.TokenFileEnv
 
 // DefaultTokenFile is where fronts and hosts look for the token when their
 // configuration names none: $LANES_TOKEN_FILE if set, else lanes/token
@@ -84,10 +72,10 @@ type FrontConfig struct {
 	// after it left the membership, while it serves no one and holds no
 	// tenant of the front's (Forget frees a tenant's place): then the
 	// front forgets it, so a fleet whose hosts come and go at new
-	// addresses does not grow the front. 0: DefaultPruneAfter.
+	// addresses does not grow the front. 0: 30 s.
 	PruneAfter time.Duration
 	// Address is where the front listens for its hosts' answers; empty:
-	// DefaultAddress. Any address that is not loopback requires TLS.
+	// 127.0.0.1:0 (loopback, a port the system picks). Any address that is not loopback requires TLS.
 	Address string
 	// Advertise is the address hosts reach the front at when it is not
 	// Address (a NAT, a port mapping, a proxy); empty: Address. Not
@@ -104,7 +92,7 @@ type FrontConfig struct {
 	TokenFile string
 	// LostAfter is how long a registered host may stay silent (no
 	// heartbeat, no answer) before the front treats it as lost; 0:
-	// DefaultLostAfter. Detection takes at most LostAfter plus a fifth of it.
+	// 1 s, ten of a host's default heartbeats. Detection takes at most LostAfter plus a fifth of it.
 	LostAfter time.Duration
 	// JoinTimeout bounds how long a host may take to register (a launched
 	// one: to start and register) before the front gives up on that try;
@@ -130,7 +118,7 @@ type FrontConfig struct {
 	// A kernel's extent check (KernelSpec.Check) is the front's own: the
 	// front runs it as it builds a launch, and the host's devices check
 	// the kernels' parameters against the image (the real device) and
-	// their launch limits. At most MaxModules modules of MaxModuleBytes.
+	// their launch limits. At most 64 modules of 256 MiB each.
 	Modules []kernels.Module
 	// Logf hears what no call answers (a host lost, restarted, refused);
 	// nil: standard error.
@@ -159,7 +147,7 @@ func (c FrontConfig) room() front.Config {
 
 // HostProcess is a lane host process a front starts: Path with Args, to which
 // the front adds --name Name and --exit-with-stdin. The process must print
-// ListeningLine and its address as its first line on standard output
+// "lanehost: listening on " and its address as its first line on standard output
 // (cmd/lanehost does).
 //
 // On a machine of 4 CPUs or fewer, a launched host runs with GOMAXPROCS at
@@ -308,7 +296,7 @@ func (f *Front) Preparation(ctx context.Context, tenant string) (cache.Preparati
 // preparation is open before one sealed): the host makes pinned staging
 // for each slot,
 // owned by the tenant, and captures the program's two variants there (the
-// lane's preparation must be open). Slots are 1 byte to MaxHostBytes
+// lane's preparation must be open). Slots are 1 byte to 64 MiB
 // each, at most 1,024 in all; a host keeps 64 programs of a tenant (actors.ErrProgramLimit past it). The spec's
 // mistakes are refused as actors.Scheduler.PrepareStaged refuses them.
 func (f *Front) PrepareStaged(ctx context.Context, tenant string, spec StagedSpec) (*StagedProgram, error) {

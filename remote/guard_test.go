@@ -1,8 +1,5 @@
 package remote_test
 
-// A lane host's door: strangers without the token, forged messages from
-// a peer that has it, bad bytes, and another front naming the same tenant.
-
 import (
 	"bufio"
 	"context"
@@ -24,19 +21,23 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/lanesched/lanes/remote/internal/wire"
+
+	// A lane host's door: strangers without the token, forged messages from
+	// a peer that has it, bad bytes, and another front naming the same tenant.
+
 	premote "github.com/asynkron/protoactor-go/remote"
+	"github.com/lanesched/lanes/cache"
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/wirepb"
+	"github.com/lanesched/lanes/lanes"
+	"github.com/lanesched/lanes/remote"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/lanesched/lanes/cache"
-	"github.com/lanesched/lanes/cuda"
-	"github.com/lanesched/lanes/internal/wirepb"
-	"github.com/lanesched/lanes/lanes"
-	"github.com/lanesched/lanes/remote"
 )
 
 func init() {
@@ -332,7 +333,7 @@ func TestForgedMessagesAreDroppedAndTheHostServesOn(t *testing.T) {
 		{"actor.Watch", marshal(t, &actor.Watch{Watcher: actor.NewPID("127.0.0.1:2", "x")}), host, nil},
 		{"actor.PoisonPill", marshal(t, &actor.PoisonPill{}), host, nil},
 		{"actor.Stop", marshal(t, &actor.Stop{}), host, nil},
-		{"lanes.remote.v1.Join", marshal(t, &wirepb.Join{Protocol: remote.Protocol, Front: front.Address, Attempt: 99}), host, self},
+		{"lanes.remote.v1.Join", marshal(t, &wirepb.Join{Protocol: wire.Protocol, Front: front.Address, Attempt: 99}), host, self},
 		{"lanes.remote.v1.Forget", marshal(t, &wirepb.Forget{Epoch: epoch, Call: 1, Tenant: "alice"}), host, nil},
 		{"lanes.remote.v1.Forget", marshal(t, &wirepb.Forget{Epoch: epoch, Call: 2, Tenant: "alice"}), host, self},
 		{"lanes.remote.v1.Forget", marshal(t, &wirepb.Forget{Epoch: epoch, Call: 3, Tenant: "alice"}), host, front}, // a sender not the connection's

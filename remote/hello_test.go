@@ -6,6 +6,7 @@ import (
 
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/internal/wire"
 )
 
 // TestHelloChecked: a host of the same protocol with a name, an epoch and
@@ -13,16 +14,16 @@ import (
 // that says what to fix, never accepted.
 func TestHelloChecked(t *testing.T) {
 	good := func() *wirepb.Hello {
-		return &wirepb.Hello{Protocol: remote.Protocol, Host: "gpu0", Epoch: 7, Devices: []*wirepb.Device{{Instance: 1, Name: "H200", Backend: "cuda", Lanes: 4}}}
+		return &wirepb.Hello{Protocol: wire.Protocol, Host: "gpu0", Epoch: 7, Devices: []*wirepb.Device{{Instance: 1, Name: "H200", Backend: "cuda", Lanes: 4}}}
 	}
-	if w := remote.CheckHello(good()); !w.Accepted || w.Refusal != "" || w.Protocol != remote.Protocol {
+	if w := remote.CheckHello(good()); !w.Accepted || w.Refusal != "" || w.Protocol != wire.Protocol {
 		t.Fatalf("a good hello: got %+v, want accepted", w)
 	}
 	for name, tc := range map[string]struct {
 		change func(*wirepb.Hello)
 		says   string
 	}{
-		"another protocol": {func(h *wirepb.Hello) { h.Protocol = remote.Protocol + 1 }, "same build"},
+		"another protocol": {func(h *wirepb.Hello) { h.Protocol = wire.Protocol + 1 }, "same build"},
 		"no name":          {func(h *wirepb.Hello) { h.Host = "" }, "host name"},
 		"epoch 0":          {func(h *wirepb.Hello) { h.Epoch = 0 }, "non-zero epoch"},
 		"no devices":       {func(h *wirepb.Hello) { h.Devices = nil }, "0 devices"},

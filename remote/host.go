@@ -11,30 +11,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/notstarted"
-	"github.com/lanesched/lanes/remote/internal/dataplane"
 	"github.com/lanesched/lanes/remote/internal/host"
-	"github.com/lanesched/lanes/remote/internal/wire"
-)
-
-// The defaults of a lane host's configuration.
-const (
-	// DefaultHeartbeat is how often a host tells its fronts it is alive.
-	DefaultHeartbeat = host.DefaultHeartbeat
-	// DefaultMaxFronts is how many fronts a host serves at once.
-	DefaultMaxFronts = host.DefaultMaxFronts
-	// DefaultSilentFront is how long a front may send nothing before its
-	// place goes to a new front that finds the host full.
-	DefaultSilentFront = host.DefaultSilentFront
-	// MaxTemplates is the most templated batches a host keeps per epoch.
-	MaxTemplates = wire.MaxTemplates
-	// DefaultRingBytes is the data area of each ring of a same-host data
-	// plane.
-	DefaultRingBytes = dataplane.DefaultRingBytes
-	// DefaultUploadAreaBytes is each same-host data plane's upload area.
-	DefaultUploadAreaBytes = dataplane.DefaultUploadAreaBytes
-	// MaxTenantName is the longest tenant name a front takes, in bytes: a
-	// host scopes each tenant to its front's registration.
-	MaxTenantName = wire.MaxTenantName
 )
 
 // HostConfig configures a lane host.
@@ -42,7 +19,7 @@ type HostConfig struct {
 	// Name is the host's name in its front's reports and errors; empty:
 	// "host-" and the process id.
 	Name string
-	// Address is where the host listens (host:port); empty: DefaultAddress
+	// Address is where the host listens (host:port); empty: 127.0.0.1:0
 	// (loopback, a port the system picks: Host.Address says which). Any
 	// address that is not loopback requires TLS.
 	Address string
@@ -64,14 +41,14 @@ type HostConfig struct {
 	// Devices are the devices this host owns (one GPU, usually).
 	Scheduler actors.Config
 	// Heartbeat is how often the host tells its front it is alive; 0:
-	// DefaultHeartbeat. A front's LostAfter must be a few of these.
+	// 100 ms. A front's LostAfter must be a few of these.
 	Heartbeat time.Duration
 	// Protocol is the wire protocol the host claims at registration; 0 is
 	// Protocol. Set another only to see a front refuse a host of another
 	// version.
 	Protocol uint32
 	// MaxTemplates bounds the templated batches kept per epoch (0:
-	// MaxTemplates); a template past it is answered TemplateUnknown when a
+	// 16,384); a template past it is answered TemplateUnknown when a
 	// Submit names it without its batch, and the front sends it whole.
 	MaxTemplates int
 	// Calls are the library calls the host serves, by name: a front's
@@ -89,21 +66,21 @@ type HostConfig struct {
 	// when it is not. nil: none.
 	Modules []kernels.Module
 	// MaxFronts bounds the fronts the host serves at once (0:
-	// DefaultMaxFronts); one more is refused with the reason.
+	// 8); one more is refused with the reason.
 	MaxFronts int
 	// SilentFront is how long a front may send nothing (no call, no probe)
 	// before its place goes to a new front that finds the host full (0:
-	// DefaultSilentFront, which says how to choose it; else 100ms to 1h).
+	// 10 s; else 100ms to 1h).
 	SilentFront time.Duration
 	// NoDataPlane keeps every front's traffic on the remote: no
 	// same-host data plane is offered (see "Same-host data plane" in the
 	// package doc).
 	NoDataPlane bool
 	// RingBytes is the data area of each ring of a data plane (0:
-	// DefaultRingBytes; a power of two, 4 KiB to 64 MiB).
+	// 4 MiB; a power of two, 4 KiB to 64 MiB).
 	RingBytes int
 	// UploadAreaBytes is each data plane's upload area, after its rings
-	// (0: DefaultUploadAreaBytes; whole 4096-byte pages up to 1 GiB; -1:
+	// (0: 16 MiB; whole 4096-byte pages up to 1 GiB; -1:
 	// none, every upload crosses in its message): a front writes an upload
 	// of 4 KiB or more there, once, while it has room, and the host reads
 	// it from there, so a tenant's large upload holds up no one's records

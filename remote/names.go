@@ -5,12 +5,6 @@ package remote
 
 import "github.com/lanesched/lanes/remote/internal/wire"
 
-// ListeningLine begins a lane host process's first line on standard
-// output, followed by the address fronts dial ("lanehost: listening on
-// 127.0.0.1:7001"); [Listening] is the whole line, [ParseListening] reads
-// it.
-const ListeningLine = wire.ListeningLine
-
 // Listening is what a lane host process's first line says: Address (where
 // fronts reach the host: its advertised address, else where it listens),
 // Bound (where it listens when it advertises another address; else "") and
@@ -35,26 +29,3 @@ type CallBuilder = wire.CallBuilder
 // LibraryCalls are the library calls a lane host serves, by the name a
 // front's cuda.LibraryCall carries (HostConfig.Calls).
 type LibraryCalls = wire.LibraryCalls
-
-// MaxProgramName is the longest program name (programs.ID.Name) a batch
-// may carry through a front, in bytes: a host scopes each name to its
-// front's registration.
-const MaxProgramName = wire.MaxProgramName
-
-// MaxEntries is the most entries of one batch on the wire.
-const MaxEntries = wire.MaxEntries
-
-// MaxHostBytes is the most bytes one upload, or one read back, moves
-// through a front.
-const MaxHostBytes = wire.MaxHostBytes
-
-// MaxModules and MaxModuleBytes bound a front's modules
-// (FrontConfig.Modules): how many, and one image's bytes.
-const (
-	MaxModules     = wire.MaxModules
-	MaxModuleBytes = wire.MaxModuleBytes
-)
-
-// Protocol is the wire protocol version fronts and hosts of this build
-// speak; a host of another version is refused at registration.
-const Protocol = wire.Protocol

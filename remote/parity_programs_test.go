@@ -22,6 +22,7 @@ import (
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/internal/wire"
 )
 
 // programSentinels are the sentinels of programs' and patches' mistakes.
@@ -270,9 +271,9 @@ func TestProgramsMatchOneProcess(t *testing.T) {
 	if _, err := f.Seal(ctx, "never-submitted"); !errors.Is(err, actors.ErrUnknownLane) {
 		t.Errorf("Seal for a tenant that submitted nothing: got err %v, want actors.ErrUnknownLane", err)
 	}
-	long := programs.ID{Runtime: viaHost.runtime, Name: string(bytes.Repeat([]byte{'n'}, remote.MaxProgramName+1))}
+	long := programs.ID{Runtime: viaHost.runtime, Name: string(bytes.Repeat([]byte{'n'}, wire.MaxProgramName+1))}
 	if _, err := f.Submit(ctx, "a", lanes.Batch{Entries: []lanes.Entry{{Phase: cache.PhaseCompute, Node: cache.NoNode, Invoke: &programs.Invocation{Program: long}}}}); !errors.Is(err, remote.ErrWire) {
-		t.Errorf("a program name past remote.MaxProgramName: got err %v, want remote.ErrWire", err)
+		t.Errorf("a program name past wire.MaxProgramName: got err %v, want remote.ErrWire", err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/internal/wire"
 )
 
 // timed reports whether wall-clock figures are judged to the letter: only
@@ -423,13 +424,13 @@ func TestSigstopIsDetectedWithinTheBoundAndLateAnswersDropped(t *testing.T) {
 // protocol version is refused at registration, with the reason, and keeps
 // running; so does the front.
 func TestAnotherProtocolIsRefusedWithoutACrash(t *testing.T) {
-	cmd, addr := startHostProcess(t, "--protocol", strconv.Itoa(remote.Protocol+1))
+	cmd, addr := startHostProcess(t, "--protocol", strconv.Itoa(wire.Protocol+1))
 	for range 2 {
 		f, err := remote.StartFront(context.Background(), remote.FrontConfig{Hosts: []string{addr}, JoinTimeout: 5 * time.Second, Logf: t.Logf})
 		if err == nil {
 			_ = f.Stop(context.Background())
 		}
-		if other := fmt.Sprintf("protocol %d", remote.Protocol+1); !errors.Is(err, remote.ErrRefused) || !strings.Contains(err.Error(), other) {
+		if other := fmt.Sprintf("protocol %d", wire.Protocol+1); !errors.Is(err, remote.ErrRefused) || !strings.Contains(err.Error(), other) {
 			t.Fatalf("StartFront with a host of %s: got err %v, want remote.ErrRefused naming it", other, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/internal/wire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -83,7 +84,7 @@ func TestMalformedReceiptsRefused(t *testing.T) {
 		"negative device time":                     {Outcome: uint32(lanes.OutcomeSucceeded), DeviceTimeNs: -1},
 		"a nil row":                                {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{nil}},
 		"a row node past int32":                    {Outcome: uint32(lanes.OutcomeSucceeded), Rows: []*wirepb.Row{{Node: 1 << 40}}},
-		"too many read-back bytes":                 {Outcome: uint32(lanes.OutcomeSucceeded), Readback: make([]byte, remote.MaxHostBytes+1)},
+		"too many read-back bytes":                 {Outcome: uint32(lanes.OutcomeSucceeded), Readback: make([]byte, wire.MaxHostBytes+1)},
 		"logical commands not in threes":           {Outcome: uint32(lanes.OutcomeSucceeded), Segments: []*wirepb.Segment{{Start: 0, End: 1, Ordinal: -1, Logical: []int64{0, 1}}}},
 		"a logical command's negative graph nodes": {Outcome: uint32(lanes.OutcomeSucceeded), Segments: []*wirepb.Segment{{Start: 0, End: 1, Ordinal: -1, Logical: []int64{0, 1, -1}}}},
 		"a timing of no stage":                     {Outcome: uint32(lanes.OutcomeSucceeded), Preparation: &wirepb.StageTimings{Timings: []*wirepb.StageTiming{{Nodes: 1}}}},

@@ -13,6 +13,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/internal/wire"
 )
 
 // TestFrontRefusesWhatHasNoWireForm: bad calls come back as errors, and
@@ -28,7 +29,7 @@ func TestFrontRefusesBadCalls(t *testing.T) {
 	if _, err := f.Submit(ctx, "", lanes.Batch{}); !errors.Is(err, actors.ErrInvalidTenant) || !cuda.Classify(err).NotSubmitted {
 		t.Errorf("Submit with no tenant: got err %v, want actors.ErrInvalidTenant, not submitted", err)
 	}
-	if _, err := f.Alloc(ctx, strings.Repeat("x", remote.MaxTenantName+1), cudaSpec64()); !errors.Is(err, actors.ErrInvalidTenant) {
+	if _, err := f.Alloc(ctx, strings.Repeat("x", wire.MaxTenantName+1), cudaSpec64()); !errors.Is(err, actors.ErrInvalidTenant) {
 		t.Errorf("Alloc for a name past MaxTenantName: got err %v, want actors.ErrInvalidTenant", err)
 	}
 	c := setUp(t, f, "t")

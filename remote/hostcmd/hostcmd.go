@@ -28,6 +28,9 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/profiling"
 	"github.com/lanesched/lanes/remote"
+	"github.com/lanesched/lanes/remote/internal/cluster"
+	"github.com/lanesched/lanes/remote/internal/host"
+	"github.com/lanesched/lanes/remote/internal/system"
 )
 
 // options are lanehost's flags.
@@ -121,7 +124,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer, opts Options)
 		}
 	}
 	if o.heartbeat == 0 {
-		o.heartbeat = remote.DefaultHeartbeat // as HostConfig takes 0
+		o.heartbeat = host.DefaultHeartbeat // as HostConfig takes 0
 	}
 	cfg := remote.HostConfig{Name: o.name, Address: o.listen, Calls: opts.Calls, Modules: opts.Modules, TokenFile: o.tokenFile, Heartbeat: o.heartbeat, Protocol: uint32(o.protocol), MaxTemplates: o.maxTemplates,
 		MaxFronts: o.maxFronts, SilentFront: o.silentFront, Advertise: o.advertise, NoDataPlane: o.noDataPlane, UploadAreaBytes: o.uploadArea,
@@ -243,10 +246,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(io.Discard) // a bad flag is said once, by the caller; --help prints the usage below
 	fs.StringVar(&o.device, "device", "sim", "the device to serve: sim, or cuda (a build with the cuda tag)")
 	fs.IntVar(&o.ordinal, "ordinal", 0, "the GPU's ordinal (cuda), or the simulated device's")
-	fs.StringVar(&o.listen, "listen", remote.DefaultAddress, "the address to serve on; any address not loopback needs --tls-cert, --tls-key and --tls-ca")
+	fs.StringVar(&o.listen, "listen", system.DefaultAddress, "the address to serve on; any address not loopback needs --tls-cert, --tls-key and --tls-ca")
 	fs.StringVar(&o.name, "name", "", "the host's name in its front's reports (default host-PID)")
 	fs.IntVar(&o.lanes, "lanes", 4, "lanes (streams) on the device")
-	fs.DurationVar(&o.heartbeat, "heartbeat", remote.DefaultHeartbeat, "how often the host tells its front it is alive (0 means the default too)")
+	fs.DurationVar(&o.heartbeat, "heartbeat", host.DefaultHeartbeat, "how often the host tells its front it is alive (0 means the default too)")
 	fs.DurationVar(&o.spin, "spin", 0, "how a lane waits for its fences (actors.Config.Spin): 0 spins only while a fence is due, from what the lane measured of its steps, within a quarter of the CPUs; a window such as 500us keeps polling and spinning for work that long after progress or a run of its messages (a core per busy lane); negative (-1ns) never spins; default "+actors.GPUSpin.String()+" with --device cuda on 8 CPUs or more, else 0")
 	fs.StringVar(&o.clock, "sim-clock", "real", "the simulated device's clock: real (kernels take modelled time) or zero")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "this host's certificate (PEM), for mutual TLS")
@@ -256,13 +259,13 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.exitWithStdin, "exit-with-stdin", false, "stop when standard input closes (a front that launched the host adds it)")
 	fs.BoolVar(&o.faultKernels, "fault-kernels", false, "also serve kernels that skip their bounds checks (poke_i32), to provoke a real device fault; never where tenants you do not control reach the host")
 	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
-	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: remote.MaxTemplates)")
+	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: wire.MaxTemplates)")
 	fs.DurationVar(&o.leaveTimeout, "leave-timeout", 30*time.Second, "on SIGINT, SIGTERM or (with --exit-with-stdin) standard input closed: leave well first, taking no new work and finishing what is in flight, for at most this long (a second signal cuts it short; 0: stop at once)")
 	fs.StringVar(&o.advertise, "advertise", "", "the address fronts reach this host at, when it is not --listen (a NAT, a port mapping, a proxy); not loopback requires TLS")
-	fs.IntVar(&o.maxFronts, "max-fronts", remote.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
+	fs.IntVar(&o.maxFronts, "max-fronts", host.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")
 	fs.BoolVar(&o.noDataPlane, "no-data-plane", false, "offer fronts on this machine no shared-memory data plane: all traffic through the remote (gRPC), to compare")
-	fs.IntVar(&o.uploadArea, "upload-area", 0, "bytes of each data plane's upload area, whole 4096-byte pages up to 1 GiB, where fronts write uploads of 4 KiB or more instead of sending them through the ring (0: remote.DefaultUploadAreaBytes, 16 MiB; -1: none)")
-	fs.DurationVar(&o.silentFront, "silent-front", remote.DefaultSilentFront, "a front that sent nothing for this long (stopped, hung) gives its place to a new front that finds the host full")
+	fs.IntVar(&o.uploadArea, "upload-area", 0, "bytes of each data plane's upload area, whole 4096-byte pages up to 1 GiB, where fronts write uploads of 4 KiB or more instead of sending them through the ring (0: dataplane.DefaultUploadAreaBytes, 16 MiB; -1: none)")
+	fs.DurationVar(&o.silentFront, "silent-front", host.DefaultSilentFront, "a front that sent nothing for this long (stopped, hung) gives its place to a new front that finds the host full")
 	fs.IntVar(&o.maxInFlight, "max-in-flight-per-lane", 0, "admission, across every front: the submissions in flight one tenant may fill a lane with (0: the scheduler's default, 256); past its share a submission is refused as overloaded, and a lane holds up to three times this from many tenants (actors.Config.MaxInFlightPerLane)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (pprof); %p in the name is the process id")
 	fs.StringVar(&o.execTrace, "exectrace", "", "write a Go execution trace of the whole run to this file (go tool trace); %p in the name is the process id")
@@ -278,7 +281,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		}
 		return nil
 	})
-	fs.DurationVar(&o.clusterRefresh, "cluster-refresh", remote.DefaultRefresh, "with --cluster: how often the membership endpoints are checked")
+	fs.DurationVar(&o.clusterRefresh, "cluster-refresh", cluster.DefaultRefresh, "with --cluster: how often the membership endpoints are checked")
 	fs.UintVar(&o.protocol, "protocol", 0, "claim another wire protocol version at registration (0: this build's); only to see a front refuse it")
 	fs.Usage = func() {} // the flag package calls it for a bad flag too: said once, by the caller
 	usage := func() {
@@ -308,7 +311,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	case o.leaveTimeout < 0:
 		return o, fmt.Errorf("--leave-timeout %v: give 0 (stop at once) or more", o.leaveTimeout)
 	case o.heartbeat != 0 && (o.heartbeat < time.Millisecond || o.heartbeat > 10*time.Second):
-		return o, fmt.Errorf("--heartbeat %v: give 1ms to 10s (0: the default, %v)", o.heartbeat, remote.DefaultHeartbeat)
+		return o, fmt.Errorf("--heartbeat %v: give 1ms to 10s (0: the default, %v)", o.heartbeat, host.DefaultHeartbeat)
 	case o.silentFront < 100*time.Millisecond || o.silentFront > time.Hour:
 		return o, fmt.Errorf("--silent-front %v: give 100ms to 1h", o.silentFront)
 	case o.maxFronts < 1 || o.maxFronts > 1024:

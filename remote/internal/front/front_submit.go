@@ -253,7 +253,7 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	case ctx.Err() != nil:
 		return lanes.Wrap("remote", true, ctx.Err()) // nothing was sent
 	case tenant == "" || len(tenant) > wire.MaxTenantName:
-		return lanes.Wrap("remote", true, fmt.Errorf("%w: the name is %d bytes; a front takes 1 to %d (remote.MaxTenantName)", actors.ErrInvalidTenant, len(tenant), wire.MaxTenantName))
+		return lanes.Wrap("remote", true, fmt.Errorf("%w: the name is %d bytes; a front takes 1 to %d (lanes.MaxTenantName)", actors.ErrInvalidTenant, len(tenant), wire.MaxTenantName))
 	}
 	if err := schedhook.CheckTenant(tenant); err != nil {
 		return lanes.Wrap("remote", true, err) // the host would refuse it, naming it as it scopes it

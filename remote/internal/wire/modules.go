@@ -58,7 +58,7 @@ func sumOf(m kernels.Module) ModuleSum {
 // image at most MaxModuleBytes.
 func ModulesToWire(ms []kernels.Module) ([]*wirepb.Module, error) {
 	if len(ms) > MaxModules {
-		return nil, fmt.Errorf("%w: %d modules; a front sends at most %d (remote.MaxModules)", ErrConfig, len(ms), MaxModules)
+		return nil, fmt.Errorf("%w: %d modules; a front sends at most %d", ErrConfig, len(ms), MaxModules)
 	}
 	var out []*wirepb.Module
 	loaded := kernels.Registry{}
@@ -68,7 +68,7 @@ func ModulesToWire(ms []kernels.Module) ([]*wirepb.Module, error) {
 		case names[m.Name]:
 			return nil, fmt.Errorf("%w: %w: module %q given twice", ErrConfig, kernels.ErrInvalidModule, m.Name)
 		case len(m.Image) > MaxModuleBytes:
-			return nil, fmt.Errorf("%w: %w: module %q is %d bytes; a front sends at most %d (remote.MaxModuleBytes)", ErrConfig, kernels.ErrInvalidModule, m.Name, len(m.Image), MaxModuleBytes)
+			return nil, fmt.Errorf("%w: %w: module %q is %d bytes; a front sends at most %d", ErrConfig, kernels.ErrInvalidModule, m.Name, len(m.Image), MaxModuleBytes)
 		case len(m.Kernels) > MaxModuleKernels:
 			return nil, fmt.Errorf("%w: %w: module %q declares %d kernels; at most %d", ErrConfig, kernels.ErrInvalidModule, m.Name, len(m.Kernels), MaxModuleKernels)
 		case !utf8.ValidString(m.Name) || len(m.Name) > cuda.MaxKernelName:

@@ -55,7 +55,7 @@ func programIDFromWire(w *wirepb.ProgramID) (programs.ID, error) {
 // refuse: too long to scope, or not UTF-8.
 func checkProgramID(id programs.ID, what string) error {
 	if _, err := programIDFromWire(programIDToWire(id)); err != nil {
-		return fmt.Errorf("%s: %w (a front's program names are at most remote.MaxProgramName bytes)", what, err)
+		return fmt.Errorf("%s: %w (a front's program names are at most lanes.MaxProgramName bytes)", what, err)
 	}
 	return nil
 }
