@@ -14,6 +14,7 @@ import (
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/codes"
+	"github.com/lanesched/lanes/internal/simhook"
 
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
@@ -108,7 +109,9 @@ func TestPinnedInputsLetGoWhenNothingReadsThem(t *testing.T) {
 func TestHungLanePinsGoOnceItsStreamDrains(t *testing.T) {
 	// A real-time device where 64 MiB of increments take about 130 ms
 	// (timed, not computed: NoData).
-	dev := &pinCounter{device: newDevice(t, sim.Config{Clock: sim.ClockRealTime, Cost: sim.CostModel{MemoryBandwidth: 1e9}, NoData: true}, 0)}
+	cfg := sim.Config{Clock: sim.ClockRealTime, NoData: true}
+	simhook.MemoryBandwidth(&cfg, 1e9)
+	dev := &pinCounter{device: newDevice(t, cfg, 0)}
 	s := start(t, actors.Config{Devices: []cuda.Device{dev}, CacheCapacity: 8, HangTimeout: 400 * time.Millisecond})
 	spec := stagedIncSpec(dev.device, lanecore.MinPinnedInput/4)
 	ctx := context.Background()

@@ -5,6 +5,7 @@ package sim
 
 import (
 	"github.com/lanesched/lanes/internal/backend"
+	"github.com/lanesched/lanes/internal/simhook"
 
 	"math"
 	"runtime"
@@ -138,11 +139,12 @@ func (c *clock) sleepUntil(t time.Duration, cancel <-chan struct{}) {
 	}
 }
 
-// CostModel is what each kind of work costs, host side (the calling thread's
+// costModel is what each kind of work costs, host side (the calling thread's
 // time inside the driver call) and device side (time on the stream). The
-// zero value of a field means the H200 default below; [DefaultCost] returns
-// them all.
-type CostModel struct {
+// zero value of a field means the H200 default below; defaultCost returns
+// them all. The executables' device bytes are the GPU's, as measured
+// (internal/backend.ExecBytesBase and ExecBytesPerNode).
+type costModel struct {
 	LaunchHost        time.Duration // host time of one eager kernel launch (cuLaunchKernel)
 	KernelDevice      time.Duration // device time of a tiny kernel launched eagerly
 	GraphNode         time.Duration // device time of a tiny kernel as a graph node
@@ -163,12 +165,12 @@ type CostModel struct {
 	ExecBytesBase, ExecBytesPerNode int64
 }
 
-// DefaultCost returns the costs measured on an H200 with the raw driver API
+// defaultCost returns the costs measured on an H200 with the raw driver API
 // (docs/measurements): eager launch about 3.5 µs of host time, a graph of tiny kernels
 // about 0.9 µs per node, one graph launch a few µs of host time, and eight
 // streams at about five times the throughput of one.
-func DefaultCost() CostModel {
-	return CostModel{
+func defaultCost() costModel {
+	return costModel{
 		LaunchHost:        3500 * time.Nanosecond,
 		KernelDevice:      1500 * time.Nanosecond,
 		GraphNode:         900 * time.Nanosecond,
@@ -183,24 +185,14 @@ func DefaultCost() CostModel {
 		MemoryBandwidth:   3.0e12,
 		HostBandwidth:     25e9,
 		StreamParallelism: 5,
-		ExecBytesBase:     DefaultExecBytesBase,
-		ExecBytesPerNode:  DefaultExecBytesPerNode,
+		ExecBytesBase:     backend.ExecBytesBase,
+		ExecBytesPerNode:  backend.ExecBytesPerNode,
 	}
 }
 
-// The device memory of an executable as measured on the GPU
-// (cuMemGetInfo around cuGraphInstantiate and cuGraphUpload of graphs of K
-// tiny kernels on an H100, driver 580: scripts/anchors/graph_memory.cu,
-// docs/measurements/2026-12-05-graph-memory.txt): a base of about 100 KiB
-// and 2.5 KiB a node.
-const (
-	DefaultExecBytesBase    = backend.ExecBytesBase
-	DefaultExecBytesPerNode = backend.ExecBytesPerNode
-)
-
-// withDefaults fills the zero fields from DefaultCost.
-func (c CostModel) withDefaults() CostModel {
-	d := DefaultCost()
+// withDefaults fills the zero fields from defaultCost.
+func (c costModel) withDefaults() costModel {
+	d := defaultCost()
 	fill := func(p *time.Duration, v time.Duration) {
 		if *p == 0 {
 			*p = v
@@ -234,4 +226,10 @@ func (c CostModel) withDefaults() CostModel {
 
 func perBytes(n uint64, bandwidth float64) time.Duration {
 	return time.Duration(float64(n) / bandwidth * 1e9)
+}
+
+func init() {
+	simhook.MemoryBandwidth = func(cfg any, bytesPerSecond float64) {
+		cfg.(*Config).cost.MemoryBandwidth = bytesPerSecond
+	}
 }

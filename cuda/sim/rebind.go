@@ -139,7 +139,7 @@ func (x *exec) launched(s *stream, seq uint64) {
 }
 
 // DeviceBytes is the cost model's device memory for an executable of its
-// node count (CostModel.ExecBytes).
+// node count (costModel.ExecBytes).
 // A destroyed executable holds nothing.
 func (x *exec) DeviceBytes() int64 {
 	if x.destroyed.Load() {
@@ -156,7 +156,7 @@ func (d *device) ExecBytes(nodes int) int64 { return d.cost.execBytes(nodes) }
 // execBytes is the device memory of an instantiated and uploaded
 // executable of n nodes; a cost model without the figures (the zero-cost
 // clock, which costs no time) holds the measured ones: memory is not time.
-func (c CostModel) execBytes(n int) int64 {
+func (c costModel) execBytes(n int) int64 {
 	if c.ExecBytesBase <= 0 && c.ExecBytesPerNode <= 0 {
 		return backend.ExecBytes(n)
 	}

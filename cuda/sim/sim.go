@@ -13,7 +13,7 @@
 // instantiated, uploaded and launched, and gives the same bytes as the same
 // commands run eagerly.
 //
-// Time comes from a [CostModel] measured on an H200, in one of three
+// Time comes from a cost model measured on an H200, in one of three
 // [ClockMode]s: real time, a [VirtualClock] the tests advance, or zero cost.
 // Faults are injected by rule ([Fault]): launch failure, capture rejection,
 // out of memory, a sticky error that poisons the device, and a hung kernel.
@@ -65,7 +65,6 @@ import (
 type Config struct {
 	Clock   ClockMode
 	Virtual *VirtualClock    // the clock of ClockVirtual; nil makes one (see Device.Clock)
-	Cost    CostModel        // zero fields take the H200 defaults
 	Memory  uint64           // bytes the device offers; 0 means 16 GiB. The simulator holds them in host memory: offer no more than the host has
 	Kernels kernels.Registry // nil means kernels.Builtin()
 	Modules []kernels.Module // one's own kernels, loaded at open as LoadModule loads them
@@ -140,6 +139,8 @@ type Config struct {
 	// Device.Synchronize and Device.Err never report it. Off, nothing is
 	// tracked and no command does any work more; NoData turns it off.
 	InitCheck bool
+
+	cost costModel // zero fields take the H200 defaults (tests change it through internal/simhook)
 }
 
 // InitCheckEnv, set to 1 in a process's environment, turns
@@ -194,7 +195,7 @@ type Device interface {
 type device struct {
 	info  cuda.DeviceInfo
 	clock clock
-	cost  CostModel
+	cost  costModel
 	// registry holds the kernels the device launches; LoadModule replaces
 	// it whole (under loadMu), so launches read it without a lock.
 	registry   atomic.Pointer[kernels.Registry]
@@ -275,7 +276,7 @@ func New(cfg Config) (Device, error) {
 			Backend: "sim", TotalMemory: cfg.Memory,
 		},
 		clock:      clock{mode: cfg.Clock, origin: time.Now(), virtual: cfg.Virtual},
-		cost:       cfg.Cost.withDefaults(),
+		cost:       cfg.cost.withDefaults(),
 		maxThreads: cfg.MaxLaunchThreads,
 		noData:     cfg.NoData,
 		initCheck:  (cfg.InitCheck || os.Getenv(InitCheckEnv) == "1") && !cfg.NoData,
@@ -292,7 +293,7 @@ func New(cfg Config) (Device, error) {
 		d.clock.virtual = &VirtualClock{}
 	}
 	if cfg.Clock == ClockZeroCost {
-		d.cost = CostModel{MemoryBandwidth: math.Inf(1), HostBandwidth: math.Inf(1), StreamParallelism: 1}
+		d.cost = costModel{MemoryBandwidth: math.Inf(1), HostBandwidth: math.Inf(1), StreamParallelism: 1}
 	}
 	d.setRegistry(cfg.Kernels)
 	for _, f := range cfg.Faults {

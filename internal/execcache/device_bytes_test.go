@@ -18,8 +18,8 @@ import (
 // oneNode and twoNodes are the simulated device's device bytes of an
 // executable of one and of two nodes (its cost model, measured on the GPU).
 var (
-	oneNode  = int64(sim.DefaultExecBytesBase + sim.DefaultExecBytesPerNode)
-	twoNodes = int64(sim.DefaultExecBytesBase + 2*sim.DefaultExecBytesPerNode)
+	oneNode  = int64(backend.ExecBytesBase + backend.ExecBytesPerNode)
+	twoNodes = int64(backend.ExecBytesBase + 2*backend.ExecBytesPerNode)
 )
 
 // TestDeviceBytesCounted: every resident is charged what its device
