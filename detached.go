@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/lanesched/lanes/actors"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -104,12 +105,12 @@ func (s *Server) awaitDetached(op string, ctx context.Context, tenant string) er
 	}
 	if op == "forget" {
 		// As with any work in flight: refused, not waited for.
-		return lanes.Wrap(op, true, fmt.Errorf("%w: tenant %q has a detached Upload or Free going on; wait for it to end (its DetachedError's Pending)", actors.ErrTenantBusy, tenant))
+		return laneerr.Wrap(op, true, fmt.Errorf("%w: tenant %q has a detached Upload or Free going on; wait for it to end (its DetachedError's Pending)", actors.ErrTenantBusy, tenant))
 	}
 	select {
 	case <-d.done:
 		return nil
 	case <-ctx.Done():
-		return lanes.Wrap(op, true, ctx.Err())
+		return laneerr.Wrap(op, true, ctx.Err())
 	}
 }

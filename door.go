@@ -9,6 +9,8 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/codes"
+	"github.com/lanesched/lanes/internal/lanecore"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/lanes"
@@ -109,23 +111,23 @@ func newServer(s side) *Server {
 // for it first (detach).
 func (s *Server) admit(op string, ctx context.Context, tenant string) error {
 	if s.unstarted() {
-		return lanes.Wrap(op, true, errNotStarted)
+		return laneerr.Wrap(op, true, errNotStarted)
 	}
 	if s.stopping.Load() {
-		return lanes.Wrap(op, true, actors.ErrStopped)
+		return laneerr.Wrap(op, true, actors.ErrStopped)
 	}
 	if ctx == nil {
-		return lanes.Wrap(op, true, errNilContext)
+		return laneerr.Wrap(op, true, errNilContext)
 	}
 	if len(tenant) > MaxTenantName {
-		return lanes.Wrap(op, true, fmt.Errorf("%w: the name is %d bytes; the front door takes 1 to %d (lanes.MaxTenantName, the same in process and on lane hosts)", actors.ErrInvalidTenant, len(tenant), MaxTenantName))
+		return laneerr.Wrap(op, true, fmt.Errorf("%w: the name is %d bytes; the front door takes 1 to %d (lanes.MaxTenantName, the same in process and on lane hosts)", actors.ErrInvalidTenant, len(tenant), MaxTenantName))
 	}
 	if op != "submit" {
 		if err := ctx.Err(); err != nil {
-			return lanes.Wrap(op, true, err)
+			return laneerr.Wrap(op, true, err)
 		}
 		if err := schedhook.CheckTenant(tenant); err != nil {
-			return lanes.Wrap(op, true, err)
+			return laneerr.Wrap(op, true, err)
 		}
 	}
 	switch op {
@@ -143,7 +145,7 @@ func (s *Server) admit(op string, ctx context.Context, tenant string) error {
 // (a shared buffer, say, or a stale handle).
 func (s *Server) mine(op, tenant string, b Buffer) (recorded bool, err error) {
 	if b.ID == 0 {
-		return false, lanes.Wrap(op, true, errZeroBuffer(op))
+		return false, laneerr.Wrap(op, true, errZeroBuffer(op))
 	}
 	s.mu.RLock()
 	owner, ok := s.owners[b]
@@ -152,10 +154,10 @@ func (s *Server) mine(op, tenant string, b Buffer) (recorded bool, err error) {
 	case ok && owner == tenant:
 		return true, nil
 	case ok:
-		return false, lanes.Wrap(op, true, fmt.Errorf("%w: buffer %d is another tenant's; a tenant may use only its own buffers and shared ones", actors.ErrNotYours, b.ID))
+		return false, laneerr.Wrap(op, true, fmt.Errorf("%w: buffer %d is another tenant's; a tenant may use only its own buffers and shared ones", actors.ErrNotYours, b.ID))
 	}
 	if err := s.side.check(b); err != nil {
-		return false, lanes.Wrap(op, true, err)
+		return false, laneerr.Wrap(op, true, err)
 	}
 	return false, nil
 }
@@ -213,12 +215,12 @@ func (s *Server) Upload(ctx context.Context, tenant string, dst Region, data []b
 		return err
 	}
 	if dst.Buffer.ID == 0 {
-		return lanes.Wrap("upload", true, errZeroBuffer("upload"))
+		return laneerr.Wrap("upload", true, errZeroBuffer("upload"))
 	}
 	// The checks an upload command gets, whichever way it comes: bytes
 	// that do not match the region are the same mistake in a batch.
 	if err := (cuda.Command{Kind: cuda.KindUpload, Dst: dst, Host: data}).Validate(); err != nil {
-		return lanes.Wrap("upload", true, err)
+		return laneerr.Wrap("upload", true, err)
 	}
 	if _, err := s.mine("upload", tenant, dst.Buffer); err != nil {
 		return err
@@ -263,7 +265,7 @@ func (s *Server) begin(op string) (end func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping.Load() {
-		return nil, lanes.Wrap(op, true, actors.ErrStopped)
+		return nil, laneerr.Wrap(op, true, actors.ErrStopped)
 	}
 	s.ongoing++
 	return func() {
@@ -300,7 +302,7 @@ func cutShort(off, total int, err error) error {
 	if off == 0 || !cuda.Classify(err).NotSubmitted {
 		return err
 	}
-	return lanes.Wrap("upload", false, fmt.Errorf("%w: its first %d of %d bytes were written, then the next piece was refused: %w", actors.ErrIndeterminate, off, total, err))
+	return laneerr.Wrap("upload", false, fmt.Errorf("%w: its first %d of %d bytes were written, then the next piece was refused: %w", actors.ErrIndeterminate, off, total, err))
 }
 
 // uploadPiece submits the piece of an upload of data into dst that starts
@@ -333,16 +335,16 @@ func (s *Server) Read(ctx context.Context, tenant string, src Region) (_ []byte,
 		return nil, err
 	}
 	if src.Buffer.ID == 0 {
-		return nil, lanes.Wrap("read", true, errZeroBuffer("read"))
+		return nil, laneerr.Wrap("read", true, errZeroBuffer("read"))
 	}
 	if src.Length == 0 {
-		return nil, lanes.Wrap("read", true, fmt.Errorf("%w: Read: an empty region; read 1 byte or more", actors.ErrInvalidArgument))
+		return nil, laneerr.Wrap("read", true, fmt.Errorf("%w: Read: an empty region; read 1 byte or more", actors.ErrInvalidArgument))
 	}
 	if _, err := s.mine("read", tenant, src.Buffer); err != nil {
 		return nil, err
 	}
 	if src.Offset > src.Buffer.Size || src.Length > src.Buffer.Size-src.Offset {
-		return nil, lanes.Wrap("read", true, cuda.Contractf("read", cuda.ErrOutOfBounds, "%d bytes from byte %d of buffer %d, which holds %d; read within it", src.Length, src.Offset, src.Buffer.ID, src.Buffer.Size))
+		return nil, laneerr.Wrap("read", true, cuda.Contractf("read", cuda.ErrOutOfBounds, "%d bytes from byte %d of buffer %d, which holds %d; read within it", src.Length, src.Offset, src.Buffer.ID, src.Buffer.Size))
 	}
 	out := make([]byte, 0, src.Length)
 	for off := uint64(0); off < src.Length; off += piece {
@@ -369,7 +371,7 @@ func (s *Server) Free(ctx context.Context, tenant string, b Buffer) (err error) 
 		return err
 	}
 	if !recorded {
-		return lanes.Wrap("free", true, cuda.Contractf("free", cuda.ErrStaleHandle, "buffer %d is not one tenant %q allocated through this server (or it was freed)", b.ID, tenant))
+		return laneerr.Wrap("free", true, cuda.Contractf("free", cuda.ErrStaleHandle, "buffer %d is not one tenant %q allocated through this server (or it was freed)", b.ID, tenant))
 	}
 	// The free goes on to its end if ctx ends while it waits for the
 	// tenant's earlier work (detach): the tenant was told the memory goes.
@@ -394,7 +396,7 @@ func (s *Server) free(ctx context.Context, tenant string, b Buffer) error {
 	s.mu.Lock()
 	if s.owners[b] != tenant {
 		s.mu.Unlock()
-		return lanes.Wrap("free", true, cuda.Contractf("free", cuda.ErrStaleHandle, "buffer %d was freed meanwhile", b.ID))
+		return laneerr.Wrap("free", true, cuda.Contractf("free", cuda.ErrStaleHandle, "buffer %d was freed meanwhile", b.ID))
 	}
 	delete(s.owners, b)
 	delete(s.bufs[tenant], b)
@@ -463,7 +465,7 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, b *Batch) error 
 		return err
 	}
 	if p := b.Program; p != nil && len(p.ID.Name) > MaxProgramName {
-		return lanes.Wrap("submit", true, fmt.Errorf("%w: program name of %d bytes; the front door takes at most %d (lanes.MaxProgramName, the same in process and on lane hosts)", programs.ErrTopology, len(p.ID.Name), MaxProgramName))
+		return laneerr.Wrap("submit", true, fmt.Errorf("%w: program name of %d bytes; the front door takes at most %d (lanes.MaxProgramName, the same in process and on lane hosts)", programs.ErrTopology, len(p.ID.Name), MaxProgramName))
 	}
 	if s.side.checksBatches() {
 		// After the checks one process's scheduler makes before its own
@@ -476,7 +478,7 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, b *Batch) error 
 			err = s.theirs(tenant, b)
 		}
 		if err != nil {
-			return lanes.Wrap("submit", true, err)
+			return laneerr.Wrap("submit", true, err)
 		}
 	}
 	return nil
@@ -492,7 +494,7 @@ func (s *Server) theirs(tenant string, b *Batch) error {
 		return nil
 	}
 	var last Buffer // a step names the same buffer in many commands
-	return b.ForHandles(func(buf cuda.Buffer) error {
+	return lanecore.ForHandles(b, func(buf cuda.Buffer) error {
 		if buf == last {
 			return nil
 		}
@@ -534,10 +536,10 @@ func (s *Server) Status() Status {
 func (s *Server) Stop(ctx context.Context) (err error) {
 	defer named(&err)
 	if s.unstarted() {
-		return lanes.Wrap("stop", true, errNotStarted)
+		return laneerr.Wrap("stop", true, errNotStarted)
 	}
 	if ctx == nil {
-		return lanes.Wrap("stop", true, errNilContext)
+		return laneerr.Wrap("stop", true, errNilContext)
 	}
 	s.mu.Lock()
 	s.stopping.Store(true)

@@ -8,8 +8,8 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/schedhook"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -83,18 +83,18 @@ func (p *inProcess) unplace(tenant string) {
 func (p *inProcess) alloc(ctx context.Context, tenant string, spec BufferSpec) (Buffer, error) {
 	select {
 	case <-p.s.Done():
-		return Buffer{}, lanes.Wrap("alloc", true, actors.ErrStopped)
+		return Buffer{}, laneerr.Wrap("alloc", true, actors.ErrStopped)
 	default:
 	}
 	if err := ctx.Err(); err != nil {
-		return Buffer{}, lanes.Wrap("alloc", true, err)
+		return Buffer{}, laneerr.Wrap("alloc", true, err)
 	}
 	if err := schedhook.CheckTenant(tenant); err != nil {
-		return Buffer{}, lanes.Wrap("alloc", true, err)
+		return Buffer{}, laneerr.Wrap("alloc", true, err)
 	}
 	dev := p.place(tenant)
 	if err := schedhook.CheckFits(dev, spec); err != nil {
-		return Buffer{}, lanes.Wrap("alloc", true, err)
+		return Buffer{}, laneerr.Wrap("alloc", true, err)
 	}
 	var b cuda.Buffer
 	if err := cuda.Bound(dev, func() (err error) {

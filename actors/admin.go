@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	"github.com/lanesched/lanes/cache"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -25,13 +27,13 @@ func ask[T any](ctx context.Context, s *Scheduler, op string, lane int, request 
 	}
 	c := s.adminFor(s.lanes[lane], &s.stopping)
 	if c == nil {
-		return zero, lanes.Wrap(op, true, ErrStopped)
+		return zero, laneerr.Wrap(op, true, ErrStopped)
 	}
 	s.system.Root.Send(s.lanes[lane].pid, request(c.id))
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		return zero, lanes.Wrap(op, false, ctx.Err())
+		return zero, laneerr.Wrap(op, false, ctx.Err())
 	}
 	return reply[T](c, op)
 }
@@ -53,13 +55,13 @@ func (s *Scheduler) checkAsk(ctx context.Context, op string, lane int) error {
 		return err
 	}
 	if ctx == nil {
-		return lanes.Wrap(op, true, errNilContext)
+		return laneerr.Wrap(op, true, errNilContext)
 	}
 	if err := ctx.Err(); err != nil {
-		return lanes.Wrap(op, true, err)
+		return laneerr.Wrap(op, true, err)
 	}
 	if lane < 0 || lane >= len(s.lanes) {
-		return lanes.Wrap(op, true, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes)))
+		return laneerr.Wrap(op, true, fmt.Errorf("%w: %d (there are %d)", ErrUnknownLane, lane, len(s.lanes)))
 	}
 	return nil
 }
@@ -152,13 +154,13 @@ func (s *Scheduler) PrepareStaged(ctx context.Context, tenant string, lane int, 
 	}
 	st, err := lanecore.NewStaged(spec.Inputs, spec.InputMap, spec.Outputs, spec.OutputMap, spec.Compute)
 	if err != nil {
-		return nil, lanes.Wrap("prepare staged", true, err)
+		return nil, laneerr.Wrap("prepare staged", true, err)
 	}
 	if err := s.checkStaged(tenant, st); err != nil {
-		return nil, lanes.Wrap("prepare staged", true, err)
+		return nil, laneerr.Wrap("prepare staged", true, err)
 	}
 	if in, _ := st.Bytes(); int64(in) > s.cfg.MaxBatchBytes {
-		return nil, lanes.Wrap("prepare staged", true, &BatchTooLargeError{Bytes: int64(in), MaxBytes: s.cfg.MaxBatchBytes, Staged: true})
+		return nil, laneerr.Wrap("prepare staged", true, &BatchTooLargeError{Bytes: int64(in), MaxBytes: s.cfg.MaxBatchBytes, Staged: true})
 	}
 	if _, err := ask[struct{}](ctx, s, "prepare staged", lane, func(id uint64) any { return &stagedRequest{Call: id, Prepare: true, Program: st} }); err != nil {
 		return nil, err

@@ -12,8 +12,9 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
 )
 
@@ -264,27 +265,27 @@ type Suspension struct {
 
 func (c *Config) defaults() error {
 	if len(c.Devices) == 0 {
-		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices is empty; give at least one device", ErrInvalidArgument))
+		return laneerr.Wrap("start", true, fmt.Errorf("%w: Config.Devices is empty; give at least one device", ErrInvalidArgument))
 	}
 	for i, d := range c.Devices {
 		if d == nil {
-			return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is nil", ErrInvalidArgument, i))
+			return laneerr.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is nil", ErrInvalidArgument, i))
 		}
 		if _, err := backend.Of(d); err != nil {
-			return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is a %T, not a device of lanes' backends: make it with sim.New or driver.Open", ErrInvalidArgument, i, d))
+			return laneerr.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is a %T, not a device of lanes' backends: make it with sim.New or driver.Open", ErrInvalidArgument, i, d))
 		}
 	}
 	if err := checkLibraries(c.Libraries); err != nil {
-		return lanes.Wrap("start", true, err)
+		return laneerr.Wrap("start", true, err)
 	}
 	if c.LanesPerDevice > MaxLanesPerDevice {
 		// Each lane is a goroutine that locks an OS thread while it runs
 		// and a stream: thousands of them exhaust the device's streams
 		// and, spinning or blocked in the driver, the runtime's threads.
-		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.LanesPerDevice %d: give 1 to %d (MaxLanesPerDevice: each lane holds an OS thread and a stream; a device gains little past a few dozen streams)", ErrInvalidArgument, c.LanesPerDevice, MaxLanesPerDevice))
+		return laneerr.Wrap("start", true, fmt.Errorf("%w: Config.LanesPerDevice %d: give 1 to %d (MaxLanesPerDevice: each lane holds an OS thread and a stream; a device gains little past a few dozen streams)", ErrInvalidArgument, c.LanesPerDevice, MaxLanesPerDevice))
 	}
 	if c.Spin > maxSpin {
-		return lanes.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (the default: spin only while a fence is due), NeverSpin, or a window up to %v (GPUSpin, 500 µs, suits GPU serving steps)", ErrInvalidArgument, c.Spin, maxSpin))
+		return laneerr.Wrap("start", true, fmt.Errorf("%w: Config.Spin %v: a spinning lane holds a core while it is busy; use 0 (the default: spin only while a fence is due), NeverSpin, or a window up to %v (GPUSpin, 500 µs, suits GPU serving steps)", ErrInvalidArgument, c.Spin, maxSpin))
 	}
 	c.admissionDefaults()
 	c.laneDefaults()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -88,13 +89,13 @@ func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (Share
 		return refused, err
 	}
 	if ctx == nil {
-		return refused, lanes.Wrap(op, true, errNilContext)
+		return refused, laneerr.Wrap(op, true, errNilContext)
 	}
 	if err := ctx.Err(); err != nil {
-		return refused, lanes.Wrap(op, true, err)
+		return refused, laneerr.Wrap(op, true, err)
 	}
 	if err := s.checkFills(fills); err != nil {
-		return refused, lanes.Wrap(op, true, err)
+		return refused, laneerr.Wrap(op, true, err)
 	}
 	bufs := make([]cuda.Buffer, len(fills))
 	for i, f := range fills {
@@ -121,7 +122,7 @@ func (s *Scheduler) FillShared(ctx context.Context, fills ...SharedBytes) (Share
 	case err != nil && !submitted: // err says not submitted: it was refused, or ended before any batch ran
 		return fill, fmt.Errorf("fill shared: nothing was uploaded and no buffer is shared: %w", err)
 	case err != nil:
-		return fill, lanes.Wrap(op, false, fmt.Errorf("no buffer is shared and their contents are undefined; fill them again: %w", err))
+		return fill, laneerr.Wrap(op, false, fmt.Errorf("no buffer is shared and their contents are undefined; fill them again: %w", err))
 	}
 	return fill, nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
@@ -203,7 +205,7 @@ func (a *laneActor) unavailable(op string) error {
 	if cause != nil {
 		err = fmt.Errorf("%w: lane %d is %v: %w", lanes.ErrFailed, a.ref.id, a.ref.State(), cause)
 	}
-	return lanes.Wrap(op, true, err)
+	return laneerr.Wrap(op, true, err)
 }
 
 // staged prepares or replays a staged program; the replay waits on the
@@ -270,7 +272,7 @@ func (a *laneActor) admin(m *adminRequest) {
 		rs, _, err = a.lane.Synchronize()
 		culprit = a.deliver(rs)
 	default:
-		err = lanes.Wrap(op, true, fmt.Errorf("%w: unknown admin op %d", lanes.ErrInvalidBatch, m.Op))
+		err = laneerr.Wrap(op, true, fmt.Errorf("%w: unknown admin op %d", lanes.ErrInvalidBatch, m.Op))
 	}
 	if c, _ := a.deliverEnded(); culprit == "" { // administration retires finished fences too
 		culprit = c

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -107,7 +109,7 @@ func (a *laneActor) deliver(rs []lanes.Receipt) (culprit string) {
 // keeps the cause's code and blame, and errors.Is finds both
 // ErrIndeterminate and the cause's sentinels.
 func indeterminate(op string, cause error) error {
-	e := lanes.Wrap(op, false, cause)
+	e := laneerr.Wrap(op, false, cause)
 	e.Err = &indeterminateError{cause: cause}
 	return e
 }

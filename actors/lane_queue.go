@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -162,14 +164,14 @@ func (a *laneActor) withdraw(call uint64) {
 	if m.ctx != nil && m.ctx.Err() != nil {
 		err = m.ctx.Err()
 	}
-	a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, withdrawn(err)))
+	a.s.complete(m.Call, lanes.Receipt{}, laneerr.Wrap("submit", true, withdrawn(err)))
 }
 
 // submit puts a batch on the lane's stream.
 func (a *laneActor) submit(m *submitRequest) {
 	if m.ctx != nil && m.ctx.Err() != nil {
 		// The caller gave up before the lane took the batch: never run it.
-		a.s.complete(m.Call, lanes.Receipt{}, lanes.Wrap("submit", true, withdrawn(m.ctx.Err())))
+		a.s.complete(m.Call, lanes.Receipt{}, laneerr.Wrap("submit", true, withdrawn(m.ctx.Err())))
 		return
 	}
 	var taken time.Time

@@ -12,6 +12,8 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/lanes"
@@ -65,7 +67,7 @@ func (s *Scheduler) Own(tenant string, bufs ...cuda.Buffer) error {
 		return err
 	}
 	if err := checkTenant(tenant); err != nil {
-		return lanes.Wrap("own", true, err)
+		return laneerr.Wrap("own", true, err)
 	}
 	return s.own("own", tenant, s.bufferKeys(bufs))
 }
@@ -95,7 +97,7 @@ func (s *Scheduler) OwnHost(tenant string, hosts ...cuda.HostBuffer) error {
 		return err
 	}
 	if err := checkTenant(tenant); err != nil {
-		return lanes.Wrap("own", true, err)
+		return laneerr.Wrap("own", true, err)
 	}
 	return s.own("own", tenant, s.hostKeys(hosts))
 }
@@ -160,14 +162,14 @@ func (s *Scheduler) hostKeys(hosts []cuda.HostBuffer) []ownedKey {
 func (s *Scheduler) own(op, owner string, keys []ownedKey) error {
 	for _, k := range keys {
 		if err := k.check(); err != nil {
-			return lanes.Wrap(op, true, err)
+			return laneerr.Wrap(op, true, err)
 		}
 	}
 	s.lockOwnership()
 	defer s.ownMu.Unlock()
 	for _, k := range keys {
 		if have, ok := s.owners[k.key]; ok && have != owner {
-			return lanes.Wrap(op, true, fmt.Errorf("%w: %s is already %s", ErrNotYours, describeHandle(k.key), describeOwner(have)))
+			return laneerr.Wrap(op, true, fmt.Errorf("%w: %s is already %s", ErrNotYours, describeHandle(k.key), describeOwner(have)))
 		}
 	}
 	for _, k := range keys {
@@ -309,7 +311,9 @@ func (s *Scheduler) checkOwnershipLocked(tenant string, b *lanes.Batch) error {
 	if err := s.checkSharedWritesLocked(b); err != nil {
 		return err
 	}
-	return s.checkHandlesLocked(tenant, b.ForHandles)
+	return s.checkHandlesLocked(tenant, func(buffer func(cuda.Buffer) error, host func(cuda.HostBuffer) error) error {
+		return lanecore.ForHandles(b, buffer, host)
+	})
 }
 
 // checkSharedWritesLocked refuses a batch that writes a shared buffer

@@ -23,6 +23,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -117,7 +118,7 @@ func (s *Scheduler) flushLocked(ts *tenantState) {
 	}
 	if err != nil {
 		for _, c := range ts.parked { // never sent: they end once mu is released (unlock)
-			ts.unsent = append(ts.unsent, unsent{c.id, lanes.Wrap("submit", true, err)})
+			ts.unsent = append(ts.unsent, unsent{c.id, laneerr.Wrap("submit", true, err)})
 		}
 		ts.parked = nil
 		ts.moving.Store(false)
@@ -173,7 +174,7 @@ func (s *Scheduler) reroute(m *submitRequest, from *laneRef) {
 	ts.ended(from)
 	c.reroutes++
 	if c.reroutes > maxReroutes {
-		ts.unsent = append(ts.unsent, unsent{c.id, lanes.Wrap("submit", true,
+		ts.unsent = append(ts.unsent, unsent{c.id, laneerr.Wrap("submit", true,
 			fmt.Errorf("%w: lane %d left routing before taking the batch, the %d-th lane to do so", ErrLaneUnavailable, from.id, c.reroutes))})
 	} else {
 		at, _ := slices.BinarySearchFunc(ts.parked, c.id, func(p *call, id uint64) int { return cmp.Compare(p.id, id) })

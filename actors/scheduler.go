@@ -16,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/notstarted"
 	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
@@ -104,7 +105,7 @@ type Scheduler struct {
 // every lane has opened its stream (or failed to, and is recovering).
 func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	if ctx == nil {
-		return nil, lanes.Wrap("start", true, errNilContext)
+		return nil, laneerr.Wrap("start", true, errNilContext)
 	}
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -128,7 +129,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 			disp, err := newThreadDispatcher(dev, cfg.Throughput, max(cfg.Spin, 0))
 			if err != nil {
 				s.abort()
-				return nil, lanes.Wrap("start", true, fmt.Errorf("%w: bind lane %d to device %d: %w", lanes.ErrFailed, ref.id, di, err))
+				return nil, laneerr.Wrap("start", true, fmt.Errorf("%w: bind lane %d to device %d: %w", lanes.ErrFailed, ref.id, di, err))
 			}
 			ref.disp = disp
 			s.lanes = append(s.lanes, ref)
@@ -140,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		pid, err := root.SpawnNamed(props, ref.name)
 		if err != nil {
 			s.abort()
-			return nil, lanes.Wrap("start", true, fmt.Errorf("%w: spawn lane %d: %w", lanes.ErrFailed, ref.id, err))
+			return nil, laneerr.Wrap("start", true, fmt.Errorf("%w: spawn lane %d: %w", lanes.ErrFailed, ref.id, err))
 		}
 		ref.pid = pid
 	}
@@ -153,7 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		case <-ref.opened:
 		case <-ctx.Done():
 			s.abort()
-			return nil, lanes.Wrap("start", true, ctx.Err())
+			return nil, laneerr.Wrap("start", true, ctx.Err())
 		}
 	}
 	go s.janitor()

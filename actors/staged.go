@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
+
 	lanecore "github.com/lanesched/lanes/internal/lanecore"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -144,18 +146,18 @@ func (s *Scheduler) replay(ctx context.Context, m *stagedRequest, tenant string,
 	}
 	st, lane, err := p.program(s)
 	if err != nil {
-		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+		return lanes.StagedResult{}, laneerr.Wrap(op, true, err)
 	}
 	m.Program = st
 	if err := s.checkAsk(ctx, op, lane); err != nil {
 		return lanes.StagedResult{}, err
 	}
 	if err := s.checkStaged(tenant, st); err != nil {
-		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+		return lanes.StagedResult{}, laneerr.Wrap(op, true, err)
 	}
 	if m.Into {
 		if err := st.CheckOutputs(m.Outputs); err != nil {
-			return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+			return lanes.StagedResult{}, laneerr.Wrap(op, true, err)
 		}
 	}
 	in, out := st.Bytes()
@@ -164,22 +166,22 @@ func (s *Scheduler) replay(ctx context.Context, m *stagedRequest, tenant string,
 		moved += int64(out)
 	}
 	if moved > s.cfg.MaxBatchBytes {
-		return lanes.StagedResult{}, lanes.Wrap(op, true, &BatchTooLargeError{Bytes: moved, MaxBytes: s.cfg.MaxBatchBytes, Staged: true})
+		return lanes.StagedResult{}, laneerr.Wrap(op, true, &BatchTooLargeError{Bytes: moved, MaxBytes: s.cfg.MaxBatchBytes, Staged: true})
 	}
 	ts, err := s.tenant(tenant)
 	if err != nil {
-		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+		return lanes.StagedResult{}, laneerr.Wrap(op, true, err)
 	}
 	ref := s.lanes[lane]
 	release, err := s.admitStaged(ts, ref)
 	if err != nil {
 		s.dropIfFresh(ts)
-		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+		return lanes.StagedResult{}, laneerr.Wrap(op, true, err)
 	}
 	c := s.adminFor(ref, &s.stopping)
 	if c == nil {
 		release()
-		return lanes.StagedResult{}, lanes.Wrap(op, true, ErrStopped)
+		return lanes.StagedResult{}, laneerr.Wrap(op, true, ErrStopped)
 	}
 	c.release = release
 	m.Call, m.tenant, m.weight, m.ctx, m.state = c.id, ts.name, ts.weight, ctx, new(atomic.Int32)
@@ -191,7 +193,7 @@ func (s *Scheduler) replay(ctx context.Context, m *stagedRequest, tenant string,
 			// It will never run; the lane ends the call, not submitted,
 			// when it comes to it, and frees its slot then (so a caller
 			// that keeps giving up cannot grow the lane's queue).
-			return lanes.StagedResult{}, lanes.Wrap(op, true, ctx.Err())
+			return lanes.StagedResult{}, laneerr.Wrap(op, true, ctx.Err())
 		}
 		<-c.done // running: it ends within the hang timeout
 	}
@@ -258,5 +260,5 @@ func (m *stagedRequest) abandoned() error {
 	if m.ctx != nil && m.ctx.Err() != nil {
 		err = m.ctx.Err()
 	}
-	return lanes.Wrap("staged replay", true, withdrawn(err))
+	return laneerr.Wrap("staged replay", true, withdrawn(err))
 }

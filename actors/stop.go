@@ -7,7 +7,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/lanesched/lanes/lanes"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 )
 
 // Stop stops admitting (every call from now on answers ErrStopped at once),
@@ -37,7 +37,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 // every public call.
 func (s *Scheduler) refuseStopped(op string) error {
 	if s.stopping.Load() {
-		return lanes.Wrap(op, true, ErrStopped)
+		return laneerr.Wrap(op, true, ErrStopped)
 	}
 	return nil
 }

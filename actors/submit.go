@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/lanes"
@@ -137,14 +138,14 @@ func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.
 		return nil, err
 	}
 	if ctx == nil {
-		return nil, lanes.Wrap("submit", true, errNilContext)
+		return nil, laneerr.Wrap("submit", true, errNilContext)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, lanes.Wrap("submit", true, err)
+		return nil, laneerr.Wrap("submit", true, err)
 	}
 	ts, err := s.tenant(tenant)
 	if err != nil {
-		return nil, lanes.Wrap("submit", true, err)
+		return nil, laneerr.Wrap("submit", true, err)
 	}
 	p, err := s.submitAsync(ctx, ts, b, memo, ended)
 	if err != nil {
@@ -172,15 +173,15 @@ func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Ba
 	tenant := ts.name
 	cost, err := s.checkSize(&b)
 	if err != nil {
-		return nil, lanes.Wrap("submit", true, err)
+		return nil, laneerr.Wrap("submit", true, err)
 	}
 	device := batchDevice(&b)
 	if err := s.checkDevice(device); err != nil {
-		return nil, lanes.Wrap("submit", true, err)
+		return nil, laneerr.Wrap("submit", true, err)
 	}
 	claimed, err := s.checkOwnership(tenant, &b, memo)
 	if err != nil {
-		return nil, lanes.Wrap("submit", true, err)
+		return nil, laneerr.Wrap("submit", true, err)
 	}
 	p := &pending{c: call{tenant: tenant, batch: b, ctx: ctx, start: time.Now(), cost: cost}}
 	if ended != nil {
@@ -201,7 +202,7 @@ func (s *Scheduler) submitAsync(ctx context.Context, ts *tenantState, b lanes.Ba
 		if claimed {
 			s.settleClaim(*p.c.claim, false)
 		}
-		return nil, lanes.Wrap("submit", true, err)
+		return nil, laneerr.Wrap("submit", true, err)
 	}
 	return p, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -60,7 +61,7 @@ func (s *Scheduler) endCall(id uint64, cause error, neverRan bool) {
 	case c.admin:
 		s.completeAdmin(id, nil, cause)
 	case neverRan || !c.sent.Load():
-		s.complete(id, lanes.Receipt{}, lanes.Wrap("submit", true, cause))
+		s.complete(id, lanes.Receipt{}, laneerr.Wrap("submit", true, cause))
 	default:
 		s.complete(id, lanes.Receipt{Outcome: lanes.OutcomeIndeterminate}, indeterminate("fence", cause))
 	}

@@ -11,7 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/lanesched/lanes/lanes"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/programs"
 )
 
@@ -60,17 +60,17 @@ func (s *Scheduler) Forget(tenant string) error {
 		return err
 	}
 	if err := checkTenant(tenant); err != nil {
-		return lanes.Wrap("forget", true, err)
+		return laneerr.Wrap("forget", true, err)
 	}
 	if v, ok := s.tenants.Load(tenant); ok {
 		ts := v.(*tenantState)
 		if err := ts.suspended(); err != nil {
-			return lanes.Wrap("forget", true, err) // forgetting must not lift a suspension
+			return laneerr.Wrap("forget", true, err) // forgetting must not lift a suspension
 		}
 		ts.mu.Lock()
 		if n := ts.inflight.Load(); n > 0 {
 			ts.mu.Unlock()
-			return lanes.Wrap("forget", true, fmt.Errorf("%w: tenant %q has %d; wait for them to end", ErrTenantBusy, tenant, n))
+			return laneerr.Wrap("forget", true, fmt.Errorf("%w: tenant %q has %d; wait for them to end", ErrTenantBusy, tenant, n))
 		}
 		s.dropLocked(ts)
 		ts.mu.Unlock()

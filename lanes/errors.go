@@ -70,13 +70,3 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Class() cuda.Class {
 	return cuda.Class{Code: e.Code, Blame: e.Blame, Retryable: e.Retryable, Sticky: e.Sticky, NotSubmitted: e.NotSubmitted}
 }
-
-// Wrap classifies err and wraps it as an [*Error] of op, saying whether
-// the work was submitted. A cause already an *Error keeps its code and
-// blame. Nothing submitted keeps the cause's retryability; something
-// submitted is never blindly retryable (it may have run).
-func Wrap(op string, notSubmitted bool, err error) *Error {
-	c := cuda.Classify(err)
-	e := &Error{Op: op, Code: c.Code, Blame: c.Blame, NotSubmitted: notSubmitted, Retryable: c.Retryable && notSubmitted, Sticky: c.Sticky, Err: err}
-	return e
-}

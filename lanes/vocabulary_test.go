@@ -9,6 +9,8 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/codes"
+	"github.com/lanesched/lanes/internal/lanecore"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -116,7 +118,7 @@ func TestForHandlesVisitsEveryHandle(t *testing.T) {
 	}
 	var devs []uint64
 	var hosts []uint64
-	if err := b.ForHandles(func(b cuda.Buffer) error { devs = append(devs, b.ID); return nil }, func(h cuda.HostBuffer) error { hosts = append(hosts, h.ID); return nil }); err != nil {
+	if err := lanecore.ForHandles(&b, func(b cuda.Buffer) error { devs = append(devs, b.ID); return nil }, func(h cuda.HostBuffer) error { hosts = append(hosts, h.ID); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if want := []uint64{1, 4, 5, 3, 6, 7}; !slices.Equal(devs, want) || !slices.Equal(hosts, []uint64{9}) {
@@ -124,7 +126,7 @@ func TestForHandlesVisitsEveryHandle(t *testing.T) {
 	}
 	stop := errors.New("stop")
 	n := 0
-	if err := b.ForHandles(func(cuda.Buffer) error { n++; return stop }, nil); err != stop || n != 1 {
+	if err := lanecore.ForHandles(&b, func(cuda.Buffer) error { n++; return stop }, nil); err != stop || n != 1 {
 		t.Fatalf("an error stops the walk: %v after %d", err, n)
 	}
 }
@@ -133,15 +135,15 @@ func TestForHandlesVisitsEveryHandle(t *testing.T) {
 // cause's retryability, a submitted one is never retryable, and the
 // message says which.
 func TestWrapClassifies(t *testing.T) {
-	e := lanes.Wrap("submit", true, lanes.ErrInvalidBatch)
+	e := laneerr.Wrap("submit", true, lanes.ErrInvalidBatch)
 	if !errors.Is(e, lanes.ErrInvalidBatch) || !e.Class().NotSubmitted || e.Class().Code != codes.BatchInvalid || !strings.HasSuffix(e.Error(), "(definitely not submitted)") {
 		t.Fatalf("not submitted: %v, class %+v", e, e.Class())
 	}
-	oom := lanes.Wrap("fence", false, cuda.ErrOutOfMemory)
+	oom := laneerr.Wrap("fence", false, cuda.ErrOutOfMemory)
 	if oom.Retryable || oom.NotSubmitted || strings.Contains(oom.Error(), "not submitted") || cuda.Classify(oom).Code != codes.OutOfMemory {
 		t.Fatalf("submitted: %v, class %+v", oom, oom.Class())
 	}
-	if retry := lanes.Wrap("submit", true, cuda.ErrOutOfMemory); retry.Retryable != cuda.Classify(cuda.ErrOutOfMemory).Retryable {
+	if retry := laneerr.Wrap("submit", true, cuda.ErrOutOfMemory); retry.Retryable != cuda.Classify(cuda.ErrOutOfMemory).Retryable {
 		t.Fatalf("not submitted keeps the cause's retryability: %+v", retry.Class())
 	}
 	if s := (&lanes.Error{Code: codes.LaneFailed}).Error(); !strings.Contains(s, "with no cause") {

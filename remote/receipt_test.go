@@ -12,6 +12,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/codes"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -39,7 +40,7 @@ func TestReceiptRoundTrip(t *testing.T) {
 			Preparation: []cache.Timing{{Stage: cache.StageCapture, Nodes: 3, Took: 40 * time.Microsecond}, {Stage: cache.StageRebind, Nodes: 3}},
 		}}
 	bad := lanes.Receipt{Fence: 8, Outcome: lanes.OutcomeIndeterminate, Lane: 2, Tenant: "t",
-		Err: lanes.Wrap("fence", false, actors.ErrIndeterminate)}
+		Err: laneerr.Wrap("fence", false, actors.ErrIndeterminate)}
 	for _, tc := range []struct {
 		r        lanes.Receipt
 		readback []byte

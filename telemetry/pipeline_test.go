@@ -16,12 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanesched/lanes/internal/recording"
-	"go.opentelemetry.io/otel/codes"
-
 	"github.com/lanesched/lanes/cuda"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
+	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
+	"go.opentelemetry.io/otel/codes"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -117,7 +118,7 @@ func TestSuccessesSampledFailuresKept(t *testing.T) {
 		recording.Of(rec).Submission(context.Background(), replayedSubmission("a"))
 	}
 	failed := replayedSubmission("a")
-	failed.Err = lanes.Wrap("fence", false, cuda.ErrIllegalAddress)
+	failed.Err = laneerr.Wrap("fence", false, cuda.ErrIllegalAddress)
 	failed.Receipt.Outcome = lanes.OutcomeIndeterminate
 	for range 10 {
 		recording.Of(rec).Submission(context.Background(), failed)

@@ -191,7 +191,7 @@ func (st *Staged) ForInputStaging(visit func(slot int, r cuda.HostRegion) error)
 // ForHandles visits every device buffer and pinned host buffer the program
 // names (its slots and its compute entries), as [Batch.ForHandles] does.
 func (st *Staged) ForHandles(buffer func(cuda.Buffer) error, host func(cuda.HostBuffer) error) error {
-	return st.full.ForHandles(buffer, host)
+	return ForHandles(&st.full, buffer, host)
 }
 
 // StagedCounters returns the lane's staged-replay counters.

@@ -8,6 +8,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 
 	lanes "github.com/lanesched/lanes/lanes"
 )
@@ -79,7 +80,7 @@ func (l *Lane) checkHandles(b *lanes.Batch) error {
 	if frees := l.dev.Frees(); frees != l.liveFrees {
 		l.live, l.liveFrees = l.live[:0], frees
 	}
-	return b.ForHandles(func(buf cuda.Buffer) error {
+	return ForHandles(b, func(buf cuda.Buffer) error {
 		for _, s := range l.live {
 			if s == buf {
 				return nil
@@ -195,10 +196,10 @@ func coalesce(patches []lanes.Patch) (prelude []cuda.Command, err error) {
 }
 
 // rejected wraps an error caught before anything was enqueued.
-func rejected(op string, err error) *lanes.Error { return lanes.Wrap(op, true, err) }
+func rejected(op string, err error) *lanes.Error { return laneerr.Wrap(op, true, err) }
 
 // failed wraps an error after enqueue began.
-func failed(op string, err error) *lanes.Error { return lanes.Wrap(op, false, err) }
+func failed(op string, err error) *lanes.Error { return laneerr.Wrap(op, false, err) }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{lanes.ErrInvalidBatch}, args...)...)

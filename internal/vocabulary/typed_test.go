@@ -13,9 +13,9 @@ import (
 	"github.com/lanesched/lanes/cuda/sim"
 	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/internal/codes"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 
 	execcache "github.com/lanesched/lanes/internal/execcache"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
 
@@ -36,7 +36,7 @@ var typedErrors = []struct {
 	}(), codes.InvalidValue, false},
 	{"execcache.ReplayError", &execcache.ReplayError{Stage: "instantiate", Detail: "out of memory", EagerFallbackSafe: true, Err: backend.DriverError("instantiate", codes.OutOfMemory, "")}, codes.OutOfMemory, false},
 	{"backend.RebindRefusedError", &backend.RebindRefusedError{Refusal: backend.RebindNodeKind, Node: 2, Detail: "a memset node"}, codes.GraphExecUpdateFailure, false},
-	{"lanes.Error", lanes.Wrap("submit", true, actors.ErrOverloaded), codes.Overloaded, true},
+	{"lanes.Error", laneerr.Wrap("submit", true, actors.ErrOverloaded), codes.Overloaded, true},
 	{"actors.BatchTooLargeError", &actors.BatchTooLargeError{Entries: 2000, MaxEntries: 1024}, codes.BatchTooLarge, true},
 	{"actors.SuspendedError", &actors.SuspendedError{Tenant: "t", Faults: 9}, codes.TenantSuspended, true},
 	{"actors.DetachedError", &actors.DetachedError{Err: fmt.Errorf("waiting: %w", errors.New("deadline"))}, codes.Detached, false},

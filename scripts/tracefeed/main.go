@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lanesched/lanes/cuda"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/recording"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/telemetry"
@@ -71,7 +72,7 @@ func submission(i, failEvery int) recording.Submission {
 		Start: now.Add(-120 * time.Microsecond), Taken: now.Add(-100 * time.Microsecond), Enqueued: now.Add(-80 * time.Microsecond), End: now,
 		Receipt: lanes.Receipt{Outcome: lanes.OutcomeSucceeded, Attribution: lanes.Attribution{Segments: []lanes.SegmentRecord{seg, seg}}}}
 	if i%failEvery == failEvery-1 {
-		s.Err = lanes.Wrap("fence", false, cuda.ErrIllegalAddress)
+		s.Err = laneerr.Wrap("fence", false, cuda.ErrIllegalAddress)
 		s.Receipt.Outcome = lanes.OutcomeIndeterminate
 	}
 	return s

@@ -14,6 +14,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lanesched/lanes/actors"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 
@@ -521,7 +522,7 @@ func (l *Link) endInFlight(epoch uint64, how string) int {
 	var e error = &wire.HostLostError{Host: l.Name, Epoch: epoch, Cause: how}
 	if how == frontStopped {
 		// Not a loss: the host may serve on; the front stopped waiting.
-		e = lanes.Wrap("remote", false, fmt.Errorf("%w: the front stopped (its Stop's context ended) with the call in flight on lane host %s: it may or may not have run; give Stop a context that outlasts the calls in flight to let them end", actors.ErrIndeterminate, l.Name))
+		e = laneerr.Wrap("remote", false, fmt.Errorf("%w: the front stopped (its Stop's context ended) with the call in flight on lane host %s: it may or may not have run; give Stop a context that outlasts the calls in flight to let them end", actors.ErrIndeterminate, l.Name))
 	}
 	for _, p := range calls {
 		p.lost(e)

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"time"
 
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
+
 	dataplane "github.com/lanesched/lanes/remote/internal/dataplane"
 
 	system "github.com/lanesched/lanes/remote/internal/system"
@@ -87,11 +89,11 @@ func (f *Front) replay(ctx context.Context, tenant string, p *StagedProgram, c s
 		return lanes.StagedResult{}, err
 	}
 	if err := p.of(tenant); err != nil {
-		return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+		return lanes.StagedResult{}, laneerr.Wrap(op, true, err)
 	}
 	if c.into {
 		if err := p.checkOutputs(c.outputs); err != nil {
-			return lanes.StagedResult{}, lanes.Wrap(op, true, err)
+			return lanes.StagedResult{}, laneerr.Wrap(op, true, err)
 		}
 	}
 	var bytes int64
@@ -110,7 +112,7 @@ func (f *Front) replay(ctx context.Context, tenant string, p *StagedProgram, c s
 	}
 	l, epoch := pl.link, pl.epoch
 	if l.Name != p.host || epoch != p.epoch {
-		return lanes.StagedResult{}, lanes.Wrap(op, true, l.stateLost(tenant, p.epoch))
+		return lanes.StagedResult{}, laneerr.Wrap(op, true, l.stateLost(tenant, p.epoch))
 	}
 	if err := refuseLeaving(tenant, l, epoch); err != nil {
 		return lanes.StagedResult{}, err

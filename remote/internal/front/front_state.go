@@ -9,8 +9,8 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/wirepb"
-	"github.com/lanesched/lanes/lanes"
 
 	wire "github.com/lanesched/lanes/remote/internal/wire"
 	"google.golang.org/protobuf/proto"
@@ -31,7 +31,7 @@ func (f *Front) Forget(ctx context.Context, tenant string) error {
 	if ok && pl.calls.Load() > 0 && pl.link.servingUnder(pl.epoch) {
 		n := pl.calls.Load()
 		f.mu.Unlock()
-		return lanes.Wrap("forget", true, fmt.Errorf("%w: tenant %q has %d submissions in flight through this front; wait for them to end", actors.ErrTenantBusy, tenant, n))
+		return laneerr.Wrap("forget", true, fmt.Errorf("%w: tenant %q has %d submissions in flight through this front; wait for them to end", actors.ErrTenantBusy, tenant, n))
 	}
 	if ok {
 		delete(f.tenants, tenant)

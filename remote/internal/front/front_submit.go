@@ -13,6 +13,7 @@ import (
 
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
@@ -188,7 +189,7 @@ func (e *Encoded) inputsToWire(inputs []Input) ([]*wirepb.Input, error) {
 		return nil, nil
 	}
 	bad := func(i int, format string, args ...any) error {
-		return lanes.Wrap("remote", true, fmt.Errorf("%w: input %d: "+format, append([]any{lanes.ErrInvalidBatch, i}, args...)...))
+		return laneerr.Wrap("remote", true, fmt.Errorf("%w: input %d: "+format, append([]any{lanes.ErrInvalidBatch, i}, args...)...))
 	}
 	out := make([]*wirepb.Input, 0, len(inputs))
 	seen := map[int]bool{}
@@ -251,12 +252,12 @@ func (f *Front) admit(ctx context.Context, tenant string) error {
 	case ctx == nil:
 		return errNilContext
 	case ctx.Err() != nil:
-		return lanes.Wrap("remote", true, ctx.Err()) // nothing was sent
+		return laneerr.Wrap("remote", true, ctx.Err()) // nothing was sent
 	case tenant == "" || len(tenant) > wire.MaxTenantName:
-		return lanes.Wrap("remote", true, fmt.Errorf("%w: the name is %d bytes; a front takes 1 to %d (lanes.MaxTenantName)", actors.ErrInvalidTenant, len(tenant), wire.MaxTenantName))
+		return laneerr.Wrap("remote", true, fmt.Errorf("%w: the name is %d bytes; a front takes 1 to %d (lanes.MaxTenantName)", actors.ErrInvalidTenant, len(tenant), wire.MaxTenantName))
 	}
 	if err := schedhook.CheckTenant(tenant); err != nil {
-		return lanes.Wrap("remote", true, err) // the host would refuse it, naming it as it scopes it
+		return laneerr.Wrap("remote", true, err) // the host would refuse it, naming it as it scopes it
 	}
 	return nil
 }
@@ -369,7 +370,7 @@ func (l *Link) checkSize(size batchSize) error {
 	if entries == 0 || bytes == 0 || int64(size.commands) <= entries && size.bytes <= bytes {
 		return nil
 	}
-	return lanes.Wrap("submit", true, &actors.BatchTooLargeError{Entries: size.commands, MaxEntries: int(entries), Bytes: size.bytes, MaxBytes: bytes, Largest: size.largest})
+	return laneerr.Wrap("submit", true, &actors.BatchTooLargeError{Entries: size.commands, MaxEntries: int(entries), Bytes: size.bytes, MaxBytes: bytes, Largest: size.largest})
 }
 
 // roomier reports whether host a has more headroom for a new tenant than

@@ -16,9 +16,9 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/backend"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/schedhook"
 	"github.com/lanesched/lanes/internal/wirepb"
-	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
 
 	wire "github.com/lanesched/lanes/remote/internal/wire"
@@ -186,7 +186,7 @@ func (o *hostOps) alloc(tenant string, m *wirepb.Alloc) (cuda.Buffer, error) {
 	}
 	spec := cuda.BufferSpec{Size: m.Size, Align: m.Align, Elem: cuda.ElementType(m.Elem)}
 	if err := schedhook.CheckFits(dev, spec); err != nil {
-		return cuda.Buffer{}, lanes.Wrap("alloc", true, err) // as one process answers it
+		return cuda.Buffer{}, laneerr.Wrap("alloc", true, err) // as one process answers it
 	}
 	b, err := dev.Alloc(spec)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/internal/codes"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 )
@@ -94,7 +95,7 @@ func BatchToWire(b lanes.Batch) (*wirepb.Batch, error) {
 		case cuda.KindStageIn, cuda.KindStageOut:
 			return nil, WireErr("entry %d stages through pinned host memory of this process, which the host cannot reach: upload the bytes (cuda.Upload) or read them back (Front.Read) instead", i)
 		default:
-			return nil, lanes.Wrap("submit", true, fmt.Errorf("entry %d: %w", i, e.Command.Validate())) // an unknown kind, as the lane says
+			return nil, laneerr.Wrap("submit", true, fmt.Errorf("entry %d: %w", i, e.Command.Validate())) // an unknown kind, as the lane says
 		}
 		we.Command = commandToWire(e.Command)
 		if e.Replay != nil {

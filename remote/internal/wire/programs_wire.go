@@ -13,6 +13,7 @@ import (
 
 	"github.com/lanesched/lanes/cache"
 	"github.com/lanesched/lanes/cuda"
+	laneerr "github.com/lanesched/lanes/internal/laneerr"
 	"github.com/lanesched/lanes/internal/wirepb"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/programs"
@@ -137,7 +138,7 @@ func captureFromWire(w *wirepb.ProgramCapture) (programs.Capture, error) {
 func programsToWire(w *wirepb.Batch, b lanes.Batch) error {
 	if b.Program != nil {
 		if err := b.Program.Validate(); err != nil {
-			return lanes.Wrap("submit", true, err) // as the lane says
+			return laneerr.Wrap("submit", true, err) // as the lane says
 		}
 		if err := checkProgramID(b.Program.ID, "the batch's program"); err != nil {
 			return err
