@@ -9,7 +9,7 @@ import "github.com/lanesched/lanes/internal/codes"
 // Codes from zero up are CUDA's CUresult numbers, so the simulated and
 // real devices report the same code for the same failure; negative codes
 // are lanes' own conditions. A code's [Code.String] is its stable
-// snake_case name ("out_of_memory", "tenant_busy"), the one spans, metrics,
+// snake_case name ("cuda_out_of_memory", "tenant_busy"), the one spans, metrics,
 // reports and the wire carry: compare codes by that name, or match the
 // sentinel that carries the code with errors.Is (docs/errors.md lists
 // every code, its name, blame and sentinel).

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Code is the stable code of every error lanes reports, of every package.
@@ -335,3 +336,13 @@ func (s *Sentinel) Class() Class { return s.code.Class() }
 
 // Code is the sentinel's code.
 func (s *Sentinel) Code() Code { return s.code }
+
+// All is every code lanes defines, in numeric order.
+func All() []Code {
+	out := make([]Code, 0, len(table))
+	for c := range table {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
+}
