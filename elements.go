@@ -6,7 +6,7 @@ import (
 	"math"
 
 	"github.com/lanesched/lanes/actors"
-	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/half"
 )
 
 // The bytes of a buffer's elements, as the device holds them
@@ -62,7 +62,7 @@ func DecodeI32(b []byte) ([]int32, error) {
 func EncodeF16(v []float32) []byte {
 	out := make([]byte, 2*len(v))
 	for i, x := range v {
-		binary.LittleEndian.PutUint16(out[2*i:], cuda.Float16Bits(x))
+		binary.LittleEndian.PutUint16(out[2*i:], half.Float16Bits(x))
 	}
 	return out
 }
@@ -75,7 +75,7 @@ func DecodeF16(b []byte) ([]float32, error) {
 	}
 	out := make([]float32, len(b)/2)
 	for i := range out {
-		out[i] = cuda.Float16From(binary.LittleEndian.Uint16(b[2*i:]))
+		out[i] = half.Float16From(binary.LittleEndian.Uint16(b[2*i:]))
 	}
 	return out, nil
 }
@@ -85,7 +85,7 @@ func DecodeF16(b []byte) ([]float32, error) {
 func EncodeBF16(v []float32) []byte {
 	out := make([]byte, 2*len(v))
 	for i, x := range v {
-		binary.LittleEndian.PutUint16(out[2*i:], cuda.BFloat16Bits(x))
+		binary.LittleEndian.PutUint16(out[2*i:], half.BFloat16Bits(x))
 	}
 	return out
 }
@@ -98,7 +98,7 @@ func DecodeBF16(b []byte) ([]float32, error) {
 	}
 	out := make([]float32, len(b)/2)
 	for i := range out {
-		out[i] = cuda.BFloat16From(binary.LittleEndian.Uint16(b[2*i:]))
+		out[i] = half.BFloat16From(binary.LittleEndian.Uint16(b[2*i:]))
 	}
 	return out, nil
 }

@@ -144,16 +144,6 @@ func (lib *Library) Validate() error {
 	return nil
 }
 
-// CheckBound refuses a call of a Library that is enqueued on a stream
-// directly: only a lane can hand it its per-lane state. Every backend
-// calls it before it runs a call.
-func (lc *LibraryCall) CheckBound(op string) error {
-	if lc.Library != nil {
-		return contractf(op, ErrInvalidCommand, "library call %q needs library %q's per-lane state; submit it through a lane (lanes.Lane or actors.Scheduler), which sets the library up and binds the call to it", lc.Name, lc.Library.Name)
-	}
-	return nil
-}
-
 // MaxCallRegions is the most regions one library call may declare.
 const MaxCallRegions = 64
 

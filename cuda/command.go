@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"unicode/utf8"
+
+	"github.com/lanesched/lanes/internal/half"
 )
 
 // Arg is one kernel argument: a buffer region, a scalar or a struct's
@@ -30,12 +32,14 @@ func StructArg(b []byte) Arg { return Arg{Kind: ParamStruct, Struct: string(b)} 
 
 // F16Arg passes a float32 as a half-precision scalar (__half), rounded to
 // nearest even.
-func F16Arg(v float32) Arg { return Arg{Kind: ParamScalar, Elem: F16, Bits: uint64(Float16Bits(v))} }
+func F16Arg(v float32) Arg {
+	return Arg{Kind: ParamScalar, Elem: F16, Bits: uint64(half.Float16Bits(v))}
+}
 
 // BF16Arg passes a float32 as a bfloat16 scalar (__nv_bfloat16), rounded
 // to nearest even.
 func BF16Arg(v float32) Arg {
-	return Arg{Kind: ParamScalar, Elem: BF16, Bits: uint64(BFloat16Bits(v))}
+	return Arg{Kind: ParamScalar, Elem: BF16, Bits: uint64(half.BFloat16Bits(v))}
 }
 
 // BufferArg passes a region to a buffer parameter.
@@ -84,11 +88,11 @@ func (a Arg) F64() float64 { return math.Float64frombits(a.Bits) }
 
 // F16 reads a scalar argument's low 2 bytes as a half (F16Arg), widened
 // to float32 exactly.
-func (a Arg) F16() float32 { return Float16From(uint16(a.Bits)) }
+func (a Arg) F16() float32 { return half.Float16From(uint16(a.Bits)) }
 
 // BF16 reads a scalar argument's low 2 bytes as a bfloat16 (BF16Arg),
 // widened to float32 exactly.
-func (a Arg) BF16() float32 { return BFloat16From(uint16(a.Bits)) }
+func (a Arg) BF16() float32 { return half.BFloat16From(uint16(a.Bits)) }
 
 // StructBytes is a struct argument's bytes (a copy).
 func (a Arg) StructBytes() []byte { return []byte(a.Struct) }

@@ -45,14 +45,3 @@ func (t ElementType) String() string {
 	}
 	return elementNames[t]
 }
-
-// ParseElementType parses a name as printed by [ElementType.String].
-func ParseElementType(name string) (ElementType, error) {
-	for t := Bool; t <= F64; t++ {
-		if elementNames[t] == name {
-			return t, nil
-		}
-	}
-	return 0, contractf("parse element type", ErrElementType,
-		"unknown element type %q; use one of bool, u8, u32, i8, i32, f16, bf16, f32, i64, u64, f64", name)
-}

@@ -71,7 +71,6 @@ var (
 	ErrLaunchConfig   = codes.NewSentinel(codes.RuntimeContract, "cuda: invalid launch configuration")
 	ErrInvalidCommand = codes.NewSentinel(codes.RuntimeContract, "cuda: invalid command")
 	ErrAlignment      = codes.NewSentinel(codes.RuntimeContract, "cuda: invalid alignment")
-	ErrEncoding       = codes.NewSentinel(codes.RuntimeContract, "cuda: malformed command encoding")
 	ErrDeviceClosed   = codes.NewSentinel(codes.RuntimeContract, "cuda: device closed")
 	ErrThreadNotBound = codes.NewSentinel(codes.RuntimeContract, "cuda: calling thread is not bound to the device")
 )

@@ -127,8 +127,8 @@
 //	lanes.cache.events         counter    {event}       lanes.event (captured, capture_rejected, ...), lanes.lane.id
 //	lanes.gaps                 counter    {command}     lanes.reason (compute commands run eagerly)
 //	lanes.quarantines          counter    {quarantine}  lanes.lane.id, error.type
-//	lanes.fence.latency        histogram  s             lanes.lane.id, lanes.tenant (LatencyBounds)
-//	lanes.device.time          histogram  s             lanes.lane.id (LatencyBounds)
+//	lanes.fence.latency        histogram  s             lanes.lane.id, lanes.tenant (buckets ten per decade, 10 µs to 10 s)
+//	lanes.device.time          histogram  s             lanes.lane.id (buckets ten per decade, 10 µs to 10 s)
 //	lanes.lanes                gauge      {lane}        lanes.health
 //	lanes.lane.in_flight       gauge      {submission}  lanes.lane.id
 //	lanes.lane.queued          gauge      {batch}       lanes.lane.id

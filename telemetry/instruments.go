@@ -14,11 +14,11 @@ import (
 	"github.com/lanesched/lanes/cache"
 )
 
-// LatencyBounds are the latency histograms' bucket bounds, in seconds:
+// latencyBounds are the latency histograms' bucket bounds, in seconds:
 // ten per decade (each about 1.26 times the last) from 10 µs to 10 s, so
 // a percentile read from the buckets (Prometheus's histogram_quantile)
 // is within about a quarter of a bucket's width of the truth.
-var LatencyBounds = func() []float64 {
+var latencyBounds = func() []float64 {
 	var b []float64
 	for k := -50; k <= 10; k++ {
 		b = append(b, math.Round(math.Pow(10, float64(k)/10)*1e9)/1e9)
@@ -48,7 +48,7 @@ func (m *instruments) init(meter metric.Meter, t *Recorder) error {
 	m.graphUpdates = counter("lanes.graph.updates", "{update}", "executables updated in place for a miss of their shape, by how (parameters: no capture; graph: captured and cuGraphExecUpdate) and lane")
 	m.rebindRefusals = counter("lanes.graph.rebind_refusals", "{refusal}", "in-place parameter updates refused (the miss was captured instead), by reason and lane")
 	histogram := func(name, desc string) metric.Float64Histogram {
-		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(LatencyBounds...))
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(latencyBounds...))
 		errs = append(errs, err)
 		return h
 	}

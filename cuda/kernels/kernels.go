@@ -51,8 +51,8 @@ type Shape struct {
 	Config cuda.LaunchConfig
 }
 
-// ShapeOf returns the shape of a launch configuration.
-func ShapeOf(cfg cuda.LaunchConfig) Shape {
+// shapeOf returns the shape of a launch configuration.
+func shapeOf(cfg cuda.LaunchConfig) Shape {
 	g, b := cfg.Grid, cfg.Block
 	return Shape{
 		ThreadsX: int64(g.X) * int64(b.X),
@@ -88,7 +88,7 @@ func (k *Kernel) Clone() *Kernel {
 // It passes args as they are: a caller that must keep them (the simulated
 // device, whose captured launches replay) gives Run a copy.
 func (k *Kernel) Run(cfg cuda.LaunchConfig, mem []Memory, args []cuda.Arg) error {
-	return k.Body(ShapeOf(cfg), mem, args)
+	return k.Body(shapeOf(cfg), mem, args)
 }
 
 // Registry maps kernel names to kernels; it implements [cuda.Kernels].

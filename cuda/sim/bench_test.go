@@ -7,6 +7,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
+	"github.com/lanesched/lanes/internal/backend"
 )
 
 // BenchmarkLaunch measures the simulated device's own overhead in the
@@ -61,15 +62,15 @@ func FuzzEnqueue(f *testing.F) {
 	s := r.stream()
 	buf := r.counter(s, 64)
 	for _, c := range []cuda.Command{r.inc(buf)} {
-		data, _ := c.MarshalBinary()
+		data, _ := backend.EncodeCommand(c)
 		f.Add(data)
 	}
 	z, _ := cuda.Zero(buf.Whole())
-	data, _ := z.MarshalBinary()
+	data, _ := backend.EncodeCommand(z)
 	f.Add(data)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var c cuda.Command
-		if err := c.UnmarshalBinary(data); err != nil {
+		if err := backend.DecodeCommand(&c, data); err != nil {
 			return
 		}
 		if err := s.Enqueue(c); err != nil {

@@ -279,10 +279,10 @@ func CheckExec(op string, inst uint64, mine, destroyed bool) error {
 
 // ValidateEnqueue is a stream's check of a command it is given:
 // [ValidateFor], and no call of a Library that no lane bound (see
-// [LibraryCall.CheckBound]).
+// [CheckBound]).
 func ValidateEnqueue(op string, cmd cuda.Command, kernels cuda.Kernels, lookup func(cuda.Buffer) error) error {
 	if cmd.Kind == cuda.KindCall && cmd.LibraryCall != nil {
-		if err := cmd.LibraryCall.CheckBound(op); err != nil {
+		if err := CheckBound(op, cmd.LibraryCall); err != nil {
 			return err
 		}
 	}
@@ -436,4 +436,14 @@ func Article(k cuda.CommandKind) string {
 		return "an " + s
 	}
 	return "a " + k.String()
+}
+
+// CheckBound refuses a call of a Library that is enqueued on a stream
+// directly: only a lane can hand it its per-lane state. Every backend
+// calls it before it runs a call.
+func CheckBound(op string, lc *cuda.LibraryCall) error {
+	if lc.Library != nil {
+		return cuda.Contractf(op, cuda.ErrInvalidCommand, "library call %q needs library %q's per-lane state; submit it through a lane (actors.Scheduler, or a lane host), which sets the library up and binds the call to it", lc.Name, lc.Library.Name)
+	}
+	return nil
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/half"
 )
 
 // ManifestFile is the file --kernels-from reads in its directory.
@@ -336,7 +337,7 @@ func parseParam(p manifestParam) (cuda.Param, error) {
 		return cuda.Param{}, fmt.Errorf("parameter %q: size and align are a struct's; a %s has neither", p.Name, p.Type)
 	}
 	elem, buffer := strings.CutSuffix(p.Type, "*")
-	t, err := cuda.ParseElementType(elem)
+	t, err := parseElementType(elem)
 	if err != nil {
 		return cuda.Param{}, fmt.Errorf("parameter %q: type %q: write an element type (bool, u8, u32, i8, i32, i64, u64, f16, bf16, f32, f64), with * for a buffer of them, or struct", p.Name, p.Type)
 	}
@@ -365,7 +366,7 @@ func (w *workload) parseBuffers(m manifest) error {
 		if w.bufferIndex(b.Name) >= 0 {
 			return fmt.Errorf("buffer %q declared twice", b.Name)
 		}
-		t, err := cuda.ParseElementType(b.Type)
+		t, err := parseElementType(b.Type)
 		if err != nil {
 			return fmt.Errorf("buffer %q: %v", b.Name, err)
 		}
@@ -495,7 +496,7 @@ func structBytes(p cuda.Param, raw json.RawMessage) ([]byte, error) {
 			return nil, fmt.Errorf("field %d: give one {\"type\": value}", i)
 		}
 		for name, v := range f {
-			t, err := cuda.ParseElementType(name)
+			t, err := parseElementType(name)
 			if err != nil {
 				return nil, fmt.Errorf("field %d: type %q: write an element type (bool, u8, u32, i8, i32, i64, u64, f16, bf16, f32, f64)", i, name)
 			}
@@ -568,13 +569,13 @@ func scalarBits(t cuda.ElementType, raw json.RawMessage) (uint64, error) {
 		}
 		return uint64(math.Float32bits(float32(v))), nil
 	case cuda.F16:
-		h := cuda.Float16Bits(float32(v))
+		h := half.Float16Bits(float32(v))
 		if math.Abs(v) > math.MaxFloat32 || h&0x7fff == 0x7c00 {
 			return 0, fmt.Errorf("%v is beyond f16's range (it rounds to infinity; the largest is 65504)", v)
 		}
 		return uint64(h), nil
 	case cuda.BF16:
-		h := cuda.BFloat16Bits(float32(v))
+		h := half.BFloat16Bits(float32(v))
 		if math.Abs(v) > math.MaxFloat32 || h&0x7fff == 0x7f80 {
 			return 0, fmt.Errorf("%v is beyond bf16's range (it rounds to infinity)", v)
 		}
@@ -588,4 +589,16 @@ func scalarBits(t cuda.ElementType, raw json.RawMessage) (uint64, error) {
 		return 0, fmt.Errorf("%v is not a %s (an integer from %v to %v)", v, t, lo, hi)
 	}
 	return uint64(int64(v)) & (1<<(8*t.Size()) - 1), nil
+}
+
+// parseElementType parses an element type's name as it prints
+// (cuda.ElementType.String).
+func parseElementType(name string) (cuda.ElementType, error) {
+	for t := cuda.Bool; t <= cuda.F64; t++ {
+		if t.String() == name {
+			return t, nil
+		}
+	}
+	return 0, cuda.Contractf("parse element type", cuda.ErrElementType,
+		"unknown element type %q; use one of bool, u8, u32, i8, i32, f16, bf16, f32, i64, u64, f64", name)
 }

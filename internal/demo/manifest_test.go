@@ -16,6 +16,7 @@ import (
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
 	"github.com/lanesched/lanes/internal/demo"
+	"github.com/lanesched/lanes/internal/half"
 )
 
 // exampleDir is the manifest the repository ships beside its RMSNorm
@@ -194,7 +195,7 @@ func TestManifestScalars(t *testing.T) {
 		{cuda.I32, "-2", uint64(uint32(0xfffffffe))},
 		{cuda.U8, "255", 255},
 		{cuda.Bool, "true", 1},
-		{cuda.F16, "0.1", uint64(cuda.Float16Bits(0.1))},
+		{cuda.F16, "0.1", uint64(half.Float16Bits(0.1))},
 		{cuda.F16, "-65504", 0xfbff},
 		{cuda.F16, "65519", 0x7bff},
 		{cuda.BF16, "-3.5", 0xc060},

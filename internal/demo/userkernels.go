@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/half"
 )
 
 // Reference is a Go reference implementation of a --kernels-from kernel
@@ -175,9 +176,9 @@ func valueCodes(t cuda.ElementType) (codes [16]uint64) {
 		case cuda.F32:
 			codes[k] = uint64(math.Float32bits(f))
 		case cuda.BF16:
-			codes[k] = uint64(cuda.BFloat16Bits(f))
+			codes[k] = uint64(half.BFloat16Bits(f))
 		case cuda.F16:
-			codes[k] = uint64(cuda.Float16Bits(f))
+			codes[k] = uint64(half.Float16Bits(f))
 		case cuda.Bool:
 			codes[k] = k & 1
 		default: // integers

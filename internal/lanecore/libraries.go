@@ -147,7 +147,7 @@ func (l *Lane) setUpLibraries(b *lanes.Batch) error {
 // bind is cmd as the lane's stream runs it: a call of a library gets the
 // lane's state of it (its workspace as its last region, EnqueueOn given
 // the state). A call whose library the lane has not set up stays unbound,
-// and the stream refuses it (cuda.LibraryCall.CheckBound).
+// and the stream refuses it (backend.CheckBound).
 func (l *Lane) bind(cmd cuda.Command) cuda.Command {
 	lc := cmd.LibraryCall
 	if cmd.Kind != cuda.KindCall || lc == nil || lc.Library == nil {

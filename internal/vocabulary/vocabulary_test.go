@@ -58,7 +58,6 @@ var sentinels = []struct {
 	{"cuda.ErrDeviceClosed", cuda.ErrDeviceClosed, codes.RuntimeContract},
 	{"cuda.ErrElementType", cuda.ErrElementType, codes.RuntimeContract},
 	{"cuda.ErrEmptyRegion", cuda.ErrEmptyRegion, codes.RuntimeContract},
-	{"cuda.ErrEncoding", cuda.ErrEncoding, codes.RuntimeContract},
 	{"cuda.ErrForeignHandle", cuda.ErrForeignHandle, codes.RuntimeContract},
 	{"cuda.ErrIllegalAddress", cuda.ErrIllegalAddress, codes.IllegalAddress},
 	{"cuda.ErrIllegalState", cuda.ErrIllegalState, codes.IllegalState},

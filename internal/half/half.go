@@ -1,7 +1,8 @@
-// Half-precision conversions: the bits of CUDA's __half and __nv_bfloat16
-// scalars, rounded as the device's __float2half_rn and __float2bfloat16_rn.
-
-package cuda
+// Package half converts float32 to and from the bits of CUDA's __half
+// and __nv_bfloat16 scalars, rounded as the device's __float2half_rn and
+// __float2bfloat16_rn. Arguments (cuda.F16Arg) and the front door's
+// encoders (lanes.EncodeF16) use it.
+package half
 
 import "math"
 
