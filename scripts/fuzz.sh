@@ -20,11 +20,16 @@ export LANES_SIM_INITCHECK=1 # as the tests run
 # target stalled at 0 execs/sec): the whole step stays under two minutes.
 # FUZZ_SCALE multiplies every count (FUZZ_SCALE=10 for a longer run).
 echo "== fuzz targets"
-for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./cache FuzzDiscover 100000" \
-  "./lanes FuzzSubmit 40000" "./actors FuzzTenantName 15000" "./cmd/lanedemo FuzzFlags 12000" "./internal/demo FuzzManifest 15000" \
-  "./remote FuzzBatchFromWire 15000" "./remote FuzzCallFromWire 8000" "./remote FuzzReceiptFromWire 12000" "./remote FuzzGuard 6000" "./remote FuzzHello 20000" \
-  "./internal/shmring FuzzReader 150000" "./cuda/kernels FuzzReadPTX 100000"; do
+for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./internal/discovery FuzzDiscover 100000" \
+  "./internal/lanecore FuzzSubmit 40000" "./actors FuzzTenantName 15000" "./cmd/lanedemo FuzzFlags 12000" "./internal/demo FuzzManifest 15000" \
+  "./remote FuzzBatchFromWire 15000" "./remote/internal/wire FuzzCallFromWire 8000" "./remote FuzzReceiptFromWire 12000" "./remote FuzzGuard 6000" "./remote FuzzHello 20000" \
+  "./internal/shmring FuzzReader 150000" "./internal/ptx FuzzReadPTX 100000"; do
   set -- $target
+  # A target that moved is no target: go test would fuzz nothing and pass.
+  if ! go test -list "^$2\$" "$1" | grep -qx "$2"; then
+    echo "fuzz.sh: $1 has no fuzz target $2 (moved? update this list)" >&2
+    exit 1
+  fi
   go test -run '^$' -fuzz "^$2\$" -fuzztime "$(($3 * scale))x" -fuzzminimizetime 100x "$1"
 done
 echo "== fuzzed in ${SECONDS}s"
