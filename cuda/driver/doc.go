@@ -21,7 +21,7 @@
 //
 // # Errors
 //
-// CUresult codes are classified by [backend.DriverError]: out of memory is
+// CUresult codes are classified as CUDA documents them: out of memory is
 // retryable; an illegal address and the other sticky codes poison the
 // device, after which every call returns that error, as CUDA's context does.
 package driver

@@ -149,7 +149,7 @@ var _ backend.HostPinner = (*device)(nil)
 
 // PinHost pins memory the device did not allocate, as cuMemHostRegister:
 // whole pages, none of them pinned already (an overlap fails with
-// CodeHostMemoryRegistered), counted against the pinned-memory limit
+// cuda_host_memory_already_registered), counted against the pinned-memory limit
 // AllocHost keeps. The simulator reads any memory the same way, so what
 // pinning changes here is the bookkeeping a real driver would refuse.
 func (d *device) PinHost(mem []byte) (unpin func() error, err error) {
