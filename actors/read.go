@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/lanes"
 )
 
@@ -18,7 +20,8 @@ const MaxReadBytes = 256 << 20
 // back to the host, after every submission of the tenant that Submit
 // accepted before it: a stage-out into pinned memory, submitted for the
 // tenant as any batch is (admitted, routed to its lane, fair-queued), then
-// read and freed. Errors are the submission's: ErrNotYours for another
+// read; the staging is freed in the background (a free waits for the
+// whole device, which a hung kernel of another lane never lets end). Errors are the submission's: ErrNotYours for another
 // tenant's buffer, a contract error for a freed or foreign one or a region
 // out of its bounds, ErrOverloaded when the tenant's lane is full. r's
 // Length is 1 to MaxReadBytes.
@@ -40,7 +43,7 @@ func (s *Scheduler) Read(ctx context.Context, tenant string, r cuda.Region) ([]b
 	}); err != nil {
 		return nil, err
 	}
-	freeHost := func() { _ = cuda.Bound(dev, func() error { return dev.FreeHost(hb) }) }
+	freeHost := func() { s.hostFreer(dev).free(hb) }
 	rc, err := s.readInto(ctx, tenant, hb, r)
 	var detached *DetachedError
 	if errors.As(err, &detached) {
@@ -73,4 +76,55 @@ func (s *Scheduler) readInto(ctx context.Context, tenant string, hb cuda.HostBuf
 		return lanes.Receipt{}, err
 	}
 	return s.Submit(ctx, tenant, lanes.Batch{Tenant: tenant, Entries: []lanes.Entry{{Command: cmd}}})
+}
+
+// hostFreer frees one device's pinned staging in the background, in the
+// order given. A free waits for all of the device's work (as
+// cuMemFreeHost does), and on a device whose kernel hangs that wait never
+// ends: so no Read waits on it, and a hung tenant's lane cannot hold up
+// another tenant's reads. One goroutine per device at most, and only
+// while frees are queued.
+type hostFreer struct {
+	dev     backend.Device
+	mu      sync.Mutex
+	queue   []cuda.HostBuffer
+	running bool
+}
+
+// hostFreer is dev's freer.
+func (s *Scheduler) hostFreer(dev backend.Device) *hostFreer {
+	f, _ := s.freers.LoadOrStore(dev, &hostFreer{dev: dev})
+	return f.(*hostFreer)
+}
+
+// free queues hb and returns at once.
+func (f *hostFreer) free(hb cuda.HostBuffer) {
+	f.mu.Lock()
+	f.queue = append(f.queue, hb)
+	start := !f.running
+	f.running = true
+	f.mu.Unlock()
+	if start {
+		go f.drain()
+	}
+}
+
+func (f *hostFreer) drain() {
+	for {
+		f.mu.Lock()
+		batch := f.queue
+		f.queue = nil
+		if len(batch) == 0 {
+			f.running = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+		_ = cuda.Bound(f.dev, func() error {
+			for _, hb := range batch {
+				_ = f.dev.FreeHost(hb)
+			}
+			return nil
+		})
+	}
 }

@@ -96,6 +96,7 @@ type Scheduler struct {
 	nextCall atomic.Uint64
 	timers   sync.WaitGroup // rebuild timers armed
 	epoch    time.Time      // origin of the lanes' host clock
+	freers   sync.Map       // backend.Device -> *hostFreer: Read's staging, freed in the background
 	gauges   metric.Registration
 }
 
