@@ -86,7 +86,8 @@
 // until its submission ends: to keep several submissions of one step in
 // flight, give each its own Entries slice (the commands may be shared).
 //
-// The packages below this one are the mechanism: lanes/lanes (one lane),
+// The packages below this one are the mechanism: lanes/lanes (the words of
+// a lane's work: batches, entries, receipts, a lane's errors),
 // actors (many lanes), remote (lane hosts), cuda (the device boundary,
 // cuda/sim and cuda/driver its two backends), telemetry.
 package lanes

@@ -9,6 +9,7 @@ import (
 	"github.com/lanesched/lanes/actors"
 	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/kernels"
+	"github.com/lanesched/lanes/internal/backend"
 	"github.com/lanesched/lanes/lanes"
 	"github.com/lanesched/lanes/remote"
 )
@@ -58,9 +59,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	case ctx == nil:
 		return nil, fmt.Errorf("%w: lanes.Start: a nil context.Context; pass context.Background()", actors.ErrInvalidArgument)
 	case len(cfg.Devices) > 0 && cfg.Hosts != nil:
-		return nil, fmt.Errorf("%w: lanecore.Config: both Devices and Hosts are set; set Devices to serve in this process, Hosts to serve from lane hosts", actors.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: lanes.Config: both Devices and Hosts are set; set Devices to serve in this process, Hosts to serve from lane hosts", actors.ErrInvalidArgument)
 	case cfg.Hosts != nil && !reflect.ValueOf(cfg.Scheduler).IsZero():
-		return nil, fmt.Errorf("%w: lanecore.Config: Scheduler is set with Hosts; a lane host's lanes are its own (lanehost's flags: --lanes, ...), so set Scheduler only with Devices", actors.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: lanes.Config: Scheduler is set with Hosts; a lane host's lanes are its own (lanehost's flags: --lanes, ...), so set Scheduler only with Devices", actors.ErrInvalidArgument)
 	case cfg.Hosts != nil:
 		f, err := remote.StartFront(ctx, *cfg.Hosts)
 		if err != nil {
@@ -72,17 +73,20 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		return newServer(&onHosts{f: f, ks: ks}), nil
 	case len(cfg.Devices) == 0:
-		return nil, fmt.Errorf("%w: lanecore.Config: no Devices and no Hosts; open a device (sim.New, driver.Open) and set Devices, or set Hosts", actors.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: lanes.Config: no Devices and no Hosts; open a device (sim.New, driver.Open) and set Devices, or set Hosts", actors.ErrInvalidArgument)
 	case len(cfg.Scheduler.Devices) > 0:
-		return nil, fmt.Errorf("%w: lanecore.Config: Scheduler.Devices is set; give the devices in Config.Devices alone", actors.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: lanes.Config: Scheduler.Devices is set; give the devices in Config.Devices alone", actors.ErrInvalidArgument)
 	}
 	seen := map[uint64]int{}
 	for i, d := range cfg.Devices {
 		if d == nil {
-			return nil, fmt.Errorf("%w: lanecore.Config: Devices[%d] is nil", actors.ErrInvalidArgument, i)
+			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is nil", actors.ErrInvalidArgument, i)
+		}
+		if _, err := backend.Of(d); err != nil {
+			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is a %T, not a device of lanes' backends: make it with sim.New or driver.Open", actors.ErrInvalidArgument, i, d)
 		}
 		if j, dup := seen[d.Info().Instance]; dup {
-			return nil, fmt.Errorf("%w: lanecore.Config: Devices[%d] is Devices[%d] again; give each device once (Scheduler.LanesPerDevice gives a device more lanes)", actors.ErrInvalidArgument, i, j)
+			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is Devices[%d] again; give each device once (Scheduler.LanesPerDevice gives a device more lanes)", actors.ErrInvalidArgument, i, j)
 		}
 		seen[d.Info().Instance] = i
 	}
@@ -95,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	for _, l := range s.Lanes() {
 		if errors.Is(l.Cause, cuda.ErrDeviceClosed) {
 			_ = s.Stop(ctx)
-			return nil, fmt.Errorf("%w: lanecore.Config: Devices[%d] is closed; open it again", actors.ErrInvalidArgument, l.Device)
+			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is closed; open it again", actors.ErrInvalidArgument, l.Device)
 		}
 	}
 	return newServer(newInProcess(s, cfg.Devices)), nil

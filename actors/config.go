@@ -95,7 +95,7 @@ type Config struct {
 	// bounds their number. Default 256 MiB.
 	CacheBytes int64
 	// CacheDeviceBytes bounds each lane's executable cache by the device
-	// memory its executables hold (backend.Exec.DeviceBytes), with the same
+	// memory its executables hold (as the device measures it), with the same
 	// equal shares per tenant as CacheCapacity and CacheBytes. Default
 	// (0 or negative) 256 MiB; LaneStatus.Counters.ExecutableDeviceBytes and
 	// LaneStatus.TenantDeviceBytes report it.

@@ -12,7 +12,7 @@ import (
 	"github.com/lanesched/lanes/lanes"
 )
 
-// Errors of the scheduler. Each is a [cuda.Sentinel]: errors.Is finds it
+// Errors of the scheduler. Each is a sentinel: errors.Is finds it
 // through every wrapping, and cuda.Classify reports its code, blame and
 // whether retrying helps. Every error Submit returns is a *lanes.Error
 // (or a [*DetachedError]) that wraps one of these or the lane's own cause.

@@ -23,7 +23,7 @@ func (s *Scheduler) registerGauges() error {
 		{"lanes.lane.in_flight", "{submission}", "admitted submissions per lane"},
 		{"lanes.lane.queued", "{batch}", "batches waiting in a lane's fair queue for room on its stream"},
 		{"lanes.cache.bytes", "By", "host memory a lane's executables retain (the uploads they captured)"},
-		{"lanes.cache.device.bytes", "By", "device memory a lane's executables hold (backend.Exec.DeviceBytes)"},
+		{"lanes.cache.device.bytes", "By", "device memory a lane's executables hold (as the device measures it)"},
 		{"lanes.cache.executables", "{executable}", "executables resident in a lane's cache"},
 		{"lanes.library.workspace.bytes", "By", "device memory a lane's libraries' workspaces hold"},
 	} {

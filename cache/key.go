@@ -97,7 +97,7 @@ func (b *KeyBuilder) Finish() ProviderKey { return sha256.Sum256(b.buf) }
 // launch configuration and scalar arguments: what a provider that trusts
 // its kernel to be a pure function of these declares. Given a library
 // call, it is CallKey's; given a transfer (a copy, a zero, a stage in or
-// out), it keys the transfer's kind, and Bind binds its regions and
+// out), it keys the transfer's kind, and the lane binds its regions and
 // staging: each kind is keyed by what it is.
 func LaunchKey(providerFingerprint string, c cuda.Command) ProviderKey {
 	if c.Kind == cuda.KindCall {
@@ -131,7 +131,7 @@ func LaunchKey(providerFingerprint string, c cuda.Command) ProviderKey {
 // CallKey is the provider key of a library call that binds its name, its
 // parameters (cuda.LibraryCall.Params) and how it touches each region: what
 // a provider that trusts the call to be a pure function of these declares.
-// The regions themselves are bound by Bind, as a launch's are. Given a
+// The regions themselves are bound by the lane, as a launch's are. Given a
 // launch, it is LaunchKey's.
 func CallKey(providerFingerprint string, c cuda.Command) ProviderKey {
 	lc := c.LibraryCall

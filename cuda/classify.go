@@ -12,13 +12,17 @@ import "github.com/lanesched/lanes/internal/codes"
 // snake_case name ("cuda_out_of_memory", "tenant_busy"), the one spans, metrics,
 // reports and the wire carry: compare codes by that name, or match the
 // sentinel that carries the code with errors.Is (docs/errors.md lists
-// every code, its name, blame and sentinel).
+// every code, its name, blame and sentinel). Its methods: String (the
+// name), Sticky (the code poisons the device), Retryable (the same request
+// may succeed later, nothing changed but time) and Class (its class when
+// nothing more is known).
 type Code = codes.Code
 
 // Blame is whose failure an error is. It alone decides the consequence (the
 // table is in package actors' documentation): a caller's error changes no
 // lane's health; a stream's recovers the lane; a device's takes every lane
-// of the device out.
+// of the device out. Its String is "none", "caller", "stream" or
+// "device".
 type Blame = codes.Blame
 
 // Blames.
@@ -30,14 +34,15 @@ const (
 )
 
 // Class is an error classified: what every caller, log line and span
-// needs (its Code, Blame, and whether it is Retryable, Sticky, and
-// NotSubmitted).
+// needs. Its fields:
+//
+//	Code         Code  // the stable code
+//	Blame        Blame // whose failure it is
+//	Retryable    bool  // the same request may succeed later with nothing changed but time
+//	Sticky       bool  // the device is poisoned
+//	NotSubmitted bool  // nothing of the request reached a device: fix it and resubmit, or send it elsewhere
 type Class = codes.Class
 
-// Sentinel is a named condition of lanes with a stable code, such as
-// actors.ErrOverloaded: errors.Is matches it through any wrapping, and
-// [Classify] reports its code's class.
-type Sentinel = codes.Sentinel
 
 // Classify classifies any error, in one place for every package: the
 // outermost error in the chain that knows its class decides (a lane's

@@ -11,7 +11,7 @@ import (
 
 // Error is every error a backend returns. Op names the operation that failed,
 // Code classifies it. A contract violation (the caller's mistake, caught
-// before anything was enqueued) has Code [codes.RuntimeContract] and wraps one of the
+// before anything was enqueued) has the code runtime_contract and wraps one of the
 // Err sentinels below, so errors.Is(err, cuda.ErrOutOfBounds) works. A driver
 // error matches the code sentinels: errors.Is(err, cuda.ErrOutOfMemory).
 type Error struct {
@@ -20,7 +20,7 @@ type Error struct {
 	Sticky    bool   // the device's context is poisoned; every later call fails
 	Retryable bool   // the same call may succeed later
 	Detail    string // what was wrong and how to fix it
-	Contract  error  // what it wraps: for codes.RuntimeContract the sentinel that names the violation; for a library call's failure its *CallError
+	Contract  error  // what it wraps: for runtime_contract the sentinel that names the violation; for a library call's failure its *CallError
 }
 
 // Error formats the error as "cuda: op: code: detail" (a code sentinel,

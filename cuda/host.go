@@ -58,7 +58,8 @@ type HostMemory interface {
 	// FreeHost releases it; work that still reads it must have finished.
 	FreeHost(h HostBuffer) error
 	// CheckHost reports whether h is live pinned host memory of this
-	// device instance, exactly as AllocHost returned it (as CheckBuffer).
+	// device instance, exactly as AllocHost returned it: nil, or a contract error wrapping
+	// ErrForeignHandle or ErrStaleHandle.
 	CheckHost(h HostBuffer) error
 	// WriteHost copies src into the staging now, on the host. No command
 	// that reads the region may be in flight.

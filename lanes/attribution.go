@@ -57,8 +57,9 @@ type CacheEvent struct {
 	Kind   string // "captured", "updated", "update_refused", "rebind_refused", "capture_rejected" or "evicted"
 	Key    string // the segment fingerprint
 	Detail string // for capture_rejected, update_refused and rebind_refused: the device's answer
-	// Reason is, for "updated", how (discovery.UpdateKind: "parameters" or
-	// "graph"); for "rebind_refused", why (backend.RebindRefusal).
+	// Reason is, for "updated", how ("parameters" or "graph"); for
+	// "rebind_refused", why ("node_count", "node_kind", "not_a_chain" or
+	// "device_refused").
 	Reason string
 }
 

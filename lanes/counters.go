@@ -24,7 +24,7 @@ type Counters struct {
 	// (the uploads they captured), resident and retired.
 	CacheBytes int64
 	// ExecutableDeviceBytes is the device memory the lane's executables
-	// hold now, resident and retired (backend.Exec.DeviceBytes);
+	// hold now, resident and retired, as their device measures it;
 	// Executables is how many are resident.
 	ExecutableDeviceBytes int64
 	Executables           int

@@ -54,6 +54,13 @@ func TestLaneHostDocsStateTheBounds(t *testing.T) {
 		{"the line a lane host prints first", wire.ListeningLine},
 		{"the environment variable that sends protoactor-go's remote log", cluster.RemoteLogEnv},
 		{"the cluster kind a lane host registers", cluster.HostKind},
+		{"the rate a front assumes for its uploads in flight", front.ReadRate},
+		{"one call in this many has its round trip sampled", front.SampleEvery},
+		{"rows of one receipt on the wire", wire.MaxRows},
+		{"devices one host serves", wire.MaxDevices},
+		{"bytes one read moves through a front", wire.MaxReadBytes},
+		{"staged programs one tenant holds on a host", wire.MaxStagedPerTenant},
+		{"bytes of one library call's parameters on the wire", wire.MaxCallParams},
 	}
 	for _, r := range rows {
 		line := ""

@@ -92,8 +92,8 @@
 // room). An upload of 4 KiB or more skips the ring: the front writes its
 // bytes once into the segment's upload area ([HostConfig].UploadAreaBytes)
 // and the command names the span, which the host checks against the
-// area's bounds; on a device that pins host memory ([backend.HostPinner]: the
-// GPU) the step's copy reads it there, in place, else the host copies it
+// area's bounds; on a device that pins host memory (both backends do)
+// the step's copy reads it there, in place, else the host copies it
 // out as it decodes the batch. The span is the front's again when the call
 // ends. One that finds no room, or a
 // template's ([Front.Encode]), crosses in its message.

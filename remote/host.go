@@ -44,7 +44,7 @@ type HostConfig struct {
 	// 100 ms. A front's LostAfter must be a few of these.
 	Heartbeat time.Duration
 	// Protocol is the wire protocol the host claims at registration; 0 is
-	// Protocol. Set another only to see a front refuse a host of another
+	// this build's. Set another only to see a front refuse a host of another
 	// version.
 	Protocol uint32
 	// MaxTemplates bounds the templated batches kept per epoch (0:
@@ -107,7 +107,7 @@ func (c HostConfig) room() host.Config {
 		Heartbeat:       c.Heartbeat,
 		Protocol:        c.Protocol,
 		MaxTemplates:    c.MaxTemplates,
-		Calls:           c.Calls,
+		Calls:           c.Calls.room(),
 		Modules:         c.Modules,
 		MaxFronts:       c.MaxFronts,
 		SilentFront:     c.SilentFront,

@@ -3,7 +3,10 @@
 
 package remote
 
-import "github.com/lanesched/lanes/remote/internal/wire"
+import (
+	"github.com/lanesched/lanes/cuda"
+	"github.com/lanesched/lanes/remote/internal/wire"
+)
 
 // Listening is what a lane host process's first line says: Address (where
 // fronts reach the host: its advertised address, else where it listens),
@@ -24,8 +27,20 @@ func ParseListening(line string) (Listening, error) { return wire.ParseListening
 // calls on a lane host"). An error refuses the batch before any of it runs
 // (lanes.ErrInvalidBatch). It runs on the goroutine that decodes the
 // host's messages: keep it short, and do not keep regions or params.
-type CallBuilder = wire.CallBuilder
+type CallBuilder func(regions []cuda.Touch, params []byte) (*cuda.LibraryCall, error)
 
 // LibraryCalls are the library calls a lane host serves, by the name a
 // front's cuda.LibraryCall carries (HostConfig.Calls).
-type LibraryCalls = wire.LibraryCalls
+type LibraryCalls map[string]CallBuilder
+
+// room is calls as the host room takes them.
+func (calls LibraryCalls) room() wire.LibraryCalls {
+	if calls == nil {
+		return nil
+	}
+	out := make(wire.LibraryCalls, len(calls))
+	for name, build := range calls {
+		out[name] = wire.CallBuilder(build)
+	}
+	return out
+}

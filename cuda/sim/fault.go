@@ -31,7 +31,7 @@ const (
 	FaultHang
 	// FaultUpdateReject refuses an executable update
 	// (CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED) that the rules would allow,
-	// and an in-place parameter update (Exec.Rebind, as device_refused, at
+	// and an in-place parameter update (a rebind, as device_refused, at
 	// node 0: the executable is left as it was). It matches updates and
 	// rebinds, not launches; a rule's Kernel narrows it to those of
 	// executables that launch that kernel.

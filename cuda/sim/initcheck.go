@@ -14,7 +14,7 @@ import (
 )
 
 // ErrUninitializedRead is what every [*UninitializedReadError] wraps, for
-// errors.Is. Its code is [codes.UninitializedRead], a stream's error
+// errors.Is. Its code is uninitialized_read, a stream's error
 // that is not sticky ([cuda.BlameStream]): the work ran, the device is not
 // poisoned, and the program that read memory it never wrote is at fault.
 var ErrUninitializedRead = codes.NewSentinel(codes.UninitializedRead, "sim: read of uninitialized device memory")

@@ -41,8 +41,8 @@
 //
 // # Concurrency properties
 //
-// A [Device] is safe for concurrent use. Each stream is owned by one
-// goroutine at a time, as in the [backend.Stream] contract.
+// A [Device] is safe for concurrent use. Each of its streams (which the
+// lane that made it drives) is used by one goroutine at a time.
 package sim
 
 import (
@@ -128,16 +128,13 @@ type Config struct {
 	// lane that meets one recovers as from any stream error, and what was
 	// in flight on its stream with the work ends as the stream answers
 	// (other tenants' work too, as a launch failure's would): a test aid,
-	// as compute-sanitizer is, not a switch for serving. A Readback returns it, having
-	// filled its destination. Work on a stream reports it at its point in
-	// the stream, as a launch failure that is not sticky would be: the
-	// stream's events at or after that work answer FenceIndeterminate with
-	// it once reached, and so do the stream's Query, Synchronize and
-	// Readback, until a Synchronize or a Readback of the stream returns
-	// it; then it is reset, as CUDA resets a non-sticky error once
-	// reported (a report stands for any other made meanwhile).
-	// Device.Synchronize and Device.Err never report it. Off, nothing is
-	// tracked and no command does any work more; NoData turns it off.
+	// as compute-sanitizer is, not a switch for serving. The work is
+	// reported at its point in its stream, as a launch failure that is
+	// not sticky would be: the submissions whose work is at or after it
+	// on that stream end with it, until the lane has been told; then it
+	// is reset, as CUDA resets a non-sticky error once reported. Device.Err
+	// never reports it. Off, nothing is tracked and no command does any
+	// work more; NoData turns it off.
 	InitCheck bool
 
 	cost costModel // zero fields take the H200 defaults (tests change it through internal/simhook)

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -65,4 +66,26 @@ func TestErrorsDocListsEveryCode(t *testing.T) {
 		return
 	}
 	t.Errorf("%s's table is not the codes' (rerun with -update-errors-doc):\ngot:\n%s\nwant:\n%s", path, got, want)
+}
+
+// TestClassAliasDocListsItsFields: cuda.Class is an alias of an internal
+// type, so go doc shows its fields only as its comment lists them: the
+// comment lists every one.
+func TestClassAliasDocListsItsFields(t *testing.T) {
+	b, err := os.ReadFile("../../cuda/classify.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	ct := reflect.TypeOf(codes.Class{})
+	for i := range ct.NumField() {
+		if f := ct.Field(i).Name; !strings.Contains(src, "//\t"+f+" ") {
+			t.Errorf("cuda.Class's comment does not list its field %s", f)
+		}
+	}
+	for _, m := range []string{"String", "Sticky", "Retryable", "Class"} {
+		if _, ok := reflect.TypeOf(codes.Code(0)).MethodByName(m); !ok || !strings.Contains(src, m+" (") {
+			t.Errorf("cuda.Code's comment does not name its method %s (or it has none)", m)
+		}
+	}
 }

@@ -259,7 +259,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.exitWithStdin, "exit-with-stdin", false, "stop when standard input closes (a front that launched the host adds it)")
 	fs.BoolVar(&o.faultKernels, "fault-kernels", false, "also serve kernels that skip their bounds checks (poke_i32), to provoke a real device fault; never where tenants you do not control reach the host")
 	fs.BoolVar(&o.keepPoisoned, "keep-poisoned", false, "keep serving after a sticky device fault (default: exit with status 3 to be replaced)")
-	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: wire.MaxTemplates)")
+	fs.IntVar(&o.maxTemplates, "max-templates", 0, "templated batches kept per registration (0: 16384)")
 	fs.DurationVar(&o.leaveTimeout, "leave-timeout", 30*time.Second, "on SIGINT, SIGTERM or (with --exit-with-stdin) standard input closed: leave well first, taking no new work and finishing what is in flight, for at most this long (a second signal cuts it short; 0: stop at once)")
 	fs.StringVar(&o.advertise, "advertise", "", "the address fronts reach this host at, when it is not --listen (a NAT, a port mapping, a proxy); not loopback requires TLS")
 	fs.IntVar(&o.maxFronts, "max-fronts", host.DefaultMaxFronts, "the most fronts served at once; one more is refused with the reason")

@@ -56,7 +56,7 @@ func (e *PeerError) Is(target error) bool {
 		return true
 	}
 	switch t := target.(type) {
-	case *cuda.Sentinel:
+	case *codes.Sentinel:
 		if e.Kinds != nil { // the host said which (a sentinel's message is its name)
 			return slices.Contains(e.Kinds, t.Error())
 		}
@@ -86,7 +86,7 @@ func sentinelKinds(err error) []string {
 		e := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
 		switch u := e.(type) {
-		case *cuda.Sentinel:
+		case *codes.Sentinel:
 			if !slices.Contains(kinds, u.Error()) {
 				kinds = append(kinds, u.Error())
 			}

@@ -3,11 +3,13 @@ package lanes_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lanesched/lanes"
 	"github.com/lanesched/lanes/actors"
+	"github.com/lanesched/lanes/cuda"
 	"github.com/lanesched/lanes/cuda/sim"
 )
 
@@ -71,5 +73,30 @@ func TestAHungTenantHoldsUpNoOtherTenantsRead(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("another tenant's Read after the hang: still blocked after 30 s")
+	}
+}
+
+// foreign is a cuda.Device of no backend of lanes'.
+type foreign struct{ lanes.Device }
+
+// TestStartRefusesAForeignDevice: the front door refuses a Device no
+// backend of lanes' made, before anything starts, saying how to make one
+// (even beside the device it wraps, which it is not a second copy of).
+func TestStartRefusesAForeignDevice(t *testing.T) {
+	ctx := context.Background()
+	dev, err := sim.New(sim.Config{Clock: sim.ClockZeroCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	for _, devs := range [][]lanes.Device{{foreign{dev}}, {dev, foreign{dev}}} {
+		srv, err := lanes.Start(ctx, lanes.Config{Devices: devs})
+		if err == nil {
+			_ = srv.Stop(ctx)
+			t.Fatalf("Start with %d devices, one foreign: got nil, want an error", len(devs))
+		}
+		if !errors.Is(err, actors.ErrInvalidArgument) || !strings.Contains(err.Error(), "sim.New or driver.Open") || lanes.Classify(err).Blame != cuda.BlameCaller {
+			t.Fatalf("Start with a foreign device: got %v, want actors.ErrInvalidArgument naming sim.New or driver.Open", err)
+		}
 	}
 }
