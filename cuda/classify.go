@@ -43,7 +43,6 @@ const (
 //	NotSubmitted bool  // nothing of the request reached a device: fix it and resubmit, or send it elsewhere
 type Class = codes.Class
 
-
 // Classify classifies any error, in one place for every package: the
 // outermost error in the chain that knows its class decides (a lane's
 // *lanes.Error, which says whether the batch was submitted, before the
