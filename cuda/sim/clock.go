@@ -26,7 +26,10 @@ const (
 	// ClockVirtual runs on a [VirtualClock] that only the test advances. Work
 	// completes when the clock reaches its modelled finish time, so every
 	// query and every trace is a pure function of the calls made and the
-	// clock advances: same seed, same trace.
+	// clock advances: same seed, same trace. Nothing else moves it: a
+	// program that serves on such a device (lanes.Start, actors.Start)
+	// must advance the clock (Device.Clock().Advance) while it waits for
+	// work, or the work never ends and its lane is judged hung.
 	ClockVirtual
 	// ClockZeroCost charges nothing: work completes as soon as the stream's worker
 	// has executed it. It measures the scheduler's own overhead.
