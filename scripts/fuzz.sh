@@ -26,7 +26,10 @@ for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cu
   "./internal/shmring FuzzReader 150000" "./internal/ptx FuzzReadPTX 100000"; do
   set -- $target
   # A target that moved is no target: go test would fuzz nothing and pass.
-  if ! go test -list "^$2\$" "$1" | grep -qx "$2"; then
+  # (the list is read whole first: grep -q would close the pipe early,
+  # and under pipefail go test's broken pipe would fail the check)
+  listed=$(go test -list "^$2\$" "$1")
+  if ! grep -qx "$2" <<<"$listed"; then
     echo "fuzz.sh: $1 has no fuzz target $2 (moved? update this list)" >&2
     exit 1
   fi

@@ -165,23 +165,46 @@ func TestAFloodOfRefusalsLeavesOthersTheirSpans(t *testing.T) {
 	if victim == nil {
 		t.Fatalf("the victim's failed submission: got no lanes.submit span exported, want it")
 	}
-	var quarantine sdktrace.ReadOnlySpan
+	var quarantines []sdktrace.ReadOnlySpan
 	for _, sp := range exp.spans() {
 		if sp.Parent().SpanID() == victim.SpanContext().SpanID() {
 			children++
 		}
 		if sp.Name() == "lanes.lane.quarantine" {
-			quarantine = sp
+			quarantines = append(quarantines, sp)
 		}
 	}
 	if children != 2 {
 		t.Errorf("the victim's submission: got %d of its queue and enqueue spans exported, want both", children)
 	}
-	if quarantine == nil {
+	if len(quarantines) == 0 {
 		t.Fatalf("the lane's quarantine: got no lanes.lane.quarantine span exported, want it")
 	}
-	if links := quarantine.Links(); len(links) != 1 || victims[links[0].SpanContext.SpanID()] == nil {
-		t.Errorf("the quarantine span's links: got %+v, want one, to the victim's failed submission (its lanes.submit spans: %d)", links, len(victims))
+	// The victim's lane's quarantine links its failed submission (and may
+	// link others that failed with the lane: the flood's one step in
+	// flight, when the two shared it).
+	linked := false
+	var seen [][]sdktrace.Link
+	for _, q := range quarantines {
+		seen = append(seen, q.Links())
+		for _, l := range q.Links() {
+			linked = linked || victims[l.SpanContext.SpanID()] != nil
+		}
+	}
+	if !linked {
+		t.Errorf("the quarantine spans' links: got %+v, want one to the victim's failed submission (its lanes.submit spans: %d)", seen, len(victims))
+		for _, sp := range exp.spans() {
+			for _, q := range seen {
+				for _, l := range q {
+					if sp.SpanContext().SpanID() == l.SpanContext.SpanID() {
+						t.Logf("DIAG linked span: %s %v err=%v", sp.Name(), sp.Attributes(), sp.Status())
+					}
+				}
+			}
+			if sp.Name() == "lanes.lane.quarantine" || hasAttr(sp.Attributes(), "lanes.tenant", "victim") {
+				t.Logf("DIAG span %s id=%v attrs=%v status=%v", sp.Name(), sp.SpanContext().SpanID(), sp.Attributes(), sp.Status())
+			}
+		}
 	}
 	st := rec.Stats()
 	if d := st.ByTenant["victim"]; d != (telemetry.TenantDrops{}) {
