@@ -17,7 +17,8 @@ export LANES_SIM_INITCHECK=1 # as the tests run
 # it near ten seconds on a quiet 2-core machine, building it included
 # (the slow ones run the lane core or the scheduler per input), and -fuzzminimizetime bounds the minimizing
 # of each new interesting input (by default up to 60 s, which showed as a
-# target stalled at 0 execs/sec): the whole step stays under two minutes.
+# target stalled at 0 execs/sec): the whole step takes about three
+# minutes on a quiet 2-core machine (fifteen targets).
 # FUZZ_SCALE multiplies every count (FUZZ_SCALE=10 for a longer run).
 echo "== fuzz targets"
 for target in "./cuda FuzzCommandDecode 200000" "./cuda FuzzRegion 200000" "./cuda/sim FuzzEnqueue 150000" "./internal/discovery FuzzDiscover 100000" \
