@@ -18,7 +18,7 @@ import (
 // with the fewest tenants), owned by the tenant, as a lane host does.
 type inProcess struct {
 	s    *actors.Scheduler
-	devs []cuda.Device
+	devs []backend.Device // the scheduler's devices, as the lanes drive them
 
 	mu      sync.Mutex
 	placed  map[string]int // tenant -> index in devs
@@ -26,7 +26,11 @@ type inProcess struct {
 }
 
 func newInProcess(s *actors.Scheduler, devs []cuda.Device) *inProcess {
-	return &inProcess{s: s, devs: devs, placed: map[string]int{}, tenants: make([]int, len(devs))}
+	p := &inProcess{s: s, placed: map[string]int{}, tenants: make([]int, len(devs))}
+	for _, d := range devs {
+		p.devs = append(p.devs, backend.Must(d)) // the scheduler's start checked each is one
+	}
+	return p
 }
 
 // place is the device the tenant's buffers go on: where they went before;
@@ -117,7 +121,7 @@ func (p *inProcess) read(ctx context.Context, tenant string, src Region) ([]byte
 func (p *inProcess) device(b Buffer) backend.Device {
 	for _, d := range p.devs {
 		if d.Info().Instance == b.Device {
-			return backend.Must(d) // the scheduler's start checked it is one
+			return d
 		}
 	}
 	return nil

@@ -83,7 +83,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is nil", actors.ErrInvalidArgument, i)
 		}
 		if _, err := backend.Of(d); err != nil {
-			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is a %T, not a device of lanes' backends: make it with sim.New or driver.Open", actors.ErrInvalidArgument, i, d)
+			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is %v", actors.ErrInvalidArgument, i, err)
 		}
 		if j, dup := seen[d.Info().Instance]; dup {
 			return nil, fmt.Errorf("%w: lanes.Config: Devices[%d] is Devices[%d] again; give each device once (Scheduler.LanesPerDevice gives a device more lanes)", actors.ErrInvalidArgument, i, j)

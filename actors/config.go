@@ -272,7 +272,7 @@ func (c *Config) defaults() error {
 			return laneerr.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is nil", ErrInvalidArgument, i))
 		}
 		if _, err := backend.Of(d); err != nil {
-			return laneerr.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is a %T, not a device of lanes' backends: make it with sim.New or driver.Open", ErrInvalidArgument, i, d))
+			return laneerr.Wrap("start", true, fmt.Errorf("%w: Config.Devices[%d] is %v", ErrInvalidArgument, i, err))
 		}
 	}
 	if err := checkLibraries(c.Libraries); err != nil {

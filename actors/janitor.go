@@ -10,8 +10,6 @@ package actors
 
 import (
 	"time"
-
-	"github.com/lanesched/lanes/internal/backend"
 )
 
 // janitorPeriod is how often the janitor looks: half the idle time, within
@@ -117,8 +115,8 @@ func (ts *tenantState) quiet(now time.Time, window time.Duration) bool {
 // device handed out again meanwhile may be owned anew).
 func (s *Scheduler) sweepOwnership() {
 	var frees uint64
-	for _, d := range s.cfg.Devices {
-		frees += backend.Must(d).Frees()
+	for _, d := range s.devs {
+		frees += d.Frees()
 	}
 	if frees == s.sweptFrees {
 		return

@@ -6,14 +6,13 @@ package actors
 import (
 	"context"
 
-	"github.com/lanesched/lanes/internal/recording"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
 // registerGauges reports lane health and in-flight depth as gauges.
 func (s *Scheduler) registerGauges() error {
-	m := recording.Of(s.cfg.Telemetry).Meter()
+	m := s.rec.Meter()
 	if m == nil {
 		return nil
 	}

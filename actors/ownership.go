@@ -123,9 +123,9 @@ type ownedKey struct {
 
 // device is the scheduler's device of an instance, or nil.
 func (s *Scheduler) device(instance uint64) backend.Device {
-	for _, d := range s.cfg.Devices {
+	for _, d := range s.devs {
 		if d.Info().Instance == instance {
-			return backend.Must(d) // Config.defaults checked it is one
+			return d
 		}
 	}
 	return nil

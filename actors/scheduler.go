@@ -94,9 +94,11 @@ type Scheduler struct {
 	fills             atomic.Uint64 // FillShared calls made, naming each one's tenant
 
 	nextCall atomic.Uint64
-	timers   sync.WaitGroup // rebuild timers armed
-	epoch    time.Time      // origin of the lanes' host clock
-	freers   sync.Map       // backend.Device -> *hostFreer: Read's staging, freed in the background
+	timers   sync.WaitGroup   // rebuild timers armed
+	epoch    time.Time        // origin of the lanes' host clock
+	freers   sync.Map         // backend.Device -> *hostFreer: Read's staging, freed in the background
+	devs     []backend.Device // cfg.Devices as the lanes drive them (Config.defaults checked each is one)
+	rec      recording.Sink   // cfg.Telemetry as the scheduler hands it work (nil-safe)
 	gauges   metric.Registration
 }
 
@@ -122,8 +124,11 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	// Every lane is made before any actor starts: the supervisor (a panic
 	// while a lane opens) reads s.lanes, and finds a lane by its actor's
 	// name, set before the actor runs.
-	for di, d := range cfg.Devices {
-		dev := backend.Must(d) // Config.defaults checked it is one
+	for _, d := range cfg.Devices {
+		s.devs = append(s.devs, backend.Must(d)) // Config.defaults checked it is one
+	}
+	s.rec = recording.Of(cfg.Telemetry)
+	for di, dev := range s.devs {
 		for range cfg.LanesPerDevice {
 			id := len(s.lanes)
 			ref := &laneRef{id: id, name: fmt.Sprintf("lane-%d", id), device: di, dev: dev, instance: dev.Info().Instance, opened: make(chan struct{})}
@@ -213,7 +218,7 @@ func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken,
 	if c.claim != nil {
 		s.settleClaim(*c.claim, err == nil)
 	}
-	if t := s.cfg.Telemetry; t != nil && !c.admin {
+	if s.cfg.Telemetry != nil && !c.admin {
 		// The recorder runs later: hand it copies, not the caller's batch.
 		sub := recording.Submission{Tenant: c.tenant, Lane: r.Lane, Device: -1, Entries: len(c.batch.Entries), Path: c.batch.Path,
 			Timing: c.batch.Timing, Parent: c.parent, Start: c.start, Taken: taken, Enqueued: enqueued, End: time.Now(),
@@ -221,7 +226,7 @@ func (s *Scheduler) completeStaged(id uint64, r lanes.Receipt, err error, taken,
 		if lane != nil {
 			sub.Device, sub.DeviceName = lane.device, lane.dev.Info().Name
 		}
-		recording.Of(t).Submission(context.Background(), sub)
+		s.rec.Submission(context.Background(), sub)
 	}
 	close(c.done)
 	if c.ended != nil {

@@ -157,13 +157,13 @@ func (s *Scheduler) admitSubmission(ctx context.Context, tenant string, b lanes.
 
 // traceRefusal hands a submission refused at admission to the telemetry.
 func (s *Scheduler) traceRefusal(ctx context.Context, tenant string, b *lanes.Batch, err error) {
-	if t := s.cfg.Telemetry; t != nil {
+	if s.cfg.Telemetry != nil {
 		var parent trace.SpanContext
 		if ctx != nil {
 			parent = trace.SpanContextFromContext(ctx)
 		}
 		now := time.Now()
-		recording.Of(t).Submission(context.Background(), recording.Submission{Tenant: tenant, Lane: -1, Device: -1, Entries: len(b.Entries), Path: b.Path, Timing: b.Timing,
+		s.rec.Submission(context.Background(), recording.Submission{Tenant: tenant, Lane: -1, Device: -1, Entries: len(b.Entries), Path: b.Path, Timing: b.Timing,
 			Parent: parent, Start: now, End: now, Receipt: lanes.Receipt{Outcome: lanes.OutcomeRefused, Err: err, Lane: -1}, Err: err})
 	}
 }

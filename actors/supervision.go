@@ -36,7 +36,7 @@ func (st laneStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor,
 
 // traceQuarantine hands a lane's quarantine to the telemetry.
 func (s *Scheduler) traceQuarantine(ref *laneRef, cause error) {
-	recording.Of(s.cfg.Telemetry).Quarantine(context.Background(), recording.Quarantine{At: time.Now(), Lane: ref.id, Device: ref.device,
+	s.rec.Quarantine(context.Background(), recording.Quarantine{At: time.Now(), Lane: ref.id, Device: ref.device,
 		DeviceName: ref.dev.Info().Name, Cause: cause})
 }
 

@@ -31,13 +31,14 @@ type Device interface {
 	Synchronize() error
 }
 
-// Of is dev as the lane core drives it, or an error saying dev is not a
-// device of this module's backends (sim.New, driver.Open).
+// Of is dev as the lane core drives it, or an error saying what dev is
+// instead and how to make a device ("a T, not a device of lanes'
+// backends: ..."), for the caller to wrap with its own sentinel.
 func Of(dev cuda.Device) (Device, error) {
 	if d, ok := dev.(Device); ok {
 		return d, nil
 	}
-	return nil, fmt.Errorf("%w: device %T is not one of lanes' backends: make it with sim.New or driver.Open", cuda.ErrInvalidCommand, dev)
+	return nil, fmt.Errorf("a %T, not a device of lanes' backends: make it with sim.New or driver.Open", dev)
 }
 
 // Must is dev as the lane core drives it; it panics when dev is not one

@@ -128,7 +128,7 @@ func setup(cfg Config, w *workload, devs []cuda.Device) ([]*tenant, error) {
 func setupDevice(cfg Config, w *workload, di, ndev int, cdev cuda.Device) ([]*tenant, error) {
 	dev, err := backend.Of(cdev)
 	if err != nil {
-		return nil, err
+		return nil, cuda.Contractf("setup", cuda.ErrInvalidCommand, "device %d is %v", di, err)
 	}
 	unbind, err := dev.BindThread()
 	if err != nil {

@@ -39,11 +39,6 @@ func Zero(t testing.TB, d cuda.Device, bufs ...cuda.Buffer) {
 	}
 }
 
-// Full is a device of lanes' backends as the lane core drives it (streams,
-// graphs, the handle checks): what a test that drives a device directly
-// needs beyond cuda.Device.
-func Full(dev cuda.Device) backend.Device { return backend.Must(dev) }
-
 // Device is a simulated device with everything a lane drives on it: what
 // a test wrapper embeds to stand in for one (a wrapper of a sim.Device
 // alone is refused by a scheduler, which drives streams).
