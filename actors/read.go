@@ -21,10 +21,11 @@ const MaxReadBytes = 256 << 20
 // accepted before it: a stage-out into pinned memory, submitted for the
 // tenant as any batch is (admitted, routed to its lane, fair-queued), then
 // read; the staging is freed in the background (a free waits for the
-// whole device, which a hung kernel of another lane never lets end). Errors are the submission's: ErrNotYours for another
-// tenant's buffer, a contract error for a freed or foreign one or a region
-// out of its bounds, ErrOverloaded when the tenant's lane is full. r's
-// Length is 1 to MaxReadBytes.
+// whole device, which a hung kernel of another lane never lets end).
+// Errors are the submission's: ErrNotYours for another tenant's buffer, a
+// contract error for a freed or foreign one or a region out of its
+// bounds, ErrOverloaded when the tenant's lane is full. r's Length is 1
+// to MaxReadBytes.
 func (s *Scheduler) Read(ctx context.Context, tenant string, r cuda.Region) ([]byte, error) {
 	if s.unstarted() {
 		return nil, errUnstarted
@@ -43,7 +44,7 @@ func (s *Scheduler) Read(ctx context.Context, tenant string, r cuda.Region) ([]b
 	}); err != nil {
 		return nil, err
 	}
-	freeHost := func() { s.hostFreer(dev).free(hb) }
+	freeHost := func() { s.freers[dev].free(hb) }
 	rc, err := s.readInto(ctx, tenant, hb, r)
 	var detached *DetachedError
 	if errors.As(err, &detached) {
@@ -89,12 +90,6 @@ type hostFreer struct {
 	mu      sync.Mutex
 	queue   []cuda.HostBuffer
 	running bool
-}
-
-// hostFreer is dev's freer.
-func (s *Scheduler) hostFreer(dev backend.Device) *hostFreer {
-	f, _ := s.freers.LoadOrStore(dev, &hostFreer{dev: dev})
-	return f.(*hostFreer)
 }
 
 // free queues hb and returns at once.

@@ -94,11 +94,11 @@ type Scheduler struct {
 	fills             atomic.Uint64 // FillShared calls made, naming each one's tenant
 
 	nextCall atomic.Uint64
-	timers   sync.WaitGroup   // rebuild timers armed
-	epoch    time.Time        // origin of the lanes' host clock
-	freers   sync.Map         // backend.Device -> *hostFreer: Read's staging, freed in the background
-	devs     []backend.Device // cfg.Devices as the lanes drive them (Config.defaults checked each is one)
-	rec      recording.Sink   // cfg.Telemetry as the scheduler hands it work (nil-safe)
+	timers   sync.WaitGroup                // rebuild timers armed
+	epoch    time.Time                     // origin of the lanes' host clock
+	freers   map[backend.Device]*hostFreer // each device's freer of Read's staging (made at start, read-only)
+	devs     []backend.Device              // cfg.Devices as the lanes drive them (Config.defaults checked each is one)
+	rec      recording.Sink                // cfg.Telemetry as the scheduler hands it work (nil-safe)
 	gauges   metric.Registration
 }
 
@@ -124,8 +124,11 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	// Every lane is made before any actor starts: the supervisor (a panic
 	// while a lane opens) reads s.lanes, and finds a lane by its actor's
 	// name, set before the actor runs.
+	s.freers = map[backend.Device]*hostFreer{}
 	for _, d := range cfg.Devices {
-		s.devs = append(s.devs, backend.Must(d)) // Config.defaults checked it is one
+		dev := backend.Must(d) // Config.defaults checked it is one
+		s.devs = append(s.devs, dev)
+		s.freers[dev] = &hostFreer{dev: dev}
 	}
 	s.rec = recording.Of(cfg.Telemetry)
 	for di, dev := range s.devs {
